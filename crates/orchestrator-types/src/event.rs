@@ -1,0 +1,85 @@
+//! The timeline of a task: append-only events, numbered from 1 per task.
+
+use crate::TaskId;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What happened. Stored as its snake_case name, so old rows stay readable when kinds are added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Created,
+    Claimed,
+    GateStarted,
+    GateFinished,
+    Succeeded,
+    Failed,
+    CancelRequested,
+    Canceled,
+    /// Put back in the queue after a retryable failure, with a backoff.
+    Requeued,
+    /// The lease expired and the rescuer took the task back.
+    Rescued,
+    /// A user asked for another run of a failed or canceled task.
+    Retried,
+    /// A worker shutting down gave the task back without spending an attempt.
+    HandedBack,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 12] = [
+        EventKind::Created,
+        EventKind::Claimed,
+        EventKind::GateStarted,
+        EventKind::GateFinished,
+        EventKind::Succeeded,
+        EventKind::Failed,
+        EventKind::CancelRequested,
+        EventKind::Canceled,
+        EventKind::Requeued,
+        EventKind::Rescued,
+        EventKind::Retried,
+        EventKind::HandedBack,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Created => "created",
+            EventKind::Claimed => "claimed",
+            EventKind::GateStarted => "gate_started",
+            EventKind::GateFinished => "gate_finished",
+            EventKind::Succeeded => "succeeded",
+            EventKind::Failed => "failed",
+            EventKind::CancelRequested => "cancel_requested",
+            EventKind::Canceled => "canceled",
+            EventKind::Requeued => "requeued",
+            EventKind::Rescued => "rescued",
+            EventKind::Retried => "retried",
+            EventKind::HandedBack => "handed_back",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One entry of a task's timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskEvent {
+    pub task_id: TaskId,
+    /// 1, 2, 3, ... per task, with no gaps and no repeats.
+    pub seq: i64,
+    /// Unix milliseconds.
+    pub at: i64,
+    /// The kind's name; unknown kinds written by newer versions are kept as text.
+    pub kind: String,
+    /// Kind-specific details.
+    pub data: serde_json::Value,
+}

@@ -1,0 +1,1 @@
+//! Placeholder: the gate runner lands here.
