@@ -1,1 +1,30 @@
-//! placeholder
+//! All of orchestrator's SQL, behind one API that works the same on SQLite and PostgreSQL.
+//!
+//! Queries are built with sea-query and run with sqlx through [`exec`], one module per table. Every
+//! write that a worker makes on behalf of an attempt names the attempt's lease epoch, and the store
+//! refuses it when the epoch is no longer current: that is what makes a stale worker harmless.
+//!
+//! Architecture Invariant: the store knows nothing of processes, models, tools or GitHub. It keeps
+//! rows and enforces the state machine's fences; deciding what to do with a task is the worker's job.
+
+mod artifacts;
+mod connect;
+mod error;
+mod events;
+mod exec;
+mod gates;
+mod migrate;
+mod tasks;
+mod wake;
+mod workers;
+
+pub use artifacts::{Artifact, ArtifactMeta, DEFAULT_ARTIFACT_CAP};
+pub use connect::{Backend, SqliteSync, Store, StoreOptions};
+pub use error::{Error, Result};
+pub use tasks::{
+    CancelOutcome, Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts,
+    Task, TaskFilter,
+};
+pub use wake::Wakeup;
+pub use gates::GateRun;
+pub use workers::WorkerRow;

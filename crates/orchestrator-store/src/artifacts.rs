@@ -1,0 +1,209 @@
+//! The `artifacts` table: bytes kept in the store, zstd-compressed, so every node of a deployment
+//! sees them. Streams longer than the cap keep their head and tail and say how much was cut.
+
+use crate::exec::Tx;
+use crate::{Error, Result, Store};
+use orchestrator_types::{ArtifactId, Captured, TaskId, now_millis};
+use sea_query::{Expr, ExprTrait, Iden, Query};
+use serde::Serialize;
+
+/// Bytes of a stream kept by default: 4 MiB of head and 4 MiB of tail.
+pub const DEFAULT_ARTIFACT_CAP: usize = 8 * 1024 * 1024;
+
+/// Compression level: fast enough for logs written while a gate finishes, and logs shrink well.
+const ZSTD_LEVEL: i32 = 3;
+
+#[derive(Iden, Clone, Copy)]
+pub(crate) enum Artifacts {
+    Table,
+    Id,
+    TaskId,
+    Kind,
+    MediaType,
+    Summary,
+    OriginalBytes,
+    KeptBytes,
+    CutBytes,
+    Compression,
+    Data,
+    CreatedAt,
+}
+
+/// What an artifact is, without its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArtifactMeta {
+    pub id: ArtifactId,
+    pub task_id: Option<TaskId>,
+    /// What produced it: `gate_log`, `patch`, `tool_output`, ...
+    pub kind: String,
+    pub media_type: String,
+    pub summary: String,
+    /// Length of the stream that was captured.
+    pub original_bytes: i64,
+    /// Bytes stored (head and tail, before compression; without the marker).
+    pub kept_bytes: i64,
+    /// Bytes cut between head and tail; 0 when the whole stream was kept.
+    pub cut_bytes: i64,
+    pub created_at: i64,
+}
+
+/// An artifact with its bytes: head, the marker when something was cut, and tail.
+#[derive(Debug, Clone)]
+pub struct Artifact {
+    pub meta: ArtifactMeta,
+    pub bytes: Vec<u8>,
+}
+
+pub(crate) struct ArtifactInsert<'a> {
+    pub task_id: Option<TaskId>,
+    pub kind: &'a str,
+    pub media_type: &'a str,
+    pub summary: &'a str,
+    pub captured: &'a Captured,
+}
+
+/// Compresses outside any transaction; only the insert holds the write lock.
+pub(crate) fn compress(captured: &Captured) -> Result<Vec<u8>> {
+    zstd::bulk::compress(&captured.to_bytes(), ZSTD_LEVEL).map_err(|e| Error::Corrupt {
+        what: "artifact compression",
+        message: e.to_string(),
+    })
+}
+
+pub(crate) async fn insert_artifact(
+    tx: &mut Tx,
+    artifact: &ArtifactInsert<'_>,
+    compressed: Vec<u8>,
+) -> Result<ArtifactId> {
+    let captured = artifact.captured;
+    let stmt = Query::insert()
+        .into_table(Artifacts::Table)
+        .columns([
+            Artifacts::TaskId,
+            Artifacts::Kind,
+            Artifacts::MediaType,
+            Artifacts::Summary,
+            Artifacts::OriginalBytes,
+            Artifacts::KeptBytes,
+            Artifacts::CutBytes,
+            Artifacts::Compression,
+            Artifacts::Data,
+            Artifacts::CreatedAt,
+        ])
+        .values([
+            artifact.task_id.map(|t| t.0).into(),
+            artifact.kind.into(),
+            artifact.media_type.into(),
+            artifact.summary.into(),
+            (captured.original_len() as i64).into(),
+            ((captured.head.len() + captured.tail.len()) as i64).into(),
+            (captured.cut as i64).into(),
+            "zstd".into(),
+            compressed.into(),
+            now_millis().into(),
+        ])?
+        .returning_col(Artifacts::Id)
+        .to_owned();
+    let (id,): (i64,) = tx
+        .fetch_optional(&stmt)
+        .await?
+        .ok_or_else(|| Error::Migration("artifact insert returned no id".into()))?;
+    Ok(ArtifactId(id))
+}
+
+type ArtifactRow = (
+    i64,
+    Option<i64>,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    String,
+    Vec<u8>,
+    i64,
+);
+
+impl Store {
+    /// Keeps `captured` (already bounded by its capture) as an artifact.
+    pub async fn put_artifact(
+        &self,
+        task_id: Option<TaskId>,
+        kind: &str,
+        media_type: &str,
+        summary: &str,
+        captured: &Captured,
+    ) -> Result<ArtifactId> {
+        let compressed = compress(captured)?;
+        let mut tx = self.pool.begin().await?;
+        let id = insert_artifact(
+            &mut tx,
+            &ArtifactInsert {
+                task_id,
+                kind,
+                media_type,
+                summary,
+                captured,
+            },
+            compressed,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    pub async fn get_artifact(&self, id: ArtifactId) -> Result<Artifact> {
+        let stmt = Query::select()
+            .columns([
+                Artifacts::Id,
+                Artifacts::TaskId,
+                Artifacts::Kind,
+                Artifacts::MediaType,
+                Artifacts::Summary,
+                Artifacts::OriginalBytes,
+                Artifacts::KeptBytes,
+                Artifacts::CutBytes,
+                Artifacts::Compression,
+                Artifacts::Data,
+                Artifacts::CreatedAt,
+            ])
+            .from(Artifacts::Table)
+            .and_where(Expr::col(Artifacts::Id).eq(id.0))
+            .to_owned();
+        let row: ArtifactRow = self
+            .pool
+            .fetch_optional(&stmt)
+            .await?
+            .ok_or(Error::ArtifactNotFound(id.0))?;
+        let (id, task_id, kind, media_type, summary, original, kept, cut, compression, data, at) =
+            row;
+        let bytes = match compression.as_str() {
+            "zstd" => zstd::stream::decode_all(data.as_slice()).map_err(|e| Error::Corrupt {
+                what: "artifacts.data",
+                message: format!("artifact {id}: {e}"),
+            })?,
+            "none" => data,
+            other => {
+                return Err(Error::Corrupt {
+                    what: "artifacts.compression",
+                    message: format!("artifact {id}: unknown compression {other:?}"),
+                });
+            }
+        };
+        Ok(Artifact {
+            meta: ArtifactMeta {
+                id: ArtifactId(id),
+                task_id: task_id.map(TaskId),
+                kind,
+                media_type,
+                summary,
+                original_bytes: original,
+                kept_bytes: kept,
+                cut_bytes: cut,
+                created_at: at,
+            },
+            bytes,
+        })
+    }
+}

@@ -1,0 +1,267 @@
+//! Opening a store: choosing the backend from the URL, the SQLite durability settings, migrations,
+//! and the PostgreSQL listener that turns NOTIFY into wake-ups.
+
+use crate::exec::Pool;
+use crate::wake::{self, WakeSender, Wakeup};
+use crate::{Error, Result};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which database a store speaks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+/// SQLite's `synchronous` setting. `Full` (the default) makes every commit survive power loss;
+/// `Normal` may lose the last commits on power loss (never on a process crash) and is faster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SqliteSync {
+    #[default]
+    Full,
+    Normal,
+}
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub sqlite_sync: SqliteSync,
+    /// How long SQLite waits for another writer before giving up.
+    pub busy_timeout: Duration,
+    /// Connections in the pool.
+    pub max_connections: u32,
+    /// How long to wait for a connection before reporting the database unreachable.
+    pub connect_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            sqlite_sync: SqliteSync::Full,
+            busy_timeout: Duration::from_secs(30),
+            max_connections: 8,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The store: a pool on one backend and the wake-up channel for idle workers. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) pool: Pool,
+    pub(crate) wake: WakeSender,
+    wakeup: Wakeup,
+    listener: Arc<tokio::sync::OnceCell<()>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("backend", &self.backend())
+            .finish()
+    }
+}
+
+impl Store {
+    /// Opens the store named by `url` and applies migrations. `postgres://` and `postgresql://` URLs
+    /// open PostgreSQL; `sqlite://PATH`, `sqlite:PATH` or a bare file path open SQLite, creating
+    /// the file if it is missing.
+    pub async fn open(url: &str, options: &StoreOptions) -> Result<Store> {
+        let trimmed = url.trim();
+        if trimmed.is_empty() {
+            return Err(Error::BadUrl {
+                url: url.to_owned(),
+                message: "the URL is empty".into(),
+            });
+        }
+        if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
+            return Self::open_postgres(trimmed, options).await;
+        }
+        if let Some(path) = trimmed
+            .strip_prefix("sqlite://")
+            .or_else(|| trimmed.strip_prefix("sqlite:"))
+        {
+            return Self::open_sqlite(Path::new(path), options).await;
+        }
+        if trimmed.contains("://") {
+            return Err(Error::BadUrl {
+                url: redact(url),
+                message: "unsupported scheme; use postgres://USER@HOST/DB, sqlite://PATH or a file path"
+                    .into(),
+            });
+        }
+        Self::open_sqlite(Path::new(trimmed), options).await
+    }
+
+    /// Opens (creating if needed) an SQLite file with WAL, foreign keys, a busy timeout and the
+    /// chosen `synchronous` level, and applies migrations.
+    pub async fn open_sqlite(path: &Path, options: &StoreOptions) -> Result<Store> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+            && !parent.is_dir()
+        {
+            return Err(Error::BadUrl {
+                url: path.display().to_string(),
+                message: format!("directory {} does not exist", parent.display()),
+            });
+        }
+        let connect = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(match options.sqlite_sync {
+                SqliteSync::Full => SqliteSynchronous::Full,
+                SqliteSync::Normal => SqliteSynchronous::Normal,
+            })
+            .foreign_keys(true)
+            .busy_timeout(options.busy_timeout);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.connect_timeout.max(options.busy_timeout))
+            .connect_with(connect)
+            .await
+            .map_err(|e| Error::BadUrl {
+                url: path.display().to_string(),
+                message: format!("cannot open the SQLite file: {e}"),
+            })?;
+        Self::finish(Pool::Sqlite(pool)).await
+    }
+
+    async fn open_postgres(url: &str, options: &StoreOptions) -> Result<Store> {
+        let connect = PgConnectOptions::from_str(url).map_err(|e| Error::BadUrl {
+            url: redact(url),
+            message: e.to_string(),
+        })?;
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.connect_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(|e| Error::BadUrl {
+                url: redact(url),
+                message: format!("cannot connect: {e}"),
+            })?;
+        Self::finish(Pool::Postgres(pool)).await
+    }
+
+    async fn finish(pool: Pool) -> Result<Store> {
+        crate::migrate::migrate(&pool).await?;
+        let (wake, wakeup) = wake::channel();
+        Ok(Store {
+            pool,
+            wake,
+            wakeup,
+            listener: Arc::new(tokio::sync::OnceCell::new()),
+        })
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// A handle that wakes when work may have arrived. On PostgreSQL the first call starts a
+    /// LISTEN connection in the background, which reconnects by itself; callers still poll at an
+    /// interval because a notification sent while it reconnects is lost.
+    pub async fn wakeup(&self) -> Wakeup {
+        if let Pool::Postgres(pool) = &self.pool {
+            let pool = pool.clone();
+            let wake = self.wake.clone();
+            self.listener
+                .get_or_init(|| async move {
+                    tokio::spawn(listen(pool, wake));
+                })
+                .await;
+        }
+        self.wakeup.clone()
+    }
+
+    /// Wakes this process's idle workers, as a commit of new work does.
+    pub fn wake_local(&self) {
+        self.wake.wake();
+    }
+
+    /// Closes the pool, waiting for connections to be returned.
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Sqlite(pool) => pool.close().await,
+            Pool::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+async fn listen(pool: sqlx::PgPool, wake: WakeSender) {
+    loop {
+        match PgListener::connect_with(&pool).await {
+            Ok(mut listener) => {
+                if let Err(e) = listener.listen("orchestrator_tasks").await {
+                    tracing::warn!(error = %e, "LISTEN failed; polling until it works");
+                } else {
+                    // Anything sent while we were not listening is unknown: look once.
+                    wake.wake();
+                    loop {
+                        match listener.recv().await {
+                            Ok(_) => wake.wake(),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot open a LISTEN connection; retrying"),
+        }
+        if pool.is_closed() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Hides the password of a URL so it can be shown in errors and logs.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            super::redact("postgres://bob:secret@db/x"),
+            "postgres://bob:***@db/x"
+        );
+        assert_eq!(super::redact("postgres://bob@db/x"), "postgres://bob@db/x");
+        assert_eq!(super::redact("/tmp/x.db"), "/tmp/x.db");
+    }
+}

@@ -1,0 +1,54 @@
+//! What can go wrong in the store, and whether trying again can help.
+
+use orchestrator_types::TaskId;
+
+/// A store failure. `Err` means the machinery broke or the request cannot be honoured; a failing gate
+/// is never an `Err` here.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The database could not be reached or answered with an error. Retryable: connections come back.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The database URL cannot be used. Not retryable: fix the URL.
+    #[error("bad database URL {url:?}: {message}")]
+    BadUrl { url: String, message: String },
+    /// A migration failed or the database is newer than this binary. Not retryable.
+    #[error("migration failed: {0}")]
+    Migration(String),
+    /// A query could not be built. Not retryable: a bug.
+    #[error("query could not be built: {0}")]
+    Query(#[from] sea_query::error::Error),
+    /// The task does not exist. Not retryable.
+    #[error("task {0} not found")]
+    TaskNotFound(TaskId),
+    /// An artifact does not exist. Not retryable.
+    #[error("artifact {0} not found")]
+    ArtifactNotFound(i64),
+    /// The request does not fit the task's state (retry of a running task, cancel of a finished one).
+    /// Not retryable.
+    #[error("task {task} is {state}: {message}")]
+    WrongState {
+        task: TaskId,
+        state: String,
+        message: String,
+    },
+    /// The caller's lease epoch is no longer current: the task was rescued, canceled or handed to
+    /// another worker. Not retryable: the stale worker must stop.
+    #[error("task {task}: lease epoch {epoch} is stale; another attempt owns the task")]
+    StaleLease { task: TaskId, epoch: i64 },
+    /// Input that cannot become a row. Not retryable.
+    #[error(transparent)]
+    Invalid(#[from] orchestrator_types::Error),
+    /// Stored bytes or JSON could not be decoded. Not retryable.
+    #[error("corrupt data in {what}: {message}")]
+    Corrupt { what: &'static str, message: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Whether the same call may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Database(_))
+    }
+}

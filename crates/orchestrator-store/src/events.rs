@@ -1,0 +1,120 @@
+//! The `task_events` table: each task's append-only timeline, numbered 1, 2, 3, ...
+//!
+//! Events are only inserted in the transaction that makes the change they describe (see tasks.rs);
+//! this module reads them and offers a fenced append for progress that changes no state.
+
+use crate::exec::Tx;
+use crate::tasks::{Lease, next_seq_fenced};
+use crate::{Error, Result, Store};
+use orchestrator_types::{EventKind, TaskEvent, TaskId, now_millis};
+use sea_query::{Expr, ExprTrait, Iden, Order, Query};
+
+#[derive(Iden, Clone, Copy)]
+pub(crate) enum TaskEvents {
+    Table,
+    TaskId,
+    Seq,
+    At,
+    Kind,
+    Data,
+}
+
+pub(crate) struct EventInsert {
+    pub task_id: i64,
+    pub seq: i64,
+    pub at: i64,
+    pub kind: EventKind,
+    pub data: serde_json::Value,
+}
+
+/// Inserts events with one statement per few hundred rows.
+pub(crate) async fn insert_events(tx: &mut Tx, events: &[EventInsert]) -> Result<()> {
+    for chunk in events.chunks(150) {
+        let mut stmt = Query::insert()
+            .into_table(TaskEvents::Table)
+            .columns([
+                TaskEvents::TaskId,
+                TaskEvents::Seq,
+                TaskEvents::At,
+                TaskEvents::Kind,
+                TaskEvents::Data,
+            ])
+            .to_owned();
+        for event in chunk {
+            stmt.values([
+                event.task_id.into(),
+                event.seq.into(),
+                event.at.into(),
+                event.kind.as_str().into(),
+                event.data.to_string().into(),
+            ])?;
+        }
+        tx.execute(&stmt).await?;
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Events of a task with `seq > after`, oldest first, at most `limit`.
+    pub async fn events(&self, task: TaskId, after: i64, limit: u64) -> Result<Vec<TaskEvent>> {
+        let stmt = Query::select()
+            .columns([
+                TaskEvents::TaskId,
+                TaskEvents::Seq,
+                TaskEvents::At,
+                TaskEvents::Kind,
+                TaskEvents::Data,
+            ])
+            .from(TaskEvents::Table)
+            .and_where(Expr::col(TaskEvents::TaskId).eq(task.0))
+            .and_where(Expr::col(TaskEvents::Seq).gt(after))
+            .order_by(TaskEvents::Seq, Order::Asc)
+            .limit(limit)
+            .to_owned();
+        let rows: Vec<(i64, i64, i64, String, String)> = self.pool.fetch_all(&stmt).await?;
+        rows.into_iter()
+            .map(|(task_id, seq, at, kind, data)| {
+                Ok(TaskEvent {
+                    task_id: TaskId(task_id),
+                    seq,
+                    at,
+                    kind,
+                    data: serde_json::from_str(&data).map_err(|e| Error::Corrupt {
+                        what: "task_events.data",
+                        message: e.to_string(),
+                    })?,
+                })
+            })
+            .collect()
+    }
+
+    /// Appends an event for a running attempt, refused with `StaleLease` once the lease is gone.
+    pub async fn append_event(
+        &self,
+        lease: &Lease,
+        kind: EventKind,
+        data: serde_json::Value,
+    ) -> Result<i64> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let seq = next_seq_fenced(&mut tx, lease, now)
+            .await?
+            .ok_or(Error::StaleLease {
+                task: lease.task_id,
+                epoch: lease.epoch,
+            })?;
+        insert_events(
+            &mut tx,
+            &[EventInsert {
+                task_id: lease.task_id.0,
+                seq,
+                at: now,
+                kind,
+                data,
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(seq)
+    }
+}

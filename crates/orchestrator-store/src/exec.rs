@@ -1,0 +1,154 @@
+//! One place where a sea-query statement meets a backend. Every query of the store goes through
+//! [`Pool`] or [`Tx`], which build the statement for the right dialect and run it with sqlx.
+
+use crate::Result;
+use sea_query::{PostgresQueryBuilder, SqliteQueryBuilder};
+use sea_query_sqlx::SqlxBinder;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{AssertSqlSafe, FromRow, PgPool, Postgres, Sqlite, SqlitePool};
+
+/// A row type that decodes from either backend.
+pub(crate) trait AnyRow:
+    for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{
+}
+impl<T> AnyRow for T where
+    T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{
+}
+
+#[derive(Clone)]
+pub(crate) enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+pub(crate) enum Tx {
+    Sqlite(sqlx::Transaction<'static, Sqlite>),
+    Postgres(sqlx::Transaction<'static, Postgres>),
+}
+
+/// Runs `$body` with `$sql`/`$values` built for whichever backend `$conn` is, binding the
+/// connection as `$c`. Keeps the two arms of every method identical by construction.
+macro_rules! dispatch {
+    ($self:expr, $stmt:expr, |$c:ident, $sql:ident, $values:ident| $body:expr) => {
+        match $self {
+            Self::Sqlite($c) => {
+                let ($sql, $values) = $stmt.build_sqlx(SqliteQueryBuilder);
+                $body
+            }
+            Self::Postgres($c) => {
+                let ($sql, $values) = $stmt.build_sqlx(PostgresQueryBuilder);
+                $body
+            }
+        }
+    };
+}
+
+impl Pool {
+    pub(crate) async fn execute<S: SqlxBinder>(&self, stmt: &S) -> Result<u64> {
+        dispatch!(self, stmt, |pool, sql, values| Ok(sqlx::query_with(
+            AssertSqlSafe(sql),
+            values
+        )
+        .execute(pool)
+        .await?
+        .rows_affected()))
+    }
+
+    pub(crate) async fn fetch_all<T: AnyRow, S: SqlxBinder>(&self, stmt: &S) -> Result<Vec<T>> {
+        dispatch!(self, stmt, |pool, sql, values| Ok(sqlx::query_as_with::<
+            _,
+            T,
+            _,
+        >(
+            AssertSqlSafe(sql), values
+        )
+        .fetch_all(pool)
+        .await?))
+    }
+
+    pub(crate) async fn fetch_optional<T: AnyRow, S: SqlxBinder>(
+        &self,
+        stmt: &S,
+    ) -> Result<Option<T>> {
+        dispatch!(self, stmt, |pool, sql, values| Ok(sqlx::query_as_with::<
+            _,
+            T,
+            _,
+        >(
+            AssertSqlSafe(sql), values
+        )
+        .fetch_optional(pool)
+        .await?))
+    }
+
+    /// Starts a write transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`):
+    /// a deferred transaction that reads and then writes can fail with SQLITE_BUSY_SNAPSHOT when
+    /// another process wrote in between, and no busy timeout can save it.
+    pub(crate) async fn begin(&self) -> Result<Tx> {
+        Ok(match self {
+            Pool::Sqlite(pool) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+            Pool::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+        })
+    }
+}
+
+impl Tx {
+    pub(crate) async fn execute<S: SqlxBinder>(&mut self, stmt: &S) -> Result<u64> {
+        dispatch!(self, stmt, |tx, sql, values| Ok(sqlx::query_with(
+            AssertSqlSafe(sql),
+            values
+        )
+        .execute(&mut **tx)
+        .await?
+        .rows_affected()))
+    }
+
+    pub(crate) async fn fetch_all<T: AnyRow, S: SqlxBinder>(&mut self, stmt: &S) -> Result<Vec<T>> {
+        dispatch!(self, stmt, |tx, sql, values| Ok(sqlx::query_as_with::<
+            _,
+            T,
+            _,
+        >(
+            AssertSqlSafe(sql), values
+        )
+        .fetch_all(&mut **tx)
+        .await?))
+    }
+
+    pub(crate) async fn fetch_optional<T: AnyRow, S: SqlxBinder>(
+        &mut self,
+        stmt: &S,
+    ) -> Result<Option<T>> {
+        dispatch!(self, stmt, |tx, sql, values| Ok(sqlx::query_as_with::<
+            _,
+            T,
+            _,
+        >(
+            AssertSqlSafe(sql), values
+        )
+        .fetch_optional(&mut **tx)
+        .await?))
+    }
+
+    /// Asks PostgreSQL listeners to look for work once this transaction commits. A no-op on SQLite,
+    /// where the in-process notifier is used after commit instead.
+    pub(crate) async fn notify_task_available(&mut self) -> Result<()> {
+        if let Tx::Postgres(tx) = self {
+            sqlx::query("SELECT pg_notify('orchestrator_tasks', '')")
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn commit(self) -> Result<()> {
+        match self {
+            Tx::Sqlite(tx) => tx.commit().await?,
+            Tx::Postgres(tx) => tx.commit().await?,
+        }
+        Ok(())
+    }
+}

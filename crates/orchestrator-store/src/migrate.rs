@@ -1,0 +1,154 @@
+//! Schema migrations, embedded in the binary and applied at start-up.
+//!
+//! Both backends share version numbers (a test checks the folders agree), and a landed migration is
+//! never edited: a change is a new file. A database that has a version this binary does not know was
+//! written by a newer orchestrator, and we refuse to touch it rather than guess.
+
+use crate::exec::Pool;
+use crate::{Error, Result};
+use orchestrator_types::now_millis;
+
+/// One migration: its version, its name, and its SQL for each backend.
+pub(crate) struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    pub sqlite: &'static str,
+    pub postgres: &'static str,
+}
+
+macro_rules! migration {
+    ($version:literal, $file:literal) => {
+        Migration {
+            version: $version,
+            name: $file,
+            sqlite: include_str!(concat!("../../../migrations/sqlite/", $file, ".sql")),
+            postgres: include_str!(concat!("../../../migrations/postgres/", $file, ".sql")),
+        }
+    };
+}
+
+pub(crate) const MIGRATIONS: &[Migration] = &[migration!(1, "0001_core")];
+
+/// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes
+/// starting together migrate one at a time.
+const PG_MIGRATION_LOCK: i64 = 0x6f72_6368_6573_7472;
+
+const CREATE_LEDGER: &str = "CREATE TABLE IF NOT EXISTS orchestrator_migrations (
+    version BIGINT PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at BIGINT NOT NULL
+)";
+
+pub(crate) async fn migrate(pool: &Pool) -> Result<Vec<i64>> {
+    let known = MIGRATIONS.last().map(|m| m.version).unwrap_or(0);
+    let fail = |e: sqlx::Error| Error::Migration(e.to_string());
+    let mut applied_now = Vec::new();
+    match pool {
+        Pool::Sqlite(pool) => {
+            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(fail)?;
+            sqlx::raw_sql(CREATE_LEDGER)
+                .execute(&mut *tx)
+                .await
+                .map_err(fail)?;
+            let applied: Vec<(i64,)> =
+                sqlx::query_as("SELECT version FROM orchestrator_migrations ORDER BY version")
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(fail)?;
+            check_not_newer(&applied, known)?;
+            for m in MIGRATIONS {
+                if applied.iter().any(|(v,)| *v == m.version) {
+                    continue;
+                }
+                sqlx::raw_sql(sqlx::AssertSqlSafe(m.sqlite))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| Error::Migration(format!("{}: {e}", m.name)))?;
+                sqlx::query("INSERT INTO orchestrator_migrations (version, name, applied_at) VALUES (?, ?, ?)")
+                    .bind(m.version)
+                    .bind(m.name)
+                    .bind(now_millis())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(fail)?;
+                applied_now.push(m.version);
+            }
+            tx.commit().await.map_err(fail)?;
+        }
+        Pool::Postgres(pool) => {
+            let mut tx = pool.begin().await.map_err(fail)?;
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(PG_MIGRATION_LOCK)
+                .execute(&mut *tx)
+                .await
+                .map_err(fail)?;
+            sqlx::raw_sql(CREATE_LEDGER)
+                .execute(&mut *tx)
+                .await
+                .map_err(fail)?;
+            let applied: Vec<(i64,)> =
+                sqlx::query_as("SELECT version FROM orchestrator_migrations ORDER BY version")
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(fail)?;
+            check_not_newer(&applied, known)?;
+            for m in MIGRATIONS {
+                if applied.iter().any(|(v,)| *v == m.version) {
+                    continue;
+                }
+                sqlx::raw_sql(sqlx::AssertSqlSafe(m.postgres))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| Error::Migration(format!("{}: {e}", m.name)))?;
+                sqlx::query("INSERT INTO orchestrator_migrations (version, name, applied_at) VALUES ($1, $2, $3)")
+                    .bind(m.version)
+                    .bind(m.name)
+                    .bind(now_millis())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(fail)?;
+                applied_now.push(m.version);
+            }
+            tx.commit().await.map_err(fail)?;
+        }
+    }
+    Ok(applied_now)
+}
+
+fn check_not_newer(applied: &[(i64,)], known: i64) -> Result<()> {
+    match applied.iter().map(|(v,)| *v).max() {
+        Some(newest) if newest > known => Err(Error::Migration(format!(
+            "the database is at schema version {newest} but this orchestrator knows only up to {known}; \
+             upgrade orchestrator"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn versions_in(dir: &str) -> BTreeSet<String> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/").to_owned() + dir;
+        std::fs::read_dir(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".sql"))
+            .collect()
+    }
+
+    #[test]
+    fn both_backends_share_migration_files_and_all_are_embedded() {
+        let sqlite = versions_in("sqlite");
+        let postgres = versions_in("postgres");
+        assert_eq!(sqlite, postgres, "migrations/sqlite and migrations/postgres differ");
+        let embedded: BTreeSet<String> = MIGRATIONS.iter().map(|m| format!("{}.sql", m.name)).collect();
+        assert_eq!(embedded, sqlite, "a migration file is not listed in MIGRATIONS");
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i as i64 + 1, "versions must be 1, 2, 3, ...");
+            assert!(m.name.starts_with(&format!("{:04}_", m.version)), "{}", m.name);
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! The world a tool call runs in: the workspace, where spilled output goes, the policy and its
+//! approver, limits, the table of background shell jobs and what has been read.
+//!
+//! A context is cheap to clone (everything is behind `Arc`) and is meant to live as long as the session
+//! that uses it (one agent task, one MCP connection, one `orchestrator tool run`), because background
+//! jobs and the record of reads belong to that session.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use crate::error::Result;
+use crate::output::{HomeDirSink, Limits, ResultSink};
+use crate::policy::{Approver, NoApprover, Policy};
+use crate::tools::shell::JobTable;
+use crate::workspace::Workspace;
+
+/// Everything a tool call needs besides its arguments.
+#[derive(Clone)]
+pub struct ToolContext {
+    pub(crate) workspace: Workspace,
+    pub(crate) sink: Arc<dyn ResultSink>,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) approver: Arc<dyn Approver>,
+    pub(crate) limits: Limits,
+    pub(crate) jobs: Arc<JobTable>,
+    pub(crate) reads: Arc<ReadTracker>,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("workspace", &self.workspace.root())
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolContext {
+    /// A context confined to `workspace` that spills large outputs under `home/tool-results/`, with
+    /// an allow-all policy and no approver.
+    pub fn new(workspace: impl AsRef<Path>, home: impl AsRef<Path>) -> Result<Self> {
+        Ok(ToolContext {
+            workspace: Workspace::new(workspace)?,
+            sink: Arc::new(HomeDirSink::new(home.as_ref().join("tool-results"))),
+            policy: Arc::new(Policy::allow_all()),
+            approver: Arc::new(NoApprover),
+            limits: Limits::default(),
+            jobs: Arc::new(JobTable::default()),
+            reads: Arc::new(ReadTracker::default()),
+        })
+    }
+
+    pub fn with_sink(mut self, sink: Arc<dyn ResultSink>) -> Self {
+        self.sink = sink;
+        self
+    }
+
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = Arc::new(policy);
+        self
+    }
+
+    pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = approver;
+        self
+    }
+
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    pub fn workspace(&self) -> &Workspace {
+        &self.workspace
+    }
+
+    pub fn sink(&self) -> &dyn ResultSink {
+        self.sink.as_ref()
+    }
+
+    /// Kills every background job of this context (a session ends).
+    pub async fn shutdown(&self) {
+        self.jobs.kill_all().await;
+    }
+}
+
+/// The size and modification time of a file when a tool last read or wrote it, so that write_file
+/// can refuse to overwrite a file that changed underneath the model since it looked at it.
+#[derive(Debug, Default)]
+pub struct ReadTracker {
+    seen: Mutex<HashMap<PathBuf, (u64, Option<SystemTime>)>>,
+}
+
+impl ReadTracker {
+    pub(crate) fn record(&self, path: &Path) {
+        if let Ok(meta) = std::fs::metadata(path) {
+            if let Ok(mut seen) = self.seen.lock() {
+                seen.insert(path.to_owned(), (meta.len(), meta.modified().ok()));
+            }
+        }
+    }
+
+    /// `Some(true)` when the file was seen and has changed since, `Some(false)` when unchanged,
+    /// `None` when this session never read it.
+    pub(crate) fn changed_since_seen(&self, path: &Path) -> Option<bool> {
+        let seen = self.seen.lock().ok()?;
+        let (len, mtime) = seen.get(path)?;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(meta.len() != *len || meta.modified().ok() != *mtime)
+    }
+}

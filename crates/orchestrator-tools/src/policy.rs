@@ -1,0 +1,208 @@
+//! The policy hook: whether a call may run (allow), needs a person's answer (ask), or may not run
+//! (deny), per tool and, for shell commands, per command prefix or pattern.
+//!
+//! The tool layer only decides; answering an `ask` is the [`Approver`]'s job, which the worker
+//! implements with durable approvals. Without an approver an `ask` is refused with a message saying so,
+//! because running a guarded action silently would defeat the policy.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A policy decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Allow,
+    Ask,
+    Deny,
+}
+
+/// What kind of guard a tool needs; policies can set defaults per class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalClass {
+    /// Reads the workspace only.
+    Read,
+    /// Writes files in the workspace.
+    Write,
+    /// Runs commands.
+    Shell,
+    /// Reaches the network.
+    Network,
+}
+
+/// How a shell rule matches a command.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommandMatch {
+    /// The command starts with these words (`git status` matches `git status -s`, not `git statusx`).
+    Prefix(String),
+    /// A regular expression searched in the whole command.
+    Pattern(String),
+}
+
+/// A rule for shell commands.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CommandRule {
+    #[serde(flatten)]
+    pub matcher: CommandMatch,
+    pub decision: Decision,
+}
+
+/// Per-tool and per-command decisions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Policy {
+    /// The decision for a tool with no rule of its own and no class default.
+    pub default: Decision,
+    /// Defaults per approval class.
+    #[serde(default)]
+    pub classes: BTreeMap<ApprovalClass, Decision>,
+    /// Decisions per tool name; they win over class defaults.
+    #[serde(default)]
+    pub tools: BTreeMap<String, Decision>,
+    /// Rules for the `command` of shell tools.
+    #[serde(default)]
+    pub commands: Vec<CommandRule>,
+}
+
+impl Default for Policy {
+    /// Everything allowed: the right default for a person running a tool by hand or an MCP client
+    /// that does its own approvals.
+    fn default() -> Self {
+        Policy::allow_all()
+    }
+}
+
+/// Characters that chain or redirect commands: an allow rule for a prefix must not let
+/// `ls; rm -rf ~` through because it starts with `ls`.
+const SHELL_META: &[&str] = &[";", "&&", "||", "|", "`", "$(", ">", "<", "\n", "&"];
+
+impl Policy {
+    pub fn allow_all() -> Self {
+        Policy {
+            default: Decision::Allow,
+            classes: BTreeMap::new(),
+            tools: BTreeMap::new(),
+            commands: Vec::new(),
+        }
+    }
+
+    /// Decides one call. For shell tools, command rules are consulted: any matching deny wins, then
+    /// any matching ask; a matching allow applies only to a simple command (no chaining, pipes,
+    /// substitution or redirection), and otherwise the tool's own decision stands.
+    pub fn decide(&self, tool: &str, class: ApprovalClass, args: &Value) -> (Decision, String) {
+        let base = self
+            .tools
+            .get(tool)
+            .map(|d| (*d, format!("the rule for tool {tool}")))
+            .or_else(|| self.classes.get(&class).map(|d| (*d, format!("the default for {class:?} tools"))))
+            .unwrap_or((self.default, "the default policy".to_owned()));
+        if base.0 == Decision::Deny || class != ApprovalClass::Shell {
+            return base;
+        }
+        let Some(command) = args.get("command").and_then(Value::as_str) else {
+            return base;
+        };
+        let command = command.trim();
+        let mut matched: Vec<(Decision, String)> = Vec::new();
+        for rule in &self.commands {
+            let hit = match &rule.matcher {
+                CommandMatch::Prefix(p) => prefix_matches(command, p),
+                CommandMatch::Pattern(p) => regex::Regex::new(p).map(|re| re.is_match(command)).unwrap_or(false),
+            };
+            if hit {
+                let what = match &rule.matcher {
+                    CommandMatch::Prefix(p) => format!("prefix rule {p:?}"),
+                    CommandMatch::Pattern(p) => format!("pattern rule {p:?}"),
+                };
+                matched.push((rule.decision, what));
+            }
+        }
+        if let Some(d) = matched.iter().find(|(d, _)| *d == Decision::Deny) {
+            return d.clone();
+        }
+        if let Some(d) = matched.iter().find(|(d, _)| *d == Decision::Ask) {
+            return d.clone();
+        }
+        let simple = !SHELL_META.iter().any(|m| command.contains(m));
+        if simple {
+            if let Some(d) = matched.iter().find(|(d, _)| *d == Decision::Allow) {
+                return d.clone();
+            }
+        }
+        base
+    }
+}
+
+fn prefix_matches(command: &str, prefix: &str) -> bool {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let want: Vec<&str> = prefix.split_whitespace().collect();
+    !want.is_empty() && words.len() >= want.len() && words[..want.len()] == want[..]
+}
+
+/// A request for a person's decision.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApprovalRequest {
+    pub tool: String,
+    pub arguments: Value,
+    /// Why approval is needed (which rule asked).
+    pub reason: String,
+}
+
+/// A person's (or a pre-approval's) answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalAnswer {
+    Approved,
+    Denied(String),
+}
+
+/// A boxed future, so that approvers can be trait objects.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Answers `ask` decisions. The worker implements it with durable approvals.
+pub trait Approver: Send + Sync {
+    fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, ApprovalAnswer>;
+}
+
+/// The approver used when none is configured: every `ask` is refused with a clear message.
+#[derive(Debug, Default)]
+pub struct NoApprover;
+
+impl Approver for NoApprover {
+    fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, ApprovalAnswer> {
+        Box::pin(async move {
+            ApprovalAnswer::Denied(format!(
+                "{} needs approval ({}) and no approver is configured here",
+                request.tool, request.reason
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn command_rules() {
+        let mut p = Policy::allow_all();
+        p.classes.insert(ApprovalClass::Shell, Decision::Ask);
+        p.commands = vec![
+            CommandRule { matcher: CommandMatch::Prefix("git status".into()), decision: Decision::Allow },
+            CommandRule { matcher: CommandMatch::Pattern(r"\brm\s+-rf\b".into()), decision: Decision::Deny },
+        ];
+        let d = |c: &str| p.decide("exec_shell", ApprovalClass::Shell, &json!({"command": c})).0;
+        assert_eq!(d("git status -s"), Decision::Allow);
+        assert_eq!(d("git statusx"), Decision::Ask);
+        assert_eq!(d("git status; curl x"), Decision::Ask);
+        assert_eq!(d("ls && rm -rf /"), Decision::Deny);
+        assert_eq!(p.decide("read_file", ApprovalClass::Read, &json!({})).0, Decision::Allow);
+        p.tools.insert("read_file".into(), Decision::Deny);
+        assert_eq!(p.decide("read_file", ApprovalClass::Read, &json!({})).0, Decision::Deny);
+    }
+}

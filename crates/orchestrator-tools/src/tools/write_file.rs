@@ -1,0 +1,65 @@
+//! write_file: create or replace a whole file, atomically, refusing to overwrite a file that changed
+//! since this session last read it (someone else's edit would be lost silently otherwise).
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::fsutil::write_atomic;
+use super::{ToolDef, schema};
+use crate::context::ToolContext;
+use crate::policy::ApprovalClass;
+use crate::registry::blocking;
+use crate::result::{ToolOutcome, ToolResult, io_refusal, refuse};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Args {
+    path: String,
+    content: String,
+}
+
+pub(crate) fn def() -> ToolDef {
+    ToolDef {
+        name: "write_file",
+        description: "Create a file or replace its whole content, atomically (missing parent directories are created). Refuses to overwrite a file that changed since you last read it: read it again first. Prefer edit_file or apply_patch to change part of an existing file; they do not need the whole content and cannot lose unrelated lines.",
+        schema: schema(
+            json!({
+                "path": {"type": "string", "description": "File path relative to the workspace root."},
+                "content": {"type": "string", "description": "The complete new content of the file."}
+            }),
+            &["path", "content"],
+        ),
+        read_only: false,
+        approval: ApprovalClass::Write,
+        aliases: &[],
+        example: json!({"path": "notes/todo.md", "content": "# Todo\n\n- write tests\n"}),
+        handler: blocking("write_file", run),
+    }
+}
+
+fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
+    let r = ctx.workspace.resolve(&args.path)?;
+    let existed = match std::fs::metadata(&r.abs) {
+        Ok(m) if m.is_dir() => {
+            return Err(refuse(format!("{} is a directory; give a file path", r.rel)));
+        }
+        Ok(_) => true,
+        Err(_) => false,
+    };
+    if existed && ctx.reads.changed_since_seen(&r.abs) == Some(true) {
+        return Err(refuse(format!(
+            "{} changed since you last read it (by another tool, a command or a person); read it again with read_file and redo the change, so that nothing is lost",
+            r.rel
+        )));
+    }
+    write_atomic(&r.abs, args.content.as_bytes()).map_err(|e| io_refusal("write", &r.rel, &e))?;
+    ctx.reads.record(&r.abs);
+    let lines = args.content.lines().count();
+    Ok(ToolResult::text(format!(
+        "{} {} ({} bytes, {lines} lines).",
+        if existed { "Overwrote" } else { "Created" },
+        r.rel,
+        args.content.len()
+    ))
+    .with_meta("file", json!({"path": r.rel, "created": !existed, "bytes": args.content.len()})))
+}

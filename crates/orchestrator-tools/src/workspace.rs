@@ -1,0 +1,192 @@
+//! Path confinement: every path a tool touches resolves inside the workspace.
+//!
+//! Architecture Invariant: no tool opens a path that did not come out of [`Workspace::resolve`]. The
+//! rules are deliberately blunt so that they are easy to trust: a `..` component is refused even when
+//! it would stay inside (a model never needs one), an absolute path must lie under the workspace root,
+//! and every existing prefix of the path is canonicalized so that a symlink leading out is refused.
+//! A dangling symlink is refused too, because writing through it could create a file anywhere.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::result::{ToolFailure, refuse};
+
+/// The directory the tools are confined to.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    /// Canonical root: symlinks resolved, absolute.
+    root: Arc<PathBuf>,
+    /// The root as the caller spelled it (absolute), accepted as a prefix of absolute paths too.
+    given: Arc<PathBuf>,
+}
+
+/// A path that passed confinement.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The real path to open.
+    pub abs: PathBuf,
+    /// The path relative to the workspace root, `/`-separated, for messages ("." for the root).
+    pub rel: String,
+}
+
+impl Workspace {
+    /// Opens a workspace; the directory must exist.
+    pub fn new(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let given = std::path::absolute(dir).map_err(|e| Error::Workspace {
+            path: dir.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let root = dir.canonicalize().map_err(|e| Error::Workspace {
+            path: dir.to_owned(),
+            reason: e.to_string(),
+        })?;
+        if !root.is_dir() {
+            return Err(Error::Workspace {
+                path: dir.to_owned(),
+                reason: "not a directory".into(),
+            });
+        }
+        Ok(Workspace {
+            root: Arc::new(root),
+            given: Arc::new(given),
+        })
+    }
+
+    /// The canonical root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Resolves a path given by a model or a person. Relative paths are relative to the root.
+    pub fn resolve(&self, input: &str) -> std::result::Result<Resolved, ToolFailure> {
+        let trimmed = input.trim();
+        if trimmed.is_empty() {
+            return Err(refuse(
+                "the path is empty; give a path relative to the workspace root, e.g. \"src/main.rs\" or \".\"",
+            ));
+        }
+        if trimmed.contains('\0') {
+            return Err(refuse("the path contains a NUL byte"));
+        }
+        let p = Path::new(trimmed);
+        if p.components().any(|c| c == Component::ParentDir) {
+            return Err(refuse(format!(
+                "path {trimmed:?} is refused: '..' components are not allowed; every path must stay inside the workspace {}. Use a path relative to the workspace root.",
+                self.root.display()
+            )));
+        }
+        let relative: PathBuf = if p.is_absolute() {
+            if let Ok(rest) = p.strip_prefix(self.root.as_path()) {
+                rest.to_owned()
+            } else if let Ok(rest) = p.strip_prefix(self.given.as_path()) {
+                rest.to_owned()
+            } else {
+                return Err(refuse(format!(
+                    "path {trimmed:?} is refused: it is outside the workspace {}. Use a path relative to the workspace root.",
+                    self.root.display()
+                )));
+            }
+        } else {
+            p.components()
+                .filter(|c| !matches!(c, Component::CurDir))
+                .collect()
+        };
+        let abs = self.confine(&relative, trimmed)?;
+        let rel = abs
+            .strip_prefix(self.root.as_path())
+            .map(|r| {
+                let s = r.to_string_lossy().replace('\\', "/");
+                if s.is_empty() { ".".to_owned() } else { s }
+            })
+            .unwrap_or_else(|_| trimmed.to_owned());
+        Ok(Resolved { abs, rel })
+    }
+
+    /// Walks `relative` below the root one component at a time, following symlinks, and refuses the
+    /// first one that leads outside.
+    fn confine(&self, relative: &Path, shown: &str) -> std::result::Result<PathBuf, ToolFailure> {
+        let mut current = self.root.as_path().to_owned();
+        let mut components = relative.components().peekable();
+        while let Some(component) = components.next() {
+            let Component::Normal(name) = component else {
+                continue;
+            };
+            let next = current.join(name);
+            match std::fs::symlink_metadata(&next) {
+                Ok(meta) if meta.file_type().is_symlink() => match next.canonicalize() {
+                    Ok(real) if real.starts_with(self.root.as_path()) => current = real,
+                    Ok(real) => {
+                        return Err(refuse(format!(
+                            "path {shown:?} is refused: {} is a symlink that leads outside the workspace (to {})",
+                            self.display_rel(&next),
+                            real.display()
+                        )));
+                    }
+                    Err(_) => {
+                        return Err(refuse(format!(
+                            "path {shown:?} is refused: {} is a symlink whose target does not exist, so it cannot be checked to stay inside the workspace",
+                            self.display_rel(&next)
+                        )));
+                    }
+                },
+                Ok(_) => current = next,
+                Err(_) => {
+                    // The rest does not exist yet (a file about to be written): no symlink can hide in
+                    // it, and '..' was refused above, so appending it lexically stays inside.
+                    current = next;
+                    for rest in components.by_ref() {
+                        if let Component::Normal(n) = rest {
+                            current.push(n);
+                        }
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(current)
+    }
+
+    fn display_rel(&self, p: &Path) -> String {
+        p.strip_prefix(self.root.as_path())
+            .map(|r| r.display().to_string())
+            .unwrap_or_else(|_| p.display().to_string())
+    }
+
+    /// The path of `abs` relative to the root, for output; falls back to the full path.
+    pub fn rel_of(&self, abs: &Path) -> String {
+        match abs.strip_prefix(self.root.as_path()) {
+            Ok(r) if r.as_os_str().is_empty() => ".".to_owned(),
+            Ok(r) => r.to_string_lossy().replace('\\', "/"),
+            Err(_) => abs.display().to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_escapes_and_accepts_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        assert!(ws.resolve("../x").is_err());
+        assert!(ws.resolve("src/../../x").is_err());
+        assert!(ws.resolve("/etc/passwd").is_err());
+        assert!(ws.resolve("").is_err());
+        let ok = ws.resolve("src/new.rs").unwrap();
+        assert_eq!(ok.rel, "src/new.rs");
+        let abs = ws.resolve(&dir.path().join("src").display().to_string()).unwrap();
+        assert_eq!(abs.rel, "src");
+        assert_eq!(ws.resolve(".").unwrap().rel, ".");
+        std::os::unix::fs::symlink("/etc", dir.path().join("out")).unwrap();
+        assert!(ws.resolve("out/passwd").is_err());
+        std::os::unix::fs::symlink("src", dir.path().join("in")).unwrap();
+        assert_eq!(ws.resolve("in/a.rs").unwrap().rel, "src/a.rs");
+        std::os::unix::fs::symlink("/nonexistent/zzz", dir.path().join("dangling")).unwrap();
+        assert!(ws.resolve("dangling").is_err());
+    }
+}

@@ -1,0 +1,344 @@
+//! The git tree a gate runs on: `HEAD`, whether the work tree is dirty, and a hash of the difference.
+//!
+//! The hash lets a later step prove that a gate passed on exactly this tree, so it covers everything
+//! that can change a build: the tracked changes (`git diff HEAD --binary`, which includes staged ones)
+//! and the untracked files that are not ignored, by path and content. It is streamed into SHA-256, so a
+//! large diff costs no memory.
+//!
+//! Every git command runs with `GIT_OPTIONAL_LOCKS=0`: `git status` otherwise refreshes the index
+//! and takes its lock, which would race with an agent committing in the same work tree.
+
+use orchestrator_types::GitTree;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+
+/// Read size for streaming git output and untracked files into the hash.
+const CHUNK_BYTES: usize = 64 * 1024;
+
+/// The git tree of a directory (HEAD, dirty, diff hash), or `None` when it is not a git work tree.
+///
+/// Also `None` when git fails half-way (say the repository is corrupt): evidence that cannot name its
+/// tree exactly must not claim a tree.
+pub async fn git_tree(dir: &Path) -> Option<GitTree> {
+    // Work from the top of the work tree: `ls-files --others` only lists below the current directory,
+    // and a gate may run in a subdirectory.
+    let top = git_stdout(dir, &["rev-parse", "--show-toplevel"]).await?;
+    let top = PathBuf::from(String::from_utf8_lossy(trim_newline(&top)).into_owned());
+    // `None` for a repository without a commit yet; the diff below is then taken against nothing.
+    let head = git_stdout(&top, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+        .await
+        .map(|out| String::from_utf8_lossy(trim_newline(&out)).into_owned());
+    let status = git_stdout(&top, &["status", "--porcelain", "--untracked-files=normal"]).await?;
+    if status.is_empty() {
+        return Some(GitTree {
+            head,
+            dirty: false,
+            diff_hash: None,
+        });
+    }
+    let diff_hash = diff_hash(&top, head.is_some()).await;
+    if diff_hash.is_none() {
+        tracing::warn!(dir = %top.display(), "git diff failed; the gate's tree is not recorded");
+    }
+    Some(GitTree {
+        head,
+        dirty: true,
+        diff_hash: Some(diff_hash?),
+    })
+}
+
+/// SHA-256 over the tracked changes and the untracked files. Each part is framed by a label and
+/// lengths, so moving bytes between a path and its content cannot produce the same hash.
+async fn diff_hash(top: &Path, has_head: bool) -> Option<String> {
+    let mut hasher = Sha256::new();
+    // Options that user configuration could otherwise change: external diff drivers, text
+    // conversion, colour, and the `a/` `b/` prefixes.
+    let diff_options = [
+        "--binary",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-color",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+    ];
+    if has_head {
+        hasher.update(b"diff HEAD\0");
+        let mut args = vec!["diff", "HEAD"];
+        args.extend(diff_options);
+        stream_git(top, &args, &mut hasher).await?;
+    } else {
+        // Without a commit, the staged files are `diff --cached` and the rest `diff`.
+        hasher.update(b"diff --cached\0");
+        let mut args = vec!["diff", "--cached"];
+        args.extend(diff_options);
+        stream_git(top, &args, &mut hasher).await?;
+        hasher.update(b"\0diff\0");
+        let mut args = vec!["diff"];
+        args.extend(diff_options);
+        stream_git(top, &args, &mut hasher).await?;
+    }
+    let listing = git_stdout(top, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
+    let mut untracked: Vec<&[u8]> = listing
+        .split(|&b| b == 0)
+        .filter(|p| !p.is_empty())
+        .collect();
+    untracked.sort_unstable();
+    for path in untracked {
+        hasher.update(b"\0untracked\0");
+        hasher.update((path.len() as u64).to_le_bytes());
+        hasher.update(path);
+        hash_file(&top.join(os_path(path)), &mut hasher).await;
+    }
+    Some(hex::encode(hasher.finalize()))
+}
+
+/// Hashes a file's kind and bytes. A symbolic link is hashed by its target, not followed, because
+/// the link is what the tree holds. A file that vanished between listing and reading is hashed as
+/// such, which still tells two trees apart.
+async fn hash_file(path: &Path, hasher: &mut Sha256) {
+    let meta = match tokio::fs::symlink_metadata(path).await {
+        Ok(meta) => meta,
+        Err(_) => {
+            hasher.update(b"missing\0");
+            return;
+        }
+    };
+    if meta.file_type().is_symlink() {
+        hasher.update(b"link\0");
+        if let Ok(target) = tokio::fs::read_link(path).await {
+            hasher.update(target.as_os_str().as_encoded_bytes());
+        }
+        return;
+    }
+    if !meta.is_file() {
+        // `ls-files --others` names a nested repository as `dir/`; its name is all we hash.
+        hasher.update(b"other\0");
+        return;
+    }
+    hasher.update(b"file\0");
+    hasher.update(meta.len().to_le_bytes());
+    let Ok(mut file) = tokio::fs::File::open(path).await else {
+        hasher.update(b"unreadable\0");
+        return;
+    };
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    loop {
+        match file.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(_) => {
+                hasher.update(b"unreadable\0");
+                break;
+            }
+        }
+    }
+}
+
+fn os_path(bytes: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+}
+
+fn trim_newline(bytes: &[u8]) -> &[u8] {
+    bytes.strip_suffix(b"\n").unwrap_or(bytes)
+}
+
+fn git(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new("git");
+    command
+        .args(["-c", "core.quotepath=off"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// A git command's standard output when it succeeds. The outputs read this way are small: ids,
+/// `status --porcelain` and the list of untracked names.
+async fn git_stdout(dir: &Path, args: &[&str]) -> Option<Vec<u8>> {
+    let output = git(dir, args).output().await.ok()?;
+    output.status.success().then_some(output.stdout)
+}
+
+/// Streams a git command's standard output into the hash, for outputs that may be large.
+async fn stream_git(dir: &Path, args: &[&str], hasher: &mut Sha256) -> Option<()> {
+    let mut child = git(dir, args).stdout(Stdio::piped()).spawn().ok()?;
+    let mut stdout = child.stdout.take()?;
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    let mut total: u64 = 0;
+    loop {
+        let n = stdout.read(&mut buf).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+        hasher.update(&buf[..n]);
+    }
+    // The length closes the section, so the next section's bytes cannot pass for this one's.
+    hasher.update(total.to_le_bytes());
+    child.wait().await.ok()?.success().then_some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command as StdCommand;
+
+    fn run_git(dir: &Path, args: &[&str]) {
+        let status = StdCommand::new("git")
+            .args([
+                "-c",
+                "commit.gpgsign=false",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .status()
+            .expect("git runs");
+        assert!(status.success(), "git {args:?} failed");
+    }
+
+    fn repo() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        run_git(dir.path(), &["init", "-q"]);
+        run_git(dir.path(), &["config", "user.name", "Gate Test"]);
+        run_git(dir.path(), &["config", "user.email", "gate@example.com"]);
+        std::fs::write(dir.path().join(".gitignore"), "target/\n").expect("write");
+        std::fs::write(dir.path().join("a.txt"), "one\n").expect("write");
+        std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+        std::fs::write(dir.path().join("sub/b.txt"), "two\n").expect("write");
+        run_git(dir.path(), &["add", "."]);
+        run_git(dir.path(), &["commit", "-q", "-m", "first"]);
+        dir
+    }
+
+    fn head_of(dir: &Path) -> String {
+        let out = StdCommand::new("git")
+            .args(["rev-parse", "HEAD"])
+            .current_dir(dir)
+            .output()
+            .expect("git runs");
+        String::from_utf8(out.stdout)
+            .expect("utf-8")
+            .trim()
+            .to_owned()
+    }
+
+    #[tokio::test]
+    async fn not_a_repository() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(git_tree(dir.path()).await, None);
+        assert_eq!(git_tree(&dir.path().join("missing")).await, None);
+    }
+
+    #[tokio::test]
+    async fn clean_tree_has_head_and_no_hash() {
+        let dir = repo();
+        // Ignored files do not make the tree dirty.
+        std::fs::create_dir(dir.path().join("target")).expect("mkdir");
+        std::fs::write(dir.path().join("target/out"), "built").expect("write");
+        let tree = git_tree(dir.path()).await.expect("a git tree");
+        assert_eq!(
+            tree,
+            GitTree {
+                head: Some(head_of(dir.path())),
+                dirty: false,
+                diff_hash: None,
+            }
+        );
+        // From a subdirectory, the same tree.
+        assert_eq!(git_tree(&dir.path().join("sub")).await, Some(tree));
+    }
+
+    #[tokio::test]
+    async fn modified_tree_is_dirty_and_the_hash_follows_content() {
+        let dir = repo();
+        std::fs::write(dir.path().join("a.txt"), "one\nmore\n").expect("write");
+        let first = git_tree(dir.path()).await.expect("a git tree");
+        assert!(first.dirty);
+        assert_eq!(first.head, Some(head_of(dir.path())));
+        let first_hash = first.diff_hash.clone().expect("a hash");
+        assert_eq!(first_hash.len(), 64);
+
+        // Same content, same hash: the hash names the tree, not the moment.
+        assert_eq!(git_tree(dir.path()).await, Some(first.clone()));
+
+        std::fs::write(dir.path().join("a.txt"), "one\nother\n").expect("write");
+        let second = git_tree(dir.path()).await.expect("a git tree");
+        assert_ne!(second.diff_hash, Some(first_hash.clone()));
+
+        // Staging does not change the tree the gate runs on.
+        run_git(dir.path(), &["add", "a.txt"]);
+        assert_eq!(git_tree(dir.path()).await, Some(second));
+
+        // Back to the committed content: clean again.
+        std::fs::write(dir.path().join("a.txt"), "one\n").expect("write");
+        run_git(dir.path(), &["add", "a.txt"]);
+        let clean = git_tree(dir.path()).await.expect("a git tree");
+        assert!(!clean.dirty);
+        assert_eq!(clean.diff_hash, None);
+    }
+
+    #[tokio::test]
+    async fn untracked_files_count_by_name_and_content() {
+        let dir = repo();
+        std::fs::write(dir.path().join("sub/new.txt"), "fresh\n").expect("write");
+        // Asked from a subdirectory that does not hold the new file, it still counts.
+        std::fs::create_dir(dir.path().join("other")).expect("mkdir");
+        std::fs::write(dir.path().join("other/keep"), "").expect("write");
+        let first = git_tree(&dir.path().join("sub")).await.expect("a git tree");
+        assert!(first.dirty);
+        let first_hash = first.diff_hash.clone().expect("a hash");
+
+        std::fs::write(dir.path().join("sub/new.txt"), "fresher\n").expect("write");
+        let changed = git_tree(dir.path()).await.expect("a git tree");
+        assert_ne!(changed.diff_hash, Some(first_hash.clone()));
+
+        std::fs::write(dir.path().join("sub/new.txt"), "fresh\n").expect("write");
+        assert_eq!(
+            git_tree(dir.path()).await.expect("tree").diff_hash,
+            Some(first_hash.clone())
+        );
+
+        std::fs::rename(
+            dir.path().join("sub/new.txt"),
+            dir.path().join("sub/renamed.txt"),
+        )
+        .expect("rename");
+        let renamed = git_tree(dir.path()).await.expect("a git tree");
+        assert_ne!(renamed.diff_hash, Some(first_hash));
+    }
+
+    #[tokio::test]
+    async fn repository_without_a_commit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        run_git(dir.path(), &["init", "-q"]);
+        let empty = git_tree(dir.path()).await.expect("a git tree");
+        assert_eq!(
+            empty,
+            GitTree {
+                head: None,
+                dirty: false,
+                diff_hash: None,
+            }
+        );
+        std::fs::write(dir.path().join("a.txt"), "one\n").expect("write");
+        let untracked = git_tree(dir.path()).await.expect("a git tree");
+        assert!(untracked.dirty);
+        assert!(untracked.diff_hash.is_some());
+        run_git(dir.path(), &["add", "a.txt"]);
+        let staged = git_tree(dir.path()).await.expect("a git tree");
+        assert!(staged.dirty);
+        assert!(staged.diff_hash.is_some());
+        assert_ne!(staged.diff_hash, untracked.diff_hash);
+    }
+}
