@@ -1,0 +1,52 @@
+//! The store conformance suite: every case runs on SQLite and on PostgreSQL, so both backends
+//! provably behave alike. `conformance!` turns each `async fn(Store)` into one test per backend.
+
+use orchestrator_store::Store;
+
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let db = orchestrator_test_support::sqlite_store().await;
+                    super::cases::$name(&db).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(db) = orchestrator_test_support::postgres_store().await {
+                        super::cases::$name(&db).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+mod cases;
+
+conformance!(
+    create_and_read,
+    invalid_input_changes_nothing,
+    claim_order_queues_and_run_after,
+    concurrent_claims_are_exclusive,
+    stale_epoch_is_fenced_everywhere,
+    rescue_requeues_fails_and_cancels,
+    cancel_and_retry,
+    events_are_gap_free_through_a_lifecycle,
+    artifacts_round_trip_and_cap,
+    gates_are_recorded_with_evidence,
+    heartbeat_extends_and_reports_cancel,
+    batch_completion_mixed_outcomes,
+    counts_by_state,
+    migrations_are_idempotent,
+);
+
+#[allow(dead_code)]
+fn _assert_store_is_send_sync(store: Store) -> impl Send + Sync {
+    store
+}

@@ -1,0 +1,148 @@
+//! Helpers shared by the test suites: a fresh store on SQLite or PostgreSQL, and temporary git
+//! repositories.
+//!
+//! PostgreSQL tests use `ORCHESTRATOR_TEST_DATABASE_URL`, or the local default
+//! `postgres://postgres@127.0.0.1:5432/test`. Each test gets its own new database on that server, so
+//! tests run in parallel without seeing each other's rows. If no server answers, the tests fail with
+//! instructions; `ORCHESTRATOR_TEST_SKIP_POSTGRES=1` is the explicit, visible way to run only SQLite.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use orchestrator_store::{Store, StoreOptions};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const DEFAULT_TEST_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// A store for one test, with whatever keeps it alive.
+pub struct TestStore {
+    pub store: Store,
+    /// The URL `orchestrator --database-url` takes to reach the same store.
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// A fresh SQLite store in a temporary directory.
+pub async fn sqlite_store() -> TestStore {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orchestrator.db");
+    let store = Store::open_sqlite(&path, &StoreOptions::default())
+        .await
+        .unwrap();
+    TestStore {
+        store,
+        url: path.display().to_string(),
+        _dir: Some(dir),
+    }
+}
+
+/// Whether the PostgreSQL half was explicitly switched off.
+pub fn postgres_skipped() -> bool {
+    std::env::var("ORCHESTRATOR_TEST_SKIP_POSTGRES").is_ok_and(|v| v == "1")
+}
+
+/// The server URL tests create their databases on.
+pub fn postgres_server_url() -> String {
+    std::env::var("ORCHESTRATOR_TEST_DATABASE_URL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_TEST_DATABASE_URL.to_owned())
+}
+
+/// Creates a new, empty database on the test server and returns its URL.
+pub async fn fresh_postgres_url() -> String {
+    use sqlx::Connection;
+    let server = postgres_server_url();
+    let mut conn = sqlx::PgConnection::connect(&server).await.unwrap_or_else(|e| {
+        panic!(
+            "PostgreSQL tests need a server at {server} ({e}). Start one and set \
+             ORCHESTRATOR_TEST_DATABASE_URL, or set ORCHESTRATOR_TEST_SKIP_POSTGRES=1 to run only \
+             the SQLite half."
+        )
+    });
+    let name = format!("orch_test_{:016x}", rand::random::<u64>());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.ok();
+    replace_database(&server, &name)
+}
+
+fn replace_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority_start = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let base = match base[authority_start..].find('/') {
+        Some(slash) => &base[..authority_start + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{base}/{name}?{query}"),
+        None => format!("{base}/{name}"),
+    }
+}
+
+/// A fresh PostgreSQL store, or `None` only when the PostgreSQL half was explicitly skipped.
+pub async fn postgres_store() -> Option<TestStore> {
+    if postgres_skipped() {
+        eprintln!("ORCHESTRATOR_TEST_SKIP_POSTGRES=1: PostgreSQL half not run");
+        return None;
+    }
+    let url = fresh_postgres_url().await;
+    let store = Store::open(&url, &StoreOptions::default()).await.unwrap();
+    Some(TestStore {
+        store,
+        url,
+        _dir: None,
+    })
+}
+
+/// Runs git in `dir`, panicking with its output on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A temporary git repository with one commit holding `files`.
+pub fn git_repo(files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    git(&path, &["init", "-q", "-b", "main"]);
+    git(&path, &["config", "user.name", "Test"]);
+    git(&path, &["config", "user.email", "test@example.com"]);
+    for (name, content) in files {
+        let file = path.join(name);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(file, content).unwrap();
+    }
+    git(&path, &["add", "-A"]);
+    git(&path, &["commit", "-q", "-m", "initial", "--allow-empty"]);
+    (dir, path)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn database_name_is_replaced() {
+        assert_eq!(
+            super::replace_database("postgres://u@h:5432/test?sslmode=disable", "x"),
+            "postgres://u@h:5432/x?sslmode=disable"
+        );
+        assert_eq!(super::replace_database("postgres://u@h", "x"), "postgres://u@h/x");
+    }
+}
