@@ -1,7 +1,21 @@
 //! Claims tasks from the store and runs them: verification gates with evidence, leases kept alive by
-//! heartbeats, and the rescuer that takes back tasks whose worker vanished.
+//! heartbeats, group-committed completions, and the rescuer that takes back tasks whose worker
+//! vanished.
 //!
 //! Architecture Invariant: the worker never writes SQL; every state change goes through the store and
 //! carries the attempt's epoch, so a stale worker's writes are refused there.
 
+pub mod backoff;
+mod error;
 pub mod gate;
+pub mod metrics;
+pub mod pool;
+pub mod rescuer;
+pub mod runner;
+
+pub use backoff::Backoff;
+pub use error::{Error, Result};
+pub use metrics::Metrics;
+pub use pool::{PoolConfig, WorkerPool, new_worker_id, run_single};
+pub use rescuer::{Rescuer, RescuerConfig};
+pub use runner::{Stop, StopReason};

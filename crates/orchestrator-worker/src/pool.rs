@@ -1,0 +1,491 @@
+//! A pool of worker slots in one process: claims batches of tasks, runs each in a slot, keeps their
+//! leases alive, applies their ends with group commit, and shuts down gracefully.
+//!
+//! Four loops share the work:
+//! - the producer claims as many tasks as there are free slots, then sleeps until a wake-up (a new
+//!   task in this process, a NOTIFY on PostgreSQL), the next `run_after`, or the poll interval;
+//! - each slot runs one attempt (see runner.rs);
+//! - the keeper extends the leases of running attempts and stops those whose lease was lost or whose
+//!   cancel was requested;
+//! - the completer writes the ends of attempts, many per transaction.
+//!
+//! Shutdown, step by step: stop claiming; give running attempts `shutdown_grace` to finish; stop the
+//! rest with `StopReason::Shutdown`, which kills their gates and hands their tasks back to the queue
+//! without spending an attempt; flush the completer; mark the worker stopped.
+
+use crate::backoff::Backoff;
+use crate::metrics::Metrics;
+use crate::runner::{AttemptEnd, RunContext, Stop, StopReason, run_attempt};
+use crate::{Error, Result};
+use orchestrator_store::{Completion, CompletionResult, Lease, Outcome, Store, Task};
+use orchestrator_types::{DEFAULT_QUEUE, TaskId, now_millis};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub const DEFAULT_SLOTS: usize = 4;
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Longest sleep of an idle producer: a NOTIFY lost during a reconnect costs at most this.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How often running tasks are checked for a cancel request.
+pub const DEFAULT_CANCEL_POLL: Duration = Duration::from_millis(500);
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Most tasks claimed in one transaction.
+pub const DEFAULT_CLAIM_BATCH: usize = 256;
+/// Most completions written in one transaction.
+const COMPLETION_BATCH: usize = 512;
+
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// Names this process's leases.
+    pub worker_id: String,
+    pub slots: usize,
+    pub queues: Vec<String>,
+    pub lease: Duration,
+    /// How often leases are extended; a third of the lease by default.
+    pub heartbeat_interval: Duration,
+    pub poll_interval: Duration,
+    pub cancel_poll: Duration,
+    pub shutdown_grace: Duration,
+    pub claim_batch: usize,
+    pub backoff: Backoff,
+    pub log_cap_bytes: usize,
+}
+
+impl PoolConfig {
+    pub fn new(worker_id: impl Into<String>) -> Self {
+        PoolConfig {
+            worker_id: worker_id.into(),
+            slots: DEFAULT_SLOTS,
+            queues: vec![DEFAULT_QUEUE.to_owned()],
+            lease: DEFAULT_LEASE,
+            heartbeat_interval: DEFAULT_LEASE / 3,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            cancel_poll: DEFAULT_CANCEL_POLL,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            claim_batch: DEFAULT_CLAIM_BATCH,
+            backoff: Backoff::default(),
+            log_cap_bytes: crate::gate::DEFAULT_LOG_CAP_BYTES,
+        }
+    }
+
+    /// Sets the lease and the heartbeat interval that goes with it.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self.heartbeat_interval = lease / 3;
+        self
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.slots == 0 {
+            return Err(Error::Config("at least one worker slot is needed".into()));
+        }
+        if self.queues.is_empty() {
+            return Err(Error::Config("at least one queue is needed".into()));
+        }
+        if self.lease < Duration::from_secs(1) {
+            return Err(Error::Config("the lease must be at least one second".into()));
+        }
+        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.lease {
+            return Err(Error::Config(
+                "the heartbeat interval must be positive and shorter than the lease".into(),
+            ));
+        }
+        if self.claim_batch == 0 || self.poll_interval.is_zero() || self.cancel_poll.is_zero() {
+            return Err(Error::Config(
+                "claim batch and poll intervals must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn lease_ms(&self) -> i64 {
+        self.lease.as_millis() as i64
+    }
+}
+
+/// Attempts running in this process, by task.
+type Active = Arc<Mutex<HashMap<TaskId, (Lease, Stop)>>>;
+
+type CompletionRequest = (Completion, oneshot::Sender<CompletionResult>);
+
+#[derive(Debug)]
+pub struct WorkerPool {
+    store: Store,
+    config: PoolConfig,
+    metrics: Arc<Metrics>,
+}
+
+impl WorkerPool {
+    pub fn new(store: Store, config: PoolConfig, metrics: Arc<Metrics>) -> Result<Self> {
+        config.validate()?;
+        Ok(WorkerPool {
+            store,
+            config,
+            metrics,
+        })
+    }
+
+    /// Runs until `shutdown` is canceled, then shuts down gracefully (see the module comment).
+    pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
+        let WorkerPool {
+            store,
+            config,
+            metrics,
+        } = self;
+        let hostname = hostname();
+        store
+            .register_worker(
+                &config.worker_id,
+                &hostname,
+                std::process::id(),
+                config.slots as u32,
+            )
+            .await?;
+        let active: Active = Arc::default();
+        let ctx = RunContext {
+            store: store.clone(),
+            metrics: metrics.clone(),
+            backoff: config.backoff,
+            log_cap_bytes: config.log_cap_bytes,
+        };
+        let (completions, completion_rx) = mpsc::channel::<CompletionRequest>(4 * COMPLETION_BATCH);
+        let completer = tokio::spawn(completer(store.clone(), completion_rx, metrics.clone()));
+        let keeper_stop = CancellationToken::new();
+        let keeper = tokio::spawn(keeper(
+            store.clone(),
+            config.clone(),
+            active.clone(),
+            keeper_stop.clone(),
+        ));
+
+        let slots = Arc::new(Semaphore::new(config.slots));
+        let mut running = JoinSet::new();
+        let mut wakeup = store.wakeup().await;
+        while !shutdown.is_cancelled() {
+            while running.try_join_next().is_some() {}
+            let free = slots.available_permits();
+            if free == 0 {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    permit = slots.clone().acquire_owned() => drop(permit),
+                }
+                continue;
+            }
+            wakeup.mark_seen();
+            let want = free.min(config.claim_batch);
+            let claimed = match store
+                .claim(&config.worker_id, &config.queues, want as u64, config.lease_ms())
+                .await
+            {
+                Ok(claimed) => claimed,
+                Err(e) => {
+                    tracing::warn!(error = %e, "claim failed; retrying after the poll interval");
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(config.poll_interval) => continue,
+                    }
+                }
+            };
+            let got = claimed.len();
+            metrics.claims.fetch_add(got as u64, Ordering::Relaxed);
+            for (task, lease) in claimed {
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    // Cannot happen: only this loop takes permits, and it counted them. Hand the
+                    // task back rather than run it without a slot.
+                    hand_back(&completions, lease).await;
+                    continue;
+                };
+                let stop = Stop::default();
+                lock(&active).insert(task.id, (lease.clone(), stop.clone()));
+                let ctx = ctx.clone();
+                let active = active.clone();
+                let completions = completions.clone();
+                running.spawn(async move {
+                    let _permit = permit;
+                    run_slot(&ctx, &task, &lease, &stop, &completions).await;
+                    lock(&active).remove(&task.id);
+                });
+            }
+            if got < want {
+                let idle = idle_wait(&store, config.poll_interval).await;
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = wakeup.wait(idle) => {}
+                    permit = slots.clone().acquire_owned(), if got > 0 && free - got == 0 => drop(permit),
+                }
+            }
+        }
+
+        // Graceful shutdown. Running attempts get the grace period to finish on their own.
+        tracing::info!(running = running.len(), "shutting down: no new claims");
+        let grace = tokio::time::sleep(config.shutdown_grace);
+        tokio::pin!(grace);
+        loop {
+            tokio::select! {
+                joined = running.join_next() => if joined.is_none() { break },
+                () = &mut grace => {
+                    let stopping: Vec<Stop> = lock(&active).values().map(|(_, s)| s.clone()).collect();
+                    tracing::info!(count = stopping.len(), "grace period over: handing tasks back");
+                    for stop in stopping {
+                        stop.stop(StopReason::Shutdown);
+                    }
+                    while running.join_next().await.is_some() {}
+                    break;
+                }
+            }
+        }
+        keeper_stop.cancel();
+        let _ = keeper.await;
+        drop(completions);
+        let _ = completer.await;
+        if let Err(e) = store.worker_stopped(&config.worker_id).await {
+            tracing::warn!(error = %e, "could not mark the worker stopped");
+        }
+        Ok(())
+    }
+}
+
+async fn run_slot(
+    ctx: &RunContext,
+    task: &Task,
+    lease: &Lease,
+    stop: &Stop,
+    completions: &mpsc::Sender<CompletionRequest>,
+) {
+    let end = match run_attempt(ctx, task, lease, stop).await {
+        Ok(end) => end,
+        Err(e) => {
+            // The store failed mid-attempt. Writing the end would likely fail too; the lease will
+            // run out and the rescuer will queue the task again.
+            tracing::warn!(task = %task.id, error = %e, "attempt abandoned after a store error");
+            return;
+        }
+    };
+    let AttemptEnd { outcome, details } = end;
+    let Some(outcome) = outcome else {
+        tracing::info!(task = %task.id, "lease lost; attempt abandoned");
+        return;
+    };
+    let (reply, result) = oneshot::channel();
+    let completion = Completion {
+        lease: lease.clone(),
+        outcome,
+        details,
+    };
+    if completions.send((completion, reply)).await.is_ok() {
+        let _ = result.await;
+    }
+}
+
+async fn hand_back(completions: &mpsc::Sender<CompletionRequest>, lease: Lease) {
+    let (reply, _result) = oneshot::channel();
+    let completion = Completion {
+        lease,
+        outcome: Outcome::Requeue {
+            run_after: now_millis(),
+            error: None,
+            refund: true,
+        },
+        details: serde_json::json!({}),
+    };
+    let _ = completions.send((completion, reply)).await;
+}
+
+/// How long an idle producer sleeps: until the next delayed task is due, at most `poll`.
+async fn idle_wait(store: &Store, poll: Duration) -> Duration {
+    match store.next_run_after().await {
+        Ok(Some(at)) => {
+            let wait = (at - now_millis()).max(0) as u64;
+            poll.min(Duration::from_millis(wait))
+        }
+        _ => poll,
+    }
+}
+
+/// Writes attempt ends in batches: whatever is waiting when the previous write finishes goes into
+/// the next transaction, so a busy pool commits many ends per fsync and an idle one waits for none.
+async fn completer(
+    store: Store,
+    mut rx: mpsc::Receiver<CompletionRequest>,
+    metrics: Arc<Metrics>,
+) {
+    let mut batch: Vec<CompletionRequest> = Vec::with_capacity(COMPLETION_BATCH);
+    while rx.recv_many(&mut batch, COMPLETION_BATCH).await > 0 {
+        let completions: Vec<Completion> = batch.iter().map(|(c, _)| c.clone()).collect();
+        let mut delay = Duration::from_millis(50);
+        let results = loop {
+            match store.complete(&completions).await {
+                Ok(results) => break results,
+                Err(e) => {
+                    // A database outage. The leases may run out meanwhile; then these writes are
+                    // refused as stale and the rescued attempts run again elsewhere.
+                    tracing::warn!(error = %e, count = completions.len(), "completion failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        for ((completion, reply), result) in batch.drain(..).zip(results) {
+            let counter = match (result, &completion.outcome) {
+                (CompletionResult::Stale, _) => &metrics.stale_completions,
+                (_, Outcome::Succeeded) => &metrics.succeeded,
+                (_, Outcome::Failed { .. }) => &metrics.failed,
+                (_, Outcome::Canceled) => &metrics.canceled,
+                (_, Outcome::Requeue { .. }) => &metrics.requeued,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            let _ = reply.send(result);
+        }
+    }
+}
+
+/// Keeps leases alive and relays cancel requests to running attempts.
+async fn keeper(store: Store, config: PoolConfig, active: Active, stop: CancellationToken) {
+    let mut heartbeat = tokio::time::interval(config.heartbeat_interval);
+    let mut cancel_poll = tokio::time::interval(config.cancel_poll);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    cancel_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = heartbeat.tick() => {
+                let leases: Vec<Lease> = lock(&active).values().map(|(l, _)| l.clone()).collect();
+                if let Err(e) = store.worker_heartbeat(&config.worker_id).await {
+                    tracing::warn!(error = %e, "worker heartbeat failed");
+                }
+                match store.heartbeat(&leases, config.lease_ms()).await {
+                    Ok(statuses) => {
+                        for status in statuses {
+                            let reason = if !status.held {
+                                Some(StopReason::LeaseLost)
+                            } else if status.cancel_requested {
+                                Some(StopReason::Canceled)
+                            } else {
+                                None
+                            };
+                            if let Some(reason) = reason {
+                                stop_if_same(&active, &status.lease, reason);
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "lease heartbeat failed"),
+                }
+            }
+            _ = cancel_poll.tick() => {
+                if lock(&active).is_empty() {
+                    continue;
+                }
+                match store.cancel_requests(&config.worker_id).await {
+                    Ok(leases) => {
+                        for lease in leases {
+                            stop_if_same(&active, &lease, StopReason::Canceled);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cancel poll failed"),
+                }
+            }
+        }
+    }
+}
+
+fn stop_if_same(active: &Active, lease: &Lease, reason: StopReason) {
+    if let Some((held, stop)) = lock(active).get(&lease.task_id)
+        && held.epoch == lease.epoch
+    {
+        stop.stop(reason);
+    }
+}
+
+/// A poisoned lock only means a slot panicked while holding it; the map is still usable.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A worker id unique across hosts and restarts: host, pid and a random suffix.
+pub fn new_worker_id() -> String {
+    format!(
+        "{}-{}-{:04x}",
+        hostname(),
+        std::process::id(),
+        rand::random::<u16>()
+    )
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// Runs one queued task to its end in this process, as `orchestrator run` does: claims it by id,
+/// keeps its lease alive, runs its gates, writes its end. `shutdown` stops it like a daemon's
+/// shutdown would (the task goes back to the queue). Returns the task as it ended.
+pub async fn run_single(
+    store: &Store,
+    id: TaskId,
+    config: &PoolConfig,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> Result<Task> {
+    config.validate()?;
+    let Some((task, lease)) = store
+        .claim_task(&config.worker_id, id, config.lease_ms())
+        .await?
+    else {
+        let task = store.get_task(id).await?;
+        return Err(Error::Config(format!(
+            "task {id} is {} and cannot be started here",
+            task.state
+        )));
+    };
+    let stop = Stop::default();
+    let active: Active = Arc::default();
+    lock(&active).insert(task.id, (lease.clone(), stop.clone()));
+    let keeper_stop = CancellationToken::new();
+    let keeper = tokio::spawn(keeper(
+        store.clone(),
+        config.clone(),
+        active.clone(),
+        keeper_stop.clone(),
+    ));
+    let on_shutdown = {
+        let stop = stop.clone();
+        let shutdown = shutdown.clone();
+        let done = keeper_stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shutdown.cancelled() => stop.stop(StopReason::Shutdown),
+                () = done.cancelled() => {}
+            }
+        })
+    };
+    let ctx = RunContext {
+        store: store.clone(),
+        metrics,
+        backoff: config.backoff,
+        log_cap_bytes: config.log_cap_bytes,
+    };
+    let end = run_attempt(&ctx, &task, &lease, &stop).await;
+    keeper_stop.cancel();
+    let _ = keeper.await;
+    let _ = on_shutdown.await;
+    let end = end?;
+    if let Some(outcome) = end.outcome {
+        store
+            .complete(&[Completion {
+                lease,
+                outcome,
+                details: end.details,
+            }])
+            .await?;
+    }
+    Ok(store.get_task(id).await?)
+}

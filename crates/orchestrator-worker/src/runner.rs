@@ -1,0 +1,197 @@
+//! Runs one claimed attempt of a task: its gates, in order, each recorded with evidence, and the
+//! outcome that follows from their verdicts.
+
+use crate::backoff::Backoff;
+use crate::gate;
+use crate::metrics::Metrics;
+use crate::{Error, Result};
+use orchestrator_store::{Lease, Outcome, Store, Task};
+use orchestrator_types::{EventKind, Verdict, now_millis};
+use serde_json::json;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+/// Why an attempt is being stopped. The first reason given wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// A user canceled the task: it ends `canceled`.
+    Canceled,
+    /// The daemon is shutting down: the task is handed back without spending the attempt.
+    Shutdown,
+    /// The lease is gone (rescued elsewhere): stop and write nothing more.
+    LeaseLost,
+}
+
+/// A running attempt's stop switch, shared with the heartbeat loop and the shutdown path.
+#[derive(Debug, Clone, Default)]
+pub struct Stop {
+    token: CancellationToken,
+    reason: Arc<Mutex<Option<StopReason>>>,
+}
+
+impl Stop {
+    pub fn stop(&self, reason: StopReason) {
+        if let Ok(mut slot) = self.reason.lock()
+            && slot.is_none()
+        {
+            *slot = Some(reason);
+        }
+        self.token.cancel();
+    }
+
+    pub fn reason(&self) -> Option<StopReason> {
+        self.reason.lock().ok().and_then(|r| *r)
+    }
+
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+}
+
+/// How an attempt ended, before it is written: `None` when there is nothing to write because the
+/// lease was lost.
+#[derive(Debug, Clone)]
+pub struct AttemptEnd {
+    pub outcome: Option<Outcome>,
+    pub details: serde_json::Value,
+}
+
+/// What the runner needs besides the task.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    pub store: Store,
+    pub metrics: Arc<Metrics>,
+    pub backoff: Backoff,
+    pub log_cap_bytes: usize,
+}
+
+/// Runs every gate of the attempt and decides its outcome. Store failures other than a stale lease
+/// are returned as `Err`: the caller stops, and the lease runs out and is rescued.
+pub async fn run_attempt(ctx: &RunContext, task: &Task, lease: &Lease, stop: &Stop) -> Result<AttemptEnd> {
+    if task.prompt.is_some() {
+        // Refused at creation; a row written by a newer version could still carry one.
+        return Ok(AttemptEnd {
+            outcome: Some(Outcome::Failed {
+                error: "this version cannot run agent turns; the task has a prompt".into(),
+            }),
+            details: json!({}),
+        });
+    }
+    let workspace = match (&task.workspace, task.gates.is_empty()) {
+        (_, true) => None,
+        (Some(ws), false) => Some(Path::new(ws)),
+        (None, false) => {
+            return Ok(AttemptEnd {
+                outcome: Some(Outcome::Failed {
+                    error: "the task has gates but no workspace to run them in".into(),
+                }),
+                details: json!({}),
+            });
+        }
+    };
+
+    let mut passed = 0usize;
+    let mut failures: Vec<String> = Vec::new();
+    let mut infra_error: Option<String> = None;
+    for (position, spec) in task.gates.iter().enumerate() {
+        if stop.token().is_cancelled() {
+            break;
+        }
+        let Some(workspace) = workspace else { break };
+        let started = ctx
+            .store
+            .append_event(
+                lease,
+                EventKind::GateStarted,
+                json!({ "gate": spec.name, "position": position, "command": spec.command }),
+            )
+            .await;
+        if let Err(e) = fenced(started) {
+            return lost_or(e);
+        }
+        let output = gate::run_gate(spec, workspace, stop.token(), ctx.log_cap_bytes).await;
+        ctx.metrics.observe_gate(output.evidence.duration_ms);
+        let recorded = ctx
+            .store
+            .record_gate(&orchestrator_store::GateRun {
+                lease,
+                attempt: task.attempt,
+                position: position as i64,
+                spec,
+                evidence: &output.evidence,
+                log: &output.log,
+            })
+            .await;
+        if let Err(e) = fenced(recorded) {
+            return lost_or(e);
+        }
+        match output.evidence.verdict {
+            Verdict::Passed => passed += 1,
+            Verdict::Canceled => break,
+            Verdict::Error => {
+                infra_error = Some(format!(
+                    "gate {:?} could not run: {}",
+                    spec.name, output.evidence.summary.text
+                ));
+                break;
+            }
+            Verdict::Failed | Verdict::TimedOut => failures.push(format!(
+                "gate {:?} {}: {}",
+                spec.name, output.evidence.verdict, output.evidence.summary.text
+            )),
+        }
+    }
+
+    let details = json!({ "gates": task.gates.len(), "passed": passed });
+    let outcome = match stop.reason() {
+        Some(StopReason::LeaseLost) => None,
+        Some(StopReason::Canceled) => Some(Outcome::Canceled),
+        Some(StopReason::Shutdown) => Some(Outcome::Requeue {
+            run_after: now_millis(),
+            error: None,
+            refund: true,
+        }),
+        None => Some(if let Some(error) = infra_error {
+            if task.attempt < task.max_attempts {
+                Outcome::Requeue {
+                    run_after: now_millis() + ctx.backoff.delay_millis(task.attempt),
+                    error: Some(error),
+                    refund: false,
+                }
+            } else {
+                Outcome::Failed { error }
+            }
+        } else if failures.is_empty() {
+            Outcome::Succeeded
+        } else {
+            Outcome::Failed {
+                error: failures.join("; "),
+            }
+        }),
+    };
+    Ok(AttemptEnd { outcome, details })
+}
+
+/// Separates "the lease is gone" (stop quietly) from real store failures.
+fn fenced<T>(result: orchestrator_store::Result<T>) -> Result<T, FenceError> {
+    result.map_err(|e| match e {
+        orchestrator_store::Error::StaleLease { .. } => FenceError::Lost,
+        other => FenceError::Store(other),
+    })
+}
+
+enum FenceError {
+    Lost,
+    Store(orchestrator_store::Error),
+}
+
+fn lost_or(e: FenceError) -> Result<AttemptEnd> {
+    match e {
+        FenceError::Lost => Ok(AttemptEnd {
+            outcome: None,
+            details: json!({}),
+        }),
+        FenceError::Store(e) => Err(Error::Store(e)),
+    }
+}
