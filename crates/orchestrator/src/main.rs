@@ -1,1 +1,49 @@
-fn main() {}
+//! `orchestrator`: parses the command line, wires the world together and maps errors to exit codes.
+//! The work lives in the library crates; this binary is glue.
+
+mod cli;
+mod exit;
+mod http;
+mod output;
+mod serve;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    init_tracing(cli.global.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    let result = runtime.block_on(cli::dispatch(cli));
+    // Gates and followers may still hold blocking threads; do not wait for them on exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    match result {
+        Ok(code) => code,
+        Err(error) => exit::report(&error),
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn,orchestrator=info,orchestrator_worker=info",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = EnvFilter::try_from_env("ORCHESTRATOR_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

@@ -1,0 +1,104 @@
+//! `orchestrator artifact show`: the bytes of a gate log or other artifact.
+
+use super::GlobalArgs;
+use crate::exit::CliError;
+use crate::output;
+use clap::{Args, Subcommand};
+use orchestrator_types::{ArtifactId, format_millis};
+use std::io::Write;
+use std::process::ExitCode;
+
+#[derive(Debug, Subcommand)]
+pub enum ArtifactCommand {
+    /// Print an artifact's bytes (a marker line shows where a long log was cut).
+    #[command(after_help = "\
+Examples:
+  orchestrator artifact show 7
+  orchestrator artifact show 7 --tail 50
+  orchestrator artifact show 7 --json | jq .meta")]
+    Show(ShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    pub id: String,
+    /// Only the first N lines.
+    #[arg(long, value_name = "N", conflicts_with = "tail")]
+    pub head: Option<usize>,
+    /// Only the last N lines.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
+    /// Metadata and the text (lossily decoded as UTF-8) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(global: &GlobalArgs, command: ArtifactCommand) -> anyhow::Result<ExitCode> {
+    let ArtifactCommand::Show(args) = command;
+    let id: ArtifactId = args
+        .id
+        .parse()
+        .map_err(|e: orchestrator_types::Error| CliError::Invalid(e.to_string()))?;
+    let store = global.open_store().await?;
+    let artifact = store.get_artifact(id).await?;
+    let bytes = select_lines(&artifact.bytes, args.head, args.tail);
+    if args.json {
+        output::json(&serde_json::json!({
+            "meta": artifact.meta,
+            "created_at": format_millis(artifact.meta.created_at),
+            "text": String::from_utf8_lossy(bytes),
+        }))?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        out.write_all(bytes)?;
+        out.flush()?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The first `head` or last `tail` lines of `bytes`, without copying.
+fn select_lines(bytes: &[u8], head: Option<usize>, tail: Option<usize>) -> &[u8] {
+    if let Some(n) = head {
+        let end = bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\n')
+            .nth(n.saturating_sub(1))
+            .map(|(i, _)| i + 1)
+            .unwrap_or(bytes.len());
+        return if n == 0 { &bytes[..0] } else { &bytes[..end] };
+    }
+    if let Some(n) = tail {
+        if n == 0 {
+            return &bytes[bytes.len()..];
+        }
+        // Skip a final newline so "last N lines" counts the last line that has content.
+        let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        let start = body
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, b)| **b == b'\n')
+            .nth(n - 1)
+            .map(|(i, _)| i + 1)
+            .unwrap_or(0);
+        return &bytes[start..];
+    }
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::select_lines;
+
+    #[test]
+    fn head_and_tail_count_lines() {
+        let text = b"a\nb\nc\nd\n";
+        assert_eq!(select_lines(text, Some(2), None), b"a\nb\n");
+        assert_eq!(select_lines(text, None, Some(2)), b"c\nd\n");
+        assert_eq!(select_lines(text, Some(10), None), text);
+        assert_eq!(select_lines(text, None, Some(10)), text);
+        assert_eq!(select_lines(b"a\nb", None, Some(1)), b"b");
+        assert_eq!(select_lines(text, Some(0), None), b"");
+    }
+}

@@ -1,0 +1,130 @@
+//! The command line: global flags, one module per subcommand, and `dispatch`.
+//!
+//! Flags are parsed by clap into plain args, then validated into what the library crates take, so
+//! every error names the flag the user typed.
+
+mod artifact;
+mod run;
+mod serve;
+mod task;
+mod views;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use orchestrator_store::{Store, StoreOptions};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const AFTER_HELP: &str = "\
+Examples:
+  orchestrator serve                               run the daemon on the SQLite store in the home directory
+  orchestrator task create --title 'tests' --gate 'cargo test' --workspace ~/src/app
+  orchestrator task list --state running
+  orchestrator task read 42 --json
+  orchestrator task events 42 --follow
+  orchestrator run --gate 'cargo test' --gate 'cargo clippy -- -D warnings'
+
+Exit codes: 0 success; 1 failure (or the task failed); 2 usage; 3 not found; 4 conflict with the
+task's state; 5 store unavailable; 6 invalid input; 7 the task was canceled.";
+
+/// A durable task and automation orchestrator for coding agents.
+#[derive(Debug, Parser)]
+#[command(name = "orchestrator", version, about, after_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Directory for the SQLite store, the API token and other state.
+    #[arg(long, global = true, env = "ORCHESTRATOR_HOME", value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    /// Store URL: postgres://USER@HOST/DB for a shared PostgreSQL, or sqlite://PATH. Defaults to
+    /// orchestrator.db in the home directory.
+    #[arg(long, global = true, env = "ORCHESTRATOR_DATABASE_URL", value_name = "URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// More log output on stderr (-v info, -vv debug). ORCHESTRATOR_LOG takes a full filter.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: workers, the rescuer and the HTTP endpoint.
+    Serve(serve::ServeArgs),
+    /// Create a task and run it in the foreground in this process.
+    Run(run::RunArgs),
+    /// Create, inspect, cancel and retry tasks.
+    #[command(subcommand)]
+    Task(task::TaskCommand),
+    /// Read artifacts: gate logs and other kept output.
+    #[command(subcommand)]
+    Artifact(artifact::ArtifactCommand),
+}
+
+pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let global = cli.global;
+    match cli.command {
+        Command::Serve(args) => serve::run(&global, args).await,
+        Command::Run(args) => run::run(&global, args).await,
+        Command::Task(command) => task::run(&global, command).await,
+        Command::Artifact(command) => artifact::run(&global, command).await,
+    }
+}
+
+impl GlobalArgs {
+    /// The home directory, created if missing.
+    pub fn home(&self) -> anyhow::Result<PathBuf> {
+        let home = match &self.home {
+            Some(home) => home.clone(),
+            None => dirs::data_dir()
+                .map(|d| d.join("orchestrator"))
+                .context("no home directory: set --home or ORCHESTRATOR_HOME")?,
+        };
+        std::fs::create_dir_all(&home)
+            .with_context(|| format!("cannot create the home directory {}", home.display()))?;
+        Ok(home)
+    }
+
+    /// The store URL to open, and a version of it safe to print.
+    pub fn store_url(&self) -> anyhow::Result<String> {
+        match &self.database_url {
+            Some(url) => Ok(url.clone()),
+            None => Ok(self.home()?.join("orchestrator.db").display().to_string()),
+        }
+    }
+
+    pub async fn open_store(&self) -> anyhow::Result<Store> {
+        self.open_store_with(&StoreOptions::default()).await
+    }
+
+    pub async fn open_store_with(&self, options: &StoreOptions) -> anyhow::Result<Store> {
+        let url = self.store_url()?;
+        Ok(Store::open(&url, options).await?)
+    }
+}
+
+/// The directory a task runs in: the given one, or the current directory, made absolute.
+pub fn workspace_dir(given: Option<&PathBuf>) -> anyhow::Result<String> {
+    let dir = match given {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let absolute = std::fs::canonicalize(&dir).map_err(|e| {
+        crate::exit::CliError::Invalid(format!(
+            "workspace {} cannot be used: {e}",
+            dir.display()
+        ))
+    })?;
+    if !absolute.is_dir() {
+        return Err(crate::exit::CliError::Invalid(format!(
+            "workspace {} is not a directory",
+            dir.display()
+        ))
+        .into());
+    }
+    Ok(absolute.display().to_string())
+}

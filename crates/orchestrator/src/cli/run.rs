@@ -1,0 +1,107 @@
+//! `orchestrator run`: create a task and run it here, in the foreground, printing its events.
+//! Ctrl-C cancels the task (its gate's process group is killed) and exits with code 7.
+
+use super::GlobalArgs;
+use super::task::{build_task, print_events};
+use crate::exit;
+use crate::output;
+use clap::Args;
+use orchestrator_types::TaskState;
+use orchestrator_worker::{Metrics, PoolConfig, new_worker_id, run_single};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator run --gate 'cargo test'
+  orchestrator run --title 'lint and test' --gate 'cargo clippy -- -D warnings' --gate 'cargo test' --workspace ~/src/app
+  orchestrator run --gate 'pytest -q' --json
+
+Exits 0 only if the task succeeded: 1 if it failed, 7 if it was canceled.")]
+pub struct RunArgs {
+    /// Instructions for an agent. Not available in this version: refused with an explanation.
+    pub prompt: Option<String>,
+    /// A verification command; repeat for several gates.
+    #[arg(long = "gate", value_name = "CMD")]
+    pub gates: Vec<String>,
+    /// Title of the task (default: the first gate's command).
+    #[arg(long)]
+    pub title: Option<String>,
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    #[arg(long, value_name = "SECONDS", default_value_t = orchestrator_types::DEFAULT_GATE_TIMEOUT_SECS)]
+    pub gate_timeout: u64,
+    /// Events as JSON lines, then the task as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let title = args
+        .title
+        .clone()
+        .or_else(|| args.gates.first().cloned())
+        .unwrap_or_else(|| "run".to_owned());
+    let task = build_task(
+        &title,
+        &args.gates,
+        args.gate_timeout,
+        args.workspace.as_ref(),
+        args.prompt.as_ref(),
+    )?;
+    let store = global.open_store().await?;
+    let id = store.create_task(&task).await?;
+    let config = PoolConfig::new(new_worker_id());
+    let metrics = Arc::new(Metrics::default());
+
+    // Print events as they land, from the store, exactly as `task events --follow` would.
+    let printer_stop = CancellationToken::new();
+    let printer = tokio::spawn({
+        let store = store.clone();
+        let stop = printer_stop.clone();
+        let json = args.json;
+        async move {
+            let mut after = 0;
+            loop {
+                let stopping = stop.is_cancelled();
+                after = print_events(&store, id, after, json).await?;
+                if stopping {
+                    return anyhow::Ok(());
+                }
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+        }
+    });
+    let ctrl_c = tokio::spawn({
+        let store = store.clone();
+        async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("canceling task {id}");
+                let _ = store.cancel_task(id).await;
+            }
+        }
+    });
+    let ended = run_single(&store, id, &config, metrics, CancellationToken::new()).await;
+    ctrl_c.abort();
+    printer_stop.cancel();
+    printer.await??;
+    let ended = ended?;
+    if args.json {
+        let view = super::views::TaskView::full(&store, &ended).await?;
+        output::json_line(&view)?;
+    } else {
+        println!("task {id} {}", ended.state);
+    }
+    Ok(ExitCode::from(match ended.state {
+        TaskState::Succeeded => exit::SUCCESS,
+        TaskState::Canceled => exit::CANCELED,
+        _ => exit::FAILURE,
+    }))
+}

@@ -1,0 +1,160 @@
+//! `orchestrator serve`: flags in, `serve::run` out, with signals turned into a graceful shutdown.
+
+use super::GlobalArgs;
+use crate::exit::CliError;
+use crate::serve::ServeConfig;
+use anyhow::Context;
+use clap::Args;
+use orchestrator_worker::{PoolConfig, RescuerConfig, new_worker_id};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7411";
+const SQLITE_POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  orchestrator serve
+  orchestrator serve --workers 8 --listen 127.0.0.1:9000
+  orchestrator --database-url postgres://orchestrator@db/orchestrator serve --workers 16
+
+On SIGINT or SIGTERM the daemon stops claiming, lets running gates finish for the grace period,
+then kills the rest and hands their tasks back to the queue. A second signal exits at once; the
+leases then run out and another daemon (or this one, restarted) rescues the tasks.")]
+pub struct ServeArgs {
+    /// Tasks run at the same time by this process.
+    #[arg(long, default_value_t = orchestrator_worker::pool::DEFAULT_SLOTS)]
+    pub workers: usize,
+    /// Address of the HTTP endpoint (/healthz, /metrics).
+    #[arg(long, default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Lease length; a crashed worker's tasks run again about this long after it died.
+    #[arg(long, default_value_t = 30)]
+    pub lease_seconds: u64,
+    /// How long running gates may finish after a shutdown signal before they are handed back.
+    #[arg(long, default_value_t = 10)]
+    pub shutdown_grace_seconds: u64,
+    /// Queues to work on; repeat for several.
+    #[arg(long = "queue", default_values_t = vec![orchestrator_types::DEFAULT_QUEUE.to_owned()])]
+    pub queues: Vec<String>,
+}
+
+pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if args.workers == 0 || args.workers > 1024 {
+        return Err(CliError::Invalid("--workers must be between 1 and 1024".into()).into());
+    }
+    if args.lease_seconds < 2 {
+        return Err(CliError::Invalid("--lease-seconds must be at least 2".into()).into());
+    }
+    let home = global.home()?;
+    let token = api_token(&home)?;
+    let store = global.open_store().await?;
+    let mut pool = PoolConfig::new(new_worker_id()).with_lease(Duration::from_secs(args.lease_seconds));
+    pool.slots = args.workers;
+    pool.queues = args.queues.clone();
+    pool.shutdown_grace = Duration::from_secs(args.shutdown_grace_seconds);
+    if store.backend() == orchestrator_store::Backend::Sqlite {
+        // Other processes (the CLI) add tasks without a way to signal this one, and an idle claim on
+        // SQLite is a cheap indexed read, so poll often enough that nobody notices the wait.
+        pool.poll_interval = SQLITE_POLL_INTERVAL;
+    }
+    let rescuer = RescuerConfig {
+        interval: Duration::from_secs(args.lease_seconds).div_f64(2.0).max(Duration::from_millis(500)),
+        ..RescuerConfig::default()
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let address = listener.local_addr()?;
+    eprintln!(
+        "orchestrator serve: {} store at {}; {} workers on queue{} {}; worker id {}; http://{address} (token in {})",
+        store.backend().as_str(),
+        redacted(&global.store_url()?),
+        args.workers,
+        if args.queues.len() == 1 { "" } else { "s" },
+        args.queues.join(", "),
+        pool.worker_id,
+        home.join("api-token").display(),
+    );
+    let shutdown = CancellationToken::new();
+    tokio::spawn(signals(shutdown.clone()));
+    crate::serve::run(
+        ServeConfig {
+            pool,
+            rescuer,
+            token,
+        },
+        store,
+        listener,
+        shutdown,
+    )
+    .await?;
+    eprintln!("orchestrator serve: stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// First SIGINT/SIGTERM: graceful shutdown. Second: exit now.
+async fn signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        tracing::warn!("cannot install signal handlers; stop the daemon with SIGKILL");
+        return;
+    };
+    for round in 0..2 {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        if round == 0 {
+            eprintln!("orchestrator serve: shutting down (send the signal again to exit at once)");
+            shutdown.cancel();
+        } else {
+            eprintln!("orchestrator serve: exiting now; leases will expire and be rescued");
+            std::process::exit(130);
+        }
+    }
+}
+
+/// The API token: ORCHESTRATOR_API_TOKEN, or the home directory's api-token file, created with a
+/// random token (mode 0600) at first start.
+fn api_token(home: &Path) -> anyhow::Result<Arc<str>> {
+    if let Ok(token) = std::env::var("ORCHESTRATOR_API_TOKEN")
+        && !token.trim().is_empty()
+    {
+        return Ok(token.trim().into());
+    }
+    let path = home.join("api-token");
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().into()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+    let token = hex::encode(rand::random::<[u8; 32]>());
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    writeln!(file, "{token}")?;
+    Ok(token.into())
+}
+
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].find(':') {
+            Some(colon) => format!("{}:***{}", &url[..s + 3 + colon], &url[at..]),
+            None => url.to_owned(),
+        },
+        _ => url.to_owned(),
+    }
+}

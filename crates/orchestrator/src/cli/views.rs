@@ -1,0 +1,191 @@
+//! The JSON shapes of the CLI: what `--json` prints and what scripts and later tests rely on. Times
+//! are RFC 3339 strings in UTC.
+
+use orchestrator_store::{Store, Task};
+use orchestrator_types::{GateRecord, TaskEvent, format_millis};
+use serde::Serialize;
+
+#[derive(Debug, Serialize)]
+pub struct TaskView {
+    pub id: i64,
+    pub title: String,
+    pub state: String,
+    pub attempt: i64,
+    pub max_attempts: i64,
+    pub queue: String,
+    pub priority: i64,
+    pub workspace: Option<String>,
+    pub prompt: Option<String>,
+    pub run_after: String,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<String>,
+    pub cancel_requested: bool,
+    pub last_error: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    /// One entry per gate of the spec, with the latest result recorded for it (if any).
+    pub gates: Vec<GateView>,
+    /// Every gate run of every attempt, oldest first.
+    pub gate_runs: Vec<GateView>,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct GateView {
+    pub name: String,
+    pub command: String,
+    pub position: i64,
+    pub attempt: Option<i64>,
+    pub verdict: Option<String>,
+    pub failure_kind: Option<String>,
+    pub exit_code: Option<i32>,
+    pub duration_ms: Option<i64>,
+    pub summary: Option<String>,
+    pub log_artifact: Option<i64>,
+    pub git_head: Option<String>,
+    pub git_dirty: Option<bool>,
+    pub diff_hash: Option<String>,
+    pub finished_at: Option<String>,
+}
+
+impl GateView {
+    fn from_record(record: &GateRecord) -> GateView {
+        GateView {
+            name: record.name.clone(),
+            command: record.command.clone(),
+            position: record.position,
+            attempt: Some(record.attempt),
+            verdict: Some(record.verdict.to_string()),
+            failure_kind: record.failure_kind.map(|k| k.to_string()),
+            exit_code: record.exit_code,
+            duration_ms: Some(record.duration_ms),
+            summary: Some(record.summary.clone()),
+            log_artifact: record.log_artifact.map(|a| a.0),
+            git_head: record.git_head.clone(),
+            git_dirty: record.git_dirty,
+            diff_hash: record.diff_hash.clone(),
+            finished_at: Some(format_millis(record.finished_at)),
+        }
+    }
+}
+
+impl TaskView {
+    /// The task without its gate results, for lists.
+    pub fn summary(task: &Task) -> TaskView {
+        TaskView::build(task, &[])
+    }
+
+    /// The task with every gate result, for `task read`.
+    pub async fn full(store: &Store, task: &Task) -> anyhow::Result<TaskView> {
+        let records = store.gates(task.id).await?;
+        Ok(TaskView::build(task, &records))
+    }
+
+    fn build(task: &Task, records: &[GateRecord]) -> TaskView {
+        let gates = task
+            .gates
+            .iter()
+            .enumerate()
+            .map(|(position, spec)| {
+                let latest = records
+                    .iter()
+                    .filter(|r| r.position == position as i64)
+                    .max_by_key(|r| (r.attempt, r.id));
+                match latest {
+                    Some(record) => GateView::from_record(record),
+                    None => GateView {
+                        name: spec.name.clone(),
+                        command: spec.command.clone(),
+                        position: position as i64,
+                        attempt: None,
+                        verdict: None,
+                        failure_kind: None,
+                        exit_code: None,
+                        duration_ms: None,
+                        summary: None,
+                        log_artifact: None,
+                        git_head: None,
+                        git_dirty: None,
+                        diff_hash: None,
+                        finished_at: None,
+                    },
+                }
+            })
+            .collect();
+        TaskView {
+            id: task.id.0,
+            title: task.title.clone(),
+            state: task.state.to_string(),
+            attempt: task.attempt,
+            max_attempts: task.max_attempts,
+            queue: task.queue.clone(),
+            priority: task.priority,
+            workspace: task.workspace.clone(),
+            prompt: task.prompt.clone(),
+            run_after: format_millis(task.run_after),
+            lease_owner: task.lease_owner.clone(),
+            lease_expires_at: task.lease_expires_at.map(format_millis),
+            cancel_requested: task.cancel_requested,
+            last_error: task.last_error.clone(),
+            created_at: format_millis(task.created_at),
+            updated_at: format_millis(task.updated_at),
+            started_at: task.started_at.map(format_millis),
+            finished_at: task.finished_at.map(format_millis),
+            gates,
+            gate_runs: records.iter().map(GateView::from_record).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct EventView<'a> {
+    pub task_id: i64,
+    pub seq: i64,
+    pub at: String,
+    pub kind: &'a str,
+    pub data: &'a serde_json::Value,
+}
+
+impl<'a> EventView<'a> {
+    pub fn new(event: &'a TaskEvent) -> Self {
+        EventView {
+            task_id: event.task_id.0,
+            seq: event.seq,
+            at: format_millis(event.at),
+            kind: &event.kind,
+            data: &event.data,
+        }
+    }
+}
+
+/// One human line for an event: "#3 12:00:01.250 gate_finished  cargo test: passed in 3.1s".
+pub fn event_line(event: &TaskEvent) -> String {
+    let at = format_millis(event.at);
+    let time = at.get(11..23).unwrap_or(&at);
+    let d = &event.data;
+    let text = |key: &str| d.get(key).and_then(|v| v.as_str()).unwrap_or("").to_owned();
+    let detail = match event.kind.as_str() {
+        "created" => format!("{:?}", text("title")),
+        "claimed" => format!(
+            "attempt {} by {}",
+            d.get("attempt").and_then(|v| v.as_i64()).unwrap_or(0),
+            text("worker")
+        ),
+        "gate_started" if text("gate") == text("command") => text("command"),
+        "gate_started" => format!("{}: {}", text("gate"), text("command")),
+        "gate_finished" => format!(
+            "{}: {} in {} ({}) log: artifact {}",
+            text("gate"),
+            text("verdict"),
+            crate::output::duration(d.get("duration_ms").and_then(|v| v.as_i64()).unwrap_or(0)),
+            text("summary"),
+            d.get("log_artifact").and_then(|v| v.as_i64()).unwrap_or(0),
+        ),
+        "failed" | "requeued" | "rescued" => text("error"),
+        _ => String::new(),
+    };
+    format!("#{:<3} {time} {:<16} {detail}", event.seq, event.kind)
+        .trim_end()
+        .to_owned()
+}

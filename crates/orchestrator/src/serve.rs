@@ -1,0 +1,61 @@
+//! The daemon: workers, the rescuer and the HTTP endpoint over one store.
+//!
+//! `run` takes its world as arguments (config, store, a bound listener, a shutdown token), so tests
+//! bind port 0 and stop it when they like. `main` only parses flags and wires.
+
+use crate::http::{HttpState, router};
+use orchestrator_store::Store;
+use orchestrator_worker::{Metrics, PoolConfig, Rescuer, RescuerConfig, WorkerPool};
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub pool: PoolConfig,
+    pub rescuer: RescuerConfig,
+    pub token: Arc<str>,
+}
+
+/// Runs until `shutdown`, then: the pool stops claiming and drains (see the worker's pool.rs), the
+/// rescuer stops, and last the HTTP server, so `/healthz` answers while work is being handed back.
+pub async fn run(
+    config: ServeConfig,
+    store: Store,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::default());
+    let pool = WorkerPool::new(store.clone(), config.pool.clone(), metrics.clone())?;
+    let rescuer = Rescuer::new(store.clone(), config.rescuer.clone(), metrics.clone())?;
+
+    let http_stop = CancellationToken::new();
+    let app = router(HttpState {
+        store: store.clone(),
+        metrics: metrics.clone(),
+        token: config.token.clone(),
+    });
+    let http = tokio::spawn({
+        let http_stop = http_stop.clone();
+        async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { http_stop.cancelled().await })
+                .await
+        }
+    });
+    let rescuer_task = tokio::spawn(rescuer.run(shutdown.clone()));
+
+    let pooled = pool.run(shutdown.clone()).await;
+    // The pool only returns early on a registration failure; stop the rest either way.
+    shutdown.cancel();
+    let _ = rescuer_task.await;
+    http_stop.cancel();
+    match http.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "HTTP server failed"),
+        Err(e) => tracing::warn!(error = %e, "HTTP server task failed"),
+    }
+    store.close().await;
+    pooled?;
+    Ok(())
+}
