@@ -100,8 +100,9 @@ impl Store {
         if trimmed.contains("://") {
             return Err(Error::BadUrl {
                 url: redact(url),
-                message: "unsupported scheme; use postgres://USER@HOST/DB, sqlite://PATH or a file path"
-                    .into(),
+                message:
+                    "unsupported scheme; use postgres://USER@HOST/DB, sqlite://PATH or a file path"
+                        .into(),
             });
         }
         Self::open_sqlite(Path::new(trimmed), options).await

@@ -63,7 +63,8 @@ impl Pool {
             T,
             _,
         >(
-            AssertSqlSafe(sql), values
+            AssertSqlSafe(sql),
+            values
         )
         .fetch_all(pool)
         .await?))
@@ -78,7 +79,8 @@ impl Pool {
             T,
             _,
         >(
-            AssertSqlSafe(sql), values
+            AssertSqlSafe(sql),
+            values
         )
         .fetch_optional(pool)
         .await?))
@@ -112,7 +114,8 @@ impl Tx {
             T,
             _,
         >(
-            AssertSqlSafe(sql), values
+            AssertSqlSafe(sql),
+            values
         )
         .fetch_all(&mut **tx)
         .await?))
@@ -127,7 +130,8 @@ impl Tx {
             T,
             _,
         >(
-            AssertSqlSafe(sql), values
+            AssertSqlSafe(sql),
+            values
         )
         .fetch_optional(&mut **tx)
         .await?))

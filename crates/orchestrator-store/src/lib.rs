@@ -21,10 +21,10 @@ mod workers;
 pub use artifacts::{Artifact, ArtifactMeta, DEFAULT_ARTIFACT_CAP};
 pub use connect::{Backend, SqliteSync, Store, StoreOptions};
 pub use error::{Error, Result};
+pub use gates::GateRun;
 pub use tasks::{
-    CancelOutcome, Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts,
-    Task, TaskFilter,
+    CancelOutcome, Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts, Task,
+    TaskFilter,
 };
 pub use wake::Wakeup;
-pub use gates::GateRun;
 pub use workers::WorkerRow;

@@ -143,12 +143,25 @@ mod tests {
     fn both_backends_share_migration_files_and_all_are_embedded() {
         let sqlite = versions_in("sqlite");
         let postgres = versions_in("postgres");
-        assert_eq!(sqlite, postgres, "migrations/sqlite and migrations/postgres differ");
-        let embedded: BTreeSet<String> = MIGRATIONS.iter().map(|m| format!("{}.sql", m.name)).collect();
-        assert_eq!(embedded, sqlite, "a migration file is not listed in MIGRATIONS");
+        assert_eq!(
+            sqlite, postgres,
+            "migrations/sqlite and migrations/postgres differ"
+        );
+        let embedded: BTreeSet<String> = MIGRATIONS
+            .iter()
+            .map(|m| format!("{}.sql", m.name))
+            .collect();
+        assert_eq!(
+            embedded, sqlite,
+            "a migration file is not listed in MIGRATIONS"
+        );
         for (i, m) in MIGRATIONS.iter().enumerate() {
             assert_eq!(m.version, i as i64 + 1, "versions must be 1, 2, 3, ...");
-            assert!(m.name.starts_with(&format!("{:04}_", m.version)), "{}", m.name);
+            assert!(
+                m.name.starts_with(&format!("{:04}_", m.version)),
+                "{}",
+                m.name
+            );
         }
     }
 }

@@ -241,7 +241,10 @@ fn state_is(state: TaskState) -> Expr {
 }
 
 fn select_tasks() -> SelectStatement {
-    Query::select().columns(COLUMNS).from(Tasks::Table).to_owned()
+    Query::select()
+        .columns(COLUMNS)
+        .from(Tasks::Table)
+        .to_owned()
 }
 
 fn lease_matches(lease: &Lease) -> Cond {
@@ -452,8 +455,13 @@ impl Store {
             sea_query::LockType::Update,
             sea_query::LockBehavior::SkipLocked,
         );
-        self.claim_where(owner, Expr::col(Tasks::Id).in_subquery(candidates), lease_ms, now)
-            .await
+        self.claim_where(
+            owner,
+            Expr::col(Tasks::Id).in_subquery(candidates),
+            lease_ms,
+            now,
+        )
+        .await
     }
 
     /// Claims one specific queued task, whatever its queue or `run_after`: `orchestrator run` uses it
@@ -490,10 +498,7 @@ impl Store {
             .value(Tasks::Epoch, Expr::col(Tasks::Epoch).add(1))
             .value(Tasks::Attempt, Expr::col(Tasks::Attempt).add(1))
             .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
-            .value(
-                Tasks::StartedAt,
-                Expr::col(Tasks::StartedAt).if_null(now),
-            )
+            .value(Tasks::StartedAt, Expr::col(Tasks::StartedAt).if_null(now))
             .value(Tasks::UpdatedAt, now)
             .and_where(cond)
             .returning(Query::returning().columns(COLUMNS))
@@ -802,7 +807,10 @@ impl Store {
             .value(Tasks::RunAfter, now)
             .value(Tasks::CancelRequested, false)
             .value(Tasks::FinishedAt, Option::<i64>::None)
-            .value(Tasks::MaxAttempts, Ord::max(task.max_attempts, task.attempt + 1))
+            .value(
+                Tasks::MaxAttempts,
+                Ord::max(task.max_attempts, task.attempt + 1),
+            )
             .and_where(Expr::col(Tasks::Id).eq(id.0))
             .to_owned();
         tx.execute(&stmt).await?;
@@ -875,7 +883,10 @@ impl Store {
                 (
                     TaskState::Queued,
                     EventKind::Rescued,
-                    Some(format!("lease of worker {} expired", owner.as_deref().unwrap_or("?"))),
+                    Some(format!(
+                        "lease of worker {} expired",
+                        owner.as_deref().unwrap_or("?")
+                    )),
                 )
             };
             let mut update = Query::update()

@@ -31,7 +31,13 @@ pub struct WorkerRow {
 }
 
 impl Store {
-    pub async fn register_worker(&self, id: &str, hostname: &str, pid: u32, slots: u32) -> Result<()> {
+    pub async fn register_worker(
+        &self,
+        id: &str,
+        hostname: &str,
+        pid: u32,
+        slots: u32,
+    ) -> Result<()> {
         let now = now_millis();
         let stmt = Query::insert()
             .into_table(Workers::Table)

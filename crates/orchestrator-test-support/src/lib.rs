@@ -52,13 +52,15 @@ pub fn postgres_server_url() -> String {
 pub async fn fresh_postgres_url() -> String {
     use sqlx::Connection;
     let server = postgres_server_url();
-    let mut conn = sqlx::PgConnection::connect(&server).await.unwrap_or_else(|e| {
-        panic!(
-            "PostgreSQL tests need a server at {server} ({e}). Start one and set \
+    let mut conn = sqlx::PgConnection::connect(&server)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "PostgreSQL tests need a server at {server} ({e}). Start one and set \
              ORCHESTRATOR_TEST_DATABASE_URL, or set ORCHESTRATOR_TEST_SKIP_POSTGRES=1 to run only \
              the SQLite half."
-        )
-    });
+            )
+        });
     let name = format!("orch_test_{:016x}", rand::random::<u64>());
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut conn)
@@ -143,6 +145,9 @@ mod tests {
             super::replace_database("postgres://u@h:5432/test?sslmode=disable", "x"),
             "postgres://u@h:5432/x?sslmode=disable"
         );
-        assert_eq!(super::replace_database("postgres://u@h", "x"), "postgres://u@h/x");
+        assert_eq!(
+            super::replace_database("postgres://u@h", "x"),
+            "postgres://u@h/x"
+        );
     }
 }

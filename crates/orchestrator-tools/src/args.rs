@@ -210,14 +210,20 @@ pub fn validate(
             return Err(format!(
                 "{tool}: missing required parameter{} {}. Known parameters: {}.",
                 if missing.len() > 1 { "s" } else { "" },
-                missing.iter().map(|m| format!("'{m}'")).collect::<Vec<_>>().join(", "),
+                missing
+                    .iter()
+                    .map(|m| format!("'{m}'"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 known.join(", ")
             ));
         }
     }
 
     for (name, value) in args.iter_mut() {
-        let Some(prop) = props.get(name) else { continue };
+        let Some(prop) = props.get(name) else {
+            continue;
+        };
         check_value(tool, name, prop, value, repairs)?;
     }
     Ok(args)
@@ -252,59 +258,69 @@ fn check_value(
             None => {
                 return Err(format!(
                     "{tool}: parameter '{name}' must be {} {ty}, got {}: {}",
-                    if ty == "integer" || ty == "array" || ty == "object" { "an" } else { "a" },
+                    if ty == "integer" || ty == "array" || ty == "object" {
+                        "an"
+                    } else {
+                        "a"
+                    },
                     kind_of(value),
                     short(value)
                 ));
             }
         }
     }
-    if ty == "integer" {
-        if let (Some(min), Some(v)) = (prop.get("minimum").and_then(Value::as_i64), value.as_i64()) {
-            if v < min {
-                return Err(format!("{tool}: parameter '{name}' must be at least {min}, got {v}"));
-            }
+    if ty == "integer"
+        && let (Some(min), Some(v)) = (prop.get("minimum").and_then(Value::as_i64), value.as_i64())
+        && v < min
+    {
+        return Err(format!(
+            "{tool}: parameter '{name}' must be at least {min}, got {v}"
+        ));
+    }
+    if let Some(options) = prop.get("enum").and_then(Value::as_array)
+        && !options.contains(value)
+    {
+        let list: Vec<String> = options.iter().map(|o| o.to_string()).collect();
+        return Err(format!(
+            "{tool}: parameter '{name}' must be one of {}, got {}",
+            list.join(", "),
+            short(value)
+        ));
+    }
+    if ty == "array"
+        && let (Some(items), Some(list)) = (prop.get("items"), value.as_array_mut())
+    {
+        for (i, item) in list.iter_mut().enumerate() {
+            check_value(tool, &format!("{name}[{i}]"), items, item, repairs)?;
         }
     }
-    if let Some(options) = prop.get("enum").and_then(Value::as_array) {
-        if !options.contains(value) {
-            let list: Vec<String> = options.iter().map(|o| o.to_string()).collect();
-            return Err(format!(
-                "{tool}: parameter '{name}' must be one of {}, got {}",
-                list.join(", "),
-                short(value)
-            ));
-        }
-    }
-    if ty == "array" {
-        if let (Some(items), Some(list)) = (prop.get("items"), value.as_array_mut()) {
-            for (i, item) in list.iter_mut().enumerate() {
-                check_value(tool, &format!("{name}[{i}]"), items, item, repairs)?;
-            }
-        }
-    }
-    if ty == "object" {
-        if let (Some(sub), Some(obj)) = (prop.get("properties").and_then(Value::as_object), value.as_object_mut()) {
-            if let Some(required) = prop.get("required").and_then(Value::as_array) {
-                for r in required.iter().filter_map(Value::as_str) {
-                    if !obj.contains_key(r) {
-                        return Err(format!("{tool}: '{name}' is missing its required field '{r}'"));
-                    }
-                }
-            }
-            let known: Vec<&str> = sub.keys().map(String::as_str).collect();
-            for key in obj.keys() {
-                if !sub.contains_key(key) {
+    if ty == "object"
+        && let (Some(sub), Some(obj)) = (
+            prop.get("properties").and_then(Value::as_object),
+            value.as_object_mut(),
+        )
+    {
+        if let Some(required) = prop.get("required").and_then(Value::as_array) {
+            for r in required.iter().filter_map(Value::as_str) {
+                if !obj.contains_key(r) {
                     return Err(format!(
-                        "{tool}: '{name}' has an unknown field '{key}'; its fields are {}",
-                        known.join(", ")
+                        "{tool}: '{name}' is missing its required field '{r}'"
                     ));
                 }
             }
-            for (k, v) in obj.iter_mut() {
-                if let Some(p) = sub.get(k) {
-                    check_value(tool, &format!("{name}.{k}"), p, v, repairs)?;
-                }
+        }
+        let known: Vec<&str> = sub.keys().map(String::as_str).collect();
+        for key in obj.keys() {
+            if !sub.contains_key(key) {
+                return Err(format!(
+                    "{tool}: '{name}' has an unknown field '{key}'; its fields are {}",
+                    known.join(", ")
+                ));
+            }
+        }
+        for (k, v) in obj.iter_mut() {
+            if let Some(p) = sub.get(k) {
+                check_value(tool, &format!("{name}.{k}"), p, v, repairs)?;
             }
         }
     }
@@ -331,10 +347,14 @@ fn coerce(ty: &str, value: &Value) -> Option<Value> {
             _ => None,
         },
         ("array", Value::String(s)) if s.trim_start().starts_with('[') => {
-            serde_json::from_str::<Value>(s).ok().filter(Value::is_array)
+            serde_json::from_str::<Value>(s)
+                .ok()
+                .filter(Value::is_array)
         }
         ("object", Value::String(s)) if s.trim_start().starts_with('{') => {
-            serde_json::from_str::<Value>(s).ok().filter(Value::is_object)
+            serde_json::from_str::<Value>(s)
+                .ok()
+                .filter(Value::is_object)
         }
         _ => None,
     }
@@ -400,7 +420,8 @@ mod tests {
 
     #[test]
     fn repairs_fences_commas_and_aliases() {
-        let (map, repairs) = parse_raw("```json\n{\"file_path\": \"a.rs\", \"start_line\": \"3\",}\n```").unwrap();
+        let (map, repairs) =
+            parse_raw("```json\n{\"file_path\": \"a.rs\", \"start_line\": \"3\",}\n```").unwrap();
         assert_eq!(repairs.len(), 2);
         let mut repairs = repairs;
         let out = validate("t", &schema(), &[], map, &mut repairs).unwrap();
@@ -413,15 +434,46 @@ mod tests {
         assert!(parse_raw("path=a.rs").is_err());
         assert!(parse_raw("[1,2]").is_err());
         let mut r = vec![];
-        let err = validate("t", &schema(), &[], parse_raw("{\"pth\": \"x\", \"path\": \"y\"}").unwrap().0, &mut r).unwrap_err();
-        assert!(err.contains("unknown parameter 'pth'") && err.contains("Did you mean 'path'"), "{err}");
+        let err = validate(
+            "t",
+            &schema(),
+            &[],
+            parse_raw("{\"pth\": \"x\", \"path\": \"y\"}").unwrap().0,
+            &mut r,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("unknown parameter 'pth'") && err.contains("Did you mean 'path'"),
+            "{err}"
+        );
         let err = validate("t", &schema(), &[], parse_raw("{}").unwrap().0, &mut r).unwrap_err();
         assert!(err.contains("missing required parameter 'path'"), "{err}");
-        let err = validate("t", &schema(), &[], parse_raw("{\"path\": 3}").unwrap().0, &mut r).unwrap_err();
+        let err = validate(
+            "t",
+            &schema(),
+            &[],
+            parse_raw("{\"path\": 3}").unwrap().0,
+            &mut r,
+        )
+        .unwrap_err();
         assert!(err.contains("must be a string"), "{err}");
-        let err = validate("t", &schema(), &[], parse_raw("{\"path\": \"a\", \"offset\": \"x\"}").unwrap().0, &mut r).unwrap_err();
+        let err = validate(
+            "t",
+            &schema(),
+            &[],
+            parse_raw("{\"path\": \"a\", \"offset\": \"x\"}").unwrap().0,
+            &mut r,
+        )
+        .unwrap_err();
         assert!(err.contains("must be an integer"), "{err}");
-        let err = validate("t", &schema(), &[], parse_raw("{\"path\": \"a\", \"mode\": \"c\"}").unwrap().0, &mut r).unwrap_err();
+        let err = validate(
+            "t",
+            &schema(),
+            &[],
+            parse_raw("{\"path\": \"a\", \"mode\": \"c\"}").unwrap().0,
+            &mut r,
+        )
+        .unwrap_err();
         assert!(err.contains("one of"), "{err}");
         assert!(remove_trailing_commas("{\"a\": \",}\",}") == "{\"a\": \",}\"}");
     }

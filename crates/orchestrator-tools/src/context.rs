@@ -95,10 +95,10 @@ pub struct ReadTracker {
 
 impl ReadTracker {
     pub(crate) fn record(&self, path: &Path) {
-        if let Ok(meta) = std::fs::metadata(path) {
-            if let Ok(mut seen) = self.seen.lock() {
-                seen.insert(path.to_owned(), (meta.len(), meta.modified().ok()));
-            }
+        if let Ok(meta) = std::fs::metadata(path)
+            && let Ok(mut seen) = self.seen.lock()
+        {
+            seen.insert(path.to_owned(), (meta.len(), meta.modified().ok()));
         }
     }
 

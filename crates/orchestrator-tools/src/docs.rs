@@ -28,7 +28,10 @@ pub fn render_tools_md() -> String {
             "| [{0}](#{0}) | {1} | {2} | {profiles} |\n",
             spec.name,
             if spec.read_only { "yes" } else { "no" },
-            serde_json::to_value(spec.approval).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+            serde_json::to_value(spec.approval)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
         ));
     }
     out.push('\n');
@@ -41,22 +44,44 @@ pub fn render_tools_md() -> String {
             .and_then(Value::as_array)
             .map(|r| r.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
-        if let Some(props) = spec.input_schema.get("properties").and_then(Value::as_object) {
+        if let Some(props) = spec
+            .input_schema
+            .get("properties")
+            .and_then(Value::as_object)
+        {
             for (name, prop) in props {
-                let mut ty = prop.get("type").and_then(Value::as_str).unwrap_or("any").to_owned();
+                let mut ty = prop
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("any")
+                    .to_owned();
                 if let Some(options) = prop.get("enum").and_then(Value::as_array) {
-                    let list: Vec<String> = options.iter().map(|o| format!("`{}`", o.as_str().unwrap_or_default())).collect();
+                    let list: Vec<String> = options
+                        .iter()
+                        .map(|o| format!("`{}`", o.as_str().unwrap_or_default()))
+                        .collect();
                     ty = format!("{ty}: {}", list.join(", "));
                 }
                 out.push_str(&format!(
                     "| `{name}` | {ty} | {} | {} |\n",
-                    if required.contains(&name.as_str()) { "yes" } else { "no" },
-                    prop.get("description").and_then(Value::as_str).unwrap_or("").replace('|', "\\|")
+                    if required.contains(&name.as_str()) {
+                        "yes"
+                    } else {
+                        "no"
+                    },
+                    prop.get("description")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .replace('|', "\\|")
                 ));
             }
         }
         if !spec.arg_aliases.is_empty() {
-            let list: Vec<String> = spec.arg_aliases.iter().map(|(a, c)| format!("`{a}` for `{c}`")).collect();
+            let list: Vec<String> = spec
+                .arg_aliases
+                .iter()
+                .map(|(a, c)| format!("`{a}` for `{c}`"))
+                .collect();
             out.push_str(&format!("\nAlso accepted: {}.\n", list.join(", ")));
         }
         out.push_str(&format!(
@@ -68,7 +93,10 @@ pub fn render_tools_md() -> String {
     if !aliases.is_empty() {
         out.push_str("## Deprecated names\n\nThese names still work and add a `_deprecation` block (`this_tool`, `use_instead`, `removed_in`, `message`) to the result's metadata.\n\n| name | use instead | removed in |\n|---|---|---|\n");
         for a in aliases {
-            out.push_str(&format!("| `{}` | [{}](#{}) | {} |\n", a.this_tool, a.use_instead, a.use_instead, a.removed_in));
+            out.push_str(&format!(
+                "| `{}` | [{}](#{}) | {} |\n",
+                a.this_tool, a.use_instead, a.use_instead, a.removed_in
+            ));
         }
     }
     out

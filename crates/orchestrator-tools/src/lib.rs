@@ -16,17 +16,22 @@ pub mod args;
 pub mod context;
 pub mod docs;
 pub mod error;
+pub mod mcp;
 pub mod output;
 pub mod policy;
 pub mod registry;
 pub mod result;
-pub(crate) mod tools;
+pub mod tools;
 pub mod workspace;
 
 pub use context::ToolContext;
 pub use error::{Error, Result};
+pub use mcp::serve_stdio as serve_mcp_stdio;
 pub use output::{HomeDirSink, Limits, MemorySink, ResultSink};
-pub use policy::{ApprovalAnswer, ApprovalClass, ApprovalRequest, Approver, CommandMatch, CommandRule, Decision, NoApprover, Policy};
+pub use policy::{
+    ApprovalAnswer, ApprovalClass, ApprovalRequest, Approver, CommandMatch, CommandRule, Decision,
+    NoApprover, Policy,
+};
 pub use registry::{DeprecatedAlias, Profile, Registry, ToolCall, ToolHandler, ToolInfo, ToolSpec};
 pub use result::{Content, ToolFailure, ToolOutcome, ToolResult, refuse};
 pub use workspace::Workspace;

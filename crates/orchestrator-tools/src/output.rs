@@ -67,7 +67,8 @@ impl ResultSink for HomeDirSink {
             .collect();
         let id = format!("{tool}-{millis}-{}-{n}", std::process::id());
         let path = self.dir.join(format!("{id}.txt"));
-        std::fs::write(&path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        std::fs::write(&path, text)
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
         Ok(id)
     }
 
@@ -93,13 +94,19 @@ pub struct MemorySink {
 
 impl ResultSink for MemorySink {
     fn put(&self, tool: &str, text: &str) -> Result<String> {
-        let mut items = self.items.lock().map_err(|_| Error::Join("sink lock poisoned".into()))?;
+        let mut items = self
+            .items
+            .lock()
+            .map_err(|_| Error::Join("sink lock poisoned".into()))?;
         let id = format!("{tool}-mem-{}", items.len());
         items.push((id.clone(), text.to_owned()));
         Ok(id)
     }
     fn get(&self, id: &str) -> Result<Option<String>> {
-        let items = self.items.lock().map_err(|_| Error::Join("sink lock poisoned".into()))?;
+        let items = self
+            .items
+            .lock()
+            .map_err(|_| Error::Join("sink lock poisoned".into()))?;
         Ok(items.iter().find(|(i, _)| i == id).map(|(_, t)| t.clone()))
     }
 }
@@ -124,23 +131,27 @@ impl Default for Limits {
 
 /// Cuts `text` to at most about `max` bytes: head, marker, tail, each cut at a line boundary where
 /// possible and always at a character boundary. Returns the text shown and whether it was cut.
-pub fn head_tail(text: &str, max: usize, marker: impl Fn(usize, usize) -> String) -> (String, bool) {
+pub fn head_tail(
+    text: &str,
+    max: usize,
+    marker: impl Fn(usize, usize) -> String,
+) -> (String, bool) {
     if text.len() <= max {
         return (text.to_owned(), false);
     }
     let head_budget = max * 2 / 3;
     let tail_budget = max - head_budget;
     let mut head_end = floor_char(text, head_budget);
-    if let Some(nl) = text[..head_end].rfind('\n') {
-        if nl > head_budget / 2 {
-            head_end = nl + 1;
-        }
+    if let Some(nl) = text[..head_end].rfind('\n')
+        && nl > head_budget / 2
+    {
+        head_end = nl + 1;
     }
     let mut tail_start = ceil_char(text, text.len() - tail_budget);
-    if let Some(nl) = text[tail_start..].find('\n') {
-        if nl < tail_budget / 2 {
-            tail_start += nl + 1;
-        }
+    if let Some(nl) = text[tail_start..].find('\n')
+        && nl < tail_budget / 2
+    {
+        tail_start += nl + 1;
     }
     let omitted = &text[head_end..tail_start];
     let omitted_lines = omitted.matches('\n').count();
@@ -172,7 +183,12 @@ pub(crate) fn ceil_char(s: &str, mut i: usize) -> usize {
 
 /// Applies the result bound: when the text of `result` is over the limit, keeps the full text in the
 /// sink and replaces it by head and tail with a marker that names the id.
-pub fn bound(result: ToolResult, tool: &str, limits: Limits, sink: &dyn ResultSink) -> Result<ToolResult> {
+pub fn bound(
+    result: ToolResult,
+    tool: &str,
+    limits: Limits,
+    sink: &dyn ResultSink,
+) -> Result<ToolResult> {
     let total: usize = result
         .content
         .iter()
@@ -220,7 +236,15 @@ mod tests {
     fn bounds_and_spills() {
         let sink = MemorySink::default();
         let text: String = (0..5000).map(|i| format!("line {i}\n")).collect();
-        let r = bound(ToolResult::text(text.clone()), "t", Limits { max_result_bytes: 1000 }, &sink).unwrap();
+        let r = bound(
+            ToolResult::text(text.clone()),
+            "t",
+            Limits {
+                max_result_bytes: 1000,
+            },
+            &sink,
+        )
+        .unwrap();
         let shown = r.joined_text();
         assert!(shown.len() < 1400, "{}", shown.len());
         assert!(shown.starts_with("line 0\n"));

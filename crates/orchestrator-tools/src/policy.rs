@@ -99,7 +99,11 @@ impl Policy {
             .tools
             .get(tool)
             .map(|d| (*d, format!("the rule for tool {tool}")))
-            .or_else(|| self.classes.get(&class).map(|d| (*d, format!("the default for {class:?} tools"))))
+            .or_else(|| {
+                self.classes
+                    .get(&class)
+                    .map(|d| (*d, format!("the default for {class:?} tools")))
+            })
             .unwrap_or((self.default, "the default policy".to_owned()));
         if base.0 == Decision::Deny || class != ApprovalClass::Shell {
             return base;
@@ -112,7 +116,9 @@ impl Policy {
         for rule in &self.commands {
             let hit = match &rule.matcher {
                 CommandMatch::Prefix(p) => prefix_matches(command, p),
-                CommandMatch::Pattern(p) => regex::Regex::new(p).map(|re| re.is_match(command)).unwrap_or(false),
+                CommandMatch::Pattern(p) => regex::Regex::new(p)
+                    .map(|re| re.is_match(command))
+                    .unwrap_or(false),
             };
             if hit {
                 let what = match &rule.matcher {
@@ -129,10 +135,8 @@ impl Policy {
             return d.clone();
         }
         let simple = !SHELL_META.iter().any(|m| command.contains(m));
-        if simple {
-            if let Some(d) = matched.iter().find(|(d, _)| *d == Decision::Allow) {
-                return d.clone();
-            }
+        if simple && let Some(d) = matched.iter().find(|(d, _)| *d == Decision::Allow) {
+            return d.clone();
         }
         base
     }
@@ -193,16 +197,31 @@ mod tests {
         let mut p = Policy::allow_all();
         p.classes.insert(ApprovalClass::Shell, Decision::Ask);
         p.commands = vec![
-            CommandRule { matcher: CommandMatch::Prefix("git status".into()), decision: Decision::Allow },
-            CommandRule { matcher: CommandMatch::Pattern(r"\brm\s+-rf\b".into()), decision: Decision::Deny },
+            CommandRule {
+                matcher: CommandMatch::Prefix("git status".into()),
+                decision: Decision::Allow,
+            },
+            CommandRule {
+                matcher: CommandMatch::Pattern(r"\brm\s+-rf\b".into()),
+                decision: Decision::Deny,
+            },
         ];
-        let d = |c: &str| p.decide("exec_shell", ApprovalClass::Shell, &json!({"command": c})).0;
+        let d = |c: &str| {
+            p.decide("exec_shell", ApprovalClass::Shell, &json!({"command": c}))
+                .0
+        };
         assert_eq!(d("git status -s"), Decision::Allow);
         assert_eq!(d("git statusx"), Decision::Ask);
         assert_eq!(d("git status; curl x"), Decision::Ask);
         assert_eq!(d("ls && rm -rf /"), Decision::Deny);
-        assert_eq!(p.decide("read_file", ApprovalClass::Read, &json!({})).0, Decision::Allow);
+        assert_eq!(
+            p.decide("read_file", ApprovalClass::Read, &json!({})).0,
+            Decision::Allow
+        );
         p.tools.insert("read_file".into(), Decision::Deny);
-        assert_eq!(p.decide("read_file", ApprovalClass::Read, &json!({})).0, Decision::Deny);
+        assert_eq!(
+            p.decide("read_file", ApprovalClass::Read, &json!({})).0,
+            Decision::Deny
+        );
     }
 }

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::args;
@@ -56,7 +56,9 @@ pub struct ToolSpec {
 
 impl std::fmt::Debug for ToolSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ToolSpec").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("ToolSpec")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -89,7 +91,9 @@ impl std::str::FromStr for Profile {
             "minimal" => Ok(Profile::Minimal),
             "coding" => Ok(Profile::Coding),
             "full" => Ok(Profile::Full),
-            other => Err(format!("unknown profile {other:?}; expected minimal, coding or full")),
+            other => Err(format!(
+                "unknown profile {other:?}; expected minimal, coding or full"
+            )),
         }
     }
 }
@@ -150,7 +154,8 @@ impl Registry {
 
     /// Adds a deprecated alias of a registered tool.
     pub fn register_alias(&mut self, alias: DeprecatedAlias) -> Result<()> {
-        if self.tools.contains_key(&alias.this_tool) || self.aliases.contains_key(&alias.this_tool) {
+        if self.tools.contains_key(&alias.this_tool) || self.aliases.contains_key(&alias.this_tool)
+        {
             return Err(Error::Duplicate(alias.this_tool));
         }
         self.aliases.insert(alias.this_tool.clone(), alias);
@@ -199,7 +204,12 @@ impl Registry {
     }
 
     /// Calls a tool with arguments that are already a JSON value (MCP clients send objects).
-    pub async fn call_value(&self, name: &str, args: Value, ctx: &ToolContext) -> Result<ToolResult> {
+    pub async fn call_value(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult> {
         match args {
             Value::Object(map) => self.call_parsed(name, map, Vec::new(), ctx).await,
             Value::Null => self.call_parsed(name, Map::new(), Vec::new(), ctx).await,
@@ -209,7 +219,11 @@ impl Registry {
 
     /// Runs a batch: runs of consecutive read-only calls concurrently, each mutating call alone and in
     /// order, so that a read after a write sees the write. Results come back in call order.
-    pub async fn call_batch(&self, calls: &[ToolCall], ctx: &ToolContext) -> Result<Vec<ToolResult>> {
+    pub async fn call_batch(
+        &self,
+        calls: &[ToolCall],
+        ctx: &ToolContext,
+    ) -> Result<Vec<ToolResult>> {
         let mut results = Vec::with_capacity(calls.len());
         let mut i = 0;
         while i < calls.len() {
@@ -218,7 +232,9 @@ impl Registry {
                 j += 1;
             }
             if j > i {
-                let group = calls[i..j].iter().map(|c| self.call(&c.name, &c.arguments, ctx));
+                let group = calls[i..j]
+                    .iter()
+                    .map(|c| self.call(&c.name, &c.arguments, ctx));
                 for r in futures_util::future::join_all(group).await {
                     results.push(r?);
                 }
@@ -239,14 +255,17 @@ impl Registry {
         }
     }
 
-    fn lookup(&self, name: &str) -> std::result::Result<(&ToolSpec, Option<&DeprecatedAlias>), ToolResult> {
+    fn lookup(
+        &self,
+        name: &str,
+    ) -> std::result::Result<(&ToolSpec, Option<&DeprecatedAlias>), ToolResult> {
         if let Some(spec) = self.tools.get(name) {
             return Ok((spec, None));
         }
-        if let Some(alias) = self.aliases.get(name) {
-            if let Some(spec) = self.tools.get(&alias.use_instead) {
-                return Ok((spec, Some(alias)));
-            }
+        if let Some(alias) = self.aliases.get(name)
+            && let Some(spec) = self.tools.get(&alias.use_instead)
+        {
+            return Ok((spec, Some(alias)));
         }
         let names: Vec<&str> = self.tools.keys().map(String::as_str).collect();
         let suggestion = args::closest(name, &names)
@@ -269,20 +288,35 @@ impl Registry {
             Ok(found) => found,
             Err(unknown) => return Ok(unknown),
         };
-        let mut result = match args::validate(&spec.name, &spec.input_schema, &spec.arg_aliases, map, &mut repairs) {
+        let mut result = match args::validate(
+            &spec.name,
+            &spec.input_schema,
+            &spec.arg_aliases,
+            map,
+            &mut repairs,
+        ) {
             Err(message) => ToolResult::error(message),
             Ok(valid) => self.run_guarded(spec, Value::Object(valid), ctx).await?,
         };
         if !repairs.is_empty() {
-            result.metadata.insert("argument_repairs".to_owned(), json!(repairs));
+            result
+                .metadata
+                .insert("argument_repairs".to_owned(), json!(repairs));
         }
         if let Some(alias) = deprecated {
-            result.metadata.insert("_deprecation".to_owned(), serde_json::to_value(alias)?);
+            result
+                .metadata
+                .insert("_deprecation".to_owned(), serde_json::to_value(alias)?);
         }
         output::bound(result, &spec.name, ctx.limits, ctx.sink.as_ref())
     }
 
-    async fn run_guarded(&self, spec: &ToolSpec, args: Value, ctx: &ToolContext) -> Result<ToolResult> {
+    async fn run_guarded(
+        &self,
+        spec: &ToolSpec,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolResult> {
         let (decision, reason) = ctx.policy.decide(&spec.name, spec.approval, &args);
         match decision {
             Decision::Allow => {}
@@ -300,8 +334,13 @@ impl Registry {
                     reason: reason.clone(),
                 };
                 if let ApprovalAnswer::Denied(why) = ctx.approver.approve(&request).await {
-                    return Ok(ToolResult::error(format!("{} was not approved: {why}", spec.name))
-                        .with_meta("policy", json!({"decision": "ask", "approved": false, "reason": reason})));
+                    return Ok(
+                        ToolResult::error(format!("{} was not approved: {why}", spec.name))
+                            .with_meta(
+                                "policy",
+                                json!({"decision": "ask", "approved": false, "reason": reason}),
+                            ),
+                    );
                 }
             }
         }
@@ -314,12 +353,18 @@ impl Registry {
 }
 
 /// Deserializes validated arguments into a tool's argument struct.
-pub(crate) fn parse_args<T: DeserializeOwned>(tool: &str, args: Value) -> std::result::Result<T, ToolFailure> {
+pub(crate) fn parse_args<T: DeserializeOwned>(
+    tool: &str,
+    args: Value,
+) -> std::result::Result<T, ToolFailure> {
     serde_json::from_value(args).map_err(|e| refuse(format!("{tool}: invalid arguments: {e}")))
 }
 
 /// Wraps a synchronous handler so that it runs on tokio's blocking pool (file IO and searches block).
-pub(crate) fn blocking<T>(name: &'static str, f: fn(T, &ToolContext) -> ToolOutcome) -> Arc<dyn ToolHandler>
+pub(crate) fn blocking<T>(
+    name: &'static str,
+    f: fn(T, &ToolContext) -> ToolOutcome,
+) -> Arc<dyn ToolHandler>
 where
     T: DeserializeOwned + Send + 'static,
 {
@@ -332,7 +377,10 @@ where
 }
 
 /// Wraps an async handler taking a typed argument struct.
-pub(crate) fn asynchronous<T, Fut>(name: &'static str, f: fn(T, ToolContext) -> Fut) -> Arc<dyn ToolHandler>
+pub(crate) fn asynchronous<T, Fut>(
+    name: &'static str,
+    f: fn(T, ToolContext) -> Fut,
+) -> Arc<dyn ToolHandler>
 where
     T: DeserializeOwned + Send + 'static,
     Fut: Future<Output = ToolOutcome> + Send + 'static,

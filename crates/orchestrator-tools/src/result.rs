@@ -92,7 +92,9 @@ pub fn refuse(message: impl Into<String>) -> ToolFailure {
 pub(crate) fn io_refusal(action: &str, shown: &str, e: &std::io::Error) -> ToolFailure {
     use std::io::ErrorKind;
     let hint = match e.kind() {
-        ErrorKind::NotFound => " (it does not exist; use list_dir, glob or file_search to find the right path)",
+        ErrorKind::NotFound => {
+            " (it does not exist; use list_dir, glob or file_search to find the right path)"
+        }
         ErrorKind::PermissionDenied => " (permission denied)",
         ErrorKind::IsADirectory => " (it is a directory; use list_dir)",
         _ => "",

@@ -179,7 +179,9 @@ mod tests {
         assert!(ws.resolve("").is_err());
         let ok = ws.resolve("src/new.rs").unwrap();
         assert_eq!(ok.rel, "src/new.rs");
-        let abs = ws.resolve(&dir.path().join("src").display().to_string()).unwrap();
+        let abs = ws
+            .resolve(&dir.path().join("src").display().to_string())
+            .unwrap();
         assert_eq!(abs.rel, "src");
         assert_eq!(ws.resolve(".").unwrap().rel, ".");
         std::os::unix::fs::symlink("/etc", dir.path().join("out")).unwrap();

@@ -2,15 +2,15 @@
 //! kept, with the count of bytes cut between them. Gate logs and spilled tool output use it, so a
 //! command that prints a gibibyte costs a few mebibytes of memory.
 
-use std::collections::VecDeque;
-
 /// Keeps at most `cap` bytes of a stream: a head of `cap / 2` and a tail of the rest.
 #[derive(Debug, Clone)]
 pub struct Capture {
     head_cap: usize,
     tail_cap: usize,
     head: Vec<u8>,
-    tail: VecDeque<u8>,
+    /// The last bytes seen; may hold up to twice `tail_cap` before it is compacted, so that
+    /// keeping the tail costs one `memmove` per `tail_cap` bytes instead of work per byte.
+    tail: Vec<u8>,
     total: u64,
 }
 
@@ -29,7 +29,7 @@ impl Capture {
             head_cap,
             tail_cap: cap - head_cap,
             head: Vec::new(),
-            tail: VecDeque::new(),
+            tail: Vec::new(),
             total: 0,
         }
     }
@@ -44,12 +44,14 @@ impl Capture {
         if bytes.len() >= self.tail_cap {
             self.tail.clear();
             self.tail
-                .extend(bytes[bytes.len() - self.tail_cap..].iter().copied());
+                .extend_from_slice(&bytes[bytes.len() - self.tail_cap..]);
             return;
         }
-        let overflow = (self.tail.len() + bytes.len()).saturating_sub(self.tail_cap);
-        self.tail.drain(..overflow);
-        self.tail.extend(bytes.iter().copied());
+        self.tail.extend_from_slice(bytes);
+        if self.tail.len() > 2 * self.tail_cap {
+            let excess = self.tail.len() - self.tail_cap;
+            self.tail.drain(..excess);
+        }
     }
 
     /// Bytes pushed so far, kept or not.
@@ -58,10 +60,14 @@ impl Capture {
     }
 
     pub fn finish(self) -> Captured {
-        let kept = (self.head.len() + self.tail.len()) as u64;
+        let mut tail = self.tail;
+        if tail.len() > self.tail_cap {
+            tail.drain(..tail.len() - self.tail_cap);
+        }
+        let kept = (self.head.len() + tail.len()) as u64;
         Captured {
             head: self.head,
-            tail: self.tail.into_iter().collect(),
+            tail,
             cut: self.total - kept,
         }
     }

@@ -60,10 +60,7 @@ mod tests {
             jitter: 0.0,
         };
         let delays: Vec<i64> = (1..=8).map(|a| b.delay_with(a, 0.5)).collect();
-        assert_eq!(
-            delays,
-            [1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000]
-        );
+        assert_eq!(delays, [1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000]);
         assert_eq!(b.delay_with(0, 0.5), 1000);
         assert_eq!(b.delay_with(10_000, 0.5), 60000);
     }

@@ -68,7 +68,9 @@ impl Metrics {
         out.push_str("# HELP orchestrator_rescued_total Expired leases taken back by this process's rescuer.\n");
         out.push_str("# TYPE orchestrator_rescued_total counter\n");
         let _ = writeln!(out, "orchestrator_rescued_total {}", load(&self.rescued));
-        out.push_str("# HELP orchestrator_gate_duration_seconds Duration of gates run by this process.\n");
+        out.push_str(
+            "# HELP orchestrator_gate_duration_seconds Duration of gates run by this process.\n",
+        );
         out.push_str("# TYPE orchestrator_gate_duration_seconds histogram\n");
         for (bound, bucket) in GATE_BUCKETS.iter().zip(&self.gate_buckets) {
             let _ = writeln!(

@@ -54,6 +54,19 @@ pub struct PoolConfig {
     pub claim_batch: usize,
     pub backoff: Backoff,
     pub log_cap_bytes: usize,
+    /// Called in the slot as an attempt starts, before its first gate; benchmarks use it to measure
+    /// enqueue-to-start latency.
+    pub on_start: Option<StartHook>,
+}
+
+/// A callback run as each attempt starts.
+#[derive(Clone)]
+pub struct StartHook(pub Arc<dyn Fn(&Task) + Send + Sync>);
+
+impl std::fmt::Debug for StartHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StartHook")
+    }
 }
 
 impl PoolConfig {
@@ -70,6 +83,7 @@ impl PoolConfig {
             claim_batch: DEFAULT_CLAIM_BATCH,
             backoff: Backoff::default(),
             log_cap_bytes: crate::gate::DEFAULT_LOG_CAP_BYTES,
+            on_start: None,
         }
     }
 
@@ -88,7 +102,9 @@ impl PoolConfig {
             return Err(Error::Config("at least one queue is needed".into()));
         }
         if self.lease < Duration::from_secs(1) {
-            return Err(Error::Config("the lease must be at least one second".into()));
+            return Err(Error::Config(
+                "the lease must be at least one second".into(),
+            ));
         }
         if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.lease {
             return Err(Error::Config(
@@ -179,7 +195,12 @@ impl WorkerPool {
             wakeup.mark_seen();
             let want = free.min(config.claim_batch);
             let claimed = match store
-                .claim(&config.worker_id, &config.queues, want as u64, config.lease_ms())
+                .claim(
+                    &config.worker_id,
+                    &config.queues,
+                    want as u64,
+                    config.lease_ms(),
+                )
                 .await
             {
                 Ok(claimed) => claimed,
@@ -205,8 +226,12 @@ impl WorkerPool {
                 let ctx = ctx.clone();
                 let active = active.clone();
                 let completions = completions.clone();
+                let on_start = config.on_start.clone();
                 running.spawn(async move {
                     let _permit = permit;
+                    if let Some(hook) = on_start {
+                        (hook.0)(&task);
+                    }
                     run_slot(&ctx, &task, &lease, &stop, &completions).await;
                     lock(&active).remove(&task.id);
                 });
@@ -309,11 +334,7 @@ async fn idle_wait(store: &Store, poll: Duration) -> Duration {
 
 /// Writes attempt ends in batches: whatever is waiting when the previous write finishes goes into
 /// the next transaction, so a busy pool commits many ends per fsync and an idle one waits for none.
-async fn completer(
-    store: Store,
-    mut rx: mpsc::Receiver<CompletionRequest>,
-    metrics: Arc<Metrics>,
-) {
+async fn completer(store: Store, mut rx: mpsc::Receiver<CompletionRequest>, metrics: Arc<Metrics>) {
     let mut batch: Vec<CompletionRequest> = Vec::with_capacity(COMPLETION_BATCH);
     while rx.recv_many(&mut batch, COMPLETION_BATCH).await > 0 {
         let completions: Vec<Completion> = batch.iter().map(|(c, _)| c.clone()).collect();

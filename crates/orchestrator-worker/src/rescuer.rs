@@ -62,7 +62,9 @@ impl Rescuer {
         let backoff = self.config.backoff;
         let counts = self
             .store
-            .rescue_expired(now, self.config.batch, |attempt| backoff.delay_millis(attempt))
+            .rescue_expired(now, self.config.batch, |attempt| {
+                backoff.delay_millis(attempt)
+            })
             .await?;
         let total = counts.requeued + counts.failed + counts.canceled;
         if total > 0 {
@@ -81,7 +83,9 @@ impl Rescuer {
     pub async fn run(self, shutdown: CancellationToken) {
         loop {
             match self.run_once(now_millis()).await {
-                Ok(counts) if counts.requeued + counts.failed + counts.canceled >= self.config.batch => {
+                Ok(counts)
+                    if counts.requeued + counts.failed + counts.canceled >= self.config.batch =>
+                {
                     // A full batch: there may be more right now.
                     continue;
                 }

@@ -68,7 +68,12 @@ pub struct RunContext {
 
 /// Runs every gate of the attempt and decides its outcome. Store failures other than a stale lease
 /// are returned as `Err`: the caller stops, and the lease runs out and is rescued.
-pub async fn run_attempt(ctx: &RunContext, task: &Task, lease: &Lease, stop: &Stop) -> Result<AttemptEnd> {
+pub async fn run_attempt(
+    ctx: &RunContext,
+    task: &Task,
+    lease: &Lease,
+    stop: &Stop,
+) -> Result<AttemptEnd> {
     if task.prompt.is_some() {
         // Refused at creation; a row written by a newer version could still carry one.
         return Ok(AttemptEnd {

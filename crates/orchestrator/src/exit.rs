@@ -34,7 +34,11 @@ pub fn report(error: &anyhow::Error) -> ExitCode {
         cause
             .downcast_ref::<std::io::Error>()
             .map(std::io::Error::kind)
-            .or_else(|| cause.downcast_ref::<serde_json::Error>().and_then(serde_json::Error::io_error_kind))
+            .or_else(|| {
+                cause
+                    .downcast_ref::<serde_json::Error>()
+                    .and_then(serde_json::Error::io_error_kind)
+            })
             == Some(std::io::ErrorKind::BrokenPipe)
     });
     if broken_pipe {

@@ -39,7 +39,8 @@ fn init_tracing(verbose: u8) {
         1 => "info",
         _ => "debug",
     };
-    let filter = EnvFilter::try_from_env("ORCHESTRATOR_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let filter =
+        EnvFilter::try_from_env("ORCHESTRATOR_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

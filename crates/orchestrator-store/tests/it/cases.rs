@@ -4,12 +4,12 @@ use orchestrator_store::{
     CancelOutcome, Completion, CompletionResult, Error, GateRun, Lease, Outcome, Store,
     StoreOptions, TaskFilter,
 };
+use orchestrator_test_support::TestStore;
 use orchestrator_types::{
     Captured, EventKind, GateEvidence, GateSummary, GitTree, NewTask, TaskId, TaskState, Verdict,
     now_millis,
 };
 use serde_json::json;
-use orchestrator_test_support::TestStore;
 use std::collections::HashSet;
 
 const LEASE: i64 = 30_000;
@@ -115,14 +115,29 @@ pub async fn claim_order_queues_and_run_after(db: &TestStore) {
         assert!(task.lease_expires_at.unwrap() >= now + LEASE);
     }
     // The other queue is claimed only by a worker of that queue.
-    let gpu = store.claim("w2", &["gpu".to_owned()], 10, LEASE).await.unwrap();
+    let gpu = store
+        .claim("w2", &["gpu".to_owned()], 10, LEASE)
+        .await
+        .unwrap();
     assert_eq!(gpu.len(), 1);
     assert_eq!(gpu[0].0.id, ids[4]);
-    assert!(store.claim("w1", &queues(), 10, LEASE).await.unwrap().is_empty());
+    assert!(
+        store
+            .claim("w1", &queues(), 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // A specific task can be claimed whatever its run_after, once.
     let fg = store.claim_task("fg", ids[5], LEASE).await.unwrap();
     assert_eq!(fg.unwrap().0.title, "later");
-    assert!(store.claim_task("fg", ids[5], LEASE).await.unwrap().is_none());
+    assert!(
+        store
+            .claim_task("fg", ids[5], LEASE)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(
         store.next_run_after().await.unwrap(),
         None,
@@ -186,7 +201,11 @@ pub async fn stale_epoch_is_fenced_everywhere(db: &TestStore) {
         .create_task(&NewTask::new("t").with_gate("true"))
         .await
         .unwrap();
-    let (task, old) = store.claim("w1", &queues(), 1, LEASE).await.unwrap().remove(0);
+    let (task, old) = store
+        .claim("w1", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
     // The lease expires (simulated by rescuing "in the future") and another worker claims it.
     let counts = store
         .rescue_expired(now_millis() + 10 * LEASE, 100, |_| 0)
@@ -208,7 +227,9 @@ pub async fn stale_epoch_is_fenced_everywhere(db: &TestStore) {
         .unwrap();
     assert_eq!(done, [CompletionResult::Stale]);
     assert!(matches!(
-        store.append_event(&old, EventKind::GateStarted, json!({})).await,
+        store
+            .append_event(&old, EventKind::GateStarted, json!({}))
+            .await,
         Err(Error::StaleLease { .. })
     ));
     let log = Captured::from_bytes(b"log", 100);
@@ -226,7 +247,10 @@ pub async fn stale_epoch_is_fenced_everywhere(db: &TestStore) {
         .await;
     assert!(matches!(stale_gate, Err(Error::StaleLease { .. })));
     assert!(store.gates(id).await.unwrap().is_empty());
-    let beat = store.heartbeat(&[old.clone(), new.clone()], LEASE).await.unwrap();
+    let beat = store
+        .heartbeat(&[old.clone(), new.clone()], LEASE)
+        .await
+        .unwrap();
     assert!(!beat[0].held);
     assert!(beat[1].held);
 
@@ -250,7 +274,14 @@ pub async fn stale_epoch_is_fenced_everywhere(db: &TestStore) {
     assert!(task.finished_at.is_some());
     assert_eq!(
         kinds(&store, id).await,
-        ["created", "claimed", "rescued", "claimed", "gate_started", "succeeded"]
+        [
+            "created",
+            "claimed",
+            "rescued",
+            "claimed",
+            "gate_started",
+            "succeeded"
+        ]
     );
 }
 
@@ -269,7 +300,10 @@ pub async fn rescue_requeues_fails_and_cancels(db: &TestStore) {
         CancelOutcome::Requested
     );
     // Nothing has expired yet.
-    let none = store.rescue_expired(now_millis(), 100, |_| 0).await.unwrap();
+    let none = store
+        .rescue_expired(now_millis(), 100, |_| 0)
+        .await
+        .unwrap();
     assert_eq!(none.requeued + none.failed + none.canceled, 0);
     let later = now_millis() + 2 * LEASE;
     let counts = store
@@ -284,9 +318,18 @@ pub async fn rescue_requeues_fails_and_cancels(db: &TestStore) {
     let failed = store.get_task(ids[1]).await.unwrap();
     assert_eq!(failed.state, TaskState::Failed);
     assert!(failed.last_error.unwrap().contains("no attempts left"));
-    assert_eq!(store.get_task(ids[2]).await.unwrap().state, TaskState::Canceled);
+    assert_eq!(
+        store.get_task(ids[2]).await.unwrap().state,
+        TaskState::Canceled
+    );
     // Backoff holds the task back from ordinary claims.
-    assert!(store.claim("w", &queues(), 10, LEASE).await.unwrap().is_empty());
+    assert!(
+        store
+            .claim("w", &queues(), 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(store.next_run_after().await.unwrap(), Some(later + 1000));
 }
 
@@ -296,15 +339,25 @@ pub async fn cancel_and_retry(db: &TestStore) {
         .create_tasks(&[NewTask::new("queued"), NewTask::new("running")])
         .await
         .unwrap();
-    assert_eq!(store.cancel_task(ids[0]).await.unwrap(), CancelOutcome::Canceled);
+    assert_eq!(
+        store.cancel_task(ids[0]).await.unwrap(),
+        CancelOutcome::Canceled
+    );
     assert_eq!(
         store.cancel_task(ids[0]).await.unwrap(),
         CancelOutcome::AlreadyCanceled
     );
-    let (_, lease) = store.claim("w", &queues(), 1, LEASE).await.unwrap().remove(0);
+    let (_, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!(lease.task_id, ids[1]);
-    assert_eq!(store.cancel_task(ids[1]).await.unwrap(), CancelOutcome::Requested);
-    assert_eq!(store.cancel_requests("w").await.unwrap(), [lease.clone()]);
+    assert_eq!(
+        store.cancel_task(ids[1]).await.unwrap(),
+        CancelOutcome::Requested
+    );
+    assert_eq!(store.cancel_requests("w").await.unwrap(), std::slice::from_ref(&lease));
     assert!(store.cancel_requests("other").await.unwrap().is_empty());
     store
         .complete(&[Completion {
@@ -314,7 +367,10 @@ pub async fn cancel_and_retry(db: &TestStore) {
         }])
         .await
         .unwrap();
-    assert_eq!(store.get_task(ids[1]).await.unwrap().state, TaskState::Canceled);
+    assert_eq!(
+        store.get_task(ids[1]).await.unwrap().state,
+        TaskState::Canceled
+    );
     assert!(matches!(
         store.cancel_task(TaskId(424_242)).await,
         Err(Error::TaskNotFound(_))
@@ -330,7 +386,11 @@ pub async fn cancel_and_retry(db: &TestStore) {
         Err(Error::WrongState { .. })
     ));
     store.retry_task(ids[0]).await.unwrap();
-    let (task, lease) = store.claim("w", &queues(), 1, LEASE).await.unwrap().remove(0);
+    let (task, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!(task.id, ids[0]);
     store
         .complete(&[Completion {
@@ -351,7 +411,11 @@ pub async fn events_are_gap_free_through_a_lifecycle(db: &TestStore) {
         .create_task(&NewTask::new("t").with_gate("true"))
         .await
         .unwrap();
-    let (_, lease) = store.claim("w", &queues(), 1, LEASE).await.unwrap().remove(0);
+    let (_, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
     for _ in 0..5 {
         store
             .append_event(&lease, EventKind::GateStarted, json!({"n": 1}))
@@ -379,7 +443,10 @@ pub async fn events_are_gap_free_through_a_lifecycle(db: &TestStore) {
     // Paging by `after`.
     let tail = store.events(id, 3, 2).await.unwrap();
     assert_eq!(tail.iter().map(|e| e.seq).collect::<Vec<_>>(), [4, 5]);
-    assert_eq!(store.get_task(id).await.unwrap().event_seq, events.len() as i64);
+    assert_eq!(
+        store.get_task(id).await.unwrap().event_seq,
+        events.len() as i64
+    );
 }
 
 pub async fn artifacts_round_trip_and_cap(db: &TestStore) {
@@ -395,7 +462,9 @@ pub async fn artifacts_round_trip_and_cap(db: &TestStore) {
     assert_eq!(artifact.meta.original_bytes, 12);
 
     // 3 MB through a 64 KiB cap: head and tail kept, the cut named.
-    let big: Vec<u8> = (0..3_000_000u32).flat_map(|i| format!("{i}\n").into_bytes()).collect();
+    let big: Vec<u8> = (0..3_000_000u32)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect();
     let captured = Captured::from_bytes(&big, 64 * 1024);
     let id = store
         .put_artifact(None, "gate_log", "text/plain", "big", &captured)
@@ -410,7 +479,9 @@ pub async fn artifacts_round_trip_and_cap(db: &TestStore) {
     let text = String::from_utf8_lossy(&artifact.bytes);
     assert!(text.contains(&format!("{} bytes cut", big.len() - 64 * 1024)));
     assert!(matches!(
-        store.get_artifact(orchestrator_types::ArtifactId(987_654)).await,
+        store
+            .get_artifact(orchestrator_types::ArtifactId(987_654))
+            .await,
         Err(Error::ArtifactNotFound(987_654))
     ));
 }
@@ -418,10 +489,18 @@ pub async fn artifacts_round_trip_and_cap(db: &TestStore) {
 pub async fn gates_are_recorded_with_evidence(db: &TestStore) {
     let store = db.store.clone();
     let id = store
-        .create_task(&NewTask::new("t").with_gate("cargo test").with_gate("cargo clippy"))
+        .create_task(
+            &NewTask::new("t")
+                .with_gate("cargo test")
+                .with_gate("cargo clippy"),
+        )
         .await
         .unwrap();
-    let (task, lease) = store.claim("w", &queues(), 1, LEASE).await.unwrap().remove(0);
+    let (task, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
     let mut ev = evidence(Verdict::Failed);
     ev.exit_code = Some(101);
     ev.failure_kind = Some(orchestrator_types::FailureKind::Test);
@@ -468,9 +547,13 @@ pub async fn gates_are_recorded_with_evidence(db: &TestStore) {
 pub async fn heartbeat_extends_and_reports_cancel(db: &TestStore) {
     let store = db.store.clone();
     let id = store.create_task(&NewTask::new("t")).await.unwrap();
-    let (task, lease) = store.claim("w", &queues(), 1, 1_000).await.unwrap().remove(0);
+    let (task, lease) = store
+        .claim("w", &queues(), 1, 1_000)
+        .await
+        .unwrap()
+        .remove(0);
     let first_expiry = task.lease_expires_at.unwrap();
-    let status = store.heartbeat(&[lease.clone()], 60_000).await.unwrap();
+    let status = store.heartbeat(std::slice::from_ref(&lease), 60_000).await.unwrap();
     assert!(status[0].held);
     assert!(!status[0].cancel_requested);
     let extended = store.get_task(id).await.unwrap().lease_expires_at.unwrap();
@@ -506,28 +589,53 @@ pub async fn batch_completion_mixed_outcomes(db: &TestStore) {
         epoch: 99,
     };
     let completions = vec![
-        Completion { lease: lease(0), outcome: Outcome::Succeeded, details: json!({}) },
-        Completion { lease: lease(1), outcome: Outcome::Succeeded, details: json!({}) },
+        Completion {
+            lease: lease(0),
+            outcome: Outcome::Succeeded,
+            details: json!({}),
+        },
+        Completion {
+            lease: lease(1),
+            outcome: Outcome::Succeeded,
+            details: json!({}),
+        },
         Completion {
             lease: lease(2),
-            outcome: Outcome::Failed { error: "boom".into() },
+            outcome: Outcome::Failed {
+                error: "boom".into(),
+            },
             details: json!({}),
         },
         Completion {
             lease: lease(3),
-            outcome: Outcome::Requeue { run_after: later, error: Some("infra".into()), refund: false },
+            outcome: Outcome::Requeue {
+                run_after: later,
+                error: Some("infra".into()),
+                refund: false,
+            },
             details: json!({}),
         },
         Completion {
             lease: lease(4),
-            outcome: Outcome::Requeue { run_after: 0, error: None, refund: true },
+            outcome: Outcome::Requeue {
+                run_after: 0,
+                error: None,
+                refund: true,
+            },
             details: json!({}),
         },
-        Completion { lease: stale, outcome: Outcome::Succeeded, details: json!({}) },
+        Completion {
+            lease: stale,
+            outcome: Outcome::Succeeded,
+            details: json!({}),
+        },
     ];
     let results = store.complete(&completions).await.unwrap();
     use CompletionResult::*;
-    assert_eq!(results, [Applied, Applied, Applied, Applied, Applied, Stale]);
+    assert_eq!(
+        results,
+        [Applied, Applied, Applied, Applied, Applied, Stale]
+    );
     let state = |t: &orchestrator_store::Task| t.state;
     let t: Vec<_> = futures_like_join(&store, &ids).await;
     assert_eq!(state(&t[0]), TaskState::Succeeded);
@@ -580,8 +688,14 @@ pub async fn counts_by_state(db: &TestStore) {
 
 pub async fn migrations_are_idempotent(db: &TestStore) {
     // Opening the same database again finds every migration applied and changes nothing.
-    let id = db.store.create_task(&NewTask::new("survives")).await.unwrap();
-    let reopened = Store::open(&db.url, &StoreOptions::default()).await.unwrap();
+    let id = db
+        .store
+        .create_task(&NewTask::new("survives"))
+        .await
+        .unwrap();
+    let reopened = Store::open(&db.url, &StoreOptions::default())
+        .await
+        .unwrap();
     assert_eq!(reopened.get_task(id).await.unwrap().title, "survives");
     assert_eq!(reopened.events(id, 0, 10).await.unwrap().len(), 1);
 }

@@ -1,5 +1,6 @@
 //! The store conformance suite: every case runs on SQLite and on PostgreSQL, so both backends
 //! provably behave alike. `conformance!` turns each `async fn(Store)` into one test per backend.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly by design.
 
 use orchestrator_store::Store;
 

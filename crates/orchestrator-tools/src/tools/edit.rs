@@ -108,7 +108,12 @@ pub(crate) struct Applied {
 }
 
 /// Applies one edit to `content`; `Err` is the message for the model.
-pub(crate) fn apply_edit(content: &str, old: &str, new: &str, replace_all: bool) -> Result<Applied, String> {
+pub(crate) fn apply_edit(
+    content: &str,
+    old: &str,
+    new: &str,
+    replace_all: bool,
+) -> Result<Applied, String> {
     if old.is_empty() {
         return Err("old_string is empty. To create a file use write_file; to insert text, put a neighbouring line in old_string and the same line plus your text in new_string.".into());
     }
@@ -116,11 +121,13 @@ pub(crate) fn apply_edit(content: &str, old: &str, new: &str, replace_all: bool)
         return Err("old_string and new_string are identical, so nothing would change; give the text you want in new_string.".into());
     }
     let crlf = is_crlf(content);
-    let mut attempts: Vec<(&'static str, String, String)> = vec![("exact", old.to_owned(), new.to_owned())];
+    let mut attempts: Vec<(&'static str, String, String)> =
+        vec![("exact", old.to_owned(), new.to_owned())];
     let unescaped = unescape(old).zip(unescape(new).or_else(|| Some(new.to_owned())));
-    let variants: Vec<(bool, String, String)> = std::iter::once((false, old.to_owned(), new.to_owned()))
-        .chain(unescaped.map(|(o, n)| (true, o, n)))
-        .collect();
+    let variants: Vec<(bool, String, String)> =
+        std::iter::once((false, old.to_owned(), new.to_owned()))
+            .chain(unescaped.map(|(o, n)| (true, o, n)))
+            .collect();
     attempts.clear();
     for (escaped, o, n) in &variants {
         if *escaped {
@@ -130,7 +137,15 @@ pub(crate) fn apply_edit(content: &str, old: &str, new: &str, replace_all: bool)
         }
         let eol_o = to_eol(o, crlf);
         if eol_o != *o {
-            attempts.push((if *escaped { "escape sequences decoded, line endings" } else { "line endings" }, eol_o, n.clone()));
+            attempts.push((
+                if *escaped {
+                    "escape sequences decoded, line endings"
+                } else {
+                    "line endings"
+                },
+                eol_o,
+                n.clone(),
+            ));
         }
     }
     for (strategy, o, n) in &attempts {
@@ -143,13 +158,27 @@ pub(crate) fn apply_edit(content: &str, old: &str, new: &str, replace_all: bool)
             _ => {}
         }
         let first_line = line_of(content, positions[0]);
-        let new_content = if replace_all { content.replace(o.as_str(), &n) } else { content.replacen(o.as_str(), &n, 1) };
-        return Ok(Applied { content: new_content, count: positions.len(), strategy, first_line });
+        let new_content = if replace_all {
+            content.replace(o.as_str(), &n)
+        } else {
+            content.replacen(o.as_str(), &n, 1)
+        };
+        return Ok(Applied {
+            content: new_content,
+            count: positions.len(),
+            strategy,
+            first_line,
+        });
     }
     for (escaped, o, n) in &variants {
-        for (strategy, norm) in [("trailing whitespace ignored", Norm::TrimEnd), ("indentation ignored", Norm::Trim)] {
+        for (strategy, norm) in [
+            ("trailing whitespace ignored", Norm::TrimEnd),
+            ("indentation ignored", Norm::Trim),
+        ] {
             let strategy = match (escaped, strategy) {
-                (true, "trailing whitespace ignored") => "escape sequences decoded, trailing whitespace ignored",
+                (true, "trailing whitespace ignored") => {
+                    "escape sequences decoded, trailing whitespace ignored"
+                }
                 (true, _) => "escape sequences decoded, indentation ignored",
                 (false, s) => s,
             };
@@ -208,7 +237,9 @@ fn line_match(
     let mut hits = Vec::new();
     let mut i = 0;
     while i + k <= file_lines.len() {
-        if (0..k).all(|j| norm(file_lines[i + j].trim_end_matches('\n'), n) == norm(old_lines[j], n)) {
+        if (0..k)
+            .all(|j| norm(file_lines[i + j].trim_end_matches('\n'), n) == norm(old_lines[j], n))
+        {
             hits.push(i);
             i += k;
         } else {
@@ -236,17 +267,29 @@ fn line_match(
             out.push_str(line);
         }
         let last = file_lines[h + k - 1];
-        let last_eol = if last.ends_with("\r\n") { "\r\n" } else if last.ends_with('\n') { "\n" } else { "" };
+        let last_eol = if last.ends_with("\r\n") {
+            "\r\n"
+        } else if last.ends_with('\n') {
+            "\n"
+        } else {
+            ""
+        };
         if !new_body.is_empty() || !new_lf.is_empty() {
             let replaced: Vec<String> = if n == Norm::Trim {
-                let old_indent = old_lines.iter().find(|l| !l.trim().is_empty()).map(|l| indent_of(l)).unwrap_or("");
-                let j = old_lines.iter().position(|l| !l.trim().is_empty()).unwrap_or(0);
-                let file_indent = indent_of(file_lines[h + j].trim_end_matches(['\n', '\r']));
+                // Re-indent line by line: the indentation of the old line at the same position (or the
+                // last one) maps to the indentation the file has there.
                 new_body
                     .split('\n')
-                    .map(|l| match l.strip_prefix(old_indent) {
-                        Some(rest) if !l.trim().is_empty() => format!("{file_indent}{rest}"),
-                        _ => l.to_owned(),
+                    .enumerate()
+                    .map(|(j, l)| {
+                        let at = j.min(k - 1);
+                        let old_indent = indent_of(old_lines[at]);
+                        let file_indent =
+                            indent_of(file_lines[h + at].trim_end_matches(['\n', '\r']));
+                        match l.strip_prefix(old_indent) {
+                            Some(rest) if !l.trim().is_empty() => format!("{file_indent}{rest}"),
+                            _ => l.to_owned(),
+                        }
                     })
                     .collect()
             } else {
@@ -260,7 +303,12 @@ fn line_match(
     for line in &file_lines[cursor..] {
         out.push_str(line);
     }
-    Some(Ok(Applied { content: out, count: hits.len(), strategy, first_line: hits[0] + 1 }))
+    Some(Ok(Applied {
+        content: out,
+        count: hits.len(),
+        strategy,
+        first_line: hits[0] + 1,
+    }))
 }
 
 /// Decodes `\n`, `\t`, `\r`, `\"`, `\'` and `\\` when the text contains them; `None` when it has none
@@ -278,13 +326,34 @@ fn unescape(s: &str) -> Option<String> {
             continue;
         }
         match chars.next() {
-            Some('n') => { out.push('\n'); changed = true; }
-            Some('t') => { out.push('\t'); changed = true; }
-            Some('r') => { out.push('\r'); changed = true; }
-            Some('"') => { out.push('"'); changed = true; }
-            Some('\'') => { out.push('\''); changed = true; }
-            Some('\\') => { out.push('\\'); changed = true; }
-            Some(other) => { out.push('\\'); out.push(other); }
+            Some('n') => {
+                out.push('\n');
+                changed = true;
+            }
+            Some('t') => {
+                out.push('\t');
+                changed = true;
+            }
+            Some('r') => {
+                out.push('\r');
+                changed = true;
+            }
+            Some('"') => {
+                out.push('"');
+                changed = true;
+            }
+            Some('\'') => {
+                out.push('\'');
+                changed = true;
+            }
+            Some('\\') => {
+                out.push('\\');
+                changed = true;
+            }
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
             None => out.push('\\'),
         }
     }
@@ -292,12 +361,24 @@ fn unescape(s: &str) -> Option<String> {
 }
 
 fn line_of(content: &str, byte: usize) -> usize {
-    content.as_bytes()[..byte].iter().filter(|b| **b == b'\n').count() + 1
+    content.as_bytes()[..byte]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
 }
 
 fn ambiguous(content: &str, positions: &[usize], k: usize, strategy: &str) -> String {
-    let lines: Vec<String> = positions.iter().take(10).map(|p| line_of(content, *p).to_string()).collect();
-    let how = if strategy == "exact" { String::new() } else { format!(" ({strategy})") };
+    let lines: Vec<String> = positions
+        .iter()
+        .take(10)
+        .map(|p| line_of(content, *p).to_string())
+        .collect();
+    let how = if strategy == "exact" {
+        String::new()
+    } else {
+        format!(" ({strategy})")
+    };
     format!(
         "old_string matches {k} places{how}, at lines {}{}; include more surrounding lines to make it unique, or set replace_all=true to change all of them.",
         lines.join(", "),
@@ -329,8 +410,15 @@ fn not_found(content: &str, old: &str) -> String {
     }
     if best.1 == 0 {
         // No whole line matches: look for the first old line as a substring, trimmed.
-        let first = old_lines.iter().map(|l| l.trim()).find(|l| !l.is_empty()).unwrap_or("");
-        if let Some(i) = file_lines.iter().position(|l| !first.is_empty() && l.contains(first)) {
+        let first = old_lines
+            .iter()
+            .map(|l| l.trim())
+            .find(|l| !l.is_empty())
+            .unwrap_or("");
+        if let Some(i) = file_lines
+            .iter()
+            .position(|l| !first.is_empty() && l.contains(first))
+        {
             best = (i, 0);
         } else {
             return "old_string was not found in the file, and none of its lines occur there. The file may have changed: read it again with read_file and copy the text exactly (without the line-number prefix).".to_owned();
@@ -338,7 +426,9 @@ fn not_found(content: &str, old: &str) -> String {
     }
     let start = best.0;
     let end = (start + k).min(file_lines.len()).min(start + 30);
-    let region: String = (start..end).map(|i| format!("{:>6}\t{}\n", i + 1, file_lines[i])).collect();
+    let region: String = (start..end)
+        .map(|i| format!("{:>6}\t{}\n", i + 1, file_lines[i]))
+        .collect();
     format!(
         "old_string was not found in the file (not exactly, nor ignoring line endings, trailing whitespace or indentation). The closest region is lines {}-{} ({} of {} lines equal when trimmed):\n{region}Copy the text exactly from read_file output (without the line-number prefix) and try again.",
         start + 1,
@@ -348,15 +438,24 @@ fn not_found(content: &str, old: &str) -> String {
     )
 }
 
-fn read_text(ctx: &ToolContext, path: &str) -> Result<(crate::workspace::Resolved, String), crate::result::ToolFailure> {
+fn read_text(
+    ctx: &ToolContext,
+    path: &str,
+) -> Result<(crate::workspace::Resolved, String), crate::result::ToolFailure> {
     let r = ctx.workspace.resolve(path)?;
     let meta = std::fs::metadata(&r.abs).map_err(|e| io_refusal("edit", &r.rel, &e))?;
     if meta.is_dir() {
-        return Err(refuse(format!("{} is a directory; give a file path", r.rel)));
+        return Err(refuse(format!(
+            "{} is a directory; give a file path",
+            r.rel
+        )));
     }
     let bytes = std::fs::read(&r.abs).map_err(|e| io_refusal("read", &r.rel, &e))?;
     if looks_binary(&bytes[..bytes.len().min(8192)]) {
-        return Err(refuse(format!("{} is a binary file; edit_file only changes text files", r.rel)));
+        return Err(refuse(format!(
+            "{} is a binary file; edit_file only changes text files",
+            r.rel
+        )));
     }
     let text = String::from_utf8(bytes).map_err(|_| {
         refuse(format!("{} is not valid UTF-8; edit_file only changes UTF-8 text (use exec_shell for other encodings)", r.rel))
@@ -375,12 +474,22 @@ fn snippet(content: &str, first_line: usize, span: usize) -> String {
 
 fn run_edit(args: EditArgs, ctx: &ToolContext) -> ToolOutcome {
     let (r, text) = read_text(ctx, &args.path)?;
-    let applied = apply_edit(&text, &args.old_string, &args.new_string, args.replace_all.unwrap_or(false))
-        .map_err(|m| refuse(format!("edit_file {}: {m}", r.rel)))?;
-    write_atomic(&r.abs, applied.content.as_bytes()).map_err(|e| io_refusal("write", &r.rel, &e))?;
+    let applied = apply_edit(
+        &text,
+        &args.old_string,
+        &args.new_string,
+        args.replace_all.unwrap_or(false),
+    )
+    .map_err(|m| refuse(format!("edit_file {}: {m}", r.rel)))?;
+    write_atomic(&r.abs, applied.content.as_bytes())
+        .map_err(|e| io_refusal("write", &r.rel, &e))?;
     ctx.reads.record(&r.abs);
     let span = args.new_string.lines().count();
-    let how = if applied.strategy == "exact" { String::new() } else { format!(" (matched with {})", applied.strategy) };
+    let how = if applied.strategy == "exact" {
+        String::new()
+    } else {
+        format!(" (matched with {})", applied.strategy)
+    };
     Ok(ToolResult::text(format!(
         "Edited {}: replaced {} occurrence{}{how}. The changed region now reads:\n{}",
         r.rel,
@@ -393,13 +502,20 @@ fn run_edit(args: EditArgs, ctx: &ToolContext) -> ToolOutcome {
 
 fn run_multi(args: MultiArgs, ctx: &ToolContext) -> ToolOutcome {
     if args.edits.is_empty() {
-        return Err(refuse("multi_edit: edits is empty; give at least one {\"old_string\", \"new_string\"} pair"));
+        return Err(refuse(
+            "multi_edit: edits is empty; give at least one {\"old_string\", \"new_string\"} pair",
+        ));
     }
     let (r, text) = read_text(ctx, &args.path)?;
     let mut content = text;
     let mut report = Vec::new();
     for (i, e) in args.edits.iter().enumerate() {
-        match apply_edit(&content, &e.old_string, &e.new_string, e.replace_all.unwrap_or(false)) {
+        match apply_edit(
+            &content,
+            &e.old_string,
+            &e.new_string,
+            e.replace_all.unwrap_or(false),
+        ) {
             Ok(applied) => {
                 report.push(json!({"replacements": applied.count, "strategy": applied.strategy, "first_line": applied.first_line}));
                 content = applied.content;
@@ -416,8 +532,10 @@ fn run_multi(args: MultiArgs, ctx: &ToolContext) -> ToolOutcome {
     }
     write_atomic(&r.abs, content.as_bytes()).map_err(|e| io_refusal("write", &r.rel, &e))?;
     ctx.reads.record(&r.abs);
-    Ok(ToolResult::text(format!("Applied {} edits to {}.", args.edits.len(), r.rel))
-        .with_meta("edits", json!(report)))
+    Ok(
+        ToolResult::text(format!("Applied {} edits to {}.", args.edits.len(), r.rel))
+            .with_meta("edits", json!(report)),
+    )
 }
 
 #[cfg(test)]
@@ -429,9 +547,19 @@ mod tests {
         let a = apply_edit("a\nb\nc\n", "b", "B", false).unwrap();
         assert_eq!(a.content, "a\nB\nc\n");
         let e = apply_edit("x\nx\n", "x", "y", false).unwrap_err();
-        assert!(e.contains("matches 2 places") && e.contains("lines 1, 2"), "{e}");
-        assert_eq!(apply_edit("x\nx\n", "x", "y", true).unwrap().content, "y\ny\n");
-        assert!(apply_edit("x", "x", "x", false).unwrap_err().contains("identical"));
+        assert!(
+            e.contains("matches 2 places") && e.contains("lines 1, 2"),
+            "{e}"
+        );
+        assert_eq!(
+            apply_edit("x\nx\n", "x", "y", true).unwrap().content,
+            "y\ny\n"
+        );
+        assert!(
+            apply_edit("x", "x", "x", false)
+                .unwrap_err()
+                .contains("identical")
+        );
     }
 
     #[test]
@@ -441,14 +569,34 @@ mod tests {
         assert_eq!(a.content, "a\r\nB\r\nc\r\n");
         assert_eq!(a.strategy, "line endings");
         // Trailing whitespace in the file.
-        let a = apply_edit("fn f() {   \n    x();\n}\n", "fn f() {\n    x();", "fn g() {\n    x();", false).unwrap();
+        let a = apply_edit(
+            "fn f() {   \n    x();\n}\n",
+            "fn f() {\n    x();",
+            "fn g() {\n    x();",
+            false,
+        )
+        .unwrap();
         assert_eq!(a.content, "fn g() {\n    x();\n}\n");
         // Indentation differs: new text is re-indented.
-        let a = apply_edit("mod m {\n        let a = 1;\n        let b = 2;\n}\n", "let a = 1;\n    let b = 2;", "let a = 10;\n    let b = 20;", false);
+        let a = apply_edit(
+            "mod m {\n        let a = 1;\n        let b = 2;\n}\n",
+            "let a = 1;\n    let b = 2;",
+            "let a = 10;\n    let b = 20;",
+            false,
+        );
         let a = a.unwrap();
-        assert_eq!(a.content, "mod m {\n        let a = 10;\n        let b = 20;\n}\n");
+        assert_eq!(
+            a.content,
+            "mod m {\n        let a = 10;\n        let b = 20;\n}\n"
+        );
         // Escaped text.
-        let a = apply_edit("line one\nline two\n", "line one\\nline two", "line 1\\nline 2", false).unwrap();
+        let a = apply_edit(
+            "line one\nline two\n",
+            "line one\\nline two",
+            "line 1\\nline 2",
+            false,
+        )
+        .unwrap();
         assert_eq!(a.content, "line 1\nline 2\n");
         // Ambiguous after normalization is still an error.
         let e = apply_edit("  a\nb\n    a\nb\n", "a\nb", "c\nd", false).unwrap_err();
@@ -458,8 +606,17 @@ mod tests {
     #[test]
     fn failure_shows_closest_region() {
         let content = "fn main() {\n    let x = 1;\n    println!(\"{x}\");\n}\n";
-        let e = apply_edit(content, "    let x = 1;\n    println!(\"{y}\");", "z", false).unwrap_err();
-        assert!(e.contains("lines 2-3") && e.contains("     2\t    let x = 1;"), "{e}");
+        let e = apply_edit(
+            content,
+            "    let x = 1;\n    println!(\"{y}\");",
+            "z",
+            false,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("lines 2-3") && e.contains("     2\t    let x = 1;"),
+            "{e}"
+        );
         let e = apply_edit(content, "nothing like it", "z", false).unwrap_err();
         assert!(e.contains("none of its lines"), "{e}");
     }

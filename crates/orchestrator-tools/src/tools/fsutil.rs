@@ -81,12 +81,24 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 pub(crate) fn base64(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         out.push(B64[(n >> 18) as usize & 63] as char);
         out.push(B64[(n >> 12) as usize & 63] as char);
-        out.push(if chunk.len() > 1 { B64[(n >> 6) as usize & 63] as char } else { '=' });
-        out.push(if chunk.len() > 2 { B64[n as usize & 63] as char } else { '=' });
+        out.push(if chunk.len() > 1 {
+            B64[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        out.push(if chunk.len() > 2 {
+            B64[n as usize & 63] as char
+        } else {
+            '='
+        });
     }
     out
 }
@@ -117,7 +129,9 @@ mod tests {
         assert_eq!(base64(b"M"), "TQ==");
         assert!(looks_binary(b"abc\0def"));
         assert!(!looks_binary("héllo wörld ✅\n".as_bytes()));
-        assert!(looks_binary(&[0xff, 0xfe, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, b'a']));
+        assert!(looks_binary(&[
+            0xff, 0xfe, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87, b'a'
+        ]));
         assert!(is_crlf("a\r\nb\r\n"));
         assert!(!is_crlf("a\nb\n"));
         assert_eq!(to_eol("a\nb\r\n", true), "a\r\nb\r\n");

@@ -16,8 +16,22 @@ use crate::result::{ToolOutcome, ToolResult, io_refusal, refuse};
 
 /// Folders that are shown but never entered: they are large, generated and rarely what a model wants.
 pub const NOISE_DIRS: &[&str] = &[
-    ".git", "node_modules", "target", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache",
-    ".ruff_cache", ".tox", ".next", ".nuxt", ".gradle", ".idea", ".cache", "bower_components",
+    ".git",
+    "node_modules",
+    "target",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".tox",
+    ".next",
+    ".nuxt",
+    ".gradle",
+    ".idea",
+    ".cache",
+    "bower_components",
 ];
 pub const DEFAULT_DEPTH: u64 = 2;
 pub const MAX_DEPTH: u64 = 6;
@@ -91,7 +105,11 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         .follow_links(false)
         .filter_entry(|e| {
             // Noise folders are listed (so the model knows they exist) but not descended into.
-            !(e.depth() > 1 && e.path().parent().and_then(|p| p.file_name()).is_some_and(|n| NOISE_DIRS.iter().any(|d| n == *d)))
+            !(e.depth() > 1
+                && e.path()
+                    .parent()
+                    .and_then(|p| p.file_name())
+                    .is_some_and(|n| NOISE_DIRS.iter().any(|d| n == *d)))
         });
     let mut children: BTreeMap<PathBuf, Vec<Entry>> = BTreeMap::new();
     let mut total = 0usize;
@@ -105,15 +123,26 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
             continue;
         }
         let path = entry.path();
-        let Some(parent) = path.parent() else { continue };
+        let Some(parent) = path.parent() else {
+            continue;
+        };
         // A symlink that leads out of the workspace is listed but marked, never followed.
         let file_type = entry.file_type();
         let is_dir = file_type.is_some_and(|t| t.is_dir());
         let name = entry.file_name().to_string_lossy().into_owned();
         let noise = is_dir && NOISE_DIRS.contains(&name.as_str());
-        let size = if is_dir { 0 } else { entry.metadata().map(|m| m.len()).unwrap_or(0) };
+        let size = if is_dir {
+            0
+        } else {
+            entry.metadata().map(|m| m.len()).unwrap_or(0)
+        };
         total += 1;
-        children.entry(parent.to_owned()).or_default().push(Entry { name, is_dir, size, noise });
+        children.entry(parent.to_owned()).or_default().push(Entry {
+            name,
+            is_dir,
+            size,
+            noise,
+        });
     }
     for list in children.values_mut() {
         list.sort_by(|a, b| b.is_dir.cmp(&a.is_dir).then_with(|| a.name.cmp(&b.name)));
@@ -151,7 +180,9 @@ fn render(
     shown: &mut usize,
     out: &mut String,
 ) {
-    let Some(list) = children.get(dir) else { return };
+    let Some(list) = children.get(dir) else {
+        return;
+    };
     for e in list {
         if *shown >= limit {
             return;

@@ -6,11 +6,18 @@ use std::sync::Arc;
 use crate::policy::ApprovalClass;
 use crate::registry::{DeprecatedAlias, Profile, ToolHandler, ToolSpec};
 
+pub(crate) mod diagnostics;
 pub(crate) mod edit;
+pub(crate) mod fetch;
+pub(crate) mod find;
 pub(crate) mod fsutil;
+pub(crate) mod git;
+pub(crate) mod grep;
 pub(crate) mod list_dir;
+pub(crate) mod patch;
 pub(crate) mod read_file;
-pub(crate) mod shell;
+pub(crate) mod retrieve;
+pub mod shell;
 pub(crate) mod write_file;
 
 /// A tool definition as the modules write it; turned into a [`ToolSpec`].
@@ -56,10 +63,26 @@ pub(crate) fn schema(properties: Value, required: &[&str]) -> Value {
 
 /// The tools of a profile.
 pub(crate) fn builtin(profile: Profile) -> Vec<ToolSpec> {
-    let mut defs = vec![read_file::def(), list_dir::def()];
+    let mut defs = vec![
+        read_file::def(),
+        list_dir::def(),
+        grep::def(),
+        find::glob_def(),
+        find::search_def(),
+        retrieve::def(),
+    ];
     if profile != Profile::Minimal {
-        defs.extend([write_file::def(), edit::edit_file_def(), edit::multi_edit_def()]);
+        defs.extend([
+            write_file::def(),
+            edit::edit_file_def(),
+            edit::multi_edit_def(),
+            patch::def(),
+        ]);
         defs.extend(shell::defs());
+        defs.extend([git::status_def(), git::diff_def(), diagnostics::def()]);
+    }
+    if profile == Profile::Full {
+        defs.push(fetch::def());
     }
     defs.into_iter().map(ToolSpec::from).collect()
 }
@@ -70,7 +93,9 @@ pub(crate) fn builtin_aliases() -> Vec<DeprecatedAlias> {
         this_tool: old.to_owned(),
         use_instead: new.to_owned(),
         removed_in: "0.3.0".to_owned(),
-        message: format!("{old} is deprecated and will be removed in 0.3.0; call {new} instead (same arguments)"),
+        message: format!(
+            "{old} is deprecated and will be removed in 0.3.0; call {new} instead (same arguments)"
+        ),
     };
     vec![
         alias("list_directory", "list_dir"),

@@ -67,10 +67,16 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         )));
     }
     if !meta.is_file() {
-        return Err(refuse(format!("{} is not a regular file (a device, socket or pipe)", r.rel)));
+        return Err(refuse(format!(
+            "{} is not a regular file (a device, socket or pipe)",
+            r.rel
+        )));
     }
     let offset = args.offset.unwrap_or(1).max(1);
-    let limit = args.limit.unwrap_or(MAX_LINES as u64).clamp(1, MAX_LINES as u64) as usize;
+    let limit = args
+        .limit
+        .unwrap_or(MAX_LINES as u64)
+        .clamp(1, MAX_LINES as u64) as usize;
     let mut file = std::fs::File::open(&r.abs).map_err(|e| io_refusal("open", &r.rel, &e))?;
     let mut sample = vec![0u8; 8192];
     let n = read_up_to(&mut file, &mut sample).map_err(|e| io_refusal("read", &r.rel, &e))?;
@@ -87,7 +93,11 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
             )));
         }
         let data = std::fs::read(&r.abs).map_err(|e| io_refusal("read", &r.rel, &e))?;
-        let mut result = ToolResult::text(format!("Image {} ({media_type}, {})", r.rel, human_size(meta.len())));
+        let mut result = ToolResult::text(format!(
+            "Image {} ({media_type}, {})",
+            r.rel,
+            human_size(meta.len())
+        ));
         result.content.push(Content::Image {
             media_type: media_type.to_owned(),
             data: base64(&data),
@@ -105,14 +115,24 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
             "{} looks like a binary file ({}; {}), so it is not shown as text. If you need its bytes, use exec_shell with `xxd {} | head` or `file {}`",
             r.rel,
             human_size(meta.len()),
-            if sample.contains(&0) { "it contains NUL bytes" } else { "most of its first bytes are not text" },
+            if sample.contains(&0) {
+                "it contains NUL bytes"
+            } else {
+                "most of its first bytes are not text"
+            },
             r.rel,
             r.rel
         )));
     }
     drop(sample);
     let file = std::fs::File::open(&r.abs).map_err(|e| io_refusal("open", &r.rel, &e))?;
-    paginate(BufReader::with_capacity(64 * 1024, file), meta.len(), offset, limit, &r.rel)
+    paginate(
+        BufReader::with_capacity(64 * 1024, file),
+        meta.len(),
+        offset,
+        limit,
+        &r.rel,
+    )
 }
 
 fn read_up_to(file: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -158,13 +178,19 @@ fn pdf_text(path: &std::path::Path, rel: &str) -> Result<String, crate::result::
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(refuse(format!(
             "{rel} is a PDF; reading PDFs needs pdftotext, which is not installed (Debian package poppler-utils)"
         ))),
-        Err(e) => Err(refuse(format!("{rel} is a PDF and pdftotext could not be started: {e}"))),
+        Err(e) => Err(refuse(format!(
+            "{rel} is a PDF and pdftotext could not be started: {e}"
+        ))),
     }
 }
 
 /// Reads one line into `out` keeping at most `max` bytes; returns the line's full length (without
 /// its `\n`), or `None` at the end of the input.
-fn next_line(reader: &mut impl BufRead, max: usize, out: &mut Vec<u8>) -> std::io::Result<Option<usize>> {
+fn next_line(
+    reader: &mut impl BufRead,
+    max: usize,
+    out: &mut Vec<u8>,
+) -> std::io::Result<Option<usize>> {
     out.clear();
     let mut total = 0usize;
     let mut any = false;
@@ -210,7 +236,13 @@ fn count_rest(reader: &mut impl BufRead) -> std::io::Result<u64> {
     Ok(lines + u64::from(last != b'\n'))
 }
 
-fn paginate(mut reader: impl BufRead, size: u64, offset: u64, limit: usize, rel: &str) -> ToolOutcome {
+fn paginate(
+    mut reader: impl BufRead,
+    size: u64,
+    offset: u64,
+    limit: usize,
+    rel: &str,
+) -> ToolOutcome {
     if size == 0 {
         return Ok(ToolResult::text(format!("{rel} is empty (0 bytes)."))
             .with_meta("total_lines", json!(0)));
@@ -323,9 +355,15 @@ mod tests {
     use super::*;
 
     fn page(text: &str, offset: u64, limit: usize) -> String {
-        paginate(BufReader::new(text.as_bytes()), text.len() as u64, offset, limit, "f")
-            .unwrap()
-            .joined_text()
+        paginate(
+            BufReader::new(text.as_bytes()),
+            text.len() as u64,
+            offset,
+            limit,
+            "f",
+        )
+        .unwrap()
+        .joined_text()
     }
 
     #[test]
@@ -333,7 +371,10 @@ mod tests {
         let text: String = (1..=10).map(|i| format!("l{i}\n")).collect();
         let p = page(&text, 3, 2);
         assert!(p.starts_with("     3\tl3\n     4\tl4\n"), "{p}");
-        assert!(p.ends_with("Showing lines 3-4 of 10 total. Use offset=5 to continue."), "{p}");
+        assert!(
+            p.ends_with("Showing lines 3-4 of 10 total. Use offset=5 to continue."),
+            "{p}"
+        );
         let p = page(&text, 9, 5);
         assert!(p.ends_with("Showing lines 9-10 of 10 total."), "{p}");
         assert!(paginate(BufReader::new(text.as_bytes()), 30, 11, 5, "f").is_err());
@@ -349,6 +390,10 @@ mod tests {
         let text: String = (1..=2000).map(|i| format!("{i:0>100}\n")).collect();
         let p = page(&text, 1, 2000);
         assert!(p.len() <= MAX_BYTES + 300);
-        assert!(p.contains("of 2000 total. Use offset="), "{}", &p[p.len() - 200..]);
+        assert!(
+            p.contains("of 2000 total. Use offset="),
+            "{}",
+            &p[p.len() - 200..]
+        );
     }
 }

@@ -1,13 +1,650 @@
-//! exec_shell and its background jobs (placeholder while the family is written).
+//! exec_shell and its background jobs: exec_shell_wait, exec_shell_interact, exec_shell_cancel.
+//!
+//! Every command runs in its own process group, so that a timeout or a cancel kills the command and
+//! everything it started (a test runner's workers, a `sleep` in a pipeline), not only the shell. Output
+//! is merged (stdout and stderr in arrival order, as in a terminal) and held in bounded buffers: a
+//! foreground command keeps its first and last [`FG_KEEP`] bytes, a background job a ring of its last
+//! [`JOB_BUFFER`] bytes, whatever the command prints. Jobs belong to the [`ToolContext`] that started
+//! them and die with it.
 
-/// Background jobs of one context.
-#[derive(Debug, Default)]
-pub struct JobTable {}
+use std::collections::{HashMap, VecDeque};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-impl JobTable {
-    pub(crate) async fn kill_all(&self) {}
+use serde::Deserialize;
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::{ToolDef, schema};
+use crate::context::ToolContext;
+use crate::policy::ApprovalClass;
+use crate::registry::asynchronous;
+use crate::result::{ToolOutcome, ToolResult, refuse};
+
+pub const DEFAULT_TIMEOUT_SECS: u64 = 120;
+pub const MAX_TIMEOUT_SECS: u64 = 600;
+/// A foreground command keeps this many bytes of its output's start and of its end.
+pub const FG_KEEP: usize = 128 * 1024;
+/// A background job keeps this many of its latest output bytes.
+pub const JOB_BUFFER: usize = 1024 * 1024;
+pub const MAX_JOBS: usize = 16;
+/// How long a cancelled group gets between SIGTERM and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+/// How long to wait for the pipes to close after the shell itself exited.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExecArgs {
+    pub(crate) command: String,
+    pub(crate) timeout: Option<u64>,
+    pub(crate) background: Option<bool>,
+    pub(crate) cwd: Option<String>,
 }
 
-pub(crate) fn defs() -> Vec<super::ToolDef> {
-    Vec::new()
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WaitArgs {
+    job_id: Option<String>,
+    timeout: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InteractArgs {
+    job_id: String,
+    input: Option<String>,
+    close_stdin: Option<bool>,
+    wait_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CancelArgs {
+    job_id: String,
+}
+
+pub(crate) fn defs() -> Vec<ToolDef> {
+    vec![
+        ToolDef {
+            name: "exec_shell",
+            description: "Run a shell command (bash -c) in the workspace, with merged stdout and stderr and the exit code. Times out after 120 s by default (timeout in seconds, at most 600); a timeout kills the whole process group. For servers, watchers and anything longer, set background=true: you get a job id to use with exec_shell_wait (output and status), exec_shell_interact (stdin) and exec_shell_cancel. Output keeps its first and last 128 KB. Prefer read_file, grep_files, glob and list_dir over cat, grep, find and ls: they are bounded and confined to the workspace.",
+            schema: schema(
+                json!({
+                    "command": {"type": "string", "description": "The command line, run with bash -c."},
+                    "timeout": {"type": "integer", "minimum": 1, "description": "Seconds before the command is killed (default 120, at most 600). Ignored for background jobs."},
+                    "background": {"type": "boolean", "description": "Start as a background job and return its id at once (default false)."},
+                    "cwd": {"type": "string", "description": "Working directory relative to the workspace root (default the root)."}
+                }),
+                &["command"],
+            ),
+            read_only: false,
+            approval: ApprovalClass::Shell,
+            aliases: &[
+                ("run_in_background", "background"),
+                ("workdir", "cwd"),
+                ("working_directory", "cwd"),
+            ],
+            example: json!({"command": "cargo test -p orchestrator-tools", "timeout": 300}),
+            handler: asynchronous("exec_shell", exec),
+        },
+        ToolDef {
+            name: "exec_shell_wait",
+            description: "Wait for a background job to finish, at most timeout seconds (default 30, at most 600), and return the output it printed since the last look plus its status. Without job_id, list the jobs of this session with their status.",
+            schema: schema(
+                json!({
+                    "job_id": {"type": "string", "description": "The id exec_shell returned; omit to list jobs."},
+                    "timeout": {"type": "integer", "minimum": 0, "description": "Seconds to wait for the job to exit (default 30, at most 600; 0 to just look)."}
+                }),
+                &[],
+            ),
+            read_only: true,
+            approval: ApprovalClass::Read,
+            aliases: &[],
+            example: json!({"job_id": "job-1", "timeout": 60}),
+            handler: asynchronous("exec_shell_wait", wait),
+        },
+        ToolDef {
+            name: "exec_shell_interact",
+            description: "Send input to a background job's stdin (add \\n to end a line), optionally close stdin, then wait wait_ms milliseconds (default 500, at most 30000) and return the new output.",
+            schema: schema(
+                json!({
+                    "job_id": {"type": "string", "description": "The job id."},
+                    "input": {"type": "string", "description": "Text to write to stdin."},
+                    "close_stdin": {"type": "boolean", "description": "Close stdin after writing (sends end of file; default false)."},
+                    "wait_ms": {"type": "integer", "minimum": 0, "description": "Milliseconds to wait for output (default 500, at most 30000)."}
+                }),
+                &["job_id"],
+            ),
+            read_only: false,
+            approval: ApprovalClass::Shell,
+            aliases: &[("stdin", "input"), ("chars", "input")],
+            example: json!({"job_id": "job-1", "input": "yes\n"}),
+            handler: asynchronous("exec_shell_interact", interact),
+        },
+        ToolDef {
+            name: "exec_shell_cancel",
+            description: "Stop a background job: its whole process group gets SIGTERM, then SIGKILL after 2 s. Returns its last output.",
+            schema: schema(
+                json!({"job_id": {"type": "string", "description": "The job id."}}),
+                &["job_id"],
+            ),
+            read_only: false,
+            approval: ApprovalClass::Shell,
+            aliases: &[],
+            example: json!({"job_id": "job-1"}),
+            handler: asynchronous("exec_shell_cancel", cancel),
+        },
+    ]
+}
+
+/// How a process ended.
+#[derive(Debug, Clone)]
+struct ExitInfo {
+    code: Option<i32>,
+    signal: Option<i32>,
+    elapsed: Duration,
+}
+
+impl ExitInfo {
+    fn describe(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(c), _) => format!("exit code {c} after {:.1} s", self.elapsed.as_secs_f64()),
+            (None, Some(s)) => format!(
+                "killed by signal {s} after {:.1} s",
+                self.elapsed.as_secs_f64()
+            ),
+            _ => format!("ended after {:.1} s", self.elapsed.as_secs_f64()),
+        }
+    }
+}
+
+/// The output of a foreground command: head and tail kept, the middle counted.
+#[derive(Default)]
+struct HeadTail {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+}
+
+impl HeadTail {
+    fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let room = FG_KEEP.saturating_sub(self.head.len());
+        let (h, rest) = bytes.split_at(room.min(bytes.len()));
+        self.head.extend_from_slice(h);
+        self.tail.extend(rest);
+        while self.tail.len() > FG_KEEP {
+            self.tail.pop_front();
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut s = String::from_utf8_lossy(&self.head).into_owned();
+        let dropped = self.total - self.head.len() as u64 - self.tail.len() as u64;
+        if dropped > 0 {
+            s.push_str(&format!("\n[... {dropped} bytes of output omitted ...]\n"));
+        }
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        s.push_str(&String::from_utf8_lossy(&tail));
+        s
+    }
+}
+
+/// The output of a background job: a ring of its latest bytes and how far the model has read.
+#[derive(Default)]
+struct Ring {
+    buf: VecDeque<u8>,
+    total: u64,
+    read: u64,
+}
+
+impl Ring {
+    fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        self.buf.extend(bytes);
+        while self.buf.len() > JOB_BUFFER {
+            self.buf.pop_front();
+        }
+    }
+
+    /// The output since the last call, with a note when some of it was dropped from the ring.
+    fn take_new(&mut self) -> String {
+        let start = self.total - self.buf.len() as u64;
+        let mut out = String::new();
+        let from = if self.read < start {
+            out.push_str(&format!("[... {} bytes dropped: the job printed more than the {JOB_BUFFER}-byte buffer between looks ...]\n", start - self.read));
+            start
+        } else {
+            self.read
+        };
+        let skip = (from - start) as usize;
+        let bytes: Vec<u8> = self.buf.iter().skip(skip).copied().collect();
+        out.push_str(&String::from_utf8_lossy(&bytes));
+        self.read = self.total;
+        out
+    }
+}
+
+trait Output: Send + 'static {
+    fn push(&mut self, bytes: &[u8]);
+}
+impl Output for HeadTail {
+    fn push(&mut self, bytes: &[u8]) {
+        HeadTail::push(self, bytes)
+    }
+}
+impl Output for Ring {
+    fn push(&mut self, bytes: &[u8]) {
+        Ring::push(self, bytes)
+    }
+}
+
+fn pump<R, O>(mut reader: R, out: Arc<Mutex<O>>) -> tokio::task::JoinHandle<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    O: Output,
+{
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if let Ok(mut o) = out.lock() {
+                        o.push(&buf[..n]);
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Sends `signal` to the process group `pgid`.
+fn signal_group(pgid: i32, signal: nix::sys::signal::Signal) {
+    if pgid > 0 {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), signal);
+    }
+}
+
+fn group_alive(pgid: i32) -> bool {
+    pgid > 0 && nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok()
+}
+
+async fn terminate_group(pgid: i32) {
+    signal_group(pgid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + KILL_GRACE;
+    while group_alive(pgid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
+}
+
+fn shell_command(command: &str, cwd: &std::path::Path) -> tokio::process::Command {
+    let shell = if std::path::Path::new("/bin/bash").exists() {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    };
+    let mut cmd = tokio::process::Command::new(shell);
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .process_group(0)
+        // Pagers and colour codes are noise for a model.
+        .env("PAGER", "cat")
+        .env("GIT_PAGER", "cat")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+fn exit_info(status: std::process::ExitStatus, started: Instant) -> ExitInfo {
+    use std::os::unix::process::ExitStatusExt;
+    ExitInfo {
+        code: status.code(),
+        signal: status.signal(),
+        elapsed: started.elapsed(),
+    }
+}
+
+pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
+    if args.command.trim().is_empty() {
+        return Err(refuse("exec_shell: command is empty"));
+    }
+    let cwd = ctx.workspace.resolve(args.cwd.as_deref().unwrap_or("."))?;
+    if !cwd.abs.is_dir() {
+        return Err(refuse(format!(
+            "exec_shell: cwd {} is not a directory in the workspace",
+            cwd.rel
+        )));
+    }
+    if args.background.unwrap_or(false) {
+        return ctx.jobs.start(&args.command, &cwd.abs, &cwd.rel).await;
+    }
+    let timeout_secs = args.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
+    if timeout_secs > MAX_TIMEOUT_SECS {
+        return Err(refuse(format!(
+            "exec_shell: timeout {timeout_secs} s is over the maximum of {MAX_TIMEOUT_SECS} s; for longer commands use background=true and exec_shell_wait"
+        )));
+    }
+    let mut cmd = shell_command(&args.command, &cwd.abs);
+    cmd.stdin(Stdio::null());
+    let started = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| refuse(format!("exec_shell: could not start the shell: {e}")))?;
+    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    let out = Arc::new(Mutex::new(HeadTail::default()));
+    let readers = [
+        child.stdout.take().map(|s| pump(s, out.clone())),
+        child.stderr.take().map(|s| pump(s, out.clone())),
+    ];
+    let waited = tokio::time::timeout(Duration::from_secs(timeout_secs), child.wait()).await;
+    let (info, timed_out) = match waited {
+        Ok(Ok(status)) => (Some(exit_info(status, started)), false),
+        Ok(Err(e)) => {
+            return Err(refuse(format!(
+                "exec_shell: waiting for the command failed: {e}"
+            )));
+        }
+        Err(_) => {
+            terminate_group(pgid).await;
+            let status = child.wait().await.ok().map(|s| exit_info(s, started));
+            (status, true)
+        }
+    };
+    // Processes the command left running in its group hold the pipes open: give them a moment,
+    // then end them, since a foreground command owns its group.
+    let drain = async {
+        for r in readers.into_iter().flatten() {
+            let _ = r.await;
+        }
+    };
+    if tokio::time::timeout(DRAIN_GRACE, drain).await.is_err() {
+        signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
+    }
+    let text = out.lock().map(|o| o.render()).unwrap_or_default();
+    let elapsed = started.elapsed().as_secs_f64();
+    if timed_out {
+        let mut result = ToolResult::error(format!(
+            "{text}\n[Timed out after {timeout_secs} s: the command and its process group were killed. To run it longer, use background=true and poll with exec_shell_wait, or pass a larger timeout (at most {MAX_TIMEOUT_SECS} s).]"
+        ));
+        result.metadata.insert(
+            "exit".into(),
+            json!({"timed_out": true, "duration_secs": elapsed}),
+        );
+        return Ok(result);
+    }
+    let info = info.unwrap_or(ExitInfo {
+        code: None,
+        signal: None,
+        elapsed: started.elapsed(),
+    });
+    let success = info.code == Some(0);
+    let body = if text.is_empty() {
+        "(no output)\n".to_owned()
+    } else if text.ends_with('\n') {
+        text
+    } else {
+        format!("{text}\n")
+    };
+    let mut result = ToolResult::text(format!("{body}[{}]", info.describe()));
+    result.is_error = !success;
+    result.metadata.insert("exit".into(), json!({"code": info.code, "signal": info.signal, "duration_secs": elapsed, "timed_out": false}));
+    Ok(result)
+}
+
+/// One background job.
+struct Job {
+    id: String,
+    command: String,
+    cwd: String,
+    started: Instant,
+    pgid: i32,
+    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    output: Arc<Mutex<Ring>>,
+    status: watch::Receiver<Option<ExitInfo>>,
+}
+
+impl Job {
+    fn status_text(&self) -> String {
+        match self.status.borrow().as_ref() {
+            Some(info) => format!("finished: {}", info.describe()),
+            None => format!("running for {:.1} s", self.started.elapsed().as_secs_f64()),
+        }
+    }
+
+    fn report(&self, output: String) -> ToolResult {
+        let finished = self.status.borrow().clone();
+        let body = if output.is_empty() {
+            "(no new output)\n".to_owned()
+        } else if output.ends_with('\n') {
+            output
+        } else {
+            format!("{output}\n")
+        };
+        let mut result = ToolResult::text(format!(
+            "{body}[{} `{}`: {}]",
+            self.id,
+            self.command,
+            self.status_text()
+        ));
+        result.metadata.insert(
+            "job".into(),
+            json!({"id": self.id, "running": finished.is_none(), "exit_code": finished.as_ref().and_then(|f| f.code), "signal": finished.as_ref().and_then(|f| f.signal)}),
+        );
+        result
+    }
+}
+
+/// The background jobs of one context.
+#[derive(Default)]
+pub struct JobTable {
+    next: AtomicU64,
+    jobs: Mutex<HashMap<String, Arc<Job>>>,
+}
+
+impl std::fmt::Debug for JobTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobTable").finish_non_exhaustive()
+    }
+}
+
+impl Drop for JobTable {
+    /// Jobs die with their session: no process outlives the context that started it.
+    fn drop(&mut self) {
+        if let Ok(jobs) = self.jobs.lock() {
+            for job in jobs.values() {
+                if job.status.borrow().is_none() {
+                    signal_group(job.pgid, nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+impl JobTable {
+    fn get(&self, id: &str) -> Result<Arc<Job>, crate::result::ToolFailure> {
+        let jobs = self
+            .jobs
+            .lock()
+            .map_err(|_| refuse("the job table is unavailable"))?;
+        jobs.get(id.trim()).cloned().ok_or_else(|| {
+            let mut known: Vec<&String> = jobs.keys().collect();
+            known.sort();
+            refuse(format!(
+                "there is no job {id:?} in this session{}; exec_shell_wait without job_id lists the jobs",
+                if known.is_empty() { String::new() } else { format!(" (jobs: {})", known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")) }
+            ))
+        })
+    }
+
+    async fn start(&self, command: &str, cwd: &std::path::Path, cwd_rel: &str) -> ToolOutcome {
+        let running = self
+            .jobs
+            .lock()
+            .map(|j| j.values().filter(|j| j.status.borrow().is_none()).count())
+            .unwrap_or(0);
+        if running >= MAX_JOBS {
+            return Err(refuse(format!(
+                "{running} background jobs are already running (at most {MAX_JOBS}); cancel one with exec_shell_cancel first"
+            )));
+        }
+        let mut cmd = shell_command(command, cwd);
+        cmd.stdin(Stdio::piped());
+        let started = Instant::now();
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| refuse(format!("exec_shell: could not start the shell: {e}")))?;
+        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        let output = Arc::new(Mutex::new(Ring::default()));
+        if let Some(s) = child.stdout.take() {
+            pump(s, output.clone());
+        }
+        if let Some(s) = child.stderr.take() {
+            pump(s, output.clone());
+        }
+        let stdin = child.stdin.take();
+        let (tx, rx) = watch::channel(None);
+        tokio::spawn(async move {
+            let info = match child.wait().await {
+                Ok(status) => exit_info(status, started),
+                Err(_) => ExitInfo {
+                    code: None,
+                    signal: None,
+                    elapsed: started.elapsed(),
+                },
+            };
+            let _ = tx.send(Some(info));
+        });
+        let id = format!("job-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
+        let job = Arc::new(Job {
+            id: id.clone(),
+            command: command.to_owned(),
+            cwd: cwd_rel.to_owned(),
+            started,
+            pgid,
+            stdin: tokio::sync::Mutex::new(stdin),
+            output,
+            status: rx,
+        });
+        if let Ok(mut jobs) = self.jobs.lock() {
+            jobs.insert(id.clone(), job);
+        }
+        Ok(ToolResult::text(format!(
+            "Started background job {id} (process group {pgid}) in {cwd_rel}: `{command}`. Use exec_shell_wait with {{\"job_id\": \"{id}\"}} for its output and status, exec_shell_interact to write to its stdin, exec_shell_cancel to stop it."
+        ))
+        .with_meta("job", json!({"id": id, "running": true, "pgid": pgid})))
+    }
+
+    fn list(&self) -> ToolResult {
+        let jobs: Vec<Arc<Job>> = self
+            .jobs
+            .lock()
+            .map(|j| j.values().cloned().collect())
+            .unwrap_or_default();
+        let mut jobs = jobs;
+        jobs.sort_by_key(|j| j.started);
+        if jobs.is_empty() {
+            return ToolResult::text("No background jobs in this session. Start one with exec_shell and background=true.").with_meta("jobs", json!([]));
+        }
+        let mut text = String::from("Background jobs:\n");
+        let mut meta = Vec::new();
+        for j in &jobs {
+            text.push_str(&format!(
+                "{}  {}  (in {})  `{}`\n",
+                j.id,
+                j.status_text(),
+                j.cwd,
+                j.command
+            ));
+            meta.push(
+                json!({"id": j.id, "command": j.command, "running": j.status.borrow().is_none()}),
+            );
+        }
+        ToolResult::text(text).with_meta("jobs", json!(meta))
+    }
+
+    pub(crate) async fn kill_all(&self) {
+        let jobs: Vec<Arc<Job>> = self
+            .jobs
+            .lock()
+            .map(|j| j.values().cloned().collect())
+            .unwrap_or_default();
+        for job in jobs {
+            if job.status.borrow().is_none() {
+                terminate_group(job.pgid).await;
+            }
+        }
+    }
+}
+
+fn take_output(job: &Job) -> String {
+    job.output
+        .lock()
+        .map(|mut o| o.take_new())
+        .unwrap_or_default()
+}
+
+/// Waits until the job's status is set or `limit` passes; then gives the readers a moment to catch up.
+async fn wait_exit(job: &Job, limit: Duration) {
+    let mut rx = job.status.clone();
+    let _ = tokio::time::timeout(limit, rx.wait_for(|s| s.is_some())).await;
+    if job.status.borrow().is_some() {
+        // Output written just before exit may still be in the pipe.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait(args: WaitArgs, ctx: ToolContext) -> ToolOutcome {
+    let Some(id) = args.job_id else {
+        return Ok(ctx.jobs.list());
+    };
+    let job = ctx.jobs.get(&id)?;
+    let secs = args.timeout.unwrap_or(30).min(MAX_TIMEOUT_SECS);
+    wait_exit(&job, Duration::from_secs(secs)).await;
+    Ok(job.report(take_output(&job)))
+}
+
+async fn interact(args: InteractArgs, ctx: ToolContext) -> ToolOutcome {
+    let job = ctx.jobs.get(&args.job_id)?;
+    {
+        let mut stdin = job.stdin.lock().await;
+        if let Some(input) = &args.input {
+            let Some(pipe) = stdin.as_mut() else {
+                return Err(refuse(format!("{}: stdin is closed", job.id)));
+            };
+            if let Err(e) = pipe
+                .write_all(input.as_bytes())
+                .await
+                .and(pipe.flush().await)
+            {
+                return Err(refuse(format!(
+                    "{}: writing to stdin failed ({e}); the job may have exited",
+                    job.id
+                )));
+            }
+        }
+        if args.close_stdin.unwrap_or(false) {
+            *stdin = None;
+        }
+    }
+    let ms = args.wait_ms.unwrap_or(500).min(30_000);
+    wait_exit(&job, Duration::from_millis(ms)).await;
+    Ok(job.report(take_output(&job)))
+}
+
+async fn cancel(args: CancelArgs, ctx: ToolContext) -> ToolOutcome {
+    let job = ctx.jobs.get(&args.job_id)?;
+    if job.status.borrow().is_none() {
+        terminate_group(job.pgid).await;
+        wait_exit(&job, Duration::from_secs(5)).await;
+    }
+    Ok(job.report(take_output(&job)))
 }

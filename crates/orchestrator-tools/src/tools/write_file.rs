@@ -41,7 +41,10 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve(&args.path)?;
     let existed = match std::fs::metadata(&r.abs) {
         Ok(m) if m.is_dir() => {
-            return Err(refuse(format!("{} is a directory; give a file path", r.rel)));
+            return Err(refuse(format!(
+                "{} is a directory; give a file path",
+                r.rel
+            )));
         }
         Ok(_) => true,
         Err(_) => false,
@@ -61,5 +64,8 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         r.rel,
         args.content.len()
     ))
-    .with_meta("file", json!({"path": r.rel, "created": !existed, "bytes": args.content.len()})))
+    .with_meta(
+        "file",
+        json!({"path": r.rel, "created": !existed, "bytes": args.content.len()}),
+    ))
 }

@@ -103,6 +103,7 @@ fn finished(
         _ => None,
     };
     if let Some(stopped) = stopped {
+        tracing::info!(gate = %spec.name, pgid = run.pgid, "{stopped}; its process group was killed");
         // The last line a killed gate printed is a clue, not the story: say first why it stopped.
         summary.text = if saw_output {
             format!("{stopped}: {}", summary.text)

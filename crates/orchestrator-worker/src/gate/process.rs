@@ -219,7 +219,12 @@ async fn end_group(pgid: Pid, child: &mut Child) -> io::Result<Ended> {
     signal_group(pgid, Signal::SIGKILL);
     let status = match status {
         Some(status) => status,
-        None => child.wait().await?,
+        None => {
+            // The shell is killed by its pid too, so the wait below cannot hang even if signalling
+            // the group failed.
+            child.start_kill().ok();
+            child.wait().await?
+        }
     };
     // SIGKILL cannot be ignored, but the kernel takes a moment to tear processes down; wait for it
     // (bounded: a process stuck in uninterruptible IO is beyond our reach).
@@ -445,7 +450,8 @@ mod tests {
 
     #[tokio::test]
     async fn large_output_keeps_head_and_tail() {
-        let total: u64 = 50_000_000;
+        // About 50 MB of whole `0123456789\n` lines.
+        let total: u64 = 11 * 4_545_455;
         let command = format!("echo START; yes 0123456789 | head -c {total}; echo END");
         let dir = tempfile::tempdir().expect("tempdir");
         let cap = 1024 * 1024;

@@ -1086,6 +1086,20 @@ error: 0 tests failed
                 text: "test a ... ok",
             },
             Case {
+                name: "two runners in one gate add up",
+                verdict: Verdict::Failed,
+                output: "\
+test result: ok. 5 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s
+FAILED tests/test_api.py::test_login - KeyError: 'user'
+========================= 1 failed, 2 passed in 1.05s ==========================
+",
+                runner: Some("cargo-test+pytest"),
+                counts: (Some(7), Some(1), Some(0)),
+                failing: &["tests/test_api.py::test_login"],
+                kind: Some(FailureKind::Test),
+                text: "7 passed, 1 failed (cargo-test+pytest)",
+            },
+            Case {
                 name: "empty output",
                 verdict: Verdict::Failed,
                 output: "",

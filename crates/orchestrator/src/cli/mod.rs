@@ -4,9 +4,11 @@
 //! every error names the flag the user typed.
 
 mod artifact;
+mod mcp;
 mod run;
 mod serve;
 mod task;
+mod tool;
 mod views;
 
 use anyhow::Context;
@@ -23,6 +25,8 @@ Examples:
   orchestrator task read 42 --json
   orchestrator task events 42 --follow
   orchestrator run --gate 'cargo test' --gate 'cargo clippy -- -D warnings'
+  orchestrator tool run read_file --workspace . --args '{\"path\": \"README.md\"}'
+  orchestrator mcp --workspace .                   expose the tools to an MCP client over stdio
 
 Exit codes: 0 success; 1 failure (or the task failed); 2 usage; 3 not found; 4 conflict with the
 task's state; 5 store unavailable; 6 invalid input; 7 the task was canceled.";
@@ -44,7 +48,13 @@ pub struct GlobalArgs {
     pub home: Option<PathBuf>,
     /// Store URL: postgres://USER@HOST/DB for a shared PostgreSQL, or sqlite://PATH. Defaults to
     /// orchestrator.db in the home directory.
-    #[arg(long, global = true, env = "ORCHESTRATOR_DATABASE_URL", value_name = "URL", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "ORCHESTRATOR_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub database_url: Option<String>,
     /// More log output on stderr (-v info, -vv debug). ORCHESTRATOR_LOG takes a full filter.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -63,6 +73,10 @@ pub enum Command {
     /// Read artifacts: gate logs and other kept output.
     #[command(subcommand)]
     Artifact(artifact::ArtifactCommand),
+    /// List the agent tools or call one by hand in a workspace.
+    Tool(tool::ToolArgs),
+    /// Serve the agent tools to an MCP client over stdio.
+    Mcp(mcp::McpArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -72,6 +86,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(&global, args).await,
         Command::Task(command) => task::run(&global, command).await,
         Command::Artifact(command) => artifact::run(&global, command).await,
+        Command::Tool(args) => tool::run(&global.home()?, args).await,
+        Command::Mcp(args) => mcp::run(&global.home()?, args).await,
     }
 }
 
@@ -114,10 +130,7 @@ pub fn workspace_dir(given: Option<&PathBuf>) -> anyhow::Result<String> {
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let absolute = std::fs::canonicalize(&dir).map_err(|e| {
-        crate::exit::CliError::Invalid(format!(
-            "workspace {} cannot be used: {e}",
-            dir.display()
-        ))
+        crate::exit::CliError::Invalid(format!("workspace {} cannot be used: {e}", dir.display()))
     })?;
     if !absolute.is_dir() {
         return Err(crate::exit::CliError::Invalid(format!(

@@ -54,7 +54,8 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     let home = global.home()?;
     let token = api_token(&home)?;
     let store = global.open_store().await?;
-    let mut pool = PoolConfig::new(new_worker_id()).with_lease(Duration::from_secs(args.lease_seconds));
+    let mut pool =
+        PoolConfig::new(new_worker_id()).with_lease(Duration::from_secs(args.lease_seconds));
     pool.slots = args.workers;
     pool.queues = args.queues.clone();
     pool.shutdown_grace = Duration::from_secs(args.shutdown_grace_seconds);
@@ -64,7 +65,9 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         pool.poll_interval = SQLITE_POLL_INTERVAL;
     }
     let rescuer = RescuerConfig {
-        interval: Duration::from_secs(args.lease_seconds).div_f64(2.0).max(Duration::from_millis(500)),
+        interval: Duration::from_secs(args.lease_seconds)
+            .div_f64(2.0)
+            .max(Duration::from_millis(500)),
         ..RescuerConfig::default()
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -101,7 +104,10 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
 /// First SIGINT/SIGTERM: graceful shutdown. Second: exit now.
 async fn signals(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
         tracing::warn!("cannot install signal handlers; stop the daemon with SIGKILL");
         return;
     };

@@ -22,13 +22,19 @@ Examples:
   orchestrator task create --title 'nightly' --gate 'make check' --run-after 2h --priority 5 --json")]
     Create(CreateArgs),
     /// List tasks, newest first.
-    #[command(after_help = "Examples:\n  orchestrator task list\n  orchestrator task list --state failed --limit 10 --json")]
+    #[command(
+        after_help = "Examples:\n  orchestrator task list\n  orchestrator task list --state failed --limit 10 --json"
+    )]
     List(ListArgs),
     /// Show a task with its gates and their evidence.
-    #[command(after_help = "Examples:\n  orchestrator task read 42\n  orchestrator task read 42 --json | jq '.gates[].verdict'")]
+    #[command(
+        after_help = "Examples:\n  orchestrator task read 42\n  orchestrator task read 42 --json | jq '.gates[].verdict'"
+    )]
     Read(IdArgs),
     /// Print a task's events; with --follow, keep printing until the task finishes.
-    #[command(after_help = "Examples:\n  orchestrator task events 42\n  orchestrator task events 42 --follow --json")]
+    #[command(
+        after_help = "Examples:\n  orchestrator task events 42\n  orchestrator task events 42 --follow --json"
+    )]
     Events(EventsArgs),
     /// Cancel a task: a queued one at once, a running one by killing its gate's process group.
     #[command(after_help = "Example:\n  orchestrator task cancel 42")]
@@ -122,10 +128,7 @@ pub fn build_task(
     // Check the cheap things first, so `--gate ''` is reported before a bad workspace.
     task.validate()?;
     if task.gates.is_empty() {
-        return Err(CliError::Invalid(
-            "nothing to do: give at least one --gate CMD".into(),
-        )
-        .into());
+        return Err(CliError::Invalid("nothing to do: give at least one --gate CMD".into()).into());
     }
     task.workspace = Some(super::workspace_dir(workspace)?);
     Ok(task)
@@ -212,7 +215,9 @@ async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     output::table(
-        &["ID", "STATE", "ATTEMPT", "QUEUE", "PRIO", "UPDATED", "TITLE"],
+        &[
+            "ID", "STATE", "ATTEMPT", "QUEUE", "PRIO", "UPDATED", "TITLE",
+        ],
         &rows,
     )?;
     Ok(ExitCode::SUCCESS)
@@ -231,7 +236,11 @@ async fn read(global: &GlobalArgs, args: IdArgs) -> anyhow::Result<ExitCode> {
     println!(
         "state      {}{}",
         view.state,
-        if view.cancel_requested { " (cancel requested)" } else { "" }
+        if view.cancel_requested {
+            " (cancel requested)"
+        } else {
+            ""
+        }
     );
     println!("attempt    {} of {}", view.attempt, view.max_attempts);
     println!("queue      {} (priority {})", view.queue, view.priority);
@@ -260,20 +269,34 @@ async fn read(global: &GlobalArgs, args: IdArgs) -> anyhow::Result<ExitCode> {
                 vec![
                     g.name.clone(),
                     g.verdict.clone().unwrap_or_else(|| "-".into()),
-                    g.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
-                    g.duration_ms.map(output::duration).unwrap_or_else(|| "-".into()),
-                    g.log_artifact.map(|a| a.to_string()).unwrap_or_else(|| "-".into()),
+                    g.exit_code
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    g.duration_ms
+                        .map(output::duration)
+                        .unwrap_or_else(|| "-".into()),
+                    g.log_artifact
+                        .map(|a| a.to_string())
+                        .unwrap_or_else(|| "-".into()),
                     g.summary.clone().unwrap_or_default(),
                 ]
             })
             .collect();
-        output::table(&["GATE", "VERDICT", "EXIT", "TIME", "LOG", "SUMMARY"], &rows)?;
+        output::table(
+            &["GATE", "VERDICT", "EXIT", "TIME", "LOG", "SUMMARY"],
+            &rows,
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Prints events after `after`, returning the last number printed.
-pub async fn print_events(store: &Store, id: TaskId, mut after: i64, json: bool) -> anyhow::Result<i64> {
+pub async fn print_events(
+    store: &Store,
+    id: TaskId,
+    mut after: i64,
+    json: bool,
+) -> anyhow::Result<i64> {
     loop {
         let batch = store.events(id, after, 500).await?;
         let Some(last) = batch.last() else {

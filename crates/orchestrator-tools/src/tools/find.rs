@@ -1,0 +1,318 @@
+//! glob and file_search: finding files by name. glob matches a pattern exactly; file_search ranks
+//! paths by a fuzzy match of a few remembered characters, the way an editor's "go to file" does.
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{ToolDef, schema};
+use crate::context::ToolContext;
+use crate::policy::ApprovalClass;
+use crate::registry::blocking;
+use crate::result::{ToolOutcome, ToolResult, io_refusal, refuse};
+use crate::workspace::Resolved;
+
+pub const GLOB_DEFAULT_LIMIT: u64 = 200;
+pub const GLOB_MAX_LIMIT: u64 = 5000;
+pub const SEARCH_DEFAULT_LIMIT: u64 = 20;
+pub const SEARCH_MAX_LIMIT: u64 = 200;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GlobArgs {
+    pattern: String,
+    path: Option<String>,
+    limit: Option<u64>,
+    sort: Option<String>,
+    include_hidden: Option<bool>,
+    include_ignored: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SearchArgs {
+    query: String,
+    path: Option<String>,
+    limit: Option<u64>,
+    include_hidden: Option<bool>,
+    include_ignored: Option<bool>,
+}
+
+pub(crate) fn glob_def() -> ToolDef {
+    ToolDef {
+        name: "glob",
+        description: "Find files whose path matches a glob pattern (\"**/*.rs\", \"src/**/test_*.py\", \"*.{json,toml}\"). A pattern without '/' matches file names at any depth. Honours .gitignore and skips hidden files unless asked. Returns at most 200 paths by default (at most 5000), sorted by path or by modification time (newest first). Prefer file_search when you only remember part of a name, and grep_files to search contents.",
+        schema: schema(
+            json!({
+                "pattern": {"type": "string", "description": "Glob pattern, relative to path."},
+                "path": {"type": "string", "description": "Directory to search, relative to the workspace root (default \".\")."},
+                "limit": {"type": "integer", "minimum": 1, "description": "Most paths to return (default 200, at most 5000)."},
+                "sort": {"type": "string", "enum": ["path", "mtime"], "description": "Order: path (default) or mtime (newest first)."},
+                "include_hidden": {"type": "boolean", "description": "Also match hidden files (default false)."},
+                "include_ignored": {"type": "boolean", "description": "Also match gitignored files (default false)."}
+            }),
+            &["pattern"],
+        ),
+        read_only: true,
+        approval: ApprovalClass::Read,
+        aliases: &[("glob", "pattern")],
+        example: json!({"pattern": "**/*.rs", "path": "crates"}),
+        handler: blocking("glob", run_glob),
+    }
+}
+
+pub(crate) fn search_def() -> ToolDef {
+    ToolDef {
+        name: "file_search",
+        description: "Find files by an approximate name: the query's characters must appear in order in the path (\"ordrs\" finds src/orders.rs), ranked with matches in the file name, at word starts and in runs first. Space-separated words must all match. Returns the best 20 by default (at most 200). Prefer glob for exact patterns and grep_files to search contents.",
+        schema: schema(
+            json!({
+                "query": {"type": "string", "description": "Part of the file name or path, fuzzy."},
+                "path": {"type": "string", "description": "Directory to search, relative to the workspace root (default \".\")."},
+                "limit": {"type": "integer", "minimum": 1, "description": "Most results (default 20, at most 200)."},
+                "include_hidden": {"type": "boolean", "description": "Also consider hidden files (default false)."},
+                "include_ignored": {"type": "boolean", "description": "Also consider gitignored files (default false)."}
+            }),
+            &["query"],
+        ),
+        read_only: true,
+        approval: ApprovalClass::Read,
+        aliases: &[("name", "query"), ("pattern", "query")],
+        example: json!({"query": "registry rs"}),
+        handler: blocking("file_search", run_search),
+    }
+}
+
+/// Files under `r` (relative paths to the workspace root), honouring ignore rules.
+fn walk_files(
+    ctx: &ToolContext,
+    r: &Resolved,
+    hidden: bool,
+    ignored: bool,
+) -> Vec<(String, std::path::PathBuf)> {
+    let mut walker = ignore::WalkBuilder::new(&r.abs);
+    walker
+        .hidden(!hidden)
+        .git_ignore(!ignored)
+        .git_global(!ignored)
+        .git_exclude(!ignored)
+        .ignore(!ignored)
+        .parents(!ignored)
+        .require_git(false)
+        .follow_links(false)
+        .filter_entry(move |e| {
+            ignored || !(e.file_type().is_some_and(|t| t.is_dir()) && e.file_name() == ".git")
+        });
+    let mut out = Vec::new();
+    for entry in walker.build().flatten() {
+        if entry.file_type().is_some_and(|t| t.is_file()) {
+            out.push((ctx.workspace.rel_of(entry.path()), entry.into_path()));
+        }
+    }
+    out
+}
+
+fn run_glob(args: GlobArgs, ctx: &ToolContext) -> ToolOutcome {
+    let r = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
+    let meta = std::fs::metadata(&r.abs).map_err(|e| io_refusal("search", &r.rel, &e))?;
+    if !meta.is_dir() {
+        return Err(refuse(format!(
+            "{} is not a directory; glob searches a directory",
+            r.rel
+        )));
+    }
+    let pattern = args.pattern.trim().trim_start_matches("./").to_owned();
+    if pattern.is_empty() {
+        return Err(refuse("glob: pattern is empty; e.g. \"**/*.rs\""));
+    }
+    let by_name = !pattern.contains('/');
+    let matcher = globset::GlobBuilder::new(&pattern)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| refuse(format!("glob: invalid pattern {pattern:?}: {e}")))?
+        .compile_matcher();
+    let limit = args
+        .limit
+        .unwrap_or(GLOB_DEFAULT_LIMIT)
+        .clamp(1, GLOB_MAX_LIMIT) as usize;
+    let mut hits: Vec<(String, std::path::PathBuf)> = walk_files(
+        ctx,
+        &r,
+        args.include_hidden.unwrap_or(false),
+        args.include_ignored.unwrap_or(false),
+    )
+    .into_iter()
+    .filter(|(_, abs)| {
+        let Ok(rel) = abs.strip_prefix(&r.abs) else {
+            return false;
+        };
+        if by_name {
+            rel.file_name().is_some_and(|n| matcher.is_match(n))
+        } else {
+            matcher.is_match(rel)
+        }
+    })
+    .collect();
+    match args.sort.as_deref() {
+        Some("mtime") => {
+            let mut with_time: Vec<_> = hits
+                .into_iter()
+                .map(|(rel, abs)| {
+                    let t = std::fs::metadata(&abs).and_then(|m| m.modified()).ok();
+                    (t, rel, abs)
+                })
+                .collect();
+            with_time.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            hits = with_time
+                .into_iter()
+                .map(|(_, rel, abs)| (rel, abs))
+                .collect();
+        }
+        _ => hits.sort(),
+    }
+    let total = hits.len();
+    if total == 0 {
+        return Ok(ToolResult::text(format!(
+            "No files match {pattern:?} under {}. Hidden and gitignored files were skipped; a pattern with '/' is matched against the whole path below {} (use **/ for any depth).",
+            r.rel, r.rel
+        ))
+        .with_meta("files", json!({"total": 0})));
+    }
+    let mut out: String = hits
+        .iter()
+        .take(limit)
+        .map(|(rel, _)| format!("{rel}\n"))
+        .collect();
+    if total > limit {
+        out.push_str(&format!(
+            "[Showing {limit} of {total} files; narrow the pattern or raise limit.]\n"
+        ));
+    } else {
+        out.push_str(&format!("{total} files.\n"));
+    }
+    Ok(
+        ToolResult::text(out)
+            .with_meta("files", json!({"total": total, "shown": total.min(limit)})),
+    )
+}
+
+/// Scores `path` for `word` (lowercase): `None` when the characters do not all appear in order.
+fn fuzzy_score(path: &str, word: &str) -> Option<i64> {
+    let lower: Vec<char> = path.to_lowercase().chars().collect();
+    let orig: Vec<char> = path.chars().collect();
+    let name_start = path
+        .rfind('/')
+        .map(|i| path[..=i].chars().count())
+        .unwrap_or(0);
+    let pattern: Vec<char> = word.chars().collect();
+    // Greedy from the end of the path, so that matches land in the file name when they can.
+    let mut positions = Vec::with_capacity(pattern.len());
+    let mut pi = pattern.len();
+    let mut i = lower.len();
+    while pi > 0 && i > 0 {
+        i -= 1;
+        if lower[i] == pattern[pi - 1] {
+            positions.push(i);
+            pi -= 1;
+        }
+    }
+    if pi > 0 {
+        return None;
+    }
+    positions.reverse();
+    let mut score = 0i64;
+    for (k, &p) in positions.iter().enumerate() {
+        score += 10;
+        if p >= name_start {
+            score += 8;
+        }
+        let boundary = p == 0
+            || matches!(orig.get(p - 1), Some('/' | '_' | '-' | '.' | ' '))
+            || (orig.get(p).is_some_and(|c| c.is_uppercase())
+                && orig.get(p - 1).is_some_and(|c| c.is_lowercase()));
+        if boundary {
+            score += 12;
+        }
+        if k > 0 && positions[k - 1] + 1 == p {
+            score += 15;
+        }
+    }
+    let name = &path[path.rfind('/').map(|i| i + 1).unwrap_or(0)..].to_lowercase();
+    if name.contains(word) {
+        score += 40;
+        if name.starts_with(word) {
+            score += 20;
+        }
+    }
+    score -= lower.len() as i64 / 4;
+    Some(score)
+}
+
+fn run_search(args: SearchArgs, ctx: &ToolContext) -> ToolOutcome {
+    let r = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
+    std::fs::metadata(&r.abs).map_err(|e| io_refusal("search", &r.rel, &e))?;
+    let words: Vec<String> = args
+        .query
+        .split_whitespace()
+        .map(str::to_lowercase)
+        .collect();
+    if words.is_empty() {
+        return Err(refuse(
+            "file_search: query is empty; give part of a file name",
+        ));
+    }
+    let limit = args
+        .limit
+        .unwrap_or(SEARCH_DEFAULT_LIMIT)
+        .clamp(1, SEARCH_MAX_LIMIT) as usize;
+    let mut scored: Vec<(i64, String)> = walk_files(
+        ctx,
+        &r,
+        args.include_hidden.unwrap_or(false),
+        args.include_ignored.unwrap_or(false),
+    )
+    .into_iter()
+    .filter_map(|(rel, _)| {
+        let mut total = 0;
+        for w in &words {
+            total += fuzzy_score(&rel, w)?;
+        }
+        Some((total, rel))
+    })
+    .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let total = scored.len();
+    if total == 0 {
+        return Ok(ToolResult::text(format!(
+            "No file path under {} contains the characters of {:?} in order. Try fewer characters, or glob / grep_files.",
+            r.rel, args.query
+        ))
+        .with_meta("files", json!({"total": 0})));
+    }
+    let mut out: String = scored
+        .iter()
+        .take(limit)
+        .map(|(_, rel)| format!("{rel}\n"))
+        .collect();
+    out.push_str(&format!(
+        "[{} of {total} matching files, best first.]\n",
+        total.min(limit)
+    ));
+    Ok(
+        ToolResult::text(out)
+            .with_meta("files", json!({"total": total, "shown": total.min(limit)})),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fuzzy_score;
+
+    #[test]
+    fn fuzzy_prefers_names_and_runs() {
+        let a = fuzzy_score("src/orders.rs", "orders").unwrap();
+        let b = fuzzy_score("orchestrator/dispatch/rules/sort.rs", "orders").unwrap();
+        assert!(a > b, "{a} {b}");
+        assert!(fuzzy_score("src/main.rs", "xyz").is_none());
+        assert!(fuzzy_score("src/OrderBook.rs", "ob").is_some());
+    }
+}

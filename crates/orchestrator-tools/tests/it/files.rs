@@ -1,0 +1,163 @@
+//! The file tools end to end: read_file pages, images, list_dir, write_file's staleness check,
+//! edit_file's ladder and failures, multi_edit's atomicity.
+
+use serde_json::json;
+
+use crate::{Harness, assert_error, assert_ok};
+
+#[tokio::test]
+async fn read_file_pages_and_footer() {
+    let h = Harness::new();
+    let text: String = (1..=3000).map(|i| format!("line {i}\n")).collect();
+    h.write("big.txt", &text);
+    let first = assert_ok(&h.call("read_file", json!({"path": "big.txt"})).await);
+    assert!(first.starts_with("     1\tline 1\n"));
+    assert!(
+        first.ends_with("Showing lines 1-2000 of 3000 total. Use offset=2001 to continue."),
+        "{}",
+        &first[first.len() - 100..]
+    );
+    let next = assert_ok(
+        &h.call("read_file", json!({"path": "big.txt", "offset": 2001}))
+            .await,
+    );
+    assert!(next.starts_with("  2001\tline 2001\n"));
+    assert!(next.ends_with("Showing lines 2001-3000 of 3000 total."));
+    let past = h
+        .call("read_file", json!({"path": "big.txt", "offset": 3001}))
+        .await;
+    assert_error(&past, &["past the end", "3000 lines"]);
+}
+
+#[tokio::test]
+async fn read_file_returns_images_as_data() {
+    let h = Harness::new();
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+    std::fs::write(h.ws.path().join("p.png"), png).unwrap();
+    let r = h.call("read_file", json!({"path": "p.png"})).await;
+    assert!(!r.is_error);
+    assert!(r.content.iter().any(|c| matches!(c, orchestrator_tools::Content::Image { media_type, .. } if media_type == "image/png")));
+}
+
+#[tokio::test]
+async fn list_dir_tree() {
+    let h = Harness::new();
+    h.write("src/main.rs", "fn main() {}\n");
+    h.write("README.md", "hi\n");
+    h.write("node_modules/x/index.js", "x\n");
+    h.write(".gitignore", "ignored.txt\n");
+    h.write("ignored.txt", "no\n");
+    let text = assert_ok(&h.call("list_dir", json!({})).await);
+    let src = text.find("src/").unwrap();
+    let readme = text.find("README.md").unwrap();
+    assert!(src < readme, "directories first: {text}");
+    assert!(text.contains("node_modules/  [not entered]"), "{text}");
+    assert!(!text.contains("index.js"), "{text}");
+    assert!(!text.contains("ignored.txt"), "{text}");
+    assert!(text.contains("main.rs"), "{text}");
+}
+
+#[tokio::test]
+async fn write_file_refuses_stale_overwrite() {
+    let h = Harness::new();
+    assert_ok(
+        &h.call(
+            "write_file",
+            json!({"path": "d/new.txt", "content": "v1\n"}),
+        )
+        .await,
+    );
+    assert_eq!(h.read("d/new.txt"), "v1\n");
+    assert_ok(&h.call("read_file", json!({"path": "d/new.txt"})).await);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(h.ws.path().join("d/new.txt"), "changed by someone else\n").unwrap();
+    let r = h
+        .call(
+            "write_file",
+            json!({"path": "d/new.txt", "content": "v2\n"}),
+        )
+        .await;
+    assert_error(&r, &["changed since you last read it"]);
+    assert_eq!(h.read("d/new.txt"), "changed by someone else\n");
+    assert_ok(&h.call("read_file", json!({"path": "d/new.txt"})).await);
+    assert_ok(
+        &h.call(
+            "write_file",
+            json!({"path": "d/new.txt", "content": "v2\n"}),
+        )
+        .await,
+    );
+    assert_eq!(h.read("d/new.txt"), "v2\n");
+}
+
+#[tokio::test]
+async fn edit_file_crlf_and_failures() {
+    let h = Harness::new();
+    h.write("w.txt", "alpha\r\nbeta\r\ngamma\r\n");
+    assert_ok(&h.call("edit_file", json!({"path": "w.txt", "old_string": "alpha\nbeta", "new_string": "alpha\nBETA\nextra"})).await);
+    assert_eq!(h.read("w.txt"), "alpha\r\nBETA\r\nextra\r\ngamma\r\n");
+    h.write("dup.txt", "x = 1\ny = 2\nx = 1\n");
+    assert_error(
+        &h.call(
+            "edit_file",
+            json!({"path": "dup.txt", "old_string": "x = 1", "new_string": "x = 3"}),
+        )
+        .await,
+        &["matches 2 places", "lines 1, 3", "replace_all"],
+    );
+    assert_error(
+        &h.call(
+            "edit_file",
+            json!({"path": "dup.txt", "old_string": "y = 3\nx = 1", "new_string": "z"}),
+        )
+        .await,
+        &["closest region is lines 2-3"],
+    );
+    assert_error(
+        &h.call(
+            "edit_file",
+            json!({"path": "dup.txt", "old_string": "y = 2", "new_string": "y = 2"}),
+        )
+        .await,
+        &["identical"],
+    );
+    assert_eq!(h.read("dup.txt"), "x = 1\ny = 2\nx = 1\n");
+    assert_ok(&h.call("edit_file", json!({"path": "dup.txt", "old_string": "x = 1", "new_string": "x = 3", "replace_all": true})).await);
+    assert_eq!(h.read("dup.txt"), "x = 3\ny = 2\nx = 3\n");
+}
+
+#[tokio::test]
+async fn multi_edit_is_all_or_nothing() {
+    let h = Harness::new();
+    h.write("m.rs", "let a = 1;\nlet b = 2;\n");
+    let r = h
+        .call(
+            "multi_edit",
+            json!({"path": "m.rs", "edits": [
+                {"old_string": "let a = 1;", "new_string": "let a = 10;"},
+                {"old_string": "let c = 3;", "new_string": "let c = 30;"}
+            ]}),
+        )
+        .await;
+    assert_error(&r, &["edit #2 of 2 failed", "file is unchanged"]);
+    assert_eq!(h.read("m.rs"), "let a = 1;\nlet b = 2;\n");
+    let r = h
+        .call(
+            "multi_edit",
+            json!({"path": "m.rs", "edits": [
+                {"old_string": "let a = 1;", "new_string": "let a = 10;"},
+                {"old_string": "let a = 10;\nlet b = 2;", "new_string": "let a = 10;\nlet b = 20;"}
+            ]}),
+        )
+        .await;
+    assert_ok(&r);
+    assert_eq!(h.read("m.rs"), "let a = 10;\nlet b = 20;\n");
+    assert_error(
+        &h.call(
+            "multi_edit",
+            json!({"path": "m.rs", "edits": [{"old_string": "a"}]}),
+        )
+        .await,
+        &["missing its required field 'new_string'"],
+    );
+}

@@ -1,0 +1,142 @@
+//! exec_shell and its jobs: exit codes, timeouts that kill the whole process group, background jobs
+//! with stdin, wait, cancel and a listing.
+
+use serde_json::json;
+
+use crate::{Harness, assert_error, assert_ok};
+
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+#[tokio::test]
+async fn foreground_output_and_exit_codes() {
+    let h = Harness::new();
+    h.write("sub/f.txt", "x");
+    let r = h
+        .call(
+            "exec_shell",
+            json!({"command": "echo out; echo err >&2; ls", "cwd": "sub"}),
+        )
+        .await;
+    let text = assert_ok(&r);
+    assert!(
+        text.contains("out")
+            && text.contains("err")
+            && text.contains("f.txt")
+            && text.contains("[exit code 0"),
+        "{text}"
+    );
+    let r = h.call("exec_shell", json!({"command": "exit 3"})).await;
+    assert_error(&r, &["exit code 3"]);
+    assert_eq!(r.metadata["exit"]["code"], 3);
+    assert_error(
+        &h.call("exec_shell", json!({"command": "true", "timeout": 601}))
+            .await,
+        &["maximum of 600", "background=true"],
+    );
+    assert_error(
+        &h.call("exec_shell", json!({"command": "true", "cwd": "../"}))
+            .await,
+        &["refused"],
+    );
+}
+
+#[tokio::test]
+async fn timeout_kills_the_process_group() {
+    let h = Harness::new();
+    let r = h.call("exec_shell", json!({"command": "sleep 300 & echo $! > bg.pid; echo started; sleep 300", "timeout": 1})).await;
+    assert_error(
+        &r,
+        &[
+            "Timed out after 1 s",
+            "process group were killed",
+            "background=true",
+        ],
+    );
+    assert!(r.joined_text().contains("started"));
+    let pid: i32 = h.read("bg.pid").trim().parse().unwrap();
+    // The grandchild was in the group: it must be gone (reaped by init or a zombie about to be).
+    let mut gone = false;
+    for _ in 0..100 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if !alive(pid) || stat.contains(") Z ") {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(gone, "the background sleep {pid} survived the timeout");
+}
+
+#[tokio::test]
+async fn background_jobs_stdin_wait_cancel_list() {
+    let h = Harness::new();
+    let r = h
+        .call(
+            "exec_shell",
+            json!({"command": "read line; echo got:$line; echo done", "background": true}),
+        )
+        .await;
+    assert_ok(&r);
+    let id = r.metadata["job"]["id"].as_str().unwrap().to_owned();
+    let r = h
+        .call(
+            "exec_shell_interact",
+            json!({"job_id": id, "input": "hello\n"}),
+        )
+        .await;
+    assert_ok(&r);
+    let r = h
+        .call("exec_shell_wait", json!({"job_id": id, "timeout": 30}))
+        .await;
+    let all = r.joined_text().to_string();
+    assert!(r.metadata["job"]["running"] == false, "{all}");
+    assert_eq!(r.metadata["job"]["exit_code"], 0);
+
+    let r = h
+        .call(
+            "exec_shell",
+            json!({"command": "echo tick; sleep 300", "background": true}),
+        )
+        .await;
+    let id2 = r.metadata["job"]["id"].as_str().unwrap().to_owned();
+    let list = assert_ok(&h.call("exec_shell_wait", json!({})).await);
+    assert!(
+        list.contains(&id) && list.contains(&id2) && list.contains("running"),
+        "{list}"
+    );
+    let r = h.call("exec_shell_cancel", json!({"job_id": id2})).await;
+    let text = assert_ok(&r);
+    assert!(text.contains("killed by signal"), "{text}");
+    assert_eq!(r.metadata["job"]["running"], false);
+    assert_error(
+        &h.call("exec_shell_wait", json!({"job_id": "job-99"})).await,
+        &["no job", "lists the jobs"],
+    );
+}
+
+#[tokio::test]
+async fn job_output_includes_what_was_printed() {
+    let h = Harness::new();
+    let r = h
+        .call(
+            "exec_shell",
+            json!({"command": "for i in 1 2 3; do echo n$i; done", "background": true}),
+        )
+        .await;
+    let id = r.metadata["job"]["id"].as_str().unwrap().to_owned();
+    let r = h
+        .call("exec_shell_wait", json!({"job_id": id, "timeout": 30}))
+        .await;
+    let text = r.joined_text();
+    assert!(text.contains("n1\nn2\nn3"), "{text}");
+    let again = h
+        .call("exec_shell_wait", json!({"job_id": id, "timeout": 0}))
+        .await;
+    assert!(
+        again.joined_text().contains("(no new output)"),
+        "{}",
+        again.joined_text()
+    );
+}

@@ -1,0 +1,171 @@
+//! `orchestrator tool list` and `orchestrator tool run`: the agent tools by hand.
+//!
+//! The same registry that serves the agent loop and MCP clients, so a person can see exactly what a
+//! model sees: the descriptions and schemas, and the result of a call with its `is_error` flag. A tool
+//! error is never printed as a success: it goes to stderr (or `is_error: true` in JSON) and the exit
+//! code is 1.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use orchestrator_tools::{Content, Profile, Registry, ToolContext};
+
+/// Exit code of a call whose tool reported an error.
+const EXIT_TOOL_ERROR: u8 = 1;
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  orchestrator tool list
+  orchestrator tool list --json
+  orchestrator tool run read_file --workspace . --args '{\"path\": \"README.md\", \"limit\": 20}'
+  orchestrator tool run grep_files --workspace . --args '{\"pattern\": \"fn main\", \"glob\": \"*.rs\"}' --json
+  orchestrator tool run apply_patch --workspace . --args-file patch-args.json")]
+pub struct ToolArgs {
+    #[command(subcommand)]
+    pub command: ToolCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ToolCommand {
+    /// List the tools with their descriptions (and input schemas with --json).
+    #[command(after_help = "Examples:
+  orchestrator tool list
+  orchestrator tool list --profile minimal
+  orchestrator tool list --json | jq '.[].name'")]
+    List(ListArgs),
+    /// Call one tool in a workspace and print its result.
+    #[command(after_help = "Examples:
+  orchestrator tool run read_file --workspace . --args '{\"path\": \"Cargo.toml\"}'
+  orchestrator tool run edit_file --workspace . --args '{\"path\": \"a.txt\", \"old_string\": \"x\", \"new_string\": \"y\"}'
+  orchestrator tool run exec_shell --workspace . --args '{\"command\": \"cargo test\", \"timeout\": 300}' --json
+  echo '{\"pattern\": \"TODO\"}' | orchestrator tool run grep_files --workspace . --args-file -
+
+Exit codes: 0 the tool succeeded, 1 the tool reported an error (is_error), 2 bad command line.")]
+    Run(RunArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ListArgs {
+    /// Which tool set: minimal, coding or full.
+    #[arg(long, default_value = "full", value_parser = parse_profile)]
+    pub profile: Profile,
+    /// Print a JSON array of {name, description, input_schema, read_only, approval}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The tool to call (see `orchestrator tool list`).
+    pub name: String,
+    /// The workspace the tool is confined to.
+    #[arg(long, default_value = ".")]
+    pub workspace: PathBuf,
+    /// The arguments as a JSON object.
+    #[arg(long, conflicts_with = "args_file")]
+    pub args: Option<String>,
+    /// Read the arguments from this file ("-" for stdin).
+    #[arg(long)]
+    pub args_file: Option<PathBuf>,
+    /// Which tool set: minimal, coding or full.
+    #[arg(long, default_value = "full", value_parser = parse_profile)]
+    pub profile: Profile,
+    /// Print the whole result as JSON: {content, is_error, metadata}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_profile(s: &str) -> Result<Profile, String> {
+    s.parse()
+}
+
+pub async fn run(home: &Path, args: ToolArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        ToolCommand::List(a) => list(a),
+        ToolCommand::Run(a) => run_tool(home, a).await,
+    }
+}
+
+fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
+    let registry = Registry::new(args.profile);
+    let tools = registry.list();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&tools)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let width = tools.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+    println!(
+        "{:<width$}  {:<9}  {:<8}  DESCRIPTION",
+        "NAME", "MODE", "APPROVAL"
+    );
+    for t in &tools {
+        let first = t
+            .description
+            .split(". ")
+            .next()
+            .unwrap_or("")
+            .trim_end_matches('.');
+        let approval = serde_json::to_value(t.approval)?
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        println!(
+            "{:<width$}  {:<9}  {:<8}  {first}.",
+            t.name,
+            if t.read_only { "read-only" } else { "mutating" },
+            approval
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_tool(home: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let raw = match (&args.args, &args.args_file) {
+        (Some(a), _) => a.clone(),
+        (None, Some(f)) if f.as_os_str() == "-" => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("reading the arguments from stdin")?;
+            s
+        }
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading the arguments from {}", f.display()))?,
+        (None, None) => String::new(),
+    };
+    let registry = Registry::new(args.profile);
+    let ctx = ToolContext::new(&args.workspace, home)
+        .with_context(|| format!("opening the workspace {}", args.workspace.display()))?;
+    let result = registry.call(&args.name, &raw, &ctx).await?;
+    // Background jobs started by a one-off call cannot outlive this process anyway: end them cleanly.
+    ctx.shutdown().await;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        let mut text = String::new();
+        for block in &result.content {
+            match block {
+                Content::Text { text: t } => text.push_str(t),
+                Content::Image { media_type, data } => text.push_str(&format!(
+                    "[image: {media_type}, {} bytes of base64; use --json to get the data]",
+                    data.len()
+                )),
+            }
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        if result.is_error {
+            eprint!("error: {text}");
+        } else {
+            print!("{text}");
+        }
+    }
+    Ok(if result.is_error {
+        ExitCode::from(EXIT_TOOL_ERROR)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

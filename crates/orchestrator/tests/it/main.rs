@@ -1,0 +1,11 @@
+//! End-to-end tests of the `orchestrator` binary: real processes, a real SQLite file or PostgreSQL
+//! database, real gates, real signals.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly by design.
+
+mod cli;
+mod crash;
+mod gates;
+mod serve;
+mod support;
+mod tidy;
+mod tools_cli;

@@ -1,0 +1,135 @@
+//! `serve` as a daemon: HTTP endpoints, cancel of a running task, graceful shutdown that hands work
+//! back, and several daemons sharing one database without running an attempt twice.
+
+use crate::support::{Env, Serve, assert_no_process_with, http_get, unique_sleep};
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use std::collections::HashMap;
+
+#[test]
+fn healthz_is_open_and_metrics_need_the_token() {
+    let env = Env::sqlite();
+    let serve = env.serve(&["--workers", "1"]);
+    let id = env.create("quick", &["true"], env.home());
+    env.wait_task(id, "succeeded", |t| t["state"] == "succeeded");
+    let (status, body) = http_get(&serve.addr, "/healthz", None);
+    assert_eq!(status, 200);
+    assert!(body.contains("\"ok\""), "{body}");
+    let (status, _) = http_get(&serve.addr, "/metrics", None);
+    assert_eq!(status, 401);
+    let (status, _) = http_get(&serve.addr, "/metrics", Some("wrong-token"));
+    assert_eq!(status, 401);
+    let (status, body) = http_get(&serve.addr, "/metrics", Some(&serve.token()));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("orchestrator_tasks{state=\"succeeded\"} 1"),
+        "{body}"
+    );
+    assert!(body.contains("orchestrator_claims_total 1"), "{body}");
+    assert!(
+        body.contains("orchestrator_gate_duration_seconds_count 1"),
+        "{body}"
+    );
+}
+
+#[test]
+fn cancel_kills_a_running_gate_and_its_children() {
+    let env = Env::sqlite();
+    let _serve = env.serve(&["--workers", "2"]);
+    let marker = unique_sleep();
+    let gate = format!("sleep {marker} & sleep {marker}");
+    let id = env.create("long", &[&gate], env.home());
+    env.wait_task(id, "running", |t| t["state"] == "running");
+    // Wait until the gate has really started its processes.
+    crate::support::wait_for(|| {
+        !crate::support::processes_with(&format!("sleep {marker}")).is_empty()
+    });
+    let out = env.run(&["task", "cancel", &id.to_string()]);
+    assert!(out.status.success());
+    let task = env.wait_task(id, "canceled", |t| t["state"] == "canceled");
+    assert_eq!(task["gates"][0]["verdict"], "canceled");
+    assert_no_process_with(&format!("sleep {marker}"));
+    let kinds: Vec<String> = env
+        .events(id)
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(kinds.contains(&"cancel_requested".to_owned()), "{kinds:?}");
+    assert_eq!(kinds.last().unwrap(), "canceled");
+}
+
+#[test]
+fn sigterm_hands_running_work_back_after_the_grace_period() {
+    let env = Env::sqlite();
+    let mut serve = env.serve(&["--workers", "1", "--shutdown-grace-seconds", "1"]);
+    let marker = unique_sleep();
+    let id = env.create("long", &[&format!("sleep {marker}")], env.home());
+    env.wait_task(id, "running", |t| t["state"] == "running");
+    serve.signal(Signal::SIGTERM);
+    assert_eq!(serve.wait(), Some(0), "{}", serve.log());
+    let task = env.task(id);
+    assert_eq!(task["state"], "queued", "{task}");
+    assert_eq!(task["attempt"], 0, "a hand-back does not spend an attempt");
+    assert_eq!(env.events(id).last().unwrap()["kind"], "handed_back");
+    assert_no_process_with(&format!("sleep {marker}"));
+
+    // A gate that finishes within the grace period is allowed to finish.
+    let mut serve = env.serve(&["--workers", "1", "--shutdown-grace-seconds", "60"]);
+    env.json(&["task", "cancel", &id.to_string(), "--json"]);
+    let quick = env.create("quick", &["sleep 1; echo finished"], env.home());
+    env.wait_task(quick, "running", |t| t["state"] == "running");
+    serve.signal(Signal::SIGINT);
+    assert_eq!(serve.wait(), Some(0), "{}", serve.log());
+    assert_eq!(env.task(quick)["state"], "succeeded");
+}
+
+/// Runs `tasks` quick gate tasks on `daemons` serve processes sharing `env`'s store, and checks
+/// that each task succeeded on its first attempt with exactly one gate run.
+fn shared_store_runs_each_attempt_once(env: &Env, daemons: usize, tasks: usize) {
+    let ids: Vec<i64> = (0..tasks)
+        .map(|i| env.create(&format!("t{i}"), &["echo $PPID"], env.home()))
+        .collect();
+    let serves: Vec<Serve> = (0..daemons)
+        .map(|_| env.serve(&["--workers", "4"]))
+        .collect();
+    for id in &ids {
+        env.wait_task(*id, "finished", |t| {
+            t["state"] == "succeeded" || t["state"] == "failed"
+        });
+    }
+    let mut workers: HashMap<String, usize> = HashMap::new();
+    for id in &ids {
+        let task = env.task(*id);
+        assert_eq!(task["state"], "succeeded", "{task}");
+        assert_eq!(task["attempt"], 1, "{task}");
+        let runs = task["gate_runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 1, "an attempt ran twice: {task}");
+        let claimed: Vec<Value> = env
+            .events(*id)
+            .into_iter()
+            .filter(|e| e["kind"] == "claimed")
+            .collect();
+        assert_eq!(claimed.len(), 1, "{claimed:?}");
+        *workers
+            .entry(claimed[0]["data"]["worker"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    drop(serves);
+    assert!(!workers.is_empty());
+}
+
+#[test]
+fn several_daemons_share_a_sqlite_file() {
+    let env = Env::sqlite();
+    shared_store_runs_each_attempt_once(&env, 3, 60);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_daemons_share_postgres() {
+    let Some(env) = Env::postgres().await else {
+        return;
+    };
+    tokio::task::spawn_blocking(move || shared_store_runs_each_attempt_once(&env, 3, 60))
+        .await
+        .unwrap();
+}

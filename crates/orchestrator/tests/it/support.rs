@@ -1,0 +1,298 @@
+//! Running the binary: an isolated home per test, JSON helpers, a `serve` child that reports its
+//! address, and a minimal HTTP/1.1 GET.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_orchestrator");
+
+/// Upper bound on waiting for something that normally takes seconds, so a broken build fails
+/// instead of hanging. Not a performance assertion.
+pub const PATIENCE: Duration = Duration::from_secs(180);
+
+/// One isolated orchestrator: its own home directory and store.
+pub struct Env {
+    pub home: tempfile::TempDir,
+    pub database_url: Option<String>,
+}
+
+impl Env {
+    pub fn sqlite() -> Env {
+        Env {
+            home: tempfile::tempdir().unwrap(),
+            database_url: None,
+        }
+    }
+
+    /// A fresh PostgreSQL database, or `None` when the PostgreSQL half is explicitly skipped.
+    pub async fn postgres() -> Option<Env> {
+        if orchestrator_test_support::postgres_skipped() {
+            eprintln!("ORCHESTRATOR_TEST_SKIP_POSTGRES=1: PostgreSQL half not run");
+            return None;
+        }
+        Some(Env {
+            home: tempfile::tempdir().unwrap(),
+            database_url: Some(orchestrator_test_support::fresh_postgres_url().await),
+        })
+    }
+
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("ORCHESTRATOR_HOME", self.home.path())
+            .env_remove("ORCHESTRATOR_DATABASE_URL")
+            .env_remove("ORCHESTRATOR_API_TOKEN")
+            .env("ORCHESTRATOR_LOG", "warn,orchestrator_worker=info")
+            .stdin(Stdio::null());
+        if let Some(url) = &self.database_url {
+            cmd.env("ORCHESTRATOR_DATABASE_URL", url);
+        }
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    /// Runs a command that must succeed and print JSON.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?} failed ({:?}): {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{args:?} printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    pub fn create(&self, title: &str, gates: &[&str], workspace: &Path) -> i64 {
+        let mut args = vec!["task", "create", "--title", title, "--json"];
+        let ws = workspace.display().to_string();
+        args.extend(["--workspace", &ws]);
+        for gate in gates {
+            args.extend(["--gate", gate]);
+        }
+        self.json(&args)["id"].as_i64().unwrap()
+    }
+
+    pub fn task(&self, id: i64) -> Value {
+        self.json(&["task", "read", &id.to_string(), "--json"])
+    }
+
+    pub fn tasks(&self) -> Vec<Value> {
+        self.json(&["task", "list", "--limit", "100000", "--json"])
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    pub fn events(&self, id: i64) -> Vec<Value> {
+        let out = self.run(&["task", "events", &id.to_string(), "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    /// Polls until `done` holds for the task, or panics after `PATIENCE`.
+    pub fn wait_task(&self, id: i64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let task = self.task(id);
+            if done(&task) {
+                return task;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "task {id} never became {what}: {task}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn serve(&self, extra: &[&str]) -> Serve {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        args.extend(extra);
+        let mut child = self
+            .cmd(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let log_writer = log.clone();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if !sent && let Some(at) = line.find("http://") {
+                    let addr = line[at + 7..]
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("")
+                        .to_owned();
+                    let _ = tx.send(addr);
+                    sent = true;
+                }
+                log_writer.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("serve did not start: {}", log.lock().unwrap()));
+        Serve {
+            child,
+            addr,
+            log,
+            token_file: self.home().join("api-token"),
+        }
+    }
+}
+
+pub struct Serve {
+    pub child: Child,
+    pub addr: String,
+    pub log: std::sync::Arc<std::sync::Mutex<String>>,
+    pub token_file: PathBuf,
+}
+
+impl Serve {
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
+    }
+
+    /// Waits for the process to exit and returns its status code.
+    pub fn wait(&mut self) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "serve did not exit: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(&self.token_file)
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A GET over a plain TCP connection; returns the status code and the body.
+pub fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// Processes whose command line contains `marker`, other than this test's own.
+pub fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(marker) {
+                found.push(format!("{pid}: {cmdline}"));
+            }
+        }
+    }
+    found
+}
+
+/// A number for `sleep` that no other process on the machine will be running.
+pub fn unique_sleep() -> String {
+    format!(
+        "{}.{:06}",
+        3000 + rand::random::<u16>() % 1000,
+        rand::random::<u32>() % 1_000_000
+    )
+}
+
+/// Waits until no process with `marker` remains (a killed process group can take a moment to be
+/// reaped), panicking with the survivors after a while.
+pub fn assert_no_process_with(marker: &str) {
+    let start = Instant::now();
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "processes left behind: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Polls `done` until it holds, panicking after `PATIENCE`.
+pub fn wait_for(done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < PATIENCE, "condition never held");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,33 @@
+# Developer recipes. The README's two commands and .ci/run never need `just`.
+
+default:
+    @just --list
+
+# Format every crate.
+fmt:
+    cargo fmt --all
+
+# Lints as CI runs them: warnings are errors.
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# The test suite (SQLite and PostgreSQL halves), as in the README.
+test:
+    cargo test --workspace
+
+# Everything CI does, including starting PostgreSQL.
+ci:
+    .ci/run
+
+# Queue throughput and latency against the raw SQL baseline and apalis, on SQLite and PostgreSQL.
+bench:
+    cargo run --release -p orchestrator-bench -- queue
+
+# Tool surface figures: grep_files against ripgrep, read_file on a 2 GiB file, edit_file on 10 MB.
+bench-tools:
+    cargo bench -p orchestrator-tools --bench tools
+
+# Run the daemon on the SQLite store in the home directory.
+serve *ARGS:
+    cargo run --release -p orchestrator -- serve {{ARGS}}
