@@ -42,6 +42,9 @@ pub struct ServeArgs {
     /// Queues to work on; repeat for several.
     #[arg(long = "queue", default_values_t = vec![orchestrator_types::DEFAULT_QUEUE.to_owned()])]
     pub queues: Vec<String>,
+    /// Print the start-up facts (address, store, worker id) as one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -74,6 +77,18 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let address = listener.local_addr()?;
+    if args.json {
+        crate::output::json_line(&serde_json::json!({
+            "listen": address.to_string(),
+            "backend": store.backend().as_str(),
+            "store": redacted(&global.store_url()?),
+            "workers": args.workers,
+            "queues": args.queues,
+            "worker_id": pool.worker_id,
+            "token_file": home.join("api-token"),
+            "lease_seconds": args.lease_seconds,
+        }))?;
+    }
     eprintln!(
         "orchestrator serve: {} store at {}; {} workers on queue{} {}; worker id {}; http://{address} (token in {})",
         store.backend().as_str(),
