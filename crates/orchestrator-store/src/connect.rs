@@ -235,23 +235,45 @@ async fn listen(pool: sqlx::PgPool, wake: WakeSender) {
     }
 }
 
-/// Hides the password of a URL so it can be shown in errors and logs.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+/// Hides the password of a URL so it can be shown in errors and logs: the one in `user:pass@` and
+/// any `password=` query parameter (which libpq-style URLs accept too).
+pub fn redact_url(url: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let base = match (base.find("://"), base.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
+            let userinfo = &base[scheme_end + 3..at];
             match userinfo.find(':') {
                 Some(colon) => format!(
                     "{}{}:***{}",
-                    &url[..scheme_end + 3],
+                    &base[..scheme_end + 3],
                     &userinfo[..colon],
-                    &url[at..]
+                    &base[at..]
                 ),
-                None => url.to_owned(),
+                None => base.to_owned(),
             }
         }
-        _ => url.to_owned(),
+        _ => base.to_owned(),
+    };
+    match query {
+        None => base,
+        Some(query) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{base}?{}", query.join("&"))
+        }
     }
+}
+
+pub(crate) fn redact(url: &str) -> String {
+    redact_url(url)
 }
 
 #[cfg(test)]
@@ -264,5 +286,9 @@ mod tests {
         );
         assert_eq!(super::redact("postgres://bob@db/x"), "postgres://bob@db/x");
         assert_eq!(super::redact("/tmp/x.db"), "/tmp/x.db");
+        assert_eq!(
+            super::redact_url("postgres://bob@db/x?sslmode=disable&password=secret"),
+            "postgres://bob@db/x?sslmode=disable&password=***"
+        );
     }
 }

@@ -24,6 +24,12 @@ pub enum Error {
     /// An artifact does not exist. Not retryable.
     #[error("artifact {0} not found")]
     ArtifactNotFound(i64),
+    /// No automation has this name. Not retryable.
+    #[error("automation {0:?} not found")]
+    AutomationNotFound(String),
+    /// An automation with this name already exists. Not retryable: pick another name, or update it.
+    #[error("an automation named {0:?} already exists; choose another name or use `automation update`")]
+    DuplicateAutomation(String),
     /// The request does not fit the task's state (retry of a running task, cancel of a finished one).
     /// Not retryable.
     #[error("task {task} is {state}: {message}")]
@@ -48,7 +54,24 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// Whether the same call may succeed later.
+    ///
+    /// Only failures of the connection or of contention count: a lost connection, a pool that timed
+    /// out, SQLite's busy or locked database, PostgreSQL's serialization failure or deadlock. A
+    /// constraint violation or a syntax error fails the same way every time.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Database(_))
+        let Error::Database(e) = self else {
+            return false;
+        };
+        match e {
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => matches!(
+                db.code().as_deref(),
+                // SQLite: SQLITE_BUSY, SQLITE_LOCKED (and their extended codes' primary parts).
+                Some("5") | Some("6") | Some("261") | Some("517") | Some("262")
+                // PostgreSQL: serialization_failure, deadlock_detected, admin shutdown, cannot connect now.
+                | Some("40001") | Some("40P01") | Some("57P01") | Some("57P03")
+            ),
+            _ => false,
+        }
     }
 }

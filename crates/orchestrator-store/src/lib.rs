@@ -8,23 +8,27 @@
 //! rows and enforces the state machine's fences; deciding what to do with a task is the worker's job.
 
 mod artifacts;
+mod automations;
 mod connect;
 mod error;
 mod events;
 mod exec;
 mod gates;
 mod migrate;
+mod slots;
 mod tasks;
 mod wake;
 mod workers;
 
 pub use artifacts::{Artifact, ArtifactMeta, DEFAULT_ARTIFACT_CAP};
-pub use connect::{Backend, SqliteSync, Store, StoreOptions};
+pub use automations::{Automation, NextFire, SOURCE_CLI, SOURCE_FILE};
+pub use connect::{Backend, SqliteSync, Store, StoreOptions, redact_url};
 pub use error::{Error, Result};
 pub use gates::GateRun;
 pub use tasks::{
     CancelOutcome, Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts, Task,
     TaskFilter,
 };
+pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
 pub use wake::Wakeup;
 pub use workers::WorkerRow;

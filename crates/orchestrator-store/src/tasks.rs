@@ -37,9 +37,11 @@ pub(crate) enum Tasks {
     UpdatedAt,
     StartedAt,
     FinishedAt,
+    AutomationId,
+    SlotAt,
 }
 
-const COLUMNS: [Tasks; 21] = [
+const COLUMNS: [Tasks; 23] = [
     Tasks::Id,
     Tasks::Title,
     Tasks::Prompt,
@@ -61,6 +63,8 @@ const COLUMNS: [Tasks; 21] = [
     Tasks::UpdatedAt,
     Tasks::StartedAt,
     Tasks::FinishedAt,
+    Tasks::AutomationId,
+    Tasks::SlotAt,
 ];
 
 #[derive(sqlx::FromRow)]
@@ -86,6 +90,8 @@ struct TaskRow {
     updated_at: i64,
     started_at: Option<i64>,
     finished_at: Option<i64>,
+    automation_id: Option<i64>,
+    slot_at: Option<i64>,
 }
 
 /// A task as stored. Times are Unix milliseconds.
@@ -115,6 +121,10 @@ pub struct Task {
     pub updated_at: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+    /// The automation whose slot created this task, if one did.
+    pub automation_id: Option<i64>,
+    /// That slot's time (Unix milliseconds).
+    pub slot_at: Option<i64>,
 }
 
 impl TryFrom<TaskRow> for Task {
@@ -150,6 +160,8 @@ impl TryFrom<TaskRow> for Task {
             updated_at: row.updated_at,
             started_at: row.started_at,
             finished_at: row.finished_at,
+            automation_id: row.automation_id,
+            slot_at: row.slot_at,
         })
     }
 }
@@ -282,13 +294,186 @@ async fn next_seq(tx: &mut Tx, task: TaskId, now: i64) -> Result<i64> {
         .ok_or(Error::TaskNotFound(task))
 }
 
+/// Reads a task inside a write transaction and holds it: `FOR UPDATE` on PostgreSQL, where READ
+/// COMMITTED would otherwise let a concurrent claim or completion slip between this read and the
+/// caller's write (a retry could then queue a task that just succeeded). SQLite's `BEGIN IMMEDIATE`
+/// already holds the whole database.
 async fn fetch_task_tx(tx: &mut Tx, id: TaskId) -> Result<Task> {
     let mut stmt = select_tasks();
     stmt.and_where(Expr::col(Tasks::Id).eq(id.0));
+    stmt.lock(sea_query::LockType::Update);
     tx.fetch_optional::<TaskRow, _>(&stmt)
         .await?
         .ok_or(Error::TaskNotFound(id))?
         .try_into()
+}
+
+/// The slot a task was created for, kept on the task so `task read` can say where it came from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TaskOrigin {
+    pub automation_id: i64,
+    pub slot_at: i64,
+}
+
+/// Cancels a task inside `tx` (see `Store::cancel_task`); the scheduler's `cancel_previous` overlap
+/// policy uses it so the cancel and the new slot commit together.
+pub(crate) async fn cancel_task_tx(tx: &mut Tx, id: TaskId, now: i64) -> Result<CancelOutcome> {
+    let task = fetch_task_tx(tx, id).await?;
+    // A running task whose lease already expired has no worker left to stop it (a killed
+    // `orchestrator run`, a crashed daemon with no rescuer running): cancel it here, at once.
+    let orphaned =
+        task.state == TaskState::Running && task.lease_expires_at.is_some_and(|t| t < now);
+    let outcome = match task.state {
+        TaskState::Queued | TaskState::Waiting => cancel_at_once(tx, &task, now, false).await?,
+        TaskState::Running if orphaned => cancel_at_once(tx, &task, now, true).await?,
+        TaskState::Running if task.cancel_requested => CancelOutcome::Requested,
+        TaskState::Running => {
+            let seq = next_seq(tx, id, now).await?;
+            let stmt = Query::update()
+                .table(Tasks::Table)
+                .value(Tasks::CancelRequested, true)
+                .and_where(Expr::col(Tasks::Id).eq(id.0))
+                .to_owned();
+            tx.execute(&stmt).await?;
+            insert_events(
+                tx,
+                &[EventInsert {
+                    task_id: id.0,
+                    seq,
+                    at: now,
+                    kind: EventKind::CancelRequested,
+                    data: json!({ "worker": task.lease_owner }),
+                }],
+            )
+            .await?;
+            CancelOutcome::Requested
+        }
+        TaskState::Canceled => CancelOutcome::AlreadyCanceled,
+        TaskState::Succeeded | TaskState::Failed => {
+            return Err(Error::WrongState {
+                task: id,
+                state: task.state.to_string(),
+                message: "a finished task cannot be canceled".into(),
+            });
+        }
+    };
+    Ok(outcome)
+}
+
+/// Ends a task `canceled` now, with its event: for tasks no worker holds.
+async fn cancel_at_once(
+    tx: &mut Tx,
+    task: &Task,
+    now: i64,
+    orphaned: bool,
+) -> Result<CancelOutcome> {
+    let id = task.id;
+    let seq = next_seq(tx, id, now).await?;
+    let stmt = Query::update()
+        .table(Tasks::Table)
+        .value(Tasks::State, TaskState::Canceled.as_str())
+        .value(Tasks::FinishedAt, now)
+        .value(Tasks::LeaseOwner, Option::<String>::None)
+        .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
+        .and_where(Expr::col(Tasks::Id).eq(id.0))
+        .to_owned();
+    tx.execute(&stmt).await?;
+    insert_events(
+        tx,
+        &[EventInsert {
+            task_id: id.0,
+            seq,
+            at: now,
+            kind: EventKind::Canceled,
+            data: json!({ "from": task.state.as_str(), "lease_expired": orphaned }),
+        }],
+    )
+    .await?;
+    Ok(CancelOutcome::Canceled)
+}
+
+/// Inserts validated tasks in `tx`, each with its `created` event, and returns their ids in order.
+/// Shared by `create_tasks` and by the scheduler's slot writes, which must create a slot's tasks in
+/// the same transaction as the slot row.
+pub(crate) async fn insert_tasks(
+    tx: &mut Tx,
+    new: &[NewTask],
+    now: i64,
+    origin: Option<TaskOrigin>,
+) -> Result<Vec<TaskId>> {
+    let mut ids = Vec::with_capacity(new.len());
+    // Chunks keep each statement under SQLite's limit of bound parameters.
+    for chunk in new.chunks(500) {
+        let mut stmt = Query::insert()
+            .into_table(Tasks::Table)
+            .columns([
+                Tasks::Title,
+                Tasks::Prompt,
+                Tasks::Spec,
+                Tasks::Workspace,
+                Tasks::State,
+                Tasks::Queue,
+                Tasks::Priority,
+                Tasks::MaxAttempts,
+                Tasks::RunAfter,
+                Tasks::EventSeq,
+                Tasks::CreatedAt,
+                Tasks::UpdatedAt,
+                Tasks::AutomationId,
+                Tasks::SlotAt,
+            ])
+            .returning_col(Tasks::Id)
+            .to_owned();
+        for task in chunk {
+            let spec = serde_json::to_string(task).map_err(|e| Error::Corrupt {
+                what: "task spec",
+                message: e.to_string(),
+            })?;
+            stmt.values([
+                task.title.trim().into(),
+                task.prompt.clone().into(),
+                spec.into(),
+                task.workspace.clone().into(),
+                TaskState::Queued.as_str().into(),
+                task.queue.clone().into(),
+                task.priority.into(),
+                task.max_attempts.into(),
+                task.run_after.unwrap_or(now).into(),
+                1i64.into(),
+                now.into(),
+                now.into(),
+                origin.map(|o| o.automation_id).into(),
+                origin.map(|o| o.slot_at).into(),
+            ])?;
+        }
+        let mut rows: Vec<(i64,)> = tx.fetch_all(&stmt).await?;
+        // RETURNING follows insertion order on both backends, but sorting costs nothing and
+        // makes the pairing with `chunk` independent of that.
+        rows.sort_unstable();
+        let events: Vec<EventInsert> = rows
+            .iter()
+            .zip(chunk)
+            .map(|((id,), task)| EventInsert {
+                task_id: *id,
+                seq: 1,
+                at: now,
+                kind: EventKind::Created,
+                data: match origin {
+                    None => json!({ "title": task.title.trim(), "queue": task.queue, "gates": task.gates.len() }),
+                    Some(o) => json!({
+                        "title": task.title.trim(),
+                        "queue": task.queue,
+                        "gates": task.gates.len(),
+                        "automation_id": o.automation_id,
+                        "slot_at": o.slot_at,
+                    }),
+                },
+            })
+            .collect();
+        insert_events(tx, &events).await?;
+        ids.extend(rows.into_iter().map(|(id,)| TaskId(id)));
+    }
+    Ok(ids)
 }
 
 impl Store {
@@ -309,66 +494,8 @@ impl Store {
             task.validate()?;
         }
         let now = now_millis();
-        let mut ids = Vec::with_capacity(new.len());
         let mut tx = self.pool.begin().await?;
-        // Chunks keep each statement under SQLite's limit of bound parameters.
-        for chunk in new.chunks(500) {
-            let mut stmt = Query::insert()
-                .into_table(Tasks::Table)
-                .columns([
-                    Tasks::Title,
-                    Tasks::Prompt,
-                    Tasks::Spec,
-                    Tasks::Workspace,
-                    Tasks::State,
-                    Tasks::Queue,
-                    Tasks::Priority,
-                    Tasks::MaxAttempts,
-                    Tasks::RunAfter,
-                    Tasks::EventSeq,
-                    Tasks::CreatedAt,
-                    Tasks::UpdatedAt,
-                ])
-                .returning_col(Tasks::Id)
-                .to_owned();
-            for task in chunk {
-                let spec = serde_json::to_string(task).map_err(|e| Error::Corrupt {
-                    what: "task spec",
-                    message: e.to_string(),
-                })?;
-                stmt.values([
-                    task.title.trim().into(),
-                    task.prompt.clone().into(),
-                    spec.into(),
-                    task.workspace.clone().into(),
-                    TaskState::Queued.as_str().into(),
-                    task.queue.clone().into(),
-                    task.priority.into(),
-                    task.max_attempts.into(),
-                    task.run_after.unwrap_or(now).into(),
-                    1i64.into(),
-                    now.into(),
-                    now.into(),
-                ])?;
-            }
-            let mut rows: Vec<(i64,)> = tx.fetch_all(&stmt).await?;
-            // RETURNING follows insertion order on both backends, but sorting costs nothing and
-            // makes the pairing with `chunk` independent of that.
-            rows.sort_unstable();
-            let events: Vec<EventInsert> = rows
-                .iter()
-                .zip(chunk)
-                .map(|((id,), task)| EventInsert {
-                    task_id: *id,
-                    seq: 1,
-                    at: now,
-                    kind: EventKind::Created,
-                    data: json!({ "title": task.title.trim(), "queue": task.queue, "gates": task.gates.len() }),
-                })
-                .collect();
-            insert_events(&mut tx, &events).await?;
-            ids.extend(rows.into_iter().map(|(id,)| TaskId(id)));
-        }
+        let ids = insert_tasks(&mut tx, new, now, None).await?;
         tx.notify_task_available().await?;
         tx.commit().await?;
         self.wake.wake();
@@ -499,6 +626,13 @@ impl Store {
             .value(Tasks::Attempt, Expr::col(Tasks::Attempt).add(1))
             .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
             .value(Tasks::StartedAt, Expr::col(Tasks::StartedAt).if_null(now))
+            // Foreground tasks are created with a run_after no daemon reaches (see
+            // `create_foreground`); once claimed, the row should say when it really ran.
+            .value(
+                Tasks::RunAfter,
+                Expr::case(Expr::col(Tasks::RunAfter).gt(now), now)
+                    .finally(Expr::col(Tasks::RunAfter)),
+            )
             .value(Tasks::UpdatedAt, now)
             .and_where(cond)
             .returning(Query::returning().columns(COLUMNS))
@@ -669,7 +803,6 @@ impl Store {
             };
             let mut stmt = Query::update()
                 .table(Tasks::Table)
-                .value(Tasks::State, state.as_str())
                 .value(Tasks::LeaseOwner, Option::<String>::None)
                 .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
                 .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
@@ -677,12 +810,26 @@ impl Store {
                 .value(Tasks::UpdatedAt, now)
                 .cond_where(lease_matches(&completion.lease))
                 .and_where(state_is(TaskState::Running))
-                .returning(Query::returning().columns([Tasks::Id, Tasks::EventSeq]))
+                .returning(Query::returning().columns([Tasks::Id, Tasks::EventSeq, Tasks::State]))
                 .to_owned();
             match &completion.outcome {
                 Outcome::Requeue {
                     run_after, refund, ..
                 } => {
+                    // A cancel requested while the attempt ended must not be lost in the queue.
+                    stmt.value(
+                        Tasks::State,
+                        Expr::case(
+                            Expr::col(Tasks::CancelRequested).eq(true),
+                            TaskState::Canceled.as_str(),
+                        )
+                        .finally(TaskState::Queued.as_str()),
+                    );
+                    stmt.value(
+                        Tasks::FinishedAt,
+                        Expr::case(Expr::col(Tasks::CancelRequested).eq(true), now)
+                            .finally(Expr::val(Option::<i64>::None)),
+                    );
                     stmt.value(Tasks::RunAfter, *run_after);
                     if *refund {
                         stmt.value(Tasks::Attempt, Expr::col(Tasks::Attempt).sub(1));
@@ -690,11 +837,19 @@ impl Store {
                     requeued = true;
                 }
                 _ => {
+                    stmt.value(Tasks::State, state.as_str());
                     stmt.value(Tasks::FinishedAt, now);
                 }
             }
-            if let Some((id, seq)) = tx.fetch_optional::<(i64, i64), _>(&stmt).await? {
+            if let Some((id, seq, ended)) =
+                tx.fetch_optional::<(i64, i64, String), _>(&stmt).await?
+            {
                 results[i] = CompletionResult::Applied;
+                let kind = if ended == TaskState::Canceled.as_str() {
+                    EventKind::Canceled
+                } else {
+                    kind
+                };
                 let mut data = completion.details.clone();
                 if let (Some(error), Some(map)) = (&error, data.as_object_mut()) {
                     map.insert("error".into(), json!(error));
@@ -729,61 +884,7 @@ impl Store {
     pub async fn cancel_task(&self, id: TaskId) -> Result<CancelOutcome> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
-        let task = fetch_task_tx(&mut tx, id).await?;
-        let outcome = match task.state {
-            TaskState::Queued | TaskState::Waiting => {
-                let seq = next_seq(&mut tx, id, now).await?;
-                let stmt = Query::update()
-                    .table(Tasks::Table)
-                    .value(Tasks::State, TaskState::Canceled.as_str())
-                    .value(Tasks::FinishedAt, now)
-                    .and_where(Expr::col(Tasks::Id).eq(id.0))
-                    .to_owned();
-                tx.execute(&stmt).await?;
-                insert_events(
-                    &mut tx,
-                    &[EventInsert {
-                        task_id: id.0,
-                        seq,
-                        at: now,
-                        kind: EventKind::Canceled,
-                        data: json!({ "from": task.state.as_str() }),
-                    }],
-                )
-                .await?;
-                CancelOutcome::Canceled
-            }
-            TaskState::Running if task.cancel_requested => CancelOutcome::Requested,
-            TaskState::Running => {
-                let seq = next_seq(&mut tx, id, now).await?;
-                let stmt = Query::update()
-                    .table(Tasks::Table)
-                    .value(Tasks::CancelRequested, true)
-                    .and_where(Expr::col(Tasks::Id).eq(id.0))
-                    .to_owned();
-                tx.execute(&stmt).await?;
-                insert_events(
-                    &mut tx,
-                    &[EventInsert {
-                        task_id: id.0,
-                        seq,
-                        at: now,
-                        kind: EventKind::CancelRequested,
-                        data: json!({ "worker": task.lease_owner }),
-                    }],
-                )
-                .await?;
-                CancelOutcome::Requested
-            }
-            TaskState::Canceled => CancelOutcome::AlreadyCanceled,
-            TaskState::Succeeded | TaskState::Failed => {
-                return Err(Error::WrongState {
-                    task: id,
-                    state: task.state.to_string(),
-                    message: "a finished task cannot be canceled".into(),
-                });
-            }
-        };
+        let outcome = cancel_task_tx(&mut tx, id, now).await?;
         tx.commit().await?;
         Ok(outcome)
     }
@@ -942,16 +1043,43 @@ impl Store {
     }
 
     /// The earliest `run_after` among queued tasks, so an idle worker can sleep exactly until then.
-    pub async fn next_run_after(&self) -> Result<Option<i64>> {
+    pub async fn next_run_after(&self, queues: &[String]) -> Result<Option<i64>> {
         let stmt = Query::select()
             .expr(Expr::col(Tasks::RunAfter).min())
             .from(Tasks::Table)
             .and_where(state_is(TaskState::Queued))
+            .and_where(Expr::col(Tasks::Queue).is_in(queues.iter().map(String::as_str)))
             .to_owned();
         Ok(self
             .pool
             .fetch_optional::<(Option<i64>,), _>(&stmt)
             .await?
             .and_then(|(t,)| t))
+    }
+}
+
+/// `run_after` of a task created for one process to run in the foreground: later than any daemon's
+/// clock will reach, so `claim` never takes it, while `claim_task` (by id) does.
+const FOREGROUND_RUN_AFTER: i64 = i64::MAX / 2;
+
+impl Store {
+    /// Creates a task and claims it for `owner`, so no daemon sharing the store can take it first:
+    /// `orchestrator run` uses it to run its task in its own process.
+    pub async fn create_foreground(
+        &self,
+        new: &NewTask,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<(Task, Lease)> {
+        let mut hidden = new.clone();
+        hidden.run_after = Some(FOREGROUND_RUN_AFTER);
+        let id = self.create_task(&hidden).await?;
+        self.claim_task(owner, id, lease_ms)
+            .await?
+            .ok_or_else(|| Error::WrongState {
+                task: id,
+                state: "unknown".into(),
+                message: "the task was taken before this process could start it".into(),
+            })
     }
 }

@@ -16,6 +16,6 @@ pub mod runner;
 pub use backoff::Backoff;
 pub use error::{Error, Result};
 pub use metrics::Metrics;
-pub use pool::{PoolConfig, StartHook, WorkerPool, new_worker_id, run_single};
+pub use pool::{PoolConfig, StartHook, WorkerPool, new_worker_id, run_claimed};
 pub use rescuer::{Rescuer, RescuerConfig};
 pub use runner::{Stop, StopReason};

@@ -22,7 +22,7 @@ use orchestrator_types::{DEFAULT_QUEUE, TaskId, now_millis};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -124,9 +124,45 @@ impl PoolConfig {
     }
 }
 
-/// Attempts running in this process, by task.
-type Active = Arc<Mutex<HashMap<TaskId, (Lease, Stop)>>>;
+/// Attempts running in this process, by task and epoch: the same task can be here twice for a
+/// moment (an old attempt that lost its lease, and the new one this process claimed), and each must
+/// keep its own stop switch.
+type Active = Arc<Mutex<HashMap<(TaskId, i64), Running>>>;
 
+struct Running {
+    stop: Stop,
+    /// When the store last confirmed this lease; a worker that cannot confirm it for about a lease
+    /// stops the attempt itself, because by then another worker may be running it.
+    renewed: Instant,
+}
+
+/// Removes an attempt from `Active` when its slot ends, even by a panic, so its lease is not
+/// extended forever for work nobody is doing.
+struct ActiveGuard {
+    active: Active,
+    key: (TaskId, i64),
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        lock(&self.active).remove(&self.key);
+    }
+}
+
+fn track(active: &Active, lease: &Lease, stop: &Stop) -> ActiveGuard {
+    let key = (lease.task_id, lease.epoch);
+    lock(active).insert(
+        key,
+        Running {
+            stop: stop.clone(),
+            renewed: Instant::now(),
+        },
+    );
+    ActiveGuard {
+        active: active.clone(),
+        key,
+    }
+}
 type CompletionRequest = (Completion, oneshot::Sender<CompletionResult>);
 
 #[derive(Debug)]
@@ -170,7 +206,12 @@ impl WorkerPool {
             log_cap_bytes: config.log_cap_bytes,
         };
         let (completions, completion_rx) = mpsc::channel::<CompletionRequest>(4 * COMPLETION_BATCH);
-        let completer = tokio::spawn(completer(store.clone(), completion_rx, metrics.clone()));
+        let completer = tokio::spawn(completer(
+            store.clone(),
+            completion_rx,
+            metrics.clone(),
+            config.lease,
+        ));
         let keeper_stop = CancellationToken::new();
         let keeper = tokio::spawn(keeper(
             store.clone(),
@@ -183,7 +224,9 @@ impl WorkerPool {
         let mut running = JoinSet::new();
         let mut wakeup = store.wakeup().await;
         while !shutdown.is_cancelled() {
-            while running.try_join_next().is_some() {}
+            while let Some(joined) = running.try_join_next() {
+                log_join(joined);
+            }
             let free = slots.available_permits();
             if free == 0 {
                 tokio::select! {
@@ -222,22 +265,21 @@ impl WorkerPool {
                     continue;
                 };
                 let stop = Stop::default();
-                lock(&active).insert(task.id, (lease.clone(), stop.clone()));
+                let guard = track(&active, &lease, &stop);
                 let ctx = ctx.clone();
-                let active = active.clone();
                 let completions = completions.clone();
                 let on_start = config.on_start.clone();
                 running.spawn(async move {
                     let _permit = permit;
+                    let _guard = guard;
                     if let Some(hook) = on_start {
                         (hook.0)(&task);
                     }
                     run_slot(&ctx, &task, &lease, &stop, &completions).await;
-                    lock(&active).remove(&task.id);
                 });
             }
             if got < want {
-                let idle = idle_wait(&store, config.poll_interval).await;
+                let idle = idle_wait(&store, &config.queues, config.poll_interval).await;
                 tokio::select! {
                     () = shutdown.cancelled() => break,
                     () = wakeup.wait(idle) => {}
@@ -252,14 +294,19 @@ impl WorkerPool {
         tokio::pin!(grace);
         loop {
             tokio::select! {
-                joined = running.join_next() => if joined.is_none() { break },
+                joined = running.join_next() => match joined {
+                    Some(joined) => log_join(joined),
+                    None => break,
+                },
                 () = &mut grace => {
-                    let stopping: Vec<Stop> = lock(&active).values().map(|(_, s)| s.clone()).collect();
+                    let stopping: Vec<Stop> = lock(&active).values().map(|r| r.stop.clone()).collect();
                     tracing::info!(count = stopping.len(), "grace period over: handing tasks back");
                     for stop in stopping {
                         stop.stop(StopReason::Shutdown);
                     }
-                    while running.join_next().await.is_some() {}
+                    while let Some(joined) = running.join_next().await {
+                        log_join(joined);
+                    }
                     break;
                 }
             }
@@ -321,33 +368,57 @@ async fn hand_back(completions: &mpsc::Sender<CompletionRequest>, lease: Lease) 
     let _ = completions.send((completion, reply)).await;
 }
 
-/// How long an idle producer sleeps: until the next delayed task is due, at most `poll`.
-async fn idle_wait(store: &Store, poll: Duration) -> Duration {
-    match store.next_run_after().await {
+/// Shortest idle sleep: a task that is due but was not claimed (another worker raced us to it)
+/// must not turn the producer into a busy loop.
+const MIN_IDLE_WAIT: Duration = Duration::from_millis(10);
+
+/// How long an idle producer sleeps: until the next delayed task of its queues is due, at most
+/// `poll`, at least `MIN_IDLE_WAIT`.
+async fn idle_wait(store: &Store, queues: &[String], poll: Duration) -> Duration {
+    match store.next_run_after(queues).await {
         Ok(Some(at)) => {
             let wait = (at - now_millis()).max(0) as u64;
-            poll.min(Duration::from_millis(wait))
+            poll.min(Duration::from_millis(wait)).max(MIN_IDLE_WAIT)
         }
         _ => poll,
     }
 }
 
+/// A slot that panicked is a bug; say so instead of dropping the news.
+fn log_join(joined: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = joined
+        && e.is_panic()
+    {
+        tracing::error!(error = %e, "a worker slot panicked; its lease will expire and be rescued");
+    }
+}
 /// Writes attempt ends in batches: whatever is waiting when the previous write finishes goes into
 /// the next transaction, so a busy pool commits many ends per fsync and an idle one waits for none.
-async fn completer(store: Store, mut rx: mpsc::Receiver<CompletionRequest>, metrics: Arc<Metrics>) {
+async fn completer(
+    store: Store,
+    mut rx: mpsc::Receiver<CompletionRequest>,
+    metrics: Arc<Metrics>,
+    give_up_after: Duration,
+) {
     let mut batch: Vec<CompletionRequest> = Vec::with_capacity(COMPLETION_BATCH);
     while rx.recv_many(&mut batch, COMPLETION_BATCH).await > 0 {
         let completions: Vec<Completion> = batch.iter().map(|(c, _)| c.clone()).collect();
         let mut delay = Duration::from_millis(50);
+        let started = Instant::now();
         let results = loop {
             match store.complete(&completions).await {
                 Ok(results) => break results,
-                Err(e) => {
-                    // A database outage. The leases may run out meanwhile; then these writes are
-                    // refused as stale and the rescued attempts run again elsewhere.
+                // A database outage: retry while the leases can still be valid. Past that, these
+                // writes would be refused as stale anyway; the rescuer runs the attempts again.
+                Err(e) if e.is_retryable() && started.elapsed() < give_up_after => {
                     tracing::warn!(error = %e, count = completions.len(), "completion failed; retrying");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, count = completions.len(),
+                        "completion failed for good; the leases will expire and the tasks be rescued");
+                    break vec![CompletionResult::Stale; completions.len()];
                 }
             }
         };
@@ -365,36 +436,49 @@ async fn completer(store: Store, mut rx: mpsc::Receiver<CompletionRequest>, metr
     }
 }
 
-/// Keeps leases alive and relays cancel requests to running attempts.
+/// Keeps leases alive and relays cancel requests to running attempts. An attempt whose lease could
+/// not be confirmed for nearly a whole lease is stopped here: the store may already have handed the
+/// task to another worker, and its gate must not run twice side by side for long.
 async fn keeper(store: Store, config: PoolConfig, active: Active, stop: CancellationToken) {
     let mut heartbeat = tokio::time::interval(config.heartbeat_interval);
     let mut cancel_poll = tokio::time::interval(config.cancel_poll);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     cancel_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let self_fence = config.lease.saturating_sub(config.heartbeat_interval / 2);
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = heartbeat.tick() => {
-                let leases: Vec<Lease> = lock(&active).values().map(|(l, _)| l.clone()).collect();
+                let leases: Vec<Lease> = lock(&active)
+                    .keys()
+                    .map(|(task_id, epoch)| Lease { task_id: *task_id, epoch: *epoch })
+                    .collect();
                 if let Err(e) = store.worker_heartbeat(&config.worker_id).await {
                     tracing::warn!(error = %e, "worker heartbeat failed");
                 }
                 match store.heartbeat(&leases, config.lease_ms()).await {
                     Ok(statuses) => {
+                        let mut active = lock(&active);
                         for status in statuses {
-                            let reason = if !status.held {
-                                Some(StopReason::LeaseLost)
-                            } else if status.cancel_requested {
-                                Some(StopReason::Canceled)
+                            let key = (status.lease.task_id, status.lease.epoch);
+                            let Some(running) = active.get_mut(&key) else { continue };
+                            if !status.held {
+                                running.stop.stop(StopReason::LeaseLost);
                             } else {
-                                None
-                            };
-                            if let Some(reason) = reason {
-                                stop_if_same(&active, &status.lease, reason);
+                                running.renewed = Instant::now();
+                                if status.cancel_requested {
+                                    running.stop.stop(StopReason::Canceled);
+                                }
                             }
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, "lease heartbeat failed"),
+                }
+                for ((task, _), running) in lock(&active).iter() {
+                    if running.renewed.elapsed() > self_fence && running.stop.reason().is_none() {
+                        tracing::warn!(%task, "lease not confirmed for nearly a lease; stopping the attempt");
+                        running.stop.stop(StopReason::LeaseLost);
+                    }
                 }
             }
             _ = cancel_poll.tick() => {
@@ -403,22 +487,17 @@ async fn keeper(store: Store, config: PoolConfig, active: Active, stop: Cancella
                 }
                 match store.cancel_requests(&config.worker_id).await {
                     Ok(leases) => {
+                        let active = lock(&active);
                         for lease in leases {
-                            stop_if_same(&active, &lease, StopReason::Canceled);
+                            if let Some(running) = active.get(&(lease.task_id, lease.epoch)) {
+                                running.stop.stop(StopReason::Canceled);
+                            }
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, "cancel poll failed"),
                 }
             }
         }
-    }
-}
-
-fn stop_if_same(active: &Active, lease: &Lease, reason: StopReason) {
-    if let Some((held, stop)) = lock(active).get(&lease.task_id)
-        && held.epoch == lease.epoch
-    {
-        stop.stop(reason);
     }
 }
 
@@ -446,30 +525,22 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-/// Runs one queued task to its end in this process, as `orchestrator run` does: claims it by id,
-/// keeps its lease alive, runs its gates, writes its end. `shutdown` stops it like a daemon's
-/// shutdown would (the task goes back to the queue). Returns the task as it ended.
-pub async fn run_single(
+/// Runs one attempt this process claimed (see `Store::create_foreground`) to its end, as
+/// `orchestrator run` does: keeps its lease alive, runs its gates, writes its end. `shutdown` stops
+/// it like a daemon's shutdown would (the task goes back to the queue). Returns the task as it ended.
+pub async fn run_claimed(
     store: &Store,
-    id: TaskId,
+    task: Task,
+    lease: Lease,
     config: &PoolConfig,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> Result<Task> {
     config.validate()?;
-    let Some((task, lease)) = store
-        .claim_task(&config.worker_id, id, config.lease_ms())
-        .await?
-    else {
-        let task = store.get_task(id).await?;
-        return Err(Error::Config(format!(
-            "task {id} is {} and cannot be started here",
-            task.state
-        )));
-    };
+    let id = task.id;
     let stop = Stop::default();
     let active: Active = Arc::default();
-    lock(&active).insert(task.id, (lease.clone(), stop.clone()));
+    let guard = track(&active, &lease, &stop);
     let keeper_stop = CancellationToken::new();
     let keeper = tokio::spawn(keeper(
         store.clone(),
@@ -498,6 +569,7 @@ pub async fn run_single(
     keeper_stop.cancel();
     let _ = keeper.await;
     let _ = on_shutdown.await;
+    drop(guard);
     let end = end?;
     if let Some(outcome) = end.outcome {
         store

@@ -96,6 +96,10 @@ pub async fn run_attempt(
         }
     };
 
+    if task.cancel_requested {
+        // Canceled while it waited in the queue (a hand-back raced the cancel): run nothing.
+        stop.stop(StopReason::Canceled);
+    }
     let mut passed = 0usize;
     let mut failures: Vec<String> = Vec::new();
     let mut infra_error: Option<String> = None;
@@ -104,30 +108,28 @@ pub async fn run_attempt(
             break;
         }
         let Some(workspace) = workspace else { break };
-        let started = ctx
-            .store
-            .append_event(
+        let started = with_retries(|| {
+            ctx.store.append_event(
                 lease,
                 EventKind::GateStarted,
                 json!({ "gate": spec.name, "position": position, "command": spec.command }),
             )
-            .await;
+        })
+        .await;
         if let Err(e) = fenced(started) {
             return lost_or(e);
         }
         let output = gate::run_gate(spec, workspace, stop.token(), ctx.log_cap_bytes).await;
         ctx.metrics.observe_gate(output.evidence.duration_ms);
-        let recorded = ctx
-            .store
-            .record_gate(&orchestrator_store::GateRun {
-                lease,
-                attempt: task.attempt,
-                position: position as i64,
-                spec,
-                evidence: &output.evidence,
-                log: &output.log,
-            })
-            .await;
+        let run = orchestrator_store::GateRun {
+            lease,
+            attempt: task.attempt,
+            position: position as i64,
+            spec,
+            evidence: &output.evidence,
+            log: &output.log,
+        };
+        let recorded = with_retries(|| ctx.store.record_gate(&run)).await;
         if let Err(e) = fenced(recorded) {
             return lost_or(e);
         }
@@ -167,8 +169,13 @@ pub async fn run_attempt(
             } else {
                 Outcome::Failed { error }
             }
-        } else if failures.is_empty() {
+        } else if failures.is_empty() && passed == task.gates.len() {
             Outcome::Succeeded
+        } else if failures.is_empty() {
+            // Gates were skipped without a stop reason: never call that a success.
+            Outcome::Failed {
+                error: format!("only {passed} of {} gates ran and passed", task.gates.len()),
+            }
         } else {
             Outcome::Failed {
                 error: failures.join("; "),
@@ -176,6 +183,27 @@ pub async fn run_attempt(
         }),
     };
     Ok(AttemptEnd { outcome, details })
+}
+
+/// Tries a fenced write a few times when the store fails in a way that can pass (a dropped
+/// connection), so a blip does not cost the whole attempt and its evidence.
+async fn with_retries<T, F, Fut>(mut write: F) -> orchestrator_store::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = orchestrator_store::Result<T>>,
+{
+    let mut delay = std::time::Duration::from_millis(100);
+    for _ in 0..3 {
+        match write().await {
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(error = %e, "store write failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 4;
+            }
+            other => return other,
+        }
+    }
+    write().await
 }
 
 /// Separates "the lease is gone" (stop quietly) from real store failures.

@@ -9,9 +9,10 @@ pub const FAILURE: u8 = 1;
 /// The command line was wrong (clap exits with it).
 #[allow(dead_code)]
 pub const USAGE: u8 = 2;
-/// A task or artifact does not exist.
+/// A task, artifact or automation does not exist.
 pub const NOT_FOUND: u8 = 3;
-/// The request does not fit the task's state (retrying a running task, canceling a finished one).
+/// The request does not fit the task's state (retrying a running task, canceling a finished one),
+/// or an automation with that name already exists.
 pub const CONFLICT: u8 = 4;
 /// The store cannot be opened: bad or unreachable database URL, failed migration.
 pub const UNAVAILABLE: u8 = 5;
@@ -57,8 +58,8 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
     for cause in error.chain() {
         if let Some(e) = cause.downcast_ref::<S>() {
             return match e {
-                S::TaskNotFound(_) | S::ArtifactNotFound(_) => NOT_FOUND,
-                S::WrongState { .. } | S::StaleLease { .. } => CONFLICT,
+                S::TaskNotFound(_) | S::ArtifactNotFound(_) | S::AutomationNotFound(_) => NOT_FOUND,
+                S::WrongState { .. } | S::StaleLease { .. } | S::DuplicateAutomation(_) => CONFLICT,
                 S::BadUrl { .. } | S::Migration(_) | S::Database(_) => UNAVAILABLE,
                 S::Invalid(_) => INVALID,
                 S::Query(_) | S::Corrupt { .. } => FAILURE,

@@ -139,7 +139,7 @@ pub async fn claim_order_queues_and_run_after(db: &TestStore) {
             .is_none()
     );
     assert_eq!(
-        store.next_run_after().await.unwrap(),
+        store.next_run_after(&queues()).await.unwrap(),
         None,
         "nothing is queued"
     );
@@ -330,7 +330,7 @@ pub async fn rescue_requeues_fails_and_cancels(db: &TestStore) {
             .unwrap()
             .is_empty()
     );
-    assert_eq!(store.next_run_after().await.unwrap(), Some(later + 1000));
+    assert_eq!(store.next_run_after(&queues()).await.unwrap(), Some(later + 1000));
 }
 
 pub async fn cancel_and_retry(db: &TestStore) {
@@ -698,4 +698,113 @@ pub async fn migrations_are_idempotent(db: &TestStore) {
         .unwrap();
     assert_eq!(reopened.get_task(id).await.unwrap().title, "survives");
     assert_eq!(reopened.events(id, 0, 10).await.unwrap().len(), 1);
+}
+
+pub async fn cancel_is_not_lost_in_a_requeue(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&NewTask::new("t")).await.unwrap();
+    let (_, lease) = store.claim("w", &queues(), 1, LEASE).await.unwrap().remove(0);
+    assert_eq!(store.cancel_task(id).await.unwrap(), CancelOutcome::Requested);
+    // The worker hands the task back (shutdown) before it saw the cancel.
+    let results = store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Requeue {
+                run_after: now_millis(),
+                error: None,
+                refund: true,
+            },
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(results, [CompletionResult::Applied]);
+    let task = store.get_task(id).await.unwrap();
+    assert_eq!(task.state, TaskState::Canceled);
+    assert!(task.finished_at.is_some());
+    assert_eq!(kinds(&store, id).await.last().unwrap(), "canceled");
+    assert!(store.claim("w", &queues(), 1, LEASE).await.unwrap().is_empty());
+}
+
+pub async fn orphaned_running_task_cancels_at_once(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&NewTask::new("t")).await.unwrap();
+    // A lease of 1 ms: by the time of the cancel, nobody holds the task.
+    let (_, lease) = store.claim("gone", &queues(), 1, 1).await.unwrap().remove(0);
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert_eq!(store.cancel_task(id).await.unwrap(), CancelOutcome::Canceled);
+    let task = store.get_task(id).await.unwrap();
+    assert_eq!(task.state, TaskState::Canceled);
+    assert!(task.lease_owner.is_none());
+    // The vanished worker, if it comes back, can no longer write.
+    let late = store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Succeeded,
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(late, [CompletionResult::Stale]);
+    assert_eq!(store.get_task(id).await.unwrap().state, TaskState::Canceled);
+}
+
+pub async fn foreground_tasks_are_invisible_to_claims(db: &TestStore) {
+    let store = db.store.clone();
+    let (task, lease) = store
+        .create_foreground(&NewTask::new("mine"), "fg", LEASE)
+        .await
+        .unwrap();
+    assert_eq!(task.state, TaskState::Running);
+    assert_eq!(task.lease_owner.as_deref(), Some("fg"));
+    assert!(task.run_after <= now_millis(), "run_after shows when it ran");
+    // Handed back (say the foreground process is interrupted), a daemon may then take it.
+    store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Requeue {
+                run_after: now_millis(),
+                error: None,
+                refund: true,
+            },
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    let claimed = store.claim("daemon", &queues(), 10, LEASE).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].0.id, task.id);
+    // Another queue's due task does not count as due for this queue.
+    let mut other = NewTask::new("elsewhere");
+    other.queue = "other".into();
+    store.create_task(&other).await.unwrap();
+    assert_eq!(store.next_run_after(&queues()).await.unwrap(), None);
+    assert!(store.next_run_after(&["other".to_owned()]).await.unwrap().is_some());
+}
+
+pub async fn concurrent_retries_queue_a_task_once(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&NewTask::new("t")).await.unwrap();
+    let (_, lease) = store.claim("w", &queues(), 1, LEASE).await.unwrap().remove(0);
+    store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Failed { error: "x".into() },
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    // Many users press retry at once: exactly one retry happens, the rest see the new state.
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        handles.push(tokio::spawn(async move { store.retry_task(id).await.is_ok() }));
+    }
+    let mut ok = 0;
+    for handle in handles {
+        ok += usize::from(handle.await.unwrap());
+    }
+    assert_eq!(ok, 1);
+    let retried = kinds(&store, id).await.iter().filter(|k| *k == "retried").count();
+    assert_eq!(retried, 1);
 }

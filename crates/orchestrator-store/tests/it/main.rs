@@ -45,6 +45,10 @@ conformance!(
     batch_completion_mixed_outcomes,
     counts_by_state,
     migrations_are_idempotent,
+    cancel_is_not_lost_in_a_requeue,
+    orphaned_running_task_cancels_at_once,
+    foreground_tasks_are_invisible_to_claims,
+    concurrent_retries_queue_a_task_once,
 );
 
 #[allow(dead_code)]

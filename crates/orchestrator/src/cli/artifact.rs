@@ -43,11 +43,17 @@ pub async fn run(global: &GlobalArgs, command: ArtifactCommand) -> anyhow::Resul
     let artifact = store.get_artifact(id).await?;
     let bytes = select_lines(&artifact.bytes, args.head, args.tail);
     if args.json {
-        output::json(&serde_json::json!({
+        // Text when the bytes are UTF-8; base64 otherwise, so binary artifacts (patches with
+        // binary files) survive JSON byte for byte.
+        let mut object = serde_json::json!({
             "meta": artifact.meta,
             "created_at": format_millis(artifact.meta.created_at),
-            "text": String::from_utf8_lossy(bytes),
-        }))?;
+        });
+        match std::str::from_utf8(bytes) {
+            Ok(text) => object["text"] = text.into(),
+            Err(_) => object["base64"] = base64(bytes).into(),
+        }
+        output::json(&object)?;
     } else {
         let mut out = std::io::stdout().lock();
         out.write_all(bytes)?;
@@ -87,9 +93,43 @@ fn select_lines(bytes: &[u8], head: Option<usize>, tail: Option<usize>) -> &[u8]
     bytes
 }
 
+/// Standard base64 with padding (RFC 4648); small enough not to need a dependency.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        let symbols = [18, 12, 6, 0].map(|shift| ALPHABET[((n >> shift) & 63) as usize] as char);
+        out.push(symbols[0]);
+        out.push(symbols[1]);
+        out.push(if chunk.len() > 1 { symbols[2] } else { '=' });
+        out.push(if chunk.len() > 2 { symbols[3] } else { '=' });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::select_lines;
+    use super::{base64, select_lines};
+
+    #[test]
+    fn base64_matches_rfc_4648_vectors() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"", ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foob", "Zm9vYg=="),
+            (b"fooba", "Zm9vYmE="),
+            (b"foobar", "Zm9vYmFy"),
+            (&[0xff, 0x00, 0xfe], "/wD+"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(base64(input), *expected);
+        }
+    }
 
     #[test]
     fn head_and_tail_count_lines() {

@@ -7,7 +7,7 @@ use crate::exit;
 use crate::output;
 use clap::Args;
 use orchestrator_types::TaskState;
-use orchestrator_worker::{Metrics, PoolConfig, new_worker_id, run_single};
+use orchestrator_worker::{Metrics, PoolConfig, new_worker_id, run_claimed};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -53,10 +53,13 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         args.workspace.as_ref(),
         args.prompt.as_ref(),
     )?;
-    let store = global.open_store().await?;
-    let id = store.create_task(&task).await?;
+        let store = global.open_store().await?;
     let config = PoolConfig::new(new_worker_id());
-    let metrics = Arc::new(Metrics::default());
+    // Created already claimed by this process, so a daemon sharing the store cannot take it.
+    let (claimed, lease) = store
+        .create_foreground(&task, &config.worker_id, config.lease.as_millis() as i64)
+        .await?;
+    let id = claimed.id;let metrics = Arc::new(Metrics::default());
 
     // Print events as they land, from the store, exactly as `task events --follow` would.
     let printer_stop = CancellationToken::new();
@@ -79,17 +82,22 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
             }
         }
     });
-    let ctrl_c = tokio::spawn({
+        let ctrl_c = tokio::spawn({
         let store = store.clone();
         async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("canceling task {id}");
-                let _ = store.cancel_task(id).await;
+                eprintln!("canceling task {id} (press Ctrl-C again to exit at once)");
+                if let Err(e) = store.cancel_task(id).await {
+                    eprintln!("error: could not cancel task {id}: {e}");
+                }
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!("exiting; task {id} is left to its lease and the rescuer");
+                    std::process::exit(130);
+                }
             }
         }
     });
-    let ended = run_single(&store, id, &config, metrics, CancellationToken::new()).await;
-    ctrl_c.abort();
+    let ended = run_claimed(&store, claimed, lease, &config, metrics, CancellationToken::new()).await;ctrl_c.abort();
     printer_stop.cancel();
     printer.await??;
     let ended = ended?;

@@ -157,25 +157,28 @@ fn api_token(home: &Path) -> anyhow::Result<Arc<str>> {
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
     let token = hex::encode(rand::random::<[u8; 32]>());
-    use std::io::Write;
+        use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
+    // `create_new`: when two daemons start together, one writes the token and the other reads it.
+    match std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    writeln!(file, "{token}")?;
-    Ok(token.into())
-}
+    {
+        Ok(mut file) => {
+            writeln!(file, "{token}")?;
+            Ok(token.into())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::thread::sleep(Duration::from_millis(50));
+            let token = std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            Ok(token.trim().into())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot write {}", path.display())),
+    }}
 
 fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => match url[s + 3..at].find(':') {
-            Some(colon) => format!("{}:***{}", &url[..s + 3 + colon], &url[at..]),
-            None => url.to_owned(),
-        },
-        _ => url.to_owned(),
-    }
+    orchestrator_store::redact_url(url)
 }
