@@ -315,3 +315,35 @@ fn create_list_and_human_output() {
     let help = env.run(&["task", "create", "--help"]);
     assert!(String::from_utf8_lossy(&help.stdout).contains("Examples:"));
 }
+
+#[test]
+fn ctrl_c_cancels_a_foreground_run_and_its_gate() {
+    let env = Env::sqlite();
+    let ws = env.home().display().to_string();
+    let marker = crate::support::unique_sleep();
+    let gate = format!("sleep {marker} & sleep {marker}");
+    let child = env
+        .cmd(&["run", "--gate", &gate, "--workspace", &ws])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The `run` process's own command line holds the marker too: wait for the gate's `sleep`.
+    crate::support::wait_for(|| {
+        crate::support::processes_with(&format!("sleep {marker}"))
+            .iter()
+            .any(|p| p.contains(": sleep "))
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let id = env.tasks()[0]["id"].as_i64().unwrap();
+    let task = env.task(id);
+    assert_eq!(task["state"], "canceled");
+    assert_eq!(task["gates"][0]["verdict"], "canceled");
+    crate::support::assert_no_process_with(&format!("sleep {marker}"));
+}
