@@ -269,7 +269,10 @@ impl Store {
         if spec.name != name {
             return Err(orchestrator_types::Error::invalid(
                 "name",
-                format!("an automation cannot be renamed ({name:?} to {:?}); delete and create it", spec.name),
+                format!(
+                    "an automation cannot be renamed ({name:?} to {:?}); delete and create it",
+                    spec.name
+                ),
             )
             .into());
         }

@@ -28,7 +28,9 @@ pub enum Error {
     #[error("automation {0:?} not found")]
     AutomationNotFound(String),
     /// An automation with this name already exists. Not retryable: pick another name, or update it.
-    #[error("an automation named {0:?} already exists; choose another name or use `automation update`")]
+    #[error(
+        "an automation named {0:?} already exists; choose another name or use `automation update`"
+    )]
     DuplicateAutomation(String),
     /// The request does not fit the task's state (retry of a running task, cancel of a finished one).
     /// Not retryable.

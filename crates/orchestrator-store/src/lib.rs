@@ -25,10 +25,10 @@ pub use automations::{Automation, NextFire, SOURCE_CLI, SOURCE_FILE};
 pub use connect::{Backend, SqliteSync, Store, StoreOptions, redact_url};
 pub use error::{Error, Result};
 pub use gates::GateRun;
+pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
 pub use tasks::{
     CancelOutcome, Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts, Task,
     TaskFilter,
 };
-pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
 pub use wake::Wakeup;
 pub use workers::WorkerRow;

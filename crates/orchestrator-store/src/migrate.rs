@@ -27,7 +27,10 @@ macro_rules! migration {
     };
 }
 
-pub(crate) const MIGRATIONS: &[Migration] = &[migration!(1, "0001_core"), migration!(2, "0002_automations")];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    migration!(1, "0001_core"),
+    migration!(2, "0002_automations"),
+];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes
 /// starting together migrate one at a time.

@@ -34,7 +34,10 @@ pub(crate) enum AutomationSlots {
 #[derive(Debug, Clone)]
 pub enum SlotDecision {
     /// Fire, unless the overlap policy says otherwise; `tasks` are the slot's tasks.
-    Fire { overlap: Overlap, tasks: Vec<NewTask> },
+    Fire {
+        overlap: Overlap,
+        tasks: Vec<NewTask>,
+    },
     /// Record the slot as skipped with this reason (a catch-up policy, for instance).
     Skip { reason: String },
 }
@@ -63,8 +66,12 @@ pub struct Advance {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum SlotResult {
-    Fired { tasks: Vec<TaskId> },
-    Skipped { reason: String },
+    Fired {
+        tasks: Vec<TaskId>,
+    },
+    Skipped {
+        reason: String,
+    },
     Buffered,
     /// The slot had been recorded before (by another scheduler, or before a restart): nothing done.
     AlreadyRecorded,
@@ -86,7 +93,17 @@ pub struct Slot {
     pub tasks: Vec<(TaskId, TaskState)>,
 }
 
-type SlotRow = (i64, i64, i64, String, String, Option<String>, String, i64, Option<i64>);
+type SlotRow = (
+    i64,
+    i64,
+    i64,
+    String,
+    String,
+    Option<String>,
+    String,
+    i64,
+    Option<i64>,
+);
 
 const SLOT_COLUMNS: [AutomationSlots; 9] = [
     AutomationSlots::Id,
@@ -110,7 +127,9 @@ fn slot_from_row(row: SlotRow) -> Result<Slot> {
         id,
         automation_id,
         slot_at,
-        kind: kind.parse().map_err(|e| corrupt("automation_slots.kind", e))?,
+        kind: kind
+            .parse()
+            .map_err(|e| corrupt("automation_slots.kind", e))?,
         status: status
             .parse()
             .map_err(|e| corrupt("automation_slots.status", e))?,
@@ -133,15 +152,22 @@ fn unfinished() -> Expr {
     Expr::cust(format!("\"state\" IN ({})", states.join(", ")))
 }
 
-/// Unfinished tasks of an automation: its previous runs that are still going.
-async fn unfinished_tasks(tx: &mut Tx, automation_id: i64) -> Result<Vec<TaskId>> {
-    let stmt = Query::select()
+/// Unfinished tasks of an automation (its previous runs that are still going), at most `limit`.
+async fn unfinished_tasks(
+    tx: &mut Tx,
+    automation_id: i64,
+    limit: Option<u64>,
+) -> Result<Vec<TaskId>> {
+    let mut stmt = Query::select()
         .column(Tasks::Id)
         .from(Tasks::Table)
         .and_where(Expr::col(Tasks::AutomationId).eq(automation_id))
         .and_where(unfinished())
         .order_by(Tasks::Id, Order::Asc)
         .to_owned();
+    if let Some(limit) = limit {
+        stmt.limit(limit);
+    }
     let rows: Vec<(i64,)> = tx.fetch_all(&stmt).await?;
     Ok(rows.into_iter().map(|(id,)| TaskId(id)).collect())
 }
@@ -180,7 +206,12 @@ async fn set_slot_status(
 }
 
 /// Records one slot in `tx`: the row first (the claim), then the overlap decision and the tasks.
-async fn record_slot(tx: &mut Tx, plan: &SlotPlan, scheduler: &str, now: i64) -> Result<SlotResult> {
+async fn record_slot(
+    tx: &mut Tx,
+    plan: &SlotPlan,
+    scheduler: &str,
+    now: i64,
+) -> Result<SlotResult> {
     let (status, reason) = match &plan.decision {
         SlotDecision::Fire { .. } => (SlotStatus::Fired, None),
         SlotDecision::Skip { reason } => (SlotStatus::Skipped, Some(reason.clone())),
@@ -222,20 +253,34 @@ async fn record_slot(tx: &mut Tx, plan: &SlotPlan, scheduler: &str, now: i64) ->
             reason: reason.unwrap_or_default(),
         });
     };
-    let running = unfinished_tasks(tx, plan.automation_id).await?;
+    // `allow` never looks (an automation that allows overlap may have thousands of runs going);
+    // `cancel_previous` needs every one; the others only need to know and to name a few.
+    let running = match overlap {
+        Overlap::Allow => Vec::new(),
+        Overlap::CancelPrevious => unfinished_tasks(tx, plan.automation_id, None).await?,
+        Overlap::Skip | Overlap::BufferOne => {
+            unfinished_tasks(tx, plan.automation_id, Some(5)).await?
+        }
+    };
     if !running.is_empty() {
         let ids: Vec<String> = running.iter().map(ToString::to_string).collect();
-        let busy = format!("overlap: task{} {} of a previous run unfinished", if ids.len() == 1 { "" } else { "s" }, ids.join(", "));
+        let busy = format!(
+            "overlap: task{} {} of a previous run unfinished",
+            if ids.len() == 1 { "" } else { "s" },
+            ids.join(", ")
+        );
         match overlap {
             Overlap::Allow => {}
             Overlap::Skip => {
                 let reason = format!("{busy} (policy skip)");
-                set_slot_status(tx, slot_id, SlotStatus::Skipped, Some(reason.clone()), None).await?;
+                set_slot_status(tx, slot_id, SlotStatus::Skipped, Some(reason.clone()), None)
+                    .await?;
                 return Ok(SlotResult::Skipped { reason });
             }
             Overlap::BufferOne => {
                 if has_buffered(tx, plan.automation_id, slot_id).await? {
-                    let reason = format!("{busy} and a slot is already buffered (policy buffer_one)");
+                    let reason =
+                        format!("{busy} and a slot is already buffered (policy buffer_one)");
                     set_slot_status(tx, slot_id, SlotStatus::Skipped, Some(reason.clone()), None)
                         .await?;
                     return Ok(SlotResult::Skipped { reason });
@@ -327,7 +372,9 @@ impl Store {
         };
         let slot = slot_from_row(row)?;
         if slot.status != SlotStatus::Buffered
-            || !unfinished_tasks(&mut tx, slot.automation_id).await?.is_empty()
+            || !unfinished_tasks(&mut tx, slot.automation_id, Some(1))
+                .await?
+                .is_empty()
         {
             return Ok(None);
         }
@@ -357,7 +404,9 @@ impl Store {
         Ok(Some(ids))
     }
 
-    /// Buffered slots of active automations, oldest first.
+    /// Buffered slots, by automation. The scheduler asks every pass, so this must cost nothing
+    /// when there are none: ordering by the partial index's column lets SQLite read only that
+    /// index (ordering by `id` alone made it scan every slot ever recorded).
     pub async fn buffered_slots(&self, limit: u64) -> Result<Vec<Slot>> {
         let stmt = Query::select()
             .columns(SLOT_COLUMNS)
@@ -366,6 +415,7 @@ impl Store {
                 "\"status\" = '{}'",
                 SlotStatus::Buffered.as_str()
             )))
+            .order_by(AutomationSlots::AutomationId, Order::Asc)
             .order_by(AutomationSlots::Id, Order::Asc)
             .limit(limit)
             .to_owned();
@@ -384,10 +434,7 @@ impl Store {
             .limit(limit)
             .to_owned();
         let rows: Vec<SlotRow> = self.pool.fetch_all(&stmt).await?;
-        let mut slots: Vec<Slot> = rows
-            .into_iter()
-            .map(slot_from_row)
-            .collect::<Result<_>>()?;
+        let mut slots: Vec<Slot> = rows.into_iter().map(slot_from_row).collect::<Result<_>>()?;
         if let (Some(oldest), Some(newest)) = (slots.last(), slots.first()) {
             let tasks = Query::select()
                 .columns([Tasks::Id, Tasks::SlotAt, Tasks::State])

@@ -5,7 +5,10 @@
 pub enum Error {
     /// A field is missing, empty or out of range. Not retryable.
     #[error("invalid {field}: {message}")]
-    Invalid { field: &'static str, message: String },
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
     /// A word that should name a state, verdict or kind does not. Not retryable.
     #[error("unknown {what} {value:?}; expected one of: {expected}")]
     Unknown {

@@ -8,7 +8,9 @@ use std::str::FromStr;
 macro_rules! id_type {
     ($name:ident, $what:literal) => {
         #[doc = concat!("The id of ", $what, ", assigned by the store.")]
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+        )]
         #[serde(transparent)]
         pub struct $name(pub i64);
 

@@ -3,6 +3,7 @@
 //! Architecture Invariant: this crate does no IO. It knows nothing of databases, processes or HTTP;
 //! every other crate speaks in its words, so a change here is a change of the language.
 
+mod automation;
 mod capture;
 mod error;
 mod event;
@@ -12,11 +13,15 @@ mod spec;
 mod state;
 mod time;
 
+pub use automation::{
+    AutomationSpec, AutomationStatus, CatchUp, DEFAULT_CATCH_UP_CAP, DEFAULT_CATCH_UP_WINDOW_SECS,
+    MAX_JITTER_SECS, Overlap, SlotKind, SlotStatus, TaskTemplate, validate_name,
+};
 pub use capture::{Capture, Captured};
 pub use error::{Error, Result};
 pub use event::{EventKind, TaskEvent};
 pub use gate::{FailureKind, GateEvidence, GateRecord, GateSummary, GitTree, Verdict};
 pub use id::{ArtifactId, TaskId};
-pub use spec::{GateSpec, NewTask, DEFAULT_GATE_TIMEOUT_SECS, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE};
+pub use spec::{DEFAULT_GATE_TIMEOUT_SECS, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, GateSpec, NewTask};
 pub use state::TaskState;
 pub use time::{format_millis, now_millis, parse_time};

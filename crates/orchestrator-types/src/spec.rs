@@ -51,7 +51,10 @@ impl GateSpec {
             return Err(Error::invalid("gate name", "the name is empty"));
         }
         if self.timeout_secs == 0 {
-            return Err(Error::invalid("gate timeout", "must be at least one second"));
+            return Err(Error::invalid(
+                "gate timeout",
+                "must be at least one second",
+            ));
         }
         if let Some(cwd) = &self.cwd
             && (cwd.starts_with('/') || cwd.split('/').any(|part| part == ".."))

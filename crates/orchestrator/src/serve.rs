@@ -1,9 +1,10 @@
-//! The daemon: workers, the rescuer and the HTTP endpoint over one store.
+//! The daemon: the scheduler, workers, the rescuer and the HTTP endpoint over one store.
 //!
 //! `run` takes its world as arguments (config, store, a bound listener, a shutdown token), so tests
 //! bind port 0 and stop it when they like. `main` only parses flags and wires.
 
 use crate::http::{HttpState, router};
+use orchestrator_scheduler::{Scheduler, SchedulerConfig, SystemClock};
 use orchestrator_store::Store;
 use orchestrator_worker::{Metrics, PoolConfig, Rescuer, RescuerConfig, WorkerPool};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 pub struct ServeConfig {
     pub pool: PoolConfig,
     pub rescuer: RescuerConfig,
+    pub scheduler: SchedulerConfig,
     pub token: Arc<str>,
 }
 
@@ -28,6 +30,11 @@ pub async fn run(
     let metrics = Arc::new(Metrics::default());
     let pool = WorkerPool::new(store.clone(), config.pool.clone(), metrics.clone())?;
     let rescuer = Rescuer::new(store.clone(), config.rescuer.clone(), metrics.clone())?;
+    let scheduler = Scheduler::new(
+        store.clone(),
+        config.scheduler.clone(),
+        Arc::new(SystemClock),
+    )?;
 
     let http_stop = CancellationToken::new();
     let app = router(HttpState {
@@ -44,11 +51,13 @@ pub async fn run(
         }
     });
     let rescuer_task = tokio::spawn(rescuer.run(shutdown.clone()));
+    let scheduler_task = tokio::spawn(scheduler.run(shutdown.clone()));
 
     let pooled = pool.run(shutdown.clone()).await;
     // The pool only returns early on a registration failure; stop the rest either way.
     shutdown.cancel();
     let _ = rescuer_task.await;
+    let _ = scheduler_task.await;
     http_stop.cancel();
     match http.await {
         Ok(Ok(())) => {}

@@ -330,7 +330,10 @@ pub async fn rescue_requeues_fails_and_cancels(db: &TestStore) {
             .unwrap()
             .is_empty()
     );
-    assert_eq!(store.next_run_after(&queues()).await.unwrap(), Some(later + 1000));
+    assert_eq!(
+        store.next_run_after(&queues()).await.unwrap(),
+        Some(later + 1000)
+    );
 }
 
 pub async fn cancel_and_retry(db: &TestStore) {
@@ -357,7 +360,10 @@ pub async fn cancel_and_retry(db: &TestStore) {
         store.cancel_task(ids[1]).await.unwrap(),
         CancelOutcome::Requested
     );
-    assert_eq!(store.cancel_requests("w").await.unwrap(), std::slice::from_ref(&lease));
+    assert_eq!(
+        store.cancel_requests("w").await.unwrap(),
+        std::slice::from_ref(&lease)
+    );
     assert!(store.cancel_requests("other").await.unwrap().is_empty());
     store
         .complete(&[Completion {
@@ -553,7 +559,10 @@ pub async fn heartbeat_extends_and_reports_cancel(db: &TestStore) {
         .unwrap()
         .remove(0);
     let first_expiry = task.lease_expires_at.unwrap();
-    let status = store.heartbeat(std::slice::from_ref(&lease), 60_000).await.unwrap();
+    let status = store
+        .heartbeat(std::slice::from_ref(&lease), 60_000)
+        .await
+        .unwrap();
     assert!(status[0].held);
     assert!(!status[0].cancel_requested);
     let extended = store.get_task(id).await.unwrap().lease_expires_at.unwrap();
@@ -703,8 +712,15 @@ pub async fn migrations_are_idempotent(db: &TestStore) {
 pub async fn cancel_is_not_lost_in_a_requeue(db: &TestStore) {
     let store = db.store.clone();
     let id = store.create_task(&NewTask::new("t")).await.unwrap();
-    let (_, lease) = store.claim("w", &queues(), 1, LEASE).await.unwrap().remove(0);
-    assert_eq!(store.cancel_task(id).await.unwrap(), CancelOutcome::Requested);
+    let (_, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        store.cancel_task(id).await.unwrap(),
+        CancelOutcome::Requested
+    );
     // The worker hands the task back (shutdown) before it saw the cancel.
     let results = store
         .complete(&[Completion {
@@ -723,16 +739,29 @@ pub async fn cancel_is_not_lost_in_a_requeue(db: &TestStore) {
     assert_eq!(task.state, TaskState::Canceled);
     assert!(task.finished_at.is_some());
     assert_eq!(kinds(&store, id).await.last().unwrap(), "canceled");
-    assert!(store.claim("w", &queues(), 1, LEASE).await.unwrap().is_empty());
+    assert!(
+        store
+            .claim("w", &queues(), 1, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 pub async fn orphaned_running_task_cancels_at_once(db: &TestStore) {
     let store = db.store.clone();
     let id = store.create_task(&NewTask::new("t")).await.unwrap();
     // A lease of 1 ms: by the time of the cancel, nobody holds the task.
-    let (_, lease) = store.claim("gone", &queues(), 1, 1).await.unwrap().remove(0);
+    let (_, lease) = store
+        .claim("gone", &queues(), 1, 1)
+        .await
+        .unwrap()
+        .remove(0);
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    assert_eq!(store.cancel_task(id).await.unwrap(), CancelOutcome::Canceled);
+    assert_eq!(
+        store.cancel_task(id).await.unwrap(),
+        CancelOutcome::Canceled
+    );
     let task = store.get_task(id).await.unwrap();
     assert_eq!(task.state, TaskState::Canceled);
     assert!(task.lease_owner.is_none());
@@ -757,7 +786,10 @@ pub async fn foreground_tasks_are_invisible_to_claims(db: &TestStore) {
         .unwrap();
     assert_eq!(task.state, TaskState::Running);
     assert_eq!(task.lease_owner.as_deref(), Some("fg"));
-    assert!(task.run_after <= now_millis(), "run_after shows when it ran");
+    assert!(
+        task.run_after <= now_millis(),
+        "run_after shows when it ran"
+    );
     // Handed back (say the foreground process is interrupted), a daemon may then take it.
     store
         .complete(&[Completion {
@@ -779,13 +811,23 @@ pub async fn foreground_tasks_are_invisible_to_claims(db: &TestStore) {
     other.queue = "other".into();
     store.create_task(&other).await.unwrap();
     assert_eq!(store.next_run_after(&queues()).await.unwrap(), None);
-    assert!(store.next_run_after(&["other".to_owned()]).await.unwrap().is_some());
+    assert!(
+        store
+            .next_run_after(&["other".to_owned()])
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 pub async fn concurrent_retries_queue_a_task_once(db: &TestStore) {
     let store = db.store.clone();
     let id = store.create_task(&NewTask::new("t")).await.unwrap();
-    let (_, lease) = store.claim("w", &queues(), 1, LEASE).await.unwrap().remove(0);
+    let (_, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
     store
         .complete(&[Completion {
             lease,
@@ -798,13 +840,193 @@ pub async fn concurrent_retries_queue_a_task_once(db: &TestStore) {
     let mut handles = Vec::new();
     for _ in 0..8 {
         let store = store.clone();
-        handles.push(tokio::spawn(async move { store.retry_task(id).await.is_ok() }));
+        handles.push(tokio::spawn(
+            async move { store.retry_task(id).await.is_ok() },
+        ));
     }
     let mut ok = 0;
     for handle in handles {
         ok += usize::from(handle.await.unwrap());
     }
     assert_eq!(ok, 1);
-    let retried = kinds(&store, id).await.iter().filter(|k| *k == "retried").count();
+    let retried = kinds(&store, id)
+        .await
+        .iter()
+        .filter(|k| *k == "retried")
+        .count();
     assert_eq!(retried, 1);
+}
+
+fn automation_spec(name: &str) -> orchestrator_types::AutomationSpec {
+    let mut spec = orchestrator_types::AutomationSpec::new(name, "0 3 * * *");
+    spec.workspaces.push("/tmp".into());
+    spec.template
+        .gates
+        .push(orchestrator_types::GateSpec::from_command("true"));
+    spec
+}
+
+pub async fn automations_crud_and_unique_names(db: &TestStore) {
+    use orchestrator_store::{NextFire, SOURCE_CLI};
+    use orchestrator_types::AutomationStatus;
+    let store = db.store.clone();
+    let next = NextFire {
+        slot_at: Some(1_000),
+        fire_at: Some(1_500),
+    };
+    let created = store
+        .create_automation(&automation_spec("nightly"), SOURCE_CLI, None, next)
+        .await
+        .unwrap();
+    assert_eq!(created.status, AutomationStatus::Active);
+    assert_eq!(created.next_fire_at, Some(1_500));
+    let err = store
+        .create_automation(&automation_spec("nightly"), SOURCE_CLI, None, next)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::DuplicateAutomation(ref n) if n == "nightly"),
+        "{err}"
+    );
+    let mut bad = automation_spec("bad");
+    bad.overlap = orchestrator_types::Overlap::Allow;
+    bad.workspaces.clear();
+    assert!(matches!(
+        store.create_automation(&bad, SOURCE_CLI, None, next).await,
+        Err(Error::Invalid(_))
+    ));
+    assert_eq!(store.list_automations().await.unwrap().len(), 1);
+
+    assert_eq!(store.due_automations(1_499, 10).await.unwrap().len(), 0);
+    assert_eq!(store.due_automations(1_500, 10).await.unwrap().len(), 1);
+    let paused = store
+        .set_automation_status("nightly", AutomationStatus::Paused, next)
+        .await
+        .unwrap();
+    assert_eq!(paused.status, AutomationStatus::Paused);
+    assert!(
+        store
+            .due_automations(i64::MAX, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.next_automation_fire().await.unwrap(), None);
+
+    let mut changed = automation_spec("nightly");
+    changed.schedule = "0 4 * * *".into();
+    let updated = store
+        .update_automation("nightly", &changed, None, next)
+        .await
+        .unwrap();
+    assert_eq!(updated.spec.schedule, "0 4 * * *");
+    store.delete_automation("nightly").await.unwrap();
+    assert!(matches!(
+        store.automation("nightly").await,
+        Err(Error::AutomationNotFound(_))
+    ));
+    assert!(matches!(
+        store.delete_automation("nightly").await,
+        Err(Error::AutomationNotFound(_))
+    ));
+}
+
+pub async fn a_slot_is_recorded_once_with_its_tasks(db: &TestStore) {
+    use orchestrator_store::{Advance, NextFire, SOURCE_CLI, SlotDecision, SlotPlan, SlotResult};
+    use orchestrator_types::{Overlap, SlotKind, SlotStatus};
+    let store = db.store.clone();
+    let spec = automation_spec("slots");
+    let next = NextFire {
+        slot_at: Some(10_000),
+        fire_at: Some(10_000),
+    };
+    let a = store
+        .create_automation(&spec, SOURCE_CLI, None, next)
+        .await
+        .unwrap();
+    let plan = |slot_at: i64| SlotPlan {
+        automation_id: a.id,
+        slot_at,
+        kind: SlotKind::Scheduled,
+        decision: SlotDecision::Fire {
+            overlap: Overlap::Allow,
+            tasks: vec![
+                spec.task_for("/tmp", "x", None),
+                spec.task_for("/var", "x", None),
+            ],
+        },
+    };
+    let advance = Advance {
+        automation_id: a.id,
+        through: 10_000,
+        next_slot_at: Some(20_000),
+        next_fire_at: Some(20_000),
+    };
+    let first = store
+        .fire_slots(&[plan(10_000)], &[advance], "s1", now_millis())
+        .await
+        .unwrap();
+    let SlotResult::Fired { tasks } = &first[0] else {
+        panic!("{first:?}")
+    };
+    assert_eq!(tasks.len(), 2);
+    for id in tasks {
+        let task = store.get_task(*id).await.unwrap();
+        assert_eq!(task.automation_id, Some(a.id));
+        assert_eq!(task.slot_at, Some(10_000));
+        assert_eq!(kinds(&store, *id).await, vec!["created"]);
+    }
+    // The same slot again, from another scheduler with a stale view: nothing happens, and the
+    // automation does not move back.
+    let stale = Advance {
+        through: 10_000,
+        next_slot_at: Some(15_000),
+        ..advance
+    };
+    let again = store
+        .fire_slots(&[plan(10_000)], &[stale], "s2", now_millis())
+        .await
+        .unwrap();
+    assert_eq!(again, vec![SlotResult::AlreadyRecorded]);
+    assert_eq!(
+        store.automation("slots").await.unwrap().next_slot_at,
+        Some(20_000)
+    );
+    assert_eq!(
+        store
+            .list_tasks(&TaskFilter::default())
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // A skipped slot keeps its reason; a plan with an invalid task writes nothing at all.
+    let skip = SlotPlan {
+        decision: SlotDecision::Skip {
+            reason: "missed (catch-up skip)".into(),
+        },
+        ..plan(20_000)
+    };
+    store
+        .fire_slots(&[skip], &[], "s1", now_millis())
+        .await
+        .unwrap();
+    let mut bad = plan(30_000);
+    if let SlotDecision::Fire { tasks, .. } = &mut bad.decision {
+        tasks[0].gates[0].command = " ".into();
+    }
+    assert!(
+        store
+            .fire_slots(&[bad], &[], "s1", now_millis())
+            .await
+            .is_err()
+    );
+    let slots = store.slots(a.id, 10).await.unwrap();
+    assert_eq!(slots.len(), 2, "{slots:?}");
+    assert_eq!(slots[0].status, SlotStatus::Skipped);
+    assert_eq!(slots[0].reason.as_deref(), Some("missed (catch-up skip)"));
+    assert_eq!(slots[1].status, SlotStatus::Fired);
+    assert_eq!(slots[1].scheduler, "s1");
+    assert_eq!(slots[1].tasks.len(), 2);
 }

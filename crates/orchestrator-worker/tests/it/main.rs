@@ -31,7 +31,8 @@ async fn a_pool_runs_gate_tasks_and_drains_on_shutdown() {
     let ws = tempfile::tempdir().unwrap();
     let tasks: Vec<NewTask> = (0..20)
         .map(|i| {
-            let mut t = NewTask::new(format!("t{i}")).with_gate(if i % 5 == 0 { "exit 1" } else { "true" });
+            let mut t =
+                NewTask::new(format!("t{i}")).with_gate(if i % 5 == 0 { "exit 1" } else { "true" });
             t.workspace = Some(ws.path().display().to_string());
             t
         })
@@ -65,16 +66,26 @@ async fn a_pool_runs_gate_tasks_and_drains_on_shutdown() {
     assert_eq!(get(TaskState::Failed), 4);
     let text = metrics.render(&counts);
     assert!(text.contains("orchestrator_claims_total 20"), "{text}");
-    assert!(text.contains("orchestrator_gate_duration_seconds_count 20"), "{text}");
+    assert!(
+        text.contains("orchestrator_gate_duration_seconds_count 20"),
+        "{text}"
+    );
     let workers = db.store.workers(10).await.unwrap();
     assert_eq!(workers.len(), 1);
-    assert!(workers[0].stopped_at.is_some(), "the worker is marked stopped");
+    assert!(
+        workers[0].stopped_at.is_some(),
+        "the worker is marked stopped"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_slot_releases_its_task_to_the_rescuer() {
     let db = orchestrator_test_support::sqlite_store().await;
-    let id = db.store.create_task(&NewTask::new("unlucky")).await.unwrap();
+    let id = db
+        .store
+        .create_task(&NewTask::new("unlucky"))
+        .await
+        .unwrap();
     let metrics = Arc::new(Metrics::default());
     let mut config = PoolConfig::new("panicky").with_lease(Duration::from_secs(1));
     // The first attempt's slot panics; the second runs normally.
@@ -115,5 +126,8 @@ async fn a_panicking_slot_releases_its_task_to_the_rescuer() {
         .into_iter()
         .map(|e| e.kind)
         .collect();
-    assert_eq!(kinds, ["created", "claimed", "rescued", "claimed", "succeeded"]);
+    assert_eq!(
+        kinds,
+        ["created", "claimed", "rescued", "claimed", "succeeded"]
+    );
 }

@@ -4,6 +4,7 @@
 //! every error names the flag the user typed.
 
 mod artifact;
+mod automation;
 mod mcp;
 mod run;
 mod serve;
@@ -25,11 +26,13 @@ Examples:
   orchestrator task read 42 --json
   orchestrator task events 42 --follow
   orchestrator run --gate 'cargo test' --gate 'cargo clippy -- -D warnings'
+  orchestrator automation create --name nightly --schedule '0 3 * * 1-5' --tz Europe/Berlin --gate 'cargo test'
   orchestrator tool run read_file --workspace . --args '{\"path\": \"README.md\"}'
   orchestrator mcp --workspace .                   expose the tools to an MCP client over stdio
 
 Exit codes: 0 success; 1 failure (or the task failed); 2 usage; 3 not found; 4 conflict with the
-task's state; 5 store unavailable; 6 invalid input; 7 the task was canceled.";
+task's state (or a duplicate automation name); 5 store unavailable; 6 invalid input; 7 the task was
+canceled.";
 
 /// A durable task and automation orchestrator for coding agents.
 #[derive(Debug, Parser)]
@@ -70,6 +73,9 @@ pub enum Command {
     /// Create, inspect, cancel and retry tasks.
     #[command(subcommand)]
     Task(task::TaskCommand),
+    /// Cron automations that create tasks: create, list, read, pause, run now, preview, apply files.
+    #[command(subcommand)]
+    Automation(automation::AutomationCommand),
     /// Read artifacts: gate logs and other kept output.
     #[command(subcommand)]
     Artifact(artifact::ArtifactCommand),
@@ -85,6 +91,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve::run(&global, args).await,
         Command::Run(args) => run::run(&global, args).await,
         Command::Task(command) => task::run(&global, command).await,
+        Command::Automation(command) => automation::run(&global, command).await,
         Command::Artifact(command) => artifact::run(&global, command).await,
         Command::Tool(args) => tool::run(&global.home()?, args).await,
         Command::Mcp(args) => mcp::run(&global.home()?, args).await,

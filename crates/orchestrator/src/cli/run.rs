@@ -53,13 +53,14 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         args.workspace.as_ref(),
         args.prompt.as_ref(),
     )?;
-        let store = global.open_store().await?;
+    let store = global.open_store().await?;
     let config = PoolConfig::new(new_worker_id());
     // Created already claimed by this process, so a daemon sharing the store cannot take it.
     let (claimed, lease) = store
         .create_foreground(&task, &config.worker_id, config.lease.as_millis() as i64)
         .await?;
-    let id = claimed.id;let metrics = Arc::new(Metrics::default());
+    let id = claimed.id;
+    let metrics = Arc::new(Metrics::default());
 
     // Print events as they land, from the store, exactly as `task events --follow` would.
     let printer_stop = CancellationToken::new();
@@ -82,7 +83,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
             }
         }
     });
-        let ctrl_c = tokio::spawn({
+    let ctrl_c = tokio::spawn({
         let store = store.clone();
         async move {
             if tokio::signal::ctrl_c().await.is_ok() {
@@ -97,7 +98,16 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
             }
         }
     });
-    let ended = run_claimed(&store, claimed, lease, &config, metrics, CancellationToken::new()).await;ctrl_c.abort();
+    let ended = run_claimed(
+        &store,
+        claimed,
+        lease,
+        &config,
+        metrics,
+        CancellationToken::new(),
+    )
+    .await;
+    ctrl_c.abort();
     printer_stop.cancel();
     printer.await??;
     let ended = ended?;

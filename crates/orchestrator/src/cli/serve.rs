@@ -45,6 +45,10 @@ pub struct ServeArgs {
     /// Print the start-up facts (address, store, worker id) as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Directory of declarative automations (*.toml) applied at start, as `automation apply`
+    /// does. Default: the `schedules` directory in the home directory, if it exists.
+    #[arg(long, value_name = "DIR")]
+    pub schedules: Option<std::path::PathBuf>,
 }
 
 pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -73,6 +77,28 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             .max(Duration::from_millis(500)),
         ..RescuerConfig::default()
     };
+    let schedules = match &args.schedules {
+        Some(dir) => Some(dir.clone()),
+        None => Some(home.join("schedules")).filter(|d| d.is_dir()),
+    };
+    if let Some(dir) = &schedules {
+        // A broken file is reported and skipped; the daemon still starts (the other files applied).
+        let report = super::automation::apply_dir(&store, dir).await?;
+        eprintln!(
+            "orchestrator serve: schedules in {}: {} created, {} updated, {} unchanged, {} removed, {} error{}",
+            dir.display(),
+            report.created.len(),
+            report.updated.len(),
+            report.unchanged.len(),
+            report.removed.len(),
+            report.errors.len(),
+            if report.errors.len() == 1 { "" } else { "s" },
+        );
+        for error in &report.errors {
+            eprintln!("orchestrator serve: {error}");
+        }
+    }
+    let scheduler = orchestrator_scheduler::SchedulerConfig::new(pool.worker_id.clone());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -105,6 +131,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         ServeConfig {
             pool,
             rescuer,
+            scheduler,
             token,
         },
         store,
@@ -157,7 +184,7 @@ fn api_token(home: &Path) -> anyhow::Result<Arc<str>> {
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
     let token = hex::encode(rand::random::<[u8; 32]>());
-        use std::io::Write;
+    use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     // `create_new`: when two daemons start together, one writes the token and the other reads it.
     match std::fs::OpenOptions::new()
@@ -177,7 +204,8 @@ fn api_token(home: &Path) -> anyhow::Result<Arc<str>> {
             Ok(token.trim().into())
         }
         Err(e) => Err(e).with_context(|| format!("cannot write {}", path.display())),
-    }}
+    }
+}
 
 fn redacted(url: &str) -> String {
     orchestrator_store::redact_url(url)

@@ -29,6 +29,10 @@ pub struct TaskView {
     pub gates: Vec<GateView>,
     /// Every gate run of every attempt, oldest first.
     pub gate_runs: Vec<GateView>,
+    /// The automation whose slot created the task, if one did.
+    pub automation_id: Option<i64>,
+    /// That slot's time.
+    pub slot: Option<String>,
 }
 
 #[derive(Debug, Serialize, Clone)]
@@ -134,6 +138,8 @@ impl TaskView {
             finished_at: task.finished_at.map(format_millis),
             gates,
             gate_runs: records.iter().map(GateView::from_record).collect(),
+            automation_id: task.automation_id,
+            slot: task.slot_at.map(format_millis),
         }
     }
 }

@@ -78,6 +78,17 @@ fn crates_depend_only_downwards() {
             ],
         ),
         ("orchestrator-worker", &["orchestrator", "clap", "axum"]),
+        (
+            "orchestrator-scheduler",
+            &[
+                "orchestrator-worker",
+                "orchestrator-github",
+                "orchestrator-tools",
+                "octocrab",
+                "clap",
+                "axum",
+            ],
+        ),
     ];
     for (krate, forbidden) in rules {
         let deps = dependencies_of(krate);
