@@ -429,7 +429,12 @@ mod tests {
     #[tokio::test]
     async fn an_escaped_process_holding_the_pipe_does_not_hang_the_gate() {
         let marker = "1000.20235";
-        let command = format!("setsid sleep {marker} & echo bye");
+        // Wait until the escaped process has really left the group (it writes the file after
+        // setsid), or the end-of-command cleanup could kill it while it is still a member.
+        let command = format!(
+            "setsid sh -c 'touch escaped.ready; exec sleep {marker}' & \
+             while [ ! -f escaped.ready ]; do sleep 0.01; done; echo bye"
+        );
         let run = run_sh(
             &command,
             Duration::from_secs(3600),
