@@ -190,8 +190,9 @@ pub fn load_file(path: &Path) -> Result<FileAutomation> {
 /// Everything `automation create` and `apply` check before touching the store: the spec, the cron
 /// expression, the time zone, and that the schedule fires at least once more.
 pub fn validate_spec(spec: &AutomationSpec) -> Result<Schedule> {
-    spec.validate()?;
+    // The schedule first: a malformed expression is the error to report, not a missing gate.
     let schedule = Schedule::parse(&spec.schedule, &spec.timezone)?;
+    spec.validate()?;
     schedule.require_next_after(orchestrator_types::now_millis())?;
     Ok(schedule)
 }
