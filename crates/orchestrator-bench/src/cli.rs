@@ -1,0 +1,128 @@
+//! The command line: flags as clap parses them, then validated into the library's configuration
+//! (ripgrep's split between low-level and high-level arguments).
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use orchestrator_bench::queue::{
+    self, DEFAULT_POSTGRES_URL, POSTGRES_URL_VARS, PeerSettings, QueueConfig,
+};
+use orchestrator_store::Backend;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "orchestrator-bench",
+    about = "Benchmarks of orchestrator, printed as one JSON object per line (progress goes to stderr)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// No-op tasks through the real worker path, against raw batched SQL and apalis, on SQLite and
+    /// PostgreSQL: tasks_per_s, raw_batched_per_s, ratio, start_p50_ms, start_p99_ms,
+    /// peer_tasks_per_s, ratio_to_peer.
+    Queue(QueueArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    Sqlite,
+    Postgres,
+    All,
+}
+
+#[derive(Debug, Args)]
+pub struct QueueArgs {
+    /// No-op tasks per throughput phase (and jobs for the raw baseline and the peer).
+    #[arg(long, default_value_t = queue::DEFAULT_TASKS)]
+    pub tasks: u64,
+    /// Worker slots of the pool.
+    #[arg(long, default_value_t = queue::DEFAULT_SLOTS)]
+    pub slots: usize,
+    /// Most tasks the pool claims in one transaction.
+    #[arg(long, default_value_t = queue::DEFAULT_CLAIM_BATCH)]
+    pub claim_batch: usize,
+    /// Tasks per create_tasks call (and jobs per push for the peer).
+    #[arg(long, default_value_t = queue::DEFAULT_ENQUEUE_BATCH)]
+    pub enqueue_batch: usize,
+    /// Jobs per transaction of the raw SQL baseline.
+    #[arg(long, default_value_t = queue::DEFAULT_RAW_BATCH)]
+    pub raw_batch: usize,
+    /// Tasks enqueued one at a time for the enqueue-to-start latency.
+    #[arg(long, default_value_t = queue::DEFAULT_LATENCY_TASKS)]
+    pub latency_tasks: usize,
+    /// Pause between latency samples, in milliseconds.
+    #[arg(long, default_value_t = queue::DEFAULT_LATENCY_INTERVAL.as_secs_f64() * 1000.0)]
+    pub latency_interval_ms: f64,
+    /// Repeat every measurement and report medians.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+    /// Which databases to measure.
+    #[arg(long, value_enum, default_value_t = BackendArg::All)]
+    pub backend: BackendArg,
+    /// PostgreSQL server on which each run creates and drops a database. Default: the environment's
+    /// ORCHESTRATOR_BENCH_DATABASE_URL, then ORCHESTRATOR_TEST_DATABASE_URL, then
+    /// postgres://postgres@127.0.0.1:5432/test.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Connections in the store's pool (default: the store's own default).
+    #[arg(long)]
+    pub store_connections: Option<u32>,
+    /// Keep each run's SQLite files or PostgreSQL database for inspection instead of removing them.
+    #[arg(long)]
+    pub keep_databases: bool,
+    /// Skip apalis.
+    #[arg(long)]
+    pub no_peer: bool,
+    /// apalis workers on the shared queue.
+    #[arg(long, default_value_t = queue::DEFAULT_PEER_WORKERS)]
+    pub peer_workers: usize,
+    /// Seconds after which apalis' partial throughput is reported.
+    #[arg(long, default_value_t = queue::DEFAULT_PEER_TIMEOUT.as_secs())]
+    pub peer_timeout_s: u64,
+}
+
+impl QueueArgs {
+    pub fn into_config(self) -> Result<QueueConfig> {
+        anyhow::ensure!(
+            self.latency_interval_ms.is_finite() && self.latency_interval_ms >= 0.0,
+            "--latency-interval-ms must be a non-negative number"
+        );
+        let postgres_url = self
+            .database_url
+            .or_else(|| {
+                POSTGRES_URL_VARS
+                    .iter()
+                    .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
+            })
+            .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned());
+        let backends = match self.backend {
+            BackendArg::Sqlite => vec![Backend::Sqlite],
+            BackendArg::Postgres => vec![Backend::Postgres],
+            BackendArg::All => vec![Backend::Sqlite, Backend::Postgres],
+        };
+        let config = QueueConfig {
+            tasks: self.tasks,
+            slots: self.slots,
+            claim_batch: self.claim_batch,
+            enqueue_batch: self.enqueue_batch,
+            raw_batch: self.raw_batch,
+            latency_tasks: self.latency_tasks,
+            latency_interval: Duration::from_secs_f64(self.latency_interval_ms / 1000.0),
+            runs: self.runs,
+            backends,
+            postgres_url,
+            peer: (!self.no_peer).then_some(PeerSettings {
+                workers: self.peer_workers,
+                timeout: Duration::from_secs(self.peer_timeout_s),
+            }),
+            keep_databases: self.keep_databases,
+            store_connections: self.store_connections,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}

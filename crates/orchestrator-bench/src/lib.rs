@@ -1,0 +1,18 @@
+//! The benchmarks behind DESIGN.md's "Targets" section, run by the `orchestrator-bench` binary.
+//!
+//! Each benchmark measures orchestrator through the same code a deployment runs (the store, the
+//! worker pool) and, in the same run and on the same disk, the two yardsticks that make its
+//! figure mean something: the raw SQL the queue cannot beat, and the Rust peer it should beat. A
+//! figure alone says little on a machine whose fsync time nobody remembers; a ratio to a baseline
+//! measured a second earlier on the same disk says whether the code is in the way.
+//!
+//! The measurements live in this library, not in `main.rs`, so that the crate's test can run them at
+//! tiny sizes and check that they still work end to end. Errors are `anyhow`: this crate is a tool,
+//! and no other crate depends on it.
+//!
+//! Architecture Invariant: this crate holds the only SQL outside the store crate, on purpose, and
+//! never for orchestrator's own tables: the raw baseline's table (queue/raw.rs), the peer's tables
+//! (queue/peer.rs counts apalis' finished jobs) and the run's database itself (queue/database.rs).
+//! A baseline written with the store's own query builder would inherit whatever the store gets wrong.
+
+pub mod queue;

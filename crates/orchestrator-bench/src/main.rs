@@ -1,0 +1,63 @@
+//! `orchestrator-bench`: parses the command line, runs the chosen benchmark and maps its outcome to
+//! an exit code. The measurements live in the library (src/queue/); this file is glue.
+//!
+//! Exit codes: 0 when every backend was measured, or when PostgreSQL was merely unreachable (its
+//! line then carries the error, and SQLite's figures still stand); 1 when a measurement failed; 2
+//! for bad flags. A closed stdout (`| head -1`) is not an error.
+
+mod cli;
+
+use clap::Parser;
+use std::io::Write;
+use std::process::ExitCode;
+
+const FAILURE: u8 = 1;
+const USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let config = match cli.command {
+        cli::Command::Queue(args) => match args.into_config() {
+            Ok(config) => config,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(USAGE);
+            }
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(FAILURE);
+        }
+    };
+    let result = runtime.block_on(orchestrator_bench::queue::run(&config, |line| {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}")?;
+        out.flush()?;
+        Ok(())
+    }));
+    // apalis workers that were aborted may leave tasks behind; do not wait for them.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    match result {
+        Ok(summary) if summary.failed == 0 => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(FAILURE),
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(FAILURE)
+        }
+    }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
