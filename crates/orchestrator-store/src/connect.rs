@@ -131,6 +131,9 @@ impl Store {
             .busy_timeout(options.busy_timeout);
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections)
+            // A local file does not drop connections; the ping before every use only adds a
+            // round trip to the connection thread on the hot path.
+            .test_before_acquire(false)
             .acquire_timeout(options.connect_timeout.max(options.busy_timeout))
             .connect_with(connect)
             .await
@@ -138,7 +141,7 @@ impl Store {
                 url: path.display().to_string(),
                 message: format!("cannot open the SQLite file: {e}"),
             })?;
-        Self::finish(Pool::Sqlite(pool)).await
+        Self::finish(Pool::Sqlite(pool, Arc::default())).await
     }
 
     async fn open_postgres(url: &str, options: &StoreOptions) -> Result<Store> {
@@ -171,7 +174,7 @@ impl Store {
 
     pub fn backend(&self) -> Backend {
         match self.pool {
-            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Sqlite(..) => Backend::Sqlite,
             Pool::Postgres(_) => Backend::Postgres,
         }
     }
@@ -200,7 +203,7 @@ impl Store {
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
         match &self.pool {
-            Pool::Sqlite(pool) => pool.close().await,
+            Pool::Sqlite(pool, _) => pool.close().await,
             Pool::Postgres(pool) => pool.close().await,
         }
     }

@@ -7,6 +7,8 @@ use sea_query_sqlx::SqlxBinder;
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, FromRow, PgPool, Postgres, Sqlite, SqlitePool};
+use std::sync::Arc;
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// A row type that decodes from either backend.
 pub(crate) trait AnyRow:
@@ -18,14 +20,18 @@ impl<T> AnyRow for T where
 {
 }
 
+/// A pool on one backend. On SQLite it carries the process's writer lock: SQLite admits one writer
+/// at a time, and when two of our own connections race for it the loser sleeps in SQLite's busy
+/// handler for milliseconds while the winner needs a fraction of one. Queueing our writers here, in
+/// tokio, leaves the busy handler to arbitrate only between processes.
 #[derive(Clone)]
 pub(crate) enum Pool {
-    Sqlite(SqlitePool),
+    Sqlite(SqlitePool, Arc<Mutex<()>>),
     Postgres(PgPool),
 }
 
 pub(crate) enum Tx {
-    Sqlite(sqlx::Transaction<'static, Sqlite>),
+    Sqlite(sqlx::Transaction<'static, Sqlite>, OwnedMutexGuard<()>),
     Postgres(sqlx::Transaction<'static, Postgres>),
 }
 
@@ -34,7 +40,7 @@ pub(crate) enum Tx {
 macro_rules! dispatch {
     ($self:expr, $stmt:expr, |$c:ident, $sql:ident, $values:ident| $body:expr) => {
         match $self {
-            Self::Sqlite($c) => {
+            Self::Sqlite($c, ..) => {
                 let ($sql, $values) = $stmt.build_sqlx(SqliteQueryBuilder);
                 $body
             }
@@ -91,7 +97,10 @@ impl Pool {
     /// another process wrote in between, and no busy timeout can save it.
     pub(crate) async fn begin(&self) -> Result<Tx> {
         Ok(match self {
-            Pool::Sqlite(pool) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+            Pool::Sqlite(pool, writer) => {
+                let turn = writer.clone().lock_owned().await;
+                Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?, turn)
+            }
             Pool::Postgres(pool) => Tx::Postgres(pool.begin().await?),
         })
     }
@@ -150,7 +159,7 @@ impl Tx {
 
     pub(crate) async fn commit(self) -> Result<()> {
         match self {
-            Tx::Sqlite(tx) => tx.commit().await?,
+            Tx::Sqlite(tx, _turn) => tx.commit().await?,
             Tx::Postgres(tx) => tx.commit().await?,
         }
         Ok(())

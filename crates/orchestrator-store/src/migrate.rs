@@ -47,7 +47,7 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<Vec<i64>> {
     let fail = |e: sqlx::Error| Error::Migration(e.to_string());
     let mut applied_now = Vec::new();
     match pool {
-        Pool::Sqlite(pool) => {
+        Pool::Sqlite(pool, _) => {
             let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(fail)?;
             sqlx::raw_sql(CREATE_LEDGER)
                 .execute(&mut *tx)

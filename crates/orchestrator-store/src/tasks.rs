@@ -265,6 +265,35 @@ fn lease_matches(lease: &Lease) -> Cond {
         .add(Expr::col(Tasks::Epoch).eq(lease.epoch))
 }
 
+/// Matches the rows of many leases at once: `id IN (...) AND epoch = CASE WHEN id = .. THEN .. END`.
+/// An OR of `(id = ? AND epoch = ?)` pairs reads the same, but SQLite plans it as a scan of every
+/// running row checked against the whole chain; this form finds the rows by primary key and checks
+/// one epoch each.
+fn leases_match<'a>(leases: impl Iterator<Item = &'a Lease> + Clone) -> Cond {
+    // One task can appear twice (an old attempt and the new one of the same process); a CASE on
+    // the id would only see the first, so such a batch takes the plain OR form.
+    let mut seen = std::collections::HashSet::new();
+    if !leases.clone().all(|l| seen.insert(l.task_id)) {
+        return leases.fold(Cond::any(), |cond, lease| cond.add(lease_matches(lease)));
+    }
+    let mut epochs: Option<sea_query::CaseStatement> = None;
+    for lease in leases.clone() {
+        let when = Expr::col(Tasks::Id).eq(lease.task_id.0);
+        epochs = Some(match epochs {
+            None => Expr::case(when, lease.epoch),
+            Some(case) => case.case(when, lease.epoch),
+        });
+    }
+    let ids: Vec<i64> = leases.map(|l| l.task_id.0).collect();
+    let Some(epochs) = epochs else {
+        // No leases: match nothing.
+        return Cond::all().add(Expr::cust("1 = 0"));
+    };
+    Cond::all()
+        .add(Expr::col(Tasks::Id).is_in(ids))
+        .add(Expr::col(Tasks::Epoch).eq(Into::<Expr>::into(epochs.finally(-1i64))))
+}
+
 /// Bumps the task's event counter if `lease` still holds the running task, returning the number for
 /// the next event. `None` means the lease is stale.
 pub(crate) async fn next_seq_fenced(tx: &mut Tx, lease: &Lease, now: i64) -> Result<Option<i64>> {
@@ -681,9 +710,7 @@ impl Store {
         let now = now_millis();
         let mut held: Vec<(i64, i64, bool)> = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(400) {
-            let any = chunk
-                .iter()
-                .fold(Cond::any(), |cond, lease| cond.add(lease_matches(lease)));
+            let any = leases_match(chunk.iter());
             let stmt = Query::update()
                 .table(Tasks::Table)
                 .value(Tasks::LeaseExpiresAt, now + lease_ms)
@@ -750,9 +777,7 @@ impl Store {
             .filter(|i| completions[*i].outcome == Outcome::Succeeded)
             .collect();
         for chunk in successes.chunks(400) {
-            let any = chunk.iter().fold(Cond::any(), |cond, i| {
-                cond.add(lease_matches(&completions[*i].lease))
-            });
+            let any = leases_match(chunk.iter().map(|i| &completions[*i].lease));
             let stmt = Query::update()
                 .table(Tasks::Table)
                 .value(Tasks::State, TaskState::Succeeded.as_str())
