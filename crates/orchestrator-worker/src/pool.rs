@@ -36,6 +36,8 @@ pub const DEFAULT_CANCEL_POLL: Duration = Duration::from_millis(500);
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Most tasks claimed in one transaction.
 pub const DEFAULT_CLAIM_BATCH: usize = 256;
+/// How long a saturated producer waits after the first slot frees, to claim for several at once.
+const SATURATED_COALESCE: Duration = Duration::from_millis(1);
 /// Most completions written in one transaction.
 const COMPLETION_BATCH: usize = 512;
 
@@ -233,6 +235,10 @@ impl WorkerPool {
                     () = shutdown.cancelled() => break,
                     permit = slots.clone().acquire_owned() => drop(permit),
                 }
+                // Every slot was busy: the completer ends attempts in batches, so more slots free
+                // up within a moment. Gathering them makes one claim of many instead of many
+                // claims of one, each its own transaction.
+                tokio::time::sleep(SATURATED_COALESCE).await;
                 continue;
             }
             wakeup.mark_seen();
