@@ -4,7 +4,7 @@
 //! this module reads them and offers a fenced append for progress that changes no state.
 
 use crate::exec::Tx;
-use crate::tasks::{Lease, next_seq_fenced};
+use crate::leases::{Lease, next_seq_fenced};
 use crate::{Error, Result, Store};
 use orchestrator_types::{EventKind, TaskEvent, TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query};

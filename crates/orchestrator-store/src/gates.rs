@@ -5,7 +5,7 @@
 
 use crate::artifacts::{ArtifactInsert, compress, insert_artifact};
 use crate::events::{EventInsert, insert_events};
-use crate::tasks::{Lease, next_seq_fenced};
+use crate::leases::{Lease, next_seq_fenced};
 use crate::{Error, Result, Store};
 use orchestrator_types::{
     ArtifactId, Captured, EventKind, FailureKind, GateEvidence, GateRecord, GateSpec, TaskId,

@@ -14,6 +14,7 @@ mod error;
 mod events;
 mod exec;
 mod gates;
+mod leases;
 mod migrate;
 mod slots;
 mod tasks;
@@ -25,10 +26,8 @@ pub use automations::{Automation, NextFire, SOURCE_CLI, SOURCE_FILE};
 pub use connect::{Backend, SqliteSync, Store, StoreOptions, redact_url};
 pub use error::{Error, Result};
 pub use gates::GateRun;
+pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts};
 pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
-pub use tasks::{
-    CancelOutcome, Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts, Task,
-    TaskFilter,
-};
+pub use tasks::{CancelOutcome, Task, TaskFilter};
 pub use wake::Wakeup;
 pub use workers::WorkerRow;

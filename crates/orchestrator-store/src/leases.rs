@@ -1,0 +1,597 @@
+//! Leases on tasks: batched claims, heartbeats, completion fenced by the lease epoch, the rescue of
+//! expired leases, and the foreground claim of `orchestrator run`.
+//!
+//! Every write of an attempt names its lease; a write whose epoch is no longer the task's is
+//! refused, which is what makes a worker that lost its lease harmless.
+
+use crate::events::{EventInsert, insert_events};
+use crate::exec::Tx;
+use crate::tasks::{COLUMNS, Task, TaskRow, Tasks, state_is};
+use crate::{Error, Result, Store};
+use orchestrator_types::{EventKind, NewTask, TaskId, TaskState, now_millis};
+use sea_query::{Cond, Expr, ExprTrait, Order, Query};
+use serde::Serialize;
+use serde_json::json;
+
+/// A worker's hold on one attempt of a task. Every write the attempt makes names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Lease {
+    pub task_id: TaskId,
+    pub epoch: i64,
+}
+
+/// What a heartbeat learned about one lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseStatus {
+    pub lease: Lease,
+    /// False when the lease is gone: the task was rescued, finished or handed to someone else.
+    pub held: bool,
+    /// A user asked to cancel the task.
+    pub cancel_requested: bool,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every gate passed.
+    Succeeded,
+    /// Terminal failure; `error` says why.
+    Failed { error: String },
+    /// The task was canceled while running.
+    Canceled,
+    /// Put the task back in the queue: a retryable failure (`refund` false, `Requeued` event), or a
+    /// graceful hand-back on shutdown (`refund` true: the attempt does not count, `HandedBack` event).
+    Requeue {
+        run_after: i64,
+        error: Option<String>,
+        refund: bool,
+    },
+}
+
+/// One attempt's end, as a worker reports it.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    pub lease: Lease,
+    pub outcome: Outcome,
+    /// Extra details for the final event.
+    pub details: serde_json::Value,
+}
+
+/// Whether a completion was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionResult {
+    Applied,
+    /// The lease's epoch was no longer current; nothing was written.
+    Stale,
+}
+
+/// Counts of one rescuer pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RescueCounts {
+    pub requeued: u64,
+    pub failed: u64,
+    pub canceled: u64,
+}
+
+fn lease_matches(lease: &Lease) -> Cond {
+    Cond::all()
+        .add(Expr::col(Tasks::Id).eq(lease.task_id.0))
+        .add(Expr::col(Tasks::Epoch).eq(lease.epoch))
+}
+
+/// Matches the rows of many leases at once: `id IN (...) AND epoch = CASE WHEN id = .. THEN .. END`.
+/// An OR of `(id = ? AND epoch = ?)` pairs reads the same, but SQLite plans it as a scan of every
+/// running row checked against the whole chain; this form finds the rows by primary key and checks
+/// one epoch each.
+fn leases_match<'a>(leases: impl Iterator<Item = &'a Lease> + Clone) -> Cond {
+    // One task can appear twice (an old attempt and the new one of the same process); a CASE on
+    // the id would only see the first, so such a batch takes the plain OR form.
+    let mut seen = std::collections::HashSet::new();
+    if !leases.clone().all(|l| seen.insert(l.task_id)) {
+        return leases.fold(Cond::any(), |cond, lease| cond.add(lease_matches(lease)));
+    }
+    let mut epochs: Option<sea_query::CaseStatement> = None;
+    for lease in leases.clone() {
+        let when = Expr::col(Tasks::Id).eq(lease.task_id.0);
+        epochs = Some(match epochs {
+            None => Expr::case(when, lease.epoch),
+            Some(case) => case.case(when, lease.epoch),
+        });
+    }
+    let ids: Vec<i64> = leases.map(|l| l.task_id.0).collect();
+    let Some(epochs) = epochs else {
+        // No leases: match nothing.
+        return Cond::all().add(Expr::cust("1 = 0"));
+    };
+    Cond::all()
+        .add(Expr::col(Tasks::Id).is_in(ids))
+        .add(Expr::col(Tasks::Epoch).eq(Into::<Expr>::into(epochs.finally(-1i64))))
+}
+
+/// Bumps the task's event counter if `lease` still holds the running task, returning the number for
+/// the next event. `None` means the lease is stale.
+pub(crate) async fn next_seq_fenced(tx: &mut Tx, lease: &Lease, now: i64) -> Result<Option<i64>> {
+    let stmt = Query::update()
+        .table(Tasks::Table)
+        .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+        .value(Tasks::UpdatedAt, now)
+        .cond_where(lease_matches(lease))
+        .and_where(state_is(TaskState::Running))
+        .returning_col(Tasks::EventSeq)
+        .to_owned();
+    Ok(tx.fetch_optional::<(i64,), _>(&stmt).await?.map(|(s,)| s))
+}
+
+impl Store {
+    /// Claims up to `limit` queued tasks of `queues` whose `run_after` has passed, highest priority
+    /// first, for `owner` under a lease of `lease_ms`. Each claimed task gets a new epoch, its attempt
+    /// counter bumped and a `claimed` event, all in one transaction. On PostgreSQL, `SKIP LOCKED` lets
+    /// several processes claim side by side without waiting for each other or taking the same row.
+    pub async fn claim(
+        &self,
+        owner: &str,
+        queues: &[String],
+        limit: u64,
+        lease_ms: i64,
+    ) -> Result<Vec<(Task, Lease)>> {
+        if limit == 0 || queues.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = now_millis();
+        let mut candidates = Query::select()
+            .column(Tasks::Id)
+            .from(Tasks::Table)
+            .and_where(state_is(TaskState::Queued))
+            .and_where(Expr::col(Tasks::Queue).is_in(queues.iter().map(String::as_str)))
+            .and_where(Expr::col(Tasks::RunAfter).lte(now))
+            .order_by(Tasks::Priority, Order::Desc)
+            .order_by(Tasks::Id, Order::Asc)
+            .limit(limit)
+            .to_owned();
+        candidates.lock_with_behavior(
+            sea_query::LockType::Update,
+            sea_query::LockBehavior::SkipLocked,
+        );
+        self.claim_where(
+            owner,
+            Expr::col(Tasks::Id).in_subquery(candidates),
+            lease_ms,
+            now,
+        )
+        .await
+    }
+
+    /// Claims one specific queued task, whatever its queue or `run_after`: `orchestrator run` uses it
+    /// to run the task it just created in the foreground. `None` if the task is not queued.
+    pub async fn claim_task(
+        &self,
+        owner: &str,
+        id: TaskId,
+        lease_ms: i64,
+    ) -> Result<Option<(Task, Lease)>> {
+        let now = now_millis();
+        let cond = Expr::col(Tasks::Id)
+            .eq(id.0)
+            .and(state_is(TaskState::Queued));
+        Ok(self
+            .claim_where(owner, cond, lease_ms, now)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    async fn claim_where(
+        &self,
+        owner: &str,
+        cond: Expr,
+        lease_ms: i64,
+        now: i64,
+    ) -> Result<Vec<(Task, Lease)>> {
+        let stmt = Query::update()
+            .table(Tasks::Table)
+            .value(Tasks::State, TaskState::Running.as_str())
+            .value(Tasks::LeaseOwner, owner)
+            .value(Tasks::LeaseExpiresAt, now + lease_ms)
+            .value(Tasks::Epoch, Expr::col(Tasks::Epoch).add(1))
+            .value(Tasks::Attempt, Expr::col(Tasks::Attempt).add(1))
+            .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+            .value(Tasks::StartedAt, Expr::col(Tasks::StartedAt).if_null(now))
+            // Foreground tasks are created with a run_after no daemon reaches (see
+            // `create_foreground`); once claimed, the row should say when it really ran.
+            .value(
+                Tasks::RunAfter,
+                Expr::case(Expr::col(Tasks::RunAfter).gt(now), now)
+                    .finally(Expr::col(Tasks::RunAfter)),
+            )
+            .value(Tasks::UpdatedAt, now)
+            .and_where(cond)
+            .returning(Query::returning().columns(COLUMNS))
+            .to_owned();
+        let mut tx = self.pool.begin().await?;
+        let rows: Vec<TaskRow> = tx.fetch_all(&stmt).await?;
+        if rows.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        let mut claimed = rows
+            .into_iter()
+            .map(Task::try_from)
+            .collect::<Result<Vec<_>>>()?;
+        claimed.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
+        let events: Vec<EventInsert> = claimed
+            .iter()
+            .map(|task| EventInsert {
+                task_id: task.id.0,
+                seq: task.event_seq,
+                at: now,
+                kind: EventKind::Claimed,
+                data: json!({ "attempt": task.attempt, "epoch": task.epoch, "worker": owner }),
+            })
+            .collect();
+        insert_events(&mut tx, &events).await?;
+        tx.commit().await?;
+        Ok(claimed
+            .into_iter()
+            .map(|task| {
+                let lease = Lease {
+                    task_id: task.id,
+                    epoch: task.epoch,
+                };
+                (task, lease)
+            })
+            .collect())
+    }
+
+    /// Extends the leases that are still held by `lease_ms` from now, and reports for each lease
+    /// whether it is held and whether a cancel was requested.
+    pub async fn heartbeat(&self, leases: &[Lease], lease_ms: i64) -> Result<Vec<LeaseStatus>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = now_millis();
+        let mut held: Vec<(i64, i64, bool)> = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(400) {
+            let any = leases_match(chunk.iter());
+            let stmt = Query::update()
+                .table(Tasks::Table)
+                .value(Tasks::LeaseExpiresAt, now + lease_ms)
+                .cond_where(any)
+                .and_where(state_is(TaskState::Running))
+                .returning(Query::returning().columns([
+                    Tasks::Id,
+                    Tasks::Epoch,
+                    Tasks::CancelRequested,
+                ]))
+                .to_owned();
+            held.extend(self.pool.fetch_all::<(i64, i64, bool), _>(&stmt).await?);
+        }
+        Ok(leases
+            .iter()
+            .map(|lease| {
+                let row = held
+                    .iter()
+                    .find(|(id, epoch, _)| *id == lease.task_id.0 && *epoch == lease.epoch);
+                LeaseStatus {
+                    lease: lease.clone(),
+                    held: row.is_some(),
+                    cancel_requested: row.is_some_and(|(_, _, c)| *c),
+                }
+            })
+            .collect())
+    }
+
+    /// Running tasks of `owner` whose cancel was requested, as leases. Cheap enough to poll often.
+    pub async fn cancel_requests(&self, owner: &str) -> Result<Vec<Lease>> {
+        let stmt = Query::select()
+            .columns([Tasks::Id, Tasks::Epoch])
+            .from(Tasks::Table)
+            .and_where(state_is(TaskState::Running))
+            .and_where(Expr::col(Tasks::LeaseOwner).eq(owner))
+            .and_where(Expr::col(Tasks::CancelRequested).eq(true))
+            .to_owned();
+        Ok(self
+            .pool
+            .fetch_all::<(i64, i64), _>(&stmt)
+            .await?
+            .into_iter()
+            .map(|(id, epoch)| Lease {
+                task_id: TaskId(id),
+                epoch,
+            })
+            .collect())
+    }
+
+    /// Applies the ends of attempts in one transaction (group commit). Each is fenced by its lease:
+    /// a stale one changes nothing and is reported `Stale`.
+    pub async fn complete(&self, completions: &[Completion]) -> Result<Vec<CompletionResult>> {
+        if completions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = now_millis();
+        let mut results = vec![CompletionResult::Stale; completions.len()];
+        let mut events = Vec::with_capacity(completions.len());
+        let mut requeued = false;
+        let mut tx = self.pool.begin().await?;
+
+        // Successes are the hot path: one UPDATE for all of them.
+        let successes: Vec<usize> = (0..completions.len())
+            .filter(|i| completions[*i].outcome == Outcome::Succeeded)
+            .collect();
+        for chunk in successes.chunks(400) {
+            let any = leases_match(chunk.iter().map(|i| &completions[*i].lease));
+            let stmt = Query::update()
+                .table(Tasks::Table)
+                .value(Tasks::State, TaskState::Succeeded.as_str())
+                .value(Tasks::LeaseOwner, Option::<String>::None)
+                .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
+                .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+                .value(Tasks::LastError, Option::<String>::None)
+                .value(Tasks::FinishedAt, now)
+                .value(Tasks::UpdatedAt, now)
+                .cond_where(any)
+                .and_where(state_is(TaskState::Running))
+                .returning(Query::returning().columns([Tasks::Id, Tasks::EventSeq]))
+                .to_owned();
+            let rows: Vec<(i64, i64)> = tx.fetch_all(&stmt).await?;
+            for (id, seq) in rows {
+                if let Some(i) = chunk
+                    .iter()
+                    .find(|i| completions[**i].lease.task_id.0 == id)
+                {
+                    results[*i] = CompletionResult::Applied;
+                    events.push(EventInsert {
+                        task_id: id,
+                        seq,
+                        at: now,
+                        kind: EventKind::Succeeded,
+                        data: completions[*i].details.clone(),
+                    });
+                }
+            }
+        }
+
+        for (i, completion) in completions.iter().enumerate() {
+            let (state, kind, error) = match &completion.outcome {
+                Outcome::Succeeded => continue,
+                Outcome::Failed { error } => {
+                    (TaskState::Failed, EventKind::Failed, Some(error.clone()))
+                }
+                Outcome::Canceled => (TaskState::Canceled, EventKind::Canceled, None),
+                Outcome::Requeue { error, refund, .. } => (
+                    TaskState::Queued,
+                    if *refund {
+                        EventKind::HandedBack
+                    } else {
+                        EventKind::Requeued
+                    },
+                    error.clone(),
+                ),
+            };
+            let mut stmt = Query::update()
+                .table(Tasks::Table)
+                .value(Tasks::LeaseOwner, Option::<String>::None)
+                .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
+                .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+                .value(Tasks::LastError, error.clone())
+                .value(Tasks::UpdatedAt, now)
+                .cond_where(lease_matches(&completion.lease))
+                .and_where(state_is(TaskState::Running))
+                .returning(Query::returning().columns([Tasks::Id, Tasks::EventSeq, Tasks::State]))
+                .to_owned();
+            match &completion.outcome {
+                Outcome::Requeue {
+                    run_after, refund, ..
+                } => {
+                    // A cancel requested while the attempt ended must not be lost in the queue.
+                    stmt.value(
+                        Tasks::State,
+                        Expr::case(
+                            Expr::col(Tasks::CancelRequested).eq(true),
+                            TaskState::Canceled.as_str(),
+                        )
+                        .finally(TaskState::Queued.as_str()),
+                    );
+                    stmt.value(
+                        Tasks::FinishedAt,
+                        Expr::case(Expr::col(Tasks::CancelRequested).eq(true), now)
+                            .finally(Expr::val(Option::<i64>::None)),
+                    );
+                    stmt.value(Tasks::RunAfter, *run_after);
+                    if *refund {
+                        stmt.value(Tasks::Attempt, Expr::col(Tasks::Attempt).sub(1));
+                    }
+                    requeued = true;
+                }
+                _ => {
+                    stmt.value(Tasks::State, state.as_str());
+                    stmt.value(Tasks::FinishedAt, now);
+                }
+            }
+            if let Some((id, seq, ended)) =
+                tx.fetch_optional::<(i64, i64, String), _>(&stmt).await?
+            {
+                results[i] = CompletionResult::Applied;
+                let kind = if ended == TaskState::Canceled.as_str() {
+                    EventKind::Canceled
+                } else {
+                    kind
+                };
+                let mut data = completion.details.clone();
+                if let (Some(error), Some(map)) = (&error, data.as_object_mut()) {
+                    map.insert("error".into(), json!(error));
+                }
+                if let (Outcome::Requeue { run_after, .. }, Some(map)) =
+                    (&completion.outcome, data.as_object_mut())
+                {
+                    map.insert("run_after".into(), json!(run_after));
+                }
+                events.push(EventInsert {
+                    task_id: id,
+                    seq,
+                    at: now,
+                    kind,
+                    data,
+                });
+            }
+        }
+        insert_events(&mut tx, &events).await?;
+        if requeued {
+            tx.notify_task_available().await?;
+        }
+        tx.commit().await?;
+        if requeued {
+            self.wake.wake();
+        }
+        Ok(results)
+    }
+
+    /// Takes back running tasks whose lease expired before `now`: canceled if a cancel was
+    /// requested, failed if no attempt is left, otherwise queued again after `backoff(attempt)`
+    /// milliseconds. At most `limit` tasks per call.
+    pub async fn rescue_expired(
+        &self,
+        now: i64,
+        limit: u64,
+        backoff: impl Fn(i64) -> i64,
+    ) -> Result<RescueCounts> {
+        let mut counts = RescueCounts::default();
+        let mut tx = self.pool.begin().await?;
+        let mut stmt = Query::select()
+            .columns([
+                Tasks::Id,
+                Tasks::Epoch,
+                Tasks::Attempt,
+                Tasks::MaxAttempts,
+                Tasks::CancelRequested,
+                Tasks::LeaseOwner,
+            ])
+            .from(Tasks::Table)
+            .and_where(state_is(TaskState::Running))
+            .and_where(Expr::col(Tasks::LeaseExpiresAt).lt(now))
+            .order_by(Tasks::LeaseExpiresAt, Order::Asc)
+            .limit(limit)
+            .to_owned();
+        stmt.lock_with_behavior(
+            sea_query::LockType::Update,
+            sea_query::LockBehavior::SkipLocked,
+        );
+        let expired: Vec<(i64, i64, i64, i64, bool, Option<String>)> = tx.fetch_all(&stmt).await?;
+        let mut events = Vec::new();
+        for (id, epoch, attempt, max_attempts, cancel_requested, owner) in expired {
+            let lease = Lease {
+                task_id: TaskId(id),
+                epoch,
+            };
+            let (state, kind, error) = if cancel_requested {
+                (TaskState::Canceled, EventKind::Canceled, None)
+            } else if attempt >= max_attempts {
+                (
+                    TaskState::Failed,
+                    EventKind::Failed,
+                    Some(format!(
+                        "lease expired on attempt {attempt} of {max_attempts}; no attempts left"
+                    )),
+                )
+            } else {
+                (
+                    TaskState::Queued,
+                    EventKind::Rescued,
+                    Some(format!(
+                        "lease of worker {} expired",
+                        owner.as_deref().unwrap_or("?")
+                    )),
+                )
+            };
+            let mut update = Query::update()
+                .table(Tasks::Table)
+                .value(Tasks::State, state.as_str())
+                .value(Tasks::LeaseOwner, Option::<String>::None)
+                .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
+                .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+                .value(Tasks::LastError, error.clone())
+                .value(Tasks::UpdatedAt, now)
+                .cond_where(lease_matches(&lease))
+                .and_where(state_is(TaskState::Running))
+                .returning_col(Tasks::EventSeq)
+                .to_owned();
+            let run_after = now + backoff(attempt);
+            if state == TaskState::Queued {
+                update.value(Tasks::RunAfter, run_after);
+            } else {
+                update.value(Tasks::FinishedAt, now);
+            }
+            let Some((seq,)) = tx.fetch_optional::<(i64,), _>(&update).await? else {
+                continue;
+            };
+            match state {
+                TaskState::Queued => counts.requeued += 1,
+                TaskState::Failed => counts.failed += 1,
+                _ => counts.canceled += 1,
+            }
+            events.push(EventInsert {
+                task_id: id,
+                seq,
+                at: now,
+                kind,
+                data: json!({
+                    "rescued": true,
+                    "attempt": attempt,
+                    "epoch": epoch,
+                    "worker": owner,
+                    "error": error,
+                    "run_after": (state == TaskState::Queued).then_some(run_after),
+                }),
+            });
+        }
+        insert_events(&mut tx, &events).await?;
+        if counts.requeued > 0 {
+            tx.notify_task_available().await?;
+        }
+        tx.commit().await?;
+        if counts.requeued > 0 {
+            self.wake.wake();
+        }
+        Ok(counts)
+    }
+
+    /// The earliest `run_after` among queued tasks, so an idle worker can sleep exactly until then.
+    pub async fn next_run_after(&self, queues: &[String]) -> Result<Option<i64>> {
+        let stmt = Query::select()
+            .expr(Expr::col(Tasks::RunAfter).min())
+            .from(Tasks::Table)
+            .and_where(state_is(TaskState::Queued))
+            .and_where(Expr::col(Tasks::Queue).is_in(queues.iter().map(String::as_str)))
+            .to_owned();
+        Ok(self
+            .pool
+            .fetch_optional::<(Option<i64>,), _>(&stmt)
+            .await?
+            .and_then(|(t,)| t))
+    }
+}
+
+/// `run_after` of a task created for one process to run in the foreground: later than any daemon's
+/// clock will reach, so `claim` never takes it, while `claim_task` (by id) does.
+const FOREGROUND_RUN_AFTER: i64 = i64::MAX / 2;
+
+impl Store {
+    /// Creates a task and claims it for `owner`, so no daemon sharing the store can take it first:
+    /// `orchestrator run` uses it to run its task in its own process.
+    pub async fn create_foreground(
+        &self,
+        new: &NewTask,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<(Task, Lease)> {
+        let mut hidden = new.clone();
+        hidden.run_after = Some(FOREGROUND_RUN_AFTER);
+        let id = self.create_task(&hidden).await?;
+        self.claim_task(owner, id, lease_ms)
+            .await?
+            .ok_or_else(|| Error::WrongState {
+                task: id,
+                state: "unknown".into(),
+                message: "the task was taken before this process could start it".into(),
+            })
+    }
+}
