@@ -1,0 +1,177 @@
+//! Cases of automations and their slots.
+
+use super::*;
+
+fn automation_spec(name: &str) -> orchestrator_types::AutomationSpec {
+    let mut spec = orchestrator_types::AutomationSpec::new(name, "0 3 * * *");
+    spec.workspaces.push("/tmp".into());
+    spec.template
+        .gates
+        .push(orchestrator_types::GateSpec::from_command("true"));
+    spec
+}
+
+pub async fn automations_crud_and_unique_names(db: &TestStore) {
+    use orchestrator_store::{NextFire, SOURCE_CLI};
+    use orchestrator_types::AutomationStatus;
+    let store = db.store.clone();
+    let next = NextFire {
+        slot_at: Some(1_000),
+        fire_at: Some(1_500),
+    };
+    let created = store
+        .create_automation(&automation_spec("nightly"), SOURCE_CLI, None, next)
+        .await
+        .unwrap();
+    assert_eq!(created.status, AutomationStatus::Active);
+    assert_eq!(created.next_fire_at, Some(1_500));
+    let err = store
+        .create_automation(&automation_spec("nightly"), SOURCE_CLI, None, next)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::DuplicateAutomation(ref n) if n == "nightly"),
+        "{err}"
+    );
+    let mut bad = automation_spec("bad");
+    bad.overlap = orchestrator_types::Overlap::Allow;
+    bad.workspaces.clear();
+    assert!(matches!(
+        store.create_automation(&bad, SOURCE_CLI, None, next).await,
+        Err(Error::Invalid(_))
+    ));
+    assert_eq!(store.list_automations().await.unwrap().len(), 1);
+
+    assert_eq!(store.due_automations(1_499, 10).await.unwrap().len(), 0);
+    assert_eq!(store.due_automations(1_500, 10).await.unwrap().len(), 1);
+    let paused = store
+        .set_automation_status("nightly", AutomationStatus::Paused, next)
+        .await
+        .unwrap();
+    assert_eq!(paused.status, AutomationStatus::Paused);
+    assert!(
+        store
+            .due_automations(i64::MAX, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.next_automation_fire().await.unwrap(), None);
+
+    let mut changed = automation_spec("nightly");
+    changed.schedule = "0 4 * * *".into();
+    let updated = store
+        .update_automation("nightly", &changed, None, next)
+        .await
+        .unwrap();
+    assert_eq!(updated.spec.schedule, "0 4 * * *");
+    store.delete_automation("nightly").await.unwrap();
+    assert!(matches!(
+        store.automation("nightly").await,
+        Err(Error::AutomationNotFound(_))
+    ));
+    assert!(matches!(
+        store.delete_automation("nightly").await,
+        Err(Error::AutomationNotFound(_))
+    ));
+}
+
+pub async fn a_slot_is_recorded_once_with_its_tasks(db: &TestStore) {
+    use orchestrator_store::{Advance, NextFire, SOURCE_CLI, SlotDecision, SlotPlan, SlotResult};
+    use orchestrator_types::{Overlap, SlotKind, SlotStatus};
+    let store = db.store.clone();
+    let spec = automation_spec("slots");
+    let next = NextFire {
+        slot_at: Some(10_000),
+        fire_at: Some(10_000),
+    };
+    let a = store
+        .create_automation(&spec, SOURCE_CLI, None, next)
+        .await
+        .unwrap();
+    let plan = |slot_at: i64| SlotPlan {
+        automation_id: a.id,
+        slot_at,
+        kind: SlotKind::Scheduled,
+        decision: SlotDecision::Fire {
+            overlap: Overlap::Allow,
+            tasks: vec![
+                spec.task_for("/tmp", "x", None),
+                spec.task_for("/var", "x", None),
+            ],
+        },
+    };
+    let advance = Advance {
+        automation_id: a.id,
+        through: 10_000,
+        next_slot_at: Some(20_000),
+        next_fire_at: Some(20_000),
+    };
+    let first = store
+        .fire_slots(&[plan(10_000)], &[advance], "s1", now_millis())
+        .await
+        .unwrap();
+    let SlotResult::Fired { tasks } = &first[0] else {
+        panic!("{first:?}")
+    };
+    assert_eq!(tasks.len(), 2);
+    for id in tasks {
+        let task = store.get_task(*id).await.unwrap();
+        assert_eq!(task.automation_id, Some(a.id));
+        assert_eq!(task.slot_at, Some(10_000));
+        assert_eq!(kinds(&store, *id).await, vec!["created"]);
+    }
+    // The same slot again, from another scheduler with a stale view: nothing happens, and the
+    // automation does not move back.
+    let stale = Advance {
+        through: 10_000,
+        next_slot_at: Some(15_000),
+        ..advance
+    };
+    let again = store
+        .fire_slots(&[plan(10_000)], &[stale], "s2", now_millis())
+        .await
+        .unwrap();
+    assert_eq!(again, vec![SlotResult::AlreadyRecorded]);
+    assert_eq!(
+        store.automation("slots").await.unwrap().next_slot_at,
+        Some(20_000)
+    );
+    assert_eq!(
+        store
+            .list_tasks(&TaskFilter::default())
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // A skipped slot keeps its reason; a plan with an invalid task writes nothing at all.
+    let skip = SlotPlan {
+        decision: SlotDecision::Skip {
+            reason: "missed (catch-up skip)".into(),
+        },
+        ..plan(20_000)
+    };
+    store
+        .fire_slots(&[skip], &[], "s1", now_millis())
+        .await
+        .unwrap();
+    let mut bad = plan(30_000);
+    if let SlotDecision::Fire { tasks, .. } = &mut bad.decision {
+        tasks[0].gates[0].command = " ".into();
+    }
+    assert!(
+        store
+            .fire_slots(&[bad], &[], "s1", now_millis())
+            .await
+            .is_err()
+    );
+    let slots = store.slots(a.id, 10).await.unwrap();
+    assert_eq!(slots.len(), 2, "{slots:?}");
+    assert_eq!(slots[0].status, SlotStatus::Skipped);
+    assert_eq!(slots[0].reason.as_deref(), Some("missed (catch-up skip)"));
+    assert_eq!(slots[1].status, SlotStatus::Fired);
+    assert_eq!(slots[1].scheduler, "s1");
+    assert_eq!(slots[1].tasks.len(), 2);
+}

@@ -1,0 +1,56 @@
+//! The cases of the conformance suite, by concept. Each takes a fresh, migrated store.
+
+use orchestrator_store::{
+    CancelOutcome, Completion, CompletionResult, Error, GateRun, Lease, Outcome, Store,
+    StoreOptions, TaskFilter,
+};
+use orchestrator_test_support::TestStore;
+use orchestrator_types::{
+    Captured, EventKind, GateEvidence, GateSummary, GitTree, NewTask, TaskId, TaskState, Verdict,
+    now_millis,
+};
+use serde_json::json;
+use std::collections::HashSet;
+
+mod automations;
+mod leases;
+mod records;
+mod tasks;
+
+pub use automations::*;
+pub use leases::*;
+pub use records::*;
+pub use tasks::*;
+
+const LEASE: i64 = 30_000;
+
+fn queues() -> Vec<String> {
+    vec!["default".to_owned()]
+}
+
+async fn kinds(store: &Store, id: TaskId) -> Vec<String> {
+    store
+        .events(id, 0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
+}
+
+fn evidence(verdict: Verdict) -> GateEvidence {
+    GateEvidence {
+        verdict,
+        failure_kind: None,
+        exit_code: Some(0),
+        signal: None,
+        duration_ms: 12,
+        summary: GateSummary {
+            text: "ok".into(),
+            ..Default::default()
+        },
+        git: None,
+        started_at: now_millis(),
+        finished_at: now_millis(),
+    }
+}

@@ -1,0 +1,281 @@
+//! Cases of the task row itself: creation, validation, cancel, retry, events, counts, migrations.
+
+use super::*;
+
+pub async fn create_and_read(db: &TestStore) {
+    let store = db.store.clone();
+    let mut new = NewTask::new("  build the thing  ").with_gate("cargo test");
+    new.priority = 5;
+    new.workspace = Some("/tmp".into());
+    let id = store.create_task(&new).await.unwrap();
+    let task = store.get_task(id).await.unwrap();
+    assert_eq!(task.title, "build the thing");
+    assert_eq!(task.state, TaskState::Queued);
+    assert_eq!(task.priority, 5);
+    assert_eq!(task.attempt, 0);
+    assert_eq!(task.epoch, 0);
+    assert_eq!(task.gates.len(), 1);
+    assert_eq!(task.gates[0].command, "cargo test");
+    assert_eq!(task.workspace.as_deref(), Some("/tmp"));
+    let events = store.events(id, 0, 10).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].seq, 1);
+    assert_eq!(events[0].kind, "created");
+    assert!(matches!(
+        store.get_task(TaskId(999_999)).await,
+        Err(Error::TaskNotFound(TaskId(999_999)))
+    ));
+}
+
+pub async fn invalid_input_changes_nothing(db: &TestStore) {
+    let store = db.store.clone();
+    let bad = [
+        NewTask::new("t").with_gate(""),
+        NewTask::new(""),
+        {
+            let mut t = NewTask::new("t");
+            t.prompt = Some("fix it".into());
+            t
+        },
+        {
+            let mut t = NewTask::new("t");
+            t.max_attempts = 0;
+            t
+        },
+    ];
+    for task in &bad {
+        let err = store.create_task(task).await.unwrap_err();
+        assert!(matches!(err, Error::Invalid(_)), "{err}");
+    }
+    // A batch with one bad task inserts nothing.
+    let batch = vec![NewTask::new("good"), NewTask::new("bad").with_gate(" ")];
+    assert!(store.create_tasks(&batch).await.is_err());
+    let all = store.list_tasks(&TaskFilter::default()).await.unwrap();
+    assert!(all.is_empty(), "{all:?}");
+}
+
+pub async fn cancel_and_retry(db: &TestStore) {
+    let store = db.store.clone();
+    let ids = store
+        .create_tasks(&[NewTask::new("queued"), NewTask::new("running")])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.cancel_task(ids[0]).await.unwrap(),
+        CancelOutcome::Canceled
+    );
+    assert_eq!(
+        store.cancel_task(ids[0]).await.unwrap(),
+        CancelOutcome::AlreadyCanceled
+    );
+    let (_, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(lease.task_id, ids[1]);
+    assert_eq!(
+        store.cancel_task(ids[1]).await.unwrap(),
+        CancelOutcome::Requested
+    );
+    assert_eq!(
+        store.cancel_requests("w").await.unwrap(),
+        std::slice::from_ref(&lease)
+    );
+    assert!(store.cancel_requests("other").await.unwrap().is_empty());
+    store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Canceled,
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_task(ids[1]).await.unwrap().state,
+        TaskState::Canceled
+    );
+    assert!(matches!(
+        store.cancel_task(TaskId(424_242)).await,
+        Err(Error::TaskNotFound(_))
+    ));
+
+    // Retry brings both back; the running one keeps its attempt count and gains an attempt.
+    let retried = store.retry_task(ids[1]).await.unwrap();
+    assert_eq!(retried.state, TaskState::Queued);
+    assert!(!retried.cancel_requested);
+    assert!(retried.max_attempts > retried.attempt);
+    assert!(matches!(
+        store.retry_task(ids[1]).await,
+        Err(Error::WrongState { .. })
+    ));
+    store.retry_task(ids[0]).await.unwrap();
+    let (task, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(task.id, ids[0]);
+    store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Succeeded,
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    let err = store.cancel_task(ids[0]).await.unwrap_err();
+    assert!(matches!(err, Error::WrongState { .. }), "{err}");
+    assert!(err.to_string().contains("cannot be canceled"));
+}
+
+pub async fn events_are_gap_free_through_a_lifecycle(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store
+        .create_task(&NewTask::new("t").with_gate("true"))
+        .await
+        .unwrap();
+    let (_, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    for _ in 0..5 {
+        store
+            .append_event(&lease, EventKind::GateStarted, json!({"n": 1}))
+            .await
+            .unwrap();
+    }
+    store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Failed {
+                error: "gate failed".into(),
+            },
+            details: json!({"gates": 1}),
+        }])
+        .await
+        .unwrap();
+    store.retry_task(id).await.unwrap();
+    let events = store.events(id, 0, 100).await.unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=events.len() as i64).collect::<Vec<_>>());
+    assert_eq!(events.last().unwrap().kind, "retried");
+    let failed = events.iter().find(|e| e.kind == "failed").unwrap();
+    assert_eq!(failed.data["error"], "gate failed");
+    assert_eq!(failed.data["gates"], 1);
+    // Paging by `after`.
+    let tail = store.events(id, 3, 2).await.unwrap();
+    assert_eq!(tail.iter().map(|e| e.seq).collect::<Vec<_>>(), [4, 5]);
+    assert_eq!(
+        store.get_task(id).await.unwrap().event_seq,
+        events.len() as i64
+    );
+}
+
+pub async fn counts_by_state(db: &TestStore) {
+    let store = db.store.clone();
+    let ids = store
+        .create_tasks(&[NewTask::new("a"), NewTask::new("b"), NewTask::new("c")])
+        .await
+        .unwrap();
+    store.cancel_task(ids[0]).await.unwrap();
+    store.claim("w", &queues(), 1, LEASE).await.unwrap();
+    let counts = store.count_by_state().await.unwrap();
+    let get = |s: TaskState| counts.iter().find(|(state, _)| *state == s).unwrap().1;
+    assert_eq!(get(TaskState::Queued), 1);
+    assert_eq!(get(TaskState::Running), 1);
+    assert_eq!(get(TaskState::Canceled), 1);
+    assert_eq!(get(TaskState::Succeeded), 0);
+    assert_eq!(counts.len(), TaskState::ALL.len());
+    let running = store
+        .list_tasks(&TaskFilter {
+            state: Some(TaskState::Running),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(running.len(), 1);
+    assert_eq!(running[0].id, ids[1]);
+}
+
+pub async fn migrations_are_idempotent(db: &TestStore) {
+    // Opening the same database again finds every migration applied and changes nothing.
+    let id = db
+        .store
+        .create_task(&NewTask::new("survives"))
+        .await
+        .unwrap();
+    let reopened = Store::open(&db.url, &StoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(reopened.get_task(id).await.unwrap().title, "survives");
+    assert_eq!(reopened.events(id, 0, 10).await.unwrap().len(), 1);
+}
+
+pub async fn concurrent_retries_queue_a_task_once(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&NewTask::new("t")).await.unwrap();
+    let (_, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Failed { error: "x".into() },
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    // Many users press retry at once: exactly one retry happens, the rest see the new state.
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        handles.push(tokio::spawn(
+            async move { store.retry_task(id).await.is_ok() },
+        ));
+    }
+    let mut ok = 0;
+    for handle in handles {
+        ok += usize::from(handle.await.unwrap());
+    }
+    assert_eq!(ok, 1);
+    let retried = kinds(&store, id)
+        .await
+        .iter()
+        .filter(|k| *k == "retried")
+        .count();
+    assert_eq!(retried, 1);
+}
+
+pub async fn orphaned_running_task_cancels_at_once(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&NewTask::new("t")).await.unwrap();
+    // A lease of 1 ms: by the time of the cancel, nobody holds the task.
+    let (_, lease) = store
+        .claim("gone", &queues(), 1, 1)
+        .await
+        .unwrap()
+        .remove(0);
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert_eq!(
+        store.cancel_task(id).await.unwrap(),
+        CancelOutcome::Canceled
+    );
+    let task = store.get_task(id).await.unwrap();
+    assert_eq!(task.state, TaskState::Canceled);
+    assert!(task.lease_owner.is_none());
+    // The vanished worker, if it comes back, can no longer write.
+    let late = store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Succeeded,
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(late, [CompletionResult::Stale]);
+    assert_eq!(store.get_task(id).await.unwrap().state, TaskState::Canceled);
+}
