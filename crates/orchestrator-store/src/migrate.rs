@@ -42,41 +42,58 @@ const CREATE_LEDGER: &str = "CREATE TABLE IF NOT EXISTS orchestrator_migrations 
     applied_at BIGINT NOT NULL
 )";
 
+/// The steps both backends share, inside an open transaction `$tx`: create the ledger, refuse a
+/// newer database, apply what is missing (its SQL from the migration's `$sql` field, recorded with
+/// `$insert`), commit. A macro rather than a function because the two transactions have different
+/// types.
+macro_rules! apply_pending {
+    ($tx:ident, $sql:ident, $insert:literal, $applied_now:ident) => {{
+        let fail = |e: sqlx::Error| Error::Migration(e.to_string());
+        let known = MIGRATIONS.last().map(|m| m.version).unwrap_or(0);
+        sqlx::raw_sql(CREATE_LEDGER)
+            .execute(&mut *$tx)
+            .await
+            .map_err(fail)?;
+        let applied: Vec<(i64,)> =
+            sqlx::query_as("SELECT version FROM orchestrator_migrations ORDER BY version")
+                .fetch_all(&mut *$tx)
+                .await
+                .map_err(fail)?;
+        check_not_newer(&applied, known)?;
+        for m in MIGRATIONS {
+            if applied.iter().any(|(v,)| *v == m.version) {
+                continue;
+            }
+            sqlx::raw_sql(sqlx::AssertSqlSafe(m.$sql))
+                .execute(&mut *$tx)
+                .await
+                .map_err(|e| Error::Migration(format!("{}: {e}", m.name)))?;
+            sqlx::query($insert)
+                .bind(m.version)
+                .bind(m.name)
+                .bind(now_millis())
+                .execute(&mut *$tx)
+                .await
+                .map_err(fail)?;
+            $applied_now.push(m.version);
+        }
+        $tx.commit().await.map_err(fail)?;
+    }};
+}
+
 pub(crate) async fn migrate(pool: &Pool) -> Result<Vec<i64>> {
-    let known = MIGRATIONS.last().map(|m| m.version).unwrap_or(0);
     let fail = |e: sqlx::Error| Error::Migration(e.to_string());
     let mut applied_now = Vec::new();
     match pool {
         Pool::Sqlite(pool, _) => {
+            // BEGIN IMMEDIATE: two processes starting together migrate one after the other.
             let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(fail)?;
-            sqlx::raw_sql(CREATE_LEDGER)
-                .execute(&mut *tx)
-                .await
-                .map_err(fail)?;
-            let applied: Vec<(i64,)> =
-                sqlx::query_as("SELECT version FROM orchestrator_migrations ORDER BY version")
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(fail)?;
-            check_not_newer(&applied, known)?;
-            for m in MIGRATIONS {
-                if applied.iter().any(|(v,)| *v == m.version) {
-                    continue;
-                }
-                sqlx::raw_sql(sqlx::AssertSqlSafe(m.sqlite))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| Error::Migration(format!("{}: {e}", m.name)))?;
-                sqlx::query("INSERT INTO orchestrator_migrations (version, name, applied_at) VALUES (?, ?, ?)")
-                    .bind(m.version)
-                    .bind(m.name)
-                    .bind(now_millis())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(fail)?;
-                applied_now.push(m.version);
-            }
-            tx.commit().await.map_err(fail)?;
+            apply_pending!(
+                tx,
+                sqlite,
+                "INSERT INTO orchestrator_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                applied_now
+            );
         }
         Pool::Postgres(pool) => {
             let mut tx = pool.begin().await.map_err(fail)?;
@@ -85,34 +102,12 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<Vec<i64>> {
                 .execute(&mut *tx)
                 .await
                 .map_err(fail)?;
-            sqlx::raw_sql(CREATE_LEDGER)
-                .execute(&mut *tx)
-                .await
-                .map_err(fail)?;
-            let applied: Vec<(i64,)> =
-                sqlx::query_as("SELECT version FROM orchestrator_migrations ORDER BY version")
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(fail)?;
-            check_not_newer(&applied, known)?;
-            for m in MIGRATIONS {
-                if applied.iter().any(|(v,)| *v == m.version) {
-                    continue;
-                }
-                sqlx::raw_sql(sqlx::AssertSqlSafe(m.postgres))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| Error::Migration(format!("{}: {e}", m.name)))?;
-                sqlx::query("INSERT INTO orchestrator_migrations (version, name, applied_at) VALUES ($1, $2, $3)")
-                    .bind(m.version)
-                    .bind(m.name)
-                    .bind(now_millis())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(fail)?;
-                applied_now.push(m.version);
-            }
-            tx.commit().await.map_err(fail)?;
+            apply_pending!(
+                tx,
+                postgres,
+                "INSERT INTO orchestrator_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+                applied_now
+            );
         }
     }
     Ok(applied_now)
