@@ -1,0 +1,176 @@
+//! The conversation of an agent task: messages, the tool calls a model asks for, token usage, and
+//! which model a task talks to.
+//!
+//! These are the words the store saves turn by turn and the model client sends; the client maps them
+//! to and from the Chat Completions wire format, so nothing here is tied to one provider.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// One tool call a model asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallRequest {
+    /// The model's id for the call; the tool's result message carries it back.
+    pub id: String,
+    pub name: String,
+    /// The argument text exactly as the model sent it (it may not be valid JSON).
+    pub arguments: String,
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    /// Text; an assistant message that only calls tools may have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Tool calls of an assistant message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallRequest>,
+    /// For a tool message: the id of the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn system(text: impl Into<String>) -> Self {
+        ChatMessage::text(Role::System, text)
+    }
+
+    pub fn user(text: impl Into<String>) -> Self {
+        ChatMessage::text(Role::User, text)
+    }
+
+    pub fn assistant(text: impl Into<String>) -> Self {
+        ChatMessage::text(Role::Assistant, text)
+    }
+
+    /// The result of tool call `call_id`.
+    pub fn tool(call_id: impl Into<String>, text: impl Into<String>) -> Self {
+        ChatMessage {
+            tool_call_id: Some(call_id.into()),
+            ..ChatMessage::text(Role::Tool, text)
+        }
+    }
+
+    fn text(role: Role, text: impl Into<String>) -> Self {
+        ChatMessage {
+            role,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// Tokens a model call used, as the provider reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+/// Environment variable read for the key when a model names none.
+pub const DEFAULT_API_KEY_ENV: &str = "OPENAI_API_KEY";
+/// Base URL used when a model names none.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Which model a task talks to. The key itself is never stored: only the name of the environment
+/// variable that holds it, read by the process that runs the task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelSpec {
+    /// The API root, for example `https://api.openai.com/v1`; `/chat/completions` is appended.
+    pub base_url: String,
+    /// The model name sent in each request.
+    pub model: String,
+    /// The environment variable holding the API key; `None` sends no Authorization header (local
+    /// servers such as llama.cpp or Ollama need none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+}
+
+impl ModelSpec {
+    pub fn validate(&self) -> Result<()> {
+        if self.model.trim().is_empty() {
+            return Err(Error::invalid("model", "the model name is empty"));
+        }
+        let url = self.base_url.trim();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(Error::invalid(
+                "base_url",
+                format!("{url:?} must start with http:// or https://"),
+            ));
+        }
+        if let Some(var) = &self.api_key_env
+            && (var.is_empty() || var.contains('=') || var.contains('\0'))
+        {
+            return Err(Error::invalid(
+                "api_key_env",
+                format!("{var:?} is not an environment variable name"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_without_empty_fields() {
+        let m = ChatMessage::tool("call_1", "ok");
+        let text = serde_json::to_string(&m).unwrap();
+        assert_eq!(
+            text,
+            r#"{"role":"tool","content":"ok","tool_call_id":"call_1"}"#
+        );
+        assert_eq!(serde_json::from_str::<ChatMessage>(&text).unwrap(), m);
+    }
+
+    #[test]
+    fn model_spec_validation() {
+        let mut spec = ModelSpec {
+            base_url: "http://127.0.0.1:1/v1".into(),
+            model: "m".into(),
+            api_key_env: Some("KEY".into()),
+        };
+        assert!(spec.validate().is_ok());
+        spec.base_url = "ftp://x".into();
+        assert!(spec.validate().is_err());
+        spec.base_url = "https://x".into();
+        spec.model = " ".into();
+        assert!(spec.validate().is_err());
+    }
+}
