@@ -44,6 +44,16 @@ pub enum Error {
     /// another worker. Not retryable: the stale worker must stop.
     #[error("task {task}: lease epoch {epoch} is stale; another attempt owns the task")]
     StaleLease { task: TaskId, epoch: i64 },
+    /// No approval has this id. Not retryable.
+    #[error("approval {0} not found")]
+    ApprovalNotFound(i64),
+    /// The approval was already decided, answered, expired or closed. Not retryable.
+    #[error("approval {id} is already {status}")]
+    ApprovalDecided { id: i64, status: String },
+    /// The decision does not fit the approval (an empty answer, approving a question). Not
+    /// retryable.
+    #[error("{0}")]
+    InvalidAnswer(String),
     /// Input that cannot become a row. Not retryable.
     #[error(transparent)]
     Invalid(#[from] orchestrator_types::Error),

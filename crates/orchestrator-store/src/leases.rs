@@ -46,6 +46,10 @@ pub enum Outcome {
         error: Option<String>,
         refund: bool,
     },
+    /// The agent paused on a person (an approval or a question): the task waits without a lease and
+    /// without spending the attempt, until an answer or expiry queues it again. If every approval was
+    /// already answered when this lands, the task is queued at once.
+    Wait { reason: String },
 }
 
 /// One attempt's end, as a worker reports it.
@@ -120,6 +124,71 @@ pub(crate) async fn next_seq_fenced(tx: &mut Tx, lease: &Lease, now: i64) -> Res
         .returning_col(Tasks::EventSeq)
         .to_owned();
     Ok(tx.fetch_optional::<(i64,), _>(&stmt).await?.map(|(s,)| s))
+}
+
+/// Applies a `Wait` end: the task waits, its attempt refunded, unless a cancel was requested (it
+/// ends canceled) or its approvals were all answered already (it is queued again at once). The
+/// check for answers is a statement of its own, after the task row is locked by the first one, so
+/// a decision that committed in between is seen (see approvals.rs).
+async fn wait(
+    tx: &mut Tx,
+    completion: &Completion,
+    reason: &str,
+    now: i64,
+) -> Result<Option<EventInsert>> {
+    let stmt = Query::update()
+        .table(Tasks::Table)
+        .value(
+            Tasks::State,
+            Expr::case(
+                Expr::col(Tasks::CancelRequested).eq(true),
+                TaskState::Canceled.as_str(),
+            )
+            .finally(TaskState::Waiting.as_str()),
+        )
+        .value(
+            Tasks::FinishedAt,
+            Expr::case(Expr::col(Tasks::CancelRequested).eq(true), now)
+                .finally(Expr::val(Option::<i64>::None)),
+        )
+        .value(Tasks::LeaseOwner, Option::<String>::None)
+        .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
+        .value(Tasks::Attempt, Expr::col(Tasks::Attempt).sub(1))
+        .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+        .value(Tasks::UpdatedAt, now)
+        .cond_where(lease_matches(&completion.lease))
+        .and_where(state_is(TaskState::Running))
+        .returning(Query::returning().columns([Tasks::Id, Tasks::EventSeq, Tasks::State]))
+        .to_owned();
+    let Some((id, seq, ended)) = tx.fetch_optional::<(i64, i64, String), _>(&stmt).await? else {
+        return Ok(None);
+    };
+    let mut data = completion.details.clone();
+    if !data.is_object() {
+        data = json!({});
+    }
+    if ended == TaskState::Canceled.as_str() {
+        crate::approvals::close_pending(tx, TaskId(id), now).await?;
+        return Ok(Some(EventInsert {
+            task_id: id,
+            seq,
+            at: now,
+            kind: EventKind::Canceled,
+            data,
+        }));
+    }
+    let resumed = crate::approvals::resume_if_answered(tx, TaskId(id), now).await?;
+    if let Some(map) = data.as_object_mut() {
+        map.insert("reason".into(), json!(reason));
+        map.insert("resumed".into(), json!(resumed));
+    }
+    Ok(Some(EventInsert {
+        task_id: id,
+        seq,
+        at: now,
+        kind: EventKind::Waiting,
+        data,
+    }))
 }
 
 impl Store {
@@ -351,8 +420,16 @@ impl Store {
         }
 
         for (i, completion) in completions.iter().enumerate() {
+            if let Outcome::Wait { reason } = &completion.outcome {
+                if let Some(event) = wait(&mut tx, completion, reason, now).await? {
+                    results[i] = CompletionResult::Applied;
+                    requeued |= event.data["resumed"] == json!(true);
+                    events.push(event);
+                }
+                continue;
+            }
             let (state, kind, error) = match &completion.outcome {
-                Outcome::Succeeded => continue,
+                Outcome::Succeeded | Outcome::Wait { .. } => continue,
                 Outcome::Failed { error } => {
                     (TaskState::Failed, EventKind::Failed, Some(error.clone()))
                 }

@@ -7,20 +7,32 @@
 //! Architecture Invariant: the store knows nothing of processes, models, tools or GitHub. It keeps
 //! rows and enforces the state machine's fences; deciding what to do with a task is the worker's job.
 
+mod approvals;
 mod artifacts;
 mod automations;
+mod checklist;
 mod connect;
+mod conversation;
 mod error;
 mod events;
 mod exec;
 mod gates;
 mod leases;
 mod migrate;
+mod shell_jobs;
 mod slots;
 mod tasks;
 mod wake;
 mod workers;
 
+pub use approvals::{
+    Approval, ApprovalDecision, ApprovalFilter, NewApproval, approval_kind, approval_status,
+};
+pub use checklist::ChecklistItem;
+pub use conversation::{
+    NewMessage, SavedMessage, ToolCallEnd, ToolCallRecord, call_status,
+};
+pub use shell_jobs::{ShellJob, job_status};
 pub use artifacts::{Artifact, ArtifactMeta, DEFAULT_ARTIFACT_CAP};
 pub use automations::{Automation, NextFire, SOURCE_CLI, SOURCE_FILE};
 pub use connect::{Backend, SqliteSync, Store, StoreOptions, redact_url};

@@ -30,6 +30,7 @@ macro_rules! migration {
 pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(1, "0001_core"),
     migration!(2, "0002_automations"),
+    migration!(3, "0003_agent"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

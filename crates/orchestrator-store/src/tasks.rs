@@ -8,7 +8,9 @@
 use crate::events::{EventInsert, insert_events};
 use crate::exec::Tx;
 use crate::{Error, Result, Store};
-use orchestrator_types::{EventKind, GateSpec, NewTask, TaskId, TaskState, now_millis};
+use orchestrator_types::{
+    AgentOptions, EventKind, GateSpec, ModelSpec, NewTask, TaskId, TaskState, now_millis,
+};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query, SelectStatement};
 use serde::Serialize;
 use serde_json::json;
@@ -39,9 +41,10 @@ pub(crate) enum Tasks {
     FinishedAt,
     AutomationId,
     SlotAt,
+    ParentId,
 }
 
-pub(crate) const COLUMNS: [Tasks; 23] = [
+pub(crate) const COLUMNS: [Tasks; 24] = [
     Tasks::Id,
     Tasks::Title,
     Tasks::Prompt,
@@ -65,6 +68,7 @@ pub(crate) const COLUMNS: [Tasks; 23] = [
     Tasks::FinishedAt,
     Tasks::AutomationId,
     Tasks::SlotAt,
+    Tasks::ParentId,
 ];
 
 #[derive(sqlx::FromRow)]
@@ -92,6 +96,7 @@ pub(crate) struct TaskRow {
     finished_at: Option<i64>,
     automation_id: Option<i64>,
     slot_at: Option<i64>,
+    parent_id: Option<i64>,
 }
 
 /// A task as stored. Times are Unix milliseconds.
@@ -125,6 +130,12 @@ pub struct Task {
     pub automation_id: Option<i64>,
     /// That slot's time (Unix milliseconds).
     pub slot_at: Option<i64>,
+    /// The task that spawned this one (a sub-agent's parent).
+    pub parent_id: Option<TaskId>,
+    /// The model of an agent task, if it names one.
+    pub model: Option<ModelSpec>,
+    pub agent: AgentOptions,
+    pub acceptance: Vec<String>,
 }
 
 impl TryFrom<TaskRow> for Task {
@@ -162,6 +173,10 @@ impl TryFrom<TaskRow> for Task {
             finished_at: row.finished_at,
             automation_id: row.automation_id,
             slot_at: row.slot_at,
+            parent_id: row.parent_id.map(TaskId),
+            model: spec.model,
+            agent: spec.agent,
+            acceptance: spec.acceptance,
         })
     }
 }
@@ -298,6 +313,7 @@ async fn cancel_at_once(
         .and_where(Expr::col(Tasks::Id).eq(id.0))
         .to_owned();
     tx.execute(&stmt).await?;
+    crate::approvals::close_pending(tx, id, now).await?;
     insert_events(
         tx,
         &[EventInsert {
@@ -341,6 +357,7 @@ pub(crate) async fn insert_tasks(
                 Tasks::UpdatedAt,
                 Tasks::AutomationId,
                 Tasks::SlotAt,
+                Tasks::ParentId,
             ])
             .returning_col(Tasks::Id)
             .to_owned();
@@ -364,6 +381,7 @@ pub(crate) async fn insert_tasks(
                 now.into(),
                 origin.map(|o| o.automation_id).into(),
                 origin.map(|o| o.slot_at).into(),
+                task.parent.map(|p| p.0).into(),
             ])?;
         }
         let mut rows: Vec<(i64,)> = tx.fetch_all(&stmt).await?;
@@ -475,12 +493,40 @@ impl Store {
 
     /// Cancels a task: a queued or waiting one at once, a running one by asking its worker (which
     /// kills the gate's process group and marks the task canceled). Finished tasks are refused.
+    /// Its unfinished descendants (sub-agents) are canceled in the same transaction.
     pub async fn cancel_task(&self, id: TaskId) -> Result<CancelOutcome> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         let outcome = cancel_task_tx(&mut tx, id, now).await?;
+        let mut parents = vec![id];
+        while let Some(parent) = parents.pop() {
+            let stmt = Query::select()
+                .column(Tasks::Id)
+                .from(Tasks::Table)
+                .and_where(Expr::col(Tasks::ParentId).eq(parent.0))
+                .and_where(Expr::col(Tasks::State).is_in([
+                    TaskState::Queued.as_str(),
+                    TaskState::Running.as_str(),
+                    TaskState::Waiting.as_str(),
+                ]))
+                .to_owned();
+            let children: Vec<(i64,)> = tx.fetch_all(&stmt).await?;
+            for (child,) in children {
+                cancel_task_tx(&mut tx, TaskId(child), now).await?;
+                parents.push(TaskId(child));
+            }
+        }
         tx.commit().await?;
         Ok(outcome)
+    }
+
+    /// The children of a task (sub-agents it spawned), oldest first.
+    pub async fn children(&self, parent: TaskId) -> Result<Vec<Task>> {
+        let mut stmt = select_tasks();
+        stmt.and_where(Expr::col(Tasks::ParentId).eq(parent.0))
+            .order_by(Tasks::Id, Order::Asc);
+        let rows: Vec<TaskRow> = self.pool.fetch_all(&stmt).await?;
+        rows.into_iter().map(Task::try_from).collect()
     }
 
     /// Queues a failed or canceled task again, now, with at least one attempt left.

@@ -120,9 +120,18 @@ pub struct TaskTemplate {
     /// Task title; defaults to the automation's name. The slot's local time is appended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    /// Instructions for an agent; refused until agent turns exist (see `NewTask::validate`).
+    /// Instructions for an agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
+    /// The model of the agent; `None` takes the worker's default model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<crate::ModelSpec>,
+    /// Profile, policy and budgets of the agent. Without a policy, tasks of an automation may not
+    /// write files, run commands or reach the network (see the worker's policy defaults).
+    #[serde(default)]
+    pub agent: crate::AgentOptions,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acceptance: Vec<String>,
     #[serde(default)]
     pub gates: Vec<GateSpec>,
     #[serde(default)]
@@ -146,6 +155,9 @@ impl Default for TaskTemplate {
         TaskTemplate {
             title: None,
             prompt: None,
+            model: None,
+            agent: crate::AgentOptions::default(),
+            acceptance: Vec::new(),
             gates: Vec::new(),
             priority: 0,
             queue: default_queue(),
@@ -206,7 +218,7 @@ impl AutomationSpec {
         if self.template.gates.is_empty() && self.template.prompt.is_none() {
             return Err(Error::invalid(
                 "gate",
-                "nothing to do: give at least one gate (--gate CMD)",
+                "nothing to do: give a prompt (--prompt TEXT) or at least one gate (--gate CMD)",
             ));
         }
         // The task every slot will create must be valid today, or the automation would fail at
@@ -238,6 +250,9 @@ impl AutomationSpec {
             format!("{base} @ {slot_label}")
         });
         task.prompt = self.template.prompt.clone();
+        task.model = self.template.model.clone();
+        task.agent = self.template.agent.clone();
+        task.acceptance = self.template.acceptance.clone();
         task.gates = self.template.gates.clone();
         task.workspace = Some(workspace.to_owned());
         task.priority = self.template.priority;
@@ -309,8 +324,8 @@ mod tests {
             ),
             (Box::new(|s| s.template.gates.clear()), "gate"),
             (
-                Box::new(|s| s.template.prompt = Some("fix".into())),
-                "agent turns",
+                Box::new(|s| s.template.prompt = Some("  ".into())),
+                "prompt",
             ),
             (Box::new(|s| s.jitter_secs = MAX_JITTER_SECS + 1), "jitter"),
             (

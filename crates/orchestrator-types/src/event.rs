@@ -24,10 +24,30 @@ pub enum EventKind {
     Retried,
     /// A worker shutting down gave the task back without spending an attempt.
     HandedBack,
+    /// The agent paused on a person: an approval or a question is pending.
+    Waiting,
+    /// A guarded tool call or a question asks for a person's answer.
+    ApprovalRequested,
+    /// An approval was approved, denied, answered or expired.
+    ApprovalDecided,
+    /// The model finished a message (text and the tool calls it asked for), with its token usage.
+    Message,
+    /// A tool call finished (or was found interrupted), with its status, duration and summary.
+    ToolCall,
+    /// The checklist changed.
+    Checklist,
+    /// The agent's plan changed.
+    Plan,
+    /// The agent left a note.
+    Note,
+    /// A model call failed in a way that is retried.
+    ModelRetry,
+    /// The agent spawned a sub-agent (a child task).
+    ChildSpawned,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 22] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -40,6 +60,16 @@ impl EventKind {
         EventKind::Rescued,
         EventKind::Retried,
         EventKind::HandedBack,
+        EventKind::Waiting,
+        EventKind::ApprovalRequested,
+        EventKind::ApprovalDecided,
+        EventKind::Message,
+        EventKind::ToolCall,
+        EventKind::Checklist,
+        EventKind::Plan,
+        EventKind::Note,
+        EventKind::ModelRetry,
+        EventKind::ChildSpawned,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -56,6 +86,16 @@ impl EventKind {
             EventKind::Rescued => "rescued",
             EventKind::Retried => "retried",
             EventKind::HandedBack => "handed_back",
+            EventKind::Waiting => "waiting",
+            EventKind::ApprovalRequested => "approval_requested",
+            EventKind::ApprovalDecided => "approval_decided",
+            EventKind::Message => "message",
+            EventKind::ToolCall => "tool_call",
+            EventKind::Checklist => "checklist",
+            EventKind::Plan => "plan",
+            EventKind::Note => "note",
+            EventKind::ModelRetry => "model_retry",
+            EventKind::ChildSpawned => "child_spawned",
         }
     }
 

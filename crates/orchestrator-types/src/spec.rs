@@ -1,6 +1,6 @@
 //! What a user asks for: a new task with its gates, validated before it reaches the store.
 
-use crate::{Error, Result};
+use crate::{Error, ModelSpec, Result, TaskId};
 use serde::{Deserialize, Serialize};
 
 /// Queue used when a task names none.
@@ -10,6 +10,18 @@ pub const DEFAULT_QUEUE: &str = "default";
 pub const DEFAULT_MAX_ATTEMPTS: i64 = 3;
 /// A gate that names no timeout is killed after this long.
 pub const DEFAULT_GATE_TIMEOUT_SECS: u64 = 30 * 60;
+/// Turns an agent gets when its task names no limit.
+pub const DEFAULT_MAX_TURNS: u32 = 50;
+/// The most turns a task may ask for.
+pub const MAX_TURNS: u32 = 1000;
+/// How long an approval or a question waits for an answer before it is denied.
+pub const DEFAULT_APPROVAL_TIMEOUT_SECS: u64 = 24 * 60 * 60;
+/// Running children a parent task may have when it names no limit.
+pub const DEFAULT_MAX_CHILDREN: u32 = 10;
+/// The most running children any parent may have.
+pub const MAX_CHILDREN: u32 = 20;
+/// How deep sub-agents nest: a top-level task has depth 0, its children depth 1, ...
+pub const MAX_DEPTH: u32 = 3;
 /// Longest title accepted; titles are shown in one table row.
 const MAX_TITLE_CHARS: usize = 500;
 
@@ -80,6 +92,104 @@ fn default_gate_name(command: &str) -> String {
     }
 }
 
+/// How an agent task runs: its tool profile, its policy and its budgets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentOptions {
+    /// The tool profile: `minimal`, `coding` or `full`.
+    #[serde(default = "default_profile")]
+    pub profile: String,
+    /// The tool policy (allow, ask, deny per tool, class and shell command), as the tool layer reads
+    /// it; `None` is the default policy of the task's origin (see the worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<serde_json::Value>,
+    #[serde(default = "default_max_turns")]
+    pub max_turns: u32,
+    /// Total tokens (prompt and completion, summed over turns) after which the agent stops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Seconds of agent work after which it stops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_seconds: Option<u64>,
+    /// Seconds an approval or question waits before it is denied.
+    #[serde(default = "default_approval_timeout")]
+    pub approval_timeout_secs: u64,
+    /// Running children this task may have at once (sub-agents).
+    #[serde(default = "default_max_children")]
+    pub max_children: u32,
+}
+
+fn default_profile() -> String {
+    "coding".to_owned()
+}
+fn default_max_turns() -> u32 {
+    DEFAULT_MAX_TURNS
+}
+fn default_approval_timeout() -> u64 {
+    DEFAULT_APPROVAL_TIMEOUT_SECS
+}
+fn default_max_children() -> u32 {
+    DEFAULT_MAX_CHILDREN
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            profile: default_profile(),
+            policy: None,
+            max_turns: DEFAULT_MAX_TURNS,
+            max_tokens: None,
+            max_seconds: None,
+            approval_timeout_secs: DEFAULT_APPROVAL_TIMEOUT_SECS,
+            max_children: DEFAULT_MAX_CHILDREN,
+        }
+    }
+}
+
+impl AgentOptions {
+    fn is_default(&self) -> bool {
+        *self == AgentOptions::default()
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if !matches!(self.profile.as_str(), "minimal" | "coding" | "full") {
+            return Err(Error::invalid(
+                "profile",
+                format!("{:?}: expected minimal, coding or full", self.profile),
+            ));
+        }
+        if !(1..=MAX_TURNS).contains(&self.max_turns) {
+            return Err(Error::invalid(
+                "max_turns",
+                format!("{} is out of range 1..={MAX_TURNS}", self.max_turns),
+            ));
+        }
+        if self.max_tokens == Some(0) || self.max_seconds == Some(0) {
+            return Err(Error::invalid(
+                "budget",
+                "a token or time budget must be positive",
+            ));
+        }
+        if self.approval_timeout_secs == 0 {
+            return Err(Error::invalid(
+                "approval_timeout",
+                "must be at least one second",
+            ));
+        }
+        if !(1..=MAX_CHILDREN).contains(&self.max_children) {
+            return Err(Error::invalid(
+                "max_children",
+                format!("{} is out of range 1..={MAX_CHILDREN}", self.max_children),
+            ));
+        }
+        if let Some(policy) = &self.policy
+            && !policy.is_object()
+        {
+            return Err(Error::invalid("policy", "must be a JSON object"));
+        }
+        Ok(())
+    }
+}
+
 /// A task as a user creates it, before the store gives it an id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewTask {
@@ -100,6 +210,17 @@ pub struct NewTask {
     /// Unix milliseconds before which the task is not claimed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_after: Option<i64>,
+    /// The model an agent task talks to; `None` takes the worker's default model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSpec>,
+    #[serde(default, skip_serializing_if = "AgentOptions::is_default")]
+    pub agent: AgentOptions,
+    /// What "done" means, given to the agent and required before an issue may be closed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acceptance: Vec<String>,
+    /// The task that spawned this one (sub-agents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<TaskId>,
 }
 
 impl NewTask {
@@ -113,6 +234,18 @@ impl NewTask {
             queue: DEFAULT_QUEUE.to_owned(),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             run_after: None,
+            model: None,
+            agent: AgentOptions::default(),
+            acceptance: Vec::new(),
+            parent: None,
+        }
+    }
+
+    /// An agent task: the model works on `prompt` in `workspace`.
+    pub fn agent(title: impl Into<String>, prompt: impl Into<String>) -> Self {
+        NewTask {
+            prompt: Some(prompt.into()),
+            ..NewTask::new(title)
         }
     }
 
@@ -133,13 +266,25 @@ impl NewTask {
                 format!("longer than {MAX_TITLE_CHARS} characters"),
             ));
         }
-        if self.prompt.is_some() {
-            // Agent turns are a later capability. Until they exist a prompt would be silently
-            // ignored and the task would "succeed" on its gates alone, which is a lie.
+        if let Some(prompt) = &self.prompt {
+            if prompt.trim().is_empty() {
+                return Err(Error::invalid("prompt", "the prompt is empty"));
+            }
+            if self.workspace.is_none() {
+                return Err(Error::invalid(
+                    "workspace",
+                    "an agent task needs a workspace to work in; give --workspace",
+                ));
+            }
+            if let Some(model) = &self.model {
+                model.validate()?;
+            }
+            self.agent.validate()?;
+        }
+        if self.acceptance.iter().any(|c| c.trim().is_empty()) {
             return Err(Error::invalid(
-                "prompt",
-                "agent turns are not available in this version, so a task with a prompt cannot run; \
-                 create a verification task with --gate instead",
+                "acceptance",
+                "an acceptance criterion is empty",
             ));
         }
         for gate in &self.gates {
@@ -178,11 +323,30 @@ mod tests {
     }
 
     #[test]
-    fn prompt_is_refused_until_agent_turns_exist() {
-        let mut task = NewTask::new("t");
-        task.prompt = Some("fix it".into());
+    fn agent_tasks_need_a_workspace_and_sane_budgets() {
+        let mut task = NewTask::agent("t", "fix it");
         let err = task.validate().unwrap_err();
-        assert!(err.to_string().contains("agent turns"), "{err}");
+        assert!(err.to_string().contains("workspace"), "{err}");
+        task.workspace = Some("/tmp".into());
+        assert!(task.validate().is_ok());
+        task.agent.max_turns = 0;
+        assert!(task.validate().is_err());
+        task.agent.max_turns = 5;
+        task.agent.profile = "everything".into();
+        assert!(task.validate().is_err());
+        task.agent.profile = "full".into();
+        task.agent.max_children = 21;
+        assert!(task.validate().is_err());
+    }
+
+    #[test]
+    fn old_specs_read_with_agent_defaults() {
+        let old = r#"{"title":"t","gates":[],"priority":0,"queue":"default","max_attempts":3}"#;
+        let task: NewTask = serde_json::from_str(old).unwrap();
+        assert_eq!(task.agent, AgentOptions::default());
+        assert!(task.model.is_none() && task.parent.is_none());
+        // Defaults are not written back, so a verification task's spec stays as it was.
+        assert!(!serde_json::to_string(&task).unwrap().contains("agent"));
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod backoff;
 mod error;
 pub mod gate;
 pub mod metrics;
+pub mod model;
 pub mod pool;
 pub mod rescuer;
 pub mod runner;

@@ -434,7 +434,7 @@ async fn completer(
                 (_, Outcome::Succeeded) => &metrics.succeeded,
                 (_, Outcome::Failed { .. }) => &metrics.failed,
                 (_, Outcome::Canceled) => &metrics.canceled,
-                (_, Outcome::Requeue { .. }) => &metrics.requeued,
+                (_, Outcome::Requeue { .. } | Outcome::Wait { .. }) => &metrics.requeued,
             };
             counter.fetch_add(1, Ordering::Relaxed);
             let _ = reply.send(result);

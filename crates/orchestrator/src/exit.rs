@@ -58,8 +58,15 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
     for cause in error.chain() {
         if let Some(e) = cause.downcast_ref::<S>() {
             return match e {
-                S::TaskNotFound(_) | S::ArtifactNotFound(_) | S::AutomationNotFound(_) => NOT_FOUND,
-                S::WrongState { .. } | S::StaleLease { .. } | S::DuplicateAutomation(_) => CONFLICT,
+                S::TaskNotFound(_)
+                | S::ArtifactNotFound(_)
+                | S::AutomationNotFound(_)
+                | S::ApprovalNotFound(_) => NOT_FOUND,
+                S::WrongState { .. }
+                | S::StaleLease { .. }
+                | S::DuplicateAutomation(_)
+                | S::ApprovalDecided { .. } => CONFLICT,
+                S::InvalidAnswer(_) => INVALID,
                 S::BadUrl { .. } | S::Migration(_) | S::Database(_) => UNAVAILABLE,
                 S::Invalid(_) => INVALID,
                 S::Query(_) | S::Corrupt { .. } => FAILURE,

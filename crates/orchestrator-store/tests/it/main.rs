@@ -31,6 +31,14 @@ macro_rules! conformance {
 mod cases;
 
 conformance!(
+    conversation_is_saved_whole_and_fenced,
+    checklist_is_replaced_whole,
+    approval_pauses_and_a_decision_resumes,
+    decision_before_the_pause_lands_still_resumes,
+    approvals_expire_and_close_with_their_task,
+    questions_take_text_answers,
+    canceling_a_parent_cancels_its_children,
+    shell_jobs_end_or_go_stale,
     create_and_read,
     invalid_input_changes_nothing,
     claim_order_queues_and_run_after,

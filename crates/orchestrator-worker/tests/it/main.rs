@@ -2,6 +2,8 @@
 //! hold its task forever.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly by design.
 
+mod model;
+
 use orchestrator_store::{Store, TaskFilter};
 use orchestrator_types::{NewTask, TaskState};
 use orchestrator_worker::{Metrics, PoolConfig, Rescuer, RescuerConfig, StartHook, WorkerPool};

@@ -12,11 +12,13 @@ use orchestrator_types::{
 use serde_json::json;
 use std::collections::HashSet;
 
+mod agent;
 mod automations;
 mod leases;
 mod records;
 mod tasks;
 
+pub use agent::*;
 pub use automations::*;
 pub use leases::*;
 pub use records::*;

@@ -1,0 +1,443 @@
+//! The `task_messages` and `tool_calls` tables: an agent task's conversation, saved whole message by
+//! whole message, and the record of each tool call.
+//!
+//! This is what makes agent work durable: a worker that resumes a task reads the messages back and
+//! continues from the last one, and a tool call whose row says `started` but never finished is one
+//! that a dead worker left behind, so the model is told it was interrupted. Every write is fenced by
+//! the attempt's lease and carries its event, in one transaction.
+
+use crate::events::{EventInsert, insert_events};
+use crate::exec::Tx;
+use crate::leases::{Lease, next_seq_fenced};
+use crate::{Error, Result, Store};
+use orchestrator_types::{ArtifactId, ChatMessage, EventKind, TaskId, Usage, now_millis};
+use sea_query::{Expr, ExprTrait, Func, Iden, Order, Query};
+use serde::Serialize;
+
+#[derive(Iden, Clone, Copy)]
+enum TaskMessages {
+    Table,
+    TaskId,
+    Seq,
+    Turn,
+    Role,
+    Message,
+    PromptTokens,
+    CompletionTokens,
+    ModelMs,
+    Attempt,
+    CreatedAt,
+}
+
+#[derive(Iden, Clone, Copy)]
+enum ToolCalls {
+    Table,
+    TaskId,
+    CallId,
+    Turn,
+    Position,
+    Name,
+    Arguments,
+    Status,
+    Summary,
+    ArtifactId,
+    DurationMs,
+    Attempt,
+    StartedAt,
+    FinishedAt,
+}
+
+/// A message to save, with the usage of the model call that produced it (assistant messages).
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub turn: i64,
+    pub message: ChatMessage,
+    pub usage: Option<Usage>,
+    pub model_ms: Option<i64>,
+}
+
+/// A saved message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SavedMessage {
+    pub seq: i64,
+    pub turn: i64,
+    pub message: ChatMessage,
+    pub usage: Option<Usage>,
+    pub model_ms: Option<i64>,
+    pub attempt: i64,
+    pub created_at: i64,
+}
+
+/// Where a tool call is in its life.
+pub mod call_status {
+    /// The call was dispatched; a row left in this state by a dead worker is interrupted.
+    pub const STARTED: &str = "started";
+    pub const SUCCEEDED: &str = "succeeded";
+    /// The tool refused or failed; the model was told why.
+    pub const FAILED: &str = "failed";
+    /// The worker died while the call ran; the model was told so.
+    pub const INTERRUPTED: &str = "interrupted";
+    /// Paused on an approval or a question; it runs (or is refused) when the answer comes.
+    pub const WAITING: &str = "waiting";
+}
+
+/// A tool call as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct ToolCallRecord {
+    pub call_id: String,
+    pub turn: i64,
+    pub position: i64,
+    pub name: String,
+    pub arguments: String,
+    pub status: String,
+    pub summary: Option<String>,
+    pub artifact_id: Option<i64>,
+    pub duration_ms: Option<i64>,
+    pub attempt: i64,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+/// The end of a tool call: its row's new state and the tool message the model will read.
+#[derive(Debug, Clone)]
+pub struct ToolCallEnd {
+    pub call_id: String,
+    pub turn: i64,
+    pub status: &'static str,
+    pub summary: String,
+    pub artifact_id: Option<ArtifactId>,
+    pub duration_ms: i64,
+    /// The result as the model sees it.
+    pub message: ChatMessage,
+    /// The `tool_call` event's data.
+    pub event: serde_json::Value,
+}
+
+type MessageRow = (
+    i64,
+    i64,
+    String,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    i64,
+    i64,
+);
+
+/// Fences a write: bumps the event counter if the lease holds, or refuses with `StaleLease`.
+async fn fence(tx: &mut Tx, lease: &Lease, now: i64) -> Result<i64> {
+    next_seq_fenced(tx, lease, now)
+        .await?
+        .ok_or(Error::StaleLease {
+            task: lease.task_id,
+            epoch: lease.epoch,
+        })
+}
+
+async fn insert_messages(
+    tx: &mut Tx,
+    task: TaskId,
+    attempt: i64,
+    messages: &[NewMessage],
+    now: i64,
+) -> Result<()> {
+    if messages.is_empty() {
+        return Ok(());
+    }
+    let max = Query::select()
+        .expr(Func::coalesce([
+            Func::max(Expr::col(TaskMessages::Seq)).into(),
+            Expr::val(0i64),
+        ]))
+        .from(TaskMessages::Table)
+        .and_where(Expr::col(TaskMessages::TaskId).eq(task.0))
+        .to_owned();
+    let (last,): (i64,) = tx
+        .fetch_optional(&max)
+        .await?
+        .ok_or_else(|| Error::Migration("max(seq) returned no row".into()))?;
+    let mut stmt = Query::insert()
+        .into_table(TaskMessages::Table)
+        .columns([
+            TaskMessages::TaskId,
+            TaskMessages::Seq,
+            TaskMessages::Turn,
+            TaskMessages::Role,
+            TaskMessages::Message,
+            TaskMessages::PromptTokens,
+            TaskMessages::CompletionTokens,
+            TaskMessages::ModelMs,
+            TaskMessages::Attempt,
+            TaskMessages::CreatedAt,
+        ])
+        .to_owned();
+    for (i, m) in messages.iter().enumerate() {
+        let text = serde_json::to_string(&m.message).map_err(|e| Error::Corrupt {
+            what: "message",
+            message: e.to_string(),
+        })?;
+        stmt.values([
+            task.0.into(),
+            (last + 1 + i as i64).into(),
+            m.turn.into(),
+            m.message.role.as_str().into(),
+            text.into(),
+            m.usage.map(|u| u.prompt_tokens as i64).into(),
+            m.usage.map(|u| u.completion_tokens as i64).into(),
+            m.model_ms.into(),
+            attempt.into(),
+            now.into(),
+        ])?;
+    }
+    tx.execute(&stmt).await?;
+    Ok(())
+}
+
+impl Store {
+    /// Saves whole messages of `turn` with one event, fenced by `lease`.
+    pub async fn append_messages(
+        &self,
+        lease: &Lease,
+        attempt: i64,
+        messages: &[NewMessage],
+        event: (EventKind, serde_json::Value),
+    ) -> Result<()> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let seq = fence(&mut tx, lease, now).await?;
+        insert_messages(&mut tx, lease.task_id, attempt, messages, now).await?;
+        insert_events(
+            &mut tx,
+            &[EventInsert {
+                task_id: lease.task_id.0,
+                seq,
+                at: now,
+                kind: event.0,
+                data: event.1,
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The conversation of a task, oldest first.
+    pub async fn messages(&self, task: TaskId) -> Result<Vec<SavedMessage>> {
+        let stmt = Query::select()
+            .columns([
+                TaskMessages::Seq,
+                TaskMessages::Turn,
+                TaskMessages::Message,
+                TaskMessages::PromptTokens,
+                TaskMessages::CompletionTokens,
+                TaskMessages::ModelMs,
+                TaskMessages::Attempt,
+                TaskMessages::CreatedAt,
+            ])
+            .from(TaskMessages::Table)
+            .and_where(Expr::col(TaskMessages::TaskId).eq(task.0))
+            .order_by(TaskMessages::Seq, Order::Asc)
+            .to_owned();
+        let rows: Vec<MessageRow> = self.pool.fetch_all(&stmt).await?;
+        rows.into_iter()
+            .map(
+                |(seq, turn, text, prompt, completion, model_ms, attempt, created_at)| {
+                    let message = serde_json::from_str(&text).map_err(|e| Error::Corrupt {
+                        what: "task_messages.message",
+                        message: format!("task {task} message {seq}: {e}"),
+                    })?;
+                    let usage = match (prompt, completion) {
+                        (None, None) => None,
+                        (p, c) => {
+                            let (p, c) = (p.unwrap_or(0) as u64, c.unwrap_or(0) as u64);
+                            Some(Usage {
+                                prompt_tokens: p,
+                                completion_tokens: c,
+                                total_tokens: p + c,
+                            })
+                        }
+                    };
+                    Ok(SavedMessage {
+                        seq,
+                        turn,
+                        message,
+                        usage,
+                        model_ms,
+                        attempt,
+                        created_at,
+                    })
+                },
+            )
+            .collect()
+    }
+
+    /// Records that a tool call is about to run (or runs again after an approval), fenced by `lease`.
+    /// No event: the `tool_call` event comes with its end.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn tool_call_started(
+        &self,
+        lease: &Lease,
+        attempt: i64,
+        turn: i64,
+        position: i64,
+        call_id: &str,
+        name: &str,
+        arguments: &str,
+    ) -> Result<()> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        // The fence without an event: check the lease by locking the task row.
+        let check = Query::update()
+            .table(crate::tasks::Tasks::Table)
+            .value(crate::tasks::Tasks::UpdatedAt, now)
+            .and_where(Expr::col(crate::tasks::Tasks::Id).eq(lease.task_id.0))
+            .and_where(Expr::col(crate::tasks::Tasks::Epoch).eq(lease.epoch))
+            .and_where(crate::tasks::state_is(orchestrator_types::TaskState::Running))
+            .to_owned();
+        if tx.execute(&check).await? == 0 {
+            return Err(Error::StaleLease {
+                task: lease.task_id,
+                epoch: lease.epoch,
+            });
+        }
+        let update = Query::update()
+            .table(ToolCalls::Table)
+            .value(ToolCalls::Status, call_status::STARTED)
+            .value(ToolCalls::Attempt, attempt)
+            .value(ToolCalls::StartedAt, now)
+            .and_where(Expr::col(ToolCalls::TaskId).eq(lease.task_id.0))
+            .and_where(Expr::col(ToolCalls::CallId).eq(call_id))
+            .to_owned();
+        if tx.execute(&update).await? == 0 {
+            let insert = Query::insert()
+                .into_table(ToolCalls::Table)
+                .columns([
+                    ToolCalls::TaskId,
+                    ToolCalls::CallId,
+                    ToolCalls::Turn,
+                    ToolCalls::Position,
+                    ToolCalls::Name,
+                    ToolCalls::Arguments,
+                    ToolCalls::Status,
+                    ToolCalls::Attempt,
+                    ToolCalls::StartedAt,
+                ])
+                .values([
+                    lease.task_id.0.into(),
+                    call_id.into(),
+                    turn.into(),
+                    position.into(),
+                    name.into(),
+                    arguments.into(),
+                    call_status::STARTED.into(),
+                    attempt.into(),
+                    now.into(),
+                ])?
+                .to_owned();
+            tx.execute(&insert).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Ends a tool call: its row, its result message and its `tool_call` event in one transaction.
+    pub async fn tool_call_finished(
+        &self,
+        lease: &Lease,
+        attempt: i64,
+        end: &ToolCallEnd,
+    ) -> Result<()> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let seq = fence(&mut tx, lease, now).await?;
+        let update = Query::update()
+            .table(ToolCalls::Table)
+            .value(ToolCalls::Status, end.status)
+            .value(ToolCalls::Summary, end.summary.as_str())
+            .value(ToolCalls::ArtifactId, end.artifact_id.map(|a| a.0))
+            .value(ToolCalls::DurationMs, end.duration_ms)
+            .value(ToolCalls::FinishedAt, now)
+            .and_where(Expr::col(ToolCalls::TaskId).eq(lease.task_id.0))
+            .and_where(Expr::col(ToolCalls::CallId).eq(end.call_id.as_str()))
+            .to_owned();
+        tx.execute(&update).await?;
+        insert_messages(
+            &mut tx,
+            lease.task_id,
+            attempt,
+            &[NewMessage {
+                turn: end.turn,
+                message: end.message.clone(),
+                usage: None,
+                model_ms: None,
+            }],
+            now,
+        )
+        .await?;
+        insert_events(
+            &mut tx,
+            &[EventInsert {
+                task_id: lease.task_id.0,
+                seq,
+                at: now,
+                kind: EventKind::ToolCall,
+                data: end.event.clone(),
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Marks a tool call as waiting for an answer, fenced by `lease`.
+    pub async fn tool_call_waiting(&self, lease: &Lease, call_id: &str) -> Result<()> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let check = Query::update()
+            .table(crate::tasks::Tasks::Table)
+            .value(crate::tasks::Tasks::UpdatedAt, now)
+            .and_where(Expr::col(crate::tasks::Tasks::Id).eq(lease.task_id.0))
+            .and_where(Expr::col(crate::tasks::Tasks::Epoch).eq(lease.epoch))
+            .to_owned();
+        if tx.execute(&check).await? == 0 {
+            return Err(Error::StaleLease {
+                task: lease.task_id,
+                epoch: lease.epoch,
+            });
+        }
+        let update = Query::update()
+            .table(ToolCalls::Table)
+            .value(ToolCalls::Status, call_status::WAITING)
+            .and_where(Expr::col(ToolCalls::TaskId).eq(lease.task_id.0))
+            .and_where(Expr::col(ToolCalls::CallId).eq(call_id))
+            .to_owned();
+        tx.execute(&update).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The tool calls of a task in the order they were asked for.
+    pub async fn tool_calls(&self, task: TaskId) -> Result<Vec<ToolCallRecord>> {
+        let stmt = Query::select()
+            .columns([
+                ToolCalls::CallId,
+                ToolCalls::Turn,
+                ToolCalls::Position,
+                ToolCalls::Name,
+                ToolCalls::Arguments,
+                ToolCalls::Status,
+                ToolCalls::Summary,
+                ToolCalls::ArtifactId,
+                ToolCalls::DurationMs,
+                ToolCalls::Attempt,
+                ToolCalls::StartedAt,
+                ToolCalls::FinishedAt,
+            ])
+            .from(ToolCalls::Table)
+            .and_where(Expr::col(ToolCalls::TaskId).eq(task.0))
+            .order_by(ToolCalls::Turn, Order::Asc)
+            .order_by(ToolCalls::Position, Order::Asc)
+            .to_owned();
+        Ok(self.pool.fetch_all(&stmt).await?)
+    }
+}

@@ -1,0 +1,490 @@
+//! Cases of agent work: the saved conversation and tool calls, the checklist, approvals and their
+//! race with the worker's pause, sub-agent cancel cascades, shell jobs.
+
+use super::*;
+use orchestrator_store::{
+    ApprovalDecision, ApprovalFilter, NewApproval, NewMessage, ToolCallEnd, approval_kind,
+    approval_status, call_status, job_status,
+};
+use orchestrator_types::{ChatMessage, ToolCallRequest, Usage};
+
+fn agent_task(title: &str) -> NewTask {
+    let mut task = NewTask::agent(title, "do the thing");
+    task.workspace = Some("/tmp".into());
+    task
+}
+
+async fn claim_one(store: &Store) -> (orchestrator_store::Task, Lease) {
+    store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0)
+}
+
+fn ask(call_id: &str, expires_at: i64) -> NewApproval {
+    NewApproval {
+        call_id: call_id.into(),
+        kind: approval_kind::TOOL,
+        tool: "exec_shell".into(),
+        arguments: json!({"command": "rm -rf build"}),
+        reason: "the default for Shell tools".into(),
+        options: None,
+        expires_at,
+    }
+}
+
+pub async fn conversation_is_saved_whole_and_fenced(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&agent_task("a")).await.unwrap();
+    let (task, lease) = claim_one(&store).await;
+    assert_eq!(task.id, id);
+    assert_eq!(task.prompt.as_deref(), Some("do the thing"));
+    let assistant = ChatMessage {
+        role: orchestrator_types::Role::Assistant,
+        content: None,
+        tool_calls: vec![ToolCallRequest {
+            id: "c1".into(),
+            name: "read_file".into(),
+            arguments: "{\"path\":\"a\"}".into(),
+        }],
+        tool_call_id: None,
+    };
+    let usage = Usage {
+        prompt_tokens: 10,
+        completion_tokens: 5,
+        total_tokens: 15,
+    };
+    store
+        .append_messages(
+            &lease,
+            1,
+            &[
+                NewMessage {
+                    turn: 0,
+                    message: ChatMessage::system("sys"),
+                    usage: None,
+                    model_ms: None,
+                },
+                NewMessage {
+                    turn: 0,
+                    message: ChatMessage::user("do the thing"),
+                    usage: None,
+                    model_ms: None,
+                },
+            ],
+            (EventKind::Message, json!({"role": "user"})),
+        )
+        .await
+        .unwrap();
+    store
+        .append_messages(
+            &lease,
+            1,
+            &[NewMessage {
+                turn: 1,
+                message: assistant.clone(),
+                usage: Some(usage),
+                model_ms: Some(7),
+            }],
+            (EventKind::Message, json!({"role": "assistant"})),
+        )
+        .await
+        .unwrap();
+    store
+        .tool_call_started(&lease, 1, 1, 0, "c1", "read_file", "{\"path\":\"a\"}")
+        .await
+        .unwrap();
+    let calls = store.tool_calls(id).await.unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].status, call_status::STARTED);
+    store
+        .tool_call_finished(
+            &lease,
+            1,
+            &ToolCallEnd {
+                call_id: "c1".into(),
+                turn: 1,
+                status: call_status::SUCCEEDED,
+                summary: "3 lines".into(),
+                artifact_id: None,
+                duration_ms: 4,
+                message: ChatMessage::tool("c1", "hello"),
+                event: json!({"call_id": "c1"}),
+            },
+        )
+        .await
+        .unwrap();
+    let messages = store.messages(id).await.unwrap();
+    let seqs: Vec<i64> = messages.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, [1, 2, 3, 4]);
+    assert_eq!(messages[2].message, assistant);
+    assert_eq!(messages[2].usage, Some(usage));
+    assert_eq!(messages[3].message, ChatMessage::tool("c1", "hello"));
+    let calls = store.tool_calls(id).await.unwrap();
+    assert_eq!(calls[0].status, call_status::SUCCEEDED);
+    assert_eq!(calls[0].duration_ms, Some(4));
+    assert_eq!(
+        kinds(&store, id).await,
+        ["created", "claimed", "message", "message", "tool_call"]
+    );
+
+    // A stale lease writes nothing.
+    let stale = Lease {
+        task_id: id,
+        epoch: lease.epoch + 1,
+    };
+    let err = store
+        .append_messages(
+            &stale,
+            1,
+            &[NewMessage {
+                turn: 2,
+                message: ChatMessage::assistant("late"),
+                usage: None,
+                model_ms: None,
+            }],
+            (EventKind::Message, json!({})),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::StaleLease { .. }), "{err}");
+    assert!(matches!(
+        store
+            .tool_call_started(&stale, 1, 2, 0, "c2", "x", "{}")
+            .await,
+        Err(Error::StaleLease { .. })
+    ));
+    assert_eq!(store.messages(id).await.unwrap().len(), 4);
+    assert_eq!(store.tool_calls(id).await.unwrap().len(), 1);
+}
+
+pub async fn checklist_is_replaced_whole(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&agent_task("c")).await.unwrap();
+    let (_, lease) = claim_one(&store).await;
+    let items = vec![
+        ("write the test".to_owned(), "done".to_owned()),
+        ("fix the bug".to_owned(), "in_progress".to_owned()),
+    ];
+    store.write_checklist(&lease, &items).await.unwrap();
+    store
+        .write_checklist(&lease, &items[1..].to_vec())
+        .await
+        .unwrap();
+    let list = store.checklist(id).await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].position, 1);
+    assert_eq!(list[0].text, "fix the bug");
+    let events = store.events(id, 0, 100).await.unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(last.kind, "checklist");
+    assert_eq!(last.data["total"], 1);
+}
+
+pub async fn approval_pauses_and_a_decision_resumes(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&agent_task("a")).await.unwrap();
+    let (task, lease) = claim_one(&store).await;
+    assert_eq!(task.attempt, 1);
+    let approval = store
+        .request_approval(&lease, &ask("c1", now_millis() + 60_000))
+        .await
+        .unwrap();
+    assert_eq!(approval.status, approval_status::PENDING);
+    // Asking again for the same call finds the same approval.
+    let again = store
+        .request_approval(&lease, &ask("c1", now_millis() + 60_000))
+        .await
+        .unwrap();
+    assert_eq!(again.id, approval.id);
+    let results = store
+        .complete(&[Completion {
+            lease: lease.clone(),
+            outcome: Outcome::Wait {
+                reason: "approval".into(),
+            },
+            details: json!({"approval": approval.id}),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(results, [CompletionResult::Applied]);
+    let task = store.get_task(id).await.unwrap();
+    assert_eq!(task.state, TaskState::Waiting);
+    assert_eq!(task.attempt, 0, "waiting does not spend the attempt");
+    assert!(store.claim("w", &queues(), 1, LEASE).await.unwrap().is_empty());
+
+    let pending = store
+        .list_approvals(&ApprovalFilter {
+            status: Some(approval_status::PENDING.into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].arguments["command"], "rm -rf build");
+
+    // Answering a tool approval with text is refused; approving works once.
+    assert!(matches!(
+        store
+            .decide_approval(approval.id, &ApprovalDecision::Answer("yes".into()), "ann")
+            .await,
+        Err(Error::InvalidAnswer(_))
+    ));
+    let decided = store
+        .decide_approval(approval.id, &ApprovalDecision::Approve, "ann")
+        .await
+        .unwrap();
+    assert_eq!(decided.status, approval_status::APPROVED);
+    assert_eq!(decided.decided_by.as_deref(), Some("ann"));
+    assert!(matches!(
+        store
+            .decide_approval(approval.id, &ApprovalDecision::Approve, "bob")
+            .await,
+        Err(Error::ApprovalDecided { .. })
+    ));
+    assert_eq!(
+        store.get_task(id).await.unwrap().state,
+        TaskState::Queued
+    );
+    let (again, _) = claim_one(&store).await;
+    assert_eq!(again.id, id);
+    assert_eq!(again.attempt, 1);
+    assert_eq!(
+        store
+            .approval_for_call(id, "c1")
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        approval_status::APPROVED
+    );
+}
+
+pub async fn decision_before_the_pause_lands_still_resumes(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&agent_task("race")).await.unwrap();
+    let (_, lease) = claim_one(&store).await;
+    let approval = store
+        .request_approval(&lease, &ask("c1", now_millis() + 60_000))
+        .await
+        .unwrap();
+    // The person answers before the worker's Wait completion is written.
+    store
+        .decide_approval(
+            approval.id,
+            &ApprovalDecision::Deny {
+                reason: Some("not today".into()),
+            },
+            "ann",
+        )
+        .await
+        .unwrap();
+    store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Wait {
+                reason: "approval".into(),
+            },
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_task(id).await.unwrap().state,
+        TaskState::Queued,
+        "an answer that raced the pause must not leave the task waiting forever"
+    );
+}
+
+pub async fn approvals_expire_and_close_with_their_task(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&agent_task("expire")).await.unwrap();
+    let (_, lease) = claim_one(&store).await;
+    let approval = store
+        .request_approval(&lease, &ask("c1", now_millis() - 1))
+        .await
+        .unwrap();
+    store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Wait {
+                reason: "approval".into(),
+            },
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(store.expire_approvals(now_millis(), 100).await.unwrap(), 1);
+    assert_eq!(store.expire_approvals(now_millis(), 100).await.unwrap(), 0);
+    let expired = store.get_approval(approval.id).await.unwrap();
+    assert_eq!(expired.status, approval_status::EXPIRED);
+    assert_eq!(store.get_task(id).await.unwrap().state, TaskState::Queued);
+
+    // A waiting task that is canceled closes its pending approvals.
+    let other = store.create_task(&agent_task("cancel")).await.unwrap();
+    let mut claimed = store.claim("w", &queues(), 2, LEASE).await.unwrap();
+    let (_, lease) = claimed
+        .drain(..)
+        .find(|(t, _)| t.id == other)
+        .unwrap();
+    let pending = store
+        .request_approval(&lease, &ask("c9", now_millis() + 60_000))
+        .await
+        .unwrap();
+    store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Wait {
+                reason: "approval".into(),
+            },
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.cancel_task(other).await.unwrap(),
+        CancelOutcome::Canceled
+    );
+    assert_eq!(
+        store.get_approval(pending.id).await.unwrap().status,
+        approval_status::CANCELED
+    );
+    assert!(matches!(
+        store
+            .decide_approval(pending.id, &ApprovalDecision::Approve, "ann")
+            .await,
+        Err(Error::ApprovalDecided { .. })
+    ));
+}
+
+pub async fn questions_take_text_answers(db: &TestStore) {
+    let store = db.store.clone();
+    store.create_task(&agent_task("q")).await.unwrap();
+    let (_, lease) = claim_one(&store).await;
+    let question = store
+        .request_approval(
+            &lease,
+            &NewApproval {
+                call_id: "q1".into(),
+                kind: approval_kind::QUESTION,
+                tool: "ask_user".into(),
+                arguments: json!({"question": "Which database?"}),
+                reason: "Which database?".into(),
+                options: Some(vec!["sqlite".into(), "postgres".into()]),
+                expires_at: now_millis() + 60_000,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        question.options.as_deref(),
+        Some(&["sqlite".to_owned(), "postgres".to_owned()][..])
+    );
+    assert!(matches!(
+        store
+            .decide_approval(question.id, &ApprovalDecision::Approve, "ann")
+            .await,
+        Err(Error::InvalidAnswer(_))
+    ));
+    assert!(matches!(
+        store
+            .decide_approval(question.id, &ApprovalDecision::Answer("  ".into()), "ann")
+            .await,
+        Err(Error::InvalidAnswer(_))
+    ));
+    let answered = store
+        .decide_approval(
+            question.id,
+            &ApprovalDecision::Answer("postgres".into()),
+            "ann",
+        )
+        .await
+        .unwrap();
+    assert_eq!(answered.status, approval_status::ANSWERED);
+    assert_eq!(answered.answer.as_deref(), Some("postgres"));
+}
+
+pub async fn canceling_a_parent_cancels_its_children(db: &TestStore) {
+    let store = db.store.clone();
+    let parent = store.create_task(&agent_task("parent")).await.unwrap();
+    let mut child = agent_task("child");
+    child.parent = Some(parent);
+    let child = store.create_task(&child).await.unwrap();
+    let mut grandchild = agent_task("grandchild");
+    grandchild.parent = Some(child);
+    let grandchild = store.create_task(&grandchild).await.unwrap();
+    let mut done = NewTask::new("finished child");
+    done.parent = Some(parent);
+    let done = store.create_task(&done).await.unwrap();
+    // The finished child stays as it ended.
+    let claimed = store.claim("w", &queues(), 10, LEASE).await.unwrap();
+    let lease = claimed
+        .iter()
+        .find(|(t, _)| t.id == done)
+        .map(|(_, l)| l.clone())
+        .unwrap();
+    store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Succeeded,
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    let children: Vec<TaskId> = store
+        .children(parent)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(children, [child, done]);
+    assert_eq!(
+        store.get_task(child).await.unwrap().parent_id,
+        Some(parent)
+    );
+    store.cancel_task(parent).await.unwrap();
+    // Running tasks are asked to stop; their workers end them canceled.
+    for id in [parent, child, grandchild] {
+        let task = store.get_task(id).await.unwrap();
+        assert!(
+            task.cancel_requested || task.state == TaskState::Canceled,
+            "task {id} was not canceled: {:?}",
+            task.state
+        );
+    }
+    assert_eq!(
+        store.get_task(done).await.unwrap().state,
+        TaskState::Succeeded
+    );
+}
+
+pub async fn shell_jobs_end_or_go_stale(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&agent_task("jobs")).await.unwrap();
+    let (_, lease) = claim_one(&store).await;
+    let a = store
+        .shell_job_started(&lease, "w", "make", "/tmp")
+        .await
+        .unwrap();
+    let b = store
+        .shell_job_started(&lease, "w", "sleep 100", "/tmp")
+        .await
+        .unwrap();
+    let log = Captured::from_bytes(b"built\n", 1024);
+    let artifact = store
+        .shell_job_finished(a, id, job_status::EXITED, Some(0), "exit 0", &log)
+        .await
+        .unwrap();
+    store.shell_job_stale(b).await.unwrap();
+    let jobs = store.shell_jobs(id).await.unwrap();
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs[0].status, job_status::EXITED);
+    assert_eq!(jobs[0].log_artifact_id, Some(artifact.0));
+    assert_eq!(jobs[1].status, job_status::STALE);
+    assert_eq!(
+        store.get_artifact(artifact).await.unwrap().bytes,
+        b"built\n"
+    );
+}

@@ -1,0 +1,611 @@
+//! A scripted model server: a real HTTP server on 127.0.0.1 that speaks the Chat Completions wire
+//! format, streamed and not, and answers each request with whatever a test scripted.
+//!
+//! It sends what OpenAI sends, down to the chunk shapes (`chat.completion.chunk` objects, tool call
+//! arguments split over several chunks, a finish chunk, a usage chunk, `[DONE]`), and splits every
+//! event over two network writes so clients must reassemble them. Everything it makes up is
+//! deterministic: tool call ids are `call_{request index}_{n}`, usage is counted from the request,
+//! timestamps are fixed. So a test can restart the client (or a whole `serve` process) and the
+//! handler, deciding from the request alone, continues the conversation where it was.
+//!
+//! The server lives as long as its `ScriptedModel`: `start` runs it on the caller's tokio runtime,
+//! `start_blocking` on a thread of its own for tests without one.
+
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// What the server answers to one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A text reply, finish reason `stop`.
+    Text(String),
+    /// Tool calls, finish reason `tool_calls`.
+    ToolCalls(Vec<ScriptedCall>),
+    /// Text first, then tool calls, as models that explain themselves do.
+    TextAndToolCalls(String, Vec<ScriptedCall>),
+    /// An HTTP error: the status and the JSON body, for example [`error_body`]'s.
+    Status(u16, String),
+    /// Sends the role chunk and part of the content, then drops the connection without `[DONE]`.
+    /// A non-streamed request gets half a JSON body before the drop.
+    CutStream,
+    /// Never answers, for timeouts.
+    Hang,
+}
+
+/// A tool call the scripted model makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptedCall {
+    pub name: String,
+    /// Sent as is; it may be malformed JSON on purpose.
+    pub arguments: String,
+}
+
+/// A tool call with JSON arguments.
+pub fn call(name: &str, arguments: Value) -> ScriptedCall {
+    ScriptedCall {
+        name: name.to_owned(),
+        arguments: arguments.to_string(),
+    }
+}
+
+/// An error body in OpenAI's shape, for [`Reply::Status`].
+pub fn error_body(message: &str, kind: &str) -> String {
+    json!({"error": {"message": message, "type": kind, "param": null, "code": null}}).to_string()
+}
+
+/// One request the server received.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The JSON body as sent.
+    pub body: Value,
+    /// The Authorization header, if any.
+    pub authorization: Option<String>,
+    /// 0-based arrival order.
+    pub index: usize,
+}
+
+impl Request {
+    pub fn messages(&self) -> &[Value] {
+        self.body["messages"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// Assistant messages in the conversation so far: how many replies the model already gave.
+    pub fn assistant_turns(&self) -> usize {
+        self.messages()
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .count()
+    }
+
+    /// The contents of the tool messages after the last assistant message.
+    pub fn last_tool_results(&self) -> Vec<String> {
+        let mut results: Vec<String> = self
+            .messages()
+            .iter()
+            .rev()
+            .take_while(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        results.reverse();
+        results
+    }
+
+    /// The text of the last user message.
+    pub fn last_user_text(&self) -> Option<String> {
+        self.messages()
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str())
+            .map(str::to_owned)
+    }
+
+    /// Names of the tools the request offers.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.body["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    pub fn model(&self) -> Option<&str> {
+        self.body["model"].as_str()
+    }
+
+    pub fn is_streaming(&self) -> bool {
+        self.body["stream"] == true
+    }
+}
+
+type Handler = dyn Fn(&Request) -> Reply + Send + Sync;
+
+struct Shared {
+    handler: Box<Handler>,
+    received: Mutex<Vec<Request>>,
+}
+
+/// A running scripted model server; it stops when this is dropped.
+pub struct ScriptedModel {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    /// Dropping it stops the server.
+    _stop: oneshot::Sender<()>,
+}
+
+impl std::fmt::Debug for ScriptedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedModel")
+            .field("addr", &self.addr)
+            .field("requests", &self.request_count())
+            .finish()
+    }
+}
+
+impl ScriptedModel {
+    /// Starts a server on the current tokio runtime whose `handler` picks each reply.
+    pub async fn start(
+        handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+    ) -> ScriptedModel {
+        let (model, listener, app, stop) = ScriptedModel::prepare(Box::new(handler));
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        tokio::spawn(serve(listener, app, stop));
+        model
+    }
+
+    /// Starts a server on a thread with its own runtime, for tests that have none; it keeps
+    /// answering while the test blocks on other processes.
+    pub fn start_blocking(
+        handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+    ) -> ScriptedModel {
+        let (model, listener, app, stop) = ScriptedModel::prepare(Box::new(handler));
+        std::thread::Builder::new()
+            .name("scripted-model".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                // Dropping the runtime on the way out also ends connections that hang.
+                runtime.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                    serve(listener, app, stop).await;
+                });
+            })
+            .unwrap();
+        model
+    }
+
+    /// A server that gives `replies` in order of arrival, then `Text("done")` to anything more.
+    pub async fn scripted(replies: Vec<Reply>) -> ScriptedModel {
+        ScriptedModel::start(in_order(replies)).await
+    }
+
+    /// `scripted` on a thread of its own, like `start_blocking`.
+    pub fn scripted_blocking(replies: Vec<Reply>) -> ScriptedModel {
+        ScriptedModel::start_blocking(in_order(replies))
+    }
+
+    fn prepare(
+        handler: Box<Handler>,
+    ) -> (
+        ScriptedModel,
+        std::net::TcpListener,
+        Router,
+        oneshot::Receiver<()>,
+    ) {
+        // Bound here, synchronously, so the address is known before the server task runs.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared {
+            handler,
+            received: Mutex::new(Vec::new()),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(completions))
+            .fallback(not_found)
+            .with_state(shared.clone());
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let model = ScriptedModel {
+            addr,
+            shared,
+            _stop: stop_tx,
+        };
+        (model, listener, app, stop_rx)
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the base URL a model spec takes.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request body received, in order of arrival.
+    pub fn requests(&self) -> Vec<Value> {
+        self.received().into_iter().map(|r| r.body).collect()
+    }
+
+    /// Every request received, with its headers of interest.
+    pub fn received(&self) -> Vec<Request> {
+        self.shared.received.lock().unwrap().clone()
+    }
+
+    pub fn request_count(&self) -> usize {
+        self.shared.received.lock().unwrap().len()
+    }
+}
+
+fn in_order(replies: Vec<Reply>) -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
+    move |request: &Request| {
+        replies
+            .get(request.index)
+            .cloned()
+            .unwrap_or_else(|| Reply::Text("done".into()))
+    }
+}
+
+async fn serve(listener: tokio::net::TcpListener, app: Router, stop: oneshot::Receiver<()>) {
+    tokio::select! {
+        result = axum::serve(listener, app).into_future() => result.unwrap(),
+        // Fires when the `ScriptedModel` is dropped, which drops its sender.
+        _ = stop => {}
+    }
+}
+
+async fn not_found() -> Response {
+    json_response(
+        StatusCode::NOT_FOUND,
+        error_body(
+            "The scripted model serves only /v1/chat/completions",
+            "invalid_request_error",
+        ),
+    )
+}
+
+async fn completions(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(body) => body,
+        Err(e) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                error_body(&format!("the body is not JSON: {e}"), "invalid_request_error"),
+            );
+        }
+    };
+    let request = {
+        let mut received = shared.received.lock().unwrap();
+        let request = Request {
+            body,
+            authorization: headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            index: received.len(),
+        };
+        received.push(request.clone());
+        request
+    };
+    let reply = (shared.handler)(&request);
+    respond(&request, reply).await
+}
+
+async fn respond(request: &Request, reply: Reply) -> Response {
+    let (text, calls) = match reply {
+        Reply::Text(text) => (text, Vec::new()),
+        Reply::ToolCalls(calls) => (String::new(), calls),
+        Reply::TextAndToolCalls(text, calls) => (text, calls),
+        Reply::Status(status, body) => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return json_response(status, body);
+        }
+        Reply::CutStream => return cut(request),
+        Reply::Hang => std::future::pending().await,
+    };
+    let reply = Answer::new(request, text, calls);
+    if request.is_streaming() {
+        let include_usage = request.body["stream_options"]["include_usage"] == true;
+        event_stream(reply.chunks(include_usage), false)
+    } else {
+        json_response(StatusCode::OK, reply.completion().to_string())
+    }
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn cut(request: &Request) -> Response {
+    if request.is_streaming() {
+        let answer = Answer::new(request, String::new(), Vec::new());
+        let chunks = vec![
+            answer.chunk(json!({"role": "assistant", "content": ""}), None),
+            answer.chunk(json!({"content": "This reply is cut "}), None),
+            answer.chunk(json!({"content": "off here"}), None),
+        ];
+        event_stream(chunks, true)
+    } else {
+        let pieces = vec![
+            Piece::Data(Bytes::from_static(
+                br#"{"id":"chatcmpl-cut","object":"chat.completion","choices":[{"index":0,"#,
+            )),
+            Piece::Cut,
+        ];
+        stream_response("application/json", pieces)
+    }
+}
+
+/// A chunk of the response body, or the point where the connection is dropped.
+enum Piece {
+    Data(Bytes),
+    Cut,
+}
+
+/// Server-sent events, each split into two writes at its middle byte so the client sees events cut
+/// across reads (and, for non-ASCII text, characters cut across reads).
+fn event_stream(chunks: Vec<Value>, cut: bool) -> Response {
+    let mut events: Vec<String> = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    if !cut {
+        events.push("data: [DONE]\n\n".to_owned());
+    }
+    let mut pieces = Vec::new();
+    for event in events {
+        let bytes = Bytes::from(event);
+        let middle = bytes.len() / 2;
+        pieces.push(Piece::Data(bytes.slice(..middle)));
+        pieces.push(Piece::Data(bytes.slice(middle..)));
+    }
+    if cut {
+        pieces.push(Piece::Cut);
+    }
+    stream_response("text/event-stream", pieces)
+}
+
+fn stream_response(content_type: &'static str, pieces: Vec<Piece>) -> Response {
+    let stream = futures_util::stream::unfold(pieces.into_iter(), |mut pieces| async move {
+        let piece = pieces.next()?;
+        // Yielding lets the server flush what it has, so the pieces leave as separate writes.
+        tokio::task::yield_now().await;
+        let item = match piece {
+            Piece::Data(bytes) => Ok(bytes),
+            // An error ends the body without its final chunk: the client sees the connection drop.
+            Piece::Cut => Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "scripted cut",
+            )),
+        };
+        Some((item, pieces))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+/// One reply, rendered as chunks or as one completion.
+struct Answer {
+    id: String,
+    model: String,
+    index: usize,
+    text: String,
+    calls: Vec<ScriptedCall>,
+    prompt_tokens: u64,
+}
+
+/// Fixed, so replies are the same on every run.
+const CREATED: u64 = 1_700_000_000;
+/// Content is streamed in pieces of this many characters.
+const TEXT_PIECE_CHARS: usize = 5;
+/// Tool call arguments are streamed in pieces of this many characters.
+const ARGUMENT_PIECE_CHARS: usize = 7;
+
+impl Answer {
+    fn new(request: &Request, text: String, calls: Vec<ScriptedCall>) -> Answer {
+        Answer {
+            id: format!("chatcmpl-{}", request.index),
+            model: request.model().unwrap_or("scripted").to_owned(),
+            index: request.index,
+            text,
+            calls,
+            prompt_tokens: request.messages().len() as u64 * 10,
+        }
+    }
+
+    fn call_id(&self, n: usize) -> String {
+        format!("call_{}_{n}", self.index)
+    }
+
+    fn finish_reason(&self) -> &'static str {
+        if self.calls.is_empty() { "stop" } else { "tool_calls" }
+    }
+
+    fn usage(&self) -> Value {
+        let written = self.text.len() + self.calls.iter().map(|c| c.arguments.len()).sum::<usize>();
+        let completion = written as u64 / 4 + 1;
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        })
+    }
+
+    fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": CREATED,
+            "model": self.model,
+            "system_fingerprint": "fp_scripted",
+            "choices": [{
+                "index": 0,
+                "delta": delta,
+                "logprobs": null,
+                "finish_reason": finish_reason,
+            }],
+        })
+    }
+
+    fn chunks(&self, include_usage: bool) -> Vec<Value> {
+        let mut chunks = vec![self.chunk(json!({"role": "assistant", "content": ""}), None)];
+        for piece in pieces(&self.text, TEXT_PIECE_CHARS) {
+            chunks.push(self.chunk(json!({"content": piece}), None));
+        }
+        for (n, call) in self.calls.iter().enumerate() {
+            chunks.push(self.chunk(
+                json!({"tool_calls": [{
+                    "index": n,
+                    "id": self.call_id(n),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": ""},
+                }]}),
+                None,
+            ));
+            for piece in pieces(&call.arguments, ARGUMENT_PIECE_CHARS) {
+                chunks.push(self.chunk(
+                    json!({"tool_calls": [{"index": n, "function": {"arguments": piece}}]}),
+                    None,
+                ));
+            }
+        }
+        chunks.push(self.chunk(json!({}), Some(self.finish_reason())));
+        if include_usage {
+            // OpenAI sends `"usage": null` on every other chunk and the totals on a last chunk
+            // without choices.
+            for chunk in &mut chunks {
+                chunk["usage"] = Value::Null;
+            }
+            chunks.push(json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": CREATED,
+                "model": self.model,
+                "system_fingerprint": "fp_scripted",
+                "choices": [],
+                "usage": self.usage(),
+            }));
+        }
+        chunks
+    }
+
+    fn completion(&self) -> Value {
+        let mut message = json!({
+            "role": "assistant",
+            "content": if self.text.is_empty() { Value::Null } else { json!(self.text) },
+            "refusal": null,
+        });
+        if !self.calls.is_empty() {
+            let calls: Vec<Value> = self
+                .calls
+                .iter()
+                .enumerate()
+                .map(|(n, call)| {
+                    json!({
+                        "id": self.call_id(n),
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    })
+                })
+                .collect();
+            message["tool_calls"] = json!(calls);
+        }
+        json!({
+            "id": self.id,
+            "object": "chat.completion",
+            "created": CREATED,
+            "model": self.model,
+            "system_fingerprint": "fp_scripted",
+            "choices": [{
+                "index": 0,
+                "message": message,
+                "logprobs": null,
+                "finish_reason": self.finish_reason(),
+            }],
+            "usage": self.usage(),
+        })
+    }
+}
+
+/// `text` in pieces of at most `size` characters, never splitting a character.
+fn pieces(text: &str, size: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_keep_characters_whole() {
+        assert_eq!(pieces("héllo wörld", 4), ["héll", "o wö", "rld"]);
+        assert!(pieces("", 4).is_empty());
+    }
+
+    #[test]
+    fn streamed_tool_calls_split_their_arguments() {
+        let request = Request {
+            body: json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+            authorization: None,
+            index: 3,
+        };
+        let answer = Answer::new(
+            &request,
+            String::new(),
+            vec![call("read", json!({"path": "src/main.rs"}))],
+        );
+        let chunks = answer.chunks(true);
+        let pieces: Vec<&Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0))
+            .collect();
+        assert_eq!(pieces[0]["id"], "call_3_0");
+        assert!(pieces.len() > 2, "{pieces:?}");
+        let arguments: String = pieces
+            .iter()
+            .map(|p| p["function"]["arguments"].as_str().unwrap())
+            .collect();
+        assert_eq!(arguments, r#"{"path":"src/main.rs"}"#);
+        let last = chunks.last().unwrap();
+        assert_eq!(last["usage"]["prompt_tokens"], 10);
+        assert_eq!(chunks[chunks.len() - 2]["choices"][0]["finish_reason"], "tool_calls");
+    }
+
+    #[test]
+    fn a_blocking_server_answers_without_a_runtime_in_the_caller() {
+        let model = ScriptedModel::scripted_blocking(vec![Reply::Text("hello".into())]);
+        let mut stream = std::net::TcpStream::connect(model.addr()).unwrap();
+        let body = r#"{"model":"m","messages":[]}"#;
+        use std::io::{Read, Write};
+        write!(
+            stream,
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains(r#""content":"hello""#), "{answer}");
+        assert_eq!(model.request_count(), 1);
+    }
+}

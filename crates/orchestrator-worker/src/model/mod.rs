@@ -1,0 +1,999 @@
+//! The model client: one Chat Completions call to an OpenAI-compatible server, streamed or not,
+//! with retries for the failures that pass on their own.
+//!
+//! The client speaks the conversation vocabulary of `orchestrator_types::chat` and maps it to the
+//! wire format in `wire`; streamed replies are framed as server-sent events (`sse`) and assembled
+//! here into one assistant message, while each piece is forwarded to an optional channel so a
+//! watcher can show the reply as it is written.
+//!
+//! Retries: a rate limit, a 5xx, a refused connection, a timeout and a stream that broke off are
+//! retried with capped exponential backoff and jitter (or the provider's `Retry-After`); a wrong
+//! key, an unknown model or a rejected request are not, because sending the same request again
+//! cannot fix them. A retried stream starts from the beginning, so a watcher may see the deltas of
+//! the cut attempt again after a `Delta::Retrying`.
+//!
+//! Secrets: the key is read from the environment variable the model spec names and lives only in
+//! the Authorization header (marked sensitive) and in a redaction filter; no error, log line or
+//! `Debug` output carries it, and provider messages that echo it are redacted.
+
+mod sse;
+mod wire;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use orchestrator_types::{ChatMessage, ModelSpec, ToolCallRequest, Usage};
+use reqwest::StatusCode;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use serde_json::Value;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::backoff::Backoff;
+
+/// A reply can take minutes to write when a model thinks at length; five minutes bounds a hung
+/// server without cutting off a slow honest one.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// A server that has not accepted a connection in ten seconds is down, not slow.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Five attempts in all ride out a provider's typical blip or rate-limit window.
+pub const DEFAULT_MAX_RETRIES: u32 = 4;
+pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_millis(500);
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(20);
+/// Up to 20% either way, so workers that hit the same rate limit do not return in lockstep.
+const BACKOFF_JITTER: f64 = 0.2;
+/// How much of an error body is read: enough for any provider's error object, bounded so a server
+/// that answers an error with an endless body cannot hold the worker.
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+/// Provider messages are cut to this many characters in our errors; they end up in task events.
+const MAX_PROVIDER_MESSAGE_CHARS: usize = 2000;
+
+/// How the client talks to the server. The defaults suit hosted providers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientConfig {
+    /// Bounds each attempt as a whole: connecting, sending and reading the entire stream.
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Attempts after the first, for retryable failures only.
+    pub max_retries: u32,
+    /// The wait before the first retry; it doubles with each further retry.
+    pub initial_backoff: Duration,
+    /// No wait between attempts is longer, whatever the backoff or `Retry-After` says.
+    pub max_backoff: Duration,
+    /// Ask for a streamed reply (server-sent events) so deltas arrive as the model writes.
+    pub stream: bool,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            max_retries: DEFAULT_MAX_RETRIES,
+            initial_backoff: DEFAULT_INITIAL_BACKOFF,
+            max_backoff: DEFAULT_MAX_BACKOFF,
+            stream: true,
+        }
+    }
+}
+
+impl ClientConfig {
+    fn validate(&self) -> Result<(), ModelError> {
+        if self.request_timeout.is_zero() {
+            return Err(ModelError::Config("request_timeout must be positive".into()));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(ModelError::Config("connect_timeout must be positive".into()));
+        }
+        if self.initial_backoff > self.max_backoff {
+            return Err(ModelError::Config(format!(
+                "initial_backoff ({:?}) is longer than max_backoff ({:?})",
+                self.initial_backoff, self.max_backoff
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A tool the model may call; `parameters` is the JSON Schema of its arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDefinition {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+impl ToolDefinition {
+    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+        ToolDefinition {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+        }
+    }
+}
+
+/// A piece of a reply as it arrives, for whoever watches the task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta {
+    /// More text of the reply.
+    Content(String),
+    /// A piece of tool call `index` (0-based within the reply): `id` and `name` come with the
+    /// first piece of each call, `arguments` are to be appended to what came before.
+    ToolCall {
+        index: usize,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
+    /// The attempt failed with a retryable error; attempt number `attempt` (2 for the first
+    /// retry) starts after the backoff, from the beginning of the reply.
+    Retrying { attempt: u32, error: String },
+}
+
+/// The model's answer to one `complete` call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelReply {
+    /// The assistant message: text, tool calls, or both.
+    pub message: ChatMessage,
+    /// Tokens of the successful attempt, when the server reported them.
+    pub usage: Option<Usage>,
+    /// Why the model stopped: `stop`, `tool_calls`, `length`, ...
+    pub finish_reason: Option<String>,
+    /// Attempts made, 1 when the first one succeeded.
+    pub attempts: u32,
+    /// From the start of the first attempt to the end of the last, backoff included.
+    pub elapsed: Duration,
+}
+
+/// Why a model call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The environment variable that should hold the API key is unset or empty. Not retryable.
+    #[error("the API key variable {var} is not set or is empty")]
+    MissingKey { var: String },
+    /// The provider refused the key (401 or 403). Not retryable: the key must be fixed first.
+    #[error("the model provider refused the request (HTTP {status}): {message}")]
+    Unauthorized { status: u16, message: String },
+    /// The provider does not know the model, or the base URL is wrong (404). Not retryable.
+    #[error("unknown model {model:?}: {message}")]
+    UnknownModel { model: String, message: String },
+    /// The provider rejected the request itself (400, 422 and other 4xx), for example a context
+    /// that is too long or a malformed tool schema. Not retryable.
+    #[error("the model provider rejected the request (HTTP {status}): {message}")]
+    BadRequest { status: u16, message: String },
+    /// Too many requests (429). Retryable, after the provider's `Retry-After` when it gives one.
+    #[error("rate limited by the model provider: {message}")]
+    RateLimited { message: String },
+    /// The provider failed (5xx). Retryable.
+    #[error("the model provider failed (HTTP {status}): {message}")]
+    Server { status: u16, message: String },
+    /// The server could not be reached or dropped the connection before answering. Retryable.
+    #[error("cannot reach the model server: {0}")]
+    Connect(String),
+    /// An attempt took longer than `request_timeout`. Retryable.
+    #[error("the model request timed out")]
+    Timeout,
+    /// The reply stream ended or broke before the reply was complete. Retryable.
+    #[error("the reply stream broke off: {0}")]
+    BrokenStream(String),
+    /// The server answered with something that is not a Chat Completions reply. Not retryable:
+    /// the same server will most likely answer the same way again.
+    #[error("the model server sent an invalid response: {0}")]
+    InvalidResponse(String),
+    /// The model spec or client configuration cannot work. Not retryable.
+    #[error("invalid model client configuration: {0}")]
+    Config(String),
+}
+
+impl ModelError {
+    /// Whether sending the same request again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ModelError::RateLimited { .. }
+            | ModelError::Server { .. }
+            | ModelError::Connect(_)
+            | ModelError::Timeout
+            | ModelError::BrokenStream(_) => true,
+            ModelError::MissingKey { .. }
+            | ModelError::Unauthorized { .. }
+            | ModelError::UnknownModel { .. }
+            | ModelError::BadRequest { .. }
+            | ModelError::InvalidResponse(_)
+            | ModelError::Config(_) => false,
+        }
+    }
+}
+
+/// A client for one model. Cloning is cheap and clones share the connection pool.
+#[derive(Clone)]
+pub struct ModelClient {
+    http: reqwest::Client,
+    /// `{base_url}/chat/completions`.
+    endpoint: String,
+    base_url: String,
+    model: String,
+    key_env: Option<String>,
+    /// Kept only to redact provider messages that echo it.
+    key: Option<String>,
+    /// `Bearer <key>`, marked sensitive so that reqwest's own `Debug` output hides it too.
+    authorization: Option<HeaderValue>,
+    config: ClientConfig,
+}
+
+impl fmt::Debug for ModelClient {
+    // By hand, so the key can never be printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelClient")
+            .field("endpoint", &self.endpoint)
+            .field("model", &self.model)
+            .field("api_key_env", &self.key_env)
+            .field("has_key", &self.key.is_some())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failed attempt, with the wait the server asked for.
+struct Failure {
+    error: ModelError,
+    retry_after: Option<Duration>,
+}
+
+impl From<ModelError> for Failure {
+    fn from(error: ModelError) -> Self {
+        Failure {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+impl ModelClient {
+    /// A client whose key is read now from the variable `spec.api_key_env` names; with no variable
+    /// named, requests carry no Authorization header (local servers need none).
+    pub fn new(spec: &ModelSpec, config: ClientConfig) -> Result<Self, ModelError> {
+        let key = match &spec.api_key_env {
+            None => None,
+            Some(var) => match std::env::var(var) {
+                Ok(value) if !value.trim().is_empty() => Some(value),
+                _ => return Err(ModelError::MissingKey { var: var.clone() }),
+            },
+        };
+        ModelClient::with_key(spec, key, config)
+    }
+
+    /// A client with the key given directly; `spec.api_key_env` then only names the variable in
+    /// error messages.
+    pub fn with_key(
+        spec: &ModelSpec,
+        key: Option<String>,
+        config: ClientConfig,
+    ) -> Result<Self, ModelError> {
+        spec.validate()
+            .map_err(|e| ModelError::Config(e.to_string()))?;
+        config.validate()?;
+        // Keys pasted from files often end in a newline, which no header may hold.
+        let key = key
+            .map(|k| k.trim().to_owned())
+            .filter(|k| !k.is_empty());
+        let authorization = match &key {
+            None => None,
+            Some(key) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                    ModelError::Config(
+                        "the API key holds characters an HTTP header cannot carry".into(),
+                    )
+                })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .user_agent(concat!("orchestrator/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
+        let base_url = spec.base_url.trim().trim_end_matches('/').to_owned();
+        Ok(ModelClient {
+            http,
+            endpoint: format!("{base_url}/chat/completions"),
+            base_url,
+            model: spec.model.clone(),
+            key_env: spec.api_key_env.clone(),
+            key,
+            authorization,
+            config,
+        })
+    }
+
+    /// The URL requests go to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// Asks the model for its next message. Pieces of the reply go to `deltas` as they arrive (a
+    /// non-streamed reply sends its text and each tool call as one piece each); after a retry the
+    /// pieces of the new attempt follow a `Delta::Retrying`, repeating what the cut attempt sent.
+    pub async fn complete(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDefinition],
+        deltas: Option<&UnboundedSender<Delta>>,
+    ) -> Result<ModelReply, ModelError> {
+        let body = self.request_body(messages, tools)?;
+        let started = Instant::now();
+        let mut attempt: u32 = 1;
+        loop {
+            let outcome =
+                match tokio::time::timeout(self.config.request_timeout, self.attempt(&body, deltas))
+                    .await
+                {
+                    Ok(outcome) => outcome,
+                    Err(_elapsed) => Err(Failure::from(ModelError::Timeout)),
+                };
+            let failure = match outcome {
+                Ok(mut reply) => {
+                    reply.attempts = attempt;
+                    reply.elapsed = started.elapsed();
+                    return Ok(reply);
+                }
+                Err(failure) => failure,
+            };
+            if !failure.error.is_retryable() || attempt > self.config.max_retries {
+                return Err(failure.error);
+            }
+            let delay = retry_delay(
+                &self.config,
+                attempt,
+                failure.retry_after,
+                rand::random::<f64>(),
+            );
+            tracing::warn!(
+                model = %self.model,
+                attempt,
+                delay_ms = delay.as_millis() as u64,
+                error = %failure.error,
+                "model request failed; retrying"
+            );
+            attempt += 1;
+            if let Some(deltas) = deltas {
+                // Nobody watching is not a reason to stop.
+                let _ = deltas.send(Delta::Retrying {
+                    attempt,
+                    error: failure.error.to_string(),
+                });
+            }
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    fn request_body(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDefinition],
+    ) -> Result<Vec<u8>, ModelError> {
+        let request = wire::ChatRequest {
+            model: &self.model,
+            messages: messages.iter().map(wire::WireMessage::from_chat).collect(),
+            tools: tools.iter().map(wire::WireTool::from_definition).collect(),
+            stream: self.config.stream.then_some(true),
+            stream_options: self.config.stream.then_some(wire::StreamOptions {
+                include_usage: true,
+            }),
+        };
+        // Serialised once and sent as is by every attempt.
+        serde_json::to_vec(&request)
+            .map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))
+    }
+
+    async fn attempt(
+        &self,
+        body: &[u8],
+        deltas: Option<&UnboundedSender<Delta>>,
+    ) -> Result<ModelReply, Failure> {
+        let mut request = self
+            .http
+            .post(&self.endpoint)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_vec());
+        if let Some(authorization) = &self.authorization {
+            request = request.header(AUTHORIZATION, authorization.clone());
+        }
+        let response = request.send().await.map_err(|e| send_error(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = retry_after(response.headers());
+            let text = read_error_body(response).await;
+            return Err(Failure {
+                error: self.status_error(status, &text),
+                retry_after,
+            });
+        }
+        // A server that cannot stream may answer a streamed request with a plain completion.
+        let is_json = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("application/json"));
+        if self.config.stream && !is_json {
+            Ok(self.read_stream(response, deltas).await?)
+        } else {
+            let bytes = response
+                .bytes()
+                .await
+                .map_err(|e| ModelError::BrokenStream(error_chain(&e)))?;
+            Ok(self.parse_completion(&bytes, deltas)?)
+        }
+    }
+
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        deltas: Option<&UnboundedSender<Delta>>,
+    ) -> Result<ModelReply, ModelError> {
+        let mut parser = sse::SseParser::default();
+        let mut reply = Assembler::default();
+        let mut body = response.bytes_stream();
+        loop {
+            let (events, ended) = match body.next().await {
+                Some(Ok(bytes)) => (parser.push(&bytes).map_err(ModelError::InvalidResponse)?, false),
+                Some(Err(e)) => return Err(ModelError::BrokenStream(error_chain(&e))),
+                None => (parser.finish().into_iter().collect(), true),
+            };
+            for data in events {
+                if self.stream_event(&data, &mut reply, deltas)? == Flow::Done {
+                    return reply.finish();
+                }
+            }
+            if ended {
+                break;
+            }
+        }
+        // Some servers close without `[DONE]` after the last chunk; a finish reason shows the reply
+        // was whole. Without either, the connection was cut mid-reply.
+        if reply.finish_reason.is_none() {
+            return Err(ModelError::BrokenStream(
+                "the stream ended without a finish reason or [DONE]".into(),
+            ));
+        }
+        reply.finish()
+    }
+
+    fn stream_event(
+        &self,
+        data: &str,
+        reply: &mut Assembler,
+        deltas: Option<&UnboundedSender<Delta>>,
+    ) -> Result<Flow, ModelError> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            return Ok(Flow::Done);
+        }
+        if data.is_empty() {
+            return Ok(Flow::More);
+        }
+        let chunk: wire::StreamChunk = serde_json::from_str(data).map_err(|e| {
+            ModelError::InvalidResponse(format!(
+                "a stream chunk is not a completion chunk ({e}): {}",
+                shorten(data)
+            ))
+        })?;
+        if let Some(error) = &chunk.error {
+            return Err(self.in_band_error(error));
+        }
+        if let Some(usage) = chunk.usage {
+            reply.usage = Some(usage.into());
+        }
+        // We never ask for more than one choice; other indexes would belong to other replies.
+        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            if let Some(delta) = choice.delta {
+                if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+                    reply.content.push_str(&text);
+                    send(deltas, Delta::Content(text));
+                }
+                for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
+                    let index = call.index.unwrap_or(position);
+                    let (name, arguments) = match call.function {
+                        Some(f) => (f.name, f.arguments.unwrap_or_default()),
+                        None => (None, String::new()),
+                    };
+                    let id = call.id.filter(|id| !id.is_empty());
+                    let name = name.filter(|n| !n.is_empty());
+                    let partial = reply.calls.entry(index).or_default();
+                    if partial.id.is_none() {
+                        partial.id.clone_from(&id);
+                    }
+                    if partial.name.is_none() {
+                        partial.name.clone_from(&name);
+                    }
+                    partial.arguments.push_str(&arguments);
+                    send(
+                        deltas,
+                        Delta::ToolCall {
+                            index,
+                            id,
+                            name,
+                            arguments,
+                        },
+                    );
+                }
+            }
+            if choice.finish_reason.is_some() {
+                reply.finish_reason = choice.finish_reason;
+            }
+        }
+        Ok(Flow::More)
+    }
+
+    fn parse_completion(
+        &self,
+        bytes: &[u8],
+        deltas: Option<&UnboundedSender<Delta>>,
+    ) -> Result<ModelReply, ModelError> {
+        let completion: wire::Completion = serde_json::from_slice(bytes).map_err(|e| {
+            ModelError::InvalidResponse(format!(
+                "the reply is not a chat completion ({e}): {}",
+                shorten(&String::from_utf8_lossy(bytes))
+            ))
+        })?;
+        if let Some(error) = &completion.error {
+            return Err(self.in_band_error(error));
+        }
+        let choice = completion
+            .choices
+            .into_iter()
+            .next()
+            .ok_or_else(|| ModelError::InvalidResponse("the reply has no choices".into()))?;
+        let message = choice
+            .message
+            .ok_or_else(|| ModelError::InvalidResponse("the reply's choice has no message".into()))?;
+        let mut reply = Assembler {
+            content: message.content.unwrap_or_default(),
+            finish_reason: choice.finish_reason,
+            usage: completion.usage.map(Usage::from),
+            ..Assembler::default()
+        };
+        if !reply.content.is_empty() {
+            send(deltas, Delta::Content(reply.content.clone()));
+        }
+        for (index, call) in message.tool_calls.into_iter().flatten().enumerate() {
+            let (name, arguments) = match call.function {
+                Some(f) => (f.name, wire::arguments_text(f.arguments)),
+                None => (None, String::new()),
+            };
+            send(
+                deltas,
+                Delta::ToolCall {
+                    index,
+                    id: call.id.clone(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                },
+            );
+            reply.calls.insert(
+                index,
+                PartialCall {
+                    id: call.id.filter(|id| !id.is_empty()),
+                    name: name.filter(|n| !n.is_empty()),
+                    arguments,
+                },
+            );
+        }
+        reply.finish()
+    }
+
+    /// The error for an HTTP status other than success, with the provider's own words.
+    fn status_error(&self, status: StatusCode, body: &str) -> ModelError {
+        let parsed = serde_json::from_str::<Value>(body).ok();
+        let provider = parsed
+            .as_ref()
+            .and_then(wire::error_message)
+            .unwrap_or_else(|| body.trim().to_owned());
+        let provider = if provider.is_empty() {
+            status
+                .canonical_reason()
+                .unwrap_or("no error message")
+                .to_owned()
+        } else {
+            self.clean(&provider)
+        };
+        let code = parsed.as_ref().and_then(error_code).unwrap_or_default();
+        self.classify(status.as_u16(), &code, provider)
+    }
+
+    /// The error for an error object sent with a 200: inside a stream or instead of a completion.
+    /// Its status, when it names one, decides the kind; otherwise its type or code does, and an
+    /// error we cannot place is treated as a broken stream, which a retry may get past.
+    fn in_band_error(&self, error: &Value) -> ModelError {
+        let message = self.clean(&wire::error_message(error).unwrap_or_else(|| error.to_string()));
+        let inner = error.get("error").unwrap_or(error);
+        let status = ["status", "code"]
+            .iter()
+            .filter_map(|key| inner.get(*key).and_then(Value::as_u64))
+            .find(|s| (400..600).contains(s));
+        let code = error_code(error).unwrap_or_default();
+        let status = status.or_else(|| {
+            let kind = code.to_ascii_lowercase();
+            [
+                ("rate_limit", 429),
+                ("insufficient_quota", 429),
+                ("invalid_request", 400),
+                ("context_length", 400),
+                ("authentication", 401),
+                ("permission", 403),
+                ("not_found", 404),
+                ("overloaded", 503),
+                ("server_error", 500),
+            ]
+            .iter()
+            .find(|(word, _)| kind.contains(word))
+            .map(|(_, status)| *status)
+        });
+        match status {
+            Some(status) => self.classify(status as u16, &code, message),
+            None => ModelError::BrokenStream(format!("the provider reported an error: {message}")),
+        }
+    }
+
+    fn classify(&self, status: u16, code: &str, provider: String) -> ModelError {
+        match status {
+            401 | 403 => ModelError::Unauthorized {
+                status,
+                message: format!("{provider}; {}", self.key_hint()),
+            },
+            404 => ModelError::UnknownModel {
+                model: self.model.clone(),
+                message: format!(
+                    "{} answered 404 ({provider}); check the model name {:?} and the base URL {}",
+                    self.endpoint, self.model, self.base_url
+                ),
+            },
+            408 => ModelError::Timeout,
+            // An exhausted quota comes as a 429 too, but no wait will refill it.
+            429 if code.contains("insufficient_quota") => ModelError::BadRequest {
+                status,
+                message: provider,
+            },
+            429 => ModelError::RateLimited { message: provider },
+            400..=499 => ModelError::BadRequest {
+                status,
+                message: provider,
+            },
+            500..=599 => ModelError::Server {
+                status,
+                message: provider,
+            },
+            _ => ModelError::InvalidResponse(format!("unexpected HTTP status {status}: {provider}")),
+        }
+    }
+
+    fn key_hint(&self) -> String {
+        match (&self.key_env, &self.key) {
+            (Some(var), _) => format!("check the API key in environment variable {var}"),
+            (None, Some(_)) => "check the API key given to the client".to_owned(),
+            (None, None) => "no API key is configured for this model; set api_key_env to the \
+                 environment variable that holds one"
+                .to_owned(),
+        }
+    }
+
+    /// A provider message fit for our errors: without the key (some providers quote the key they
+    /// refused) and not longer than an event should hold.
+    fn clean(&self, message: &str) -> String {
+        let message = match &self.key {
+            Some(key) => message.replace(key.as_str(), "[redacted]"),
+            None => message.to_owned(),
+        };
+        shorten(&message)
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Flow {
+    More,
+    Done,
+}
+
+/// A tool call being put together from stream pieces.
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: Option<String>,
+    name: Option<String>,
+    arguments: String,
+}
+
+/// The reply being put together from stream chunks.
+#[derive(Debug, Default)]
+struct Assembler {
+    content: String,
+    /// By index, which is the order the model wrote the calls in.
+    calls: BTreeMap<usize, PartialCall>,
+    finish_reason: Option<String>,
+    usage: Option<Usage>,
+}
+
+impl Assembler {
+    fn finish(self) -> Result<ModelReply, ModelError> {
+        let mut tool_calls = Vec::with_capacity(self.calls.len());
+        for (index, call) in self.calls {
+            let name = call.name.ok_or_else(|| {
+                ModelError::InvalidResponse(format!("tool call {index} of the reply has no name"))
+            })?;
+            tool_calls.push(ToolCallRequest {
+                // A call without an id still needs one for its result to refer to.
+                id: call.id.unwrap_or_else(|| format!("call_{index}")),
+                name,
+                arguments: call.arguments,
+            });
+        }
+        Ok(ModelReply {
+            message: wire::assistant_message(Some(self.content), tool_calls),
+            usage: self.usage,
+            finish_reason: self.finish_reason,
+            attempts: 0,
+            elapsed: Duration::ZERO,
+        })
+    }
+}
+
+fn send(deltas: Option<&UnboundedSender<Delta>>, delta: Delta) {
+    if let Some(deltas) = deltas {
+        // A watcher that went away does not stop the task.
+        let _ = deltas.send(delta);
+    }
+}
+
+/// The wait before the retry that follows failed attempt `attempt` (1-based), for a random draw
+/// in [0, 1). The server's `Retry-After` wins over our own backoff, since it knows when it will
+/// take requests again, but neither may exceed `max_backoff`.
+fn retry_delay(
+    config: &ClientConfig,
+    attempt: u32,
+    retry_after: Option<Duration>,
+    draw: f64,
+) -> Duration {
+    if let Some(wait) = retry_after {
+        return wait.min(config.max_backoff);
+    }
+    let backoff = Backoff {
+        base: config.initial_backoff,
+        cap: config.max_backoff,
+        jitter: BACKOFF_JITTER,
+    };
+    let millis = backoff.delay_with(i64::from(attempt), draw).max(0) as u64;
+    // Jitter may push past the cap; the cap is a promise.
+    Duration::from_millis(millis).min(config.max_backoff)
+}
+
+/// The wait a server asked for: `retry-after-ms` (OpenAI, Azure) or `Retry-After` in seconds. The
+/// HTTP-date form of `Retry-After` is ignored; our own backoff applies then.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let number = |name: &str| -> Option<f64> {
+        let value = headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok()?;
+        (value.is_finite() && value >= 0.0).then_some(value)
+    };
+    if let Some(ms) = number("retry-after-ms") {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    number(RETRY_AFTER.as_str()).map(Duration::from_secs_f64)
+}
+
+/// A provider's error type or code, lower-cased, for telling kinds of errors apart.
+fn error_code(body: &Value) -> Option<String> {
+    let error = body.get("error").unwrap_or(body);
+    let text: Vec<&str> = ["code", "type"]
+        .iter()
+        .filter_map(|key| error.get(*key).and_then(Value::as_str))
+        .collect();
+    (!text.is_empty()).then(|| text.join(" ").to_ascii_lowercase())
+}
+
+async fn read_error_body(mut response: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while body.len() < MAX_ERROR_BODY_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            // The status already says what went wrong; a body we cannot read adds nothing.
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body.truncate(MAX_ERROR_BODY_BYTES);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+fn send_error(error: &reqwest::Error) -> Failure {
+    let error = if error.is_timeout() && !error.is_connect() {
+        ModelError::Timeout
+    } else {
+        ModelError::Connect(error_chain(error))
+    };
+    Failure::from(error)
+}
+
+/// An error with its causes, since reqwest's own message ("error sending request") hides the part
+/// that helps (connection refused, certificate invalid, ...).
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn shorten(text: &str) -> String {
+    let text = text.trim();
+    match text.char_indices().nth(MAX_PROVIDER_MESSAGE_CHARS) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ClientConfig {
+        ClientConfig {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+            ..ClientConfig::default()
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_is_capped_and_yields_to_retry_after() {
+        let c = config();
+        let delays: Vec<u128> = (1..=6)
+            .map(|a| retry_delay(&c, a, None, 0.5).as_millis())
+            .collect();
+        assert_eq!(delays, [100, 200, 400, 800, 1000, 1000]);
+        // Jitter never pushes a delay past the cap.
+        assert_eq!(retry_delay(&c, 10, None, 1.0), Duration::from_secs(1));
+        assert_eq!(retry_delay(&c, 1, None, 0.0), Duration::from_millis(80));
+        assert_eq!(
+            retry_delay(&c, 1, Some(Duration::from_millis(300)), 0.5),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            retry_delay(&c, 1, Some(Duration::from_secs(60)), 0.5),
+            Duration::from_secs(1)
+        );
+    }
+
+    #[test]
+    fn retry_after_headers() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(retry_after(&headers), None);
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("2"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
+        assert_eq!(retry_after(&headers), None);
+        headers.insert("retry-after-ms", HeaderValue::from_static("250"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn retryable_kinds() {
+        let cases = [
+            (ModelError::MissingKey { var: "K".into() }, false),
+            (
+                ModelError::Unauthorized {
+                    status: 401,
+                    message: String::new(),
+                },
+                false,
+            ),
+            (
+                ModelError::UnknownModel {
+                    model: "m".into(),
+                    message: String::new(),
+                },
+                false,
+            ),
+            (
+                ModelError::BadRequest {
+                    status: 400,
+                    message: String::new(),
+                },
+                false,
+            ),
+            (
+                ModelError::RateLimited {
+                    message: String::new(),
+                },
+                true,
+            ),
+            (
+                ModelError::Server {
+                    status: 503,
+                    message: String::new(),
+                },
+                true,
+            ),
+            (ModelError::Connect(String::new()), true),
+            (ModelError::Timeout, true),
+            (ModelError::BrokenStream(String::new()), true),
+            (ModelError::InvalidResponse(String::new()), false),
+            (ModelError::Config(String::new()), false),
+        ];
+        for (error, retryable) in cases {
+            assert_eq!(error.is_retryable(), retryable, "{error:?}");
+        }
+    }
+
+    fn client(key: Option<&str>) -> ModelClient {
+        let spec = ModelSpec {
+            base_url: "https://example.invalid/v1/".into(),
+            model: "m".into(),
+            api_key_env: Some("SOME_KEY".into()),
+        };
+        ModelClient::with_key(&spec, key.map(String::from), config()).unwrap()
+    }
+
+    #[test]
+    fn debug_output_hides_the_key() {
+        let client = client(Some("sk-secret-123"));
+        let text = format!("{client:?}");
+        assert!(!text.contains("sk-secret-123"), "{text}");
+        assert!(text.contains("SOME_KEY"), "{text}");
+        assert_eq!(client.endpoint(), "https://example.invalid/v1/chat/completions");
+    }
+
+    #[test]
+    fn statuses_map_to_kinds() {
+        let client = client(Some("sk-secret-123"));
+        let body = r#"{"error":{"message":"Incorrect API key provided: sk-secret-123","type":"invalid_request_error"}}"#;
+        let error = client.status_error(StatusCode::UNAUTHORIZED, body);
+        let text = error.to_string();
+        assert!(matches!(error, ModelError::Unauthorized { status: 401, .. }));
+        assert!(!text.contains("sk-secret-123"), "{text}");
+        assert!(text.contains("SOME_KEY"), "{text}");
+        let cases = [
+            (422, "{}", "BadRequest"),
+            (408, "", "Timeout"),
+            (429, r#"{"error":{"message":"slow down"}}"#, "RateLimited"),
+            (
+                429,
+                r#"{"error":{"message":"pay","code":"insufficient_quota"}}"#,
+                "BadRequest",
+            ),
+            (502, "<html>bad gateway</html>", "Server"),
+        ];
+        for (status, body, kind) in cases {
+            let error = client.status_error(StatusCode::from_u16(status).unwrap(), body);
+            assert!(format!("{error:?}").starts_with(kind), "{status}: {error:?}");
+        }
+    }
+
+    #[test]
+    fn in_band_errors_are_classified() {
+        let client = client(None);
+        let cases = [
+            (r#"{"error":{"message":"m","type":"rate_limit_exceeded"}}"#, "RateLimited"),
+            (r#"{"error":{"message":"m","code":400}}"#, "BadRequest"),
+            (r#"{"error":{"message":"m","type":"server_error"}}"#, "Server"),
+            (r#"{"error":{"message":"m"}}"#, "BrokenStream"),
+        ];
+        for (body, kind) in cases {
+            let value: Value = serde_json::from_str(body).unwrap();
+            let error = client.in_band_error(&value);
+            assert!(format!("{error:?}").starts_with(kind), "{body}: {error:?}");
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! An incremental parser for server-sent events, the framing of a streamed Chat Completions reply.
+//!
+//! The network hands us arbitrary slices of the byte stream: an event may be split anywhere,
+//! including between the `\r` and `\n` of a line ending or inside a multi-byte character, and one
+//! slice may hold many events. So the parser keeps the unfinished line as bytes and decodes only
+//! whole lines. Only `data` fields matter to us; comments (`:` lines, which some providers send as
+//! keep-alives) and the other fields (`event`, `id`, `retry`) are skipped.
+
+/// A line longer than this is refused rather than buffered without end: no honest chunk of a
+/// model reply comes near it, so it means the server is not speaking SSE.
+pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Turns bytes into the `data` payloads of complete events.
+#[derive(Debug, Default)]
+pub(crate) struct SseParser {
+    /// Bytes of a line whose end has not arrived yet.
+    pending: Vec<u8>,
+    /// Data lines of the event being read, joined by `\n` as the SSE specification says.
+    data: Option<String>,
+    /// The last byte seen was a `\r`; a `\n` that follows belongs to the same line ending.
+    after_cr: bool,
+}
+
+impl SseParser {
+    /// Feeds the next slice of the stream; returns the data of every event it completed.
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> Result<Vec<String>, String> {
+        let mut events = Vec::new();
+        let mut rest = bytes;
+        if self.after_cr {
+            self.after_cr = false;
+            if let Some(b'\n') = rest.first() {
+                rest = &rest[1..];
+            }
+        }
+        while let Some(end) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            self.pending.extend_from_slice(&rest[..end]);
+            let terminator = rest[end];
+            rest = &rest[end + 1..];
+            if terminator == b'\r' {
+                match rest.first() {
+                    Some(b'\n') => rest = &rest[1..],
+                    // The `\n` of a CRLF may be the first byte of the next slice.
+                    None => self.after_cr = true,
+                    Some(_) => {}
+                }
+            }
+            let line = std::mem::take(&mut self.pending);
+            if let Some(event) = self.line(&line) {
+                events.push(event);
+            }
+        }
+        self.pending.extend_from_slice(rest);
+        if self.pending.len() > MAX_LINE_BYTES {
+            return Err(format!(
+                "a server-sent event line is longer than {MAX_LINE_BYTES} bytes"
+            ));
+        }
+        Ok(events)
+    }
+
+    /// Ends the stream: an event whose closing blank line never came is still returned, because
+    /// some servers close the connection right after the last `data:` line.
+    pub(crate) fn finish(&mut self) -> Option<String> {
+        let line = std::mem::take(&mut self.pending);
+        if !line.is_empty() {
+            if let Some(event) = self.line(&line) {
+                return Some(event);
+            }
+        }
+        self.data.take()
+    }
+
+    fn line(&mut self, line: &[u8]) -> Option<String> {
+        if line.is_empty() {
+            return self.data.take();
+        }
+        if line[0] == b':' {
+            return None;
+        }
+        // Providers send UTF-8; a stray invalid byte becomes U+FFFD instead of losing the event.
+        let line = String::from_utf8_lossy(line);
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line.as_ref(), ""),
+        };
+        if field == "data" {
+            match &mut self.data {
+                Some(data) => {
+                    data.push('\n');
+                    data.push_str(value);
+                }
+                None => self.data = Some(value.to_owned()),
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_in_pieces(input: &[u8], pieces: &[usize]) -> Vec<String> {
+        let mut parser = SseParser::default();
+        let mut events = Vec::new();
+        let mut start = 0;
+        for &end in pieces.iter().chain(std::iter::once(&input.len())) {
+            events.extend(parser.push(&input[start..end]).unwrap());
+            start = end;
+        }
+        events.extend(parser.finish());
+        events
+    }
+
+    const STREAM: &str = ": keep-alive\n\
+        event: message\n\
+        data: {\"a\":1}\n\
+        \n\
+        id: 7\n\
+        data: {\"b\":\"é\"}\n\
+        \n\
+        data: first\n\
+        data: second\n\
+        retry: 100\n\
+        \n\
+        data: [DONE]\n\
+        \n";
+
+    fn expected() -> Vec<String> {
+        ["{\"a\":1}", "{\"b\":\"é\"}", "first\nsecond", "[DONE]"]
+            .map(String::from)
+            .to_vec()
+    }
+
+    #[test]
+    fn events_survive_every_split_point() {
+        let bytes = STREAM.as_bytes();
+        assert_eq!(parse_in_pieces(bytes, &[]), expected());
+        for split in 0..=bytes.len() {
+            assert_eq!(parse_in_pieces(bytes, &[split]), expected(), "split {split}");
+        }
+        // One byte at a time, which also splits the two bytes of `é`.
+        let every: Vec<usize> = (1..bytes.len()).collect();
+        assert_eq!(parse_in_pieces(bytes, &every), expected());
+    }
+
+    #[test]
+    fn crlf_and_cr_line_endings() {
+        for ending in ["\r\n", "\r"] {
+            let text = STREAM.replace('\n', ending);
+            let bytes = text.as_bytes();
+            for split in 0..=bytes.len() {
+                assert_eq!(
+                    parse_in_pieces(bytes, &[split]),
+                    expected(),
+                    "{ending:?} split {split}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_unterminated_last_event_is_returned_at_the_end() {
+        assert_eq!(parse_in_pieces(b"data: x\n\ndata: tail", &[]), ["x", "tail"]);
+        assert_eq!(parse_in_pieces(b"data: tail\n", &[]), ["tail"]);
+        assert!(parse_in_pieces(b": only a comment\n", &[]).is_empty());
+    }
+
+    #[test]
+    fn data_without_a_space_and_without_a_value() {
+        assert_eq!(parse_in_pieces(b"data:x\n\ndata\n\n", &[]), ["x", ""]);
+    }
+
+    #[test]
+    fn an_endless_line_is_refused() {
+        let mut parser = SseParser::default();
+        let chunk = vec![b'a'; 1024 * 1024];
+        let mut failed = false;
+        for _ in 0..=MAX_LINE_BYTES / chunk.len() {
+            if parser.push(&chunk).is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed);
+    }
+}

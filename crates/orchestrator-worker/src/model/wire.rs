@@ -1,0 +1,336 @@
+//! The JSON of the Chat Completions API as providers send and accept it, and the mapping between it
+//! and the conversation vocabulary of `orchestrator_types::chat`.
+//!
+//! Requests are written exactly; replies are read leniently. OpenAI-compatible servers (vLLM,
+//! llama.cpp, Ollama, hosted gateways) differ in what they leave out, so every field we read is
+//! optional or defaulted, and fields we do not know are ignored.
+
+use orchestrator_types::{ChatMessage, Role, ToolCallRequest, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::ToolDefinition;
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ChatRequest<'a> {
+    pub model: &'a str,
+    pub messages: Vec<WireMessage<'a>>,
+    /// Omitted when empty: some servers reject an empty `tools` array.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct StreamOptions {
+    /// Asks for a last chunk with the token usage, which a stream otherwise lacks.
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct WireMessage<'a> {
+    pub role: &'static str,
+    /// Always present: `null` only for an assistant message that just calls tools, as OpenAI's own
+    /// clients send it; otherwise a string, since several servers reject a `null` user or tool
+    /// message.
+    pub content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<WireToolCall<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct WireToolCall<'a> {
+    pub id: &'a str,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: WireFunctionCall<'a>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct WireFunctionCall<'a> {
+    pub name: &'a str,
+    pub arguments: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct WireTool<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: WireFunction<'a>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct WireFunction<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub parameters: &'a Value,
+}
+
+impl<'a> WireMessage<'a> {
+    pub(crate) fn from_chat(message: &'a ChatMessage) -> Self {
+        let only_calls = message.role == Role::Assistant && !message.tool_calls.is_empty();
+        let content = match message.content.as_deref() {
+            Some(text) => Some(text),
+            None if only_calls => None,
+            None => Some(""),
+        };
+        WireMessage {
+            role: message.role.as_str(),
+            content,
+            tool_calls: message
+                .tool_calls
+                .iter()
+                .map(|call| WireToolCall {
+                    id: &call.id,
+                    kind: "function",
+                    function: WireFunctionCall {
+                        name: &call.name,
+                        arguments: &call.arguments,
+                    },
+                })
+                .collect(),
+            tool_call_id: message.tool_call_id.as_deref(),
+        }
+    }
+}
+
+impl<'a> WireTool<'a> {
+    pub(crate) fn from_definition(tool: &'a ToolDefinition) -> Self {
+        WireTool {
+            kind: "function",
+            function: WireFunction {
+                name: &tool.name,
+                description: &tool.description,
+                parameters: &tool.parameters,
+            },
+        }
+    }
+}
+
+/// Token counts as providers report them; some leave out `total_tokens`, many add detail objects
+/// we do not need.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(u: WireUsage) -> Usage {
+        let total = if u.total_tokens == 0 {
+            u.prompt_tokens + u.completion_tokens
+        } else {
+            u.total_tokens
+        };
+        Usage {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            total_tokens: total,
+        }
+    }
+}
+
+/// A non-streamed reply (`chat.completion`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct Completion {
+    #[serde(default)]
+    pub choices: Vec<CompletionChoice>,
+    #[serde(default)]
+    pub usage: Option<WireUsage>,
+    /// Some servers answer 200 with an error object instead of a completion.
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct CompletionChoice {
+    #[serde(default)]
+    pub message: Option<ReplyMessage>,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ReplyMessage {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<ReplyToolCall>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ReplyToolCall {
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub function: Option<ReplyFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ReplyFunction {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Normally a JSON text in a string; a few servers send the object itself.
+    #[serde(default)]
+    pub arguments: Option<Value>,
+}
+
+/// One chunk of a streamed reply (`chat.completion.chunk`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct StreamChunk {
+    #[serde(default)]
+    pub choices: Vec<ChunkChoice>,
+    /// Sent in the last chunk when `stream_options.include_usage` is on; `null` before it.
+    #[serde(default)]
+    pub usage: Option<WireUsage>,
+    /// A provider that fails mid-stream sends `{"error": {...}}` as an event.
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ChunkChoice {
+    #[serde(default)]
+    pub index: usize,
+    #[serde(default)]
+    pub delta: Option<ChunkDelta>,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ChunkDelta {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<ChunkToolCall>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ChunkToolCall {
+    /// Which call this piece belongs to. A few servers leave it out; the position in the array
+    /// stands in for it then.
+    #[serde(default)]
+    pub index: Option<usize>,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub function: Option<ChunkFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ChunkFunction {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub arguments: Option<String>,
+}
+
+/// Argument text from a non-streamed reply: a string as is, anything else as its JSON text.
+pub(crate) fn arguments_text(arguments: Option<Value>) -> String {
+    match arguments {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text,
+        Some(other) => other.to_string(),
+    }
+}
+
+/// The human part of a provider's error object, in the shapes seen in the wild:
+/// `{"error": {"message": ..}}`, `{"error": ".."}`, `{"message": ..}` and `{"detail": ..}`.
+pub(crate) fn error_message(body: &Value) -> Option<String> {
+    let error = body.get("error").unwrap_or(body);
+    if let Some(text) = error.as_str() {
+        return Some(text.to_owned());
+    }
+    for key in ["message", "detail"] {
+        match error.get(key) {
+            Some(Value::String(text)) => return Some(text.clone()),
+            Some(other) if !other.is_null() => return Some(other.to_string()),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Builds the assistant message of a finished reply.
+pub(crate) fn assistant_message(
+    content: Option<String>,
+    tool_calls: Vec<ToolCallRequest>,
+) -> ChatMessage {
+    ChatMessage {
+        role: Role::Assistant,
+        content: content.filter(|text| !text.is_empty()),
+        tool_calls,
+        tool_call_id: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_map_to_the_wire() {
+        let calls = ChatMessage {
+            role: Role::Assistant,
+            content: None,
+            tool_calls: vec![ToolCallRequest {
+                id: "call_1".into(),
+                name: "read".into(),
+                arguments: "{\"path\":\"a\"}".into(),
+            }],
+            tool_call_id: None,
+        };
+        let wire = serde_json::to_value(WireMessage::from_chat(&calls)).unwrap();
+        assert_eq!(
+            wire,
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "read", "arguments": "{\"path\":\"a\"}"}}]})
+        );
+        let result = ChatMessage::tool("call_1", "text");
+        assert_eq!(
+            serde_json::to_value(WireMessage::from_chat(&result)).unwrap(),
+            json!({"role": "tool", "content": "text", "tool_call_id": "call_1"})
+        );
+        let empty = ChatMessage {
+            content: None,
+            ..ChatMessage::user("x")
+        };
+        assert_eq!(
+            serde_json::to_value(WireMessage::from_chat(&empty)).unwrap(),
+            json!({"role": "user", "content": ""})
+        );
+    }
+
+    #[test]
+    fn error_messages_in_several_shapes() {
+        let cases = [
+            (json!({"error": {"message": "bad", "type": "x"}}), Some("bad")),
+            (json!({"error": "plain"}), Some("plain")),
+            (json!({"message": "top"}), Some("top")),
+            (json!({"detail": "Not Found"}), Some("Not Found")),
+            (json!({"other": 1}), None),
+        ];
+        for (body, expected) in cases {
+            assert_eq!(error_message(&body).as_deref(), expected, "{body}");
+        }
+    }
+
+    #[test]
+    fn usage_without_a_total_is_summed() {
+        let usage: WireUsage =
+            serde_json::from_value(json!({"prompt_tokens": 3, "completion_tokens": 4})).unwrap();
+        assert_eq!(Usage::from(usage).total_tokens, 7);
+    }
+}
