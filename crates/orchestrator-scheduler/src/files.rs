@@ -54,6 +54,13 @@ struct FileTask {
     priority: i64,
     queue: Option<String>,
     max_attempts: Option<i64>,
+    /// The agent's model: `{ base_url = "...", model = "...", api_key_env = "..." }`.
+    model: Option<orchestrator_types::ModelSpec>,
+    /// Profile, policy and budgets of the agent (see `AgentOptions`).
+    #[serde(default)]
+    agent: orchestrator_types::AgentOptions,
+    #[serde(default)]
+    acceptance: Vec<String>,
 }
 
 /// A gate as a command string, or as a table with a name, a cwd and a timeout.
@@ -126,6 +133,9 @@ pub fn load_file(path: &Path) -> Result<FileAutomation> {
         template: TaskTemplate {
             title: file.task.title,
             prompt: file.task.prompt,
+            model: file.task.model,
+            agent: file.task.agent,
+            acceptance: file.task.acceptance,
             gates: file
                 .task
                 .gates

@@ -160,7 +160,9 @@ pub struct NewApproval {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApprovalDecision {
     Approve,
-    Deny { reason: Option<String> },
+    Deny {
+        reason: Option<String>,
+    },
     /// The answer to a question.
     Answer(String),
 }
@@ -223,7 +225,10 @@ async fn lock_task(tx: &mut Tx, task: TaskId) -> Result<Option<String>> {
         .and_where(Expr::col(Tasks::Id).eq(task.0))
         .to_owned();
     stmt.lock(sea_query::LockType::Update);
-    Ok(tx.fetch_optional::<(String,), _>(&stmt).await?.map(|(s,)| s))
+    Ok(tx
+        .fetch_optional::<(String,), _>(&stmt)
+        .await?
+        .map(|(s,)| s))
 }
 
 /// Bumps the event counter of a task for a change made on a person's behalf.

@@ -116,6 +116,6 @@ impl Store {
             .and_where(Expr::col(ChecklistItems::TaskId).eq(task.0))
             .order_by(ChecklistItems::Position, Order::Asc)
             .to_owned();
-        Ok(self.pool.fetch_all(&stmt).await?)
+        self.pool.fetch_all(&stmt).await
     }
 }

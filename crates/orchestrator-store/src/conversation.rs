@@ -292,7 +292,9 @@ impl Store {
             .value(crate::tasks::Tasks::UpdatedAt, now)
             .and_where(Expr::col(crate::tasks::Tasks::Id).eq(lease.task_id.0))
             .and_where(Expr::col(crate::tasks::Tasks::Epoch).eq(lease.epoch))
-            .and_where(crate::tasks::state_is(orchestrator_types::TaskState::Running))
+            .and_where(crate::tasks::state_is(
+                orchestrator_types::TaskState::Running,
+            ))
             .to_owned();
         if tx.execute(&check).await? == 0 {
             return Err(Error::StaleLease {
@@ -438,6 +440,6 @@ impl Store {
             .order_by(ToolCalls::Turn, Order::Asc)
             .order_by(ToolCalls::Position, Order::Asc)
             .to_owned();
-        Ok(self.pool.fetch_all(&stmt).await?)
+        self.pool.fetch_all(&stmt).await
     }
 }

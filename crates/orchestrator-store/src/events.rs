@@ -6,7 +6,7 @@
 use crate::exec::Tx;
 use crate::leases::{Lease, next_seq_fenced};
 use crate::{Error, Result, Store};
-use orchestrator_types::{EventKind, TaskEvent, TaskId, now_millis};
+use orchestrator_types::{EventKind, TaskEvent, TaskId, TaskState, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query};
 
 #[derive(Iden, Clone, Copy)]
@@ -86,6 +86,49 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// Appends an `input` event (more instructions for the task's agent, read between its turns)
+    /// to a task that has not finished. Returns the event's number.
+    pub async fn post_input(&self, task: TaskId, text: &str) -> Result<i64> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let stmt = Query::update()
+            .table(crate::tasks::Tasks::Table)
+            .value(
+                crate::tasks::Tasks::EventSeq,
+                Expr::col(crate::tasks::Tasks::EventSeq).add(1),
+            )
+            .value(crate::tasks::Tasks::UpdatedAt, now)
+            .and_where(Expr::col(crate::tasks::Tasks::Id).eq(task.0))
+            .and_where(Expr::col(crate::tasks::Tasks::State).is_in([
+                TaskState::Queued.as_str(),
+                TaskState::Running.as_str(),
+                TaskState::Waiting.as_str(),
+            ]))
+            .returning_col(crate::tasks::Tasks::EventSeq)
+            .to_owned();
+        let Some((seq,)) = tx.fetch_optional::<(i64,), _>(&stmt).await? else {
+            let state = self.get_task(task).await?.state;
+            return Err(Error::WrongState {
+                task,
+                state: state.to_string(),
+                message: "a finished task takes no more input".into(),
+            });
+        };
+        insert_events(
+            &mut tx,
+            &[EventInsert {
+                task_id: task.0,
+                seq,
+                at: now,
+                kind: EventKind::Input,
+                data: serde_json::json!({ "text": text }),
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(seq)
     }
 
     /// Appends an event for a running attempt, refused with `StaleLease` once the lease is gone.

@@ -388,9 +388,18 @@ impl Store {
             .collect();
         for chunk in successes.chunks(400) {
             let any = leases_match(chunk.iter().map(|i| &completions[*i].lease));
+            // A cancel requested while the attempt finished wins: the user asked for it to stop,
+            // and a parent's cancel must not leave a child reported as succeeded.
             let stmt = Query::update()
                 .table(Tasks::Table)
-                .value(Tasks::State, TaskState::Succeeded.as_str())
+                .value(
+                    Tasks::State,
+                    Expr::case(
+                        Expr::col(Tasks::CancelRequested).eq(true),
+                        TaskState::Canceled.as_str(),
+                    )
+                    .finally(TaskState::Succeeded.as_str()),
+                )
                 .value(Tasks::LeaseOwner, Option::<String>::None)
                 .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
                 .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
@@ -399,10 +408,10 @@ impl Store {
                 .value(Tasks::UpdatedAt, now)
                 .cond_where(any)
                 .and_where(state_is(TaskState::Running))
-                .returning(Query::returning().columns([Tasks::Id, Tasks::EventSeq]))
+                .returning(Query::returning().columns([Tasks::Id, Tasks::EventSeq, Tasks::State]))
                 .to_owned();
-            let rows: Vec<(i64, i64)> = tx.fetch_all(&stmt).await?;
-            for (id, seq) in rows {
+            let rows: Vec<(i64, i64, String)> = tx.fetch_all(&stmt).await?;
+            for (id, seq, ended) in rows {
                 if let Some(i) = chunk
                     .iter()
                     .find(|i| completions[**i].lease.task_id.0 == id)
@@ -412,7 +421,11 @@ impl Store {
                         task_id: id,
                         seq,
                         at: now,
-                        kind: EventKind::Succeeded,
+                        kind: if ended == TaskState::Canceled.as_str() {
+                            EventKind::Canceled
+                        } else {
+                            EventKind::Succeeded
+                        },
                         data: completions[*i].details.clone(),
                     });
                 }

@@ -28,17 +28,15 @@ mod workers;
 pub use approvals::{
     Approval, ApprovalDecision, ApprovalFilter, NewApproval, approval_kind, approval_status,
 };
-pub use checklist::ChecklistItem;
-pub use conversation::{
-    NewMessage, SavedMessage, ToolCallEnd, ToolCallRecord, call_status,
-};
-pub use shell_jobs::{ShellJob, job_status};
 pub use artifacts::{Artifact, ArtifactMeta, DEFAULT_ARTIFACT_CAP};
 pub use automations::{Automation, NextFire, SOURCE_CLI, SOURCE_FILE};
+pub use checklist::ChecklistItem;
 pub use connect::{Backend, SqliteSync, Store, StoreOptions, redact_url};
+pub use conversation::{NewMessage, SavedMessage, ToolCallEnd, ToolCallRecord, call_status};
 pub use error::{Error, Result};
 pub use gates::GateRun;
 pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts};
+pub use shell_jobs::{ShellJob, job_status};
 pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
 pub use tasks::{CancelOutcome, Task, TaskFilter};
 pub use wake::Wakeup;

@@ -169,7 +169,7 @@ impl Store {
             .from(ShellJobs::Table)
             .and_where(Expr::col(ShellJobs::Id).eq(id))
             .to_owned();
-        Ok(self.pool.fetch_optional(&stmt).await?)
+        self.pool.fetch_optional(&stmt).await
     }
 
     pub async fn shell_jobs(&self, task: TaskId) -> Result<Vec<ShellJob>> {
@@ -179,6 +179,6 @@ impl Store {
             .and_where(Expr::col(ShellJobs::TaskId).eq(task.0))
             .order_by(ShellJobs::Id, Order::Asc)
             .to_owned();
-        Ok(self.pool.fetch_all(&stmt).await?)
+        self.pool.fetch_all(&stmt).await
     }
 }

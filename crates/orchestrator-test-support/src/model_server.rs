@@ -280,13 +280,20 @@ async fn not_found() -> Response {
     )
 }
 
-async fn completions(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn completions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let body: Value = match serde_json::from_slice(&body) {
         Ok(body) => body,
         Err(e) => {
             return json_response(
                 StatusCode::BAD_REQUEST,
-                error_body(&format!("the body is not JSON: {e}"), "invalid_request_error"),
+                error_body(
+                    &format!("the body is not JSON: {e}"),
+                    "invalid_request_error",
+                ),
             );
         }
     };
@@ -435,7 +442,11 @@ impl Answer {
     }
 
     fn finish_reason(&self) -> &'static str {
-        if self.calls.is_empty() { "stop" } else { "tool_calls" }
+        if self.calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        }
     }
 
     fn usage(&self) -> Value {
@@ -586,7 +597,10 @@ mod tests {
         assert_eq!(arguments, r#"{"path":"src/main.rs"}"#);
         let last = chunks.last().unwrap();
         assert_eq!(last["usage"]["prompt_tokens"], 10);
-        assert_eq!(chunks[chunks.len() - 2]["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(
+            chunks[chunks.len() - 2]["choices"][0]["finish_reason"],
+            "tool_calls"
+        );
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct ToolContext {
     pub(crate) limits: Limits,
     pub(crate) jobs: Arc<JobTable>,
     pub(crate) reads: Arc<ReadTracker>,
+    /// The id the model gave the call being run, when a conversation drives the tools; durable
+    /// tools key their records on it so a resumed call finds what it did before.
+    pub(crate) call_id: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -49,7 +52,24 @@ impl ToolContext {
             limits: Limits::default(),
             jobs: Arc::new(JobTable::default()),
             reads: Arc::new(ReadTracker::default()),
+            call_id: None,
         })
+    }
+
+    /// The same session for one call with this id.
+    pub fn for_call(&self, call_id: &str) -> Self {
+        ToolContext {
+            call_id: Some(Arc::from(call_id)),
+            ..self.clone()
+        }
+    }
+
+    pub fn call_id(&self) -> Option<&str> {
+        self.call_id.as_deref()
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     pub fn with_sink(mut self, sink: Arc<dyn ResultSink>) -> Self {

@@ -247,8 +247,9 @@ impl Registry {
         Ok(results)
     }
 
-    /// Unknown tools count as read-only: they only produce an error and touch nothing.
-    fn is_read_only(&self, name: &str) -> bool {
+    /// Whether a call of `name` may run beside others of its batch. Unknown tools count as
+    /// read-only: they only produce an error and touch nothing.
+    pub fn is_read_only(&self, name: &str) -> bool {
         match self.lookup(name) {
             Ok((spec, _)) => spec.read_only,
             Err(_) => true,

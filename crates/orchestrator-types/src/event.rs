@@ -44,10 +44,12 @@ pub enum EventKind {
     ModelRetry,
     /// The agent spawned a sub-agent (a child task).
     ChildSpawned,
+    /// The parent agent (or a person) sent this task's agent more input.
+    Input,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 22] = [
+    pub const ALL: [EventKind; 23] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -70,6 +72,7 @@ impl EventKind {
         EventKind::Note,
         EventKind::ModelRetry,
         EventKind::ChildSpawned,
+        EventKind::Input,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -96,6 +99,7 @@ impl EventKind {
             EventKind::Note => "note",
             EventKind::ModelRetry => "model_retry",
             EventKind::ChildSpawned => "child_spawned",
+            EventKind::Input => "input",
         }
     }
 

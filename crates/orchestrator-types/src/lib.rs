@@ -4,8 +4,8 @@
 //! every other crate speaks in its words, so a change here is a change of the language.
 
 mod automation;
-mod chat;
 mod capture;
+mod chat;
 mod error;
 mod event;
 mod gate;
@@ -18,10 +18,10 @@ pub use automation::{
     AutomationSpec, AutomationStatus, CatchUp, DEFAULT_CATCH_UP_CAP, DEFAULT_CATCH_UP_WINDOW_SECS,
     MAX_JITTER_SECS, Overlap, SlotKind, SlotStatus, TaskTemplate, validate_name,
 };
+pub use capture::{Capture, Captured};
 pub use chat::{
     ChatMessage, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, ModelSpec, Role, ToolCallRequest, Usage,
 };
-pub use capture::{Capture, Captured};
 pub use error::{Error, Result};
 pub use event::{EventKind, TaskEvent};
 pub use gate::{FailureKind, GateEvidence, GateRecord, GateSummary, GitTree, Verdict};

@@ -5,6 +5,7 @@
 //! Architecture Invariant: the worker never writes SQL; every state change goes through the store and
 //! carries the attempt's epoch, so a stale worker's writes are refused there.
 
+pub mod agent;
 pub mod backoff;
 mod error;
 pub mod gate;
@@ -14,6 +15,7 @@ pub mod pool;
 pub mod rescuer;
 pub mod runner;
 
+pub use agent::{AgentConfig, LiveDelta};
 pub use backoff::Backoff;
 pub use error::{Error, Result};
 pub use metrics::Metrics;

@@ -59,6 +59,8 @@ pub struct PoolConfig {
     /// Called in the slot as an attempt starts, before its first gate; benchmarks use it to measure
     /// enqueue-to-start latency.
     pub on_start: Option<StartHook>,
+    /// The model, client settings and live channel of agent tasks.
+    pub agent: crate::agent::AgentConfig,
 }
 
 /// A callback run as each attempt starts.
@@ -86,6 +88,7 @@ impl PoolConfig {
             backoff: Backoff::default(),
             log_cap_bytes: crate::gate::DEFAULT_LOG_CAP_BYTES,
             on_start: None,
+            agent: crate::agent::AgentConfig::default(),
         }
     }
 
@@ -206,6 +209,8 @@ impl WorkerPool {
             metrics: metrics.clone(),
             backoff: config.backoff,
             log_cap_bytes: config.log_cap_bytes,
+            worker_id: config.worker_id.clone(),
+            agent: config.agent.clone(),
         };
         let (completions, completion_rx) = mpsc::channel::<CompletionRequest>(4 * COMPLETION_BATCH);
         let completer = tokio::spawn(completer(
@@ -570,6 +575,8 @@ pub async fn run_claimed(
         metrics,
         backoff: config.backoff,
         log_cap_bytes: config.log_cap_bytes,
+        worker_id: config.worker_id.clone(),
+        agent: config.agent.clone(),
     };
     let end = run_attempt(&ctx, &task, &lease, &stop).await;
     keeper_stop.cancel();

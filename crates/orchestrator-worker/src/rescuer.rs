@@ -57,8 +57,13 @@ impl Rescuer {
         })
     }
 
-    /// One pass at time `now`.
+    /// One pass at time `now`: expired leases are taken back, and approvals and questions that
+    /// nobody answered in time are denied (their tasks resume and the model is told).
     pub async fn run_once(&self, now: i64) -> Result<RescueCounts> {
+        let expired = self.store.expire_approvals(now, self.config.batch).await?;
+        if expired > 0 {
+            tracing::info!(expired, "approvals expired without an answer");
+        }
         let backoff = self.config.backoff;
         let counts = self
             .store

@@ -1,6 +1,7 @@
 //! Runs one claimed attempt of a task: its gates, in order, each recorded with evidence, and the
 //! outcome that follows from their verdicts.
 
+use crate::agent::{AgentConfig, AgentEnd, run_agent};
 use crate::backoff::Backoff;
 use crate::gate;
 use crate::metrics::Metrics;
@@ -64,6 +65,9 @@ pub struct RunContext {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub log_cap_bytes: usize,
+    /// Names this process's leases and shell jobs.
+    pub worker_id: String,
+    pub agent: AgentConfig,
 }
 
 /// Runs every gate of the attempt and decides its outcome. Store failures other than a stale lease
@@ -74,14 +78,62 @@ pub async fn run_attempt(
     lease: &Lease,
     stop: &Stop,
 ) -> Result<AttemptEnd> {
-    if task.prompt.is_some() {
-        // Refused at creation; a row written by a newer version could still carry one.
-        return Ok(AttemptEnd {
-            outcome: Some(Outcome::Failed {
-                error: "this version cannot run agent turns; the task has a prompt".into(),
-            }),
-            details: json!({}),
-        });
+    if task.cancel_requested {
+        // Canceled while it waited in the queue (a hand-back raced the cancel): run nothing.
+        stop.stop(StopReason::Canceled);
+    }
+    if task.prompt.is_some() && !stop.token().is_cancelled() {
+        let end = match run_agent(ctx, task, lease, stop).await? {
+            AgentEnd::Finished => None,
+            AgentEnd::Stopped => Some(None),
+            AgentEnd::LeaseLost => {
+                return Ok(AttemptEnd {
+                    outcome: None,
+                    details: json!({}),
+                });
+            }
+            AgentEnd::Wait { reason, approval } => {
+                return Ok(AttemptEnd {
+                    outcome: Some(Outcome::Wait { reason }),
+                    details: json!({ "approval": approval }),
+                });
+            }
+            AgentEnd::Failed(error) => Some(Some(Outcome::Failed { error })),
+            AgentEnd::Retryable(error) => Some(Some(if task.attempt < task.max_attempts {
+                Outcome::Requeue {
+                    run_after: now_millis() + ctx.backoff.delay_millis(task.attempt),
+                    error: Some(error),
+                    refund: false,
+                }
+            } else {
+                Outcome::Failed {
+                    error: format!(
+                        "{error} (attempt {} of {})",
+                        task.attempt, task.max_attempts
+                    ),
+                }
+            })),
+        };
+        if let Some(outcome) = end {
+            // Stopped: the stop reason decides; otherwise the agent's own end.
+            let outcome = match (stop.reason(), outcome) {
+                (Some(StopReason::LeaseLost), _) => None,
+                (Some(StopReason::Canceled), _) => Some(Outcome::Canceled),
+                (Some(StopReason::Shutdown), _) => Some(Outcome::Requeue {
+                    run_after: now_millis(),
+                    error: None,
+                    refund: true,
+                }),
+                (None, Some(outcome)) => Some(outcome),
+                (None, None) => Some(Outcome::Failed {
+                    error: "the agent stopped without a reason".into(),
+                }),
+            };
+            return Ok(AttemptEnd {
+                outcome,
+                details: json!({}),
+            });
+        }
     }
     let workspace = match (&task.workspace, task.gates.is_empty()) {
         (_, true) => None,
@@ -96,10 +148,6 @@ pub async fn run_attempt(
         }
     };
 
-    if task.cancel_requested {
-        // Canceled while it waited in the queue (a hand-back raced the cancel): run nothing.
-        stop.stop(StopReason::Canceled);
-    }
     let mut passed = 0usize;
     let mut failures: Vec<String> = Vec::new();
     let mut infra_error: Option<String> = None;

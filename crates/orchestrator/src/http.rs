@@ -1,15 +1,33 @@
-//! The HTTP endpoint of `serve`: `/healthz` for liveness checks and `/metrics` for Prometheus.
+//! The HTTP endpoint of `serve`: `/healthz` for liveness checks, `/metrics` for Prometheus, and a
+//! small JSON API under `/api` for answering the agents' requests from elsewhere than a terminal
+//! (a chat bot, a web page):
+//!
+//! - `GET /api/approvals` (`?status=pending` by default, `?all=true` for every status, `?task=ID`)
+//! - `GET /api/approvals/{id}`
+//! - `POST /api/approvals/{id}/approve`, `.../deny` and `.../answer`, with an optional JSON body
+//!   `{"reason": "...", "answer": "...", "by": "..."}`; the decider is recorded as `api:<by>`
+//! - `GET /api/tasks/{id}` and `GET /api/tasks/{id}/events?after=N`
+//!
+//! The API speaks the store's types as they serialize (times in Unix milliseconds); the CLI's
+//! `--json` views format times as RFC 3339 for people. Errors are `{"error": "..."}` with 401 (no or
+//! wrong token), 400 (malformed request), 404, 409 (already decided), 422 (an answer that does not
+//! fit the request) or 503 (the store is unavailable).
 //!
 //! Every route but `/healthz` needs the bearer token (generated into the home directory at first
-//! start), because metrics reveal what the daemon is doing; the listener binds 127.0.0.1 by default.
+//! start), because metrics reveal what the daemon is doing and the API acts on it; the listener
+//! binds 127.0.0.1 by default.
 
 use axum::Router;
-use axum::extract::State;
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use orchestrator_store::Store;
+use axum::routing::{get, post};
+use orchestrator_store::{ApprovalDecision, ApprovalFilter, Store, approval_status};
+use orchestrator_types::TaskId;
 use orchestrator_worker::Metrics;
+use serde::Deserialize;
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -19,10 +37,24 @@ pub struct HttpState {
     pub token: Arc<str>,
 }
 
+/// Events returned by one `GET /api/tasks/{id}/events` when the request names no smaller limit.
+const MAX_EVENTS_PER_PAGE: u64 = 1000;
+/// Who decided when a request body names nobody: the holder of the token.
+const DEFAULT_DECIDER: &str = "token";
+/// Longest `by` kept, so a client cannot fill the store with a name.
+const MAX_DECIDER_CHARS: usize = 100;
+
 pub fn router(state: HttpState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .route("/api/approvals", get(list_approvals))
+        .route("/api/approvals/{id}", get(get_approval))
+        .route("/api/approvals/{id}/approve", post(approve))
+        .route("/api/approvals/{id}/deny", post(deny))
+        .route("/api/approvals/{id}/answer", post(answer))
+        .route("/api/tasks/{id}", get(get_task))
+        .route("/api/tasks/{id}/events", get(task_events))
         .with_state(state)
 }
 
@@ -55,6 +87,273 @@ async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response
         )
             .into_response(),
     }
+}
+
+/// An API failure: a status and a message, sent as `{"error": message}`.
+struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl From<orchestrator_store::Error> for ApiError {
+    fn from(e: orchestrator_store::Error) -> ApiError {
+        use orchestrator_store::Error as S;
+        let status = match &e {
+            S::TaskNotFound(_)
+            | S::ArtifactNotFound(_)
+            | S::AutomationNotFound(_)
+            | S::ApprovalNotFound(_) => StatusCode::NOT_FOUND,
+            S::ApprovalDecided { .. }
+            | S::WrongState { .. }
+            | S::StaleLease { .. }
+            | S::DuplicateAutomation(_) => StatusCode::CONFLICT,
+            S::InvalidAnswer(_) | S::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            S::BadUrl { .. } | S::Migration(_) | S::Database(_) | S::Query(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            // A row the store cannot read back is a bug or damage, not an outage.
+            S::Corrupt { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = axum::Json(serde_json::json!({ "error": self.message }));
+        if self.status == StatusCode::UNAUTHORIZED {
+            (self.status, [(header::WWW_AUTHENTICATE, "Bearer")], body).into_response()
+        } else {
+            (self.status, body).into_response()
+        }
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn check_token(headers: &HeaderMap, state: &HttpState) -> Result<(), ApiError> {
+    if authorized(headers, &state.token) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token; it is in the api-token file of the home directory",
+        ))
+    }
+}
+
+fn json<T: serde::Serialize>(value: &T) -> ApiResult {
+    Ok(axum::Json(value).into_response())
+}
+
+fn parse_id(text: &str) -> Result<i64, ApiError> {
+    match text.parse::<i64>() {
+        Ok(id) if id > 0 => Ok(id),
+        _ => Err(ApiError::bad_request(format!("{text:?} is not an id"))),
+    }
+}
+
+fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    query
+        .map(|Query(q)| q)
+        .map_err(|e| ApiError::bad_request(e.body_text()))
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    status: Option<String>,
+    #[serde(default)]
+    all: bool,
+    task: Option<i64>,
+    limit: Option<u64>,
+}
+
+async fn list_approvals(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    params: Result<Query<ListQuery>, QueryRejection>,
+) -> ApiResult {
+    check_token(&headers, &state)?;
+    let params = query(params)?;
+    const STATUSES: [&str; 6] = [
+        approval_status::PENDING,
+        approval_status::APPROVED,
+        approval_status::DENIED,
+        approval_status::ANSWERED,
+        approval_status::EXPIRED,
+        approval_status::CANCELED,
+    ];
+    let status = match (params.all, params.status) {
+        (true, _) => None,
+        (false, None) => Some(approval_status::PENDING.to_owned()),
+        (false, Some(s)) if STATUSES.contains(&s.as_str()) => Some(s),
+        (false, Some(s)) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown status {s:?}: one of {}",
+                STATUSES.join(", ")
+            )));
+        }
+    };
+    let approvals = state
+        .store
+        .list_approvals(&ApprovalFilter {
+            status,
+            task: params.task.map(TaskId),
+            limit: params.limit,
+        })
+        .await?;
+    json(&approvals)
+}
+
+async fn get_approval(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    check_token(&headers, &state)?;
+    json(&state.store.get_approval(parse_id(&id)?).await?)
+}
+
+/// The optional body of a decision. Unknown fields are refused so a typo (`"reasn"`) is not lost
+/// silently.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecideBody {
+    reason: Option<String>,
+    answer: Option<String>,
+    by: Option<String>,
+}
+
+impl DecideBody {
+    /// An empty body means no fields; anything else must be a JSON object.
+    fn parse(bytes: &[u8]) -> Result<DecideBody, ApiError> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(DecideBody::default());
+        }
+        serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("the body is not a decision: {e}")))
+    }
+
+    fn decider(&self) -> String {
+        let name = self
+            .by
+            .as_deref()
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+            .unwrap_or(DEFAULT_DECIDER);
+        format!(
+            "api:{}",
+            name.chars().take(MAX_DECIDER_CHARS).collect::<String>()
+        )
+    }
+}
+
+async fn decide(state: &HttpState, id: &str, body: &[u8], kind: DecisionKind) -> ApiResult {
+    let id = parse_id(id)?;
+    let body = DecideBody::parse(body)?;
+    let decision = match kind {
+        DecisionKind::Approve => ApprovalDecision::Approve,
+        DecisionKind::Deny => ApprovalDecision::Deny {
+            reason: body.reason.clone().filter(|r| !r.trim().is_empty()),
+        },
+        DecisionKind::Answer => match &body.answer {
+            Some(text) => ApprovalDecision::Answer(text.clone()),
+            None => {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "give the answer in the body: {\"answer\": \"...\"}",
+                ));
+            }
+        },
+    };
+    let approval = state
+        .store
+        .decide_approval(id, &decision, &body.decider())
+        .await?;
+    json(&approval)
+}
+
+enum DecisionKind {
+    Approve,
+    Deny,
+    Answer,
+}
+
+async fn approve(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    check_token(&headers, &state)?;
+    decide(&state, &id, &body, DecisionKind::Approve).await
+}
+
+async fn deny(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    check_token(&headers, &state)?;
+    decide(&state, &id, &body, DecisionKind::Deny).await
+}
+
+async fn answer(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    check_token(&headers, &state)?;
+    decide(&state, &id, &body, DecisionKind::Answer).await
+}
+
+async fn get_task(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    check_token(&headers, &state)?;
+    json(&state.store.get_task(TaskId(parse_id(&id)?)).await?)
+}
+
+#[derive(Debug, Deserialize)]
+struct EventsQuery {
+    #[serde(default)]
+    after: i64,
+    limit: Option<u64>,
+}
+
+async fn task_events(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    params: Result<Query<EventsQuery>, QueryRejection>,
+) -> ApiResult {
+    check_token(&headers, &state)?;
+    let params = query(params)?;
+    let id = TaskId(parse_id(&id)?);
+    // An unknown task is a 404, not an empty page a client would poll forever.
+    state.store.get_task(id).await?;
+    let limit = params
+        .limit
+        .unwrap_or(MAX_EVENTS_PER_PAGE)
+        .clamp(1, MAX_EVENTS_PER_PAGE);
+    json(&state.store.events(id, params.after, limit).await?)
 }
 
 /// Compares the presented token with the expected one in constant time.

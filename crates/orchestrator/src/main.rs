@@ -2,6 +2,7 @@
 //! The work lives in the library crates; this binary is glue.
 
 mod cli;
+mod config;
 mod exit;
 mod http;
 mod output;

@@ -81,10 +81,14 @@ impl Default for ClientConfig {
 impl ClientConfig {
     fn validate(&self) -> Result<(), ModelError> {
         if self.request_timeout.is_zero() {
-            return Err(ModelError::Config("request_timeout must be positive".into()));
+            return Err(ModelError::Config(
+                "request_timeout must be positive".into(),
+            ));
         }
         if self.connect_timeout.is_zero() {
-            return Err(ModelError::Config("connect_timeout must be positive".into()));
+            return Err(ModelError::Config(
+                "connect_timeout must be positive".into(),
+            ));
         }
         if self.initial_backoff > self.max_backoff {
             return Err(ModelError::Config(format!(
@@ -275,9 +279,7 @@ impl ModelClient {
             .map_err(|e| ModelError::Config(e.to_string()))?;
         config.validate()?;
         // Keys pasted from files often end in a newline, which no header may hold.
-        let key = key
-            .map(|k| k.trim().to_owned())
-            .filter(|k| !k.is_empty());
+        let key = key.map(|k| k.trim().to_owned()).filter(|k| !k.is_empty());
         let authorization = match &key {
             None => None,
             Some(key) => {
@@ -334,13 +336,15 @@ impl ModelClient {
         let started = Instant::now();
         let mut attempt: u32 = 1;
         loop {
-            let outcome =
-                match tokio::time::timeout(self.config.request_timeout, self.attempt(&body, deltas))
-                    .await
-                {
-                    Ok(outcome) => outcome,
-                    Err(_elapsed) => Err(Failure::from(ModelError::Timeout)),
-                };
+            let outcome = match tokio::time::timeout(
+                self.config.request_timeout,
+                self.attempt(&body, deltas),
+            )
+            .await
+            {
+                Ok(outcome) => outcome,
+                Err(_elapsed) => Err(Failure::from(ModelError::Timeout)),
+            };
             let failure = match outcome {
                 Ok(mut reply) => {
                     reply.attempts = attempt;
@@ -446,7 +450,10 @@ impl ModelClient {
         let mut body = response.bytes_stream();
         loop {
             let (events, ended) = match body.next().await {
-                Some(Ok(bytes)) => (parser.push(&bytes).map_err(ModelError::InvalidResponse)?, false),
+                Some(Ok(bytes)) => (
+                    parser.push(&bytes).map_err(ModelError::InvalidResponse)?,
+                    false,
+                ),
                 Some(Err(e)) => return Err(ModelError::BrokenStream(error_chain(&e))),
                 None => (parser.finish().into_iter().collect(), true),
             };
@@ -554,9 +561,9 @@ impl ModelClient {
             .into_iter()
             .next()
             .ok_or_else(|| ModelError::InvalidResponse("the reply has no choices".into()))?;
-        let message = choice
-            .message
-            .ok_or_else(|| ModelError::InvalidResponse("the reply's choice has no message".into()))?;
+        let message = choice.message.ok_or_else(|| {
+            ModelError::InvalidResponse("the reply's choice has no message".into())
+        })?;
         let mut reply = Assembler {
             content: message.content.unwrap_or_default(),
             finish_reason: choice.finish_reason,
@@ -595,10 +602,12 @@ impl ModelClient {
     /// The error for an HTTP status other than success, with the provider's own words.
     fn status_error(&self, status: StatusCode, body: &str) -> ModelError {
         let parsed = serde_json::from_str::<Value>(body).ok();
-        let provider = parsed
-            .as_ref()
-            .and_then(wire::error_message)
-            .unwrap_or_else(|| body.trim().to_owned());
+        // A JSON body without a message says nothing the status does not; other text (an HTML
+        // page from a proxy, a plain sentence) may.
+        let provider = match &parsed {
+            Some(json) => wire::error_message(json).unwrap_or_default(),
+            None => body.trim().to_owned(),
+        };
         let provider = if provider.is_empty() {
             status
                 .canonical_reason()
@@ -673,7 +682,9 @@ impl ModelClient {
                 status,
                 message: provider,
             },
-            _ => ModelError::InvalidResponse(format!("unexpected HTTP status {status}: {provider}")),
+            _ => {
+                ModelError::InvalidResponse(format!("unexpected HTTP status {status}: {provider}"))
+            }
         }
     }
 
@@ -779,7 +790,13 @@ fn retry_delay(
 /// HTTP-date form of `Retry-After` is ignored; our own backoff applies then.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let number = |name: &str| -> Option<f64> {
-        let value = headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok()?;
+        let value = headers
+            .get(name)?
+            .to_str()
+            .ok()?
+            .trim()
+            .parse::<f64>()
+            .ok()?;
         (value.is_finite() && value >= 0.0).then_some(value)
     };
     if let Some(ms) = number("retry-after-ms") {
@@ -882,7 +899,10 @@ mod tests {
         assert_eq!(retry_after(&headers), None);
         headers.insert(RETRY_AFTER, HeaderValue::from_static("2"));
         assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
-        headers.insert(RETRY_AFTER, HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
         assert_eq!(retry_after(&headers), None);
         headers.insert("retry-after-ms", HeaderValue::from_static("250"));
         assert_eq!(retry_after(&headers), Some(Duration::from_millis(250)));
@@ -952,7 +972,10 @@ mod tests {
         let text = format!("{client:?}");
         assert!(!text.contains("sk-secret-123"), "{text}");
         assert!(text.contains("SOME_KEY"), "{text}");
-        assert_eq!(client.endpoint(), "https://example.invalid/v1/chat/completions");
+        assert_eq!(
+            client.endpoint(),
+            "https://example.invalid/v1/chat/completions"
+        );
     }
 
     #[test]
@@ -961,7 +984,10 @@ mod tests {
         let body = r#"{"error":{"message":"Incorrect API key provided: sk-secret-123","type":"invalid_request_error"}}"#;
         let error = client.status_error(StatusCode::UNAUTHORIZED, body);
         let text = error.to_string();
-        assert!(matches!(error, ModelError::Unauthorized { status: 401, .. }));
+        assert!(matches!(
+            error,
+            ModelError::Unauthorized { status: 401, .. }
+        ));
         assert!(!text.contains("sk-secret-123"), "{text}");
         assert!(text.contains("SOME_KEY"), "{text}");
         let cases = [
@@ -977,7 +1003,10 @@ mod tests {
         ];
         for (status, body, kind) in cases {
             let error = client.status_error(StatusCode::from_u16(status).unwrap(), body);
-            assert!(format!("{error:?}").starts_with(kind), "{status}: {error:?}");
+            assert!(
+                format!("{error:?}").starts_with(kind),
+                "{status}: {error:?}"
+            );
         }
     }
 
@@ -985,9 +1014,15 @@ mod tests {
     fn in_band_errors_are_classified() {
         let client = client(None);
         let cases = [
-            (r#"{"error":{"message":"m","type":"rate_limit_exceeded"}}"#, "RateLimited"),
+            (
+                r#"{"error":{"message":"m","type":"rate_limit_exceeded"}}"#,
+                "RateLimited",
+            ),
             (r#"{"error":{"message":"m","code":400}}"#, "BadRequest"),
-            (r#"{"error":{"message":"m","type":"server_error"}}"#, "Server"),
+            (
+                r#"{"error":{"message":"m","type":"server_error"}}"#,
+                "Server",
+            ),
             (r#"{"error":{"message":"m"}}"#, "BrokenStream"),
         ];
         for (body, kind) in cases {

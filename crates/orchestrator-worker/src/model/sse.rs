@@ -62,10 +62,10 @@ impl SseParser {
     /// some servers close the connection right after the last `data:` line.
     pub(crate) fn finish(&mut self) -> Option<String> {
         let line = std::mem::take(&mut self.pending);
-        if !line.is_empty() {
-            if let Some(event) = self.line(&line) {
-                return Some(event);
-            }
+        if !line.is_empty()
+            && let Some(event) = self.line(&line)
+        {
+            return Some(event);
         }
         self.data.take()
     }
@@ -137,7 +137,11 @@ mod tests {
         let bytes = STREAM.as_bytes();
         assert_eq!(parse_in_pieces(bytes, &[]), expected());
         for split in 0..=bytes.len() {
-            assert_eq!(parse_in_pieces(bytes, &[split]), expected(), "split {split}");
+            assert_eq!(
+                parse_in_pieces(bytes, &[split]),
+                expected(),
+                "split {split}"
+            );
         }
         // One byte at a time, which also splits the two bytes of `é`.
         let every: Vec<usize> = (1..bytes.len()).collect();
@@ -161,7 +165,10 @@ mod tests {
 
     #[test]
     fn an_unterminated_last_event_is_returned_at_the_end() {
-        assert_eq!(parse_in_pieces(b"data: x\n\ndata: tail", &[]), ["x", "tail"]);
+        assert_eq!(
+            parse_in_pieces(b"data: x\n\ndata: tail", &[]),
+            ["x", "tail"]
+        );
         assert_eq!(parse_in_pieces(b"data: tail\n", &[]), ["tail"]);
         assert!(parse_in_pieces(b": only a comment\n", &[]).is_empty());
     }

@@ -316,7 +316,10 @@ mod tests {
     #[test]
     fn error_messages_in_several_shapes() {
         let cases = [
-            (json!({"error": {"message": "bad", "type": "x"}}), Some("bad")),
+            (
+                json!({"error": {"message": "bad", "type": "x"}}),
+                Some("bad"),
+            ),
             (json!({"error": "plain"}), Some("plain")),
             (json!({"message": "top"}), Some("top")),
             (json!({"detail": "Not Found"}), Some("Not Found")),

@@ -2,6 +2,7 @@
 //! hold its task forever.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly by design.
 
+mod agent;
 mod model;
 
 use orchestrator_store::{Store, TaskFilter};

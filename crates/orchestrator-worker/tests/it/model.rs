@@ -123,10 +123,7 @@ async fn streamed_tool_calls_are_assembled_by_index() {
     let (reply, deltas) = complete_watched(&client, &conversation(), &tools).await;
     let reply = reply.unwrap();
     assert_eq!(reply.finish_reason.as_deref(), Some("tool_calls"));
-    assert_eq!(
-        reply.message.content.as_deref(),
-        Some("Reading two files.")
-    );
+    assert_eq!(reply.message.content.as_deref(), Some("Reading two files."));
     assert_eq!(
         reply.message.tool_calls,
         [
@@ -160,7 +157,10 @@ async fn streamed_tool_calls_are_assembled_by_index() {
         (first.0, first.1.as_deref(), first.2.as_deref()),
         (0, Some("call_0_0"), Some("read_file"))
     );
-    let argument_pieces = pieces.iter().filter(|p| p.0 == 0 && !p.3.is_empty()).count();
+    let argument_pieces = pieces
+        .iter()
+        .filter(|p| p.0 == 0 && !p.3.is_empty())
+        .count();
     assert!(argument_pieces > 2, "{pieces:?}");
     let grep_arguments: String = pieces
         .iter()
@@ -289,8 +289,8 @@ async fn new_reads_the_key_from_the_named_variable() {
 async fn a_missing_key_variable_is_named() {
     let var = "ORCHESTRATOR_TEST_SURELY_UNSET_MODEL_KEY";
     assert!(std::env::var_os(var).is_none());
-    let error = ModelClient::new(&spec("http://127.0.0.1:9/v1".into(), Some(var)), fast())
-        .unwrap_err();
+    let error =
+        ModelClient::new(&spec("http://127.0.0.1:9/v1".into(), Some(var)), fast()).unwrap_err();
     assert!(
         matches!(&error, ModelError::MissingKey { var: v } if v == var),
         "{error:?}"
@@ -344,7 +344,10 @@ async fn server_errors_are_retried_until_one_succeeds() {
             ..fast()
         },
     );
-    let error = client.complete(&conversation(), &[], None).await.unwrap_err();
+    let error = client
+        .complete(&conversation(), &[], None)
+        .await
+        .unwrap_err();
     assert!(
         matches!(error, ModelError::Server { status: 500, .. }),
         "{error:?}"
@@ -395,7 +398,10 @@ async fn an_unknown_model_names_the_model_and_url() {
     )])
     .await;
     let client = client(&server, fast());
-    let error = client.complete(&conversation(), &[], None).await.unwrap_err();
+    let error = client
+        .complete(&conversation(), &[], None)
+        .await
+        .unwrap_err();
     match &error {
         ModelError::UnknownModel { model, message } => {
             assert_eq!(model, "scripted-1");
@@ -409,7 +415,10 @@ async fn an_unknown_model_names_the_model_and_url() {
     // A base URL missing its `/v1` reaches the server's 404 too.
     let root = server.base_url().trim_end_matches("/v1").to_owned();
     let client = ModelClient::with_key(&spec(root, None), None, fast()).unwrap();
-    let error = client.complete(&conversation(), &[], None).await.unwrap_err();
+    let error = client
+        .complete(&conversation(), &[], None)
+        .await
+        .unwrap_err();
     assert!(
         matches!(error, ModelError::UnknownModel { .. }),
         "{error:?}"
@@ -427,11 +436,17 @@ async fn a_rejected_request_keeps_the_providers_words() {
     )])
     .await;
     let client = client(&server, fast());
-    let error = client.complete(&conversation(), &[], None).await.unwrap_err();
+    let error = client
+        .complete(&conversation(), &[], None)
+        .await
+        .unwrap_err();
     match &error {
         ModelError::BadRequest { status, message } => {
             assert_eq!(*status, 400);
-            assert_eq!(message, "This model's maximum context length is 8192 tokens");
+            assert_eq!(
+                message,
+                "This model's maximum context length is 8192 tokens"
+            );
         }
         other => panic!("expected BadRequest, got {other:?}"),
     }
@@ -468,7 +483,10 @@ async fn a_cut_stream_without_retries_is_a_broken_stream() {
                 ..fast()
             },
         );
-        let error = client.complete(&conversation(), &[], None).await.unwrap_err();
+        let error = client
+            .complete(&conversation(), &[], None)
+            .await
+            .unwrap_err();
         assert!(
             matches!(error, ModelError::BrokenStream(_)),
             "stream {stream}: {error:?}"

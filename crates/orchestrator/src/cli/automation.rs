@@ -92,9 +92,12 @@ pub struct SpecFlags {
     /// Title of the tasks (default: the automation's name); the slot's local time is appended.
     #[arg(long)]
     pub title: Option<String>,
-    /// Instructions for an agent. Not available in this version: refused with an explanation.
+    /// Instructions for an agent. Without --ask/--policy granting them, an automation's agent may
+    /// read and search but not write files, run commands or reach the network.
     #[arg(long)]
     pub prompt: Option<String>,
+    #[command(flatten)]
+    pub agent: super::agent_flags::AgentFlags,
     /// A verification command each task runs; repeat for several gates.
     #[arg(long = "gate", value_name = "CMD")]
     pub gates: Vec<String>,
@@ -328,7 +331,22 @@ fn input_error(e: orchestrator_scheduler::Error) -> anyhow::Error {
 }
 
 /// Applies the flags that were given to `spec`.
-fn apply_flags(spec: &mut AutomationSpec, flags: &SpecFlags) -> anyhow::Result<()> {
+fn apply_flags(
+    spec: &mut AutomationSpec,
+    flags: &SpecFlags,
+    config: &crate::config::Config,
+) -> anyhow::Result<()> {
+    if flags.agent.any() || flags.prompt.is_some() {
+        if let Some(model) = flags.agent.model_spec(config)? {
+            spec.template.model = Some(model);
+        }
+        if flags.agent.any() {
+            spec.template.agent = flags.agent.options()?;
+        }
+        if !flags.agent.acceptance.is_empty() {
+            spec.template.acceptance = flags.agent.acceptance.clone();
+        }
+    }
     if let Some(tz) = &flags.tz {
         spec.timezone = tz.trim().to_owned();
     }
@@ -419,7 +437,7 @@ fn print_automation(view: &AutomationView, json: bool, verb: &str) -> anyhow::Re
 async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCode> {
     let mut spec = AutomationSpec::new(args.name.trim(), args.schedule.trim());
     let defaults_to_cwd = args.flags.workspaces.is_empty();
-    apply_flags(&mut spec, &args.flags)?;
+    apply_flags(&mut spec, &args.flags, &global.config()?)?;
     if defaults_to_cwd {
         spec.workspaces = vec![super::workspace_dir(None)?];
     }
@@ -548,7 +566,7 @@ async fn update(global: &GlobalArgs, args: UpdateArgs) -> anyhow::Result<ExitCod
     if let Some(schedule) = &args.schedule {
         spec.schedule = schedule.trim().to_owned();
     }
-    apply_flags(&mut spec, &args.flags)?;
+    apply_flags(&mut spec, &args.flags, &global.config()?)?;
     files::validate_spec(&spec).map_err(input_error)?;
     let timing_changed = spec.schedule != current.spec.schedule
         || spec.timezone != current.spec.timezone

@@ -3,12 +3,15 @@
 //! Flags are parsed by clap into plain args, then validated into what the library crates take, so
 //! every error names the flag the user typed.
 
+mod agent_flags;
+mod approval;
 mod artifact;
 mod automation;
 mod mcp;
 mod run;
 mod serve;
 mod task;
+mod task_read;
 mod tool;
 mod views;
 
@@ -26,9 +29,12 @@ Examples:
   orchestrator task read 42 --json
   orchestrator task events 42 --follow
   orchestrator run --gate 'cargo test' --gate 'cargo clippy -- -D warnings'
+  orchestrator run 'Fix the failing test in crates/parser' --gate 'cargo test' --model gpt-4.1
   orchestrator automation create --name nightly --schedule '0 3 * * 1-5' --tz Europe/Berlin --gate 'cargo test'
   orchestrator tool run read_file --workspace . --args '{\"path\": \"README.md\"}'
   orchestrator mcp --workspace .                   expose the tools to an MCP client over stdio
+  orchestrator approval list                       the agents' pending requests
+  orchestrator approval approve 7
 
 Exit codes: 0 success; 1 failure (or the task failed); 2 usage; 3 not found; 4 conflict with the
 task's state (or a duplicate automation name); 5 store unavailable; 6 invalid input; 7 the task was
@@ -59,6 +65,9 @@ pub struct GlobalArgs {
         hide_env_values = true
     )]
     pub database_url: Option<String>,
+    /// The config file (default: config.toml in the home directory).
+    #[arg(long, global = true, env = "ORCHESTRATOR_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// More log output on stderr (-v info, -vv debug). ORCHESTRATOR_LOG takes a full filter.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -76,6 +85,9 @@ pub enum Command {
     /// Cron automations that create tasks: create, list, read, pause, run now, preview, apply files.
     #[command(subcommand)]
     Automation(automation::AutomationCommand),
+    /// Answer the agents' requests: approve or deny guarded tool calls, answer questions.
+    #[command(subcommand)]
+    Approval(approval::ApprovalCommand),
     /// Read artifacts: gate logs and other kept output.
     #[command(subcommand)]
     Artifact(artifact::ArtifactCommand),
@@ -92,6 +104,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(&global, args).await,
         Command::Task(command) => task::run(&global, command).await,
         Command::Automation(command) => automation::run(&global, command).await,
+        Command::Approval(command) => approval::run(&global, command).await,
         Command::Artifact(command) => artifact::run(&global, command).await,
         Command::Tool(args) => tool::run(&global.home()?, args).await,
         Command::Mcp(args) => mcp::run(&global.home()?, args).await,
@@ -110,6 +123,11 @@ impl GlobalArgs {
         std::fs::create_dir_all(&home)
             .with_context(|| format!("cannot create the home directory {}", home.display()))?;
         Ok(home)
+    }
+
+    /// The config file's contents (empty when the default file does not exist).
+    pub fn config(&self) -> anyhow::Result<crate::config::Config> {
+        crate::config::load(&self.home()?, self.config.as_ref())
     }
 
     /// The store URL to open, and a version of it safe to print.

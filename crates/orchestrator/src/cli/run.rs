@@ -2,7 +2,7 @@
 //! Ctrl-C cancels the task (its gate's process group is killed) and exits with code 7.
 
 use super::GlobalArgs;
-use super::task::{build_task, print_events};
+use super::task::{TaskFlags, build_task, print_events};
 use crate::exit;
 use crate::output;
 use clap::Args;
@@ -17,14 +17,19 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
+  orchestrator run 'Fix the failing test in crates/parser' --gate 'cargo test' --workspace .
+  orchestrator run 'Summarize the open TODOs' --model llama3 --base-url http://127.0.0.1:8080/v1 --profile minimal
+  orchestrator run 'Update the changelog' --ask shell --gate 'git diff --check'
   orchestrator run --gate 'cargo test'
   orchestrator run --title 'lint and test' --gate 'cargo clippy -- -D warnings' --gate 'cargo test' --workspace ~/src/app
   orchestrator run --gate 'pytest -q' --json
 
 Exits 0 only if the task succeeded: 1 if it failed, 7 if it was canceled.")]
 pub struct RunArgs {
-    /// Instructions for an agent. Not available in this version: refused with an explanation.
+    /// Instructions for an agent: the model works on them with the tools, then the gates decide.
     pub prompt: Option<String>,
+    #[command(flatten)]
+    pub agent: super::agent_flags::AgentFlags,
     /// A verification command; repeat for several gates.
     #[arg(long = "gate", value_name = "CMD")]
     pub gates: Vec<String>,
@@ -44,17 +49,26 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let title = args
         .title
         .clone()
+        .or_else(|| args.prompt.as_deref().map(prompt_title))
         .or_else(|| args.gates.first().cloned())
         .unwrap_or_else(|| "run".to_owned());
+    let file_config = global.config()?;
     let task = build_task(
-        &title,
-        &args.gates,
-        args.gate_timeout,
-        args.workspace.as_ref(),
-        args.prompt.as_ref(),
+        &TaskFlags {
+            title: &title,
+            gates: &args.gates,
+            gate_timeout: args.gate_timeout,
+            workspace: args.workspace.as_ref(),
+            prompt: args.prompt.as_ref(),
+            agent: &args.agent,
+        },
+        &file_config,
     )?;
     let store = global.open_store().await?;
-    let config = PoolConfig::new(new_worker_id());
+    let mut config = PoolConfig::new(new_worker_id());
+    let (live, live_rx) = tokio::sync::broadcast::channel(1024);
+    config.agent.live = Some(live);
+    let deltas = (!args.json).then(|| tokio::spawn(print_deltas(live_rx)));
     // Created already claimed by this process, so a daemon sharing the store cannot take it.
     let (claimed, lease) = store
         .create_foreground(&task, &config.worker_id, config.lease.as_millis() as i64)
@@ -108,6 +122,9 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     )
     .await;
     ctrl_c.abort();
+    if let Some(deltas) = deltas {
+        deltas.abort();
+    }
     printer_stop.cancel();
     printer.await??;
     let ended = ended?;
@@ -122,4 +139,35 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         TaskState::Canceled => exit::CANCELED,
         _ => exit::FAILURE,
     }))
+}
+
+/// A title from a prompt: its first line, shortened.
+fn prompt_title(prompt: &str) -> String {
+    let line = prompt.lines().next().unwrap_or("").trim();
+    if line.chars().count() <= 60 {
+        line.to_owned()
+    } else {
+        let mut title: String = line.chars().take(59).collect();
+        title.push('…');
+        title
+    }
+}
+
+/// Shows the model's text as it streams, on stderr, so stdout keeps the events.
+async fn print_deltas(mut rx: tokio::sync::broadcast::Receiver<orchestrator_worker::LiveDelta>) {
+    use std::io::Write;
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match rx.recv().await {
+            Ok(live) => {
+                if let orchestrator_worker::model::Delta::Content(text) = live.delta {
+                    let mut err = std::io::stderr().lock();
+                    let _ = err.write_all(text.as_bytes());
+                    let _ = err.flush();
+                }
+            }
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+    }
 }

@@ -59,10 +59,20 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         return Err(CliError::Invalid("--lease-seconds must be at least 2".into()).into());
     }
     let home = global.home()?;
-    let token = api_token(&home)?;
+    let file_config = global.config()?;
+    let token = match file_config.api_token.as_deref().map(str::trim) {
+        Some(token) if std::env::var("ORCHESTRATOR_API_TOKEN").is_err() && !token.is_empty() => {
+            Arc::from(token)
+        }
+        _ => api_token(&home)?,
+    };
     let store = global.open_store().await?;
     let mut pool =
         PoolConfig::new(new_worker_id()).with_lease(Duration::from_secs(args.lease_seconds));
+    // Agent tasks that name no model use the config file's; flags and the environment name one
+    // per task instead (`task create --model`).
+    pool.agent.default_model =
+        super::agent_flags::AgentFlags::default().model_spec(&file_config)?;
     pool.slots = args.workers;
     pool.queues = args.queues.clone();
     pool.shutdown_grace = Duration::from_secs(args.shutdown_grace_seconds);

@@ -26,7 +26,8 @@ Examples:
         after_help = "Examples:\n  orchestrator task list\n  orchestrator task list --state failed --limit 10 --json"
     )]
     List(ListArgs),
-    /// Show a task with its gates and their evidence.
+    /// Show a task with its gates and their evidence; for an agent task also its checklist, turns,
+    /// tool calls, shell jobs, children and the requests waiting for you.
     #[command(
         after_help = "Examples:\n  orchestrator task read 42\n  orchestrator task read 42 --json | jq '.gates[].verdict'"
     )]
@@ -58,9 +59,11 @@ pub struct CreateArgs {
     /// Directory the gates run in (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
-    /// Instructions for an agent. Not available in this version: refused with an explanation.
+    /// Instructions for an agent: the model works on them with the tools, then the gates decide.
     #[arg(long)]
     pub prompt: Option<String>,
+    #[command(flatten)]
+    pub agent: super::agent_flags::AgentFlags,
     /// Higher runs first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i64,
@@ -110,27 +113,60 @@ pub fn parse_id(text: &str) -> anyhow::Result<TaskId> {
     Ok(text.parse::<TaskId>()?)
 }
 
+/// What `task create` and `run` share.
+pub struct TaskFlags<'a> {
+    pub title: &'a str,
+    pub gates: &'a [String],
+    pub gate_timeout: u64,
+    pub workspace: Option<&'a PathBuf>,
+    pub prompt: Option<&'a String>,
+    pub agent: &'a super::agent_flags::AgentFlags,
+}
+
 /// Builds a task from the flags shared by `task create` and `run`.
 pub fn build_task(
-    title: &str,
-    gates: &[String],
-    gate_timeout: u64,
-    workspace: Option<&PathBuf>,
-    prompt: Option<&String>,
+    flags: &TaskFlags<'_>,
+    config: &crate::config::Config,
 ) -> anyhow::Result<NewTask> {
-    let mut task = NewTask::new(title);
-    task.prompt = prompt.cloned();
-    for command in gates {
+    let mut task = NewTask::new(flags.title);
+    for command in flags.gates {
         let mut gate = GateSpec::from_command(command.clone());
-        gate.timeout_secs = gate_timeout;
+        gate.timeout_secs = flags.gate_timeout;
         task.gates.push(gate);
     }
     // Check the cheap things first, so `--gate ''` is reported before a bad workspace.
     task.validate()?;
-    if task.gates.is_empty() {
-        return Err(CliError::Invalid("nothing to do: give at least one --gate CMD".into()).into());
+    match flags.prompt {
+        Some(prompt) => {
+            task.prompt = Some(prompt.clone());
+            task.model = flags.agent.model_spec(config)?;
+            if task.model.is_none() {
+                return Err(CliError::Invalid(
+                    "no model for the agent: pass --model NAME (with --base-url for a server other \
+                     than OpenAI's), or set [model] in the config file"
+                        .into(),
+                )
+                .into());
+            }
+            task.agent = flags.agent.options()?;
+            task.acceptance = flags.agent.acceptance.clone();
+        }
+        None if flags.agent.any() => {
+            return Err(CliError::Invalid(
+                "agent flags (--model, --profile, --ask, ...) need a prompt".into(),
+            )
+            .into());
+        }
+        None if task.gates.is_empty() => {
+            return Err(CliError::Invalid(
+                "nothing to do: give a prompt or at least one --gate CMD".into(),
+            )
+            .into());
+        }
+        None => {}
     }
-    task.workspace = Some(super::workspace_dir(workspace)?);
+    task.workspace = Some(super::workspace_dir(flags.workspace)?);
+    task.validate()?;
     Ok(task)
 }
 
@@ -147,11 +183,15 @@ pub async fn run(global: &GlobalArgs, command: TaskCommand) -> anyhow::Result<Ex
 
 async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCode> {
     let mut task = build_task(
-        &args.title,
-        &args.gates,
-        args.gate_timeout,
-        args.workspace.as_ref(),
-        args.prompt.as_ref(),
+        &TaskFlags {
+            title: &args.title,
+            gates: &args.gates,
+            gate_timeout: args.gate_timeout,
+            workspace: args.workspace.as_ref(),
+            prompt: args.prompt.as_ref(),
+            agent: &args.agent,
+        },
+        &global.config()?,
     )?;
     task.priority = args.priority;
     task.queue = args.queue;
@@ -223,71 +263,9 @@ async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `task read` has grown sections for agent tasks; they live in task_read.rs.
 async fn read(global: &GlobalArgs, args: IdArgs) -> anyhow::Result<ExitCode> {
-    let id = parse_id(&args.id)?;
-    let store = global.open_store().await?;
-    let task = store.get_task(id).await?;
-    let view = TaskView::full(&store, &task).await?;
-    if args.json {
-        output::json(&view)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!("task {}  {}", view.id, view.title);
-    println!(
-        "state      {}{}",
-        view.state,
-        if view.cancel_requested {
-            " (cancel requested)"
-        } else {
-            ""
-        }
-    );
-    println!("attempt    {} of {}", view.attempt, view.max_attempts);
-    println!("queue      {} (priority {})", view.queue, view.priority);
-    if let Some(ws) = &view.workspace {
-        println!("workspace  {ws}");
-    }
-    println!("created    {}", view.created_at);
-    if let Some(t) = &view.finished_at {
-        println!("finished   {t}");
-    }
-    if let Some(owner) = &view.lease_owner {
-        println!(
-            "lease      {owner} until {}",
-            view.lease_expires_at.as_deref().unwrap_or("?")
-        );
-    }
-    if let Some(error) = &view.last_error {
-        println!("error      {error}");
-    }
-    if !view.gates.is_empty() {
-        println!();
-        let rows: Vec<Vec<String>> = view
-            .gates
-            .iter()
-            .map(|g| {
-                vec![
-                    g.name.clone(),
-                    g.verdict.clone().unwrap_or_else(|| "-".into()),
-                    g.exit_code
-                        .map(|c| c.to_string())
-                        .unwrap_or_else(|| "-".into()),
-                    g.duration_ms
-                        .map(output::duration)
-                        .unwrap_or_else(|| "-".into()),
-                    g.log_artifact
-                        .map(|a| a.to_string())
-                        .unwrap_or_else(|| "-".into()),
-                    g.summary.clone().unwrap_or_default(),
-                ]
-            })
-            .collect();
-        output::table(
-            &["GATE", "VERDICT", "EXIT", "TIME", "LOG", "SUMMARY"],
-            &rows,
-        )?;
-    }
-    Ok(ExitCode::SUCCESS)
+    super::task_read::read(global, args).await
 }
 
 /// Prints events after `after`, returning the last number printed.

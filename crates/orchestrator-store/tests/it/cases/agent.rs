@@ -212,7 +212,13 @@ pub async fn approval_pauses_and_a_decision_resumes(db: &TestStore) {
     let task = store.get_task(id).await.unwrap();
     assert_eq!(task.state, TaskState::Waiting);
     assert_eq!(task.attempt, 0, "waiting does not spend the attempt");
-    assert!(store.claim("w", &queues(), 1, LEASE).await.unwrap().is_empty());
+    assert!(
+        store
+            .claim("w", &queues(), 1, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     let pending = store
         .list_approvals(&ApprovalFilter {
@@ -243,10 +249,7 @@ pub async fn approval_pauses_and_a_decision_resumes(db: &TestStore) {
             .await,
         Err(Error::ApprovalDecided { .. })
     ));
-    assert_eq!(
-        store.get_task(id).await.unwrap().state,
-        TaskState::Queued
-    );
+    assert_eq!(store.get_task(id).await.unwrap().state, TaskState::Queued);
     let (again, _) = claim_one(&store).await;
     assert_eq!(again.id, id);
     assert_eq!(again.attempt, 1);
@@ -324,10 +327,7 @@ pub async fn approvals_expire_and_close_with_their_task(db: &TestStore) {
     // A waiting task that is canceled closes its pending approvals.
     let other = store.create_task(&agent_task("cancel")).await.unwrap();
     let mut claimed = store.claim("w", &queues(), 2, LEASE).await.unwrap();
-    let (_, lease) = claimed
-        .drain(..)
-        .find(|(t, _)| t.id == other)
-        .unwrap();
+    let (_, lease) = claimed.drain(..).find(|(t, _)| t.id == other).unwrap();
     let pending = store
         .request_approval(&lease, &ask("c9", now_millis() + 60_000))
         .await
@@ -440,10 +440,7 @@ pub async fn canceling_a_parent_cancels_its_children(db: &TestStore) {
         .map(|t| t.id)
         .collect();
     assert_eq!(children, [child, done]);
-    assert_eq!(
-        store.get_task(child).await.unwrap().parent_id,
-        Some(parent)
-    );
+    assert_eq!(store.get_task(child).await.unwrap().parent_id, Some(parent));
     store.cancel_task(parent).await.unwrap();
     // Running tasks are asked to stop; their workers end them canceled.
     for id in [parent, child, grandchild] {

@@ -1,0 +1,206 @@
+//! One tool call of a reply: recorded before it runs, dispatched through the registry with its
+//! guarantees and this call's approver and sink, recorded with its result after.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use orchestrator_store::{DEFAULT_ARTIFACT_CAP, ToolCallEnd, ToolCallRecord, call_status};
+use orchestrator_tools::{Content, Registry, ToolContext, ToolResult};
+use orchestrator_types::{Captured, ChatMessage, ToolCallRequest};
+use serde_json::json;
+
+use super::session::{CallApprover, CallSink, Pause, Session};
+use super::{Halt, millis_since};
+use crate::runner::{RunContext, Stop};
+
+/// Longest summary of a call kept on its row and event.
+const SUMMARY_CHARS: usize = 200;
+
+pub(crate) enum CallEnd {
+    /// The call has its result message.
+    Answered(ChatMessage),
+    /// The call waits on a person.
+    Paused,
+    /// The attempt was stopped while the call ran; its row stays `started`.
+    Stopped,
+}
+
+/// The message a model reads for a call that a dead worker left unfinished.
+fn interrupted_message(name: &str, attempt: i64) -> String {
+    format!(
+        "Tool call interrupted: the worker running {name} stopped before it finished (in attempt \
+         {attempt}), so its result is unknown and its effects may be partial. Check the current \
+         state (for example with read_file, git_status or git_diff) before you run it again."
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn run_call(
+    ctx: &RunContext,
+    session: &Arc<Session>,
+    registry: &Registry,
+    tool_ctx: &ToolContext,
+    stop: &Stop,
+    turn: i64,
+    position: i64,
+    call: &ToolCallRequest,
+    record: Option<&ToolCallRecord>,
+) -> Result<CallEnd, Halt> {
+    let store = &ctx.store;
+    let lease = &session.lease;
+    let attempt = session.attempt();
+    if let Some(record) = record
+        && record.status == call_status::STARTED
+    {
+        let text = interrupted_message(&call.name, record.attempt);
+        let message = ChatMessage::tool(&call.id, &text);
+        store
+            .tool_call_finished(
+                lease,
+                attempt,
+                &ToolCallEnd {
+                    call_id: call.id.clone(),
+                    turn,
+                    status: call_status::INTERRUPTED,
+                    summary: "interrupted: the worker stopped while it ran".into(),
+                    artifact_id: None,
+                    duration_ms: 0,
+                    message: message.clone(),
+                    event: json!({
+                        "turn": turn,
+                        "call_id": call.id,
+                        "name": call.name,
+                        "status": call_status::INTERRUPTED,
+                        "started_in_attempt": record.attempt,
+                    }),
+                },
+            )
+            .await?;
+        return Ok(CallEnd::Answered(message));
+    }
+
+    store
+        .tool_call_started(
+            lease,
+            attempt,
+            turn,
+            position,
+            &call.id,
+            &call.name,
+            &call.arguments,
+        )
+        .await?;
+    let call_ctx = tool_ctx
+        .for_call(&call.id)
+        .with_approver(Arc::new(CallApprover {
+            session: session.clone(),
+            call_id: call.id.clone(),
+        }))
+        .with_sink(Arc::new(CallSink {
+            session: session.clone(),
+            call_id: call.id.clone(),
+        }));
+    let started = Instant::now();
+    let outcome = tokio::select! {
+        outcome = registry.call(&call.name, &call.arguments, &call_ctx) => outcome,
+        () = stop.token().cancelled() => return Ok(CallEnd::Stopped),
+    };
+    let duration_ms = millis_since(started);
+    if let Some(Pause::Waiting { call_id, .. }) = session.pause()
+        && call_id == call.id
+    {
+        store.tool_call_waiting(lease, &call.id).await?;
+        return Ok(CallEnd::Paused);
+    }
+    let result = match outcome {
+        Ok(result) => result,
+        Err(e) => ToolResult::error(format!("{} failed inside the orchestrator: {e}", call.name)),
+    };
+    let text = model_text(&result);
+    let summary = summarize(&text);
+    let artifact_id = match session.take_spill(&call.id) {
+        Some(full) => Some(
+            store
+                .put_artifact(
+                    Some(session.task_id()),
+                    "tool_output",
+                    "text/plain",
+                    &format!("{}: {summary}", call.name),
+                    &Captured::from_bytes(full.as_bytes(), DEFAULT_ARTIFACT_CAP),
+                )
+                .await?,
+        ),
+        None => None,
+    };
+    let status = if result.is_error {
+        call_status::FAILED
+    } else {
+        call_status::SUCCEEDED
+    };
+    let message = ChatMessage::tool(&call.id, &text);
+    store
+        .tool_call_finished(
+            lease,
+            attempt,
+            &ToolCallEnd {
+                call_id: call.id.clone(),
+                turn,
+                status,
+                summary: summary.clone(),
+                artifact_id,
+                duration_ms,
+                message: message.clone(),
+                event: json!({
+                    "turn": turn,
+                    "call_id": call.id,
+                    "name": call.name,
+                    "status": status,
+                    "duration_ms": duration_ms,
+                    "summary": summary,
+                    "artifact": artifact_id,
+                }),
+            },
+        )
+        .await?;
+    Ok(CallEnd::Answered(message))
+}
+
+/// The text a model reads: the text blocks, with images named (Chat Completions tool messages
+/// carry text only).
+fn model_text(result: &ToolResult) -> String {
+    let mut out = String::new();
+    for block in &result.content {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        match block {
+            Content::Text { text } => out.push_str(text),
+            Content::Image { media_type, .. } => out.push_str(&format!(
+                "[an image ({media_type}) was returned and is not shown]"
+            )),
+        }
+    }
+    if out.is_empty() {
+        out.push_str(if result.is_error {
+            "(failed without a message)"
+        } else {
+            "(no output)"
+        });
+    }
+    out
+}
+
+fn summarize(text: &str) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    if line.chars().count() <= SUMMARY_CHARS {
+        line.to_owned()
+    } else {
+        let mut s: String = line.chars().take(SUMMARY_CHARS - 1).collect();
+        s.push('…');
+        s
+    }
+}

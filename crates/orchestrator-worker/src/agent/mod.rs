@@ -1,0 +1,518 @@
+//! The agent loop: turns of a model conversation, each saved whole, with the tool calls it asks for
+//! run through the registry, until the model answers without calling a tool or a budget runs out.
+//!
+//! Durability, step by step:
+//! - the first attempt saves the system prompt and the user's prompt as messages 1 and 2;
+//! - each model reply is saved as soon as it is complete, before any of its tool calls runs, so a
+//!   restart never asks the model for the same turn twice;
+//! - each tool call gets a `started` row before it runs and its result message with its end, in one
+//!   transaction; a restart that finds a `started` row without a result tells the model the call was
+//!   interrupted instead of running it again behind its back;
+//! - a call that needs a person's answer pauses the attempt (`Wait`); the resumed attempt runs the
+//!   remaining calls of that reply, then asks the model for the next turn.
+//!
+//! Streamed pieces of a reply go to the live channel only; the store sees whole messages.
+
+mod calls;
+mod policy;
+mod prompt;
+mod session;
+pub mod tools;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use orchestrator_store::{Lease, NewMessage, SavedMessage, Task};
+use orchestrator_tools::{Profile, Registry};
+use orchestrator_types::{ChatMessage, EventKind, ModelSpec, Role, Usage, now_millis};
+use serde_json::json;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::model::{ClientConfig, Delta, ModelClient, ModelError, ToolDefinition};
+use crate::runner::{RunContext, Stop};
+pub use policy::{automation_default_policy, effective_policy};
+pub(crate) use session::Session;
+
+/// Longest text of a message kept in its event (the message itself is saved whole).
+const EVENT_TEXT_CHARS: usize = 2000;
+
+/// A piece of live output of a task, for whoever follows it in this process.
+#[derive(Debug, Clone)]
+pub struct LiveDelta {
+    pub task: orchestrator_types::TaskId,
+    pub delta: Delta,
+}
+
+/// What the agent needs from its worker besides the task.
+#[derive(Debug, Clone, Default)]
+pub struct AgentConfig {
+    /// The model of tasks that name none.
+    pub default_model: Option<ModelSpec>,
+    pub client: ClientConfig,
+    /// Streamed pieces of replies, for `orchestrator run` and anyone else in this process.
+    pub live: Option<broadcast::Sender<LiveDelta>>,
+}
+
+/// How the agent part of an attempt ended.
+#[derive(Debug)]
+pub enum AgentEnd {
+    /// The model answered without calling a tool: the gates decide now.
+    Finished,
+    /// A call waits on a person.
+    Wait { reason: String, approval: i64 },
+    /// The agent cannot go on, and trying again will not help (budget spent, bad key, unknown model).
+    Failed(String),
+    /// The agent could not go on for a reason that may pass (model server down, stream cut).
+    Retryable(String),
+    /// The attempt was stopped (cancel, shutdown, lost lease); the runner knows why.
+    Stopped,
+    /// The lease is gone: nothing more may be written.
+    LeaseLost,
+}
+
+/// Runs the agent part of an attempt.
+pub async fn run_agent(
+    ctx: &RunContext,
+    task: &Task,
+    lease: &Lease,
+    stop: &Stop,
+) -> crate::Result<AgentEnd> {
+    let Some(prompt) = task.prompt.clone() else {
+        return Ok(AgentEnd::Finished);
+    };
+    let Some(workspace) = task.workspace.clone() else {
+        return Ok(AgentEnd::Failed("an agent task needs a workspace".into()));
+    };
+    let Some(spec) = task
+        .model
+        .clone()
+        .or_else(|| ctx.agent.default_model.clone())
+    else {
+        return Ok(AgentEnd::Failed(
+            "no model is configured: give the task --model and --base-url, or set [model] in the \
+             config file"
+                .into(),
+        ));
+    };
+    let client = match ModelClient::new(&spec, ctx.agent.client.clone()) {
+        Ok(client) => client,
+        Err(e) => return Ok(AgentEnd::Failed(e.to_string())),
+    };
+    let profile: Profile = match task.agent.profile.parse() {
+        Ok(p) => p,
+        Err(e) => return Ok(AgentEnd::Failed(e)),
+    };
+    let policy = match effective_policy(task) {
+        Ok(p) => p,
+        Err(e) => return Ok(AgentEnd::Failed(e)),
+    };
+    let session = Arc::new(Session::new(
+        ctx.store.clone(),
+        task.clone(),
+        lease.clone(),
+        ctx.worker_id.clone(),
+        policy.clone(),
+        policy::rank(profile),
+        stop.token().clone(),
+    ));
+    let mut registry = Registry::new(profile);
+    if let Err(e) = tools::register(&mut registry, &session, ctx) {
+        return Err(crate::Error::Config(format!("tool registration: {e}")));
+    }
+    let tool_ctx = match orchestrator_tools::ToolContext::new(&workspace, std::env::temp_dir()) {
+        Ok(c) => c.with_policy(policy),
+        Err(e) => {
+            return Ok(AgentEnd::Failed(format!(
+                "the workspace {workspace} cannot be used: {e}"
+            )));
+        }
+    };
+    let definitions: Vec<ToolDefinition> = registry
+        .list()
+        .into_iter()
+        .map(|t| ToolDefinition::new(t.name, t.description, t.input_schema))
+        .collect();
+    let mut agent = Agent {
+        ctx,
+        task,
+        lease,
+        stop,
+        session,
+        registry,
+        tool_ctx,
+        client,
+        definitions,
+    };
+    let end = agent.run(&prompt, &workspace).await;
+    agent.tool_ctx.shutdown().await;
+    agent.session.stop_jobs();
+    end
+}
+
+struct Agent<'a> {
+    ctx: &'a RunContext,
+    task: &'a Task,
+    lease: &'a Lease,
+    stop: &'a Stop,
+    session: Arc<Session>,
+    registry: Registry,
+    tool_ctx: orchestrator_tools::ToolContext,
+    client: ModelClient,
+    definitions: Vec<ToolDefinition>,
+}
+
+/// What a store write's failure means for the loop.
+enum Halt {
+    End(AgentEnd),
+    Store(orchestrator_store::Error),
+}
+
+impl From<orchestrator_store::Error> for Halt {
+    fn from(e: orchestrator_store::Error) -> Self {
+        match e {
+            orchestrator_store::Error::StaleLease { .. } => Halt::End(AgentEnd::LeaseLost),
+            other => Halt::Store(other),
+        }
+    }
+}
+
+impl Agent<'_> {
+    async fn run(&mut self, prompt: &str, workspace: &str) -> crate::Result<AgentEnd> {
+        match self.turns(prompt, workspace).await {
+            Ok(end) | Err(Halt::End(end)) => Ok(end),
+            Err(Halt::Store(e)) => Err(crate::Error::Store(e)),
+        }
+    }
+
+    async fn turns(&mut self, prompt: &str, workspace: &str) -> Result<AgentEnd, Halt> {
+        let mut saved = self.ctx.store.messages(self.task.id).await?;
+        if saved.is_empty() {
+            let system = prompt::system_prompt(self.task, workspace, &self.registry);
+            let user = prompt::user_prompt(self.task, prompt);
+            self.ctx
+                .store
+                .append_messages(
+                    self.lease,
+                    self.task.attempt,
+                    &[
+                        NewMessage {
+                            turn: 0,
+                            message: ChatMessage::system(system),
+                            usage: None,
+                            model_ms: None,
+                        },
+                        NewMessage {
+                            turn: 0,
+                            message: ChatMessage::user(user),
+                            usage: None,
+                            model_ms: None,
+                        },
+                    ],
+                    (
+                        EventKind::Message,
+                        json!({"turn": 0, "role": "user", "text": clip(prompt)}),
+                    ),
+                )
+                .await?;
+            saved = self.ctx.store.messages(self.task.id).await?;
+        }
+        let started_at = saved
+            .first()
+            .map(|m| m.created_at)
+            .unwrap_or_else(now_millis);
+        let mut usage = Usage::default();
+        for m in &saved {
+            if let Some(u) = m.usage {
+                usage.add(u);
+            }
+        }
+        let mut turn = saved.iter().map(|m| m.turn).max().unwrap_or(0);
+        let mut conversation: Vec<ChatMessage> = saved.iter().map(|m| m.message.clone()).collect();
+
+        // A reply whose tool calls did not all get results: finish them first.
+        if let Some(pending) = unanswered_calls(&saved) {
+            let (reply_turn, calls) = pending;
+            if let Some(end) = self
+                .run_calls(reply_turn, &calls, &mut conversation, true)
+                .await?
+            {
+                return Ok(end);
+            }
+        }
+
+        let mut input_seen = saved
+            .iter()
+            .filter_map(|m| input_seq(&m.message))
+            .max()
+            .unwrap_or(0);
+        loop {
+            if self.stop.token().is_cancelled() {
+                return Ok(AgentEnd::Stopped);
+            }
+            if self.task.parent_id.is_some() {
+                self.take_input(turn, &mut input_seen, &mut conversation)
+                    .await?;
+            }
+            let limits = &self.task.agent;
+            if turn >= i64::from(limits.max_turns) {
+                return Ok(AgentEnd::Failed(format!(
+                    "the turn budget of {} turns is spent and the model was still calling tools",
+                    limits.max_turns
+                )));
+            }
+            if let Some(max) = limits.max_tokens
+                && usage.total_tokens >= max
+            {
+                return Ok(AgentEnd::Failed(format!(
+                    "the token budget of {max} tokens is spent ({} used)",
+                    usage.total_tokens
+                )));
+            }
+            if let Some(max) = limits.max_seconds
+                && now_millis() - started_at >= (max as i64) * 1000
+            {
+                return Ok(AgentEnd::Failed(format!(
+                    "the time budget of {max} s is spent"
+                )));
+            }
+
+            let reply = match self.ask_model(&conversation).await? {
+                Ok(reply) => reply,
+                Err(end) => return Ok(end),
+            };
+            turn += 1;
+            if let Some(u) = reply.usage {
+                usage.add(u);
+            }
+            let message = reply.message.clone();
+            let event = json!({
+                "turn": turn,
+                "role": "assistant",
+                "text": message.content.as_deref().map(clip),
+                "tool_calls": message.tool_calls.iter().map(|c| json!({"id": c.id, "name": c.name})).collect::<Vec<_>>(),
+                "usage": reply.usage,
+                "model_ms": reply.elapsed.as_millis() as i64,
+                "finish_reason": reply.finish_reason,
+            });
+            self.ctx
+                .store
+                .append_messages(
+                    self.lease,
+                    self.task.attempt,
+                    &[NewMessage {
+                        turn,
+                        message: message.clone(),
+                        usage: reply.usage,
+                        model_ms: Some(reply.elapsed.as_millis() as i64),
+                    }],
+                    (EventKind::Message, event),
+                )
+                .await?;
+            conversation.push(message.clone());
+            if message.tool_calls.is_empty() {
+                return Ok(AgentEnd::Finished);
+            }
+            if let Some(end) = self
+                .run_calls(turn, &message.tool_calls, &mut conversation, false)
+                .await?
+            {
+                return Ok(end);
+            }
+        }
+    }
+
+    /// Adds the input a parent sent since `seen` (agent_send_input) as user messages.
+    async fn take_input(
+        &self,
+        turn: i64,
+        seen: &mut i64,
+        conversation: &mut Vec<ChatMessage>,
+    ) -> Result<(), Halt> {
+        let events = self.ctx.store.events(self.task.id, *seen, 1000).await?;
+        for event in events {
+            *seen = (*seen).max(event.seq);
+            if event.kind != EventKind::Input.as_str() {
+                continue;
+            }
+            let text = event.data["text"].as_str().unwrap_or_default();
+            let message = ChatMessage::user(format!("{INPUT_PREFIX}{}):\n{text}", event.seq));
+            self.ctx
+                .store
+                .append_messages(
+                    self.lease,
+                    self.task.attempt,
+                    &[NewMessage {
+                        turn,
+                        message: message.clone(),
+                        usage: None,
+                        model_ms: None,
+                    }],
+                    (
+                        EventKind::Message,
+                        json!({"turn": turn, "role": "user", "text": clip(text), "input": event.seq}),
+                    ),
+                )
+                .await?;
+            conversation.push(message);
+        }
+        Ok(())
+    }
+
+    /// One model call, with its pieces sent live and its retries recorded as events.
+    async fn ask_model(
+        &self,
+        conversation: &[ChatMessage],
+    ) -> Result<Result<crate::model::ModelReply, AgentEnd>, Halt> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Delta>();
+        let live = self.ctx.agent.live.clone();
+        let store = self.ctx.store.clone();
+        let lease = self.lease.clone();
+        let task = self.task.id;
+        let forward = tokio::spawn(async move {
+            while let Some(delta) = rx.recv().await {
+                if let Delta::Retrying { attempt, error } = &delta {
+                    let _ = store
+                        .append_event(
+                            &lease,
+                            EventKind::ModelRetry,
+                            json!({"attempt": attempt, "error": error}),
+                        )
+                        .await;
+                }
+                if let Some(live) = &live {
+                    let _ = live.send(LiveDelta { task, delta });
+                }
+            }
+        });
+        let outcome = tokio::select! {
+            reply = self.client.complete(conversation, &self.definitions, Some(&tx)) => Some(reply),
+            () = self.stop.token().cancelled() => None,
+        };
+        drop(tx);
+        let _ = forward.await;
+        let Some(outcome) = outcome else {
+            return Ok(Err(AgentEnd::Stopped));
+        };
+        Ok(match outcome {
+            Ok(reply) => Ok(reply),
+            Err(e) => Err(model_failure(&e)),
+        })
+    }
+
+    /// Runs the calls of one reply, in the registry's order: runs of read-only calls together,
+    /// each mutating call alone. Returns an end when the attempt must stop here.
+    async fn run_calls(
+        &mut self,
+        turn: i64,
+        calls: &[orchestrator_types::ToolCallRequest],
+        conversation: &mut Vec<ChatMessage>,
+        resuming: bool,
+    ) -> Result<Option<AgentEnd>, Halt> {
+        let records = if resuming {
+            self.ctx.store.tool_calls(self.task.id).await?
+        } else {
+            Vec::new()
+        };
+        let mut i = 0;
+        while i < calls.len() {
+            let mut j = i + 1;
+            if self.registry.is_read_only(&calls[i].name) {
+                while j < calls.len() && self.registry.is_read_only(&calls[j].name) {
+                    j += 1;
+                }
+            }
+            let group = (i..j).map(|position| {
+                let call = &calls[position];
+                let record = records.iter().find(|r| r.call_id == call.id);
+                calls::run_call(
+                    self.ctx,
+                    &self.session,
+                    &self.registry,
+                    &self.tool_ctx,
+                    self.stop,
+                    turn,
+                    position as i64,
+                    call,
+                    record,
+                )
+            });
+            let results = futures_util::future::join_all(group).await;
+            for result in results {
+                match result? {
+                    calls::CallEnd::Answered(message) => conversation.push(message),
+                    calls::CallEnd::Paused => {}
+                    calls::CallEnd::Stopped => return Ok(Some(AgentEnd::Stopped)),
+                }
+            }
+            if let Some(pause) = self.session.pause() {
+                return Ok(Some(match pause {
+                    session::Pause::Waiting { call_id, approval } => AgentEnd::Wait {
+                        reason: format!("tool call {call_id} waits for approval {approval}"),
+                        approval,
+                    },
+                    session::Pause::Broken(message) => AgentEnd::Retryable(message),
+                }));
+            }
+            i = j;
+        }
+        Ok(None)
+    }
+}
+
+/// The last assistant reply's calls that have no result message yet, with the reply's turn.
+fn unanswered_calls(
+    saved: &[SavedMessage],
+) -> Option<(i64, Vec<orchestrator_types::ToolCallRequest>)> {
+    let at = saved
+        .iter()
+        .rposition(|m| m.message.role == Role::Assistant)?;
+    let reply = &saved[at];
+    let answered: Vec<&str> = saved[at + 1..]
+        .iter()
+        .filter_map(|m| m.message.tool_call_id.as_deref())
+        .collect();
+    let pending: Vec<_> = reply
+        .message
+        .tool_calls
+        .iter()
+        .filter(|c| !answered.contains(&c.id.as_str()))
+        .cloned()
+        .collect();
+    (!pending.is_empty()).then_some((reply.turn, pending))
+}
+
+/// How a parent's input begins as a user message; the event number follows, so a resumed agent
+/// knows which inputs it already has.
+const INPUT_PREFIX: &str = "Input from the parent task (event ";
+
+fn input_seq(message: &ChatMessage) -> Option<i64> {
+    if message.role != Role::User {
+        return None;
+    }
+    let rest = message.content.as_deref()?.strip_prefix(INPUT_PREFIX)?;
+    rest.split(')').next()?.parse().ok()
+}
+
+/// What a failed model call means for the task.
+fn model_failure(e: &ModelError) -> AgentEnd {
+    let message = format!("model call failed: {e}");
+    if e.is_retryable() {
+        AgentEnd::Retryable(message)
+    } else {
+        AgentEnd::Failed(message)
+    }
+}
+
+fn clip(text: &str) -> String {
+    if text.chars().count() <= EVENT_TEXT_CHARS {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(EVENT_TEXT_CHARS).collect();
+    out.push('…');
+    out
+}
+
+/// How long a tool call took, in milliseconds.
+pub(crate) fn millis_since(start: Instant) -> i64 {
+    Duration::as_millis(&start.elapsed()) as i64
+}

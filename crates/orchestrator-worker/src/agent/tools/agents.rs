@@ -1,0 +1,518 @@
+//! Tasks and sub-agents: task_create, task_list, task_read, task_cancel, and agent_spawn,
+//! agent_result, agent_wait, agent_send_input, agent_cancel, agent_list.
+//!
+//! Every task an agent creates is its child (`parent_id`), so it is listed, capped and canceled with
+//! it. A child never gets more than its parent: the same workspace, the parent's effective policy,
+//! and a profile no broader than the parent's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use orchestrator_store::{Task, TaskFilter};
+use orchestrator_tools::{ApprovalClass, ToolFailure, ToolResult, ToolSpec, refuse};
+use orchestrator_types::{ChatMessage, MAX_DEPTH, NewTask, Role, TaskId, TaskState};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Def, Session, schema, spec, store_failure, text};
+use crate::agent::policy::profile_name;
+
+/// Longest agent_wait.
+const MAX_WAIT_SECS: u64 = 1800;
+const DEFAULT_WAIT_SECS: u64 = 300;
+/// How often agent_wait looks at its children.
+const WAIT_POLL: Duration = Duration::from_millis(250);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpawnArgs {
+    prompt: String,
+    title: Option<String>,
+    profile: Option<String>,
+    #[serde(default)]
+    gates: Vec<String>,
+    #[serde(default)]
+    acceptance: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateArgs {
+    title: String,
+    prompt: Option<String>,
+    #[serde(default)]
+    gates: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IdArgs {
+    id: i64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    state: Option<String>,
+    limit: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WaitArgs {
+    #[serde(default)]
+    ids: Vec<i64>,
+    timeout_secs: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputArgs {
+    id: i64,
+    text: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+/// How deep `task` is: 0 for a task without a parent.
+async fn depth(session: &Session) -> Result<u32, ToolFailure> {
+    let mut depth = 0;
+    let mut parent = session.task.parent_id;
+    while let Some(id) = parent {
+        depth += 1;
+        if depth > MAX_DEPTH + 1 {
+            break;
+        }
+        parent = session
+            .store
+            .get_task(id)
+            .await
+            .map_err(store_failure)?
+            .parent_id;
+    }
+    Ok(depth)
+}
+
+/// A child of this task, or a refusal that says so.
+async fn own_child(session: &Session, id: i64) -> Result<Task, ToolFailure> {
+    let task = match session.store.get_task(TaskId(id)).await {
+        Ok(task) => task,
+        Err(orchestrator_store::Error::TaskNotFound(_)) => {
+            return Err(refuse(format!(
+                "task {id} does not exist; agent_list shows your children"
+            )));
+        }
+        Err(e) => return Err(store_failure(e)),
+    };
+    if task.parent_id != Some(session.task_id()) {
+        return Err(refuse(format!(
+            "task {id} is not a child of this task; you may only manage the tasks you created (agent_list)"
+        )));
+    }
+    Ok(task)
+}
+
+/// A new child task on the parent's terms.
+async fn create_child(
+    session: &Session,
+    mut child: NewTask,
+    profile: Option<String>,
+) -> Result<TaskId, ToolFailure> {
+    let parent = &session.task;
+    let depth = depth(session).await?;
+    if depth + 1 > MAX_DEPTH {
+        return Err(refuse(format!(
+            "sub-agents nest at most {MAX_DEPTH} deep and this task is at depth {depth}; do the work yourself"
+        )));
+    }
+    let children = session
+        .store
+        .children(parent.id)
+        .await
+        .map_err(store_failure)?;
+    let active = children.iter().filter(|t| !t.state.is_terminal()).count() as u32;
+    if active >= parent.agent.max_children {
+        return Err(refuse(format!(
+            "this task already has {active} unfinished children, its limit; wait for one with agent_wait or cancel one"
+        )));
+    }
+    let rank = match profile.as_deref() {
+        None => session.profile_rank,
+        Some(name) => {
+            let requested: orchestrator_tools::Profile = name.parse().map_err(refuse)?;
+            crate::agent::policy::rank(requested).min(session.profile_rank)
+        }
+    };
+    child.workspace = parent.workspace.clone();
+    child.parent = Some(parent.id);
+    child.queue = parent.queue.clone();
+    child.priority = parent.priority;
+    child.model = parent.model.clone();
+    child.agent.profile = profile_name(rank).to_owned();
+    child.agent.policy = Some(
+        serde_json::to_value(&session.policy)
+            .map_err(|e| refuse(format!("the policy cannot be copied: {e}")))?,
+    );
+    child.agent.approval_timeout_secs = parent.agent.approval_timeout_secs;
+    child.agent.max_children = parent.agent.max_children;
+    child.validate().map_err(|e| refuse(e.to_string()))?;
+    session
+        .store
+        .create_task(&child)
+        .await
+        .map_err(store_failure)
+}
+
+/// The last thing a finished agent said.
+async fn final_answer(session: &Session, id: TaskId) -> Result<Option<String>, ToolFailure> {
+    let messages = session.store.messages(id).await.map_err(store_failure)?;
+    Ok(messages
+        .iter()
+        .rev()
+        .map(|m| &m.message)
+        .find(|m: &&ChatMessage| m.role == Role::Assistant && m.tool_calls.is_empty())
+        .and_then(|m| m.content.clone()))
+}
+
+async fn describe(session: &Session, task: &Task) -> Result<serde_json::Value, ToolFailure> {
+    let answer = if task.state.is_terminal() {
+        final_answer(session, task.id).await?
+    } else {
+        None
+    };
+    Ok(json!({
+        "id": task.id.0,
+        "title": task.title,
+        "state": task.state.as_str(),
+        "attempt": task.attempt,
+        "last_error": task.last_error,
+        "final_answer": answer,
+    }))
+}
+
+fn pretty(value: &serde_json::Value) -> Result<ToolResult, ToolFailure> {
+    Ok(ToolResult::text(
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()),
+    ))
+}
+
+pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
+    vec![
+        spec(
+            Def {
+                name: "agent_spawn",
+                description: "Start a sub-agent: a child task that works on `prompt` in this workspace, with at most this task's permissions (profile minimal, coding or full, never broader than yours). Use it for independent pieces of work; it runs in parallel when workers are free. Returns the child's id; read its answer with agent_wait or agent_result. Limits: a few unfinished children at once (10 by default) and 3 levels of nesting.",
+                schema: schema(
+                    json!({
+                        "prompt": {"type": "string", "description": "What the sub-agent must do, self-contained."},
+                        "title": {"type": "string"},
+                        "profile": {"type": "string", "enum": ["minimal", "coding", "full"]},
+                        "gates": {"type": "array", "items": {"type": "string"}, "description": "Commands that must pass for the child to succeed."},
+                        "acceptance": {"type": "array", "items": {"type": "string"}}
+                    }),
+                    &["prompt"],
+                ),
+                read_only: false,
+                approval: ApprovalClass::Read,
+                aliases: &[("task", "prompt"), ("instructions", "prompt")],
+                example: json!({"prompt": "Find every caller of parse_header and list them with file and line.", "profile": "minimal"}),
+            },
+            session,
+            |session, args: SpawnArgs, _ctx| async move {
+                let title = args
+                    .title
+                    .unwrap_or_else(|| args.prompt.chars().take(60).collect());
+                let mut child = NewTask::agent(title, args.prompt);
+                for gate in args.gates {
+                    child = child.with_gate(gate);
+                }
+                child.acceptance = args.acceptance;
+                let id = create_child(&session, child, args.profile).await?;
+                session
+                    .store
+                    .append_event(
+                        &session.lease,
+                        orchestrator_types::EventKind::ChildSpawned,
+                        json!({"child": id.0}),
+                    )
+                    .await
+                    .map_err(store_failure)?;
+                text(format!(
+                    "Spawned sub-agent task {id}. Use agent_wait {{\"ids\": [{id}]}} to wait for its answer."
+                ))
+            },
+        ),
+        spec(
+            Def {
+                name: "agent_result",
+                description: "The state of a child task and, once it finished, its final answer and error.",
+                schema: schema(json!({"id": {"type": "integer"}}), &["id"]),
+                read_only: true,
+                approval: ApprovalClass::Read,
+                aliases: &[("task_id", "id"), ("agent_id", "id")],
+                example: json!({"id": 42}),
+            },
+            session,
+            |session, args: IdArgs, _ctx| async move {
+                let task = own_child(&session, args.id).await?;
+                pretty(&describe(&session, &task).await?)
+            },
+        ),
+        spec(
+            Def {
+                name: "agent_wait",
+                description: "Wait until the given children (all unfinished children when `ids` is empty) have finished, or until the timeout (default 300 s, at most 1800 s); returns each one's state and final answer. While you wait you hold a worker; prefer doing other work first.",
+                schema: schema(
+                    json!({"ids": {"type": "array", "items": {"type": "integer"}}, "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_WAIT_SECS}}),
+                    &[],
+                ),
+                read_only: true,
+                approval: ApprovalClass::Read,
+                aliases: &[("timeout", "timeout_secs")],
+                example: json!({"ids": [42, 43], "timeout_secs": 600}),
+            },
+            session,
+            |session, args: WaitArgs, _ctx| async move {
+                let ids: Vec<i64> = if args.ids.is_empty() {
+                    session
+                        .store
+                        .children(session.task_id())
+                        .await
+                        .map_err(store_failure)?
+                        .iter()
+                        .filter(|t| !t.state.is_terminal())
+                        .map(|t| t.id.0)
+                        .collect()
+                } else {
+                    args.ids
+                };
+                for id in &ids {
+                    own_child(&session, *id).await?;
+                }
+                let limit = Duration::from_secs(
+                    args.timeout_secs
+                        .unwrap_or(DEFAULT_WAIT_SECS)
+                        .min(MAX_WAIT_SECS),
+                );
+                let deadline = tokio::time::Instant::now() + limit;
+                loop {
+                    let mut tasks = Vec::with_capacity(ids.len());
+                    for id in &ids {
+                        tasks.push(
+                            session
+                                .store
+                                .get_task(TaskId(*id))
+                                .await
+                                .map_err(store_failure)?,
+                        );
+                    }
+                    let finished = tasks.iter().all(|t| t.state.is_terminal());
+                    if finished || tokio::time::Instant::now() >= deadline {
+                        let mut out = Vec::with_capacity(tasks.len());
+                        for task in &tasks {
+                            out.push(describe(&session, task).await?);
+                        }
+                        return pretty(&json!({"all_finished": finished, "tasks": out}));
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(WAIT_POLL) => {}
+                        () = session.stop.cancelled() => return Err(refuse("the task is stopping")),
+                    }
+                }
+            },
+        ),
+        spec(
+            Def {
+                name: "agent_send_input",
+                description: "Send more instructions to an unfinished child; its agent reads them before its next turn.",
+                schema: schema(
+                    json!({"id": {"type": "integer"}, "text": {"type": "string"}}),
+                    &["id", "text"],
+                ),
+                read_only: false,
+                approval: ApprovalClass::Read,
+                aliases: &[("message", "text"), ("input", "text")],
+                example: json!({"id": 42, "text": "Also check the tests directory."}),
+            },
+            session,
+            |session, args: InputArgs, _ctx| async move {
+                let task = own_child(&session, args.id).await?;
+                if args.text.trim().is_empty() {
+                    return Err(refuse("the input is empty"));
+                }
+                if task.state.is_terminal() {
+                    return Err(refuse(format!(
+                        "task {} already {}; spawn a new sub-agent instead",
+                        task.id, task.state
+                    )));
+                }
+                session
+                    .store
+                    .post_input(task.id, &args.text)
+                    .await
+                    .map_err(store_failure)?;
+                text(format!("Sent to task {}.", task.id))
+            },
+        ),
+        spec(
+            Def {
+                name: "agent_cancel",
+                description: "Cancel a child task (and its own children).",
+                schema: schema(json!({"id": {"type": "integer"}}), &["id"]),
+                read_only: false,
+                approval: ApprovalClass::Read,
+                aliases: &[("task_id", "id")],
+                example: json!({"id": 42}),
+            },
+            session,
+            |session, args: IdArgs, _ctx| async move {
+                let task = own_child(&session, args.id).await?;
+                match session.store.cancel_task(task.id).await {
+                    Ok(outcome) => text(format!("Task {}: {outcome:?}.", task.id)),
+                    Err(orchestrator_store::Error::WrongState { state, .. }) => {
+                        Err(refuse(format!("task {} already {state}", task.id)))
+                    }
+                    Err(e) => Err(store_failure(e)),
+                }
+            },
+        ),
+        spec(
+            Def {
+                name: "agent_list",
+                description: "This task's children (sub-agents and created tasks) with their states.",
+                schema: schema(json!({}), &[]),
+                read_only: true,
+                approval: ApprovalClass::Read,
+                aliases: &[],
+                example: json!({}),
+            },
+            session,
+            |session, _args: NoArgs, _ctx| async move {
+                let children = session
+                    .store
+                    .children(session.task_id())
+                    .await
+                    .map_err(store_failure)?;
+                let list: Vec<_> = children
+                    .iter()
+                    .map(|t| json!({"id": t.id.0, "title": t.title, "state": t.state.as_str()}))
+                    .collect();
+                pretty(&json!({"children": list}))
+            },
+        ),
+        spec(
+            Def {
+                name: "task_create",
+                description: "Create a follow-up task (a child of this one) in this workspace: a verification task when given only gates, or an agent task with a prompt. It runs on its own; prefer agent_spawn when you need its answer.",
+                schema: schema(
+                    json!({"title": {"type": "string"}, "prompt": {"type": "string"}, "gates": {"type": "array", "items": {"type": "string"}}}),
+                    &["title"],
+                ),
+                read_only: false,
+                approval: ApprovalClass::Read,
+                aliases: &[("name", "title")],
+                example: json!({"title": "nightly check", "gates": ["cargo test --workspace"]}),
+            },
+            session,
+            |session, args: CreateArgs, _ctx| async move {
+                if args.prompt.is_none() && args.gates.is_empty() {
+                    return Err(refuse("give a prompt, gates or both"));
+                }
+                let mut task = NewTask::new(args.title);
+                task.prompt = args.prompt;
+                for gate in args.gates {
+                    task = task.with_gate(gate);
+                }
+                let id = create_child(&session, task, None).await?;
+                text(format!("Created task {id}."))
+            },
+        ),
+        spec(
+            Def {
+                name: "task_list",
+                description: "Recent tasks of the orchestrator, newest first, optionally of one state (queued, running, waiting, succeeded, failed, canceled).",
+                schema: schema(
+                    json!({"state": {"type": "string", "enum": ["queued", "running", "waiting", "succeeded", "failed", "canceled"]}, "limit": {"type": "integer", "minimum": 1, "maximum": 100}}),
+                    &[],
+                ),
+                read_only: true,
+                approval: ApprovalClass::Read,
+                aliases: &[],
+                example: json!({"state": "failed", "limit": 10}),
+            },
+            session,
+            |session, args: ListArgs, _ctx| async move {
+                let state = match args.state.as_deref() {
+                    Some(s) => Some(s.parse::<TaskState>().map_err(|e| refuse(e.to_string()))?),
+                    None => None,
+                };
+                let tasks = session
+                    .store
+                    .list_tasks(&TaskFilter {
+                        state,
+                        queue: None,
+                        limit: Some(args.limit.unwrap_or(20).min(100)),
+                    })
+                    .await
+                    .map_err(store_failure)?;
+                let list: Vec<_> = tasks
+                    .iter()
+                    .map(|t| json!({"id": t.id.0, "title": t.title, "state": t.state.as_str(), "parent": t.parent_id.map(|p| p.0)}))
+                    .collect();
+                pretty(&json!({"tasks": list}))
+            },
+        ),
+        spec(
+            Def {
+                name: "task_read",
+                description: "One task: state, error, checklist, gates with verdicts, and its final answer when it finished.",
+                schema: schema(json!({"id": {"type": "integer"}}), &["id"]),
+                read_only: true,
+                approval: ApprovalClass::Read,
+                aliases: &[("task_id", "id")],
+                example: json!({"id": 42}),
+            },
+            session,
+            |session, args: IdArgs, _ctx| async move {
+                let id = TaskId(args.id);
+                let task = match session.store.get_task(id).await {
+                    Ok(t) => t,
+                    Err(orchestrator_store::Error::TaskNotFound(_)) => {
+                        return Err(refuse(format!("task {id} does not exist")));
+                    }
+                    Err(e) => return Err(store_failure(e)),
+                };
+                let checklist = session.store.checklist(id).await.map_err(store_failure)?;
+                let gates = session.store.gates(id).await.map_err(store_failure)?;
+                let mut value = describe(&session, &task).await?;
+                value["checklist"] = json!(super::checklist::render(&checklist));
+                value["gates"] = json!(gates.iter().map(|g| json!({"name": g.name, "verdict": g.verdict.to_string(), "summary": g.summary})).collect::<Vec<_>>());
+                pretty(&value)
+            },
+        ),
+        spec(
+            Def {
+                name: "task_cancel",
+                description: "Cancel a task this task created (and its children).",
+                schema: schema(json!({"id": {"type": "integer"}}), &["id"]),
+                read_only: false,
+                approval: ApprovalClass::Read,
+                aliases: &[("task_id", "id")],
+                example: json!({"id": 42}),
+            },
+            session,
+            |session, args: IdArgs, _ctx| async move {
+                let task = own_child(&session, args.id).await?;
+                match session.store.cancel_task(task.id).await {
+                    Ok(outcome) => text(format!("Task {}: {outcome:?}.", task.id)),
+                    Err(orchestrator_store::Error::WrongState { state, .. }) => {
+                        Err(refuse(format!("task {} already {state}", task.id)))
+                    }
+                    Err(e) => Err(store_failure(e)),
+                }
+            },
+        ),
+    ]
+}

@@ -1,0 +1,399 @@
+//! task_gate_run, task_shell_start, task_shell_wait and ask_user: work whose evidence or answer
+//! lives in the store.
+//!
+//! task_gate_run is the task's own gate machinery (process group, timeout, log artifact, git tree)
+//! recorded on the current task. Shell jobs are rows before their process starts; a job whose row
+//! says `running` but which this attempt does not know was left by a dead worker and reads `stale`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use orchestrator_store::{GateRun, approval_kind, job_status};
+use orchestrator_tools::{ApprovalClass, ToolFailure, ToolResult, ToolSpec, refuse};
+use orchestrator_types::{GateSpec, Verdict};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Def, Session, schema, spec, store_failure, text};
+use crate::agent::session::{Answer, JobHandle};
+use crate::gate;
+use crate::runner::RunContext;
+
+/// Gates an agent runs get this position and up, so they sort after the task's own gates.
+const AD_HOC_POSITION: i64 = 1000;
+const DEFAULT_GATE_TIMEOUT_SECS: u64 = 600;
+const MAX_GATE_TIMEOUT_SECS: u64 = 3600;
+const DEFAULT_JOB_WAIT_SECS: u64 = 60;
+const MAX_JOB_WAIT_SECS: u64 = 600;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GateArgs {
+    command: String,
+    name: Option<String>,
+    cwd: Option<String>,
+    timeout_secs: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobWaitArgs {
+    job_id: i64,
+    timeout_secs: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AskArgs {
+    question: String,
+    options: Option<Vec<String>>,
+}
+
+fn gate_spec(args: GateArgs) -> Result<GateSpec, ToolFailure> {
+    let mut spec = GateSpec::from_command(args.command);
+    if let Some(name) = args.name {
+        spec.name = name;
+    }
+    spec.cwd = args.cwd.filter(|c| !c.is_empty() && c != ".");
+    spec.timeout_secs = args
+        .timeout_secs
+        .unwrap_or(DEFAULT_GATE_TIMEOUT_SECS)
+        .clamp(1, MAX_GATE_TIMEOUT_SECS);
+    spec.validate().map_err(|e| refuse(e.to_string()))?;
+    Ok(spec)
+}
+
+fn workspace(session: &Session) -> Result<PathBuf, ToolFailure> {
+    session
+        .task
+        .workspace
+        .as_ref()
+        .map(PathBuf::from)
+        .ok_or_else(|| refuse("the task has no workspace"))
+}
+
+fn job_status_of(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Passed | Verdict::Failed | Verdict::Error => job_status::EXITED,
+        Verdict::TimedOut => job_status::TIMED_OUT,
+        Verdict::Canceled => job_status::KILLED,
+    }
+}
+
+pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
+    let cap = ctx.log_cap_bytes;
+    vec![
+        spec(
+            Def {
+                name: "task_gate_run",
+                description: "Run a verification command as a gate of this task: its exit code, duration, verdict, test counts, git tree and full log are kept as evidence (the same machinery as the task's own gates). Use it for the checks whose result must be on record; use exec_shell for exploration.",
+                schema: schema(
+                    json!({
+                        "command": {"type": "string"},
+                        "name": {"type": "string"},
+                        "cwd": {"type": "string", "description": "Directory relative to the workspace."},
+                        "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_GATE_TIMEOUT_SECS}
+                    }),
+                    &["command"],
+                ),
+                read_only: false,
+                approval: ApprovalClass::Shell,
+                aliases: &[("cmd", "command"), ("timeout", "timeout_secs")],
+                example: json!({"command": "cargo test -p parser", "name": "parser tests"}),
+            },
+            session,
+            move |session, args: GateArgs, _ctx| async move {
+                let spec = gate_spec(args)?;
+                let dir = workspace(&session)?;
+                let output = gate::run_gate(&spec, &dir, &session.stop, cap).await;
+                let recorded = session
+                    .store
+                    .gates(session.task_id())
+                    .await
+                    .map_err(store_failure)?
+                    .iter()
+                    .filter(|g| g.position >= AD_HOC_POSITION)
+                    .count() as i64;
+                let (gate_id, log) = session
+                    .store
+                    .record_gate(&GateRun {
+                        lease: &session.lease,
+                        attempt: session.attempt(),
+                        position: AD_HOC_POSITION + recorded,
+                        spec: &spec,
+                        evidence: &output.evidence,
+                        log: &output.log,
+                    })
+                    .await
+                    .map_err(store_failure)?;
+                let evidence = &output.evidence;
+                let tail = tail_lines(&String::from_utf8_lossy(&output.log.to_bytes()), 40);
+                let result = ToolResult::text(format!(
+                    "Gate {:?} {} in {} ms (exit {}): {}\nRecorded as gate {gate_id}, log artifact {log}.\n--- last lines ---\n{tail}",
+                    spec.name,
+                    evidence.verdict,
+                    evidence.duration_ms,
+                    evidence
+                        .exit_code
+                        .map_or("none".to_owned(), |c| c.to_string()),
+                    evidence.summary.text,
+                ));
+                Ok(if evidence.verdict == Verdict::Passed {
+                    result
+                } else {
+                    ToolResult {
+                        is_error: true,
+                        ..result
+                    }
+                })
+            },
+        ),
+        spec(
+            Def {
+                name: "task_shell_start",
+                description: "Start a long command in the background as a job of this task (a build, a server, a long test run) and return its job id at once; read its end with task_shell_wait. Jobs are kept in the store: after a restart a job that was running reads as stale, never silently lost. Default timeout 600 s.",
+                schema: schema(
+                    json!({
+                        "command": {"type": "string"},
+                        "cwd": {"type": "string", "description": "Directory relative to the workspace."},
+                        "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_GATE_TIMEOUT_SECS}
+                    }),
+                    &["command"],
+                ),
+                read_only: false,
+                approval: ApprovalClass::Shell,
+                aliases: &[("cmd", "command"), ("timeout", "timeout_secs")],
+                example: json!({"command": "cargo build --release"}),
+            },
+            session,
+            move |session, args: GateArgs, _ctx| async move {
+                let spec = gate_spec(GateArgs { name: None, ..args })?;
+                let dir = workspace(&session)?;
+                let id = session
+                    .store
+                    .shell_job_started(
+                        &session.lease,
+                        &session.worker_id,
+                        &spec.command,
+                        spec.cwd.as_deref().unwrap_or("."),
+                    )
+                    .await
+                    .map_err(store_failure)?;
+                let kill = session.stop.child_token();
+                let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+                session.jobs_insert(
+                    id,
+                    JobHandle {
+                        done: done_rx,
+                        kill: kill.clone(),
+                    },
+                );
+                let store = session.store.clone();
+                let task = session.task_id();
+                tokio::spawn(async move {
+                    let output = gate::run_gate(&spec, &dir, &kill, cap).await;
+                    let evidence = &output.evidence;
+                    let summary = format!(
+                        "{} (exit {}) in {} ms: {}",
+                        evidence.verdict,
+                        evidence
+                            .exit_code
+                            .map_or("none".to_owned(), |c| c.to_string()),
+                        evidence.duration_ms,
+                        evidence.summary.text
+                    );
+                    let _ = store
+                        .shell_job_finished(
+                            id,
+                            task,
+                            job_status_of(evidence.verdict),
+                            evidence.exit_code.map(i64::from),
+                            &summary,
+                            &output.log,
+                        )
+                        .await;
+                    let _ = done_tx.send(true);
+                });
+                text(format!(
+                    "Started job {id}. Wait for it with task_shell_wait {{\"job_id\": {id}}}."
+                ))
+            },
+        ),
+        spec(
+            Def {
+                name: "task_shell_wait",
+                description: "Wait for a job started with task_shell_start to end (default 60 s, at most 600 s) and return its status, exit code and output. A job still running after the wait says so; wait again. A job left running by a worker that stopped reads as stale: its outcome is unknown, so check its effects or start it again.",
+                schema: schema(
+                    json!({"job_id": {"type": "integer"}, "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_JOB_WAIT_SECS}}),
+                    &["job_id"],
+                ),
+                read_only: true,
+                approval: ApprovalClass::Read,
+                aliases: &[("id", "job_id"), ("timeout", "timeout_secs")],
+                example: json!({"job_id": 3, "timeout_secs": 120}),
+            },
+            session,
+            |session, args: JobWaitArgs, _ctx| async move {
+                let Some(job) = session
+                    .store
+                    .shell_job(args.job_id)
+                    .await
+                    .map_err(store_failure)?
+                else {
+                    return Err(refuse(format!("there is no job {}", args.job_id)));
+                };
+                if job.task_id != session.task_id().0 {
+                    return Err(refuse(format!(
+                        "job {} belongs to another task",
+                        args.job_id
+                    )));
+                }
+                let mut job = job;
+                if job.status == job_status::RUNNING {
+                    match session.job_done(args.job_id) {
+                        Some(mut done) => {
+                            let wait = Duration::from_secs(
+                                args.timeout_secs
+                                    .unwrap_or(DEFAULT_JOB_WAIT_SECS)
+                                    .min(MAX_JOB_WAIT_SECS),
+                            );
+                            let _ = tokio::time::timeout(wait, done.wait_for(|d| *d)).await;
+                        }
+                        None => {
+                            session
+                                .store
+                                .shell_job_stale(args.job_id)
+                                .await
+                                .map_err(store_failure)?;
+                        }
+                    }
+                    job = session
+                        .store
+                        .shell_job(args.job_id)
+                        .await
+                        .map_err(store_failure)?
+                        .ok_or_else(|| refuse("the job vanished"))?;
+                }
+                match job.status.as_str() {
+                    job_status::RUNNING => text(format!(
+                        "Job {} is still running ({}).",
+                        job.id, job.command
+                    )),
+                    job_status::STALE => Err(refuse(format!(
+                        "job {} ({}) is stale: the worker that ran it stopped before it ended, so its outcome is unknown; check its effects or start it again",
+                        job.id, job.command
+                    ))),
+                    _ => {
+                        let log = match job.log_artifact_id {
+                            Some(a) => session
+                                .store
+                                .get_artifact(orchestrator_types::ArtifactId(a))
+                                .await
+                                .map(|a| String::from_utf8_lossy(&a.bytes).into_owned())
+                                .unwrap_or_default(),
+                            None => String::new(),
+                        };
+                        let result = ToolResult::text(format!(
+                            "Job {} ({}) {}: {}\n--- output ---\n{log}",
+                            job.id,
+                            job.command,
+                            job.status,
+                            job.summary.clone().unwrap_or_default()
+                        ));
+                        Ok(if job.exit_code == Some(0) {
+                            result
+                        } else {
+                            ToolResult {
+                                is_error: true,
+                                ..result
+                            }
+                        })
+                    }
+                }
+            },
+        ),
+        spec(
+            Def {
+                name: "ask_user",
+                description: "Ask the person responsible for this task a question, with 2 to 4 suggested answers or none for free text. The task pauses until they answer (or the question expires, which counts as no answer); you get the answer as this call's result. Ask only what you cannot find out yourself.",
+                schema: schema(
+                    json!({"question": {"type": "string"}, "options": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 4}}),
+                    &["question"],
+                ),
+                read_only: false,
+                approval: ApprovalClass::Read,
+                aliases: &[("choices", "options"), ("prompt", "question")],
+                example: json!({"question": "Which database should the migration target?", "options": ["sqlite", "postgres"]}),
+            },
+            session,
+            |session, args: AskArgs, ctx| async move {
+                if args.question.trim().is_empty() {
+                    return Err(refuse("the question is empty"));
+                }
+                if let Some(options) = &args.options
+                    && !(2..=4).contains(&options.len())
+                {
+                    return Err(refuse(
+                        "give 2 to 4 options, or none for a free-text answer",
+                    ));
+                }
+                let Some(call_id) = ctx.call_id().map(str::to_owned) else {
+                    return Err(refuse("ask_user works only inside an agent task"));
+                };
+                let arguments = json!({"question": args.question, "options": args.options});
+                match session
+                    .ask(
+                        &call_id,
+                        approval_kind::QUESTION,
+                        "ask_user",
+                        &arguments,
+                        &args.question,
+                        args.options.clone(),
+                    )
+                    .await
+                {
+                    Answer::Answered(answer) => text(format!("The user answered: {answer}")),
+                    Answer::Refused(why) => Err(refuse(format!(
+                        "no answer: {why}. Decide yourself and say in your summary what you assumed"
+                    ))),
+                    Answer::Approved | Answer::Pending => text("waiting for the user's answer"),
+                }
+            },
+        ),
+    ]
+}
+
+fn tail_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl Session {
+    fn jobs_insert(&self, id: i64, handle: JobHandle) {
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, handle);
+    }
+
+    fn job_done(&self, id: i64) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&id)
+            .map(|h| h.done.clone())
+    }
+
+    /// Kills the background jobs of the attempt (it ended).
+    pub(crate) fn stop_jobs(&self) {
+        for handle in self
+            .jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+        {
+            handle.kill.cancel();
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The flags of an agent task, shared by `run`, `task create` and `automation create`: the model,
+//! the tool profile, the policy and the budgets.
+
+use crate::config::Config;
+use crate::exit::CliError;
+use clap::Args;
+use orchestrator_tools::{ApprovalClass, Decision, Policy};
+use orchestrator_types::{AgentOptions, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, ModelSpec};
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct AgentFlags {
+    /// The model agent turns talk to (default: [model] in the config file).
+    #[arg(long, env = "ORCHESTRATOR_MODEL", value_name = "NAME")]
+    pub model: Option<String>,
+    /// The OpenAI-compatible API root, e.g. http://127.0.0.1:8080/v1 (default: the config file's,
+    /// else https://api.openai.com/v1).
+    #[arg(long, env = "ORCHESTRATOR_BASE_URL", value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The environment variable that holds the API key (read by the process that runs the task;
+    /// the key itself is never stored). Default: OPENAI_API_KEY for api.openai.com, else none.
+    #[arg(long, env = "ORCHESTRATOR_API_KEY_ENV", value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// Tool profile: minimal (read and search), coding (plus edit, shell, git), full (plus fetch_url).
+    #[arg(long, value_name = "PROFILE")]
+    pub profile: Option<String>,
+    /// Model turns before the agent is stopped (default 50).
+    #[arg(long, value_name = "N")]
+    pub max_turns: Option<u32>,
+    /// Total tokens before the agent is stopped.
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// Seconds of agent work before it is stopped.
+    #[arg(long, value_name = "SECONDS")]
+    pub max_seconds: Option<u64>,
+    /// An acceptance criterion, given to the agent; repeat for several.
+    #[arg(long = "accept", value_name = "CRITERION")]
+    pub acceptance: Vec<String>,
+    /// Ask a person before calls of this tool or class (shell, write, network); repeat.
+    #[arg(long = "ask", value_name = "TOOL|CLASS")]
+    pub ask: Vec<String>,
+    /// Never allow calls of this tool or class; repeat.
+    #[arg(long = "deny", value_name = "TOOL|CLASS")]
+    pub deny: Vec<String>,
+    /// A whole policy as JSON (default, classes, tools, commands); --ask and --deny apply on top.
+    #[arg(long, value_name = "JSON")]
+    pub policy: Option<String>,
+    /// Seconds an approval or question waits for an answer before it counts as denied.
+    #[arg(long, value_name = "SECONDS")]
+    pub approval_timeout: Option<u64>,
+}
+
+fn class_of(word: &str) -> Option<ApprovalClass> {
+    match word {
+        "read" => Some(ApprovalClass::Read),
+        "write" => Some(ApprovalClass::Write),
+        "shell" => Some(ApprovalClass::Shell),
+        "network" => Some(ApprovalClass::Network),
+        _ => None,
+    }
+}
+
+impl AgentFlags {
+    /// Whether any flag says something about the agent.
+    pub fn any(&self) -> bool {
+        self.model.is_some()
+            || self.base_url.is_some()
+            || self.api_key_env.is_some()
+            || self.profile.is_some()
+            || self.max_turns.is_some()
+            || self.max_tokens.is_some()
+            || self.max_seconds.is_some()
+            || !self.acceptance.is_empty()
+            || !self.ask.is_empty()
+            || !self.deny.is_empty()
+            || self.policy.is_some()
+            || self.approval_timeout.is_some()
+    }
+
+    /// The model: flags and environment first, then the config file. `None` when neither names a
+    /// model (a worker's default model may still apply).
+    pub fn model_spec(&self, config: &Config) -> anyhow::Result<Option<ModelSpec>> {
+        let Some(model) = self.model.clone().or_else(|| config.model.model.clone()) else {
+            if self.base_url.is_some() || self.api_key_env.is_some() {
+                return Err(CliError::Invalid(
+                    "--base-url and --api-key-env need --model NAME".into(),
+                )
+                .into());
+            }
+            return Ok(None);
+        };
+        let base_url = self
+            .base_url
+            .clone()
+            .or_else(|| config.model.base_url.clone())
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        let api_key_env = self
+            .api_key_env
+            .clone()
+            .or_else(|| config.model.api_key_env.clone())
+            .or_else(|| (base_url == DEFAULT_BASE_URL).then(|| DEFAULT_API_KEY_ENV.to_owned()))
+            .filter(|v| !v.is_empty());
+        let spec = ModelSpec {
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            model,
+            api_key_env,
+        };
+        spec.validate()?;
+        Ok(Some(spec))
+    }
+
+    /// The agent options these flags describe.
+    pub fn options(&self) -> anyhow::Result<AgentOptions> {
+        let mut options = AgentOptions::default();
+        if let Some(profile) = &self.profile {
+            options.profile = profile.clone();
+        }
+        if let Some(n) = self.max_turns {
+            options.max_turns = n;
+        }
+        options.max_tokens = self.max_tokens;
+        options.max_seconds = self.max_seconds;
+        if let Some(secs) = self.approval_timeout {
+            options.approval_timeout_secs = secs;
+        }
+        if self.policy.is_some() || !self.ask.is_empty() || !self.deny.is_empty() {
+            let mut policy: Policy = match &self.policy {
+                Some(text) => serde_json::from_str(text)
+                    .map_err(|e| CliError::Invalid(format!("--policy: {e}")))?,
+                None => Policy::allow_all(),
+            };
+            for (words, decision) in [(&self.ask, Decision::Ask), (&self.deny, Decision::Deny)] {
+                for word in words {
+                    match class_of(word) {
+                        Some(class) => {
+                            policy.classes.insert(class, decision);
+                        }
+                        None => {
+                            policy.tools.insert(word.clone(), decision);
+                        }
+                    }
+                }
+            }
+            options.policy = Some(serde_json::to_value(&policy)?);
+        }
+        options.validate()?;
+        Ok(options)
+    }
+}

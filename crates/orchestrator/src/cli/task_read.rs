@@ -1,0 +1,454 @@
+//! `orchestrator task read`: one task with everything the store knows about it. For a gate task
+//! that is its gates and their evidence; an agent task adds its model, acceptance criteria, parent
+//! and children, checklist, turns with their token usage, tool calls, shell jobs and the requests
+//! that wait on a person.
+
+use super::GlobalArgs;
+use super::approval::{self, ApprovalView};
+use super::task::{IdArgs, parse_id};
+use super::views::TaskView;
+use crate::output;
+use orchestrator_store::{
+    Approval, ApprovalFilter, ChecklistItem, SavedMessage, ShellJob, Store, Task, ToolCallRecord,
+    approval_status,
+};
+use orchestrator_types::{Role, format_millis};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+/// Everything `task read` shows, loaded once for both outputs.
+struct Report {
+    task: Task,
+    view: TaskView,
+    checklist: Vec<ChecklistItem>,
+    turns: Vec<TurnView>,
+    tool_calls: Vec<ToolCallRecord>,
+    shell_jobs: Vec<ShellJob>,
+    approvals: Vec<Approval>,
+    children: Vec<Task>,
+}
+
+/// One model call of the agent: what it cost and what it said first.
+#[derive(Debug, Serialize)]
+struct TurnView {
+    turn: i64,
+    attempt: i64,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    model_ms: i64,
+    tool_calls: usize,
+    /// The first line of the assistant's text, if it wrote any.
+    first_line: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct ChecklistView<'a> {
+    position: i64,
+    text: &'a str,
+    status: &'a str,
+    updated_at: String,
+}
+
+#[derive(Debug, Serialize)]
+struct ToolCallView<'a> {
+    call_id: &'a str,
+    turn: i64,
+    position: i64,
+    name: &'a str,
+    /// As the model wrote them (a JSON text, possibly malformed).
+    arguments: &'a str,
+    status: &'a str,
+    summary: Option<&'a str>,
+    artifact_id: Option<i64>,
+    duration_ms: Option<i64>,
+    attempt: i64,
+    started_at: String,
+    finished_at: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct ShellJobView<'a> {
+    id: i64,
+    command: &'a str,
+    cwd: &'a str,
+    status: &'a str,
+    exit_code: Option<i64>,
+    worker_id: &'a str,
+    log_artifact_id: Option<i64>,
+    summary: Option<&'a str>,
+    started_at: String,
+    finished_at: Option<String>,
+}
+
+pub async fn read(global: &GlobalArgs, args: IdArgs) -> anyhow::Result<ExitCode> {
+    let id = parse_id(&args.id)?;
+    let store = global.open_store().await?;
+    let task = store.get_task(id).await?;
+    let report = Report::load(&store, task).await?;
+    if args.json {
+        output::json(&report.json()?)?;
+    } else {
+        report.print()?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+impl Report {
+    async fn load(store: &Store, task: Task) -> anyhow::Result<Report> {
+        let id = task.id;
+        let view = TaskView::full(store, &task).await?;
+        let approvals = store
+            .list_approvals(&ApprovalFilter {
+                status: None,
+                task: Some(id),
+                limit: None,
+            })
+            .await?;
+        Ok(Report {
+            view,
+            checklist: store.checklist(id).await?,
+            turns: turns(&store.messages(id).await?),
+            tool_calls: store.tool_calls(id).await?,
+            shell_jobs: store.shell_jobs(id).await?,
+            approvals,
+            children: store.children(id).await?,
+            task,
+        })
+    }
+
+    /// One object. The task's fields stay at the top level, where `task read --json` printed them
+    /// before agent tasks existed and where scripts read them (`.state`, `.gates[]`); `task` holds
+    /// them again with the agent's settings, without the gates, which have their own key.
+    fn json(&self) -> anyhow::Result<serde_json::Value> {
+        let mut object = serde_json::to_value(&self.view)?;
+        let mut task = object.clone();
+        if let Some(fields) = task.as_object_mut() {
+            fields.remove("gates");
+            fields.remove("gate_runs");
+            fields.insert("parent_id".into(), self.task.parent_id.map(|p| p.0).into());
+            fields.insert("model".into(), serde_json::to_value(&self.task.model)?);
+            fields.insert("agent".into(), serde_json::to_value(&self.task.agent)?);
+            fields.insert("acceptance".into(), self.task.acceptance.clone().into());
+        }
+        let Some(fields) = object.as_object_mut() else {
+            anyhow::bail!("a task view is not a JSON object");
+        };
+        fields.insert("task".into(), task);
+        let checklist: Vec<ChecklistView> = self
+            .checklist
+            .iter()
+            .map(|i| ChecklistView {
+                position: i.position,
+                text: &i.text,
+                status: &i.status,
+                updated_at: format_millis(i.updated_at),
+            })
+            .collect();
+        fields.insert("checklist".into(), serde_json::to_value(checklist)?);
+        fields.insert("turns".into(), serde_json::to_value(&self.turns)?);
+        let calls: Vec<ToolCallView> = self.tool_calls.iter().map(tool_call_view).collect();
+        fields.insert("tool_calls".into(), serde_json::to_value(calls)?);
+        let approvals: Vec<ApprovalView> = self.approvals.iter().map(ApprovalView::new).collect();
+        fields.insert("approvals".into(), serde_json::to_value(approvals)?);
+        let children: Vec<TaskView> = self.children.iter().map(TaskView::summary).collect();
+        fields.insert("children".into(), serde_json::to_value(children)?);
+        let jobs: Vec<ShellJobView> = self.shell_jobs.iter().map(shell_job_view).collect();
+        fields.insert("shell_jobs".into(), serde_json::to_value(jobs)?);
+        Ok(object)
+    }
+
+    fn print(&self) -> anyhow::Result<()> {
+        let (view, task) = (&self.view, &self.task);
+        println!("task {}  {}", view.id, view.title);
+        println!(
+            "state      {}{}",
+            view.state,
+            if view.cancel_requested {
+                " (cancel requested)"
+            } else {
+                ""
+            }
+        );
+        println!("attempt    {} of {}", view.attempt, view.max_attempts);
+        println!("queue      {} (priority {})", view.queue, view.priority);
+        if let Some(ws) = &view.workspace {
+            println!("workspace  {ws}");
+        }
+        if task.prompt.is_some() {
+            let model = match &task.model {
+                Some(m) => format!("{} at {}", m.model, m.base_url),
+                None => "the worker's default".to_owned(),
+            };
+            println!("model      {model}");
+            println!(
+                "profile    {} (at most {} turns)",
+                task.agent.profile, task.agent.max_turns
+            );
+        }
+        if let Some(parent) = task.parent_id {
+            println!("parent     task {parent}");
+        }
+        if !self.children.is_empty() {
+            let children: Vec<String> = self
+                .children
+                .iter()
+                .map(|c| format!("{} ({})", c.id, c.state))
+                .collect();
+            println!("children   {}", children.join(", "));
+        }
+        println!("created    {}", view.created_at);
+        if let Some(t) = &view.finished_at {
+            println!("finished   {t}");
+        }
+        if let Some(owner) = &view.lease_owner {
+            println!(
+                "lease      {owner} until {}",
+                view.lease_expires_at.as_deref().unwrap_or("?")
+            );
+        }
+        if let Some(error) = &view.last_error {
+            println!("error      {error}");
+        }
+        if let Some(prompt) = &task.prompt {
+            println!("prompt     {}", output::clip(&first_line(prompt), 100));
+        }
+        if !task.acceptance.is_empty() {
+            println!("acceptance");
+            for criterion in &task.acceptance {
+                println!("  - {criterion}");
+            }
+        }
+        self.print_checklist();
+        self.print_turns()?;
+        self.print_tool_calls()?;
+        self.print_shell_jobs()?;
+        self.print_gates()?;
+        self.print_pending()?;
+        Ok(())
+    }
+
+    fn print_checklist(&self) {
+        if self.checklist.is_empty() {
+            return;
+        }
+        let done = self.checklist.iter().filter(|i| i.status == "done").count();
+        println!();
+        println!("Checklist {done}/{} done", self.checklist.len());
+        for item in &self.checklist {
+            let mark = match item.status.as_str() {
+                "done" => "[x]",
+                "in_progress" => "[~]",
+                "skipped" => "[-]",
+                _ => "[ ]",
+            };
+            println!("  {mark} {}", item.text);
+        }
+    }
+
+    fn print_turns(&self) -> std::io::Result<()> {
+        if self.turns.is_empty() {
+            return Ok(());
+        }
+        let (tokens_in, tokens_out) = self.turns.iter().fold((0, 0), |(i, o), t| {
+            (i + t.prompt_tokens, o + t.completion_tokens)
+        });
+        println!();
+        println!(
+            "Turns: {} ({tokens_in} tokens in, {tokens_out} out)",
+            self.turns.len()
+        );
+        let rows: Vec<Vec<String>> = self
+            .turns
+            .iter()
+            .map(|t| {
+                vec![
+                    t.turn.to_string(),
+                    t.prompt_tokens.to_string(),
+                    t.completion_tokens.to_string(),
+                    output::duration(t.model_ms),
+                    t.tool_calls.to_string(),
+                    output::clip(t.first_line.as_deref().unwrap_or(""), 70),
+                ]
+            })
+            .collect();
+        output::table(&["TURN", "IN", "OUT", "MODEL", "TOOLS", "TEXT"], &rows)
+    }
+
+    fn print_tool_calls(&self) -> std::io::Result<()> {
+        if self.tool_calls.is_empty() {
+            return Ok(());
+        }
+        println!();
+        println!("Tool calls: {}", self.tool_calls.len());
+        let rows: Vec<Vec<String>> = self
+            .tool_calls
+            .iter()
+            .map(|c| {
+                vec![
+                    c.turn.to_string(),
+                    c.name.clone(),
+                    c.status.clone(),
+                    c.duration_ms.map(output::duration).unwrap_or_else(dash),
+                    c.artifact_id.map(|a| a.to_string()).unwrap_or_else(dash),
+                    output::clip(&first_line(c.summary.as_deref().unwrap_or("")), 70),
+                ]
+            })
+            .collect();
+        output::table(
+            &["TURN", "TOOL", "STATUS", "TIME", "ARTIFACT", "SUMMARY"],
+            &rows,
+        )
+    }
+
+    fn print_shell_jobs(&self) -> std::io::Result<()> {
+        if self.shell_jobs.is_empty() {
+            return Ok(());
+        }
+        println!();
+        println!("Shell jobs: {}", self.shell_jobs.len());
+        let rows: Vec<Vec<String>> = self
+            .shell_jobs
+            .iter()
+            .map(|j| {
+                vec![
+                    j.id.to_string(),
+                    j.status.clone(),
+                    j.exit_code.map(|c| c.to_string()).unwrap_or_else(dash),
+                    j.finished_at
+                        .map(|end| output::duration(end - j.started_at))
+                        .unwrap_or_else(dash),
+                    j.log_artifact_id
+                        .map(|a| a.to_string())
+                        .unwrap_or_else(dash),
+                    output::clip(&first_line(&j.command), 70),
+                ]
+            })
+            .collect();
+        output::table(&["JOB", "STATUS", "EXIT", "TIME", "LOG", "COMMAND"], &rows)
+    }
+
+    fn print_gates(&self) -> std::io::Result<()> {
+        if self.view.gates.is_empty() {
+            return Ok(());
+        }
+        println!();
+        let rows: Vec<Vec<String>> = self
+            .view
+            .gates
+            .iter()
+            .map(|g| {
+                vec![
+                    g.name.clone(),
+                    g.verdict.clone().unwrap_or_else(dash),
+                    g.exit_code.map(|c| c.to_string()).unwrap_or_else(dash),
+                    g.duration_ms.map(output::duration).unwrap_or_else(dash),
+                    g.log_artifact.map(|a| a.to_string()).unwrap_or_else(dash),
+                    g.summary.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        output::table(
+            &["GATE", "VERDICT", "EXIT", "TIME", "LOG", "SUMMARY"],
+            &rows,
+        )
+    }
+
+    fn print_pending(&self) -> std::io::Result<()> {
+        let pending: Vec<Approval> = self
+            .approvals
+            .iter()
+            .filter(|a| a.status == approval_status::PENDING)
+            .cloned()
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        println!();
+        println!(
+            "Waiting for you: {} (orchestrator approval show ID)",
+            pending.len()
+        );
+        approval::print_table(&pending, false)
+    }
+}
+
+fn dash() -> String {
+    "-".to_owned()
+}
+
+fn first_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// The turns of a conversation: its assistant messages grouped by turn number, with their usage
+/// summed (a turn that was retried after a crash has one message per try).
+fn turns(messages: &[SavedMessage]) -> Vec<TurnView> {
+    let mut by_turn: BTreeMap<i64, TurnView> = BTreeMap::new();
+    for saved in messages
+        .iter()
+        .filter(|m| m.message.role == Role::Assistant)
+    {
+        let turn = by_turn.entry(saved.turn).or_insert_with(|| TurnView {
+            turn: saved.turn,
+            attempt: saved.attempt,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            model_ms: 0,
+            tool_calls: 0,
+            first_line: None,
+        });
+        turn.attempt = saved.attempt;
+        if let Some(usage) = &saved.usage {
+            turn.prompt_tokens += usage.prompt_tokens;
+            turn.completion_tokens += usage.completion_tokens;
+        }
+        turn.model_ms += saved.model_ms.unwrap_or(0);
+        turn.tool_calls += saved.message.tool_calls.len();
+        if turn.first_line.is_none() {
+            turn.first_line = saved
+                .message
+                .content
+                .as_deref()
+                .map(first_line)
+                .filter(|l| !l.is_empty());
+        }
+    }
+    by_turn.into_values().collect()
+}
+
+fn tool_call_view(c: &ToolCallRecord) -> ToolCallView<'_> {
+    ToolCallView {
+        call_id: &c.call_id,
+        turn: c.turn,
+        position: c.position,
+        name: &c.name,
+        arguments: &c.arguments,
+        status: &c.status,
+        summary: c.summary.as_deref(),
+        artifact_id: c.artifact_id,
+        duration_ms: c.duration_ms,
+        attempt: c.attempt,
+        started_at: format_millis(c.started_at),
+        finished_at: c.finished_at.map(format_millis),
+    }
+}
+
+fn shell_job_view(j: &ShellJob) -> ShellJobView<'_> {
+    ShellJobView {
+        id: j.id,
+        command: &j.command,
+        cwd: &j.cwd,
+        status: &j.status,
+        exit_code: j.exit_code,
+        worker_id: &j.worker_id,
+        log_artifact_id: j.log_artifact_id,
+        summary: j.summary.as_deref(),
+        started_at: format_millis(j.started_at),
+        finished_at: j.finished_at.map(format_millis),
+    }
+}
