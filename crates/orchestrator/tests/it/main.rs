@@ -2,6 +2,7 @@
 //! database, real gates, real signals.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly by design.
 
+mod agent_cli;
 mod approval;
 mod automation;
 mod cli;

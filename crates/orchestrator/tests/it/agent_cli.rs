@@ -1,0 +1,280 @@
+//! Agent tasks through the binary: `run` with a prompt in the foreground, a `serve` killed with
+//! SIGKILL in the middle of a multi-turn task, and an approval that outlives a restart. The model is
+//! a scripted server on 127.0.0.1 that speaks the Chat Completions wire format.
+
+use crate::support::{Env, PATIENCE};
+use nix::sys::signal::Signal;
+use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn fix_typo(request: &Request) -> Reply {
+    match request.assistant_turns() {
+        0 => Reply::ToolCalls(vec![call(
+            "checklist_write",
+            json!({"items": [{"text": "fix the typo"}]}),
+        )]),
+        1 => Reply::ToolCalls(vec![call(
+            "edit_file",
+            json!({"path": "greeting.txt", "old_string": "helo", "new_string": "hello"}),
+        )]),
+        2 => Reply::ToolCalls(vec![
+            call("exec_shell", json!({"command": "cat greeting.txt"})),
+            call("checklist_update", json!({"position": 1, "status": "done"})),
+        ]),
+        _ => Reply::Text("Fixed the typo.".into()),
+    }
+}
+
+fn model_flags(model: &ScriptedModel) -> Vec<String> {
+    vec![
+        "--model".into(),
+        "scripted".into(),
+        "--base-url".into(),
+        model.base_url(),
+    ]
+}
+
+fn workspace_with_typo() -> tempfile::TempDir {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("greeting.txt"), "helo world\n").unwrap();
+    ws
+}
+
+fn run_args<'a>(prompt: &'a str, gate: &'a str, ws: &'a Path, model: &'a [String]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        prompt.into(),
+        "--gate".into(),
+        gate.into(),
+        "--workspace".into(),
+        ws.display().to_string(),
+        "--json".into(),
+    ];
+    args.extend(model.iter().cloned());
+    args
+}
+
+#[test]
+fn run_with_a_prompt_edits_and_its_gate_decides() {
+    let model = ScriptedModel::start_blocking(fix_typo);
+    let env = Env::sqlite();
+    let flags = model_flags(&model);
+
+    let ws = workspace_with_typo();
+    let args = run_args(
+        "Fix the typo",
+        "grep -q 'hello world' greeting.txt",
+        ws.path(),
+        &flags,
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = env.run(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("greeting.txt")).unwrap(),
+        "hello world\n"
+    );
+    // Events stream as JSON lines, the task last.
+    let kinds: Vec<String> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["kind"].as_str().map(str::to_owned))
+        .collect();
+    for kind in [
+        "message",
+        "tool_call",
+        "checklist",
+        "gate_finished",
+        "succeeded",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == kind),
+            "no {kind} event in {kinds:?}"
+        );
+    }
+
+    let ws = workspace_with_typo();
+    let args = run_args(
+        "Fix the typo",
+        "grep -q goodbye greeting.txt",
+        ws.path(),
+        &flags,
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = env.run(&args);
+    assert_eq!(out.status.code(), Some(1), "a failing gate fails the task");
+
+    // A prompt without any model configured is refused before anything is created.
+    let out = env.run(&[
+        "run",
+        "Fix it",
+        "--workspace",
+        &ws.path().display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(6));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--model"));
+}
+
+#[test]
+fn a_killed_serve_resumes_the_agent_from_its_last_saved_turn() {
+    // Turn 1 starts a command that outlives the daemon; after the restart the model must see the
+    // first turns again, be told the command was interrupted, and never be asked for a turn twice.
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "checklist_write",
+                json!({"items": [{"text": "build"}, {"text": "report"}]}),
+            )]),
+            1 => Reply::ToolCalls(vec![call(
+                "exec_shell",
+                json!({"command": "touch started.flag; sleep 4"}),
+            )]),
+            2 => Reply::ToolCalls(vec![call(
+                "checklist_update",
+                json!({"position": 1, "status": "done"}),
+            )]),
+            _ => Reply::Text(format!("done after {} turns", request.assistant_turns())),
+        });
+    let env = Env::sqlite();
+    let ws = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "task".to_owned(),
+        "create".into(),
+        "--title".into(),
+        "resume".into(),
+        "--prompt".into(),
+        "Build and report".into(),
+        "--workspace".into(),
+        ws.path().display().to_string(),
+        "--json".into(),
+    ];
+    args.extend(model_flags(&model));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let id = env.json(&args)["id"].as_i64().unwrap();
+
+    let lease = ["--lease-seconds", "2"];
+    let serve = env.serve(&lease);
+    let start = Instant::now();
+    while !ws.path().join("started.flag").exists() {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the command never started: {}",
+            serve.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    serve.signal(Signal::SIGKILL);
+    drop(serve);
+    let before = model.request_count();
+    assert_eq!(before, 2, "turns 0 and 1 were asked for");
+
+    let _serve = env.serve(&lease);
+    let task = env.wait_task(id, "finished", |t| {
+        t["state"]
+            .as_str()
+            .is_some_and(|s| s == "succeeded" || s == "failed")
+    });
+    assert_eq!(task["state"], "succeeded", "{task}");
+    let turns: Vec<usize> = model
+        .received()
+        .iter()
+        .map(Request::assistant_turns)
+        .collect();
+    assert_eq!(turns, [0, 1, 2, 3], "every turn asked for exactly once");
+    let resumed = &model.received()[2];
+    assert!(
+        resumed.messages().len() > 4,
+        "the resumed request carries the earlier turns"
+    );
+    let told = resumed.last_tool_results().join("\n");
+    assert!(told.contains("interrupted"), "{told}");
+    let events = env.events(id);
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"rescued"), "{kinds:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "claimed").count(),
+        2,
+        "{kinds:?}"
+    );
+    let interrupted = events
+        .iter()
+        .find(|e| e["kind"] == "tool_call" && e["data"]["status"] == "interrupted");
+    assert!(interrupted.is_some(), "{kinds:?}");
+}
+
+#[test]
+fn an_approval_survives_a_restart_and_the_call_runs_after_approve() {
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "exec_shell",
+                json!({"command": "echo approved > out.txt"}),
+            )]),
+            _ => Reply::Text(request.last_tool_results().join(" ")),
+        });
+    let env = Env::sqlite();
+    let ws = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "task".to_owned(),
+        "create".into(),
+        "--title".into(),
+        "guarded".into(),
+        "--prompt".into(),
+        "Write out.txt".into(),
+        "--ask".into(),
+        "shell".into(),
+        "--workspace".into(),
+        ws.path().display().to_string(),
+        "--json".into(),
+    ];
+    args.extend(model_flags(&model));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let id = env.json(&args)["id"].as_i64().unwrap();
+
+    let serve = env.serve(&[]);
+    env.wait_task(id, "waiting", |t| t["state"] == "waiting");
+    serve.signal(Signal::SIGKILL);
+    drop(serve);
+    assert!(!ws.path().join("out.txt").exists());
+
+    let _serve = env.serve(&[]);
+    let listed = env.json(&["approval", "list", "--json"]);
+    let approvals = listed.as_array().unwrap();
+    assert_eq!(approvals.len(), 1, "{listed}");
+    assert_eq!(approvals[0]["tool"], "exec_shell");
+    let approval = approvals[0]["id"].as_i64().unwrap().to_string();
+    let out = env.run(&["approval", "approve", &approval, "--as", "ann"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let task = env.wait_task(id, "finished", |t| {
+        t["state"]
+            .as_str()
+            .is_some_and(|s| s == "succeeded" || s == "failed")
+    });
+    assert_eq!(task["state"], "succeeded", "{task}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("out.txt")).unwrap(),
+        "approved\n"
+    );
+    let shown = env.json(&["approval", "show", &approval, "--json"]);
+    assert_eq!(shown["status"], "approved");
+    assert_eq!(shown["decided_by"], "cli:ann");
+    // The model was asked for turn 0 once: the pause and the restart repeated nothing.
+    let turns: Vec<usize> = model
+        .received()
+        .iter()
+        .map(Request::assistant_turns)
+        .collect();
+    assert_eq!(turns, [0, 1]);
+}
