@@ -31,7 +31,7 @@ Examples:
 Schedules are cron expressions: 5 fields (minute hour day-of-month month day-of-week), or 6/7 with
 seconds first and a year last. Sunday is 0 or 7. Daylight-saving changes follow Vixie cron: a job at
 a fixed time in a skipped hour runs right after it, once in a repeated hour.")]
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// List automations with their next fire time.
     #[command(
         after_help = "Examples:\n  orchestrator automation list\n  orchestrator automation list --json"
@@ -46,7 +46,7 @@ a fixed time in a skipped hour runs right after it, once in a repeated hour.")]
     #[command(
         after_help = "Examples:\n  orchestrator automation update nightly --schedule '30 2 * * *'\n  orchestrator automation update nightly --overlap allow --json"
     )]
-    Update(UpdateArgs),
+    Update(Box<UpdateArgs>),
     /// Stop firing an automation's slots. Slots that pass while paused are not caught up.
     #[command(after_help = "Example:\n  orchestrator automation pause nightly")]
     Pause(NameArgs),
@@ -356,6 +356,17 @@ fn apply_flags(
     if let Some(prompt) = &flags.prompt {
         spec.template.prompt = Some(prompt.clone());
     }
+    if spec.template.prompt.is_some() && spec.template.model.is_none() {
+        return Err(invalid(
+            "no model for the agent: pass --model NAME (with --base-url for a server other than \
+             OpenAI's), or set [model] in the config file",
+        ));
+    }
+    if spec.template.prompt.is_none() && flags.agent.any() {
+        return Err(invalid(
+            "agent flags (--model, --profile, --ask, ...) need a prompt",
+        ));
+    }
     if !flags.gates.is_empty() {
         spec.template.gates = flags
             .gates
@@ -404,10 +415,10 @@ fn apply_flags(
 
 pub async fn run(global: &GlobalArgs, command: AutomationCommand) -> anyhow::Result<ExitCode> {
     match command {
-        AutomationCommand::Create(args) => create(global, args).await,
+        AutomationCommand::Create(args) => create(global, *args).await,
         AutomationCommand::List(args) => list(global, args).await,
         AutomationCommand::Read(args) => read(global, args).await,
-        AutomationCommand::Update(args) => update(global, args).await,
+        AutomationCommand::Update(args) => update(global, *args).await,
         AutomationCommand::Pause(args) => set_status(global, args, AutomationStatus::Paused).await,
         AutomationCommand::Resume(args) => set_status(global, args, AutomationStatus::Active).await,
         AutomationCommand::Delete(args) => delete(global, args).await,

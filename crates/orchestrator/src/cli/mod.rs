@@ -78,7 +78,7 @@ pub enum Command {
     /// Run the daemon: workers, the rescuer and the HTTP endpoint.
     Serve(serve::ServeArgs),
     /// Create a task and run it in the foreground in this process.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Create, inspect, cancel and retry tasks.
     #[command(subcommand)]
     Task(task::TaskCommand),
@@ -101,7 +101,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = cli.global;
     match cli.command {
         Command::Serve(args) => serve::run(&global, args).await,
-        Command::Run(args) => run::run(&global, args).await,
+        Command::Run(args) => run::run(&global, *args).await,
         Command::Task(command) => task::run(&global, command).await,
         Command::Automation(command) => automation::run(&global, command).await,
         Command::Approval(command) => approval::run(&global, command).await,

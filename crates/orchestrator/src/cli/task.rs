@@ -20,7 +20,7 @@ pub enum TaskCommand {
 Examples:
   orchestrator task create --title 'unit tests' --gate 'cargo test' --workspace ~/src/app
   orchestrator task create --title 'nightly' --gate 'make check' --run-after 2h --priority 5 --json")]
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// List tasks, newest first.
     #[command(
         after_help = "Examples:\n  orchestrator task list\n  orchestrator task list --state failed --limit 10 --json"
@@ -172,7 +172,7 @@ pub fn build_task(
 
 pub async fn run(global: &GlobalArgs, command: TaskCommand) -> anyhow::Result<ExitCode> {
     match command {
-        TaskCommand::Create(args) => create(global, args).await,
+        TaskCommand::Create(args) => create(global, *args).await,
         TaskCommand::List(args) => list(global, args).await,
         TaskCommand::Read(args) => read(global, args).await,
         TaskCommand::Events(args) => events(global, args).await,

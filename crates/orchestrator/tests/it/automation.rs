@@ -82,7 +82,7 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
                 "fix it",
             ],
             6,
-            "agent turns",
+            "no model for the agent",
         ),
     ];
     for (extra, expect_code, word) in cases {

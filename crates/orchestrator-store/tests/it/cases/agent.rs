@@ -168,10 +168,7 @@ pub async fn checklist_is_replaced_whole(db: &TestStore) {
         ("fix the bug".to_owned(), "in_progress".to_owned()),
     ];
     store.write_checklist(&lease, &items).await.unwrap();
-    store
-        .write_checklist(&lease, &items[1..].to_vec())
-        .await
-        .unwrap();
+    store.write_checklist(&lease, &items[1..]).await.unwrap();
     let list = store.checklist(id).await.unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].position, 1);
