@@ -35,6 +35,14 @@ pub fn render_tools_md() -> String {
         ));
     }
     out.push('\n');
+    out.push_str(&render_sections(&registry));
+    out
+}
+
+/// One section per tool of `registry` (description, parameters, aliases, example) and the table of
+/// its deprecated names; the worker renders its durable tools with it.
+pub fn render_sections(registry: &Registry) -> String {
+    let mut out = String::new();
     for spec in registry.specs() {
         out.push_str(&format!("## {}\n\n{}\n\n", spec.name, spec.description));
         out.push_str("| parameter | type | required | description |\n|---|---|---|---|\n");

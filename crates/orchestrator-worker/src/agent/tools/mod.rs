@@ -144,3 +144,48 @@ fn store_failure(e: orchestrator_store::Error) -> ToolFailure {
 fn text(s: impl Into<String>) -> ToolOutcome {
     Ok(ToolResult::text(s))
 }
+
+/// A registry holding only the durable tools of the attempt of `lease` on `task`, for docs and
+/// tests: the same specs an agent gets.
+pub fn durable_registry(
+    ctx: &RunContext,
+    task: orchestrator_store::Task,
+    lease: orchestrator_store::Lease,
+) -> Registry {
+    let session = Arc::new(Session::new(
+        ctx.store.clone(),
+        task,
+        lease,
+        ctx.worker_id.clone(),
+        orchestrator_tools::Policy::allow_all(),
+        2,
+        tokio_util::sync::CancellationToken::new(),
+    ));
+    let mut registry = Registry::empty();
+    // Registering into an empty registry cannot meet a duplicate name.
+    let _ = register(&mut registry, &session, ctx);
+    registry
+}
+
+/// docs/agent-tools.md, rendered from the durable tools' specs.
+pub fn render_md(registry: &Registry) -> String {
+    let mut out = String::from(
+        "# Durable tools\n\n<!-- Generated from crates/orchestrator-worker/src/agent/tools by `render_md`; a test fails when this file and the code differ. Regenerate with `UPDATE_DOCS=1 cargo test -p orchestrator-worker --test it docs`. -->\n\n",
+    );
+    out.push_str("The worker registers these tools into every agent task's registry, beside the workspace tools of [tools.md](tools.md) (with the same guarantees: argument repair or a corrective message, bounded results, policy and approvals). Their effects live in the store, so they survive restarts: the checklist and the plan a user watches, tasks and sub-agents, gate runs recorded as evidence, background shell jobs, and questions to the user.\n\n");
+    out.push_str("| tool | read-only | approval class |\n|---|---|---|\n");
+    for spec in registry.specs() {
+        out.push_str(&format!(
+            "| [{0}](#{0}) | {1} | {2} |\n",
+            spec.name,
+            if spec.read_only { "yes" } else { "no" },
+            serde_json::to_value(spec.approval)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        ));
+    }
+    out.push('\n');
+    out.push_str(&orchestrator_tools::docs::render_sections(registry));
+    out
+}
