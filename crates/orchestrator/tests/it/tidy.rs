@@ -79,6 +79,15 @@ fn crates_depend_only_downwards() {
         ),
         ("orchestrator-worker", &["orchestrator", "clap", "axum"]),
         (
+            "orchestrator-github",
+            &[
+                "orchestrator-store",
+                "orchestrator-tools",
+                "orchestrator-worker",
+                "sqlx",
+            ],
+        ),
+        (
             "orchestrator-scheduler",
             &[
                 "orchestrator-worker",

@@ -1,0 +1,23 @@
+//! orchestrator-github: the GitHub work that needs neither the store nor the network.
+//!
+//! - [`patch`]: PR attempt patches. [`record`] captures a worktree's staged, unstaged and untracked
+//!   changes against a base commit as a byte-exact git patch; [`preflight`] checks that a patch
+//!   applies to a base without touching any worktree or index.
+//! - [`webhook`]: [`verify_signature`] checks a delivery's `X-Hub-Signature-256` in constant time.
+//! - [`text`]: [`sanitize_untrusted`] strips hidden HTML comments and invisible characters from
+//!   issue and comment text before a model reads it.
+//!
+//! Architecture Invariant: this crate knows no store and no tools. It takes paths, bytes and
+//! strings and returns values; recording events, storing artifacts and deciding what to do with a
+//! verdict belong to the callers.
+
+mod apply;
+pub mod error;
+pub mod patch;
+pub mod text;
+pub mod webhook;
+
+pub use error::{Error, Result};
+pub use patch::{ChangedFile, FileStatus, Preflight, RecordedPatch, preflight, record};
+pub use text::sanitize_untrusted;
+pub use webhook::{SignatureError, sign, verify_signature};

@@ -1,0 +1,15 @@
+//! Integration tests of orchestrator-github: one binary, one module per concept, the git parts
+//! checked against the `git` CLI in temporary repositories.
+
+// Helpers of a test binary are test code: a failed setup should panic with its error.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers panic on setup failures by design"
+)]
+
+mod repo;
+
+mod patch;
+mod preflight;
+mod text;
+mod webhook;
