@@ -278,3 +278,76 @@ fn an_approval_survives_a_restart_and_the_call_runs_after_approve() {
         .collect();
     assert_eq!(turns, [0, 1]);
 }
+
+#[test]
+fn an_automations_agent_may_not_write_or_run_commands_unless_its_policy_grants_it() {
+    // The agent tries to write a file and run a command, then reports what it was told.
+    let model = ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+        0 => Reply::ToolCalls(vec![
+            call("write_file", json!({"path": "new.txt", "content": "x\n"})),
+            call("exec_shell", json!({"command": "touch ran.flag"})),
+            call("read_file", json!({"path": "seen.txt"})),
+        ]),
+        _ => Reply::Text(request.last_tool_results().join(" | ")),
+    });
+    let env = Env::sqlite();
+    let locked = tempfile::tempdir().unwrap();
+    let granted = tempfile::tempdir().unwrap();
+    for ws in [&locked, &granted] {
+        std::fs::write(ws.path().join("seen.txt"), "visible\n").unwrap();
+    }
+    let base_url = model.base_url();
+    let create = |name: &str, ws: &Path, extra: &[&str]| {
+        let ws = ws.display().to_string();
+        let mut args = vec![
+            "automation",
+            "create",
+            "--name",
+            name,
+            "--schedule",
+            "0 3 * * *",
+            "--prompt",
+            "tidy up",
+            "--model",
+            "scripted",
+            "--base-url",
+            &base_url,
+            "--workspace",
+            &ws,
+        ];
+        args.extend_from_slice(extra);
+        let out = env.run(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let fired = env.json(&["automation", "run", name, "--json"]);
+        fired["result"]["tasks"][0].as_i64().unwrap()
+    };
+    let locked_task = create("locked", locked.path(), &[]);
+    let granted_task = create(
+        "granted",
+        granted.path(),
+        &["--policy", r#"{"default": "allow"}"#],
+    );
+    let _serve = env.serve(&[]);
+    for id in [locked_task, granted_task] {
+        let task = env.wait_task(id, "finished", |t| {
+            t["state"].as_str().is_some_and(|s| s == "succeeded" || s == "failed")
+        });
+        assert_eq!(task["state"], "succeeded", "{task}");
+    }
+    assert!(!locked.path().join("new.txt").exists(), "a write was allowed");
+    assert!(!locked.path().join("ran.flag").exists(), "a command was allowed");
+    assert!(granted.path().join("new.txt").exists());
+    assert!(granted.path().join("ran.flag").exists());
+    let told: Vec<String> = model
+        .received()
+        .iter()
+        .filter(|r| r.assistant_turns() == 1)
+        .map(|r| r.last_tool_results().join(" | "))
+        .collect();
+    assert!(
+        told.iter().any(|t| t.contains("write_file is denied by policy")
+            && t.contains("exec_shell is denied by policy")
+            && t.contains("visible")),
+        "{told:?}"
+    );
+}
