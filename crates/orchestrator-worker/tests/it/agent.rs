@@ -567,3 +567,143 @@ async fn sub_agents_respect_caps_and_depth_and_die_with_their_parent() {
     shutdown.cancel();
     running.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_tools_keep_their_work_in_the_store() {
+    // One agent asks the user, runs a recorded gate, a background job, spills a large output and
+    // reads it back, and leaves a plan and a note.
+    let model = ScriptedModel::start(|request: &Request| match request.assistant_turns() {
+        0 => Reply::ToolCalls(vec![call(
+            "ask_user",
+            json!({"question": "Which greeting?", "options": ["hello", "hi"]}),
+        )]),
+        1 => Reply::ToolCalls(vec![
+            call(
+                "task_gate_run",
+                json!({"command": "echo '1 passed'; exit 0", "name": "quick"}),
+            ),
+            call("task_shell_start", json!({"command": "echo job-output"})),
+        ]),
+        2 => {
+            let started = request.last_tool_results().join("\n");
+            let id: i64 = started
+                .split("Started job ")
+                .nth(1)
+                .and_then(|s| s.split('.').next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            Reply::ToolCalls(vec![
+                call("task_shell_wait", json!({"job_id": id})),
+                call("exec_shell", json!({"command": "seq 1 40000"})),
+            ])
+        }
+        3 => {
+            let spilled = request.last_tool_results().join("\n");
+            let id = spilled
+                .split("retrieve_tool_result")
+                .nth(1)
+                .and_then(|s| s.split('"').find(|p| p.contains(':') && !p.contains(' ')))
+                .unwrap_or("missing")
+                .to_owned();
+            Reply::ToolCalls(vec![
+                call(
+                    "retrieve_tool_result",
+                    json!({"id": id, "mode": "query", "query": "39999"}),
+                ),
+                call(
+                    "update_plan",
+                    json!({"plan": [{"step": "greet", "status": "completed"}]}),
+                ),
+                call("note", json!({"text": "the user prefers hi"})),
+            ])
+        }
+        _ => Reply::Text(request.last_tool_results().join(" | ")),
+    })
+    .await;
+    let db = orchestrator_test_support::sqlite_store().await;
+    let ws = tempfile::tempdir().unwrap();
+    let id = db
+        .store
+        .create_task(&agent_task(ws.path(), "greet"))
+        .await
+        .unwrap();
+    let (pool, shutdown) = pool(&db.store, &model.base_url(), 1);
+    let running = tokio::spawn(pool.run(shutdown.clone()));
+    wait_state(&db.store, id, &[TaskState::Waiting]).await;
+    let question = db
+        .store
+        .list_approvals(&ApprovalFilter {
+            task: Some(id),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(question.kind, "question");
+    assert_eq!(question.options.as_ref().unwrap().len(), 2);
+    db.store
+        .decide_approval(
+            question.id,
+            &ApprovalDecision::Answer("hi".into()),
+            "test:ann",
+        )
+        .await
+        .unwrap();
+    let task = wait_state(&db.store, id, &[TaskState::Succeeded, TaskState::Failed]).await;
+    assert_eq!(task.state, TaskState::Succeeded, "{:?}", task.last_error);
+    let requests = model.received();
+    assert!(
+        requests[1]
+            .last_tool_results()
+            .join(" ")
+            .contains("The user answered: hi")
+    );
+    let gates = db.store.gates(id).await.unwrap();
+    assert_eq!(gates.len(), 1);
+    assert_eq!(gates[0].name, "quick");
+    assert!(
+        gates[0].position >= 1000,
+        "an agent's gate sorts after the task's own"
+    );
+    let jobs = db.store.shell_jobs(id).await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].status, "exited");
+    assert!(
+        requests[3]
+            .last_tool_results()
+            .join(" ")
+            .contains("job-output")
+    );
+    // The 40,000-line output was cut for the model, kept whole as an artifact, and read back.
+    let calls = db.store.tool_calls(id).await.unwrap();
+    let seq = calls.iter().find(|c| c.name == "exec_shell").unwrap();
+    let artifact = seq.artifact_id.expect("the full output is an artifact");
+    let kept = db
+        .store
+        .get_artifact(orchestrator_types::ArtifactId(artifact))
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&kept.bytes).contains("\n40000\n"));
+    let last = requests[4].last_tool_results().join(" ");
+    assert!(last.contains("39999"), "{last}");
+    let kinds: Vec<String> = db
+        .store
+        .events(id, 0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    for kind in [
+        "approval_requested",
+        "waiting",
+        "approval_decided",
+        "plan",
+        "note",
+        "gate_finished",
+    ] {
+        assert!(kinds.iter().any(|k| k == kind), "no {kind}: {kinds:?}");
+    }
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}
