@@ -707,3 +707,52 @@ async fn durable_tools_keep_their_work_in_the_store() {
     shutdown.cancel();
     running.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_stop_an_agent_that_never_finishes() {
+    // A model that calls a tool forever.
+    let model = ScriptedModel::start(|_: &Request| {
+        Reply::ToolCalls(vec![call("checklist_list", json!({}))])
+    })
+    .await;
+    let db = orchestrator_test_support::sqlite_store().await;
+    let ws = tempfile::tempdir().unwrap();
+    let mut turns = agent_task(ws.path(), "loop").with_gate("true");
+    turns.agent.max_turns = 3;
+    let turns = db.store.create_task(&turns).await.unwrap();
+    let mut tokens = agent_task(ws.path(), "loop");
+    tokens.agent.max_tokens = Some(1);
+    let tokens = db.store.create_task(&tokens).await.unwrap();
+    let (pool, shutdown) = pool(&db.store, &model.base_url(), 2);
+    let running = tokio::spawn(pool.run(shutdown.clone()));
+    let task = wait_state(&db.store, turns, &[TaskState::Failed, TaskState::Succeeded]).await;
+    assert_eq!(task.state, TaskState::Failed);
+    assert!(task.last_error.unwrap().contains("turn budget of 3 turns"));
+    assert!(
+        db.store.gates(turns).await.unwrap().is_empty(),
+        "no gate runs on unfinished work"
+    );
+    let replies = db
+        .store
+        .messages(turns)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|m| m.message.role == orchestrator_types::Role::Assistant)
+        .count();
+    assert_eq!(replies, 3);
+    let task = wait_state(
+        &db.store,
+        tokens,
+        &[TaskState::Failed, TaskState::Succeeded],
+    )
+    .await;
+    assert_eq!(task.state, TaskState::Failed);
+    assert!(
+        task.last_error
+            .unwrap()
+            .contains("token budget of 1 tokens")
+    );
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}
