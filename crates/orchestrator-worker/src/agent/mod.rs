@@ -313,7 +313,17 @@ impl Agent<'_> {
                 return Ok(AgentEnd::Finished);
             }
             if let Some(end) = self
-                .run_calls(turn, &message.tool_calls, &mut conversation, false)
+                .run_calls(
+                    turn,
+                    &message
+                        .tool_calls
+                        .iter()
+                        .cloned()
+                        .enumerate()
+                        .collect::<Vec<_>>(),
+                    &mut conversation,
+                    false,
+                )
                 .await?
             {
                 return Ok(end);
@@ -404,7 +414,7 @@ impl Agent<'_> {
     async fn run_calls(
         &mut self,
         turn: i64,
-        calls: &[orchestrator_types::ToolCallRequest],
+        calls: &[(usize, orchestrator_types::ToolCallRequest)],
         conversation: &mut Vec<ChatMessage>,
         resuming: bool,
     ) -> Result<Option<AgentEnd>, Halt> {
@@ -416,13 +426,12 @@ impl Agent<'_> {
         let mut i = 0;
         while i < calls.len() {
             let mut j = i + 1;
-            if self.registry.is_read_only(&calls[i].name) {
-                while j < calls.len() && self.registry.is_read_only(&calls[j].name) {
+            if self.registry.is_read_only(&calls[i].1.name) {
+                while j < calls.len() && self.registry.is_read_only(&calls[j].1.name) {
                     j += 1;
                 }
             }
-            let group = (i..j).map(|position| {
-                let call = &calls[position];
+            let group = calls[i..j].iter().map(|(position, call)| {
                 let record = records.iter().find(|r| r.call_id == call.id);
                 calls::run_call(
                     self.ctx,
@@ -431,7 +440,7 @@ impl Agent<'_> {
                     &self.tool_ctx,
                     self.stop,
                     turn,
-                    position as i64,
+                    *position as i64,
                     call,
                     record,
                 )
@@ -459,10 +468,11 @@ impl Agent<'_> {
     }
 }
 
-/// The last assistant reply's calls that have no result message yet, with the reply's turn.
+/// The last assistant reply's calls that have no result message yet, with their positions in the
+/// reply, and the reply's turn.
 fn unanswered_calls(
     saved: &[SavedMessage],
-) -> Option<(i64, Vec<orchestrator_types::ToolCallRequest>)> {
+) -> Option<(i64, Vec<(usize, orchestrator_types::ToolCallRequest)>)> {
     let at = saved
         .iter()
         .rposition(|m| m.message.role == Role::Assistant)?;
@@ -475,8 +485,9 @@ fn unanswered_calls(
         .message
         .tool_calls
         .iter()
-        .filter(|c| !answered.contains(&c.id.as_str()))
         .cloned()
+        .enumerate()
+        .filter(|(_, c)| !answered.contains(&c.id.as_str()))
         .collect();
     (!pending.is_empty()).then_some((reply.turn, pending))
 }
