@@ -112,15 +112,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
             }
         }
     });
-    let ended = run_claimed(
-        &store,
-        claimed,
-        lease,
-        &config,
-        metrics,
-        CancellationToken::new(),
-    )
-    .await;
+    let ended = run_to_end(&store, claimed, lease, &config, metrics).await;
     ctrl_c.abort();
     if let Some(deltas) = deltas {
         deltas.abort();
@@ -170,4 +162,71 @@ async fn print_deltas(mut rx: tokio::sync::broadcast::Receiver<orchestrator_work
             Err(RecvError::Closed) => return,
         }
     }
+}
+
+/// Runs the claimed task; when it pauses on a person (an approval or a question), waits for the
+/// answer and goes on in the foreground, unless a daemon sharing the store took it, in which case
+/// this follows it to its end.
+async fn run_to_end(
+    store: &orchestrator_store::Store,
+    task: orchestrator_store::Task,
+    lease: orchestrator_store::Lease,
+    config: &PoolConfig,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<orchestrator_store::Task> {
+    let id = task.id;
+    let mut ended = run_claimed(
+        store,
+        task,
+        lease,
+        config,
+        metrics.clone(),
+        CancellationToken::new(),
+    )
+    .await?;
+    while !ended.state.is_terminal() {
+        if ended.state == TaskState::Waiting {
+            eprintln!(
+                "task {id} waits for a person: `orchestrator approval list --task {id}` shows the \
+                 request; approve, deny or answer it from another terminal"
+            );
+        }
+        let current = loop {
+            let current = store.get_task(id).await?;
+            if current.state != TaskState::Waiting {
+                break current;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        if current.state == TaskState::Queued {
+            // A retry after a failure that may pass keeps its backoff here too.
+            let wait = current.run_after - orchestrator_types::now_millis();
+            if wait > 0 && wait < 24 * 3600 * 1000 {
+                tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+            }
+        }
+        if current.state == TaskState::Queued
+            && let Some((task, lease)) = store
+                .claim_task(&config.worker_id, id, config.lease.as_millis() as i64)
+                .await?
+        {
+            ended = run_claimed(
+                store,
+                task,
+                lease,
+                config,
+                metrics.clone(),
+                CancellationToken::new(),
+            )
+            .await?;
+            continue;
+        }
+        if current.state.is_terminal() {
+            return Ok(current);
+        }
+        // Another process holds it (a daemon sharing the store): follow it.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        ended = store.get_task(id).await?;
+    }
+    Ok(ended)
 }

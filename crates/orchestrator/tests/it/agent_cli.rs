@@ -282,14 +282,15 @@ fn an_approval_survives_a_restart_and_the_call_runs_after_approve() {
 #[test]
 fn an_automations_agent_may_not_write_or_run_commands_unless_its_policy_grants_it() {
     // The agent tries to write a file and run a command, then reports what it was told.
-    let model = ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
-        0 => Reply::ToolCalls(vec![
-            call("write_file", json!({"path": "new.txt", "content": "x\n"})),
-            call("exec_shell", json!({"command": "touch ran.flag"})),
-            call("read_file", json!({"path": "seen.txt"})),
-        ]),
-        _ => Reply::Text(request.last_tool_results().join(" | ")),
-    });
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![
+                call("write_file", json!({"path": "new.txt", "content": "x\n"})),
+                call("exec_shell", json!({"command": "touch ran.flag"})),
+                call("read_file", json!({"path": "seen.txt"})),
+            ]),
+            _ => Reply::Text(request.last_tool_results().join(" | ")),
+        });
     let env = Env::sqlite();
     let locked = tempfile::tempdir().unwrap();
     let granted = tempfile::tempdir().unwrap();
@@ -317,7 +318,11 @@ fn an_automations_agent_may_not_write_or_run_commands_unless_its_policy_grants_i
         ];
         args.extend_from_slice(extra);
         let out = env.run(&args);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let fired = env.json(&["automation", "run", name, "--json"]);
         fired["result"]["tasks"][0].as_i64().unwrap()
     };
@@ -330,12 +335,20 @@ fn an_automations_agent_may_not_write_or_run_commands_unless_its_policy_grants_i
     let _serve = env.serve(&[]);
     for id in [locked_task, granted_task] {
         let task = env.wait_task(id, "finished", |t| {
-            t["state"].as_str().is_some_and(|s| s == "succeeded" || s == "failed")
+            t["state"]
+                .as_str()
+                .is_some_and(|s| s == "succeeded" || s == "failed")
         });
         assert_eq!(task["state"], "succeeded", "{task}");
     }
-    assert!(!locked.path().join("new.txt").exists(), "a write was allowed");
-    assert!(!locked.path().join("ran.flag").exists(), "a command was allowed");
+    assert!(
+        !locked.path().join("new.txt").exists(),
+        "a write was allowed"
+    );
+    assert!(
+        !locked.path().join("ran.flag").exists(),
+        "a command was allowed"
+    );
     assert!(granted.path().join("new.txt").exists());
     assert!(granted.path().join("ran.flag").exists());
     let told: Vec<String> = model
@@ -345,9 +358,63 @@ fn an_automations_agent_may_not_write_or_run_commands_unless_its_policy_grants_i
         .map(|r| r.last_tool_results().join(" | "))
         .collect();
     assert!(
-        told.iter().any(|t| t.contains("write_file is denied by policy")
-            && t.contains("exec_shell is denied by policy")
-            && t.contains("visible")),
+        told.iter()
+            .any(|t| t.contains("write_file is denied by policy")
+                && t.contains("exec_shell is denied by policy")
+                && t.contains("visible")),
         "{told:?}"
+    );
+}
+
+#[test]
+fn run_waits_for_an_approval_and_goes_on_in_the_foreground() {
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "exec_shell",
+                json!({"command": "echo yes > out.txt"}),
+            )]),
+            _ => Reply::Text("done".into()),
+        });
+    let env = Env::sqlite();
+    let ws = tempfile::tempdir().unwrap();
+    let mut args = run_args(
+        "Write out.txt",
+        "test -f out.txt",
+        ws.path(),
+        &model_flags(&model),
+    );
+    args.extend(["--ask".into(), "shell".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = env
+        .cmd(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let approval = loop {
+        let listed = env.json(&["approval", "list", "--json"]);
+        if let Some(first) = listed.as_array().and_then(|a| a.first()) {
+            break first["id"].as_i64().unwrap().to_string();
+        }
+        assert!(start.elapsed() < PATIENCE, "no approval was requested");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!ws.path().join("out.txt").exists());
+    let out = env.run(&["approval", "approve", &approval]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("waits for a person"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("out.txt")).unwrap(),
+        "yes\n"
     );
 }
