@@ -24,6 +24,11 @@ ci:
 bench:
     cargo run --release -p orchestrator-bench -- queue
 
+# The agent loop's own overhead per turn and per tool call against an instant model server, and the
+# bytes each turn writes, on SQLite and PostgreSQL.
+bench-agent:
+    cargo run --release -p orchestrator-bench -- agent
+
 # Tool surface figures: grep_files against ripgrep, read_file on a 2 GiB file, edit_file on 10 MB.
 bench-tools:
     cargo bench -p orchestrator-tools --bench tools

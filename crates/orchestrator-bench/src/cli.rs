@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use orchestrator_bench::agent::{self, AgentBenchConfig};
 use orchestrator_bench::queue::{
     self, DEFAULT_POSTGRES_URL, POSTGRES_URL_VARS, PeerSettings, QueueConfig,
 };
@@ -25,6 +26,10 @@ pub enum Command {
     /// PostgreSQL: tasks_per_s, raw_batched_per_s, ratio, start_p50_ms, start_p99_ms,
     /// peer_tasks_per_s, ratio_to_peer.
     Queue(QueueArgs),
+    /// The agent loop's own overhead against a model server that answers at once, on SQLite and
+    /// PostgreSQL: turn_overhead_ms (p50, p90, p99), tool_call_overhead_ms, payload_bytes_per_turn,
+    /// file_bytes_per_turn, ratio_to_target (2 ms at p50).
+    Agent(AgentArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -32,6 +37,26 @@ pub enum BackendArg {
     Sqlite,
     Postgres,
     All,
+}
+
+impl BackendArg {
+    fn backends(self) -> Vec<Backend> {
+        match self {
+            BackendArg::Sqlite => vec![Backend::Sqlite],
+            BackendArg::Postgres => vec![Backend::Postgres],
+            BackendArg::All => vec![Backend::Sqlite, Backend::Postgres],
+        }
+    }
+}
+
+/// The PostgreSQL server: the flag, then the environment, then the default.
+fn postgres_url(flag: Option<String>) -> String {
+    flag.or_else(|| {
+        POSTGRES_URL_VARS
+            .iter()
+            .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
+    })
+    .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned())
 }
 
 #[derive(Debug, Args)]
@@ -91,19 +116,8 @@ impl QueueArgs {
             self.latency_interval_ms.is_finite() && self.latency_interval_ms >= 0.0,
             "--latency-interval-ms must be a non-negative number"
         );
-        let postgres_url = self
-            .database_url
-            .or_else(|| {
-                POSTGRES_URL_VARS
-                    .iter()
-                    .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
-            })
-            .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned());
-        let backends = match self.backend {
-            BackendArg::Sqlite => vec![Backend::Sqlite],
-            BackendArg::Postgres => vec![Backend::Postgres],
-            BackendArg::All => vec![Backend::Sqlite, Backend::Postgres],
-        };
+        let postgres_url = postgres_url(self.database_url);
+        let backends = self.backend.backends();
         let config = QueueConfig {
             tasks: self.tasks,
             slots: self.slots,
@@ -121,6 +135,45 @@ impl QueueArgs {
             }),
             keep_databases: self.keep_databases,
             store_connections: self.store_connections,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Agent tasks per phase (a warm-up task runs first, outside the figures).
+    #[arg(long, default_value_t = agent::DEFAULT_TASKS)]
+    pub tasks: usize,
+    /// Turns per task: every turn but the last calls read_file, the last answers with text.
+    #[arg(long, default_value_t = agent::DEFAULT_TURNS)]
+    pub turns: usize,
+    /// Worker slots of the pool; 1 times each turn alone.
+    #[arg(long, default_value_t = agent::DEFAULT_SLOTS)]
+    pub slots: usize,
+    /// Which databases to measure.
+    #[arg(long, value_enum, default_value_t = BackendArg::All)]
+    pub backend: BackendArg,
+    /// PostgreSQL server on which each phase creates and drops a database. Default: the
+    /// environment's ORCHESTRATOR_BENCH_DATABASE_URL, then ORCHESTRATOR_TEST_DATABASE_URL, then
+    /// postgres://postgres@127.0.0.1:5432/test.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Keep each phase's SQLite files or PostgreSQL database for inspection.
+    #[arg(long)]
+    pub keep_databases: bool,
+}
+
+impl AgentArgs {
+    pub fn into_config(self) -> Result<AgentBenchConfig> {
+        let config = AgentBenchConfig {
+            tasks: self.tasks,
+            turns: self.turns,
+            slots: self.slots,
+            backends: self.backend.backends(),
+            postgres_url: postgres_url(self.database_url),
+            keep_databases: self.keep_databases,
         };
         config.validate()?;
         Ok(config)

@@ -1,10 +1,13 @@
-//! The benchmarks behind DESIGN.md's "Targets" section, run by the `orchestrator-bench` binary.
+//! The benchmarks behind DESIGN.md's "Targets" section, run by the `orchestrator-bench` binary:
+//! the queue (src/queue/) and the agent loop's own overhead (agent.rs).
 //!
 //! Each benchmark measures orchestrator through the same code a deployment runs (the store, the
 //! worker pool) and, in the same run and on the same disk, the two yardsticks that make its
 //! figure mean something: the raw SQL the queue cannot beat, and the Rust peer it should beat. A
 //! figure alone says little on a machine whose fsync time nobody remembers; a ratio to a baseline
-//! measured a second earlier on the same disk says whether the code is in the way.
+//! measured a second earlier on the same disk says whether the code is in the way. The agent
+//! benchmark's yardstick is the same kind: a bare model client replaying the very requests the
+//! agent sent, which says how much of a turn is the HTTP round trip and how much is orchestrator.
 //!
 //! The measurements live in this library, not in `main.rs`, so that the crate's test can run them at
 //! tiny sizes and check that they still work end to end. Errors are `anyhow`: this crate is a tool,
@@ -12,7 +15,9 @@
 //!
 //! Architecture Invariant: this crate holds the only SQL outside the store crate, on purpose, and
 //! never for orchestrator's own tables: the raw baseline's table (queue/raw.rs), the peer's tables
-//! (queue/peer.rs counts apalis' finished jobs) and the run's database itself (queue/database.rs).
+//! (queue/peer.rs counts apalis' finished jobs), the run's database itself (queue/database.rs) and
+//! its size on disk (agent.rs: a WAL checkpoint and `pg_database_size`).
 //! A baseline written with the store's own query builder would inherit whatever the store gets wrong.
 
+pub mod agent;
 pub mod queue;

@@ -1,5 +1,5 @@
 //! `orchestrator-bench`: parses the command line, runs the chosen benchmark and maps its outcome to
-//! an exit code. The measurements live in the library (src/queue/); this file is glue.
+//! an exit code. The measurements live in the library (src/queue/, src/agent.rs); this file is glue.
 //!
 //! Exit codes: 0 when every backend was measured, or when PostgreSQL was merely unreachable (its
 //! line then carries the error, and SQLite's figures still stand); 1 when a measurement failed; 2
@@ -16,14 +16,16 @@ const USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    let config = match cli.command {
-        cli::Command::Queue(args) => match args.into_config() {
-            Ok(config) => config,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                return ExitCode::from(USAGE);
-            }
-        },
+    let parsed = match cli.command {
+        cli::Command::Queue(args) => args.into_config().map(Bench::Queue),
+        cli::Command::Agent(args) => args.into_config().map(Bench::Agent),
+    };
+    let bench = match parsed {
+        Ok(bench) => bench,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(USAGE);
+        }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -35,12 +37,12 @@ fn main() -> ExitCode {
             return ExitCode::from(FAILURE);
         }
     };
-    let result = runtime.block_on(orchestrator_bench::queue::run(&config, |line| {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{line}")?;
-        out.flush()?;
-        Ok(())
-    }));
+    let result = runtime.block_on(async {
+        match &bench {
+            Bench::Queue(config) => orchestrator_bench::queue::run(config, print_line).await,
+            Bench::Agent(config) => orchestrator_bench::agent::run(config, print_line).await,
+        }
+    });
     // apalis workers that were aborted may leave tasks behind; do not wait for them.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     match result {
@@ -52,6 +54,20 @@ fn main() -> ExitCode {
             ExitCode::from(FAILURE)
         }
     }
+}
+
+/// The benchmark chosen on the command line, with its validated configuration.
+enum Bench {
+    Queue(orchestrator_bench::queue::QueueConfig),
+    Agent(orchestrator_bench::agent::AgentBenchConfig),
+}
+
+/// Prints one JSON line and flushes it, so that a reader sees each backend as soon as it is done.
+fn print_line(line: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
 }
 
 fn is_broken_pipe(error: &anyhow::Error) -> bool {
