@@ -165,6 +165,18 @@ async fn create_child(
         .map_err(store_failure)
 }
 
+/// Cancels a child of this task (and its own children); agent_cancel and task_cancel share it.
+async fn cancel_child(session: &Session, id: i64) -> Result<ToolResult, ToolFailure> {
+    let task = own_child(session, id).await?;
+    match session.store.cancel_task(task.id).await {
+        Ok(outcome) => text(format!("Task {}: {outcome:?}.", task.id)),
+        Err(orchestrator_store::Error::WrongState { state, .. }) => {
+            Err(refuse(format!("task {} already {state}", task.id)))
+        }
+        Err(e) => Err(store_failure(e)),
+    }
+}
+
 /// The last thing a finished agent said.
 async fn final_answer(session: &Session, id: TaskId) -> Result<Option<String>, ToolFailure> {
     let messages = session.store.messages(id).await.map_err(store_failure)?;
@@ -367,16 +379,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                 example: json!({"id": 42}),
             },
             session,
-            |session, args: IdArgs, _ctx| async move {
-                let task = own_child(&session, args.id).await?;
-                match session.store.cancel_task(task.id).await {
-                    Ok(outcome) => text(format!("Task {}: {outcome:?}.", task.id)),
-                    Err(orchestrator_store::Error::WrongState { state, .. }) => {
-                        Err(refuse(format!("task {} already {state}", task.id)))
-                    }
-                    Err(e) => Err(store_failure(e)),
-                }
-            },
+            |session, args: IdArgs, _ctx| async move { cancel_child(&session, args.id).await },
         ),
         spec(
             Def {
@@ -503,16 +506,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                 example: json!({"id": 42}),
             },
             session,
-            |session, args: IdArgs, _ctx| async move {
-                let task = own_child(&session, args.id).await?;
-                match session.store.cancel_task(task.id).await {
-                    Ok(outcome) => text(format!("Task {}: {outcome:?}.", task.id)),
-                    Err(orchestrator_store::Error::WrongState { state, .. }) => {
-                        Err(refuse(format!("task {} already {state}", task.id)))
-                    }
-                    Err(e) => Err(store_failure(e)),
-                }
-            },
+            |session, args: IdArgs, _ctx| async move { cancel_child(&session, args.id).await },
         ),
     ]
 }
