@@ -1,5 +1,7 @@
-//! orchestrator-github: the GitHub work that needs neither the store nor the network.
+//! orchestrator-github: GitHub's API and the git work of PR attempts, without the store.
 //!
+//! - [`client`]: the REST client ([`GitHub`]): issue and PR context, marked (sticky) comments,
+//!   closing issues, permissions, and the reads the poller makes.
 //! - [`patch`]: PR attempt patches. [`record`] captures a worktree's staged, unstaged and untracked
 //!   changes against a base commit as a byte-exact git patch; [`preflight`] checks that a patch
 //!   applies to a base without touching any worktree or index.
@@ -12,11 +14,16 @@
 //! verdict belong to the callers.
 
 mod apply;
+pub mod client;
 pub mod error;
 pub mod patch;
 pub mod text;
 pub mod webhook;
 
+pub use client::{
+    ApiError, ApiResult, ClientConfig, Comment, CommentAction, DEFAULT_API_URL, GitHub, Issue,
+    IssueEvent, IssueRef, Label, PullFile, PullRequest, RepoRef, User,
+};
 pub use error::{Error, Result};
 pub use patch::{ChangedFile, FileStatus, Preflight, RecordedPatch, preflight, record};
 pub use text::sanitize_untrusted;

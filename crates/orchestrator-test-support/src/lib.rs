@@ -1,5 +1,6 @@
 //! Helpers shared by the test suites: a fresh store on SQLite or PostgreSQL, temporary git
-//! repositories, and a scripted model server (`model_server`).
+//! repositories, a scripted model server (`model_server`) and a fake GitHub REST API
+//! (`github_server`).
 //!
 //! PostgreSQL tests use `ORCHESTRATOR_TEST_DATABASE_URL`, or the local default
 //! `postgres://postgres@127.0.0.1:5432/test`. Each test gets its own new database on that server, so
@@ -7,6 +8,7 @@
 //! instructions; `ORCHESTRATOR_TEST_SKIP_POSTGRES=1` is the explicit, visible way to run only SQLite.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod github_server;
 pub mod model_server;
 
 use orchestrator_store::{Store, StoreOptions};

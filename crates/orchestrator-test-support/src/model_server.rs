@@ -263,6 +263,11 @@ fn in_order(replies: Vec<Reply>) -> impl Fn(&Request) -> Reply + Send + Sync + '
 }
 
 async fn serve(listener: tokio::net::TcpListener, app: Router, stop: oneshot::Receiver<()>) {
+    // Without TCP_NODELAY the many small SSE writes stall on Nagle's algorithm and delayed ACKs
+    // (about 40 ms each), which would make the client look slow.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::select! {
         result = axum::serve(listener, app).into_future() => result.unwrap(),
         // Fires when the `ScriptedModel` is dropped, which drops its sender.

@@ -33,6 +33,11 @@ pub enum ApprovalClass {
     Shell,
     /// Reaches the network.
     Network,
+    /// Writes to GitHub (comments, closing issues). Always asked unless a rule names the tool or
+    /// this class: a policy's `default` never lets such a write through on its own, because
+    /// nothing may be written to GitHub without someone's consent (a person's approval, or an
+    /// automation or trigger that pre-approves the tool).
+    GithubWrite,
 }
 
 /// How a shell rule matches a command.
@@ -104,7 +109,13 @@ impl Policy {
                     .get(&class)
                     .map(|d| (*d, format!("the default for {class:?} tools")))
             })
-            .unwrap_or((self.default, "the default policy".to_owned()));
+            .unwrap_or_else(|| match (class, self.default) {
+                (ApprovalClass::GithubWrite, Decision::Allow) => (
+                    Decision::Ask,
+                    "GitHub writes need approval unless pre-approved".to_owned(),
+                ),
+                (_, default) => (default, "the default policy".to_owned()),
+            });
         if base.0 == Decision::Deny || class != ApprovalClass::Shell {
             return base;
         }
@@ -191,6 +202,41 @@ impl Approver for NoApprover {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn github_writes_are_asked_unless_named() {
+        let args = json!({"repo": "a/b", "number": 1, "body": "x"});
+        let mut p = Policy::allow_all();
+        assert_eq!(
+            p.decide("github_comment", ApprovalClass::GithubWrite, &args)
+                .0,
+            Decision::Ask,
+            "allow-all still asks before writing to GitHub"
+        );
+        assert_eq!(
+            p.decide("read_file", ApprovalClass::Read, &args).0,
+            Decision::Allow
+        );
+        p.tools.insert("github_comment".into(), Decision::Allow);
+        assert_eq!(
+            p.decide("github_comment", ApprovalClass::GithubWrite, &args)
+                .0,
+            Decision::Allow,
+            "a pre-approval names the tool"
+        );
+        assert_eq!(
+            p.decide("github_close_issue", ApprovalClass::GithubWrite, &args)
+                .0,
+            Decision::Ask
+        );
+        let mut deny = Policy::allow_all();
+        deny.default = Decision::Deny;
+        assert_eq!(
+            deny.decide("github_comment", ApprovalClass::GithubWrite, &args)
+                .0,
+            Decision::Deny
+        );
+    }
 
     #[test]
     fn command_rules() {

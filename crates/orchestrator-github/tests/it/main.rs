@@ -1,5 +1,6 @@
 //! Integration tests of orchestrator-github: one binary, one module per concept, the git parts
-//! checked against the `git` CLI in temporary repositories.
+//! checked against the `git` CLI in temporary repositories, the API client against a local server
+//! that speaks GitHub's REST wire format.
 
 // Helpers of a test binary are test code: a failed setup should panic with its error.
 #![allow(
@@ -9,6 +10,7 @@
 
 mod repo;
 
+mod client;
 mod patch;
 mod preflight;
 mod text;

@@ -55,6 +55,7 @@ fn class_of(word: &str) -> Option<ApprovalClass> {
         "write" => Some(ApprovalClass::Write),
         "shell" => Some(ApprovalClass::Shell),
         "network" => Some(ApprovalClass::Network),
+        "github_write" => Some(ApprovalClass::GithubWrite),
         _ => None,
     }
 }

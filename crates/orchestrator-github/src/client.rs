@@ -1,0 +1,908 @@
+//! The GitHub REST client: octocrab pointed at a configurable base URI (api.github.com, a GitHub
+//! Enterprise server's `/api/v3`, or a local server in tests), with our own small models so that a
+//! field GitHub adds or an Enterprise version lacks cannot break a read.
+//!
+//! Reads and writes are treated differently, on purpose:
+//! - A read that meets a rate limit waits for it (GitHub's `retry-after`, or `x-ratelimit-reset`
+//!   when `x-ratelimit-remaining` is 0) and tries again, as long as the wait fits in
+//!   [`ClientConfig::max_rate_wait`]; a read that fails in transit or with a 502/503/504 is tried
+//!   again a few times. Reads change nothing, so repeating them is safe.
+//! - A write is sent once. If no answer comes back (a timeout, a dropped connection), the write may
+//!   or may not have happened, and the error says so ([`ApiError::WriteUncertain`]). Callers make
+//!   their writes idempotent instead: [`GitHub::upsert_marked_comment`] finds its earlier comment by
+//!   a hidden marker and edits it, so calling it again after a timeout never posts twice.
+
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::header::{ACCEPT, HeaderMap, HeaderValue};
+use http_body_util::combinators::BoxBody;
+use octocrab::Octocrab;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// api.github.com, the default base URI.
+pub const DEFAULT_API_URL: &str = "https://api.github.com";
+
+/// Where the client talks to and how patient it is.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The REST API's base URI.
+    pub api_url: String,
+    /// A personal access token or an installation token. `None` reaches public data only.
+    pub token: Option<String>,
+    /// How long one request may take before it counts as failed.
+    pub timeout: Duration,
+    /// The longest a read waits for a rate limit to lift; beyond it the read fails with
+    /// [`ApiError::RateLimited`] saying when to come back.
+    pub max_rate_wait: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(api_url: impl Into<String>, token: Option<String>) -> ClientConfig {
+        ClientConfig {
+            api_url: api_url.into(),
+            token,
+            timeout: Duration::from_secs(30),
+            max_rate_wait: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A GitHub API call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The client could not be built (a malformed base URI). Not retryable.
+    #[error("GitHub client configuration: {0}")]
+    Config(String),
+    /// 401: the token is missing, wrong or expired. Not retryable until the token is fixed.
+    #[error(
+        "GitHub refused the credentials (401): {0}; set GITHUB_TOKEN or GH_TOKEN to a valid token"
+    )]
+    Unauthorized(String),
+    /// 403 that is not a rate limit: the token lacks a permission.
+    #[error("GitHub refused {what} (403): {message}")]
+    Forbidden { what: String, message: String },
+    /// 404: the repository, issue or comment does not exist, or the token cannot see it.
+    #[error("{what} was not found on GitHub (404), or the token cannot see it")]
+    NotFound { what: String },
+    /// 422: GitHub refused the request's content.
+    #[error("GitHub rejected {what} (422): {message}")]
+    Invalid { what: String, message: String },
+    /// A rate limit that lifts later than the client is willing to wait.
+    #[error("GitHub's rate limit is spent for {what}; it lifts in {wait_secs} s: {message}")]
+    RateLimited {
+        what: String,
+        wait_secs: u64,
+        message: String,
+    },
+    /// Any other status.
+    #[error("GitHub answered {status} to {what}: {message}")]
+    Status {
+        what: String,
+        status: u16,
+        message: String,
+    },
+    /// A read got no answer after its retries.
+    #[error("GitHub did not answer {what}: {detail}")]
+    Transport { what: String, detail: String },
+    /// A write got no answer: it may or may not have happened. Writes are never retried
+    /// automatically; look on GitHub, or repeat an idempotent write (a marked comment is edited,
+    /// not posted twice).
+    #[error(
+        "no answer from GitHub to {what} ({detail}): it may or may not have happened; writes are not retried automatically"
+    )]
+    WriteUncertain { what: String, detail: String },
+    /// GitHub's answer is not what the API documents.
+    #[error("GitHub's answer to {what} cannot be read: {detail}")]
+    Decode { what: String, detail: String },
+}
+
+impl ApiError {
+    /// Whether the same call may succeed later without anyone changing anything.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ApiError::RateLimited { .. } | ApiError::Transport { .. }
+        ) || matches!(self, ApiError::Status { status, .. } if *status >= 500)
+    }
+}
+
+pub type ApiResult<T> = std::result::Result<T, ApiError>;
+
+/// `owner/name`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RepoRef {
+    pub owner: String,
+    pub name: String,
+}
+
+impl RepoRef {
+    /// Parses `owner/name`, refusing anything that could leave the `/repos/{owner}/{name}` path.
+    pub fn parse(text: &str) -> Result<RepoRef, String> {
+        let text = text.trim();
+        let (owner, name) = text
+            .split_once('/')
+            .ok_or_else(|| format!("{text:?} is not a repository: write owner/name"))?;
+        let ok = |s: &str| {
+            !s.is_empty()
+                && s != "."
+                && s != ".."
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        if !ok(owner) || !ok(name) {
+            return Err(format!(
+                "{text:?} is not a repository: owner and name may hold letters, digits, '-', '_' and '.'"
+            ));
+        }
+        Ok(RepoRef {
+            owner: owner.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+}
+
+impl std::fmt::Display for RepoRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.owner, self.name)
+    }
+}
+
+/// An issue or pull request: `owner/name#12`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssueRef {
+    pub repo: RepoRef,
+    pub number: u64,
+}
+
+impl IssueRef {
+    /// Parses `owner/name#12`, `owner/name/12`, or a github.com issue or pull request URL.
+    pub fn parse(text: &str) -> Result<IssueRef, String> {
+        let text = text.trim();
+        let bad = || {
+            format!(
+                "{text:?} is not an issue: write owner/name#NUMBER or paste its https://github.com/... URL"
+            )
+        };
+        let rest = text
+            .strip_prefix("https://")
+            .or_else(|| text.strip_prefix("http://"))
+            .map(|r| r.split_once('/').map(|(_, path)| path).unwrap_or(""));
+        let (repo, number) = match rest {
+            Some(path) => {
+                let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+                match parts.as_slice() {
+                    [owner, name, "issues" | "pull", number, ..] => {
+                        (format!("{owner}/{name}"), (*number).to_owned())
+                    }
+                    _ => return Err(bad()),
+                }
+            }
+            None => match text.split_once('#') {
+                Some((repo, number)) => (repo.to_owned(), number.to_owned()),
+                None => {
+                    let (repo, number) = text.rsplit_once('/').ok_or_else(bad)?;
+                    (repo.to_owned(), number.to_owned())
+                }
+            },
+        };
+        let number = number.parse::<u64>().map_err(|_| bad())?;
+        if number == 0 {
+            return Err(bad());
+        }
+        Ok(IssueRef {
+            repo: RepoRef::parse(&repo)?,
+            number,
+        })
+    }
+}
+
+impl std::fmt::Display for IssueRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}#{}", self.repo, self.number)
+    }
+}
+
+/// A GitHub account.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct User {
+    pub login: String,
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Label {
+    pub name: String,
+}
+
+/// An issue (or a pull request seen as an issue).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Issue {
+    pub number: u64,
+    pub title: String,
+    #[serde(default)]
+    pub body: Option<String>,
+    pub state: String,
+    #[serde(default)]
+    pub state_reason: Option<String>,
+    pub html_url: String,
+    #[serde(default)]
+    pub user: Option<User>,
+    #[serde(default)]
+    pub labels: Vec<Label>,
+    #[serde(default)]
+    pub comments: u64,
+    /// Present when the issue is a pull request.
+    #[serde(default)]
+    pub pull_request: Option<serde_json::Value>,
+    #[serde(default)]
+    pub created_at: Option<String>,
+    #[serde(default)]
+    pub updated_at: Option<String>,
+}
+
+/// A comment on an issue or pull request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Comment {
+    pub id: u64,
+    #[serde(default)]
+    pub body: Option<String>,
+    pub html_url: String,
+    #[serde(default)]
+    pub issue_url: Option<String>,
+    #[serde(default)]
+    pub user: Option<User>,
+    #[serde(default)]
+    pub author_association: Option<String>,
+    #[serde(default)]
+    pub created_at: Option<String>,
+    #[serde(default)]
+    pub updated_at: Option<String>,
+}
+
+impl Comment {
+    /// The number of the issue the comment is on, read from its `issue_url`.
+    pub fn issue_number(&self) -> Option<u64> {
+        self.issue_url.as_deref()?.rsplit('/').next()?.parse().ok()
+    }
+}
+
+/// One side of a pull request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Branch {
+    #[serde(rename = "ref")]
+    pub name: String,
+    pub sha: String,
+}
+
+/// A pull request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PullRequest {
+    pub number: u64,
+    pub title: String,
+    #[serde(default)]
+    pub body: Option<String>,
+    pub state: String,
+    pub html_url: String,
+    #[serde(default)]
+    pub user: Option<User>,
+    pub head: Branch,
+    pub base: Branch,
+    #[serde(default)]
+    pub draft: Option<bool>,
+    #[serde(default)]
+    pub merged: Option<bool>,
+    #[serde(default)]
+    pub additions: Option<u64>,
+    #[serde(default)]
+    pub deletions: Option<u64>,
+    #[serde(default)]
+    pub changed_files: Option<u64>,
+}
+
+/// A file a pull request changes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PullFile {
+    pub filename: String,
+    pub status: String,
+    #[serde(default)]
+    pub additions: u64,
+    #[serde(default)]
+    pub deletions: u64,
+    /// Absent for binary files and for very large diffs.
+    #[serde(default)]
+    pub patch: Option<String>,
+    #[serde(default)]
+    pub previous_filename: Option<String>,
+}
+
+/// An event of a repository's issues (`labeled`, `closed`, ...), as the poller reads them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IssueEvent {
+    pub id: u64,
+    pub event: String,
+    #[serde(default)]
+    pub actor: Option<User>,
+    #[serde(default)]
+    pub label: Option<Label>,
+    #[serde(default)]
+    pub issue: Option<Issue>,
+}
+
+/// What [`GitHub::upsert_marked_comment`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommentAction {
+    Created,
+    Edited,
+    /// The comment already said exactly this; nothing was sent.
+    Unchanged,
+}
+
+/// The GitHub REST client.
+#[derive(Clone)]
+pub struct GitHub {
+    octo: Octocrab,
+    config: ClientConfig,
+    viewer: std::sync::Arc<OnceLock<String>>,
+}
+
+impl std::fmt::Debug for GitHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("GitHub")
+            .field("api_url", &self.config.api_url)
+            .field("authenticated", &self.config.token.is_some())
+            .finish()
+    }
+}
+
+/// How many times a read is tried in all when it fails in transit or with a 502/503/504.
+const READ_TRIES: u32 = 3;
+/// Items per page for lists.
+const PER_PAGE: u32 = 100;
+/// The most pages a list reads, so a runaway list cannot take the worker with it.
+const MAX_PAGES: u32 = 50;
+
+enum Kind {
+    Read,
+    Write,
+}
+
+impl GitHub {
+    /// Builds a client. It does not reach the network.
+    pub fn new(config: ClientConfig) -> ApiResult<GitHub> {
+        let mut builder = Octocrab::builder()
+            .base_uri(config.api_url.trim_end_matches('/'))
+            .map_err(|e| {
+                ApiError::Config(format!(
+                    "{:?} is not a base URI: {}",
+                    config.api_url,
+                    describe(&e)
+                ))
+            })?
+            .set_connect_timeout(Some(config.timeout))
+            .set_read_timeout(Some(config.timeout))
+            .set_write_timeout(Some(config.timeout));
+        if let Some(token) = &config.token {
+            builder = builder.personal_token(token.clone());
+        }
+        let octo = builder
+            .build()
+            .map_err(|e| ApiError::Config(describe(&e)))?;
+        Ok(GitHub {
+            octo,
+            config,
+            viewer: std::sync::Arc::new(OnceLock::new()),
+        })
+    }
+
+    pub fn api_url(&self) -> &str {
+        &self.config.api_url
+    }
+
+    /// The login of the token's account (cached after the first call).
+    pub async fn viewer(&self) -> ApiResult<String> {
+        if let Some(login) = self.viewer.get() {
+            return Ok(login.clone());
+        }
+        let user: User = self.get_json("/user", "the token's user").await?;
+        let _ = self.viewer.set(user.login.clone());
+        Ok(user.login)
+    }
+
+    pub async fn issue(&self, issue: &IssueRef) -> ApiResult<Issue> {
+        self.get_json(
+            &format!("/repos/{}/issues/{}", issue.repo, issue.number),
+            &format!("issue {issue}"),
+        )
+        .await
+    }
+
+    /// All comments of an issue or pull request, oldest first.
+    pub async fn issue_comments(&self, issue: &IssueRef) -> ApiResult<Vec<Comment>> {
+        self.get_list(
+            &format!("/repos/{}/issues/{}/comments", issue.repo, issue.number),
+            &format!("the comments of {issue}"),
+        )
+        .await
+    }
+
+    pub async fn pull(&self, pull: &IssueRef) -> ApiResult<PullRequest> {
+        self.get_json(
+            &format!("/repos/{}/pulls/{}", pull.repo, pull.number),
+            &format!("pull request {pull}"),
+        )
+        .await
+    }
+
+    pub async fn pull_files(&self, pull: &IssueRef) -> ApiResult<Vec<PullFile>> {
+        self.get_list(
+            &format!("/repos/{}/pulls/{}/files", pull.repo, pull.number),
+            &format!("the files of {pull}"),
+        )
+        .await
+    }
+
+    /// The pull request's whole diff, as `git diff` prints it.
+    pub async fn pull_diff(&self, pull: &IssueRef) -> ApiResult<String> {
+        let what = format!("the diff of {pull}");
+        let (body, _) = self
+            .send_read(
+                &format!("/repos/{}/pulls/{}", pull.repo, pull.number),
+                &what,
+                Some("application/vnd.github.diff"),
+            )
+            .await?;
+        String::from_utf8(body).map_err(|e| ApiError::Decode {
+            what,
+            detail: e.to_string(),
+        })
+    }
+
+    /// A user's permission on a repository: `admin`, `maintain`, `write`, `triage`, `read` or
+    /// `none`.
+    pub async fn permission(&self, repo: &RepoRef, user: &str) -> ApiResult<String> {
+        #[derive(Deserialize)]
+        struct Permission {
+            permission: String,
+            #[serde(default)]
+            role_name: Option<String>,
+        }
+        if !user
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '[' | ']'))
+        {
+            return Err(ApiError::Invalid {
+                what: format!("the permission of {user:?}"),
+                message: "not a GitHub login".to_owned(),
+            });
+        }
+        let found: Permission = self
+            .get_json(
+                &format!("/repos/{repo}/collaborators/{user}/permission"),
+                &format!("{user}'s permission on {repo}"),
+            )
+            .await?;
+        // `role_name` distinguishes maintain and triage, which `permission` folds into write and
+        // read.
+        Ok(found.role_name.unwrap_or(found.permission))
+    }
+
+    /// The newest issue events of a repository (one page, newest first).
+    pub async fn repo_issue_events(&self, repo: &RepoRef) -> ApiResult<Vec<IssueEvent>> {
+        self.get_json(
+            &format!("/repos/{repo}/issues/events?per_page={PER_PAGE}"),
+            &format!("the issue events of {repo}"),
+        )
+        .await
+    }
+
+    /// The newest issue comments of a repository (one page, newest first).
+    pub async fn repo_comments(&self, repo: &RepoRef) -> ApiResult<Vec<Comment>> {
+        self.get_json(
+            &format!(
+                "/repos/{repo}/issues/comments?sort=created&direction=desc&per_page={PER_PAGE}"
+            ),
+            &format!("the issue comments of {repo}"),
+        )
+        .await
+    }
+
+    /// Posts a comment. Sent once, never retried.
+    pub async fn create_comment(&self, issue: &IssueRef, body: &str) -> ApiResult<Comment> {
+        self.write_json(
+            Method::Post,
+            &format!("/repos/{}/issues/{}/comments", issue.repo, issue.number),
+            &format!("posting a comment on {issue}"),
+            &json!({ "body": body }),
+        )
+        .await
+    }
+
+    /// Replaces a comment's body. Sent once, never retried.
+    pub async fn edit_comment(&self, repo: &RepoRef, id: u64, body: &str) -> ApiResult<Comment> {
+        self.write_json(
+            Method::Patch,
+            &format!("/repos/{repo}/issues/comments/{id}"),
+            &format!("editing comment {id} on {repo}"),
+            &json!({ "body": body }),
+        )
+        .await
+    }
+
+    /// Closes an issue with a reason (`completed` or `not_planned`). Sent once, never retried.
+    pub async fn close_issue(&self, issue: &IssueRef, state_reason: &str) -> ApiResult<Issue> {
+        self.write_json(
+            Method::Patch,
+            &format!("/repos/{}/issues/{}", issue.repo, issue.number),
+            &format!("closing {issue}"),
+            &json!({ "state": "closed", "state_reason": state_reason }),
+        )
+        .await
+    }
+
+    /// Keeps one comment per `marker` on an issue: edits the comment of the token's account that
+    /// holds the marker, or posts a new one. `body` must contain the marker, so that a call after an
+    /// uncertain write finds the comment the first call may have posted.
+    pub async fn upsert_marked_comment(
+        &self,
+        issue: &IssueRef,
+        marker: &str,
+        body: &str,
+    ) -> ApiResult<(Comment, CommentAction)> {
+        if !body.contains(marker) {
+            return Err(ApiError::Invalid {
+                what: format!("the comment for {issue}"),
+                message: "the body must contain its marker".to_owned(),
+            });
+        }
+        let viewer = self.viewer().await?;
+        let comments = self.issue_comments(issue).await?;
+        let mine = comments.into_iter().find(|c| {
+            c.body.as_deref().is_some_and(|b| b.contains(marker))
+                && c.user.as_ref().is_some_and(|u| u.login == viewer)
+        });
+        match mine {
+            Some(existing) if existing.body.as_deref() == Some(body) => {
+                Ok((existing, CommentAction::Unchanged))
+            }
+            Some(existing) => {
+                let edited = self.edit_comment(&issue.repo, existing.id, body).await?;
+                Ok((edited, CommentAction::Edited))
+            }
+            None => {
+                let created = self.create_comment(issue, body).await?;
+                Ok((created, CommentAction::Created))
+            }
+        }
+    }
+
+    async fn get_json<T: DeserializeOwned>(&self, path: &str, what: &str) -> ApiResult<T> {
+        let (body, _) = self.send_read(path, what, None).await?;
+        decode(&body, what)
+    }
+
+    /// Follows `Link: rel="next"` through every page.
+    async fn get_list<T: DeserializeOwned>(&self, path: &str, what: &str) -> ApiResult<Vec<T>> {
+        let mut all = Vec::new();
+        let mut next = Some(format!("{path}?per_page={PER_PAGE}"));
+        let mut pages = 0;
+        while let Some(url) = next.take() {
+            pages += 1;
+            let (body, headers) = self.send_read(&url, what, None).await?;
+            let page: Vec<T> = decode(&body, what)?;
+            all.extend(page);
+            if pages < MAX_PAGES {
+                next = next_link(&headers).map(|u| self.relative(&u));
+            }
+        }
+        Ok(all)
+    }
+
+    /// A `Link` URL is absolute; octocrab joins relative ones to the base, which also keeps a
+    /// GitHub Enterprise base's `/api/v3` prefix right.
+    fn relative(&self, url: &str) -> String {
+        let base = self.config.api_url.trim_end_matches('/');
+        url.strip_prefix(base).unwrap_or(url).to_owned()
+    }
+
+    async fn send_read(
+        &self,
+        path: &str,
+        what: &str,
+        accept: Option<&str>,
+    ) -> ApiResult<(Vec<u8>, HeaderMap)> {
+        let mut waited = Duration::ZERO;
+        let mut transport_tries = 0;
+        loop {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                ACCEPT,
+                HeaderValue::from_str(accept.unwrap_or("application/vnd.github+json"))
+                    .map_err(|e| ApiError::Config(e.to_string()))?,
+            );
+            let sent = self.octo._get_with_headers(path, Some(headers)).await;
+            let response = match sent {
+                Ok(response) => response,
+                Err(e) => {
+                    transport_tries += 1;
+                    if transport_tries < READ_TRIES {
+                        tokio::time::sleep(backoff(transport_tries)).await;
+                        continue;
+                    }
+                    return Err(ApiError::Transport {
+                        what: what.to_owned(),
+                        detail: describe(&e),
+                    });
+                }
+            };
+            let (status, headers, body) = self.collect(response, what, Kind::Read).await?;
+            if (200..300).contains(&status) {
+                return Ok((body, headers));
+            }
+            if let Some(wait) = rate_limit_wait(status, &headers) {
+                if waited + wait <= self.config.max_rate_wait {
+                    tracing::warn!(
+                        what,
+                        wait_secs = wait.as_secs(),
+                        "GitHub rate limit; waiting"
+                    );
+                    tokio::time::sleep(wait).await;
+                    waited += wait;
+                    continue;
+                }
+                return Err(ApiError::RateLimited {
+                    what: what.to_owned(),
+                    wait_secs: wait.as_secs(),
+                    message: error_message(&body),
+                });
+            }
+            if matches!(status, 502..=504) {
+                transport_tries += 1;
+                if transport_tries < READ_TRIES {
+                    tokio::time::sleep(backoff(transport_tries)).await;
+                    continue;
+                }
+            }
+            return Err(status_error(status, &headers, &body, what));
+        }
+    }
+
+    async fn write_json<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        what: &str,
+        body: &serde_json::Value,
+    ) -> ApiResult<T> {
+        let sent = match method {
+            Method::Post => self.octo._post(path, Some(body)).await,
+            Method::Patch => self.octo._patch(path, Some(body)).await,
+        };
+        let response = sent.map_err(|e| ApiError::WriteUncertain {
+            what: what.to_owned(),
+            detail: describe(&e),
+        })?;
+        let (status, headers, bytes) = self.collect(response, what, Kind::Write).await?;
+        if (200..300).contains(&status) {
+            return decode(&bytes, what);
+        }
+        if let Some(wait) = rate_limit_wait(status, &headers) {
+            return Err(ApiError::RateLimited {
+                what: what.to_owned(),
+                wait_secs: wait.as_secs(),
+                message: error_message(&bytes),
+            });
+        }
+        Err(status_error(status, &headers, &bytes, what))
+    }
+
+    async fn collect(
+        &self,
+        response: http::Response<BoxBody<Bytes, octocrab::Error>>,
+        what: &str,
+        kind: Kind,
+    ) -> ApiResult<(u16, HeaderMap, Vec<u8>)> {
+        use http_body_util::BodyExt;
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.map_err(|e| match kind {
+            Kind::Read => ApiError::Transport {
+                what: what.to_owned(),
+                detail: describe(&e),
+            },
+            Kind::Write => ApiError::WriteUncertain {
+                what: what.to_owned(),
+                detail: describe(&e),
+            },
+        })?;
+        Ok((
+            parts.status.as_u16(),
+            parts.headers,
+            bytes.to_bytes().to_vec(),
+        ))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Method {
+    Post,
+    Patch,
+}
+
+fn backoff(try_number: u32) -> Duration {
+    Duration::from_millis(200 * u64::from(try_number))
+}
+
+fn decode<T: DeserializeOwned>(body: &[u8], what: &str) -> ApiResult<T> {
+    serde_json::from_slice(body).map_err(|e| ApiError::Decode {
+        what: what.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+/// GitHub's `message` field, or the start of the body.
+fn error_message(body: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct Error {
+        message: String,
+    }
+    match serde_json::from_slice::<Error>(body) {
+        Ok(e) => e.message,
+        Err(_) => String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+    }
+}
+
+/// How long to wait when the answer is a rate limit: `retry-after` (secondary limits, 429), or
+/// until `x-ratelimit-reset` when `x-ratelimit-remaining` is 0 (the primary limit).
+fn rate_limit_wait(status: u16, headers: &HeaderMap) -> Option<Duration> {
+    if status != 403 && status != 429 {
+        return None;
+    }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(secs) = header("retry-after").and_then(|v| v.trim().parse::<u64>().ok()) {
+        return Some(Duration::from_secs(secs));
+    }
+    if header("x-ratelimit-remaining") == Some("0") {
+        let reset = header("x-ratelimit-reset")?.trim().parse::<u64>().ok()?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        // One second of slack: the reset is in whole seconds.
+        return Some(Duration::from_secs(reset.saturating_sub(now) + 1));
+    }
+    if status == 429 {
+        return Some(Duration::from_secs(60));
+    }
+    None
+}
+
+fn status_error(status: u16, _headers: &HeaderMap, body: &[u8], what: &str) -> ApiError {
+    let message = error_message(body);
+    let what = what.to_owned();
+    match status {
+        401 => ApiError::Unauthorized(message),
+        403 => ApiError::Forbidden { what, message },
+        404 => ApiError::NotFound { what },
+        422 => ApiError::Invalid { what, message },
+        _ => ApiError::Status {
+            what,
+            status,
+            message,
+        },
+    }
+}
+
+/// `Link: <url>; rel="next", ...` → the next URL.
+fn next_link(headers: &HeaderMap) -> Option<String> {
+    let link = headers.get("link")?.to_str().ok()?;
+    link.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        params
+            .split(';')
+            .any(|p| p.trim() == "rel=\"next\"")
+            .then(|| {
+                url.trim()
+                    .trim_start_matches('<')
+                    .trim_end_matches('>')
+                    .to_owned()
+            })
+    })
+}
+
+/// An error with its sources, since octocrab's own messages say little ("Service error").
+fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue_refs() {
+        let want = IssueRef {
+            repo: RepoRef {
+                owner: "acme".into(),
+                name: "widgets".into(),
+            },
+            number: 12,
+        };
+        assert_eq!(IssueRef::parse("acme/widgets#12").unwrap(), want);
+        assert_eq!(IssueRef::parse("acme/widgets/12").unwrap(), want);
+        assert_eq!(
+            IssueRef::parse("https://github.com/acme/widgets/issues/12").unwrap(),
+            want
+        );
+        assert_eq!(
+            IssueRef::parse("https://github.com/acme/widgets/pull/12/files").unwrap(),
+            want
+        );
+        for bad in [
+            "acme#12",
+            "acme/widgets#x",
+            "acme/widgets#0",
+            "../etc/widgets#1",
+            "acme/wid gets#1",
+            "acme/..#3",
+        ] {
+            assert!(IssueRef::parse(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn next_links() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "link",
+            HeaderValue::from_static(
+                "<https://api.github.com/x?page=2>; rel=\"next\", <https://api.github.com/x?page=5>; rel=\"last\"",
+            ),
+        );
+        assert_eq!(
+            next_link(&headers).as_deref(),
+            Some("https://api.github.com/x?page=2")
+        );
+        headers.insert(
+            "link",
+            HeaderValue::from_static("<https://api.github.com/x?page=1>; rel=\"prev\""),
+        );
+        assert_eq!(next_link(&headers), None);
+    }
+
+    #[test]
+    fn rate_limits() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(
+            rate_limit_wait(403, &headers),
+            None,
+            "a plain 403 is not a limit"
+        );
+        headers.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(rate_limit_wait(403, &headers), Some(Duration::from_secs(7)));
+        assert_eq!(rate_limit_wait(500, &headers), None);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-ratelimit-remaining", HeaderValue::from_static("0"));
+        headers.insert("x-ratelimit-reset", HeaderValue::from_static("0"));
+        assert_eq!(
+            rate_limit_wait(403, &headers),
+            Some(Duration::from_secs(1)),
+            "a reset in the past waits the one second of slack"
+        );
+    }
+}

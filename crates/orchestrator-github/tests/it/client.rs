@@ -1,0 +1,243 @@
+//! The REST client against a local server that speaks GitHub's wire format: context reads with
+//! pagination, rate limits on reads, writes sent once, and the marked comment that a retry edits.
+
+use std::time::Duration;
+
+use orchestrator_github::{ApiError, ClientConfig, CommentAction, GitHub, IssueRef, RepoRef};
+use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
+
+const REPO: &str = "acme/widgets";
+
+fn client(fake: &FakeGitHub) -> GitHub {
+    let mut config = ClientConfig::new(fake.url(), Some(FAKE_TOKEN.to_owned()));
+    config.timeout = Duration::from_secs(2);
+    config.max_rate_wait = Duration::from_secs(5);
+    GitHub::new(config).unwrap()
+}
+
+fn issue(number: u64) -> IssueRef {
+    IssueRef::parse(&format!("{REPO}#{number}")).unwrap()
+}
+
+#[tokio::test]
+async fn reads_an_issue_and_every_page_of_its_comments() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 7, "Crash on empty input", "Steps: run it", "alice");
+    for n in 0..130 {
+        fake.add_comment(REPO, 7, "bob", &format!("comment {n}"));
+    }
+    let github = client(&fake);
+    let found = github.issue(&issue(7)).await.unwrap();
+    assert_eq!(found.title, "Crash on empty input");
+    assert_eq!(found.state, "open");
+    assert_eq!(found.user.unwrap().login, "alice");
+    let comments = github.issue_comments(&issue(7)).await.unwrap();
+    assert_eq!(comments.len(), 130, "both pages are read");
+    assert_eq!(comments[0].body.as_deref(), Some("comment 0"));
+    assert_eq!(comments[129].body.as_deref(), Some("comment 129"));
+    assert_eq!(comments[5].issue_number(), Some(7));
+    let pages = fake.requests_to("GET", "/issues/7/comments");
+    assert_eq!(pages.len(), 2);
+    assert!(pages[1].query.contains("page=2"), "{:?}", pages[1]);
+    for request in fake.requests() {
+        assert_eq!(
+            request.authorization.as_deref(),
+            Some(format!("Bearer {FAKE_TOKEN}").as_str()),
+            "every request carries the token"
+        );
+    }
+}
+
+#[tokio::test]
+async fn reads_a_pull_request_its_files_and_its_diff() {
+    let fake = FakeGitHub::start().await;
+    let diff = "diff --git a/src/lib.rs b/src/lib.rs\n--- a/src/lib.rs\n+++ b/src/lib.rs\n@@ -1 +1 @@\n-old\n+new\n";
+    fake.add_pull(
+        REPO,
+        9,
+        "Fix the crash",
+        "Closes #7",
+        "carol",
+        &[
+            ("src/lib.rs", "modified", "@@ -1 +1 @@\n-old\n+new"),
+            ("logo.png", "added", ""),
+        ],
+        diff,
+    );
+    let github = client(&fake);
+    let pull = github.pull(&issue(9)).await.unwrap();
+    assert_eq!(pull.head.name, "feature-9");
+    assert_eq!(pull.base.name, "main");
+    assert_eq!(pull.changed_files, Some(2));
+    let files = github.pull_files(&issue(9)).await.unwrap();
+    let names: Vec<&str> = files.iter().map(|f| f.filename.as_str()).collect();
+    assert_eq!(names, ["src/lib.rs", "logo.png"]);
+    assert_eq!(github.pull_diff(&issue(9)).await.unwrap(), diff);
+    let diff_request = fake.requests_to("GET", "/pulls/9").pop().unwrap();
+    assert_eq!(
+        diff_request.accept.as_deref(),
+        Some("application/vnd.github.diff")
+    );
+    // An issue is not a pull request.
+    fake.add_issue(REPO, 10, "Just an issue", "", "dave");
+    let err = github.pull(&issue(10)).await.unwrap_err();
+    assert!(matches!(err, ApiError::NotFound { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_bad_token_and_a_missing_issue_are_clear_errors() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 1, "t", "b", "alice");
+    let bad = GitHub::new(ClientConfig::new(fake.url(), Some("ghp_wrong".into()))).unwrap();
+    let err = bad.issue(&issue(1)).await.unwrap_err();
+    assert!(matches!(err, ApiError::Unauthorized(_)), "{err}");
+    assert!(err.to_string().contains("GITHUB_TOKEN"), "{err}");
+    assert!(
+        !err.to_string().contains("ghp_wrong"),
+        "the token is never echoed"
+    );
+    let err = client(&fake).issue(&issue(404)).await.unwrap_err();
+    assert!(matches!(err, ApiError::NotFound { .. }), "{err}");
+    assert!(err.to_string().contains("acme/widgets#404"), "{err}");
+    assert!(!format!("{:?}", client(&fake)).contains(FAKE_TOKEN));
+}
+
+#[tokio::test]
+async fn reads_wait_out_a_rate_limit_and_give_up_on_a_long_one() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 1, "t", "b", "alice");
+    let github = client(&fake);
+    // A primary limit that resets in a second, then a secondary one with retry-after.
+    fake.rate_limit_next("GET", "/issues/1", 1, 1);
+    fake.secondary_limit_next("GET", "/issues/1", 1, 1);
+    let found = github.issue(&issue(1)).await.unwrap();
+    assert_eq!(found.number, 1);
+    assert_eq!(fake.requests_to("GET", "/issues/1").len(), 3);
+    // A reset an hour away is longer than the client waits: it says so at once.
+    fake.rate_limit_next("GET", "/issues/1", 1, 3600);
+    let err = github.issue(&issue(1)).await.unwrap_err();
+    match &err {
+        ApiError::RateLimited { wait_secs, .. } => assert!(*wait_secs > 3000, "{err}"),
+        other => panic!("expected a rate limit, got {other}"),
+    }
+    assert!(err.is_retryable());
+    // A 502 on a read is tried again.
+    fake.fail_next("GET", "/issues/1", 502, 1);
+    assert_eq!(github.issue(&issue(1)).await.unwrap().number, 1);
+}
+
+#[tokio::test]
+async fn writes_are_sent_once_even_when_they_fail() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 1, "t", "b", "alice");
+    let github = client(&fake);
+    fake.fail_next("POST", "/issues/1/comments", 502, 1);
+    let err = github.create_comment(&issue(1), "hello").await.unwrap_err();
+    assert!(matches!(err, ApiError::Status { status: 502, .. }), "{err}");
+    fake.secondary_limit_next("POST", "/issues/1/comments", 1, 1);
+    let err = github.create_comment(&issue(1), "hello").await.unwrap_err();
+    assert!(matches!(err, ApiError::RateLimited { .. }), "{err}");
+    assert_eq!(
+        fake.requests_to("POST", "/issues/1/comments").len(),
+        2,
+        "one request per call: writes are never retried"
+    );
+    assert!(fake.comments(REPO, 1).is_empty());
+}
+
+#[tokio::test]
+async fn a_marked_comment_retried_after_a_timeout_is_edited_not_posted_twice() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 3, "t", "b", "alice");
+    // Someone else's comment quoting the marker must not be taken for ours.
+    let marker = "<!-- orchestrator:task-42 -->";
+    fake.add_comment(REPO, 3, "mallory", &format!("look: {marker}"));
+    let github = client(&fake);
+    // GitHub posts the comment but the answer comes after the client's timeout.
+    fake.delay_next("POST", "/issues/3/comments", Duration::from_secs(5));
+    let first = format!("{marker}\nWorking on it.");
+    let err = github
+        .upsert_marked_comment(&issue(3), marker, &first)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApiError::WriteUncertain { .. }), "{err}");
+    assert!(err.to_string().contains("may or may not"), "{err}");
+    assert_eq!(
+        fake.comments(REPO, 3).len(),
+        2,
+        "the first write did happen"
+    );
+
+    let second = format!("{marker}\nDone: all gates pass.");
+    let (comment, action) = github
+        .upsert_marked_comment(&issue(3), marker, &second)
+        .await
+        .unwrap();
+    assert_eq!(action, CommentAction::Edited);
+    let comments = fake.comments(REPO, 3);
+    assert_eq!(comments.len(), 2, "no second comment: {comments:?}");
+    assert_eq!(comments[1].body, second);
+    assert!(comments[1].updated);
+    assert_eq!(
+        comments[0].body,
+        format!("look: {marker}"),
+        "mallory's is untouched"
+    );
+    assert!(
+        comment.html_url.contains("#issuecomment-"),
+        "{}",
+        comment.html_url
+    );
+    // The same text again sends nothing.
+    let posts_before =
+        fake.requests_to("POST", "/comments").len() + fake.requests_to("PATCH", "/comments").len();
+    let (_, action) = github
+        .upsert_marked_comment(&issue(3), marker, &second)
+        .await
+        .unwrap();
+    assert_eq!(action, CommentAction::Unchanged);
+    let posts_after =
+        fake.requests_to("POST", "/comments").len() + fake.requests_to("PATCH", "/comments").len();
+    assert_eq!(posts_before, posts_after);
+    // A body without its marker is refused before anything is sent.
+    let err = github
+        .upsert_marked_comment(&issue(3), marker, "no marker")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApiError::Invalid { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn closes_an_issue_with_a_reason_and_reads_permissions() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 5, "t", "b", "alice");
+    fake.set_permission(REPO, "alice", "write");
+    let github = client(&fake);
+    let closed = github.close_issue(&issue(5), "completed").await.unwrap();
+    assert_eq!(closed.state, "closed");
+    assert_eq!(closed.state_reason.as_deref(), Some("completed"));
+    assert_eq!(fake.issue(REPO, 5).state, "closed");
+    let err = github.close_issue(&issue(5), "because").await.unwrap_err();
+    assert!(matches!(err, ApiError::Invalid { .. }), "{err}");
+    let repo = RepoRef::parse(REPO).unwrap();
+    assert_eq!(github.permission(&repo, "alice").await.unwrap(), "write");
+    assert_eq!(github.permission(&repo, "eve").await.unwrap(), "none");
+    assert!(github.permission(&repo, "../x").await.is_err());
+}
+
+#[tokio::test]
+async fn a_github_enterprise_base_keeps_its_path() {
+    // GitHub Enterprise serves the API under /api/v3; the fake serves at the root, so a base
+    // with a path must reach `{base}/repos/...`, which the fake answers with 404.
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 1, "t", "b", "alice");
+    let github = GitHub::new(ClientConfig::new(
+        format!("{}/api/v3", fake.url()),
+        Some(FAKE_TOKEN.into()),
+    ))
+    .unwrap();
+    let err = github.issue(&issue(1)).await.unwrap_err();
+    assert!(matches!(err, ApiError::NotFound { .. }), "{err}");
+    let request = fake.requests().pop().unwrap();
+    assert_eq!(request.path, "/api/v3/repos/acme/widgets/issues/1");
+}
