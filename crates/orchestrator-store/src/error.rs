@@ -47,6 +47,15 @@ pub enum Error {
     /// No approval has this id. Not retryable.
     #[error("approval {0} not found")]
     ApprovalNotFound(i64),
+    /// No PR attempt has this id. Not retryable.
+    #[error("attempt {0} not found")]
+    AttemptNotFound(i64),
+    /// A GitHub delivery was to be completed, ignored or failed but is not `processing`: another
+    /// claim already finished it, or it was never claimed. Not retryable: its outcome stands.
+    #[error(
+        "delivery {id:?} is {status}, not processing; it must be claimed before it is finished"
+    )]
+    DeliveryNotClaimed { id: String, status: String },
     /// The approval was already decided, answered, expired or closed. Not retryable.
     #[error("approval {id} is already {status}")]
     ApprovalDecided { id: i64, status: String },

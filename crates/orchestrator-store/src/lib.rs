@@ -4,15 +4,18 @@
 //! write that a worker makes on behalf of an attempt names the attempt's lease epoch, and the store
 //! refuses it when the epoch is no longer current: that is what makes a stale worker harmless.
 //!
-//! Architecture Invariant: the store knows nothing of processes, models, tools or GitHub. It keeps
-//! rows and enforces the state machine's fences; deciding what to do with a task is the worker's job.
+//! Architecture Invariant: the store knows nothing of processes, models, tools or GitHub's API. It
+//! keeps rows (GitHub's deliveries and PR attempts among them) and enforces the state machine's
+//! fences; deciding what to do with a task, or with a delivery, is the caller's job.
 
 mod approvals;
 mod artifacts;
+mod attempts;
 mod automations;
 mod checklist;
 mod connect;
 mod conversation;
+mod deliveries;
 mod error;
 mod events;
 mod exec;
@@ -29,10 +32,12 @@ pub use approvals::{
     Approval, ApprovalDecision, ApprovalFilter, NewApproval, approval_kind, approval_status,
 };
 pub use artifacts::{Artifact, ArtifactMeta, DEFAULT_ARTIFACT_CAP};
+pub use attempts::{Attempt, NewAttempt};
 pub use automations::{Automation, NextFire, SOURCE_CLI, SOURCE_FILE};
 pub use checklist::ChecklistItem;
 pub use connect::{Backend, SqliteSync, Store, StoreOptions, redact_url};
 pub use conversation::{NewMessage, SavedMessage, ToolCallEnd, ToolCallRecord, call_status};
+pub use deliveries::{Delivery, DeliveryClaim, DeliveryInfo, delivery_source, delivery_status};
 pub use error::{Error, Result};
 pub use gates::GateRun;
 pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts};

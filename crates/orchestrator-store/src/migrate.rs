@@ -31,6 +31,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(1, "0001_core"),
     migration!(2, "0002_automations"),
     migration!(3, "0003_agent"),
+    migration!(4, "0004_github"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

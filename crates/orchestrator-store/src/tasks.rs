@@ -215,7 +215,7 @@ fn select_tasks() -> SelectStatement {
 }
 
 /// Bumps the task's event counter unconditionally, for changes made on a user's behalf.
-async fn next_seq(tx: &mut Tx, task: TaskId, now: i64) -> Result<i64> {
+pub(crate) async fn next_seq(tx: &mut Tx, task: TaskId, now: i64) -> Result<i64> {
     let stmt = Query::update()
         .table(Tasks::Table)
         .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))

@@ -218,18 +218,9 @@ impl FakeGitHub {
         });
     }
 
-    /// Adds an open pull request (an issue with a pull part, as on GitHub).
-    pub fn add_pull(
-        &self,
-        repo: &str,
-        number: u64,
-        title: &str,
-        body: &str,
-        author: &str,
-        files: &[(&str, &str, &str)],
-        diff: &str,
-    ) {
-        self.add_issue(repo, number, title, body, author);
+    /// Makes an issue added with [`FakeGitHub::add_issue`] a pull request (on GitHub a pull
+    /// request is an issue with a pull part), with its files (filename, status, patch) and diff.
+    pub fn make_pull(&self, repo: &str, number: u64, files: &[(&str, &str, &str)], diff: &str) {
         self.with(|i| {
             let issue = i
                 .repos

@@ -46,10 +46,17 @@ pub enum EventKind {
     ChildSpawned,
     /// The parent agent (or a person) sent this task's agent more input.
     Input,
+    /// A write to GitHub on the task's behalf (a comment posted or edited, an issue closed); the
+    /// data carries the URL GitHub returned, so the timeline links to what was written.
+    GithubWrite,
+    /// A candidate patch (a PR attempt) was recorded for the task.
+    AttemptRecorded,
+    /// One recorded attempt of a group was selected as the one to open a PR with.
+    AttemptSelected,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 23] = [
+    pub const ALL: [EventKind; 26] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -73,6 +80,9 @@ impl EventKind {
         EventKind::ModelRetry,
         EventKind::ChildSpawned,
         EventKind::Input,
+        EventKind::GithubWrite,
+        EventKind::AttemptRecorded,
+        EventKind::AttemptSelected,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -100,6 +110,9 @@ impl EventKind {
             EventKind::ModelRetry => "model_retry",
             EventKind::ChildSpawned => "child_spawned",
             EventKind::Input => "input",
+            EventKind::GithubWrite => "github_write",
+            EventKind::AttemptRecorded => "attempt_recorded",
+            EventKind::AttemptSelected => "attempt_selected",
         }
     }
 
@@ -126,4 +139,29 @@ pub struct TaskEvent {
     pub kind: String,
     /// Kind-specific details.
     pub data: serde_json::Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stored name, serde's name and `parse` must agree, or rows written by one path would be
+    /// unreadable by another.
+    #[test]
+    fn every_kind_round_trips_by_name() {
+        for kind in EventKind::ALL {
+            assert_eq!(
+                serde_json::to_value(kind).ok(),
+                Some(serde_json::Value::String(kind.as_str().to_owned()))
+            );
+            assert_eq!(EventKind::parse(kind.as_str()), Some(kind));
+        }
+        let names: std::collections::HashSet<_> =
+            EventKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), EventKind::ALL.len(), "ALL lists a kind twice");
+        assert_eq!(
+            EventKind::parse("github_write"),
+            Some(EventKind::GithubWrite)
+        );
+    }
 }

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod backoff;
 mod error;
 pub mod gate;
+pub mod github;
 pub mod metrics;
 pub mod model;
 pub mod pool;

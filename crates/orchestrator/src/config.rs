@@ -11,7 +11,26 @@
 //! base_url = "https://api.openai.com/v1"
 //! model = "gpt-4.1"
 //! api_key_env = "OPENAI_API_KEY"   # the variable holding the key, never the key itself
+//!
+//! [github]
+//! api_url = "https://github.example.com/api/v3"   # else ORCHESTRATOR_GITHUB_API_URL or api.github.com
+//! token_env = "GITHUB_TOKEN"        # the variable holding the token; GITHUB_TOKEN, then GH_TOKEN
+//! webhook_secret_env = "ORCHESTRATOR_GITHUB_WEBHOOK_SECRET"
+//! bot_login = "orchestrator-bot"    # else asked of GitHub; its own events never trigger
+//! mention = "@orchestrator-bot"     # else "@" + bot_login
+//! poll = ["acme/widgets"]           # repositories without a webhook, polled
+//! poll_interval_secs = 60
+//!
+//! [[github.trigger]]
+//! name = "agent-fix"
+//! event = "issues.labeled"          # or issue_comment.created (a mention), pull_request.opened
+//! label = "agent-fix"
+//! workspace = "/srv/checkouts/widgets"
+//! pre_approve = ["github_comment"]
+//! task = { prompt = "Fix {repo}#{number}. Read it with github_issue_context.", acceptance = ["cargo test passes"] }
 //! ```
+//!
+//! Secrets are named by the variable that holds them, never written into this file.
 
 use anyhow::Context;
 use serde::Deserialize;
@@ -24,6 +43,85 @@ pub struct Config {
     pub api_token: Option<String>,
     #[serde(default)]
     pub model: ModelConfig,
+    #[serde(default)]
+    pub github: GithubConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GithubConfig {
+    pub api_url: Option<String>,
+    pub token_env: Option<String>,
+    pub webhook_secret_env: Option<String>,
+    pub bot_login: Option<String>,
+    pub mention: Option<String>,
+    #[serde(default)]
+    pub poll: Vec<String>,
+    pub poll_interval_secs: Option<u64>,
+    #[serde(default, rename = "trigger")]
+    pub triggers: Vec<crate::triggers::TriggerRule>,
+}
+
+/// The variable `ORCHESTRATOR_GITHUB_API_URL` names the API's base URI (GitHub Enterprise, tests).
+pub const GITHUB_API_URL_ENV: &str = "ORCHESTRATOR_GITHUB_API_URL";
+/// The variable holding the webhook secret, unless the config names another.
+pub const GITHUB_WEBHOOK_SECRET_ENV: &str = "ORCHESTRATOR_GITHUB_WEBHOOK_SECRET";
+
+fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+impl GithubConfig {
+    /// The API base URI: the environment, the file, then api.github.com.
+    pub fn api_url(&self) -> String {
+        env_nonempty(GITHUB_API_URL_ENV)
+            .or_else(|| self.api_url.clone())
+            .unwrap_or_else(|| orchestrator_github::DEFAULT_API_URL.to_owned())
+    }
+
+    /// The token: the variable the file names, else GITHUB_TOKEN, else GH_TOKEN.
+    pub fn token(&self) -> Option<String> {
+        match &self.token_env {
+            Some(var) => env_nonempty(var),
+            None => env_nonempty("GITHUB_TOKEN").or_else(|| env_nonempty("GH_TOKEN")),
+        }
+    }
+
+    /// The client, when there is a token or an explicit API URL; `None` means GitHub is not
+    /// configured and the GitHub tools say so.
+    pub fn client(&self) -> anyhow::Result<Option<orchestrator_github::GitHub>> {
+        let token = self.token();
+        if token.is_none() && self.api_url.is_none() && env_nonempty(GITHUB_API_URL_ENV).is_none() {
+            return Ok(None);
+        }
+        let config = orchestrator_github::ClientConfig::new(self.api_url(), token);
+        orchestrator_github::GitHub::new(config)
+            .map(Some)
+            .map_err(|e| crate::exit::CliError::Invalid(e.to_string()).into())
+    }
+
+    /// The webhook secret, from the variable the file names or ORCHESTRATOR_GITHUB_WEBHOOK_SECRET.
+    pub fn webhook_secret(&self) -> Option<String> {
+        env_nonempty(
+            self.webhook_secret_env
+                .as_deref()
+                .unwrap_or(GITHUB_WEBHOOK_SECRET_ENV),
+        )
+    }
+
+    /// Checks the trigger rules and the polled repositories.
+    pub fn validate(&self) -> Result<(), String> {
+        for rule in &self.triggers {
+            rule.validate()?;
+        }
+        for repo in &self.poll {
+            orchestrator_github::RepoRef::parse(repo).map_err(|e| format!("github.poll: {e}"))?;
+        }
+        if self.poll_interval_secs == Some(0) {
+            return Err("github.poll_interval_secs must be at least 1".to_owned());
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -51,8 +149,13 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
         }
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     };
-    toml::from_str(&text)
-        .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())).into())
+    let config: Config = toml::from_str(&text)
+        .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    config
+        .github
+        .validate()
+        .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    Ok(config)
 }
 
 #[cfg(test)]

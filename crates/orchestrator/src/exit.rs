@@ -61,11 +61,13 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
                 S::TaskNotFound(_)
                 | S::ArtifactNotFound(_)
                 | S::AutomationNotFound(_)
-                | S::ApprovalNotFound(_) => NOT_FOUND,
+                | S::ApprovalNotFound(_)
+                | S::AttemptNotFound(_) => NOT_FOUND,
                 S::WrongState { .. }
                 | S::StaleLease { .. }
                 | S::DuplicateAutomation(_)
-                | S::ApprovalDecided { .. } => CONFLICT,
+                | S::ApprovalDecided { .. }
+                | S::DeliveryNotClaimed { .. } => CONFLICT,
                 S::InvalidAnswer(_) => INVALID,
                 S::BadUrl { .. } | S::Migration(_) | S::Database(_) => UNAVAILABLE,
                 S::Invalid(_) => INVALID,

@@ -13,7 +13,15 @@
 //! wrong token), 400 (malformed request), 404, 409 (already decided), 422 (an answer that does not
 //! fit the request) or 503 (the store is unavailable).
 //!
-//! Every route but `/healthz` needs the bearer token (generated into the home directory at first
+//! `POST /webhooks/github` takes GitHub's deliveries. It needs no bearer token: it is authenticated
+//! by the `X-Hub-Signature-256` HMAC of the raw body with the webhook secret, checked in constant
+//! time, and a missing or wrong signature is 401. A delivery goes through the ledger
+//! (`X-GitHub-Delivery`): 200 `{"status": "processed", "tasks": [...]}` the first time, 200
+//! `{"status": "duplicate"}` for a redelivery of a processed one, 202 `{"status": "busy"}` while
+//! another request processes it, and 500 when processing failed (recorded, so a redelivery
+//! processes it again).
+//!
+//! Every other route but `/healthz` needs the bearer token (generated into the home directory at first
 //! start), because metrics reveal what the daemon is doing and the API acts on it; the listener
 //! binds 127.0.0.1 by default.
 
@@ -35,6 +43,27 @@ pub struct HttpState {
     pub store: Store,
     pub metrics: Arc<Metrics>,
     pub token: Arc<str>,
+    /// GitHub webhooks: the secret and the rules. `None` when no secret is configured, and the
+    /// route then answers 404 saying how to configure one.
+    pub webhooks: Option<Webhooks>,
+}
+
+/// The trigger rules, and the webhook secret when one is configured (the poller needs the rules
+/// only).
+#[derive(Clone)]
+pub struct Webhooks {
+    pub secret: Option<Arc<[u8]>>,
+    pub triggers: Arc<crate::triggers::Triggers>,
+}
+
+impl std::fmt::Debug for Webhooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secret.
+        f.debug_struct("Webhooks")
+            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
+            .field("rules", &self.triggers.rules.len())
+            .finish()
+    }
 }
 
 /// Events returned by one `GET /api/tasks/{id}/events` when the request names no smaller limit.
@@ -55,6 +84,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/api/approvals/{id}/answer", post(answer))
         .route("/api/tasks/{id}", get(get_task))
         .route("/api/tasks/{id}/events", get(task_events))
+        .route("/webhooks/github", post(github_webhook))
         .with_state(state)
 }
 
@@ -115,11 +145,13 @@ impl From<orchestrator_store::Error> for ApiError {
             S::TaskNotFound(_)
             | S::ArtifactNotFound(_)
             | S::AutomationNotFound(_)
-            | S::ApprovalNotFound(_) => StatusCode::NOT_FOUND,
+            | S::ApprovalNotFound(_)
+            | S::AttemptNotFound(_) => StatusCode::NOT_FOUND,
             S::ApprovalDecided { .. }
             | S::WrongState { .. }
             | S::StaleLease { .. }
-            | S::DuplicateAutomation(_) => StatusCode::CONFLICT,
+            | S::DuplicateAutomation(_)
+            | S::DeliveryNotClaimed { .. } => StatusCode::CONFLICT,
             S::InvalidAnswer(_) | S::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             S::BadUrl { .. } | S::Migration(_) | S::Database(_) | S::Query(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -367,4 +399,86 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
     };
     let (a, b) = (presented.trim().as_bytes(), token.as_bytes());
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn github_webhook(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some((hooks, secret)) = state
+        .webhooks
+        .as_ref()
+        .and_then(|h| h.secret.as_ref().map(|s| (h, s)))
+    else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "GitHub webhooks are not configured: set ORCHESTRATOR_GITHUB_WEBHOOK_SECRET (or github.webhook_secret_env in the config) where serve runs",
+        );
+    };
+    let header_str = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Err(e) =
+        orchestrator_github::verify_signature(secret, &body, header_str("x-hub-signature-256"))
+    {
+        return error(StatusCode::UNAUTHORIZED, &format!("signature refused: {e}"));
+    }
+    let Some(event) = header_str("x-github-event") else {
+        return error(StatusCode::BAD_REQUEST, "X-GitHub-Event is missing");
+    };
+    let Some(delivery) =
+        header_str("x-github-delivery").filter(|d| !d.is_empty() && d.len() <= 200)
+    else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "X-GitHub-Delivery is missing or too long",
+        );
+    };
+    if event == "ping" {
+        return axum::Json(serde_json::json!({"status": "pong"})).into_response();
+    }
+    let payload: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(payload) => payload,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("the body is not JSON: {e}"),
+            );
+        }
+    };
+    match hooks
+        .triggers
+        .deliver(
+            delivery,
+            orchestrator_store::delivery_source::WEBHOOK,
+            event,
+            &payload,
+        )
+        .await
+    {
+        Ok(crate::triggers::Delivered::Busy) => (
+            StatusCode::ACCEPTED,
+            axum::Json(serde_json::json!({"status": "busy", "delivery": delivery})),
+        )
+            .into_response(),
+        Ok(done) => {
+            let mut value = serde_json::to_value(&done).unwrap_or_default();
+            value["delivery"] = serde_json::Value::from(delivery);
+            axum::Json(value).into_response()
+        }
+        Err(e) => {
+            tracing::warn!(delivery, error = %e, "GitHub delivery failed; a redelivery processes it again");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!(
+                    "delivery {delivery} failed and will be processed again on redelivery: {e}"
+                ),
+            )
+        }
+    }
+}
+
+/// An error answer of the webhook route: `{"error": ...}` without the bearer challenge, since the
+/// route is authenticated by its signature.
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
 }

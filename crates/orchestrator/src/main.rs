@@ -7,6 +7,7 @@ mod exit;
 mod http;
 mod output;
 mod serve;
+mod triggers;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -17,6 +17,10 @@ pub struct ServeConfig {
     pub rescuer: RescuerConfig,
     pub scheduler: SchedulerConfig,
     pub token: Arc<str>,
+    /// The webhook secret and trigger rules, when GitHub webhooks are configured.
+    pub webhooks: Option<crate::http::Webhooks>,
+    /// Repositories polled for trigger events, with the interval.
+    pub poll: Option<(Vec<orchestrator_github::RepoRef>, std::time::Duration)>,
 }
 
 /// Runs until `shutdown`, then: the pool stops claiming and drains (see the worker's pool.rs), the
@@ -41,6 +45,7 @@ pub async fn run(
         store: store.clone(),
         metrics: metrics.clone(),
         token: config.token.clone(),
+        webhooks: config.webhooks.clone(),
     });
     let http = tokio::spawn({
         let http_stop = http_stop.clone();
@@ -52,12 +57,26 @@ pub async fn run(
     });
     let rescuer_task = tokio::spawn(rescuer.run(shutdown.clone()));
     let scheduler_task = tokio::spawn(scheduler.run(shutdown.clone()));
+    let poller_task = match (&config.poll, &config.webhooks) {
+        (Some((repos, interval)), Some(hooks)) if !repos.is_empty() => {
+            Some(tokio::spawn(crate::triggers::poll_loop(
+                hooks.triggers.clone(),
+                repos.clone(),
+                *interval,
+                shutdown.clone(),
+            )))
+        }
+        _ => None,
+    };
 
     let pooled = pool.run(shutdown.clone()).await;
     // The pool only returns early on a registration failure; stop the rest either way.
     shutdown.cancel();
     let _ = rescuer_task.await;
     let _ = scheduler_task.await;
+    if let Some(poller) = poller_task {
+        let _ = poller.await;
+    }
     http_stop.cancel();
     match http.await {
         Ok(Ok(())) => {}

@@ -52,12 +52,10 @@ async fn reads_an_issue_and_every_page_of_its_comments() {
 async fn reads_a_pull_request_its_files_and_its_diff() {
     let fake = FakeGitHub::start().await;
     let diff = "diff --git a/src/lib.rs b/src/lib.rs\n--- a/src/lib.rs\n+++ b/src/lib.rs\n@@ -1 +1 @@\n-old\n+new\n";
-    fake.add_pull(
+    fake.add_issue(REPO, 9, "Fix the crash", "Closes #7", "carol");
+    fake.make_pull(
         REPO,
         9,
-        "Fix the crash",
-        "Closes #7",
-        "carol",
         &[
             ("src/lib.rs", "modified", "@@ -1 +1 @@\n-old\n+new"),
             ("logo.png", "added", ""),

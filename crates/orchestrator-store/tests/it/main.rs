@@ -59,6 +59,15 @@ conformance!(
     orphaned_running_task_cancels_at_once,
     foreground_tasks_are_invisible_to_claims,
     concurrent_retries_queue_a_task_once,
+    attempt_patches_round_trip_exactly,
+    attempts_are_listed_and_selected_within_their_group,
+    unknown_attempts_and_bad_input_are_refused,
+    a_delivery_creates_its_tasks_once,
+    a_failed_delivery_is_processed_again,
+    a_stale_claim_is_taken_over,
+    a_delivery_without_tasks_is_ignored,
+    concurrent_claims_of_a_delivery_have_one_winner,
+    poll_cursors_are_upserted,
 );
 
 #[allow(dead_code)]

@@ -51,6 +51,9 @@ pub struct AgentConfig {
     pub client: ClientConfig,
     /// Streamed pieces of replies, for `orchestrator run` and anyone else in this process.
     pub live: Option<broadcast::Sender<LiveDelta>>,
+    /// The GitHub client of the github_* tools; `None` when no GitHub is configured, and the tools
+    /// then say how to configure one.
+    pub github: Option<orchestrator_github::GitHub>,
 }
 
 /// How the agent part of an attempt ended.

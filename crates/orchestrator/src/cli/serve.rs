@@ -30,7 +30,7 @@ pub struct ServeArgs {
     /// Tasks run at the same time by this process.
     #[arg(long, default_value_t = orchestrator_worker::pool::DEFAULT_SLOTS)]
     pub workers: usize,
-    /// Address of the HTTP endpoint (/healthz, /metrics).
+    /// Address of the HTTP endpoint (/healthz, /metrics, /api, /webhooks/github).
     #[arg(long, default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
     /// Lease length; a crashed worker's tasks run again about this long after it died.
@@ -108,6 +108,38 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             eprintln!("orchestrator serve: {error}");
         }
     }
+    let github = file_config.github.client()?;
+    pool.agent.github = github.clone();
+    let webhook_secret = file_config.github.webhook_secret();
+    let webhooks = (webhook_secret.is_some() || !file_config.github.poll.is_empty()).then(|| {
+        crate::http::Webhooks {
+            secret: webhook_secret.map(|s| Arc::from(s.into_bytes())),
+            triggers: Arc::new(crate::triggers::Triggers {
+                store: store.clone(),
+                rules: file_config.github.triggers.clone(),
+                github: github.clone(),
+                bot_login: file_config.github.bot_login.clone(),
+                mention: file_config.github.mention.clone(),
+            }),
+        }
+    });
+    let poll = (!file_config.github.poll.is_empty()).then(|| {
+        (
+            file_config
+                .github
+                .poll
+                .iter()
+                .filter_map(|r| orchestrator_github::RepoRef::parse(r).ok())
+                .collect::<Vec<_>>(),
+            Duration::from_secs(file_config.github.poll_interval_secs.unwrap_or(60)),
+        )
+    });
+    if !file_config.github.poll.is_empty() && github.is_none() {
+        return Err(CliError::Invalid(
+            "github.poll needs a GitHub token: set GITHUB_TOKEN or GH_TOKEN".into(),
+        )
+        .into());
+    }
     let scheduler = orchestrator_scheduler::SchedulerConfig::new(pool.worker_id.clone());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -143,6 +175,8 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             rescuer,
             scheduler,
             token,
+            webhooks,
+            poll,
         },
         store,
         listener,

@@ -189,6 +189,23 @@ pub fn event_line(event: &TaskEvent) -> String {
             d.get("log_artifact").and_then(|v| v.as_i64()).unwrap_or(0),
         ),
         "failed" | "requeued" | "rescued" => text("error"),
+        "github_write" => format!("{} {}", text("action"), text("url"))
+            .trim()
+            .to_owned(),
+        "attempt_recorded" => format!(
+            "attempt {} [{}] {:?}: {} files, {} bytes",
+            d.get("attempt").and_then(|v| v.as_i64()).unwrap_or(0),
+            text("group"),
+            text("label"),
+            d.get("files").and_then(|v| v.as_i64()).unwrap_or(0),
+            d.get("patch_bytes").and_then(|v| v.as_i64()).unwrap_or(0),
+        ),
+        "attempt_selected" => format!(
+            "attempt {} [{}] {:?}",
+            d.get("attempt").and_then(|v| v.as_i64()).unwrap_or(0),
+            text("group"),
+            text("label"),
+        ),
         _ => String::new(),
     };
     format!("#{:<3} {time} {:<16} {detail}", event.seq, event.kind)

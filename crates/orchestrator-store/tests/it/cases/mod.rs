@@ -14,12 +14,14 @@ use std::collections::HashSet;
 
 mod agent;
 mod automations;
+mod github;
 mod leases;
 mod records;
 mod tasks;
 
 pub use agent::*;
 pub use automations::*;
+pub use github::*;
 pub use leases::*;
 pub use records::*;
 pub use tasks::*;

@@ -6,6 +6,7 @@
 
 mod agents;
 mod checklist;
+mod github;
 mod work;
 
 use std::future::Future;
@@ -31,6 +32,7 @@ pub(crate) fn register(
     specs.extend(checklist::specs(session));
     specs.extend(agents::specs(session));
     specs.extend(work::specs(session, ctx));
+    specs.extend(github::specs(session, ctx));
     for spec in specs {
         registry.register(spec)?;
     }
@@ -66,6 +68,10 @@ pub fn names() -> &'static [&'static str] {
         "checklist_list",
         "checklist_update",
         "checklist_write",
+        "github_close_issue",
+        "github_comment",
+        "github_issue_context",
+        "github_pr_context",
         "note",
         "task_cancel",
         "task_create",

@@ -1,0 +1,457 @@
+//! The `github_deliveries` and `github_poll_cursors` tables: the ledger that makes GitHub events
+//! create their tasks exactly once, and where each polled repository's listing left off.
+//!
+//! GitHub redelivers webhooks (on a timeout, or when someone presses "Redeliver"), and a poller can
+//! see an event the webhook already brought. Every delivery is therefore claimed first:
+//!
+//! ```text
+//!   (none) ──claim──▶ processing ──complete──▶ processed | ignored   (final: redeliveries are Done)
+//!                        │  ▲
+//!                  fail  │  │ claim (a redelivery), or a claim after `stale_after_ms` when the
+//!                        ▼  │ process that held it died mid-way
+//!                       failed
+//! ```
+//!
+//! A delivery's tasks are inserted in the transaction that marks it processed, so a crash leaves
+//! either both or neither. Claims are conditional writes (an insert that does nothing on conflict,
+//! an update guarded by the status it expects), never a read followed by a write, so two concurrent
+//! claims of one delivery on PostgreSQL cannot both win.
+
+use crate::tasks::insert_tasks;
+use crate::{Error, Result, Store};
+use orchestrator_types::{NewTask, TaskId, now_millis};
+use sea_query::{Cond, Expr, ExprTrait, Iden, OnConflict, Order, Query, SelectStatement};
+use serde::Serialize;
+
+#[derive(Iden, Clone, Copy)]
+enum GithubDeliveries {
+    Table,
+    DeliveryId,
+    Source,
+    Event,
+    Action,
+    Repo,
+    Status,
+    Attempts,
+    TaskIds,
+    Detail,
+    ReceivedAt,
+    UpdatedAt,
+}
+
+#[derive(Iden, Clone, Copy)]
+enum GithubPollCursors {
+    Table,
+    Repo,
+    Cursor,
+    UpdatedAt,
+}
+
+/// Where a delivery came from.
+pub mod delivery_source {
+    /// Pushed by GitHub to the webhook endpoint; the id is GitHub's `X-GitHub-Delivery`.
+    pub const WEBHOOK: &str = "webhook";
+    /// Found by the poller; the id is derived from the event it listed.
+    pub const POLL: &str = "poll";
+}
+
+/// Delivery states.
+pub mod delivery_status {
+    /// Claimed by a process that is deciding what to do with it.
+    pub const PROCESSING: &str = "processing";
+    /// Its tasks were created. Final.
+    pub const PROCESSED: &str = "processed";
+    /// Nothing was to be done (no rule matched, an event we do not handle). Final.
+    pub const IGNORED: &str = "ignored";
+    /// Processing broke; the next claim (a redelivery, the next poll) processes it again.
+    pub const FAILED: &str = "failed";
+}
+
+/// Why a delivery that created no task was ignored, unless the caller said otherwise.
+const NO_RULE_MATCHED: &str = "no rule matched";
+
+/// A delivery being claimed.
+#[derive(Debug, Clone, Copy)]
+pub struct DeliveryInfo<'a> {
+    pub id: &'a str,
+    /// `webhook` or `poll` (see [`delivery_source`]).
+    pub source: &'a str,
+    /// GitHub's event name: `issues`, `issue_comment`, `pull_request`, ...
+    pub event: &'a str,
+    pub action: Option<&'a str>,
+    /// `owner/name`.
+    pub repo: Option<&'a str>,
+}
+
+/// What a claim found, and so what the caller should do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeliveryClaim {
+    /// First sight of this delivery: process it.
+    Fresh,
+    /// It failed before, or its processor died: process it again. `attempts` counts this one.
+    Retry { attempts: i64 },
+    /// Already processed or ignored: do nothing (answer GitHub with success).
+    Done {
+        status: String,
+        task_ids: Vec<TaskId>,
+    },
+    /// Another process is on it right now (a concurrent redelivery): do nothing.
+    Busy,
+}
+
+/// A delivery as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Delivery {
+    pub id: String,
+    pub source: String,
+    pub event: String,
+    pub action: Option<String>,
+    pub repo: Option<String>,
+    pub status: String,
+    /// Claims that processed it (1 unless it failed or its processor died).
+    pub attempts: i64,
+    pub task_ids: Vec<TaskId>,
+    /// The error of a failed delivery, or why it was ignored.
+    pub detail: Option<String>,
+    pub received_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct DeliveryRow {
+    delivery_id: String,
+    source: String,
+    event: String,
+    action: Option<String>,
+    repo: Option<String>,
+    status: String,
+    attempts: i64,
+    task_ids: String,
+    detail: Option<String>,
+    received_at: i64,
+    updated_at: i64,
+}
+
+fn parse_task_ids(id: &str, text: &str) -> Result<Vec<TaskId>> {
+    serde_json::from_str(text).map_err(|e| Error::Corrupt {
+        what: "github_deliveries.task_ids",
+        message: format!("delivery {id}: {e}"),
+    })
+}
+
+fn task_ids_json(ids: &[TaskId]) -> String {
+    let ids: Vec<i64> = ids.iter().map(|t| t.0).collect();
+    serde_json::Value::from(ids).to_string()
+}
+
+impl TryFrom<DeliveryRow> for Delivery {
+    type Error = Error;
+    fn try_from(row: DeliveryRow) -> Result<Delivery> {
+        Ok(Delivery {
+            task_ids: parse_task_ids(&row.delivery_id, &row.task_ids)?,
+            id: row.delivery_id,
+            source: row.source,
+            event: row.event,
+            action: row.action,
+            repo: row.repo,
+            status: row.status,
+            attempts: row.attempts,
+            detail: row.detail,
+            received_at: row.received_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+fn select_deliveries() -> SelectStatement {
+    Query::select()
+        .columns([
+            GithubDeliveries::DeliveryId,
+            GithubDeliveries::Source,
+            GithubDeliveries::Event,
+            GithubDeliveries::Action,
+            GithubDeliveries::Repo,
+            GithubDeliveries::Status,
+            GithubDeliveries::Attempts,
+            GithubDeliveries::TaskIds,
+            GithubDeliveries::Detail,
+            GithubDeliveries::ReceivedAt,
+            GithubDeliveries::UpdatedAt,
+        ])
+        .from(GithubDeliveries::Table)
+        .to_owned()
+}
+
+/// How many times a claim looks again when the row changed between its statements (a claim saw
+/// `processing`, then found `failed` before it could read it). Each pass is a few statements; the
+/// race needs another process to fail the delivery in that window, so twice more is plenty.
+const CLAIM_PASSES: usize = 3;
+
+impl Store {
+    /// Claims a delivery for processing; see [`DeliveryClaim`] for what each answer asks of the
+    /// caller. A `processing` row untouched for `stale_after_ms` is taken over: the process that
+    /// claimed it is presumed dead.
+    pub async fn claim_delivery(
+        &self,
+        info: &DeliveryInfo<'_>,
+        stale_after_ms: i64,
+    ) -> Result<DeliveryClaim> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        for _ in 0..CLAIM_PASSES {
+            let insert = Query::insert()
+                .into_table(GithubDeliveries::Table)
+                .columns([
+                    GithubDeliveries::DeliveryId,
+                    GithubDeliveries::Source,
+                    GithubDeliveries::Event,
+                    GithubDeliveries::Action,
+                    GithubDeliveries::Repo,
+                    GithubDeliveries::Status,
+                    GithubDeliveries::Attempts,
+                    GithubDeliveries::TaskIds,
+                    GithubDeliveries::ReceivedAt,
+                    GithubDeliveries::UpdatedAt,
+                ])
+                .values([
+                    info.id.into(),
+                    info.source.into(),
+                    info.event.into(),
+                    info.action.into(),
+                    info.repo.into(),
+                    delivery_status::PROCESSING.into(),
+                    1i64.into(),
+                    "[]".into(),
+                    now.into(),
+                    now.into(),
+                ])?
+                .on_conflict(
+                    OnConflict::column(GithubDeliveries::DeliveryId)
+                        .do_nothing()
+                        .to_owned(),
+                )
+                .to_owned();
+            if tx.execute(&insert).await? > 0 {
+                tx.commit().await?;
+                return Ok(DeliveryClaim::Fresh);
+            }
+            // The status in the WHERE clause is what makes this safe: PostgreSQL re-checks it
+            // after waiting for a concurrent claim's row lock, so only one of them matches.
+            let retry = Query::update()
+                .table(GithubDeliveries::Table)
+                .value(GithubDeliveries::Status, delivery_status::PROCESSING)
+                .value(
+                    GithubDeliveries::Attempts,
+                    Expr::col(GithubDeliveries::Attempts).add(1),
+                )
+                .value(GithubDeliveries::UpdatedAt, now)
+                .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(info.id))
+                .cond_where(
+                    Cond::any()
+                        .add(Expr::col(GithubDeliveries::Status).eq(delivery_status::FAILED))
+                        .add(
+                            Cond::all()
+                                .add(
+                                    Expr::col(GithubDeliveries::Status)
+                                        .eq(delivery_status::PROCESSING),
+                                )
+                                .add(
+                                    Expr::col(GithubDeliveries::UpdatedAt)
+                                        .lte(now.saturating_sub(stale_after_ms)),
+                                ),
+                        ),
+                )
+                .returning_col(GithubDeliveries::Attempts)
+                .to_owned();
+            if let Some((attempts,)) = tx.fetch_optional::<(i64,), _>(&retry).await? {
+                tx.commit().await?;
+                return Ok(DeliveryClaim::Retry { attempts });
+            }
+            let read = Query::select()
+                .columns([GithubDeliveries::Status, GithubDeliveries::TaskIds])
+                .from(GithubDeliveries::Table)
+                .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(info.id))
+                .to_owned();
+            let Some((status, task_ids)) = tx.fetch_optional::<(String, String), _>(&read).await?
+            else {
+                continue;
+            };
+            match status.as_str() {
+                delivery_status::PROCESSED | delivery_status::IGNORED => {
+                    tx.commit().await?;
+                    let task_ids = parse_task_ids(info.id, &task_ids)?;
+                    return Ok(DeliveryClaim::Done { status, task_ids });
+                }
+                delivery_status::PROCESSING => {
+                    tx.commit().await?;
+                    return Ok(DeliveryClaim::Busy);
+                }
+                // Failed after our update looked: look again.
+                delivery_status::FAILED => continue,
+                other => {
+                    return Err(Error::Corrupt {
+                        what: "github_deliveries.status",
+                        message: format!("delivery {}: unknown status {other:?}", info.id),
+                    });
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(DeliveryClaim::Busy)
+    }
+
+    /// Creates a claimed delivery's tasks and marks it `processed` in one transaction, or marks it
+    /// `ignored` ("no rule matched") when `tasks` is empty. Refused with `DeliveryNotClaimed`, and
+    /// creating nothing, when the delivery is not `processing` (another claim already finished it).
+    pub async fn complete_delivery(&self, id: &str, tasks: &[NewTask]) -> Result<Vec<TaskId>> {
+        for task in tasks {
+            task.validate()?;
+        }
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        // Held until commit: a claim that took the delivery over meanwhile waits, then finds it
+        // processed.
+        let lock = Query::select()
+            .column(GithubDeliveries::Status)
+            .from(GithubDeliveries::Table)
+            .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(id))
+            .lock(sea_query::LockType::Update)
+            .to_owned();
+        let status: Option<(String,)> = tx.fetch_optional(&lock).await?;
+        match status {
+            Some((status,)) if status == delivery_status::PROCESSING => {}
+            other => {
+                return Err(Error::DeliveryNotClaimed {
+                    id: id.to_owned(),
+                    status: other.map_or_else(|| "unrecorded".to_owned(), |(s,)| s),
+                });
+            }
+        }
+        let ids = if tasks.is_empty() {
+            Vec::new()
+        } else {
+            insert_tasks(&mut tx, tasks, now, None).await?
+        };
+        let (status, detail) = if ids.is_empty() {
+            (delivery_status::IGNORED, Some(NO_RULE_MATCHED))
+        } else {
+            (delivery_status::PROCESSED, None)
+        };
+        let mark = Query::update()
+            .table(GithubDeliveries::Table)
+            .value(GithubDeliveries::Status, status)
+            .value(GithubDeliveries::TaskIds, task_ids_json(&ids))
+            .value(GithubDeliveries::Detail, detail)
+            .value(GithubDeliveries::UpdatedAt, now)
+            .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(id))
+            .to_owned();
+        tx.execute(&mark).await?;
+        if !ids.is_empty() {
+            tx.notify_task_available().await?;
+        }
+        tx.commit().await?;
+        if !ids.is_empty() {
+            self.wake.wake();
+        }
+        Ok(ids)
+    }
+
+    /// Marks a claimed delivery `ignored`, saying why. Final: redeliveries are `Done`.
+    pub async fn ignore_delivery(&self, id: &str, why: &str) -> Result<()> {
+        self.finish_delivery(id, delivery_status::IGNORED, why)
+            .await
+    }
+
+    /// Marks a claimed delivery `failed` with its error; the next claim processes it again.
+    pub async fn fail_delivery(&self, id: &str, error: &str) -> Result<()> {
+        self.finish_delivery(id, delivery_status::FAILED, error)
+            .await
+    }
+
+    /// Moves a `processing` delivery to `status`. Only from `processing`: failing a delivery that
+    /// another claim processed meanwhile would let the next redelivery create its tasks again.
+    async fn finish_delivery(&self, id: &str, status: &str, detail: &str) -> Result<()> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let stmt = Query::update()
+            .table(GithubDeliveries::Table)
+            .value(GithubDeliveries::Status, status)
+            .value(GithubDeliveries::Detail, detail)
+            .value(GithubDeliveries::UpdatedAt, now)
+            .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(id))
+            .and_where(Expr::col(GithubDeliveries::Status).eq(delivery_status::PROCESSING))
+            .to_owned();
+        if tx.execute(&stmt).await? == 0 {
+            drop(tx);
+            let status = self
+                .delivery(id)
+                .await?
+                .map_or_else(|| "unrecorded".to_owned(), |d| d.status);
+            return Err(Error::DeliveryNotClaimed {
+                id: id.to_owned(),
+                status,
+            });
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn delivery(&self, id: &str) -> Result<Option<Delivery>> {
+        let mut stmt = select_deliveries();
+        stmt.and_where(Expr::col(GithubDeliveries::DeliveryId).eq(id));
+        self.pool
+            .fetch_optional::<DeliveryRow, _>(&stmt)
+            .await?
+            .map(Delivery::try_from)
+            .transpose()
+    }
+
+    /// The latest deliveries, newest first.
+    pub async fn deliveries(&self, limit: u64) -> Result<Vec<Delivery>> {
+        let mut stmt = select_deliveries();
+        stmt.order_by(GithubDeliveries::ReceivedAt, Order::Desc)
+            .order_by(GithubDeliveries::DeliveryId, Order::Desc)
+            .limit(limit);
+        self.pool
+            .fetch_all::<DeliveryRow, _>(&stmt)
+            .await?
+            .into_iter()
+            .map(Delivery::try_from)
+            .collect()
+    }
+
+    /// Where the poller's listing of `repo` left off, if it ever polled it.
+    pub async fn poll_cursor(&self, repo: &str) -> Result<Option<String>> {
+        let stmt = Query::select()
+            .column(GithubPollCursors::Cursor)
+            .from(GithubPollCursors::Table)
+            .and_where(Expr::col(GithubPollCursors::Repo).eq(repo))
+            .to_owned();
+        Ok(self
+            .pool
+            .fetch_optional::<(String,), _>(&stmt)
+            .await?
+            .map(|(cursor,)| cursor))
+    }
+
+    pub async fn set_poll_cursor(&self, repo: &str, cursor: &str) -> Result<()> {
+        let stmt = Query::insert()
+            .into_table(GithubPollCursors::Table)
+            .columns([
+                GithubPollCursors::Repo,
+                GithubPollCursors::Cursor,
+                GithubPollCursors::UpdatedAt,
+            ])
+            .values([repo.into(), cursor.into(), now_millis().into()])?
+            .on_conflict(
+                OnConflict::column(GithubPollCursors::Repo)
+                    .update_columns([GithubPollCursors::Cursor, GithubPollCursors::UpdatedAt])
+                    .to_owned(),
+            )
+            .to_owned();
+        let mut tx = self.pool.begin().await?;
+        tx.execute(&stmt).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,553 @@
+//! GitHub triggers: events (from the webhook or the poller) turned into tasks by the rules of the
+//! config, through the delivery ledger.
+//!
+//! One path serves both sources: [`Triggers::deliver`] claims the delivery id in the ledger (a
+//! processed or ignored delivery does nothing again; a failed one is processed again), decides
+//! which rules match, and creates the tasks in the same transaction that marks the delivery
+//! processed. A crash in between leaves the delivery `processing`, which a redelivery takes over
+//! once it is stale, and no task was created, so nothing fires twice and nothing is lost.
+//!
+//! The bot's own events never trigger, and a mention counts only from a user with write access
+//! (asked of GitHub, so a failure there fails the delivery, to be processed again later).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use orchestrator_github::{GitHub, RepoRef, sanitize_untrusted};
+use orchestrator_store::{DeliveryClaim, DeliveryInfo, Store};
+use orchestrator_tools::Decision;
+use orchestrator_types::{NewTask, TaskId, TaskTemplate};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// A `processing` delivery older than this belongs to a process that died: a redelivery takes it
+/// over.
+const STALE_PROCESSING_MS: i64 = 10 * 60 * 1000;
+
+/// One rule: an event that creates a task.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerRule {
+    /// Names the rule in the ledger and the task's title.
+    pub name: String,
+    /// `issues.labeled`, `issue_comment.created` (a mention of the bot) or `pull_request.opened`.
+    pub event: String,
+    /// For `issues.labeled`: the label that triggers.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Repositories (`owner/name`) the rule applies to; empty for all.
+    #[serde(default)]
+    pub repos: Vec<String>,
+    /// The checkout the task works in.
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// Tools the task may call without asking (GitHub writes included), on top of its policy.
+    #[serde(default)]
+    pub pre_approve: Vec<String>,
+    /// The task; `{repo}`, `{number}`, `{title}`, `{url}`, `{sender}`, `{label}` and `{event}`
+    /// are replaced in its title and prompt.
+    #[serde(default)]
+    pub task: TaskTemplate,
+}
+
+pub const EVENTS: &[&str] = &[
+    "issues.labeled",
+    "issue_comment.created",
+    "pull_request.opened",
+];
+
+impl TriggerRule {
+    /// Checks what a config file can get wrong, with the rule's name in the message.
+    pub fn validate(&self) -> Result<(), String> {
+        if !EVENTS.contains(&self.event.as_str()) {
+            return Err(format!(
+                "trigger {:?}: event {:?} is not one of {}",
+                self.name,
+                self.event,
+                EVENTS.join(", ")
+            ));
+        }
+        if self.event == "issues.labeled" && self.label.as_deref().is_none_or(str::is_empty) {
+            return Err(format!(
+                "trigger {:?}: issues.labeled needs a label",
+                self.name
+            ));
+        }
+        for repo in &self.repos {
+            RepoRef::parse(repo).map_err(|e| format!("trigger {:?}: {e}", self.name))?;
+        }
+        if self.task.prompt.is_some() && self.workspace.is_none() {
+            return Err(format!(
+                "trigger {:?}: an agent task needs a workspace",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a delivery came to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Delivered {
+    /// Tasks were created (or none matched: `tasks` is empty and `detail` says why).
+    Processed { tasks: Vec<TaskId>, detail: String },
+    /// The delivery was processed before; nothing was done again.
+    Duplicate { tasks: Vec<TaskId> },
+    /// Another request is processing the same delivery right now.
+    Busy,
+}
+
+/// The failure of one delivery: recorded in the ledger, so a redelivery processes it again.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    #[error("the store failed: {0}")]
+    Store(#[from] orchestrator_store::Error),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The rules and what they need.
+#[derive(Debug, Clone)]
+pub struct Triggers {
+    pub store: Store,
+    pub rules: Vec<TriggerRule>,
+    pub github: Option<GitHub>,
+    /// The bot's login; its own events never trigger. `None` asks GitHub (`GET /user`).
+    pub bot_login: Option<String>,
+    /// The mention that triggers `issue_comment.created` rules; default `@<bot login>`.
+    pub mention: Option<String>,
+}
+
+impl Triggers {
+    async fn bot(&self) -> Option<String> {
+        if let Some(login) = &self.bot_login {
+            return Some(login.clone());
+        }
+        let github = self.github.as_ref()?;
+        github.viewer().await.ok()
+    }
+
+    /// Processes one delivery through the ledger.
+    pub async fn deliver(
+        &self,
+        id: &str,
+        source: &str,
+        event: &str,
+        payload: &Value,
+    ) -> Result<Delivered, DeliveryError> {
+        let action = payload.get("action").and_then(Value::as_str);
+        let repo = payload
+            .pointer("/repository/full_name")
+            .and_then(Value::as_str);
+        let info = DeliveryInfo {
+            id,
+            source,
+            event,
+            action,
+            repo,
+        };
+        match self
+            .store
+            .claim_delivery(&info, STALE_PROCESSING_MS)
+            .await?
+        {
+            DeliveryClaim::Done { task_ids, .. } => {
+                return Ok(Delivered::Duplicate { tasks: task_ids });
+            }
+            DeliveryClaim::Busy => return Ok(Delivered::Busy),
+            DeliveryClaim::Fresh | DeliveryClaim::Retry { .. } => {}
+        }
+        match self.tasks_for(event, payload).await {
+            Ok((tasks, detail)) if tasks.is_empty() => {
+                self.store.ignore_delivery(id, &detail).await?;
+                Ok(Delivered::Processed {
+                    tasks: Vec::new(),
+                    detail,
+                })
+            }
+            Ok((tasks, detail)) => {
+                let ids = self.store.complete_delivery(id, &tasks).await?;
+                Ok(Delivered::Processed { tasks: ids, detail })
+            }
+            Err(e) => {
+                let message = e.to_string();
+                // If even this fails, the row stays `processing` and is taken over once stale.
+                let _ = self.store.fail_delivery(id, &message).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The tasks an event creates, and why (or why none).
+    async fn tasks_for(
+        &self,
+        event: &str,
+        payload: &Value,
+    ) -> Result<(Vec<NewTask>, String), DeliveryError> {
+        let action = payload.get("action").and_then(Value::as_str).unwrap_or("");
+        let key = format!("{event}.{action}");
+        let sender = payload
+            .pointer("/sender/login")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let Some(repo) = payload
+            .pointer("/repository/full_name")
+            .and_then(Value::as_str)
+        else {
+            return Ok((Vec::new(), format!("{key} names no repository")));
+        };
+        let rules: Vec<&TriggerRule> = self
+            .rules
+            .iter()
+            .filter(|r| r.event == key)
+            .filter(|r| r.repos.is_empty() || r.repos.iter().any(|x| x == repo))
+            .collect();
+        if rules.is_empty() {
+            return Ok((Vec::new(), format!("no rule for {key} on {repo}")));
+        }
+        let bot = self.bot().await;
+        if bot.as_deref().is_some_and(|b| same_login(b, sender)) {
+            return Ok((Vec::new(), "the bot's own event".to_owned()));
+        }
+        let item = payload
+            .get("issue")
+            .or_else(|| payload.get("pull_request"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let mut vars = BTreeMap::new();
+        vars.insert("repo", repo.to_owned());
+        vars.insert("sender", sender.to_owned());
+        vars.insert("event", key.clone());
+        vars.insert(
+            "number",
+            item.get("number")
+                .and_then(Value::as_u64)
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+        );
+        vars.insert(
+            "title",
+            sanitize_untrusted(item.get("title").and_then(Value::as_str).unwrap_or("")),
+        );
+        vars.insert(
+            "url",
+            item.get("html_url")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+        );
+        let label = payload
+            .pointer("/label/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        vars.insert("label", label.to_owned());
+
+        let mut tasks = Vec::new();
+        let mut skipped = Vec::new();
+        for rule in rules {
+            match rule.event.as_str() {
+                "issues.labeled" => {
+                    if rule.label.as_deref() != Some(label) {
+                        skipped.push(format!(
+                            "{}: label {label:?} is not {:?}",
+                            rule.name, rule.label
+                        ));
+                        continue;
+                    }
+                }
+                "issue_comment.created" => {
+                    let body = payload
+                        .pointer("/comment/body")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    let mention = match (&self.mention, &bot) {
+                        (Some(m), _) => m.clone(),
+                        (None, Some(b)) => format!("@{}", b.trim_end_matches("[bot]")),
+                        (None, None) => {
+                            return Err(DeliveryError::Failed(
+                                "the bot's login is unknown (set github.bot_login or a token GitHub accepts), so a mention cannot be recognized".to_owned(),
+                            ));
+                        }
+                    };
+                    if !mentions(body, &mention) {
+                        skipped.push(format!(
+                            "{}: the comment does not mention {mention}",
+                            rule.name
+                        ));
+                        continue;
+                    }
+                    let github = self.github.as_ref().ok_or_else(|| {
+                        DeliveryError::Failed(
+                            "a mention needs the commenter's permission, and GitHub is not configured"
+                                .to_owned(),
+                        )
+                    })?;
+                    let repo_ref = RepoRef::parse(repo).map_err(DeliveryError::Failed)?;
+                    let permission = github
+                        .permission(&repo_ref, sender)
+                        .await
+                        .map_err(|e| DeliveryError::Failed(e.to_string()))?;
+                    if !matches!(permission.as_str(), "admin" | "maintain" | "write") {
+                        skipped.push(format!(
+                            "{}: {sender} has {permission} access, not write",
+                            rule.name
+                        ));
+                        continue;
+                    }
+                }
+                "pull_request.opened" => {}
+                _ => continue,
+            }
+            tasks.push(task_of(rule, &vars));
+        }
+        let detail = if tasks.is_empty() {
+            skipped.join("; ")
+        } else {
+            format!("{} task(s) created", tasks.len())
+        };
+        Ok((tasks, detail))
+    }
+}
+
+fn same_login(bot: &str, sender: &str) -> bool {
+    let norm = |s: &str| s.trim_end_matches("[bot]").to_ascii_lowercase();
+    !sender.is_empty() && norm(bot) == norm(sender)
+}
+
+/// Whether `body` mentions `mention` as a word (`@bot`, not `@bottle` or `x@bot.com`).
+fn mentions(body: &str, mention: &str) -> bool {
+    let body_lower = body.to_lowercase();
+    let mention = mention.to_lowercase();
+    let mut from = 0;
+    while let Some(at) = body_lower[from..].find(&mention) {
+        let start = from + at;
+        let end = start + mention.len();
+        let before_ok = body_lower[..start]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !c.is_alphanumeric() && c != '@' && c != '.');
+        let after_ok = body_lower[end..]
+            .chars()
+            .next()
+            .is_none_or(|c| !c.is_alphanumeric() && c != '-' && c != '_');
+        if before_ok && after_ok {
+            return true;
+        }
+        from = end;
+    }
+    false
+}
+
+fn fill(text: &str, vars: &BTreeMap<&str, String>) -> String {
+    let mut out = text.to_owned();
+    for (k, v) in vars {
+        out = out.replace(&format!("{{{k}}}"), v);
+    }
+    out
+}
+
+/// The task a rule creates. Its policy is the template's, or else what an automation's tasks get
+/// (read only), with the rule's pre-approvals on top: a trigger acts for people who are not
+/// watching, so it gets no more than it was granted.
+fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewTask {
+    let t = &rule.task;
+    let title = match &t.title {
+        Some(title) => fill(title, vars),
+        None => format!(
+            "{}: {}#{} {}",
+            rule.name, vars["repo"], vars["number"], vars["title"]
+        ),
+    };
+    let mut task = NewTask::new(title);
+    task.prompt = t.prompt.as_deref().map(|p| fill(p, vars));
+    task.gates = t.gates.clone();
+    task.workspace = rule.workspace.clone();
+    task.priority = t.priority;
+    task.queue = t.queue.clone();
+    task.max_attempts = t.max_attempts;
+    task.model = t.model.clone();
+    task.acceptance = t.acceptance.clone();
+    task.agent = t.agent.clone();
+    if task.prompt.is_some() {
+        let mut policy = match &t.agent.policy {
+            Some(value) => serde_json::from_value(value.clone())
+                .unwrap_or_else(|_| orchestrator_worker::agent::automation_default_policy()),
+            None => orchestrator_worker::agent::automation_default_policy(),
+        };
+        for tool in &rule.pre_approve {
+            policy.tools.insert(tool.clone(), Decision::Allow);
+        }
+        task.agent.policy = serde_json::to_value(&policy).ok();
+    }
+    task
+}
+
+/// Polls repositories for the events a webhook would have sent, and delivers them through the
+/// same ledger (ids `poll:<repo>:event:<id>` and `poll:<repo>:comment:<id>`). The first poll of a
+/// repository only notes where it stands: events from before the poller existed never trigger.
+pub async fn poll_loop(
+    triggers: Arc<Triggers>,
+    repos: Vec<RepoRef>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
+    loop {
+        for repo in &repos {
+            if let Err(e) = poll_once(&triggers, repo).await {
+                tracing::warn!(repo = %repo, error = %e, "GitHub poll failed; trying again next round");
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Cursor {
+    event: u64,
+    comment: u64,
+}
+
+/// One poll of one repository; returns the deliveries made.
+pub async fn poll_once(triggers: &Triggers, repo: &RepoRef) -> Result<usize, String> {
+    let github = triggers
+        .github
+        .as_ref()
+        .ok_or("polling needs GitHub configured (a token)")?;
+    let name = repo.to_string();
+    let events = github
+        .repo_issue_events(repo)
+        .await
+        .map_err(|e| e.to_string())?;
+    let comments = github
+        .repo_comments(repo)
+        .await
+        .map_err(|e| e.to_string())?;
+    let newest_event = events.iter().map(|e| e.id).max().unwrap_or(0);
+    let newest_comment = comments.iter().map(|c| c.id).max().unwrap_or(0);
+    let stored = triggers
+        .store
+        .poll_cursor(&name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(stored) = stored else {
+        let cursor = Cursor {
+            event: newest_event,
+            comment: newest_comment,
+        };
+        triggers
+            .store
+            .set_poll_cursor(&name, &json!(cursor).to_string())
+            .await
+            .map_err(|e| e.to_string())?;
+        return Ok(0);
+    };
+    let mut cursor: Cursor = serde_json::from_str(&stored).unwrap_or_default();
+    let repository = json!({ "full_name": name });
+    let mut delivered = 0;
+    let mut fresh_events: Vec<_> = events.into_iter().filter(|e| e.id > cursor.event).collect();
+    fresh_events.sort_by_key(|e| e.id);
+    for ev in fresh_events {
+        let payload = json!({
+            "action": ev.event,
+            "label": ev.label,
+            "issue": ev.issue,
+            "repository": repository,
+            "sender": ev.actor,
+        });
+        let id = format!("poll:{name}:event:{}", ev.id);
+        triggers
+            .deliver(&id, "poll", "issues", &payload)
+            .await
+            .map_err(|e| e.to_string())?;
+        delivered += 1;
+        cursor.event = ev.id;
+        save(triggers, &name, &cursor).await?;
+    }
+    let mut fresh_comments: Vec<_> = comments
+        .into_iter()
+        .filter(|c| c.id > cursor.comment)
+        .collect();
+    fresh_comments.sort_by_key(|c| c.id);
+    for comment in fresh_comments {
+        let Some(number) = comment.issue_number() else {
+            continue;
+        };
+        let issue = github
+            .issue(&orchestrator_github::IssueRef {
+                repo: repo.clone(),
+                number,
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let payload = json!({
+            "action": "created",
+            "comment": comment,
+            "issue": issue,
+            "repository": repository,
+            "sender": comment.user,
+        });
+        let id = format!("poll:{name}:comment:{}", comment.id);
+        triggers
+            .deliver(&id, "poll", "issue_comment", &payload)
+            .await
+            .map_err(|e| e.to_string())?;
+        delivered += 1;
+        cursor.comment = comment.id;
+        save(triggers, &name, &cursor).await?;
+    }
+    Ok(delivered)
+}
+
+async fn save(triggers: &Triggers, repo: &str, cursor: &Cursor) -> Result<(), String> {
+    triggers
+        .store
+        .set_poll_cursor(repo, &json!(cursor).to_string())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mentions_are_words() {
+        assert!(mentions("hey @orchestrator please fix", "@orchestrator"));
+        assert!(mentions("@Orchestrator, fix", "@orchestrator"));
+        assert!(mentions("(@orchestrator)", "@orchestrator"));
+        assert!(!mentions("@orchestrator-bot fix", "@orchestrator"));
+        assert!(!mentions("mail me@orchestrator.dev", "@orchestrator"));
+        assert!(!mentions("@orchestrators", "@orchestrator"));
+        assert!(!mentions("nothing here", "@orchestrator"));
+    }
+
+    #[test]
+    fn the_bot_is_itself_with_or_without_its_suffix() {
+        assert!(same_login("orchestrator-bot", "orchestrator-bot"));
+        assert!(same_login("orchestrator[bot]", "Orchestrator[bot]"));
+        assert!(same_login("orchestrator", "orchestrator[bot]"));
+        assert!(!same_login("orchestrator", "alice"));
+        assert!(!same_login("orchestrator", ""));
+    }
+
+    #[test]
+    fn rules_are_validated() {
+        let mut rule: TriggerRule =
+            toml::from_str("name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\n")
+                .unwrap();
+        assert!(rule.validate().is_ok());
+        rule.label = None;
+        assert!(rule.validate().unwrap_err().contains("needs a label"));
+        rule.event = "issues.opened".into();
+        assert!(rule.validate().unwrap_err().contains("not one of"));
+        let bad: Result<TriggerRule, _> =
+            toml::from_str("name = \"x\"\nevent = \"issues.labeled\"\nlable = \"typo\"\n");
+        assert!(bad.is_err(), "unknown keys are refused");
+    }
+}
