@@ -131,6 +131,32 @@ impl Store {
         Ok(seq)
     }
 
+    /// Appends an event to a task in any state, for what a person does to it from outside an
+    /// attempt (a GitHub write made with `orchestrator github`, recorded on the task it was for).
+    pub async fn record_event(
+        &self,
+        task: TaskId,
+        kind: EventKind,
+        data: serde_json::Value,
+    ) -> Result<i64> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let seq = crate::tasks::next_seq(&mut tx, task, now).await?;
+        insert_events(
+            &mut tx,
+            &[EventInsert {
+                task_id: task.0,
+                seq,
+                at: now,
+                kind,
+                data,
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(seq)
+    }
+
     /// Appends an event for a running attempt, refused with `StaleLease` once the lease is gone.
     pub async fn append_event(
         &self,

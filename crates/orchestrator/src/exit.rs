@@ -12,7 +12,8 @@ pub const USAGE: u8 = 2;
 /// A task, artifact or automation does not exist.
 pub const NOT_FOUND: u8 = 3;
 /// The request does not fit the task's state (retrying a running task, canceling a finished one),
-/// or an automation with that name already exists.
+/// an automation with that name already exists, or a guard refused (closing an issue without
+/// the evidence it needs).
 pub const CONFLICT: u8 = 4;
 /// The store cannot be opened: bad or unreachable database URL, failed migration.
 pub const UNAVAILABLE: u8 = 5;
@@ -26,6 +27,12 @@ pub const CANCELED: u8 = 7;
 pub enum CliError {
     #[error("{0}")]
     Invalid(String),
+    /// Something outside the store does not exist (an issue on GitHub).
+    #[error("{0}")]
+    NotFound(String),
+    /// A guard refused the request (closing an issue without the evidence it needs).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Prints the error chain and picks the exit code from the most specific cause found.
@@ -80,6 +87,8 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
         if let Some(e) = cause.downcast_ref::<CliError>() {
             return match e {
                 CliError::Invalid(_) => INVALID,
+                CliError::NotFound(_) => NOT_FOUND,
+                CliError::Refused(_) => CONFLICT,
             };
         }
     }

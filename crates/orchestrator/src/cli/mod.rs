@@ -7,6 +7,7 @@ mod agent_flags;
 mod approval;
 mod artifact;
 mod automation;
+mod github;
 mod mcp;
 mod run;
 mod serve;
@@ -35,6 +36,7 @@ Examples:
   orchestrator mcp --workspace .                   expose the tools to an MCP client over stdio
   orchestrator approval list                       the agents' pending requests
   orchestrator approval approve 7
+  orchestrator github issue acme/widgets#12        an issue as an agent reads it (GITHUB_TOKEN)
 
 Exit codes: 0 success; 1 failure (or the task failed); 2 usage; 3 not found; 4 conflict with the
 task's state (or a duplicate automation name); 5 store unavailable; 6 invalid input; 7 the task was
@@ -91,6 +93,9 @@ pub enum Command {
     /// Read artifacts: gate logs and other kept output.
     #[command(subcommand)]
     Artifact(artifact::ArtifactCommand),
+    /// GitHub by hand: issue and PR context, a task's comment, a guarded close, the delivery ledger.
+    #[command(subcommand)]
+    Github(github::GithubCommand),
     /// List the agent tools or call one by hand in a workspace.
     Tool(tool::ToolArgs),
     /// Serve the agent tools to an MCP client over stdio.
@@ -106,6 +111,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Automation(command) => automation::run(&global, command).await,
         Command::Approval(command) => approval::run(&global, command).await,
         Command::Artifact(command) => artifact::run(&global, command).await,
+        Command::Github(command) => github::run(&global, command).await,
         Command::Tool(args) => tool::run(&global.home()?, args).await,
         Command::Mcp(args) => mcp::run(&global.home()?, args).await,
     }

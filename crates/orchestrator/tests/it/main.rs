@@ -8,6 +8,7 @@ mod automation;
 mod cli;
 mod crash;
 mod gates;
+mod github;
 mod serve;
 mod support;
 mod tidy;

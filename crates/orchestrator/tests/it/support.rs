@@ -49,6 +49,10 @@ impl Env {
             .env("ORCHESTRATOR_HOME", self.home.path())
             .env_remove("ORCHESTRATOR_DATABASE_URL")
             .env_remove("ORCHESTRATOR_API_TOKEN")
+            .env_remove("GITHUB_TOKEN")
+            .env_remove("GH_TOKEN")
+            .env_remove("ORCHESTRATOR_GITHUB_API_URL")
+            .env_remove("ORCHESTRATOR_GITHUB_WEBHOOK_SECRET")
             .env("ORCHESTRATOR_LOG", "warn,orchestrator_worker=info")
             .stdin(Stdio::null());
         if let Some(url) = &self.database_url {
@@ -129,10 +133,18 @@ impl Env {
     }
 
     pub fn serve(&self, extra: &[&str]) -> Serve {
+        self.serve_with_env(extra, &[])
+    }
+
+    /// `serve` with extra environment variables.
+    pub fn serve_with_env(&self, extra: &[&str], envs: &[(&str, &str)]) -> Serve {
         let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
         args.extend(extra);
-        let mut child = self
-            .cmd(&args)
+        let mut cmd = self.cmd(&args);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -227,6 +239,33 @@ pub fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
     )
     .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A POST with extra headers over a plain TCP connection; returns the status code and the body.
+pub fn http_post(addr: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let status = response

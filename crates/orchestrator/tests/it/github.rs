@@ -1,0 +1,226 @@
+//! GitHub triggers end to end: `serve` with a webhook secret and trigger rules, deliveries posted
+//! to /webhooks/github over real HTTP, and a fake GitHub on 127.0.0.1 for the calls the daemon
+//! makes (permissions, the bot's login, polling).
+
+use crate::support::{Env, Serve, http_post, wait_for};
+use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
+use serde_json::{Value, json};
+
+const SECRET: &str = "It's a Secret to Everybody";
+const REPO: &str = "acme/widgets";
+
+fn write_config(env: &Env, extra: &str) {
+    let config = format!(
+        r#"
+[github]
+bot_login = "orchestrator-bot"
+{extra}
+
+[[github.trigger]]
+name = "agent-fix"
+event = "issues.labeled"
+label = "agent-fix"
+task = {{ title = "Fix {{repo}}#{{number}}: {{title}}" }}
+
+[[github.trigger]]
+name = "mention"
+event = "issue_comment.created"
+task = {{ title = "Asked on {{repo}}#{{number}} by {{sender}}" }}
+"#
+    );
+    std::fs::write(env.home().join("config.toml"), config).unwrap();
+}
+
+fn serve(env: &Env, fake: &FakeGitHub) -> Serve {
+    let url = fake.url();
+    env.serve_with_env(
+        &["--workers", "1"],
+        &[
+            ("ORCHESTRATOR_GITHUB_WEBHOOK_SECRET", SECRET),
+            ("ORCHESTRATOR_GITHUB_API_URL", url.as_str()),
+            ("GITHUB_TOKEN", FAKE_TOKEN),
+        ],
+    )
+}
+
+fn deliver(serve: &Serve, event: &str, delivery: &str, body: &Value) -> (u16, Value) {
+    let bytes = body.to_string().into_bytes();
+    let signature = orchestrator_github::sign(SECRET.as_bytes(), &bytes);
+    let (status, text) = http_post(
+        &serve.addr,
+        "/webhooks/github",
+        &[
+            ("X-GitHub-Event", event),
+            ("X-GitHub-Delivery", delivery),
+            ("X-Hub-Signature-256", &signature),
+        ],
+        &bytes,
+    );
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn labeled(number: u64, label: &str, sender: &str) -> Value {
+    json!({
+        "action": "labeled",
+        "label": {"name": label},
+        "issue": {"number": number, "title": "Crash on empty input", "html_url": format!("https://github.com/{REPO}/issues/{number}")},
+        "repository": {"full_name": REPO},
+        "sender": {"login": sender},
+    })
+}
+
+fn comment(number: u64, body: &str, sender: &str) -> Value {
+    json!({
+        "action": "created",
+        "comment": {"id": 77, "body": body, "user": {"login": sender}},
+        "issue": {"number": number, "title": "Crash", "html_url": format!("https://github.com/{REPO}/issues/{number}")},
+        "repository": {"full_name": REPO},
+        "sender": {"login": sender},
+    })
+}
+
+#[test]
+fn webhook_signatures_are_checked_over_the_raw_body() {
+    let env = Env::sqlite();
+    write_config(&env, "");
+    let fake = FakeGitHub::start_blocking();
+    let serve = serve(&env, &fake);
+    // GitHub's published test vector.
+    let body = b"Hello, World!";
+    let vector = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+    let post = |body: &[u8], signature: Option<&str>| {
+        let mut headers = vec![("X-GitHub-Event", "ping"), ("X-GitHub-Delivery", "d-ping")];
+        if let Some(s) = signature {
+            headers.push(("X-Hub-Signature-256", s));
+        }
+        http_post(&serve.addr, "/webhooks/github", &headers, body)
+    };
+    let (status, text) = post(body, Some(vector));
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("pong"), "{text}");
+    let (status, text) = post(b"Hello, World?", Some(vector));
+    assert_eq!(status, 401, "one changed byte: {text}");
+    assert!(text.contains("does not match"), "{text}");
+    let wrong = orchestrator_github::sign(b"another secret", body);
+    assert_eq!(post(body, Some(&wrong)).0, 401, "a wrong secret");
+    let (status, text) = post(body, None);
+    assert_eq!(status, 401, "no header");
+    assert!(text.contains("missing"), "{text}");
+    assert_eq!(post(body, Some("sha1=abc")).0, 401, "a malformed header");
+    // The route needs no bearer token, but nothing else changed: the API still does.
+    let (status, _) = crate::support::http_get(&serve.addr, "/api/approvals", None);
+    assert_eq!(status, 401);
+}
+
+#[test]
+fn a_delivery_sent_twice_creates_one_task_and_the_bots_own_events_none() {
+    let env = Env::sqlite();
+    write_config(&env, "");
+    let fake = FakeGitHub::start_blocking();
+    let serve = serve(&env, &fake);
+    let (status, first) = deliver(&serve, "issues", "d-1", &labeled(7, "agent-fix", "alice"));
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["status"], "processed", "{first}");
+    let created = first["tasks"].as_array().unwrap().clone();
+    assert_eq!(created.len(), 1, "{first}");
+    let (status, again) = deliver(&serve, "issues", "d-1", &labeled(7, "agent-fix", "alice"));
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["status"], "duplicate", "{again}");
+    assert_eq!(again["tasks"], Value::Array(created.clone()));
+    let tasks = env.tasks();
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert_eq!(
+        tasks[0]["title"],
+        "Fix acme/widgets#7: Crash on empty input"
+    );
+
+    // Another label, the bot's own labeling, and an unknown event create nothing.
+    let (_, other) = deliver(&serve, "issues", "d-2", &labeled(7, "question", "alice"));
+    assert_eq!(other["tasks"], json!([]), "{other}");
+    let (_, own) = deliver(
+        &serve,
+        "issues",
+        "d-3",
+        &labeled(8, "agent-fix", "orchestrator-bot"),
+    );
+    assert_eq!(own["tasks"], json!([]), "{own}");
+    assert!(own["detail"].as_str().unwrap().contains("bot"), "{own}");
+    assert_eq!(env.tasks().len(), 1);
+
+    let ledger = env.json(&["github", "deliveries", "--json"]);
+    let rows = ledger.as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{ledger}");
+    let first_row = rows.iter().find(|r| r["id"] == "d-1").unwrap();
+    assert_eq!(first_row["status"], "processed");
+    let own_row = rows.iter().find(|r| r["id"] == "d-3").unwrap();
+    assert_eq!(own_row["status"], "ignored");
+}
+
+#[test]
+fn a_failed_delivery_is_processed_again_on_redelivery() {
+    let env = Env::sqlite();
+    write_config(&env, "");
+    let fake = FakeGitHub::start_blocking();
+    fake.add_issue(REPO, 5, "Crash", "", "alice");
+    fake.set_permission(REPO, "alice", "write");
+    fake.set_permission(REPO, "eve", "read");
+    let serve = serve(&env, &fake);
+    // GitHub cannot say what alice may do: the delivery fails, and is recorded as failed.
+    fake.fail_next("GET", "/permission", 500, 1);
+    let body = comment(5, "@orchestrator-bot please fix this", "alice");
+    let (status, failed) = deliver(&serve, "issue_comment", "d-10", &body);
+    assert_eq!(status, 500, "{failed}");
+    assert!(env.tasks().is_empty());
+    let (status, retried) = deliver(&serve, "issue_comment", "d-10", &body);
+    assert_eq!(status, 200, "{retried}");
+    assert_eq!(retried["tasks"].as_array().unwrap().len(), 1, "{retried}");
+    let (_, duplicate) = deliver(&serve, "issue_comment", "d-10", &body);
+    assert_eq!(duplicate["status"], "duplicate");
+    assert_eq!(env.tasks().len(), 1);
+    let ledger = env.json(&["github", "deliveries", "--json"]);
+    let row = &ledger.as_array().unwrap()[0];
+    assert_eq!(row["attempts"], 2, "{row}");
+
+    // A mention by someone without write access, and no mention at all, trigger nothing.
+    let (_, read_only) = deliver(
+        &serve,
+        "issue_comment",
+        "d-11",
+        &comment(5, "@orchestrator-bot do it", "eve"),
+    );
+    assert_eq!(read_only["tasks"], json!([]), "{read_only}");
+    let (_, unmentioned) = deliver(
+        &serve,
+        "issue_comment",
+        "d-12",
+        &comment(5, "thanks @orchestrator-botany", "alice"),
+    );
+    assert_eq!(unmentioned["tasks"], json!([]), "{unmentioned}");
+    assert_eq!(env.tasks().len(), 1);
+}
+
+#[test]
+fn the_poller_triggers_on_new_events_only_and_once() {
+    let env = Env::sqlite();
+    write_config(
+        &env,
+        &format!("poll = [\"{REPO}\"]\npoll_interval_secs = 1"),
+    );
+    let fake = FakeGitHub::start_blocking();
+    fake.add_issue(REPO, 3, "Old issue", "", "alice");
+    // Labeled before the poller ever looked: history, not a trigger.
+    fake.label_issue(REPO, 3, "agent-fix", "alice");
+    let serve = serve(&env, &fake);
+    wait_for(|| fake.requests_to("GET", "/issues/events").len() >= 2);
+    assert!(env.tasks().is_empty(), "{}", serve.log());
+    fake.add_issue(REPO, 4, "New issue", "", "alice");
+    fake.label_issue(REPO, 4, "agent-fix", "alice");
+    wait_for(|| !env.tasks().is_empty());
+    // Several more polls see the same event again; the ledger keeps it at one task.
+    let seen = fake.requests_to("GET", "/issues/events").len();
+    wait_for(|| fake.requests_to("GET", "/issues/events").len() >= seen + 2);
+    let tasks = env.tasks();
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert_eq!(tasks[0]["title"], "Fix acme/widgets#4: New issue");
+    drop(serve);
+}
