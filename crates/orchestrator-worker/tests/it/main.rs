@@ -4,6 +4,7 @@
 
 mod agent;
 mod docs;
+mod github;
 mod model;
 
 use orchestrator_store::{Store, TaskFilter};
