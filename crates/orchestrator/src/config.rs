@@ -170,4 +170,41 @@ mod tests {
         assert_eq!(config.model.model.as_deref(), Some("m"));
         assert!(toml::from_str::<Config>("[model]\nname = \"m\"\n").is_err());
     }
+
+    #[test]
+    fn the_readme_github_example_parses_and_validates() {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("```toml\n[github]").expect("the example") + "```toml\n".len();
+        let end = start + readme[start..].find("```").expect("its end");
+        let config: Config = toml::from_str(&readme[start..end]).unwrap();
+        config.github.validate().unwrap();
+        assert_eq!(config.github.triggers.len(), 1);
+        assert_eq!(config.github.triggers[0].task.gates.len(), 1);
+        let module_doc: Config = toml::from_str(
+            &include_str!("config.rs")
+                .lines()
+                .skip_while(|l| !l.starts_with("//! ```toml"))
+                .skip(1)
+                .take_while(|l| !l.starts_with("//! ```"))
+                .map(|l| l.trim_start_matches("//!").trim_start_matches(' '))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
+        .unwrap();
+        module_doc.github.validate().unwrap();
+    }
+
+    #[test]
+    fn a_bad_trigger_is_refused_with_its_name() {
+        let config: Config = toml::from_str(
+            "[github]\n[[github.trigger]]\nname = \"x\"\nevent = \"issues.closed\"\n",
+        )
+        .unwrap();
+        let err = config.github.validate().unwrap_err();
+        assert!(err.contains("trigger \"x\""), "{err}");
+        assert!(
+            toml::from_str::<Config>("[github]\ntoken = \"ghp_x\"\n").is_err(),
+            "tokens are named by variable, not written here"
+        );
+    }
 }

@@ -23,6 +23,12 @@ label = "agent-fix"
 task = {{ title = "Fix {{repo}}#{{number}}: {{title}}" }}
 
 [[github.trigger]]
+name = "review"
+event = "pull_request.opened"
+repos = ["{REPO}"]
+task = {{ title = "Review {{repo}}#{{number}}" }}
+
+[[github.trigger]]
 name = "mention"
 event = "issue_comment.created"
 task = {{ title = "Asked on {{repo}}#{{number}} by {{sender}}" }}
@@ -147,9 +153,32 @@ fn a_delivery_sent_twice_creates_one_task_and_the_bots_own_events_none() {
     assert!(own["detail"].as_str().unwrap().contains("bot"), "{own}");
     assert_eq!(env.tasks().len(), 1);
 
+    // A pull request opened on the repository the review rule names.
+    let opened = json!({
+        "action": "opened",
+        "pull_request": {"number": 31, "title": "Fix", "html_url": format!("https://github.com/{REPO}/pull/31")},
+        "repository": {"full_name": REPO},
+        "sender": {"login": "carol"},
+    });
+    let (_, review) = deliver(&serve, "pull_request", "d-4", &opened);
+    assert_eq!(review["tasks"].as_array().unwrap().len(), 1, "{review}");
+    let mut elsewhere = opened.clone();
+    elsewhere["repository"]["full_name"] = json!("acme/other");
+    let (_, other_repo) = deliver(&serve, "pull_request", "d-5", &elsewhere);
+    assert_eq!(other_repo["tasks"], json!([]), "{other_repo}");
+    let titles: Vec<String> = env
+        .tasks()
+        .iter()
+        .map(|t| t["title"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        titles.contains(&"Review acme/widgets#31".to_owned()),
+        "{titles:?}"
+    );
+
     let ledger = env.json(&["github", "deliveries", "--json"]);
     let rows = ledger.as_array().unwrap();
-    assert_eq!(rows.len(), 3, "{ledger}");
+    assert_eq!(rows.len(), 5, "{ledger}");
     let first_row = rows.iter().find(|r| r["id"] == "d-1").unwrap();
     assert_eq!(first_row["status"], "processed");
     let own_row = rows.iter().find(|r| r["id"] == "d-3").unwrap();
