@@ -26,6 +26,9 @@ use tokio_util::sync::CancellationToken;
 /// over.
 const STALE_PROCESSING_MS: i64 = 10 * 60 * 1000;
 
+/// The most characters of an issue's title put into a task's title.
+const MAX_TITLE_PART: usize = 120;
+
 /// One rule: an event that creates a task.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -168,10 +171,15 @@ impl Triggers {
                     detail,
                 })
             }
-            Ok((tasks, detail)) => {
-                let ids = self.store.complete_delivery(id, &tasks).await?;
-                Ok(Delivered::Processed { tasks: ids, detail })
-            }
+            Ok((tasks, detail)) => match self.store.complete_delivery(id, &tasks).await {
+                Ok(ids) => Ok(Delivered::Processed { tasks: ids, detail }),
+                Err(e) => {
+                    // A template the store refuses (say an empty title) fails the delivery
+                    // visibly instead of leaving it `processing` until it goes stale.
+                    let _ = self.store.fail_delivery(id, &e.to_string()).await;
+                    Err(e.into())
+                }
+            },
             Err(e) => {
                 let message = e.to_string();
                 // If even this fails, the row stays `processing` and is taken over once stale.
@@ -230,7 +238,11 @@ impl Triggers {
         );
         vars.insert(
             "title",
-            sanitize_untrusted(item.get("title").and_then(Value::as_str).unwrap_or("")),
+            // Cut, so that a long title cannot make the task's title too long to store.
+            sanitize_untrusted(item.get("title").and_then(Value::as_str).unwrap_or(""))
+                .chars()
+                .take(MAX_TITLE_PART)
+                .collect::<String>(),
         );
         vars.insert(
             "url",
