@@ -52,6 +52,10 @@ pub struct ToolSpec {
     /// An example argument object, shown in docs/tools.md and checked against the schema by a test.
     pub example: Value,
     pub handler: Arc<dyn ToolHandler>,
+    /// Checks that run before a person is asked to approve the call: a call the handler would
+    /// refuse anyway (say, closing an issue without evidence) is refused without bothering anyone.
+    /// `Ok` goes on to the approval; the handler still checks for itself.
+    pub precheck: Option<Arc<dyn ToolHandler>>,
 }
 
 impl std::fmt::Debug for ToolSpec {
@@ -329,6 +333,14 @@ impl Registry {
                 .with_meta("policy", json!({"decision": "deny", "reason": reason})));
             }
             Decision::Ask => {
+                if let Some(check) = &spec.precheck
+                    && let Err(failure) = check.call(args.clone(), ctx.clone()).await
+                {
+                    return match failure {
+                        ToolFailure::Refused(message) => Ok(ToolResult::error(message)),
+                        ToolFailure::Broken(e) => Err(e),
+                    };
+                }
                 let request = ApprovalRequest {
                     tool: spec.name.clone(),
                     arguments: args.clone(),

@@ -6,6 +6,7 @@
 //! carries the attempt's epoch, so a stale worker's writes are refused there.
 
 pub mod agent;
+pub mod attempts;
 pub mod backoff;
 mod error;
 pub mod gate;

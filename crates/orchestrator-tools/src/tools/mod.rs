@@ -47,6 +47,7 @@ impl From<ToolDef> for ToolSpec {
                 .collect(),
             example: d.example,
             handler: d.handler,
+            precheck: None,
         }
     }
 }

@@ -174,9 +174,10 @@ async fn closing_an_issue_needs_approval_criteria_a_passed_gate_and_a_clean_tree
         .create_task(&task(&repos[0].1, "plain 1", true, &[]))
         .await
         .unwrap();
+    // Not pre-approved: the guard refuses before anyone is asked.
     let no_criteria = db
         .store
-        .create_task(&task(&repos[1].1, "plain 2", false, close_only))
+        .create_task(&task(&repos[1].1, "plain 2", false, &[]))
         .await
         .unwrap();
     let no_gate = db
@@ -228,6 +229,18 @@ async fn closing_an_issue_needs_approval_criteria_a_passed_gate_and_a_clean_tree
         assert!(said.contains(why), "task {id}: {said}");
         assert!(github_writes(&db.store, id).await.is_empty());
     }
+    let asked_anyway = db
+        .store
+        .list_approvals(&ApprovalFilter {
+            task: Some(no_criteria),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        asked_anyway.is_empty(),
+        "a close its guard refuses is never put to a person: {asked_anyway:?}"
+    );
 
     // All guards hold; the comment is pre-approved, the close is asked and approved.
     wait_state(&db.store, full, &[TaskState::Waiting]).await;

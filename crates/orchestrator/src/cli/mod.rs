@@ -6,6 +6,7 @@
 mod agent_flags;
 mod approval;
 mod artifact;
+mod attempt;
 mod automation;
 mod github;
 mod mcp;
@@ -36,6 +37,8 @@ Examples:
   orchestrator mcp --workspace .                   expose the tools to an MCP client over stdio
   orchestrator approval list                       the agents' pending requests
   orchestrator approval approve 7
+  orchestrator attempt record --task 12 --label 'cache in the parser'   a PR attempt from the worktree
+  orchestrator attempt show 3 --patch | git apply
   orchestrator github issue acme/widgets#12        an issue as an agent reads it (GITHUB_TOKEN)
 
 Exit codes: 0 success; 1 failure (or the task failed); 2 usage; 3 not found; 4 conflict with the
@@ -93,6 +96,9 @@ pub enum Command {
     /// Read artifacts: gate logs and other kept output.
     #[command(subcommand)]
     Artifact(artifact::ArtifactCommand),
+    /// PR attempts: record a worktree's changes as a patch with its gates, compare, check, select.
+    #[command(subcommand)]
+    Attempt(attempt::AttemptCommand),
     /// GitHub by hand: issue and PR context, a task's comment, a guarded close, the delivery ledger.
     #[command(subcommand)]
     Github(github::GithubCommand),
@@ -111,6 +117,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Automation(command) => automation::run(&global, command).await,
         Command::Approval(command) => approval::run(&global, command).await,
         Command::Artifact(command) => artifact::run(&global, command).await,
+        Command::Attempt(command) => attempt::run(&global, command).await,
         Command::Github(command) => github::run(&global, command).await,
         Command::Tool(args) => tool::run(&global.home()?, args).await,
         Command::Mcp(args) => mcp::run(&global.home()?, args).await,

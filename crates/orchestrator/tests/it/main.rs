@@ -4,6 +4,7 @@
 
 mod agent_cli;
 mod approval;
+mod attempt_cli;
 mod automation;
 mod cli;
 mod crash;

@@ -4,16 +4,16 @@
 //! The reads are `Read` calls: reading the issue it was started for is what a triggered task does
 //! first, and the token's own scopes bound what it sees. The writes are `GithubWrite` calls, which
 //! a policy asks a person about unless it names the tool (an automation's or a trigger's
-//! pre-approval). Each write that happens becomes a `github_write` event with the URL GitHub
-//! returned.
+//! pre-approval); their guards run before the person is asked, and again when the call runs. Each
+//! write that happens becomes a `github_write` event with the URL GitHub returned.
 
 use std::sync::Arc;
 
 use orchestrator_github::{ApiError, CommentAction, GitHub, IssueRef, RepoRef};
-use orchestrator_tools::{ApprovalClass, ToolFailure, ToolSpec, refuse};
+use orchestrator_tools::{ApprovalClass, ToolContext, ToolFailure, ToolResult, ToolSpec, refuse};
 use orchestrator_types::EventKind;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{Def, schema, spec, store_failure, text};
 use crate::agent::Session;
@@ -74,8 +74,13 @@ const REPO_SCHEMA: &str = "owner/name";
 
 pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
     let github = ctx.agent.github.clone();
-    let (g1, g2, g3, g4) = (github.clone(), github.clone(), github.clone(), github);
-    vec![
+    let (g1, g2, g3, g4) = (
+        github.clone(),
+        github.clone(),
+        github.clone(),
+        github.clone(),
+    );
+    let mut specs = vec![
         spec(
             Def {
                 name: "github_issue_context",
@@ -261,5 +266,48 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 }
             },
         ),
-    ]
+    ];
+    // The writes are checked before a person is asked: nobody should approve a close that its
+    // guard refuses, or a write to a GitHub that is not configured.
+    for spec in &mut specs {
+        let check_github = github.clone();
+        let check_session = session.clone();
+        spec.precheck = match spec.name.as_str() {
+            "github_comment" => Some(Arc::new(move |args: Value, _ctx: ToolContext| {
+                let github = check_github.clone();
+                async move {
+                    let args: CommentArgs = serde_json::from_value(args)
+                        .map_err(|e| refuse(format!("github_comment: invalid arguments: {e}")))?;
+                    issue_ref(&args.repo, args.number)?;
+                    client(&github)?;
+                    if args.body.trim().is_empty() {
+                        return Err(refuse("the comment body is empty"));
+                    }
+                    Ok(ToolResult::text(""))
+                }
+            })),
+            "github_close_issue" => Some(Arc::new(move |args: Value, _ctx: ToolContext| {
+                let github = check_github.clone();
+                let session = check_session.clone();
+                async move {
+                    let args: CloseArgs = serde_json::from_value(args).map_err(|e| {
+                        refuse(format!("github_close_issue: invalid arguments: {e}"))
+                    })?;
+                    let issue = issue_ref(&args.repo, args.number)?;
+                    client(&github)?;
+                    close_guard(
+                        &session.store,
+                        &session.task,
+                        &args.state_reason,
+                        args.allow_dirty,
+                    )
+                    .await
+                    .map_err(|e| refuse(format!("{issue} was not closed: {e}")))?;
+                    Ok(ToolResult::text(""))
+                }
+            })),
+            _ => None,
+        };
+    }
+    specs
 }

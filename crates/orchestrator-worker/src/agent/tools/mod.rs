@@ -5,6 +5,7 @@
 //! stale attempt's writes are refused by the store like any other.
 
 mod agents;
+mod attempts;
 mod checklist;
 mod github;
 mod work;
@@ -33,6 +34,7 @@ pub(crate) fn register(
     specs.extend(agents::specs(session));
     specs.extend(work::specs(session, ctx));
     specs.extend(github::specs(session, ctx));
+    specs.extend(attempts::specs(session));
     for spec in specs {
         registry.register(spec)?;
     }
@@ -73,6 +75,11 @@ pub fn names() -> &'static [&'static str] {
         "github_issue_context",
         "github_pr_context",
         "note",
+        "pr_attempt_list",
+        "pr_attempt_preflight",
+        "pr_attempt_read",
+        "pr_attempt_record",
+        "pr_attempt_select",
         "task_cancel",
         "task_create",
         "task_gate_run",
@@ -127,6 +134,7 @@ where
             .map(|(a, c)| ((*a).to_owned(), (*c).to_owned()))
             .collect(),
         example: def.example,
+        precheck: None,
         handler: Arc::new(move |args: Value, ctx: ToolContext| {
             let session = session.clone();
             let f = f.clone();
@@ -178,7 +186,7 @@ pub fn render_md(registry: &Registry) -> String {
     let mut out = String::from(
         "# Durable tools\n\n<!-- Generated from crates/orchestrator-worker/src/agent/tools by `render_md`; a test fails when this file and the code differ. Regenerate with `UPDATE_DOCS=1 cargo test -p orchestrator-worker --test it docs`. -->\n\n",
     );
-    out.push_str("The worker registers these tools into every agent task's registry, beside the workspace tools of [tools.md](tools.md) (with the same guarantees: argument repair or a corrective message, bounded results, policy and approvals). Their effects live in the store, so they survive restarts: the checklist and the plan a user watches, tasks and sub-agents, gate runs recorded as evidence, background shell jobs, and questions to the user.\n\n");
+    out.push_str("The worker registers these tools into every agent task's registry, beside the workspace tools of [tools.md](tools.md) (with the same guarantees: argument repair or a corrective message, bounded results, policy and approvals). Their effects live in the store, so they survive restarts: the checklist and the plan a user watches, tasks and sub-agents, gate runs recorded as evidence, background shell jobs, questions to the user, and PR attempts (candidate patches with the gates that ran on them).\n\n");
     out.push_str("| tool | read-only | approval class |\n|---|---|---|\n");
     for spec in registry.specs() {
         out.push_str(&format!(

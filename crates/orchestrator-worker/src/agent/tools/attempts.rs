@@ -1,0 +1,381 @@
+//! pr_attempt_record, pr_attempt_list, pr_attempt_read, pr_attempt_preflight and
+//! pr_attempt_select: candidate patches of the task's work, kept in the store so that the one to
+//! open a pull request with can be chosen on evidence.
+//!
+//! An agent trying two approaches records each as an attempt in one group, with the gates that ran
+//! on exactly that tree, and selects the one to ship. The recording itself is
+//! [`crate::attempts::record_attempt`], shared with `orchestrator attempt record`.
+//!
+//! All five are `Read` calls: they write only the store (an attempt row and its event), never the
+//! workspace, a remote or GitHub. Attempts need no lease, so an attempt's id is checked against
+//! the session's task instead: an agent sees and selects only its own task's attempts.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use orchestrator_store::Attempt;
+use orchestrator_tools::{ApprovalClass, ToolFailure, ToolSpec, refuse};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Def, Session, schema, spec, store_failure, text};
+use crate::attempts::{
+    AttemptError, DEFAULT_BASE, DEFAULT_GROUP, describe, file_count, gate_counts,
+    preflight_attempt, record_attempt, status_name,
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordArgs {
+    label: String,
+    group: Option<String>,
+    base: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    group: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    attempt_id: i64,
+    #[serde(default)]
+    include_patch: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PreflightArgs {
+    attempt_id: i64,
+    onto: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SelectArgs {
+    attempt_id: i64,
+}
+
+fn workspace(session: &Session) -> Result<PathBuf, ToolFailure> {
+    session
+        .task
+        .workspace
+        .as_ref()
+        .map(PathBuf::from)
+        .ok_or_else(|| {
+            refuse("the task has no workspace, so there is no worktree to record or check")
+        })
+}
+
+/// The model's mistakes and the worktree's state are refusals it can act on; only a broken store
+/// is the orchestrator's failure.
+fn attempt_failure(e: AttemptError) -> ToolFailure {
+    match e {
+        AttemptError::Store(e) => store_refusal(e),
+        other => refuse(other.to_string()),
+    }
+}
+
+fn store_refusal(e: orchestrator_store::Error) -> ToolFailure {
+    match e {
+        orchestrator_store::Error::AttemptNotFound(id) => refuse(format!(
+            "there is no attempt {id}; pr_attempt_list shows this task's attempts"
+        )),
+        orchestrator_store::Error::Invalid(e) => refuse(e.to_string()),
+        other => store_failure(other),
+    }
+}
+
+/// The attempt `id`, if it is one of the session's task's.
+async fn own_attempt(session: &Session, id: i64) -> Result<Attempt, ToolFailure> {
+    let attempt = session.store.attempt(id).await.map_err(store_refusal)?;
+    if attempt.task_id != session.task_id() {
+        return Err(refuse(format!(
+            "attempt {id} belongs to task {}, not to this task ({}); pr_attempt_list shows this task's attempts",
+            attempt.task_id,
+            session.task_id()
+        )));
+    }
+    Ok(attempt)
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}
+
+fn gates_phrase(attempt: &Attempt) -> String {
+    let (passed, failed) = gate_counts(attempt);
+    if passed + failed == 0 {
+        "no gates".to_owned()
+    } else {
+        format!("gates {passed} passed / {failed} failed")
+    }
+}
+
+const ATTEMPT_ID: &str = "An attempt id, as pr_attempt_record or pr_attempt_list gives it.";
+
+pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
+    vec![
+        spec(
+            Def {
+                name: "pr_attempt_record",
+                description: "Record the workspace's current changes (staged, unstaged and untracked files that .gitignore does not exclude) against a base commit as a PR attempt: a byte-exact patch kept in the store with the files it touches and the gates of this task that ran on exactly this tree. The workspace, HEAD and the index are not touched. Record each approach you want to compare in the same group, run the gates (task_gate_run) on a tree before recording it, then choose one with pr_attempt_select. Refused when the workspace is not a git worktree or has no changes against the base.",
+                schema: schema(
+                    json!({
+                        "label": {"type": "string", "description": "A short description of this attempt, e.g. \"cache in the parser\"."},
+                        "group": {"type": "string", "description": "Attempts that compete for one pull request share a group; default \"default\"."},
+                        "base": {"type": "string", "description": "The commit-ish the patch is against; default HEAD. The attempt keeps the full commit id it names now."}
+                    }),
+                    &["label"],
+                ),
+                read_only: false,
+                approval: ApprovalClass::Read,
+                aliases: &[
+                    ("name", "label"),
+                    ("title", "label"),
+                    ("description", "label"),
+                    ("base_ref", "base"),
+                    ("rev", "base"),
+                ],
+                example: json!({"label": "retry with backoff in the client", "group": "flaky-upload"}),
+            },
+            session,
+            |session, args: RecordArgs, _ctx| async move {
+                let dir = workspace(&session)?;
+                let group = args.group.as_deref().unwrap_or(DEFAULT_GROUP);
+                let base = args.base.as_deref().unwrap_or(DEFAULT_BASE);
+                let recorded = record_attempt(
+                    &session.store,
+                    session.task_id(),
+                    &dir,
+                    base,
+                    group,
+                    &args.label,
+                )
+                .await
+                .map_err(attempt_failure)?;
+                let attempt = &recorded.attempt;
+                let mut out = format!(
+                    "Recorded attempt {} in group {:?} ({:?}): {} file{} changed, {} patch bytes, against {} ({base}).\n",
+                    attempt.id,
+                    attempt.group,
+                    attempt.label,
+                    recorded.files.len(),
+                    if recorded.files.len() == 1 { "" } else { "s" },
+                    attempt.patch_bytes,
+                    short(&attempt.base),
+                );
+                for file in &recorded.files {
+                    out.push_str(&format!(
+                        "  {:<9} {}{}\n",
+                        status_name(&file.status),
+                        file.path.display(),
+                        if file.binary { " (binary)" } else { "" }
+                    ));
+                }
+                if recorded.gates.is_empty() {
+                    out.push_str("No gate of this task ran on this tree. Run the gates on it (task_gate_run) and record it again before selecting it.");
+                } else {
+                    let list: Vec<String> = recorded
+                        .gates
+                        .iter()
+                        .map(|g| format!("{:?} {} (gate {})", g.name, g.verdict, g.id))
+                        .collect();
+                    out.push_str(&format!(
+                        "Gates that ran on this tree: {}.",
+                        list.join(", ")
+                    ));
+                    if gate_counts(attempt).0 == 0 {
+                        out.push_str(" None of them passed: fix the tree, run the gates again and record it again before selecting it.");
+                    }
+                }
+                text(out)
+            },
+        ),
+        spec(
+            Def {
+                name: "pr_attempt_list",
+                description: "List this task's PR attempts, oldest first, optionally of one group: id, group, label, files changed, patch size, how many of the gates that ran on its tree passed, and which one is selected.",
+                schema: schema(
+                    json!({"group": {"type": "string", "description": "Only the attempts of this group."}}),
+                    &[],
+                ),
+                read_only: true,
+                approval: ApprovalClass::Read,
+                aliases: &[],
+                example: json!({"group": "flaky-upload"}),
+            },
+            session,
+            |session, args: ListArgs, _ctx| async move {
+                let attempts = session
+                    .store
+                    .attempts(Some(session.task_id()), args.group.as_deref())
+                    .await
+                    .map_err(store_failure)?;
+                if attempts.is_empty() {
+                    return text(match &args.group {
+                        Some(group) => format!(
+                            "This task has no attempts in group {group:?}; record one with pr_attempt_record."
+                        ),
+                        None => "This task has no attempts yet; record one with pr_attempt_record."
+                            .to_owned(),
+                    });
+                }
+                let mut out = format!("{} attempt(s):\n", attempts.len());
+                for a in &attempts {
+                    out.push_str(&format!(
+                        "  {}  group {:?}  {:?}  {} files, {} bytes, {}{}\n",
+                        a.id,
+                        a.group,
+                        a.label,
+                        file_count(a),
+                        a.patch_bytes,
+                        gates_phrase(a),
+                        if a.selected { "  [selected]" } else { "" }
+                    ));
+                }
+                text(out)
+            },
+        ),
+        spec(
+            Def {
+                name: "pr_attempt_read",
+                description: "Read one of this task's PR attempts: its group, label, base commit, the files it changes, the gates that ran on its tree with their verdicts, and with include_patch the patch itself (git's format; binary files as \"GIT binary patch\" hunks).",
+                schema: schema(
+                    json!({"attempt_id": {"type": "integer", "minimum": 1, "description": ATTEMPT_ID}, "include_patch": {"type": "boolean", "description": "Also return the patch text."}}),
+                    &["attempt_id"],
+                ),
+                read_only: true,
+                approval: ApprovalClass::Read,
+                aliases: &[
+                    ("id", "attempt_id"),
+                    ("attempt", "attempt_id"),
+                    ("patch", "include_patch"),
+                ],
+                example: json!({"attempt_id": 3, "include_patch": true}),
+            },
+            session,
+            |session, args: ReadArgs, _ctx| async move {
+                let attempt = own_attempt(&session, args.attempt_id).await?;
+                let mut out = describe(&attempt);
+                if args.include_patch {
+                    let patch = session
+                        .store
+                        .attempt_patch(attempt.id)
+                        .await
+                        .map_err(store_refusal)?;
+                    out.push_str("--- patch ---\n");
+                    out.push_str(&String::from_utf8_lossy(&patch));
+                }
+                text(out)
+            },
+        ),
+        spec(
+            Def {
+                name: "pr_attempt_preflight",
+                description: "Check whether one of this task's PR attempts applies, by the rules of `git apply --check`, in the task's repository: to its own base commit, or with onto to another commit-ish such as origin/main, to see whether it still fits after the base branch moved. Nothing in the workspace changes. Says that it applies, or which paths conflict.",
+                schema: schema(
+                    json!({
+                        "attempt_id": {"type": "integer", "minimum": 1, "description": ATTEMPT_ID},
+                        "onto": {"type": "string", "description": "A commit-ish to check against instead of the attempt's base."}
+                    }),
+                    &["attempt_id"],
+                ),
+                read_only: true,
+                approval: ApprovalClass::Read,
+                aliases: &[
+                    ("id", "attempt_id"),
+                    ("attempt", "attempt_id"),
+                    ("base", "onto"),
+                ],
+                example: json!({"attempt_id": 3, "onto": "origin/main"}),
+            },
+            session,
+            |session, args: PreflightArgs, _ctx| async move {
+                let attempt = own_attempt(&session, args.attempt_id).await?;
+                let dir = workspace(&session)?;
+                let preflight =
+                    preflight_attempt(&session.store, &attempt, &dir, args.onto.as_deref())
+                        .await
+                        .map_err(attempt_failure)?;
+                let target = match &args.onto {
+                    Some(onto) => onto.clone(),
+                    None => format!("its base {}", short(&attempt.base)),
+                };
+                // Not applying is the answer to the question, not a failed call.
+                if preflight.applies {
+                    text(format!(
+                        "Attempt {} applies cleanly to {target}.",
+                        attempt.id
+                    ))
+                } else {
+                    text(format!(
+                        "Attempt {} does not apply to {target}: {} path{} conflict: {}",
+                        attempt.id,
+                        preflight.conflicts.len(),
+                        if preflight.conflicts.len() == 1 {
+                            ""
+                        } else {
+                            "s"
+                        },
+                        preflight.conflicts.join(", ")
+                    ))
+                }
+            },
+        ),
+        spec(
+            Def {
+                name: "pr_attempt_select",
+                description: "Select one of this task's PR attempts as the one to open a pull request with. It becomes the only selected attempt of its group; the others of the group are unselected. Selecting the selected one changes nothing. Select an attempt whose gates passed.",
+                schema: schema(
+                    json!({"attempt_id": {"type": "integer", "minimum": 1, "description": ATTEMPT_ID}}),
+                    &["attempt_id"],
+                ),
+                read_only: false,
+                approval: ApprovalClass::Read,
+                aliases: &[("id", "attempt_id"), ("attempt", "attempt_id")],
+                example: json!({"attempt_id": 3}),
+            },
+            session,
+            |session, args: SelectArgs, _ctx| async move {
+                let attempt = own_attempt(&session, args.attempt_id).await?;
+                let before: Vec<i64> = session
+                    .store
+                    .attempts(Some(session.task_id()), Some(&attempt.group))
+                    .await
+                    .map_err(store_failure)?
+                    .iter()
+                    .filter(|a| a.selected && a.id != attempt.id)
+                    .map(|a| a.id)
+                    .collect();
+                let selected = session
+                    .store
+                    .select_attempt(attempt.id)
+                    .await
+                    .map_err(store_refusal)?;
+                let mut out = if attempt.selected {
+                    format!(
+                        "Attempt {} was already the selected one of group {:?}.",
+                        selected.id, selected.group
+                    )
+                } else {
+                    format!(
+                        "Selected attempt {} ({:?}) in group {:?}.",
+                        selected.id, selected.label, selected.group
+                    )
+                };
+                if !attempt.selected && !before.is_empty() {
+                    let ids: Vec<String> = before.iter().map(i64::to_string).collect();
+                    out.push_str(&format!(" Unselected: {}.", ids.join(", ")));
+                }
+                if gate_counts(&selected).0 == 0 {
+                    out.push_str(" Note: no gate passed on this attempt's tree.");
+                }
+                text(out)
+            },
+        ),
+    ]
+}

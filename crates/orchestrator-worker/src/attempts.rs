@@ -1,0 +1,325 @@
+//! PR attempts taken from a worktree: the byte-exact patch against a base, the files it touches,
+//! and the gates of the task that ran on exactly that tree, kept in the store as one attempt.
+//!
+//! The agent's `pr_attempt_*` tools and `orchestrator attempt` share this module, so an attempt a
+//! person records by hand carries the same evidence as one an agent records.
+//!
+//! "The gates that ran on this tree" are the task's gates whose recorded git tree (HEAD, dirty,
+//! diff hash) equals the worktree's at record time. The tree is read before and after the patch,
+//! and an attempt is refused if it moved in between: otherwise the gates could vouch for a tree the
+//! patch does not hold.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use orchestrator_github::{ChangedFile, FileStatus, Preflight, RecordedPatch};
+use orchestrator_store::{Attempt, NewAttempt, Store};
+use orchestrator_types::{GateRecord, GitTree, TaskId, Verdict, format_millis};
+use serde_json::{Value, json};
+
+use crate::gate::git_tree;
+
+/// The group an attempt joins when none is named.
+pub const DEFAULT_GROUP: &str = "default";
+/// The base an attempt is recorded against when none is named.
+pub const DEFAULT_BASE: &str = "HEAD";
+
+/// Why an attempt could not be recorded or checked.
+#[derive(Debug, thiserror::Error)]
+pub enum AttemptError {
+    /// The directory is not inside a git worktree. Not retryable.
+    #[error("{0} is not inside a git worktree")]
+    NotAWorktree(String),
+    /// The worktree holds the base exactly, so there is no patch. Not retryable until something
+    /// changes.
+    #[error(
+        "the worktree has no changes against {base}: there is nothing to record (change files first, or name another base)"
+    )]
+    NoChanges { base: String },
+    /// Something wrote to the worktree while it was being recorded. Retryable once it is still.
+    #[error(
+        "the worktree changed while it was being recorded; record it again once nothing is writing to it"
+    )]
+    Moved,
+    /// The git work failed: an unknown base, an unmerged index, a malformed patch, a read error.
+    /// Retryable only when the cause is (a missing commit fetched, a full disk freed).
+    #[error(transparent)]
+    Git(#[from] orchestrator_github::Error),
+    /// The blocking git work did not finish (it panicked). Not retryable.
+    #[error("the git work stopped unexpectedly: {0}")]
+    Interrupted(String),
+    /// The store failed, or refused the attempt (an unknown task or attempt, an empty label).
+    /// Retryable when the store error is.
+    #[error(transparent)]
+    Store(#[from] orchestrator_store::Error),
+}
+
+pub type Result<T, E = AttemptError> = std::result::Result<T, E>;
+
+/// A recorded attempt with what it was made of.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub attempt: Attempt,
+    /// The files the patch touches, in the patch's order.
+    pub files: Vec<ChangedFile>,
+    /// The task's gates that ran on exactly the recorded tree, oldest first.
+    pub gates: Vec<GateRecord>,
+}
+
+/// Records the changes of the worktree at `workspace` (staged, unstaged and untracked, not
+/// ignored) against `base` as an attempt of `task` in `group`, with the task's gates that ran on
+/// that tree as its evidence. The attempt stores the base as the full commit id it resolved to, so
+/// later preflights check against the commit the patch was made from, not wherever `HEAD` moved.
+pub async fn record_attempt(
+    store: &Store,
+    task: TaskId,
+    workspace: &Path,
+    base: &str,
+    group: &str,
+    label: &str,
+) -> Result<Recorded> {
+    // Before the git work: a typo should not cost a diff of the whole worktree.
+    for (field, text) in [("group", group), ("label", label), ("base", base)] {
+        if text.trim().is_empty() {
+            return Err(
+                orchestrator_store::Error::from(orchestrator_types::Error::invalid(
+                    field,
+                    "must not be empty",
+                ))
+                .into(),
+            );
+        }
+    }
+    let top = repository_of(workspace).await?;
+    let before = git_tree(&top)
+        .await
+        .ok_or_else(|| AttemptError::NotAWorktree(workspace.display().to_string()))?;
+    let recorded = blocking({
+        let top = top.clone();
+        let base = base.to_owned();
+        move || orchestrator_github::record(&top, &base)
+    })
+    .await?;
+    if recorded.patch.is_empty() {
+        return Err(AttemptError::NoChanges {
+            base: base.to_owned(),
+        });
+    }
+    if git_tree(&top).await.as_ref() != Some(&before) {
+        return Err(AttemptError::Moved);
+    }
+    let gates: Vec<GateRecord> = store
+        .gates(task)
+        .await?
+        .into_iter()
+        .filter(|g| ran_on(g, &before))
+        .collect();
+    let RecordedPatch {
+        patch,
+        base_commit,
+        changed_files,
+        ..
+    } = recorded;
+    let attempt = store
+        .record_attempt(&NewAttempt {
+            task,
+            group,
+            label,
+            base: &base_commit,
+            head: before.head.as_deref(),
+            diff_hash: before.diff_hash.as_deref(),
+            patch: &patch,
+            files: files_json(&changed_files),
+            gates: gates_json(&gates),
+        })
+        .await?;
+    Ok(Recorded {
+        attempt,
+        files: changed_files,
+        gates,
+    })
+}
+
+/// Checks whether `attempt`'s patch applies, in the repository that holds `dir`, to `onto` (any
+/// commit-ish, say `origin/main`) or else to the attempt's own base. Reads only: no worktree file
+/// or index is touched.
+///
+/// Against its own base a recorded patch always applies, as long as the repository has that commit;
+/// the question worth asking before a pull request is usually whether it still applies where the
+/// base branch is now.
+pub async fn preflight_attempt(
+    store: &Store,
+    attempt: &Attempt,
+    dir: &Path,
+    onto: Option<&str>,
+) -> Result<Preflight> {
+    let top = repository_of(dir).await?;
+    let patch = store.attempt_patch(attempt.id).await?;
+    let onto = onto.unwrap_or(&attempt.base).to_owned();
+    blocking(move || orchestrator_github::preflight(&top, &patch, &onto)).await
+}
+
+/// An attempt in a few lines for people and models: its fields, its files and its gates.
+pub fn describe(attempt: &Attempt) -> String {
+    let mut out = format!(
+        "attempt {} of task {}{}\n",
+        attempt.id,
+        attempt.task_id,
+        if attempt.selected { " (selected)" } else { "" }
+    );
+    let mut field = |name: &str, value: &str| out.push_str(&format!("{name:<9} {value}\n"));
+    field("group", &attempt.group);
+    field("label", &attempt.label);
+    field("base", &attempt.base);
+    if let Some(head) = &attempt.head {
+        field("head", head);
+    }
+    field(
+        "patch",
+        &format!(
+            "{} bytes, sha256 {}",
+            attempt.patch_bytes, attempt.patch_sha256
+        ),
+    );
+    field("recorded", &format_millis(attempt.created_at));
+    if let Some(at) = attempt.selected_at {
+        field("selected", &format_millis(at));
+    }
+    let files = attempt.files.as_array().map(Vec::as_slice).unwrap_or(&[]);
+    out.push_str(&format!("files ({})\n", files.len()));
+    for file in files {
+        let text = |key: &str| file.get(key).and_then(Value::as_str).unwrap_or("?");
+        let mut line = format!("  {:<9} {}", text("status"), text("path"));
+        if let Some(from) = file.get("from").and_then(Value::as_str) {
+            line.push_str(&format!(" (from {from})"));
+        }
+        if file.get("binary").and_then(Value::as_bool) == Some(true) {
+            line.push_str(" (binary)");
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    let gates = attempt.gates.as_array().map(Vec::as_slice).unwrap_or(&[]);
+    if gates.is_empty() {
+        out.push_str("gates that ran on this tree: none\n");
+    } else {
+        out.push_str(&format!("gates that ran on this tree ({})\n", gates.len()));
+        for gate in gates {
+            out.push_str(&format!(
+                "  {:<9} {} (gate {})\n",
+                gate.get("verdict").and_then(Value::as_str).unwrap_or("?"),
+                gate.get("name").and_then(Value::as_str).unwrap_or("?"),
+                gate.get("gate_id")
+                    .and_then(Value::as_i64)
+                    .unwrap_or_default(),
+            ));
+        }
+    }
+    out
+}
+
+/// Whether a gate ran on the tree `tree` names: same HEAD, same dirtiness, same changes.
+pub fn ran_on(gate: &GateRecord, tree: &GitTree) -> bool {
+    gate.git_head.is_some()
+        && gate.git_head == tree.head
+        && gate.git_dirty == Some(tree.dirty)
+        && gate.diff_hash == tree.diff_hash
+}
+
+/// What an attempt's `gates` column says: how many passed, and how many did not (failed, timed
+/// out, errored or canceled).
+pub fn gate_counts(attempt: &Attempt) -> (usize, usize) {
+    let verdicts: Vec<&str> = attempt
+        .gates
+        .as_array()
+        .map(|gates| {
+            gates
+                .iter()
+                .filter_map(|g| g.get("verdict").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    let passed = verdicts
+        .iter()
+        .filter(|v| **v == Verdict::Passed.as_str())
+        .count();
+    (passed, verdicts.len() - passed)
+}
+
+/// How many files an attempt's `files` column lists.
+pub fn file_count(attempt: &Attempt) -> usize {
+    attempt.files.as_array().map_or(0, Vec::len)
+}
+
+/// The name of a file status as the `files` column stores it.
+pub fn status_name(status: &FileStatus) -> &'static str {
+    match status {
+        FileStatus::Added => "added",
+        FileStatus::Modified => "modified",
+        FileStatus::Deleted => "deleted",
+        FileStatus::Renamed { .. } => "renamed",
+    }
+}
+
+/// `[{path, status, binary}]`, with `from` for a rename.
+fn files_json(files: &[ChangedFile]) -> Value {
+    Value::Array(
+        files
+            .iter()
+            .map(|f| {
+                let mut entry = json!({
+                    "path": f.path.to_string_lossy(),
+                    "status": status_name(&f.status),
+                    "binary": f.binary,
+                });
+                if let FileStatus::Renamed { from } = &f.status {
+                    entry["from"] = json!(from.to_string_lossy());
+                }
+                entry
+            })
+            .collect(),
+    )
+}
+
+/// `[{gate_id, name, verdict}]`.
+fn gates_json(gates: &[GateRecord]) -> Value {
+    Value::Array(
+        gates
+            .iter()
+            .map(|g| json!({"gate_id": g.id, "name": g.name, "verdict": g.verdict.as_str()}))
+            .collect(),
+    )
+}
+
+/// The top of the worktree holding `dir`: a task's workspace may be a subdirectory of its
+/// repository, and patches name paths from the top.
+async fn repository_of(dir: &Path) -> Result<PathBuf> {
+    let not_a_worktree = || AttemptError::NotAWorktree(dir.display().to_string());
+    let output = tokio::process::Command::new("git")
+        .args(["rev-parse", "--show-toplevel"])
+        .current_dir(dir)
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .await
+        .map_err(|_| not_a_worktree())?;
+    let top = String::from_utf8_lossy(&output.stdout)
+        .trim_end()
+        .to_owned();
+    if !output.status.success() || top.is_empty() {
+        return Err(not_a_worktree());
+    }
+    Ok(PathBuf::from(top))
+}
+
+/// Runs git2 work off the async threads: it reads whole trees and blobs.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> orchestrator_github::Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| AttemptError::Interrupted(e.to_string()))?
+        .map_err(AttemptError::from)
+}
