@@ -513,6 +513,17 @@ impl GitHub {
         .await
     }
 
+    /// The newest open pull requests of a repository (one page, newest first).
+    pub async fn repo_open_pulls(&self, repo: &RepoRef) -> ApiResult<Vec<PullRequest>> {
+        self.get_json(
+            &format!(
+                "/repos/{repo}/pulls?state=open&sort=created&direction=desc&per_page={PER_PAGE}"
+            ),
+            &format!("the open pull requests of {repo}"),
+        )
+        .await
+    }
+
     /// Posts a comment. Sent once, never retried.
     pub async fn create_comment(&self, issue: &IssueRef, body: &str) -> ApiResult<Comment> {
         self.write_json(

@@ -658,6 +658,21 @@ fn route(
             }
             Answer::error(StatusCode::NOT_FOUND, "Not Found")
         }
+        ("GET", ["repos", owner, name, "pulls"]) => {
+            let repo = format!("{owner}/{name}");
+            let Some(r) = inner.repos.get(&repo) else {
+                return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            // Open pull requests, newest first (GitHub's `sort=created&direction=desc`).
+            let all: Vec<Value> = r
+                .issues
+                .values()
+                .rev()
+                .filter(|i| i.pull.is_some() && i.state == "open")
+                .map(|i| pull_json(&base, &repo, i))
+                .collect();
+            paginate(&base, path, &params, all)
+        }
         ("GET", ["repos", owner, name, "pulls", number]) => {
             let repo = format!("{owner}/{name}");
             let Some(issue) = find_issue(inner, &repo, number).filter(|i| i.pull.is_some()) else {

@@ -397,8 +397,9 @@ fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewTask {
     task
 }
 
-/// Polls repositories for the events a webhook would have sent, and delivers them through the
-/// same ledger (ids `poll:<repo>:event:<id>` and `poll:<repo>:comment:<id>`). The first poll of a
+/// Polls repositories for the events a webhook would have sent (labels, comments, newly opened
+/// pull requests), and delivers them through the same ledger (ids `poll:<repo>:event:<id>`,
+/// `poll:<repo>:comment:<id>` and `poll:<repo>:pull:<number>`). The first poll of a
 /// repository only notes where it stands: events from before the poller existed never trigger.
 pub async fn poll_loop(
     triggers: Arc<Triggers>,
@@ -423,6 +424,10 @@ pub async fn poll_loop(
 struct Cursor {
     event: u64,
     comment: u64,
+    /// The newest pull request number seen; `None` in a cursor written before pull requests were
+    /// polled, which then only notes where the repository stands, like a first poll.
+    #[serde(default)]
+    pull: Option<u64>,
 }
 
 /// One poll of one repository; returns the deliveries made.
@@ -440,6 +445,11 @@ pub async fn poll_once(triggers: &Triggers, repo: &RepoRef) -> Result<usize, Str
         .repo_comments(repo)
         .await
         .map_err(|e| e.to_string())?;
+    let pulls = github
+        .repo_open_pulls(repo)
+        .await
+        .map_err(|e| e.to_string())?;
+    let newest_pull = pulls.iter().map(|p| p.number).max().unwrap_or(0);
     let newest_event = events.iter().map(|e| e.id).max().unwrap_or(0);
     let newest_comment = comments.iter().map(|c| c.id).max().unwrap_or(0);
     let stored = triggers
@@ -451,6 +461,7 @@ pub async fn poll_once(triggers: &Triggers, repo: &RepoRef) -> Result<usize, Str
         let cursor = Cursor {
             event: newest_event,
             comment: newest_comment,
+            pull: Some(newest_pull),
         };
         triggers
             .store
@@ -460,6 +471,10 @@ pub async fn poll_once(triggers: &Triggers, repo: &RepoRef) -> Result<usize, Str
         return Ok(0);
     };
     let mut cursor: Cursor = serde_json::from_str(&stored).unwrap_or_default();
+    if cursor.pull.is_none() {
+        cursor.pull = Some(newest_pull);
+        save(triggers, &name, &cursor).await?;
+    }
     let repository = json!({ "full_name": name });
     let mut delivered = 0;
     let mut fresh_events: Vec<_> = events.into_iter().filter(|e| e.id > cursor.event).collect();
@@ -511,6 +526,25 @@ pub async fn poll_once(triggers: &Triggers, repo: &RepoRef) -> Result<usize, Str
             .map_err(|e| e.to_string())?;
         delivered += 1;
         cursor.comment = comment.id;
+        save(triggers, &name, &cursor).await?;
+    }
+    let seen_pull = cursor.pull.unwrap_or(0);
+    let mut fresh_pulls: Vec<_> = pulls.into_iter().filter(|p| p.number > seen_pull).collect();
+    fresh_pulls.sort_by_key(|p| p.number);
+    for pull in fresh_pulls {
+        let payload = json!({
+            "action": "opened",
+            "pull_request": pull,
+            "repository": repository,
+            "sender": pull.user,
+        });
+        let id = format!("poll:{name}:pull:{}", pull.number);
+        triggers
+            .deliver(&id, "poll", "pull_request", &payload)
+            .await
+            .map_err(|e| e.to_string())?;
+        delivered += 1;
+        cursor.pull = Some(pull.number);
         save(triggers, &name, &cursor).await?;
     }
     Ok(delivered)

@@ -229,7 +229,7 @@ fn a_failed_delivery_is_processed_again_on_redelivery() {
 }
 
 #[test]
-fn the_poller_triggers_on_new_events_only_and_once() {
+fn the_poller_triggers_on_new_labels_and_pull_requests_only_and_once() {
     let env = Env::sqlite();
     write_config(
         &env,
@@ -239,17 +239,30 @@ fn the_poller_triggers_on_new_events_only_and_once() {
     fake.add_issue(REPO, 3, "Old issue", "", "alice");
     // Labeled before the poller ever looked: history, not a trigger.
     fake.label_issue(REPO, 3, "agent-fix", "alice");
+    fake.add_issue(REPO, 10, "Old pull request", "", "carol");
+    fake.make_pull(REPO, 10, &[], "");
     let serve = serve(&env, &fake);
     wait_for(|| fake.requests_to("GET", "/issues/events").len() >= 2);
     assert!(env.tasks().is_empty(), "{}", serve.log());
     fake.add_issue(REPO, 4, "New issue", "", "alice");
     fake.label_issue(REPO, 4, "agent-fix", "alice");
-    wait_for(|| !env.tasks().is_empty());
+    fake.add_issue(REPO, 11, "New pull request", "", "carol");
+    fake.make_pull(REPO, 11, &[], "");
+    wait_for(|| env.tasks().len() >= 2);
     // Several more polls see the same event again; the ledger keeps it at one task.
     let seen = fake.requests_to("GET", "/issues/events").len();
     wait_for(|| fake.requests_to("GET", "/issues/events").len() >= seen + 2);
-    let tasks = env.tasks();
-    assert_eq!(tasks.len(), 1, "{tasks:?}");
-    assert_eq!(tasks[0]["title"], "Fix acme/widgets#4: New issue");
+    let mut titles: Vec<String> = env
+        .tasks()
+        .iter()
+        .map(|t| t["title"].as_str().unwrap().to_owned())
+        .collect();
+    titles.sort();
+    assert_eq!(
+        titles,
+        ["Fix acme/widgets#4: New issue", "Review acme/widgets#11"],
+        "{}",
+        serve.log()
+    );
     drop(serve);
 }
