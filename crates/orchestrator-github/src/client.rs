@@ -27,7 +27,7 @@ use serde_json::json;
 pub const DEFAULT_API_URL: &str = "https://api.github.com";
 
 /// Where the client talks to and how patient it is.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientConfig {
     /// The REST API's base URI.
     pub api_url: String,
@@ -38,6 +38,18 @@ pub struct ClientConfig {
     /// The longest a read waits for a rate limit to lift; beyond it the read fails with
     /// [`ApiError::RateLimited`] saying when to come back.
     pub max_rate_wait: Duration,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("ClientConfig")
+            .field("api_url", &self.api_url)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("timeout", &self.timeout)
+            .field("max_rate_wait", &self.max_rate_wait)
+            .finish()
+    }
 }
 
 impl ClientConfig {
@@ -405,6 +417,13 @@ impl GitHub {
         &self.config.api_url
     }
 
+    /// Names the token's account instead of asking GitHub: installation tokens (a GitHub App, an
+    /// Actions `GITHUB_TOKEN`) cannot read `GET /user`, so their login comes from the config.
+    pub fn with_viewer(self, login: impl Into<String>) -> GitHub {
+        let _ = self.viewer.set(login.into());
+        self
+    }
+
     /// The login of the token's account (cached after the first call).
     pub async fn viewer(&self) -> ApiResult<String> {
         if let Some(login) = self.viewer.get() {
@@ -464,14 +483,12 @@ impl GitHub {
         })
     }
 
-    /// A user's permission on a repository: `admin`, `maintain`, `write`, `triage`, `read` or
-    /// `none`.
+    /// A user's permission on a repository: `admin`, `write`, `read` or `none`. GitHub folds
+    /// `maintain` and custom roles built on write into `write`, and `triage` into `read`.
     pub async fn permission(&self, repo: &RepoRef, user: &str) -> ApiResult<String> {
         #[derive(Deserialize)]
         struct Permission {
             permission: String,
-            #[serde(default)]
-            role_name: Option<String>,
         }
         if !user
             .chars()
@@ -488,9 +505,7 @@ impl GitHub {
                 &format!("{user}'s permission on {repo}"),
             )
             .await?;
-        // `role_name` distinguishes maintain and triage, which `permission` folds into write and
-        // read.
-        Ok(found.role_name.unwrap_or(found.permission))
+        Ok(found.permission)
     }
 
     /// The newest issue events of a repository (one page, newest first).
@@ -608,8 +623,18 @@ impl GitHub {
             let (body, headers) = self.send_read(&url, what, None).await?;
             let page: Vec<T> = decode(&body, what)?;
             all.extend(page);
-            if pages < MAX_PAGES {
-                next = next_link(&headers).map(|u| self.relative(&u));
+            next = next_link(&headers).map(|u| self.relative(&u));
+            if next.is_some() && pages >= MAX_PAGES {
+                // A cut list would be read as the whole (a marked comment on a later page would
+                // be missed, and a second one posted): refuse instead.
+                return Err(ApiError::Status {
+                    what: what.to_owned(),
+                    status: 200,
+                    message: format!(
+                        "more than {} items ({MAX_PAGES} pages); the list is too long to read whole",
+                        MAX_PAGES * PER_PAGE
+                    ),
+                });
             }
         }
         Ok(all)
@@ -708,6 +733,14 @@ impl GitHub {
                 what: what.to_owned(),
                 wait_secs: wait.as_secs(),
                 message: error_message(&bytes),
+            });
+        }
+        if status >= 500 {
+            // A gateway error often comes after the write landed: say so, rather than let a
+            // caller believe nothing happened and write again.
+            return Err(ApiError::WriteUncertain {
+                what: what.to_owned(),
+                detail: format!("GitHub answered {status}: {}", error_message(&bytes)),
             });
         }
         Err(status_error(status, &headers, &bytes, what))

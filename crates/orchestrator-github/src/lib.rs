@@ -26,5 +26,5 @@ pub use client::{
 };
 pub use error::{Error, Result};
 pub use patch::{ChangedFile, FileStatus, Preflight, RecordedPatch, preflight, record};
-pub use text::sanitize_untrusted;
+pub use text::{sanitize_line, sanitize_untrusted};
 pub use webhook::{SignatureError, sign, verify_signature};

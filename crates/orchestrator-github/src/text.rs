@@ -47,5 +47,23 @@ fn is_invisible(c: char) -> bool {
         | '\u{2066}'..='\u{2069}'   // bidi isolates
         | '\u{FEFF}'                // zero-width no-break space (byte order mark)
         | '\u{E0000}'..='\u{E007F}' // tag characters
-    )
+    ) || (c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
+    // Other control characters (ESC and the rest of C0 and C1) render as nothing on GitHub, and in
+    // a terminal they can rewrite what `orchestrator github issue` shows.
+}
+
+/// [`sanitize_untrusted`] for a one-line field (a label, a branch or file name, a title): newlines
+/// become spaces, so the field cannot start a line of its own and pass for a heading or an
+/// instruction in the text around it.
+pub fn sanitize_line(text: &str) -> String {
+    sanitize_untrusted(text)
+        .chars()
+        .map(|c| {
+            if matches!(c, '\n' | '\t' | '\r') {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
 }

@@ -287,7 +287,8 @@ impl FakeGitHub {
         })
     }
 
-    /// Sets a user's permission on a repository (`admin`, `write`, `read`, ...).
+    /// Sets a user's role on a repository (`admin`, `maintain`, `write`, `triage`, `read`, or a
+    /// custom role's name, which the fake treats as built on write).
     pub fn set_permission(&self, repo: &str, user: &str, permission: &str) {
         self.with(|i| {
             i.repos
@@ -722,19 +723,21 @@ fn route(
         }
         ("GET", ["repos", owner, name, "collaborators", user, "permission"]) => {
             let repo = format!("{owner}/{name}");
-            let permission = inner
+            // The role as set (admin, maintain, write, triage, read, or a custom role's name);
+            // `permission` folds it the way GitHub does: maintain and custom roles built on write
+            // into write, triage into read.
+            let role = inner
                 .repos
                 .get(&repo)
                 .and_then(|r| r.permissions.get(*user))
                 .cloned()
                 .unwrap_or_else(|| "none".to_owned());
-            let role = match permission.as_str() {
+            let permission = match role.as_str() {
                 "admin" => "admin",
-                "maintain" => "maintain",
-                "write" => "write",
-                "triage" => "triage",
-                "read" => "read",
-                _ => "none",
+                "maintain" | "write" => "write",
+                "triage" | "read" => "read",
+                "none" => "none",
+                _ => "write",
             };
             Answer::json(
                 StatusCode::OK,

@@ -72,6 +72,12 @@ pub struct Policy {
     /// Rules for the `command` of shell tools.
     #[serde(default)]
     pub commands: Vec<CommandRule>,
+    /// Where allowed GitHub writes may go without asking: issues and pull requests as
+    /// `owner/name#NUMBER`. Empty means anywhere the rules allow. A trigger pre-approves writes
+    /// on the issue that triggered it only, so text planted in that issue cannot make the agent
+    /// write elsewhere unasked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub github_targets: Vec<String>,
 }
 
 impl Default for Policy {
@@ -93,6 +99,7 @@ impl Policy {
             classes: BTreeMap::new(),
             tools: BTreeMap::new(),
             commands: Vec::new(),
+            github_targets: Vec::new(),
         }
     }
 
@@ -116,6 +123,25 @@ impl Policy {
                 ),
                 (_, default) => (default, "the default policy".to_owned()),
             });
+        if class == ApprovalClass::GithubWrite
+            && base.0 == Decision::Allow
+            && !self.github_targets.is_empty()
+        {
+            let target = format!(
+                "{}#{}",
+                args.get("repo").and_then(Value::as_str).unwrap_or(""),
+                args.get("number").map(Value::to_string).unwrap_or_default()
+            );
+            if !self.github_targets.iter().any(|t| t == &target) {
+                return (
+                    Decision::Ask,
+                    format!(
+                        "{tool} is pre-approved only for {}, not {target}",
+                        self.github_targets.join(", ")
+                    ),
+                );
+            }
+        }
         if base.0 == Decision::Deny || class != ApprovalClass::Shell {
             return base;
         }
@@ -229,6 +255,20 @@ mod tests {
                 .0,
             Decision::Ask
         );
+        p.github_targets = vec!["a/b#1".into()];
+        assert_eq!(
+            p.decide("github_comment", ApprovalClass::GithubWrite, &args)
+                .0,
+            Decision::Allow,
+            "the pre-approved target"
+        );
+        let (decision, why) = p.decide(
+            "github_comment",
+            ApprovalClass::GithubWrite,
+            &json!({"repo": "a/b", "number": 2, "body": "x"}),
+        );
+        assert_eq!(decision, Decision::Ask, "another issue is asked");
+        assert!(why.contains("only for a/b#1"), "{why}");
         let mut deny = Policy::allow_all();
         deny.default = Decision::Deny;
         assert_eq!(

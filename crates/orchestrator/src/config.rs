@@ -95,9 +95,13 @@ impl GithubConfig {
             return Ok(None);
         }
         let config = orchestrator_github::ClientConfig::new(self.api_url(), token);
-        orchestrator_github::GitHub::new(config)
-            .map(Some)
-            .map_err(|e| crate::exit::CliError::Invalid(e.to_string()).into())
+        let client = orchestrator_github::GitHub::new(config)
+            .map_err(|e| crate::exit::CliError::Invalid(e.to_string()))?;
+        // Installation tokens cannot ask GitHub who they are; the configured login answers.
+        Ok(Some(match &self.bot_login {
+            Some(login) => client.with_viewer(login.clone()),
+            None => client,
+        }))
     }
 
     /// The webhook secret, from the variable the file names or ORCHESTRATOR_GITHUB_WEBHOOK_SECRET.
@@ -116,6 +120,9 @@ impl GithubConfig {
         }
         for repo in &self.poll {
             orchestrator_github::RepoRef::parse(repo).map_err(|e| format!("github.poll: {e}"))?;
+        }
+        if self.mention.as_deref().is_some_and(|m| m.trim().is_empty()) {
+            return Err("github.mention must not be empty".to_owned());
         }
         if self.poll_interval_secs == Some(0) {
             return Err("github.poll_interval_secs must be at least 1".to_owned());

@@ -445,16 +445,27 @@ async fn github_webhook(
             );
         }
     };
-    match hooks
-        .triggers
-        .deliver(
-            delivery,
-            orchestrator_store::delivery_source::WEBHOOK,
-            event,
-            &payload,
-        )
-        .await
-    {
+    // Processing runs in a task of its own: GitHub hangs up after 10 s, and a dropped request
+    // must not stop a delivery half-way (it would sit `processing` until it went stale).
+    let triggers = hooks.triggers.clone();
+    let (id, kind) = (delivery.to_owned(), event.to_owned());
+    let processing = tokio::spawn(async move {
+        triggers
+            .deliver(
+                &id,
+                orchestrator_store::delivery_source::WEBHOOK,
+                &kind,
+                &payload,
+            )
+            .await
+    });
+    let outcome = match processing.await {
+        Ok(outcome) => outcome,
+        Err(e) => Err(crate::triggers::DeliveryError::Failed(format!(
+            "processing stopped: {e}"
+        ))),
+    };
+    match outcome {
         Ok(crate::triggers::Delivered::Busy) => (
             StatusCode::ACCEPTED,
             axum::Json(serde_json::json!({"status": "busy", "delivery": delivery})),

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use orchestrator_github::{GitHub, RepoRef, sanitize_untrusted};
+use orchestrator_github::{GitHub, RepoRef, sanitize_line};
 use orchestrator_store::{DeliveryClaim, DeliveryInfo, Store};
 use orchestrator_tools::Decision;
 use orchestrator_types::{NewTask, TaskId, TaskTemplate};
@@ -47,8 +47,13 @@ pub struct TriggerRule {
     #[serde(default)]
     pub workspace: Option<String>,
     /// Tools the task may call without asking (GitHub writes included), on top of its policy.
+    /// GitHub writes are pre-approved on the triggering issue or pull request only.
     #[serde(default)]
     pub pre_approve: Vec<String>,
+    /// For `pull_request.opened`: trigger on pull requests from anyone, not only from users with
+    /// write access (a fork's pull request is untrusted input).
+    #[serde(default)]
+    pub any_author: bool,
     /// The task; `{repo}`, `{number}`, `{title}`, `{url}`, `{sender}`, `{label}` and `{event}`
     /// are replaced in its title and prompt.
     #[serde(default)]
@@ -125,12 +130,37 @@ pub struct Triggers {
 }
 
 impl Triggers {
-    async fn bot(&self) -> Option<String> {
+    /// The bot's login. Unknown is a failure, not "nobody": without it the bot's own events
+    /// would trigger again and again.
+    async fn bot(&self) -> Result<String, DeliveryError> {
         if let Some(login) = &self.bot_login {
-            return Some(login.clone());
+            return Ok(login.clone());
         }
-        let github = self.github.as_ref()?;
-        github.viewer().await.ok()
+        let github = self.github.as_ref().ok_or_else(|| {
+            DeliveryError::Failed(
+                "the bot's login is unknown: set github.bot_login (or a token GitHub accepts for GET /user)".to_owned(),
+            )
+        })?;
+        github.viewer().await.map_err(|e| {
+            DeliveryError::Failed(format!(
+                "the bot's login is unknown ({e}); set github.bot_login"
+            ))
+        })
+    }
+
+    /// Whether `user` may make the orchestrator work: write access or more on `repo`.
+    async fn can_write(&self, repo: &str, user: &str) -> Result<(bool, String), DeliveryError> {
+        let github = self.github.as_ref().ok_or_else(|| {
+            DeliveryError::Failed(
+                "checking the sender's permission needs GitHub configured (a token)".to_owned(),
+            )
+        })?;
+        let repo_ref = RepoRef::parse(repo).map_err(DeliveryError::Failed)?;
+        let permission = github
+            .permission(&repo_ref, user)
+            .await
+            .map_err(|e| DeliveryError::Failed(e.to_string()))?;
+        Ok((matches!(permission.as_str(), "admin" | "write"), permission))
     }
 
     /// Processes one delivery through the ledger.
@@ -216,8 +246,8 @@ impl Triggers {
         if rules.is_empty() {
             return Ok((Vec::new(), format!("no rule for {key} on {repo}")));
         }
-        let bot = self.bot().await;
-        if bot.as_deref().is_some_and(|b| same_login(b, sender)) {
+        let bot = self.bot().await?;
+        if same_login(&bot, sender) {
             return Ok((Vec::new(), "the bot's own event".to_owned()));
         }
         let item = payload
@@ -239,7 +269,7 @@ impl Triggers {
         vars.insert(
             "title",
             // Cut, so that a long title cannot make the task's title too long to store.
-            sanitize_untrusted(item.get("title").and_then(Value::as_str).unwrap_or(""))
+            sanitize_line(item.get("title").and_then(Value::as_str).unwrap_or(""))
                 .chars()
                 .take(MAX_TITLE_PART)
                 .collect::<String>(),
@@ -255,7 +285,7 @@ impl Triggers {
             .pointer("/label/name")
             .and_then(Value::as_str)
             .unwrap_or("");
-        vars.insert("label", label.to_owned());
+        vars.insert("label", sanitize_line(label));
 
         let mut tasks = Vec::new();
         let mut skipped = Vec::new();
@@ -275,14 +305,9 @@ impl Triggers {
                         .pointer("/comment/body")
                         .and_then(Value::as_str)
                         .unwrap_or("");
-                    let mention = match (&self.mention, &bot) {
-                        (Some(m), _) => m.clone(),
-                        (None, Some(b)) => format!("@{}", b.trim_end_matches("[bot]")),
-                        (None, None) => {
-                            return Err(DeliveryError::Failed(
-                                "the bot's login is unknown (set github.bot_login or a token GitHub accepts), so a mention cannot be recognized".to_owned(),
-                            ));
-                        }
+                    let mention = match &self.mention {
+                        Some(m) => m.clone(),
+                        None => format!("@{}", bot.trim_end_matches("[bot]")),
                     };
                     if !mentions(body, &mention) {
                         skipped.push(format!(
@@ -291,18 +316,8 @@ impl Triggers {
                         ));
                         continue;
                     }
-                    let github = self.github.as_ref().ok_or_else(|| {
-                        DeliveryError::Failed(
-                            "a mention needs the commenter's permission, and GitHub is not configured"
-                                .to_owned(),
-                        )
-                    })?;
-                    let repo_ref = RepoRef::parse(repo).map_err(DeliveryError::Failed)?;
-                    let permission = github
-                        .permission(&repo_ref, sender)
-                        .await
-                        .map_err(|e| DeliveryError::Failed(e.to_string()))?;
-                    if !matches!(permission.as_str(), "admin" | "maintain" | "write") {
+                    let (allowed, permission) = self.can_write(repo, sender).await?;
+                    if !allowed {
                         skipped.push(format!(
                             "{}: {sender} has {permission} access, not write",
                             rule.name
@@ -310,7 +325,18 @@ impl Triggers {
                         continue;
                     }
                 }
-                "pull_request.opened" => {}
+                "pull_request.opened" => {
+                    if !rule.any_author {
+                        let (allowed, permission) = self.can_write(repo, sender).await?;
+                        if !allowed {
+                            skipped.push(format!(
+                                "{}: {sender} has {permission} access, not write (any_author is off)",
+                                rule.name
+                            ));
+                            continue;
+                        }
+                    }
+                }
                 _ => continue,
             }
             tasks.push(task_of(rule, &vars));
@@ -333,6 +359,9 @@ fn same_login(bot: &str, sender: &str) -> bool {
 fn mentions(body: &str, mention: &str) -> bool {
     let body_lower = body.to_lowercase();
     let mention = mention.to_lowercase();
+    if mention.trim().is_empty() {
+        return false;
+    }
     let mut from = 0;
     while let Some(at) = body_lower[from..].find(&mention) {
         let start = from + at;
@@ -391,6 +420,10 @@ fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewTask {
         };
         for tool in &rule.pre_approve {
             policy.tools.insert(tool.clone(), Decision::Allow);
+        }
+        if !vars["number"].is_empty() {
+            // Pre-approved GitHub writes go to the triggering issue only; anywhere else is asked.
+            policy.github_targets = vec![format!("{}#{}", vars["repo"], vars["number"])];
         }
         task.agent.policy = serde_json::to_value(&policy).ok();
     }
@@ -480,6 +513,13 @@ pub async fn poll_once(triggers: &Triggers, repo: &RepoRef) -> Result<usize, Str
     let mut fresh_events: Vec<_> = events.into_iter().filter(|e| e.id > cursor.event).collect();
     fresh_events.sort_by_key(|e| e.id);
     for ev in fresh_events {
+        if ev.issue.as_ref().is_some_and(|i| i.pull_request.is_some()) {
+            // A label on a pull request: a webhook sends that as `pull_request.labeled`, which
+            // no rule handles, so the poller does not turn it into `issues.labeled` either.
+            cursor.event = ev.id;
+            save(triggers, &name, &cursor).await?;
+            continue;
+        }
         let payload = json!({
             "action": ev.event,
             "label": ev.label,
@@ -488,10 +528,9 @@ pub async fn poll_once(triggers: &Triggers, repo: &RepoRef) -> Result<usize, Str
             "sender": ev.actor,
         });
         let id = format!("poll:{name}:event:{}", ev.id);
-        triggers
-            .deliver(&id, "poll", "issues", &payload)
-            .await
-            .map_err(|e| e.to_string())?;
+        if !delivered_or_given_up(triggers, &id, "issues", &payload).await? {
+            return Ok(delivered);
+        }
         delivered += 1;
         cursor.event = ev.id;
         save(triggers, &name, &cursor).await?;
@@ -505,13 +544,22 @@ pub async fn poll_once(triggers: &Triggers, repo: &RepoRef) -> Result<usize, Str
         let Some(number) = comment.issue_number() else {
             continue;
         };
-        let issue = github
+        let issue = match github
             .issue(&orchestrator_github::IssueRef {
                 repo: repo.clone(),
                 number,
             })
             .await
-            .map_err(|e| e.to_string())?;
+        {
+            Ok(issue) => issue,
+            // The issue is gone (deleted or transferred): nothing to trigger on.
+            Err(orchestrator_github::ApiError::NotFound { .. }) => {
+                cursor.comment = comment.id;
+                save(triggers, &name, &cursor).await?;
+                continue;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         let payload = json!({
             "action": "created",
             "comment": comment,
@@ -520,10 +568,9 @@ pub async fn poll_once(triggers: &Triggers, repo: &RepoRef) -> Result<usize, Str
             "sender": comment.user,
         });
         let id = format!("poll:{name}:comment:{}", comment.id);
-        triggers
-            .deliver(&id, "poll", "issue_comment", &payload)
-            .await
-            .map_err(|e| e.to_string())?;
+        if !delivered_or_given_up(triggers, &id, "issue_comment", &payload).await? {
+            return Ok(delivered);
+        }
         delivered += 1;
         cursor.comment = comment.id;
         save(triggers, &name, &cursor).await?;
@@ -539,15 +586,49 @@ pub async fn poll_once(triggers: &Triggers, repo: &RepoRef) -> Result<usize, Str
             "sender": pull.user,
         });
         let id = format!("poll:{name}:pull:{}", pull.number);
-        triggers
-            .deliver(&id, "poll", "pull_request", &payload)
-            .await
-            .map_err(|e| e.to_string())?;
+        if !delivered_or_given_up(triggers, &id, "pull_request", &payload).await? {
+            return Ok(delivered);
+        }
         delivered += 1;
         cursor.pull = Some(pull.number);
         save(triggers, &name, &cursor).await?;
     }
     Ok(delivered)
+}
+
+/// How many times the poller processes one failing event before it moves on (the ledger keeps
+/// the failure).
+const POLL_TRIES: i64 = 5;
+
+/// Delivers one polled event. `Ok(true)`: the cursor may move past it (processed, a duplicate,
+/// or failed [`POLL_TRIES`] times). `Ok(false)`: stop this round and leave the cursor, because
+/// the event is being processed elsewhere (a daemon that died mid-delivery, or another daemon on
+/// the same store) or failed and will be tried again next round.
+async fn delivered_or_given_up(
+    triggers: &Triggers,
+    id: &str,
+    event: &str,
+    payload: &Value,
+) -> Result<bool, String> {
+    match triggers.deliver(id, "poll", event, payload).await {
+        Ok(Delivered::Busy) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(e) => {
+            let tries = triggers
+                .store
+                .delivery(id)
+                .await
+                .map_err(|e| e.to_string())?
+                .map_or(0, |d| d.attempts);
+            if tries >= POLL_TRIES {
+                tracing::warn!(delivery = id, error = %e, "giving up on a polled event after {tries} tries; it stays failed in the ledger");
+                Ok(true)
+            } else {
+                tracing::warn!(delivery = id, error = %e, "a polled event failed; trying again next round");
+                Ok(false)
+            }
+        }
+    }
 }
 
 async fn save(triggers: &Triggers, repo: &str, cursor: &Cursor) -> Result<(), String> {
@@ -595,5 +676,143 @@ mod tests {
         let bad: Result<TriggerRule, _> =
             toml::from_str("name = \"x\"\nevent = \"issues.labeled\"\nlable = \"typo\"\n");
         assert!(bad.is_err(), "unknown keys are refused");
+    }
+
+    fn rule(toml_text: &str) -> TriggerRule {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    #[test]
+    fn a_triggered_task_may_write_only_to_its_own_issue_unasked() {
+        let rule = rule(
+            "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nworkspace = \"/tmp\"\npre_approve = [\"github_comment\"]\ntask = { prompt = \"Fix {repo}#{number}: {title}\" }\n",
+        );
+        let mut vars = BTreeMap::new();
+        vars.insert("repo", "acme/widgets".to_owned());
+        vars.insert("number", "7".to_owned());
+        vars.insert("title", "Crash".to_owned());
+        let task = task_of(&rule, &vars);
+        assert_eq!(task.prompt.as_deref(), Some("Fix acme/widgets#7: Crash"));
+        let policy: orchestrator_tools::Policy =
+            serde_json::from_value(task.agent.policy.clone().unwrap()).unwrap();
+        assert_eq!(policy.github_targets, ["acme/widgets#7"]);
+        let decide = |number: u64| {
+            policy
+                .decide(
+                    "github_comment",
+                    orchestrator_tools::ApprovalClass::GithubWrite,
+                    &json!({"repo": "acme/widgets", "number": number, "body": "x"}),
+                )
+                .0
+        };
+        assert_eq!(decide(7), Decision::Allow);
+        assert_eq!(decide(8), Decision::Ask);
+        assert_eq!(
+            policy
+                .decide(
+                    "write_file",
+                    orchestrator_tools::ApprovalClass::Write,
+                    &json!({})
+                )
+                .0,
+            Decision::Deny,
+            "a trigger's task gets an automation's read-only default"
+        );
+    }
+
+    fn labeled(number: u64) -> Value {
+        json!({
+            "action": "labeled",
+            "label": {"name": "agent-fix"},
+            "issue": {"number": number, "title": "t", "html_url": "u"},
+            "repository": {"full_name": "acme/widgets"},
+            "sender": {"login": "alice"},
+        })
+    }
+
+    fn triggers(store: Store, github: Option<GitHub>, bot: Option<&str>) -> Triggers {
+        Triggers {
+            store,
+            rules: vec![rule(
+                "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\n",
+            )],
+            github,
+            bot_login: bot.map(str::to_owned),
+            mention: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unknown_bot_login_fails_the_delivery_rather_than_trigger_on_its_own_events() {
+        let db = orchestrator_test_support::sqlite_store().await;
+        let t = triggers(db.store.clone(), None, None);
+        let err = t
+            .deliver("d1", "webhook", "issues", &labeled(1))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("bot's login is unknown"), "{err}");
+        let row = db.store.delivery("d1").await.unwrap().unwrap();
+        assert_eq!(row.status, "failed");
+        let t = triggers(db.store.clone(), None, Some("orchestrator-bot"));
+        let done = t
+            .deliver("d1", "webhook", "issues", &labeled(1))
+            .await
+            .unwrap();
+        assert!(
+            matches!(done, Delivered::Processed { ref tasks, .. } if tasks.len() == 1),
+            "{done:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_poller_leaves_its_cursor_at_an_event_in_progress_and_retries_a_failed_one() {
+        use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
+        let db = orchestrator_test_support::sqlite_store().await;
+        let fake = FakeGitHub::start().await;
+        fake.add_issue("acme/widgets", 1, "t", "", "alice");
+        let github = GitHub::new(orchestrator_github::ClientConfig::new(
+            fake.url(),
+            Some(FAKE_TOKEN.into()),
+        ))
+        .unwrap();
+        let t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+        let repo = RepoRef::parse("acme/widgets").unwrap();
+        assert_eq!(
+            poll_once(&t, &repo).await.unwrap(),
+            0,
+            "the first poll only looks"
+        );
+        let event = fake.label_issue("acme/widgets", 1, "agent-fix", "alice");
+        let id = format!("poll:acme/widgets:event:{event}");
+        // Another daemon (or this one before a crash) is processing the event.
+        let info = DeliveryInfo {
+            id: &id,
+            source: "poll",
+            event: "issues",
+            action: Some("labeled"),
+            repo: Some("acme/widgets"),
+        };
+        assert_eq!(
+            db.store
+                .claim_delivery(&info, STALE_PROCESSING_MS)
+                .await
+                .unwrap(),
+            DeliveryClaim::Fresh
+        );
+        assert_eq!(poll_once(&t, &repo).await.unwrap(), 0);
+        let cursor: Cursor =
+            serde_json::from_str(&db.store.poll_cursor("acme/widgets").await.unwrap().unwrap())
+                .unwrap();
+        assert!(
+            cursor.event < event,
+            "the cursor stays before the busy event"
+        );
+        // That processing failed; the next poll processes the event again.
+        db.store.fail_delivery(&id, "died").await.unwrap();
+        assert_eq!(poll_once(&t, &repo).await.unwrap(), 1);
+        let row = db.store.delivery(&id).await.unwrap().unwrap();
+        assert_eq!(row.status, "processed");
+        assert_eq!(row.task_ids.len(), 1);
+        assert_eq!(poll_once(&t, &repo).await.unwrap(), 0, "and only once");
     }
 }

@@ -98,6 +98,8 @@ async fn a_bad_token_and_a_missing_issue_are_clear_errors() {
     assert!(matches!(err, ApiError::NotFound { .. }), "{err}");
     assert!(err.to_string().contains("acme/widgets#404"), "{err}");
     assert!(!format!("{:?}", client(&fake)).contains(FAKE_TOKEN));
+    let config = ClientConfig::new(fake.url(), Some(FAKE_TOKEN.into()));
+    assert!(!format!("{config:?}").contains(FAKE_TOKEN), "{config:?}");
 }
 
 #[tokio::test]
@@ -131,7 +133,10 @@ async fn writes_are_sent_once_even_when_they_fail() {
     let github = client(&fake);
     fake.fail_next("POST", "/issues/1/comments", 502, 1);
     let err = github.create_comment(&issue(1), "hello").await.unwrap_err();
-    assert!(matches!(err, ApiError::Status { status: 502, .. }), "{err}");
+    assert!(
+        matches!(err, ApiError::WriteUncertain { .. }),
+        "a 502 on a write may follow a write that landed: {err}"
+    );
     fake.secondary_limit_next("POST", "/issues/1/comments", 1, 1);
     let err = github.create_comment(&issue(1), "hello").await.unwrap_err();
     assert!(matches!(err, ApiError::RateLimited { .. }), "{err}");
@@ -206,6 +211,32 @@ async fn a_marked_comment_retried_after_a_timeout_is_edited_not_posted_twice() {
 }
 
 #[tokio::test]
+async fn a_configured_bot_login_stands_in_for_get_user() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 4, "t", "b", "alice");
+    fake.set_viewer("orchestrator[bot]");
+    // Installation tokens get 403 from GET /user.
+    fake.fail_next("GET", "/user", 403, 100);
+    let marker = "<!-- orchestrator:task-9 -->";
+    let err = client(&fake)
+        .upsert_marked_comment(&issue(4), marker, &format!("a {marker}"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApiError::Forbidden { .. }), "{err}");
+    let github = client(&fake).with_viewer("orchestrator[bot]");
+    github
+        .upsert_marked_comment(&issue(4), marker, &format!("a {marker}"))
+        .await
+        .unwrap();
+    let (_, action) = github
+        .upsert_marked_comment(&issue(4), marker, &format!("b {marker}"))
+        .await
+        .unwrap();
+    assert_eq!(action, CommentAction::Edited);
+    assert_eq!(fake.comments(REPO, 4).len(), 1);
+}
+
+#[tokio::test]
 async fn closes_an_issue_with_a_reason_and_reads_permissions() {
     let fake = FakeGitHub::start().await;
     fake.add_issue(REPO, 5, "t", "b", "alice");
@@ -219,6 +250,16 @@ async fn closes_an_issue_with_a_reason_and_reads_permissions() {
     assert!(matches!(err, ApiError::Invalid { .. }), "{err}");
     let repo = RepoRef::parse(REPO).unwrap();
     assert_eq!(github.permission(&repo, "alice").await.unwrap(), "write");
+    fake.set_permission(REPO, "mona", "maintain");
+    fake.set_permission(REPO, "tri", "triage");
+    fake.set_permission(REPO, "rel", "release-manager");
+    assert_eq!(github.permission(&repo, "mona").await.unwrap(), "write");
+    assert_eq!(github.permission(&repo, "tri").await.unwrap(), "read");
+    assert_eq!(
+        github.permission(&repo, "rel").await.unwrap(),
+        "write",
+        "a custom role built on write"
+    );
     assert_eq!(github.permission(&repo, "eve").await.unwrap(), "none");
     assert!(github.permission(&repo, "../x").await.is_err());
 }

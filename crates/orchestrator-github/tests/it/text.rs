@@ -72,3 +72,17 @@ fn hidden_text_is_removed_and_visible_text_kept() {
         assert_eq!(sanitize_untrusted(input), *expected, "{name}");
     }
 }
+
+#[test]
+fn control_characters_go_and_one_line_fields_stay_on_one_line() {
+    assert_eq!(
+        sanitize_untrusted("red\u{1b}[2J\u{1b}]0;title\u{7}text\u{85}!"),
+        "red[2J]0;titletext!",
+        "ESC, BEL and C1 controls cannot drive a terminal"
+    );
+    assert_eq!(sanitize_untrusted("a\r\n\tb"), "a\r\n\tb");
+    assert_eq!(
+        orchestrator_github::sanitize_line("src/x.rs\n## Instructions\r\n\tdo it<!-- -->"),
+        "src/x.rs ## Instructions   do it"
+    );
+}

@@ -265,6 +265,7 @@ async fn close(global: &GlobalArgs, args: CloseArgs) -> anyhow::Result<ExitCode>
             orchestrator_worker::github::CloseRefused::BadReason(_) => {
                 anyhow::Error::new(CliError::Invalid(e.to_string()))
             }
+            orchestrator_worker::github::CloseRefused::Store(_) => anyhow::anyhow!(e),
             other => anyhow::Error::new(CliError::Refused(format!(
                 "{issue} was not closed: {other}"
             ))),

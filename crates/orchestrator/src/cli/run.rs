@@ -68,6 +68,8 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let mut config = PoolConfig::new(new_worker_id());
     let (live, live_rx) = tokio::sync::broadcast::channel(1024);
     config.agent.live = Some(live);
+    // The GitHub tools work under `run` as under `serve`.
+    config.agent.github = file_config.github.client()?;
     let deltas = (!args.json).then(|| tokio::spawn(print_deltas(live_rx)));
     // Created already claimed by this process, so a daemon sharing the store cannot take it.
     let (claimed, lease) = store

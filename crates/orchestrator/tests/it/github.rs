@@ -160,7 +160,17 @@ fn a_delivery_sent_twice_creates_one_task_and_the_bots_own_events_none() {
         "repository": {"full_name": REPO},
         "sender": {"login": "carol"},
     });
-    let (_, review) = deliver(&serve, "pull_request", "d-4", &opened);
+    // From someone without write access (a fork's pull request), it triggers nothing.
+    let (_, untrusted) = deliver(&serve, "pull_request", "d-4", &opened);
+    assert_eq!(untrusted["tasks"], json!([]), "{untrusted}");
+    assert!(
+        untrusted["detail"].as_str().unwrap().contains("not write"),
+        "{untrusted}"
+    );
+    fake.set_permission(REPO, "carol", "write");
+    let mut trusted = opened.clone();
+    trusted["pull_request"]["number"] = json!(32);
+    let (_, review) = deliver(&serve, "pull_request", "d-4b", &trusted);
     assert_eq!(review["tasks"].as_array().unwrap().len(), 1, "{review}");
     let mut elsewhere = opened.clone();
     elsewhere["repository"]["full_name"] = json!("acme/other");
@@ -172,13 +182,13 @@ fn a_delivery_sent_twice_creates_one_task_and_the_bots_own_events_none() {
         .map(|t| t["title"].as_str().unwrap().to_owned())
         .collect();
     assert!(
-        titles.contains(&"Review acme/widgets#31".to_owned()),
+        titles.contains(&"Review acme/widgets#32".to_owned()),
         "{titles:?}"
     );
 
     let ledger = env.json(&["github", "deliveries", "--json"]);
     let rows = ledger.as_array().unwrap();
-    assert_eq!(rows.len(), 5, "{ledger}");
+    assert_eq!(rows.len(), 6, "{ledger}");
     let first_row = rows.iter().find(|r| r["id"] == "d-1").unwrap();
     assert_eq!(first_row["status"], "processed");
     let own_row = rows.iter().find(|r| r["id"] == "d-3").unwrap();
@@ -239,6 +249,7 @@ fn the_poller_triggers_on_new_labels_and_pull_requests_only_and_once() {
     fake.add_issue(REPO, 3, "Old issue", "", "alice");
     // Labeled before the poller ever looked: history, not a trigger.
     fake.label_issue(REPO, 3, "agent-fix", "alice");
+    fake.set_permission(REPO, "carol", "write");
     fake.add_issue(REPO, 10, "Old pull request", "", "carol");
     fake.make_pull(REPO, 10, &[], "");
     let serve = serve(&env, &fake);
