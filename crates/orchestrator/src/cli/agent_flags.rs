@@ -32,7 +32,8 @@ pub struct AgentFlags {
     /// Seconds of agent work before it is stopped.
     #[arg(long, value_name = "SECONDS")]
     pub max_seconds: Option<u64>,
-    /// An acceptance criterion, given to the agent; repeat for several.
+    /// An acceptance criterion: what done means, given to the agent and required before the task
+    /// may close a GitHub issue; repeat for several.
     #[arg(long = "accept", value_name = "CRITERION")]
     pub acceptance: Vec<String>,
     /// Ask a person before calls of this tool or class (shell, write, network); repeat.
@@ -63,6 +64,12 @@ fn class_of(word: &str) -> Option<ApprovalClass> {
 impl AgentFlags {
     /// Whether any flag says something about the agent.
     pub fn any(&self) -> bool {
+        self.any_besides_acceptance() || !self.acceptance.is_empty()
+    }
+
+    /// Whether a flag other than `--accept` says something about the agent: acceptance criteria
+    /// also make sense for a task without one (they guard `github close`).
+    pub fn any_besides_acceptance(&self) -> bool {
         self.model.is_some()
             || self.base_url.is_some()
             || self.api_key_env.is_some()
@@ -70,7 +77,6 @@ impl AgentFlags {
             || self.max_turns.is_some()
             || self.max_tokens.is_some()
             || self.max_seconds.is_some()
-            || !self.acceptance.is_empty()
             || !self.ask.is_empty()
             || !self.deny.is_empty()
             || self.policy.is_some()

@@ -151,7 +151,7 @@ pub fn build_task(
             task.agent = flags.agent.options()?;
             task.acceptance = flags.agent.acceptance.clone();
         }
-        None if flags.agent.any() => {
+        None if flags.agent.any_besides_acceptance() => {
             return Err(CliError::Invalid(
                 "agent flags (--model, --profile, --ask, ...) need a prompt".into(),
             )
@@ -163,7 +163,7 @@ pub fn build_task(
             )
             .into());
         }
-        None => {}
+        None => task.acceptance = flags.agent.acceptance.clone(),
     }
     task.workspace = Some(super::workspace_dir(flags.workspace)?);
     task.validate()?;

@@ -277,3 +277,202 @@ fn the_poller_triggers_on_new_labels_and_pull_requests_only_and_once() {
     );
     drop(serve);
 }
+
+/// `orchestrator ...` with the fake GitHub's URL and token in its environment.
+fn gh(env: &Env, fake: &FakeGitHub, args: &[&str]) -> std::process::Output {
+    env.cmd(args)
+        .env("ORCHESTRATOR_GITHUB_API_URL", fake.url())
+        .env("GITHUB_TOKEN", FAKE_TOKEN)
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn the_github_cli_reads_comments_once_per_task_and_closes_only_with_evidence() {
+    let env = Env::sqlite();
+    let fake = FakeGitHub::start_blocking();
+    fake.add_issue(
+        REPO,
+        12,
+        "Crash\u{1b}[2J",
+        "Steps <!-- hidden instructions --> to reproduce",
+        "alice",
+    );
+    fake.add_comment(REPO, 12, "bob", "Me too");
+
+    // Reading: sanitized for people too, with --json as GitHub returned it.
+    let out = gh(&env, &fake, &["github", "issue", "acme/widgets#12"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("Steps  to reproduce") && text.contains("Me too"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("hidden") && !text.contains('\u{1b}'),
+        "{text}"
+    );
+    let out = gh(
+        &env,
+        &fake,
+        &["github", "issue", "acme/widgets#12", "--json"],
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["comments"].as_array().unwrap().len(), 1);
+    let out = gh(&env, &fake, &["github", "issue", "acme/widgets#404"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let out = gh(&env, &fake, &["github", "issue", "not-an-issue"]);
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    let out = env.run(&["github", "issue", "acme/widgets#12"]);
+    assert_eq!(out.status.code(), Some(6), "no token: {}", stderr(&out));
+    assert!(stderr(&out).contains("GITHUB_TOKEN"), "{}", stderr(&out));
+
+    // A task in a real repository, whose gate passes on its committed tree.
+    let (_dir, repo) = orchestrator_test_support::git_repo(&[("src.txt", "v1\n")]);
+    let ws = repo.display().to_string();
+    let run = env.run(&[
+        "run",
+        "--gate",
+        "true",
+        "--workspace",
+        &ws,
+        "--accept",
+        "the check passes",
+        "--json",
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let task = env.tasks()[0]["id"].as_i64().unwrap().to_string();
+    let bare = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "no criteria",
+        "--gate",
+        "true",
+        "--workspace",
+        &ws,
+        "--json",
+    ])["id"]
+        .as_i64()
+        .unwrap()
+        .to_string();
+
+    // The task's comment: posted once, then edited.
+    for body in ["Working on it.", "Fixed."] {
+        let out = gh(
+            &env,
+            &fake,
+            &[
+                "github",
+                "comment",
+                "acme/widgets#12",
+                "--task",
+                &task,
+                "--body",
+                body,
+                "--json",
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let comments = fake.comments(REPO, 12);
+    assert_eq!(comments.len(), 2, "bob's and the task's one: {comments:?}");
+    assert!(comments[1].body.starts_with("Fixed."));
+
+    // Close: refused without criteria, on a dirty tree, with a bad reason; then done.
+    let out = gh(
+        &env,
+        &fake,
+        &["github", "close", "acme/widgets#12", "--task", &bare],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("acceptance criteria"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(repo.join("src.txt"), "v2\n").unwrap();
+    let out = gh(
+        &env,
+        &fake,
+        &["github", "close", "acme/widgets#12", "--task", &task],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("uncommitted changes"),
+        "{}",
+        stderr(&out)
+    );
+    let out = gh(
+        &env,
+        &fake,
+        &[
+            "github",
+            "close",
+            "acme/widgets#12",
+            "--task",
+            &task,
+            "--allow-dirty",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no gate passed"), "{}", stderr(&out));
+    std::fs::write(repo.join("src.txt"), "v1\n").unwrap();
+    let out = gh(
+        &env,
+        &fake,
+        &[
+            "github",
+            "close",
+            "acme/widgets#12",
+            "--task",
+            &task,
+            "--reason",
+            "because",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert_eq!(fake.issue(REPO, 12).state, "open");
+    let out = gh(
+        &env,
+        &fake,
+        &[
+            "github",
+            "close",
+            "acme/widgets#12",
+            "--task",
+            &task,
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let closed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(closed["url"], "https://github.com/acme/widgets/issues/12");
+    assert_eq!(
+        fake.issue(REPO, 12).state_reason.as_deref(),
+        Some("completed")
+    );
+
+    let writes: Vec<Value> = env
+        .events(task.parse().unwrap())
+        .into_iter()
+        .filter(|e| e["kind"] == "github_write")
+        .collect();
+    let actions: Vec<&str> = writes
+        .iter()
+        .filter_map(|e| e["data"]["action"].as_str())
+        .collect();
+    assert_eq!(
+        actions,
+        ["comment_created", "comment_edited", "issue_closed"],
+        "{writes:?}"
+    );
+}
