@@ -99,6 +99,20 @@ pub enum DeliveryClaim {
     Busy,
 }
 
+impl DeliveryClaim {
+    /// The token of a claim to process (its attempt number), which completing, ignoring or
+    /// failing the delivery must name: a processor whose claim was taken over (it was slow, not
+    /// dead) is then refused instead of overwriting the newer claim's work. `None` when there is
+    /// nothing to process.
+    pub fn token(&self) -> Option<i64> {
+        match self {
+            DeliveryClaim::Fresh => Some(1),
+            DeliveryClaim::Retry { attempts } => Some(*attempts),
+            DeliveryClaim::Done { .. } | DeliveryClaim::Busy => None,
+        }
+    }
+}
+
 /// A delivery as recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Delivery {
@@ -302,8 +316,14 @@ impl Store {
 
     /// Creates a claimed delivery's tasks and marks it `processed` in one transaction, or marks it
     /// `ignored` ("no rule matched") when `tasks` is empty. Refused with `DeliveryNotClaimed`, and
-    /// creating nothing, when the delivery is not `processing` (another claim already finished it).
-    pub async fn complete_delivery(&self, id: &str, tasks: &[NewTask]) -> Result<Vec<TaskId>> {
+    /// creating nothing, when the delivery is not `processing` under the claim `token` (another
+    /// claim finished it, or took it over).
+    pub async fn complete_delivery(
+        &self,
+        id: &str,
+        token: i64,
+        tasks: &[NewTask],
+    ) -> Result<Vec<TaskId>> {
         for task in tasks {
             task.validate()?;
         }
@@ -312,18 +332,25 @@ impl Store {
         // Held until commit: a claim that took the delivery over meanwhile waits, then finds it
         // processed.
         let lock = Query::select()
-            .column(GithubDeliveries::Status)
+            .columns([GithubDeliveries::Status, GithubDeliveries::Attempts])
             .from(GithubDeliveries::Table)
             .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(id))
             .lock(sea_query::LockType::Update)
             .to_owned();
-        let status: Option<(String,)> = tx.fetch_optional(&lock).await?;
+        let status: Option<(String, i64)> = tx.fetch_optional(&lock).await?;
         match status {
-            Some((status,)) if status == delivery_status::PROCESSING => {}
+            Some((status, attempts))
+                if status == delivery_status::PROCESSING && attempts == token => {}
+            Some((status, _)) if status == delivery_status::PROCESSING => {
+                return Err(Error::DeliveryNotClaimed {
+                    id: id.to_owned(),
+                    status: "processing under a newer claim".to_owned(),
+                });
+            }
             other => {
                 return Err(Error::DeliveryNotClaimed {
                     id: id.to_owned(),
-                    status: other.map_or_else(|| "unrecorded".to_owned(), |(s,)| s),
+                    status: other.map_or_else(|| "unrecorded".to_owned(), |(s, _)| s),
                 });
             }
         }
@@ -357,20 +384,26 @@ impl Store {
     }
 
     /// Marks a claimed delivery `ignored`, saying why. Final: redeliveries are `Done`.
-    pub async fn ignore_delivery(&self, id: &str, why: &str) -> Result<()> {
-        self.finish_delivery(id, delivery_status::IGNORED, why)
+    pub async fn ignore_delivery(&self, id: &str, token: i64, why: &str) -> Result<()> {
+        self.finish_delivery(id, token, delivery_status::IGNORED, why)
             .await
     }
 
     /// Marks a claimed delivery `failed` with its error; the next claim processes it again.
-    pub async fn fail_delivery(&self, id: &str, error: &str) -> Result<()> {
-        self.finish_delivery(id, delivery_status::FAILED, error)
+    pub async fn fail_delivery(&self, id: &str, token: i64, error: &str) -> Result<()> {
+        self.finish_delivery(id, token, delivery_status::FAILED, error)
             .await
     }
 
     /// Moves a `processing` delivery to `status`. Only from `processing`: failing a delivery that
     /// another claim processed meanwhile would let the next redelivery create its tasks again.
-    async fn finish_delivery(&self, id: &str, status: &str, detail: &str) -> Result<()> {
+    async fn finish_delivery(
+        &self,
+        id: &str,
+        token: i64,
+        status: &str,
+        detail: &str,
+    ) -> Result<()> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         let stmt = Query::update()
@@ -380,6 +413,7 @@ impl Store {
             .value(GithubDeliveries::UpdatedAt, now)
             .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(id))
             .and_where(Expr::col(GithubDeliveries::Status).eq(delivery_status::PROCESSING))
+            .and_where(Expr::col(GithubDeliveries::Attempts).eq(token))
             .to_owned();
         if tx.execute(&stmt).await? == 0 {
             drop(tx);

@@ -182,38 +182,38 @@ impl Triggers {
             action,
             repo,
         };
-        match self
+        let claim = self
             .store
             .claim_delivery(&info, STALE_PROCESSING_MS)
-            .await?
-        {
+            .await?;
+        let token = match claim {
             DeliveryClaim::Done { task_ids, .. } => {
                 return Ok(Delivered::Duplicate { tasks: task_ids });
             }
             DeliveryClaim::Busy => return Ok(Delivered::Busy),
-            DeliveryClaim::Fresh | DeliveryClaim::Retry { .. } => {}
-        }
+            DeliveryClaim::Fresh | DeliveryClaim::Retry { .. } => claim.token().unwrap_or(1),
+        };
         match self.tasks_for(event, payload).await {
             Ok((tasks, detail)) if tasks.is_empty() => {
-                self.store.ignore_delivery(id, &detail).await?;
+                self.store.ignore_delivery(id, token, &detail).await?;
                 Ok(Delivered::Processed {
                     tasks: Vec::new(),
                     detail,
                 })
             }
-            Ok((tasks, detail)) => match self.store.complete_delivery(id, &tasks).await {
+            Ok((tasks, detail)) => match self.store.complete_delivery(id, token, &tasks).await {
                 Ok(ids) => Ok(Delivered::Processed { tasks: ids, detail }),
                 Err(e) => {
                     // A template the store refuses (say an empty title) fails the delivery
                     // visibly instead of leaving it `processing` until it goes stale.
-                    let _ = self.store.fail_delivery(id, &e.to_string()).await;
+                    let _ = self.store.fail_delivery(id, token, &e.to_string()).await;
                     Err(e.into())
                 }
             },
             Err(e) => {
                 let message = e.to_string();
                 // If even this fails, the row stays `processing` and is taken over once stale.
-                let _ = self.store.fail_delivery(id, &message).await;
+                let _ = self.store.fail_delivery(id, token, &message).await;
                 Err(e)
             }
         }
@@ -808,7 +808,7 @@ mod tests {
             "the cursor stays before the busy event"
         );
         // That processing failed; the next poll processes the event again.
-        db.store.fail_delivery(&id, "died").await.unwrap();
+        db.store.fail_delivery(&id, 1, "died").await.unwrap();
         assert_eq!(poll_once(&t, &repo).await.unwrap(), 1);
         let row = db.store.delivery(&id).await.unwrap().unwrap();
         assert_eq!(row.status, "processed");

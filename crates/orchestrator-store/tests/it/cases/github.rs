@@ -272,7 +272,7 @@ pub async fn a_delivery_creates_its_tasks_once(db: &TestStore) {
     assert!(row.task_ids.is_empty());
 
     let ids = store
-        .complete_delivery("d-1", &[NewTask::new("from issue #7")])
+        .complete_delivery("d-1", 1, &[NewTask::new("from issue #7")])
         .await
         .unwrap();
     assert_eq!(ids.len(), 1);
@@ -299,15 +299,15 @@ pub async fn a_delivery_creates_its_tasks_once(db: &TestStore) {
     assert_eq!(task_count(&store).await, 1);
     // Finishing it again is refused and changes nothing.
     assert!(matches!(
-        store.complete_delivery("d-1", &[NewTask::new("again")]).await,
+        store.complete_delivery("d-1", 1, &[NewTask::new("again")]).await,
         Err(Error::DeliveryNotClaimed { ref status, .. }) if status == "processed"
     ));
     assert!(matches!(
-        store.fail_delivery("d-1", "late error").await,
+        store.fail_delivery("d-1", 1, "late error").await,
         Err(Error::DeliveryNotClaimed { .. })
     ));
     assert!(matches!(
-        store.complete_delivery("never-seen", &[]).await,
+        store.complete_delivery("never-seen", 1, &[]).await,
         Err(Error::DeliveryNotClaimed { ref status, .. }) if status == "unrecorded"
     ));
     assert_eq!(task_count(&store).await, 1);
@@ -325,7 +325,7 @@ pub async fn a_failed_delivery_is_processed_again(db: &TestStore) {
         DeliveryClaim::Fresh
     );
     store
-        .fail_delivery("d-2", "GitHub answered 502")
+        .fail_delivery("d-2", 1, "GitHub answered 502")
         .await
         .unwrap();
     let row = store.delivery("d-2").await.unwrap().unwrap();
@@ -333,17 +333,16 @@ pub async fn a_failed_delivery_is_processed_again(db: &TestStore) {
     assert_eq!(row.detail.as_deref(), Some("GitHub answered 502"));
     assert_eq!(task_count(&store).await, 0);
 
-    assert_eq!(
-        store.claim_delivery(&info, STALE).await.unwrap(),
-        DeliveryClaim::Retry { attempts: 2 }
-    );
+    let retry = store.claim_delivery(&info, STALE).await.unwrap();
+    assert_eq!(retry, DeliveryClaim::Retry { attempts: 2 });
+    assert_eq!(retry.token(), Some(2));
     // While the retry runs, another redelivery is busy, not a third attempt.
     assert_eq!(
         store.claim_delivery(&info, STALE).await.unwrap(),
         DeliveryClaim::Busy
     );
     let ids = store
-        .complete_delivery("d-2", &[NewTask::new("from the retry")])
+        .complete_delivery("d-2", 2, &[NewTask::new("from the retry")])
         .await
         .unwrap();
     assert_eq!(ids.len(), 1);
@@ -379,14 +378,29 @@ pub async fn a_stale_claim_is_taken_over(db: &TestStore) {
         store.claim_delivery(&info, 0).await.unwrap(),
         DeliveryClaim::Retry { attempts: 2 }
     );
+    // The first processor was only slow after all: while the new claim works, its failure and
+    // its completion are refused, and neither touches the new claim.
+    assert!(matches!(
+        store.fail_delivery("d-3", 1, "slow and late").await,
+        Err(Error::DeliveryNotClaimed { .. })
+    ));
+    assert!(matches!(
+        store.complete_delivery("d-3", 1, &[NewTask::new("a")]).await,
+        Err(Error::DeliveryNotClaimed { ref status, .. }) if status.contains("newer claim")
+    ));
+    assert_eq!(
+        store.delivery("d-3").await.unwrap().unwrap().status,
+        delivery_status::PROCESSING
+    );
     let ids = store
-        .complete_delivery("d-3", &[NewTask::new("a"), NewTask::new("b")])
+        .complete_delivery("d-3", 2, &[NewTask::new("a"), NewTask::new("b")])
         .await
         .unwrap();
     assert_eq!(ids.len(), 2);
-    // The first processor was only slow after all: its completion is refused and creates nothing.
     assert!(matches!(
-        store.complete_delivery("d-3", &[NewTask::new("a")]).await,
+        store
+            .complete_delivery("d-3", 1, &[NewTask::new("a")])
+            .await,
         Err(Error::DeliveryNotClaimed { .. })
     ));
     assert_eq!(task_count(&store).await, 2);
@@ -402,7 +416,7 @@ pub async fn a_delivery_without_tasks_is_ignored(db: &TestStore) {
     );
     assert!(
         store
-            .complete_delivery("d-4", &[])
+            .complete_delivery("d-4", 1, &[])
             .await
             .unwrap()
             .is_empty()
@@ -430,7 +444,7 @@ pub async fn a_delivery_without_tasks_is_ignored(db: &TestStore) {
         DeliveryClaim::Fresh
     );
     store
-        .ignore_delivery(poll.id, "the comment is the bot's own")
+        .ignore_delivery(poll.id, 1, "the comment is the bot's own")
         .await
         .unwrap();
     let row = store.delivery(poll.id).await.unwrap().unwrap();
@@ -485,7 +499,7 @@ pub async fn concurrent_claims_of_a_delivery_have_one_winner(db: &TestStore) {
         }
         assert_eq!(fresh, 1, "round {round}");
         // The same race over a failed delivery: exactly one retry.
-        store.fail_delivery(&id, "boom").await.unwrap();
+        store.fail_delivery(&id, 1, "boom").await.unwrap();
         let claims: Vec<_> = (0..8)
             .map(|_| {
                 let store = store.clone();
