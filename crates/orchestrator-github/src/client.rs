@@ -379,6 +379,8 @@ const READ_TRIES: u32 = 3;
 const PER_PAGE: u32 = 100;
 /// The most pages a list reads, so a runaway list cannot take the worker with it.
 const MAX_PAGES: u32 = 50;
+/// The most pages one poll of a repository's events (or comments, or pull requests) reads.
+const POLL_PAGES: u32 = 10;
 
 enum Kind {
     Read,
@@ -508,35 +510,67 @@ impl GitHub {
         Ok(found.permission)
     }
 
-    /// The newest issue events of a repository (one page, newest first).
-    pub async fn repo_issue_events(&self, repo: &RepoRef) -> ApiResult<Vec<IssueEvent>> {
-        self.get_json(
+    /// A repository's issue events newer than `after` (an event id), newest first, through as
+    /// many pages as it takes (at most 10). `after = 0` reads the newest page only.
+    pub async fn repo_issue_events(
+        &self,
+        repo: &RepoRef,
+        after: u64,
+    ) -> ApiResult<Vec<IssueEvent>> {
+        self.get_newer(
             &format!("/repos/{repo}/issues/events?per_page={PER_PAGE}"),
             &format!("the issue events of {repo}"),
+            |e: &IssueEvent| after == 0 || e.id <= after,
         )
         .await
     }
 
-    /// The newest issue comments of a repository (one page, newest first).
-    pub async fn repo_comments(&self, repo: &RepoRef) -> ApiResult<Vec<Comment>> {
-        self.get_json(
+    /// A repository's issue comments newer than `after` (a comment id), newest first.
+    pub async fn repo_comments(&self, repo: &RepoRef, after: u64) -> ApiResult<Vec<Comment>> {
+        self.get_newer(
             &format!(
                 "/repos/{repo}/issues/comments?sort=created&direction=desc&per_page={PER_PAGE}"
             ),
             &format!("the issue comments of {repo}"),
+            |c: &Comment| after == 0 || c.id <= after,
         )
         .await
     }
 
-    /// The newest open pull requests of a repository (one page, newest first).
-    pub async fn repo_open_pulls(&self, repo: &RepoRef) -> ApiResult<Vec<PullRequest>> {
-        self.get_json(
+    /// A repository's open pull requests numbered above `after`, newest first.
+    pub async fn repo_open_pulls(&self, repo: &RepoRef, after: u64) -> ApiResult<Vec<PullRequest>> {
+        self.get_newer(
             &format!(
                 "/repos/{repo}/pulls?state=open&sort=created&direction=desc&per_page={PER_PAGE}"
             ),
             &format!("the open pull requests of {repo}"),
+            |p: &PullRequest| after == 0 || p.number <= after,
         )
         .await
+    }
+
+    /// Pages of a newest-first list until a page reaches what the caller has seen (`seen`), or
+    /// [`POLL_PAGES`] pages: a burst between two polls is read whole, up to that bound.
+    async fn get_newer<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        what: &str,
+        seen: impl Fn(&T) -> bool,
+    ) -> ApiResult<Vec<T>> {
+        let mut all = Vec::new();
+        let mut next = Some(path.to_owned());
+        let mut pages = 0;
+        while let Some(url) = next.take() {
+            pages += 1;
+            let (body, headers) = self.send_read(&url, what, None).await?;
+            let page: Vec<T> = decode(&body, what)?;
+            let reached = page.iter().any(&seen);
+            all.extend(page);
+            if !reached && pages < POLL_PAGES {
+                next = next_link(&headers).map(|u| self.relative(&u));
+            }
+        }
+        Ok(all)
     }
 
     /// Posts a comment. Sent once, never retried.

@@ -35,6 +35,28 @@ pub fn marked_body(task: orchestrator_types::TaskId, text: &str) -> String {
     format!("{}\n\n{}", text.trim_end(), comment_marker(task))
 }
 
+/// Whether a `github_write` event of `task` already names comment `comment_id`.
+pub async fn comment_recorded(
+    store: &Store,
+    task: orchestrator_types::TaskId,
+    comment_id: u64,
+) -> Result<bool, orchestrator_store::Error> {
+    let mut after = 0;
+    loop {
+        let page = store.events(task, after, 1000).await?;
+        let Some(last) = page.last() else {
+            return Ok(false);
+        };
+        after = last.seq;
+        if page.iter().any(|e| {
+            e.kind == orchestrator_types::EventKind::GithubWrite.as_str()
+                && e.data.get("comment_id").and_then(serde_json::Value::as_u64) == Some(comment_id)
+        }) {
+            return Ok(true);
+        }
+    }
+}
+
 /// What the close guard found: the gate that vouches for the tree being claimed.
 #[derive(Debug, Clone)]
 pub struct CloseEvidence {

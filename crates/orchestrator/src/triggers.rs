@@ -470,26 +470,31 @@ pub async fn poll_once(triggers: &Triggers, repo: &RepoRef) -> Result<usize, Str
         .as_ref()
         .ok_or("polling needs GitHub configured (a token)")?;
     let name = repo.to_string();
-    let events = github
-        .repo_issue_events(repo)
-        .await
-        .map_err(|e| e.to_string())?;
-    let comments = github
-        .repo_comments(repo)
-        .await
-        .map_err(|e| e.to_string())?;
-    let pulls = github
-        .repo_open_pulls(repo)
-        .await
-        .map_err(|e| e.to_string())?;
-    let newest_pull = pulls.iter().map(|p| p.number).max().unwrap_or(0);
-    let newest_event = events.iter().map(|e| e.id).max().unwrap_or(0);
-    let newest_comment = comments.iter().map(|c| c.id).max().unwrap_or(0);
     let stored = triggers
         .store
         .poll_cursor(&name)
         .await
         .map_err(|e| e.to_string())?;
+    // Page back to where the last round stopped, so a burst between two rounds is read whole.
+    let seen: Cursor = stored
+        .as_deref()
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    let events = github
+        .repo_issue_events(repo, seen.event)
+        .await
+        .map_err(|e| e.to_string())?;
+    let comments = github
+        .repo_comments(repo, seen.comment)
+        .await
+        .map_err(|e| e.to_string())?;
+    let pulls = github
+        .repo_open_pulls(repo, seen.pull.unwrap_or(0))
+        .await
+        .map_err(|e| e.to_string())?;
+    let newest_pull = pulls.iter().map(|p| p.number).max().unwrap_or(0);
+    let newest_event = events.iter().map(|e| e.id).max().unwrap_or(0);
+    let newest_comment = comments.iter().map(|c| c.id).max().unwrap_or(0);
     let Some(stored) = stored else {
         let cursor = Cursor {
             event: newest_event,
@@ -814,5 +819,41 @@ mod tests {
         assert_eq!(row.status, "processed");
         assert_eq!(row.task_ids.len(), 1);
         assert_eq!(poll_once(&t, &repo).await.unwrap(), 0, "and only once");
+    }
+
+    #[tokio::test]
+    async fn the_poller_reads_a_burst_of_more_than_a_page_whole() {
+        use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
+        let db = orchestrator_test_support::sqlite_store().await;
+        let fake = FakeGitHub::start().await;
+        fake.add_issue("acme/widgets", 1, "t", "", "alice");
+        for _ in 0..30 {
+            fake.label_issue("acme/widgets", 1, "old", "alice");
+        }
+        let github = GitHub::new(orchestrator_github::ClientConfig::new(
+            fake.url(),
+            Some(FAKE_TOKEN.into()),
+        ))
+        .unwrap();
+        let t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+        let repo = RepoRef::parse("acme/widgets").unwrap();
+        assert_eq!(poll_once(&t, &repo).await.unwrap(), 0);
+        // 250 events between two rounds: three pages of 100.
+        for n in 0..250 {
+            fake.label_issue("acme/widgets", 1, &format!("burst-{n}"), "alice");
+        }
+        assert_eq!(poll_once(&t, &repo).await.unwrap(), 250);
+        let rows = db.store.deliveries(1000).await.unwrap();
+        assert_eq!(
+            rows.len(),
+            250,
+            "every event of the burst, none from before"
+        );
+        assert_eq!(
+            fake.requests_to("GET", "/issues/events").len(),
+            1 + 3,
+            "the second round stops at the page that reaches the cursor"
+        );
+        assert_eq!(poll_once(&t, &repo).await.unwrap(), 0);
     }
 }

@@ -355,3 +355,51 @@ async fn issue_context_is_sanitized_and_a_long_body_becomes_an_artifact() {
     shutdown.cancel();
     running.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_comment_whose_event_was_lost_is_recorded_once_without_writing_again() {
+    let model = ScriptedModel::start(|request: &Request| {
+        let say = call(
+            "github_comment",
+            json!({"repo": REPO, "number": 2, "body": "Same."}),
+        );
+        match request.assistant_turns() {
+            0 | 1 => Reply::ToolCalls(vec![say]),
+            _ => Reply::Text("done".into()),
+        }
+    })
+    .await;
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 2, "t", "b", "alice");
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (_dir, ws) = orchestrator_test_support::git_repo(&[("a.txt", "a\n")]);
+    let id = db
+        .store
+        .create_task(&task(&ws, "comment 2", false, &["github_comment"]))
+        .await
+        .unwrap();
+    // An earlier call posted the comment, then the store failed before its event was written.
+    fake.add_comment(
+        REPO,
+        2,
+        "orchestrator-bot",
+        &orchestrator_worker::github::marked_body(id, "Same."),
+    );
+    let (pool, shutdown) = pool(&db.store, &model.base_url(), &fake);
+    let running = tokio::spawn(pool.run(shutdown.clone()));
+    wait_state(&db.store, id, &[TaskState::Succeeded]).await;
+    let writes = github_writes(&db.store, id).await;
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0]["action"], "comment_recorded");
+    assert!(
+        writes[0]["url"]
+            .as_str()
+            .unwrap()
+            .contains("#issuecomment-")
+    );
+    assert!(fake.requests_to("POST", "/comments").is_empty());
+    assert!(fake.requests_to("PATCH", "/comments").is_empty());
+    assert_eq!(fake.comments(REPO, 2).len(), 1);
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}

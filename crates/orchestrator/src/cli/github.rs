@@ -230,10 +230,19 @@ async fn comment(global: &GlobalArgs, args: CommentArgs) -> anyhow::Result<ExitC
     let action_name = match action {
         CommentAction::Created => "comment_created",
         CommentAction::Edited => "comment_edited",
-        CommentAction::Unchanged => "comment_unchanged",
+        CommentAction::Unchanged => "comment_recorded",
+    };
+    // An unchanged comment is recorded when no event names it yet (the call that wrote it may
+    // have failed before recording it).
+    let record = match (&store, task) {
+        (Some(store), Some(task)) => {
+            action != CommentAction::Unchanged
+                || !orchestrator_worker::github::comment_recorded(store, task, comment.id).await?
+        }
+        _ => false,
     };
     if let (Some(store), Some(task)) = (&store, task)
-        && action != CommentAction::Unchanged
+        && record
     {
         store
             .record_event(

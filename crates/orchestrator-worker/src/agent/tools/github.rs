@@ -177,9 +177,19 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                     let action_name = match action {
                         CommentAction::Created => "comment_created",
                         CommentAction::Edited => "comment_edited",
-                        CommentAction::Unchanged => "comment_unchanged",
+                        CommentAction::Unchanged => "comment_recorded",
                     };
-                    if action != CommentAction::Unchanged {
+                    // An unchanged comment is recorded too when no event names it yet: the call
+                    // that wrote it may have failed to store its event.
+                    let record = action != CommentAction::Unchanged
+                        || !crate::github::comment_recorded(
+                            &session.store,
+                            session.task_id(),
+                            comment.id,
+                        )
+                        .await
+                        .map_err(store_failure)?;
+                    if record {
                         session
                             .store
                             .append_event(
