@@ -1,7 +1,8 @@
 //! orchestrator-github: GitHub's API and the git work of PR attempts, without the store.
 //!
 //! - [`client`]: the REST client ([`GitHub`]): issue and PR context, marked (sticky) comments,
-//!   closing issues, permissions, and the reads the poller makes.
+//!   closing issues, permissions, and the reads the poller makes; [`models`]: what it reads and
+//!   writes (issue references as people write them, our small models of GitHub's JSON).
 //! - [`patch`]: PR attempt patches. [`record`] captures a worktree's staged, unstaged and untracked
 //!   changes against a base commit as a byte-exact git patch; [`preflight`] checks that a patch
 //!   applies to a base without touching any worktree or index.
@@ -16,15 +17,17 @@
 mod apply;
 pub mod client;
 pub mod error;
+pub mod models;
 pub mod patch;
 pub mod text;
 pub mod webhook;
 
-pub use client::{
-    ApiError, ApiResult, ClientConfig, Comment, CommentAction, DEFAULT_API_URL, GitHub, Issue,
-    IssueEvent, IssueRef, Label, PullFile, PullRequest, RepoRef, User,
-};
+pub use client::{ApiError, ApiResult, ClientConfig, DEFAULT_API_URL, GitHub};
 pub use error::{Error, Result};
+pub use models::{
+    Branch, Comment, CommentAction, Issue, IssueEvent, IssueRef, Label, PullFile, PullRequest,
+    RepoRef, User,
+};
 pub use patch::{ChangedFile, FileStatus, Preflight, RecordedPatch, preflight, record};
 pub use text::{sanitize_line, sanitize_untrusted};
 pub use webhook::{SignatureError, sign, verify_signature};

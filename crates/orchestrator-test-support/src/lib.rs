@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod github_server;
+mod http_server;
 pub mod model_server;
 
 use orchestrator_store::{Store, StoreOptions};

@@ -11,7 +11,6 @@
 //! The server lives as long as its `ScriptedModel`: `start` runs it on the caller's tokio runtime,
 //! `start_blocking` on a thread of its own for tests without one.
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -23,6 +22,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+
+use crate::http_server;
 
 /// What the server answers to one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -162,8 +163,7 @@ impl ScriptedModel {
         handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
     ) -> ScriptedModel {
         let (model, listener, app, stop) = ScriptedModel::prepare(Box::new(handler));
-        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-        tokio::spawn(serve(listener, app, stop));
+        http_server::spawn(listener, app, stop);
         model
     }
 
@@ -173,20 +173,7 @@ impl ScriptedModel {
         handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
     ) -> ScriptedModel {
         let (model, listener, app, stop) = ScriptedModel::prepare(Box::new(handler));
-        std::thread::Builder::new()
-            .name("scripted-model".into())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                // Dropping the runtime on the way out also ends connections that hang.
-                runtime.block_on(async move {
-                    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                    serve(listener, app, stop).await;
-                });
-            })
-            .unwrap();
+        http_server::spawn_on_thread("scripted-model", listener, app, stop);
         model
     }
 
@@ -209,9 +196,7 @@ impl ScriptedModel {
         oneshot::Receiver<()>,
     ) {
         // Bound here, synchronously, so the address is known before the server task runs.
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
+        let (listener, addr) = http_server::bind();
         let shared = Arc::new(Shared {
             handler,
             received: Mutex::new(Vec::new()),
@@ -259,19 +244,6 @@ fn in_order(replies: Vec<Reply>) -> impl Fn(&Request) -> Reply + Send + Sync + '
             .get(request.index)
             .cloned()
             .unwrap_or_else(|| Reply::Text("done".into()))
-    }
-}
-
-async fn serve(listener: tokio::net::TcpListener, app: Router, stop: oneshot::Receiver<()>) {
-    // Without TCP_NODELAY the many small SSE writes stall on Nagle's algorithm and delayed ACKs
-    // (about 40 ms each), which would make the client look slow.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    tokio::select! {
-        result = axum::serve(listener, app).into_future() => result.unwrap(),
-        // Fires when the `ScriptedModel` is dropped, which drops its sender.
-        _ = stop => {}
     }
 }
 

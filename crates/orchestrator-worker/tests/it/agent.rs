@@ -45,7 +45,7 @@ fn agent_task(ws: &std::path::Path, prompt: &str) -> NewTask {
     task
 }
 
-async fn wait_state(store: &Store, id: TaskId, want: &[TaskState]) -> Task {
+pub(crate) async fn wait_state(store: &Store, id: TaskId, want: &[TaskState]) -> Task {
     let start = Instant::now();
     loop {
         let task = store.get_task(id).await.unwrap();

@@ -4,8 +4,9 @@
 //! Each task's prompt names a scenario; the scripted model plays it: run a gate (or not), dirty
 //! the tree (or not), comment, then try to close its issue.
 
+use crate::agent::wait_state;
 use orchestrator_github::{ClientConfig as GithubConfig, GitHub};
-use orchestrator_store::{ApprovalDecision, ApprovalFilter, Store, Task, approval_status};
+use orchestrator_store::{ApprovalDecision, ApprovalFilter, Store, approval_status};
 use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
 use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
 use orchestrator_tools::{Decision, Policy};
@@ -14,7 +15,7 @@ use orchestrator_worker::model::ClientConfig;
 use orchestrator_worker::{Metrics, PoolConfig, WorkerPool};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 const REPO: &str = "acme/widgets";
@@ -98,23 +99,6 @@ fn task(ws: &std::path::Path, prompt: &str, acceptance: bool, pre_approve: &[&st
     }
     task.agent.policy = Some(serde_json::to_value(policy).unwrap());
     task
-}
-
-async fn wait_state(store: &Store, id: TaskId, want: &[TaskState]) -> Task {
-    let start = Instant::now();
-    loop {
-        let task = store.get_task(id).await.unwrap();
-        if want.contains(&task.state) {
-            return task;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "task {id} stayed {} ({:?})",
-            task.state,
-            task.last_error
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// What the model was told last: the final text of the task's conversation.

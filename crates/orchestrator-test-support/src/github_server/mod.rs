@@ -1,0 +1,359 @@
+//! A fake GitHub: a real HTTP server on 127.0.0.1 that speaks the REST API's wire format for the
+//! endpoints orchestrator uses, backed by an in-memory set of repositories.
+//!
+//! It answers the way api.github.com does where a client can tell the difference: JSON shapes with
+//! the fields clients read (and `html_url`s that look like github.com's), `Link` headers for
+//! pagination, `x-ratelimit-*` headers, 401 for a missing or wrong token, 404 with GitHub's error
+//! body, `application/vnd.github.diff` for a pull request's diff. Tests script trouble on top:
+//! the next N requests to a route fail with a status, a reply is held back after the write is
+//! done (so the client times out on a write that happened), or the rate limit is spent.
+//!
+//! Every request is logged, so a test can assert what reached GitHub, and the state can be read
+//! back (comments, an issue's state), so a test asserts what GitHub would show.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use tokio::sync::oneshot;
+
+use crate::http_server;
+
+mod routes;
+mod wire;
+
+/// The token the fake accepts unless a test sets another.
+pub const FAKE_TOKEN: &str = "ghp_faketoken0123456789";
+
+/// Fixed timestamps: the fake's answers depend on the script only.
+const CREATED_AT: &str = "2026-01-02T03:04:05Z";
+
+#[derive(Debug, Clone)]
+pub struct FakeComment {
+    pub id: u64,
+    pub author: String,
+    pub body: String,
+    pub updated: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeIssue {
+    pub number: u64,
+    pub title: String,
+    pub body: String,
+    pub author: String,
+    pub state: String,
+    pub state_reason: Option<String>,
+    pub labels: Vec<String>,
+    pub comments: Vec<FakeComment>,
+    pub pull: Option<FakePull>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakePull {
+    pub head_ref: String,
+    pub head_sha: String,
+    pub base_ref: String,
+    pub base_sha: String,
+    /// (filename, status, patch)
+    pub files: Vec<(String, String, String)>,
+    pub diff: String,
+}
+
+#[derive(Debug, Clone)]
+struct FakeEvent {
+    id: u64,
+    event: String,
+    actor: String,
+    label: Option<String>,
+    issue: u64,
+}
+
+#[derive(Debug, Default)]
+struct FakeRepo {
+    issues: BTreeMap<u64, FakeIssue>,
+    permissions: BTreeMap<String, String>,
+    events: Vec<FakeEvent>,
+}
+
+/// One request as it reached the fake.
+#[derive(Debug, Clone)]
+pub struct LoggedRequest {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub authorization: Option<String>,
+    pub accept: Option<String>,
+    pub body: String,
+}
+
+#[derive(Debug, Clone)]
+struct Fault {
+    method: String,
+    path_contains: String,
+    remaining: u32,
+    kind: FaultKind,
+}
+
+#[derive(Debug, Clone)]
+enum FaultKind {
+    /// Answer with this status and GitHub's error body, doing nothing.
+    Status(u16),
+    /// Do the work, then hold the answer back this long.
+    DelayAfter(Duration),
+    /// A primary rate limit: 403, `x-ratelimit-remaining: 0`, reset this many seconds from now.
+    PrimaryLimit { reset_in: u64 },
+    /// A secondary rate limit: 403 with `retry-after`.
+    SecondaryLimit { retry_after: u64 },
+}
+
+#[derive(Debug)]
+struct Inner {
+    base_url: String,
+    token: String,
+    viewer: String,
+    repos: BTreeMap<String, FakeRepo>,
+    next_id: u64,
+    faults: Vec<Fault>,
+    log: Vec<LoggedRequest>,
+}
+
+/// The server; it stops when dropped.
+pub struct FakeGitHub {
+    addr: SocketAddr,
+    inner: Arc<Mutex<Inner>>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl FakeGitHub {
+    /// Starts on the current tokio runtime.
+    pub async fn start() -> FakeGitHub {
+        let (fake, listener, app, stop) = FakeGitHub::prepare();
+        http_server::spawn(listener, app, stop);
+        fake
+    }
+
+    /// Starts on a thread with its own runtime, for tests that drive other processes.
+    pub fn start_blocking() -> FakeGitHub {
+        let (fake, listener, app, stop) = FakeGitHub::prepare();
+        http_server::spawn_on_thread("fake-github", listener, app, stop);
+        fake
+    }
+
+    fn prepare() -> (
+        FakeGitHub,
+        std::net::TcpListener,
+        Router,
+        oneshot::Receiver<()>,
+    ) {
+        let (listener, addr) = http_server::bind();
+        let inner = Arc::new(Mutex::new(Inner {
+            base_url: format!("http://{addr}"),
+            token: FAKE_TOKEN.to_owned(),
+            viewer: "orchestrator-bot".to_owned(),
+            repos: BTreeMap::new(),
+            next_id: 1000,
+            faults: Vec::new(),
+            log: Vec::new(),
+        }));
+        let app = Router::new()
+            .fallback(routes::handle)
+            .with_state(inner.clone());
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let fake = FakeGitHub {
+            addr,
+            inner,
+            _stop: stop_tx,
+        };
+        (fake, listener, app, stop_rx)
+    }
+
+    /// The API base URL (what `ORCHESTRATOR_GITHUB_API_URL` takes).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        f(&mut self.inner.lock().unwrap())
+    }
+
+    /// The login of the token's user (the bot).
+    pub fn set_viewer(&self, login: &str) {
+        self.with(|i| i.viewer = login.to_owned());
+    }
+
+    /// Adds an open issue.
+    pub fn add_issue(&self, repo: &str, number: u64, title: &str, body: &str, author: &str) {
+        self.with(|i| {
+            i.repos.entry(repo.to_owned()).or_default().issues.insert(
+                number,
+                FakeIssue {
+                    number,
+                    title: title.to_owned(),
+                    body: body.to_owned(),
+                    author: author.to_owned(),
+                    state: "open".to_owned(),
+                    state_reason: None,
+                    labels: Vec::new(),
+                    comments: Vec::new(),
+                    pull: None,
+                },
+            );
+        });
+    }
+
+    /// Makes an issue added with [`FakeGitHub::add_issue`] a pull request (on GitHub a pull
+    /// request is an issue with a pull part), with its files (filename, status, patch) and diff.
+    pub fn make_pull(&self, repo: &str, number: u64, files: &[(&str, &str, &str)], diff: &str) {
+        self.with(|i| {
+            let issue = i
+                .repos
+                .get_mut(repo)
+                .unwrap()
+                .issues
+                .get_mut(&number)
+                .unwrap();
+            issue.pull = Some(FakePull {
+                head_ref: format!("feature-{number}"),
+                head_sha: "a".repeat(40),
+                base_ref: "main".to_owned(),
+                base_sha: "b".repeat(40),
+                files: files
+                    .iter()
+                    .map(|(f, s, p)| ((*f).to_owned(), (*s).to_owned(), (*p).to_owned()))
+                    .collect(),
+                diff: diff.to_owned(),
+            });
+        });
+    }
+
+    /// Adds a comment as `author`, returning its id.
+    pub fn add_comment(&self, repo: &str, number: u64, author: &str, body: &str) -> u64 {
+        self.with(|i| {
+            i.next_id += 1;
+            let id = i.next_id;
+            let issue = i
+                .repos
+                .get_mut(repo)
+                .unwrap()
+                .issues
+                .get_mut(&number)
+                .unwrap();
+            issue.comments.push(FakeComment {
+                id,
+                author: author.to_owned(),
+                body: body.to_owned(),
+                updated: false,
+            });
+            id
+        })
+    }
+
+    /// Adds a label to an issue and the repository's `labeled` issue event, returning the event id.
+    pub fn label_issue(&self, repo: &str, number: u64, label: &str, actor: &str) -> u64 {
+        self.with(|i| {
+            i.next_id += 1;
+            let id = i.next_id;
+            let repo = i.repos.get_mut(repo).unwrap();
+            repo.issues
+                .get_mut(&number)
+                .unwrap()
+                .labels
+                .push(label.to_owned());
+            repo.events.push(FakeEvent {
+                id,
+                event: "labeled".to_owned(),
+                actor: actor.to_owned(),
+                label: Some(label.to_owned()),
+                issue: number,
+            });
+            id
+        })
+    }
+
+    /// Sets a user's role on a repository (`admin`, `maintain`, `write`, `triage`, `read`, or a
+    /// custom role's name, which the fake treats as built on write).
+    pub fn set_permission(&self, repo: &str, user: &str, permission: &str) {
+        self.with(|i| {
+            i.repos
+                .entry(repo.to_owned())
+                .or_default()
+                .permissions
+                .insert(user.to_owned(), permission.to_owned());
+        });
+    }
+
+    /// The next `count` requests whose method is `method` and whose path contains `path_contains`
+    /// get `status` and GitHub's error body, and change nothing.
+    pub fn fail_next(&self, method: &str, path_contains: &str, status: u16, count: u32) {
+        self.fault(method, path_contains, count, FaultKind::Status(status));
+    }
+
+    /// The next matching request is carried out, then its answer is held back for `delay`.
+    pub fn delay_next(&self, method: &str, path_contains: &str, delay: Duration) {
+        self.fault(method, path_contains, 1, FaultKind::DelayAfter(delay));
+    }
+
+    /// The next `count` matching requests hit the primary rate limit, which resets `reset_in`
+    /// seconds later.
+    pub fn rate_limit_next(&self, method: &str, path_contains: &str, count: u32, reset_in: u64) {
+        self.fault(
+            method,
+            path_contains,
+            count,
+            FaultKind::PrimaryLimit { reset_in },
+        );
+    }
+
+    /// The next `count` matching requests hit a secondary rate limit with `retry-after`.
+    pub fn secondary_limit_next(
+        &self,
+        method: &str,
+        path_contains: &str,
+        count: u32,
+        retry_after: u64,
+    ) {
+        self.fault(
+            method,
+            path_contains,
+            count,
+            FaultKind::SecondaryLimit { retry_after },
+        );
+    }
+
+    fn fault(&self, method: &str, path_contains: &str, count: u32, kind: FaultKind) {
+        self.with(|i| {
+            i.faults.push(Fault {
+                method: method.to_owned(),
+                path_contains: path_contains.to_owned(),
+                remaining: count,
+                kind,
+            })
+        });
+    }
+
+    /// An issue as GitHub holds it now.
+    pub fn issue(&self, repo: &str, number: u64) -> FakeIssue {
+        self.with(|i| i.repos[repo].issues[&number].clone())
+    }
+
+    /// The comments of an issue, oldest first.
+    pub fn comments(&self, repo: &str, number: u64) -> Vec<FakeComment> {
+        self.issue(repo, number).comments
+    }
+
+    /// Every request so far, in order.
+    pub fn requests(&self) -> Vec<LoggedRequest> {
+        self.with(|i| i.log.clone())
+    }
+
+    /// The requests with this method whose path contains `path_contains`.
+    pub fn requests_to(&self, method: &str, path_contains: &str) -> Vec<LoggedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == method && r.path.contains(path_contains))
+            .collect()
+    }
+}
