@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
+use orchestrator_types::SandboxMode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -78,6 +79,11 @@ pub struct Policy {
     /// write elsewhere unasked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub github_targets: Vec<String>,
+    /// What the processes the agent causes may touch (exec_shell, its jobs, diagnostics, shell
+    /// jobs and gate runs, gates it writes): enforced by the operating system, not by matching
+    /// text. `workspace_write` unless the policy says otherwise.
+    #[serde(default)]
+    pub sandbox: SandboxMode,
 }
 
 impl Default for Policy {
@@ -100,7 +106,18 @@ impl Policy {
             tools: BTreeMap::new(),
             commands: Vec::new(),
             github_targets: Vec::new(),
+            sandbox: SandboxMode::default(),
         }
+    }
+
+    /// Whether the agent's processes may use the network: only when the policy allows the network
+    /// class outright (a process cannot stop to ask a person before each connection).
+    pub fn grants_network(&self) -> bool {
+        self.classes
+            .get(&ApprovalClass::Network)
+            .copied()
+            .unwrap_or(self.default)
+            == Decision::Allow
     }
 
     /// Decides one call. For shell tools, command rules are consulted: any matching deny wins, then

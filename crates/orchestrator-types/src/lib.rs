@@ -10,6 +10,7 @@ mod error;
 mod event;
 mod gate;
 mod id;
+mod sandbox;
 mod spec;
 mod state;
 mod time;
@@ -26,6 +27,7 @@ pub use error::{Error, Result};
 pub use event::{EventKind, TaskEvent};
 pub use gate::{FailureKind, GateEvidence, GateRecord, GateSummary, GitTree, Verdict};
 pub use id::{ArtifactId, TaskId};
+pub use sandbox::SandboxMode;
 pub use spec::{
     AgentOptions, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_GATE_TIMEOUT_SECS, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_CHILDREN, DEFAULT_MAX_TURNS, DEFAULT_QUEUE, GateSpec, MAX_CHILDREN, MAX_DEPTH,

@@ -37,6 +37,12 @@ pub struct GateSpec {
     pub cwd: Option<String>,
     /// Seconds before the whole process group is killed and the verdict is `timed_out`.
     pub timeout_secs: u64,
+    /// Written by an agent (`task_create`, `agent_spawn`, `task_gate_run`) rather than a person:
+    /// the gate is a shell action like `exec_shell`, checked against the policy when it is given
+    /// and run in the task's sandbox with an agent's environment. A person's gates run
+    /// unsandboxed unless the config sandboxes them too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_agent: bool,
 }
 
 impl GateSpec {
@@ -49,6 +55,7 @@ impl GateSpec {
             command,
             cwd: None,
             timeout_secs: DEFAULT_GATE_TIMEOUT_SECS,
+            by_agent: false,
         }
     }
 

@@ -201,6 +201,7 @@ mod tests {
             command: command.to_owned(),
             cwd: None,
             timeout_secs: 3600,
+            by_agent: false,
         }
     }
 

@@ -1,0 +1,208 @@
+//! The environment of child processes: the daemon's secrets never reach them.
+//!
+//! Two rules. An agent's processes get an allowlist (the variables a shell and a toolchain need to
+//! work, a `TMPDIR` of the task's own) plus the variables a person named; a person's gates get the
+//! daemon's environment minus everything that looks like a secret. Either way a secret passes only
+//! when a person's config names it, because only a person can decide that a process should hold
+//! one.
+
+use std::ffi::{OsStr, OsString};
+use std::path::Path;
+
+/// Variables every agent process gets when the daemon has them: what a shell, a locale and the
+/// usual toolchains need to find themselves. None of them holds a secret.
+pub const AGENT_ALLOWLIST: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TZ",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "GOPATH",
+    "GOROOT",
+    "JAVA_HOME",
+    "VIRTUAL_ENV",
+];
+
+/// Names that are secrets whatever else is configured: the GitHub tokens and every setting of the
+/// orchestrator itself (its API token, webhook secret and database URL among them).
+const ALWAYS_SECRET: &[&str] = &["GITHUB_TOKEN", "GH_TOKEN"];
+const SECRET_PREFIXES: &[&str] = &["ORCHESTRATOR_"];
+/// Words that make a variable's name look like a secret (`OPENAI_API_KEY`, `NPM_TOKEN`,
+/// `PGPASSWORD`, `AWS_SECRET_ACCESS_KEY`), matched anywhere in the upper-cased name.
+const SECRET_WORDS: &[&str] = &["KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL"];
+
+/// Whether `name` is one of the daemon's secrets: always-secret names, `ORCHESTRATOR_*`, names
+/// with a secret word, or a name in `extra` (the variable a model's key is read from, which may be
+/// called anything).
+pub fn is_secret_name(name: &str, extra: &[String]) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ALWAYS_SECRET.contains(&upper.as_str())
+        || SECRET_PREFIXES.iter().any(|p| upper.starts_with(p))
+        || SECRET_WORDS.iter().any(|w| upper.contains(w))
+        || extra.iter().any(|e| e.eq_ignore_ascii_case(name))
+}
+
+fn allowlisted(name: &str) -> bool {
+    AGENT_ALLOWLIST.contains(&name) || name.starts_with("LC_")
+}
+
+/// Who will run the command, which decides the rule above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvRule {
+    /// An agent's process: the allowlist, the named variables and TMPDIR.
+    Agent,
+    /// A gate a person wrote: everything but secrets.
+    PersonGate,
+}
+
+/// What decides one environment besides the daemon's own variables.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvInputs<'a> {
+    pub rule: EnvRule,
+    /// Names a person's config gives this kind of process; they pass even if they look secret.
+    pub config_named: &'a [String],
+    /// Names the task (its policy) gives; they pass only if they do not look secret.
+    pub task_named: &'a [String],
+    /// Further secret names (the model key's variable).
+    pub extra_secrets: &'a [String],
+    /// The task's private temporary directory, as the process sees it.
+    pub tmp: Option<&'a Path>,
+}
+
+/// The environment for a child, built from `vars` (the daemon's, in production).
+pub fn child_env(
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+    inputs: EnvInputs<'_>,
+) -> Vec<(OsString, OsString)> {
+    let named = |name: &str, list: &[String]| list.iter().any(|n| n == name);
+    let mut env: Vec<(OsString, OsString)> = vars
+        .into_iter()
+        .filter(|(k, _)| {
+            // A name that is not UTF-8 is not one a person could have named or meant to pass.
+            let Some(name) = k.to_str() else {
+                return false;
+            };
+            if named(name, inputs.config_named) {
+                return true;
+            }
+            if is_secret_name(name, inputs.extra_secrets) {
+                return false;
+            }
+            match inputs.rule {
+                EnvRule::PersonGate => true,
+                EnvRule::Agent => allowlisted(name) || named(name, inputs.task_named),
+            }
+        })
+        .collect();
+    if let Some(tmp) = inputs.tmp {
+        env.retain(|(k, _)| k != OsStr::new("TMPDIR"));
+        env.push(("TMPDIR".into(), tmp.as_os_str().to_owned()));
+    }
+    env.sort();
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect()
+    }
+
+    fn names(env: &[(OsString, OsString)]) -> Vec<String> {
+        env.iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    const DAEMON: &[(&str, &str)] = &[
+        ("PATH", "/usr/bin"),
+        ("HOME", "/home/ann"),
+        ("LC_ALL", "C.UTF-8"),
+        ("GITHUB_TOKEN", "ghp_x"),
+        ("GH_TOKEN", "ghp_y"),
+        ("OPENAI_API_KEY", "sk-x"),
+        ("MY_MODEL_CRED", "m"),
+        ("ORCHESTRATOR_GITHUB_WEBHOOK_SECRET", "w"),
+        ("ORCHESTRATOR_DATABASE_URL", "postgres://u:p@db/x"),
+        ("NPM_TOKEN", "n"),
+        ("PGPASSWORD", "p"),
+        ("api_key", "lower"),
+        ("EDITOR", "vi"),
+        ("RUST_LOG", "debug"),
+        ("TMPDIR", "/var/tmp"),
+    ];
+
+    #[test]
+    fn agents_get_the_allowlist_the_named_and_their_tmpdir() {
+        let extra = vec!["MY_MODEL_CRED".to_owned()];
+        let env = child_env(
+            vars(DAEMON),
+            EnvInputs {
+                rule: EnvRule::Agent,
+                config_named: &[],
+                task_named: &["RUST_LOG".into(), "NPM_TOKEN".into()],
+                extra_secrets: &extra,
+                tmp: Some(Path::new("/tmp")),
+            },
+        );
+        assert_eq!(
+            names(&env),
+            ["HOME", "LC_ALL", "PATH", "RUST_LOG", "TMPDIR"],
+            "a task may name ordinary variables, never secret-looking ones"
+        );
+        assert!(env.contains(&("TMPDIR".into(), "/tmp".into())));
+    }
+
+    #[test]
+    fn person_gates_get_everything_but_secrets_unless_the_config_names_them() {
+        let extra = vec!["MY_MODEL_CRED".to_owned()];
+        let env = child_env(
+            vars(DAEMON),
+            EnvInputs {
+                rule: EnvRule::PersonGate,
+                config_named: &["NPM_TOKEN".into()],
+                task_named: &[],
+                extra_secrets: &extra,
+                tmp: None,
+            },
+        );
+        assert_eq!(
+            names(&env),
+            [
+                "EDITOR", "HOME", "LC_ALL", "NPM_TOKEN", "PATH", "RUST_LOG", "TMPDIR"
+            ]
+        );
+    }
+
+    #[test]
+    fn secret_names() {
+        for name in [
+            "GITHUB_TOKEN",
+            "gh_token",
+            "ORCHESTRATOR_API_TOKEN",
+            "ORCHESTRATOR_HOME",
+            "AWS_SECRET_ACCESS_KEY",
+            "DB_PASSWORD",
+            "ANTHROPIC_API_KEY",
+            "DOCKER_CREDENTIALS",
+        ] {
+            assert!(is_secret_name(name, &[]), "{name}");
+        }
+        for name in ["PATH", "HOME", "LANG", "CARGO_HOME", "EDITOR"] {
+            assert!(!is_secret_name(name, &[]), "{name}");
+        }
+        assert!(is_secret_name("llm_cred", &["LLM_CRED".into()]));
+    }
+}

@@ -1,0 +1,20 @@
+//! The sandbox's errors: a process that may not be started says why, in words a model or a person
+//! can act on.
+
+use std::io;
+
+/// Why a confined command could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No sandbox can be set up on this machine (bubblewrap missing, namespaces disabled). Not
+    /// retryable here: the command is refused rather than run unconfined.
+    #[error(
+        "this command must run in the {mode} sandbox, and no sandbox can be set up here: {reason}. Install bubblewrap (`apt install bubblewrap`), or set `allow_unsandboxed = true` under [sandbox] in the config to run agents' commands without one"
+    )]
+    Unavailable { mode: String, reason: String },
+    /// The task's private temporary directory could not be created. Retryable.
+    #[error("the task's temporary directory could not be created: {0}")]
+    TempDir(#[source] io::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

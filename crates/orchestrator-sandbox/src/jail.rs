@@ -1,0 +1,276 @@
+//! One task's confinement: the mode, the network, the workspace, a private temporary directory and
+//! the environment, and the commands built under them.
+//!
+//! A confined command is `setsid bwrap ARGS -- PROGRAM ...`: `setsid` makes the child the leader of
+//! a new session and process group without a controlling terminal (so it cannot push keystrokes
+//! into the terminal of a person running `orchestrator run`), and keeps the child's pid as the
+//! group's id, so the callers' "kill the whole group" still reaches everything. bubblewrap's pid
+//! namespace adds that nothing outlives the sandbox: when bwrap dies, every process inside dies.
+//! An unconfined command is the program itself in a new process group.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use orchestrator_types::SandboxMode;
+use tempfile::TempDir;
+use tokio::process::Command;
+
+use crate::bwrap::{self, Plan};
+use crate::env::{EnvInputs, EnvRule, child_env};
+use crate::{Availability, Error, Result, Sandbox, canonical};
+
+/// What an agent task's processes are confined to, from its policy.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    pub mode: SandboxMode,
+    /// Whether the policy grants the network.
+    pub network: bool,
+    pub workspace: PathBuf,
+    /// Variables the task's policy names for its processes (secret-looking ones never pass).
+    pub env: Vec<String>,
+    /// Further secret names: the variable the task's model key is read from.
+    pub secrets: Vec<String>,
+    /// Names the private temporary directory, for a person looking at /tmp (`task-42`).
+    pub label: String,
+}
+
+/// One task's confinement. Cheap to clone; the private temporary directory is removed when the
+/// last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct Jail {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    sandbox: Sandbox,
+    mode: SandboxMode,
+    network: bool,
+    workspace: PathBuf,
+    tmp: Option<TempDir>,
+    env: Vec<(OsString, OsString)>,
+}
+
+fn private_tmp(label: &str) -> Result<TempDir> {
+    let safe: String = label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .collect();
+    tempfile::Builder::new()
+        .prefix(&format!("orchestrator-{safe}-"))
+        .tempdir()
+        .map_err(Error::TempDir)
+}
+
+impl Sandbox {
+    /// The jail of an agent task (or of a session of tools run by hand): its processes get the
+    /// agent environment and run in `confinement.mode`.
+    pub fn agent_jail(&self, confinement: Confinement) -> Result<Jail> {
+        let tmp = private_tmp(&confinement.label)?;
+        let settings = self.settings();
+        let mut secrets = settings.secret_env.clone();
+        secrets.extend(confinement.secrets.iter().cloned());
+        Ok(self.jail(
+            confinement.mode,
+            confinement.network,
+            &confinement.workspace,
+            tmp,
+            EnvRule::Agent,
+            &settings.agent_env,
+            &confinement.env,
+            &secrets,
+        ))
+    }
+
+    /// The jail of the gates a person wrote for a task: unsandboxed unless the config sandboxes
+    /// them, always without the daemon's secrets.
+    pub fn person_gate_jail(&self, workspace: &Path, secrets: &[String]) -> Result<Jail> {
+        let settings = self.settings();
+        let mode = settings.person_gates.unwrap_or(SandboxMode::Full);
+        let tmp = private_tmp("gate")?;
+        let mut all_secrets = settings.secret_env.clone();
+        all_secrets.extend(secrets.iter().cloned());
+        Ok(self.jail(
+            mode,
+            true,
+            workspace,
+            tmp,
+            EnvRule::PersonGate,
+            &settings.gate_env,
+            &[],
+            &all_secrets,
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)] // private: the two public constructors name each part
+    fn jail(
+        &self,
+        mode: SandboxMode,
+        network: bool,
+        workspace: &Path,
+        tmp: TempDir,
+        rule: EnvRule,
+        config_named: &[String],
+        task_named: &[String],
+        secrets: &[String],
+    ) -> Jail {
+        let confined = mode != SandboxMode::Full
+            && matches!(self.availability(), Availability::Ready { .. });
+        // Inside the sandbox the private directory is /tmp; outside it is its own path.
+        let seen_tmp = if confined {
+            PathBuf::from("/tmp")
+        } else {
+            tmp.path().to_owned()
+        };
+        let env = child_env(
+            std::env::vars_os(),
+            EnvInputs {
+                rule,
+                config_named,
+                task_named,
+                extra_secrets: secrets,
+                tmp: Some(&seen_tmp),
+            },
+        );
+        Jail {
+            inner: Arc::new(Inner {
+                sandbox: self.clone(),
+                mode,
+                network,
+                workspace: canonical(workspace),
+                tmp: Some(tmp),
+                env,
+            }),
+        }
+    }
+}
+
+impl Jail {
+    /// The mode the jail was asked for.
+    pub fn mode(&self) -> SandboxMode {
+        self.inner.mode
+    }
+
+    pub fn network(&self) -> bool {
+        self.inner.network || self.inner.mode == SandboxMode::Full
+    }
+
+    /// Whether commands are really confined (a mode narrower than `full` on a machine where the
+    /// sandbox works).
+    pub fn confined(&self) -> bool {
+        self.inner.mode != SandboxMode::Full
+            && matches!(self.inner.sandbox.availability(), Availability::Ready { .. })
+    }
+
+    /// The private temporary directory, as the daemon sees it.
+    pub fn tmp_dir(&self) -> Option<&Path> {
+        self.inner.tmp.as_ref().map(TempDir::path)
+    }
+
+    /// The environment every command of this jail gets.
+    pub fn env(&self) -> &[(OsString, OsString)] {
+        &self.inner.env
+    }
+
+    /// A sentence for a model whose command failed in this jail: what the sandbox refuses, so
+    /// that "Read-only file system" or a failed connection reads as a rule, not a mystery.
+    pub fn limits_note(&self) -> Option<String> {
+        if !self.confined() {
+            return None;
+        }
+        let writes = match self.inner.mode {
+            SandboxMode::ReadOnly => "writes anywhere but $TMPDIR are refused".to_owned(),
+            _ => {
+                let roots = &self.inner.sandbox.settings().writable_roots;
+                if roots.is_empty() {
+                    "writes outside the workspace and $TMPDIR are refused".to_owned()
+                } else {
+                    format!(
+                        "writes outside the workspace, $TMPDIR and {} are refused",
+                        roots
+                            .iter()
+                            .map(|r| r.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            }
+        };
+        let network = if self.inner.network {
+            "the network is allowed"
+        } else {
+            "there is no network"
+        };
+        Some(format!(
+            "The command ran in the {} sandbox: {writes}, .git/config and .git/hooks are read-only, the orchestrator's files and secret paths are hidden, and {network}. A \"Read-only file system\", \"Permission denied\" or connection error may come from that; it is the task's policy, not a fault to work around.",
+            self.inner.mode
+        ))
+    }
+
+    /// `program args...` in `cwd`, confined by this jail, with this jail's environment and a
+    /// process group of its own whose id is the child's pid. Callers must not set another process
+    /// group on it.
+    pub fn command<I, S>(&self, program: impl AsRef<OsStr>, args: I, cwd: &Path) -> Result<Command>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let inner = &self.inner;
+        let settings = inner.sandbox.settings();
+        let confine = inner.mode != SandboxMode::Full;
+        let ready = match inner.sandbox.availability() {
+            Availability::Ready { bwrap, setsid } => Some((bwrap, setsid)),
+            Availability::Missing { reason } => {
+                if confine && !settings.allow_unsandboxed {
+                    return Err(Error::Unavailable {
+                        mode: inner.mode.to_string(),
+                        reason: reason.clone(),
+                    });
+                }
+                None
+            }
+        };
+        let mut cmd = match ready {
+            Some((bwrap, setsid)) if confine => {
+                let cwd = canonical(cwd);
+                let tmp = self.tmp_dir().unwrap_or(Path::new("/tmp"));
+                let plan = Plan {
+                    mode: inner.mode,
+                    network: inner.network,
+                    workspace: &inner.workspace,
+                    tmp,
+                    writable_roots: &settings.writable_roots,
+                    hidden: &settings.hidden,
+                    cwd: &cwd,
+                };
+                let mut cmd = Command::new(setsid);
+                cmd.arg(bwrap)
+                    .args(bwrap::args(&plan))
+                    .arg("--")
+                    .arg(program)
+                    .args(args);
+                cmd
+            }
+            _ => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).process_group(0);
+                cmd
+            }
+        };
+        cmd.current_dir(cwd)
+            .env_clear()
+            .envs(inner.env.iter().map(|(k, v)| (k, v)));
+        Ok(cmd)
+    }
+
+    /// `sh -c command` (bash when `bash` is true and installed) under [`Jail::command`].
+    pub fn shell(&self, command: &str, cwd: &Path, bash: bool) -> Result<Command> {
+        let shell = if bash && Path::new("/bin/bash").exists() {
+            "/bin/bash"
+        } else {
+            "/bin/sh"
+        };
+        self.command(shell, ["-c", command], cwd)
+    }
+}

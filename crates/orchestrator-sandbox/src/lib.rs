@@ -1,0 +1,125 @@
+//! Containment of the processes agents cause, and environments without the daemon's secrets.
+//!
+//! A [`Sandbox`] is the daemon-wide part: the settings of the config (hidden paths, writable roots,
+//! passed variables) and whether bubblewrap works on this machine, probed once. A [`Jail`] is one
+//! task's part: a mode, whether the network is granted, the workspace, a private temporary
+//! directory that lives as long as the jail, and the child environment. Every process the
+//! orchestrator starts on someone's behalf is built by [`Jail::command`], so the rule of which
+//! processes are confined lives here and nowhere else. docs/security.md states the model.
+//!
+//! Architecture Invariant: the sandbox knows tasks only as a mode, a workspace and a few names. It
+//! depends on the vocabulary and nothing above it; the tools and the worker ask it for commands.
+
+mod bwrap;
+pub mod env;
+mod error;
+mod jail;
+mod probe;
+
+pub use env::{EnvRule, is_secret_name};
+pub use error::{Error, Result};
+pub use jail::{Confinement, Jail};
+pub use orchestrator_types::SandboxMode;
+pub use probe::Availability;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The daemon-wide settings, from the config's `[sandbox]` table and where the daemon keeps its
+/// own files.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxSettings {
+    /// Paths no sandboxed process may read or write: the orchestrator's home, its store, its config
+    /// file, and the secret paths the config lists.
+    pub hidden: Vec<PathBuf>,
+    /// Directories agents may write besides the workspace in `workspace_write` mode (a build cache,
+    /// for example).
+    pub writable_roots: Vec<PathBuf>,
+    /// Variables agents' processes get besides the allowlist; a person named them, so they pass
+    /// even if they look secret.
+    pub agent_env: Vec<String>,
+    /// Variables a person's gates get although their names look secret.
+    pub gate_env: Vec<String>,
+    /// Further names that are secrets (the model key's variable, the GitHub token's variable).
+    pub secret_env: Vec<String>,
+    /// The mode a person's gates run in; `None` runs them unsandboxed (with the scrubbed
+    /// environment).
+    pub person_gates: Option<SandboxMode>,
+    /// Run agents' processes unconfined where no sandbox can be set up, instead of refusing them.
+    pub allow_unsandboxed: bool,
+    /// The bubblewrap program; found on `PATH` when unset.
+    pub bwrap: Option<PathBuf>,
+}
+
+impl SandboxSettings {
+    /// Settings that hide `home` (where the orchestrator keeps its token, store and config) and
+    /// nothing else: what a test or a one-off tool run needs.
+    pub fn hiding(home: impl AsRef<Path>) -> Self {
+        SandboxSettings {
+            hidden: vec![home.as_ref().to_owned()],
+            ..SandboxSettings::default()
+        }
+    }
+}
+
+/// The daemon-wide sandbox: settings plus what this machine can do. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    settings: SandboxSettings,
+    availability: Availability,
+}
+
+impl Sandbox {
+    /// Probes bubblewrap (once per process and program) and keeps the settings, with every path
+    /// made absolute and free of symlinks so that the mounts hide what the settings meant.
+    pub fn new(mut settings: SandboxSettings) -> Self {
+        settings.hidden = settings.hidden.iter().map(|p| canonical(p)).collect();
+        settings.writable_roots = settings
+            .writable_roots
+            .iter()
+            .map(|p| canonical(p))
+            .collect();
+        let availability = probe::probe(settings.bwrap.as_deref());
+        Sandbox {
+            inner: Arc::new(Inner {
+                settings,
+                availability,
+            }),
+        }
+    }
+
+    pub fn settings(&self) -> &SandboxSettings {
+        &self.inner.settings
+    }
+
+    pub fn availability(&self) -> &Availability {
+        &self.inner.availability
+    }
+
+    /// One line for `serve`'s start and `orchestrator sandbox --check`: whether agents' processes
+    /// are confined, and what happens if not.
+    pub fn describe(&self) -> String {
+        match (&self.inner.availability, self.inner.settings.allow_unsandboxed) {
+            (Availability::Ready { bwrap, .. }, _) => format!(
+                "sandbox: available (bubblewrap at {}); agents' processes run confined",
+                bwrap.display()
+            ),
+            (Availability::Missing { reason }, false) => format!(
+                "sandbox: NOT available ({reason}); agents' commands will be refused until bubblewrap works or [sandbox] allow_unsandboxed = true"
+            ),
+            (Availability::Missing { reason }, true) => format!(
+                "sandbox: NOT available ({reason}); allow_unsandboxed is set, so agents' commands run UNCONFINED (environment still scrubbed)"
+            ),
+        }
+    }
+}
+
+/// `path` without symlinks where it exists; as given (made absolute) otherwise.
+pub(crate) fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| std::path::absolute(path).unwrap_or_else(|_| path.to_owned()))
+}
