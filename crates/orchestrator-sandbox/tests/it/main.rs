@@ -1,0 +1,273 @@
+//! The sandbox against real processes: each test runs a shell under a jail and checks what the
+//! kernel let it do. These tests need bubblewrap; on a machine without it they fail, saying so,
+//! rather than pass without having checked anything.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use orchestrator_sandbox::{Availability, Confinement, Jail, Sandbox, SandboxMode, SandboxSettings};
+
+struct World {
+    _base: tempfile::TempDir,
+    home: PathBuf,
+    workspace: PathBuf,
+    outside: PathBuf,
+    cache: PathBuf,
+}
+
+fn world() -> World {
+    // Not under /tmp: the sandbox puts a private directory over /tmp, which would hide everything
+    // there and make the checks below pass for the wrong reason.
+    let base = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let home = base.path().join("home");
+    let workspace = base.path().join("ws");
+    let outside = base.path().join("outside");
+    let cache = base.path().join("cache");
+    for dir in [&home, &workspace, &outside, &cache] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(home.join("api-token"), "tok-4242-secret").unwrap();
+    std::fs::write(home.join("orchestrator.db"), "SQLite format 3").unwrap();
+    World {
+        _base: base,
+        home,
+        workspace,
+        outside,
+        cache,
+    }
+}
+
+fn sandbox(w: &World) -> Sandbox {
+    let mut settings = SandboxSettings::hiding(&w.home);
+    settings.writable_roots = vec![w.cache.clone()];
+    let sandbox = Sandbox::new(settings);
+    assert!(
+        matches!(sandbox.availability(), Availability::Ready { .. }),
+        "these tests need a working bubblewrap: {}",
+        sandbox.describe()
+    );
+    sandbox
+}
+
+fn jail(sandbox: &Sandbox, w: &World, mode: SandboxMode, network: bool) -> Jail {
+    sandbox
+        .agent_jail(Confinement {
+            mode,
+            network,
+            workspace: w.workspace.clone(),
+            env: vec![],
+            secrets: vec![],
+            label: "test".into(),
+        })
+        .unwrap()
+}
+
+async fn sh(jail: &Jail, cwd: &Path, script: &str) -> Output {
+    jail.shell(script, cwd, false)
+        .unwrap()
+        .output()
+        .await
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test]
+async fn workspace_write_writes_the_workspace_tmp_and_roots_only() {
+    let w = world();
+    let sb = sandbox(&w);
+    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+    let script = format!(
+        "echo a > in-ws && echo b > \"$TMPDIR/t\" && echo c > {cache}/c && cat \"$TMPDIR/t\"; echo x > {out}/x; echo $? ; echo y > /etc/orchestrator-test; echo $?",
+        cache = w.cache.display(),
+        out = w.outside.display()
+    );
+    let out = sh(&j, &w.workspace, &script).await;
+    let said = text(&out);
+    assert_eq!(std::fs::read_to_string(w.workspace.join("in-ws")).unwrap(), "a\n");
+    assert_eq!(std::fs::read_to_string(w.cache.join("c")).unwrap(), "c\n");
+    assert!(!w.outside.join("x").exists(), "{said}");
+    assert!(!Path::new("/etc/orchestrator-test").exists());
+    assert!(said.contains("Read-only file system"), "{said}");
+    // The private /tmp is the jail's own directory on the host.
+    assert_eq!(
+        std::fs::read_to_string(j.tmp_dir().unwrap().join("t")).unwrap(),
+        "b\n"
+    );
+}
+
+#[tokio::test]
+async fn the_home_is_hidden_and_cannot_be_uncovered() {
+    let w = world();
+    let sb = sandbox(&w);
+    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+    let home = w.home.display();
+    let script = format!(
+        "cat {home}/api-token; ls -a {home}; umount {home}; cat {home}/api-token; unshare -Urm true; echo tried > {home}/planted; true"
+    );
+    let out = sh(&j, &w.workspace, &script).await;
+    let said = text(&out);
+    assert!(!said.contains("tok-4242-secret"), "{said}");
+    assert!(!said.contains("orchestrator.db"), "{said}");
+    assert!(!w.home.join("planted").exists());
+}
+
+#[tokio::test]
+async fn read_only_writes_nothing_but_its_tmp() {
+    let w = world();
+    let sb = sandbox(&w);
+    let j = jail(&sb, &w, SandboxMode::ReadOnly, false);
+    std::fs::write(w.workspace.join("README"), "hello").unwrap();
+    let out = sh(
+        &j,
+        &w.workspace,
+        "cat README; echo x > new; echo t > /tmp/t && cat /tmp/t",
+    )
+    .await;
+    let said = text(&out);
+    assert!(said.starts_with("hello"), "{said}");
+    assert!(said.contains("t\n"), "{said}");
+    assert!(!w.workspace.join("new").exists(), "{said}");
+}
+
+#[tokio::test]
+async fn git_config_and_hooks_stay_read_only_in_a_writable_workspace() {
+    let w = world();
+    std::fs::create_dir_all(w.workspace.join(".git/hooks")).unwrap();
+    std::fs::write(w.workspace.join(".git/config"), "[core]\n").unwrap();
+    let sb = sandbox(&w);
+    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+    let out = sh(
+        &j,
+        &w.workspace,
+        "printf '[core]\\n\\tfsmonitor = /bin/evil\\n' >> .git/config; echo hook > .git/hooks/pre-commit; echo fine > .git/HEAD-note",
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(w.workspace.join(".git/config")).unwrap(),
+        "[core]\n",
+        "{}",
+        text(&out)
+    );
+    assert!(!w.workspace.join(".git/hooks/pre-commit").exists());
+    assert!(w.workspace.join(".git/HEAD-note").exists(), "the rest of .git stays writable");
+}
+
+#[tokio::test]
+async fn the_network_is_off_unless_granted() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let w = world();
+    let sb = sandbox(&w);
+    let probe = format!(
+        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=5); print(\"connected\")'"
+    );
+    let off = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+    let said = text(&sh(&off, &w.workspace, &probe).await);
+    assert!(!said.contains("connected"), "{said}");
+    let on = jail(&sb, &w, SandboxMode::WorkspaceWrite, true);
+    let said = text(&sh(&on, &w.workspace, &probe).await);
+    assert!(said.contains("connected"), "{said}");
+}
+
+#[tokio::test]
+async fn processes_see_no_secrets_and_not_the_daemon() {
+    let w = world();
+    let sb = sandbox(&w);
+    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+    // The test process stands in for the daemon: its environment is what a leak would show.
+    let daemon_pid = std::process::id();
+    let out = sh(
+        &j,
+        &w.workspace,
+        &format!("env; cat /proc/{daemon_pid}/environ; ls /proc | grep -c '^[0-9]'"),
+    )
+    .await;
+    let said = text(&out);
+    for (name, _) in std::env::vars() {
+        if orchestrator_sandbox::is_secret_name(&name, &[]) {
+            assert!(!said.contains(&format!("{name}=")), "{name} leaked: {said}");
+        }
+    }
+    assert!(said.contains("TMPDIR=/tmp"), "{said}");
+    assert!(said.contains("PATH="), "{said}");
+}
+
+#[tokio::test]
+async fn killing_the_group_ends_everything_inside() {
+    let w = world();
+    let sb = sandbox(&w);
+    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+    let marker = w.workspace.join("alive");
+    let script = format!(
+        "(setsid sh -c 'while true; do date > {m}; sleep 0.1; done' &) ; sleep 600",
+        m = marker.display()
+    );
+    let mut child = j
+        .shell(&script, &w.workspace, false)
+        .unwrap()
+        .spawn()
+        .unwrap();
+    while !marker.exists() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    assert_eq!(
+        nix::unistd::getpgid(Some(pid)).unwrap(),
+        pid,
+        "the child leads its own group"
+    );
+    nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    child.wait().await.unwrap();
+    // Even the process that left with setsid died with the sandbox's pid namespace: the marker,
+    // once removed, is not written again.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    std::fs::remove_file(&marker).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!marker.exists(), "a process outlived its sandbox");
+}
+
+#[tokio::test]
+async fn full_mode_is_unconfined_but_still_scrubbed() {
+    let w = world();
+    let sb = sandbox(&w);
+    let j = jail(&sb, &w, SandboxMode::Full, false);
+    let out = sh(
+        &j,
+        &w.workspace,
+        &format!("cat {}/api-token; echo; env", w.home.display()),
+    )
+    .await;
+    let said = text(&out);
+    assert!(said.contains("tok-4242-secret"), "full mode reads what the user can: {said}");
+    assert!(!said.contains("ORCHESTRATOR_"), "{said}");
+    assert!(!j.confined());
+}
+
+#[tokio::test]
+async fn without_bubblewrap_commands_are_refused_unless_allowed() {
+    let w = world();
+    let mut settings = SandboxSettings::hiding(&w.home);
+    settings.bwrap = Some(PathBuf::from("/nonexistent/bwrap"));
+    let missing = Sandbox::new(settings.clone());
+    let j = jail(&missing, &w, SandboxMode::WorkspaceWrite, false);
+    let err = j.shell("true", &w.workspace, false).unwrap_err().to_string();
+    assert!(err.contains("allow_unsandboxed"), "{err}");
+    assert!(err.contains("workspace_write"), "{err}");
+    // Full mode needs no sandbox, so it still runs.
+    let full = jail(&missing, &w, SandboxMode::Full, false);
+    assert!(full.shell("true", &w.workspace, false).is_ok());
+
+    settings.allow_unsandboxed = true;
+    let allowed = Sandbox::new(settings);
+    let j = jail(&allowed, &w, SandboxMode::WorkspaceWrite, false);
+    let out = sh(&j, &w.workspace, "echo ran").await;
+    assert_eq!(text(&out), "ran\n");
+    assert!(allowed.describe().contains("UNCONFINED"));
+}
