@@ -1,12 +1,15 @@
 //! One task's confinement: the mode, the network, the workspace, a private temporary directory and
 //! the environment, and the commands built under them.
 //!
-//! A confined command is `setsid bwrap ARGS -- PROGRAM ...`: `setsid` makes the child the leader of
-//! a new session and process group without a controlling terminal (so it cannot push keystrokes
-//! into the terminal of a person running `orchestrator run`), and keeps the child's pid as the
-//! group's id, so the callers' "kill the whole group" still reaches everything. bubblewrap's pid
-//! namespace adds that nothing outlives the sandbox: when bwrap dies, every process inside dies.
-//! An unconfined command is the program itself in a new process group.
+//! A confined command is `bwrap ARGS -- PROGRAM ...`, and like an unconfined one it is the leader of
+//! a new process group whose id is its pid, set before it runs, so the callers' "kill the whole
+//! group" reaches it from the first instant. Inside, `--new-session` puts the program in a session
+//! without a controlling terminal (so it cannot push keystrokes into the terminal of a person
+//! running `orchestrator run`), which takes it out of that group; what still reaches it is the pid
+//! namespace: when bwrap dies (a signal to the group kills it), every process inside is killed.
+//! The price is that a sandboxed command gets SIGKILL where an unconfined one gets SIGTERM first.
+//! (Running `setsid` in front of bwrap would keep SIGTERM, but leaves a moment after the spawn in
+//! which the new group does not exist yet and a cancel finds nothing to signal.)
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -55,7 +58,13 @@ struct Inner {
 fn private_tmp(label: &str) -> Result<TempDir> {
     let safe: String = label
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     tempfile::Builder::new()
         .prefix(&format!("orchestrator-{safe}-"))
@@ -115,8 +124,8 @@ impl Sandbox {
         task_named: &[String],
         secrets: &[String],
     ) -> Jail {
-        let confined = mode != SandboxMode::Full
-            && matches!(self.availability(), Availability::Ready { .. });
+        let confined =
+            mode != SandboxMode::Full && matches!(self.availability(), Availability::Ready { .. });
         // Inside the sandbox the private directory is /tmp; outside it is its own path.
         let seen_tmp = if confined {
             PathBuf::from("/tmp")
@@ -147,6 +156,11 @@ impl Sandbox {
 }
 
 impl Jail {
+    /// The daemon-wide sandbox this jail was made in.
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.inner.sandbox
+    }
+
     /// The mode the jail was asked for.
     pub fn mode(&self) -> SandboxMode {
         self.inner.mode
@@ -160,7 +174,10 @@ impl Jail {
     /// sandbox works).
     pub fn confined(&self) -> bool {
         self.inner.mode != SandboxMode::Full
-            && matches!(self.inner.sandbox.availability(), Availability::Ready { .. })
+            && matches!(
+                self.inner.sandbox.availability(),
+                Availability::Ready { .. }
+            )
     }
 
     /// The private temporary directory, as the daemon sees it.
@@ -220,7 +237,7 @@ impl Jail {
         let settings = inner.sandbox.settings();
         let confine = inner.mode != SandboxMode::Full;
         let ready = match inner.sandbox.availability() {
-            Availability::Ready { bwrap, setsid } => Some((bwrap, setsid)),
+            Availability::Ready { bwrap } => Some(bwrap),
             Availability::Missing { reason } => {
                 if confine && !settings.allow_unsandboxed {
                     return Err(Error::Unavailable {
@@ -232,7 +249,7 @@ impl Jail {
             }
         };
         let mut cmd = match ready {
-            Some((bwrap, setsid)) if confine => {
+            Some(bwrap) if confine => {
                 let cwd = canonical(cwd);
                 let tmp = self.tmp_dir().unwrap_or(Path::new("/tmp"));
                 let plan = Plan {
@@ -244,9 +261,8 @@ impl Jail {
                     hidden: &settings.hidden,
                     cwd: &cwd,
                 };
-                let mut cmd = Command::new(setsid);
-                cmd.arg(bwrap)
-                    .args(bwrap::args(&plan))
+                let mut cmd = Command::new(bwrap);
+                cmd.args(bwrap::args(&plan))
                     .arg("--")
                     .arg(program)
                     .args(args);
@@ -254,11 +270,12 @@ impl Jail {
             }
             _ => {
                 let mut cmd = Command::new(program);
-                cmd.args(args).process_group(0);
+                cmd.args(args);
                 cmd
             }
         };
-        cmd.current_dir(cwd)
+        cmd.process_group(0)
+            .current_dir(cwd)
             .env_clear()
             .envs(inner.env.iter().map(|(k, v)| (k, v)));
         Ok(cmd)

@@ -1,9 +1,8 @@
 //! Whether bubblewrap can build a sandbox on this machine, found out once by building one.
 //!
 //! The probe runs `true` under the same namespaces and mounts a real command gets, so a kernel
-//! that refuses user namespaces, a missing `setsid` or an old bubblewrap without
-//! `--disable-userns` all show up here, at start, as one reason, rather than as a failure of the
-//! first command an agent runs.
+//! that refuses user namespaces or an old bubblewrap without `--disable-userns` shows up here, at
+//! start, as one reason, rather than as a failure of the first command an agent runs.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,7 +17,7 @@ use crate::bwrap::{self, Plan};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Availability {
     /// Commands can be confined with these programs.
-    Ready { bwrap: PathBuf, setsid: PathBuf },
+    Ready { bwrap: PathBuf },
     /// They cannot, for this reason.
     Missing { reason: String },
 }
@@ -52,11 +51,6 @@ fn probe_now(bwrap: Option<&Path>) -> Availability {
             reason: "bubblewrap (bwrap) is not installed".to_owned(),
         };
     };
-    let Some(setsid) = on_path("setsid") else {
-        return Availability::Missing {
-            reason: "setsid (util-linux) is not installed".to_owned(),
-        };
-    };
     let tmp = match tempfile::Builder::new()
         .prefix("orchestrator-sandbox-probe-")
         .tempdir()
@@ -86,7 +80,7 @@ fn probe_now(bwrap: Option<&Path>) -> Availability {
         .stderr(Stdio::piped())
         .output();
     match output {
-        Ok(out) if out.status.success() => Availability::Ready { bwrap, setsid },
+        Ok(out) if out.status.success() => Availability::Ready { bwrap },
         Ok(out) => Availability::Missing {
             reason: format!(
                 "{} cannot create a sandbox here ({}): {}",

@@ -1,5 +1,6 @@
 //! The world a tool call runs in: the workspace, where spilled output goes, the policy and its
-//! approver, limits, the table of background shell jobs and what has been read.
+//! approver, the jail its processes run in, limits, the table of background shell jobs and what
+//! has been read.
 //!
 //! A context is cheap to clone (everything is behind `Arc`) and is meant to live as long as the session
 //! that uses it (one agent task, one MCP connection, one `orchestrator tool run`), because background
@@ -10,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use crate::error::Result;
+use orchestrator_sandbox::{Confinement, Jail, Sandbox, SandboxSettings};
+
+use crate::error::{Error, Result};
 use crate::output::{HomeDirSink, Limits, ResultSink};
 use crate::policy::{Approver, NoApprover, Policy};
 use crate::tools::shell::JobTable;
@@ -23,6 +26,8 @@ pub struct ToolContext {
     pub(crate) sink: Arc<dyn ResultSink>,
     pub(crate) policy: Arc<Policy>,
     pub(crate) approver: Arc<dyn Approver>,
+    /// Where the processes of this session run: every command a tool starts is built by it.
+    pub(crate) jail: Jail,
     pub(crate) limits: Limits,
     pub(crate) jobs: Arc<JobTable>,
     pub(crate) reads: Arc<ReadTracker>,
@@ -42,13 +47,19 @@ impl std::fmt::Debug for ToolContext {
 
 impl ToolContext {
     /// A context confined to `workspace` that spills large outputs under `home/tool-results/`, with
-    /// an allow-all policy and no approver.
+    /// an allow-all policy, no approver, and processes in the policy's sandbox mode with `home`
+    /// hidden from them.
     pub fn new(workspace: impl AsRef<Path>, home: impl AsRef<Path>) -> Result<Self> {
+        let workspace = Workspace::new(workspace)?;
+        let policy = Policy::allow_all();
+        let sandbox = Sandbox::new(SandboxSettings::hiding(home.as_ref()));
+        let jail = session_jail(&sandbox, &policy, workspace.root())?;
         Ok(ToolContext {
-            workspace: Workspace::new(workspace)?,
+            workspace,
             sink: Arc::new(HomeDirSink::new(home.as_ref().join("tool-results"))),
-            policy: Arc::new(Policy::allow_all()),
+            policy: Arc::new(policy),
             approver: Arc::new(NoApprover),
+            jail,
             limits: Limits::default(),
             jobs: Arc::new(JobTable::default()),
             reads: Arc::new(ReadTracker::default()),
@@ -77,9 +88,27 @@ impl ToolContext {
         self
     }
 
-    pub fn with_policy(mut self, policy: Policy) -> Self {
+    /// The policy, and a jail with its sandbox mode and network in the same sandbox.
+    pub fn with_policy(mut self, policy: Policy) -> Result<Self> {
+        self.jail = session_jail(self.jail.sandbox(), &policy, self.workspace.root())?;
         self.policy = Arc::new(policy);
+        Ok(self)
+    }
+
+    /// Another sandbox (the daemon's, with its config), in the current policy's mode.
+    pub fn with_sandbox(mut self, sandbox: &Sandbox) -> Result<Self> {
+        self.jail = session_jail(sandbox, &self.policy, self.workspace.root())?;
+        Ok(self)
+    }
+
+    /// A jail made elsewhere (the worker shares one between an agent's tools and its gates).
+    pub fn with_jail(mut self, jail: Jail) -> Self {
+        self.jail = jail;
         self
+    }
+
+    pub fn jail(&self) -> &Jail {
+        &self.jail
     }
 
     pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Self {
@@ -104,6 +133,23 @@ impl ToolContext {
     pub async fn shutdown(&self) {
         self.jobs.kill_all().await;
     }
+}
+
+/// The jail of a session that is not a task (a tool run by hand, an MCP connection).
+fn session_jail(sandbox: &Sandbox, policy: &Policy, workspace: &Path) -> Result<Jail> {
+    sandbox
+        .agent_jail(Confinement {
+            mode: policy.sandbox,
+            network: policy.grants_network(),
+            workspace: workspace.to_owned(),
+            env: Vec::new(),
+            secrets: Vec::new(),
+            label: "tools".to_owned(),
+        })
+        .map_err(|e| Error::Io {
+            context: "the session's sandbox".to_owned(),
+            source: std::io::Error::other(e),
+        })
 }
 
 /// The size and modification time of a file when a tool last read or wrote it, so that write_file

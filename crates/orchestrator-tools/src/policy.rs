@@ -84,6 +84,11 @@ pub struct Policy {
     /// text. `workspace_write` unless the policy says otherwise.
     #[serde(default)]
     pub sandbox: SandboxMode,
+    /// Environment variables the agent's processes get besides the sandbox's allowlist (PATH,
+    /// HOME, LANG, ...). Names that look secret (`*KEY*`, `*TOKEN*`, ...) never pass from a
+    /// policy; only the config's `[sandbox] agent_env` can hand a secret to an agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
 }
 
 impl Default for Policy {
@@ -107,6 +112,7 @@ impl Policy {
             commands: Vec::new(),
             github_targets: Vec::new(),
             sandbox: SandboxMode::default(),
+            env: Vec::new(),
         }
     }
 

@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod attempts;
 pub mod backoff;
+pub mod containment;
 mod error;
 pub mod gate;
 pub mod github;
@@ -21,6 +22,7 @@ pub use agent::{AgentConfig, LiveDelta};
 pub use backoff::Backoff;
 pub use error::{Error, Result};
 pub use metrics::Metrics;
+pub use orchestrator_sandbox::{Sandbox, SandboxSettings};
 pub use pool::{PoolConfig, StartHook, WorkerPool, new_worker_id, run_claimed};
 pub use rescuer::{Rescuer, RescuerConfig};
 pub use runner::{Stop, StopReason};

@@ -61,6 +61,8 @@ pub struct PoolConfig {
     pub on_start: Option<StartHook>,
     /// The model, client settings and live channel of agent tasks.
     pub agent: crate::agent::AgentConfig,
+    /// Where agents' processes and gates run (see `containment`).
+    pub sandbox: orchestrator_sandbox::Sandbox,
 }
 
 /// A callback run as each attempt starts.
@@ -89,6 +91,7 @@ impl PoolConfig {
             log_cap_bytes: crate::gate::DEFAULT_LOG_CAP_BYTES,
             on_start: None,
             agent: crate::agent::AgentConfig::default(),
+            sandbox: orchestrator_sandbox::Sandbox::new(Default::default()),
         }
     }
 
@@ -211,6 +214,7 @@ impl WorkerPool {
             log_cap_bytes: config.log_cap_bytes,
             worker_id: config.worker_id.clone(),
             agent: config.agent.clone(),
+            sandbox: config.sandbox.clone(),
         };
         let (completions, completion_rx) = mpsc::channel::<CompletionRequest>(4 * COMPLETION_BATCH);
         let completer = tokio::spawn(completer(
@@ -577,6 +581,7 @@ pub async fn run_claimed(
         log_cap_bytes: config.log_cap_bytes,
         worker_id: config.worker_id.clone(),
         agent: config.agent.clone(),
+        sandbox: config.sandbox.clone(),
     };
     let end = run_attempt(&ctx, &task, &lease, &stop).await;
     keeper_stop.cancel();

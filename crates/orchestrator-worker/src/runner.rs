@@ -3,6 +3,7 @@
 
 use crate::agent::{AgentConfig, AgentEnd, run_agent};
 use crate::backoff::Backoff;
+use crate::containment;
 use crate::gate;
 use crate::metrics::Metrics;
 use crate::{Error, Result};
@@ -68,6 +69,33 @@ pub struct RunContext {
     /// Names this process's leases and shell jobs.
     pub worker_id: String,
     pub agent: AgentConfig,
+    /// Where agents' processes and gates run.
+    pub sandbox: orchestrator_sandbox::Sandbox,
+}
+
+/// The jail of the attempt's agent processes, when the task has an agent or gates an agent wrote,
+/// and a workspace to confine them to.
+fn agent_jail(ctx: &RunContext, task: &Task) -> Result<Option<orchestrator_sandbox::Jail>, String> {
+    let needed = task.prompt.is_some() || task.gates.iter().any(|g| g.by_agent);
+    let Some(workspace) = task.workspace.as_deref().filter(|_| needed) else {
+        return Ok(None);
+    };
+    let policy = crate::agent::policy::effective_policy(task)?;
+    containment::agent_jail(
+        &ctx.sandbox,
+        &ctx.agent,
+        task,
+        &policy,
+        Path::new(workspace),
+    )
+    .map(Some)
+}
+
+fn failed(error: String) -> AttemptEnd {
+    AttemptEnd {
+        outcome: Some(Outcome::Failed { error }),
+        details: json!({}),
+    }
 }
 
 /// Runs every gate of the attempt and decides its outcome. Store failures other than a stale lease
@@ -82,8 +110,12 @@ pub async fn run_attempt(
         // Canceled while it waited in the queue (a hand-back raced the cancel): run nothing.
         stop.stop(StopReason::Canceled);
     }
+    let agent_jail = match agent_jail(ctx, task) {
+        Ok(jail) => jail,
+        Err(error) => return Ok(failed(error)),
+    };
     if task.prompt.is_some() && !stop.token().is_cancelled() {
-        let end = match run_agent(ctx, task, lease, stop).await? {
+        let end = match run_agent(ctx, task, lease, stop, agent_jail.as_ref()).await? {
             AgentEnd::Finished => None,
             AgentEnd::Stopped => Some(None),
             AgentEnd::LeaseLost => {
@@ -148,6 +180,7 @@ pub async fn run_attempt(
         }
     };
 
+    let mut person_jail: Option<orchestrator_sandbox::Jail> = None;
     let mut passed = 0usize;
     let mut failures: Vec<String> = Vec::new();
     let mut infra_error: Option<String> = None;
@@ -167,7 +200,22 @@ pub async fn run_attempt(
         if let Err(e) = fenced(started) {
             return lost_or(e);
         }
-        let output = gate::run_gate(spec, workspace, stop.token(), ctx.log_cap_bytes).await;
+        // A gate an agent wrote runs like the agent's own commands; a person's in the person-gate
+        // jail. Both are made once per attempt.
+        let jail = if spec.by_agent {
+            match &agent_jail {
+                Some(jail) => jail.clone(),
+                None => return Ok(failed("an agent's gate has no jail to run in".into())),
+            }
+        } else if let Some(jail) = &person_jail {
+            jail.clone()
+        } else {
+            match containment::person_gate_jail(&ctx.sandbox, &ctx.agent, task, workspace) {
+                Ok(jail) => person_jail.insert(jail).clone(),
+                Err(error) => return Ok(failed(error)),
+            }
+        };
+        let output = gate::run_gate(spec, workspace, stop.token(), ctx.log_cap_bytes, &jail).await;
         ctx.metrics.observe_gate(output.evidence.duration_ms);
         let run = orchestrator_store::GateRun {
             lease,

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use orchestrator_sandbox::{Availability, Confinement, Jail, Sandbox, SandboxMode, SandboxSettings};
+use orchestrator_sandbox::{
+    Availability, Confinement, Jail, Sandbox, SandboxMode, SandboxSettings,
+};
 
 struct World {
     _base: tempfile::TempDir,
@@ -90,7 +92,10 @@ async fn workspace_write_writes_the_workspace_tmp_and_roots_only() {
     );
     let out = sh(&j, &w.workspace, &script).await;
     let said = text(&out);
-    assert_eq!(std::fs::read_to_string(w.workspace.join("in-ws")).unwrap(), "a\n");
+    assert_eq!(
+        std::fs::read_to_string(w.workspace.join("in-ws")).unwrap(),
+        "a\n"
+    );
     assert_eq!(std::fs::read_to_string(w.cache.join("c")).unwrap(), "c\n");
     assert!(!w.outside.join("x").exists(), "{said}");
     assert!(!Path::new("/etc/orchestrator-test").exists());
@@ -156,7 +161,10 @@ async fn git_config_and_hooks_stay_read_only_in_a_writable_workspace() {
         text(&out)
     );
     assert!(!w.workspace.join(".git/hooks/pre-commit").exists());
-    assert!(w.workspace.join(".git/HEAD-note").exists(), "the rest of .git stays writable");
+    assert!(
+        w.workspace.join(".git/HEAD-note").exists(),
+        "the rest of .git stays writable"
+    );
 }
 
 #[tokio::test]
@@ -245,7 +253,10 @@ async fn full_mode_is_unconfined_but_still_scrubbed() {
     )
     .await;
     let said = text(&out);
-    assert!(said.contains("tok-4242-secret"), "full mode reads what the user can: {said}");
+    assert!(
+        said.contains("tok-4242-secret"),
+        "full mode reads what the user can: {said}"
+    );
     assert!(!said.contains("ORCHESTRATOR_"), "{said}");
     assert!(!j.confined());
 }
@@ -257,7 +268,10 @@ async fn without_bubblewrap_commands_are_refused_unless_allowed() {
     settings.bwrap = Some(PathBuf::from("/nonexistent/bwrap"));
     let missing = Sandbox::new(settings.clone());
     let j = jail(&missing, &w, SandboxMode::WorkspaceWrite, false);
-    let err = j.shell("true", &w.workspace, false).unwrap_err().to_string();
+    let err = j
+        .shell("true", &w.workspace, false)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("allow_unsandboxed"), "{err}");
     assert!(err.contains("workspace_write"), "{err}");
     // Full mode needs no sandbox, so it still runs.

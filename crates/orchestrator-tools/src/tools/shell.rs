@@ -5,7 +5,8 @@
 //! is merged (stdout and stderr in arrival order, as in a terminal) and held in bounded buffers: a
 //! foreground command keeps its first and last [`FG_KEEP`] bytes, a background job a ring of its last
 //! [`JOB_BUFFER`] bytes, whatever the command prints. Jobs belong to the [`ToolContext`] that started
-//! them and die with it.
+//! them and die with it. Every command is built by the context's jail, so it runs in the session's
+//! sandbox with an environment that holds none of the daemon's secrets.
 
 use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
@@ -17,6 +18,8 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
+
+use orchestrator_sandbox::Jail;
 
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
@@ -71,7 +74,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
     vec![
         ToolDef {
             name: "exec_shell",
-            description: "Run a shell command (bash -c) in the workspace, with merged stdout and stderr and the exit code. Times out after 120 s by default (timeout in seconds, at most 600); a timeout kills the whole process group. For servers, watchers and anything longer, set background=true: you get a job id to use with exec_shell_wait (output and status), exec_shell_interact (stdin) and exec_shell_cancel. Output keeps its first and last 128 KB. Prefer read_file, grep_files, glob and list_dir over cat, grep, find and ls: they are bounded and confined to the workspace.",
+            description: "Run a shell command (bash -c) in the workspace, inside the task's sandbox (see the result of a failed command for its rules), with merged stdout and stderr and the exit code. Times out after 120 s by default (timeout in seconds, at most 600); a timeout kills the whole process group. For servers, watchers and anything longer, set background=true: you get a job id to use with exec_shell_wait (output and status), exec_shell_interact (stdin) and exec_shell_cancel. Output keeps its first and last 128 KB. Prefer read_file, grep_files, glob and list_dir over cat, grep, find and ls: they are bounded and confined to the workspace.",
             schema: schema(
                 json!({
                     "command": {"type": "string", "description": "The command line, run with bash -c."},
@@ -283,25 +286,32 @@ async fn terminate_group(pgid: i32) {
     signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
 }
 
-fn shell_command(command: &str, cwd: &std::path::Path) -> tokio::process::Command {
-    let shell = if std::path::Path::new("/bin/bash").exists() {
-        "/bin/bash"
-    } else {
-        "/bin/sh"
-    };
-    let mut cmd = tokio::process::Command::new(shell);
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .process_group(0)
-        // Pagers and colour codes are noise for a model.
-        .env("PAGER", "cat")
+/// `bash -c command` in `cwd`, built by the session's jail (its sandbox, its environment, a process
+/// group of its own), with pagers and colours off because they are noise for a model.
+fn shell_command(
+    jail: &Jail,
+    command: &str,
+    cwd: &std::path::Path,
+) -> Result<tokio::process::Command, crate::result::ToolFailure> {
+    let mut cmd = jail
+        .shell(command, cwd, true)
+        .map_err(|e| refuse(format!("exec_shell: {e}")))?;
+    cmd.env("PAGER", "cat")
         .env("GIT_PAGER", "cat")
         .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    cmd
+    Ok(cmd)
+}
+
+/// The sandbox's rules, appended to the result of a command that failed in it, so that the model
+/// reads a refusal as the task's policy rather than a fault to work around.
+fn with_limits(text: String, jail: &Jail, failed: bool) -> String {
+    match jail.limits_note() {
+        Some(note) if failed => format!("{text}\n[{note}]"),
+        _ => text,
+    }
 }
 
 fn exit_info(status: std::process::ExitStatus, started: Instant) -> ExitInfo {
@@ -325,7 +335,10 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
         )));
     }
     if args.background.unwrap_or(false) {
-        return ctx.jobs.start(&args.command, &cwd.abs, &cwd.rel).await;
+        return ctx
+            .jobs
+            .start(&ctx.jail, &args.command, &cwd.abs, &cwd.rel)
+            .await;
     }
     let timeout_secs = args.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
     if timeout_secs > MAX_TIMEOUT_SECS {
@@ -333,7 +346,7 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
             "exec_shell: timeout {timeout_secs} s is over the maximum of {MAX_TIMEOUT_SECS} s; for longer commands use background=true and exec_shell_wait"
         )));
     }
-    let mut cmd = shell_command(&args.command, &cwd.abs);
+    let mut cmd = shell_command(&ctx.jail, &args.command, &cwd.abs)?;
     cmd.stdin(Stdio::null());
     let started = Instant::now();
     let mut child = cmd
@@ -394,7 +407,11 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
     } else {
         format!("{text}\n")
     };
-    let mut result = ToolResult::text(format!("{body}[{}]", info.describe()));
+    let mut result = ToolResult::text(with_limits(
+        format!("{body}[{}]", info.describe()),
+        &ctx.jail,
+        !success,
+    ));
     result.is_error = !success;
     result.metadata.insert("exit".into(), json!({"code": info.code, "signal": info.signal, "duration_secs": elapsed, "timed_out": false}));
     Ok(result)
@@ -485,7 +502,13 @@ impl JobTable {
         })
     }
 
-    async fn start(&self, command: &str, cwd: &std::path::Path, cwd_rel: &str) -> ToolOutcome {
+    async fn start(
+        &self,
+        jail: &Jail,
+        command: &str,
+        cwd: &std::path::Path,
+        cwd_rel: &str,
+    ) -> ToolOutcome {
         let running = self
             .jobs
             .lock()
@@ -496,7 +519,7 @@ impl JobTable {
                 "{running} background jobs are already running (at most {MAX_JOBS}); cancel one with exec_shell_cancel first"
             )));
         }
-        let mut cmd = shell_command(command, cwd);
+        let mut cmd = shell_command(jail, command, cwd)?;
         cmd.stdin(Stdio::piped());
         let started = Instant::now();
         let mut child = cmd

@@ -31,7 +31,8 @@ async fn policy_denies_and_asks() {
     policy.classes.insert(ApprovalClass::Write, Decision::Ask);
     let ctx = ToolContext::new(h.ws.path(), h.home.path())
         .unwrap()
-        .with_policy(policy.clone());
+        .with_policy(policy.clone())
+        .unwrap();
     let r = h
         .registry
         .call(

@@ -14,7 +14,7 @@
 //! Streamed pieces of a reply go to the live channel only; the store sees whole messages.
 
 mod calls;
-mod policy;
+pub(crate) mod policy;
 mod prompt;
 mod session;
 pub mod tools;
@@ -79,6 +79,7 @@ pub async fn run_agent(
     task: &Task,
     lease: &Lease,
     stop: &Stop,
+    jail: Option<&orchestrator_sandbox::Jail>,
 ) -> crate::Result<AgentEnd> {
     let Some(prompt) = task.prompt.clone() else {
         return Ok(AgentEnd::Finished);
@@ -122,8 +123,15 @@ pub async fn run_agent(
     if let Err(e) = tools::register(&mut registry, &session, ctx) {
         return Err(crate::Error::Config(format!("tool registration: {e}")));
     }
-    let tool_ctx = match orchestrator_tools::ToolContext::new(&workspace, std::env::temp_dir()) {
-        Ok(c) => c.with_policy(policy),
+    let Some(jail) = jail else {
+        return Ok(AgentEnd::Failed(
+            "the agent's processes have no sandbox to run in".into(),
+        ));
+    };
+    let tool_ctx = match orchestrator_tools::ToolContext::new(&workspace, std::env::temp_dir())
+        .and_then(|c| c.with_policy(policy))
+    {
+        Ok(c) => c.with_jail(jail.clone()),
         Err(e) => {
             return Ok(AgentEnd::Failed(format!(
                 "the workspace {workspace} cannot be used: {e}"

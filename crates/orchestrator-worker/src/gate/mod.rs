@@ -16,6 +16,7 @@ mod summary;
 pub use git::git_tree;
 pub use summary::summarize;
 
+use orchestrator_sandbox::Jail;
 use orchestrator_types::{
     Captured, FailureKind, GateEvidence, GateSpec, GateSummary, GitTree, Verdict, now_millis,
 };
@@ -45,6 +46,7 @@ pub async fn run_gate(
     workspace: &Path,
     cancel: &CancellationToken,
     log_cap_bytes: usize,
+    jail: &Jail,
 ) -> GateOutput {
     let started_at = now_millis();
     let clock = Instant::now();
@@ -64,7 +66,7 @@ pub async fn run_gate(
     }
     let git = git_tree(&dir).await;
     let timeout = Duration::from_secs(spec.timeout_secs);
-    match process::run(&spec.command, &dir, timeout, cancel, log_cap_bytes).await {
+    match process::run(jail, &spec.command, &dir, timeout, cancel, log_cap_bytes).await {
         Ok(run) => finished(spec, run, git, started_at, clock),
         Err(err) => not_run(
             Verdict::Error,
@@ -205,8 +207,22 @@ mod tests {
         }
     }
 
+    /// A person's gate with no sandbox configured.
+    fn unconfined(dir: &Path) -> Jail {
+        orchestrator_sandbox::Sandbox::new(Default::default())
+            .person_gate_jail(dir, &[])
+            .expect("jail")
+    }
+
     async fn run_in(dir: &Path, spec: &GateSpec) -> GateOutput {
-        run_gate(spec, dir, &CancellationToken::new(), DEFAULT_LOG_CAP_BYTES).await
+        run_gate(
+            spec,
+            dir,
+            &CancellationToken::new(),
+            DEFAULT_LOG_CAP_BYTES,
+            &unconfined(dir),
+        )
+        .await
     }
 
     fn log_text(output: &GateOutput) -> String {
@@ -350,7 +366,8 @@ mod tests {
             })
         };
         let spec = gate("sleep 1000.31338 & sleep 1000.31338");
-        let output = run_gate(&spec, dir.path(), &cancel, DEFAULT_LOG_CAP_BYTES).await;
+        let jail = unconfined(dir.path());
+        let output = run_gate(&spec, dir.path(), &cancel, DEFAULT_LOG_CAP_BYTES, &jail).await;
         canceler.await.expect("canceler");
         assert_eq!(output.evidence.verdict, Verdict::Canceled);
         assert_eq!(output.evidence.failure_kind, None);
@@ -358,7 +375,7 @@ mod tests {
         assert!(!running_with("1000.31338"));
 
         // Canceled before it starts: nothing runs at all.
-        let output = run_gate(&gate("echo never"), dir.path(), &cancel, 1024).await;
+        let output = run_gate(&gate("echo never"), dir.path(), &cancel, 1024, &jail).await;
         assert_eq!(output.evidence.verdict, Verdict::Canceled);
         assert!(!log_text(&output).contains("never\n"));
     }

@@ -16,6 +16,7 @@ use super::summary::SummaryParser;
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use orchestrator_sandbox::Jail;
 use orchestrator_types::{Capture, Captured};
 use std::io;
 use std::os::fd::OwnedFd;
@@ -24,7 +25,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -58,26 +59,27 @@ pub struct Run {
     pub parser: SummaryParser,
 }
 
-/// Runs `sh -c command` in `dir` until it exits, the timeout runs out or `cancel` fires, and ends
-/// its process group in every case. `Err` only when the command could not be started or waited for.
+/// Runs `sh -c command` in `dir`, built by `jail` (its sandbox and environment), until it exits,
+/// the timeout runs out or `cancel` fires, and ends its process group in every case. `Err` only
+/// when the command could not be started (a sandbox that cannot be set up among the reasons) or
+/// waited for.
 pub async fn run(
+    jail: &Jail,
     command: &str,
     dir: &Path,
     timeout: Duration,
     cancel: &CancellationToken,
     log_cap: usize,
 ) -> io::Result<Run> {
+    let sh = jail.shell(command, dir, false).map_err(io::Error::other)?;
     let (reader, writer) = io::pipe()?;
     let receiver = pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?;
     let mut child = {
-        let mut sh = Command::new("sh");
-        sh.arg("-c")
-            .arg(command)
-            .current_dir(dir)
-            .stdin(Stdio::null())
+        // The jail made the shell the leader of its own process group.
+        let mut sh = sh;
+        sh.stdin(Stdio::null())
             .stdout(writer.try_clone()?)
-            .stderr(writer)
-            .process_group(0);
+            .stderr(writer);
         sh.spawn()?
         // `sh` drops here with our copies of the write end, so the pipe reaches end-of-file when
         // the last process holding it is gone.
@@ -304,11 +306,25 @@ mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
 
+    /// A person's gate with no sandbox configured: the process-group behaviour under test.
+    fn unconfined(dir: &Path) -> Jail {
+        orchestrator_sandbox::Sandbox::new(Default::default())
+            .person_gate_jail(dir, &[])
+            .expect("jail")
+    }
+
     async fn run_sh(command: &str, timeout: Duration, cancel: &CancellationToken) -> Run {
         let dir = tempfile::tempdir().expect("tempdir");
-        run(command, dir.path(), timeout, cancel, 1024 * 1024)
-            .await
-            .expect("the shell runs")
+        run(
+            &unconfined(dir.path()),
+            command,
+            dir.path(),
+            timeout,
+            cancel,
+            1024 * 1024,
+        )
+        .await
+        .expect("the shell runs")
     }
 
     /// Pids of running (not zombie) processes whose command line holds `marker`.
@@ -461,6 +477,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let cap = 1024 * 1024;
         let run = run(
+            &unconfined(dir.path()),
             &command,
             dir.path(),
             Duration::from_secs(3600),
@@ -484,6 +501,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let missing = dir.path().join("missing");
         let result = run(
+            &unconfined(dir.path()),
             "true",
             &missing,
             Duration::from_secs(5),

@@ -46,6 +46,7 @@ impl Agent {
             log_cap_bytes: 1 << 20,
             worker_id: "attempts-test".into(),
             agent: AgentConfig::default(),
+            sandbox: orchestrator_worker::Sandbox::new(Default::default()),
         };
         Agent {
             registry: durable_registry(&run, task, lease),

@@ -29,6 +29,7 @@ async fn agent_tools_md_matches_the_durable_tools() {
         log_cap_bytes: 1 << 20,
         worker_id: "docs".into(),
         agent: AgentConfig::default(),
+        sandbox: orchestrator_worker::Sandbox::new(Default::default()),
     };
     let registry = durable_registry(&ctx, task, lease);
     let listed: Vec<String> = registry.list().into_iter().map(|t| t.name).collect();

@@ -52,6 +52,7 @@ struct AskArgs {
 
 fn gate_spec(args: GateArgs) -> Result<GateSpec, ToolFailure> {
     let mut spec = GateSpec::from_command(args.command);
+    spec.by_agent = true;
     if let Some(name) = args.name {
         spec.name = name;
     }
@@ -103,10 +104,11 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 example: json!({"command": "cargo test -p parser", "name": "parser tests"}),
             },
             session,
-            move |session, args: GateArgs, _ctx| async move {
+            move |session, args: GateArgs, ctx| async move {
                 let spec = gate_spec(args)?;
                 let dir = workspace(&session)?;
-                let output = gate::run_gate(&spec, &dir, &session.stop, cap).await;
+                // An agent's gate runs in the agent's jail, like its exec_shell.
+                let output = gate::run_gate(&spec, &dir, &session.stop, cap, ctx.jail()).await;
                 let recorded = session
                     .store
                     .gates(session.task_id())
@@ -167,8 +169,9 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 example: json!({"command": "cargo build --release"}),
             },
             session,
-            move |session, args: GateArgs, _ctx| async move {
+            move |session, args: GateArgs, ctx| async move {
                 let spec = gate_spec(GateArgs { name: None, ..args })?;
+                let jail = ctx.jail().clone();
                 let dir = workspace(&session)?;
                 let id = session
                     .store
@@ -192,7 +195,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 let store = session.store.clone();
                 let task = session.task_id();
                 tokio::spawn(async move {
-                    let output = gate::run_gate(&spec, &dir, &kill, cap).await;
+                    let output = gate::run_gate(&spec, &dir, &kill, cap, &jail).await;
                     let evidence = &output.evidence;
                     let summary = format!(
                         "{} (exit {}) in {} ms: {}",
