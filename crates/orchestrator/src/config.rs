@@ -28,6 +28,15 @@
 //! workspace = "/srv/checkouts/widgets"
 //! pre_approve = ["github_comment"]
 //! task = { prompt = "Fix {repo}#{number}. Read it with github_issue_context.", acceptance = ["cargo test passes"] }
+//!
+//!
+//! [sandbox]
+//! writable_roots = ["~/.cargo/registry"]  # besides the workspace, for agents' processes
+//! secret_paths = ["~/.config/acme"]        # hidden from them, besides the built-in list
+//! agent_env = ["CARGO_TARGET_DIR"]         # variables they get besides the allowlist
+//! gate_env = ["NPM_TOKEN"]                 # secret-looking variables a person's gates may have
+//! person_gates = "workspace_write"         # sandbox a person's gates too (default: unsandboxed)
+//! allow_unsandboxed = false                # true runs agents' commands unconfined where no sandbox works
 //! ```
 //!
 //! Secrets are named by the variable that holds them, never written into this file.
@@ -45,6 +54,90 @@ pub struct Config {
     pub model: ModelConfig,
     #[serde(default)]
     pub github: GithubConfig,
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+}
+
+/// `[sandbox]`: what agents' processes may write, what they never see, which variables they get.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    #[serde(default)]
+    pub writable_roots: Vec<String>,
+    #[serde(default)]
+    pub secret_paths: Vec<String>,
+    #[serde(default)]
+    pub agent_env: Vec<String>,
+    #[serde(default)]
+    pub gate_env: Vec<String>,
+    pub person_gates: Option<String>,
+    #[serde(default)]
+    pub allow_unsandboxed: bool,
+    pub bwrap: Option<PathBuf>,
+}
+
+/// Credentials that tools keep in the user's home: hidden from sandboxed processes whether or not
+/// the config lists them (those that exist; a missing one is skipped).
+pub const DEFAULT_SECRET_PATHS: &[&str] = &[
+    "~/.ssh",
+    "~/.gnupg",
+    "~/.aws",
+    "~/.azure",
+    "~/.config/gcloud",
+    "~/.config/gh",
+    "~/.docker/config.json",
+    "~/.kube",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.npmrc",
+    "~/.pypirc",
+    "~/.cargo/credentials",
+    "~/.cargo/credentials.toml",
+];
+
+/// `~` and `~/...` as the user's home directory.
+pub fn expand_home(path: &str) -> PathBuf {
+    match (path.strip_prefix('~'), dirs::home_dir()) {
+        (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with('/') => {
+            home.join(rest.trim_start_matches('/'))
+        }
+        _ => PathBuf::from(path),
+    }
+}
+
+impl SandboxConfig {
+    /// The sandbox's settings: the config's lists, plus the daemon's own files (`hidden`) and the
+    /// names of the variables that hold its secrets.
+    pub fn settings(
+        &self,
+        hidden: Vec<PathBuf>,
+        secret_env: Vec<String>,
+    ) -> anyhow::Result<orchestrator_sandbox::SandboxSettings> {
+        let person_gates = match &self.person_gates {
+            Some(mode) => Some(mode.parse().map_err(|e: orchestrator_types::Error| {
+                crate::exit::CliError::Invalid(format!("[sandbox] person_gates: {e}"))
+            })?),
+            None => None,
+        };
+        let mut all_hidden = hidden;
+        all_hidden.extend(
+            DEFAULT_SECRET_PATHS
+                .iter()
+                .copied()
+                .chain(self.secret_paths.iter().map(String::as_str))
+                .map(expand_home),
+        );
+        Ok(orchestrator_sandbox::SandboxSettings {
+            hidden: all_hidden,
+            writable_roots: self.writable_roots.iter().map(|p| expand_home(p)).collect(),
+            agent_env: self.agent_env.clone(),
+            gate_env: self.gate_env.clone(),
+            secret_env,
+            person_gates,
+            allow_unsandboxed: self.allow_unsandboxed,
+            bwrap: self.bwrap.clone(),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

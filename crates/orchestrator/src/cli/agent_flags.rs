@@ -45,6 +45,10 @@ pub struct AgentFlags {
     /// A whole policy as JSON (default, classes, tools, commands); --ask and --deny apply on top.
     #[arg(long, value_name = "JSON")]
     pub policy: Option<String>,
+    /// Where the agent's processes run: read_only, workspace_write (default) or full (no
+    /// sandbox). See docs/security.md.
+    #[arg(long, value_name = "MODE")]
+    pub sandbox: Option<String>,
     /// Seconds an approval or question waits for an answer before it counts as denied.
     #[arg(long, value_name = "SECONDS")]
     pub approval_timeout: Option<u64>,
@@ -80,6 +84,7 @@ impl AgentFlags {
             || !self.ask.is_empty()
             || !self.deny.is_empty()
             || self.policy.is_some()
+            || self.sandbox.is_some()
             || self.approval_timeout.is_some()
     }
 
@@ -115,8 +120,9 @@ impl AgentFlags {
         Ok(Some(spec))
     }
 
-    /// The agent options these flags describe.
-    pub fn options(&self) -> anyhow::Result<AgentOptions> {
+    /// The agent options these flags describe, for a task whose policy is `base` unless the flags
+    /// give a whole one (everything for a person's task, reading for an automation's).
+    pub fn options(&self, base: Policy) -> anyhow::Result<AgentOptions> {
         let mut options = AgentOptions::default();
         if let Some(profile) = &self.profile {
             options.profile = profile.clone();
@@ -129,12 +135,21 @@ impl AgentFlags {
         if let Some(secs) = self.approval_timeout {
             options.approval_timeout_secs = secs;
         }
-        if self.policy.is_some() || !self.ask.is_empty() || !self.deny.is_empty() {
+        if self.policy.is_some()
+            || !self.ask.is_empty()
+            || !self.deny.is_empty()
+            || self.sandbox.is_some()
+        {
             let mut policy: Policy = match &self.policy {
                 Some(text) => serde_json::from_str(text)
                     .map_err(|e| CliError::Invalid(format!("--policy: {e}")))?,
-                None => Policy::allow_all(),
+                None => base,
             };
+            if let Some(mode) = &self.sandbox {
+                policy.sandbox = mode.parse().map_err(|e: orchestrator_types::Error| {
+                    CliError::Invalid(format!("--sandbox: {e}"))
+                })?;
+            }
             for (words, decision) in [(&self.ask, Decision::Ask), (&self.deny, Decision::Deny)] {
                 for word in words {
                     match class_of(word) {

@@ -341,7 +341,9 @@ fn apply_flags(
             spec.template.model = Some(model);
         }
         if flags.agent.any() {
-            spec.template.agent = flags.agent.options()?;
+            spec.template.agent = flags
+                .agent
+                .options(orchestrator_worker::agent::automation_default_policy())?;
         }
         if !flags.agent.acceptance.is_empty() {
             spec.template.acceptance = flags.agent.acceptance.clone();

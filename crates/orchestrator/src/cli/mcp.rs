@@ -1,11 +1,14 @@
 //! `orchestrator mcp`: the tool registry as an MCP server over stdio, for Claude Code, Codex and any
 //! other MCP client. Stdout carries the protocol only; diagnostics go to stderr.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use orchestrator_tools::{Profile, Registry, ToolContext};
+use orchestrator_tools::{Policy, Profile, Registry, ToolContext};
+use orchestrator_types::SandboxMode;
+
+use super::GlobalArgs;
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
@@ -21,6 +24,9 @@ pub struct McpArgs {
     /// Which tool set: minimal (read-only), coding or full.
     #[arg(long, default_value = "coding", value_parser = parse_profile)]
     pub profile: Profile,
+    /// Where the tools' processes run: read_only, workspace_write or full (no sandbox).
+    #[arg(long, default_value = "workspace_write", value_parser = super::tool::parse_sandbox)]
+    pub sandbox: SandboxMode,
     /// Write the startup line to stderr as JSON instead of text (stdout is the protocol).
     #[arg(long)]
     pub json: bool,
@@ -30,8 +36,16 @@ fn parse_profile(s: &str) -> Result<Profile, String> {
     s.parse()
 }
 
-pub async fn run(home: &Path, args: McpArgs) -> anyhow::Result<ExitCode> {
-    let ctx = ToolContext::new(&args.workspace, home)
+pub async fn run(global: &GlobalArgs, args: McpArgs) -> anyhow::Result<ExitCode> {
+    let home = global.home()?;
+    let sandbox = global.sandbox(&global.config()?)?;
+    let policy = Policy {
+        sandbox: args.sandbox,
+        ..Policy::allow_all()
+    };
+    let ctx = ToolContext::new(&args.workspace, &home)
+        .and_then(|c| c.with_policy(policy))
+        .and_then(|c| c.with_sandbox(&sandbox))
         .with_context(|| format!("opening the workspace {}", args.workspace.display()))?;
     let registry = Registry::new(args.profile);
     let root = ctx.workspace().root().display().to_string();

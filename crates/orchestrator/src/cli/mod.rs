@@ -19,6 +19,7 @@ mod views;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use orchestrator_sandbox::Sandbox;
 use orchestrator_store::{Store, StoreOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -119,8 +120,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Artifact(command) => artifact::run(&global, command).await,
         Command::Attempt(command) => attempt::run(&global, command).await,
         Command::Github(command) => github::run(&global, command).await,
-        Command::Tool(args) => tool::run(&global.home()?, args).await,
-        Command::Mcp(args) => mcp::run(&global.home()?, args).await,
+        Command::Tool(args) => tool::run(&global, args).await,
+        Command::Mcp(args) => mcp::run(&global, args).await,
     }
 }
 
@@ -149,6 +150,40 @@ impl GlobalArgs {
             Some(url) => Ok(url.clone()),
             None => Ok(self.home()?.join("orchestrator.db").display().to_string()),
         }
+    }
+
+    /// The sandbox of agents' processes: the config's `[sandbox]`, with the home directory, the
+    /// store file and the config file hidden, and the variables of the configured secrets named.
+    pub fn sandbox(&self, config: &crate::config::Config) -> anyhow::Result<Sandbox> {
+        let home = self.home()?;
+        let mut hidden = vec![home.clone()];
+        if let Some(file) = &self.config {
+            hidden.push(file.clone());
+        }
+        let url = self.store_url()?;
+        if !url.starts_with("postgres") {
+            let file = url
+                .trim_start_matches("sqlite://")
+                .trim_start_matches("sqlite:")
+                .split('?')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            if !file.is_empty() && file != ":memory:" {
+                for suffix in ["", "-wal", "-shm", "-journal"] {
+                    hidden.push(PathBuf::from(format!("{file}{suffix}")));
+                }
+            }
+        }
+        let secret_env = [
+            config.model.api_key_env.clone(),
+            config.github.token_env.clone(),
+            config.github.webhook_secret_env.clone(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        Ok(Sandbox::new(config.sandbox.settings(hidden, secret_env)?))
     }
 
     pub async fn open_store(&self) -> anyhow::Result<Store> {

@@ -70,6 +70,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     config.agent.live = Some(live);
     // The GitHub tools work under `run` as under `serve`.
     config.agent.github = file_config.github.client()?;
+    config.sandbox = global.sandbox(&file_config)?;
     let deltas = (!args.json).then(|| tokio::spawn(print_deltas(live_rx)));
     // Created already claimed by this process, so a daemon sharing the store cannot take it.
     let (claimed, lease) = store

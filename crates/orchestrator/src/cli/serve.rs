@@ -110,6 +110,10 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     }
     let github = file_config.github.client()?;
     pool.agent.github = github.clone();
+    pool.sandbox = global.sandbox(&file_config)?;
+    // Whether agents' processes will be confined, said once where the person starting the daemon
+    // reads it, rather than discovered at the first command an agent runs.
+    eprintln!("orchestrator serve: {}", pool.sandbox.describe());
     let webhook_secret = file_config.github.webhook_secret();
     let webhooks = (webhook_secret.is_some() || !file_config.github.poll.is_empty()).then(|| {
         crate::http::Webhooks {

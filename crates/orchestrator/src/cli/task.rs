@@ -148,7 +148,9 @@ pub fn build_task(
                 )
                 .into());
             }
-            task.agent = flags.agent.options()?;
+            task.agent = flags
+                .agent
+                .options(orchestrator_tools::Policy::allow_all())?;
             task.acceptance = flags.agent.acceptance.clone();
         }
         None if flags.agent.any_besides_acceptance() => {

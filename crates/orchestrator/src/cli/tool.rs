@@ -6,11 +6,14 @@
 //! code is 1.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use orchestrator_tools::{Content, Profile, Registry, ToolContext};
+use orchestrator_tools::{Content, Policy, Profile, Registry, ToolContext};
+use orchestrator_types::SandboxMode;
+
+use super::GlobalArgs;
 
 /// Exit code of a call whose tool reported an error.
 const EXIT_TOOL_ERROR: u8 = 1;
@@ -72,6 +75,9 @@ pub struct RunArgs {
     /// Which tool set: minimal, coding or full.
     #[arg(long, default_value = "full", value_parser = parse_profile)]
     pub profile: Profile,
+    /// Where the tools' processes run: read_only, workspace_write or full (no sandbox).
+    #[arg(long, default_value = "workspace_write", value_parser = parse_sandbox)]
+    pub sandbox: SandboxMode,
     /// Print the whole result as JSON: {content, is_error, metadata}.
     #[arg(long)]
     pub json: bool,
@@ -81,10 +87,15 @@ fn parse_profile(s: &str) -> Result<Profile, String> {
     s.parse()
 }
 
-pub async fn run(home: &Path, args: ToolArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn parse_sandbox(s: &str) -> Result<SandboxMode, String> {
+    s.parse()
+        .map_err(|e: orchestrator_types::Error| e.to_string())
+}
+
+pub async fn run(global: &GlobalArgs, args: ToolArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         ToolCommand::List(a) => list(a),
-        ToolCommand::Run(a) => run_tool(home, a).await,
+        ToolCommand::Run(a) => run_tool(global, a).await,
     }
 }
 
@@ -121,7 +132,9 @@ fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn run_tool(home: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
+async fn run_tool(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let home = global.home()?;
+    let sandbox = global.sandbox(&global.config()?)?;
     let raw = match (&args.args, &args.args_file) {
         (Some(a), _) => a.clone(),
         (None, Some(f)) if f.as_os_str() == "-" => {
@@ -136,7 +149,13 @@ async fn run_tool(home: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         (None, None) => String::new(),
     };
     let registry = Registry::new(args.profile);
-    let ctx = ToolContext::new(&args.workspace, home)
+    let policy = Policy {
+        sandbox: args.sandbox,
+        ..Policy::allow_all()
+    };
+    let ctx = ToolContext::new(&args.workspace, &home)
+        .and_then(|c| c.with_policy(policy))
+        .and_then(|c| c.with_sandbox(&sandbox))
         .with_context(|| format!("opening the workspace {}", args.workspace.display()))?;
     let result = registry.call(&args.name, &raw, &ctx).await?;
     // Background jobs started by a one-off call cannot outlive this process anyway: end them cleanly.
