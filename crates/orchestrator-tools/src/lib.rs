@@ -30,7 +30,7 @@ pub use mcp::serve_stdio as serve_mcp_stdio;
 pub use output::{HomeDirSink, Limits, MemorySink, ResultSink};
 pub use policy::{
     ApprovalAnswer, ApprovalClass, ApprovalRequest, Approver, CommandMatch, CommandRule, Decision,
-    NoApprover, Policy,
+    NoApprover, Policy, TaskScope,
 };
 pub use registry::{DeprecatedAlias, Profile, Registry, ToolCall, ToolHandler, ToolInfo, ToolSpec};
 pub use result::{Content, ToolFailure, ToolOutcome, ToolResult, refuse};

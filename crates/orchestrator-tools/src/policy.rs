@@ -59,6 +59,16 @@ pub struct CommandRule {
     pub decision: Decision,
 }
 
+/// Which other tasks an agent may read (task_read, task_list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskScope {
+    /// Only its own tree: the root of its ancestry and that root's descendants.
+    Tree,
+    /// Every task of the orchestrator.
+    All,
+}
+
 /// Per-tool and per-command decisions.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Policy {
@@ -89,6 +99,12 @@ pub struct Policy {
     /// policy; only the config's `[sandbox] agent_env` can hand a secret to an agent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
+    /// Which other tasks the agent may read. Unset means the default of the task's origin, which
+    /// the worker fills in when it reads the policy: `all` for a task a person created, `tree` for
+    /// one an automation or a trigger created (text a stranger wrote must not reach other people's
+    /// tasks). A policy widens an automation's task only by saying `"task_scope": "all"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_scope: Option<TaskScope>,
 }
 
 impl Default for Policy {
@@ -113,7 +129,19 @@ impl Policy {
             github_targets: Vec::new(),
             sandbox: SandboxMode::default(),
             env: Vec::new(),
+            task_scope: None,
         }
+    }
+
+    /// The same policy for a child task that asked for `sandbox`: everything is copied from this
+    /// (the parent's) policy, and the sandbox mode is the narrower of the request and the parent's,
+    /// so nothing a child asks for makes it wider than its parent.
+    pub fn for_child(&self, sandbox: Option<SandboxMode>) -> Policy {
+        let mut child = self.clone();
+        if let Some(requested) = sandbox {
+            child.sandbox = requested.narrowed_to(self.sandbox);
+        }
+        child
     }
 
     /// Whether the agent's processes may use the network: only when the policy allows the network
@@ -129,6 +157,10 @@ impl Policy {
     /// Decides one call. For shell tools, command rules are consulted: any matching deny wins, then
     /// any matching ask; a matching allow applies only to a simple command (no chaining, pipes,
     /// substitution or redirection), and otherwise the tool's own decision stands.
+    ///
+    /// The command of a shell tool is its `command` argument or, for a tool that types into a
+    /// running job (exec_shell_interact), its `input`: what is typed into a shell's stdin is a
+    /// command too.
     pub fn decide(&self, tool: &str, class: ApprovalClass, args: &Value) -> (Decision, String) {
         let base = self
             .tools
@@ -168,7 +200,11 @@ impl Policy {
         if base.0 == Decision::Deny || class != ApprovalClass::Shell {
             return base;
         }
-        let Some(command) = args.get("command").and_then(Value::as_str) else {
+        let Some(command) = args
+            .get("command")
+            .or_else(|| args.get("input"))
+            .and_then(Value::as_str)
+        else {
             return base;
         };
         let command = command.trim();
@@ -330,6 +366,157 @@ mod tests {
         p.tools.insert("read_file".into(), Decision::Deny);
         assert_eq!(
             p.decide("read_file", ApprovalClass::Read, &json!({})).0,
+            Decision::Deny
+        );
+    }
+
+    #[test]
+    fn what_is_typed_into_a_job_is_a_command() {
+        let mut p = Policy::allow_all();
+        p.commands = vec![
+            CommandRule {
+                matcher: CommandMatch::Pattern(r"\brm\s+-rf\b".into()),
+                decision: Decision::Deny,
+            },
+            CommandRule {
+                matcher: CommandMatch::Prefix("curl".into()),
+                decision: Decision::Ask,
+            },
+        ];
+        let typed = |p: &Policy, input: &str| {
+            p.decide(
+                "exec_shell_interact",
+                ApprovalClass::Shell,
+                &json!({"job_id": "job-1", "input": input}),
+            )
+        };
+        let (decision, why) = typed(&p, "rm -rf ~\n");
+        assert_eq!(decision, Decision::Deny);
+        assert!(why.contains("pattern rule"), "{why}");
+        assert_eq!(typed(&p, "curl http://example.com\n").0, Decision::Ask);
+        assert_eq!(typed(&p, "yes\n").0, Decision::Allow);
+        assert_eq!(
+            p.decide(
+                "exec_shell_interact",
+                ApprovalClass::Shell,
+                &json!({"job_id": "job-1", "close_stdin": true}),
+            )
+            .0,
+            Decision::Allow,
+            "closing stdin types nothing"
+        );
+        // An allow rule never lets typed chains through, as for exec_shell.
+        p.classes.insert(ApprovalClass::Shell, Decision::Ask);
+        p.commands.push(CommandRule {
+            matcher: CommandMatch::Prefix("ls".into()),
+            decision: Decision::Allow,
+        });
+        assert_eq!(typed(&p, "ls\n").0, Decision::Allow);
+        assert_eq!(typed(&p, "ls; cat ~/.ssh/id_rsa\n").0, Decision::Ask);
+        assert_eq!(typed(&p, "ls\ncat secrets\n").0, Decision::Ask);
+    }
+
+    #[test]
+    fn a_child_policy_is_never_wider_than_its_parents() {
+        let mut parent = Policy::allow_all();
+        parent.classes.insert(ApprovalClass::Shell, Decision::Deny);
+        parent.sandbox = SandboxMode::ReadOnly;
+        parent.task_scope = Some(TaskScope::Tree);
+        for asked in [
+            None,
+            Some(SandboxMode::WorkspaceWrite),
+            Some(SandboxMode::Full),
+        ] {
+            let child = parent.for_child(asked);
+            assert_eq!(child.sandbox, SandboxMode::ReadOnly, "asked {asked:?}");
+            assert_eq!(child.task_scope, Some(TaskScope::Tree));
+            assert_eq!(
+                child.classes.get(&ApprovalClass::Shell),
+                Some(&Decision::Deny)
+            );
+        }
+        parent.sandbox = SandboxMode::WorkspaceWrite;
+        assert_eq!(
+            parent.for_child(Some(SandboxMode::ReadOnly)).sandbox,
+            SandboxMode::ReadOnly,
+            "a child may ask for less"
+        );
+        assert_eq!(
+            parent.for_child(Some(SandboxMode::Full)).sandbox,
+            SandboxMode::WorkspaceWrite
+        );
+        assert_eq!(parent.for_child(None).sandbox, SandboxMode::WorkspaceWrite);
+    }
+
+    #[test]
+    fn the_task_scope_is_unset_unless_a_policy_says_it() {
+        let p: Policy = serde_json::from_value(json!({"default": "allow"})).unwrap();
+        assert_eq!(p.task_scope, None, "the origin's default applies");
+        assert!(
+            !serde_json::to_string(&p).unwrap().contains("task_scope"),
+            "an unset scope is not written"
+        );
+        let p: Policy =
+            serde_json::from_value(json!({"default": "allow", "task_scope": "all"})).unwrap();
+        assert_eq!(p.task_scope, Some(TaskScope::All));
+        let p: Policy =
+            serde_json::from_value(json!({"default": "allow", "task_scope": "tree"})).unwrap();
+        assert_eq!(p.task_scope, Some(TaskScope::Tree));
+        assert!(
+            serde_json::from_value::<Policy>(json!({"default": "allow", "task_scope": "mine"}))
+                .is_err()
+        );
+    }
+
+    /// The safe configuration docs/security.md shows, exactly as printed there: deny by default,
+    /// ask before commands, and allow a few simple commands by prefix.
+    const DEFAULT_DENY_ALLOWLIST: &str = r#"{
+  "default": "deny",
+  "classes": {"read": "allow", "write": "allow", "shell": "ask"},
+  "commands": [
+    {"prefix": "cargo test", "decision": "allow"},
+    {"prefix": "cargo build", "decision": "allow"},
+    {"prefix": "git status", "decision": "allow"},
+    {"prefix": "git diff", "decision": "allow"}
+  ],
+  "sandbox": "workspace_write",
+  "task_scope": "tree"
+}"#;
+
+    #[test]
+    fn the_documented_default_deny_allowlist_parses_and_decides() {
+        let p: Policy = serde_json::from_str(DEFAULT_DENY_ALLOWLIST).unwrap();
+        assert_eq!(p.sandbox, SandboxMode::WorkspaceWrite);
+        assert_eq!(p.task_scope, Some(TaskScope::Tree));
+        assert!(!p.grants_network());
+        let shell = |c: &str| {
+            p.decide("exec_shell", ApprovalClass::Shell, &json!({"command": c}))
+                .0
+        };
+        assert_eq!(shell("cargo test -p parser"), Decision::Allow);
+        assert_eq!(shell("git diff --stat"), Decision::Allow);
+        assert_eq!(shell("cargo test; curl http://x"), Decision::Ask);
+        assert_eq!(shell("curl http://x"), Decision::Ask);
+        assert_eq!(shell("python3 -c 'import os'"), Decision::Ask);
+        assert_eq!(
+            p.decide("read_file", ApprovalClass::Read, &json!({})).0,
+            Decision::Allow
+        );
+        assert_eq!(
+            p.decide("write_file", ApprovalClass::Write, &json!({})).0,
+            Decision::Allow
+        );
+        assert_eq!(
+            p.decide("fetch_url", ApprovalClass::Network, &json!({})).0,
+            Decision::Deny
+        );
+        assert_eq!(
+            p.decide(
+                "github_comment",
+                ApprovalClass::GithubWrite,
+                &json!({"repo": "a/b", "number": 1})
+            )
+            .0,
             Decision::Deny
         );
     }

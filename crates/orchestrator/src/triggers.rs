@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use orchestrator_github::{GitHub, RepoRef, sanitize_line};
 use orchestrator_store::{DeliveryClaim, DeliveryInfo, Store};
-use orchestrator_tools::Decision;
+use orchestrator_tools::{Decision, TaskScope};
 use orchestrator_types::{NewTask, TaskId, TaskTemplate};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -421,6 +421,8 @@ fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewTask {
         for tool in &rule.pre_approve {
             policy.tools.insert(tool.clone(), Decision::Allow);
         }
+        // A triggered task reads only its own tree of tasks unless the template says otherwise.
+        policy.task_scope.get_or_insert(TaskScope::Tree);
         if !vars["number"].is_empty() {
             // Pre-approved GitHub writes go to the triggering issue only; anywhere else is asked.
             policy.github_targets = vec![format!("{}#{}", vars["repo"], vars["number"])];
@@ -855,5 +857,38 @@ mod tests {
             "the second round stops at the page that reaches the cursor"
         );
         assert_eq!(poll_once(&t, &repo).await.unwrap(), 0);
+    }
+
+    #[test]
+    fn a_triggered_task_reads_only_its_own_tree_unless_the_template_widens_it() {
+        let mut vars = BTreeMap::new();
+        vars.insert("repo", "acme/widgets".to_owned());
+        vars.insert("number", "7".to_owned());
+        vars.insert("title", "Crash".to_owned());
+        let scope = |toml_text: &str| {
+            let task = task_of(&rule(toml_text), &vars);
+            let policy: orchestrator_tools::Policy =
+                serde_json::from_value(task.agent.policy.unwrap()).unwrap();
+            policy.task_scope
+        };
+        let head = "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nworkspace = \"/tmp\"\n";
+        assert_eq!(
+            scope(&format!("{head}task = {{ prompt = \"Fix it\" }}\n")),
+            Some(TaskScope::Tree)
+        );
+        assert_eq!(
+            scope(&format!(
+                "{head}task = {{ prompt = \"Fix it\", agent = {{ policy = {{ default = \"allow\" }} }} }}\n"
+            )),
+            Some(TaskScope::Tree),
+            "a template's policy that does not name a scope"
+        );
+        assert_eq!(
+            scope(&format!(
+                "{head}task = {{ prompt = \"Fix it\", agent = {{ policy = {{ default = \"allow\", task_scope = \"all\" }} }} }}\n"
+            )),
+            Some(TaskScope::All),
+            "a person's template may widen it"
+        );
     }
 }

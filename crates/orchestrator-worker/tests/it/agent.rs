@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// A pool working on `store` whose agents talk to `base_url`.
-fn pool(store: &Store, base_url: &str, slots: usize) -> (WorkerPool, CancellationToken) {
+pub(crate) fn pool(store: &Store, base_url: &str, slots: usize) -> (WorkerPool, CancellationToken) {
     let mut config = PoolConfig::new(format!("agent-test-{}", rand_suffix()));
     config.slots = slots;
     config.poll_interval = Duration::from_millis(50);

@@ -4,6 +4,7 @@
 
 mod agent;
 mod attempts;
+mod closure;
 mod docs;
 mod github;
 mod model;

@@ -2,19 +2,26 @@
 //! agent_result, agent_wait, agent_send_input, agent_cancel, agent_list.
 //!
 //! Every task an agent creates is its child (`parent_id`), so it is listed, capped and canceled with
-//! it. A child never gets more than its parent: the same workspace, the parent's effective policy,
-//! and a profile no broader than the parent's.
+//! it. A child never gets more than its parent: the same workspace, the parent's effective policy
+//! (with its task scope), a profile and a sandbox mode no broader than the parent's, and only gates
+//! the parent's policy lets it run as shell commands (see `check_gates`).
+//!
+//! What an agent reads of other tasks is bounded by its policy's task scope: with `tree` (the
+//! default for a task an automation or a trigger created) task_read and task_list see only the
+//! task's own tree, the root of its ancestry and that root's descendants.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use orchestrator_store::{Task, TaskFilter};
-use orchestrator_tools::{ApprovalClass, ToolFailure, ToolResult, ToolSpec, refuse};
-use orchestrator_types::{ChatMessage, MAX_DEPTH, NewTask, Role, TaskId, TaskState};
-use serde::Deserialize;
+use orchestrator_tools::{
+    ApprovalClass, TaskScope, ToolContext, ToolFailure, ToolResult, ToolSpec, refuse,
+};
+use orchestrator_types::{ChatMessage, MAX_DEPTH, NewTask, Role, SandboxMode, TaskId, TaskState};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{Def, Session, schema, spec, store_failure, text};
+use super::{Def, Session, check_gates, schema, spec, store_failure, text};
 use crate::agent::policy::profile_name;
 
 /// Longest agent_wait.
@@ -23,22 +30,31 @@ const DEFAULT_WAIT_SECS: u64 = 300;
 /// How often agent_wait looks at its children.
 const WAIT_POLL: Duration = Duration::from_millis(250);
 
-#[derive(Deserialize)]
+/// Longest chain of parents followed to find a task's root; deeper than any chain the depth limit
+/// lets agents build.
+const MAX_ANCESTRY: u32 = 64;
+
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct SpawnArgs {
     prompt: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     profile: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<String>,
     #[serde(default)]
     gates: Vec<String>,
     #[serde(default)]
     acceptance: Vec<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct CreateArgs {
     title: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     prompt: Option<String>,
     #[serde(default)]
     gates: Vec<String>,
@@ -114,12 +130,38 @@ async fn own_child(session: &Session, id: i64) -> Result<Task, ToolFailure> {
     Ok(task)
 }
 
-/// A new child task on the parent's terms.
+/// What an agent asks for when it creates a child task.
+struct ChildRequest<'a> {
+    /// The tool and its arguments, shown to a person who is asked about the child's gates.
+    tool: &'a str,
+    arguments: serde_json::Value,
+    task: NewTask,
+    profile: Option<String>,
+    sandbox: Option<String>,
+}
+
+/// A child task as it was created: its id and what it was granted.
+struct Created {
+    id: TaskId,
+    profile: &'static str,
+    sandbox: SandboxMode,
+}
+
+/// A new child task on the parent's terms. Its gates are the agent's: each is decided as a shell
+/// command by the parent's policy (and asked about, if the policy says so) before the child exists,
+/// and marked as written by an agent, so it runs in the child's sandbox.
 async fn create_child(
     session: &Session,
-    mut child: NewTask,
-    profile: Option<String>,
-) -> Result<TaskId, ToolFailure> {
+    ctx: &ToolContext,
+    request: ChildRequest<'_>,
+) -> Result<Created, ToolFailure> {
+    let ChildRequest {
+        tool,
+        arguments,
+        task: mut child,
+        profile,
+        sandbox,
+    } = request;
     let parent = &session.task;
     let depth = depth(session).await?;
     if depth + 1 > MAX_DEPTH {
@@ -145,6 +187,21 @@ async fn create_child(
             crate::agent::policy::rank(requested).min(session.profile_rank)
         }
     };
+    let sandbox = match sandbox.as_deref() {
+        None => None,
+        Some(name) => Some(
+            name.parse::<SandboxMode>()
+                .map_err(|e| refuse(e.to_string()))?,
+        ),
+    };
+    // Copied, never built anew: the child's policy is the parent's effective one, with the task
+    // scope it resolved to, and a sandbox mode no wider than the parent's.
+    let policy = session.policy.for_child(sandbox);
+    let commands: Vec<&str> = child.gates.iter().map(|g| g.command.as_str()).collect();
+    check_gates(session, ctx, tool, &arguments, &commands).await?;
+    for gate in &mut child.gates {
+        gate.by_agent = true;
+    }
     child.workspace = parent.workspace.clone();
     child.parent = Some(parent.id);
     child.queue = parent.queue.clone();
@@ -152,17 +209,81 @@ async fn create_child(
     child.model = parent.model.clone();
     child.agent.profile = profile_name(rank).to_owned();
     child.agent.policy = Some(
-        serde_json::to_value(&session.policy)
+        serde_json::to_value(&policy)
             .map_err(|e| refuse(format!("the policy cannot be copied: {e}")))?,
     );
     child.agent.approval_timeout_secs = parent.agent.approval_timeout_secs;
     child.agent.max_children = parent.agent.max_children;
     child.validate().map_err(|e| refuse(e.to_string()))?;
-    session
+    let id = session
         .store
         .create_task(&child)
         .await
-        .map_err(store_failure)
+        .map_err(store_failure)?;
+    Ok(Created {
+        id,
+        profile: profile_name(rank),
+        sandbox: policy.sandbox,
+    })
+}
+
+/// The task scope of this task's policy. The worker fills it in when it reads the policy; a
+/// session without one (a registry built for docs) gets the narrow scope.
+fn scope(session: &Session) -> TaskScope {
+    session.policy.task_scope.unwrap_or(TaskScope::Tree)
+}
+
+/// The root of `task`'s tree: the first task of its ancestry, which has no parent.
+async fn root_of(session: &Session, task: &Task) -> Result<TaskId, ToolFailure> {
+    let mut root = task.id;
+    let mut parent = task.parent_id;
+    let mut steps = 0;
+    while let Some(id) = parent {
+        steps += 1;
+        if steps > MAX_ANCESTRY {
+            return Err(refuse(format!(
+                "task {} has more than {MAX_ANCESTRY} ancestors, so its tree cannot be told",
+                task.id
+            )));
+        }
+        root = id;
+        parent = session
+            .store
+            .get_task(id)
+            .await
+            .map_err(store_failure)?
+            .parent_id;
+    }
+    Ok(root)
+}
+
+/// The tasks of the tree rooted at `root`: the root and all its descendants.
+async fn tree(session: &Session, root: TaskId) -> Result<Vec<Task>, ToolFailure> {
+    let mut tasks = vec![session.store.get_task(root).await.map_err(store_failure)?];
+    let mut next = vec![root];
+    while let Some(id) = next.pop() {
+        for child in session.store.children(id).await.map_err(store_failure)? {
+            next.push(child.id);
+            tasks.push(child);
+        }
+    }
+    Ok(tasks)
+}
+
+/// A refusal unless this task may read `task`: with task scope `tree`, only tasks of its own tree.
+async fn may_read(session: &Session, task: &Task) -> Result<(), ToolFailure> {
+    if scope(session) == TaskScope::All {
+        return Ok(());
+    }
+    let own = root_of(session, &session.task).await?;
+    if root_of(session, task).await? != own {
+        return Err(refuse(format!(
+            "task {} is outside this task's tree: this task's policy (task scope `tree`) lets it \
+             read only task {own} and the tasks under it; task_list shows them",
+            task.id
+        )));
+    }
+    Ok(())
 }
 
 /// Cancels a child of this task (and its own children); agent_cancel and task_cancel share it.
@@ -215,13 +336,14 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "agent_spawn",
-                description: "Start a sub-agent: a child task that works on `prompt` in this workspace, with at most this task's permissions (profile minimal, coding or full, never broader than yours). Use it for independent pieces of work; it runs in parallel when workers are free. Returns the child's id; read its answer with agent_wait or agent_result. Limits: a few unfinished children at once (10 by default) and 3 levels of nesting.",
+                description: "Start a sub-agent: a child task that works on `prompt` in this workspace, with at most this task's permissions (profile minimal, coding or full, and a sandbox, never broader than yours; gates are shell commands your policy decides). Use it for independent pieces of work; it runs in parallel when workers are free. Returns the child's id; read its answer with agent_wait or agent_result. Limits: a few unfinished children at once (10 by default) and 3 levels of nesting.",
                 schema: schema(
                     json!({
                         "prompt": {"type": "string", "description": "What the sub-agent must do, self-contained."},
                         "title": {"type": "string"},
                         "profile": {"type": "string", "enum": ["minimal", "coding", "full"]},
-                        "gates": {"type": "array", "items": {"type": "string"}, "description": "Commands that must pass for the child to succeed."},
+                        "sandbox": {"type": "string", "enum": ["read_only", "workspace_write", "full"], "description": "Where the child's commands may write; never wider than this task's sandbox (default: the same)."},
+                        "gates": {"type": "array", "items": {"type": "string"}, "description": "Shell commands that must pass for the child to succeed; decided by this task's policy like exec_shell."},
                         "acceptance": {"type": "array", "items": {"type": "string"}}
                     }),
                     &["prompt"],
@@ -232,7 +354,8 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                 example: json!({"prompt": "Find every caller of parse_header and list them with file and line.", "profile": "minimal"}),
             },
             session,
-            |session, args: SpawnArgs, _ctx| async move {
+            |session, args: SpawnArgs, ctx| async move {
+                let arguments = serde_json::to_value(&args).unwrap_or_default();
                 let title = args
                     .title
                     .unwrap_or_else(|| args.prompt.chars().take(60).collect());
@@ -241,7 +364,22 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                     child = child.with_gate(gate);
                 }
                 child.acceptance = args.acceptance;
-                let id = create_child(&session, child, args.profile).await?;
+                let Created {
+                    id,
+                    profile,
+                    sandbox,
+                } = create_child(
+                    &session,
+                    &ctx,
+                    ChildRequest {
+                        tool: "agent_spawn",
+                        arguments,
+                        task: child,
+                        profile: args.profile,
+                        sandbox: args.sandbox,
+                    },
+                )
+                .await?;
                 session
                     .store
                     .append_event(
@@ -252,7 +390,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                     .await
                     .map_err(store_failure)?;
                 text(format!(
-                    "Spawned sub-agent task {id}. Use agent_wait {{\"ids\": [{id}]}} to wait for its answer."
+                    "Spawned sub-agent task {id} (profile {profile}, sandbox {sandbox}). Use agent_wait {{\"ids\": [{id}]}} to wait for its answer."
                 ))
             },
         ),
@@ -410,7 +548,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                 name: "task_create",
                 description: "Create a follow-up task (a child of this one) in this workspace: a verification task when given only gates, or an agent task with a prompt. It runs on its own; prefer agent_spawn when you need its answer.",
                 schema: schema(
-                    json!({"title": {"type": "string"}, "prompt": {"type": "string"}, "gates": {"type": "array", "items": {"type": "string"}}}),
+                    json!({"title": {"type": "string"}, "prompt": {"type": "string"}, "gates": {"type": "array", "items": {"type": "string"}, "description": "Shell commands that must pass; decided by this task's policy like exec_shell."}}),
                     &["title"],
                 ),
                 read_only: false,
@@ -419,23 +557,35 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                 example: json!({"title": "nightly check", "gates": ["cargo test --workspace"]}),
             },
             session,
-            |session, args: CreateArgs, _ctx| async move {
+            |session, args: CreateArgs, ctx| async move {
                 if args.prompt.is_none() && args.gates.is_empty() {
                     return Err(refuse("give a prompt, gates or both"));
                 }
+                let arguments = serde_json::to_value(&args).unwrap_or_default();
                 let mut task = NewTask::new(args.title);
                 task.prompt = args.prompt;
                 for gate in args.gates {
                     task = task.with_gate(gate);
                 }
-                let id = create_child(&session, task, None).await?;
-                text(format!("Created task {id}."))
+                let created = create_child(
+                    &session,
+                    &ctx,
+                    ChildRequest {
+                        tool: "task_create",
+                        arguments,
+                        task,
+                        profile: None,
+                        sandbox: None,
+                    },
+                )
+                .await?;
+                text(format!("Created task {}.", created.id))
             },
         ),
         spec(
             Def {
                 name: "task_list",
-                description: "Recent tasks of the orchestrator, newest first, optionally of one state (queued, running, waiting, succeeded, failed, canceled).",
+                description: "Recent tasks of the orchestrator, newest first, optionally of one state (queued, running, waiting, succeeded, failed, canceled). A task whose policy limits it to its own tree (tasks an automation or a trigger created) sees only that tree.",
                 schema: schema(
                     json!({"state": {"type": "string", "enum": ["queued", "running", "waiting", "succeeded", "failed", "canceled"]}, "limit": {"type": "integer", "minimum": 1, "maximum": 100}}),
                     &[],
@@ -451,15 +601,29 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                     Some(s) => Some(s.parse::<TaskState>().map_err(|e| refuse(e.to_string()))?),
                     None => None,
                 };
-                let tasks = session
-                    .store
-                    .list_tasks(&TaskFilter {
-                        state,
-                        queue: None,
-                        limit: Some(args.limit.unwrap_or(20).min(100)),
-                    })
-                    .await
-                    .map_err(store_failure)?;
+                let limit = args.limit.unwrap_or(20).min(100);
+                let tasks = match scope(&session) {
+                    TaskScope::All => session
+                        .store
+                        .list_tasks(&TaskFilter {
+                            state,
+                            queue: None,
+                            limit: Some(limit),
+                        })
+                        .await
+                        .map_err(store_failure)?,
+                    TaskScope::Tree => {
+                        let root = root_of(&session, &session.task).await?;
+                        let mut tasks: Vec<Task> = tree(&session, root)
+                            .await?
+                            .into_iter()
+                            .filter(|t| state.is_none_or(|s| t.state == s))
+                            .collect();
+                        tasks.sort_by_key(|t| std::cmp::Reverse(t.id.0));
+                        tasks.truncate(limit as usize);
+                        tasks
+                    }
+                };
                 let list: Vec<_> = tasks
                     .iter()
                     .map(|t| json!({"id": t.id.0, "title": t.title, "state": t.state.as_str(), "parent": t.parent_id.map(|p| p.0)}))
@@ -470,7 +634,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "task_read",
-                description: "One task: state, error, checklist, gates with verdicts, and its final answer when it finished.",
+                description: "One task: state, error, checklist, gates with verdicts, and its final answer when it finished. A task whose policy limits it to its own tree (tasks an automation or a trigger created) reads only tasks of that tree.",
                 schema: schema(json!({"id": {"type": "integer"}}), &["id"]),
                 read_only: true,
                 approval: ApprovalClass::Read,
@@ -487,6 +651,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                     }
                     Err(e) => return Err(store_failure(e)),
                 };
+                may_read(&session, &task).await?;
                 let checklist = session.store.checklist(id).await.map_err(store_failure)?;
                 let gates = session.store.gates(id).await.map_err(store_failure)?;
                 let mut value = describe(&session, &task).await?;

@@ -13,14 +13,17 @@ mod work;
 use std::future::Future;
 use std::sync::Arc;
 
+use orchestrator_store::approval_kind;
 use orchestrator_tools::{
-    ApprovalClass, DeprecatedAlias, Registry, ToolContext, ToolFailure, ToolOutcome, ToolResult,
-    ToolSpec, refuse,
+    ApprovalClass, Decision, DeprecatedAlias, Registry, ToolContext, ToolFailure, ToolOutcome,
+    ToolResult, ToolSpec, refuse,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::Session;
+use super::policy::decide_gate;
+use super::session::Answer;
 use crate::runner::RunContext;
 
 /// Registers every durable tool the task's policy and profile allow into `registry`.
@@ -153,6 +156,59 @@ fn store_failure(e: orchestrator_store::Error) -> ToolFailure {
     refuse(format!(
         "the orchestrator's store failed: {e}; this is not a problem with your call, try again later"
     ))
+}
+
+/// Decides the gate commands an agent gives a child task before anything is created: each one as
+/// the policy decides `exec_shell` with that command. A denied command refuses the call, naming
+/// the command and the rule. The commands the policy asks about go to a person as one approval of
+/// this call, which names them and shows the call's arguments, so the person sees what would run;
+/// the call goes on only once it is approved.
+async fn check_gates(
+    session: &Session,
+    ctx: &ToolContext,
+    tool: &str,
+    arguments: &Value,
+    commands: &[&str],
+) -> Result<(), ToolFailure> {
+    let mut asked = Vec::new();
+    for command in commands {
+        let (decision, rule) = decide_gate(&session.policy, command);
+        match decision {
+            Decision::Allow => {}
+            Decision::Deny => {
+                return Err(refuse(format!(
+                    "{tool} was refused: the gate command `{command}` is denied by policy ({rule}). \
+                     A gate is a shell command and is decided like exec_shell; nothing was created. \
+                     Leave that gate out, or ask the user"
+                )));
+            }
+            Decision::Ask => asked.push(format!("`{command}` ({rule})")),
+        }
+    }
+    if asked.is_empty() {
+        return Ok(());
+    }
+    let asked = asked.join(", ");
+    let Some(call_id) = ctx.call_id() else {
+        return Err(refuse(format!(
+            "{tool} needs a person's approval for the gate commands {asked}, and this call cannot ask for one"
+        )));
+    };
+    let reason = format!(
+        "the agent gives a task gates, which run as shell commands; the policy asks before {asked}"
+    );
+    match session
+        .ask(call_id, approval_kind::TOOL, tool, arguments, &reason, None)
+        .await
+    {
+        Answer::Approved => Ok(()),
+        Answer::Refused(why) => Err(refuse(format!(
+            "{tool} was not approved: {why}; the gate commands {asked} will not run and nothing was \
+             created. Do not retry the same call: leave the gates out or ask the user"
+        ))),
+        // The attempt pauses on the pending approval and this result is never read.
+        Answer::Answered(_) | Answer::Pending => Err(refuse("waiting for approval")),
+    }
 }
 
 fn text(s: impl Into<String>) -> ToolOutcome {

@@ -50,6 +50,9 @@ struct AskArgs {
     options: Option<Vec<String>>,
 }
 
+/// The gate an agent asked to run. The registry has already decided its command as a shell
+/// command (both tools are of the shell class, so the class's default and the command rules
+/// apply); it is marked as the agent's, so it runs in the task's sandbox.
 fn gate_spec(args: GateArgs) -> Result<GateSpec, ToolFailure> {
     let mut spec = GateSpec::from_command(args.command);
     spec.by_agent = true;
