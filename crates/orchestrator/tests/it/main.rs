@@ -7,6 +7,7 @@ mod approval;
 mod attempt_cli;
 mod automation;
 mod cli;
+mod containment;
 mod crash;
 mod gates;
 mod github;
