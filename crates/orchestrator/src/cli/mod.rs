@@ -11,6 +11,7 @@ mod automation;
 mod github;
 mod mcp;
 mod run;
+mod sandbox;
 mod serve;
 mod task;
 mod task_read;
@@ -36,6 +37,7 @@ Examples:
   orchestrator automation create --name nightly --schedule '0 3 * * 1-5' --tz Europe/Berlin --gate 'cargo test'
   orchestrator tool run read_file --workspace . --args '{\"path\": \"README.md\"}'
   orchestrator mcp --workspace .                   expose the tools to an MCP client over stdio
+  orchestrator sandbox -- env                      a command as an agent's process runs it
   orchestrator approval list                       the agents' pending requests
   orchestrator approval approve 7
   orchestrator attempt record --task 12 --label 'cache in the parser'   a PR attempt from the worktree
@@ -107,6 +109,8 @@ pub enum Command {
     Tool(tool::ToolArgs),
     /// Serve the agent tools to an MCP client over stdio.
     Mcp(mcp::McpArgs),
+    /// Run one command in an agent's sandbox, to see what a mode allows; --check for availability.
+    Sandbox(sandbox::SandboxArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -122,6 +126,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Github(command) => github::run(&global, command).await,
         Command::Tool(args) => tool::run(&global, args).await,
         Command::Mcp(args) => mcp::run(&global, args).await,
+        Command::Sandbox(args) => sandbox::run(&global, args).await,
     }
 }
 

@@ -130,6 +130,12 @@ impl Report {
             fields.insert("model".into(), serde_json::to_value(&self.task.model)?);
             fields.insert("agent".into(), serde_json::to_value(&self.task.agent)?);
             fields.insert("acceptance".into(), self.task.acceptance.clone().into());
+            if let Ok(policy) = orchestrator_worker::agent::effective_policy(&self.task) {
+                fields.insert(
+                    "sandbox".into(),
+                    serde_json::json!({"mode": policy.sandbox, "network": policy.grants_network()}),
+                );
+            }
         }
         let Some(fields) = object.as_object_mut() else {
             anyhow::bail!("a task view is not a JSON object");
@@ -185,6 +191,13 @@ impl Report {
                 "profile    {} (at most {} turns)",
                 task.agent.profile, task.agent.max_turns
             );
+            if let Ok(policy) = orchestrator_worker::agent::effective_policy(task) {
+                println!(
+                    "sandbox    {}, network {}",
+                    policy.sandbox,
+                    if policy.grants_network() { "on" } else { "off" }
+                );
+            }
         }
         if let Some(parent) = task.parent_id {
             println!("parent     task {parent}");

@@ -46,7 +46,11 @@ fn world() -> World {
             .current_dir(&ws)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     git(&["init", "-q"]);
     std::fs::write(ws.join("README"), "hello\n").unwrap();
@@ -130,7 +134,10 @@ fn assert_no_secrets(sent: &str) {
         OTHER_SECRET,
         "SQLite format 3",
     ] {
-        assert!(!sent.contains(secret), "{secret:?} reached the model: {sent}");
+        assert!(
+            !sent.contains(secret),
+            "{secret:?} reached the model: {sent}"
+        );
     }
 }
 
@@ -197,7 +204,10 @@ fn an_agent_is_contained_on_every_route() {
             "task_shell_start",
             json!({"command": format!("cat {token}; echo job > {}", out("job"))}),
         )]),
-        Reply::ToolCalls(vec![call("task_shell_wait", json!({"job_id": 1, "timeout_secs": 60}))]),
+        Reply::ToolCalls(vec![call(
+            "task_shell_wait",
+            json!({"job_id": 1, "timeout_secs": 60}),
+        )]),
         // .git/config with a command that the daemon's own git would run.
         Reply::ToolCalls(vec![call(
             "write_file",
@@ -239,7 +249,11 @@ fn an_agent_is_contained_on_every_route() {
         "{}",
         results[0]
     );
-    assert!(results[0].contains("workspace_write sandbox"), "{}", results[0]);
+    assert!(
+        results[0].contains("workspace_write sandbox"),
+        "{}",
+        results[0]
+    );
     assert_eq!(
         std::fs::read_to_string(w.ws.join("in-ws.txt")).unwrap(),
         "ok\n",
@@ -265,7 +279,13 @@ fn an_agent_is_contained_on_every_route() {
     w.no_connection_reached_the_listener();
 
     let gate_env = std::fs::read_to_string(w.ws.join("gate-env.txt")).unwrap();
-    for secret in [API_TOKEN, GITHUB_TOKEN, WEBHOOK_SECRET, MODEL_KEY, OTHER_SECRET] {
+    for secret in [
+        API_TOKEN,
+        GITHUB_TOKEN,
+        WEBHOOK_SECRET,
+        MODEL_KEY,
+        OTHER_SECRET,
+    ] {
         assert!(!gate_env.contains(secret), "a person's gate got {secret}");
     }
     assert!(gate_env.contains("PATH="), "{gate_env}");
@@ -324,4 +344,92 @@ fn a_task_without_shell_gives_no_gates_to_children_and_fetches_no_loopback() {
     );
     assert!(!marker.exists());
     w.no_connection_reached_the_listener();
+}
+
+#[test]
+fn the_sandbox_command_shows_what_a_mode_allows_and_task_read_shows_the_mode() {
+    let w = world();
+    let ws = w.ws.display().to_string();
+    let check = w.env.run(&["sandbox", "--check"]);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    assert!(String::from_utf8_lossy(&check.stdout).contains("available"));
+
+    let token = w.env.home().join("api-token").display().to_string();
+    let out = w
+        .env
+        .run(&["sandbox", "--workspace", &ws, "--", "cat", &token]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(API_TOKEN));
+
+    let outside = w.outside.join("s").display().to_string();
+    let out = w
+        .env
+        .run(&["sandbox", "--workspace", &ws, "--", "touch", &outside]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Read-only file system"));
+    assert!(!w.outside.join("s").exists());
+
+    let inside = w.ws.join("s").display().to_string();
+    let ok = w
+        .env
+        .run(&["sandbox", "--workspace", &ws, "--", "touch", &inside]);
+    assert_eq!(ok.status.code(), Some(0));
+    let ro = w.env.run(&[
+        "sandbox",
+        "--mode",
+        "read_only",
+        "--workspace",
+        &ws,
+        "--",
+        "rm",
+        &inside,
+    ]);
+    assert_ne!(ro.status.code(), Some(0));
+    assert!(
+        w.ws.join("s").exists(),
+        "read_only mode wrote the workspace"
+    );
+    let usage = w.env.run(&["sandbox"]);
+    assert_eq!(usage.status.code(), Some(6), "no command is invalid input");
+
+    let created = w.env.json(&[
+        "task",
+        "create",
+        "--title",
+        "t",
+        "--prompt",
+        "p",
+        "--model",
+        "m",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--sandbox",
+        "read_only",
+        "--workspace",
+        &ws,
+        "--json",
+    ]);
+    let id = created["id"].to_string();
+    let read = w.env.json(&["task", "read", &id, "--json"]);
+    assert_eq!(read["task"]["sandbox"]["mode"], "read_only", "{read}");
+    let bad = w.env.run(&[
+        "task",
+        "create",
+        "--title",
+        "t",
+        "--prompt",
+        "p",
+        "--model",
+        "m",
+        "--sandbox",
+        "wide",
+        "--workspace",
+        &ws,
+    ]);
+    assert_eq!(bad.status.code(), Some(6));
 }
