@@ -30,6 +30,16 @@ pub enum Command {
     /// PostgreSQL: turn_overhead_ms (p50, p90, p99), tool_call_overhead_ms, payload_bytes_per_turn,
     /// file_bytes_per_turn, ratio_to_target (2 ms at p50).
     Agent(AgentArgs),
+    /// The time to start `true` in each sandbox mode against no sandbox: median_us, p90_us,
+    /// ratio_to_none.
+    Sandbox(SandboxArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Starts per mode.
+    #[arg(long, default_value_t = orchestrator_bench::sandbox::DEFAULT_RUNS)]
+    pub runs: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,5 +1,6 @@
 //! The benchmarks behind DESIGN.md's "Targets" section, run by the `orchestrator-bench` binary:
-//! the queue (src/queue/) and the agent loop's own overhead (agent.rs).
+//! the queue (src/queue/), the agent loop's own overhead (agent.rs) and the sandbox's start-up cost
+//! (sandbox.rs).
 //!
 //! Each benchmark measures orchestrator through the same code a deployment runs (the store, the
 //! worker pool) and, in the same run and on the same disk, the two yardsticks that make its
@@ -21,3 +22,4 @@
 
 pub mod agent;
 pub mod queue;
+pub mod sandbox;

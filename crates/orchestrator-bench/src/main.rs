@@ -19,6 +19,7 @@ fn main() -> ExitCode {
     let parsed = match cli.command {
         cli::Command::Queue(args) => args.into_config().map(Bench::Queue),
         cli::Command::Agent(args) => args.into_config().map(Bench::Agent),
+        cli::Command::Sandbox(args) => Ok(Bench::Sandbox(args.runs)),
     };
     let bench = match parsed {
         Ok(bench) => bench,
@@ -41,6 +42,13 @@ fn main() -> ExitCode {
         match &bench {
             Bench::Queue(config) => orchestrator_bench::queue::run(config, print_line).await,
             Bench::Agent(config) => orchestrator_bench::agent::run(config, print_line).await,
+            Bench::Sandbox(runs) => orchestrator_bench::sandbox::run(*runs, print_line)
+                .await
+                .map(|()| orchestrator_bench::queue::Summary {
+                    measured: 1,
+                    unreachable: 0,
+                    failed: 0,
+                }),
         }
     });
     // apalis workers that were aborted may leave tasks behind; do not wait for them.
@@ -60,6 +68,7 @@ fn main() -> ExitCode {
 enum Bench {
     Queue(orchestrator_bench::queue::QueueConfig),
     Agent(orchestrator_bench::agent::AgentBenchConfig),
+    Sandbox(usize),
 }
 
 /// Prints one JSON line and flushes it, so that a reader sees each backend as soon as it is done.

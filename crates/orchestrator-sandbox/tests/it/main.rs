@@ -1,6 +1,7 @@
 //! The sandbox against real processes: each test runs a shell under a jail and checks what the
 //! kernel let it do. These tests need bubblewrap; on a machine without it they fail, saying so,
 //! rather than pass without having checked anything.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly by design.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
