@@ -11,11 +11,15 @@
 //! Architecture Invariant: this crate knows nothing of the store or GitHub. Spilled output goes through
 //! the [`ResultSink`] trait, approvals through the [`Approver`] trait; the worker plugs in durable
 //! implementations of both.
+//!
+//! Architecture Invariant: every git command the orchestrator runs on a work tree is built by
+//! [`git_command`], here and in the worker alike, so that a repository's config runs nothing.
 
 pub mod args;
 pub mod context;
 pub mod docs;
 pub mod error;
+pub mod git_command;
 pub mod mcp;
 pub mod output;
 pub mod policy;

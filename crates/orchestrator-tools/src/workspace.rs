@@ -5,6 +5,12 @@
 //! it would stay inside (a model never needs one), an absolute path must lie under the workspace root,
 //! and every existing prefix of the path is canonicalized so that a symlink leading out is refused.
 //! A dangling symlink is refused too, because writing through it could create a file anywhere.
+//!
+//! Architecture Invariant: a tool that writes, moves or deletes a file resolves it with
+//! [`Workspace::resolve_for_write`], which also refuses anything under a `.git` directory. git runs
+//! what its config and hooks name (`core.fsmonitor`, `core.hooksPath`, hooks, diff drivers), often
+//! from a plain `git status` that the daemon itself runs, so a file tool must not be a way to plant
+//! them. Reading `.git` stays allowed.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -104,6 +110,23 @@ impl Workspace {
         Ok(Resolved { abs, rel })
     }
 
+    /// Resolves a path that a tool is about to write, create, move or delete: [`Workspace::resolve`]
+    /// plus a refusal of any path with a `.git` component, at any depth and in any letter case,
+    /// judged on the path after symlinks (so a link to `.git` is caught too).
+    pub fn resolve_for_write(&self, input: &str) -> std::result::Result<Resolved, ToolFailure> {
+        let resolved = self.resolve(input)?;
+        if Path::new(&resolved.rel).components().any(
+            |c| matches!(c, Component::Normal(name) if is_git_dir_name(&name.to_string_lossy())),
+        ) {
+            return Err(refuse(format!(
+                "path {:?} is refused: writes under .git/ are not allowed (it resolves to {}): git's config and hooks run commands; use git itself through exec_shell",
+                input.trim(),
+                resolved.rel
+            )));
+        }
+        Ok(resolved)
+    }
+
     /// Walks `relative` below the root one component at a time, following symlinks, and refuses the
     /// first one that leads outside.
     fn confine(&self, relative: &Path, shown: &str) -> std::result::Result<PathBuf, ToolFailure> {
@@ -164,6 +187,25 @@ impl Workspace {
     }
 }
 
+/// Whether a path component names a git directory the way git itself would find it: `.git` in any
+/// letter case (case-insensitive filesystems), and also with the characters that HFS+ ignores in
+/// names or the trailing dots and spaces that Windows drops, the spellings git's own
+/// `core.protectHFS` and `core.protectNTFS` guard against.
+fn is_git_dir_name(name: &str) -> bool {
+    let folded: String = name
+        .chars()
+        .filter(|c| {
+            !matches!(
+                c,
+                '\u{200c}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{206a}'..='\u{206f}' | '\u{feff}'
+            )
+        })
+        .collect();
+    folded
+        .trim_end_matches(['.', ' '])
+        .eq_ignore_ascii_case(".git")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,5 +232,31 @@ mod tests {
         assert_eq!(ws.resolve("in/a.rs").unwrap().rel, "src/a.rs");
         std::os::unix::fs::symlink("/nonexistent/zzz", dir.path().join("dangling")).unwrap();
         assert!(ws.resolve("dangling").is_err());
+    }
+
+    #[test]
+    fn git_directory_names() {
+        for name in [
+            ".git",
+            ".GIT",
+            ".Git",
+            ".git.",
+            ".git ",
+            ".g\u{200c}it",
+            "\u{feff}.git",
+        ] {
+            assert!(is_git_dir_name(name), "{name:?}");
+        }
+        for name in [".gitignore", "git", ".git-x", "a.git", ".github", "x.git"] {
+            assert!(!is_git_dir_name(name), "{name:?}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        assert!(ws.resolve_for_write("a/.Git/hooks/pre-commit").is_err());
+        assert!(ws.resolve(".git/config").is_ok(), "reads stay allowed");
+        assert_eq!(
+            ws.resolve_for_write("src/.gitignore").unwrap().rel,
+            "src/.gitignore"
+        );
     }
 }

@@ -295,16 +295,14 @@ fn gates_json(gates: &[GateRecord]) -> Value {
 /// repository, and patches name paths from the top.
 async fn repository_of(dir: &Path) -> Result<PathBuf> {
     let not_a_worktree = || AttemptError::NotAWorktree(dir.display().to_string());
-    let output = tokio::process::Command::new("git")
-        .args(["rev-parse", "--show-toplevel"])
-        .current_dir(dir)
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .await
-        .map_err(|_| not_a_worktree())?;
+    // Hardened like every git command of the daemon: the worktree is the agent's.
+    let output =
+        orchestrator_tools::git_command::tokio_command(dir, &["rev-parse", "--show-toplevel"])
+            .await
+            .stderr(Stdio::null())
+            .output()
+            .await
+            .map_err(|_| not_a_worktree())?;
     let top = String::from_utf8_lossy(&output.stdout)
         .trim_end()
         .to_owned();

@@ -438,11 +438,12 @@ fn not_found(content: &str, old: &str) -> String {
     )
 }
 
+/// Reads the text file an edit is about to change; the path is resolved for writing.
 fn read_text(
     ctx: &ToolContext,
     path: &str,
 ) -> Result<(crate::workspace::Resolved, String), crate::result::ToolFailure> {
-    let r = ctx.workspace.resolve(path)?;
+    let r = ctx.workspace.resolve_for_write(path)?;
     let meta = std::fs::metadata(&r.abs).map_err(|e| io_refusal("edit", &r.rel, &e))?;
     if meta.is_dir() {
         return Err(refuse(format!(

@@ -1,5 +1,6 @@
 //! git_status and git_diff: the state of the workspace's repository, through the git command line
-//! (no libgit2 here: the tools crate stays light, and git's own output is what people expect).
+//! (no libgit2 here: the tools crate stays light, and git's own output is what people expect),
+//! hardened by [`crate::git_command`] so that the repository's config runs nothing.
 
 use serde::Deserialize;
 use serde_json::json;
@@ -65,12 +66,8 @@ pub(crate) fn diff_def() -> ToolDef {
 }
 
 fn git(ctx: &ToolContext, args: &[String]) -> Result<String, ToolFailure> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(ctx.workspace.root())
-        .args(["-c", "core.quotepath=off", "--no-pager"])
-        .args(args)
-        .stdin(std::process::Stdio::null())
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = crate::git_command::command(ctx.workspace.root(), &args)
         .output()
         .map_err(|e| refuse(format!("git could not be run: {e}; is git installed?")))?;
     if !out.status.success() {
@@ -178,7 +175,8 @@ fn status(args: StatusArgs, ctx: &ToolContext) -> ToolOutcome {
 }
 
 fn diff(args: DiffArgs, ctx: &ToolContext) -> ToolOutcome {
-    let mut cmd: Vec<String> = vec!["diff".into(), "--no-color".into(), "--no-ext-diff".into()];
+    // External diffs and textconv are off in every git command (crate::git_command).
+    let mut cmd: Vec<String> = vec!["diff".into(), "--no-color".into()];
     if args.staged.unwrap_or(false) {
         cmd.push("--cached".into());
     }

@@ -760,7 +760,10 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     for hunk in &hunks {
         match hunk {
             Hunk::Add { path, contents } => {
-                let r = ctx.workspace.resolve(path).map_err(prefix_refusal)?;
+                let r = ctx
+                    .workspace
+                    .resolve_for_write(path)
+                    .map_err(prefix_refusal)?;
                 if r.abs.is_dir() {
                     return Err(fail(format!(
                         "Failed to add file {path}: a directory of that name exists"
@@ -770,7 +773,10 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
                 plan.added.push(path.clone());
             }
             Hunk::Delete { path } => {
-                let r = ctx.workspace.resolve(path).map_err(prefix_refusal)?;
+                let r = ctx
+                    .workspace
+                    .resolve_for_write(path)
+                    .map_err(prefix_refusal)?;
                 if !exists_as_file(&plan, &r.abs) {
                     return Err(fail(format!("Failed to delete file {path}")));
                 }
@@ -782,7 +788,10 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
                 move_to,
                 chunks,
             } => {
-                let r = ctx.workspace.resolve(path).map_err(prefix_refusal)?;
+                let r = ctx
+                    .workspace
+                    .resolve_for_write(path)
+                    .map_err(prefix_refusal)?;
                 let text = read_for_update(&plan, &r.abs, path).map_err(fail)?;
                 let new = if chunks.is_empty() {
                     text
@@ -791,7 +800,10 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
                 };
                 match move_to {
                     Some(dest) => {
-                        let d = ctx.workspace.resolve(dest).map_err(prefix_refusal)?;
+                        let d = ctx
+                            .workspace
+                            .resolve_for_write(dest)
+                            .map_err(prefix_refusal)?;
                         if d.abs.is_dir() {
                             return Err(fail(format!(
                                 "Failed to move {path} to {dest}: a directory of that name exists"

@@ -38,7 +38,7 @@ pub(crate) fn def() -> ToolDef {
 }
 
 fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
-    let r = ctx.workspace.resolve(&args.path)?;
+    let r = ctx.workspace.resolve_for_write(&args.path)?;
     let existed = match std::fs::metadata(&r.abs) {
         Ok(m) if m.is_dir() => {
             return Err(refuse(format!(

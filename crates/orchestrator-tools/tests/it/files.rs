@@ -1,5 +1,6 @@
 //! The file tools end to end: read_file pages, images, list_dir, write_file's staleness check,
-//! edit_file's ladder and failures, multi_edit's atomicity.
+//! edit_file's ladder and failures, multi_edit's atomicity, atomic writes that neither follow a
+//! planted symlink nor lose a file's permissions.
 
 use serde_json::json;
 
@@ -160,4 +161,84 @@ async fn multi_edit_is_all_or_nothing() {
         .await,
         &["missing its required field 'new_string'"],
     );
+}
+
+#[tokio::test]
+async fn atomic_writes_do_not_follow_a_planted_temporary_name() {
+    use std::os::unix::fs::PermissionsExt;
+    let h = Harness::new();
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim.txt");
+    std::fs::write(&victim, "untouched\n").unwrap();
+    h.write("notes.txt", "old\n");
+    std::fs::set_permissions(
+        h.ws.path().join("notes.txt"),
+        std::fs::Permissions::from_mode(0o751),
+    )
+    .unwrap();
+    // The name the temporary file used to get was guessable from the process id: an agent's
+    // command could plant a symlink there and have the next write go through it.
+    let planted = h.ws.path().join(format!(
+        ".notes.txt.orchestrator-tmp-{}",
+        std::process::id()
+    ));
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    assert_ok(&h.call("read_file", json!({"path": "notes.txt"})).await);
+    assert_ok(
+        &h.call(
+            "write_file",
+            json!({"path": "notes.txt", "content": "new\n"}),
+        )
+        .await,
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
+    let meta = std::fs::symlink_metadata(h.ws.path().join("notes.txt")).unwrap();
+    assert!(meta.file_type().is_file(), "notes.txt is a plain file");
+    assert_eq!(h.read("notes.txt"), "new\n");
+    assert_eq!(
+        meta.permissions().mode() & 0o7777,
+        0o751,
+        "the file keeps its permissions"
+    );
+    // The same for edit_file and apply_patch, which share the write path.
+    assert_ok(
+        &h.call(
+            "edit_file",
+            json!({"path": "notes.txt", "old_string": "new", "new_string": "edited"}),
+        )
+        .await,
+    );
+    assert_ok(
+        &h.call(
+            "apply_patch",
+            json!({"patch": "*** Begin Patch\n*** Update File: notes.txt\n@@\n-edited\n+patched\n*** End Patch\n"}),
+        )
+        .await,
+    );
+    assert_eq!(h.read("notes.txt"), "patched\n");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
+    let mode = std::fs::metadata(h.ws.path().join("notes.txt"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o751);
+    // A new file gets the mode any other new file gets (0666 less the umask), not the temporary
+    // file's private 0600.
+    assert_ok(
+        &h.call("write_file", json!({"path": "fresh.txt", "content": "x\n"}))
+            .await,
+    );
+    std::fs::write(outside.path().join("plain.txt"), "x\n").unwrap();
+    let mode_of = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(
+        mode_of(&h.ws.path().join("fresh.txt")),
+        mode_of(&outside.path().join("plain.txt"))
+    );
+    std::fs::remove_file(h.ws.path().join("fresh.txt")).unwrap();
+    // Nothing is left behind but the planted link itself.
+    let names: Vec<String> = std::fs::read_dir(h.ws.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
 }

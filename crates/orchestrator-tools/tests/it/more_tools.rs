@@ -1,4 +1,5 @@
-//! git_status, git_diff, diagnostics and fetch_url (against a server on 127.0.0.1).
+//! git_status, git_diff (and that a repository's config cannot make them run commands),
+//! diagnostics and fetch_url (against a server on 127.0.0.1).
 
 use std::process::Command;
 
@@ -53,6 +54,116 @@ async fn git_status_and_diff() {
         stat.contains("a.txt") && stat.contains("1 file changed"),
         "{stat}"
     );
+}
+
+/// Arms a repository with every way its own config can make a git command run a program: an
+/// fsmonitor hook, a hooks directory (post-index-change runs when status refreshes the index), an
+/// external diff, a textconv driver and a clean filter (also one named so that `-c` could not
+/// override it), each of which would create a file in `markers`.
+fn arm_git_traps(repo: &std::path::Path, markers: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let script = |name: &str, body: &str| {
+        let path = markers.join(format!("{name}.sh"));
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\ntouch '{}'\n{body}\n",
+                markers.join(format!("{name}.ran")).display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path.display().to_string()
+    };
+    let fsmonitor = script("fsmonitor", "");
+    let hook = script("post-index-change", "");
+    let external = script("external", "");
+    let textconv = script("textconv", "cat \"$1\"");
+    let clean = script("clean", "cat");
+    let odd = script("odd-clean", "cat");
+    std::fs::create_dir_all(repo.join(".git/hooks")).unwrap();
+    std::fs::copy(&hook, repo.join(".git/hooks/post-index-change")).unwrap();
+    git(repo, &["config", "core.fsmonitor", &fsmonitor]);
+    git(repo, &["config", "diff.external", &external]);
+    git(repo, &["config", "diff.trap.textconv", &textconv]);
+    git(repo, &["config", "filter.trap.clean", &clean]);
+    git(repo, &["config", "filter.a=b.c.clean", &odd]);
+    std::fs::write(
+        repo.join(".git/info/attributes"),
+        "*.txt diff=trap filter=trap\n*.md filter=a=b.c\n",
+    )
+    .unwrap();
+}
+
+/// The programs [`arm_git_traps`] planted that ran.
+fn traps_sprung(markers: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(markers)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".ran"))
+        .collect()
+}
+
+#[tokio::test]
+async fn git_tools_run_nothing_a_repository_config_names() {
+    let h = Harness::new();
+    let markers = tempfile::tempdir().unwrap();
+    git(h.ws.path(), &["init", "-q", "-b", "main"]);
+    h.write("a.txt", "one\n");
+    h.write("b.md", "# one\n");
+    git(h.ws.path(), &["add", "."]);
+    git(h.ws.path(), &["commit", "-q", "-m", "first"]);
+    arm_git_traps(h.ws.path(), markers.path());
+    // The traps work: git as a person runs it springs them.
+    let plain = Command::new("git")
+        .args(["diff"])
+        .current_dir(h.ws.path())
+        .output()
+        .unwrap();
+    assert!(!traps_sprung(markers.path()).is_empty(), "{plain:?}");
+    for f in std::fs::read_dir(markers.path()).unwrap() {
+        let f = f.unwrap().path();
+        if f.extension().is_some_and(|e| e == "ran") {
+            std::fs::remove_file(f).unwrap();
+        }
+    }
+    h.write("a.txt", "two\n");
+    h.write("b.md", "# two\n");
+    let status = h.call("git_status", json!({})).await;
+    let diff = h.call("git_diff", json!({})).await;
+    let stat = h.call("git_diff", json!({"stat": true})).await;
+    let base = h.call("git_diff", json!({"base": "HEAD"})).await;
+    // Staging is the person's own git, with the traps defused.
+    let staged = Command::new("git")
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+        ])
+        .args(["add", "a.txt"])
+        .env("GIT_CONFIG_COUNT", "2")
+        .env("GIT_CONFIG_KEY_0", "filter.trap.clean")
+        .env("GIT_CONFIG_VALUE_0", "")
+        .env("GIT_CONFIG_KEY_1", "filter.a=b.c.clean")
+        .env("GIT_CONFIG_VALUE_1", "")
+        .current_dir(h.ws.path())
+        .status()
+        .unwrap();
+    assert!(staged.success());
+    assert_eq!(traps_sprung(markers.path()), Vec::<String>::new());
+    let staged = h.call("git_diff", json!({"staged": true})).await;
+    assert_eq!(traps_sprung(markers.path()), Vec::<String>::new());
+    let text = assert_ok(&status);
+    assert!(text.contains("modified: a.txt"), "{text}");
+    let text = assert_ok(&diff);
+    assert!(
+        text.contains("-one\n+two") && text.contains("+# two"),
+        "{text}"
+    );
+    assert!(assert_ok(&stat).contains("2 files changed"));
+    assert!(assert_ok(&base).contains("-one\n+two"));
+    assert!(assert_ok(&staged).contains("-one\n+two"));
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! Path confinement through every file tool: `..`, absolute paths outside the workspace and
-//! symlinks that lead out are refused, and nothing outside is read or written.
+//! symlinks that lead out are refused, and nothing outside is read or written; nothing under a
+//! `.git` directory is written either, though it may be read.
 
 use serde_json::json;
 
@@ -87,5 +88,98 @@ async fn inside_paths_work_in_every_spelling() {
     for p in ["src/a.txt", "./src/a.txt", abs.as_str(), "link_in/a.txt"] {
         let text = assert_ok(&h.call("read_file", json!({"path": p})).await);
         assert!(text.contains("hello"), "{p}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn writes_under_git_are_refused_by_every_writing_tool() {
+    let h = Harness::new();
+    h.write(".git/config", "[core]\n\tbare = false\n");
+    h.write("sub/.git/HEAD", "ref: refs/heads/main\n");
+    h.write("in.txt", "x\n");
+    // A symlink inside the workspace that leads into .git is caught on the path it resolves to.
+    std::os::unix::fs::symlink(h.ws.path().join(".git"), h.ws.path().join("gitlink")).unwrap();
+    let targets = [
+        ".git/config",
+        "./.git/config",
+        ".git/hooks/pre-commit",
+        ".GIT/config",
+        ".Git/hooks/post-checkout",
+        "sub/.git/HEAD",
+        "deep/er/.git/config",
+        "gitlink/config",
+        ".git",
+    ];
+    for p in targets {
+        let calls = [
+            (
+                "write_file",
+                json!({"path": p, "content": "[core]\n\tfsmonitor = ./evil\n"}),
+            ),
+            (
+                "edit_file",
+                json!({"path": p, "old_string": "bare = false", "new_string": "fsmonitor = ./evil"}),
+            ),
+            (
+                "multi_edit",
+                json!({"path": p, "edits": [{"old_string": "bare = false", "new_string": "fsmonitor = ./evil"}]}),
+            ),
+            (
+                "apply_patch",
+                json!({"patch": format!("*** Begin Patch\n*** Update File: {p}\n@@\n-\tbare = false\n+\tfsmonitor = ./evil\n*** End Patch")}),
+            ),
+            (
+                "apply_patch",
+                json!({"patch": format!("*** Begin Patch\n*** Add File: {p}\n+evil\n*** End Patch")}),
+            ),
+            (
+                "apply_patch",
+                json!({"patch": format!("*** Begin Patch\n*** Delete File: {p}\n*** End Patch")}),
+            ),
+            (
+                "apply_patch",
+                json!({"patch": format!("*** Begin Patch\n*** Update File: in.txt\n*** Move to: {p}\n@@\n-x\n+fsmonitor\n*** End Patch")}),
+            ),
+        ];
+        for (tool, args) in calls {
+            let r = h.call(tool, args).await;
+            assert_error(&r, &["writes under .git/ are not allowed", "exec_shell"]);
+        }
+    }
+    // A patch that writes a good file and a .git file is refused as a whole.
+    let r = h
+        .call(
+            "apply_patch",
+            json!({"patch": "*** Begin Patch\n*** Add File: ok.txt\n+ok\n*** Add File: .git/hooks/pre-commit\n+evil\n*** End Patch"}),
+        )
+        .await;
+    assert_error(&r, &["writes under .git/ are not allowed"]);
+    // Moving a file out of .git removes it there, which is a write too.
+    let r = h
+        .call(
+            "apply_patch",
+            json!({"patch": "*** Begin Patch\n*** Update File: .git/config\n*** Move to: stolen.txt\n@@\n-\tbare = false\n+\tbare = true\n*** End Patch"}),
+        )
+        .await;
+    assert_error(&r, &["writes under .git/ are not allowed"]);
+    assert_eq!(h.read(".git/config"), "[core]\n\tbare = false\n");
+    assert_eq!(h.read("sub/.git/HEAD"), "ref: refs/heads/main\n");
+    assert_eq!(h.read("in.txt"), "x\n");
+    for absent in ["ok.txt", "stolen.txt", ".git/hooks", "deep"] {
+        assert!(!h.ws.path().join(absent).exists(), "{absent} was written");
+    }
+    // Reading stays allowed, and names that merely look alike are ordinary files.
+    let text = assert_ok(&h.call("read_file", json!({"path": ".git/config"})).await);
+    assert!(text.contains("bare = false"), "{text}");
+    for p in [
+        ".gitignore",
+        "a.git/x",
+        "docs/.github/x.md",
+        ".git-blame-ignore-revs",
+    ] {
+        assert_ok(
+            &h.call("write_file", json!({"path": p, "content": "fine\n"}))
+                .await,
+        );
     }
 }

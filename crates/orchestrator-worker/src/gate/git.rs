@@ -5,8 +5,10 @@
 //! and the untracked files that are not ignored, by path and content. It is streamed into SHA-256, so a
 //! large diff costs no memory.
 //!
-//! Every git command runs with `GIT_OPTIONAL_LOCKS=0`: `git status` otherwise refreshes the index
-//! and takes its lock, which would race with an agent committing in the same work tree.
+//! Every git command is built by [`orchestrator_tools::git_command`]: the work tree is an agent's,
+//! so nothing its config names (fsmonitor, hooks, filters, external diffs, textconv) may run, and
+//! `GIT_OPTIONAL_LOCKS=0` keeps `git status` from taking the index lock, which would race with an
+//! agent committing in the same work tree.
 
 use orchestrator_types::GitTree;
 use sha2::{Digest, Sha256};
@@ -54,12 +56,10 @@ pub async fn git_tree(dir: &Path) -> Option<GitTree> {
 /// lengths, so moving bytes between a path and its content cannot produce the same hash.
 async fn diff_hash(top: &Path, has_head: bool) -> Option<String> {
     let mut hasher = Sha256::new();
-    // Options that user configuration could otherwise change: external diff drivers, text
-    // conversion, colour, and the `a/` `b/` prefixes.
+    // Options that user configuration could otherwise change: colour and the `a/` `b/` prefixes
+    // (external diff drivers and text conversion are off in every git command).
     let diff_options = [
         "--binary",
-        "--no-ext-diff",
-        "--no-textconv",
         "--no-color",
         "--src-prefix=a/",
         "--dst-prefix=b/",
@@ -146,30 +146,24 @@ fn trim_newline(bytes: &[u8]) -> &[u8] {
     bytes.strip_suffix(b"\n").unwrap_or(bytes)
 }
 
-fn git(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new("git");
-    command
-        .args(["-c", "core.quotepath=off"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true);
+/// A git command built by [`orchestrator_tools::git_command`]: the work tree is the agent's, so
+/// its config must not run anything in the daemon.
+async fn git(dir: &Path, args: &[&str]) -> Command {
+    let mut command = orchestrator_tools::git_command::tokio_command(dir, args).await;
+    command.stderr(Stdio::null()).kill_on_drop(true);
     command
 }
 
 /// A git command's standard output when it succeeds. The outputs read this way are small: ids,
 /// `status --porcelain` and the list of untracked names.
 async fn git_stdout(dir: &Path, args: &[&str]) -> Option<Vec<u8>> {
-    let output = git(dir, args).output().await.ok()?;
+    let output = git(dir, args).await.output().await.ok()?;
     output.status.success().then_some(output.stdout)
 }
 
 /// Streams a git command's standard output into the hash, for outputs that may be large.
 async fn stream_git(dir: &Path, args: &[&str], hasher: &mut Sha256) -> Option<()> {
-    let mut child = git(dir, args).stdout(Stdio::piped()).spawn().ok()?;
+    let mut child = git(dir, args).await.stdout(Stdio::piped()).spawn().ok()?;
     let mut stdout = child.stdout.take()?;
     let mut buf = vec![0u8; CHUNK_BYTES];
     let mut total: u64 = 0;
@@ -231,6 +225,94 @@ mod tests {
             .expect("utf-8")
             .trim()
             .to_owned()
+    }
+
+    /// Arms a repository with every way its own config can make git run a program (fsmonitor, a
+    /// post-index-change hook, an external diff, a textconv driver, clean filters, one of them named
+    /// so that `-c name=value` could not override it); each would create a `.ran` file in `markers`.
+    fn arm_git_traps(repo: &Path, markers: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let script = |name: &str, body: &str| {
+            let path = markers.join(format!("{name}.sh"));
+            let ran = markers.join(format!("{name}.ran"));
+            std::fs::write(
+                &path,
+                format!("#!/bin/sh\ntouch '{}'\n{body}\n", ran.display()),
+            )
+            .expect("write");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            path.display().to_string()
+        };
+        let hook = script("post-index-change", "");
+        std::fs::create_dir_all(repo.join(".git/hooks")).expect("mkdir");
+        std::fs::copy(&hook, repo.join(".git/hooks/post-index-change")).expect("copy");
+        run_git(
+            repo,
+            &["config", "core.fsmonitor", &script("fsmonitor", "")],
+        );
+        run_git(repo, &["config", "diff.external", &script("external", "")]);
+        run_git(
+            repo,
+            &[
+                "config",
+                "diff.trap.textconv",
+                &script("textconv", "cat \"$1\""),
+            ],
+        );
+        run_git(
+            repo,
+            &["config", "filter.trap.clean", &script("clean", "cat")],
+        );
+        run_git(
+            repo,
+            &["config", "filter.a=b.c.clean", &script("odd-clean", "cat")],
+        );
+        std::fs::write(
+            repo.join(".git/info/attributes"),
+            "*.txt diff=trap filter=trap\n*.md filter=a=b.c\n",
+        )
+        .expect("write");
+    }
+
+    fn traps_sprung(markers: &Path) -> Vec<String> {
+        std::fs::read_dir(markers)
+            .expect("markers")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".ran"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn evidence_runs_nothing_a_repository_config_names() {
+        let dir = repo();
+        std::fs::write(dir.path().join("c.md"), "# one\n").expect("write");
+        run_git(dir.path(), &["add", "c.md"]);
+        run_git(dir.path(), &["commit", "-q", "-m", "md"]);
+        let markers = tempfile::tempdir().expect("tempdir");
+        arm_git_traps(dir.path(), markers.path());
+        std::fs::write(dir.path().join("a.txt"), "one\nmore\n").expect("write");
+        std::fs::write(dir.path().join("c.md"), "# two\n").expect("write");
+        std::fs::write(dir.path().join("new.txt"), "fresh\n").expect("write");
+        // The traps work: git as a person runs it springs them.
+        let _ = StdCommand::new("git")
+            .args(["diff", "HEAD"])
+            .current_dir(dir.path())
+            .output()
+            .expect("git runs");
+        let sprung = traps_sprung(markers.path());
+        assert!(
+            sprung.iter().any(|n| n == "fsmonitor.ran") && sprung.iter().any(|n| n == "clean.ran"),
+            "{sprung:?}"
+        );
+        for name in sprung {
+            std::fs::remove_file(markers.path().join(name)).expect("remove");
+        }
+
+        let tree = git_tree(dir.path()).await;
+        assert_eq!(traps_sprung(markers.path()), Vec::<String>::new());
+        let tree = tree.expect("a git tree");
+        assert!(tree.dirty);
+        assert!(tree.diff_hash.is_some());
     }
 
     #[tokio::test]
