@@ -210,7 +210,11 @@ fn definition_end(lines: &[&str], first: usize) -> Option<usize> {
     } else {
         (line, title)
     };
-    let Some(opener) = title.chars().next().filter(|c| matches!(c, '"' | '\'' | '(')) else {
+    let Some(opener) = title
+        .chars()
+        .next()
+        .filter(|c| matches!(c, '"' | '\'' | '('))
+    else {
         // Something else after the destination: GitHub shows such a line, but removing it is
         // the safe side of the doubt.
         return Some(line + 1);

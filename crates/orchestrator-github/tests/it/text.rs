@@ -140,14 +140,22 @@ fn markdown_link_reference_definitions_are_hidden_text_and_go() {
             "a\n   [note]:#'hidden'\nb",
             "a\nb",
         ),
-        ("the last line, without a newline", "a\n[//]: # (hidden)", "a\n"),
+        (
+            "the last line, without a newline",
+            "a\n[//]: # (hidden)",
+            "a\n",
+        ),
         ("the first line", "[//]: # (hidden)\r\nb\r\n", "b\r\n"),
         (
             "a lone carriage return ends a line too",
             "a\r[//]: # (hidden)\rb",
             "a\rb",
         ),
-        ("inside a block quote", "> [//]: # (hidden)\n> seen", "> seen"),
+        (
+            "inside a block quote",
+            "> [//]: # (hidden)\n> seen",
+            "> seen",
+        ),
         ("inside a list item", "- [//]: # (hidden)\n- seen", "- seen"),
         (
             "the destination on the next line",
