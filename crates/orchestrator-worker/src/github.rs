@@ -1,7 +1,7 @@
 //! GitHub work that needs the store: the guard an issue close must pass, the marker of a task's
 //! one comment, and issue and pull request context rendered for a model (untrusted text sanitized
-//! and fenced, long bodies kept as artifacts). The agent's tools and the CLI share it, so a person closing an
-//! issue by hand meets the same guard as an agent.
+//! and fenced, long bodies kept as artifacts). The agent's tools and the CLI share it, so a person
+//! closing an issue by hand meets the same guard as an agent.
 
 use std::path::Path;
 
