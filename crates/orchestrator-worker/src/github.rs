@@ -9,9 +9,9 @@ use orchestrator_github::{
     ApiError, Comment, GitHub, IssueRef, PullFile, PullRequest, sanitize_line, sanitize_untrusted,
 };
 use orchestrator_store::{Store, Task};
-use orchestrator_types::{Captured, GateRecord, GitTree, Verdict};
+use orchestrator_types::{Captured, GateRecord, GateSpec, GitTree, Verdict};
 
-use crate::gate::git_tree;
+use crate::gate::{AD_HOC_GATE_POSITION, git_tree};
 
 /// Bodies and comments longer than this (in bytes) are cut in the context and kept whole as an
 /// artifact.
@@ -64,10 +64,11 @@ pub async fn comment_recorded(
     }
 }
 
-/// What the close guard found: the gate that vouches for the tree being claimed.
+/// What the close guard found: the task's own gates, each as it passed on the tree being claimed.
 #[derive(Debug, Clone)]
 pub struct CloseEvidence {
-    pub gate: GateRecord,
+    /// One record per gate a person wrote for the task, in the task's order.
+    pub gates: Vec<GateRecord>,
     pub tree: GitTree,
 }
 
@@ -78,6 +79,10 @@ pub enum CloseRefused {
         "the task has no acceptance criteria; closing an issue needs them (task create --accept ...)"
     )]
     NoCriteria,
+    #[error(
+        "the task has no gates of its own to prove the fix; closing an issue needs the gates its author gave it (task create --gate ...) to pass on the current tree, and checks an agent writes do not count"
+    )]
+    NoGates,
     #[error("the task has no workspace, so there is no tree to vouch for")]
     NoWorkspace,
     #[error("the workspace {0} is not a git worktree with a commit")]
@@ -87,12 +92,12 @@ pub enum CloseRefused {
     )]
     Dirty,
     #[error(
-        "no gate passed on the current tree (HEAD {head}{dirty}); run the gates on it first{found}"
+        "not every gate of the task passed on the current tree (HEAD {head}{dirty}): {missing}; run the task's own gates on this tree first (task_gate_run with `gate` set to a gate's name runs it as written; a check an agent writes itself does not count)"
     )]
-    NoPassedGate {
+    GatesNotPassed {
         head: String,
         dirty: &'static str,
-        found: String,
+        missing: String,
     },
     #[error("state_reason must be completed or not_planned, not {0:?}")]
     BadReason(String),
@@ -105,8 +110,17 @@ pub enum CloseRefused {
 pub const CLOSE_REASONS: &[&str] = &["completed", "not_planned"];
 
 /// Checks everything a close needs except the approval, which the caller holds: a known state
-/// reason, acceptance criteria, a git worktree that is clean (unless `allow_dirty`), and a gate of
-/// this task that passed on exactly the current tree (same HEAD, and the same changes when dirty).
+/// reason, acceptance criteria, a git worktree that is clean (unless `allow_dirty`), and every gate
+/// the task was created with passed on exactly the current tree (same HEAD, and the same changes
+/// when dirty).
+///
+/// Only the task's own gates count, those a person wrote into its spec (`task create`, an
+/// automation's or a trigger's template), recorded at their place in the spec with the command as
+/// written. A check the agent ran with a command of its own (`task_gate_run` with `command`) is
+/// recorded after them and proves only what the agent chose to check, whatever its name; so does a
+/// gate an agent wrote into a task it created. A task without gates of a person's is refused: it
+/// has nothing to prove the fix with. For each gate, the newest run on the current tree decides,
+/// so a pass followed by a failure on the same tree does not count.
 pub async fn close_guard(
     store: &Store,
     task: &Task,
@@ -119,6 +133,15 @@ pub async fn close_guard(
     if task.acceptance.iter().all(|c| c.trim().is_empty()) {
         return Err(CloseRefused::NoCriteria);
     }
+    let required: Vec<(usize, &GateSpec)> = task
+        .gates
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| !g.by_agent)
+        .collect();
+    if required.is_empty() {
+        return Err(CloseRefused::NoGates);
+    }
     let workspace = task.workspace.as_deref().ok_or(CloseRefused::NoWorkspace)?;
     let tree = git_tree(Path::new(workspace))
         .await
@@ -127,46 +150,66 @@ pub async fn close_guard(
     if tree.dirty && !allow_dirty {
         return Err(CloseRefused::Dirty);
     }
-    let gates = store
+    let records = store
         .gates(task.id)
         .await
         .map_err(|e| CloseRefused::Store(e.to_string()))?;
-    let vouching = gates.iter().rev().find(|g| {
-        g.verdict == Verdict::Passed
-            && g.git_head == tree.head
-            && g.git_dirty == Some(tree.dirty)
-            && g.diff_hash == tree.diff_hash
-    });
-    match vouching {
-        Some(gate) => Ok(CloseEvidence {
-            gate: gate.clone(),
-            tree,
-        }),
-        None => {
-            let found = match gates.iter().rev().find(|g| g.verdict == Verdict::Passed) {
-                Some(g) => format!(
-                    " (the last passed gate, {:?}, ran on HEAD {}{})",
-                    g.name,
-                    short(g.git_head.as_deref().unwrap_or("unknown")),
-                    if g.git_dirty == Some(true) {
-                        " with uncommitted changes"
+    let on_tree = |g: &GateRecord| {
+        g.git_head == tree.head && g.git_dirty == Some(tree.dirty) && g.diff_hash == tree.diff_hash
+    };
+    let mut passed = Vec::new();
+    let mut missing = Vec::new();
+    for (position, spec) in required {
+        let runs: Vec<&GateRecord> = records
+            .iter()
+            .filter(|g| {
+                g.position == position as i64
+                    && g.position < AD_HOC_GATE_POSITION
+                    && g.name == spec.name
+                    && g.command == spec.command
+            })
+            .collect();
+        match runs.iter().filter(|g| on_tree(g)).max_by_key(|g| g.id) {
+            Some(run) if run.verdict == Verdict::Passed => passed.push((*run).clone()),
+            Some(run) => missing.push(format!("{:?} {} on it", spec.name, run.verdict)),
+            None => match runs.iter().max_by_key(|g| g.id) {
+                Some(run) => missing.push(format!(
+                    "{:?} last ran on HEAD {}{}",
+                    spec.name,
+                    short(run.git_head.as_deref().unwrap_or("unknown")),
+                    if run.git_dirty == Some(true) {
+                        " with other uncommitted changes"
                     } else {
                         ""
                     }
-                ),
-                None => " (no gate of this task has passed)".to_owned(),
-            };
-            Err(CloseRefused::NoPassedGate {
-                head: short(tree.head.as_deref().unwrap_or("")).to_owned(),
-                dirty: if tree.dirty {
-                    " with uncommitted changes"
-                } else {
-                    ""
-                },
-                found,
-            })
+                )),
+                None => missing.push(format!("{:?} has not run", spec.name)),
+            },
         }
     }
+    if !missing.is_empty() {
+        return Err(CloseRefused::GatesNotPassed {
+            head: short(tree.head.as_deref().unwrap_or("")).to_owned(),
+            dirty: if tree.dirty {
+                " with uncommitted changes"
+            } else {
+                ""
+            },
+            missing: missing.join(", "),
+        });
+    }
+    Ok(CloseEvidence {
+        gates: passed,
+        tree,
+    })
+}
+
+/// The gates that vouched for a close, as its event and `--json` name them.
+pub fn gate_refs(gates: &[GateRecord]) -> serde_json::Value {
+    gates
+        .iter()
+        .map(|g| serde_json::json!({"id": g.id, "name": g.name}))
+        .collect()
 }
 
 fn short(sha: &str) -> &str {

@@ -424,7 +424,12 @@ fn the_github_cli_reads_comments_once_per_task_and_closes_only_with_evidence() {
         ],
     );
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
-    assert!(stderr(&out).contains("no gate passed"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not every gate of the task passed on the current tree")
+            && stderr(&out).contains("\"true\" last ran on HEAD"),
+        "{}",
+        stderr(&out)
+    );
     std::fs::write(repo.join("src.txt"), "v1\n").unwrap();
     let out = gh(
         &env,
@@ -456,6 +461,7 @@ fn the_github_cli_reads_comments_once_per_task_and_closes_only_with_evidence() {
     assert!(out.status.success(), "{}", stderr(&out));
     let closed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(closed["url"], "https://github.com/acme/widgets/issues/12");
+    assert_eq!(closed["gates"][0]["name"], "true", "{closed}");
     assert_eq!(
         fake.issue(REPO, 12).state_reason.as_deref(),
         Some("completed")

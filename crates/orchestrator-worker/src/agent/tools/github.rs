@@ -17,7 +17,9 @@ use serde_json::{Value, json};
 
 use super::{Def, schema, spec, store_failure, text};
 use crate::agent::Session;
-use crate::github::{close_guard, comment_marker, issue_context, marked_body, pull_context};
+use crate::github::{
+    close_guard, comment_marker, gate_refs, issue_context, marked_body, pull_context,
+};
 use crate::runner::RunContext;
 
 #[derive(Deserialize)]
@@ -71,6 +73,14 @@ fn api_failure(e: ApiError) -> ToolFailure {
 }
 
 const REPO_SCHEMA: &str = "owner/name";
+
+fn gate_names(gates: &[orchestrator_types::GateRecord]) -> String {
+    gates
+        .iter()
+        .map(|g| format!("{:?}", g.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
     let github = ctx.agent.github.clone();
@@ -220,7 +230,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "github_close_issue",
-                description: "Close a GitHub issue as completed or not_planned. Needs approval unless pre-approved, the task's acceptance criteria, and a gate of this task that passed on exactly the current tree: same HEAD, and a clean worktree (commit first) unless allow_dirty is set, in which case the gate must have run on the same uncommitted changes. Refused with the reason otherwise.",
+                description: "Close a GitHub issue as completed or not_planned. Needs approval unless pre-approved, the task's acceptance criteria, and every gate the task was created with passed on exactly the current tree: same HEAD, and a clean worktree (commit first) unless allow_dirty is set, in which case the gates must have run on the same uncommitted changes. Run the task's own gates with task_gate_run and `gate`; checks you write yourself do not count. Refused with the reason otherwise.",
                 schema: schema(
                     json!({"repo": {"type": "string", "description": REPO_SCHEMA}, "number": {"type": "integer", "minimum": 1}, "state_reason": {"type": "string", "enum": ["completed", "not_planned"]}, "allow_dirty": {"type": "boolean"}}),
                     &["repo", "number", "state_reason"],
@@ -258,8 +268,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                                 "issue": issue.to_string(),
                                 "state_reason": args.state_reason,
                                 "url": closed.html_url,
-                                "gate_id": evidence.gate.id,
-                                "gate": evidence.gate.name,
+                                "gates": gate_refs(&evidence.gates),
                                 "head": evidence.tree.head,
                                 "dirty": evidence.tree.dirty,
                             }),
@@ -267,10 +276,10 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                         .await
                         .map_err(store_failure)?;
                     text(format!(
-                        "Closed {issue} as {}: {} (evidence: gate {:?} passed on {})",
+                        "Closed {issue} as {}: {} (evidence: the task's gates {} passed on {})",
                         args.state_reason,
                         closed.html_url,
-                        evidence.gate.name,
+                        gate_names(&evidence.gates),
                         evidence.tree.head.as_deref().unwrap_or("?")
                     ))
                 }
