@@ -469,6 +469,12 @@ fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewTask {
             // Pre-approved GitHub writes go to the triggering issue only; anywhere else is asked.
             policy.github_targets = vec![format!("{}#{}", vars["repo"], vars["number"])];
         }
+        if policy.github_repos.is_empty() {
+            // GitHub reads stay in the triggering repository: an issue's text cannot send the
+            // agent to read another repository the token can see. A rule widens this by naming
+            // repositories (or `*`) in its template's policy.
+            policy.github_repos = vec![vars["repo"].clone()];
+        }
         task.agent.policy = serde_json::to_value(&policy).ok();
     }
     task
@@ -745,6 +751,11 @@ mod tests {
         let policy: orchestrator_tools::Policy =
             serde_json::from_value(task.agent.policy.clone().unwrap()).unwrap();
         assert_eq!(policy.github_targets, ["acme/widgets#7"]);
+        assert_eq!(
+            policy.github_repos,
+            ["acme/widgets"],
+            "its GitHub reads stay in the triggering repository"
+        );
         let decide = |number: u64| {
             policy
                 .decide(
@@ -767,6 +778,21 @@ mod tests {
             Decision::Deny,
             "a trigger's task gets an automation's read-only default"
         );
+    }
+
+    #[test]
+    fn a_rules_policy_may_widen_the_repositories_its_tasks_read() {
+        let rule = rule(
+            "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nworkspace = \"/tmp\"\ntask = { prompt = \"Fix it\", agent = { policy = { default = \"allow\", github_repos = [\"acme/widgets\", \"acme/docs\"] } } }\n",
+        );
+        let mut vars = BTreeMap::new();
+        vars.insert("repo", "acme/widgets".to_owned());
+        vars.insert("number", "7".to_owned());
+        vars.insert("title", "Crash".to_owned());
+        let task = task_of(&rule, &vars);
+        let policy: orchestrator_tools::Policy =
+            serde_json::from_value(task.agent.policy.clone().unwrap()).unwrap();
+        assert_eq!(policy.github_repos, ["acme/widgets", "acme/docs"]);
     }
 
     fn labeled(number: u64) -> Value {

@@ -535,3 +535,83 @@ async fn the_close_guard_wants_the_newest_run_of_every_own_gate_on_the_tree_to_h
     assert!(why.contains("\"check\" last ran on HEAD"), "{why}");
     assert!(why.contains("\"lint\" last ran on HEAD"), "{why}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_reads_stay_in_the_repositories_the_policy_names() {
+    let model = ScriptedModel::start(|request: &Request| match request.assistant_turns() {
+        0 => Reply::ToolCalls(vec![
+            call(
+                "github_issue_context",
+                json!({"repo": "acme/secrets", "number": 1}),
+            ),
+            call(
+                "github_pr_context",
+                json!({"repo": "acme/secrets", "number": 2}),
+            ),
+            call(
+                "github_issue_context",
+                json!({"repo": "acme/widgets", "number": 9}),
+            ),
+        ]),
+        _ => Reply::Text(format!(
+            "result: {}",
+            request.last_tool_results().join(" | ")
+        )),
+    })
+    .await;
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 9, "Crash", "Steps", "alice");
+    fake.add_issue("acme/secrets", 1, "Private", "the launch date", "alice");
+    fake.add_issue(
+        "acme/secrets",
+        2,
+        "Private pull",
+        "the launch plan",
+        "alice",
+    );
+    fake.make_pull("acme/secrets", 2, &[], "");
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (pool, shutdown) = pool(&db.store, &model.base_url(), &fake);
+    let running = tokio::spawn(pool.run(shutdown.clone()));
+    let (_dir, ws) = orchestrator_test_support::git_repo(&[("a.txt", "a\n")]);
+    let mut pinned = task(&ws, "read", false, &[]);
+    let mut policy = Policy::allow_all();
+    // GitHub's names are not case sensitive.
+    policy.github_repos = vec!["Acme/Widgets".to_owned()];
+    pinned.agent.policy = Some(serde_json::to_value(policy).unwrap());
+    let pinned = db.store.create_task(&pinned).await.unwrap();
+    wait_state(&db.store, pinned, &[TaskState::Succeeded]).await;
+    let said = final_words(&db.store, pinned).await;
+    assert_eq!(
+        said.matches("this task may read GitHub only in Acme/Widgets (its policy's github_repos), not acme/secrets")
+            .count(),
+        2,
+        "the issue and the pull request elsewhere are refused: {said}"
+    );
+    assert!(
+        said.contains("Crash"),
+        "the repository it may read, in any case: {said}"
+    );
+    assert!(!said.contains("launch"), "{said}");
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|r| !r.path.contains("acme/secrets")),
+        "nothing was asked of the other repository"
+    );
+
+    // `*` widens the reads to any repository.
+    let mut open = task(&ws, "read", false, &[]);
+    let mut policy = Policy::allow_all();
+    policy.github_repos = vec!["*".to_owned()];
+    open.agent.policy = Some(serde_json::to_value(policy).unwrap());
+    let open = db.store.create_task(&open).await.unwrap();
+    wait_state(&db.store, open, &[TaskState::Succeeded]).await;
+    let said = final_words(&db.store, open).await;
+    assert!(
+        said.contains("the launch date") && said.contains("the launch plan"),
+        "{said}"
+    );
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}

@@ -2,7 +2,8 @@
 //! task's one comment and closing an issue.
 //!
 //! The reads are `Read` calls: reading the issue it was started for is what a triggered task does
-//! first, and the token's own scopes bound what it sees. The writes are `GithubWrite` calls, which
+//! first, and the token's own scopes bound what it sees, narrowed by the policy's `github_repos`
+//! (a triggered task reads only the triggering repository unless its rule says otherwise). The writes are `GithubWrite` calls, which
 //! a policy asks a person about unless it names the tool (an automation's or a trigger's
 //! pre-approval); their guards run before the person is asked, and again when the call runs. Each
 //! write that happens becomes a `github_write` event with the URL GitHub returned.
@@ -60,6 +61,24 @@ fn issue_ref(repo: &str, number: u64) -> Result<IssueRef, ToolFailure> {
     Ok(IssueRef { repo, number })
 }
 
+/// Refuses a read outside the repositories the task's policy names (`github_repos`; empty or `*`
+/// is any). GitHub's names are not case sensitive, so neither is the comparison.
+fn readable(session: &Session, target: &IssueRef) -> Result<(), ToolFailure> {
+    let allowed = &session.policy.github_repos;
+    let repo = target.repo.to_string();
+    if allowed.is_empty()
+        || allowed
+            .iter()
+            .any(|r| r == "*" || r.eq_ignore_ascii_case(&repo))
+    {
+        return Ok(());
+    }
+    Err(refuse(format!(
+        "this task may read GitHub only in {} (its policy's github_repos), not {repo}; a person can widen the policy, or read it with `orchestrator github issue`",
+        allowed.join(", ")
+    )))
+}
+
 fn client(github: &Option<GitHub>) -> Result<GitHub, ToolFailure> {
     github.clone().ok_or_else(|| {
         refuse(
@@ -109,6 +128,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 let github = g1.clone();
                 async move {
                     let issue = issue_ref(&args.repo, args.number)?;
+                    readable(&session, &issue)?;
                     let ctx = issue_context(&client(&github)?, &issue)
                         .await
                         .map_err(api_failure)?;
@@ -142,6 +162,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 let github = g2.clone();
                 async move {
                     let pull = issue_ref(&args.repo, args.number)?;
+                    readable(&session, &pull)?;
                     let ctx = pull_context(&client(&github)?, &pull, args.include_diff)
                         .await
                         .map_err(api_failure)?;
