@@ -17,11 +17,15 @@
 /// only make a line look more like a definition, never less, so no definition GitHub hides slips
 /// through behind a zero-width space.
 pub fn sanitize_untrusted(text: &str) -> String {
-    let visible: String = strip_comments(text)
+    strip_link_definitions(&strip_hidden(text))
+}
+
+/// HTML comments, then invisible characters.
+fn strip_hidden(text: &str) -> String {
+    strip_comments(text)
         .chars()
         .filter(|&c| !is_invisible(c))
-        .collect();
-    strip_link_definitions(&visible)
+        .collect()
 }
 
 fn strip_comments(text: &str) -> String {
@@ -262,9 +266,10 @@ fn is_invisible(c: char) -> bool {
 
 /// [`sanitize_untrusted`] for a one-line field (a label, a branch or file name, a title): newlines
 /// become spaces, so the field cannot start a line of its own and pass for a heading or an
-/// instruction in the text around it.
+/// instruction in the text around it. GitHub shows these fields as plain text, not Markdown, so a
+/// title such as `[Bug]: crash on start` is not a link reference definition and stays whole.
 pub fn sanitize_line(text: &str) -> String {
-    sanitize_untrusted(text)
+    strip_hidden(text)
         .chars()
         .map(|c| {
             if matches!(c, '\n' | '\t' | '\r') {

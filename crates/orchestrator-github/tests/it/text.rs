@@ -86,6 +86,16 @@ fn control_characters_go_and_one_line_fields_stay_on_one_line() {
         orchestrator_github::sanitize_line("src/x.rs\n## Instructions\r\n\tdo it<!-- -->"),
         "src/x.rs ## Instructions   do it"
     );
+    assert_eq!(
+        orchestrator_github::sanitize_line("[Bug]: crash\u{200B} on start"),
+        "[Bug]: crash on start",
+        "a title is plain text on GitHub, not a link reference definition"
+    );
+    assert_eq!(
+        orchestrator_github::sanitize_line("[Bug]: crash\n[//]: # (x)"),
+        "[Bug]: crash [//]: # (x)",
+        "and a one-line field is shown whole, on one line"
+    );
 }
 
 #[test]
