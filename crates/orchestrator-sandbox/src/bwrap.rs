@@ -180,15 +180,10 @@ mod tests {
         assert!(text.contains("--unshare-net"));
         assert!(text.contains("--cap-drop ALL"));
         assert!(at(&format!("--bind {ws_s} {ws_s}")) < at(&format!("--tmpfs {}", home.display())));
-        assert!(
-            at(&format!("--bind {ws_s} {ws_s}")) < at(&format!("--ro-bind {ws_s}/.git/config"))
-        );
+        assert!(at(&format!("--bind {ws_s} {ws_s}")) < at(&format!("--ro-bind {ws_s}/.git/config")));
         assert!(text.contains(&format!("--ro-bind /dev/null {}", store.display())));
         assert!(text.contains(&format!("--bind {} {}", root.display(), root.display())));
-        assert!(
-            !text.contains("absent"),
-            "a hidden path that does not exist is skipped"
-        );
+        assert!(!text.contains("absent"), "a hidden path that does not exist is skipped");
         assert!(text.contains("--bind /var/tmp/task-1 /tmp"));
         assert!(text.ends_with(&format!("--chdir {ws_s}")));
 

@@ -181,13 +181,7 @@ mod tests {
         assert_eq!(
             names(&env),
             [
-                "EDITOR",
-                "HOME",
-                "LC_ALL",
-                "NPM_TOKEN",
-                "PATH",
-                "RUST_LOG",
-                "TMPDIR"
+                "EDITOR", "HOME", "LC_ALL", "NPM_TOKEN", "PATH", "RUST_LOG", "TMPDIR"
             ]
         );
     }

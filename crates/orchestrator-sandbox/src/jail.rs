@@ -55,13 +55,7 @@ struct Inner {
 fn private_tmp(label: &str) -> Result<TempDir> {
     let safe: String = label
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
         .collect();
     tempfile::Builder::new()
         .prefix(&format!("orchestrator-{safe}-"))
@@ -121,8 +115,8 @@ impl Sandbox {
         task_named: &[String],
         secrets: &[String],
     ) -> Jail {
-        let confined =
-            mode != SandboxMode::Full && matches!(self.availability(), Availability::Ready { .. });
+        let confined = mode != SandboxMode::Full
+            && matches!(self.availability(), Availability::Ready { .. });
         // Inside the sandbox the private directory is /tmp; outside it is its own path.
         let seen_tmp = if confined {
             PathBuf::from("/tmp")
@@ -166,10 +160,7 @@ impl Jail {
     /// sandbox works).
     pub fn confined(&self) -> bool {
         self.inner.mode != SandboxMode::Full
-            && matches!(
-                self.inner.sandbox.availability(),
-                Availability::Ready { .. }
-            )
+            && matches!(self.inner.sandbox.availability(), Availability::Ready { .. })
     }
 
     /// The private temporary directory, as the daemon sees it.

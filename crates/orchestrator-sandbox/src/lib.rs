@@ -104,10 +104,7 @@ impl Sandbox {
     /// One line for `serve`'s start and `orchestrator sandbox --check`: whether agents' processes
     /// are confined, and what happens if not.
     pub fn describe(&self) -> String {
-        match (
-            &self.inner.availability,
-            self.inner.settings.allow_unsandboxed,
-        ) {
+        match (&self.inner.availability, self.inner.settings.allow_unsandboxed) {
             (Availability::Ready { bwrap, .. }, _) => format!(
                 "sandbox: available (bubblewrap at {}); agents' processes run confined",
                 bwrap.display()
@@ -124,6 +121,5 @@ impl Sandbox {
 
 /// `path` without symlinks where it exists; as given (made absolute) otherwise.
 pub(crate) fn canonical(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path)
-        .unwrap_or_else(|_| std::path::absolute(path).unwrap_or_else(|_| path.to_owned()))
+    std::fs::canonicalize(path).unwrap_or_else(|_| std::path::absolute(path).unwrap_or_else(|_| path.to_owned()))
 }
