@@ -3,10 +3,11 @@
 //!
 //! The reads are `Read` calls: reading the issue it was started for is what a triggered task does
 //! first, and the token's own scopes bound what it sees, narrowed by the policy's `github_repos`
-//! (a triggered task reads only the triggering repository unless its rule says otherwise). The writes are `GithubWrite` calls, which
-//! a policy asks a person about unless it names the tool (an automation's or a trigger's
-//! pre-approval); their guards run before the person is asked, and again when the call runs. Each
-//! write that happens becomes a `github_write` event with the URL GitHub returned.
+//! (a triggered task reads only the triggering repository unless its rule says otherwise). The
+//! writes are `GithubWrite` calls, which a policy asks a person about unless it names the tool (an
+//! automation's or a trigger's pre-approval); their guards run before the person is asked, and
+//! again when the call runs. Each write that happens becomes a `github_write` event with the URL
+//! GitHub returned.
 
 use std::sync::Arc;
 

@@ -21,6 +21,7 @@ use crate::gate;
 use crate::runner::RunContext;
 
 use crate::gate::AD_HOC_GATE_POSITION as AD_HOC_POSITION;
+
 const DEFAULT_GATE_TIMEOUT_SECS: u64 = 600;
 const MAX_GATE_TIMEOUT_SECS: u64 = 3600;
 const DEFAULT_JOB_WAIT_SECS: u64 = 60;
