@@ -7,8 +7,8 @@
 //!   changes against a base commit as a byte-exact git patch; [`preflight`] checks that a patch
 //!   applies to a base without touching any worktree or index.
 //! - [`webhook`]: [`verify_signature`] checks a delivery's `X-Hub-Signature-256` in constant time.
-//! - [`text`]: [`sanitize_untrusted`] strips hidden HTML comments and invisible characters from
-//!   issue and comment text before a model reads it.
+//! - [`text`]: [`sanitize_untrusted`] strips hidden HTML comments, Markdown link reference
+//!   definitions and invisible characters from issue and comment text before a model reads it.
 //!
 //! Architecture Invariant: this crate knows no store and no tools. It takes paths, bytes and
 //! strings and returns values; recording events, storing artifacts and deciding what to do with a

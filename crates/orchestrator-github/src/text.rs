@@ -1,17 +1,27 @@
 //! Sanitizing untrusted text (issue bodies, comments, PR descriptions) before it reaches a model.
 //!
 //! The danger is text a person reviewing the issue on GitHub cannot see but a model reads: HTML
-//! comments, which GitHub's renderer hides, and invisible characters (zero-width characters, bidi
-//! controls that reorder what is shown, Unicode tag characters that spell ASCII invisibly). Both can
-//! carry instructions nobody approved. Visible text, including non-ASCII scripts and normal
-//! whitespace, is kept as it is.
+//! comments and Markdown link reference definitions (`[//]: # (hidden)`), which GitHub's renderer
+//! hides, and invisible characters (zero-width characters, bidi controls that reorder what is
+//! shown, Unicode tag characters and variation selectors that spell ASCII invisibly). All can carry
+//! instructions nobody approved. Visible text, including non-ASCII scripts and normal whitespace,
+//! is kept as it is; where the rules are unsure whether GitHub shows a line, the line goes, because
+//! hiding a little visible text from a model costs less than showing it hidden text.
 
-/// Removes HTML comments and invisible characters from `text`.
+/// Removes HTML comments, invisible characters and link reference definitions from `text`.
 ///
 /// Comments go first, on the text as written: removing invisible characters first could turn
 /// `--\u{200B}>` into `-->` and end a comment early, handing the model the rest of a comment that
 /// readers never saw. An unterminated `<!--` hides everything after it, so everything after it goes.
+/// Link reference definitions go last, once invisible characters are out: removing characters can
+/// only make a line look more like a definition, never less, so no definition GitHub hides slips
+/// through behind a zero-width space.
 pub fn sanitize_untrusted(text: &str) -> String {
+    strip_link_definitions(&strip_hidden(text))
+}
+
+/// HTML comments, then invisible characters.
+fn strip_hidden(text: &str) -> String {
     strip_comments(text)
         .chars()
         .filter(|&c| !is_invisible(c))
@@ -35,6 +45,205 @@ fn strip_comments(text: &str) -> String {
     out
 }
 
+/// Removes Markdown link reference definitions: `[label]: destination "title"` renders as nothing
+/// on GitHub, so its label, destination and title are places to hide text (`[//]: # (hidden)` and
+/// `[comment]: <> (hidden)` are the usual idioms). Footnotes (`[^1]: text`) are shown and stay.
+///
+/// The rules are CommonMark's, read generously so that a doubt removes the line: a definition may
+/// start any line (also inside a block quote or a list item, also inside a code block or after a
+/// paragraph line, where GitHub would show it), its label may run over several lines, its
+/// destination may be on the next line, and its title on the next line or over several, until a
+/// blank line.
+fn strip_link_definitions(text: &str) -> String {
+    let lines = split_lines(text);
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    while at < lines.len() {
+        match definition_end(&lines, at) {
+            Some(end) => at = end,
+            None => {
+                out.push_str(lines[at]);
+                at += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The lines of `text` with their endings: `\n`, `\r\n` or a lone `\r`, as CommonMark reads them.
+fn split_lines(text: &str) -> Vec<&str> {
+    let bytes = text.as_bytes();
+    let mut lines = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\n' => {
+                lines.push(&text[start..=i]);
+                start = i + 1;
+            }
+            b'\r' => {
+                let end = if bytes.get(i + 1) == Some(&b'\n') {
+                    i + 1
+                } else {
+                    i
+                };
+                lines.push(&text[start..=end]);
+                start = end + 1;
+                i = end;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if start < text.len() {
+        lines.push(&text[start..]);
+    }
+    lines
+}
+
+/// A line without its ending.
+fn content(line: &str) -> &str {
+    line.trim_end_matches(['\n', '\r'])
+}
+
+fn is_blank(line: &str) -> bool {
+    line.trim().is_empty()
+}
+
+/// Skips what may stand before a definition on its line: indentation, block quote markers and list
+/// markers (`-`, `*`, `+`, `1.`, `1)` followed by a space).
+fn skip_containers(line: &str) -> &str {
+    let mut rest = line;
+    loop {
+        let trimmed = rest.trim_start_matches([' ', '\t']);
+        if let Some(after) = trimmed.strip_prefix('>') {
+            rest = after;
+            continue;
+        }
+        let marker_len = match trimmed.as_bytes().first() {
+            Some(b'-' | b'*' | b'+') => 1,
+            Some(b'0'..=b'9') => {
+                let digits = trimmed.bytes().take_while(u8::is_ascii_digit).count();
+                match trimmed.as_bytes().get(digits) {
+                    Some(b'.' | b')') => digits + 1,
+                    _ => 0,
+                }
+            }
+            _ => 0,
+        };
+        if marker_len > 0 && trimmed[marker_len..].starts_with([' ', '\t']) {
+            rest = &trimmed[marker_len..];
+            continue;
+        }
+        return trimmed;
+    }
+}
+
+/// If a link reference definition starts on line `first`, the index of the first line after it.
+fn definition_end(lines: &[&str], first: usize) -> Option<usize> {
+    let start = skip_containers(content(lines[first]));
+    let label = start.strip_prefix('[')?;
+    if label.starts_with('^') {
+        return None;
+    }
+    // The label: up to an unescaped `]`, over several lines but not across a blank one, with no
+    // unescaped `[` and something other than whitespace in it.
+    let mut line = first;
+    let mut rest = label;
+    let mut seen_text = false;
+    let after_label = loop {
+        let mut chars = rest.char_indices();
+        let mut closed = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    chars.next();
+                    seen_text = true;
+                }
+                '[' => return None,
+                ']' => {
+                    closed = Some(i);
+                    break;
+                }
+                c if !c.is_whitespace() => seen_text = true,
+                _ => {}
+            }
+        }
+        if let Some(i) = closed {
+            break &rest[i + 1..];
+        }
+        line += 1;
+        match lines.get(line) {
+            Some(next) if !is_blank(next) => rest = content(next),
+            _ => return None,
+        }
+    };
+    if !seen_text {
+        return None;
+    }
+    let after_colon = after_label.strip_prefix(':')?;
+    // The destination, on this line or the next.
+    let mut destination = after_colon.trim_start();
+    if destination.is_empty() {
+        line += 1;
+        match lines.get(line) {
+            Some(next) if !is_blank(next) => destination = content(next).trim_start(),
+            _ => return None,
+        }
+    }
+    let title = if let Some(pointy) = destination.strip_prefix('<') {
+        match pointy.find('>') {
+            Some(end) => &pointy[end + 1..],
+            None => "",
+        }
+    } else {
+        let end = destination
+            .find(char::is_whitespace)
+            .unwrap_or(destination.len());
+        &destination[end..]
+    }
+    .trim_start();
+    // The title: on this line, or on the next line if that starts like one, and then until its
+    // closing character or a blank line.
+    let (mut line, title) = if title.is_empty() {
+        match lines.get(line + 1).map(|l| content(l).trim_start()) {
+            Some(next) if next.starts_with(['"', '\'', '(']) => (line + 1, next),
+            _ => return Some(line + 1),
+        }
+    } else {
+        (line, title)
+    };
+    let Some(opener) = title
+        .chars()
+        .next()
+        .filter(|c| matches!(c, '"' | '\'' | '('))
+    else {
+        // Something else after the destination: GitHub shows such a line, but removing it is
+        // the safe side of the doubt.
+        return Some(line + 1);
+    };
+    let closer = if opener == '(' { ')' } else { opener };
+    let mut rest = &title[opener.len_utf8()..];
+    loop {
+        let mut chars = rest.chars();
+        while let Some(c) = chars.next() {
+            if c == '\\' {
+                chars.next();
+            } else if c == closer {
+                return Some(line + 1);
+            }
+        }
+        match lines.get(line + 1) {
+            Some(next) if !is_blank(next) => {
+                line += 1;
+                rest = content(next);
+            }
+            _ => return Some(line + 1),
+        }
+    }
+}
+
 /// Characters that render as nothing (or only change how neighbours render) in GitHub's UI.
 fn is_invisible(c: char) -> bool {
     matches!(c,
@@ -44,9 +253,12 @@ fn is_invisible(c: char) -> bool {
         | '\u{200E}' | '\u{200F}'   // left-to-right and right-to-left marks
         | '\u{202A}'..='\u{202E}'   // bidi embeddings and overrides
         | '\u{2060}'                // word joiner
+        | '\u{2061}'..='\u{2064}'   // invisible operators (function application, times, separator, plus)
         | '\u{2066}'..='\u{2069}'   // bidi isolates
+        | '\u{FE00}'..='\u{FE0F}'   // variation selectors 1-16
         | '\u{FEFF}'                // zero-width no-break space (byte order mark)
         | '\u{E0000}'..='\u{E007F}' // tag characters
+        | '\u{E0100}'..='\u{E01EF}' // variation selectors 17-256: 240 invisible code points, enough to spell bytes
     ) || (c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
     // Other control characters (ESC and the rest of C0 and C1) render as nothing on GitHub, and in
     // a terminal they can rewrite what `orchestrator github issue` shows.
@@ -54,9 +266,10 @@ fn is_invisible(c: char) -> bool {
 
 /// [`sanitize_untrusted`] for a one-line field (a label, a branch or file name, a title): newlines
 /// become spaces, so the field cannot start a line of its own and pass for a heading or an
-/// instruction in the text around it.
+/// instruction in the text around it. GitHub shows these fields as plain text, not Markdown, so a
+/// title such as `[Bug]: crash on start` is not a link reference definition and stays whole.
 pub fn sanitize_line(text: &str) -> String {
-    sanitize_untrusted(text)
+    strip_hidden(text)
         .chars()
         .map(|c| {
             if matches!(c, '\n' | '\t' | '\r') {

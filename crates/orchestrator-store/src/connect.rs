@@ -119,6 +119,7 @@ impl Store {
                 message: format!("directory {} does not exist", parent.display()),
             });
         }
+        create_private(path)?;
         let connect = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -272,6 +273,31 @@ pub fn redact_url(url: &str) -> String {
                 .collect();
             format!("{base}?{}", query.join("&"))
         }
+    }
+}
+
+/// Creates a missing SQLite file readable and writable by its owner only (0600), before SQLite
+/// creates it with the umask's mode: the store holds approvals, policies and conversations, which
+/// no other local user may read or rewrite. SQLite gives its `-wal` and `-shm` files the database
+/// file's mode, so they follow. An existing file keeps its mode: the home directory it lives in by
+/// default is private (0700), and a store elsewhere may be shared on purpose.
+fn create_private(path: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if path.as_os_str() == ":memory:" {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::BadUrl {
+            url: path.display().to_string(),
+            message: format!("cannot create the SQLite file: {e}"),
+        }),
     }
 }
 

@@ -89,6 +89,12 @@ pub struct Policy {
     /// write elsewhere unasked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub github_targets: Vec<String>,
+    /// The repositories (`owner/name`, compared without regard to case) the GitHub read tools
+    /// (`github_issue_context`, `github_pr_context`) may read; empty or `*` means any the token can
+    /// read. A trigger sets it to the triggering repository, unless its rule's policy names some,
+    /// so text planted in one repository's issue cannot send the agent to read another's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub github_repos: Vec<String>,
     /// What the processes the agent causes may touch (exec_shell, its jobs, diagnostics, shell
     /// jobs and gate runs, gates it writes): enforced by the operating system, not by matching
     /// text. `workspace_write` unless the policy says otherwise.
@@ -127,6 +133,7 @@ impl Policy {
             tools: BTreeMap::new(),
             commands: Vec::new(),
             github_targets: Vec::new(),
+            github_repos: Vec::new(),
             sandbox: SandboxMode::default(),
             env: Vec::new(),
             task_scope: None,

@@ -24,19 +24,30 @@
 //! Every other route but `/healthz` needs the bearer token (generated into the home directory at first
 //! start), because metrics reveal what the daemon is doing and the API acts on it; the listener
 //! binds 127.0.0.1 by default.
+//!
+//! A client gets [`HEADER_READ_TIMEOUT`] to send a request's headers and [`BODY_READ_TIMEOUT`] to
+//! send its body, each counted for the whole, not between reads: a client that trickles its
+//! headers a byte at a time (slowloris) is disconnected, and one that never finishes its body gets
+//! 408 and is disconnected, so a few idle sockets cannot hold the daemon's connections open.
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use http_body_util::BodyExt;
 use orchestrator_store::{ApprovalDecision, ApprovalFilter, Store, approval_status};
 use orchestrator_types::TaskId;
 use orchestrator_worker::Metrics;
 use serde::Deserialize;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 #[derive(Clone)]
 pub struct HttpState {
@@ -63,6 +74,133 @@ impl std::fmt::Debug for Webhooks {
             .field("secret", &self.secret.as_ref().map(|_| "<set>"))
             .field("rules", &self.triggers.rules.len())
             .finish()
+    }
+}
+
+/// How long a client has to send a request's headers, from the moment the server starts reading
+/// them.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client has to send a request's whole body once its headers are in. GitHub's webhook
+/// deliveries (at most 25 MB) arrive well within it.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest body read: axum's default limit, which the routes have always had.
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+/// How long the accept loop waits after a failed accept (out of file descriptors, say) before it
+/// tries again, instead of spinning.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// The listener's read deadlines; [`HEADER_READ_TIMEOUT`] and [`BODY_READ_TIMEOUT`] unless a test
+/// wants shorter ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadTimeouts {
+    pub headers: Duration,
+    pub body: Duration,
+}
+
+impl Default for ReadTimeouts {
+    fn default() -> Self {
+        ReadTimeouts {
+            headers: HEADER_READ_TIMEOUT,
+            body: BODY_READ_TIMEOUT,
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `stop`, then lets each connection finish the request it is
+/// answering and waits for them all.
+///
+/// hyper's HTTP/1 connection enforces the header deadline (it closes a connection whose head has
+/// not arrived whole in time, without an answer: the request is not known yet); the body deadline
+/// is a layer around every route that reads the body before anything else looks at the request,
+/// so it holds for unauthenticated requests too.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    timeouts: ReadTimeouts,
+    stop: CancellationToken,
+) {
+    let app = app.layer(axum::middleware::from_fn_with_state(
+        timeouts.body,
+        read_body_in_time,
+    ));
+    let connections = TaskTracker::new();
+    loop {
+        let stream = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting an HTTP connection failed");
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                    continue;
+                }
+            },
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(timeouts.headers);
+            let connection =
+                builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => ended,
+                () = stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = ended {
+                // A client that went away or was cut off: worth a line when debugging, no more.
+                tracing::debug!(error = %e, "HTTP connection ended with an error");
+            }
+        });
+    }
+    connections.close();
+    connections.wait().await;
+}
+
+/// Reads the whole body within `limit` (and [`MAX_BODY_BYTES`]) and hands the request on with it;
+/// 408 and a closed connection when it does not arrive in time.
+async fn read_body_in_time(
+    State(limit): State<Duration>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
+    match tokio::time::timeout(limit, limited.collect()).await {
+        Ok(Ok(collected)) => {
+            next.run(Request::from_parts(parts, Body::from(collected.to_bytes())))
+                .await
+        }
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+        ),
+        Ok(Err(e)) => error(
+            StatusCode::BAD_REQUEST,
+            &format!("the request body could not be read: {e}"),
+        ),
+        Err(_) => {
+            let mut answer = error(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!(
+                    "the request body did not arrive within {} seconds",
+                    limit.as_secs_f64()
+                ),
+            );
+            // The rest of the body may still be on its way; the connection cannot carry another
+            // request after it.
+            answer.headers_mut().insert(
+                header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            answer
+        }
     }
 }
 
@@ -492,4 +630,148 @@ async fn github_webhook(
 /// route is authenticated by its signature.
 fn error(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    /// Long enough for a request on 127.0.0.1 to arrive whole, short enough for a test.
+    const SHORT: Duration = Duration::from_millis(300);
+    /// A guard against a hang: a server that never cuts the client off fails the test here.
+    const GUARD: Duration = Duration::from_secs(60);
+
+    struct Running {
+        addr: std::net::SocketAddr,
+        stop: CancellationToken,
+        server: tokio::task::JoinHandle<()>,
+        _db: orchestrator_test_support::TestStore,
+    }
+
+    async fn start() -> Running {
+        let db = orchestrator_test_support::sqlite_store().await;
+        let app = router(HttpState {
+            store: db.store.clone(),
+            metrics: Arc::new(Metrics::default()),
+            token: Arc::from("secret-token"),
+            webhooks: None,
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let timeouts = ReadTimeouts {
+            headers: SHORT,
+            body: SHORT,
+        };
+        let server = tokio::spawn(serve(listener, app, timeouts, stop.clone()));
+        Running {
+            addr,
+            stop,
+            server,
+            _db: db,
+        }
+    }
+
+    /// Reads until the server closes the connection (or resets it), and returns what came.
+    async fn read_to_close(stream: &mut TcpStream) -> String {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            match tokio::time::timeout(GUARD, stream.read(&mut buf)).await {
+                Err(_) => panic!(
+                    "the server kept the connection open: {}",
+                    String::from_utf8_lossy(&got)
+                ),
+                Ok(Ok(0) | Err(_)) => return String::from_utf8_lossy(&got).into_owned(),
+                Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_that_sends_its_headers_byte_by_byte_is_cut_off() {
+        let running = start().await;
+        let stream = TcpStream::connect(running.addr).await.unwrap();
+        let (mut reader, mut writer) = stream.into_split();
+        // A slowloris client: one byte at a time, each well within the timeout of the one before,
+        // and never the blank line that ends the headers. Only a deadline for the whole head stops
+        // it; a timeout between reads never fires.
+        let trickle = tokio::spawn(async move {
+            let head = format!(
+                "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: {}",
+                "a".repeat(100_000)
+            );
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            for byte in head.bytes() {
+                tick.tick().await;
+                if writer.write_all(&[byte]).await.is_err() {
+                    return true;
+                }
+            }
+            false
+        });
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        let closed = loop {
+            match tokio::time::timeout(GUARD, reader.read(&mut buf)).await {
+                Err(_) => break false,
+                Ok(Ok(0) | Err(_)) => break true,
+                Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            }
+        };
+        assert!(closed, "the server kept reading a head that never ends");
+        let answer = String::from_utf8_lossy(&got);
+        assert!(!answer.contains("200 OK"), "{answer}");
+        trickle.abort();
+        running.stop.cancel();
+        running.server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_client_that_never_finishes_its_body_gets_408_and_is_closed() {
+        let running = start().await;
+        let mut stream = TcpStream::connect(running.addr).await.unwrap();
+        // The headers promise 100 bytes; 10 come, then nothing. No token either: the body is
+        // read, in time or not, before anything looks at the request.
+        stream
+            .write_all(
+                b"POST /api/approvals/1/approve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"reason\":",
+            )
+            .await
+            .unwrap();
+        let answer = read_to_close(&mut stream).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(
+            answer.contains("the request body did not arrive"),
+            "{answer}"
+        );
+        running.stop.cancel();
+        running.server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn requests_that_arrive_in_time_are_answered() {
+        let running = start().await;
+        let mut stream = TcpStream::connect(running.addr).await.unwrap();
+        let body = br#"{"reason": "no"}"#;
+        stream
+            .write_all(
+                format!(
+                    "POST /api/approvals/1/deny HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret-token\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        stream.write_all(body).await.unwrap();
+        let answer = read_to_close(&mut stream).await;
+        // The body was read and the route ran: approval 1 does not exist.
+        assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+        assert!(answer.contains("approval"), "{answer}");
+        running.stop.cancel();
+        running.server.await.unwrap();
+    }
 }

@@ -21,6 +21,8 @@ pub struct ServeConfig {
     pub webhooks: Option<crate::http::Webhooks>,
     /// Repositories polled for trigger events, with the interval.
     pub poll: Option<(Vec<orchestrator_github::RepoRef>, std::time::Duration)>,
+    /// How long HTTP clients have to send their headers and bodies.
+    pub read_timeouts: crate::http::ReadTimeouts,
 }
 
 /// Runs until `shutdown`, then: the pool stops claiming and drains (see the worker's pool.rs), the
@@ -47,14 +49,12 @@ pub async fn run(
         token: config.token.clone(),
         webhooks: config.webhooks.clone(),
     });
-    let http = tokio::spawn({
-        let http_stop = http_stop.clone();
-        async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { http_stop.cancelled().await })
-                .await
-        }
-    });
+    let http = tokio::spawn(crate::http::serve(
+        listener,
+        app,
+        config.read_timeouts,
+        http_stop.clone(),
+    ));
     let rescuer_task = tokio::spawn(rescuer.run(shutdown.clone()));
     let scheduler_task = tokio::spawn(scheduler.run(shutdown.clone()));
     let poller_task = match (&config.poll, &config.webhooks) {
@@ -78,10 +78,8 @@ pub async fn run(
         let _ = poller.await;
     }
     http_stop.cancel();
-    match http.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "HTTP server failed"),
-        Err(e) => tracing::warn!(error = %e, "HTTP server task failed"),
+    if let Err(e) = http.await {
+        tracing::warn!(error = %e, "HTTP server task failed");
     }
     store.close().await;
     pooled?;

@@ -7,8 +7,11 @@
 //! processed. A crash in between leaves the delivery `processing`, which a redelivery takes over
 //! once it is stale, and no task was created, so nothing fires twice and nothing is lost.
 //!
-//! The bot's own events never trigger, and a mention counts only from a user with write access
-//! (asked of GitHub, so a failure there fails the delivery, to be processed again later).
+//! The bot's own events never trigger, and a mention, a label or a pull request counts only from a
+//! user with write access (asked of GitHub, so a failure there fails the delivery, to be processed
+//! again later), unless a label or pull request rule says `any_author`. The sender of a label is
+//! whoever added it (the webhook's `sender`, the event's `actor` when polling), not the issue's
+//! author.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -50,8 +53,10 @@ pub struct TriggerRule {
     /// GitHub writes are pre-approved on the triggering issue or pull request only.
     #[serde(default)]
     pub pre_approve: Vec<String>,
-    /// For `pull_request.opened`: trigger on pull requests from anyone, not only from users with
-    /// write access (a fork's pull request is untrusted input).
+    /// For `issues.labeled` and `pull_request.opened`: trigger on a label added by anyone, or a
+    /// pull request opened by anyone, not only by users with write access (a fork's pull request
+    /// is untrusted input, and so is a label from someone GitHub lets only triage). Mentions
+    /// always need write access.
     #[serde(default)]
     pub any_author: bool,
     /// The task; `{repo}`, `{number}`, `{title}`, `{url}`, `{sender}`, `{label}` and `{event}`
@@ -148,7 +153,9 @@ impl Triggers {
         })
     }
 
-    /// Whether `user` may make the orchestrator work: write access or more on `repo`.
+    /// Whether `user` may make the orchestrator work: write access or more on `repo` (`admin`,
+    /// or `write`, into which GitHub folds `maintain` and custom roles built on write; `maintain`
+    /// itself is taken too, in case a server answers with the role).
     async fn can_write(&self, repo: &str, user: &str) -> Result<(bool, String), DeliveryError> {
         let github = self.github.as_ref().ok_or_else(|| {
             DeliveryError::Failed(
@@ -160,7 +167,10 @@ impl Triggers {
             .permission(&repo_ref, user)
             .await
             .map_err(|e| DeliveryError::Failed(e.to_string()))?;
-        Ok((matches!(permission.as_str(), "admin" | "write"), permission))
+        Ok((
+            matches!(permission.as_str(), "admin" | "maintain" | "write"),
+            permission,
+        ))
     }
 
     /// Processes one delivery through the ledger.
@@ -289,6 +299,7 @@ impl Triggers {
 
         let mut tasks = Vec::new();
         let mut skipped = Vec::new();
+        let mut sender_access = SenderAccess::default();
         for rule in rules {
             match rule.event.as_str() {
                 "issues.labeled" => {
@@ -298,6 +309,19 @@ impl Triggers {
                             rule.name, rule.label
                         ));
                         continue;
+                    }
+                    // Anyone may label an issue where GitHub lets them (a triager, an app, a
+                    // workflow); the label is a request for work, so it counts like a mention:
+                    // only from someone who could have made the change themselves.
+                    if !rule.any_author {
+                        let (allowed, permission) = sender_access.get(self, repo, sender).await?;
+                        if !allowed {
+                            skipped.push(format!(
+                                "{}: {sender} has {permission} access, not write (any_author is off)",
+                                rule.name
+                            ));
+                            continue;
+                        }
                     }
                 }
                 "issue_comment.created" => {
@@ -316,7 +340,7 @@ impl Triggers {
                         ));
                         continue;
                     }
-                    let (allowed, permission) = self.can_write(repo, sender).await?;
+                    let (allowed, permission) = sender_access.get(self, repo, sender).await?;
                     if !allowed {
                         skipped.push(format!(
                             "{}: {sender} has {permission} access, not write",
@@ -327,7 +351,7 @@ impl Triggers {
                 }
                 "pull_request.opened" => {
                     if !rule.any_author {
-                        let (allowed, permission) = self.can_write(repo, sender).await?;
+                        let (allowed, permission) = sender_access.get(self, repo, sender).await?;
                         if !allowed {
                             skipped.push(format!(
                                 "{}: {sender} has {permission} access, not write (any_author is off)",
@@ -347,6 +371,26 @@ impl Triggers {
             format!("{} task(s) created", tasks.len())
         };
         Ok((tasks, detail))
+    }
+}
+
+/// The sender's access, asked of GitHub at most once per delivery however many rules need it.
+#[derive(Default)]
+struct SenderAccess(Option<(bool, String)>);
+
+impl SenderAccess {
+    async fn get(
+        &mut self,
+        triggers: &Triggers,
+        repo: &str,
+        sender: &str,
+    ) -> Result<(bool, String), DeliveryError> {
+        if let Some(known) = &self.0 {
+            return Ok(known.clone());
+        }
+        let found = triggers.can_write(repo, sender).await?;
+        self.0 = Some(found.clone());
+        Ok(found)
     }
 }
 
@@ -426,6 +470,12 @@ fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewTask {
         if !vars["number"].is_empty() {
             // Pre-approved GitHub writes go to the triggering issue only; anywhere else is asked.
             policy.github_targets = vec![format!("{}#{}", vars["repo"], vars["number"])];
+        }
+        if policy.github_repos.is_empty() {
+            // GitHub reads stay in the triggering repository: an issue's text cannot send the
+            // agent to read another repository the token can see. A rule widens this by naming
+            // repositories (or `*`) in its template's policy.
+            policy.github_repos = vec![vars["repo"].clone()];
         }
         task.agent.policy = serde_json::to_value(&policy).ok();
     }
@@ -703,6 +753,11 @@ mod tests {
         let policy: orchestrator_tools::Policy =
             serde_json::from_value(task.agent.policy.clone().unwrap()).unwrap();
         assert_eq!(policy.github_targets, ["acme/widgets#7"]);
+        assert_eq!(
+            policy.github_repos,
+            ["acme/widgets"],
+            "its GitHub reads stay in the triggering repository"
+        );
         let decide = |number: u64| {
             policy
                 .decide(
@@ -727,6 +782,21 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_rules_policy_may_widen_the_repositories_its_tasks_read() {
+        let rule = rule(
+            "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nworkspace = \"/tmp\"\ntask = { prompt = \"Fix it\", agent = { policy = { default = \"allow\", github_repos = [\"acme/widgets\", \"acme/docs\"] } } }\n",
+        );
+        let mut vars = BTreeMap::new();
+        vars.insert("repo", "acme/widgets".to_owned());
+        vars.insert("number", "7".to_owned());
+        vars.insert("title", "Crash".to_owned());
+        let task = task_of(&rule, &vars);
+        let policy: orchestrator_tools::Policy =
+            serde_json::from_value(task.agent.policy.clone().unwrap()).unwrap();
+        assert_eq!(policy.github_repos, ["acme/widgets", "acme/docs"]);
+    }
+
     fn labeled(number: u64) -> Value {
         json!({
             "action": "labeled",
@@ -749,10 +819,25 @@ mod tests {
         }
     }
 
+    async fn fake_github() -> (orchestrator_test_support::github_server::FakeGitHub, GitHub) {
+        use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
+        let fake = FakeGitHub::start().await;
+        fake.set_permission("acme/widgets", "alice", "write");
+        let github = GitHub::new(orchestrator_github::ClientConfig::new(
+            fake.url(),
+            Some(FAKE_TOKEN.into()),
+        ))
+        .unwrap();
+        (fake, github)
+    }
+
     #[tokio::test]
     async fn an_unknown_bot_login_fails_the_delivery_rather_than_trigger_on_its_own_events() {
         let db = orchestrator_test_support::sqlite_store().await;
-        let t = triggers(db.store.clone(), None, None);
+        let (fake, github) = fake_github().await;
+        // GitHub does not say who the token is: the bot is unknown.
+        fake.fail_next("GET", "/user", 401, 1);
+        let t = triggers(db.store.clone(), Some(github.clone()), None);
         let err = t
             .deliver("d1", "webhook", "issues", &labeled(1))
             .await
@@ -760,7 +845,7 @@ mod tests {
         assert!(err.to_string().contains("bot's login is unknown"), "{err}");
         let row = db.store.delivery("d1").await.unwrap().unwrap();
         assert_eq!(row.status, "failed");
-        let t = triggers(db.store.clone(), None, Some("orchestrator-bot"));
+        let t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
         let done = t
             .deliver("d1", "webhook", "issues", &labeled(1))
             .await
@@ -777,6 +862,7 @@ mod tests {
         let db = orchestrator_test_support::sqlite_store().await;
         let fake = FakeGitHub::start().await;
         fake.add_issue("acme/widgets", 1, "t", "", "alice");
+        fake.set_permission("acme/widgets", "alice", "write");
         let github = GitHub::new(orchestrator_github::ClientConfig::new(
             fake.url(),
             Some(FAKE_TOKEN.into()),
@@ -829,6 +915,7 @@ mod tests {
         let db = orchestrator_test_support::sqlite_store().await;
         let fake = FakeGitHub::start().await;
         fake.add_issue("acme/widgets", 1, "t", "", "alice");
+        fake.set_permission("acme/widgets", "alice", "write");
         for _ in 0..30 {
             fake.label_issue("acme/widgets", 1, "old", "alice");
         }
@@ -890,5 +977,39 @@ mod tests {
             Some(TaskScope::All),
             "a person's template may widen it"
         );
+    }
+
+    #[tokio::test]
+    async fn the_poller_takes_a_label_only_from_someone_with_write_access() {
+        let db = orchestrator_test_support::sqlite_store().await;
+        let (fake, github) = fake_github().await;
+        fake.add_issue("acme/widgets", 1, "t", "", "alice");
+        fake.set_permission("acme/widgets", "rita", "read");
+        let t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+        let repo = RepoRef::parse("acme/widgets").unwrap();
+        assert_eq!(poll_once(&t, &repo).await.unwrap(), 0);
+        let by_rita = fake.label_issue("acme/widgets", 1, "agent-fix", "rita");
+        let by_alice = fake.label_issue("acme/widgets", 1, "agent-fix", "alice");
+        assert_eq!(poll_once(&t, &repo).await.unwrap(), 2, "both are delivered");
+        let rita = db
+            .store
+            .delivery(&format!("poll:acme/widgets:event:{by_rita}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(rita.status, "ignored");
+        assert!(rita.task_ids.is_empty());
+        assert_eq!(
+            rita.detail.as_deref(),
+            Some("fix: rita has read access, not write (any_author is off)")
+        );
+        let alice = db
+            .store
+            .delivery(&format!("poll:acme/widgets:event:{by_alice}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(alice.status, "processed");
+        assert_eq!(alice.task_ids.len(), 1);
     }
 }

@@ -70,6 +70,38 @@ conformance!(
     poll_cursors_are_upserted,
 );
 
+/// The store holds approvals, policies and conversations: a new SQLite file, and the write-ahead
+/// log and shared memory files SQLite makes beside it (with the file's own mode), are the
+/// owner's only, whatever the umask.
+#[tokio::test]
+async fn a_new_sqlite_store_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orchestrator.db");
+    let store = Store::open(
+        &path.display().to_string(),
+        &orchestrator_store::StoreOptions::default(),
+    )
+    .await
+    .unwrap();
+    store
+        .create_task(&orchestrator_types::NewTask::new("t").with_gate("true"))
+        .await
+        .unwrap();
+    for file in [
+        "orchestrator.db",
+        "orchestrator.db-wal",
+        "orchestrator.db-shm",
+    ] {
+        let mode = std::fs::metadata(dir.path().join(file))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{file}");
+    }
+    store.close().await;
+}
+
 #[allow(dead_code)]
 fn _assert_store_is_send_sync(store: Store) -> impl Send + Sync {
     store

@@ -26,6 +26,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+/// Gates an agent runs with a command of its own (`task_gate_run`) are recorded at this position and
+/// up, after the task's own gates, which keep their place in the spec: so the close guard can tell a
+/// check the agent chose from a gate the task's author wrote.
+pub const AD_HOC_GATE_POSITION: i64 = 1000;
+
 /// Bytes of a gate's output kept in memory and in the log artifact: the first half and the last.
 pub const DEFAULT_LOG_CAP_BYTES: usize = 8 * 1024 * 1024;
 

@@ -1,8 +1,8 @@
 //! The GitHub tools in agent tasks: a worker pool, a real SQLite store, real git workspaces, a
 //! scripted model, and a fake GitHub on 127.0.0.1 that speaks the REST wire format.
 //!
-//! Each task's prompt names a scenario; the scripted model plays it: run a gate (or not), dirty
-//! the tree (or not), comment, then try to close its issue.
+//! Each task's prompt names a scenario; the scripted model plays it: run the task's own gate (or
+//! not, or a check of its own), dirty the tree (or not), comment, then try to close its issue.
 
 use crate::agent::wait_state;
 use orchestrator_github::{ClientConfig as GithubConfig, GitHub};
@@ -10,7 +10,7 @@ use orchestrator_store::{ApprovalDecision, ApprovalFilter, Store, approval_statu
 use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
 use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
 use orchestrator_tools::{Decision, Policy};
-use orchestrator_types::{EventKind, ModelSpec, NewTask, TaskId, TaskState};
+use orchestrator_types::{EventKind, GateSpec, ModelSpec, NewTask, TaskId, TaskState};
 use orchestrator_worker::model::ClientConfig;
 use orchestrator_worker::{Metrics, PoolConfig, WorkerPool};
 use serde_json::{Value, json};
@@ -51,7 +51,10 @@ fn script(request: &Request) -> Reply {
     let mut words = prompt.split_whitespace();
     let scenario = words.next().unwrap_or("").to_owned();
     let number: u64 = words.next().and_then(|n| n.parse().ok()).unwrap_or(0);
-    let gate = call("task_gate_run", json!({"command": "true", "name": "check"}));
+    let gate = call("task_gate_run", json!({"gate": "check"}));
+    // A check the agent writes itself, named like the task's second gate: it passes, and proves
+    // nothing the task's author asked for.
+    let own_lint = call("task_gate_run", json!({"command": "true", "name": "lint"}));
     let dirty = call(
         "write_file",
         json!({"path": "scratch.txt", "content": "not committed\n"}),
@@ -67,8 +70,9 @@ fn script(request: &Request) -> Reply {
         json!({"repo": REPO, "number": number, "state_reason": "completed"}),
     );
     let mut steps: Vec<Vec<_>> = match scenario.as_str() {
-        "nogate" => vec![],
+        "nogate" | "gateless" => vec![],
         "dirty" => vec![vec![gate], vec![dirty]],
+        "half" => vec![vec![gate], vec![own_lint]],
         "full" => vec![
             vec![comment("Working on it.")],
             vec![gate],
@@ -87,9 +91,23 @@ fn script(request: &Request) -> Reply {
     }
 }
 
+/// A gate the task's author wrote: `true`, under `name`.
+fn own_gate(name: &str) -> GateSpec {
+    GateSpec {
+        name: name.to_owned(),
+        ..GateSpec::from_command("true")
+    }
+}
+
 fn task(ws: &std::path::Path, prompt: &str, acceptance: bool, pre_approve: &[&str]) -> NewTask {
     let mut task = NewTask::agent("github", prompt);
     task.workspace = Some(ws.display().to_string());
+    // The task's own gate, as its author wrote it; "half" has a second one and "gateless" none.
+    task.gates = match prompt.split_whitespace().next() {
+        Some("gateless") => vec![],
+        Some("half") => vec![own_gate("check"), own_gate("lint")],
+        _ => vec![own_gate("check")],
+    };
     if acceptance {
         task.acceptance = vec!["the check passes".into()];
     }
@@ -134,10 +152,10 @@ async fn pending_for(store: &Store, id: TaskId) -> Vec<orchestrator_store::Appro
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn closing_an_issue_needs_approval_criteria_a_passed_gate_and_a_clean_tree() {
+async fn closing_an_issue_needs_approval_criteria_every_own_gate_passed_and_a_clean_tree() {
     let model = ScriptedModel::start(script).await;
     let fake = FakeGitHub::start().await;
-    for n in 1..=5 {
+    for n in 1..=7 {
         fake.add_issue(
             REPO,
             n,
@@ -149,7 +167,7 @@ async fn closing_an_issue_needs_approval_criteria_a_passed_gate_and_a_clean_tree
     let db = orchestrator_test_support::sqlite_store().await;
     let (pool, shutdown) = pool(&db.store, &model.base_url(), &fake);
     let running = tokio::spawn(pool.run(shutdown.clone()));
-    let repos: Vec<_> = (0..5)
+    let repos: Vec<_> = (0..7)
         .map(|_| orchestrator_test_support::git_repo(&[("src.txt", "v1\n")]))
         .collect();
     let close_only = &["github_close_issue"];
@@ -179,6 +197,17 @@ async fn closing_an_issue_needs_approval_criteria_a_passed_gate_and_a_clean_tree
         .create_task(&task(&repos[4].1, "full 5", true, &["github_comment"]))
         .await
         .unwrap();
+    // Two gates of its own, one run on the tree; the other only as the agent's own check.
+    let half = db
+        .store
+        .create_task(&task(&repos[5].1, "half 6", true, close_only))
+        .await
+        .unwrap();
+    let gateless = db
+        .store
+        .create_task(&task(&repos[6].1, "gateless 7", true, close_only))
+        .await
+        .unwrap();
 
     // Without a pre-approval the close waits for a person; denied, it never reaches GitHub.
     wait_state(&db.store, denied, &[TaskState::Waiting]).await;
@@ -204,8 +233,18 @@ async fn closing_an_issue_needs_approval_criteria_a_passed_gate_and_a_clean_tree
 
     for (id, why) in [
         (no_criteria, "no acceptance criteria"),
-        (no_gate, "no gate passed on the current tree"),
+        (
+            no_gate,
+            "not every gate of the task passed on the current tree",
+        ),
+        (no_gate, "\"check\" has not run"),
         (dirty, "uncommitted changes"),
+        (
+            half,
+            "not every gate of the task passed on the current tree",
+        ),
+        (half, "\"lint\" has not run"),
+        (gateless, "no gates of its own"),
     ] {
         wait_state(&db.store, id, &[TaskState::Succeeded]).await;
         let said = final_words(&db.store, id).await;
@@ -237,7 +276,7 @@ async fn closing_an_issue_needs_approval_criteria_a_passed_gate_and_a_clean_tree
         .unwrap();
     wait_state(&db.store, full, &[TaskState::Succeeded]).await;
 
-    for n in 1..=4 {
+    for n in [1, 2, 3, 4, 6, 7] {
         assert_eq!(fake.issue(REPO, n).state, "open", "issue {n} stays open");
     }
     let closed = fake.issue(REPO, 5);
@@ -269,7 +308,16 @@ async fn closing_an_issue_needs_approval_criteria_a_passed_gate_and_a_clean_tree
         close_event["url"],
         "https://github.com/acme/widgets/issues/5"
     );
-    assert_eq!(close_event["gate"], "check");
+    let gates = db.store.gates(full).await.unwrap();
+    let vouching = gates
+        .iter()
+        .find(|g| g.name == "check" && g.position == 0)
+        .expect("the task's own gate, run by the agent before the close");
+    assert_eq!(
+        close_event["gates"],
+        json!([{"id": vouching.id, "name": "check"}]),
+        "{close_event}"
+    );
     let head = orchestrator_test_support::git(&repos[4].1, &["rev-parse", "HEAD"]);
     assert_eq!(close_event["head"], head.as_str());
     assert!(
@@ -384,6 +432,192 @@ async fn a_comment_whose_event_was_lost_is_recorded_once_without_writing_again()
     assert!(fake.requests_to("POST", "/comments").is_empty());
     assert!(fake.requests_to("PATCH", "/comments").is_empty());
     assert_eq!(fake.comments(REPO, 2).len(), 1);
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}
+
+/// The close guard read directly: every gate of the task's own counts, at its place in the spec
+/// and with its command as written, and the newest run on the current tree decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_close_guard_wants_the_newest_run_of_every_own_gate_on_the_tree_to_have_passed() {
+    use orchestrator_store::GateRun;
+    use orchestrator_worker::gate::{AD_HOC_GATE_POSITION, run_gate};
+    use orchestrator_worker::github::{CloseRefused, close_guard};
+
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (_dir, ws) = orchestrator_test_support::git_repo(&[("src.txt", "v1\n")]);
+    let mut new = NewTask::new("close guard");
+    new.workspace = Some(ws.display().to_string());
+    new.acceptance = vec!["it works".into()];
+    new.gates = vec![own_gate("check"), own_gate("lint")];
+    db.store.create_task(&new).await.unwrap();
+    let (task, lease) = db
+        .store
+        .claim("guard", &["default".to_owned()], 1, 60_000)
+        .await
+        .unwrap()
+        .remove(0);
+    let stop = CancellationToken::new();
+    let record = |spec: GateSpec, position: i64| {
+        let store = db.store.clone();
+        let lease = lease.clone();
+        let ws = ws.clone();
+        let stop = stop.clone();
+        let attempt = task.attempt;
+        async move {
+            let jail = orchestrator_worker::Sandbox::new(Default::default())
+                .person_gate_jail(&ws, &[])
+                .unwrap();
+            let output = run_gate(&spec, &ws, &stop, 1 << 20, &jail).await;
+            store
+                .record_gate(&GateRun {
+                    lease: &lease,
+                    attempt,
+                    position,
+                    spec: &spec,
+                    evidence: &output.evidence,
+                    log: &output.log,
+                })
+                .await
+                .unwrap()
+                .0
+        }
+    };
+    let refused = |result: Result<_, CloseRefused>| match result {
+        Ok(_) => panic!("the close was allowed"),
+        Err(e) => e.to_string(),
+    };
+    let guard = || close_guard(&db.store, &task, "completed", false);
+
+    record(own_gate("check"), 0).await;
+    // The agent's own check under the second gate's name, and a gate at the second gate's place
+    // whose command is not the one the task's author wrote: neither is the gate "lint".
+    record(own_gate("lint"), AD_HOC_GATE_POSITION).await;
+    record(
+        GateSpec {
+            name: "lint".into(),
+            ..GateSpec::from_command("exit 0")
+        },
+        1,
+    )
+    .await;
+    let why = refused(guard().await);
+    assert!(why.contains("\"lint\" has not run"), "{why}");
+    assert!(!why.contains("\"check\""), "{why}");
+
+    let failed = GateSpec {
+        command: "false".into(),
+        ..own_gate("lint")
+    };
+    // Recorded under the spec's command so it reads as the task's gate, failing on this tree.
+    let jail = orchestrator_worker::Sandbox::new(Default::default())
+        .person_gate_jail(&ws, &[])
+        .unwrap();
+    let output = run_gate(&failed, &ws, &stop, 1 << 20, &jail).await;
+    db.store
+        .record_gate(&GateRun {
+            lease: &lease,
+            attempt: task.attempt,
+            position: 1,
+            spec: &own_gate("lint"),
+            evidence: &output.evidence,
+            log: &output.log,
+        })
+        .await
+        .unwrap();
+    let why = refused(guard().await);
+    assert!(why.contains("\"lint\" failed on it"), "{why}");
+
+    let lint = record(own_gate("lint"), 1).await;
+    let evidence = guard().await.expect("both gates passed on the tree");
+    let names: Vec<&str> = evidence.gates.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["check", "lint"]);
+    assert_eq!(evidence.gates[1].id, lint);
+
+    // A new commit: the gates ran on the tree before it.
+    std::fs::write(ws.join("src.txt"), "v2\n").unwrap();
+    orchestrator_test_support::git(&ws, &["commit", "-qam", "v2"]);
+    let why = refused(guard().await);
+    assert!(why.contains("\"check\" last ran on HEAD"), "{why}");
+    assert!(why.contains("\"lint\" last ran on HEAD"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_reads_stay_in_the_repositories_the_policy_names() {
+    let model = ScriptedModel::start(|request: &Request| match request.assistant_turns() {
+        0 => Reply::ToolCalls(vec![
+            call(
+                "github_issue_context",
+                json!({"repo": "acme/secrets", "number": 1}),
+            ),
+            call(
+                "github_pr_context",
+                json!({"repo": "acme/secrets", "number": 2}),
+            ),
+            call(
+                "github_issue_context",
+                json!({"repo": "acme/widgets", "number": 9}),
+            ),
+        ]),
+        _ => Reply::Text(format!(
+            "result: {}",
+            request.last_tool_results().join(" | ")
+        )),
+    })
+    .await;
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 9, "Crash", "Steps", "alice");
+    fake.add_issue("acme/secrets", 1, "Private", "the launch date", "alice");
+    fake.add_issue(
+        "acme/secrets",
+        2,
+        "Private pull",
+        "the launch plan",
+        "alice",
+    );
+    fake.make_pull("acme/secrets", 2, &[], "");
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (pool, shutdown) = pool(&db.store, &model.base_url(), &fake);
+    let running = tokio::spawn(pool.run(shutdown.clone()));
+    let (_dir, ws) = orchestrator_test_support::git_repo(&[("a.txt", "a\n")]);
+    let mut pinned = task(&ws, "read", false, &[]);
+    let mut policy = Policy::allow_all();
+    // GitHub's names are not case sensitive.
+    policy.github_repos = vec!["Acme/Widgets".to_owned()];
+    pinned.agent.policy = Some(serde_json::to_value(policy).unwrap());
+    let pinned = db.store.create_task(&pinned).await.unwrap();
+    wait_state(&db.store, pinned, &[TaskState::Succeeded]).await;
+    let said = final_words(&db.store, pinned).await;
+    assert_eq!(
+        said.matches("this task may read GitHub only in Acme/Widgets (its policy's github_repos), not acme/secrets")
+            .count(),
+        2,
+        "the issue and the pull request elsewhere are refused: {said}"
+    );
+    assert!(
+        said.contains("Crash"),
+        "the repository it may read, in any case: {said}"
+    );
+    assert!(!said.contains("launch"), "{said}");
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|r| !r.path.contains("acme/secrets")),
+        "nothing was asked of the other repository"
+    );
+
+    // `*` widens the reads to any repository.
+    let mut open = task(&ws, "read", false, &[]);
+    let mut policy = Policy::allow_all();
+    policy.github_repos = vec!["*".to_owned()];
+    open.agent.policy = Some(serde_json::to_value(policy).unwrap());
+    let open = db.store.create_task(&open).await.unwrap();
+    wait_state(&db.store, open, &[TaskState::Succeeded]).await;
+    let said = final_words(&db.store, open).await;
+    assert!(
+        said.contains("the launch date") && said.contains("the launch plan"),
+        "{said}"
+    );
     shutdown.cancel();
     running.await.unwrap().unwrap();
 }

@@ -1,8 +1,8 @@
 //! `orchestrator github ...`: what the agents' GitHub tools do, by hand. Reads print the same
 //! context an agent gets (sanitized); writes are a person's own act, so they need no approval,
 //! but they keep the same guards: one comment per task (edited, never posted twice) and a close
-//! only with acceptance criteria and a gate that passed on the current tree. A write made for a
-//! task is recorded on that task as a `github_write` event with its URL.
+//! only with acceptance criteria and every gate the task was created with passed on the current
+//! tree. A write made for a task is recorded on that task as a `github_write` event with its URL.
 
 use super::GlobalArgs;
 use super::task::parse_id;
@@ -12,7 +12,7 @@ use clap::{Args, Subcommand};
 use orchestrator_github::{ApiError, CommentAction, GitHub, IssueRef};
 use orchestrator_types::{EventKind, format_millis};
 use orchestrator_worker::github::{
-    close_guard, comment_marker, issue_context, marked_body, pull_context,
+    close_guard, comment_marker, gate_refs, issue_context, marked_body, pull_context,
 };
 use serde_json::json;
 use std::io::Read;
@@ -42,8 +42,8 @@ Examples:
   orchestrator github comment acme/widgets#12 --task 42 --body-file report.md
   echo 'Looking into it' | orchestrator github comment acme/widgets#12 --task 42 --body-file -")]
     Comment(CommentArgs),
-    /// Close an issue for a task, once its acceptance criteria and a passed gate on the current
-    /// tree vouch for it.
+    /// Close an issue for a task, once its acceptance criteria and its own gates, all passed on the
+    /// current tree, vouch for it.
     #[command(after_help = "\
 Examples:
   orchestrator github close acme/widgets#12 --task 42
@@ -51,7 +51,9 @@ Examples:
   orchestrator github close acme/widgets#12 --task 42 --allow-dirty
 
 Refused (exit code 4) without acceptance criteria on the task, on a worktree with uncommitted
-changes (unless --allow-dirty), or when no gate of the task passed on the current tree.")]
+changes (unless --allow-dirty), or unless every gate the task was created with passed on the
+current tree (a task without gates of its own has nothing to prove the fix with; checks an agent
+ran with commands of its own do not count).")]
     Close(CloseArgs),
     /// The ledger of webhook and poll deliveries, newest first.
     #[command(after_help = "\
@@ -109,7 +111,8 @@ pub struct CloseArgs {
     /// completed or not_planned.
     #[arg(long, default_value = "completed")]
     pub reason: String,
-    /// Accept a worktree with uncommitted changes, if a gate passed on exactly those changes.
+    /// Accept a worktree with uncommitted changes, if the task's gates passed on exactly those
+    /// changes.
     #[arg(long)]
     pub allow_dirty: bool,
     #[arg(long)]
@@ -292,8 +295,7 @@ async fn close(global: &GlobalArgs, args: CloseArgs) -> anyhow::Result<ExitCode>
                 "issue": issue.to_string(),
                 "state_reason": args.reason,
                 "url": closed.html_url,
-                "gate_id": evidence.gate.id,
-                "gate": evidence.gate.name,
+                "gates": gate_refs(&evidence.gates),
                 "head": evidence.tree.head,
                 "dirty": evidence.tree.dirty,
                 "by": "cli",
@@ -305,15 +307,20 @@ async fn close(global: &GlobalArgs, args: CloseArgs) -> anyhow::Result<ExitCode>
             "url": closed.html_url,
             "state": closed.state,
             "state_reason": closed.state_reason,
-            "gate_id": evidence.gate.id,
+            "gates": gate_refs(&evidence.gates),
             "head": evidence.tree.head,
         }))?;
     } else {
+        let names: Vec<String> = evidence
+            .gates
+            .iter()
+            .map(|g| format!("{:?}", g.name))
+            .collect();
         println!(
-            "closed {issue} as {}: {} (gate {:?} passed on {})",
+            "closed {issue} as {}: {} (the task's gates {} passed on {})",
             args.reason,
             closed.html_url,
-            evidence.gate.name,
+            names.join(", "),
             evidence.tree.head.as_deref().unwrap_or("?")
         );
     }

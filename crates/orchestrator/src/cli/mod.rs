@@ -131,7 +131,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 impl GlobalArgs {
-    /// The home directory, created if missing.
+    /// The home directory, created if missing, and private (see [`private_home`]).
     pub fn home(&self) -> anyhow::Result<PathBuf> {
         let home = match &self.home {
             Some(home) => home.clone(),
@@ -139,8 +139,7 @@ impl GlobalArgs {
                 .map(|d| d.join("orchestrator"))
                 .context("no home directory: set --home or ORCHESTRATOR_HOME")?,
         };
-        std::fs::create_dir_all(&home)
-            .with_context(|| format!("cannot create the home directory {}", home.display()))?;
+        private_home(&home)?;
         Ok(home)
     }
 
@@ -199,6 +198,43 @@ impl GlobalArgs {
         let url = self.store_url()?;
         Ok(Store::open(&url, options).await?)
     }
+}
+
+/// Creates the home directory readable by its owner only (0700; missing parents too), and makes an
+/// existing one private if other users may enter or read it, with a warning saying so. It holds
+/// the API token, the store and the config: a local user who can read them can approve an agent's
+/// requests or rewrite its policy. Tightening is the safe default; a home that cannot be changed
+/// (another user's directory) only gets the warning.
+fn private_home(home: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(home)
+        .with_context(|| format!("cannot create the home directory {}", home.display()))?;
+    let mode = std::fs::metadata(home)
+        .with_context(|| format!("cannot read the home directory {}", home.display()))?
+        .permissions()
+        .mode()
+        & 0o7777;
+    if mode & 0o077 == 0 {
+        return Ok(());
+    }
+    let private = mode & 0o700;
+    match std::fs::set_permissions(home, std::fs::Permissions::from_mode(private)) {
+        Ok(()) => tracing::warn!(
+            "the home directory {} was open to other users (mode {:o}); it is now {:o}, since it holds the API token and the store",
+            home.display(),
+            mode,
+            private
+        ),
+        Err(e) => tracing::warn!(
+            "the home directory {} is open to other users (mode {:o}) and could not be made private ({e}); it holds the API token and the store: run chmod 700 on it",
+            home.display(),
+            mode
+        ),
+    }
+    Ok(())
 }
 
 /// The directory a task runs in: the given one, or the current directory, made absolute.

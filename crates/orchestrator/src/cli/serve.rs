@@ -181,6 +181,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             token,
             webhooks,
             poll,
+            read_timeouts: crate::http::ReadTimeouts::default(),
         },
         store,
         listener,

@@ -399,3 +399,61 @@ fn ctrl_c_cancels_a_foreground_run_and_its_gate() {
     assert_eq!(task["gates"][0]["verdict"], "canceled");
     crate::support::assert_no_process_with(&format!("sleep {marker}"));
 }
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn a_fresh_home_is_private_and_so_is_its_store() {
+    let env = Env::sqlite();
+    // A home that does not exist yet, below a directory that does not either.
+    let home = env.home().join("data").join("orchestrator");
+    let out = env
+        .cmd(&["task", "list", "--json"])
+        .env("ORCHESTRATOR_HOME", &home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        mode(&home),
+        0o700,
+        "the home holds the API token and the store"
+    );
+    assert_eq!(mode(&home.join("orchestrator.db")), 0o600);
+    assert!(
+        out.stderr.is_empty(),
+        "nothing to warn about: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn an_existing_home_open_to_others_is_made_private_with_a_warning() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::sqlite();
+    std::fs::set_permissions(env.home(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = env.run(&["task", "list", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mode(env.home()), 0o700);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("was open to other users (mode 755)") && said.contains("now 700"),
+        "{said}"
+    );
+    let again = env.run(&["task", "list", "--json"]);
+    assert!(
+        again.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+}

@@ -123,6 +123,7 @@ fn a_delivery_sent_twice_creates_one_task_and_the_bots_own_events_none() {
     let env = Env::sqlite();
     write_config(&env, "");
     let fake = FakeGitHub::start_blocking();
+    fake.set_permission(REPO, "alice", "write");
     let serve = serve(&env, &fake);
     let (status, first) = deliver(&serve, "issues", "d-1", &labeled(7, "agent-fix", "alice"));
     assert_eq!(status, 200, "{first}");
@@ -196,6 +197,82 @@ fn a_delivery_sent_twice_creates_one_task_and_the_bots_own_events_none() {
 }
 
 #[test]
+fn a_label_counts_only_from_someone_with_write_access_unless_the_rule_says_any_author() {
+    let env = Env::sqlite();
+    write_config(
+        &env,
+        r#"
+[[github.trigger]]
+name = "triage"
+event = "issues.labeled"
+label = "triage"
+any_author = true
+task = { title = "Triage {repo}#{number} for {sender}" }
+"#,
+    );
+    let fake = FakeGitHub::start_blocking();
+    fake.set_permission(REPO, "admin-ann", "admin");
+    fake.set_permission(REPO, "maintainer-max", "maintain");
+    fake.set_permission(REPO, "triager-tom", "triage");
+    fake.set_permission(REPO, "reader-rita", "read");
+    let serve = serve(&env, &fake);
+    let mut created = 0;
+    for (n, sender, triggers) in [
+        (1, "admin-ann", true),
+        (2, "maintainer-max", true),
+        (3, "triager-tom", false),
+        (4, "reader-rita", false),
+        (5, "stranger-sam", false),
+    ] {
+        let delivery = format!("d-label-{n}");
+        let (status, answer) = deliver(
+            &serve,
+            "issues",
+            &delivery,
+            &labeled(n, "agent-fix", sender),
+        );
+        assert_eq!(status, 200, "{answer}");
+        let tasks = answer["tasks"].as_array().unwrap().len();
+        if triggers {
+            assert_eq!(tasks, 1, "{sender}: {answer}");
+            created += 1;
+        } else {
+            assert_eq!(tasks, 0, "{sender} has no write access: {answer}");
+            let ledger = env.json(&["github", "deliveries", "--json"]);
+            let row = ledger
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["id"] == delivery.as_str())
+                .unwrap()
+                .clone();
+            assert_eq!(row["status"], "ignored", "{row}");
+            let detail = row["detail"].as_str().unwrap();
+            assert!(
+                detail.contains(&format!("{sender} has")) && detail.contains("not write"),
+                "the ledger says why: {detail}"
+            );
+        }
+        assert_eq!(env.tasks().len(), created);
+    }
+    // The rule that says any_author takes a reader's label.
+    let (_, triage) = deliver(
+        &serve,
+        "issues",
+        "d-label-6",
+        &labeled(6, "triage", "reader-rita"),
+    );
+    assert_eq!(triage["tasks"].as_array().unwrap().len(), 1, "{triage}");
+    assert_eq!(env.tasks().len(), created + 1);
+    assert_eq!(
+        fake.requests_to("GET", "/collaborators/reader-rita/permission")
+            .len(),
+        1,
+        "any_author does not ask GitHub"
+    );
+}
+
+#[test]
 fn a_failed_delivery_is_processed_again_on_redelivery() {
     let env = Env::sqlite();
     write_config(&env, "");
@@ -249,6 +326,7 @@ fn the_poller_triggers_on_new_labels_and_pull_requests_only_and_once() {
     fake.add_issue(REPO, 3, "Old issue", "", "alice");
     // Labeled before the poller ever looked: history, not a trigger.
     fake.label_issue(REPO, 3, "agent-fix", "alice");
+    fake.set_permission(REPO, "alice", "write");
     fake.set_permission(REPO, "carol", "write");
     fake.add_issue(REPO, 10, "Old pull request", "", "carol");
     fake.make_pull(REPO, 10, &[], "");
@@ -257,6 +335,9 @@ fn the_poller_triggers_on_new_labels_and_pull_requests_only_and_once() {
     assert!(env.tasks().is_empty(), "{}", serve.log());
     fake.add_issue(REPO, 4, "New issue", "", "alice");
     fake.label_issue(REPO, 4, "agent-fix", "alice");
+    // The same label from someone who may only read: no task.
+    fake.add_issue(REPO, 5, "Another new issue", "", "eve");
+    fake.label_issue(REPO, 5, "agent-fix", "eve");
     fake.add_issue(REPO, 11, "New pull request", "", "carol");
     fake.make_pull(REPO, 11, &[], "");
     wait_for(|| env.tasks().len() >= 2);
@@ -274,6 +355,18 @@ fn the_poller_triggers_on_new_labels_and_pull_requests_only_and_once() {
         ["Fix acme/widgets#4: New issue", "Review acme/widgets#11"],
         "{}",
         serve.log()
+    );
+    let ledger = env.json(&["github", "deliveries", "--json"]);
+    assert!(
+        ledger
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["status"] == "ignored"
+                && r["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("eve has none access, not write"))),
+        "eve's label is in the ledger with the reason: {ledger}"
     );
     drop(serve);
 }
@@ -424,7 +517,12 @@ fn the_github_cli_reads_comments_once_per_task_and_closes_only_with_evidence() {
         ],
     );
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
-    assert!(stderr(&out).contains("no gate passed"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not every gate of the task passed on the current tree")
+            && stderr(&out).contains("\"true\" last ran on HEAD"),
+        "{}",
+        stderr(&out)
+    );
     std::fs::write(repo.join("src.txt"), "v1\n").unwrap();
     let out = gh(
         &env,
@@ -456,6 +554,7 @@ fn the_github_cli_reads_comments_once_per_task_and_closes_only_with_evidence() {
     assert!(out.status.success(), "{}", stderr(&out));
     let closed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(closed["url"], "https://github.com/acme/widgets/issues/12");
+    assert_eq!(closed["gates"][0]["name"], "true", "{closed}");
     assert_eq!(
         fake.issue(REPO, 12).state_reason.as_deref(),
         Some("completed")

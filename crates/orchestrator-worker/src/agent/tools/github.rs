@@ -2,10 +2,12 @@
 //! task's one comment and closing an issue.
 //!
 //! The reads are `Read` calls: reading the issue it was started for is what a triggered task does
-//! first, and the token's own scopes bound what it sees. The writes are `GithubWrite` calls, which
-//! a policy asks a person about unless it names the tool (an automation's or a trigger's
-//! pre-approval); their guards run before the person is asked, and again when the call runs. Each
-//! write that happens becomes a `github_write` event with the URL GitHub returned.
+//! first, and the token's own scopes bound what it sees, narrowed by the policy's `github_repos`
+//! (a triggered task reads only the triggering repository unless its rule says otherwise). The
+//! writes are `GithubWrite` calls, which a policy asks a person about unless it names the tool (an
+//! automation's or a trigger's pre-approval); their guards run before the person is asked, and
+//! again when the call runs. Each write that happens becomes a `github_write` event with the URL
+//! GitHub returned.
 
 use std::sync::Arc;
 
@@ -17,7 +19,9 @@ use serde_json::{Value, json};
 
 use super::{Def, schema, spec, store_failure, text};
 use crate::agent::Session;
-use crate::github::{close_guard, comment_marker, issue_context, marked_body, pull_context};
+use crate::github::{
+    close_guard, comment_marker, gate_refs, issue_context, marked_body, pull_context,
+};
 use crate::runner::RunContext;
 
 #[derive(Deserialize)]
@@ -58,6 +62,24 @@ fn issue_ref(repo: &str, number: u64) -> Result<IssueRef, ToolFailure> {
     Ok(IssueRef { repo, number })
 }
 
+/// Refuses a read outside the repositories the task's policy names (`github_repos`; empty or `*`
+/// is any). GitHub's names are not case sensitive, so neither is the comparison.
+fn readable(session: &Session, target: &IssueRef) -> Result<(), ToolFailure> {
+    let allowed = &session.policy.github_repos;
+    let repo = target.repo.to_string();
+    if allowed.is_empty()
+        || allowed
+            .iter()
+            .any(|r| r == "*" || r.eq_ignore_ascii_case(&repo))
+    {
+        return Ok(());
+    }
+    Err(refuse(format!(
+        "this task may read GitHub only in {} (its policy's github_repos), not {repo}; a person can widen the policy, or read it with `orchestrator github issue`",
+        allowed.join(", ")
+    )))
+}
+
 fn client(github: &Option<GitHub>) -> Result<GitHub, ToolFailure> {
     github.clone().ok_or_else(|| {
         refuse(
@@ -71,6 +93,14 @@ fn api_failure(e: ApiError) -> ToolFailure {
 }
 
 const REPO_SCHEMA: &str = "owner/name";
+
+fn gate_names(gates: &[orchestrator_types::GateRecord]) -> String {
+    gates
+        .iter()
+        .map(|g| format!("{:?}", g.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
     let github = ctx.agent.github.clone();
@@ -99,6 +129,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 let github = g1.clone();
                 async move {
                     let issue = issue_ref(&args.repo, args.number)?;
+                    readable(&session, &issue)?;
                     let ctx = issue_context(&client(&github)?, &issue)
                         .await
                         .map_err(api_failure)?;
@@ -132,6 +163,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 let github = g2.clone();
                 async move {
                     let pull = issue_ref(&args.repo, args.number)?;
+                    readable(&session, &pull)?;
                     let ctx = pull_context(&client(&github)?, &pull, args.include_diff)
                         .await
                         .map_err(api_failure)?;
@@ -220,7 +252,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "github_close_issue",
-                description: "Close a GitHub issue as completed or not_planned. Needs approval unless pre-approved, the task's acceptance criteria, and a gate of this task that passed on exactly the current tree: same HEAD, and a clean worktree (commit first) unless allow_dirty is set, in which case the gate must have run on the same uncommitted changes. Refused with the reason otherwise.",
+                description: "Close a GitHub issue as completed or not_planned. Needs approval unless pre-approved, the task's acceptance criteria, and every gate the task was created with passed on exactly the current tree: same HEAD, and a clean worktree (commit first) unless allow_dirty is set, in which case the gates must have run on the same uncommitted changes. Run the task's own gates with task_gate_run and `gate`; checks you write yourself do not count. Refused with the reason otherwise.",
                 schema: schema(
                     json!({"repo": {"type": "string", "description": REPO_SCHEMA}, "number": {"type": "integer", "minimum": 1}, "state_reason": {"type": "string", "enum": ["completed", "not_planned"]}, "allow_dirty": {"type": "boolean"}}),
                     &["repo", "number", "state_reason"],
@@ -258,8 +290,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                                 "issue": issue.to_string(),
                                 "state_reason": args.state_reason,
                                 "url": closed.html_url,
-                                "gate_id": evidence.gate.id,
-                                "gate": evidence.gate.name,
+                                "gates": gate_refs(&evidence.gates),
                                 "head": evidence.tree.head,
                                 "dirty": evidence.tree.dirty,
                             }),
@@ -267,10 +298,10 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                         .await
                         .map_err(store_failure)?;
                     text(format!(
-                        "Closed {issue} as {}: {} (evidence: gate {:?} passed on {})",
+                        "Closed {issue} as {}: {} (evidence: the task's gates {} passed on {})",
                         args.state_reason,
                         closed.html_url,
-                        evidence.gate.name,
+                        gate_names(&evidence.gates),
                         evidence.tree.head.as_deref().unwrap_or("?")
                     ))
                 }

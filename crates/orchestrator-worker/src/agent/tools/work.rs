@@ -20,8 +20,8 @@ use crate::agent::session::{Answer, JobHandle};
 use crate::gate;
 use crate::runner::RunContext;
 
-/// Gates an agent runs get this position and up, so they sort after the task's own gates.
-const AD_HOC_POSITION: i64 = 1000;
+use crate::gate::AD_HOC_GATE_POSITION as AD_HOC_POSITION;
+
 const DEFAULT_GATE_TIMEOUT_SECS: u64 = 600;
 const MAX_GATE_TIMEOUT_SECS: u64 = 3600;
 const DEFAULT_JOB_WAIT_SECS: u64 = 60;
@@ -31,6 +31,18 @@ const MAX_JOB_WAIT_SECS: u64 = 600;
 #[serde(deny_unknown_fields)]
 struct GateArgs {
     command: String,
+    name: Option<String>,
+    cwd: Option<String>,
+    timeout_secs: Option<u64>,
+}
+
+/// task_gate_run's arguments: a check of the agent's own (`command`, with an optional name, cwd and
+/// timeout), or one of the task's own gates by name (`gate`), run exactly as its author wrote it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GateRunArgs {
+    command: Option<String>,
+    gate: Option<String>,
     name: Option<String>,
     cwd: Option<String>,
     timeout_secs: Option<u64>,
@@ -68,6 +80,55 @@ fn gate_spec(args: GateArgs) -> Result<GateSpec, ToolFailure> {
     Ok(spec)
 }
 
+/// The gate task_gate_run runs, and the position it is recorded at: the task's own gate keeps its
+/// place in the spec (so its evidence counts as that gate's, for the close guard), and a check of
+/// the agent's own goes after every gate of the task.
+fn gate_to_run(
+    session: &Session,
+    args: GateRunArgs,
+    recorded_ad_hoc: i64,
+) -> Result<(GateSpec, i64), ToolFailure> {
+    match (args.gate, args.command) {
+        (Some(_), Some(_)) => Err(refuse(
+            "give either gate (the name of one of the task's own gates) or command (a check of your own), not both",
+        )),
+        (None, None) => Err(refuse(
+            "give command (a check of your own) or gate (the name of one of the task's own gates)",
+        )),
+        (Some(name), None) => {
+            if args.name.is_some() || args.cwd.is_some() || args.timeout_secs.is_some() {
+                return Err(refuse(
+                    "the task's own gate runs as its author wrote it: leave out name, cwd and timeout_secs",
+                ));
+            }
+            let gates = &session.task.gates;
+            match gates.iter().position(|g| g.name == name) {
+                Some(position) => Ok((gates[position].clone(), position as i64)),
+                None if gates.is_empty() => Err(refuse(format!(
+                    "the task has no gates of its own, so there is no gate {name:?}; run a check with command instead"
+                ))),
+                None => Err(refuse(format!(
+                    "the task has no gate {name:?}; its gates are {}",
+                    gates
+                        .iter()
+                        .map(|g| format!("{:?}", g.name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))),
+            }
+        }
+        (None, Some(command)) => Ok((
+            gate_spec(GateArgs {
+                command,
+                name: args.name,
+                cwd: args.cwd,
+                timeout_secs: args.timeout_secs,
+            })?,
+            AD_HOC_POSITION + recorded_ad_hoc,
+        )),
+    }
+}
+
 fn workspace(session: &Session) -> Result<PathBuf, ToolFailure> {
     session
         .task
@@ -91,15 +152,16 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "task_gate_run",
-                description: "Run a verification command as a gate of this task: its exit code, duration, verdict, test counts, git tree and full log are kept as evidence (the same machinery as the task's own gates). Use it for the checks whose result must be on record; use exec_shell for exploration.",
+                description: "Run a verification command as a gate of this task: its exit code, duration, verdict, test counts, git tree and full log are kept as evidence (the same machinery as the task's own gates). With gate, runs one of the task's own gates by name exactly as its author wrote it; only those count as proof for github_close_issue. With command, runs a check of your own. Use it for the checks whose result must be on record; use exec_shell for exploration.",
                 schema: schema(
                     json!({
-                        "command": {"type": "string"},
+                        "command": {"type": "string", "description": "A check of your own."},
+                        "gate": {"type": "string", "description": "The name of one of the task's own gates, run as written (instead of command)."},
                         "name": {"type": "string"},
                         "cwd": {"type": "string", "description": "Directory relative to the workspace."},
                         "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_GATE_TIMEOUT_SECS}
                     }),
-                    &["command"],
+                    &[],
                 ),
                 read_only: false,
                 approval: ApprovalClass::Shell,
@@ -107,11 +169,8 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 example: json!({"command": "cargo test -p parser", "name": "parser tests"}),
             },
             session,
-            move |session, args: GateArgs, ctx| async move {
-                let spec = gate_spec(args)?;
+            move |session, args: GateRunArgs, ctx| async move {
                 let dir = workspace(&session)?;
-                // An agent's gate runs in the agent's jail, like its exec_shell.
-                let output = gate::run_gate(&spec, &dir, &session.stop, cap, ctx.jail()).await;
                 let recorded = session
                     .store
                     .gates(session.task_id())
@@ -120,12 +179,33 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                     .iter()
                     .filter(|g| g.position >= AD_HOC_POSITION)
                     .count() as i64;
+                let (spec, position) = gate_to_run(&session, args, recorded)?;
+                // The agent's own command runs in its jail, like its exec_shell; one of the task's
+                // gates runs as the runner would run it, because a person wrote it.
+                let person_jail;
+                let jail = if spec.by_agent {
+                    ctx.jail()
+                } else {
+                    let secrets: Vec<String> = session
+                        .task
+                        .model
+                        .iter()
+                        .filter_map(|m| m.api_key_env.clone())
+                        .collect();
+                    person_jail = ctx
+                        .jail()
+                        .sandbox()
+                        .person_gate_jail(&dir, &secrets)
+                        .map_err(|e| refuse(e.to_string()))?;
+                    &person_jail
+                };
+                let output = gate::run_gate(&spec, &dir, &session.stop, cap, jail).await;
                 let (gate_id, log) = session
                     .store
                     .record_gate(&GateRun {
                         lease: &session.lease,
                         attempt: session.attempt(),
-                        position: AD_HOC_POSITION + recorded,
+                        position,
                         spec: &spec,
                         evidence: &output.evidence,
                         log: &output.log,
