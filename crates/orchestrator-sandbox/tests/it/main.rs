@@ -286,3 +286,45 @@ async fn without_bubblewrap_commands_are_refused_unless_allowed() {
     assert_eq!(text(&out), "ran\n");
     assert!(allowed.describe().contains("UNCONFINED"));
 }
+
+/// A tiny Rust crate and a tiny Python project with one passing test each, in the workspace.
+fn projects(w: &World) {
+    std::fs::create_dir_all(w.workspace.join("src")).unwrap();
+    std::fs::write(
+        w.workspace.join("Cargo.toml"),
+        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        w.workspace.join("src/lib.rs"),
+        "#[test]\nfn adds() { assert_eq!(1 + 1, 2); }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        w.workspace.join("test_tiny.py"),
+        "import tempfile\n\ndef test_adds(tmp_path):\n    (tmp_path / 'f').write_text('x')\n    assert tempfile.gettempdir()\n    assert 1 + 1 == 2\n",
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn cargo_test_and_pytest_work_for_agents_and_for_a_persons_gates() {
+    let w = world();
+    projects(&w);
+    let sb = sandbox(&w);
+    let agent = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+    let person = sb.person_gate_jail(&w.workspace, &[]).unwrap();
+    for (who, j) in [("agent", &agent), ("person", &person)] {
+        for command in [
+            "cargo test --offline -q",
+            "python3 -m pytest -q -p no:cacheprovider test_tiny.py",
+        ] {
+            let out = sh(j, &w.workspace, command).await;
+            assert!(
+                out.status.success(),
+                "{who}: `{command}` failed: {}",
+                text(&out)
+            );
+        }
+    }
+}
