@@ -4,8 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
-use orchestrator_tools::{Policy, Profile, Registry, ToolContext};
+use orchestrator_tools::{Profile, Registry};
 use orchestrator_types::SandboxMode;
 
 use super::GlobalArgs;
@@ -37,16 +36,7 @@ fn parse_profile(s: &str) -> Result<Profile, String> {
 }
 
 pub async fn run(global: &GlobalArgs, args: McpArgs) -> anyhow::Result<ExitCode> {
-    let home = global.home()?;
-    let sandbox = global.sandbox(&global.config()?)?;
-    let policy = Policy {
-        sandbox: args.sandbox,
-        ..Policy::allow_all()
-    };
-    let ctx = ToolContext::new(&args.workspace, &home)
-        .and_then(|c| c.with_policy(policy))
-        .and_then(|c| c.with_sandbox(&sandbox))
-        .with_context(|| format!("opening the workspace {}", args.workspace.display()))?;
+    let ctx = global.tool_context(&args.workspace, args.sandbox)?;
     let registry = Registry::new(args.profile);
     let root = ctx.workspace().root().display().to_string();
     let count = registry.list().len();

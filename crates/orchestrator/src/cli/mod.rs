@@ -190,6 +190,24 @@ impl GlobalArgs {
         Ok(Sandbox::new(config.sandbox.settings(hidden, secret_env)?))
     }
 
+    /// The tools' context for a session a person runs (`tool run`, `mcp`): everything allowed,
+    /// processes in `mode` in the configured sandbox, output spilled under the home directory.
+    pub fn tool_context(
+        &self,
+        workspace: &std::path::Path,
+        mode: orchestrator_types::SandboxMode,
+    ) -> anyhow::Result<orchestrator_tools::ToolContext> {
+        let sandbox = self.sandbox(&self.config()?)?;
+        let policy = orchestrator_tools::Policy {
+            sandbox: mode,
+            ..orchestrator_tools::Policy::allow_all()
+        };
+        orchestrator_tools::ToolContext::new(workspace, self.home()?)
+            .and_then(|c| c.with_policy(policy))
+            .and_then(|c| c.with_sandbox(&sandbox))
+            .with_context(|| format!("opening the workspace {}", workspace.display()))
+    }
+
     pub async fn open_store(&self) -> anyhow::Result<Store> {
         self.open_store_with(&StoreOptions::default()).await
     }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use orchestrator_tools::{Content, Policy, Profile, Registry, ToolContext};
+use orchestrator_tools::{Content, Profile, Registry};
 use orchestrator_types::SandboxMode;
 
 use super::GlobalArgs;
@@ -133,8 +133,6 @@ fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_tool(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let home = global.home()?;
-    let sandbox = global.sandbox(&global.config()?)?;
     let raw = match (&args.args, &args.args_file) {
         (Some(a), _) => a.clone(),
         (None, Some(f)) if f.as_os_str() == "-" => {
@@ -149,14 +147,7 @@ async fn run_tool(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode
         (None, None) => String::new(),
     };
     let registry = Registry::new(args.profile);
-    let policy = Policy {
-        sandbox: args.sandbox,
-        ..Policy::allow_all()
-    };
-    let ctx = ToolContext::new(&args.workspace, &home)
-        .and_then(|c| c.with_policy(policy))
-        .and_then(|c| c.with_sandbox(&sandbox))
-        .with_context(|| format!("opening the workspace {}", args.workspace.display()))?;
+    let ctx = global.tool_context(&args.workspace, args.sandbox)?;
     let result = registry.call(&args.name, &raw, &ctx).await?;
     // Background jobs started by a one-off call cannot outlive this process anyway: end them cleanly.
     ctx.shutdown().await;
