@@ -84,6 +84,11 @@ pub struct Policy {
     /// text. `workspace_write` unless the policy says otherwise.
     #[serde(default)]
     pub sandbox: SandboxMode,
+    /// Hosts, optionally `host:port`, that fetch_url may reach even when they resolve to a
+    /// loopback, private or link-local address (which it otherwise refuses, cloud metadata
+    /// included). Empty: public addresses only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_hosts: Vec<String>,
 }
 
 impl Default for Policy {
@@ -107,6 +112,7 @@ impl Policy {
             commands: Vec::new(),
             github_targets: Vec::new(),
             sandbox: SandboxMode::default(),
+            network_hosts: Vec::new(),
         }
     }
 
