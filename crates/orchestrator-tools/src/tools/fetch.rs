@@ -152,10 +152,16 @@ fn text_problem(raw: &str) -> Option<String> {
 /// `host:port`, spelled in any way a URL accepts (`LOCALHOST`, `127.1`, `[::1]:8080`).
 fn is_listed(policy: &Policy, host: &str, port: u16) -> bool {
     policy.network_hosts.iter().any(|entry| {
-        let Ok(parsed) = Url::parse(&format!("http://{}/", entry.trim())) else {
+        let entry = entry.trim();
+        // The parser drops a scheme's default port, so the port is read under both schemes:
+        // `host:80` keeps its port as https, `host:443` as http.
+        let (Ok(http), Ok(https)) = (
+            Url::parse(&format!("http://{entry}/")),
+            Url::parse(&format!("https://{entry}/")),
+        ) else {
             return false;
         };
-        parsed.host_str() == Some(host) && parsed.port().is_none_or(|p| p == port)
+        http.host_str() == Some(host) && http.port().or(https.port()).is_none_or(|p| p == port)
     })
 }
 
@@ -609,6 +615,15 @@ mod tests {
         assert!(check_url("https://localhost/", &p).unwrap().listed);
         assert!(check_url("http://[::1]:9000/", &p).unwrap().listed);
         assert!(check_url("http://[::1]:9001/", &p).is_err());
+        p.network_hosts = vec!["127.0.0.1:80".into(), "10.0.0.1:443".into()];
+        assert!(check_url("http://127.0.0.1/", &p).unwrap().listed);
+        assert!(check_url("https://127.0.0.1:80/", &p).unwrap().listed);
+        assert!(
+            check_url("https://127.0.0.1/", &p).is_err(),
+            "443 is not 80"
+        );
+        assert!(check_url("https://10.0.0.1/", &p).unwrap().listed);
+        assert!(check_url("http://10.0.0.1/", &p).is_err(), "80 is not 443");
         p.network_hosts = vec!["169.254.169.254".into()];
         assert!(check_url("http://169.254.169.254/", &p).unwrap().listed);
     }
