@@ -111,6 +111,11 @@ pub struct Policy {
     /// tasks). A policy widens an automation's task only by saying `"task_scope": "all"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_scope: Option<TaskScope>,
+    /// Hosts, optionally `host:port`, that fetch_url may reach even when they resolve to a
+    /// loopback, private or link-local address (which it otherwise refuses, cloud metadata
+    /// included). Empty: public addresses only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_hosts: Vec<String>,
 }
 
 impl Default for Policy {
@@ -137,6 +142,7 @@ impl Policy {
             sandbox: SandboxMode::default(),
             env: Vec::new(),
             task_scope: None,
+            network_hosts: Vec::new(),
         }
     }
 

@@ -1,19 +1,39 @@
-//! fetch_url: GET a URL and return its text (HTML reduced to readable text), bounded in size and time.
+//! fetch_url: GET an http or https URL and return its text (HTML reduced to readable text), bounded
+//! in size and time, and never on this machine or a private network unless the policy says so.
 //!
-//! The client is a small HTTP/1.1 implementation over tokio's TCP stream: GET, redirects, chunked and
-//! length-delimited bodies. It speaks plain http only. A TLS stack (rustls with its crypto backend) would
-//! roughly double this crate's build time for a tool that, on machines like ours, mostly reaches local
-//! services; an https URL is refused with a message that points at exec_shell and curl.
+//! The client is reqwest with rustls (Mozilla's roots built in, so https works without a system
+//! certificate store). Fetching on an agent's behalf is a server-side request forgery waiting to
+//! happen: a web page, an issue or the model itself can name `http://127.0.0.1:…` (the daemon's
+//! own API, a database), a private address, or the cloud metadata service at 169.254.169.254,
+//! which hands out credentials. So every hop is checked before anything connects:
+//!
+//! - the URL's text: no control characters or whitespace (they could smuggle headers, and the URL
+//!   parser would silently drop some of them), http or https only, no credentials;
+//! - a host that is an IP address (in any spelling the URL standard accepts: `127.1`,
+//!   `2130706433`, `[::ffff:127.0.0.1]`) is checked as it stands, because reqwest does not resolve
+//!   it; a metadata host name is refused by name;
+//! - a host name is resolved by [`GuardedResolver`], which drops loopback, private, link-local,
+//!   shared (CGNAT), multicast, broadcast and unspecified addresses, IPv4 ones embedded in IPv6
+//!   included, and fails when none is left. The connection then goes to an address that passed,
+//!   so a name cannot resolve one way for the check and another way for the connection;
+//! - redirects are followed here, not by reqwest, so each `Location` goes through the same checks;
+//! - no proxy from the environment is used, because a proxy would resolve the name itself.
+//!
+//! A host the task's policy lists in `network_hosts` (`host` or `host:port`) skips the address
+//! checks for the hops that go to it, so a person can let an agent reach a local service.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
+use reqwest::Url;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
-use crate::policy::ApprovalClass;
+use crate::policy::{ApprovalClass, Policy};
 use crate::registry::asynchronous;
 use crate::result::{ToolFailure, ToolOutcome, ToolResult, refuse};
 
@@ -21,6 +41,18 @@ pub const DEFAULT_MAX_BYTES: u64 = 1024 * 1024;
 pub const MAX_BYTES: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
 pub const MAX_REDIRECTS: usize = 5;
+
+/// Host names of cloud metadata services, refused by name whatever they resolve to.
+const METADATA_HOSTS: &[&str] = &[
+    "metadata",
+    "metadata.google.internal",
+    "metadata.goog",
+    "instance-data",
+    "instance-data.ec2.internal",
+];
+
+/// What a refusal tells the model and the person reading it.
+const LISTING_HINT: &str = "fetch_url reaches public addresses only, unless the task's policy lists the host in network_hosts (\"host\" or \"host:port\"); do not retry with another spelling of the address";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,10 +66,10 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "fetch_url",
-        description: "Fetch a URL with GET and return its body as text: HTML is reduced to readable text (raw=true keeps it), JSON and plain text are returned as they are, binary content is refused. Follows up to 5 redirects; reads at most 1 MB by default (max_bytes, at most 10 MB) within 30 s (timeout). Only http:// URLs are supported; for https use exec_shell with curl.",
+        description: "Fetch an http:// or https:// URL with GET and return its body as text: HTML is reduced to readable text (raw=true keeps it), JSON and plain text are returned as they are, binary content is refused. Follows up to 5 redirects; reads at most 1 MB by default (max_bytes, at most 10 MB) within 30 s (timeout). Addresses of this machine, private networks, link-local and cloud metadata services are refused, at every redirect too, unless the task's policy lists the host in network_hosts.",
         schema: schema(
             json!({
-                "url": {"type": "string", "description": "The http:// URL to fetch."},
+                "url": {"type": "string", "description": "The http:// or https:// URL to fetch."},
                 "max_bytes": {"type": "integer", "minimum": 1, "description": "Most body bytes to read (default 1 MB, at most 10 MB)."},
                 "timeout": {"type": "integer", "minimum": 1, "description": "Seconds for the whole fetch (default 30, at most 120)."},
                 "raw": {"type": "boolean", "description": "Return HTML as it is instead of as text (default false)."}
@@ -47,192 +79,292 @@ pub(crate) fn def() -> ToolDef {
         read_only: true,
         approval: ApprovalClass::Network,
         aliases: &[("uri", "url"), ("link", "url")],
-        example: json!({"url": "http://127.0.0.1:8080/health"}),
+        example: json!({"url": "https://docs.rs/tokio/latest/tokio/"}),
         handler: asynchronous("fetch_url", run),
     }
 }
 
-struct Url {
-    host: String,
-    port: u16,
-    path: String,
+/// A URL that passed the checks of its text and its host.
+#[derive(Debug)]
+struct Target {
+    url: Url,
+    /// The policy lists the host: its addresses are not checked.
+    listed: bool,
 }
 
-fn parse_url(url: &str) -> Result<Url, ToolFailure> {
-    let url = url.trim();
-    if url.starts_with("https://") {
-        return Err(refuse(
-            "fetch_url supports http:// only in this build (no TLS); fetch https URLs with exec_shell and `curl -sL URL`",
+/// Checks a URL before anything connects to it: its text, its scheme, and a host given as an
+/// address or a metadata name. A host name's addresses are checked later, when it is resolved.
+/// A refusal is the reason alone, for the caller to say which URL it was about.
+fn check_url(raw: &str, policy: &Policy) -> Result<Target, String> {
+    if let Some(problem) = text_problem(raw) {
+        return Err(problem);
+    }
+    let url = Url::parse(raw).map_err(|e| {
+        format!("it is not a valid URL ({e}); give an absolute http:// or https:// URL")
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "only http and https URLs can be fetched, not {}:",
+            url.scheme()
         ));
     }
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| refuse(format!("fetch_url: {url:?} is not an http:// URL")))?;
-    let (authority, path) = match rest.find(['/', '?', '#']) {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let path = path.split('#').next().unwrap_or("/");
-    let path = if path.starts_with('?') {
-        format!("/{path}")
-    } else if path.is_empty() {
-        "/".to_owned()
-    } else {
-        path.to_owned()
-    };
-    if authority.contains('@') {
-        return Err(refuse("fetch_url: credentials in URLs are not supported"));
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(
+            "credentials in URLs are not supported; give the URL without user:password@".to_owned(),
+        );
     }
-    let (host, port) = if let Some(h) = authority.strip_prefix('[') {
-        let end = h
-            .find(']')
-            .ok_or_else(|| refuse("fetch_url: bad IPv6 address"))?;
-        let port = h[end + 1..]
-            .strip_prefix(':')
-            .map(|p| p.parse::<u16>())
-            .transpose()
-            .map_err(|_| refuse("fetch_url: bad port"))?;
-        (h[..end].to_owned(), port.unwrap_or(80))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (
-                h.to_owned(),
-                p.parse::<u16>()
-                    .map_err(|_| refuse(format!("fetch_url: bad port {p:?}")))?,
-            ),
-            None => (authority.to_owned(), 80),
+    let Some(host) = url.host_str().map(str::to_owned) else {
+        return Err("the URL has no host".to_owned());
+    };
+    let port = url.port_or_known_default().unwrap_or(80);
+    let listed = is_listed(policy, &host, port);
+    if !listed {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = bare.parse::<IpAddr>()
+            && let Some(why) = forbidden(ip)
+        {
+            return Err(format!("{ip} is {why}; {LISTING_HINT}"));
         }
-    };
-    if host.is_empty() {
-        return Err(refuse("fetch_url: the URL has no host"));
+        let name = host.trim_end_matches('.').to_ascii_lowercase();
+        if METADATA_HOSTS.contains(&name.as_str()) {
+            return Err(format!(
+                "{host} is the name of a cloud metadata service; {LISTING_HINT}"
+            ));
+        }
     }
-    Ok(Url { host, port, path })
+    Ok(Target { url, listed })
+}
+
+/// What is wrong with a URL's text: a control character or whitespace, which a URL never needs
+/// (they are percent-encoded) and which the URL parser would drop or encode without a word.
+fn text_problem(raw: &str) -> Option<String> {
+    if let Some(c) = raw.chars().find(|c| c.is_control()) {
+        return Some(format!(
+            "it contains the control character {c:?}; give the URL alone, with any such character percent-encoded"
+        ));
+    }
+    raw.chars().any(char::is_whitespace).then(|| {
+        "it contains whitespace; percent-encode spaces (%20) and give the URL alone".to_owned()
+    })
+}
+
+/// Whether the policy lists `host` (as the URL parser spells it) on `port`. An entry is a host or
+/// `host:port`, spelled in any way a URL accepts (`LOCALHOST`, `127.1`, `[::1]:8080`).
+fn is_listed(policy: &Policy, host: &str, port: u16) -> bool {
+    policy.network_hosts.iter().any(|entry| {
+        let entry = entry.trim();
+        // The parser drops a scheme's default port, so the port is read under both schemes:
+        // `host:80` keeps its port as https, `host:443` as http.
+        let (Ok(http), Ok(https)) = (
+            Url::parse(&format!("http://{entry}/")),
+            Url::parse(&format!("https://{entry}/")),
+        ) else {
+            return false;
+        };
+        http.host_str() == Some(host) && http.port().or(https.port()).is_none_or(|p| p == port)
+    })
+}
+
+/// Why fetch_url must not connect to `ip` on its own: `Some("a loopback address")`, or `None` for an
+/// address on the public internet. IPv4 addresses carried in IPv6 ones (mapped, compatible, NAT64,
+/// 6to4) are judged as the IPv4 address they reach.
+fn forbidden(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => forbidden_v4(v4),
+        IpAddr::V6(v6) => match embedded_v4(v6) {
+            Some(v4) => forbidden_v4(v4),
+            None => forbidden_v6(v6),
+        },
+    }
+}
+
+fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, c, _] = ip.octets();
+    Some(if a == 0 {
+        "an unspecified (0.0.0.0/8) address"
+    } else if ip.is_loopback() {
+        "a loopback address"
+    } else if ip.is_private() {
+        "a private (RFC 1918) address"
+    } else if ip == Ipv4Addr::new(169, 254, 169, 254) {
+        "the cloud metadata address"
+    } else if ip.is_link_local() {
+        "a link-local address"
+    } else if a == 100 && (64..128).contains(&b) {
+        "a carrier-grade NAT (100.64.0.0/10) address"
+    } else if a == 192 && b == 0 && c == 0 {
+        "an IETF protocol (192.0.0.0/24) address"
+    } else if ip.is_multicast() {
+        "a multicast address"
+    } else if a >= 240 {
+        "a reserved or broadcast address"
+    } else {
+        return None;
+    })
+}
+
+fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    let first = ip.segments()[0];
+    Some(if ip.is_unspecified() {
+        "the unspecified address"
+    } else if ip.is_loopback() {
+        "a loopback address"
+    } else if first & 0xfe00 == 0xfc00 {
+        "a private (unique local, fc00::/7) address"
+    } else if first & 0xffc0 == 0xfe80 {
+        "a link-local address"
+    } else if first & 0xffc0 == 0xfec0 {
+        "a site-local address"
+    } else if first & 0xff00 == 0xff00 {
+        "a multicast address"
+    } else {
+        return None;
+    })
+}
+
+/// The IPv4 address an IPv6 one stands for, if it carries one: IPv4-mapped (`::ffff:a.b.c.d`),
+/// IPv4-compatible (`::a.b.c.d`, which `::1` is not), NAT64 (`64:ff9b::a.b.c.d`) or 6to4
+/// (`2002:AABB:CCDD::`).
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    let last = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    if s[..6] == [0; 6] && !ip.is_loopback() && !ip.is_unspecified() {
+        return Some(last(s[6], s[7]));
+    }
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return Some(last(s[6], s[7]));
+    }
+    if s[0] == 0x2002 {
+        return Some(last(s[1], s[2]));
+    }
+    None
+}
+
+/// A host name resolved to some forbidden addresses and no other.
+#[derive(Debug)]
+struct Refusal(String);
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// The system resolver with the forbidden addresses taken out. reqwest connects only to what it
+/// returns, so the addresses checked are the addresses used.
+#[derive(Debug)]
+struct GuardedResolver;
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let allowed: Vec<SocketAddr> = all
+                .iter()
+                .copied()
+                .filter(|a| forbidden(a.ip()).is_none())
+                .collect();
+            if allowed.is_empty() {
+                // Every address was forbidden (or there was none): say which and why.
+                let found: Vec<String> = all
+                    .iter()
+                    .filter_map(|a| forbidden(a.ip()).map(|why| format!("{} ({why})", a.ip())))
+                    .collect();
+                let refusal = Refusal(if found.is_empty() {
+                    format!("{host} resolves to no address")
+                } else {
+                    format!("{host} resolves to {}", found.join(", "))
+                });
+                return Err(Box::new(refusal) as Box<dyn std::error::Error + Send + Sync>);
+            }
+            Ok(Box::new(allowed.into_iter()) as Addrs)
+        })
+    }
 }
 
 struct Response {
     status: u16,
-    headers: Vec<(String, String)>,
+    content_type: String,
+    location: Option<String>,
     body: Vec<u8>,
     truncated: bool,
 }
 
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
+/// Why a hop failed: refused by the address checks, or a plain network error.
+enum HopError {
+    Refused(String),
+    Failed(String),
 }
 
-async fn get(url: &Url, max: usize) -> Result<Response, String> {
-    let mut stream = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
+/// One GET, without following redirects, reading at most `max` body bytes.
+async fn get(target: &Target, max: usize) -> Result<Response, HopError> {
+    let mut builder = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .user_agent("orchestrator-fetch_url/0");
+    if !target.listed {
+        builder = builder.dns_resolver(Arc::new(GuardedResolver));
+    }
+    let client = builder
+        .build()
+        .map_err(|e| HopError::Failed(format!("the HTTP client could not be set up: {e}")))?;
+    let mut resp = client
+        .get(target.url.clone())
+        .header(
+            reqwest::header::ACCEPT,
+            "text/html, text/plain, application/json, */*;q=0.5",
+        )
+        .header(reqwest::header::ACCEPT_ENCODING, "identity")
+        .send()
         .await
-        .map_err(|e| format!("cannot connect to {}:{}: {e}", url.host, url.port))?;
-    let host_header = if url.port == 80 {
-        url.host.clone()
-    } else {
-        format!("{}:{}", url.host, url.port)
+        .map_err(hop_error)?;
+    let header = |name: reqwest::header::HeaderName| {
+        resp.headers()
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
     };
-    let request = format!(
-        "GET {} HTTP/1.1\r\nHost: {host_header}\r\nUser-Agent: orchestrator-fetch_url/0\r\nAccept: text/html, text/plain, application/json, */*;q=0.5\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n",
-        url.path
-    );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| format!("sending the request failed: {e}"))?;
-    // Read the head.
-    let mut buf = Vec::with_capacity(16 * 1024);
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
+    let status = resp.status().as_u16();
+    let content_type = header(reqwest::header::CONTENT_TYPE)
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let location = header(reqwest::header::LOCATION);
+    // Read one byte past the limit, so that a body of exactly `max` bytes is not called cut.
+    let mut body = Vec::new();
+    while body.len() <= max {
+        match resp.chunk().await.map_err(hop_error)? {
+            Some(chunk) => body.extend_from_slice(&chunk),
+            None => break,
         }
-        if buf.len() > 64 * 1024 {
-            return Err("the response headers are larger than 64 KB".into());
-        }
-        let mut chunk = [0u8; 8192];
-        let n = stream
-            .read(&mut chunk)
-            .await
-            .map_err(|e| format!("reading the response failed: {e}"))?;
-        if n == 0 {
-            return Err("the server closed the connection before sending a response".into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut rest = buf[head_end + 4..].to_vec();
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or("");
-    let status: u16 = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| {
-            l.split_once(':')
-                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        })
-        .collect();
-    let mut resp = Response {
+    }
+    let truncated = body.len() > max;
+    body.truncate(max);
+    Ok(Response {
         status,
-        headers,
-        body: Vec::new(),
-        truncated: false,
-    };
-    let chunked = resp
-        .header("transfer-encoding")
-        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    let length: Option<usize> = resp.header("content-length").and_then(|v| v.parse().ok());
-    // Read the rest of the body (until close, the length, or the limit), then de-chunk.
-    let want = if chunked {
-        max + 64 * 1024
-    } else {
-        length.unwrap_or(usize::MAX).min(max + 1)
-    };
-    while rest.len() < want {
-        let mut chunk = [0u8; 16 * 1024];
-        let n = stream
-            .read(&mut chunk)
-            .await
-            .map_err(|e| format!("reading the body failed: {e}"))?;
-        if n == 0 {
-            break;
-        }
-        rest.extend_from_slice(&chunk[..n]);
-        if chunked && rest.ends_with(b"0\r\n\r\n") {
-            break;
-        }
-    }
-    let body = if chunked { dechunk(&rest) } else { rest };
-    resp.truncated = body.len() > max;
-    resp.body = body[..body.len().min(max)].to_vec();
-    Ok(resp)
+        content_type,
+        location,
+        body,
+        truncated,
+    })
 }
 
-fn dechunk(data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < data.len() {
-        let Some(end) = data[i..].windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
-        let size_text = String::from_utf8_lossy(&data[i..i + end]);
-        let Ok(size) = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-        else {
-            break;
-        };
-        i += end + 2;
-        if size == 0 {
-            break;
+/// A reqwest error as one line, its causes included; a refusal of the resolver is told apart.
+fn hop_error(e: reqwest::Error) -> HopError {
+    let mut parts = vec![e.to_string()];
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        if let Some(refusal) = cause.downcast_ref::<Refusal>() {
+            return HopError::Refused(refusal.0.clone());
         }
-        let stop = (i + size).min(data.len());
-        out.extend_from_slice(&data[i..stop]);
-        i = stop + 2;
+        parts.push(cause.to_string());
+        source = cause.source();
     }
-    out
+    HopError::Failed(parts.join(": "))
 }
 
 /// HTML to readable text: scripts, styles and tags removed, block tags turned into line breaks, the
@@ -339,37 +471,65 @@ pub(crate) fn html_to_text(html: &str) -> String {
     text
 }
 
-async fn run(args: Args, _ctx: ToolContext) -> ToolOutcome {
+async fn run(args: Args, ctx: ToolContext) -> ToolOutcome {
     let max = args
         .max_bytes
         .unwrap_or(DEFAULT_MAX_BYTES)
         .clamp(1, MAX_BYTES) as usize;
     let timeout = Duration::from_secs(args.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS).clamp(1, 120));
-    let mut current = args.url.trim().to_owned();
+    let policy = ctx.policy();
+    let given = args.url.trim();
     let fetch = async {
-        for _ in 0..=MAX_REDIRECTS {
-            let url = parse_url(&current)?;
-            let resp = get(&url, max)
-                .await
-                .map_err(|e| refuse(format!("fetch_url {current}: {e}")))?;
-            if (300..400).contains(&resp.status)
-                && let Some(loc) = resp.header("location")
-            {
-                current = if loc.starts_with("http://") || loc.starts_with("https://") {
-                    loc.to_owned()
-                } else if loc.starts_with('/') {
-                    format!("http://{}:{}{loc}", url.host, url.port)
-                } else {
-                    let base = url.path.rsplit_once('/').map(|(b, _)| b).unwrap_or("");
-                    format!("http://{}:{}{base}/{loc}", url.host, url.port)
-                };
-                continue;
+        let mut target = check_url(given, policy)
+            .map_err(|why| refuse(format!("fetch_url: {given:?} is refused: {why}")))?;
+        // The URL that redirected to the target, for messages.
+        let mut from: Option<Url> = None;
+        let mut hops = 0;
+        loop {
+            let resp = match get(&target, max).await {
+                Ok(resp) => resp,
+                Err(HopError::Refused(why)) => {
+                    let what = match &from {
+                        Some(from) => format!("{from} redirected to {}, which", target.url),
+                        None => target.url.to_string(),
+                    };
+                    return Err(refuse(format!(
+                        "fetch_url: {what} is refused: {why}; {LISTING_HINT}"
+                    )));
+                }
+                Err(HopError::Failed(why)) => {
+                    return Err(refuse(format!("fetch_url {}: {why}", target.url)));
+                }
+            };
+            let Some(location) = resp
+                .location
+                .as_deref()
+                .map(str::trim)
+                .filter(|_| (300..400).contains(&resp.status))
+            else {
+                return Ok::<_, ToolFailure>((target.url, resp));
+            };
+            hops += 1;
+            if hops > MAX_REDIRECTS {
+                return Err(refuse(format!(
+                    "fetch_url: more than {MAX_REDIRECTS} redirects, the last to {location:?}"
+                )));
             }
-            return Ok::<_, ToolFailure>((current.clone(), resp));
+            // The Location is checked as text first: joining it to the base would silently drop
+            // some control characters.
+            let next = match (text_problem(location), target.url.join(location)) {
+                (Some(problem), _) => Err(problem),
+                (None, Ok(next)) => check_url(next.as_str(), policy),
+                (None, Err(e)) => Err(format!("it is not a valid URL ({e})")),
+            };
+            let next = next.map_err(|why| {
+                refuse(format!(
+                    "fetch_url: {} redirected to {location:?}, which is refused: {why}",
+                    target.url
+                ))
+            })?;
+            from = Some(std::mem::replace(&mut target, next).url);
         }
-        Err(refuse(format!(
-            "fetch_url: more than {MAX_REDIRECTS} redirects"
-        )))
     };
     let (final_url, resp) = tokio::time::timeout(timeout, fetch).await.map_err(|_| {
         refuse(format!(
@@ -377,10 +537,7 @@ async fn run(args: Args, _ctx: ToolContext) -> ToolOutcome {
             timeout.as_secs()
         ))
     })??;
-    let content_type = resp
-        .header("content-type")
-        .unwrap_or("")
-        .to_ascii_lowercase();
+    let content_type = resp.content_type.clone();
     let textual = content_type.is_empty()
         || content_type.starts_with("text/")
         || content_type.contains("json")
@@ -414,7 +571,7 @@ async fn run(args: Args, _ctx: ToolContext) -> ToolOutcome {
     }
     let mut result = ToolResult::text(format!("HTTP {} from {final_url}\n\n{text}", resp.status));
     result.is_error = resp.status >= 400;
-    Ok(result.with_meta("http", json!({"status": resp.status, "url": final_url, "content_type": content_type, "bytes": resp.body.len(), "truncated": resp.truncated})))
+    Ok(result.with_meta("http", json!({"status": resp.status, "url": final_url.as_str(), "content_type": content_type, "bytes": resp.body.len(), "truncated": resp.truncated})))
 }
 
 #[cfg(test)]
@@ -422,7 +579,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn html_and_chunks() {
+    fn html_to_text_keeps_the_words() {
         let t = html_to_text(
             "<html><head><style>x{}</style><script>var a=1;</script><title>T</title></head><body><p>Hello &amp; <b>bye</b></p><ul><li>one</li></ul></body></html>",
         );
@@ -430,15 +587,99 @@ mod tests {
             t.contains("Hello & bye") && t.contains("- one") && !t.contains("var a"),
             "{t}"
         );
-        assert_eq!(
-            dechunk(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
-            b"hello world"
+    }
+
+    #[test]
+    fn https_and_public_urls_pass_the_checks() {
+        let open = Policy::allow_all();
+        let t = check_url("https://example.com/a?b=1#frag", &open).unwrap();
+        assert_eq!(t.url.scheme(), "https");
+        assert_eq!(t.url.port_or_known_default(), Some(443));
+        assert!(!t.listed);
+        assert!(check_url("http://93.184.215.14:8080/x", &open).is_ok());
+        assert!(check_url("https://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/", &open).is_ok());
+    }
+
+    #[test]
+    fn listing_matches_host_and_port() {
+        let mut p = Policy::allow_all();
+        p.network_hosts = vec![
+            "127.0.0.1:8080".into(),
+            "LocalHost".into(),
+            "[::1]:9000".into(),
+        ];
+        assert!(check_url("http://127.0.0.1:8080/", &p).unwrap().listed);
+        assert!(check_url("http://127.1:8080/", &p).unwrap().listed);
+        assert!(check_url("http://127.0.0.1:8081/", &p).is_err());
+        assert!(check_url("http://localhost:1/", &p).unwrap().listed);
+        assert!(check_url("https://localhost/", &p).unwrap().listed);
+        assert!(check_url("http://[::1]:9000/", &p).unwrap().listed);
+        assert!(check_url("http://[::1]:9001/", &p).is_err());
+        p.network_hosts = vec!["127.0.0.1:80".into(), "10.0.0.1:443".into()];
+        assert!(check_url("http://127.0.0.1/", &p).unwrap().listed);
+        assert!(check_url("https://127.0.0.1:80/", &p).unwrap().listed);
+        assert!(
+            check_url("https://127.0.0.1/", &p).is_err(),
+            "443 is not 80"
         );
-        assert!(parse_url("https://x").is_err());
-        let u = parse_url("http://127.0.0.1:8080/a?b=1#frag").unwrap();
-        assert_eq!(
-            (u.host.as_str(), u.port, u.path.as_str()),
-            ("127.0.0.1", 8080, "/a?b=1")
-        );
+        assert!(check_url("https://10.0.0.1/", &p).unwrap().listed);
+        assert!(check_url("http://10.0.0.1/", &p).is_err(), "80 is not 443");
+        p.network_hosts = vec!["169.254.169.254".into()];
+        assert!(check_url("http://169.254.169.254/", &p).unwrap().listed);
+    }
+
+    #[test]
+    fn address_table() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("8.8.8.8", None),
+            ("1.1.1.1", None),
+            ("100.63.255.255", None),
+            ("100.128.0.0", None),
+            ("172.32.0.1", None),
+            ("2606:4700::1111", None),
+            ("0.0.0.0", Some("unspecified")),
+            ("0.1.2.3", Some("unspecified")),
+            ("127.0.0.1", Some("loopback")),
+            ("127.255.0.9", Some("loopback")),
+            ("10.0.0.1", Some("private")),
+            ("172.16.0.1", Some("private")),
+            ("172.31.255.255", Some("private")),
+            ("192.168.0.1", Some("private")),
+            ("169.254.169.254", Some("metadata")),
+            ("169.254.1.1", Some("link-local")),
+            ("100.64.0.1", Some("carrier-grade NAT")),
+            ("100.127.255.255", Some("carrier-grade NAT")),
+            ("192.0.0.170", Some("IETF")),
+            ("224.0.0.1", Some("multicast")),
+            ("239.255.255.250", Some("multicast")),
+            ("255.255.255.255", Some("broadcast")),
+            ("240.0.0.1", Some("reserved")),
+            ("::", Some("unspecified")),
+            ("::1", Some("loopback")),
+            ("fc00::1", Some("unique local")),
+            ("fd00:ec2::254", Some("unique local")),
+            ("fe80::1", Some("link-local")),
+            ("febf::1", Some("link-local")),
+            ("fec0::1", Some("site-local")),
+            ("ff02::1", Some("multicast")),
+            ("::ffff:127.0.0.1", Some("loopback")),
+            ("::ffff:169.254.169.254", Some("metadata")),
+            ("::ffff:10.0.0.1", Some("private")),
+            ("::ffff:8.8.8.8", None),
+            ("::127.0.0.1", Some("loopback")),
+            ("64:ff9b::a9fe:a9fe", Some("metadata")),
+            ("64:ff9b::808:808", None),
+            ("2002:7f00:1::", Some("loopback")),
+            ("2002:c0a8:101::1", Some("private")),
+            ("2002:808:808::1", None),
+        ];
+        for (ip, want) in cases {
+            let got = forbidden(ip.parse().unwrap());
+            match (got, want) {
+                (None, None) => {}
+                (Some(why), Some(part)) if why.contains(part) => {}
+                _ => panic!("{ip}: got {got:?}, wanted {want:?}"),
+            }
+        }
     }
 }

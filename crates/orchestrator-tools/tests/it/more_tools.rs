@@ -6,6 +6,8 @@ use std::process::Command;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use orchestrator_tools::Policy;
+
 use crate::{Harness, assert_error, assert_ok};
 
 fn git(dir: &std::path::Path, args: &[&str]) {
@@ -203,9 +205,34 @@ async fn serve(responses: Vec<String>) -> u16 {
     port
 }
 
+/// A harness whose policy lets fetch_url reach these hosts on private addresses.
+fn listing(hosts: &[String]) -> Harness {
+    let mut h = Harness::new();
+    let mut policy = Policy::allow_all();
+    policy.network_hosts = hosts.to_vec();
+    h.ctx = h.ctx.clone().with_policy(policy).unwrap();
+    h
+}
+
+/// A listener on 127.0.0.1 that nobody serves: whether anything connected to it shows whether a
+/// refused fetch was refused before connecting.
+fn silent_listener() -> (std::net::TcpListener, u16) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+#[track_caller]
+fn assert_never_connected(listener: &std::net::TcpListener) {
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("something connected: {other:?}"),
+    }
+}
+
 #[tokio::test]
-async fn fetch_url_from_a_local_server() {
-    let h = Harness::new();
+async fn fetch_url_from_a_listed_local_server() {
     let html =
         "<html><body><h1>Title</h1><script>evil()</script><p>Hello &amp; welcome</p></body></html>";
     let port = serve(vec![
@@ -213,8 +240,11 @@ async fn fetch_url_from_a_local_server() {
         format!("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\r\n{html}", html.len()),
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n7\r\n{\"a\":1}\r\n0\r\n\r\n".to_owned(),
         "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nnope".to_owned(),
+        format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\n{}", "x".repeat(100)),
+        "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 4\r\n\r\n\u{1}\u{2}\u{3}\u{4}".to_owned(),
     ])
     .await;
+    let h = listing(&[format!("127.0.0.1:{port}")]);
     let r = h
         .call(
             "fetch_url",
@@ -248,9 +278,203 @@ async fn fetch_url_from_a_local_server() {
         .await,
         &["HTTP 404", "nope"],
     );
-    assert_error(
-        &h.call("fetch_url", json!({"url": "https://example.com/"}))
-            .await,
-        &["http:// only", "curl"],
+    let r = h
+        .call(
+            "fetch_url",
+            json!({"url": format!("http://127.0.0.1:{port}/big"), "max_bytes": 10}),
+        )
+        .await;
+    let text = assert_ok(&r);
+    assert!(
+        text.contains(&format!(
+            "{}\n[... the body was cut at 10 bytes",
+            "x".repeat(10)
+        )),
+        "{text}"
     );
+    assert_eq!(r.metadata["http"]["truncated"], true);
+    assert_error(
+        &h.call(
+            "fetch_url",
+            json!({"url": format!("http://127.0.0.1:{port}/bin")}),
+        )
+        .await,
+        &["binary"],
+    );
+    let port = serve(
+        (0..6)
+            .map(|i| {
+                format!("HTTP/1.1 302 Found\r\nLocation: /hop{i}\r\nContent-Length: 0\r\n\r\n")
+            })
+            .collect(),
+    )
+    .await;
+    let h = listing(&[format!("127.0.0.1:{port}")]);
+    assert_error(
+        &h.call(
+            "fetch_url",
+            json!({"url": format!("http://127.0.0.1:{port}/")}),
+        )
+        .await,
+        &["more than 5 redirects", "/hop5"],
+    );
+}
+
+#[tokio::test]
+async fn fetch_url_speaks_tls_to_https_urls() {
+    // A plain-http server answers a TLS handshake with garbage: the failure shows that https is
+    // spoken, without leaving this machine.
+    let port = serve(vec![
+        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi".to_owned(),
+    ])
+    .await;
+    let h = listing(&[format!("127.0.0.1:{port}")]);
+    let r = h
+        .call(
+            "fetch_url",
+            json!({"url": format!("https://127.0.0.1:{port}/")}),
+        )
+        .await;
+    assert_error(&r, &["fetch_url https://127.0.0.1"]);
+    assert!(
+        !r.joined_text().contains("http:// only"),
+        "{}",
+        r.joined_text()
+    );
+}
+
+#[tokio::test]
+async fn fetch_url_refuses_this_machine_unless_listed() {
+    let (listener, port) = silent_listener();
+    let h = Harness::new();
+    for url in [
+        format!("http://127.0.0.1:{port}/"),
+        format!("http://127.1:{port}/"),
+        format!("http://2130706433:{port}/"),
+        format!("http://[::1]:{port}/"),
+        format!("http://[::ffff:127.0.0.1]:{port}/"),
+        format!("http://0.0.0.0:{port}/"),
+    ] {
+        let r = h.call("fetch_url", json!({"url": url})).await;
+        assert_error(&r, &["is refused", "network_hosts"]);
+    }
+    // A name that resolves to this machine is refused after resolution.
+    let r = h
+        .call(
+            "fetch_url",
+            json!({"url": format!("http://localhost:{port}/")}),
+        )
+        .await;
+    assert_error(
+        &r,
+        &[
+            "localhost resolves to",
+            "127.0.0.1",
+            "loopback",
+            "network_hosts",
+        ],
+    );
+    assert_never_connected(&listener);
+    // Listing another port of the host does not list this one.
+    let h = listing(&[format!("127.0.0.1:{}", port.wrapping_add(1))]);
+    let r = h
+        .call(
+            "fetch_url",
+            json!({"url": format!("http://127.0.0.1:{port}/")}),
+        )
+        .await;
+    assert_error(&r, &["is refused", "loopback"]);
+    assert_never_connected(&listener);
+    // Listing the name lets it through, on any port when none is given.
+    let port = serve(vec![
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nlocal".to_owned(),
+    ])
+    .await;
+    let h = listing(&["LOCALHOST".to_owned()]);
+    let text = assert_ok(
+        &h.call(
+            "fetch_url",
+            json!({"url": format!("http://localhost:{port}/")}),
+        )
+        .await,
+    );
+    assert!(text.contains("local"), "{text}");
+}
+
+#[tokio::test]
+async fn fetch_url_refuses_metadata_and_private_addresses_before_connecting() {
+    let h = Harness::new();
+    for (url, why) in [
+        ("http://169.254.169.254/latest/meta-data/", "metadata"),
+        ("http://[::ffff:169.254.169.254]/", "metadata"),
+        ("http://0251.0376.0251.0376/", "metadata"),
+        ("http://[fd00:ec2::254]/", "private"),
+        ("http://[fe80::1]/", "link-local"),
+        ("http://10.1.2.3/", "private"),
+        ("http://172.16.0.1/", "private"),
+        ("http://192.168.1.1/", "private"),
+        ("http://100.100.100.200/", "carrier-grade NAT"),
+        ("http://224.0.0.1/", "multicast"),
+        ("http://255.255.255.255/", "broadcast"),
+        ("http://[64:ff9b::a9fe:a9fe]/", "metadata"),
+        (
+            "http://metadata.google.internal/computeMetadata/v1/",
+            "metadata",
+        ),
+        ("http://METADATA.GOOGLE.INTERNAL./", "metadata"),
+    ] {
+        // The timeout is the shortest there is: a refusal must not wait on a connection.
+        let r = h.call("fetch_url", json!({"url": url, "timeout": 1})).await;
+        assert_error(&r, &["is refused", why, "network_hosts"]);
+    }
+}
+
+#[tokio::test]
+async fn fetch_url_checks_every_redirect() {
+    let (listener, silent) = silent_listener();
+    let port = serve(vec![
+        format!("HTTP/1.1 302 Found\r\nLocation: http://localhost:{silent}/secret\r\nContent-Length: 0\r\n\r\n"),
+        format!("HTTP/1.1 301 Moved\r\nLocation: http://127.0.0.1:{silent}/secret\r\nContent-Length: 0\r\n\r\n"),
+        "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://169.254.169.254/latest/meta-data/\r\nContent-Length: 0\r\n\r\n".to_owned(),
+        "HTTP/1.1 302 Found\r\nLocation: http://10.0.0.1/\r\nContent-Length: 0\r\n\r\n".to_owned(),
+        "HTTP/1.1 302 Found\r\nLocation: gopher://127.0.0.1/\r\nContent-Length: 0\r\n\r\n".to_owned(),
+    ])
+    .await;
+    let h = listing(&[format!("127.0.0.1:{port}")]);
+    for why in [
+        "localhost resolves to",
+        "loopback",
+        "metadata",
+        "private",
+        "http and https",
+    ] {
+        let r = h
+            .call(
+                "fetch_url",
+                json!({"url": format!("http://127.0.0.1:{port}/start")}),
+            )
+            .await;
+        assert_error(&r, &["redirect", why]);
+    }
+    assert_never_connected(&listener);
+}
+
+#[tokio::test]
+async fn fetch_url_refuses_control_characters_and_bad_urls() {
+    let h = Harness::new();
+    for (url, why) in [
+        ("http://example.com/a\r\nX-Injected: 1", "control character"),
+        ("http://example.com/a\tb", "control character"),
+        ("http://exa\u{0}mple.com/", "control character"),
+        ("http://example.com/a b", "whitespace"),
+        ("http://example.com/a\u{85}b", "control character"),
+        ("ftp://example.com/", "http and https"),
+        ("file:///etc/passwd", "http and https"),
+        ("http://user:pass@example.com/", "credentials"),
+        ("not a url", "whitespace"),
+        ("example.com", "not a valid URL"),
+    ] {
+        let r = h.call("fetch_url", json!({"url": url})).await;
+        assert_error(&r, &[why]);
+    }
 }
