@@ -287,7 +287,8 @@ async fn without_bubblewrap_commands_are_refused_unless_allowed() {
     assert!(allowed.describe().contains("UNCONFINED"));
 }
 
-/// A tiny Rust crate and a tiny Python project with one passing test each, in the workspace.
+/// A tiny Rust crate, Python project and npm package with one passing test each, in the
+/// workspace.
 fn projects(w: &World) {
     std::fs::create_dir_all(w.workspace.join("src")).unwrap();
     std::fs::write(
@@ -305,10 +306,15 @@ fn projects(w: &World) {
         "import tempfile\n\ndef test_adds(tmp_path):\n    (tmp_path / 'f').write_text('x')\n    assert tempfile.gettempdir()\n    assert 1 + 1 == 2\n",
     )
     .unwrap();
+    std::fs::write(
+        w.workspace.join("package.json"),
+        r#"{"name": "tiny", "version": "1.0.0", "scripts": {"test": "node -e \"require('assert').strictEqual(1 + 1, 2)\""}}"#,
+    )
+    .unwrap();
 }
 
 #[tokio::test]
-async fn cargo_test_and_pytest_work_for_agents_and_for_a_persons_gates() {
+async fn cargo_test_pytest_and_npm_test_work_for_agents_and_for_a_persons_gates() {
     let w = world();
     projects(&w);
     let sb = sandbox(&w);
@@ -318,6 +324,7 @@ async fn cargo_test_and_pytest_work_for_agents_and_for_a_persons_gates() {
         for command in [
             "cargo test --offline -q",
             "python3 -m pytest -q -p no:cacheprovider test_tiny.py",
+            "npm test --silent",
         ] {
             let out = sh(j, &w.workspace, command).await;
             assert!(
