@@ -1,0 +1,317 @@
+//! The trigger rules, delivery ledger and poller against a fake GitHub on 127.0.0.1.
+
+use super::*;
+
+#[test]
+fn mentions_are_words() {
+    assert!(mentions("hey @orchestrator please fix", "@orchestrator"));
+    assert!(mentions("@Orchestrator, fix", "@orchestrator"));
+    assert!(mentions("(@orchestrator)", "@orchestrator"));
+    assert!(!mentions("@orchestrator-bot fix", "@orchestrator"));
+    assert!(!mentions("mail me@orchestrator.dev", "@orchestrator"));
+    assert!(!mentions("@orchestrators", "@orchestrator"));
+    assert!(!mentions("nothing here", "@orchestrator"));
+}
+
+#[test]
+fn the_bot_is_itself_with_or_without_its_suffix() {
+    assert!(same_login("orchestrator-bot", "orchestrator-bot"));
+    assert!(same_login("orchestrator[bot]", "Orchestrator[bot]"));
+    assert!(same_login("orchestrator", "orchestrator[bot]"));
+    assert!(!same_login("orchestrator", "alice"));
+    assert!(!same_login("orchestrator", ""));
+}
+
+#[test]
+fn rules_are_validated() {
+    let mut rule: TriggerRule =
+        toml::from_str("name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\n")
+            .unwrap();
+    assert!(rule.validate().is_ok());
+    rule.label = None;
+    assert!(rule.validate().unwrap_err().contains("needs a label"));
+    rule.event = "issues.opened".into();
+    assert!(rule.validate().unwrap_err().contains("not one of"));
+    let bad: Result<TriggerRule, _> =
+        toml::from_str("name = \"x\"\nevent = \"issues.labeled\"\nlable = \"typo\"\n");
+    assert!(bad.is_err(), "unknown keys are refused");
+}
+
+fn rule(toml_text: &str) -> TriggerRule {
+    toml::from_str(toml_text).unwrap()
+}
+
+#[test]
+fn a_triggered_task_may_write_only_to_its_own_issue_unasked() {
+    let rule = rule(
+        "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nworkspace = \"/tmp\"\npre_approve = [\"github_comment\"]\ntask = { prompt = \"Fix {repo}#{number}: {title}\" }\n",
+    );
+    let mut vars = BTreeMap::new();
+    vars.insert("repo", "acme/widgets".to_owned());
+    vars.insert("number", "7".to_owned());
+    vars.insert("title", "Crash".to_owned());
+    let task = task_of(&rule, &vars);
+    assert_eq!(task.prompt.as_deref(), Some("Fix acme/widgets#7: Crash"));
+    let policy: orchestrator_tools::Policy =
+        serde_json::from_value(task.agent.policy.clone().unwrap()).unwrap();
+    assert_eq!(policy.github_targets, ["acme/widgets#7"]);
+    assert_eq!(
+        policy.github_repos,
+        ["acme/widgets"],
+        "its GitHub reads stay in the triggering repository"
+    );
+    let decide = |number: u64| {
+        policy
+            .decide(
+                "github_comment",
+                orchestrator_tools::ApprovalClass::GithubWrite,
+                &json!({"repo": "acme/widgets", "number": number, "body": "x"}),
+            )
+            .0
+    };
+    assert_eq!(decide(7), Decision::Allow);
+    assert_eq!(decide(8), Decision::Ask);
+    assert_eq!(
+        policy
+            .decide(
+                "write_file",
+                orchestrator_tools::ApprovalClass::Write,
+                &json!({})
+            )
+            .0,
+        Decision::Deny,
+        "a trigger's task gets an automation's read-only default"
+    );
+}
+
+#[test]
+fn a_rules_policy_may_widen_the_repositories_its_tasks_read() {
+    let rule = rule(
+        "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nworkspace = \"/tmp\"\ntask = { prompt = \"Fix it\", agent = { policy = { default = \"allow\", github_repos = [\"acme/widgets\", \"acme/docs\"] } } }\n",
+    );
+    let mut vars = BTreeMap::new();
+    vars.insert("repo", "acme/widgets".to_owned());
+    vars.insert("number", "7".to_owned());
+    vars.insert("title", "Crash".to_owned());
+    let task = task_of(&rule, &vars);
+    let policy: orchestrator_tools::Policy =
+        serde_json::from_value(task.agent.policy.clone().unwrap()).unwrap();
+    assert_eq!(policy.github_repos, ["acme/widgets", "acme/docs"]);
+}
+
+fn labeled(number: u64) -> Value {
+    json!({
+        "action": "labeled",
+        "label": {"name": "agent-fix"},
+        "issue": {"number": number, "title": "t", "html_url": "u"},
+        "repository": {"full_name": "acme/widgets"},
+        "sender": {"login": "alice"},
+    })
+}
+
+fn triggers(store: Store, github: Option<GitHub>, bot: Option<&str>) -> Triggers {
+    Triggers {
+        store,
+        rules: vec![rule(
+            "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\n",
+        )],
+        github,
+        bot_login: bot.map(str::to_owned),
+        mention: None,
+    }
+}
+
+async fn fake_github() -> (orchestrator_test_support::github_server::FakeGitHub, GitHub) {
+    use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
+    let fake = FakeGitHub::start().await;
+    fake.set_permission("acme/widgets", "alice", "write");
+    let github = GitHub::new(orchestrator_github::ClientConfig::new(
+        fake.url(),
+        Some(FAKE_TOKEN.into()),
+    ))
+    .unwrap();
+    (fake, github)
+}
+
+#[tokio::test]
+async fn an_unknown_bot_login_fails_the_delivery_rather_than_trigger_on_its_own_events() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (fake, github) = fake_github().await;
+    // GitHub does not say who the token is: the bot is unknown.
+    fake.fail_next("GET", "/user", 401, 1);
+    let t = triggers(db.store.clone(), Some(github.clone()), None);
+    let err = t
+        .deliver("d1", "webhook", "issues", &labeled(1))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("bot's login is unknown"), "{err}");
+    let row = db.store.delivery("d1").await.unwrap().unwrap();
+    assert_eq!(row.status, "failed");
+    let t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+    let done = t
+        .deliver("d1", "webhook", "issues", &labeled(1))
+        .await
+        .unwrap();
+    assert!(
+        matches!(done, Delivered::Processed { ref tasks, .. } if tasks.len() == 1),
+        "{done:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_poller_leaves_its_cursor_at_an_event_in_progress_and_retries_a_failed_one() {
+    use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
+    let db = orchestrator_test_support::sqlite_store().await;
+    let fake = FakeGitHub::start().await;
+    fake.add_issue("acme/widgets", 1, "t", "", "alice");
+    fake.set_permission("acme/widgets", "alice", "write");
+    let github = GitHub::new(orchestrator_github::ClientConfig::new(
+        fake.url(),
+        Some(FAKE_TOKEN.into()),
+    ))
+    .unwrap();
+    let t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+    let repo = RepoRef::parse("acme/widgets").unwrap();
+    assert_eq!(
+        poll_once(&t, &repo).await.unwrap(),
+        0,
+        "the first poll only looks"
+    );
+    let event = fake.label_issue("acme/widgets", 1, "agent-fix", "alice");
+    let id = format!("poll:acme/widgets:event:{event}");
+    // Another daemon (or this one before a crash) is processing the event.
+    let info = DeliveryInfo {
+        id: &id,
+        source: "poll",
+        event: "issues",
+        action: Some("labeled"),
+        repo: Some("acme/widgets"),
+    };
+    assert_eq!(
+        db.store
+            .claim_delivery(&info, STALE_PROCESSING_MS)
+            .await
+            .unwrap(),
+        DeliveryClaim::Fresh
+    );
+    assert_eq!(poll_once(&t, &repo).await.unwrap(), 0);
+    let cursor: Cursor =
+        serde_json::from_str(&db.store.poll_cursor("acme/widgets").await.unwrap().unwrap())
+            .unwrap();
+    assert!(
+        cursor.event < event,
+        "the cursor stays before the busy event"
+    );
+    // That processing failed; the next poll processes the event again.
+    db.store.fail_delivery(&id, 1, "died").await.unwrap();
+    assert_eq!(poll_once(&t, &repo).await.unwrap(), 1);
+    let row = db.store.delivery(&id).await.unwrap().unwrap();
+    assert_eq!(row.status, "processed");
+    assert_eq!(row.task_ids.len(), 1);
+    assert_eq!(poll_once(&t, &repo).await.unwrap(), 0, "and only once");
+}
+
+#[tokio::test]
+async fn the_poller_reads_a_burst_of_more_than_a_page_whole() {
+    use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
+    let db = orchestrator_test_support::sqlite_store().await;
+    let fake = FakeGitHub::start().await;
+    fake.add_issue("acme/widgets", 1, "t", "", "alice");
+    fake.set_permission("acme/widgets", "alice", "write");
+    for _ in 0..30 {
+        fake.label_issue("acme/widgets", 1, "old", "alice");
+    }
+    let github = GitHub::new(orchestrator_github::ClientConfig::new(
+        fake.url(),
+        Some(FAKE_TOKEN.into()),
+    ))
+    .unwrap();
+    let t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+    let repo = RepoRef::parse("acme/widgets").unwrap();
+    assert_eq!(poll_once(&t, &repo).await.unwrap(), 0);
+    // 250 events between two rounds: three pages of 100.
+    for n in 0..250 {
+        fake.label_issue("acme/widgets", 1, &format!("burst-{n}"), "alice");
+    }
+    assert_eq!(poll_once(&t, &repo).await.unwrap(), 250);
+    let rows = db.store.deliveries(1000).await.unwrap();
+    assert_eq!(
+        rows.len(),
+        250,
+        "every event of the burst, none from before"
+    );
+    assert_eq!(
+        fake.requests_to("GET", "/issues/events").len(),
+        1 + 3,
+        "the second round stops at the page that reaches the cursor"
+    );
+    assert_eq!(poll_once(&t, &repo).await.unwrap(), 0);
+}
+
+#[test]
+fn a_triggered_task_reads_only_its_own_tree_unless_the_template_widens_it() {
+    let mut vars = BTreeMap::new();
+    vars.insert("repo", "acme/widgets".to_owned());
+    vars.insert("number", "7".to_owned());
+    vars.insert("title", "Crash".to_owned());
+    let scope = |toml_text: &str| {
+        let task = task_of(&rule(toml_text), &vars);
+        let policy: orchestrator_tools::Policy =
+            serde_json::from_value(task.agent.policy.unwrap()).unwrap();
+        policy.task_scope
+    };
+    let head =
+        "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nworkspace = \"/tmp\"\n";
+    assert_eq!(
+        scope(&format!("{head}task = {{ prompt = \"Fix it\" }}\n")),
+        Some(TaskScope::Tree)
+    );
+    assert_eq!(
+        scope(&format!(
+            "{head}task = {{ prompt = \"Fix it\", agent = {{ policy = {{ default = \"allow\" }} }} }}\n"
+        )),
+        Some(TaskScope::Tree),
+        "a template's policy that does not name a scope"
+    );
+    assert_eq!(
+        scope(&format!(
+            "{head}task = {{ prompt = \"Fix it\", agent = {{ policy = {{ default = \"allow\", task_scope = \"all\" }} }} }}\n"
+        )),
+        Some(TaskScope::All),
+        "a person's template may widen it"
+    );
+}
+
+#[tokio::test]
+async fn the_poller_takes_a_label_only_from_someone_with_write_access() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (fake, github) = fake_github().await;
+    fake.add_issue("acme/widgets", 1, "t", "", "alice");
+    fake.set_permission("acme/widgets", "rita", "read");
+    let t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+    let repo = RepoRef::parse("acme/widgets").unwrap();
+    assert_eq!(poll_once(&t, &repo).await.unwrap(), 0);
+    let by_rita = fake.label_issue("acme/widgets", 1, "agent-fix", "rita");
+    let by_alice = fake.label_issue("acme/widgets", 1, "agent-fix", "alice");
+    assert_eq!(poll_once(&t, &repo).await.unwrap(), 2, "both are delivered");
+    let rita = db
+        .store
+        .delivery(&format!("poll:acme/widgets:event:{by_rita}"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rita.status, "ignored");
+    assert!(rita.task_ids.is_empty());
+    assert_eq!(
+        rita.detail.as_deref(),
+        Some("fix: rita has read access, not write (any_author is off)")
+    );
+    let alice = db
+        .store
+        .delivery(&format!("poll:acme/widgets:event:{by_alice}"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(alice.status, "processed");
+    assert_eq!(alice.task_ids.len(), 1);
+}
