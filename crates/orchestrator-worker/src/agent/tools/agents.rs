@@ -92,15 +92,22 @@ struct InputArgs {
 #[serde(deny_unknown_fields)]
 struct NoArgs {}
 
-/// How deep `task` is: 0 for a task without a parent.
-async fn depth(session: &Session) -> Result<u32, ToolFailure> {
-    let mut depth = 0;
-    let mut parent = session.task.parent_id;
+/// Walks up `task`'s ancestry, at most `limit` parents: the last task reached, how many parents
+/// were counted, and whether more lie above the limit (then the count is `limit + 1`).
+async fn ancestry(
+    session: &Session,
+    task: &Task,
+    limit: u32,
+) -> Result<(TaskId, u32, bool), ToolFailure> {
+    let mut top = task.id;
+    let mut parent = task.parent_id;
+    let mut steps = 0;
     while let Some(id) = parent {
-        depth += 1;
-        if depth > MAX_DEPTH + 1 {
-            break;
+        steps += 1;
+        if steps > limit {
+            return Ok((top, steps, true));
         }
+        top = id;
         parent = session
             .store
             .get_task(id)
@@ -108,6 +115,13 @@ async fn depth(session: &Session) -> Result<u32, ToolFailure> {
             .map_err(store_failure)?
             .parent_id;
     }
+    Ok((top, steps, false))
+}
+
+/// How deep `task` is: 0 for a task without a parent (counted no further than one past the
+/// deepest allowed).
+async fn depth(session: &Session) -> Result<u32, ToolFailure> {
+    let (_, depth, _) = ancestry(session, &session.task, MAX_DEPTH + 1).await?;
     Ok(depth)
 }
 
@@ -235,24 +249,12 @@ fn scope(session: &Session) -> TaskScope {
 
 /// The root of `task`'s tree: the first task of its ancestry, which has no parent.
 async fn root_of(session: &Session, task: &Task) -> Result<TaskId, ToolFailure> {
-    let mut root = task.id;
-    let mut parent = task.parent_id;
-    let mut steps = 0;
-    while let Some(id) = parent {
-        steps += 1;
-        if steps > MAX_ANCESTRY {
-            return Err(refuse(format!(
-                "task {} has more than {MAX_ANCESTRY} ancestors, so its tree cannot be told",
-                task.id
-            )));
-        }
-        root = id;
-        parent = session
-            .store
-            .get_task(id)
-            .await
-            .map_err(store_failure)?
-            .parent_id;
+    let (root, _, cut) = ancestry(session, task, MAX_ANCESTRY).await?;
+    if cut {
+        return Err(refuse(format!(
+            "task {} has more than {MAX_ANCESTRY} ancestors, so its tree cannot be told",
+            task.id
+        )));
     }
     Ok(root)
 }
