@@ -333,6 +333,7 @@ async fn measure_on(
         base_url: model.base_url(),
         model: "scripted".into(),
         api_key_env: None,
+        settings: Default::default(),
     };
     let new_task = |label: &str| {
         let mut task = NewTask::agent(format!("agent bench {label}"), prompt(label));

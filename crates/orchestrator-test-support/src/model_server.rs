@@ -41,6 +41,95 @@ pub enum Reply {
     CutStream,
     /// Never answers, for timeouts.
     Hang,
+    /// A 200 with an empty body, as llama-cpp-python answers a prompt over its context window.
+    EmptyBody,
+    /// A reply shaped by hand: finish reason, ids, usage and model as real servers vary them.
+    Shaped(Shape),
+    /// Streams `pieces` text pieces, one every `every`, then finishes: a slow server that keeps
+    /// writing. A non-streamed request gets the whole text after the same total time.
+    Slow {
+        pieces: usize,
+        every: std::time::Duration,
+    },
+}
+
+/// A reply with the details real servers differ on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    pub text: String,
+    pub calls: Vec<ScriptedCall>,
+    /// `None` picks `stop` or `tool_calls` as OpenAI does.
+    pub finish_reason: Option<String>,
+    /// Whether tool calls carry ids (llama.cpp's older servers send none).
+    pub call_ids: bool,
+    /// Whether usage is reported (llama-cpp-python's streams report none).
+    pub usage: bool,
+    /// The model the server says answered (default: the one asked for).
+    pub model: Option<String>,
+}
+
+impl Shape {
+    pub fn text(text: &str) -> Shape {
+        Shape {
+            text: text.to_owned(),
+            calls: Vec::new(),
+            finish_reason: None,
+            call_ids: true,
+            usage: true,
+            model: None,
+        }
+    }
+
+    pub fn calls(calls: Vec<ScriptedCall>) -> Shape {
+        Shape {
+            calls,
+            ..Shape::text("")
+        }
+    }
+
+    /// Cut by the output token limit: finish reason `length`.
+    pub fn cut(mut self) -> Shape {
+        self.finish_reason = Some("length".into());
+        self
+    }
+
+    pub fn without_ids(mut self) -> Shape {
+        self.call_ids = false;
+        self
+    }
+
+    pub fn without_usage(mut self) -> Shape {
+        self.usage = false;
+        self
+    }
+
+    pub fn answered_by(mut self, model: &str) -> Shape {
+        self.model = Some(model.to_owned());
+        self
+    }
+}
+
+/// Behaviours of real OpenAI-compatible servers that a test may switch on, each seen in the wild.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quirks {
+    /// llama-cpp-python: 500 to a message whose `content` is `null` or missing.
+    pub refuse_null_content: bool,
+    /// llama-cpp-python: tools offered without `tool_choice` are ignored; the model writes its
+    /// call as plain text instead.
+    pub ignore_tools_without_tool_choice: bool,
+    /// llama-server: 500 to a history whose tool call arguments are not a JSON object.
+    pub refuse_malformed_history: bool,
+}
+
+impl Quirks {
+    /// Every quirk on: a client that works against this works against the real servers.
+    pub fn real_servers() -> Quirks {
+        Quirks {
+            refuse_null_content: true,
+            ignore_tools_without_tool_choice: true,
+            refuse_malformed_history: true,
+        }
+    }
 }
 
 /// A tool call the scripted model makes.
@@ -137,6 +226,7 @@ type Handler = dyn Fn(&Request) -> Reply + Send + Sync;
 
 struct Shared {
     handler: Box<Handler>,
+    quirks: Quirks,
     received: Mutex<Vec<Request>>,
 }
 
@@ -162,7 +252,15 @@ impl ScriptedModel {
     pub async fn start(
         handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
     ) -> ScriptedModel {
-        let (model, listener, app, stop) = ScriptedModel::prepare(Box::new(handler));
+        ScriptedModel::start_with(Quirks::default(), handler).await
+    }
+
+    /// `start`, with real servers' `quirks`.
+    pub async fn start_with(
+        quirks: Quirks,
+        handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+    ) -> ScriptedModel {
+        let (model, listener, app, stop) = ScriptedModel::prepare(quirks, Box::new(handler));
         http_server::spawn(listener, app, stop);
         model
     }
@@ -172,7 +270,15 @@ impl ScriptedModel {
     pub fn start_blocking(
         handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
     ) -> ScriptedModel {
-        let (model, listener, app, stop) = ScriptedModel::prepare(Box::new(handler));
+        ScriptedModel::start_blocking_with(Quirks::default(), handler)
+    }
+
+    /// `start_blocking`, with real servers' `quirks`.
+    pub fn start_blocking_with(
+        quirks: Quirks,
+        handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+    ) -> ScriptedModel {
+        let (model, listener, app, stop) = ScriptedModel::prepare(quirks, Box::new(handler));
         http_server::spawn_on_thread("scripted-model", listener, app, stop);
         model
     }
@@ -188,6 +294,7 @@ impl ScriptedModel {
     }
 
     fn prepare(
+        quirks: Quirks,
         handler: Box<Handler>,
     ) -> (
         ScriptedModel,
@@ -199,6 +306,7 @@ impl ScriptedModel {
         let (listener, addr) = http_server::bind();
         let shared = Arc::new(Shared {
             handler,
+            quirks,
             received: Mutex::new(Vec::new()),
         });
         let app = Router::new()
@@ -287,23 +395,88 @@ async fn completions(
         received.push(request.clone());
         request
     };
+    if let Some(refusal) = refuse(shared.quirks, &request) {
+        return refusal;
+    }
     let reply = (shared.handler)(&request);
-    respond(&request, reply).await
+    let ignore_tools =
+        shared.quirks.ignore_tools_without_tool_choice && request.body.get("tool_choice").is_none();
+    respond(&request, reply, ignore_tools).await
 }
 
-async fn respond(request: &Request, reply: Reply) -> Response {
-    let (text, calls) = match reply {
-        Reply::Text(text) => (text, Vec::new()),
-        Reply::ToolCalls(calls) => (String::new(), calls),
-        Reply::TextAndToolCalls(text, calls) => (text, calls),
+/// The 500 a real server gives to a request it cannot take, when its quirk is on.
+fn refuse(quirks: Quirks, request: &Request) -> Option<Response> {
+    let server_error = |message: String| {
+        json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"error": {"code": 500, "message": message, "type": "server_error"}}).to_string(),
+        )
+    };
+    for (n, message) in request.messages().iter().enumerate() {
+        if quirks.refuse_null_content && message.get("content").is_none_or(Value::is_null) {
+            return Some(server_error(format!(
+                "Internal Server Error: TypeError: can only concatenate str (not \"NoneType\") to \
+                 str (message {n})"
+            )));
+        }
+        if quirks.refuse_malformed_history {
+            for call in message["tool_calls"].as_array().into_iter().flatten() {
+                let arguments = call["function"]["arguments"].as_str().unwrap_or_default();
+                if !matches!(
+                    serde_json::from_str::<Value>(arguments),
+                    Ok(Value::Object(_))
+                ) {
+                    return Some(server_error(format!(
+                        "[json.exception.parse_error.101] parse error at line 1: syntax error \
+                         while parsing value; last read: '{arguments}'"
+                    )));
+                }
+            }
+        }
+    }
+    None
+}
+
+async fn respond(request: &Request, reply: Reply, ignore_tools: bool) -> Response {
+    let shape = match reply {
+        Reply::Text(text) => Shape::text(&text),
+        Reply::ToolCalls(calls) => Shape::calls(calls),
+        Reply::TextAndToolCalls(text, calls) => Shape {
+            calls,
+            ..Shape::text(&text)
+        },
+        Reply::Shaped(shape) => shape,
         Reply::Status(status, body) => {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             return json_response(status, body);
         }
         Reply::CutStream => return cut(request),
         Reply::Hang => std::future::pending().await,
+        Reply::EmptyBody => {
+            let kind = if request.is_streaming() {
+                "text/event-stream"
+            } else {
+                "application/json"
+            };
+            return stream_response(kind, Vec::new());
+        }
+        Reply::Slow { pieces, every } => return slow(request, pieces, every).await,
     };
-    let reply = Answer::new(request, text, calls);
+    let shape = if ignore_tools && !shape.calls.is_empty() {
+        // The model never saw the tools: it writes what it would have called as prose.
+        let text: Vec<String> = shape
+            .calls
+            .iter()
+            .map(|c| format!("I would call {} with {}", c.name, c.arguments))
+            .collect();
+        Shape {
+            calls: Vec::new(),
+            ..Shape::text(&format!("{}{}", shape.text, text.join("; ")))
+        }
+    } else {
+        shape
+    };
+    let reply = Answer::new(request, shape);
     if request.is_streaming() {
         let include_usage = request.body["stream_options"]["include_usage"] == true;
         event_stream(reply.chunks(include_usage), false)
@@ -316,9 +489,44 @@ fn json_response(status: StatusCode, body: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// A slow server's reply: a piece every `every`.
+async fn slow(request: &Request, pieces: usize, every: std::time::Duration) -> Response {
+    let text = "word ".repeat(pieces);
+    let answer = Answer::new(request, Shape::text(&text));
+    if !request.is_streaming() {
+        tokio::time::sleep(every * pieces as u32).await;
+        return json_response(StatusCode::OK, answer.completion().to_string());
+    }
+    let mut chunks = vec![answer.chunk(json!({"role": "assistant", "content": ""}), None)];
+    for _ in 0..pieces {
+        chunks.push(answer.chunk(json!({"content": "word "}), None));
+    }
+    chunks.push(answer.chunk(json!({}), Some("stop")));
+    let events: Vec<Bytes> = chunks
+        .iter()
+        .map(|c| Bytes::from(format!("data: {c}\n\n")))
+        .chain(std::iter::once(Bytes::from_static(b"data: [DONE]\n\n")))
+        .collect();
+    let stream = futures_util::stream::unfold(
+        (events.into_iter(), true),
+        move |(mut events, first)| async move {
+            let event = events.next()?;
+            if !first {
+                tokio::time::sleep(every).await;
+            }
+            Some((Ok::<_, std::io::Error>(event), (events, false)))
+        },
+    );
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
 fn cut(request: &Request) -> Response {
     if request.is_streaming() {
-        let answer = Answer::new(request, String::new(), Vec::new());
+        let answer = Answer::new(request, Shape::text(""));
         let chunks = vec![
             answer.chunk(json!({"role": "assistant", "content": ""}), None),
             answer.chunk(json!({"content": "This reply is cut "}), None),
@@ -392,6 +600,9 @@ struct Answer {
     index: usize,
     text: String,
     calls: Vec<ScriptedCall>,
+    finish_reason: Option<String>,
+    call_ids: bool,
+    report_usage: bool,
     prompt_tokens: u64,
 }
 
@@ -403,26 +614,36 @@ const TEXT_PIECE_CHARS: usize = 5;
 const ARGUMENT_PIECE_CHARS: usize = 7;
 
 impl Answer {
-    fn new(request: &Request, text: String, calls: Vec<ScriptedCall>) -> Answer {
+    fn new(request: &Request, shape: Shape) -> Answer {
         Answer {
             id: format!("chatcmpl-{}", request.index),
-            model: request.model().unwrap_or("scripted").to_owned(),
+            model: shape
+                .model
+                .unwrap_or_else(|| request.model().unwrap_or("scripted").to_owned()),
             index: request.index,
-            text,
-            calls,
+            text: shape.text,
+            calls: shape.calls,
+            finish_reason: shape.finish_reason,
+            call_ids: shape.call_ids,
+            report_usage: shape.usage,
             prompt_tokens: request.messages().len() as u64 * 10,
         }
     }
 
-    fn call_id(&self, n: usize) -> String {
-        format!("call_{}_{n}", self.index)
+    /// The call's id, or JSON null for a server that sends none.
+    fn call_id(&self, n: usize) -> Value {
+        if self.call_ids {
+            json!(format!("call_{}_{n}", self.index))
+        } else {
+            Value::Null
+        }
     }
 
-    fn finish_reason(&self) -> &'static str {
-        if self.calls.is_empty() {
-            "stop"
-        } else {
-            "tool_calls"
+    fn finish_reason(&self) -> &str {
+        match &self.finish_reason {
+            Some(reason) => reason,
+            None if self.calls.is_empty() => "stop",
+            None => "tool_calls",
         }
     }
 
@@ -475,7 +696,7 @@ impl Answer {
             }
         }
         chunks.push(self.chunk(json!({}), Some(self.finish_reason())));
-        if include_usage {
+        if include_usage && self.report_usage {
             // OpenAI sends `"usage": null` on every other chunk and the totals on a last chunk
             // without choices.
             for chunk in &mut chunks {
@@ -527,7 +748,7 @@ impl Answer {
                 "logprobs": null,
                 "finish_reason": self.finish_reason(),
             }],
-            "usage": self.usage(),
+            "usage": if self.report_usage { self.usage() } else { Value::Null },
         })
     }
 }
@@ -557,8 +778,7 @@ mod tests {
         };
         let answer = Answer::new(
             &request,
-            String::new(),
-            vec![call("read", json!({"path": "src/main.rs"}))],
+            Shape::calls(vec![call("read", json!({"path": "src/main.rs"}))]),
         );
         let chunks = answer.chunks(true);
         let pieces: Vec<&Value> = chunks

@@ -118,6 +118,96 @@ pub struct ModelSpec {
     /// servers such as llama.cpp or Ollama need none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// How to talk to this model; what is unset takes the worker's defaults.
+    #[serde(default, skip_serializing_if = "ModelSettings::is_empty")]
+    pub settings: ModelSettings,
+}
+
+/// What differs from one model server to the next: a CPU server that writes for minutes, a server
+/// that cannot stream, a small context window. Every field is optional; unset means the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSettings {
+    /// Ask for a streamed reply (default on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    /// Seconds of silence after which the server counts as hung: waiting for the reply to start,
+    /// and between two pieces of a streamed reply (default 300). A reply may take any time as a
+    /// whole while pieces keep coming. Without streaming the whole reply is one silence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_secs: Option<u64>,
+    /// Attempts after the first for failures that pass on their own (default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+    /// The model's context window in tokens, when known: named in errors about a prompt that does
+    /// not fit, and the bound of the conversation estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    /// Most tokens one reply may have, sent as `max_tokens` (default: the server's own limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
+    /// `tool_choice` sent with the tools: `auto` (default), `required`, `none`, or `omit` to send
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<String>,
+}
+
+/// The values `ModelSettings::tool_choice` takes.
+pub const TOOL_CHOICES: [&str; 4] = ["auto", "required", "none", "omit"];
+
+impl ModelSettings {
+    pub fn is_empty(&self) -> bool {
+        *self == ModelSettings::default()
+    }
+
+    /// Each field of `over` that is set replaces this one's.
+    pub fn merged(&self, over: &ModelSettings) -> ModelSettings {
+        ModelSettings {
+            stream: over.stream.or(self.stream),
+            idle_timeout_secs: over.idle_timeout_secs.or(self.idle_timeout_secs),
+            max_retries: over.max_retries.or(self.max_retries),
+            context_window: over.context_window.or(self.context_window),
+            max_output_tokens: over.max_output_tokens.or(self.max_output_tokens),
+            tool_choice: over
+                .tool_choice
+                .clone()
+                .or_else(|| self.tool_choice.clone()),
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.idle_timeout_secs == Some(0) {
+            return Err(Error::invalid(
+                "idle_timeout_secs",
+                "must be at least 1 second",
+            ));
+        }
+        for (field, value) in [
+            ("context_window", self.context_window),
+            ("max_output_tokens", self.max_output_tokens),
+        ] {
+            if value == Some(0) {
+                return Err(Error::invalid(field, "must be at least 1 token"));
+            }
+        }
+        if let (Some(window), Some(output)) = (self.context_window, self.max_output_tokens)
+            && output >= window
+        {
+            return Err(Error::invalid(
+                "max_output_tokens",
+                format!("{output} leaves no room for the prompt in a context window of {window}"),
+            ));
+        }
+        if let Some(choice) = &self.tool_choice
+            && !TOOL_CHOICES.contains(&choice.as_str())
+        {
+            return Err(Error::invalid(
+                "tool_choice",
+                format!("{choice:?} is not one of {}", TOOL_CHOICES.join(", ")),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl ModelSpec {
@@ -140,7 +230,7 @@ impl ModelSpec {
                 format!("{var:?} is not an environment variable name"),
             ));
         }
-        Ok(())
+        self.settings.validate()
     }
 }
 
@@ -165,7 +255,21 @@ mod tests {
             base_url: "http://127.0.0.1:1/v1".into(),
             model: "m".into(),
             api_key_env: Some("KEY".into()),
+            settings: ModelSettings::default(),
         };
+        assert!(spec.validate().is_ok());
+        // A spec saved before settings existed reads back with none.
+        let old: ModelSpec =
+            serde_json::from_str(r#"{"base_url":"http://h/v1","model":"m"}"#).unwrap();
+        assert!(old.settings.is_empty());
+        assert!(!serde_json::to_string(&old).unwrap().contains("settings"));
+        spec.settings.tool_choice = Some("sometimes".into());
+        assert!(spec.validate().is_err());
+        spec.settings.tool_choice = Some("omit".into());
+        spec.settings.context_window = Some(4096);
+        spec.settings.max_output_tokens = Some(4096);
+        assert!(spec.validate().is_err());
+        spec.settings.max_output_tokens = Some(1024);
         assert!(spec.validate().is_ok());
         spec.base_url = "ftp://x".into();
         assert!(spec.validate().is_err());

@@ -21,7 +21,8 @@ pub use automation::{
 };
 pub use capture::{Capture, Captured};
 pub use chat::{
-    ChatMessage, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, ModelSpec, Role, ToolCallRequest, Usage,
+    ChatMessage, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, ModelSettings, ModelSpec, Role,
+    TOOL_CHOICES, ToolCallRequest, Usage,
 };
 pub use error::{Error, Result};
 pub use event::{EventKind, TaskEvent};

@@ -11,6 +11,16 @@
 //! base_url = "https://api.openai.com/v1"
 //! model = "gpt-4.1"
 //! api_key_env = "OPENAI_API_KEY"   # the variable holding the key, never the key itself
+//! stream = true                    # ask for streamed replies (default true)
+//! idle_timeout_secs = 300          # longest silence of the server, before and between pieces
+//! max_retries = 4                  # retries of failures that pass on their own
+//! context_window = 128000          # tokens, when known: named in overflow errors
+//! max_output_tokens = 8192         # sent as max_tokens (default: the server's own limit)
+//! tool_choice = "auto"             # auto, required, none, or omit to send none
+//!
+//! [models."qwen2.5-coder-7b"]      # settings for a model of this name, wherever it is named
+//! idle_timeout_secs = 900
+//! context_window = 32768
 //!
 //! [github]
 //! api_url = "https://github.example.com/api/v3"   # else ORCHESTRATOR_GITHUB_API_URL or api.github.com
@@ -52,6 +62,9 @@ pub struct Config {
     pub api_token: Option<String>,
     #[serde(default)]
     pub model: ModelConfig,
+    /// Settings by model name; they apply whenever that model is named, on top of `[model]`'s.
+    #[serde(default)]
+    pub models: std::collections::BTreeMap<String, orchestrator_types::ModelSettings>,
     #[serde(default)]
     pub github: GithubConfig,
     #[serde(default)]
@@ -230,6 +243,26 @@ pub struct ModelConfig {
     pub base_url: Option<String>,
     pub model: Option<String>,
     pub api_key_env: Option<String>,
+    pub stream: Option<bool>,
+    pub idle_timeout_secs: Option<u64>,
+    pub max_retries: Option<u32>,
+    pub context_window: Option<u64>,
+    pub max_output_tokens: Option<u64>,
+    pub tool_choice: Option<String>,
+}
+
+impl ModelConfig {
+    /// The settings written in `[model]`.
+    pub fn settings(&self) -> orchestrator_types::ModelSettings {
+        orchestrator_types::ModelSettings {
+            stream: self.stream,
+            idle_timeout_secs: self.idle_timeout_secs,
+            max_retries: self.max_retries,
+            context_window: self.context_window,
+            max_output_tokens: self.max_output_tokens,
+            tool_choice: self.tool_choice.clone(),
+        }
+    }
 }
 
 /// The config file to read: `explicit`, else `home/config.toml`.
@@ -269,6 +302,7 @@ mod tests {
                 .unwrap();
         assert_eq!(config.model.model.as_deref(), Some("m"));
         assert!(toml::from_str::<Config>("[model]\nname = \"m\"\n").is_err());
+        assert!(toml::from_str::<Config>("[models.m]\nstreaming = false\n").is_err());
     }
 
     #[test]

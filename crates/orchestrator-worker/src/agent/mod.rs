@@ -9,7 +9,20 @@
 //!   transaction; a restart that finds a `started` row without a result tells the model the call was
 //!   interrupted instead of running it again behind its back;
 //! - a call that needs a person's answer pauses the attempt (`Wait`); the resumed attempt runs the
-//!   remaining calls of that reply, then asks the model for the next turn.
+//!   remaining calls of that reply, then asks the model for the next turn;
+//! - a conversation whose last message is the model's final answer is finished: a resumed attempt
+//!   goes straight to the gates instead of asking the model again.
+//!
+//! What a reply must be before it is acted on: each tool call id unique within the task (servers
+//! that send none, or repeat them, get ids made up from the turn), and a reply the output token
+//! limit cut off (`finish_reason: length`) is neither an answer nor a call to run. Its calls are
+//! answered "not run" and its text gets a request to go on; a reply cut off before it said anything
+//! fails the task with the reason.
+//!
+//! Budgets: turns, tokens (the server's counts; an estimate where it sends none, marked so), and
+//! seconds of agent work: model calls and tool calls summed over attempts, so time spent waiting
+//! for a person, queued or backing off does not count. A model call in flight stops when the time
+//! budget runs out.
 //!
 //! Streamed pieces of a reply go to the live channel only; the store sees whole messages.
 
@@ -24,17 +37,21 @@ use std::time::{Duration, Instant};
 
 use orchestrator_store::{Lease, NewMessage, SavedMessage, Task};
 use orchestrator_tools::{Profile, Registry};
-use orchestrator_types::{ChatMessage, EventKind, ModelSpec, Role, Usage, now_millis};
+use orchestrator_types::{ChatMessage, EventKind, ModelSpec, Role, Usage};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
-use crate::model::{ClientConfig, Delta, ModelClient, ModelError, ToolDefinition};
+use crate::model::{ClientConfig, Delta, ModelClient, ModelError, ModelReply, ToolDefinition};
 use crate::runner::{RunContext, Stop};
 pub use policy::{automation_default_policy, effective_policy};
 pub(crate) use session::Session;
 
 /// Longest text of a message kept in its event (the message itself is saved whole).
 const EVENT_TEXT_CHARS: usize = 2000;
+/// Replies cut off by the output token limit in a row before the agent gives up.
+const MAX_CUT_REPLIES: u32 = 3;
+/// What a finish reason of `length` means: the output token limit cut the reply.
+const FINISH_LENGTH: &str = "length";
 
 /// A piece of live output of a task, for whoever follows it in this process.
 #[derive(Debug, Clone)]
@@ -227,18 +244,24 @@ impl Agent<'_> {
                 .await?;
             saved = self.ctx.store.messages(self.task.id).await?;
         }
-        let started_at = saved
-            .first()
-            .map(|m| m.created_at)
-            .unwrap_or_else(now_millis);
-        let mut usage = Usage::default();
-        for m in &saved {
-            if let Some(u) = m.usage {
-                usage.add(u);
-            }
-        }
+        let mut budget = Budget::of_saved(&saved, &self.ctx.store.tool_calls(self.task.id).await?);
+        budget.estimate_missing(&saved, &self.definitions);
         let mut turn = saved.iter().map(|m| m.turn).max().unwrap_or(0);
         let mut conversation: Vec<ChatMessage> = saved.iter().map(|m| m.message.clone()).collect();
+        let mut used_ids: std::collections::HashSet<String> = saved
+            .iter()
+            .flat_map(|m| m.message.tool_calls.iter().map(|c| c.id.clone()))
+            .collect();
+
+        // The model already gave its final answer; the attempt that saved it did not get to the
+        // gates (handed back, killed, a gate that could not run). Asking again would spend a turn
+        // and could change the answer.
+        if saved
+            .last()
+            .is_some_and(|m| m.message.role == Role::Assistant && m.message.tool_calls.is_empty())
+        {
+            return Ok(AgentEnd::Finished);
+        }
 
         // A reply whose tool calls did not all get results: finish them first.
         if let Some(pending) = unanswered_calls(&saved) {
@@ -256,6 +279,7 @@ impl Agent<'_> {
             .filter_map(|m| input_seq(&m.message))
             .max()
             .unwrap_or(0);
+        let mut cut_in_a_row = 0u32;
         loop {
             if self.stop.token().is_cancelled() {
                 return Ok(AgentEnd::Stopped);
@@ -272,57 +296,104 @@ impl Agent<'_> {
                 )));
             }
             if let Some(max) = limits.max_tokens
-                && usage.total_tokens >= max
+                && budget.usage.total_tokens >= max
             {
                 return Ok(AgentEnd::Failed(format!(
-                    "the token budget of {max} tokens is spent ({} used)",
-                    usage.total_tokens
+                    "the token budget of {max} tokens is spent ({} used{})",
+                    budget.usage.total_tokens,
+                    budget.estimate_note()
                 )));
             }
-            if let Some(max) = limits.max_seconds
-                && now_millis() - started_at >= (max as i64) * 1000
-            {
-                return Ok(AgentEnd::Failed(format!(
-                    "the time budget of {max} s is spent"
-                )));
-            }
+            let time_left = match limits.max_seconds {
+                Some(max) => {
+                    let left = (max as i64).saturating_mul(1000) - budget.work_ms;
+                    if left <= 0 {
+                        return Ok(AgentEnd::Failed(time_spent(max)));
+                    }
+                    Some(Duration::from_millis(left as u64))
+                }
+                None => None,
+            };
 
-            let reply = match self.ask_model(&conversation).await? {
+            let asked = Instant::now();
+            let reply = match self.ask_model(&conversation, time_left).await? {
                 Ok(reply) => reply,
                 Err(end) => return Ok(end),
             };
+            budget.work_ms += millis_since(asked);
             turn += 1;
-            if let Some(u) = reply.usage {
-                usage.add(u);
-            }
-            let message = reply.message.clone();
+            let mut message = reply.message.clone();
+            unique_call_ids(&mut message, turn, &mut used_ids);
+            let estimate = match reply.usage {
+                Some(u) => {
+                    budget.usage.add(u);
+                    None
+                }
+                None => {
+                    let guess = estimate_usage(&conversation, &self.definitions, &message);
+                    budget.add_estimate(guess);
+                    Some(guess)
+                }
+            };
+            let cut = reply.finish_reason.as_deref() == Some(FINISH_LENGTH);
             let event = json!({
                 "turn": turn,
                 "role": "assistant",
                 "text": message.content.as_deref().map(clip),
                 "tool_calls": message.tool_calls.iter().map(|c| json!({"id": c.id, "name": c.name})).collect::<Vec<_>>(),
                 "usage": reply.usage,
+                "usage_estimate": estimate,
+                "model": reply.model,
                 "model_ms": reply.elapsed.as_millis() as i64,
+                "attempts": reply.attempts,
                 "finish_reason": reply.finish_reason,
             });
+            let mut batch = vec![NewMessage {
+                turn,
+                message: message.clone(),
+                usage: reply.usage,
+                model_ms: Some(reply.elapsed.as_millis() as i64),
+            }];
+            if cut {
+                if message.content.is_none() && message.tool_calls.is_empty() {
+                    return Ok(AgentEnd::Failed(format!(
+                        "the model's reply was cut off by the output token limit before it wrote \
+                         anything (finish_reason length){}; the prompt may fill the model's \
+                         context window",
+                        self.limit_note()
+                    )));
+                }
+                cut_in_a_row += 1;
+                // Saved with the reply, in one transaction, so a resumed attempt never runs a call
+                // of a cut reply nor takes its text for a final answer.
+                batch.extend(cut_answers(&message, turn, &self.limit_note()));
+            } else {
+                cut_in_a_row = 0;
+            }
             self.ctx
                 .store
                 .append_messages(
                     self.lease,
                     self.task.attempt,
-                    &[NewMessage {
-                        turn,
-                        message: message.clone(),
-                        usage: reply.usage,
-                        model_ms: Some(reply.elapsed.as_millis() as i64),
-                    }],
+                    &batch,
                     (EventKind::Message, event),
                 )
                 .await?;
-            conversation.push(message.clone());
+            conversation.extend(batch.into_iter().map(|m| m.message));
+            if cut {
+                if cut_in_a_row >= MAX_CUT_REPLIES {
+                    return Ok(AgentEnd::Failed(format!(
+                        "the model's replies were cut off by the output token limit {MAX_CUT_REPLIES} \
+                         times in a row{}",
+                        self.limit_note()
+                    )));
+                }
+                continue;
+            }
             if message.tool_calls.is_empty() {
                 return Ok(AgentEnd::Finished);
             }
+            let calls_started = Instant::now();
             if let Some(end) = self
                 .run_calls(
                     turn,
@@ -339,6 +410,15 @@ impl Agent<'_> {
             {
                 return Ok(end);
             }
+            budget.work_ms += millis_since(calls_started);
+        }
+    }
+
+    /// `" (max_output_tokens N)"` when the model's settings set the limit.
+    fn limit_note(&self) -> String {
+        match self.client.config().max_output_tokens {
+            Some(n) => format!(" (max_output_tokens {n})"),
+            None => String::new(),
         }
     }
 
@@ -383,7 +463,8 @@ impl Agent<'_> {
     async fn ask_model(
         &self,
         conversation: &[ChatMessage],
-    ) -> Result<Result<crate::model::ModelReply, AgentEnd>, Halt> {
+        time_left: Option<Duration>,
+    ) -> Result<Result<ModelReply, AgentEnd>, Halt> {
         let (tx, mut rx) = mpsc::unbounded_channel::<Delta>();
         let live = self.ctx.agent.live.clone();
         let store = self.ctx.store.clone();
@@ -391,12 +472,17 @@ impl Agent<'_> {
         let task = self.task.id;
         let forward = tokio::spawn(async move {
             while let Some(delta) = rx.recv().await {
-                if let Delta::Retrying { attempt, error } = &delta {
+                if let Delta::Retrying {
+                    attempt,
+                    cause,
+                    error,
+                } = &delta
+                {
                     let _ = store
                         .append_event(
                             &lease,
                             EventKind::ModelRetry,
-                            json!({"attempt": attempt, "error": error}),
+                            json!({"attempt": attempt, "cause": cause, "error": error}),
                         )
                         .await;
                 }
@@ -405,18 +491,26 @@ impl Agent<'_> {
                 }
             }
         });
+        let out_of_time = async {
+            match time_left {
+                Some(left) => tokio::time::sleep(left).await,
+                None => std::future::pending().await,
+            }
+        };
         let outcome = tokio::select! {
-            reply = self.client.complete(conversation, &self.definitions, Some(&tx)) => Some(reply),
-            () = self.stop.token().cancelled() => None,
+            reply = self.client.complete(conversation, &self.definitions, Some(&tx)) => Ok(reply),
+            () = self.stop.token().cancelled() => Err(AgentEnd::Stopped),
+            () = out_of_time => Err(AgentEnd::Failed(format!(
+                "{} while the model was writing its reply",
+                time_spent(self.task.agent.max_seconds.unwrap_or_default())
+            ))),
         };
         drop(tx);
         let _ = forward.await;
-        let Some(outcome) = outcome else {
-            return Ok(Err(AgentEnd::Stopped));
-        };
         Ok(match outcome {
-            Ok(reply) => Ok(reply),
-            Err(e) => Err(model_failure(&e)),
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(model_failure(&e)),
+            Err(end) => Err(end),
         })
     }
 
@@ -517,11 +611,144 @@ fn input_seq(message: &ChatMessage) -> Option<i64> {
 
 /// What a failed model call means for the task.
 fn model_failure(e: &ModelError) -> AgentEnd {
-    let message = format!("model call failed: {e}");
+    let message = format!("model call failed ({}): {e}", e.cause());
     if e.is_retryable() {
         AgentEnd::Retryable(message)
     } else {
         AgentEnd::Failed(message)
+    }
+}
+
+fn time_spent(max: u64) -> String {
+    format!("the time budget of {max} s of agent work (model and tool calls) is spent")
+}
+
+/// Makes every tool call id of `message` unique within the task: a server that sends no ids gets
+/// `call_{index}` from the client on every turn, and some servers repeat their own. Approvals and
+/// tool call rows are keyed by id, so a repeated one would find another call's approval.
+fn unique_call_ids(
+    message: &mut ChatMessage,
+    turn: i64,
+    used: &mut std::collections::HashSet<String>,
+) {
+    for (position, call) in message.tool_calls.iter_mut().enumerate() {
+        if call.id.trim().is_empty() || used.contains(&call.id) {
+            let base = format!("call_t{turn}_{position}");
+            let mut id = base.clone();
+            let mut n = 1;
+            while used.contains(&id) {
+                n += 1;
+                id = format!("{base}_{n}");
+            }
+            call.id = id;
+        }
+        used.insert(call.id.clone());
+    }
+}
+
+/// The messages that answer a reply the output token limit cut off: each of its calls "not run",
+/// and, for a reply of text only, a request to go on.
+fn cut_answers(message: &ChatMessage, turn: i64, limit: &str) -> Vec<NewMessage> {
+    let saved = |message: ChatMessage| NewMessage {
+        turn,
+        message,
+        usage: None,
+        model_ms: None,
+    };
+    if message.tool_calls.is_empty() {
+        return vec![saved(ChatMessage::user(format!(
+            "Your reply was cut off by the output token limit{limit}, so it is not taken as your \
+             final answer. Go on from where it stopped, more briefly."
+        )))];
+    }
+    message
+        .tool_calls
+        .iter()
+        .map(|call| {
+            saved(ChatMessage::tool(
+                &call.id,
+                &format!(
+                    "Not run: your reply was cut off by the output token limit{limit} while you \
+                     wrote its tool calls, so none of them ran (their arguments may be \
+                     incomplete). Send the calls again, fewer or smaller at a time (for a large \
+                     file, write it in parts)."
+                ),
+            ))
+        })
+        .collect()
+}
+
+/// What a budget has spent so far: tokens (with how many of them are estimates) and milliseconds
+/// of agent work.
+#[derive(Debug, Default)]
+struct Budget {
+    usage: Usage,
+    estimated_tokens: u64,
+    work_ms: i64,
+}
+
+impl Budget {
+    /// What earlier attempts spent: their replies' usage and model time, their calls' time.
+    fn of_saved(saved: &[SavedMessage], calls: &[orchestrator_store::ToolCallRecord]) -> Budget {
+        let mut budget = Budget::default();
+        for m in saved {
+            if let Some(u) = m.usage {
+                budget.usage.add(u);
+            }
+            budget.work_ms += m.model_ms.unwrap_or(0);
+        }
+        budget.work_ms += calls.iter().filter_map(|c| c.duration_ms).sum::<i64>();
+        budget
+    }
+
+    /// Adds an estimate for each saved reply whose server reported no usage.
+    fn estimate_missing(&mut self, saved: &[SavedMessage], tools: &[ToolDefinition]) {
+        for (at, m) in saved.iter().enumerate() {
+            if m.message.role == Role::Assistant && m.usage.is_none() {
+                let before: Vec<ChatMessage> =
+                    saved[..at].iter().map(|m| m.message.clone()).collect();
+                self.add_estimate(estimate_usage(&before, tools, &m.message));
+            }
+        }
+    }
+
+    fn add_estimate(&mut self, guess: Usage) {
+        self.usage.add(guess);
+        self.estimated_tokens += guess.total_tokens;
+    }
+
+    fn estimate_note(&self) -> String {
+        if self.estimated_tokens == 0 {
+            String::new()
+        } else {
+            format!(
+                ", {} of them estimated because the model server did not report usage",
+                self.estimated_tokens
+            )
+        }
+    }
+}
+
+/// A rough count of the tokens of a request and its reply, for servers that report none: four
+/// bytes of JSON to a token, the usual ratio for English and code.
+fn estimate_usage(
+    conversation: &[ChatMessage],
+    tools: &[ToolDefinition],
+    reply: &ChatMessage,
+) -> Usage {
+    let bytes = |m: &ChatMessage| serde_json::to_vec(m).map_or(0, |v| v.len());
+    let prompt: usize = conversation.iter().map(bytes).sum::<usize>()
+        + tools
+            .iter()
+            .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+            .sum::<usize>();
+    let completion = bytes(reply);
+    let prompt_tokens = prompt.div_ceil(4) as u64;
+    let completion_tokens = completion.div_ceil(4) as u64;
+    Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens + completion_tokens,
     }
 }
 

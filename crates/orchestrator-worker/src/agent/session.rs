@@ -130,6 +130,14 @@ impl Session {
             }
         };
         let approval = match found {
+            // Honoured only for the call it was given for: the same tool with the same arguments.
+            Some(approval) if approval.tool != tool || approval.arguments != *arguments => {
+                return Answer::Refused(format!(
+                    "approval {} on record for call {call_id} was given for another call ({} with \
+                     other arguments), so it does not cover this one",
+                    approval.id, approval.tool
+                ));
+            }
             Some(approval) => approval,
             None => {
                 let expires_at = now_millis()

@@ -6,11 +6,17 @@
 //! here into one assistant message, while each piece is forwarded to an optional channel so a
 //! watcher can show the reply as it is written.
 //!
-//! Retries: a rate limit, a 5xx, a refused connection, a timeout and a stream that broke off are
-//! retried with capped exponential backoff and jitter (or the provider's `Retry-After`); a wrong
-//! key, an unknown model or a rejected request are not, because sending the same request again
-//! cannot fix them. A retried stream starts from the beginning, so a watcher may see the deltas of
-//! the cut attempt again after a `Delta::Retrying`.
+//! Retries are for what passes on its own: a transport error, a silent server, a stream that broke
+//! off, 408, 429 and a 5xx that is not about the request. They wait with capped exponential backoff
+//! and jitter (or the provider's `Retry-After`), and each names its cause. What sending the same
+//! request again cannot fix fails at once with the server's own words: a wrong key, an unknown
+//! model, a rejected request (whatever its status: llama.cpp answers 500 to a history it cannot
+//! parse), a prompt that does not fit the context window, and a 200 with an empty body (how
+//! llama-cpp-python reports an overflow). A retried stream starts from the beginning, so a watcher may see the deltas of the
+//! cut attempt again after a `Delta::Retrying`.
+//!
+//! Time: no fixed limit on a whole reply, since a CPU server may write for many minutes; the idle
+//! timeout bounds each silence instead (until the reply starts, and between two pieces).
 //!
 //! Secrets: the key is read from the environment variable the model spec names and lives only in
 //! the Authorization header (marked sensitive) and in a redaction filter; no error, log line or
@@ -24,7 +30,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use orchestrator_types::{ChatMessage, ModelSpec, ToolCallRequest, Usage};
+use orchestrator_types::{ChatMessage, ModelSettings, ModelSpec, ToolCallRequest, Usage};
 use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use serde_json::Value;
@@ -32,9 +38,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backoff::Backoff;
 
-/// A reply can take minutes to write when a model thinks at length; five minutes bounds a hung
-/// server without cutting off a slow honest one.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// A reply can take minutes to start when a slow server reads a long prompt; five minutes of silence
+/// bounds a hung server without cutting off a slow honest one.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// A server that has not accepted a connection in ten seconds is down, not slow.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Five attempts in all ride out a provider's typical blip or rate-limit window.
@@ -52,8 +58,8 @@ const MAX_PROVIDER_MESSAGE_CHARS: usize = 2000;
 /// How the client talks to the server. The defaults suit hosted providers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientConfig {
-    /// Bounds each attempt as a whole: connecting, sending and reading the entire stream.
-    pub request_timeout: Duration,
+    /// The longest silence of the server: until the reply starts, and between two of its pieces.
+    pub idle_timeout: Duration,
     pub connect_timeout: Duration,
     /// Attempts after the first, for retryable failures only.
     pub max_retries: u32,
@@ -63,27 +69,55 @@ pub struct ClientConfig {
     pub max_backoff: Duration,
     /// Ask for a streamed reply (server-sent events) so deltas arrive as the model writes.
     pub stream: bool,
+    /// `tool_choice` sent when tools are offered; `None` sends none. Without it some servers
+    /// (llama-cpp-python) drop the tools without a word.
+    pub tool_choice: Option<String>,
+    /// `max_tokens` of each request; `None` leaves the server's own limit.
+    pub max_output_tokens: Option<u64>,
+    /// The model's context window, when known, for errors about prompts that do not fit.
+    pub context_window: Option<u64>,
 }
 
 impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_retries: DEFAULT_MAX_RETRIES,
             initial_backoff: DEFAULT_INITIAL_BACKOFF,
             max_backoff: DEFAULT_MAX_BACKOFF,
             stream: true,
+            tool_choice: Some("auto".to_owned()),
+            max_output_tokens: None,
+            context_window: None,
         }
     }
 }
 
 impl ClientConfig {
+    /// This configuration with a model's own settings on top.
+    pub fn with_settings(&self, settings: &ModelSettings) -> ClientConfig {
+        let mut config = self.clone();
+        if let Some(stream) = settings.stream {
+            config.stream = stream;
+        }
+        if let Some(secs) = settings.idle_timeout_secs {
+            config.idle_timeout = Duration::from_secs(secs);
+        }
+        if let Some(n) = settings.max_retries {
+            config.max_retries = n;
+        }
+        if let Some(choice) = &settings.tool_choice {
+            config.tool_choice = (choice != "omit").then(|| choice.clone());
+        }
+        config.max_output_tokens = settings.max_output_tokens.or(config.max_output_tokens);
+        config.context_window = settings.context_window.or(config.context_window);
+        config
+    }
+
     fn validate(&self) -> Result<(), ModelError> {
-        if self.request_timeout.is_zero() {
-            return Err(ModelError::Config(
-                "request_timeout must be positive".into(),
-            ));
+        if self.idle_timeout.is_zero() {
+            return Err(ModelError::Config("idle_timeout must be positive".into()));
         }
         if self.connect_timeout.is_zero() {
             return Err(ModelError::Config(
@@ -132,8 +166,13 @@ pub enum Delta {
         arguments: String,
     },
     /// The attempt failed with a retryable error; attempt number `attempt` (2 for the first
-    /// retry) starts after the backoff, from the beginning of the reply.
-    Retrying { attempt: u32, error: String },
+    /// retry) starts after the backoff, from the beginning of the reply. `cause` is one word for
+    /// the kind of failure (see [`ModelError::cause`]).
+    Retrying {
+        attempt: u32,
+        cause: &'static str,
+        error: String,
+    },
 }
 
 /// The model's answer to one `complete` call.
@@ -141,8 +180,11 @@ pub enum Delta {
 pub struct ModelReply {
     /// The assistant message: text, tool calls, or both.
     pub message: ChatMessage,
-    /// Tokens of the successful attempt, when the server reported them.
+    /// Tokens of the successful attempt, when the server reported them; `None` is unknown (a server
+    /// that reports all zeros reports nothing).
     pub usage: Option<Usage>,
+    /// The model that answered, as the server names it.
+    pub model: Option<String>,
     /// Why the model stopped: `stop`, `tool_calls`, `length`, ...
     pub finish_reason: Option<String>,
     /// Attempts made, 1 when the first one succeeded.
@@ -163,10 +205,21 @@ pub enum ModelError {
     /// The provider does not know the model, or the base URL is wrong (404). Not retryable.
     #[error("unknown model {model:?}: {message}")]
     UnknownModel { model: String, message: String },
-    /// The provider rejected the request itself (400, 422 and other 4xx), for example a context
-    /// that is too long or a malformed tool schema. Not retryable.
+    /// The provider rejected the request itself (400, 422 and other 4xx, or a 5xx whose message is
+    /// about the request), for example a malformed tool schema. Not retryable.
     #[error("the model provider rejected the request (HTTP {status}): {message}")]
     BadRequest { status: u16, message: String },
+    /// The conversation does not fit the model's context window. Not retryable: the same request
+    /// overflows again.
+    #[error("the conversation does not fit the model's context window{window}: {message}")]
+    ContextOverflow { message: String, window: String },
+    /// A 200 with nothing in it. Not retryable: it is how llama-cpp-python answers a prompt that
+    /// does not fit its context window, and it answers the same request the same way.
+    #[error(
+        "the model server answered 200 with an empty body; llama-cpp-python does this when the \
+         prompt does not fit its context window{0}"
+    )]
+    EmptyReply(String),
     /// Too many requests (429). Retryable, after the provider's `Retry-After` when it gives one.
     #[error("rate limited by the model provider: {message}")]
     RateLimited { message: String },
@@ -176,9 +229,9 @@ pub enum ModelError {
     /// The server could not be reached or dropped the connection before answering. Retryable.
     #[error("cannot reach the model server: {0}")]
     Connect(String),
-    /// An attempt took longer than `request_timeout`. Retryable.
-    #[error("the model request timed out")]
-    Timeout,
+    /// The server was silent for longer than the idle timeout, or answered 408. Retryable.
+    #[error("the model request timed out: {0}")]
+    Timeout(String),
     /// The reply stream ended or broke before the reply was complete. Retryable.
     #[error("the reply stream broke off: {0}")]
     BrokenStream(String),
@@ -198,14 +251,33 @@ impl ModelError {
             ModelError::RateLimited { .. }
             | ModelError::Server { .. }
             | ModelError::Connect(_)
-            | ModelError::Timeout
+            | ModelError::Timeout(_)
             | ModelError::BrokenStream(_) => true,
             ModelError::MissingKey { .. }
             | ModelError::Unauthorized { .. }
             | ModelError::UnknownModel { .. }
             | ModelError::BadRequest { .. }
+            | ModelError::ContextOverflow { .. }
+            | ModelError::EmptyReply(_)
             | ModelError::InvalidResponse(_)
             | ModelError::Config(_) => false,
+        }
+    }
+
+    /// One word for the kind of failure, for retry events and task errors.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            ModelError::MissingKey { .. } | ModelError::Config(_) => "configuration",
+            ModelError::Unauthorized { .. } => "unauthorized",
+            ModelError::UnknownModel { .. } => "unknown_model",
+            ModelError::BadRequest { .. } => "invalid_request",
+            ModelError::ContextOverflow { .. } | ModelError::EmptyReply(_) => "context_overflow",
+            ModelError::RateLimited { .. } => "rate_limited",
+            ModelError::Server { .. } => "server_error",
+            ModelError::Connect(_) => "transport",
+            ModelError::Timeout(_) => "timeout",
+            ModelError::BrokenStream(_) => "broken_stream",
+            ModelError::InvalidResponse(_) => "invalid_response",
         }
     }
 }
@@ -277,6 +349,7 @@ impl ModelClient {
     ) -> Result<Self, ModelError> {
         spec.validate()
             .map_err(|e| ModelError::Config(e.to_string()))?;
+        let config = config.with_settings(&spec.settings);
         config.validate()?;
         // Keys pasted from files often end in a newline, which no header may hold.
         let key = key.map(|k| k.trim().to_owned()).filter(|k| !k.is_empty());
@@ -336,16 +409,7 @@ impl ModelClient {
         let started = Instant::now();
         let mut attempt: u32 = 1;
         loop {
-            let outcome = match tokio::time::timeout(
-                self.config.request_timeout,
-                self.attempt(&body, deltas),
-            )
-            .await
-            {
-                Ok(outcome) => outcome,
-                Err(_elapsed) => Err(Failure::from(ModelError::Timeout)),
-            };
-            let failure = match outcome {
+            let failure = match self.attempt(&body, deltas).await {
                 Ok(mut reply) => {
                     reply.attempts = attempt;
                     reply.elapsed = started.elapsed();
@@ -365,6 +429,7 @@ impl ModelClient {
             tracing::warn!(
                 model = %self.model,
                 attempt,
+                cause = failure.error.cause(),
                 delay_ms = delay.as_millis() as u64,
                 error = %failure.error,
                 "model request failed; retrying"
@@ -374,6 +439,7 @@ impl ModelClient {
                 // Nobody watching is not a reason to stop.
                 let _ = deltas.send(Delta::Retrying {
                     attempt,
+                    cause: failure.error.cause(),
                     error: failure.error.to_string(),
                 });
             }
@@ -390,6 +456,12 @@ impl ModelClient {
             model: &self.model,
             messages: messages.iter().map(wire::WireMessage::from_chat).collect(),
             tools: tools.iter().map(wire::WireTool::from_definition).collect(),
+            tool_choice: if tools.is_empty() {
+                None
+            } else {
+                self.config.tool_choice.as_deref()
+            },
+            max_tokens: self.config.max_output_tokens,
             stream: self.config.stream.then_some(true),
             stream_options: self.config.stream.then_some(wire::StreamOptions {
                 include_usage: true,
@@ -413,7 +485,10 @@ impl ModelClient {
         if let Some(authorization) = &self.authorization {
             request = request.header(AUTHORIZATION, authorization.clone());
         }
-        let response = request.send().await.map_err(|e| send_error(&e))?;
+        let response = match tokio::time::timeout(self.config.idle_timeout, request.send()).await {
+            Ok(sent) => sent.map_err(|e| send_error(&e))?,
+            Err(_) => return Err(Failure::from(self.silence("the reply to start"))),
+        };
         let status = response.status();
         if !status.is_success() {
             let retry_after = retry_after(response.headers());
@@ -432,11 +507,41 @@ impl ModelClient {
         if self.config.stream && !is_json {
             Ok(self.read_stream(response, deltas).await?)
         } else {
-            let bytes = response
-                .bytes()
-                .await
-                .map_err(|e| ModelError::BrokenStream(error_chain(&e)))?;
+            let mut bytes = Vec::new();
+            let mut body = response.bytes_stream();
+            while let Some(piece) = self.next_piece(&mut body).await? {
+                bytes.extend_from_slice(&piece);
+            }
             Ok(self.parse_completion(&bytes, deltas)?)
+        }
+    }
+
+    /// The next piece of a reply body, waiting at most the idle timeout for it.
+    async fn next_piece<S, B>(&self, body: &mut S) -> Result<Option<B>, ModelError>
+    where
+        S: futures_util::Stream<Item = reqwest::Result<B>> + Unpin,
+    {
+        match tokio::time::timeout(self.config.idle_timeout, body.next()).await {
+            Ok(Some(Ok(bytes))) => Ok(Some(bytes)),
+            Ok(Some(Err(e))) => Err(ModelError::BrokenStream(error_chain(&e))),
+            Ok(None) => Ok(None),
+            Err(_) => Err(self.silence("the next piece of the reply")),
+        }
+    }
+
+    fn silence(&self, waiting_for: &str) -> ModelError {
+        ModelError::Timeout(format!(
+            "the server sent nothing for {} s while we waited for {waiting_for} (the idle \
+             timeout; raise it with idle_timeout_secs for a slow server)",
+            self.config.idle_timeout.as_secs_f64()
+        ))
+    }
+
+    /// `" of N tokens"` when the context window is known, for overflow errors.
+    fn window_note(&self) -> String {
+        match self.config.context_window {
+            Some(n) => format!(" of {n} tokens"),
+            None => String::new(),
         }
     }
 
@@ -448,13 +553,16 @@ impl ModelClient {
         let mut parser = sse::SseParser::default();
         let mut reply = Assembler::default();
         let mut body = response.bytes_stream();
+        let mut received = 0usize;
         loop {
-            let (events, ended) = match body.next().await {
-                Some(Ok(bytes)) => (
-                    parser.push(&bytes).map_err(ModelError::InvalidResponse)?,
-                    false,
-                ),
-                Some(Err(e)) => return Err(ModelError::BrokenStream(error_chain(&e))),
+            let (events, ended) = match self.next_piece(&mut body).await? {
+                Some(bytes) => {
+                    received += bytes.len();
+                    (
+                        parser.push(&bytes).map_err(ModelError::InvalidResponse)?,
+                        false,
+                    )
+                }
                 None => (parser.finish().into_iter().collect(), true),
             };
             for data in events {
@@ -465,6 +573,9 @@ impl ModelClient {
             if ended {
                 break;
             }
+        }
+        if received == 0 {
+            return Err(ModelError::EmptyReply(self.window_note()));
         }
         // Some servers close without `[DONE]` after the last chunk; a finish reason shows the reply
         // was whole. Without either, the connection was cut mid-reply.
@@ -498,8 +609,11 @@ impl ModelClient {
         if let Some(error) = &chunk.error {
             return Err(self.in_band_error(error));
         }
-        if let Some(usage) = chunk.usage {
-            reply.usage = Some(usage.into());
+        if let Some(usage) = chunk.usage.and_then(wire::WireUsage::known) {
+            reply.usage = Some(usage);
+        }
+        if reply.model.is_none() {
+            reply.model = chunk.model.filter(|m| !m.is_empty());
         }
         // We never ask for more than one choice; other indexes would belong to other replies.
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
@@ -547,6 +661,9 @@ impl ModelClient {
         bytes: &[u8],
         deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<ModelReply, ModelError> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(ModelError::EmptyReply(self.window_note()));
+        }
         let completion: wire::Completion = serde_json::from_slice(bytes).map_err(|e| {
             ModelError::InvalidResponse(format!(
                 "the reply is not a chat completion ({e}): {}",
@@ -567,7 +684,8 @@ impl ModelClient {
         let mut reply = Assembler {
             content: message.content.unwrap_or_default(),
             finish_reason: choice.finish_reason,
-            usage: completion.usage.map(Usage::from),
+            usage: completion.usage.and_then(wire::WireUsage::known),
+            model: completion.model.filter(|m| !m.is_empty()),
             ..Assembler::default()
         };
         if !reply.content.is_empty() {
@@ -655,6 +773,18 @@ impl ModelClient {
     }
 
     fn classify(&self, status: u16, code: &str, provider: String) -> ModelError {
+        if (400..600).contains(&status) && is_overflow(code, &provider) {
+            return ModelError::ContextOverflow {
+                message: provider,
+                window: self.window_note(),
+            };
+        }
+        if (500..600).contains(&status) && is_about_the_request(code, &provider) {
+            return ModelError::BadRequest {
+                status,
+                message: provider,
+            };
+        }
         match status {
             401 | 403 => ModelError::Unauthorized {
                 status,
@@ -667,7 +797,7 @@ impl ModelClient {
                     self.endpoint, self.model, self.base_url
                 ),
             },
-            408 => ModelError::Timeout,
+            408 => ModelError::Timeout(format!("the server answered 408: {provider}")),
             // An exhausted quota comes as a 429 too, but no wait will refill it.
             429 if code.contains("insufficient_quota") => ModelError::BadRequest {
                 status,
@@ -731,6 +861,7 @@ struct Assembler {
     calls: BTreeMap<usize, PartialCall>,
     finish_reason: Option<String>,
     usage: Option<Usage>,
+    model: Option<String>,
 }
 
 impl Assembler {
@@ -750,6 +881,7 @@ impl Assembler {
         Ok(ModelReply {
             message: wire::assistant_message(Some(self.content), tool_calls),
             usage: self.usage,
+            model: self.model,
             finish_reason: self.finish_reason,
             attempts: 0,
             elapsed: Duration::ZERO,
@@ -828,9 +960,52 @@ async fn read_error_body(mut response: reqwest::Response) -> String {
     String::from_utf8_lossy(&body).into_owned()
 }
 
+/// Words servers use for a prompt that does not fit: OpenAI's `context_length_exceeded`,
+/// llama.cpp's `exceed_context_size_error` and "exceeds the available context size",
+/// llama-cpp-python's "exceed context window", vLLM's "maximum context length".
+fn is_overflow(code: &str, message: &str) -> bool {
+    let text = format!("{code} {message}").to_ascii_lowercase();
+    [
+        "context_length_exceeded",
+        "exceed_context_size",
+        "context length",
+        "context size",
+        "context window",
+        "maximum context",
+        "prompt is too long",
+        "too many tokens",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
+}
+
+/// Words that show a 5xx is the server refusing this request rather than failing by itself:
+/// llama.cpp's JSON parse errors on a history it cannot read, validation and type errors.
+fn is_about_the_request(code: &str, message: &str) -> bool {
+    let text = format!("{code} {message}").to_ascii_lowercase();
+    [
+        "invalid_request",
+        "invalid request",
+        "parse error",
+        "parse_error",
+        "failed to parse",
+        "validation error",
+        "is not valid",
+        "invalid value",
+        // Python servers (llama-cpp-python) answer a request they cannot take with the exception.
+        "typeerror",
+        "keyerror",
+        "attributeerror",
+        "valueerror",
+        "nonetype",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
+}
+
 fn send_error(error: &reqwest::Error) -> Failure {
     let error = if error.is_timeout() && !error.is_connect() {
-        ModelError::Timeout
+        ModelError::Timeout(error_chain(error))
     } else {
         ModelError::Connect(error_chain(error))
     };
@@ -947,7 +1122,15 @@ mod tests {
                 true,
             ),
             (ModelError::Connect(String::new()), true),
-            (ModelError::Timeout, true),
+            (ModelError::Timeout(String::new()), true),
+            (
+                ModelError::ContextOverflow {
+                    message: String::new(),
+                    window: String::new(),
+                },
+                false,
+            ),
+            (ModelError::EmptyReply(String::new()), false),
             (ModelError::BrokenStream(String::new()), true),
             (ModelError::InvalidResponse(String::new()), false),
             (ModelError::Config(String::new()), false),
@@ -962,6 +1145,7 @@ mod tests {
             base_url: "https://example.invalid/v1/".into(),
             model: "m".into(),
             api_key_env: Some("SOME_KEY".into()),
+            settings: Default::default(),
         };
         ModelClient::with_key(&spec, key.map(String::from), config()).unwrap()
     }
@@ -1000,6 +1184,23 @@ mod tests {
                 "BadRequest",
             ),
             (502, "<html>bad gateway</html>", "Server"),
+            // llama.cpp answers 500 to a history it cannot parse: about the request, not a blip.
+            (
+                500,
+                r#"{"error":{"code":500,"message":"[json.exception.parse_error.101] parse error at line 1","type":"server_error"}}"#,
+                "BadRequest",
+            ),
+            (
+                400,
+                r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#,
+                "ContextOverflow",
+            ),
+            (
+                500,
+                r#"{"error":{"message":"Requested tokens (9000) exceed context window of 8192"}}"#,
+                "ContextOverflow",
+            ),
+            (503, r#"{"error":{"message":"Loading model"}}"#, "Server"),
         ];
         for (status, body, kind) in cases {
             let error = client.status_error(StatusCode::from_u16(status).unwrap(), body);
@@ -1024,6 +1225,10 @@ mod tests {
                 "Server",
             ),
             (r#"{"error":{"message":"m"}}"#, "BrokenStream"),
+            (
+                r#"{"error":{"message":"request (9000 tokens) exceeds the available context size (8192 tokens)","code":400}}"#,
+                "ContextOverflow",
+            ),
         ];
         for (body, kind) in cases {
             let value: Value = serde_json::from_str(body).unwrap();

@@ -5,6 +5,8 @@
 //! llama.cpp, Ollama, hosted gateways) differ in what they leave out, so every field we read is
 //! optional or defaulted, and fields we do not know are ignored.
 
+use std::borrow::Cow;
+
 use orchestrator_types::{ChatMessage, Role, ToolCallRequest, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -18,6 +20,12 @@ pub(crate) struct ChatRequest<'a> {
     /// Omitted when empty: some servers reject an empty `tools` array.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<WireTool<'a>>,
+    /// `auto` whenever tools are offered (unless the model's settings say otherwise):
+    /// llama-cpp-python ignores tools offered without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -33,10 +41,9 @@ pub(crate) struct StreamOptions {
 #[derive(Debug, Serialize)]
 pub(crate) struct WireMessage<'a> {
     pub role: &'static str,
-    /// Always present: `null` only for an assistant message that just calls tools, as OpenAI's own
-    /// clients send it; otherwise a string, since several servers reject a `null` user or tool
-    /// message.
-    pub content: Option<&'a str>,
+    /// Always a string, `""` for an assistant message that only calls tools: llama-cpp-python
+    /// answers 500 to `null` and to a missing field, and every server takes `""`.
+    pub content: &'a str,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<WireToolCall<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -54,7 +61,8 @@ pub(crate) struct WireToolCall<'a> {
 #[derive(Debug, Serialize)]
 pub(crate) struct WireFunctionCall<'a> {
     pub name: &'a str,
-    pub arguments: &'a str,
+    /// Always one JSON object (see [`sendable_arguments`]).
+    pub arguments: Cow<'a, str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -73,15 +81,9 @@ pub(crate) struct WireFunction<'a> {
 
 impl<'a> WireMessage<'a> {
     pub(crate) fn from_chat(message: &'a ChatMessage) -> Self {
-        let only_calls = message.role == Role::Assistant && !message.tool_calls.is_empty();
-        let content = match message.content.as_deref() {
-            Some(text) => Some(text),
-            None if only_calls => None,
-            None => Some(""),
-        };
         WireMessage {
             role: message.role.as_str(),
-            content,
+            content: message.content.as_deref().unwrap_or(""),
             tool_calls: message
                 .tool_calls
                 .iter()
@@ -90,7 +92,7 @@ impl<'a> WireMessage<'a> {
                     kind: "function",
                     function: WireFunctionCall {
                         name: &call.name,
-                        arguments: &call.arguments,
+                        arguments: sendable_arguments(&call.arguments),
                     },
                 })
                 .collect(),
@@ -112,6 +114,21 @@ impl<'a> WireTool<'a> {
     }
 }
 
+/// A tool call's arguments as they may go back to a server: one JSON object, whatever the model
+/// wrote. The saved conversation keeps the model's own text as evidence, but llama.cpp answers 500
+/// to every later request whose history holds arguments it cannot parse. Text the tool layer can
+/// repair (a code fence, trailing commas, an object sent as a string) goes as repaired; anything
+/// else as `{}`, and the call's result tells the model what was wrong.
+pub(crate) fn sendable_arguments(raw: &str) -> Cow<'_, str> {
+    if matches!(serde_json::from_str::<Value>(raw), Ok(Value::Object(_))) {
+        return Cow::Borrowed(raw);
+    }
+    match orchestrator_tools::args::parse_raw(raw) {
+        Ok((map, _repairs)) => Cow::Owned(Value::Object(map).to_string()),
+        Err(_) => Cow::Borrowed("{}"),
+    }
+}
+
 /// Token counts as providers report them; some leave out `total_tokens`, many add detail objects
 /// we do not need.
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
@@ -122,6 +139,15 @@ pub(crate) struct WireUsage {
     pub completion_tokens: u64,
     #[serde(default)]
     pub total_tokens: u64,
+}
+
+impl WireUsage {
+    /// The usage, unless the server reported none of it: some servers send zeros for what they do
+    /// not count, and zero would make token budgets think nothing was spent.
+    pub(crate) fn known(self) -> Option<Usage> {
+        (self.prompt_tokens > 0 || self.completion_tokens > 0 || self.total_tokens > 0)
+            .then(|| self.into())
+    }
 }
 
 impl From<WireUsage> for Usage {
@@ -142,6 +168,8 @@ impl From<WireUsage> for Usage {
 /// A non-streamed reply (`chat.completion`).
 #[derive(Debug, Deserialize)]
 pub(crate) struct Completion {
+    #[serde(default)]
+    pub model: Option<String>,
     #[serde(default)]
     pub choices: Vec<CompletionChoice>,
     #[serde(default)]
@@ -187,6 +215,8 @@ pub(crate) struct ReplyFunction {
 /// One chunk of a streamed reply (`chat.completion.chunk`).
 #[derive(Debug, Deserialize)]
 pub(crate) struct StreamChunk {
+    #[serde(default)]
+    pub model: Option<String>,
     #[serde(default)]
     pub choices: Vec<ChunkChoice>,
     /// Sent in the last chunk when `stream_options.include_usage` is on; `null` before it.
@@ -294,7 +324,7 @@ mod tests {
         let wire = serde_json::to_value(WireMessage::from_chat(&calls)).unwrap();
         assert_eq!(
             wire,
-            json!({"role": "assistant", "content": null, "tool_calls": [
+            json!({"role": "assistant", "content": "", "tool_calls": [
                 {"id": "call_1", "type": "function",
                  "function": {"name": "read", "arguments": "{\"path\":\"a\"}"}}]})
         );
@@ -311,6 +341,41 @@ mod tests {
             serde_json::to_value(WireMessage::from_chat(&empty)).unwrap(),
             json!({"role": "user", "content": ""})
         );
+    }
+
+    #[test]
+    fn arguments_sent_back_are_always_one_json_object() {
+        let cases = [
+            (r#"{"path":"a"}"#, r#"{"path":"a"}"#),
+            ("", "{}"),
+            ("{\"path\": \"a\",}", r#"{"path":"a"}"#),
+            (r#"{"path": "src/ma"#, "{}"),
+            ("[1, 2]", "{}"),
+            ("not json at all", "{}"),
+        ];
+        for (raw, sent) in cases {
+            assert_eq!(sendable_arguments(raw), sent, "{raw:?}");
+        }
+        let call = ChatMessage {
+            role: Role::Assistant,
+            content: None,
+            tool_calls: vec![ToolCallRequest {
+                id: "c".into(),
+                name: "read".into(),
+                arguments: r#"{"path": "src/ma"#.into(),
+            }],
+            tool_call_id: None,
+        };
+        let wire = serde_json::to_value(WireMessage::from_chat(&call)).unwrap();
+        assert_eq!(wire["tool_calls"][0]["function"]["arguments"], "{}");
+    }
+
+    #[test]
+    fn usage_of_zeros_is_unknown() {
+        let zeros: WireUsage = serde_json::from_value(json!({"prompt_tokens": 0})).unwrap();
+        assert_eq!(zeros.known(), None);
+        let some: WireUsage = serde_json::from_value(json!({"completion_tokens": 2})).unwrap();
+        assert_eq!(some.known().unwrap().total_tokens, 2);
     }
 
     #[test]

@@ -23,13 +23,14 @@ pub(crate) fn pool(store: &Store, base_url: &str, slots: usize) -> (WorkerPool, 
         max_retries: 1,
         initial_backoff: Duration::from_millis(10),
         max_backoff: Duration::from_millis(20),
-        request_timeout: Duration::from_secs(20),
+        idle_timeout: Duration::from_secs(20),
         ..ClientConfig::default()
     };
     config.agent.default_model = Some(ModelSpec {
         base_url: base_url.to_owned(),
         model: "scripted".into(),
         api_key_env: None,
+        settings: Default::default(),
     });
     let pool = WorkerPool::new(store.clone(), config, Arc::new(Metrics::default())).unwrap();
     (pool, CancellationToken::new())
@@ -232,6 +233,7 @@ async fn model_failures_leave_a_clear_state_and_reason() {
         base_url: dead_url,
         model: "m".into(),
         api_key_env: None,
+        settings: Default::default(),
     });
     let down = db.store.create_task(&task).await.unwrap();
 
@@ -243,6 +245,7 @@ async fn model_failures_leave_a_clear_state_and_reason() {
         base_url: cut.base_url(),
         model: "m".into(),
         api_key_env: None,
+        settings: Default::default(),
     });
     let broken = db.store.create_task(&task).await.unwrap();
 
@@ -262,6 +265,7 @@ async fn model_failures_leave_a_clear_state_and_reason() {
         base_url: refusing.base_url(),
         model: "m".into(),
         api_key_env: None,
+        settings: Default::default(),
     });
     let unauthorized = db.store.create_task(&task).await.unwrap();
 

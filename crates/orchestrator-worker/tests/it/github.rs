@@ -32,6 +32,7 @@ fn pool(store: &Store, model: &str, github: &FakeGitHub) -> (WorkerPool, Cancell
         base_url: model.to_owned(),
         model: "scripted".into(),
         api_key_env: None,
+        settings: Default::default(),
     });
     config.agent.github =
         Some(GitHub::new(GithubConfig::new(github.url(), Some(FAKE_TOKEN.into()))).unwrap());

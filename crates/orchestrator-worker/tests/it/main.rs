@@ -8,6 +8,7 @@ mod closure;
 mod docs;
 mod github;
 mod model;
+mod real_servers;
 
 use orchestrator_store::{Store, TaskFilter};
 use orchestrator_types::{NewTask, TaskState};

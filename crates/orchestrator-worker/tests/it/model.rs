@@ -16,7 +16,7 @@ fn fast() -> ClientConfig {
     ClientConfig {
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(5),
-        request_timeout: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(60),
         ..ClientConfig::default()
     }
 }
@@ -26,6 +26,7 @@ fn spec(base_url: String, api_key_env: Option<&str>) -> ModelSpec {
         base_url,
         model: "scripted-1".into(),
         api_key_env: api_key_env.map(String::from),
+        settings: Default::default(),
     }
 }
 
@@ -70,7 +71,7 @@ fn retries_in(deltas: &[Delta]) -> Vec<(u32, String)> {
     deltas
         .iter()
         .filter_map(|d| match d {
-            Delta::Retrying { attempt, error } => Some((*attempt, error.clone())),
+            Delta::Retrying { attempt, error, .. } => Some((*attempt, error.clone())),
             _ => None,
         })
         .collect()
@@ -247,7 +248,7 @@ async fn the_request_has_the_wire_shape() {
             "messages": [
                 {"role": "system", "content": "sys"},
                 {"role": "user", "content": "look"},
-                {"role": "assistant", "content": null, "tool_calls": [
+                {"role": "assistant", "content": "", "tool_calls": [
                     {"id": "call_a", "type": "function",
                      "function": {"name": "read_file", "arguments": "{\"path\":\"a\"}"}}
                 ]},
@@ -258,6 +259,7 @@ async fn the_request_has_the_wire_shape() {
                 "description": "Reads a file.",
                 "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
             }}],
+            "tool_choice": "auto",
             "stream": true,
             "stream_options": {"include_usage": true},
         })
@@ -430,7 +432,7 @@ async fn a_rejected_request_keeps_the_providers_words() {
     let server = ScriptedModel::scripted(vec![Reply::Status(
         400,
         error_body(
-            "This model's maximum context length is 8192 tokens",
+            "Invalid schema for function 'read_file'",
             "invalid_request_error",
         ),
     )])
@@ -443,10 +445,7 @@ async fn a_rejected_request_keeps_the_providers_words() {
     match &error {
         ModelError::BadRequest { status, message } => {
             assert_eq!(*status, 400);
-            assert_eq!(
-                message,
-                "This model's maximum context length is 8192 tokens"
-            );
+            assert_eq!(message, "Invalid schema for function 'read_file'");
         }
         other => panic!("expected BadRequest, got {other:?}"),
     }
@@ -502,14 +501,14 @@ async fn a_hanging_server_times_out() {
     let client = client(
         &server,
         ClientConfig {
-            request_timeout: Duration::from_millis(200),
+            idle_timeout: Duration::from_millis(200),
             max_retries: 1,
             ..fast()
         },
     );
     let (result, deltas) = complete_watched(&client, &conversation(), &[]).await;
     let error = result.unwrap_err();
-    assert!(matches!(error, ModelError::Timeout), "{error:?}");
+    assert!(matches!(error, ModelError::Timeout(_)), "{error:?}");
     assert_eq!(server.request_count(), 2);
     assert_eq!(retries_in(&deltas).len(), 1);
 }

@@ -5,7 +5,9 @@ use crate::config::Config;
 use crate::exit::CliError;
 use clap::Args;
 use orchestrator_tools::{ApprovalClass, Decision, Policy};
-use orchestrator_types::{AgentOptions, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, ModelSpec};
+use orchestrator_types::{
+    AgentOptions, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, ModelSettings, ModelSpec,
+};
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct AgentFlags {
@@ -20,6 +22,25 @@ pub struct AgentFlags {
     /// the key itself is never stored). Default: OPENAI_API_KEY for api.openai.com, else none.
     #[arg(long, env = "ORCHESTRATOR_API_KEY_ENV", value_name = "VAR")]
     pub api_key_env: Option<String>,
+    /// Ask for streamed replies: on (default) or off, for servers that cannot stream.
+    #[arg(long, value_name = "on|off", value_parser = parse_switch)]
+    pub stream: Option<bool>,
+    /// Seconds of server silence (before the reply starts, between its pieces) that count as hung
+    /// (default 300). A reply may take longer as a whole while pieces keep coming.
+    #[arg(long, value_name = "SECONDS")]
+    pub idle_timeout: Option<u64>,
+    /// Retries of model calls that failed for a reason that passes (default 4).
+    #[arg(long, value_name = "N")]
+    pub model_retries: Option<u32>,
+    /// The model's context window in tokens, named in errors about prompts that do not fit.
+    #[arg(long, value_name = "TOKENS")]
+    pub context_window: Option<u64>,
+    /// Most tokens of one reply, sent as max_tokens (default: the server's limit).
+    #[arg(long, value_name = "TOKENS")]
+    pub max_output_tokens: Option<u64>,
+    /// tool_choice sent with the tools: auto (default), required, none, or omit.
+    #[arg(long, value_name = "CHOICE")]
+    pub tool_choice: Option<String>,
     /// Tool profile: minimal (read and search), coding (plus edit, shell, git), full (plus fetch_url).
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<String>,
@@ -54,6 +75,14 @@ pub struct AgentFlags {
     pub approval_timeout: Option<u64>,
 }
 
+fn parse_switch(text: &str) -> Result<bool, String> {
+    match text {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        other => Err(format!("{other:?} is not on or off")),
+    }
+}
+
 fn class_of(word: &str) -> Option<ApprovalClass> {
     match word {
         "read" => Some(ApprovalClass::Read),
@@ -77,6 +106,7 @@ impl AgentFlags {
         self.model.is_some()
             || self.base_url.is_some()
             || self.api_key_env.is_some()
+            || !self.settings().is_empty()
             || self.profile.is_some()
             || self.max_turns.is_some()
             || self.max_tokens.is_some()
@@ -92,9 +122,12 @@ impl AgentFlags {
     /// model (a worker's default model may still apply).
     pub fn model_spec(&self, config: &Config) -> anyhow::Result<Option<ModelSpec>> {
         let Some(model) = self.model.clone().or_else(|| config.model.model.clone()) else {
-            if self.base_url.is_some() || self.api_key_env.is_some() {
+            if self.base_url.is_some() || self.api_key_env.is_some() || !self.settings().is_empty()
+            {
                 return Err(CliError::Invalid(
-                    "--base-url and --api-key-env need --model NAME".into(),
+                    "--base-url, --api-key-env and the model's settings (--stream, \
+                     --idle-timeout, ...) need --model NAME"
+                        .into(),
                 )
                 .into());
             }
@@ -111,13 +144,35 @@ impl AgentFlags {
             .or_else(|| config.model.api_key_env.clone())
             .or_else(|| (base_url == DEFAULT_BASE_URL).then(|| DEFAULT_API_KEY_ENV.to_owned()))
             .filter(|v| !v.is_empty());
+        // Settings, lowest first: `[model]`'s when it is that model, `[models.NAME]`, the flags.
+        let mut settings = ModelSettings::default();
+        if config.model.model.as_deref() == Some(model.as_str()) {
+            settings = settings.merged(&config.model.settings());
+        }
+        if let Some(named) = config.models.get(&model) {
+            settings = settings.merged(named);
+        }
+        settings = settings.merged(&self.settings());
         let spec = ModelSpec {
             base_url: base_url.trim_end_matches('/').to_owned(),
             model,
             api_key_env,
+            settings,
         };
         spec.validate()?;
         Ok(Some(spec))
+    }
+
+    /// The model settings the flags give.
+    fn settings(&self) -> ModelSettings {
+        ModelSettings {
+            stream: self.stream,
+            idle_timeout_secs: self.idle_timeout,
+            max_retries: self.model_retries,
+            context_window: self.context_window,
+            max_output_tokens: self.max_output_tokens,
+            tool_choice: self.tool_choice.clone(),
+        }
     }
 
     /// The agent options these flags describe, for a task whose policy is `base` unless the flags

@@ -1,16 +1,19 @@
 //! `orchestrator run`: create a task and run it here, in the foreground, printing its events.
-//! Ctrl-C cancels the task (its gate's process group is killed) and exits with code 7.
+//! Ctrl-C cancels the task (its gate's process group is killed) and exits with code 7. When the task
+//! ends failed or canceled, its unfinished sub-agents are canceled with it: nothing else would
+//! finish them, and nobody asked for their work any more.
 
 use super::GlobalArgs;
 use super::task::{TaskFlags, build_task, print_events};
 use crate::exit;
 use crate::output;
 use clap::Args;
-use orchestrator_types::TaskState;
+use orchestrator_types::{TaskId, TaskState};
 use orchestrator_worker::{Metrics, PoolConfig, new_worker_id, run_claimed};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -71,7 +74,9 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     // The GitHub tools work under `run` as under `serve`.
     config.agent.github = file_config.github.client()?;
     config.sandbox = global.sandbox(&file_config)?;
-    let deltas = (!args.json).then(|| tokio::spawn(print_deltas(live_rx)));
+    // Set while streamed text on stderr has not ended its line; whoever prints next ends it.
+    let mid_line = Arc::new(AtomicBool::new(false));
+    let deltas = (!args.json).then(|| tokio::spawn(print_deltas(live_rx, mid_line.clone())));
     // Created already claimed by this process, so a daemon sharing the store cannot take it.
     let (claimed, lease) = store
         .create_foreground(&task, &config.worker_id, config.lease.as_millis() as i64)
@@ -85,10 +90,14 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         let store = store.clone();
         let stop = printer_stop.clone();
         let json = args.json;
+        let mid_line = mid_line.clone();
         async move {
             let mut after = 0;
             loop {
                 let stopping = stop.is_cancelled();
+                if store.events(id, after, 1).await?.first().is_some() {
+                    end_line(&mid_line);
+                }
                 after = print_events(&store, id, after, json).await?;
                 if stopping {
                     return anyhow::Ok(());
@@ -122,7 +131,11 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     }
     printer_stop.cancel();
     printer.await??;
+    end_line(&mid_line);
     let ended = ended?;
+    if matches!(ended.state, TaskState::Failed | TaskState::Canceled) {
+        cancel_children(&store, id).await?;
+    }
     if args.json {
         let view = super::views::TaskView::full(&store, &ended).await?;
         output::json_line(&view)?;
@@ -148,8 +161,38 @@ fn prompt_title(prompt: &str) -> String {
     }
 }
 
+/// Cancels the unfinished children of a foreground task that ended without success (the store
+/// cancels their own children with them).
+async fn cancel_children(store: &orchestrator_store::Store, id: TaskId) -> anyhow::Result<()> {
+    for child in store.children(id).await? {
+        if child.state.is_terminal() {
+            continue;
+        }
+        match store.cancel_task(child.id).await {
+            Ok(_) => eprintln!("canceled sub-agent task {} with its parent", child.id),
+            // It finished meanwhile.
+            Err(orchestrator_store::Error::WrongState { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Ends the line of streamed text, if one is open, so what follows starts on a line of its own.
+fn end_line(mid_line: &AtomicBool) {
+    use std::io::Write;
+    if mid_line.swap(false, Ordering::SeqCst) {
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(b"\n");
+        let _ = err.flush();
+    }
+}
+
 /// Shows the model's text as it streams, on stderr, so stdout keeps the events.
-async fn print_deltas(mut rx: tokio::sync::broadcast::Receiver<orchestrator_worker::LiveDelta>) {
+async fn print_deltas(
+    mut rx: tokio::sync::broadcast::Receiver<orchestrator_worker::LiveDelta>,
+    mid_line: Arc<AtomicBool>,
+) {
     use std::io::Write;
     use tokio::sync::broadcast::error::RecvError;
     loop {
@@ -159,6 +202,7 @@ async fn print_deltas(mut rx: tokio::sync::broadcast::Receiver<orchestrator_work
                     let mut err = std::io::stderr().lock();
                     let _ = err.write_all(text.as_bytes());
                     let _ = err.flush();
+                    mid_line.store(!text.ends_with('\n'), Ordering::SeqCst);
                 }
             }
             Err(RecvError::Lagged(_)) => {}
