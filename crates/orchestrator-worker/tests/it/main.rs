@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly by design.
 
 mod agent;
+mod agent_real;
 mod attempts;
 mod closure;
 mod docs;
