@@ -183,7 +183,7 @@ impl Report {
         }
         if task.prompt.is_some() {
             let model = match &task.model {
-                Some(m) => format!("{} at {}", m.model, m.base_url),
+                Some(m) => format!("{} at {}{}", m.model, m.base_url, settings_note(&m.settings)),
                 None => "the worker's default".to_owned(),
             };
             println!("model      {model}");
@@ -463,5 +463,33 @@ fn shell_job_view(j: &ShellJob) -> ShellJobView<'_> {
         summary: j.summary.as_deref(),
         started_at: format_millis(j.started_at),
         finished_at: j.finished_at.map(format_millis),
+    }
+}
+
+/// A model's settings in a few words, `""` when it has none.
+fn settings_note(settings: &orchestrator_types::ModelSettings) -> String {
+    let mut parts = Vec::new();
+    if let Some(stream) = settings.stream {
+        parts.push(format!("stream {}", if stream { "on" } else { "off" }));
+    }
+    if let Some(secs) = settings.idle_timeout_secs {
+        parts.push(format!("idle timeout {secs} s"));
+    }
+    if let Some(n) = settings.max_retries {
+        parts.push(format!("{n} retries"));
+    }
+    if let Some(n) = settings.context_window {
+        parts.push(format!("context window {n}"));
+    }
+    if let Some(n) = settings.max_output_tokens {
+        parts.push(format!("max output {n}"));
+    }
+    if let Some(choice) = &settings.tool_choice {
+        parts.push(format!("tool_choice {choice}"));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
     }
 }

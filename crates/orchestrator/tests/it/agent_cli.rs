@@ -418,3 +418,90 @@ fn run_waits_for_an_approval_and_goes_on_in_the_foreground() {
         "yes\n"
     );
 }
+
+#[test]
+fn run_ends_the_streamed_line_and_cancels_the_children_of_a_failed_task() {
+    let model = ScriptedModel::start_blocking(|r: &Request| {
+        if r.last_user_text().is_some_and(|t| t.contains("sub-agent")) {
+            return Reply::Text("child done".into());
+        }
+        match r.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "agent_spawn",
+                json!({"prompt": "Look around; you are a sub-agent"}),
+            )]),
+            _ => Reply::Text("Spawned a helper and stopped".into()),
+        }
+    });
+    let env = Env::sqlite();
+    let ws = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "Start a helper".into(),
+        "--gate".into(),
+        "false".into(),
+        "--workspace".into(),
+        ws.path().display().to_string(),
+    ];
+    args.extend(model_flags(&model));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = env.run(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // The streamed answer ends its line before whatever is printed next.
+    assert!(
+        stderr.contains("Spawned a helper and stopped\n"),
+        "{stderr:?}"
+    );
+    let tasks = env.tasks();
+    assert_eq!(tasks.len(), 2, "{tasks:?}");
+    let child = tasks
+        .iter()
+        .map(|t| env.task(t["id"].as_i64().unwrap()))
+        .find(|t| !t["task"]["parent_id"].is_null())
+        .expect("the child task");
+    assert_eq!(child["state"], "canceled", "{child}");
+}
+
+#[test]
+fn model_settings_come_from_flags_and_the_config_and_are_kept_with_the_task() {
+    let env = Env::sqlite();
+    std::fs::write(
+        env.home().join("config.toml"),
+        "[model]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"local\"\nidle_timeout_secs = 900\n\
+         max_output_tokens = 1024\n\n[models.local]\ncontext_window = 8192\n",
+    )
+    .unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws = ws.path().display().to_string();
+    let created = env.json(&[
+        "task", "create", "--title", "t", "--prompt", "p", "--workspace", &ws, "--stream", "off",
+        "--tool-choice", "required", "--json",
+    ]);
+    let id = created["id"].as_i64().unwrap();
+    let task = env.task(id);
+    let settings = &task["task"]["model"]["settings"];
+    assert_eq!(settings["stream"], false, "{task}");
+    assert_eq!(settings["tool_choice"], "required");
+    assert_eq!(settings["idle_timeout_secs"], 900);
+    assert_eq!(settings["max_output_tokens"], 1024);
+    assert_eq!(settings["context_window"], 8192);
+    // Bad values are refused before anything is created.
+    for bad in [
+        &["--tool-choice", "sometimes"][..],
+        &["--idle-timeout", "0"],
+        &["--stream", "maybe"],
+        &["--max-output-tokens", "9000"],
+    ] {
+        let mut args = vec![
+            "task", "create", "--title", "bad", "--prompt", "p", "--workspace", &ws,
+        ];
+        args.extend_from_slice(bad);
+        let out = env.run(&args);
+        assert_ne!(out.status.code(), Some(0), "{bad:?} was taken");
+    }
+    assert_eq!(env.tasks().len(), 1);
+    let out = env.run(&["task", "read", &id.to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("stream off, idle timeout 900 s"), "{text}");
+}
