@@ -288,6 +288,17 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
         .github
         .validate()
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    let named = config
+        .models
+        .iter()
+        .map(|(name, s)| (format!("[models.{name:?}]"), s.clone()));
+    for (table, settings) in
+        std::iter::once(("[model]".to_owned(), config.model.settings())).chain(named)
+    {
+        settings.validate().map_err(|e| {
+            crate::exit::CliError::Invalid(format!("{}: {table}: {e}", path.display()))
+        })?;
+    }
     Ok(config)
 }
 
@@ -303,6 +314,19 @@ mod tests {
         assert_eq!(config.model.model.as_deref(), Some("m"));
         assert!(toml::from_str::<Config>("[model]\nname = \"m\"\n").is_err());
         assert!(toml::from_str::<Config>("[models.m]\nstreaming = false\n").is_err());
+    }
+
+    #[test]
+    fn the_readme_model_example_parses_and_validates() {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("```toml\n[model]").expect("the example") + "```toml\n".len();
+        let end = start + readme[start..].find("```").expect("its end");
+        let config: Config = toml::from_str(&readme[start..end]).unwrap();
+        let named = &config.models["qwen2.5-coder-7b"];
+        named.validate().unwrap();
+        assert_eq!(named.idle_timeout_secs, Some(900));
+        assert_eq!(named.tool_choice.as_deref(), Some("auto"));
+        config.model.settings().validate().unwrap();
     }
 
     #[test]

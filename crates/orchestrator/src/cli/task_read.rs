@@ -183,7 +183,12 @@ impl Report {
         }
         if task.prompt.is_some() {
             let model = match &task.model {
-                Some(m) => format!("{} at {}{}", m.model, m.base_url, settings_note(&m.settings)),
+                Some(m) => format!(
+                    "{} at {}{}",
+                    m.model,
+                    m.base_url,
+                    settings_note(&m.settings)
+                ),
                 None => "the worker's default".to_owned(),
             };
             println!("model      {model}");

@@ -475,8 +475,19 @@ fn model_settings_come_from_flags_and_the_config_and_are_kept_with_the_task() {
     let ws = tempfile::tempdir().unwrap();
     let ws = ws.path().display().to_string();
     let created = env.json(&[
-        "task", "create", "--title", "t", "--prompt", "p", "--workspace", &ws, "--stream", "off",
-        "--tool-choice", "required", "--json",
+        "task",
+        "create",
+        "--title",
+        "t",
+        "--prompt",
+        "p",
+        "--workspace",
+        &ws,
+        "--stream",
+        "off",
+        "--tool-choice",
+        "required",
+        "--json",
     ]);
     let id = created["id"].as_i64().unwrap();
     let task = env.task(id);
@@ -494,7 +505,14 @@ fn model_settings_come_from_flags_and_the_config_and_are_kept_with_the_task() {
         &["--max-output-tokens", "9000"],
     ] {
         let mut args = vec![
-            "task", "create", "--title", "bad", "--prompt", "p", "--workspace", &ws,
+            "task",
+            "create",
+            "--title",
+            "bad",
+            "--prompt",
+            "p",
+            "--workspace",
+            &ws,
         ];
         args.extend_from_slice(bad);
         let out = env.run(&args);
