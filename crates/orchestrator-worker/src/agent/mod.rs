@@ -667,7 +667,7 @@ fn cut_answers(message: &ChatMessage, turn: i64, limit: &str) -> Vec<NewMessage>
         .map(|call| {
             saved(ChatMessage::tool(
                 &call.id,
-                &format!(
+                format!(
                     "Not run: your reply was cut off by the output token limit{limit} while you \
                      wrote its tool calls, so none of them ran (their arguments may be \
                      incomplete). Send the calls again, fewer or smaller at a time (for a large \

@@ -95,7 +95,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
             let mut after = 0;
             loop {
                 let stopping = stop.is_cancelled();
-                if store.events(id, after, 1).await?.first().is_some() {
+                if !store.events(id, after, 1).await?.is_empty() {
                     end_line(&mid_line);
                 }
                 after = print_events(&store, id, after, json).await?;
