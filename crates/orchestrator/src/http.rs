@@ -539,6 +539,26 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The JSON of a delivery in either content type a webhook may be set to: `application/json`, or
+/// GitHub's default `application/x-www-form-urlencoded`, which carries it in the `payload` field.
+/// The signature covers the body as sent, so it is checked before this.
+fn webhook_payload(content_type: Option<&str>, body: &[u8]) -> Result<serde_json::Value, String> {
+    let form = content_type.is_some_and(|t| {
+        t.split(';').next().is_some_and(|m| {
+            m.trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        })
+    });
+    if !form {
+        return serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"));
+    }
+    let payload = form_urlencoded::parse(body)
+        .find(|(name, _)| name == "payload")
+        .map(|(_, value)| value.into_owned())
+        .ok_or("the form-encoded body has no payload field")?;
+    serde_json::from_str(&payload).map_err(|e| format!("the payload field is not JSON: {e}"))
+}
+
 async fn github_webhook(
     State(state): State<HttpState>,
     headers: HeaderMap,
@@ -574,14 +594,9 @@ async fn github_webhook(
     if event == "ping" {
         return axum::Json(serde_json::json!({"status": "pong"})).into_response();
     }
-    let payload: serde_json::Value = match serde_json::from_slice(&body) {
+    let payload = match webhook_payload(header_str("content-type"), &body) {
         Ok(payload) => payload,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("the body is not JSON: {e}"),
-            );
-        }
+        Err(message) => return error(StatusCode::BAD_REQUEST, &message),
     };
     // Processing runs in a task of its own: GitHub hangs up after 10 s, and a dropped request
     // must not stop a delivery half-way (it would sit `processing` until it went stale).

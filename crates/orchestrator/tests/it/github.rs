@@ -65,6 +65,66 @@ fn deliver(serve: &Serve, event: &str, delivery: &str, body: &Value) -> (u16, Va
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
+/// A delivery as GitHub sends it by default: `application/x-www-form-urlencoded`, the JSON in the
+/// `payload` field, the signature over the encoded body.
+fn deliver_form(serve: &Serve, event: &str, delivery: &str, body: &Value) -> (u16, Value) {
+    let mut bytes = b"payload=".to_vec();
+    for byte in body.to_string().bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'*' => bytes.push(byte),
+            b' ' => bytes.push(b'+'),
+            other => bytes.extend_from_slice(format!("%{other:02X}").as_bytes()),
+        }
+    }
+    let signature = orchestrator_github::sign(SECRET.as_bytes(), &bytes);
+    let (status, text) = http_post(
+        &serve.addr,
+        "/webhooks/github",
+        &[
+            ("Content-Type", "application/x-www-form-urlencoded"),
+            ("X-GitHub-Event", event),
+            ("X-GitHub-Delivery", delivery),
+            ("X-Hub-Signature-256", &signature),
+        ],
+        &bytes,
+    );
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[test]
+fn a_form_encoded_delivery_is_taken_like_a_json_one() {
+    let env = Env::sqlite();
+    write_config(&env, "");
+    let fake = FakeGitHub::start_blocking();
+    fake.set_permission(REPO, "alice", "write");
+    let serve = serve(&env, &fake);
+    let (status, answer) = deliver_form(
+        &serve,
+        "issues",
+        "d-form",
+        &labeled(9, "agent-fix", "alice"),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["status"], "processed", "{answer}");
+    assert_eq!(answer["tasks"].as_array().unwrap().len(), 1, "{answer}");
+    // A form without the payload field is refused with the reason, as JSON.
+    let bytes = b"other=1".to_vec();
+    let signature = orchestrator_github::sign(SECRET.as_bytes(), &bytes);
+    let (status, text) = http_post(
+        &serve.addr,
+        "/webhooks/github",
+        &[
+            ("Content-Type", "application/x-www-form-urlencoded"),
+            ("X-GitHub-Event", "issues"),
+            ("X-GitHub-Delivery", "d-form-2"),
+            ("X-Hub-Signature-256", &signature),
+        ],
+        &bytes,
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("payload"), "{text}");
+}
+
 fn labeled(number: u64, label: &str, sender: &str) -> Value {
     json!({
         "action": "labeled",

@@ -257,9 +257,15 @@ pub fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
 pub fn http_post(addr: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()
     );
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+    {
+        head.push_str("Content-Type: application/json\r\n");
+    }
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
