@@ -132,7 +132,9 @@ pub struct TaskTemplate {
     pub agent: crate::AgentOptions,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acceptance: Vec<String>,
-    #[serde(default)]
+    /// Each a command (`"cargo test"`, named after itself) or a table with `command` and optional
+    /// `name`, `cwd` and `timeout_secs`, as schedule files and trigger templates write them.
+    #[serde(default, deserialize_with = "gates_or_commands")]
     pub gates: Vec<GateSpec>,
     #[serde(default)]
     pub priority: i64,
@@ -140,6 +142,50 @@ pub struct TaskTemplate {
     pub queue: String,
     #[serde(default = "default_max_attempts")]
     pub max_attempts: i64,
+}
+
+fn gates_or_commands<'de, D>(deserializer: D) -> std::result::Result<Vec<GateSpec>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Gate {
+        Command(String),
+        Table {
+            command: String,
+            name: Option<String>,
+            cwd: Option<String>,
+            timeout_secs: Option<u64>,
+            #[serde(default)]
+            by_agent: bool,
+        },
+    }
+    let gates = Vec::<Gate>::deserialize(deserializer)?;
+    Ok(gates
+        .into_iter()
+        .map(|gate| match gate {
+            Gate::Command(command) => GateSpec::from_command(command),
+            Gate::Table {
+                command,
+                name,
+                cwd,
+                timeout_secs,
+                by_agent,
+            } => {
+                let mut spec = GateSpec::from_command(command);
+                if let Some(name) = name {
+                    spec.name = name;
+                }
+                spec.cwd = cwd;
+                if let Some(secs) = timeout_secs {
+                    spec.timeout_secs = secs;
+                }
+                spec.by_agent = by_agent;
+                spec
+            }
+        })
+        .collect())
 }
 
 fn default_queue() -> String {
@@ -289,6 +335,21 @@ pub fn validate_name(name: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn template_gates_are_commands_or_tables_and_stored_gates_read_back() {
+        let template: TaskTemplate = serde_json::from_value(serde_json::json!({
+            "gates": ["cargo test", {"command": "make lint", "name": "lint", "timeout_secs": 60}],
+        }))
+        .unwrap();
+        assert_eq!(template.gates[0], GateSpec::from_command("cargo test"));
+        assert_eq!(template.gates[1].name, "lint");
+        assert_eq!(template.gates[1].timeout_secs, 60);
+        let stored = serde_json::to_value(&template).unwrap();
+        let again: TaskTemplate = serde_json::from_value(stored).unwrap();
+        assert_eq!(again, template);
+        assert!(serde_json::from_value::<TaskTemplate>(serde_json::json!({"gates": [7]})).is_err());
+    }
 
     fn spec() -> AutomationSpec {
         let mut spec = AutomationSpec::new("nightly", "0 3 * * *");

@@ -353,6 +353,20 @@ mod tests {
     }
 
     #[test]
+    fn a_triggers_gates_may_be_plain_commands() {
+        let config: Config = toml::from_str(
+            "[github]\n[[github.trigger]]\nname = \"fix\"\nevent = \"issues.labeled\"\n\
+             label = \"agent-fix\"\nworkspace = \"/srv/w\"\ntask = { prompt = \"Fix it\", gates = [\"cargo test\"] }\n",
+        )
+        .unwrap();
+        config.github.validate().unwrap();
+        let gates = &config.github.triggers[0].task.gates;
+        assert_eq!(gates.len(), 1);
+        assert_eq!(gates[0].command, "cargo test");
+        assert!(!gates[0].by_agent);
+    }
+
+    #[test]
     fn a_bad_trigger_is_refused_with_its_name() {
         let config: Config = toml::from_str(
             "[github]\n[[github.trigger]]\nname = \"x\"\nevent = \"issues.closed\"\n",
