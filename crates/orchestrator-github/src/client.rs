@@ -42,6 +42,9 @@ pub struct ClientConfig {
     /// The longest a read waits for a rate limit to lift; beyond it the read fails with
     /// [`ApiError::RateLimited`] saying when to come back.
     pub max_rate_wait: Duration,
+    /// The wait after a secondary rate limit that names none (a 403 without `retry-after`):
+    /// GitHub asks for at least a minute.
+    pub secondary_limit_wait: Duration,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -52,6 +55,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .field("timeout", &self.timeout)
             .field("max_rate_wait", &self.max_rate_wait)
+            .field("secondary_limit_wait", &self.secondary_limit_wait)
             .finish()
     }
 }
@@ -63,9 +67,13 @@ impl ClientConfig {
             token,
             timeout: Duration::from_secs(30),
             max_rate_wait: Duration::from_secs(60),
+            secondary_limit_wait: SECONDARY_LIMIT_WAIT,
         }
     }
 }
+
+/// GitHub's documented minimum wait after a secondary rate limit without `retry-after`.
+pub const SECONDARY_LIMIT_WAIT: Duration = Duration::from_secs(60);
 
 /// A GitHub API call failed.
 #[derive(Debug, thiserror::Error)]
@@ -488,7 +496,9 @@ impl GitHub {
             if (200..300).contains(&status) {
                 return Ok((body, headers));
             }
-            if let Some(wait) = rate_limit_wait(status, &headers) {
+            if let Some(wait) =
+                rate_limit_wait(status, &headers, &body, self.config.secondary_limit_wait)
+            {
                 if waited + wait <= self.config.max_rate_wait {
                     tracing::warn!(
                         what,
@@ -535,7 +545,9 @@ impl GitHub {
         if (200..300).contains(&status) {
             return decode(&bytes, what);
         }
-        if let Some(wait) = rate_limit_wait(status, &headers) {
+        if let Some(wait) =
+            rate_limit_wait(status, &headers, &bytes, self.config.secondary_limit_wait)
+        {
             return Err(ApiError::RateLimited {
                 what: what.to_owned(),
                 wait_secs: wait.as_secs(),
@@ -597,20 +609,61 @@ fn decode<T: DeserializeOwned>(body: &[u8], what: &str) -> ApiResult<T> {
 }
 
 /// GitHub's `message` field, or the start of the body.
+/// GitHub's message with the details a 422 carries in `errors[]` ("body is too long (maximum is
+/// 65536 characters)"), each a sentence of its own or a resource, field and code.
 fn error_message(body: &[u8]) -> String {
     #[derive(Deserialize)]
     struct Error {
         message: String,
+        #[serde(default)]
+        errors: Vec<serde_json::Value>,
     }
-    match serde_json::from_slice::<Error>(body) {
-        Ok(e) => e.message,
-        Err(_) => String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+    let error = match serde_json::from_slice::<Error>(body) {
+        Ok(e) => e,
+        Err(_) => return String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+    };
+    let details: Vec<String> = error
+        .errors
+        .iter()
+        .filter_map(|detail| {
+            if let Some(text) = detail.as_str() {
+                return Some(text.to_owned());
+            }
+            if let Some(text) = detail.get("message").and_then(|m| m.as_str()) {
+                return Some(text.to_owned());
+            }
+            let part = |key: &str| detail.get(key).and_then(|v| v.as_str());
+            let place = [part("resource"), part("field")]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(".");
+            match (place.is_empty(), part("code")) {
+                (true, None) => None,
+                (_, code) => Some(
+                    format!("{place} {}", code.unwrap_or("invalid"))
+                        .trim()
+                        .to_owned(),
+                ),
+            }
+        })
+        .collect();
+    if details.is_empty() {
+        error.message
+    } else {
+        format!("{}: {}", error.message, details.join("; "))
     }
 }
 
-/// How long to wait when the answer is a rate limit: `retry-after` (secondary limits, 429), or
-/// until `x-ratelimit-reset` when `x-ratelimit-remaining` is 0 (the primary limit).
-fn rate_limit_wait(status: u16, headers: &HeaderMap) -> Option<Duration> {
+/// How long to wait when the answer is a rate limit: `retry-after` (secondary limits, 429), until
+/// `x-ratelimit-reset` when `x-ratelimit-remaining` is 0 (the primary limit), or `secondary` for a
+/// secondary limit that names no wait (a 403 whose message says so).
+fn rate_limit_wait(
+    status: u16,
+    headers: &HeaderMap,
+    body: &[u8],
+    secondary: Duration,
+) -> Option<Duration> {
     if status != 403 && status != 429 {
         return None;
     }
@@ -629,6 +682,10 @@ fn rate_limit_wait(status: u16, headers: &HeaderMap) -> Option<Duration> {
     }
     if status == 429 {
         return Some(Duration::from_secs(60));
+    }
+    let message = error_message(body).to_ascii_lowercase();
+    if message.contains("secondary rate limit") || message.contains("abuse detection") {
+        return Some(secondary);
     }
     None
 }
@@ -686,6 +743,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn validation_details_and_bare_secondary_limits() {
+        let body = br#"{"message":"Validation Failed","errors":[{"resource":"IssueComment","code":"custom","field":"body","message":"body is too long (maximum is 65536 characters)"},{"resource":"Issue","field":"title","code":"missing_field"}],"documentation_url":"https://docs.github.com/rest"}"#;
+        assert_eq!(
+            error_message(body),
+            "Validation Failed: body is too long (maximum is 65536 characters); Issue.title missing_field"
+        );
+        let limited = br#"{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}"#;
+        let headers = HeaderMap::new();
+        assert_eq!(
+            rate_limit_wait(403, &headers, limited, SECONDARY_LIMIT_WAIT),
+            Some(SECONDARY_LIMIT_WAIT)
+        );
+        assert_eq!(
+            rate_limit_wait(
+                403,
+                &headers,
+                br#"{"message":"Resource not accessible by integration"}"#,
+                SECONDARY_LIMIT_WAIT
+            ),
+            None
+        );
+    }
+
+    #[test]
     fn next_links() {
         let mut headers = HeaderMap::new();
         headers.insert(
@@ -709,18 +790,24 @@ mod tests {
     fn rate_limits() {
         let mut headers = HeaderMap::new();
         assert_eq!(
-            rate_limit_wait(403, &headers),
+            rate_limit_wait(403, &headers, b"{}", SECONDARY_LIMIT_WAIT),
             None,
             "a plain 403 is not a limit"
         );
         headers.insert("retry-after", HeaderValue::from_static("7"));
-        assert_eq!(rate_limit_wait(403, &headers), Some(Duration::from_secs(7)));
-        assert_eq!(rate_limit_wait(500, &headers), None);
+        assert_eq!(
+            rate_limit_wait(403, &headers, b"{}", SECONDARY_LIMIT_WAIT),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            rate_limit_wait(500, &headers, b"{}", SECONDARY_LIMIT_WAIT),
+            None
+        );
         let mut headers = HeaderMap::new();
         headers.insert("x-ratelimit-remaining", HeaderValue::from_static("0"));
         headers.insert("x-ratelimit-reset", HeaderValue::from_static("0"));
         assert_eq!(
-            rate_limit_wait(403, &headers),
+            rate_limit_wait(403, &headers, b"{}", SECONDARY_LIMIT_WAIT),
             Some(Duration::from_secs(1)),
             "a reset in the past waits the one second of slack"
         );

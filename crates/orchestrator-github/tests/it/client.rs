@@ -127,6 +127,49 @@ async fn reads_wait_out_a_rate_limit_and_give_up_on_a_long_one() {
 }
 
 #[tokio::test]
+async fn a_secondary_limit_without_retry_after_is_waited_out_not_taken_for_a_refusal() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 1, "t", "b", "alice");
+    let mut config = ClientConfig::new(fake.url(), Some(FAKE_TOKEN.to_owned()));
+    config.secondary_limit_wait = Duration::from_millis(300);
+    let github = GitHub::new(config).unwrap();
+    fake.bare_secondary_limit_next("GET", "/issues/1", 1);
+    assert_eq!(github.issue(&issue(1)).await.unwrap().number, 1);
+    assert_eq!(fake.requests_to("GET", "/issues/1").len(), 2);
+    // A write is still sent once: the caller learns to come back later, not that it lacks rights.
+    fake.bare_secondary_limit_next("POST", "/issues/1/comments", 1);
+    let err = github.create_comment(&issue(1), "hello").await.unwrap_err();
+    assert!(matches!(err, ApiError::RateLimited { .. }), "{err}");
+    assert!(err.is_retryable());
+    // With the documented default, the wait is at least a minute.
+    let mut config = ClientConfig::new(fake.url(), Some(FAKE_TOKEN.to_owned()));
+    config.max_rate_wait = Duration::from_secs(5);
+    let github = GitHub::new(config).unwrap();
+    fake.bare_secondary_limit_next("GET", "/issues/1", 1);
+    match github.issue(&issue(1)).await.unwrap_err() {
+        ApiError::RateLimited { wait_secs, .. } => assert!(wait_secs >= 60, "{wait_secs}"),
+        other => panic!("expected a rate limit, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_write_shows_githubs_details() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 1, "t", "b", "alice");
+    let github = client(&fake);
+    let err = github
+        .create_comment(&issue(1), &"x".repeat(70_000))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ApiError::Invalid { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("body is too long (maximum is 65536 characters)"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn writes_are_sent_once_even_when_they_fail() {
     let fake = FakeGitHub::start().await;
     fake.add_issue(REPO, 1, "t", "b", "alice");

@@ -107,6 +107,8 @@ enum FaultKind {
     PrimaryLimit { reset_in: u64 },
     /// A secondary rate limit: 403 with `retry-after`.
     SecondaryLimit { retry_after: u64 },
+    /// A secondary rate limit as GitHub often sends it: 403 and a message, no `retry-after`.
+    SecondaryLimitBare,
 }
 
 #[derive(Debug)]
@@ -321,6 +323,11 @@ impl FakeGitHub {
             count,
             FaultKind::SecondaryLimit { retry_after },
         );
+    }
+
+    /// The next `count` matching requests hit a secondary rate limit that names no wait.
+    pub fn bare_secondary_limit_next(&self, method: &str, path_contains: &str, count: u32) {
+        self.fault(method, path_contains, count, FaultKind::SecondaryLimitBare);
     }
 
     fn fault(&self, method: &str, path_contains: &str, count: u32, kind: FaultKind) {

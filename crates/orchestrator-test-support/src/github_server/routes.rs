@@ -47,6 +47,27 @@ impl Answer {
     }
 }
 
+/// GitHub's limit on a comment's body.
+const MAX_COMMENT_CHARS: usize = 65536;
+
+/// The 422 GitHub answers to a body over its limit, with the detail in `errors[]`.
+fn too_long(resource: &str) -> Answer {
+    Answer::json(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        json!({
+            "message": "Validation Failed",
+            "errors": [{
+                "resource": resource,
+                "code": "custom",
+                "field": "body",
+                "message": format!("body is too long (maximum is {MAX_COMMENT_CHARS} characters)"),
+            }],
+            "documentation_url": "https://docs.github.com/rest/issues/comments#create-an-issue-comment",
+            "status": "422",
+        }),
+    )
+}
+
 pub(super) async fn handle(
     State(inner): State<Arc<Mutex<Inner>>>,
     method: Method,
@@ -135,6 +156,12 @@ fn answer(
                 a.headers
                     .push(("retry-after".into(), retry_after.to_string()));
                 return a;
+            }
+            FaultKind::SecondaryLimitBare => {
+                return Answer::error(
+                    StatusCode::FORBIDDEN,
+                    "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. If you reach out to GitHub Support for help, please include the request ID.",
+                );
             }
         }
     }
@@ -249,6 +276,9 @@ fn route(
             let Some(text) = body_json.get("body").and_then(Value::as_str) else {
                 return Answer::error(StatusCode::UNPROCESSABLE_ENTITY, "Validation Failed");
             };
+            if text.chars().count() > MAX_COMMENT_CHARS {
+                return too_long("IssueComment");
+            }
             inner.next_id += 1;
             let id = inner.next_id;
             let viewer = inner.viewer.clone();
