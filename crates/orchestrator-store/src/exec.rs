@@ -41,15 +41,32 @@ macro_rules! dispatch {
     ($self:expr, $stmt:expr, |$c:ident, $sql:ident, $values:ident| $body:expr) => {
         match $self {
             Self::Sqlite($c, ..) => {
-                let ($sql, $values) = $stmt.build_sqlx(SqliteQueryBuilder);
+                let ($sql, mut $values) = $stmt.build_sqlx(SqliteQueryBuilder);
+                clean_text(&mut $values);
                 $body
             }
             Self::Postgres($c) => {
-                let ($sql, $values) = $stmt.build_sqlx(PostgresQueryBuilder);
+                let ($sql, mut $values) = $stmt.build_sqlx(PostgresQueryBuilder);
+                clean_text(&mut $values);
                 $body
             }
         }
     };
+}
+
+/// PostgreSQL refuses a NUL byte in text, and text from processes, tools and models may hold one
+/// (`git ls-files -z`, `find -print0`): a summary with one would fail its write, and the attempt
+/// would be abandoned and rescued again and again. Every text bound to a statement passes here, on
+/// both backends so they store the same thing: a NUL becomes U+FFFD, visibly replaced. JSON columns
+/// are not affected, since serde_json writes a NUL as the escape `\u0000`.
+fn clean_text(values: &mut sea_query_sqlx::SqlxValues) {
+    for value in &mut (values.0).0 {
+        if let sea_query::Value::String(Some(text)) = value
+            && text.contains('\0')
+        {
+            *text = text.replace('\0', "\u{FFFD}");
+        }
+    }
 }
 
 impl Pool {

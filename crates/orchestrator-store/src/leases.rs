@@ -256,59 +256,10 @@ impl Store {
         lease_ms: i64,
         now: i64,
     ) -> Result<Vec<(Task, Lease)>> {
-        let stmt = Query::update()
-            .table(Tasks::Table)
-            .value(Tasks::State, TaskState::Running.as_str())
-            .value(Tasks::LeaseOwner, owner)
-            .value(Tasks::LeaseExpiresAt, now + lease_ms)
-            .value(Tasks::Epoch, Expr::col(Tasks::Epoch).add(1))
-            .value(Tasks::Attempt, Expr::col(Tasks::Attempt).add(1))
-            .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
-            .value(Tasks::StartedAt, Expr::col(Tasks::StartedAt).if_null(now))
-            // Foreground tasks are created with a run_after no daemon reaches (see
-            // `create_foreground`); once claimed, the row should say when it really ran.
-            .value(
-                Tasks::RunAfter,
-                Expr::case(Expr::col(Tasks::RunAfter).gt(now), now)
-                    .finally(Expr::col(Tasks::RunAfter)),
-            )
-            .value(Tasks::UpdatedAt, now)
-            .and_where(cond)
-            .returning(Query::returning().columns(COLUMNS))
-            .to_owned();
         let mut tx = self.pool.begin().await?;
-        let rows: Vec<TaskRow> = tx.fetch_all(&stmt).await?;
-        if rows.is_empty() {
-            tx.commit().await?;
-            return Ok(Vec::new());
-        }
-        let mut claimed = rows
-            .into_iter()
-            .map(Task::try_from)
-            .collect::<Result<Vec<_>>>()?;
-        claimed.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
-        let events: Vec<EventInsert> = claimed
-            .iter()
-            .map(|task| EventInsert {
-                task_id: task.id.0,
-                seq: task.event_seq,
-                at: now,
-                kind: EventKind::Claimed,
-                data: json!({ "attempt": task.attempt, "epoch": task.epoch, "worker": owner }),
-            })
-            .collect();
-        insert_events(&mut tx, &events).await?;
+        let claimed = claim_in(&mut tx, owner, cond, lease_ms, now).await?;
         tx.commit().await?;
-        Ok(claimed
-            .into_iter()
-            .map(|task| {
-                let lease = Lease {
-                    task_id: task.id,
-                    epoch: task.epoch,
-                };
-                (task, lease)
-            })
-            .collect())
+        Ok(claimed)
     }
 
     /// Extends the leases that are still held by `lease_ms` from now, and reports for each lease
@@ -675,13 +626,88 @@ impl Store {
     ) -> Result<(Task, Lease)> {
         let mut hidden = new.clone();
         hidden.run_after = Some(FOREGROUND_RUN_AFTER);
-        let id = self.create_task(&hidden).await?;
-        self.claim_task(owner, id, lease_ms)
+        hidden.validate()?;
+        let now = now_millis();
+        // One transaction: a crash between creating and claiming would leave a queued task that no
+        // daemon takes (its run_after is out of reach) and no foreground process runs.
+        let mut tx = self.pool.begin().await?;
+        let id = crate::tasks::insert_tasks(&mut tx, std::slice::from_ref(&hidden), now, None)
             .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Migration("insert returned no id".into()))?;
+        let cond = Expr::col(Tasks::Id)
+            .eq(id.0)
+            .and(state_is(TaskState::Queued));
+        let claimed = claim_in(&mut tx, owner, cond, lease_ms, now)
+            .await?
+            .into_iter()
+            .next()
             .ok_or_else(|| Error::WrongState {
                 task: id,
                 state: "unknown".into(),
                 message: "the task was taken before this process could start it".into(),
-            })
+            })?;
+        tx.commit().await?;
+        Ok(claimed)
     }
+}
+
+/// Claims the queued rows `cond` matches, with their `claimed` events, inside `tx`.
+async fn claim_in(
+    tx: &mut Tx,
+    owner: &str,
+    cond: Expr,
+    lease_ms: i64,
+    now: i64,
+) -> Result<Vec<(Task, Lease)>> {
+    let stmt = Query::update()
+        .table(Tasks::Table)
+        .value(Tasks::State, TaskState::Running.as_str())
+        .value(Tasks::LeaseOwner, owner)
+        .value(Tasks::LeaseExpiresAt, now + lease_ms)
+        .value(Tasks::Epoch, Expr::col(Tasks::Epoch).add(1))
+        .value(Tasks::Attempt, Expr::col(Tasks::Attempt).add(1))
+        .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+        .value(Tasks::StartedAt, Expr::col(Tasks::StartedAt).if_null(now))
+        // Foreground tasks are created with a run_after no daemon reaches (see
+        // `create_foreground`); once claimed, the row should say when it really ran.
+        .value(
+            Tasks::RunAfter,
+            Expr::case(Expr::col(Tasks::RunAfter).gt(now), now).finally(Expr::col(Tasks::RunAfter)),
+        )
+        .value(Tasks::UpdatedAt, now)
+        .and_where(cond)
+        .returning(Query::returning().columns(COLUMNS))
+        .to_owned();
+    let rows: Vec<TaskRow> = tx.fetch_all(&stmt).await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut claimed = rows
+        .into_iter()
+        .map(Task::try_from)
+        .collect::<Result<Vec<_>>>()?;
+    claimed.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
+    let events: Vec<EventInsert> = claimed
+        .iter()
+        .map(|task| EventInsert {
+            task_id: task.id.0,
+            seq: task.event_seq,
+            at: now,
+            kind: EventKind::Claimed,
+            data: json!({ "attempt": task.attempt, "epoch": task.epoch, "worker": owner }),
+        })
+        .collect();
+    insert_events(tx, &events).await?;
+    Ok(claimed
+        .into_iter()
+        .map(|task| {
+            let lease = Lease {
+                task_id: task.id,
+                epoch: task.epoch,
+            };
+            (task, lease)
+        })
+        .collect())
 }

@@ -49,6 +49,7 @@ conformance!(
     events_are_gap_free_through_a_lifecycle,
     artifacts_round_trip_and_cap,
     gates_are_recorded_with_evidence,
+    nul_bytes_in_text_are_stored_as_replacement_characters,
     heartbeat_extends_and_reports_cancel,
     batch_completion_mixed_outcomes,
     counts_by_state,

@@ -96,3 +96,94 @@ pub async fn gates_are_recorded_with_evidence(db: &TestStore) {
     assert_eq!(finished.data["verdict"], "failed");
     assert_eq!(finished.data["log_artifact"], artifact.0);
 }
+
+/// Text from processes may hold NUL bytes (`git ls-files -z`, `find -print0`): PostgreSQL refuses
+/// them in text, so every raw text column gets U+FFFD instead, the same on both backends, and the
+/// writes go through.
+pub async fn nul_bytes_in_text_are_stored_as_replacement_characters(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store
+        .create_task(&NewTask::new("nul").with_gate("git ls-files -z"))
+        .await
+        .unwrap();
+    let (task, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    let mut ev = evidence(Verdict::Failed);
+    ev.summary.text = "a.rs\0b.rs\0".into();
+    let log = Captured::from_bytes(b"a.rs\0b.rs\0", 1024);
+    store
+        .record_gate(&GateRun {
+            lease: &lease,
+            attempt: task.attempt,
+            position: 0,
+            spec: &task.gates[0],
+            evidence: &ev,
+            log: &log,
+        })
+        .await
+        .unwrap();
+    let gate = store.gates(id).await.unwrap().remove(0);
+    assert_eq!(gate.summary, "a.rs\u{FFFD}b.rs\u{FFFD}");
+    let label = format!("find -print0\0{}", "x");
+    let artifact = store
+        .put_artifact(Some(id), "tool_output", "text/plain", &label, &log)
+        .await
+        .unwrap();
+    let kept = store.get_artifact(artifact).await.unwrap();
+    assert_eq!(kept.bytes, b"a.rs\0b.rs\0", "artifact bytes stay exact");
+    store
+        .tool_call_started(
+            &lease,
+            task.attempt,
+            1,
+            0,
+            "c1",
+            "exec_shell",
+            "{\"command\":\"find . -print0\"}\0",
+        )
+        .await
+        .unwrap();
+    store
+        .tool_call_finished(
+            &lease,
+            task.attempt,
+            &orchestrator_store::ToolCallEnd {
+                call_id: "c1".into(),
+                turn: 1,
+                status: orchestrator_store::call_status::SUCCEEDED,
+                summary: "./a\0./b".into(),
+                artifact_id: None,
+                duration_ms: 1,
+                message: orchestrator_types::ChatMessage::tool("c1", "./a\0./b"),
+                event: json!({"summary": "./a\0./b"}),
+            },
+        )
+        .await
+        .unwrap();
+    let call = store.tool_calls(id).await.unwrap().remove(0);
+    assert_eq!(call.summary.as_deref(), Some("./a\u{FFFD}./b"));
+    assert!(call.arguments.ends_with('\u{FFFD}'), "{:?}", call.arguments);
+    // JSON keeps the NUL itself, escaped.
+    let saved = store.messages(id).await.unwrap();
+    assert_eq!(saved[0].message.content.as_deref(), Some("./a\0./b"));
+    let applied = store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Failed {
+                error: "gate said a.rs\0b.rs".into(),
+            },
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(applied, [CompletionResult::Applied]);
+    let task = store.get_task(id).await.unwrap();
+    assert_eq!(task.state, TaskState::Failed);
+    assert_eq!(
+        task.last_error.as_deref(),
+        Some("gate said a.rs\u{FFFD}b.rs")
+    );
+}
