@@ -266,6 +266,20 @@ where
     })
 }
 
+/// Kills a foreground command's process group when the call is dropped before the command ended.
+struct GroupGuard {
+    pgid: i32,
+    armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            signal_group(self.pgid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
 /// Sends `signal` to the process group `pgid`.
 fn signal_group(pgid: i32, signal: nix::sys::signal::Signal) {
     if pgid > 0 {
@@ -353,6 +367,9 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
         .spawn()
         .map_err(|e| refuse(format!("exec_shell: could not start the shell: {e}")))?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    // Dropping this call (a cancel, a lost lease, a shutdown) must end the command's children too
+    // (cargo, npm, test binaries), not only the shell that `kill_on_drop` reaches.
+    let mut group = GroupGuard { pgid, armed: true };
     let out = Arc::new(Mutex::new(HeadTail::default()));
     let readers = [
         child.stdout.take().map(|s| pump(s, out.clone())),
@@ -382,6 +399,7 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
     if tokio::time::timeout(DRAIN_GRACE, drain).await.is_err() {
         signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
     }
+    group.armed = false;
     let text = out.lock().map(|o| o.render()).unwrap_or_default();
     let elapsed = started.elapsed().as_secs_f64();
     if timed_out {

@@ -149,3 +149,34 @@ async fn job_output_includes_what_was_printed() {
         again.joined_text()
     );
 }
+
+/// A call dropped in the middle (the task was canceled, its lease lost, the worker shut down) ends
+/// every process the command started, not only the shell: in the sandbox and without one.
+#[tokio::test]
+async fn a_dropped_call_kills_the_whole_process_group() {
+    for unsandboxed in [false, true] {
+        let mut h = Harness::new();
+        if unsandboxed {
+            let mut policy = orchestrator_tools::Policy::allow_all();
+            policy.sandbox = orchestrator_types::SandboxMode::Full;
+            h.ctx = h.ctx.clone().with_policy(policy).unwrap();
+        }
+        let marker = format!("301.{}{}", std::process::id(), u8::from(unsandboxed));
+        let command = format!("sleep {marker} & sleep {marker}; wait");
+        let call = h.call("exec_shell", json!({"command": command, "timeout": 600}));
+        let dropped = tokio::time::timeout(std::time::Duration::from_millis(1500), call).await;
+        assert!(dropped.is_err(), "the call was still running when dropped");
+        let mut gone = false;
+        for _ in 0..100 {
+            if !running_with(&marker) {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert!(
+            gone,
+            "unsandboxed {unsandboxed}: a child of the dropped shell kept running"
+        );
+    }
+}
