@@ -475,6 +475,7 @@ impl Store {
                 });
             }
         }
+        close_approvals_of_ended(&mut tx, &events, now).await?;
         insert_events(&mut tx, &events).await?;
         if requeued {
             tx.notify_task_available().await?;
@@ -584,6 +585,7 @@ impl Store {
                 }),
             });
         }
+        close_approvals_of_ended(&mut tx, &events, now).await?;
         insert_events(&mut tx, &events).await?;
         if counts.requeued > 0 {
             tx.notify_task_available().await?;
@@ -710,4 +712,18 @@ async fn claim_in(
             (task, lease)
         })
         .collect())
+}
+
+/// Closes the pending approvals of every task an event says has ended, in the transaction that
+/// ends it: an approval left in the inbox would report success when approved, and do nothing.
+async fn close_approvals_of_ended(tx: &mut Tx, events: &[EventInsert], now: i64) -> Result<()> {
+    for event in events {
+        if matches!(
+            event.kind,
+            EventKind::Succeeded | EventKind::Failed | EventKind::Canceled
+        ) {
+            crate::approvals::close_pending(tx, TaskId(event.task_id), now).await?;
+        }
+    }
+    Ok(())
 }

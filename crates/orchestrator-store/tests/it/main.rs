@@ -36,6 +36,7 @@ conformance!(
     approval_pauses_and_a_decision_resumes,
     decision_before_the_pause_lands_still_resumes,
     approvals_expire_and_close_with_their_task,
+    approvals_close_when_their_task_ends_on_every_path,
     questions_take_text_answers,
     canceling_a_parent_cancels_its_children,
     shell_jobs_end_or_go_stale,

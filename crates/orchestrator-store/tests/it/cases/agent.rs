@@ -482,3 +482,60 @@ pub async fn shell_jobs_end_or_go_stale(db: &TestStore) {
         b"built\n"
     );
 }
+
+/// A task that ends while one of its approvals is pending (its attempt failed or succeeded, or the
+/// rescuer gave up on it) closes the approval in the same transaction: approving it later is
+/// refused instead of reporting a success that does nothing.
+pub async fn approvals_close_when_their_task_ends_on_every_path(db: &TestStore) {
+    let store = db.store.clone();
+    let outcomes = [
+        Outcome::Failed {
+            error: "gave up".into(),
+        },
+        Outcome::Succeeded,
+        Outcome::Canceled,
+    ];
+    for outcome in outcomes {
+        let id = store.create_task(&agent_task("ends")).await.unwrap();
+        let mut claimed = store.claim("w", &queues(), 10, LEASE).await.unwrap();
+        let (_, lease) = claimed.drain(..).find(|(t, _)| t.id == id).unwrap();
+        let pending = store
+            .request_approval(&lease, &ask("c1", now_millis() + 60_000))
+            .await
+            .unwrap();
+        store
+            .complete(&[Completion {
+                lease,
+                outcome: outcome.clone(),
+                details: json!({}),
+            }])
+            .await
+            .unwrap();
+        assert!(store.get_task(id).await.unwrap().state.is_terminal());
+        let closed = store.get_approval(pending.id).await.unwrap();
+        assert_eq!(closed.status, approval_status::CANCELED, "{outcome:?}");
+        let late = store
+            .decide_approval(pending.id, &ApprovalDecision::Approve, "ann")
+            .await;
+        assert!(late.is_err(), "{outcome:?}: a late approval was taken");
+    }
+    // The rescuer failing a task whose worker died (no attempts left).
+    let mut last = agent_task("rescued");
+    last.max_attempts = 1;
+    let id = store.create_task(&last).await.unwrap();
+    let mut claimed = store.claim("w", &queues(), 10, 1).await.unwrap();
+    let (_, lease) = claimed.drain(..).find(|(t, _)| t.id == id).unwrap();
+    let pending = store
+        .request_approval(&lease, &ask("c2", now_millis() + 60_000))
+        .await
+        .unwrap();
+    store
+        .rescue_expired(now_millis() + 10 * LEASE, 100, |_| 0)
+        .await
+        .unwrap();
+    assert_eq!(store.get_task(id).await.unwrap().state, TaskState::Failed);
+    assert_eq!(
+        store.get_approval(pending.id).await.unwrap().status,
+        approval_status::CANCELED
+    );
+}
