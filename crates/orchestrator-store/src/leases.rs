@@ -727,3 +727,22 @@ async fn close_approvals_of_ended(tx: &mut Tx, events: &[EventInsert], now: i64)
     }
     Ok(())
 }
+
+/// Checks inside `tx` that `lease` still holds its task (running, at the same epoch), locking the
+/// task's row until `tx` ends; `StaleLease` if it does not. For writes made on behalf of an attempt
+/// that have no event of their own.
+pub(crate) async fn check_lease(tx: &mut Tx, lease: &Lease, now: i64) -> Result<()> {
+    let check = Query::update()
+        .table(Tasks::Table)
+        .value(Tasks::UpdatedAt, now)
+        .cond_where(lease_matches(lease))
+        .and_where(state_is(TaskState::Running))
+        .to_owned();
+    if tx.execute(&check).await? == 0 {
+        return Err(Error::StaleLease {
+            task: lease.task_id,
+            epoch: lease.epoch,
+        });
+    }
+    Ok(())
+}

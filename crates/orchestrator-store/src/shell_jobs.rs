@@ -102,6 +102,8 @@ impl Store {
             .returning_col(ShellJobs::Id)
             .to_owned();
         let mut tx = self.pool.begin().await?;
+        // A worker that lost its lease may not start work in the task's name.
+        crate::leases::check_lease(&mut tx, lease, now_millis()).await?;
         let (id,): (i64,) = tx
             .fetch_optional(&stmt)
             .await?

@@ -440,6 +440,25 @@ impl Store {
         Ok(ids)
     }
 
+    /// Creates a task on behalf of the attempt that holds `lease` (a sub-agent, a task an agent
+    /// made), in one transaction with the check that the lease still holds: a worker that lost its
+    /// lease creates nothing.
+    pub async fn create_task_under(&self, lease: &crate::Lease, new: &NewTask) -> Result<TaskId> {
+        new.validate()?;
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        crate::leases::check_lease(&mut tx, lease, now).await?;
+        let id = insert_tasks(&mut tx, std::slice::from_ref(new), now, None)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Migration("insert returned no id".into()))?;
+        tx.notify_task_available().await?;
+        tx.commit().await?;
+        self.wake.wake();
+        Ok(id)
+    }
+
     pub async fn get_task(&self, id: TaskId) -> Result<Task> {
         let mut stmt = select_tasks();
         stmt.and_where(Expr::col(Tasks::Id).eq(id.0));

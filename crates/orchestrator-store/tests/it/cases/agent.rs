@@ -539,3 +539,33 @@ pub async fn approvals_close_when_their_task_ends_on_every_path(db: &TestStore) 
         approval_status::CANCELED
     );
 }
+
+/// A worker that lost its lease can neither create a child task nor start a shell job in its task's
+/// name; the worker that holds the lease now can.
+pub async fn children_and_shell_jobs_are_fenced_by_the_lease(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&agent_task("parent")).await.unwrap();
+    let mut claimed = store.claim("w1", &queues(), 10, 1).await.unwrap();
+    let (_, old) = claimed.drain(..).find(|(t, _)| t.id == id).unwrap();
+    // The lease expires and another worker takes the task.
+    store
+        .rescue_expired(now_millis() + 10 * LEASE, 100, |_| 0)
+        .await
+        .unwrap();
+    let (_, new) = store.claim_task("w2", id, LEASE).await.unwrap().unwrap();
+    let mut child = agent_task("child");
+    child.parent = Some(id);
+    let stale = store.create_task_under(&old, &child).await;
+    assert!(matches!(stale, Err(Error::StaleLease { .. })), "{stale:?}");
+    let stale = store.shell_job_started(&old, "w1", "sleep 1", ".").await;
+    assert!(matches!(stale, Err(Error::StaleLease { .. })), "{stale:?}");
+    assert!(store.children(id).await.unwrap().is_empty());
+    assert!(store.shell_jobs(id).await.unwrap().is_empty());
+    let made = store.create_task_under(&new, &child).await.unwrap();
+    assert_eq!(store.children(id).await.unwrap()[0].id, made);
+    store
+        .shell_job_started(&new, "w2", "sleep 1", ".")
+        .await
+        .unwrap();
+    assert_eq!(store.shell_jobs(id).await.unwrap().len(), 1);
+}

@@ -231,7 +231,7 @@ async fn create_child(
     child.validate().map_err(|e| refuse(e.to_string()))?;
     let id = session
         .store
-        .create_task(&child)
+        .create_task_under(&session.lease, &child)
         .await
         .map_err(store_failure)?;
     Ok(Created {
