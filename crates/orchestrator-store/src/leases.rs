@@ -268,6 +268,10 @@ impl Store {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
+        // Through the writer queue like every other write, and the time read once it is our turn:
+        // a heartbeat that read the clock before waiting behind other writers would extend a lease
+        // to a moment already past, and its keeper would fence itself.
+        let mut tx = self.pool.begin().await?;
         let now = now_millis();
         let mut held: Vec<(i64, i64, bool)> = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(400) {
@@ -283,8 +287,9 @@ impl Store {
                     Tasks::CancelRequested,
                 ]))
                 .to_owned();
-            held.extend(self.pool.fetch_all::<(i64, i64, bool), _>(&stmt).await?);
+            held.extend(tx.fetch_all::<(i64, i64, bool), _>(&stmt).await?);
         }
+        tx.commit().await?;
         Ok(leases
             .iter()
             .map(|lease| {
@@ -745,4 +750,38 @@ pub(crate) async fn check_lease(tx: &mut Tx, lease: &Lease, now: i64) -> Result<
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_heartbeat_behind_a_long_write_extends_from_when_it_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_sqlite(&dir.path().join("o.db"), &crate::StoreOptions::default())
+            .await
+            .unwrap();
+        let id = store.create_task(&NewTask::new("kept")).await.unwrap();
+        let (_, lease) = store.claim_task("keeper", id, 300).await.unwrap().unwrap();
+        // Another writer of this process holds the write lock longer than the lease lasts.
+        let holding = store.pool.begin().await.unwrap();
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+            holding.commit().await.unwrap();
+        });
+        let status = store
+            .heartbeat(std::slice::from_ref(&lease), 300)
+            .await
+            .unwrap();
+        release.await.unwrap();
+        assert!(status[0].held);
+        let task = store.get_task(id).await.unwrap();
+        let expires = task.lease_expires_at.unwrap();
+        assert!(
+            expires > now_millis(),
+            "the lease was extended to a moment already past ({} ms ago)",
+            now_millis() - expires
+        );
+    }
 }
