@@ -216,6 +216,22 @@ async fn record_slot(
         SlotDecision::Fire { .. } => (SlotStatus::Fired, None),
         SlotDecision::Skip { reason } => (SlotStatus::Skipped, Some(reason.clone())),
     };
+    if let SlotDecision::Fire { overlap, .. } = &plan.decision
+        && *overlap != Overlap::Allow
+    {
+        // Two schedulers (or a manual run) firing slots of one automation at once would each see
+        // the other's tasks as not there yet under PostgreSQL's READ COMMITTED, and both fire. The
+        // automation's row, locked first, puts them in line; the second then sees the first's
+        // tasks. NO KEY UPDATE, since the slot row's foreign key takes a KEY SHARE on it. SQLite's
+        // single writer already puts them in line (the builder leaves the clause out there).
+        let lock = Query::select()
+            .column(crate::automations::Automations::Id)
+            .from(crate::automations::Automations::Table)
+            .and_where(Expr::col(crate::automations::Automations::Id).eq(plan.automation_id))
+            .lock(sea_query::LockType::NoKeyUpdate)
+            .to_owned();
+        tx.fetch_optional::<(i64,), _>(&lock).await?;
+    }
     let insert = Query::insert()
         .into_table(AutomationSlots::Table)
         .columns([

@@ -58,6 +58,7 @@ conformance!(
     migrations_are_idempotent,
     automations_crud_and_unique_names,
     a_slot_is_recorded_once_with_its_tasks,
+    concurrent_slots_keep_the_skip_policy,
     cancel_is_not_lost_in_a_requeue,
     orphaned_running_task_cancels_at_once,
     foreground_tasks_are_invisible_to_claims,

@@ -175,3 +175,60 @@ pub async fn a_slot_is_recorded_once_with_its_tasks(db: &TestStore) {
     assert_eq!(slots[1].scheduler, "s1");
     assert_eq!(slots[1].tasks.len(), 2);
 }
+
+/// Slots of one `skip` automation fired at the same moment by several schedulers: one fires, the
+/// others see its tasks and skip, on PostgreSQL's READ COMMITTED as on SQLite.
+pub async fn concurrent_slots_keep_the_skip_policy(db: &TestStore) {
+    use orchestrator_store::{NextFire, SOURCE_CLI, SlotDecision, SlotPlan, SlotResult};
+    use orchestrator_types::{Overlap, SlotKind};
+    let store = db.store.clone();
+    let spec = automation_spec("racy");
+    let next = NextFire {
+        slot_at: Some(10_000),
+        fire_at: Some(10_000),
+    };
+    let a = store
+        .create_automation(&spec, SOURCE_CLI, None, next)
+        .await
+        .unwrap();
+    for round in 0..3 {
+        let firing: Vec<_> = (0..8)
+            .map(|n| {
+                let store = store.clone();
+                let plan = SlotPlan {
+                    automation_id: a.id,
+                    slot_at: 100_000 * (round + 1) + n,
+                    kind: SlotKind::Manual,
+                    decision: SlotDecision::Fire {
+                        overlap: Overlap::Skip,
+                        tasks: vec![spec.task_for("/tmp", "x", None)],
+                    },
+                };
+                tokio::spawn(async move {
+                    store
+                        .fire_slots(&[plan], &[], &format!("s{n}"), now_millis())
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        let mut fired = 0;
+        for handle in firing {
+            for result in handle.await.unwrap() {
+                if matches!(result, SlotResult::Fired { .. }) {
+                    fired += 1;
+                }
+            }
+        }
+        let expected = if round == 0 { 1 } else { 0 };
+        assert_eq!(fired, expected, "round {round}: the skip policy held");
+    }
+    let active = store
+        .list_tasks(&TaskFilter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|t| !t.state.is_terminal())
+        .count();
+    assert_eq!(active, 1);
+}
