@@ -166,6 +166,15 @@ pub async fn run(
 ) -> Result<crate::queue::Summary> {
     config.validate()?;
     let mut summary = crate::queue::Summary::default();
+    eprintln!("[agent] the first request of each profile");
+    let first = first_request_tokens(config).await?;
+    emit(&json!({
+        "bench": "agent",
+        "first_request_prompt_tokens": first.iter().map(|(p, n)| (p.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "targets": {"minimal": FIRST_REQUEST_TARGETS[0], "coding": FIRST_REQUEST_TARGETS[1]},
+        "estimate": "four bytes of the request body to a token",
+    })
+    .to_string())?;
     eprintln!("[agent] timing {TOOL} alone: {TOOL_SAMPLES} calls");
     let tool_run_ms = time_tool().await?;
     for &backend in &config.backends {
@@ -204,6 +213,60 @@ pub async fn run(
         emit(&text)?;
     }
     Ok(summary)
+}
+
+/// Most prompt tokens the first request of a `minimal` and a `coding` task may carry (system
+/// prompt, user prompt and tool definitions), so that an 8k-context model has room to work.
+const FIRST_REQUEST_TARGETS: [u64; 2] = [1_500, 4_000];
+
+/// The prompt tokens of the first request an agent task of each profile sends, from the request
+/// body the model server received: what a small local model must fit before any work starts.
+async fn first_request_tokens(config: &AgentBenchConfig) -> Result<Vec<(&'static str, u64)>> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_sqlite(&dir.path().join("first.db"), &StoreOptions::default()).await?;
+    let model = ScriptedModel::start(|_: &Request| Reply::Text("Done.".into())).await;
+    let spec = ModelSpec {
+        base_url: model.base_url(),
+        model: "scripted".into(),
+        api_key_env: None,
+        settings: Default::default(),
+    };
+    let workspace = workspace()?;
+    let profiles = ["minimal", "coding", "full"];
+    let mut ids = Vec::new();
+    for profile in profiles {
+        let mut task = NewTask::agent(
+            format!("first request {profile}"),
+            format!("Read {TOOL_FILE} and tell me what it says ({profile})."),
+        );
+        task.workspace = Some(workspace.path().display().to_string());
+        task.agent.profile = profile.to_owned();
+        ids.push(store.create_task(&task).await?);
+    }
+    let one_slot = AgentBenchConfig {
+        slots: 1,
+        ..config.clone()
+    };
+    run_pool(&store, &one_slot, &spec, &ids).await?;
+    let received = model.received();
+    let mut out = Vec::new();
+    for profile in profiles {
+        let request = received
+            .iter()
+            .find(|r| {
+                r.last_user_text()
+                    .is_some_and(|t| t.contains(&format!("({profile})")))
+            })
+            .with_context(|| format!("no request of the {profile} task"))?;
+        let tokens = orchestrator_worker::model::estimate_tokens(request.body.to_string().len());
+        eprintln!(
+            "[agent] first request, {profile}: about {tokens} prompt tokens ({} tools)",
+            request.tool_names().len()
+        );
+        out.push((profile, tokens));
+    }
+    store.close().await;
+    Ok(out)
 }
 
 /// The tool's own run time: the registry's `read_file` on the same kind of workspace, called

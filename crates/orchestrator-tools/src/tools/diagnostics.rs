@@ -24,12 +24,12 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "diagnostics",
-        description: "Run the project's checker and report its errors and warnings: cargo check (Cargo.toml), tsc --noEmit (tsconfig.json), go vet (go.mod) or python3 -m compileall (Python files), chosen automatically or with kind. Runs in path (default the workspace root) with a timeout of 600 s. Use it after edits to see compile errors; use exec_shell to run tests.",
+        description: "Compile errors and warnings from cargo check, tsc --noEmit, go vet or python3 -m compileall (chosen from the project, or by kind).",
         schema: schema(
             json!({
-                "kind": {"type": "string", "enum": ["auto", "cargo", "tsc", "go", "python"], "description": "Which checker (default auto)."},
-                "path": {"type": "string", "description": "Project directory relative to the workspace root (default \".\")."},
-                "timeout": {"type": "integer", "minimum": 1, "description": "Seconds before the checker is killed (default and at most 600)."}
+                "kind": {"type": "string", "enum": ["auto", "cargo", "tsc", "go", "python"], "description": "Default auto."},
+                "path": {"type": "string", "description": "Project directory (default .)."},
+                "timeout": {"type": "integer", "minimum": 1, "description": "Seconds (at most 600)."}
             }),
             &[],
         ),

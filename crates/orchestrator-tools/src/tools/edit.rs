@@ -45,13 +45,13 @@ pub(crate) struct MultiArgs {
 pub(crate) fn edit_file_def() -> ToolDef {
     ToolDef {
         name: "edit_file",
-        description: "Replace old_string by new_string in a file. old_string must match exactly once (include a few surrounding lines to make it unique) unless replace_all is true. If the exact text is not found, line endings, trailing whitespace, indentation and doubly escaped text are tolerated, each still requiring a unique match; on failure the closest region is shown with line numbers. CRLF files stay CRLF. Use multi_edit for several changes to one file (all or nothing), apply_patch for changes across files, write_file to create a file.",
+        description: "Replace old_string by new_string in a file; old_string must match exactly once (add surrounding lines) unless replace_all. Small whitespace and escaping differences are tolerated; a miss shows the closest region.",
         schema: schema(
             json!({
-                "path": {"type": "string", "description": "File path relative to the workspace root."},
-                "old_string": {"type": "string", "description": "The exact text to replace, as read_file shows it without the line-number prefix."},
-                "new_string": {"type": "string", "description": "The replacement text (must differ from old_string)."},
-                "replace_all": {"type": "boolean", "description": "Replace every occurrence instead of requiring exactly one (default false)."}
+                "path": {"type": "string", "description": "Path in the workspace."},
+                "old_string": {"type": "string", "description": "Text to replace, without line numbers."},
+                "new_string": {"type": "string"},
+                "replace_all": {"type": "boolean", "description": "Replace every occurrence."}
             }),
             &["path", "old_string", "new_string"],
         ),
@@ -66,7 +66,7 @@ pub(crate) fn edit_file_def() -> ToolDef {
 pub(crate) fn multi_edit_def() -> ToolDef {
     ToolDef {
         name: "multi_edit",
-        description: "Apply several edits to one file in order, all or nothing: each edit works like edit_file on the result of the previous ones, and if any edit fails the file is left unchanged. Prefer it to several edit_file calls on the same file; use apply_patch for changes across files.",
+        description: "Apply several edit_file edits to one file in order, all or nothing.",
         schema: schema(
             json!({
                 "path": {"type": "string", "description": "File path relative to the workspace root."},

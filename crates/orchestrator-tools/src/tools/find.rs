@@ -40,15 +40,15 @@ pub(crate) struct SearchArgs {
 pub(crate) fn glob_def() -> ToolDef {
     ToolDef {
         name: "glob",
-        description: "Find files whose path matches a glob pattern (\"**/*.rs\", \"src/**/test_*.py\", \"*.{json,toml}\"). A pattern without '/' matches file names at any depth. Honours .gitignore and skips hidden files unless asked. Returns at most 200 paths by default (at most 5000), sorted by path or by modification time (newest first). Prefer file_search when you only remember part of a name, and grep_files to search contents.",
+        description: "Find files by glob (\"**/*.rs\"; without '/' it matches names at any depth), skipping gitignored and hidden files. At most 200 paths by default.",
         schema: schema(
             json!({
-                "pattern": {"type": "string", "description": "Glob pattern, relative to path."},
-                "path": {"type": "string", "description": "Directory to search, relative to the workspace root (default \".\")."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Most paths to return (default 200, at most 5000)."},
-                "sort": {"type": "string", "enum": ["path", "mtime"], "description": "Order: path (default) or mtime (newest first)."},
-                "include_hidden": {"type": "boolean", "description": "Also match hidden files (default false)."},
-                "include_ignored": {"type": "boolean", "description": "Also match gitignored files (default false)."}
+                "pattern": {"type": "string", "description": "Glob, relative to path."},
+                "path": {"type": "string", "description": "Directory (default .)."},
+                "limit": {"type": "integer", "minimum": 1, "description": "Most paths (at most 5000)."},
+                "sort": {"type": "string", "enum": ["path", "mtime"], "description": "mtime: newest first."},
+                "include_hidden": {"type": "boolean", "description": "Hidden files too."},
+                "include_ignored": {"type": "boolean", "description": "Gitignored files too."}
             }),
             &["pattern"],
         ),
@@ -63,14 +63,14 @@ pub(crate) fn glob_def() -> ToolDef {
 pub(crate) fn search_def() -> ToolDef {
     ToolDef {
         name: "file_search",
-        description: "Find files by an approximate name: the query's characters must appear in order in the path (\"ordrs\" finds src/orders.rs), ranked with matches in the file name, at word starts and in runs first. Space-separated words must all match. Returns the best 20 by default (at most 200). Prefer glob for exact patterns and grep_files to search contents.",
+        description: "Find files by approximate name (\"ordrs\" finds src/orders.rs), best matches first.",
         schema: schema(
             json!({
-                "query": {"type": "string", "description": "Part of the file name or path, fuzzy."},
+                "query": {"type": "string", "description": "Part of the name or path."},
                 "path": {"type": "string", "description": "Directory to search, relative to the workspace root (default \".\")."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Most results (default 20, at most 200)."},
-                "include_hidden": {"type": "boolean", "description": "Also consider hidden files (default false)."},
-                "include_ignored": {"type": "boolean", "description": "Also consider gitignored files (default false)."}
+                "limit": {"type": "integer", "minimum": 1, "description": "Most results (default 20)."},
+                "include_hidden": {"type": "boolean", "description": "Hidden files too."},
+                "include_ignored": {"type": "boolean", "description": "Gitignored files too."}
             }),
             &["query"],
         ),

@@ -30,9 +30,9 @@ pub(crate) struct DiffArgs {
 pub(crate) fn status_def() -> ToolDef {
     ToolDef {
         name: "git_status",
-        description: "Show the branch and the changed files of the workspace's git repository, grouped as staged, unstaged, untracked and conflicted. Use git_diff to see the changes themselves.",
+        description: "The branch and the changed files (staged, unstaged, untracked, conflicted).",
         schema: schema(
-            json!({"path": {"type": "string", "description": "Limit to this file or directory (default the whole workspace)."}}),
+            json!({"path": {"type": "string", "description": "Limit to this path."}}),
             &[],
         ),
         read_only: true,
@@ -46,14 +46,14 @@ pub(crate) fn status_def() -> ToolDef {
 pub(crate) fn diff_def() -> ToolDef {
     ToolDef {
         name: "git_diff",
-        description: "Show changes as a unified diff: unstaged changes by default, staged ones with staged=true, or everything since a commit or branch with base (e.g. \"HEAD\", \"main\"). stat=true gives a per-file summary instead. Untracked files are not included (git_status lists them).",
+        description: "Unified diff of unstaged changes, staged ones (staged), or all since base (\"main\"); stat gives a summary. Untracked files are left out.",
         schema: schema(
             json!({
-                "path": {"type": "string", "description": "Limit to this file or directory."},
-                "staged": {"type": "boolean", "description": "Show staged (indexed) changes (default false)."},
-                "base": {"type": "string", "description": "Compare the working tree with this commit, branch or tag."},
-                "stat": {"type": "boolean", "description": "Show a diffstat instead of the patch (default false)."},
-                "context": {"type": "integer", "minimum": 0, "description": "Lines of context around each change (default 3)."}
+                "path": {"type": "string", "description": "Limit to this path."},
+                "staged": {"type": "boolean", "description": "Staged changes."},
+                "base": {"type": "string", "description": "Commit, branch or tag."},
+                "stat": {"type": "boolean", "description": "A diffstat instead."},
+                "context": {"type": "integer", "minimum": 0, "description": "Default 3."}
             }),
             &[],
         ),

@@ -47,22 +47,22 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "grep_files",
-        description: "Search file contents with a regular expression (Rust regex syntax, like ripgrep), honouring .gitignore and skipping hidden and binary files. Modes: content (matching lines as path:line:text, with optional context lines), files_with_matches (paths only) and count (matching lines per file). Filter files with glob (e.g. \"*.rs\" or \"src/**/*.{ts,tsx}\"). Shows at most max_results matches (default 200, at most 5000) and says how many there were in total. Prefer glob or file_search to find files by name, and read_file to read a file you already know.",
+        description: "Search file contents with a regex (ripgrep syntax), skipping gitignored, hidden and binary files. Modes: content (path:line:text), files_with_matches, count. At most max_results (default 200) shown, with the total.",
         schema: schema(
             json!({
-                "pattern": {"type": "string", "description": "Regular expression to search for (or a literal string with fixed_strings)."},
-                "path": {"type": "string", "description": "File or directory to search, relative to the workspace root (default \".\")."},
-                "glob": {"type": "string", "description": "Only search files whose path matches this glob, as rg -g (\"*.rs\", \"!*.min.js\", \"src/**/*.py\")."},
-                "mode": {"type": "string", "enum": ["content", "files_with_matches", "count"], "description": "What to return (default content)."},
-                "context": {"type": "integer", "minimum": 0, "description": "Lines of context before and after each match (content mode, at most 20)."},
-                "before": {"type": "integer", "minimum": 0, "description": "Lines of context before each match (overrides context)."},
-                "after": {"type": "integer", "minimum": 0, "description": "Lines of context after each match (overrides context)."},
-                "case_insensitive": {"type": "boolean", "description": "Match regardless of case (default false)."},
-                "fixed_strings": {"type": "boolean", "description": "Treat pattern as a literal string, not a regex (default false)."},
-                "multiline": {"type": "boolean", "description": "Let the pattern match across lines; '.' then matches newlines too (default false)."},
-                "max_results": {"type": "integer", "minimum": 1, "description": "Most matches (content), files (files_with_matches) or files (count) to show (default 200, at most 5000)."},
-                "include_hidden": {"type": "boolean", "description": "Also search hidden files and directories (default false)."},
-                "include_ignored": {"type": "boolean", "description": "Also search files that .gitignore excludes (default false)."}
+                "pattern": {"type": "string", "description": "Regex, or literal with fixed_strings."},
+                "path": {"type": "string", "description": "File or directory (default .)."},
+                "glob": {"type": "string", "description": "Only files matching this glob, as rg -g (\"*.rs\")."},
+                "mode": {"type": "string", "enum": ["content", "files_with_matches", "count"], "description": "Default content."},
+                "context": {"type": "integer", "minimum": 0, "description": "Lines around each match (at most 20)."},
+                "before": {"type": "integer", "minimum": 0, "description": "Lines before each match."},
+                "after": {"type": "integer", "minimum": 0, "description": "Lines after each match."},
+                "case_insensitive": {"type": "boolean", "description": "Ignore case."},
+                "fixed_strings": {"type": "boolean", "description": "Pattern is a literal string."},
+                "multiline": {"type": "boolean", "description": "Match across lines."},
+                "max_results": {"type": "integer", "minimum": 1, "description": "Default 200, at most 5000."},
+                "include_hidden": {"type": "boolean", "description": "Search hidden files too."},
+                "include_ignored": {"type": "boolean", "description": "Search gitignored files too."}
             }),
             &["pattern"],
         ),

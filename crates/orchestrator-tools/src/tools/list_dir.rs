@@ -51,14 +51,14 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "list_dir",
-        description: "List a directory as a tree (directories first, with file sizes), 2 levels deep by default (at most 6), at most 400 entries by default (at most 2000). Honours .gitignore and skips hidden entries unless asked; noise folders (node_modules, target, .git, __pycache__, .venv, ...) are shown but not entered. Prefer glob to find files by pattern anywhere in the tree and file_search to find a file by an approximate name.",
+        description: "List a directory as a tree with file sizes, skipping gitignored and hidden entries; node_modules, target and the like are shown but not entered.",
         schema: schema(
             json!({
-                "path": {"type": "string", "description": "Directory relative to the workspace root (default \".\")."},
-                "depth": {"type": "integer", "minimum": 1, "description": "How many levels to descend (default 2, at most 6)."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Most entries to list (default 400, at most 2000)."},
-                "include_hidden": {"type": "boolean", "description": "Also list entries whose names start with a dot (default false)."},
-                "include_ignored": {"type": "boolean", "description": "Also list entries that .gitignore excludes (default false)."}
+                "path": {"type": "string", "description": "Directory (default .)."},
+                "depth": {"type": "integer", "minimum": 1, "description": "Levels (default 2, at most 6)."},
+                "limit": {"type": "integer", "minimum": 1, "description": "Most entries (default 400)."},
+                "include_hidden": {"type": "boolean", "description": "List hidden entries too."},
+                "include_ignored": {"type": "boolean", "description": "List gitignored entries too."}
             }),
             &[],
         ),

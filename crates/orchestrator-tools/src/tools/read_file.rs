@@ -40,12 +40,12 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "read_file",
-        description: "Read a text file with line numbers (1-based `offset` and `limit`). Returns at most 2000 lines or 50 KB per call; lines longer than 2000 characters are cut; the footer says which lines were shown and the offset to continue from. Images (PNG, JPEG, GIF, WebP) come back as image data; PDFs as text through pdftotext. Binary files are refused. Prefer grep_files to find where something is in a large file, and list_dir for directories.",
+        description: "Read a file with line numbers: at most 2000 lines or 50 KB a call; the footer gives the offset to go on from. Images come back as images, PDFs as text.",
         schema: schema(
             json!({
-                "path": {"type": "string", "description": "File path relative to the workspace root (absolute paths inside the workspace are accepted)."},
-                "offset": {"type": "integer", "minimum": 1, "description": "1-based line number to start from (default 1)."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Number of lines to read (default and maximum 2000)."}
+                "path": {"type": "string", "description": "Path in the workspace."},
+                "offset": {"type": "integer", "minimum": 1, "description": "First line, 1-based."},
+                "limit": {"type": "integer", "minimum": 1, "description": "Lines to read (at most 2000)."}
             }),
             &["path"],
         ),

@@ -27,16 +27,16 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "retrieve_tool_result",
-        description: "Read back the full output of an earlier tool result that was cut (its marker names the id). Modes: summary (size and the first and last lines), head / tail (the first or last `count` lines, default 100), lines (lines `start` to `end`, 1-based, inclusive), query (lines containing `query`, case-insensitive, with `context` lines around, at most 200 matches). The answer is bounded like any result, so ask for a range rather than everything.",
+        description: "Read more of a tool result that was cut (its marker gives the id): summary, head/tail (count lines), lines (start to end) or query (matching lines with context).",
         schema: schema(
             json!({
-                "id": {"type": "string", "description": "The result id from the truncation marker."},
-                "mode": {"type": "string", "enum": ["summary", "head", "tail", "lines", "query"], "description": "What to read (default summary)."},
-                "count": {"type": "integer", "minimum": 1, "description": "Lines for head and tail (default 100)."},
-                "start": {"type": "integer", "minimum": 1, "description": "First line for mode lines (1-based)."},
-                "end": {"type": "integer", "minimum": 1, "description": "Last line for mode lines (inclusive; default start + 99)."},
-                "query": {"type": "string", "description": "Text to look for in mode query (case-insensitive)."},
-                "context": {"type": "integer", "minimum": 0, "description": "Lines around each query match (default 2)."}
+                "id": {"type": "string", "description": "From the marker."},
+                "mode": {"type": "string", "enum": ["summary", "head", "tail", "lines", "query"], "description": "Default summary."},
+                "count": {"type": "integer", "minimum": 1, "description": "Default 100."},
+                "start": {"type": "integer", "minimum": 1, "description": "1-based."},
+                "end": {"type": "integer", "minimum": 1, "description": "Inclusive."},
+                "query": {"type": "string", "description": "Case-insensitive."},
+                "context": {"type": "integer", "minimum": 0, "description": "Default 2."}
             }),
             &["id"],
         ),

@@ -74,13 +74,13 @@ pub(crate) fn defs() -> Vec<ToolDef> {
     vec![
         ToolDef {
             name: "exec_shell",
-            description: "Run a shell command (bash -c) in the workspace, inside the task's sandbox (see the result of a failed command for its rules), with merged stdout and stderr and the exit code. Times out after 120 s by default (timeout in seconds, at most 600); a timeout kills the whole process group. For servers, watchers and anything longer, set background=true: you get a job id to use with exec_shell_wait (output and status), exec_shell_interact (stdin) and exec_shell_cancel. Output keeps its first and last 128 KB. Prefer read_file, grep_files, glob and list_dir over cat, grep, find and ls: they are bounded and confined to the workspace.",
+            description: "Run a command with bash -c in the task's sandbox; returns output and exit code. A timeout (default 120 s) kills its process group. For servers and long jobs set background=true and use the job id with exec_shell_wait, exec_shell_interact and exec_shell_cancel.",
             schema: schema(
                 json!({
-                    "command": {"type": "string", "description": "The command line, run with bash -c."},
-                    "timeout": {"type": "integer", "minimum": 1, "description": "Seconds before the command is killed (default 120, at most 600). Ignored for background jobs."},
-                    "background": {"type": "boolean", "description": "Start as a background job and return its id at once (default false)."},
-                    "cwd": {"type": "string", "description": "Working directory relative to the workspace root (default the root)."}
+                    "command": {"type": "string", "description": "Run with bash -c."},
+                    "timeout": {"type": "integer", "minimum": 1, "description": "Seconds (default 120, at most 600)."},
+                    "background": {"type": "boolean", "description": "Return a job id at once."},
+                    "cwd": {"type": "string", "description": "Directory in the workspace."}
                 }),
                 &["command"],
             ),
@@ -96,11 +96,11 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "exec_shell_wait",
-            description: "Wait for a background job to finish, at most timeout seconds (default 30, at most 600), and return the output it printed since the last look plus its status. Without job_id, list the jobs of this session with their status.",
+            description: "Wait for a background job (default 30 s) and return its new output and status; without job_id, list the jobs.",
             schema: schema(
                 json!({
-                    "job_id": {"type": "string", "description": "The id exec_shell returned; omit to list jobs."},
-                    "timeout": {"type": "integer", "minimum": 0, "description": "Seconds to wait for the job to exit (default 30, at most 600; 0 to just look)."}
+                    "job_id": {"type": "string", "description": "From exec_shell."},
+                    "timeout": {"type": "integer", "minimum": 0, "description": "Seconds; 0 just looks."}
                 }),
                 &[],
             ),

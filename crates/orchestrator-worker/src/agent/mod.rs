@@ -137,7 +137,8 @@ pub async fn run_agent(
         stop.token().clone(),
     ));
     let mut registry = Registry::new(profile);
-    if let Err(e) = tools::register(&mut registry, &session, ctx) {
+    let github = ctx.agent.github.is_some();
+    if let Err(e) = tools::register(&mut registry, &session, ctx, Some((profile, github))) {
         return Err(crate::Error::Config(format!("tool registration: {e}")));
     }
     let Some(jail) = jail else {
@@ -215,7 +216,12 @@ impl Agent<'_> {
     async fn turns(&mut self, prompt: &str, workspace: &str) -> Result<AgentEnd, Halt> {
         let mut saved = self.ctx.store.messages(self.task.id).await?;
         if saved.is_empty() {
-            let system = prompt::system_prompt(self.task, workspace, &self.registry);
+            let system = prompt::system_prompt(
+                &self.task.gates,
+                &self.task.acceptance,
+                workspace,
+                &self.registry,
+            );
             let user = prompt::user_prompt(self.task, prompt);
             self.ctx
                 .store
@@ -742,9 +748,8 @@ fn estimate_usage(
             .iter()
             .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
             .sum::<usize>();
-    let completion = bytes(reply);
-    let prompt_tokens = prompt.div_ceil(4) as u64;
-    let completion_tokens = completion.div_ceil(4) as u64;
+    let prompt_tokens = crate::model::estimate_tokens(prompt);
+    let completion_tokens = crate::model::estimate_tokens(bytes(reply));
     Usage {
         prompt_tokens,
         completion_tokens,

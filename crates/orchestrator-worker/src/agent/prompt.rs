@@ -5,8 +5,29 @@
 
 use orchestrator_store::Task;
 use orchestrator_tools::Registry;
+use orchestrator_types::GateSpec;
 
-pub(crate) fn system_prompt(task: &Task, workspace: &str, registry: &Registry) -> String {
+pub(crate) fn system_prompt(
+    gates: &[GateSpec],
+    acceptance: &[String],
+    workspace: &str,
+    registry: &Registry,
+) -> String {
+    let names: Vec<String> = registry.list().into_iter().map(|t| t.name).collect();
+    // Every tool the prompt names comes from the registry: a line whose tools this task lacks is
+    // left out, so the model is never told to call a tool it does not have.
+    let have = |wanted: &[&'static str]| -> Vec<&'static str> {
+        wanted
+            .iter()
+            .copied()
+            .filter(|w| names.iter().any(|n| n == w))
+            .collect()
+    };
+    let list = |tools: &[&str]| match tools {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    };
     let mut out = String::new();
     out.push_str(
         "You are a coding agent working unattended on one task. You act only through the tools \
@@ -16,33 +37,51 @@ pub(crate) fn system_prompt(task: &Task, workspace: &str, registry: &Registry) -
         "Workspace: {workspace}\nAll paths are relative to the workspace; paths outside it are \
          refused.\n\n"
     ));
+    out.push_str("How to work:\n");
+    if let [write, update] = have(&["checklist_write", "checklist_update"])[..] {
+        out.push_str(&format!(
+            "- Start with a short checklist ({write}) and keep it current ({update}); the user \
+             watches it.\n"
+        ));
+    }
+    let read = have(&["read_file", "grep_files", "list_dir"]);
+    if !read.is_empty() {
+        out.push_str(&format!("- Read before you edit: {}.", read.join(", ")));
+        let edit = have(&["edit_file", "apply_patch"]);
+        if !edit.is_empty() {
+            out.push_str(&format!(
+                " Prefer {} over rewriting whole files.",
+                list(&edit)
+            ));
+        }
+        out.push('\n');
+    }
+    let check = have(&["exec_shell", "task_gate_run"]);
+    if !check.is_empty() {
+        out.push_str(&format!(
+            "- Run the project's own checks ({}) before you finish.\n",
+            list(&check)
+        ));
+    }
     out.push_str(
-        "How to work:\n\
-         - Start by writing a short checklist with checklist_write, and keep it current with \
-         checklist_update as you go; the user watches it.\n\
-         - Read before you edit: read_file, grep_files, list_dir. Prefer edit_file or apply_patch \
-         over rewriting whole files.\n\
-         - Run the project's own checks (run_tests, exec_shell, task_gate_run) before you finish.\n\
-         - A refused or failed call tells you why and what to do instead; do not repeat the same \
+        "- A refused or failed call tells you why and what to do instead; do not repeat the same \
          call unchanged.\n\
          - Some calls need a person's approval; if one is denied, choose another approach.\n\
          - When the work is done, answer with a short summary and call no tool: that ends your \
          turns.\n",
     );
-    if !task.gates.is_empty() {
+    if !gates.is_empty() {
         out.push_str("\nWhen you finish, these gates run and decide whether the task succeeded:\n");
-        for gate in &task.gates {
+        for gate in gates {
             out.push_str(&format!("- {}: `{}`\n", gate.name, gate.command));
         }
     }
-    if !task.acceptance.is_empty() {
+    if !acceptance.is_empty() {
         out.push_str("\nAcceptance criteria:\n");
-        for c in &task.acceptance {
+        for c in acceptance {
             out.push_str(&format!("- {c}\n"));
         }
     }
-    let names: Vec<String> = registry.list().into_iter().map(|t| t.name).collect();
-    out.push_str(&format!("\nTools: {}.\n", names.join(", ")));
     out
 }
 
@@ -54,4 +93,37 @@ pub(crate) fn user_prompt(task: &Task, prompt: &str) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orchestrator_tools::Profile;
+
+    /// Every snake_case word of the prompt names a tool of the task's registry, for every profile,
+    /// so a prompt edit that names a missing tool fails here.
+    #[test]
+    fn the_prompt_names_only_tools_the_task_has() {
+        let gates = [GateSpec::from_command("cargo test")];
+        for profile in [Profile::Minimal, Profile::Coding, Profile::Full] {
+            let registry = Registry::new(profile);
+            let names: Vec<String> = registry.list().into_iter().map(|t| t.name).collect();
+            let prompt = system_prompt(&gates, &[], "/ws", &registry);
+            let words = prompt
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| {
+                    w.contains('_') && w.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                });
+            for word in words {
+                assert!(
+                    names.iter().any(|n| n == word),
+                    "{profile:?}: the prompt names {word}, which is not a tool of this task:\n{prompt}"
+                );
+            }
+        }
+        let coding = system_prompt(&gates, &[], "/ws", &Registry::new(Profile::Coding));
+        assert!(coding.contains("exec_shell"), "{coding}");
+        let minimal = system_prompt(&gates, &[], "/ws", &Registry::new(Profile::Minimal));
+        assert!(!minimal.contains("exec_shell"), "{minimal}");
+    }
 }

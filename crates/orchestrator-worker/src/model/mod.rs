@@ -152,6 +152,19 @@ impl ToolDefinition {
     }
 }
 
+/// A rough count of the tokens in `bytes` of JSON text, for servers that report no usage and for
+/// sizing what a request carries: four bytes to a token, the usual ratio for English and code.
+pub fn estimate_tokens(bytes: usize) -> u64 {
+    bytes.div_ceil(4) as u64
+}
+
+/// What a tool's definition costs in every request, estimated from the JSON the server receives.
+pub fn tool_tokens(tool: &ToolDefinition) -> u64 {
+    estimate_tokens(
+        serde_json::to_vec(&wire::WireTool::from_definition(tool)).map_or(0, |v| v.len()),
+    )
+}
+
 /// A piece of a reply as it arrives, for whoever watches the task.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Delta {

@@ -481,8 +481,9 @@ async fn sub_agents_respect_caps_and_depth_and_die_with_their_parent() {
     let db = orchestrator_test_support::sqlite_store().await;
     let ws = tempfile::tempdir().unwrap();
     let mut root = agent_task(ws.path(), "split the work");
+    // Only the full profile has agent_spawn, so no child can ask for more than its parent has.
+    root.agent.profile = "full".into();
     root.agent.max_children = 1;
-    root.agent.profile = "coding".into();
     let root = db.store.create_task(&root).await.unwrap();
     let (pool, shutdown) = pool(&db.store, &model.base_url(), 8);
     let running = tokio::spawn(pool.run(shutdown.clone()));
@@ -519,10 +520,7 @@ async fn sub_agents_respect_caps_and_depth_and_die_with_their_parent() {
         let kids = db.store.children(*parent).await.unwrap();
         assert_eq!(kids.len(), 1, "max_children 1 held for task {parent}");
         let child = &kids[0];
-        assert_eq!(
-            child.agent.profile, "coding",
-            "a child is never broader than its parent"
-        );
+        assert_eq!(child.agent.profile, "full");
         assert_eq!(child.agent.max_children, 1);
         let calls = db.store.tool_calls(*parent).await.unwrap();
         let second = calls
@@ -628,7 +626,11 @@ async fn durable_tools_keep_their_work_in_the_store() {
     let ws = tempfile::tempdir().unwrap();
     let id = db
         .store
-        .create_task(&agent_task(ws.path(), "greet"))
+        .create_task(&{
+            let mut task = agent_task(ws.path(), "greet");
+            task.agent.profile = "full".into();
+            task
+        })
         .await
         .unwrap();
     let (pool, shutdown) = pool(&db.store, &model.base_url(), 1);

@@ -432,3 +432,98 @@ async fn the_time_budget_stops_a_model_call_in_flight() {
     shutdown.cancel();
     running.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_sends_exactly_its_profiles_tools_and_github_ones_only_with_a_github() {
+    use orchestrator_tools::Profile;
+    use orchestrator_worker::agent::tools::catalog;
+    let model = ScriptedModel::start(|_: &Request| Reply::Text("Done.".into())).await;
+    let db = orchestrator_test_support::sqlite_store().await;
+    let ws = tempfile::tempdir().unwrap();
+    let profiles = [
+        ("minimal", Profile::Minimal),
+        ("coding", Profile::Coding),
+        ("full", Profile::Full),
+    ];
+    for github in [false, true] {
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let mut pool_config = orchestrator_worker::PoolConfig::new(format!("tools-{github}"));
+        pool_config.poll_interval = Duration::from_millis(50);
+        pool_config.agent.default_model = Some(orchestrator_types::ModelSpec {
+            base_url: model.base_url(),
+            model: "scripted".into(),
+            api_key_env: None,
+            settings: Default::default(),
+        });
+        if github {
+            pool_config.agent.github = Some(
+                orchestrator_github::GitHub::new(orchestrator_github::ClientConfig::new(
+                    "http://127.0.0.1:9",
+                    None,
+                ))
+                .unwrap(),
+            );
+        }
+        let worker = orchestrator_worker::WorkerPool::new(
+            db.store.clone(),
+            pool_config,
+            std::sync::Arc::new(orchestrator_worker::Metrics::default()),
+        )
+        .unwrap();
+        let running = tokio::spawn(worker.run(shutdown.clone()));
+        for (name, profile) in profiles {
+            let before = model.request_count();
+            let mut task = task_in(ws.path(), &format!("list ({name}, {github})"));
+            task.agent.profile = name.into();
+            let id = db.store.create_task(&task).await.unwrap();
+            let task = wait_state(&db.store, id, ENDS).await;
+            assert_eq!(task.state, TaskState::Succeeded, "{:?}", task.last_error);
+            let sent = model.received()[before].tool_names();
+            let mut sent_sorted = sent.clone();
+            sent_sorted.sort();
+            let listed: Vec<String> = catalog(profile, github)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|t| t.name)
+                .collect();
+            assert_eq!(sent_sorted, listed, "{name}, github {github}");
+            let has_github = sent.iter().any(|n| n.starts_with("github_"));
+            assert_eq!(has_github, github && name != "minimal", "{name}: {sent:?}");
+        }
+        shutdown.cancel();
+        running.await.unwrap().unwrap();
+    }
+}
+
+/// A description that names another tool names one the same task has: what the model reads never
+/// sends it to a tool it lacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_descriptions_name_only_tools_of_the_same_profile() {
+    use orchestrator_tools::Profile;
+    use orchestrator_worker::agent::tools::catalog;
+    let everything: Vec<String> = catalog(Profile::Full, true)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    for profile in [Profile::Minimal, Profile::Coding, Profile::Full] {
+        for github in [false, true] {
+            let offered = catalog(profile, github).await.unwrap();
+            let names: Vec<&str> = offered.iter().map(|t| t.name.as_str()).collect();
+            for tool in &offered {
+                let text = format!("{} {}", tool.description, tool.input_schema);
+                for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                    if everything.iter().any(|n| n == word) {
+                        assert!(
+                            names.contains(&word),
+                            "{profile:?} (github {github}): {} mentions {word}, which it lacks",
+                            tool.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

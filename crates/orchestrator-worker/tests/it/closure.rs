@@ -25,6 +25,8 @@ async fn automation_task(store: &Store, ws: &Path, prompt: &str) -> TaskId {
     let mut spec = AutomationSpec::new("closure", "0 3 * * *");
     spec.workspaces.push(ws.display().to_string());
     spec.template.prompt = Some(prompt.to_owned());
+    // Sub-agents and task tools come with the full profile.
+    spec.template.agent.profile = "full".into();
     let automation = store
         .create_automation(&spec, SOURCE_CLI, None, NextFire::default())
         .await
@@ -168,6 +170,7 @@ async fn a_read_only_automation_task_cannot_give_its_children_gates() {
 fn ask_shell_task(ws: &Path) -> NewTask {
     let mut task = NewTask::agent("asks", PARENT);
     task.workspace = Some(ws.display().to_string());
+    task.agent.profile = "full".into();
     let mut policy = Policy::allow_all();
     policy.classes.insert(ApprovalClass::Shell, Decision::Ask);
     task.agent.policy = Some(serde_json::to_value(policy).unwrap());
@@ -426,7 +429,7 @@ async fn a_read_only_sandbox_parent_spawns_only_read_only_children() {
     let ws = tempfile::tempdir().unwrap();
     let mut task = NewTask::agent("read only", PARENT);
     task.workspace = Some(ws.path().display().to_string());
-    task.agent.profile = "coding".into();
+    task.agent.profile = "full".into();
     let mut policy = Policy::allow_all();
     policy.sandbox = SandboxMode::ReadOnly;
     task.agent.policy = Some(serde_json::to_value(policy).unwrap());
@@ -451,7 +454,7 @@ async fn a_read_only_sandbox_parent_spawns_only_read_only_children() {
             Some(TaskScope::All),
             "a person's task reads everything, and so does its child"
         );
-        assert_eq!(child.agent.profile, "coding");
+        assert_eq!(child.agent.profile, "full");
     }
     let said = model
         .received()
@@ -462,7 +465,7 @@ async fn a_read_only_sandbox_parent_spawns_only_read_only_children() {
         .last_tool_results();
     assert!(
         said.iter()
-            .all(|r| r.contains("(profile coding, sandbox read_only)")),
+            .all(|r| r.contains("(profile full, sandbox read_only)")),
         "the model is told what the child got: {said:?}"
     );
     shutdown.cancel();

@@ -32,11 +32,18 @@ pub struct ToolArgs {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum ToolCommand {
-    /// List the tools with their descriptions (and input schemas with --json).
-    #[command(after_help = "Examples:
+    /// List the tools a model of a profile receives, with the tokens they cost in every request.
+    #[command(
+        after_help = "The list is exactly what an agent task of that profile sends to its model: the workspace
+tools and the task's durable tools (checklist, gates, sub-agents, ...; these run only inside a
+task), and the GitHub tools when the config has a GitHub. Token counts are estimates (four bytes
+of the JSON the server receives to a token).
+
+Examples:
   orchestrator tool list
   orchestrator tool list --profile minimal
-  orchestrator tool list --json | jq '.[].name'")]
+  orchestrator tool list --json | jq '[.[].tokens] | add'"
+    )]
     List(ListArgs),
     /// Call one tool in a workspace and print its result.
     #[command(after_help = "Examples:
@@ -51,10 +58,11 @@ Exit codes: 0 the tool succeeded, 1 the tool reported an error (is_error), 2 bad
 
 #[derive(clap::Args, Debug)]
 pub struct ListArgs {
-    /// Which tool set: minimal, coding or full.
-    #[arg(long, default_value = "full", value_parser = parse_profile)]
+    /// Which tool set: minimal, coding (what tasks get by default) or full.
+    #[arg(long, default_value = "coding", value_parser = parse_profile)]
     pub profile: Profile,
-    /// Print a JSON array of {name, description, input_schema, read_only, approval}.
+    /// Print a JSON array of {name, description, input_schema, read_only, approval, durable,
+    /// tokens}.
     #[arg(long)]
     pub json: bool,
 }
@@ -94,24 +102,51 @@ pub(crate) fn parse_sandbox(s: &str) -> Result<SandboxMode, String> {
 
 pub async fn run(global: &GlobalArgs, args: ToolArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        ToolCommand::List(a) => list(a),
+        ToolCommand::List(a) => list(global, a).await,
         ToolCommand::Run(a) => run_tool(global, a).await,
     }
 }
 
-fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
-    let registry = Registry::new(args.profile);
-    let tools = registry.list();
+async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<ExitCode> {
+    let github = global.config()?.github.client()?.is_some();
+    let tools = orchestrator_worker::agent::tools::catalog(args.profile, github).await?;
+    let workspace: Vec<String> = Registry::new(args.profile)
+        .list()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    let sized: Vec<(u64, bool)> = tools
+        .iter()
+        .map(|t| {
+            let definition = orchestrator_worker::model::ToolDefinition::new(
+                &t.name,
+                &t.description,
+                t.input_schema.clone(),
+            );
+            (
+                orchestrator_worker::model::tool_tokens(&definition),
+                !workspace.contains(&t.name),
+            )
+        })
+        .collect();
+    let total: u64 = sized.iter().map(|(tokens, _)| tokens).sum();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&tools)?);
+        let mut rows = Vec::with_capacity(tools.len());
+        for (t, (tokens, durable)) in tools.iter().zip(&sized) {
+            let mut row = serde_json::to_value(t)?;
+            row["durable"] = (*durable).into();
+            row["tokens"] = (*tokens).into();
+            rows.push(row);
+        }
+        println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }
     let width = tools.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
     println!(
-        "{:<width$}  {:<9}  {:<8}  DESCRIPTION",
-        "NAME", "MODE", "APPROVAL"
+        "{:<width$}  {:<9}  {:<8}  {:>6}  DESCRIPTION",
+        "NAME", "MODE", "APPROVAL", "TOKENS"
     );
-    for t in &tools {
+    for (t, (tokens, durable)) in tools.iter().zip(&sized) {
         let first = t
             .description
             .split(". ")
@@ -123,12 +158,27 @@ fn list(args: ListArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or("")
             .to_owned();
         println!(
-            "{:<width$}  {:<9}  {:<8}  {first}.",
+            "{:<width$}  {:<9}  {:<8}  {tokens:>6}  {}{first}.",
             t.name,
             if t.read_only { "read-only" } else { "mutating" },
-            approval
+            approval,
+            if *durable { "(in a task) " } else { "" },
         );
     }
+    println!(
+        "{} tools, about {total} tokens of definitions in every request (profile {}; GitHub tools {})",
+        tools.len(),
+        match args.profile {
+            Profile::Minimal => "minimal",
+            Profile::Coding => "coding",
+            Profile::Full => "full",
+        },
+        if github {
+            "included"
+        } else {
+            "left out: no GitHub is configured"
+        }
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -20,7 +20,10 @@ fn orchestrator(home: &std::path::Path, args: &[&str]) -> std::process::Output {
 #[test]
 fn tool_list_json_has_name_description_schema() {
     let home = tempfile::tempdir().unwrap();
-    let out = orchestrator(home.path(), &["tool", "list", "--json"]);
+    let out = orchestrator(
+        home.path(),
+        &["tool", "list", "--profile", "full", "--json"],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -60,6 +63,80 @@ fn tool_list_json_has_name_description_schema() {
     let human = orchestrator(home.path(), &["tool", "list"]);
     assert!(human.status.success());
     assert!(String::from_utf8_lossy(&human.stdout).starts_with("NAME"));
+}
+
+/// `tool list --profile P` is what a model of that profile receives, durable tools included, with
+/// what each costs in every request.
+#[test]
+fn tool_list_shows_a_profiles_tools_and_their_size_in_tokens() {
+    let home = tempfile::tempdir().unwrap();
+    let list = |profile: &str| -> Vec<Value> {
+        let out = orchestrator(
+            home.path(),
+            &["tool", "list", "--profile", profile, "--json"],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let minimal = list("minimal");
+    let names: Vec<&str> = minimal
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "file_search",
+            "glob",
+            "grep_files",
+            "list_dir",
+            "read_file",
+            "retrieve_tool_result"
+        ]
+    );
+    assert!(
+        minimal
+            .iter()
+            .all(|t| t["tokens"].as_u64().unwrap() > 0 && t["durable"] == false)
+    );
+    let coding = list("coding");
+    let durable: Vec<&str> = coding
+        .iter()
+        .filter(|t| t["durable"] == true)
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        durable.contains(&"checklist_write") && durable.contains(&"task_gate_run"),
+        "{durable:?}"
+    );
+    assert!(
+        !durable.contains(&"agent_spawn"),
+        "sub-agents come with full: {durable:?}"
+    );
+    assert!(
+        !coding
+            .iter()
+            .any(|t| t["name"].as_str().unwrap().starts_with("github_")),
+        "no GitHub is configured"
+    );
+    let full = list("full");
+    assert!(full.iter().any(|t| t["name"] == "agent_spawn"));
+    let total =
+        |tools: &[Value]| -> u64 { tools.iter().map(|t| t["tokens"].as_u64().unwrap()).sum() };
+    assert!(total(&minimal) < total(&coding) && total(&coding) < total(&full));
+    let human = orchestrator(home.path(), &["tool", "list", "--profile", "minimal"]);
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        text.contains(&format!(
+            "6 tools, about {} tokens of definitions",
+            total(&minimal)
+        )),
+        "{text}"
+    );
 }
 
 #[test]

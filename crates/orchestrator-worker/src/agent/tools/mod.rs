@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use orchestrator_store::approval_kind;
 use orchestrator_tools::{
-    ApprovalClass, Decision, DeprecatedAlias, Registry, ToolContext, ToolFailure, ToolOutcome,
-    ToolResult, ToolSpec, refuse,
+    ApprovalClass, Decision, DeprecatedAlias, Profile, Registry, ToolContext, ToolFailure,
+    ToolOutcome, ToolResult, ToolSpec, refuse,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -26,11 +26,28 @@ use super::policy::decide_gate;
 use super::session::Answer;
 use crate::runner::RunContext;
 
-/// Registers every durable tool the task's policy and profile allow into `registry`.
+/// Which durable tools a task of `profile` is offered. Every tool offered is sent with every request,
+/// so the default set is kept to what a coding agent uses in most tasks: its checklist, a person to
+/// ask, its gates, notes, and the GitHub tools where a GitHub is configured (they could do nothing
+/// elsewhere). Sub-agents, tasks, plans, durable shell jobs and PR attempts come with `full`.
+pub fn offered(name: &str, profile: Profile, github: bool) -> bool {
+    if name.starts_with("github_") {
+        return github && profile != Profile::Minimal;
+    }
+    match name {
+        "checklist_write" | "checklist_update" | "checklist_list" | "ask_user"
+        | "task_gate_run" | "note" => profile != Profile::Minimal,
+        _ => profile == Profile::Full,
+    }
+}
+
+/// Registers the durable tools into `registry`: those `offered` to `only`'s profile and GitHub
+/// setting, or every one when `only` is `None` (docs).
 pub(crate) fn register(
     registry: &mut Registry,
     session: &Arc<Session>,
     ctx: &RunContext,
+    only: Option<(Profile, bool)>,
 ) -> orchestrator_tools::Result<()> {
     let mut specs = Vec::new();
     specs.extend(checklist::specs(session));
@@ -38,8 +55,11 @@ pub(crate) fn register(
     specs.extend(work::specs(session, ctx));
     specs.extend(github::specs(session, ctx));
     specs.extend(attempts::specs(session));
+    let wanted = |name: &str| only.is_none_or(|(profile, github)| offered(name, profile, github));
     for spec in specs {
-        registry.register(spec)?;
+        if wanted(&spec.name) {
+            registry.register(spec)?;
+        }
     }
     for (old, new) in [
         ("todo_write", "checklist_write"),
@@ -47,6 +67,9 @@ pub(crate) fn register(
         ("todo_update", "checklist_update"),
         ("todo_list", "checklist_list"),
     ] {
+        if !wanted(new) {
+            continue;
+        }
         registry.register_alias(DeprecatedAlias {
             this_tool: old.to_owned(),
             use_instead: new.to_owned(),
@@ -233,8 +256,65 @@ pub fn durable_registry(
     ));
     let mut registry = Registry::empty();
     // Registering into an empty registry cannot meet a duplicate name.
-    let _ = register(&mut registry, &session, ctx);
+    let _ = register(&mut registry, &session, ctx, None);
     registry
+}
+
+/// Every tool a model of `profile` receives, workspace and durable tools together, as an agent
+/// task's registry holds them (`github`: whether a GitHub is configured). `orchestrator tool list`
+/// shows this; the durable tools' specs need an attempt to hold, so one is made in a scratch store
+/// that is removed again.
+pub async fn catalog(
+    profile: Profile,
+    github: bool,
+) -> crate::Result<Vec<orchestrator_tools::ToolInfo>> {
+    let dir = std::env::temp_dir().join(format!(
+        "orchestrator-catalog-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| crate::Error::Config(format!("{}: {e}", dir.display())))?;
+    let listed = async {
+        let store = orchestrator_store::Store::open_sqlite(
+            &dir.join("catalog.db"),
+            &orchestrator_store::StoreOptions::default(),
+        )
+        .await?;
+        let mut task = orchestrator_types::NewTask::agent("catalog", "list the tools");
+        task.workspace = Some(dir.display().to_string());
+        let id = store.create_task(&task).await?;
+        let (task, lease) = store
+            .claim_task("catalog", id, 60_000)
+            .await?
+            .ok_or_else(|| crate::Error::Config("the scratch task could not be claimed".into()))?;
+        let ctx = RunContext {
+            store: store.clone(),
+            metrics: Arc::new(crate::Metrics::default()),
+            backoff: crate::Backoff::default(),
+            log_cap_bytes: 1 << 20,
+            worker_id: "catalog".into(),
+            agent: crate::AgentConfig::default(),
+            sandbox: crate::Sandbox::new(Default::default()),
+        };
+        let session = Arc::new(Session::new(
+            store.clone(),
+            task,
+            lease,
+            "catalog".into(),
+            orchestrator_tools::Policy::allow_all(),
+            super::policy::rank(profile),
+            tokio_util::sync::CancellationToken::new(),
+        ));
+        let mut registry = Registry::new(profile);
+        register(&mut registry, &session, &ctx, Some((profile, github)))
+            .map_err(|e| crate::Error::Config(format!("tool registration: {e}")))?;
+        store.close().await;
+        Ok::<_, crate::Error>(registry.list())
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    listed
 }
 
 /// docs/agent-tools.md, rendered from the durable tools' specs.

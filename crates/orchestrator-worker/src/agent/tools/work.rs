@@ -152,11 +152,11 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "task_gate_run",
-                description: "Run a verification command as a gate of this task: its exit code, duration, verdict, test counts, git tree and full log are kept as evidence (the same machinery as the task's own gates). With gate, runs one of the task's own gates by name exactly as its author wrote it; only those count as proof for github_close_issue. With command, runs a check of your own. Use it for the checks whose result must be on record; use exec_shell for exploration.",
+                description: "Run a check whose result is kept as evidence (exit code, verdict, test counts, full log): one of the task's own gates by name (gate), as written, or a command of your own.",
                 schema: schema(
                     json!({
                         "command": {"type": "string", "description": "A check of your own."},
-                        "gate": {"type": "string", "description": "The name of one of the task's own gates, run as written (instead of command)."},
+                        "gate": {"type": "string", "description": "One of the task's gates, by name."},
                         "name": {"type": "string"},
                         "cwd": {"type": "string", "description": "Directory relative to the workspace."},
                         "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_GATE_TIMEOUT_SECS}
@@ -402,7 +402,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "ask_user",
-                description: "Ask the person responsible for this task a question, with 2 to 4 suggested answers or none for free text. The task pauses until they answer (or the question expires, which counts as no answer); you get the answer as this call's result. Ask only what you cannot find out yourself.",
+                description: "Ask the task's person a question (2 to 4 suggested answers, or none for free text); the task pauses until they answer. Ask only what you cannot find out.",
                 schema: schema(
                     json!({"question": {"type": "string"}, "options": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 4}}),
                     &["question"],
