@@ -302,7 +302,7 @@ fn official_python_mcp_client_lists_and_calls_tools() {
         v["tools"]["grep_files"]["description"]
             .as_str()
             .unwrap()
-            .contains("regular expression")
+            .contains("regex")
     );
     assert_eq!(v["read_file"]["is_error"], false);
     assert!(
