@@ -83,6 +83,16 @@ impl FireCounts {
     }
 }
 
+/// The first validation error of the tasks `plans` would create.
+fn invalid_task(plans: &[orchestrator_store::SlotPlan]) -> Option<String> {
+    plans.iter().find_map(|plan| match &plan.decision {
+        orchestrator_store::SlotDecision::Fire { tasks, .. } => tasks
+            .iter()
+            .find_map(|t| t.validate().err().map(|e| e.to_string())),
+        orchestrator_store::SlotDecision::Skip { .. } => None,
+    })
+}
+
 #[derive(Debug)]
 pub struct Scheduler {
     store: Store,
@@ -117,6 +127,20 @@ impl Scheduler {
                 match schedule_of(&automation.spec) {
                     Ok(schedule) => {
                         if let Some((p, advance)) = plan_due(automation, &schedule, now, grace) {
+                            // Checked here, one automation at a time: a template that fails at fire
+                            // time (a title the slot label makes too long) parks its automation
+                            // with the reason, instead of failing the whole batch on every pass.
+                            if let Some(error) = invalid_task(&p) {
+                                counts.broken += 1;
+                                tracing::error!(automation = %automation.spec.name, %error, "a slot's task is invalid; automation parked");
+                                self.store
+                                    .park_automation(
+                                        automation.id,
+                                        &format!("parked: a slot's task is invalid: {error}"),
+                                    )
+                                    .await?;
+                                continue;
+                            }
                             plans.extend(p);
                             advances.push(advance);
                         }

@@ -25,9 +25,10 @@ pub(crate) enum Automations {
     NextFireAt,
     CreatedAt,
     UpdatedAt,
+    LastError,
 }
 
-const COLUMNS: [Automations; 12] = [
+const COLUMNS: [Automations; 13] = [
     Automations::Id,
     Automations::Name,
     Automations::Schedule,
@@ -40,6 +41,7 @@ const COLUMNS: [Automations; 12] = [
     Automations::NextFireAt,
     Automations::CreatedAt,
     Automations::UpdatedAt,
+    Automations::LastError,
 ];
 
 /// Where an automation was defined. `automation apply` manages only those from files, so an
@@ -62,6 +64,7 @@ struct AutomationRow {
     next_fire_at: Option<i64>,
     created_at: i64,
     updated_at: i64,
+    last_error: Option<String>,
 }
 
 /// An automation as stored. Times are Unix milliseconds.
@@ -81,6 +84,9 @@ pub struct Automation {
     pub next_fire_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// Why the scheduler parked it (paused): its template failed when a slot fired. Cleared by
+    /// resuming it.
+    pub last_error: Option<String>,
 }
 
 impl TryFrom<AutomationRow> for Automation {
@@ -109,6 +115,7 @@ impl TryFrom<AutomationRow> for Automation {
             next_fire_at: row.next_fire_at,
             created_at: row.created_at,
             updated_at: row.updated_at,
+            last_error: row.last_error,
         })
     }
 }
@@ -304,6 +311,7 @@ impl Store {
         let stmt = Query::update()
             .table(Automations::Table)
             .value(Automations::Status, status.as_str())
+            .value(Automations::LastError, Option::<String>::None)
             .value(Automations::NextSlotAt, next.slot_at)
             .value(Automations::NextFireAt, next.fire_at)
             .value(Automations::UpdatedAt, now_millis())
@@ -313,6 +321,21 @@ impl Store {
             return Err(Error::AutomationNotFound(name.to_owned()));
         }
         self.automation(name).await
+    }
+
+    /// Parks an automation whose slot could not fire (its template fails validation at fire time):
+    /// it is paused with `error` shown beside it, and the others keep firing. Resuming it (after a
+    /// fix) clears the error.
+    pub async fn park_automation(&self, id: i64, error: &str) -> Result<()> {
+        let stmt = Query::update()
+            .table(Automations::Table)
+            .value(Automations::Status, AutomationStatus::Paused.as_str())
+            .value(Automations::LastError, error)
+            .value(Automations::UpdatedAt, now_millis())
+            .and_where(Expr::col(Automations::Id).eq(id))
+            .to_owned();
+        self.pool.execute(&stmt).await?;
+        Ok(())
     }
 
     /// Deletes an automation and its slot history. Tasks it created stay, with their

@@ -32,6 +32,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(2, "0002_automations"),
     migration!(3, "0003_agent"),
     migration!(4, "0004_github"),
+    migration!(5, "0005_automation_error"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

@@ -43,6 +43,7 @@ both_backends!(
     overlap_policies,
     manual_runs_and_restarts_never_repeat_a_slot,
     shipped_schedules_apply_and_sync,
+    a_broken_template_parks_its_automation_and_the_rest_keep_firing,
 );
 
 fn spec(name: &str, schedule: &str) -> AutomationSpec {
@@ -74,6 +75,45 @@ async fn finish_all(store: &Store) {
             store.cancel_task(task.id).await.unwrap();
         }
     }
+}
+
+/// A template valid at creation that fails when a slot fires (the slot label makes its title too
+/// long) parks its own automation with the reason; the others fire, pass after pass.
+async fn a_broken_template_parks_its_automation_and_the_rest_keep_firing(db: &TestStore) {
+    use orchestrator_types::AutomationStatus;
+    let store = &db.store;
+    let good = spec("good", "0 * * * *");
+    let mut bad = spec("bad", "0 * * * *");
+    bad.template.title = Some("t".repeat(500));
+    create(store, &good, T0).await;
+    create(store, &bad, T0).await;
+    let (scheduler, clock) = scheduler(store, "s1", T0);
+    for hour in 1..=2 {
+        clock.set(T0 + hour * HOUR + MINUTE);
+        scheduler
+            .run_once(T0 + hour * HOUR + MINUTE)
+            .await
+            .expect("one broken automation does not fail the pass");
+    }
+    assert_eq!(
+        store
+            .count_slots(store.automation("good").await.unwrap().id)
+            .await
+            .unwrap(),
+        2
+    );
+    let parked = store.automation("bad").await.unwrap();
+    assert_eq!(parked.status, AutomationStatus::Paused);
+    let error = parked.last_error.expect("the reason is kept");
+    assert!(error.contains("longer than 500 characters"), "{error}");
+    assert_eq!(store.count_slots(parked.id).await.unwrap(), 0);
+    // Resuming it (after a fix) clears the reason.
+    let next = next_fire(&good, T0 + 3 * HOUR).unwrap();
+    let resumed = store
+        .set_automation_status("bad", AutomationStatus::Active, next)
+        .await
+        .unwrap();
+    assert_eq!(resumed.last_error, None);
 }
 
 async fn downtime_of_three_days_catches_up_by_policy(db: &TestStore) {
