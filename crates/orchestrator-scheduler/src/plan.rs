@@ -165,6 +165,7 @@ mod tests {
                 next_fire_at: Some(T0),
                 created_at: 0,
                 updated_at: 0,
+                last_error: None,
             },
             schedule,
         )

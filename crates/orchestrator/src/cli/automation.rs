@@ -237,6 +237,8 @@ pub struct AutomationView {
     pub next_fire_at: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// Why the scheduler parked it; `automation resume` clears it.
+    pub last_error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_fires: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -288,6 +290,7 @@ impl AutomationView {
             next_fire_at: a.next_fire_at.filter(|_| !paused).map(format_millis),
             created_at: format_millis(a.created_at),
             updated_at: format_millis(a.updated_at),
+            last_error: a.last_error.clone(),
             next_fires: None,
             slots: None,
         }
@@ -481,7 +484,10 @@ async fn list(global: &GlobalArgs, args: JsonArgs) -> anyhow::Result<ExitCode> {
         .map(|v| {
             vec![
                 v.name.clone(),
-                v.status.to_string(),
+                match &v.last_error {
+                    Some(error) => format!("{} ({error})", v.status),
+                    None => v.status.to_string(),
+                },
                 v.schedule.clone(),
                 v.timezone.clone(),
                 v.next_fire_at.clone().unwrap_or_else(|| "-".into()),
@@ -519,6 +525,12 @@ async fn read(global: &GlobalArgs, args: ReadArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!("automation {}  ({})", view.name, view.status);
+    if let Some(error) = &view.last_error {
+        println!(
+            "error      {error}; fix the template, then `automation resume {}`",
+            view.name
+        );
+    }
     println!("schedule   {} in {}", view.schedule, view.timezone);
     println!(
         "policies   catch-up {}, overlap {}, jitter {}s",
