@@ -442,6 +442,8 @@ fn run_ends_the_streamed_line_and_cancels_the_children_of_a_failed_task() {
         "false".into(),
         "--workspace".into(),
         ws.path().display().to_string(),
+        "--profile".into(),
+        "full".into(),
     ];
     args.extend(model_flags(&model));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
