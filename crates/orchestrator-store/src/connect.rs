@@ -130,18 +130,32 @@ impl Store {
             })
             .foreign_keys(true)
             .busy_timeout(options.busy_timeout);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(options.max_connections)
-            // A local file does not drop connections; the ping before every use only adds a
-            // round trip to the connection thread on the hot path.
-            .test_before_acquire(false)
-            .acquire_timeout(options.connect_timeout.max(options.busy_timeout))
-            .connect_with(connect)
-            .await
-            .map_err(|e| Error::BadUrl {
-                url: path.display().to_string(),
-                message: format!("cannot open the SQLite file: {e}"),
-            })?;
+        // Opening sets WAL mode, and SQLite may answer that with "database is locked" at once,
+        // without its busy handler, while another process (a busy `serve`) checkpoints: a CLI
+        // command opening the store then retries for as long as the busy timeout allows.
+        let deadline = std::time::Instant::now() + options.busy_timeout;
+        let pool = loop {
+            let opened = SqlitePoolOptions::new()
+                .max_connections(options.max_connections)
+                // A local file does not drop connections; the ping before every use only adds a
+                // round trip to the connection thread on the hot path.
+                .test_before_acquire(false)
+                .acquire_timeout(options.connect_timeout.max(options.busy_timeout))
+                .connect_with(connect.clone())
+                .await;
+            match opened {
+                Ok(pool) => break pool,
+                Err(e) if is_locked(&e) && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err(e) => {
+                    return Err(Error::BadUrl {
+                        url: path.display().to_string(),
+                        message: format!("cannot open the SQLite file: {e}"),
+                    });
+                }
+            }
+        };
         Self::finish(Pool::Sqlite(pool, Arc::default())).await
     }
 
@@ -303,6 +317,20 @@ fn create_private(path: &Path) -> Result<()> {
 
 pub(crate) fn redact(url: &str) -> String {
     redact_url(url)
+}
+
+/// Whether SQLite refused for a lock another connection holds (SQLITE_BUSY, code 5).
+fn is_locked(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(db) => {
+            // The primary code is the low byte: 261, 517 and 773 are kinds of SQLITE_BUSY too.
+            db.code()
+                .and_then(|c| c.parse::<i32>().ok())
+                .is_some_and(|c| c & 0xff == 5)
+                || db.message().contains("database is locked")
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
