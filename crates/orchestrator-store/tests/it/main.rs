@@ -110,3 +110,32 @@ async fn a_new_sqlite_store_is_readable_by_its_owner_only() {
 fn _assert_store_is_send_sync(store: Store) -> impl Send + Sync {
     store
 }
+
+/// `orchestrator run` creates its task already claimed, in one transaction: when the claim fails
+/// (here a trigger refuses it, standing in for a crash between the two), no task is left behind,
+/// queued with a run_after no daemon reaches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreground_task_that_cannot_be_claimed_is_not_left_queued() {
+    use sqlx::Connection;
+    let db = orchestrator_test_support::sqlite_store().await;
+    let mut raw = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.url))
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_claims BEFORE UPDATE OF state ON tasks \
+         WHEN NEW.state = 'running' BEGIN SELECT RAISE(ABORT, 'injected claim failure'); END",
+    )
+    .execute(&mut raw)
+    .await
+    .unwrap();
+    raw.close().await.unwrap();
+    let task = orchestrator_types::NewTask::new("foreground").with_gate("true");
+    let created = db.store.create_foreground(&task, "cli", 30_000).await;
+    assert!(created.is_err(), "the claim was refused: {created:?}");
+    let left = db
+        .store
+        .list_tasks(&orchestrator_store::TaskFilter::default())
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "a task was left behind: {left:?}");
+}
