@@ -113,6 +113,29 @@ pub enum Delivered {
     Busy,
 }
 
+/// What a signed payload lacks for a task to be made from it: a sender, and the issue or pull
+/// request its event is about, with a number. Signed by GitHub or not, a payload without them would
+/// make tasks titled `label-bug: owner/repo#` that point at nothing.
+fn malformed(event: &str, payload: &Value, sender: &str) -> Option<String> {
+    if sender.is_empty() {
+        return Some("the payload names no sender (sender.login)".into());
+    }
+    let item = match event {
+        "issues" | "issue_comment" => "issue",
+        "pull_request" | "pull_request_review" | "pull_request_review_comment" => "pull_request",
+        _ => return None,
+    };
+    match payload.get(item) {
+        Some(Value::Object(fields)) => match fields.get("number") {
+            Some(n) if n.as_u64().is_some_and(|n| n > 0) => None,
+            Some(other) => Some(format!("{item}.number is {other}, not a positive number")),
+            None => Some(format!("the payload's {item} has no number")),
+        },
+        Some(other) => Some(format!("{item} is {other}, not an object")),
+        None => Some(format!("the payload has no {item}")),
+    }
+}
+
 /// The failure of one delivery: recorded in the ledger, so a redelivery processes it again.
 #[derive(Debug, thiserror::Error)]
 pub enum DeliveryError {
@@ -255,6 +278,9 @@ impl Triggers {
             .collect();
         if rules.is_empty() {
             return Ok((Vec::new(), format!("no rule for {key} on {repo}")));
+        }
+        if let Some(problem) = malformed(event, payload, sender) {
+            return Ok((Vec::new(), format!("ignored: {key}: {problem}")));
         }
         let bot = self.bot().await?;
         if same_login(&bot, sender) {

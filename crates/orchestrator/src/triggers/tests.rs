@@ -315,3 +315,44 @@ async fn the_poller_takes_a_label_only_from_someone_with_write_access() {
     assert_eq!(alice.status, "processed");
     assert_eq!(alice.task_ids.len(), 1);
 }
+
+#[tokio::test]
+async fn payloads_without_their_issue_or_number_are_ignored_with_the_reason() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (_fake, github) = fake_github().await;
+    let t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+    let mut no_issue = labeled(1);
+    no_issue.as_object_mut().unwrap().remove("issue");
+    let mut text_number = labeled(1);
+    text_number["issue"]["number"] = json!("7");
+    let mut no_sender = labeled(1);
+    no_sender.as_object_mut().unwrap().remove("sender");
+    let cases = [
+        (no_issue, "the payload has no issue"),
+        (text_number, "issue.number is \"7\""),
+        (no_sender, "no sender"),
+    ];
+    for (n, (payload, why)) in cases.into_iter().enumerate() {
+        let done = t
+            .deliver(&format!("bad-{n}"), "webhook", "issues", &payload)
+            .await
+            .unwrap();
+        match done {
+            Delivered::Processed { tasks, detail } => {
+                assert!(tasks.is_empty(), "{detail}");
+                assert!(
+                    detail.contains("ignored") && detail.contains(why),
+                    "{detail}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        db.store
+            .list_tasks(&Default::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
