@@ -348,7 +348,7 @@ impl GitHub {
             let reached = page.iter().any(&seen);
             all.extend(page);
             if !reached && pages < POLL_PAGES {
-                next = next_link(&headers).map(|u| self.relative(&u));
+                next = next_link(&headers);
             }
         }
         Ok(all)
@@ -438,7 +438,7 @@ impl GitHub {
             let (body, headers) = self.send_read(&url, what, None).await?;
             let page: Vec<T> = decode(&body, what)?;
             all.extend(page);
-            next = next_link(&headers).map(|u| self.relative(&u));
+            next = next_link(&headers);
             if next.is_some() && pages >= MAX_PAGES {
                 // A cut list would be read as the whole (a marked comment on a later page would
                 // be missed, and a second one posted): refuse instead.
@@ -455,11 +455,18 @@ impl GitHub {
         Ok(all)
     }
 
-    /// A `Link` URL is absolute; octocrab joins relative ones to the base, which also keeps a
-    /// GitHub Enterprise base's `/api/v3` prefix right.
-    fn relative(&self, url: &str) -> String {
-        let base = self.config.api_url.trim_end_matches('/');
-        url.strip_prefix(base).unwrap_or(url).to_owned()
+    /// The absolute URL of `path` under the API base, joined as path segments. Handing octocrab a
+    /// relative path lets it decide whether the base's path is already there, which it does by a
+    /// string prefix: a base ending in `/re` then loses it before `/repos/...`.
+    fn absolute(&self, path: &str) -> String {
+        if path.starts_with("http://") || path.starts_with("https://") {
+            return path.to_owned();
+        }
+        format!(
+            "{}/{}",
+            self.config.api_url.trim_end_matches('/'),
+            path.trim_start_matches('/')
+        )
     }
 
     async fn send_read(
@@ -477,7 +484,10 @@ impl GitHub {
                 HeaderValue::from_str(accept.unwrap_or("application/vnd.github+json"))
                     .map_err(|e| ApiError::Config(e.to_string()))?,
             );
-            let sent = self.octo._get_with_headers(path, Some(headers)).await;
+            let sent = self
+                .octo
+                ._get_with_headers(self.absolute(path), Some(headers))
+                .await;
             let response = match sent {
                 Ok(response) => response,
                 Err(e) => {
@@ -534,8 +544,8 @@ impl GitHub {
         body: &serde_json::Value,
     ) -> ApiResult<T> {
         let sent = match method {
-            Method::Post => self.octo._post(path, Some(body)).await,
-            Method::Patch => self.octo._patch(path, Some(body)).await,
+            Method::Post => self.octo._post(self.absolute(path), Some(body)).await,
+            Method::Patch => self.octo._patch(self.absolute(path), Some(body)).await,
         };
         let response = sent.map_err(|e| ApiError::WriteUncertain {
             what: what.to_owned(),

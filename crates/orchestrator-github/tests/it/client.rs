@@ -323,3 +323,24 @@ async fn a_github_enterprise_base_keeps_its_path() {
     let request = fake.requests().pop().unwrap();
     assert_eq!(request.path, "/api/v3/repos/acme/widgets/issues/1");
 }
+
+#[tokio::test]
+async fn a_base_path_that_prefixes_a_route_is_kept() {
+    // A base whose path is a string prefix of the routes (`/re` of `/repos`, `/u` of `/user`)
+    // must still be joined as a path segment.
+    let fake = FakeGitHub::start().await;
+    for base in ["/re", "/u", "/repos"] {
+        let github = GitHub::new(ClientConfig::new(
+            format!("{}{base}", fake.url()),
+            Some(FAKE_TOKEN.into()),
+        ))
+        .unwrap();
+        let _ = github.issue(&issue(1)).await;
+        let request = fake.requests().pop().unwrap();
+        assert_eq!(
+            request.path,
+            format!("{base}/repos/acme/widgets/issues/1"),
+            "base {base}"
+        );
+    }
+}
