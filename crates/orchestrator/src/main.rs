@@ -41,8 +41,17 @@ fn init_tracing(verbose: u8) {
         1 => "info",
         _ => "debug",
     };
-    let filter =
-        EnvFilter::try_from_env("ORCHESTRATOR_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let text = std::env::var("ORCHESTRATOR_LOG").unwrap_or_else(|_| default.to_owned());
+    let mut filter = EnvFilter::try_new(&text).unwrap_or_else(|_| EnvFilter::new(default));
+    // octocrab logs every failed attempt as an ERROR, also the 502 that a retry then got past; the
+    // GitHub client reports the outcome itself, so octocrab's own lines show only with -vv or a
+    // filter that names it.
+    if verbose < 2
+        && !text.contains("octocrab")
+        && let Ok(quiet) = "octocrab=off".parse()
+    {
+        filter = filter.add_directive(quiet);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

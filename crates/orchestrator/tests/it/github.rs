@@ -473,6 +473,16 @@ fn the_github_cli_reads_comments_once_per_task_and_closes_only_with_evidence() {
         !text.contains("hidden") && !text.contains('\u{1b}'),
         "{text}"
     );
+    // A read that fails once in transit and then succeeds prints its result, and nothing of the
+    // attempt that failed.
+    fake.fail_next("GET", "/issues/12", 502, 1);
+    let out = gh(&env, &fake, &["github", "issue", "acme/widgets#12"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("ERROR") && !stderr(&out).contains("502"),
+        "{}",
+        stderr(&out)
+    );
     let out = gh(
         &env,
         &fake,
