@@ -24,8 +24,9 @@ ci:
 bench:
     cargo run --release -p orchestrator-bench -- queue
 
-# The agent loop's own overhead per turn and per tool call against an instant model server, and the
-# bytes each turn writes, on SQLite and PostgreSQL.
+# The prompt tokens of each profile's first request, then the agent loop's own overhead per turn and
+# per tool call against an instant model server, and the bytes each turn writes, on SQLite and
+# PostgreSQL.
 bench-agent:
     cargo run --release -p orchestrator-bench -- agent
 
