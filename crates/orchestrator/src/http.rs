@@ -85,6 +85,10 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest body read: axum's default limit, which the routes have always had.
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+/// The largest webhook delivery: GitHub caps payloads at 25 MB.
+pub const MAX_WEBHOOK_BYTES: usize = 25 * 1024 * 1024;
+/// The route of GitHub's deliveries, the one route that takes bodies up to [`MAX_WEBHOOK_BYTES`].
+const WEBHOOK_PATH: &str = "/webhooks/github";
 /// How long the accept loop waits after a failed accept (out of file descriptors, say) before it
 /// tries again, instead of spinning.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
@@ -163,15 +167,21 @@ pub async fn serve(
     connections.wait().await;
 }
 
-/// Reads the whole body within `limit` (and [`MAX_BODY_BYTES`]) and hands the request on with it;
-/// 408 and a closed connection when it does not arrive in time.
+/// Reads the whole body within `limit` (and [`MAX_BODY_BYTES`], or [`MAX_WEBHOOK_BYTES`] on the
+/// webhook route) and hands the request on with it; 408 and a closed connection when it does not
+/// arrive in time, 413 as JSON when it is too large.
 async fn read_body_in_time(
     State(limit): State<Duration>,
     request: Request,
     next: Next,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
+    let max = if parts.uri.path() == WEBHOOK_PATH {
+        MAX_WEBHOOK_BYTES
+    } else {
+        MAX_BODY_BYTES
+    };
+    let limited = http_body_util::Limited::new(body, max);
     match tokio::time::timeout(limit, limited.collect()).await {
         Ok(Ok(collected)) => {
             next.run(Request::from_parts(parts, Body::from(collected.to_bytes())))
@@ -179,7 +189,7 @@ async fn read_body_in_time(
         }
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => error(
             StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+            &format!("the request body is larger than {max} bytes"),
         ),
         Ok(Err(e)) => error(
             StatusCode::BAD_REQUEST,
@@ -222,7 +232,10 @@ pub fn router(state: HttpState) -> Router {
         .route("/api/approvals/{id}/answer", post(answer))
         .route("/api/tasks/{id}", get(get_task))
         .route("/api/tasks/{id}/events", get(task_events))
-        .route("/webhooks/github", post(github_webhook))
+        .route(
+            WEBHOOK_PATH,
+            post(github_webhook).layer(axum::extract::DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)),
+        )
         .with_state(state)
 }
 
@@ -666,6 +679,14 @@ mod tests {
     }
 
     async fn start() -> Running {
+        start_with(ReadTimeouts {
+            headers: SHORT,
+            body: SHORT,
+        })
+        .await
+    }
+
+    async fn start_with(timeouts: ReadTimeouts) -> Running {
         let db = orchestrator_test_support::sqlite_store().await;
         let app = router(HttpState {
             store: db.store.clone(),
@@ -676,10 +697,6 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = CancellationToken::new();
-        let timeouts = ReadTimeouts {
-            headers: SHORT,
-            body: SHORT,
-        };
         let server = tokio::spawn(serve(listener, app, timeouts, stop.clone()));
         Running {
             addr,
@@ -786,6 +803,65 @@ mod tests {
         // The body was read and the route ran: approval 1 does not exist.
         assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
         assert!(answer.contains("approval"), "{answer}");
+        running.stop.cancel();
+        running.server.await.unwrap();
+    }
+
+    /// Sends a POST of `size` bytes and returns the answer; the server may answer (and close)
+    /// before the whole body is sent.
+    async fn post_sized(addr: std::net::SocketAddr, path: &str, size: usize) -> String {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let chunk = vec![b' '; 1 << 20];
+        let mut sent = 0;
+        while sent < size {
+            let n = chunk.len().min(size - sent);
+            if stream.write_all(&chunk[..n]).await.is_err() {
+                break;
+            }
+            sent += n;
+        }
+        read_to_close(&mut stream).await
+    }
+
+    #[tokio::test]
+    async fn webhooks_take_githubs_25_mb_and_the_api_keeps_its_small_limit() {
+        let running = start_with(ReadTimeouts {
+            headers: SHORT,
+            body: GUARD,
+        })
+        .await;
+        // 3 MB reaches the webhook route, which answers (here: not configured) as JSON.
+        let answer = post_sized(running.addr, WEBHOOK_PATH, 3 << 20).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 404"),
+            "{}",
+            &answer[..answer.len().min(300)]
+        );
+        assert!(
+            answer.contains("not configured"),
+            "{}",
+            &answer[..answer.len().min(300)]
+        );
+        // The same size is too large for the API, and the refusal is JSON like every error.
+        let answer = post_sized(running.addr, "/api/approvals/1/deny", 3 << 20).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 413"),
+            "{}",
+            &answer[..answer.len().min(300)]
+        );
+        assert!(answer.contains("application/json"), "{answer}");
+        // Past GitHub's own cap, the webhook route refuses too.
+        let answer = post_sized(running.addr, WEBHOOK_PATH, MAX_WEBHOOK_BYTES + 1).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 413"),
+            "{}",
+            &answer[..answer.len().min(300)]
+        );
+        assert!(answer.contains(&MAX_WEBHOOK_BYTES.to_string()), "{answer}");
         running.stop.cancel();
         running.server.await.unwrap();
     }
