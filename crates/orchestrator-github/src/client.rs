@@ -7,6 +7,11 @@
 //!   when `x-ratelimit-remaining` is 0) and tries again, as long as the wait fits in
 //!   [`ClientConfig::max_rate_wait`]; a read that fails in transit or with a 502/503/504 is tried
 //!   again a few times. Reads change nothing, so repeating them is safe.
+//! - Redirects are followed the way GitHub documents them (a renamed or transferred repository
+//!   answers 301 to reads and 307 to writes): a read follows 301, 302, 303, 307 and 308; a write
+//!   follows 307 and 308 only, with its method and body, since a 301 or 302 would turn it into a
+//!   GET. Only to the API's own origin, so the token never goes elsewhere, and at most
+//!   [`MAX_REDIRECTS`] in a row.
 //! - A write is sent once. If no answer comes back (a timeout, a dropped connection), the write may
 //!   or may not have happened, and the error says so ([`ApiError::WriteUncertain`]). Callers make
 //!   their writes idempotent instead: [`GitHub::upsert_marked_comment`] finds its earlier comment by
@@ -119,6 +124,10 @@ pub enum ApiError {
         "no answer from GitHub to {what} ({detail}): it may or may not have happened; writes are not retried automatically"
     )]
     WriteUncertain { what: String, detail: String },
+    /// The request was not made, or its result not used, because it would not do what was asked
+    /// (a branch that holds other content, an object GitHub stored differently). Not retryable.
+    #[error("{what} was refused: {message}")]
+    Refused { what: String, message: String },
     /// GitHub's answer is not what the API documents.
     #[error("GitHub's answer to {what} cannot be read: {detail}")]
     Decode { what: String, detail: String },
@@ -162,6 +171,9 @@ const PER_PAGE: u32 = 100;
 const MAX_PAGES: u32 = 50;
 /// The most pages one poll of a repository's events (or comments, or pull requests) reads.
 const POLL_PAGES: u32 = 10;
+
+/// The most redirects one request follows.
+pub const MAX_REDIRECTS: u32 = 5;
 
 enum Kind {
     Read,
@@ -423,15 +435,24 @@ impl GitHub {
         }
     }
 
-    async fn get_json<T: DeserializeOwned>(&self, path: &str, what: &str) -> ApiResult<T> {
+    pub(crate) async fn get_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        what: &str,
+    ) -> ApiResult<T> {
         let (body, _) = self.send_read(path, what, None).await?;
         decode(&body, what)
     }
 
     /// Follows `Link: rel="next"` through every page.
-    async fn get_list<T: DeserializeOwned>(&self, path: &str, what: &str) -> ApiResult<Vec<T>> {
+    pub(crate) async fn get_list<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        what: &str,
+    ) -> ApiResult<Vec<T>> {
         let mut all = Vec::new();
-        let mut next = Some(format!("{path}?per_page={PER_PAGE}"));
+        let separator = if path.contains('?') { '&' } else { '?' };
+        let mut next = Some(format!("{path}{separator}per_page={PER_PAGE}"));
         let mut pages = 0;
         while let Some(url) = next.take() {
             pages += 1;
@@ -477,6 +498,8 @@ impl GitHub {
     ) -> ApiResult<(Vec<u8>, HeaderMap)> {
         let mut waited = Duration::ZERO;
         let mut transport_tries = 0;
+        let mut url = self.absolute(path);
+        let mut redirects = 0;
         loop {
             let mut headers = HeaderMap::new();
             headers.insert(
@@ -486,7 +509,7 @@ impl GitHub {
             );
             let sent = self
                 .octo
-                ._get_with_headers(self.absolute(path), Some(headers))
+                ._get_with_headers(url.as_str(), Some(headers))
                 .await;
             let response = match sent {
                 Ok(response) => response,
@@ -505,6 +528,10 @@ impl GitHub {
             let (status, headers, body) = self.collect(response, what, Kind::Read).await?;
             if (200..300).contains(&status) {
                 return Ok((body, headers));
+            }
+            if matches!(status, 301 | 302 | 303 | 307 | 308) {
+                url = self.redirect_target(&url, status, &headers, what, &mut redirects)?;
+                continue;
             }
             if let Some(wait) =
                 rate_limit_wait(status, &headers, &body, self.config.secondary_limit_wait)
@@ -536,43 +563,118 @@ impl GitHub {
         }
     }
 
-    async fn write_json<T: DeserializeOwned>(
+    pub(crate) async fn write_json<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
         what: &str,
         body: &serde_json::Value,
     ) -> ApiResult<T> {
-        let sent = match method {
-            Method::Post => self.octo._post(self.absolute(path), Some(body)).await,
-            Method::Patch => self.octo._patch(self.absolute(path), Some(body)).await,
-        };
-        let response = sent.map_err(|e| ApiError::WriteUncertain {
+        let mut url = self.absolute(path);
+        let mut redirects = 0;
+        loop {
+            let sent = match method {
+                Method::Post => self.octo._post(url.as_str(), Some(body)).await,
+                Method::Patch => self.octo._patch(url.as_str(), Some(body)).await,
+            };
+            let response = sent.map_err(|e| ApiError::WriteUncertain {
+                what: what.to_owned(),
+                detail: describe(&e),
+            })?;
+            let (status, headers, bytes) = self.collect(response, what, Kind::Write).await?;
+            if (200..300).contains(&status) {
+                return decode(&bytes, what);
+            }
+            if matches!(status, 307 | 308) {
+                // The write was not carried out here; GitHub asks for it to be sent, as it is, to
+                // the new place.
+                url = self.redirect_target(&url, status, &headers, what, &mut redirects)?;
+                continue;
+            }
+            if matches!(status, 301..=303) {
+                let to = location(&headers).unwrap_or_default();
+                return Err(ApiError::Status {
+                    what: what.to_owned(),
+                    status,
+                    message: format!(
+                        "GitHub moved it to {to}; a write follows only 307 and 308 redirects, which keep its method and body, so it was not sent again"
+                    ),
+                });
+            }
+            if let Some(wait) =
+                rate_limit_wait(status, &headers, &bytes, self.config.secondary_limit_wait)
+            {
+                return Err(ApiError::RateLimited {
+                    what: what.to_owned(),
+                    wait_secs: wait.as_secs(),
+                    message: error_message(&bytes),
+                });
+            }
+            if status >= 500 {
+                // A gateway error often comes after the write landed: say so, rather than let a
+                // caller believe nothing happened and write again.
+                return Err(ApiError::WriteUncertain {
+                    what: what.to_owned(),
+                    detail: format!("GitHub answered {status}: {}", error_message(&bytes)),
+                });
+            }
+            return Err(status_error(status, &headers, &bytes, what));
+        }
+    }
+
+    /// Where a redirect from `from` leads: its `Location`, resolved against `from`. Refused past
+    /// [`MAX_REDIRECTS`], without a `Location`, or to another origin than the API's (the token
+    /// would go with it).
+    fn redirect_target(
+        &self,
+        from: &str,
+        status: u16,
+        headers: &HeaderMap,
+        what: &str,
+        redirects: &mut u32,
+    ) -> ApiResult<String> {
+        let refuse = |message: String| ApiError::Status {
             what: what.to_owned(),
-            detail: describe(&e),
-        })?;
-        let (status, headers, bytes) = self.collect(response, what, Kind::Write).await?;
-        if (200..300).contains(&status) {
-            return decode(&bytes, what);
+            status,
+            message,
+        };
+        *redirects += 1;
+        if *redirects > MAX_REDIRECTS {
+            return Err(refuse(format!(
+                "more than {MAX_REDIRECTS} redirects in a row; not followed further"
+            )));
         }
-        if let Some(wait) =
-            rate_limit_wait(status, &headers, &bytes, self.config.secondary_limit_wait)
-        {
-            return Err(ApiError::RateLimited {
-                what: what.to_owned(),
-                wait_secs: wait.as_secs(),
-                message: error_message(&bytes),
-            });
+        let Some(to) = location(headers) else {
+            return Err(refuse("a redirect without a Location header".to_owned()));
+        };
+        let target = if to.starts_with("http://") || to.starts_with("https://") {
+            to
+        } else if to.starts_with('/') {
+            let uri: http::Uri = from
+                .parse()
+                .map_err(|_| refuse(format!("{from:?} is not a URL")))?;
+            match (uri.scheme_str(), uri.authority()) {
+                (Some(scheme), Some(authority)) => format!("{scheme}://{authority}{to}"),
+                _ => return Err(refuse(format!("{from:?} is not an absolute URL"))),
+            }
+        } else {
+            return Err(refuse(format!("a redirect to {to:?}, which is not a URL")));
+        };
+        let api = self.absolute("/");
+        if origin(&target) != origin(&api) {
+            return Err(refuse(format!(
+                "a redirect to {target}, outside {}; not followed, so that the token is not sent there",
+                origin(&api).unwrap_or_default()
+            )));
         }
-        if status >= 500 {
-            // A gateway error often comes after the write landed: say so, rather than let a
-            // caller believe nothing happened and write again.
-            return Err(ApiError::WriteUncertain {
-                what: what.to_owned(),
-                detail: format!("GitHub answered {status}: {}", error_message(&bytes)),
-            });
-        }
-        Err(status_error(status, &headers, &bytes, what))
+        tracing::debug!(
+            what,
+            from,
+            to = target,
+            status,
+            "following GitHub's redirect"
+        );
+        Ok(target)
     }
 
     async fn collect(
@@ -602,9 +704,30 @@ impl GitHub {
 }
 
 #[derive(Clone, Copy)]
-enum Method {
+pub(crate) enum Method {
     Post,
     Patch,
+}
+
+/// A response's `Location` header.
+fn location(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(http::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// `scheme://host[:port]` of an absolute URL, lower-cased, with the scheme's default port made
+/// explicit so that `https://api.github.com` and `https://api.github.com:443` are one origin.
+fn origin(url: &str) -> Option<String> {
+    let uri: http::Uri = url.parse().ok()?;
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let host = uri.host()?.to_ascii_lowercase();
+    let port = uri
+        .port_u16()
+        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    Some(format!("{scheme}://{host}:{port}"))
 }
 
 fn backoff(try_number: u32) -> Duration {

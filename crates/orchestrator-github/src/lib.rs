@@ -6,9 +6,13 @@
 //! - [`patch`]: PR attempt patches. [`record`] captures a worktree's staged, unstaged and untracked
 //!   changes against a base commit as a byte-exact git patch; [`preflight`] checks that a patch
 //!   applies to a base without touching any worktree or index.
+//! - [`pull`]: opening a pull request from an attempt through the Git Data API: [`prepare_tree`]
+//!   makes the attempt's tree locally, [`GitHub::open_pull`] makes GitHub hold the same objects
+//!   and opens the pull request, found again (not opened twice) on a retry.
 //! - [`webhook`]: [`verify_signature`] checks a delivery's `X-Hub-Signature-256` in constant time.
-//! - [`text`]: [`sanitize_untrusted`] strips hidden HTML comments, Markdown link reference
-//!   definitions and invisible characters from issue and comment text before a model reads it.
+//! - [`text`]: [`sanitize_untrusted`] strips hidden HTML comments and Markdown link reference
+//!   definitions from issue and comment text before a model reads it, and shows invisible
+//!   characters as markers (`<U+200B>`); [`sanitize_verbatim`] does only the latter, for diffs.
 //!
 //! Architecture Invariant: this crate knows no store and no tools. It takes paths, bytes and
 //! strings and returns values; recording events, storing artifacts and deciding what to do with a
@@ -19,6 +23,7 @@ pub mod client;
 pub mod error;
 pub mod models;
 pub mod patch;
+pub mod pull;
 pub mod text;
 pub mod webhook;
 
@@ -29,5 +34,6 @@ pub use models::{
     RepoRef, User,
 };
 pub use patch::{ChangedFile, FileStatus, Preflight, RecordedPatch, preflight, record};
-pub use text::{sanitize_line, sanitize_untrusted};
+pub use pull::{OpenedPull, PreparedTree, PullOutcome, PullSpec, TreeChange, prepare_tree};
+pub use text::{sanitize_line, sanitize_untrusted, sanitize_verbatim};
 pub use webhook::{SignatureError, sign, verify_signature};

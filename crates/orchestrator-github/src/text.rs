@@ -7,6 +7,12 @@
 //! instructions nobody approved. Visible text, including non-ASCII scripts and normal whitespace,
 //! is kept as it is; where the rules are unsure whether GitHub shows a line, the line goes, because
 //! hiding a little visible text from a model costs less than showing it hidden text.
+//!
+//! Invisible characters are not dropped silently: each is replaced by a visible marker
+//! (`<U+200B>`), so that a reviewer, human or model, sees that something was there (`+\u{200B}x`
+//! in a diff is a changed line, not an unchanged one). A run of more than [`MAX_MARKED`] becomes
+//! one marker with the count (`<U+E0068 and 11 more invisible characters>`): the code points of
+//! tag characters spell ASCII, and listing them all would hand the hidden text over after all.
 
 /// Removes HTML comments, invisible characters and link reference definitions from `text`.
 ///
@@ -17,15 +23,51 @@
 /// only make a line look more like a definition, never less, so no definition GitHub hides slips
 /// through behind a zero-width space.
 pub fn sanitize_untrusted(text: &str) -> String {
-    strip_link_definitions(&strip_hidden(text))
+    strip_link_definitions(&strip_comments(text))
 }
 
-/// HTML comments, then invisible characters.
-fn strip_hidden(text: &str) -> String {
-    strip_comments(text)
-        .chars()
-        .filter(|&c| !is_invisible(c))
-        .collect()
+/// A diff (or any text GitHub shows as it is, without rendering Markdown) for a model to review:
+/// only invisible characters are marked. HTML comments and link reference definitions stay, since
+/// a person reading the diff on GitHub sees them as the lines they are.
+pub fn sanitize_verbatim(text: &str) -> String {
+    mark_invisible(text)
+}
+
+/// The most invisible characters in a row that are each shown as a marker of its own.
+pub const MAX_MARKED: usize = 3;
+
+/// `text` with each run of invisible characters replaced by visible markers.
+fn mark_invisible(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut run: Vec<char> = Vec::new();
+    let flush = |run: &mut Vec<char>, out: &mut String| {
+        if run.len() <= MAX_MARKED {
+            for c in run.iter() {
+                out.push_str(&format!("<U+{:04X}>", u32::from(*c)));
+            }
+        } else {
+            out.push_str(&format!(
+                "<U+{:04X} and {} more invisible characters>",
+                u32::from(run[0]),
+                run.len() - 1
+            ));
+        }
+        run.clear();
+    };
+    for c in text.chars() {
+        if is_invisible(c) {
+            run.push(c);
+            continue;
+        }
+        if !run.is_empty() {
+            flush(&mut run, &mut out);
+        }
+        out.push(c);
+    }
+    if !run.is_empty() {
+        flush(&mut run, &mut out);
+    }
+    out
 }
 
 fn strip_comments(text: &str) -> String {
@@ -54,15 +96,25 @@ fn strip_comments(text: &str) -> String {
 /// paragraph line, where GitHub would show it), its label may run over several lines, its
 /// destination may be on the next line, and its title on the next line or over several, until a
 /// blank line.
+///
+/// Definitions are found on the text without its invisible characters (removing characters can
+/// only make a line look more like a definition, never less, so none hides behind a zero-width
+/// space); the lines kept are given with their invisible characters marked. Line ends are never
+/// invisible characters, so both versions have the same lines.
 fn strip_link_definitions(text: &str) -> String {
-    let lines = split_lines(text);
+    let marked = split_lines(text);
+    let cleaned: Vec<String> = marked
+        .iter()
+        .map(|l| l.chars().filter(|&c| !is_invisible(c)).collect())
+        .collect();
+    let lines: Vec<&str> = cleaned.iter().map(String::as_str).collect();
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
     while at < lines.len() {
         match definition_end(&lines, at) {
             Some(end) => at = end,
             None => {
-                out.push_str(lines[at]);
+                out.push_str(&mark_invisible(marked[at]));
                 at += 1;
             }
         }
@@ -269,7 +321,7 @@ fn is_invisible(c: char) -> bool {
 /// instruction in the text around it. GitHub shows these fields as plain text, not Markdown, so a
 /// title such as `[Bug]: crash on start` is not a link reference definition and stays whole.
 pub fn sanitize_line(text: &str) -> String {
-    strip_hidden(text)
+    mark_invisible(&strip_comments(text))
         .chars()
         .map(|c| {
             if matches!(c, '\n' | '\t' | '\r') {

@@ -5,18 +5,24 @@
 //! see an event the webhook already brought. Every delivery is therefore claimed first:
 //!
 //! ```text
-//!   (none) ──claim──▶ processing ──complete──▶ processed | ignored   (final: redeliveries are Done)
-//!                        │  ▲
-//!                  fail  │  │ claim (a redelivery), or a claim after `stale_after_ms` when the
-//!                        ▼  │ process that held it died mid-way
-//!                       failed
+//!   (none) ──accept──▶ queued ──claim──▶ processing ──complete──▶ processed | ignored   (final)
+//!   (none) ──────────────claim─────────▶     │  ▲
+//!                                      fail  │  │ claim (at `retry_at`, a redelivery), or a claim
+//!                                            ▼  │ after `stale_after_ms` when the process that
+//!                                           failed  held it died mid-way
 //! ```
+//!
+//! A webhook delivery is *accepted* (stored `queued` with its payload, answered at once) and
+//! processed from the ledger in the background, so GitHub's 10-second deadline never waits on
+//! GitHub's own API; a daemon that restarts finds what it had accepted in [`Store::due_deliveries`].
+//! The poller claims directly: it holds the event itself and lists it again if processing fails.
 //!
 //! A delivery's tasks are inserted in the transaction that marks it processed, so a crash leaves
 //! either both or neither. Claims are conditional writes (an insert that does nothing on conflict,
 //! an update guarded by the status it expects), never a read followed by a write, so two concurrent
 //! claims of one delivery on PostgreSQL cannot both win.
 
+use crate::exec::Tx;
 use crate::tasks::insert_tasks;
 use crate::{Error, Result, Store};
 use orchestrator_types::{NewTask, TaskId, now_millis};
@@ -37,6 +43,8 @@ enum GithubDeliveries {
     Detail,
     ReceivedAt,
     UpdatedAt,
+    Payload,
+    RetryAt,
 }
 
 #[derive(Iden, Clone, Copy)]
@@ -57,6 +65,8 @@ pub mod delivery_source {
 
 /// Delivery states.
 pub mod delivery_status {
+    /// Accepted from a webhook with its payload; the background processor claims it.
+    pub const QUEUED: &str = "queued";
     /// Claimed by a process that is deciding what to do with it.
     pub const PROCESSING: &str = "processing";
     /// Its tasks were created. Final.
@@ -113,6 +123,32 @@ impl DeliveryClaim {
     }
 }
 
+/// What accepting a webhook delivery found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accepted {
+    /// First sight: queued for processing.
+    New,
+    /// It had failed; this redelivery queued it again with the payload it carries.
+    Requeued,
+    /// Queued or being processed already: nothing to do.
+    InHand,
+    /// Processed or ignored before: a duplicate.
+    Done {
+        status: String,
+        task_ids: Vec<TaskId>,
+    },
+}
+
+/// A delivery the background processor should process now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueDelivery {
+    pub id: String,
+    pub source: String,
+    pub event: String,
+    /// The payload's JSON as accepted.
+    pub payload: String,
+}
+
 /// A delivery as recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Delivery {
@@ -129,6 +165,9 @@ pub struct Delivery {
     pub detail: Option<String>,
     pub received_at: i64,
     pub updated_at: i64,
+    /// When a failed delivery is tried again by itself; `None` when it is final, or waits for a
+    /// redelivery (`github deliveries --retry`, or GitHub's "Redeliver").
+    pub retry_at: Option<i64>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -144,6 +183,7 @@ struct DeliveryRow {
     detail: Option<String>,
     received_at: i64,
     updated_at: i64,
+    retry_at: Option<i64>,
 }
 
 fn parse_task_ids(id: &str, text: &str) -> Result<Vec<TaskId>> {
@@ -173,6 +213,7 @@ impl TryFrom<DeliveryRow> for Delivery {
             detail: row.detail,
             received_at: row.received_at,
             updated_at: row.updated_at,
+            retry_at: row.retry_at,
         })
     }
 }
@@ -191,6 +232,7 @@ fn select_deliveries() -> SelectStatement {
             GithubDeliveries::Detail,
             GithubDeliveries::ReceivedAt,
             GithubDeliveries::UpdatedAt,
+            GithubDeliveries::RetryAt,
         ])
         .from(GithubDeliveries::Table)
         .to_owned()
@@ -263,6 +305,7 @@ impl Store {
                 .cond_where(
                     Cond::any()
                         .add(Expr::col(GithubDeliveries::Status).eq(delivery_status::FAILED))
+                        .add(Expr::col(GithubDeliveries::Status).eq(delivery_status::QUEUED))
                         .add(
                             Cond::all()
                                 .add(
@@ -300,8 +343,8 @@ impl Store {
                     tx.commit().await?;
                     return Ok(DeliveryClaim::Busy);
                 }
-                // Failed after our update looked: look again.
-                delivery_status::FAILED => continue,
+                // Failed or queued after our update looked: look again.
+                delivery_status::FAILED | delivery_status::QUEUED => continue,
                 other => {
                     return Err(Error::Corrupt {
                         what: "github_deliveries.status",
@@ -370,6 +413,8 @@ impl Store {
             .value(GithubDeliveries::TaskIds, task_ids_json(&ids))
             .value(GithubDeliveries::Detail, detail)
             .value(GithubDeliveries::UpdatedAt, now)
+            .value(GithubDeliveries::Payload, Option::<String>::None)
+            .value(GithubDeliveries::RetryAt, Option::<i64>::None)
             .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(id))
             .to_owned();
         tx.execute(&mark).await?;
@@ -385,14 +430,168 @@ impl Store {
 
     /// Marks a claimed delivery `ignored`, saying why. Final: redeliveries are `Done`.
     pub async fn ignore_delivery(&self, id: &str, token: i64, why: &str) -> Result<()> {
-        self.finish_delivery(id, token, delivery_status::IGNORED, why)
+        self.finish_delivery(id, token, delivery_status::IGNORED, why, None)
             .await
     }
 
-    /// Marks a claimed delivery `failed` with its error; the next claim processes it again.
+    /// Marks a claimed delivery `failed` with its error; the next claim (a redelivery, the next
+    /// poll) processes it again.
     pub async fn fail_delivery(&self, id: &str, token: i64, error: &str) -> Result<()> {
-        self.finish_delivery(id, token, delivery_status::FAILED, error)
+        self.finish_delivery(id, token, delivery_status::FAILED, error, None)
             .await
+    }
+
+    /// Like [`Store::fail_delivery`], and the background processor tries it again by itself at
+    /// `retry_at` (Unix milliseconds) when the delivery has its payload; `None` leaves it to a
+    /// redelivery.
+    pub async fn fail_delivery_until(
+        &self,
+        id: &str,
+        token: i64,
+        error: &str,
+        retry_at: Option<i64>,
+    ) -> Result<()> {
+        self.finish_delivery(id, token, delivery_status::FAILED, error, retry_at)
+            .await
+    }
+
+    /// Stores a webhook delivery as `queued`, with its payload, for the background processor; see
+    /// [`Accepted`]. A failed delivery is queued again (GitHub's "Redeliver" means: try again),
+    /// with the payload it came with this time.
+    pub async fn accept_delivery(
+        &self,
+        info: &DeliveryInfo<'_>,
+        payload: &str,
+    ) -> Result<Accepted> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let insert = Query::insert()
+            .into_table(GithubDeliveries::Table)
+            .columns([
+                GithubDeliveries::DeliveryId,
+                GithubDeliveries::Source,
+                GithubDeliveries::Event,
+                GithubDeliveries::Action,
+                GithubDeliveries::Repo,
+                GithubDeliveries::Status,
+                GithubDeliveries::Attempts,
+                GithubDeliveries::TaskIds,
+                GithubDeliveries::ReceivedAt,
+                GithubDeliveries::UpdatedAt,
+                GithubDeliveries::Payload,
+                GithubDeliveries::RetryAt,
+            ])
+            .values([
+                info.id.into(),
+                info.source.into(),
+                info.event.into(),
+                info.action.into(),
+                info.repo.into(),
+                delivery_status::QUEUED.into(),
+                0i64.into(),
+                "[]".into(),
+                now.into(),
+                now.into(),
+                payload.into(),
+                now.into(),
+            ])?
+            .on_conflict(
+                OnConflict::column(GithubDeliveries::DeliveryId)
+                    .do_nothing()
+                    .to_owned(),
+            )
+            .to_owned();
+        if tx.execute(&insert).await? > 0 {
+            tx.commit().await?;
+            return Ok(Accepted::New);
+        }
+        if requeue(&mut tx, info.id, Some(payload), now).await? {
+            tx.commit().await?;
+            return Ok(Accepted::Requeued);
+        }
+        let read = Query::select()
+            .columns([GithubDeliveries::Status, GithubDeliveries::TaskIds])
+            .from(GithubDeliveries::Table)
+            .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(info.id))
+            .to_owned();
+        let found = tx.fetch_optional::<(String, String), _>(&read).await?;
+        tx.commit().await?;
+        match found {
+            Some((status, task_ids))
+                if status == delivery_status::PROCESSED || status == delivery_status::IGNORED =>
+            {
+                let task_ids = parse_task_ids(info.id, &task_ids)?;
+                Ok(Accepted::Done { status, task_ids })
+            }
+            _ => Ok(Accepted::InHand),
+        }
+    }
+
+    /// Queues a failed delivery that kept its payload for the background processor now (`github
+    /// deliveries --retry`). `false` when it is not failed or has no payload to process (a polled
+    /// event: the poller lists it again by itself).
+    pub async fn retry_delivery(&self, id: &str) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let queued = requeue(&mut tx, id, None, now_millis()).await?;
+        tx.commit().await?;
+        Ok(queued)
+    }
+
+    /// Deliveries to process now, oldest first: queued ones, failed ones whose `retry_at` has
+    /// come, and `processing` ones untouched for `stale_after_ms` (their process died). Only those
+    /// with a payload: a polled event is the poller's to list again.
+    pub async fn due_deliveries(
+        &self,
+        stale_after_ms: i64,
+        limit: u64,
+    ) -> Result<Vec<DueDelivery>> {
+        let now = now_millis();
+        let stmt = Query::select()
+            .columns([
+                GithubDeliveries::DeliveryId,
+                GithubDeliveries::Source,
+                GithubDeliveries::Event,
+                GithubDeliveries::Payload,
+            ])
+            .from(GithubDeliveries::Table)
+            .and_where(Expr::col(GithubDeliveries::Payload).is_not_null())
+            .cond_where(
+                Cond::any()
+                    .add(
+                        Cond::all()
+                            .add(
+                                Expr::col(GithubDeliveries::Status)
+                                    .is_in([delivery_status::QUEUED, delivery_status::FAILED]),
+                            )
+                            .add(Expr::col(GithubDeliveries::RetryAt).lte(now)),
+                    )
+                    .add(
+                        Cond::all()
+                            .add(
+                                Expr::col(GithubDeliveries::Status).eq(delivery_status::PROCESSING),
+                            )
+                            .add(
+                                Expr::col(GithubDeliveries::UpdatedAt)
+                                    .lte(now.saturating_sub(stale_after_ms)),
+                            ),
+                    ),
+            )
+            .order_by(GithubDeliveries::ReceivedAt, Order::Asc)
+            .order_by(GithubDeliveries::DeliveryId, Order::Asc)
+            .limit(limit)
+            .to_owned();
+        Ok(self
+            .pool
+            .fetch_all::<(String, String, String, String), _>(&stmt)
+            .await?
+            .into_iter()
+            .map(|(id, source, event, payload)| DueDelivery {
+                id,
+                source,
+                event,
+                payload,
+            })
+            .collect())
     }
 
     /// Moves a `processing` delivery to `status`. Only from `processing`: failing a delivery that
@@ -403,14 +602,21 @@ impl Store {
         token: i64,
         status: &str,
         detail: &str,
+        retry_at: Option<i64>,
     ) -> Result<()> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
-        let stmt = Query::update()
-            .table(GithubDeliveries::Table)
+        let mut stmt = Query::update();
+        stmt.table(GithubDeliveries::Table)
             .value(GithubDeliveries::Status, status)
             .value(GithubDeliveries::Detail, detail)
             .value(GithubDeliveries::UpdatedAt, now)
+            .value(GithubDeliveries::RetryAt, retry_at);
+        if status != delivery_status::FAILED {
+            // Final: the payload is no longer needed.
+            stmt.value(GithubDeliveries::Payload, Option::<String>::None);
+        }
+        let stmt = stmt
             .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(id))
             .and_where(Expr::col(GithubDeliveries::Status).eq(delivery_status::PROCESSING))
             .and_where(Expr::col(GithubDeliveries::Attempts).eq(token))
@@ -488,4 +694,26 @@ impl Store {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// Moves a failed delivery that has a payload back to `queued`, due now; `payload`, when given,
+/// replaces the stored one (a redelivery carries its own). `false` when the delivery is not
+/// failed or has nothing to process.
+async fn requeue(tx: &mut Tx, id: &str, payload: Option<&str>, now: i64) -> Result<bool> {
+    let mut stmt = Query::update();
+    stmt.table(GithubDeliveries::Table)
+        .value(GithubDeliveries::Status, delivery_status::QUEUED)
+        .value(GithubDeliveries::RetryAt, now)
+        .value(GithubDeliveries::UpdatedAt, now)
+        .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(id))
+        .and_where(Expr::col(GithubDeliveries::Status).eq(delivery_status::FAILED));
+    match payload {
+        Some(payload) => {
+            stmt.value(GithubDeliveries::Payload, payload);
+        }
+        None => {
+            stmt.and_where(Expr::col(GithubDeliveries::Payload).is_not_null());
+        }
+    }
+    Ok(tx.execute(&stmt).await? > 0)
 }

@@ -57,7 +57,23 @@ pub(crate) async fn insert_events(tx: &mut Tx, events: &[EventInsert]) -> Result
 impl Store {
     /// Events of a task with `seq > after`, oldest first, at most `limit`.
     pub async fn events(&self, task: TaskId, after: i64, limit: u64) -> Result<Vec<TaskEvent>> {
-        let stmt = Query::select()
+        self.select_events(task, after, None, limit).await
+    }
+
+    /// Every event of one kind of a task, oldest first: its GitHub writes, say, without reading
+    /// the turns between them.
+    pub async fn events_of_kind(&self, task: TaskId, kind: EventKind) -> Result<Vec<TaskEvent>> {
+        self.select_events(task, 0, Some(kind), u64::MAX >> 1).await
+    }
+
+    async fn select_events(
+        &self,
+        task: TaskId,
+        after: i64,
+        kind: Option<EventKind>,
+        limit: u64,
+    ) -> Result<Vec<TaskEvent>> {
+        let mut stmt = Query::select()
             .columns([
                 TaskEvents::TaskId,
                 TaskEvents::Seq,
@@ -71,6 +87,9 @@ impl Store {
             .order_by(TaskEvents::Seq, Order::Asc)
             .limit(limit)
             .to_owned();
+        if let Some(kind) = kind {
+            stmt.and_where(Expr::col(TaskEvents::Kind).eq(kind.as_str()));
+        }
         let rows: Vec<(i64, i64, i64, String, String)> = self.pool.fetch_all(&stmt).await?;
         rows.into_iter()
             .map(|(task_id, seq, at, kind, data)| {

@@ -37,7 +37,9 @@ pub use automations::{Automation, NextFire, SOURCE_CLI, SOURCE_FILE};
 pub use checklist::ChecklistItem;
 pub use connect::{Backend, SqliteSync, Store, StoreOptions, redact_url};
 pub use conversation::{NewMessage, SavedMessage, ToolCallEnd, ToolCallRecord, call_status};
-pub use deliveries::{Delivery, DeliveryClaim, DeliveryInfo, delivery_source, delivery_status};
+pub use deliveries::{
+    Accepted, Delivery, DeliveryClaim, DeliveryInfo, DueDelivery, delivery_source, delivery_status,
+};
 pub use error::{Error, Result};
 pub use gates::GateRun;
 pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts};

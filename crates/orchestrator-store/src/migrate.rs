@@ -33,6 +33,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(3, "0003_agent"),
     migration!(4, "0004_github"),
     migration!(5, "0005_automation_error"),
+    migration!(6, "0006_delivery_queue"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

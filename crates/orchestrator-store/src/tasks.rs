@@ -107,6 +107,8 @@ pub struct Task {
     pub prompt: Option<String>,
     pub gates: Vec<GateSpec>,
     pub workspace: Option<String>,
+    /// The checkout the workspace is cloned from when the task first runs (a tree of its own).
+    pub worktree_of: Option<String>,
     pub state: TaskState,
     pub queue: String,
     pub priority: i64,
@@ -155,6 +157,7 @@ impl TryFrom<TaskRow> for Task {
             prompt: row.prompt,
             gates: spec.gates,
             workspace: row.workspace,
+            worktree_of: spec.worktree_of,
             state,
             queue: row.queue,
             priority: row.priority,

@@ -84,7 +84,8 @@ pub struct Policy {
     #[serde(default)]
     pub commands: Vec<CommandRule>,
     /// Where allowed GitHub writes may go without asking: issues and pull requests as
-    /// `owner/name#NUMBER`. Empty means anywhere the rules allow. A trigger pre-approves writes
+    /// `owner/name#NUMBER` (a pull request counts as written to the issue it fixes). Empty means
+    /// anywhere the rules allow. A trigger pre-approves writes
     /// on the issue that triggered it only, so text planted in that issue cannot make the agent
     /// write elsewhere unasked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -198,7 +199,12 @@ impl Policy {
             let target = format!(
                 "{}#{}",
                 args.get("repo").and_then(Value::as_str).unwrap_or(""),
-                args.get("number").map(Value::to_string).unwrap_or_default()
+                // A comment or a close names the issue as `number`; a pull request names the
+                // issue it fixes as `issue`.
+                args.get("number")
+                    .or_else(|| args.get("issue"))
+                    .map(Value::to_string)
+                    .unwrap_or_default()
             );
             if !self.github_targets.iter().any(|t| t == &target) {
                 return (
@@ -341,6 +347,30 @@ mod tests {
         );
         assert_eq!(decision, Decision::Ask, "another issue is asked");
         assert!(why.contains("only for a/b#1"), "{why}");
+        p.tools.insert("pr_open".into(), Decision::Allow);
+        let pr = |issue: Value| {
+            p.decide(
+                "pr_open",
+                ApprovalClass::GithubWrite,
+                &json!({"repo": "a/b", "attempt_id": 3, "issue": issue}),
+            )
+            .0
+        };
+        assert_eq!(
+            pr(json!(1)),
+            Decision::Allow,
+            "a pull request fixing the target"
+        );
+        assert_eq!(
+            pr(json!(2)),
+            Decision::Ask,
+            "one fixing another issue is asked"
+        );
+        assert_eq!(
+            pr(Value::Null),
+            Decision::Ask,
+            "one fixing no issue is asked"
+        );
         let mut deny = Policy::allow_all();
         deny.default = Decision::Deny;
         assert_eq!(

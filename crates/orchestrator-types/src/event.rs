@@ -53,10 +53,12 @@ pub enum EventKind {
     AttemptRecorded,
     /// One recorded attempt of a group was selected as the one to open a PR with.
     AttemptSelected,
+    /// The task's own clone of a checkout was made (or found) as its workspace.
+    WorkspacePrepared,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 26] = [
+    pub const ALL: [EventKind; 27] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -83,6 +85,7 @@ impl EventKind {
         EventKind::GithubWrite,
         EventKind::AttemptRecorded,
         EventKind::AttemptSelected,
+        EventKind::WorkspacePrepared,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -113,6 +116,7 @@ impl EventKind {
             EventKind::GithubWrite => "github_write",
             EventKind::AttemptRecorded => "attempt_recorded",
             EventKind::AttemptSelected => "attempt_selected",
+            EventKind::WorkspacePrepared => "workspace_prepared",
         }
     }
 

@@ -209,6 +209,11 @@ pub struct NewTask {
     /// Absolute directory the gates run in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// A git checkout (absolute) that `workspace` is cloned from when the task first runs, so the
+    /// task works in a tree of its own: two tasks on one repository never share one. The clone is
+    /// made once; a resumed or retried task finds it and goes on where it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree_of: Option<String>,
     /// Higher runs first; ties run in creation order.
     #[serde(default)]
     pub priority: i64,
@@ -237,6 +242,7 @@ impl NewTask {
             prompt: None,
             gates: Vec::new(),
             workspace: None,
+            worktree_of: None,
             priority: 0,
             queue: DEFAULT_QUEUE.to_owned(),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
@@ -287,6 +293,32 @@ impl NewTask {
                 model.validate()?;
             }
             self.agent.validate()?;
+        }
+        if let Some(source) = &self.worktree_of {
+            let Some(workspace) = &self.workspace else {
+                return Err(Error::invalid(
+                    "worktree_of",
+                    "a task cloned from a checkout needs the workspace to clone it into",
+                ));
+            };
+            let (from, into) = (
+                std::path::Path::new(source),
+                std::path::Path::new(workspace),
+            );
+            if !from.is_absolute() || !into.is_absolute() {
+                return Err(Error::invalid(
+                    "worktree_of",
+                    "the checkout and the workspace must be absolute paths",
+                ));
+            }
+            if into.starts_with(from) || from.starts_with(into) {
+                return Err(Error::invalid(
+                    "worktree_of",
+                    format!(
+                        "the workspace {workspace} must lie outside the checkout {source}, and the checkout outside it"
+                    ),
+                ));
+            }
         }
         if self.acceptance.iter().any(|c| c.trim().is_empty()) {
             return Err(Error::invalid(

@@ -293,7 +293,7 @@ fn gates_json(gates: &[GateRecord]) -> Value {
 
 /// The top of the worktree holding `dir`: a task's workspace may be a subdirectory of its
 /// repository, and patches name paths from the top.
-async fn repository_of(dir: &Path) -> Result<PathBuf> {
+pub(crate) async fn repository_of(dir: &Path) -> Result<PathBuf> {
     let not_a_worktree = || AttemptError::NotAWorktree(dir.display().to_string());
     // Hardened like every git command of the daemon: the worktree is the agent's.
     let output =

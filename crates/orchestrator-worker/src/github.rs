@@ -7,6 +7,7 @@ use std::path::Path;
 
 use orchestrator_github::{
     ApiError, Comment, GitHub, IssueRef, PullFile, PullRequest, sanitize_line, sanitize_untrusted,
+    sanitize_verbatim,
 };
 use orchestrator_store::{Store, Task};
 use orchestrator_types::{Captured, GateRecord, GateSpec, GitTree, Verdict};
@@ -243,7 +244,17 @@ impl Context {
     /// for the orchestrator's own text. The pointer to the artifact is the orchestrator's, so it
     /// goes after the fence.
     fn untrusted(&mut self, what: &str, raw: &str, limit: usize) {
-        let clean = sanitize_untrusted(raw);
+        self.fenced(what, sanitize_untrusted(raw), limit);
+    }
+
+    /// Adds a diff: shown as GitHub shows it, every line kept (markup in a changed file is code
+    /// under review, not hidden text), with invisible characters marked so that a line that only
+    /// looks unchanged is seen to differ.
+    fn untrusted_verbatim(&mut self, what: &str, raw: &str, limit: usize) {
+        self.fenced(what, sanitize_verbatim(raw), limit);
+    }
+
+    fn fenced(&mut self, what: &str, clean: String, limit: usize) {
         let fence = fence_for(&clean);
         push_fenced(&mut self.full, &fence, &clean);
         if clean.len() <= limit {
@@ -431,7 +442,7 @@ pub async fn pull_context(
     if with_diff {
         let diff = github.pull_diff(pull).await?;
         ctx.push("\n## Diff\n");
-        ctx.untrusted("the diff", &diff, DIFF_LIMIT);
+        ctx.untrusted_verbatim("the diff", &diff, DIFF_LIMIT);
     }
     Ok(ctx)
 }

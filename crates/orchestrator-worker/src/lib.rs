@@ -15,6 +15,7 @@ pub mod github;
 pub mod metrics;
 pub mod model;
 pub mod pool;
+pub mod pulls;
 pub mod rescuer;
 pub mod runner;
 

@@ -164,6 +164,12 @@ pub struct GithubConfig {
     #[serde(default)]
     pub poll: Vec<String>,
     pub poll_interval_secs: Option<u64>,
+    /// The wait before a failed webhook delivery is tried again (doubling after each try).
+    pub delivery_retry_secs: Option<u64>,
+    /// Tries in all for a webhook delivery whose failure may pass.
+    pub delivery_tries: Option<i64>,
+    /// How long a delivery may stay `processing` before another process takes it over.
+    pub delivery_stale_secs: Option<u64>,
     #[serde(default, rename = "trigger")]
     pub triggers: Vec<crate::triggers::TriggerRule>,
 }
@@ -208,6 +214,28 @@ impl GithubConfig {
             Some(login) => client.with_viewer(login.clone()),
             None => client,
         }))
+    }
+
+    /// How failed webhook deliveries are tried again, from `delivery_retry_secs`,
+    /// `delivery_tries` and `delivery_stale_secs`.
+    pub fn delivery_retry(&self) -> anyhow::Result<crate::triggers::DeliveryRetry> {
+        let mut retry = crate::triggers::DeliveryRetry::default();
+        if let Some(secs) = self.delivery_retry_secs {
+            retry.first_wait = std::time::Duration::from_secs(secs.max(1));
+        }
+        if let Some(tries) = self.delivery_tries {
+            if tries < 1 {
+                return Err(crate::exit::CliError::Invalid(format!(
+                    "github.delivery_tries is {tries}; it counts the first try, so it is at least 1"
+                ))
+                .into());
+            }
+            retry.tries = tries;
+        }
+        if let Some(secs) = self.delivery_stale_secs {
+            retry.stale_after = std::time::Duration::from_secs(secs.max(1));
+        }
+        Ok(retry)
     }
 
     /// The webhook secret, from the variable the file names or ORCHESTRATOR_GITHUB_WEBHOOK_SECRET.

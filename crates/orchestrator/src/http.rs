@@ -15,11 +15,11 @@
 //!
 //! `POST /webhooks/github` takes GitHub's deliveries. It needs no bearer token: it is authenticated
 //! by the `X-Hub-Signature-256` HMAC of the raw body with the webhook secret, checked in constant
-//! time, and a missing or wrong signature is 401. A delivery goes through the ledger
-//! (`X-GitHub-Delivery`): 200 `{"status": "processed", "tasks": [...]}` the first time, 200
-//! `{"status": "duplicate"}` for a redelivery of a processed one, 202 `{"status": "busy"}` while
-//! another request processes it, and 500 when processing failed (recorded, so a redelivery
-//! processes it again).
+//! time, and a missing or wrong signature is 401. A delivery is accepted into the ledger
+//! (`X-GitHub-Delivery`) with its payload and answered at once, 202 `{"status": "accepted"}`; the
+//! daemon processes it in the background (see `triggers::process_loop`), and `github deliveries`
+//! shows what it came to. A redelivery of a processed one is 200 `{"status": "duplicate", "tasks":
+//! [...]}`; a redelivery of a failed one queues it again. 503 when the store could not record it.
 //!
 //! Every other route but `/healthz` needs the bearer token (generated into the home directory at first
 //! start), because metrics reveal what the daemon is doing and the API acts on it; the listener
@@ -65,6 +65,8 @@ pub struct HttpState {
 pub struct Webhooks {
     pub secret: Option<Arc<[u8]>>,
     pub triggers: Arc<crate::triggers::Triggers>,
+    /// Wakes the background processor when a delivery is accepted.
+    pub wake: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for Webhooks {
@@ -611,43 +613,41 @@ async fn github_webhook(
         Ok(payload) => payload,
         Err(message) => return error(StatusCode::BAD_REQUEST, &message),
     };
-    // Processing runs in a task of its own: GitHub hangs up after 10 s, and a dropped request
-    // must not stop a delivery half-way (it would sit `processing` until it went stale).
-    let triggers = hooks.triggers.clone();
-    let (id, kind) = (delivery.to_owned(), event.to_owned());
-    let processing = tokio::spawn(async move {
-        triggers
-            .deliver(
-                &id,
-                orchestrator_store::delivery_source::WEBHOOK,
-                &kind,
-                &payload,
-            )
-            .await
-    });
-    let outcome = match processing.await {
-        Ok(outcome) => outcome,
-        Err(e) => Err(crate::triggers::DeliveryError::Failed(format!(
-            "processing stopped: {e}"
-        ))),
+    // Accepted into the ledger and answered at once: GitHub gives up after 10 s, and processing
+    // asks GitHub's own API (the sender's permission, the bot's login), which may be slower than
+    // that. The background processor takes it from the ledger.
+    let info = orchestrator_store::DeliveryInfo {
+        id: delivery,
+        source: orchestrator_store::delivery_source::WEBHOOK,
+        event,
+        action: payload.get("action").and_then(serde_json::Value::as_str),
+        repo: payload
+            .pointer("/repository/full_name")
+            .and_then(serde_json::Value::as_str),
     };
-    match outcome {
-        Ok(crate::triggers::Delivered::Busy) => (
-            StatusCode::ACCEPTED,
-            axum::Json(serde_json::json!({"status": "busy", "delivery": delivery})),
+    match state
+        .store
+        .accept_delivery(&info, &payload.to_string())
+        .await
+    {
+        Ok(orchestrator_store::Accepted::Done { task_ids, .. }) => axum::Json(
+            serde_json::json!({"status": "duplicate", "delivery": delivery, "tasks": task_ids}),
         )
-            .into_response(),
-        Ok(done) => {
-            let mut value = serde_json::to_value(&done).unwrap_or_default();
-            value["delivery"] = serde_json::Value::from(delivery);
-            axum::Json(value).into_response()
+        .into_response(),
+        Ok(_) => {
+            hooks.wake.notify_one();
+            (
+                StatusCode::ACCEPTED,
+                axum::Json(serde_json::json!({"status": "accepted", "delivery": delivery})),
+            )
+                .into_response()
         }
         Err(e) => {
-            tracing::warn!(delivery, error = %e, "GitHub delivery failed; a redelivery processes it again");
+            tracing::warn!(delivery, error = %e, "a GitHub delivery could not be recorded");
             error(
-                StatusCode::INTERNAL_SERVER_ERROR,
+                StatusCode::SERVICE_UNAVAILABLE,
                 &format!(
-                    "delivery {delivery} failed and will be processed again on redelivery: {e}"
+                    "delivery {delivery} was not recorded (the store failed: {e}); redeliver it"
                 ),
             )
         }

@@ -68,6 +68,13 @@ pub async fn run(
         }
         _ => None,
     };
+    let processor_task = config.webhooks.as_ref().map(|hooks| {
+        tokio::spawn(crate::triggers::process_loop(
+            hooks.triggers.clone(),
+            hooks.wake.clone(),
+            shutdown.clone(),
+        ))
+    });
 
     let pooled = pool.run(shutdown.clone()).await;
     // The pool only returns early on a registration failure; stop the rest either way.
@@ -76,6 +83,9 @@ pub async fn run(
     let _ = scheduler_task.await;
     if let Some(poller) = poller_task {
         let _ = poller.await;
+    }
+    if let Some(processor) = processor_task {
+        let _ = processor.await;
     }
     http_stop.cancel();
     if let Err(e) = http.await {

@@ -344,3 +344,86 @@ async fn a_base_path_that_prefixes_a_route_is_kept() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_renamed_repository_is_followed_for_reads_and_for_writes_github_redirects_with_307() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 3, "Crash", "body", "alice");
+    for n in 0..120 {
+        fake.add_comment(REPO, 3, "bob", &format!("comment {n}"));
+    }
+    fake.rename_repo(REPO, "acme/gadgets");
+    let github = client(&fake);
+    // Reads by the old name: GitHub answers 301 to /repositories/{id}/..., pages included.
+    assert_eq!(github.issue(&issue(3)).await.unwrap().title, "Crash");
+    assert_eq!(github.issue_comments(&issue(3)).await.unwrap().len(), 120);
+    // A write by the old name: GitHub answers 307, and the same POST with the same body goes on.
+    let posted = github.create_comment(&issue(3), "on it").await.unwrap();
+    assert_eq!(posted.body.as_deref(), Some("on it"));
+    let comments = fake.comments("acme/gadgets", 3);
+    assert_eq!(comments.last().unwrap().body, "on it");
+    assert_eq!(comments.len(), 121, "posted once");
+    let posts = fake.requests_to("POST", "/comments");
+    assert_eq!(posts.len(), 2, "{posts:?}");
+    assert!(posts[0].path.starts_with("/repos/acme/widgets/"));
+    assert!(posts[1].path.starts_with("/repositories/"));
+    assert_eq!(posts[1].body, posts[0].body);
+    // An edit (PATCH) is redirected the same way.
+    let id = posted.id;
+    github
+        .edit_comment(&RepoRef::parse(REPO).unwrap(), id, "done")
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.comments("acme/gadgets", 3).last().unwrap().body,
+        "done"
+    );
+}
+
+#[tokio::test]
+async fn redirects_that_would_change_a_write_or_leave_github_are_not_followed() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 4, "Crash", "body", "alice");
+    let github = client(&fake);
+    // A 301 to a write would turn it into a GET elsewhere: refused, saying where it moved.
+    let moved = format!("{}/repositories/9/issues/4/comments", fake.url());
+    fake.redirect_next("POST", "/issues/4/comments", 1, 301, &moved);
+    let err = github.create_comment(&issue(4), "x").await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("301") && text.contains(&moved), "{text}");
+    assert!(fake.comments(REPO, 4).is_empty());
+    assert_eq!(
+        fake.requests_to("POST", "/comments").len(),
+        1,
+        "not sent again"
+    );
+    // Another origin never gets the token.
+    fake.redirect_next(
+        "GET",
+        "/issues/4",
+        1,
+        301,
+        "http://127.0.0.1:9/repos/acme/widgets/issues/4",
+    );
+    let err = github.issue(&issue(4)).await.unwrap_err().to_string();
+    assert!(err.contains("token is not sent there"), "{err}");
+    // A loop ends.
+    let here = format!("{}/repos/{REPO}/issues/4", fake.url());
+    fake.redirect_next("GET", "/issues/4", 20, 302, &here);
+    let err = github.issue(&issue(4)).await.unwrap_err().to_string();
+    assert!(err.contains("more than 5 redirects"), "{err}");
+    // A relative Location is taken against the API's origin.
+    let fake2 = FakeGitHub::start().await;
+    fake2.add_issue(REPO, 4, "Relative", "", "alice");
+    fake2.redirect_next(
+        "GET",
+        "/repos/acme/widgets/issues/4",
+        1,
+        307,
+        "/repos/acme/widgets/issues/4?moved=1",
+    );
+    assert_eq!(
+        client(&fake2).issue(&issue(4)).await.unwrap().title,
+        "Relative"
+    );
+}

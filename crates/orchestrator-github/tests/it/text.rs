@@ -1,10 +1,10 @@
-//! `sanitize_untrusted`: hidden comments, link reference definitions and invisible characters go,
-//! visible text stays.
+//! `sanitize_untrusted`: hidden comments and link reference definitions go, invisible characters
+//! are shown as markers, visible text stays. `sanitize_verbatim` (diffs): only the markers.
 
-use orchestrator_github::sanitize_untrusted;
+use orchestrator_github::{sanitize_untrusted, sanitize_verbatim};
 
 #[test]
-fn hidden_text_is_removed_and_visible_text_kept() {
+fn hidden_text_is_removed_invisible_characters_marked_and_visible_text_kept() {
     let cases: &[(&str, &str, &str)] = &[
         (
             "plain text",
@@ -47,25 +47,33 @@ fn hidden_text_is_removed_and_visible_text_kept() {
         (
             "zero-width space, joiners",
             "ig\u{200B}no\u{200C}re\u{200D}d",
-            "ignored",
+            "ig<U+200B>no<U+200C>re<U+200D>d",
         ),
         (
             "word joiner and BOM",
             "\u{FEFF}start\u{2060}end",
-            "startend",
+            "<U+FEFF>start<U+2060>end",
         ),
-        ("bidi overrides", "abc\u{202E}fed\u{202C}", "abcfed"),
-        ("bidi embeddings", "\u{202A}x\u{202B}y\u{202D}z", "xyz"),
+        (
+            "bidi overrides",
+            "abc\u{202E}fed\u{202C}",
+            "abc<U+202E>fed<U+202C>",
+        ),
+        (
+            "bidi embeddings",
+            "\u{202A}x\u{202B}y\u{202D}z",
+            "<U+202A>x<U+202B>y<U+202D>z",
+        ),
         (
             "bidi isolates",
             "\u{2066}a\u{2067}b\u{2068}c\u{2069}",
-            "abc",
+            "<U+2066>a<U+2067>b<U+2068>c<U+2069>",
         ),
-        ("soft hyphen", "in\u{00AD}visible", "invisible"),
+        ("soft hyphen", "in\u{00AD}visible", "in<U+00AD>visible"),
         (
             "tag characters",
             "hi\u{E0001}\u{E0069}\u{E0067}\u{E006E}\u{E007F}!",
-            "hi!",
+            "hi<U+E0001 and 4 more invisible characters>!",
         ),
         ("empty", "", ""),
     ];
@@ -75,10 +83,10 @@ fn hidden_text_is_removed_and_visible_text_kept() {
 }
 
 #[test]
-fn control_characters_go_and_one_line_fields_stay_on_one_line() {
+fn control_characters_are_marked_and_one_line_fields_stay_on_one_line() {
     assert_eq!(
         sanitize_untrusted("red\u{1b}[2J\u{1b}]0;title\u{7}text\u{85}!"),
-        "red[2J]0;titletext!",
+        "red<U+001B>[2J<U+001B>]0;title<U+0007>text<U+0085>!",
         "ESC, BEL and C1 controls cannot drive a terminal"
     );
     assert_eq!(sanitize_untrusted("a\r\n\tb"), "a\r\n\tb");
@@ -88,7 +96,7 @@ fn control_characters_go_and_one_line_fields_stay_on_one_line() {
     );
     assert_eq!(
         orchestrator_github::sanitize_line("[Bug]: crash\u{200B} on start"),
-        "[Bug]: crash on start",
+        "[Bug]: crash<U+200B> on start",
         "a title is plain text on GitHub, not a link reference definition"
     );
     assert_eq!(
@@ -99,27 +107,27 @@ fn control_characters_go_and_one_line_fields_stay_on_one_line() {
 }
 
 #[test]
-fn variation_selectors_and_invisible_operators_go() {
+fn variation_selectors_and_invisible_operators_are_marked() {
     let cases: &[(&str, &str, &str)] = &[
         (
             "variation selectors 1-16",
             "a\u{FE00}b\u{FE0E}c\u{FE0F}d",
-            "abcd",
+            "a<U+FE00>b<U+FE0E>c<U+FE0F>d",
         ),
         (
             "variation selectors 17-256 (an invisible alphabet like tag characters)",
             "x\u{E0100}\u{E0142}\u{E01EF}y",
-            "xy",
+            "x<U+E0100><U+E0142><U+E01EF>y",
         ),
         (
             "function application, invisible times, separator and plus",
             "1\u{2061}2\u{2062}3\u{2063}4\u{2064}5",
-            "12345",
+            "1<U+2061>2<U+2062>3<U+2063>4<U+2064>5",
         ),
         (
             "neighbours stay",
             "\u{2060}\u{2065}\u{2066}\u{FDFF}\u{FE10}\u{E00FF}\u{E01F0}",
-            "\u{2065}\u{FDFF}\u{FE10}\u{E00FF}\u{E01F0}",
+            "<U+2060>\u{2065}<U+2066>\u{FDFF}\u{FE10}\u{E00FF}\u{E01F0}",
         ),
     ];
     for (name, input, expected) in cases {
@@ -226,4 +234,25 @@ fn markdown_link_reference_definitions_are_hidden_text_and_go() {
     for (name, input, expected) in cases {
         assert_eq!(sanitize_untrusted(input), *expected, "{name}");
     }
+}
+
+#[test]
+fn a_diff_keeps_every_line_and_shows_what_is_invisible() {
+    // A reviewer must see that the added line differs from what it seems to say, and that the
+    // markup a renderer would hide is there: on GitHub's diff view it is shown as written.
+    let diff = "@@ -1,2 +1,2 @@\n-hidden text\n+\u{200B}hidden\u{202E} text\n+<!-- note -->\n+[//]: # (x)\n";
+    assert_eq!(
+        sanitize_verbatim(diff),
+        "@@ -1,2 +1,2 @@\n-hidden text\n+<U+200B>hidden<U+202E> text\n+<!-- note -->\n+[//]: # (x)\n"
+    );
+    // A long run is one marker: listing tag characters' code points would spell the hidden text.
+    let tags: String = "ignore all"
+        .chars()
+        .map(|c| char::from_u32(0xE0000 + c as u32).unwrap())
+        .collect();
+    assert_eq!(
+        sanitize_verbatim(&format!("ok{tags}.")),
+        "ok<U+E0069 and 9 more invisible characters>."
+    );
+    assert_eq!(sanitize_verbatim("plain\r\n\tdiff"), "plain\r\n\tdiff");
 }

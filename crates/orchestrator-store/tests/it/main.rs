@@ -68,6 +68,7 @@ conformance!(
     unknown_attempts_and_bad_input_are_refused,
     a_delivery_creates_its_tasks_once,
     a_failed_delivery_is_processed_again,
+    accepted_deliveries_are_queued_with_their_payload_until_processed,
     a_stale_claim_is_taken_over,
     a_delivery_without_tasks_is_ignored,
     concurrent_claims_of_a_delivery_have_one_winner,

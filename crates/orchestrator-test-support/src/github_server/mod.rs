@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 
 use crate::http_server;
 
+mod git;
 mod routes;
 mod wire;
 
@@ -60,6 +61,7 @@ pub struct FakePull {
     /// (filename, status, patch)
     pub files: Vec<(String, String, String)>,
     pub diff: String,
+    pub draft: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -76,6 +78,7 @@ struct FakeRepo {
     issues: BTreeMap<u64, FakeIssue>,
     permissions: BTreeMap<String, String>,
     events: Vec<FakeEvent>,
+    git: git::GitObjects,
 }
 
 /// One request as it reached the fake.
@@ -109,6 +112,21 @@ enum FaultKind {
     SecondaryLimit { retry_after: u64 },
     /// A secondary rate limit as GitHub often sends it: 403 and a message, no `retry-after`.
     SecondaryLimitBare,
+    /// Do the work, then hold the answer back until the test releases it.
+    Hold(Arc<tokio::sync::Semaphore>),
+    /// Answer with this redirect status and `Location`, doing nothing.
+    Redirect(u16, String),
+}
+
+/// An answer the fake holds back (see [`FakeGitHub::hold_next`]) until [`Held::release`].
+#[derive(Debug, Clone)]
+pub struct Held(Arc<tokio::sync::Semaphore>);
+
+impl Held {
+    /// Lets the held answer (and any later one held by the same call) go.
+    pub fn release(&self) {
+        self.0.add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+    }
 }
 
 #[derive(Debug)]
@@ -120,6 +138,11 @@ struct Inner {
     next_id: u64,
     faults: Vec<Fault>,
     log: Vec<LoggedRequest>,
+    /// Renamed repositories: the old name → the repository's id; its data lives under the new
+    /// name in `repos`.
+    renamed: BTreeMap<String, u64>,
+    /// Repository ids GitHub's redirects point at (`/repositories/{id}/...`) → the current name.
+    repo_ids: BTreeMap<u64, String>,
 }
 
 /// The server; it stops when dropped.
@@ -159,6 +182,8 @@ impl FakeGitHub {
             next_id: 1000,
             faults: Vec::new(),
             log: Vec::new(),
+            renamed: BTreeMap::new(),
+            repo_ids: BTreeMap::new(),
         }));
         let app = Router::new()
             .fallback(routes::handle)
@@ -227,6 +252,7 @@ impl FakeGitHub {
                     .map(|(f, s, p)| ((*f).to_owned(), (*s).to_owned(), (*p).to_owned()))
                     .collect(),
                 diff: diff.to_owned(),
+                draft: false,
             });
         });
     }
@@ -296,6 +322,105 @@ impl FakeGitHub {
     /// The next matching request is carried out, then its answer is held back for `delay`.
     pub fn delay_next(&self, method: &str, path_contains: &str, delay: Duration) {
         self.fault(method, path_contains, 1, FaultKind::DelayAfter(delay));
+    }
+
+    /// The next `count` matching requests are answered with the redirect `status` to `location`,
+    /// and change nothing.
+    pub fn redirect_next(
+        &self,
+        method: &str,
+        path_contains: &str,
+        count: u32,
+        status: u16,
+        location: &str,
+    ) {
+        self.fault(
+            method,
+            path_contains,
+            count,
+            FaultKind::Redirect(status, location.to_owned()),
+        );
+    }
+
+    /// Gives `repo` the history of the local repository at `dir` as the Git Data API serves it:
+    /// HEAD's commit, tree and blobs, as the head of HEAD's branch, which becomes the default
+    /// branch.
+    pub fn seed_git(&self, repo: &str, dir: &std::path::Path) {
+        self.with(|i| {
+            i.repos.entry(repo.to_owned()).or_default().git.seed(dir);
+        });
+    }
+
+    /// Every file on `branch` of `repo`: path → (mode, bytes); `None` when there is no such
+    /// branch.
+    pub fn branch_files(
+        &self,
+        repo: &str,
+        branch: &str,
+    ) -> Option<BTreeMap<String, (String, Vec<u8>)>> {
+        self.with(|i| i.repos.get(repo)?.git.files(branch))
+    }
+
+    /// Makes `branch` of `repo` point where `to` does, as a push from elsewhere would.
+    pub fn point_branch(&self, repo: &str, branch: &str, to: &str) {
+        self.with(|i| {
+            let git = &mut i.repos.get_mut(repo).expect("a seeded repository").git;
+            let head = git.refs[&format!("heads/{to}")].clone();
+            git.refs.insert(format!("heads/{branch}"), head);
+        });
+    }
+
+    /// The branches of `repo` (without `heads/`).
+    pub fn branches(&self, repo: &str) -> Vec<String> {
+        self.with(|i| {
+            i.repos
+                .get(repo)
+                .map(|r| {
+                    r.git
+                        .refs
+                        .keys()
+                        .filter_map(|k| k.strip_prefix("heads/").map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+
+    /// The pull requests of `repo`, oldest first.
+    pub fn pulls(&self, repo: &str) -> Vec<FakeIssue> {
+        self.with(|i| {
+            i.repos
+                .get(repo)
+                .map(|r| {
+                    r.issues
+                        .values()
+                        .filter(|x| x.pull.is_some())
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+
+    /// Renames (or transfers) a repository as GitHub does: requests to the old name are
+    /// redirected to `/repositories/{id}/...`, with 301 for a GET and 307 for other methods.
+    pub fn rename_repo(&self, old: &str, new: &str) {
+        self.with(|i| {
+            let repo = i.repos.remove(old).unwrap_or_default();
+            i.repos.insert(new.to_owned(), repo);
+            i.next_id += 1;
+            let id = i.next_id;
+            i.renamed.insert(old.to_owned(), id);
+            i.repo_ids.insert(id, new.to_owned());
+        });
+    }
+
+    /// The next matching request is carried out, and its answer is held back until the returned
+    /// handle is released: a test can then assert what happened while GitHub had not answered.
+    pub fn hold_next(&self, method: &str, path_contains: &str) -> Held {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        self.fault(method, path_contains, 1, FaultKind::Hold(gate.clone()));
+        Held(gate)
     }
 
     /// The next `count` matching requests hit the primary rate limit, which resets `reset_in`

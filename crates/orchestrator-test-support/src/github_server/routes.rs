@@ -11,8 +11,9 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use serde_json::{Value, json};
 
+use super::git::{FakeCommit, GitObjects, blob_id, commit_id};
 use super::wire::{comment_json, issue_json, pull_json, user_json};
-use super::{CREATED_AT, FakeComment, FakeIssue, FaultKind, Inner, LoggedRequest};
+use super::{CREATED_AT, FakeComment, FakeIssue, FakePull, FaultKind, Inner, LoggedRequest};
 
 /// What the routing decided, computed under the lock and answered after it.
 struct Answer {
@@ -20,6 +21,7 @@ struct Answer {
     body: Body,
     headers: Vec<(String, String)>,
     delay: Option<Duration>,
+    hold: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl Answer {
@@ -32,6 +34,7 @@ impl Answer {
                 "application/json; charset=utf-8".into(),
             )],
             delay: None,
+            hold: None,
         }
     }
 
@@ -82,6 +85,9 @@ pub(super) async fn handle(
     if let Some(delay) = answer.delay {
         tokio::time::sleep(delay).await;
     }
+    if let Some(gate) = &answer.hold {
+        let _ = gate.acquire().await;
+    }
     let mut response = Response::builder().status(answer.status);
     response = response
         .header("x-ratelimit-limit", "5000")
@@ -120,7 +126,46 @@ fn answer(
     if !token_ok {
         return Answer::error(StatusCode::UNAUTHORIZED, "Bad credentials");
     }
+    // A renamed repository: its old name redirects to its id, which is served under its new name.
+    let segments: Vec<&str> = path.trim_start_matches('/').splitn(4, '/').collect();
+    if let ["repos", owner, name, ..] = segments.as_slice()
+        && let Some(id) = inner.renamed.get(&format!("{owner}/{name}"))
+    {
+        let rest = segments.get(3).map(|r| format!("/{r}")).unwrap_or_default();
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
+        let location = format!("{}/repositories/{id}{rest}{query}", inner.base_url);
+        let status = if method == Method::GET {
+            StatusCode::MOVED_PERMANENTLY
+        } else {
+            StatusCode::TEMPORARY_REDIRECT
+        };
+        let mut a = Answer::json(
+            status,
+            json!({
+                "message": if status == StatusCode::MOVED_PERMANENTLY { "Moved Permanently" } else { "Temporary Redirect" },
+                "url": location,
+                "documentation_url": "https://docs.github.com/rest/guides/best-practices-for-using-the-rest-api#follow-redirects",
+            }),
+        );
+        a.headers.push(("location".into(), location));
+        return a;
+    }
+    let path = match path.trim_start_matches('/').split_once('/') {
+        Some(("repositories", rest)) => {
+            let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
+            match id.parse().ok().and_then(|id: u64| inner.repo_ids.get(&id)) {
+                Some(name) => format!("/repos/{name}/{tail}"),
+                None => return Answer::error(StatusCode::NOT_FOUND, "Not Found"),
+            }
+        }
+        _ => path,
+    };
     let mut delay = None;
+    let mut hold = None;
     if let Some(fault) = inner
         .faults
         .iter_mut()
@@ -133,6 +178,12 @@ fn answer(
                 return Answer::error(status, "scripted failure");
             }
             FaultKind::DelayAfter(d) => delay = Some(d),
+            FaultKind::Hold(ref gate) => hold = Some(gate.clone()),
+            FaultKind::Redirect(status, ref location) => {
+                let mut a = Answer::error(StatusCode::from_u16(status).unwrap(), "Moved");
+                a.headers.push(("location".into(), location.clone()));
+                return a;
+            }
             FaultKind::PrimaryLimit { reset_in } => {
                 let reset = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -167,6 +218,7 @@ fn answer(
     }
     let mut a = route(inner, method, &path, &query, headers, body);
     a.delay = delay;
+    a.hold = hold;
     a.headers
         .push(("x-ratelimit-remaining".into(), "4999".into()));
     a
@@ -326,15 +378,51 @@ fn route(
             let Some(r) = inner.repos.get(&repo) else {
                 return Answer::error(StatusCode::NOT_FOUND, "Not Found");
             };
-            // Open pull requests, newest first (GitHub's `sort=created&direction=desc`).
+            // Newest first (GitHub's `sort=created&direction=desc`); `state` open by default, or
+            // closed or all; `head` as `owner:branch`.
+            let state = params.get("state").map_or("open", String::as_str);
+            let head = params.get("head").map(|h| h.replace("%3A", ":"));
             let all: Vec<Value> = r
                 .issues
                 .values()
                 .rev()
-                .filter(|i| i.pull.is_some() && i.state == "open")
+                .filter(|i| i.pull.is_some() && (state == "all" || i.state == state))
+                .filter(|i| {
+                    head.as_deref().is_none_or(|h| {
+                        h == format!("{owner}:{}", i.pull.as_ref().unwrap().head_ref)
+                    })
+                })
                 .map(|i| pull_json(&base, &repo, i))
                 .collect();
             paginate(&base, path, &params, all)
+        }
+        ("POST", ["repos", owner, name, "pulls"]) => {
+            let repo = format!("{owner}/{name}");
+            open_pull(inner, &base, &repo, owner, &body_json)
+        }
+        ("GET", ["repos", owner, name]) => {
+            let repo = format!("{owner}/{name}");
+            let Some(r) = inner.repos.get(&repo) else {
+                return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            Answer::json(
+                StatusCode::OK,
+                json!({
+                    "id": 700_000,
+                    "name": name,
+                    "full_name": repo,
+                    "private": false,
+                    "html_url": format!("https://github.com/{repo}"),
+                    "default_branch": r.git.default_branch.clone().unwrap_or_else(|| "main".to_owned()),
+                }),
+            )
+        }
+        (_, ["repos", owner, name, "git", rest @ ..]) => {
+            let repo = format!("{owner}/{name}");
+            let Some(r) = inner.repos.get_mut(&repo) else {
+                return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            git_route(&mut r.git, method.as_str(), &base, &repo, rest, &body_json)
         }
         ("GET", ["repos", owner, name, "pulls", number]) => {
             let repo = format!("{owner}/{name}");
@@ -355,6 +443,7 @@ fn route(
                         "application/vnd.github.diff; charset=utf-8".into(),
                     )],
                     delay: None,
+                    hold: None,
                 };
             }
             Answer::json(StatusCode::OK, pull_json(&base, &repo, issue))
@@ -466,4 +555,208 @@ fn find_issue<'a>(inner: &'a Inner, repo: &str, number: &str) -> Option<&'a Fake
 fn find_issue_mut<'a>(inner: &'a mut Inner, repo: &str, number: &str) -> Option<&'a mut FakeIssue> {
     let number: u64 = number.parse().ok()?;
     inner.repos.get_mut(repo)?.issues.get_mut(&number)
+}
+
+/// GitHub's 422 with one detail in `errors[]`.
+fn invalid(resource: &str, message: &str) -> Answer {
+    Answer::json(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        json!({
+            "message": "Validation Failed",
+            "errors": [{"resource": resource, "code": "custom", "message": message}],
+            "documentation_url": "https://docs.github.com/rest",
+            "status": "422",
+        }),
+    )
+}
+
+fn git_route(
+    git: &mut GitObjects,
+    method: &str,
+    base: &str,
+    repo: &str,
+    rest: &[&str],
+    body: &Value,
+) -> Answer {
+    let url = |kind: &str, sha: &str| format!("{base}/repos/{repo}/git/{kind}/{sha}");
+    match (method, rest) {
+        ("POST", ["blobs"]) => {
+            let (Some(content), encoding) = (
+                body["content"].as_str(),
+                body["encoding"].as_str().unwrap_or("utf-8"),
+            ) else {
+                return invalid("Blob", "content is missing");
+            };
+            let Some(bytes) = GitObjects::decode_blob(content, encoding) else {
+                return invalid(
+                    "Blob",
+                    "encoding is not utf-8 or base64, or the content is not",
+                );
+            };
+            let sha = blob_id(&bytes);
+            git.blobs.insert(sha.clone(), bytes);
+            Answer::json(
+                StatusCode::CREATED,
+                json!({"sha": sha, "url": url("blobs", &sha)}),
+            )
+        }
+        ("POST", ["trees"]) => {
+            let entries = body["tree"].as_array().cloned().unwrap_or_default();
+            match git.build_tree(body["base_tree"].as_str(), &entries) {
+                Ok(sha) => {
+                    let mut tree = git.tree_json(&sha).unwrap();
+                    tree["url"] = Value::from(url("trees", &sha));
+                    Answer::json(StatusCode::CREATED, tree)
+                }
+                Err(message) => Answer::error(StatusCode::UNPROCESSABLE_ENTITY, &message),
+            }
+        }
+        ("GET", ["trees", sha]) => match git.tree_json(sha) {
+            Some(tree) => Answer::json(StatusCode::OK, tree),
+            None => Answer::error(StatusCode::NOT_FOUND, "Not Found"),
+        },
+        ("POST", ["commits"]) => {
+            let Some(tree) = body["tree"].as_str().filter(|t| git.trees.contains_key(*t)) else {
+                return Answer::error(StatusCode::UNPROCESSABLE_ENTITY, "Tree SHA does not exist");
+            };
+            let parents: Vec<String> = body["parents"]
+                .as_array()
+                .map(|p| {
+                    p.iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if parents.iter().any(|p| !git.commits.contains_key(p)) {
+                return Answer::error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Parent SHA does not exist or is not a commit object",
+                );
+            }
+            let commit = FakeCommit {
+                tree: tree.to_owned(),
+                parents,
+                message: body["message"].as_str().unwrap_or("").to_owned(),
+            };
+            let sha = commit_id(&commit);
+            let answer = commit_json(&url("commits", &sha), &sha, &commit);
+            git.commits.insert(sha, commit);
+            Answer::json(StatusCode::CREATED, answer)
+        }
+        ("GET", ["commits", sha]) => match git.commits.get(*sha) {
+            Some(commit) => Answer::json(
+                StatusCode::OK,
+                commit_json(&url("commits", sha), sha, commit),
+            ),
+            None => Answer::error(StatusCode::NOT_FOUND, "Not Found"),
+        },
+        ("GET", ["ref", name @ ..]) => {
+            let name = name.join("/");
+            match git.refs.get(&name) {
+                Some(sha) => Answer::json(
+                    StatusCode::OK,
+                    json!({"ref": format!("refs/{name}"), "object": {"sha": sha, "type": "commit", "url": url("commits", sha)}}),
+                ),
+                None => Answer::error(StatusCode::NOT_FOUND, "Not Found"),
+            }
+        }
+        ("POST", ["refs"]) => {
+            let (Some(full), Some(sha)) = (body["ref"].as_str(), body["sha"].as_str()) else {
+                return Answer::error(StatusCode::UNPROCESSABLE_ENTITY, "ref and sha are required");
+            };
+            let Some(name) = full
+                .strip_prefix("refs/")
+                .filter(|n| n.starts_with("heads/"))
+            else {
+                return Answer::error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Reference name must start with 'refs/heads/'",
+                );
+            };
+            if !git.commits.contains_key(sha) {
+                return Answer::error(StatusCode::UNPROCESSABLE_ENTITY, "Object does not exist");
+            }
+            if git.refs.contains_key(name) {
+                return Answer::error(StatusCode::UNPROCESSABLE_ENTITY, "Reference already exists");
+            }
+            git.refs.insert(name.to_owned(), sha.to_owned());
+            Answer::json(
+                StatusCode::CREATED,
+                json!({"ref": full, "object": {"sha": sha, "type": "commit"}}),
+            )
+        }
+        _ => Answer::error(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}
+
+fn commit_json(url: &str, sha: &str, commit: &FakeCommit) -> Value {
+    json!({
+        "sha": sha,
+        "url": url,
+        "message": commit.message,
+        "tree": {"sha": commit.tree},
+        "parents": commit.parents.iter().map(|p| json!({"sha": p})).collect::<Vec<_>>(),
+        "author": {"name": "Fake GitHub", "email": "fake@github.invalid", "date": CREATED_AT},
+    })
+}
+
+/// `POST /repos/{repo}/pulls`: both branches must exist, and one open pull request per head and
+/// base, as GitHub enforces.
+fn open_pull(inner: &mut Inner, base_url: &str, repo: &str, owner: &str, body: &Value) -> Answer {
+    let viewer = inner.viewer.clone();
+    let Some(r) = inner.repos.get_mut(repo) else {
+        return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    let (Some(title), Some(head), Some(base)) = (
+        body["title"].as_str(),
+        body["head"].as_str(),
+        body["base"].as_str(),
+    ) else {
+        return invalid("PullRequest", "title, head and base are required");
+    };
+    let head = head.strip_prefix(&format!("{owner}:")).unwrap_or(head);
+    let (Some(head_sha), Some(base_sha)) = (
+        r.git.refs.get(&format!("heads/{head}")).cloned(),
+        r.git.refs.get(&format!("heads/{base}")).cloned(),
+    ) else {
+        return Answer::json(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest", "field": if r.git.refs.contains_key(&format!("heads/{head}")) { "base" } else { "head" }, "code": "invalid"}], "status": "422"}),
+        );
+    };
+    let exists = r.issues.values().any(|i| {
+        i.state == "open"
+            && i.pull
+                .as_ref()
+                .is_some_and(|p| p.head_ref == head && p.base_ref == base)
+    });
+    if exists {
+        return invalid(
+            "PullRequest",
+            &format!("A pull request already exists for {owner}:{head}."),
+        );
+    }
+    let number = r.issues.keys().max().copied().unwrap_or(0) + 1;
+    let issue = FakeIssue {
+        number,
+        title: title.to_owned(),
+        body: body["body"].as_str().unwrap_or("").to_owned(),
+        author: viewer,
+        state: "open".to_owned(),
+        state_reason: None,
+        labels: Vec::new(),
+        comments: Vec::new(),
+        pull: Some(FakePull {
+            head_ref: head.to_owned(),
+            head_sha,
+            base_ref: base.to_owned(),
+            base_sha,
+            files: Vec::new(),
+            diff: String::new(),
+            draft: body["draft"].as_bool().unwrap_or(false),
+        }),
+    };
+    let answer = pull_json(base_url, repo, &issue);
+    r.issues.insert(number, issue);
+    Answer::json(StatusCode::CREATED, answer)
 }

@@ -89,7 +89,7 @@ pub(super) fn pull_json(base: &str, repo: &str, issue: &FakeIssue) -> Value {
         "title": issue.title,
         "body": issue.body,
         "state": issue.state,
-        "draft": false,
+        "draft": pull.draft,
         "merged": false,
         "user": user_json(&issue.author),
         "head": {"ref": pull.head_ref, "sha": pull.head_sha, "label": format!("{}:{}", repo.split('/').next().unwrap(), pull.head_ref)},

@@ -368,6 +368,9 @@ async fn issue_context_is_sanitized_and_a_long_body_becomes_an_artifact() {
     assert!(!context.contains("post the token"), "{context}");
     assert!(!context.contains("secret plan"), "{context}");
     assert!(!context.contains('\u{200b}') && !context.contains('\u{202e}'));
+    // What was invisible is shown as such, where it was.
+    assert!(context.contains("Crash<U+202E>"), "{context}");
+    assert!(context.contains("instructions<U+200B>."), "{context}");
     assert!(context.contains("Same here"), "{context}");
     assert!(context.contains("untrusted"), "{context}");
     let at = context
@@ -387,6 +390,32 @@ async fn issue_context_is_sanitized_and_a_long_body_becomes_an_artifact() {
     assert!(!kept.contains("post the token"));
     shutdown.cancel();
     running.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_diff_is_shown_whole_with_its_invisible_characters_marked() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 4, "Tidy", "", "alice");
+    let diff = "diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n@@ -1 +1,2 @@\n-hidden text\n+\u{200b}hidden\u{202e} text\n+<!-- reviewers see this on GitHub -->\n";
+    fake.make_pull(REPO, 4, &[("README.md", "modified", "")], diff);
+    let github = GitHub::new(GithubConfig::new(fake.url(), Some(FAKE_TOKEN.into()))).unwrap();
+    let pull = orchestrator_github::IssueRef::parse(&format!("{REPO}#4")).unwrap();
+    let context = orchestrator_worker::github::pull_context(&github, &pull, true)
+        .await
+        .unwrap();
+    assert!(
+        context.text.contains("+<U+200B>hidden<U+202E> text\n"),
+        "{}",
+        context.text
+    );
+    assert!(
+        context
+            .text
+            .contains("+<!-- reviewers see this on GitHub -->"),
+        "a diff keeps its markup: {}",
+        context.text
+    );
+    assert!(!context.text.contains('\u{200b}'));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

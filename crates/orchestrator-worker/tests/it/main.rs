@@ -9,6 +9,7 @@ mod closure;
 mod docs;
 mod github;
 mod model;
+mod pulls;
 mod real_servers;
 
 use orchestrator_store::{Store, TaskFilter};

@@ -11,11 +11,12 @@ use crate::exit::CliError;
 use crate::output;
 use clap::{Args, Subcommand};
 use orchestrator_store::{Attempt, Store};
-use orchestrator_types::format_millis;
+use orchestrator_types::{EventKind, format_millis};
 use orchestrator_worker::attempts::{
     AttemptError, DEFAULT_BASE, DEFAULT_GROUP, describe, file_count, gate_counts,
     preflight_attempt, record_attempt,
 };
+use orchestrator_worker::pulls::{PullError, PullPlan, open_pull};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -66,6 +67,52 @@ Examples:
   orchestrator attempt select 3
   orchestrator attempt select 3 --json")]
     Select(IdArgs),
+    /// Open a draft pull request on GitHub from a selected attempt whose tree the task's gates
+    /// passed on.
+    ///
+    /// The attempt's patch is applied to its base commit in the local repository and sent through
+    /// GitHub's Git Data API (blobs, a tree, a commit, the branch orchestrator/task-N-attempt-M),
+    /// so nothing is pushed and no git credentials are needed, only the API token; the base commit
+    /// must be on GitHub. The body carries the gates' evidence and a hidden marker: running it
+    /// again after an error or a timeout finds the pull request instead of opening a second one.
+    /// Refused (exit 5) when the attempt is not selected or a gate of the task did not pass on its
+    /// tree.
+    #[command(after_help = "\
+Examples:
+  orchestrator attempt open-pr 3 --repo acme/widgets
+  orchestrator attempt open-pr 3 --repo acme/widgets --issue 12 --base release-1.4
+  orchestrator attempt open-pr 3 --repo acme/widgets --ready --json | jq -r .url")]
+    OpenPr(OpenPrArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OpenPrArgs {
+    /// The attempt's number, as `attempt list` shows it.
+    pub id: String,
+    /// The GitHub repository, owner/name.
+    #[arg(long, value_name = "OWNER/NAME")]
+    pub repo: String,
+    /// The branch to merge into (default: the repository's default branch).
+    #[arg(long, value_name = "BRANCH")]
+    pub base: Option<String>,
+    /// The issue the pull request fixes: its body says "Fixes #N".
+    #[arg(long, value_name = "N")]
+    pub issue: Option<u64>,
+    /// The title (default: the task's title).
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+    /// Markdown written above the evidence.
+    #[arg(long, value_name = "TEXT")]
+    pub description: Option<String>,
+    /// Open it ready for review instead of as a draft.
+    #[arg(long)]
+    pub ready: bool,
+    /// The repository holding the attempt's base commit (default: the task's workspace).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Print the pull request as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -198,6 +245,7 @@ pub async fn run(global: &GlobalArgs, command: AttemptCommand) -> anyhow::Result
         AttemptCommand::Show(args) => show(global, args).await,
         AttemptCommand::Preflight(args) => preflight(global, args).await,
         AttemptCommand::Select(args) => select(global, args).await,
+        AttemptCommand::OpenPr(args) => open_pr(global, args).await,
     }
 }
 
@@ -427,4 +475,49 @@ async fn select(global: &GlobalArgs, args: IdArgs) -> anyhow::Result<ExitCode> {
         eprintln!("note: no gate passed on this attempt's tree");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+async fn open_pr(global: &GlobalArgs, args: OpenPrArgs) -> anyhow::Result<ExitCode> {
+    let id = parse_attempt_id(&args.id)?;
+    let repo = orchestrator_github::RepoRef::parse(&args.repo).map_err(CliError::Invalid)?;
+    if args.issue == Some(0) {
+        return Err(CliError::Invalid("--issue must be at least 1".into()).into());
+    }
+    let store = global.open_store().await?;
+    let attempt = store.attempt(id).await?;
+    let task = store.get_task(attempt.task_id).await?;
+    let dir = directory(&store, args.workspace.as_ref(), task.id, "--workspace").await?;
+    let github = super::github::client(global)?;
+    let plan = PullPlan {
+        repo,
+        base_branch: args.base.clone(),
+        title: args.title.clone(),
+        description: args.description.clone(),
+        issue: args.issue,
+        draft: !args.ready,
+    };
+    let opened = open_pull(&store, &github, &task, &attempt, &dir, &plan)
+        .await
+        .map_err(pull_error)?;
+    let mut event = opened.event();
+    event["by"] = serde_json::json!("cli");
+    store
+        .record_event(task.id, EventKind::GithubWrite, event.clone())
+        .await?;
+    if args.json {
+        output::json(&event)?;
+    } else {
+        println!("{}", opened.summary());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The guard's refusals exit 5 with their reason; GitHub's answers keep their own codes.
+fn pull_error(e: PullError) -> anyhow::Error {
+    match e {
+        PullError::Store(e) => e.into(),
+        PullError::Api(e) => super::github::api(e),
+        PullError::Attempt(e) => attempt_error(e),
+        refused => CliError::Refused(format!("the pull request was not opened: {refused}")).into(),
+    }
 }

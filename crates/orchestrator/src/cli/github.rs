@@ -55,11 +55,15 @@ changes (unless --allow-dirty), or unless every gate the task was created with p
 current tree (a task without gates of its own has nothing to prove the fix with; checks an agent
 ran with commands of its own do not count).")]
     Close(CloseArgs),
-    /// The ledger of webhook and poll deliveries, newest first.
+    /// The ledger of webhook and poll deliveries, newest first: what each came to, and why one
+    /// failed. `serve` answers a webhook as soon as it is recorded here and processes it in the
+    /// background; a failure that may pass (GitHub unreachable, a 5xx, a rate limit) is tried again
+    /// by itself at NEXT TRY.
     #[command(after_help = "\
 Examples:
   orchestrator github deliveries
-  orchestrator github deliveries --json | jq '.[] | select(.status == \"failed\")'")]
+  orchestrator github deliveries --json | jq '.[] | select(.status == \"failed\")'
+  orchestrator github deliveries --retry 72d3162e-cc78-11e3-81ab-4c9367dc0958")]
     Deliveries(DeliveriesArgs),
 }
 
@@ -124,6 +128,10 @@ pub struct DeliveriesArgs {
     /// At most this many.
     #[arg(long, default_value_t = 50)]
     pub limit: u64,
+    /// Queue a failed webhook delivery to be processed again now (by the running `serve`),
+    /// after fixing what made it fail.
+    #[arg(long, value_name = "DELIVERY")]
+    pub retry: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -138,7 +146,7 @@ pub async fn run(global: &GlobalArgs, command: GithubCommand) -> anyhow::Result<
     }
 }
 
-fn client(global: &GlobalArgs) -> anyhow::Result<GitHub> {
+pub(super) fn client(global: &GlobalArgs) -> anyhow::Result<GitHub> {
     global.config()?.github.client()?.ok_or_else(|| {
         CliError::Invalid(
             "GitHub is not configured: set GITHUB_TOKEN or GH_TOKEN (and ORCHESTRATOR_GITHUB_API_URL for GitHub Enterprise)".into(),
@@ -152,10 +160,11 @@ fn parse_issue(text: &str) -> anyhow::Result<IssueRef> {
 }
 
 /// GitHub's refusals as CLI errors with the matching exit codes.
-fn api(e: ApiError) -> anyhow::Error {
+pub(super) fn api(e: ApiError) -> anyhow::Error {
     match e {
         ApiError::NotFound { .. } => CliError::NotFound(e.to_string()).into(),
         ApiError::Invalid { .. } | ApiError::Config(_) => CliError::Invalid(e.to_string()).into(),
+        ApiError::Refused { .. } => CliError::Refused(e.to_string()).into(),
         other => anyhow::anyhow!(other),
     }
 }
@@ -329,6 +338,24 @@ async fn close(global: &GlobalArgs, args: CloseArgs) -> anyhow::Result<ExitCode>
 
 async fn deliveries(global: &GlobalArgs, args: DeliveriesArgs) -> anyhow::Result<ExitCode> {
     let store = global.open_store().await?;
+    if let Some(id) = &args.retry {
+        if store.retry_delivery(id).await? {
+            if args.json {
+                output::json(&store.delivery(id).await?)?;
+            } else {
+                println!("delivery {id} is queued; serve processes it within a second");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        let why = match store.delivery(id).await? {
+            None => return Err(CliError::NotFound(format!("no delivery {id} is recorded")).into()),
+            Some(d) if d.status == orchestrator_store::delivery_status::FAILED => {
+                format!("delivery {id} came from the poller, which lists it again by itself")
+            }
+            Some(d) => format!("delivery {id} is {}, not failed", d.status),
+        };
+        return Err(CliError::Invalid(why).into());
+    }
     let rows = store.deliveries(args.limit).await?;
     if args.json {
         output::json(&rows)?;
@@ -357,13 +384,15 @@ async fn deliveries(global: &GlobalArgs, args: DeliveriesArgs) -> anyhow::Result
                     .collect::<Vec<_>>()
                     .join(","),
                 format_millis(d.updated_at),
+                d.retry_at.map(format_millis).unwrap_or_default(),
                 d.detail.clone().unwrap_or_default(),
             ]
         })
         .collect();
     output::table(
         &[
-            "DELIVERY", "SOURCE", "EVENT", "REPO", "STATUS", "TRIES", "TASKS", "UPDATED", "DETAIL",
+            "DELIVERY", "SOURCE", "EVENT", "REPO", "STATUS", "TRIES", "TASKS", "UPDATED",
+            "NEXT TRY", "DETAIL",
         ],
         &table,
     )?;

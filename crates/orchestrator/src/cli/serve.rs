@@ -115,8 +115,10 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     // reads it, rather than discovered at the first command an agent runs.
     eprintln!("orchestrator serve: {}", pool.sandbox.describe());
     let webhook_secret = file_config.github.webhook_secret();
+    let retry = file_config.github.delivery_retry()?;
     let webhooks = (webhook_secret.is_some() || !file_config.github.poll.is_empty()).then(|| {
         crate::http::Webhooks {
+            wake: Arc::new(tokio::sync::Notify::new()),
             secret: webhook_secret.map(|s| Arc::from(s.into_bytes())),
             triggers: Arc::new(crate::triggers::Triggers {
                 store: store.clone(),
@@ -124,6 +126,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
                 github: github.clone(),
                 bot_login: file_config.github.bot_login.clone(),
                 mention: file_config.github.mention.clone(),
+                retry,
             }),
         }
     });

@@ -12,7 +12,7 @@ use orchestrator_store::{
     Approval, ApprovalFilter, ChecklistItem, SavedMessage, ShellJob, Store, Task, ToolCallRecord,
     approval_status,
 };
-use orchestrator_types::{Role, format_millis};
+use orchestrator_types::{EventKind, Role, TaskEvent, format_millis};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -27,6 +27,8 @@ struct Report {
     shell_jobs: Vec<ShellJob>,
     approvals: Vec<Approval>,
     children: Vec<Task>,
+    /// The `github_write` events: comments, closes, pull requests.
+    github_writes: Vec<TaskEvent>,
 }
 
 /// One model call of the agent: what it cost and what it said first.
@@ -113,6 +115,7 @@ impl Report {
             shell_jobs: store.shell_jobs(id).await?,
             approvals,
             children: store.children(id).await?,
+            github_writes: store.events_of_kind(id, EventKind::GithubWrite).await?,
             task,
         })
     }
@@ -161,6 +164,19 @@ impl Report {
         fields.insert("children".into(), serde_json::to_value(children)?);
         let jobs: Vec<ShellJobView> = self.shell_jobs.iter().map(shell_job_view).collect();
         fields.insert("shell_jobs".into(), serde_json::to_value(jobs)?);
+        let writes: Vec<serde_json::Value> = self
+            .github_writes
+            .iter()
+            .map(|e| {
+                let mut data = e.data.clone();
+                if let Some(fields) = data.as_object_mut() {
+                    fields.insert("at".into(), format_millis(e.at).into());
+                    fields.insert("seq".into(), e.seq.into());
+                }
+                data
+            })
+            .collect();
+        fields.insert("github_writes".into(), writes.into());
         Ok(object)
     }
 
@@ -242,8 +258,48 @@ impl Report {
         self.print_tool_calls()?;
         self.print_shell_jobs()?;
         self.print_gates()?;
+        self.print_github_writes();
         self.print_pending()?;
         Ok(())
+    }
+
+    /// Each write to GitHub with the URL GitHub answered, a pull request first among equals.
+    fn print_github_writes(&self) {
+        if self.github_writes.is_empty() {
+            return;
+        }
+        println!();
+        println!("GitHub writes: {}", self.github_writes.len());
+        for event in &self.github_writes {
+            let text = |key: &str| {
+                event
+                    .data
+                    .get(key)
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("?")
+                    .to_owned()
+            };
+            let action = text("action");
+            let detail = match action.as_str() {
+                "pr_opened" => format!(
+                    "pull request {} ({}attempt {}, branch {})",
+                    text("url"),
+                    if event.data.get("draft") == Some(&serde_json::Value::Bool(true)) {
+                        "draft, "
+                    } else {
+                        ""
+                    },
+                    event
+                        .data
+                        .get("attempt")
+                        .map(ToString::to_string)
+                        .unwrap_or_else(dash),
+                    text("branch")
+                ),
+                _ => text("url"),
+            };
+            println!("  {}  {action:<16} {detail}", format_millis(event.at));
+        }
     }
 
     fn print_checklist(&self) {

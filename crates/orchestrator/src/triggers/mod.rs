@@ -4,8 +4,13 @@
 //! One path serves both sources: [`Triggers::deliver`] claims the delivery id in the ledger (a
 //! processed or ignored delivery does nothing again; a failed one is processed again), decides
 //! which rules match, and creates the tasks in the same transaction that marks the delivery
-//! processed. A crash in between leaves the delivery `processing`, which a redelivery takes over
-//! once it is stale, and no task was created, so nothing fires twice and nothing is lost.
+//! processed. A crash in between leaves the delivery `processing`, which is taken over once it is
+//! stale, and no task was created, so nothing fires twice and nothing is lost.
+//!
+//! The webhook route only accepts a delivery into the ledger (with its payload) and answers;
+//! [`process_loop`] processes accepted deliveries in the background, tries a failure that may pass
+//! (GitHub unreachable, a 5xx, a rate limit, the store) again with a growing wait, and at start
+//! picks up what the daemon had accepted before it stopped.
 //!
 //! The bot's own events never trigger, and a mention, a label or a pull request counts only from a
 //! user with write access (asked of GitHub, so a failure there fails the delivery, to be processed
@@ -141,8 +146,71 @@ fn malformed(event: &str, payload: &Value, sender: &str) -> Option<String> {
 pub enum DeliveryError {
     #[error("the store failed: {0}")]
     Store(#[from] orchestrator_store::Error),
+    /// A failure that stays until someone changes something (a token without access, a missing
+    /// setting).
     #[error("{0}")]
     Failed(String),
+    /// A failure that may pass by itself: GitHub unreachable, a 5xx, a rate limit.
+    #[error("{0}")]
+    Transient(String),
+}
+
+impl DeliveryError {
+    /// Whether trying again later, with nothing changed, may succeed.
+    pub fn may_pass(&self) -> bool {
+        matches!(self, DeliveryError::Store(_) | DeliveryError::Transient(_))
+    }
+
+    fn github(e: &orchestrator_github::ApiError, context: impl FnOnce(String) -> String) -> Self {
+        let message = context(e.to_string());
+        if e.is_retryable() {
+            DeliveryError::Transient(message)
+        } else {
+            DeliveryError::Failed(message)
+        }
+    }
+}
+
+/// How the background processor tries a failed webhook delivery again, and when a `processing`
+/// one counts as abandoned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryRetry {
+    /// The wait before the second try; it doubles for each try after, up to [`MAX_RETRY_WAIT`].
+    pub first_wait: Duration,
+    /// Tries in all, the first included, for a failure that may pass.
+    pub tries: i64,
+    /// A delivery `processing` for longer than this belongs to a process that died: another
+    /// takes it over.
+    pub stale_after: Duration,
+}
+
+/// The longest wait between two tries of a delivery.
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(3600);
+
+impl Default for DeliveryRetry {
+    fn default() -> Self {
+        DeliveryRetry {
+            first_wait: Duration::from_secs(30),
+            tries: 6,
+            stale_after: Duration::from_millis(STALE_PROCESSING_MS as u64),
+        }
+    }
+}
+
+impl DeliveryRetry {
+    /// When the failure of try `tried` (1 for the first) is tried again, in Unix milliseconds;
+    /// `None` when it is not tried again by itself.
+    fn next(&self, tried: i64, error: &DeliveryError, now: i64) -> Option<i64> {
+        if !error.may_pass() || tried >= self.tries {
+            return None;
+        }
+        let doublings = u32::try_from(tried.saturating_sub(1).clamp(0, 20)).unwrap_or(20);
+        let wait = self
+            .first_wait
+            .saturating_mul(1u32 << doublings)
+            .min(MAX_RETRY_WAIT);
+        Some(now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)))
+    }
 }
 
 /// The rules and what they need.
@@ -155,6 +223,8 @@ pub struct Triggers {
     pub bot_login: Option<String>,
     /// The mention that triggers `issue_comment.created` rules; default `@<bot login>`.
     pub mention: Option<String>,
+    /// How failed webhook deliveries are tried again.
+    pub retry: DeliveryRetry,
 }
 
 impl Triggers {
@@ -170,9 +240,9 @@ impl Triggers {
             )
         })?;
         github.viewer().await.map_err(|e| {
-            DeliveryError::Failed(format!(
-                "the bot's login is unknown ({e}); set github.bot_login"
-            ))
+            DeliveryError::github(&e, |e| {
+                format!("the bot's login is unknown ({e}); set github.bot_login")
+            })
         })
     }
 
@@ -189,7 +259,7 @@ impl Triggers {
         let permission = github
             .permission(&repo_ref, user)
             .await
-            .map_err(|e| DeliveryError::Failed(e.to_string()))?;
+            .map_err(|e| DeliveryError::github(&e, |e| e))?;
         Ok((
             matches!(permission.as_str(), "admin" | "maintain" | "write"),
             permission,
@@ -215,10 +285,8 @@ impl Triggers {
             action,
             repo,
         };
-        let claim = self
-            .store
-            .claim_delivery(&info, STALE_PROCESSING_MS)
-            .await?;
+        let stale_ms = i64::try_from(self.retry.stale_after.as_millis()).unwrap_or(i64::MAX);
+        let claim = self.store.claim_delivery(&info, stale_ms).await?;
         let token = match claim {
             DeliveryClaim::Done { task_ids, .. } => {
                 return Ok(Delivered::Duplicate { tasks: task_ids });
@@ -245,8 +313,12 @@ impl Triggers {
             },
             Err(e) => {
                 let message = e.to_string();
+                let retry_at = self.retry.next(token, &e, orchestrator_types::now_millis());
                 // If even this fails, the row stays `processing` and is taken over once stale.
-                let _ = self.store.fail_delivery(id, token, &message).await;
+                let _ = self
+                    .store
+                    .fail_delivery_until(id, token, &message, retry_at)
+                    .await;
                 Err(e)
             }
         }
@@ -506,6 +578,109 @@ fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewTask {
         task.agent.policy = serde_json::to_value(&policy).ok();
     }
     task
+}
+
+/// How often the background processor looks for due deliveries when nothing wakes it: retries
+/// coming due, abandoned claims, and deliveries another daemon on the same store accepted.
+const PROCESS_TICK: Duration = Duration::from_secs(1);
+/// Deliveries read per look.
+const PROCESS_BATCH: u64 = 16;
+
+/// Processes accepted webhook deliveries from the ledger until `stop`: at once when `wake` is
+/// notified (the webhook route just accepted one), else every [`PROCESS_TICK`]. Deliveries a
+/// previous run accepted and never finished are found the same way, so a restart loses none.
+pub async fn process_loop(
+    triggers: Arc<Triggers>,
+    wake: Arc<tokio::sync::Notify>,
+    stop: CancellationToken,
+) {
+    let stale_ms = i64::try_from(triggers.retry.stale_after.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        let due = match triggers.store.due_deliveries(stale_ms, PROCESS_BATCH).await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading due GitHub deliveries failed; trying again");
+                Vec::new()
+            }
+        };
+        let full = due.len() as u64 == PROCESS_BATCH;
+        for delivery in due {
+            if stop.is_cancelled() {
+                return;
+            }
+            process_one(&triggers, delivery).await;
+        }
+        if full {
+            continue;
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = wake.notified() => {}
+            () = tokio::time::sleep(PROCESS_TICK) => {}
+        }
+    }
+}
+
+async fn process_one(triggers: &Triggers, delivery: orchestrator_store::DueDelivery) {
+    let id = delivery.id.as_str();
+    let payload: Value = match serde_json::from_str(&delivery.payload) {
+        Ok(payload) => payload,
+        Err(e) => {
+            // Accepted payloads were parsed first; a row that cannot be read is failed for good.
+            if let Ok(claim) = triggers
+                .store
+                .claim_delivery(
+                    &DeliveryInfo {
+                        id,
+                        source: &delivery.source,
+                        event: &delivery.event,
+                        action: None,
+                        repo: None,
+                    },
+                    i64::try_from(triggers.retry.stale_after.as_millis()).unwrap_or(i64::MAX),
+                )
+                .await
+                && let Some(token) = claim.token()
+            {
+                let _ = triggers
+                    .store
+                    .fail_delivery(id, token, &format!("the stored payload is not JSON: {e}"))
+                    .await;
+            }
+            return;
+        }
+    };
+    match triggers
+        .deliver(id, &delivery.source, &delivery.event, &payload)
+        .await
+    {
+        Ok(Delivered::Processed { tasks, detail }) => {
+            tracing::info!(
+                delivery = id,
+                tasks = tasks.len(),
+                detail,
+                "GitHub delivery processed"
+            );
+        }
+        Ok(_) => {}
+        Err(e) => {
+            let retry_at = triggers
+                .store
+                .delivery(id)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|d| d.retry_at);
+            match retry_at {
+                Some(at) => {
+                    tracing::warn!(delivery = id, error = %e, retry_at = at, "GitHub delivery failed; it will be tried again")
+                }
+                None => {
+                    tracing::warn!(delivery = id, error = %e, "GitHub delivery failed; a redelivery (or `github deliveries --retry`) processes it again")
+                }
+            }
+        }
+    }
 }
 
 /// Polls repositories for the events a webhook would have sent (labels, comments, newly opened

@@ -111,6 +111,7 @@ fn labeled(number: u64) -> Value {
 
 fn triggers(store: Store, github: Option<GitHub>, bot: Option<&str>) -> Triggers {
     Triggers {
+        retry: DeliveryRetry::default(),
         store,
         rules: vec![rule(
             "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\n",

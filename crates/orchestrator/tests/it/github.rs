@@ -49,7 +49,41 @@ fn serve(env: &Env, fake: &FakeGitHub) -> Serve {
     )
 }
 
-fn deliver(serve: &Serve, event: &str, delivery: &str, body: &Value) -> (u16, Value) {
+/// The ledger's row of a delivery, once it is no longer queued or being processed.
+fn settled(env: &Env, delivery: &str) -> Value {
+    let row = std::cell::RefCell::new(Value::Null);
+    wait_for(|| {
+        let ledger = env.json(&["github", "deliveries", "--json"]);
+        let found = ledger
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == delivery)
+            .cloned()
+            .unwrap_or(Value::Null);
+        let done =
+            ["processed", "ignored", "failed"].contains(&found["status"].as_str().unwrap_or(""));
+        *row.borrow_mut() = found;
+        done
+    });
+    let mut row = row.into_inner();
+    row["tasks"] = row["task_ids"].clone();
+    row
+}
+
+/// Posts a delivery. The daemon answers 202 once it is recorded and processes it in the
+/// background; this waits for the ledger to say what it came to and returns that row's status,
+/// tasks and detail (a duplicate is answered at once, and returned as answered).
+fn deliver(env: &Env, serve: &Serve, event: &str, delivery: &str, body: &Value) -> (u16, Value) {
+    let (status, answer) = post_delivery(serve, event, delivery, body);
+    if answer["status"] != "accepted" {
+        return (status, answer);
+    }
+    assert_eq!(status, 202, "{answer}");
+    (status, settled(env, delivery))
+}
+
+fn post_delivery(serve: &Serve, event: &str, delivery: &str, body: &Value) -> (u16, Value) {
     let bytes = body.to_string().into_bytes();
     let signature = orchestrator_github::sign(SECRET.as_bytes(), &bytes);
     let (status, text) = http_post(
@@ -67,7 +101,13 @@ fn deliver(serve: &Serve, event: &str, delivery: &str, body: &Value) -> (u16, Va
 
 /// A delivery as GitHub sends it by default: `application/x-www-form-urlencoded`, the JSON in the
 /// `payload` field, the signature over the encoded body.
-fn deliver_form(serve: &Serve, event: &str, delivery: &str, body: &Value) -> (u16, Value) {
+fn deliver_form(
+    env: &Env,
+    serve: &Serve,
+    event: &str,
+    delivery: &str,
+    body: &Value,
+) -> (u16, Value) {
     let mut bytes = b"payload=".to_vec();
     for byte in body.to_string().bytes() {
         match byte {
@@ -88,7 +128,11 @@ fn deliver_form(serve: &Serve, event: &str, delivery: &str, body: &Value) -> (u1
         ],
         &bytes,
     );
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    if answer["status"] != "accepted" {
+        return (status, answer);
+    }
+    (status, settled(env, delivery))
 }
 
 #[test]
@@ -99,12 +143,13 @@ fn a_form_encoded_delivery_is_taken_like_a_json_one() {
     fake.set_permission(REPO, "alice", "write");
     let serve = serve(&env, &fake);
     let (status, answer) = deliver_form(
+        &env,
         &serve,
         "issues",
         "d-form",
         &labeled(9, "agent-fix", "alice"),
     );
-    assert_eq!(status, 200, "{answer}");
+    assert_eq!(status, 202, "{answer}");
     assert_eq!(answer["status"], "processed", "{answer}");
     assert_eq!(answer["tasks"].as_array().unwrap().len(), 1, "{answer}");
     // A form without the payload field is refused with the reason, as JSON.
@@ -185,12 +230,24 @@ fn a_delivery_sent_twice_creates_one_task_and_the_bots_own_events_none() {
     let fake = FakeGitHub::start_blocking();
     fake.set_permission(REPO, "alice", "write");
     let serve = serve(&env, &fake);
-    let (status, first) = deliver(&serve, "issues", "d-1", &labeled(7, "agent-fix", "alice"));
-    assert_eq!(status, 200, "{first}");
+    let (status, first) = deliver(
+        &env,
+        &serve,
+        "issues",
+        "d-1",
+        &labeled(7, "agent-fix", "alice"),
+    );
+    assert_eq!(status, 202, "{first}");
     assert_eq!(first["status"], "processed", "{first}");
     let created = first["tasks"].as_array().unwrap().clone();
     assert_eq!(created.len(), 1, "{first}");
-    let (status, again) = deliver(&serve, "issues", "d-1", &labeled(7, "agent-fix", "alice"));
+    let (status, again) = deliver(
+        &env,
+        &serve,
+        "issues",
+        "d-1",
+        &labeled(7, "agent-fix", "alice"),
+    );
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["status"], "duplicate", "{again}");
     assert_eq!(again["tasks"], Value::Array(created.clone()));
@@ -202,9 +259,16 @@ fn a_delivery_sent_twice_creates_one_task_and_the_bots_own_events_none() {
     );
 
     // Another label, the bot's own labeling, and an unknown event create nothing.
-    let (_, other) = deliver(&serve, "issues", "d-2", &labeled(7, "question", "alice"));
+    let (_, other) = deliver(
+        &env,
+        &serve,
+        "issues",
+        "d-2",
+        &labeled(7, "question", "alice"),
+    );
     assert_eq!(other["tasks"], json!([]), "{other}");
     let (_, own) = deliver(
+        &env,
         &serve,
         "issues",
         "d-3",
@@ -222,7 +286,7 @@ fn a_delivery_sent_twice_creates_one_task_and_the_bots_own_events_none() {
         "sender": {"login": "carol"},
     });
     // From someone without write access (a fork's pull request), it triggers nothing.
-    let (_, untrusted) = deliver(&serve, "pull_request", "d-4", &opened);
+    let (_, untrusted) = deliver(&env, &serve, "pull_request", "d-4", &opened);
     assert_eq!(untrusted["tasks"], json!([]), "{untrusted}");
     assert!(
         untrusted["detail"].as_str().unwrap().contains("not write"),
@@ -231,11 +295,11 @@ fn a_delivery_sent_twice_creates_one_task_and_the_bots_own_events_none() {
     fake.set_permission(REPO, "carol", "write");
     let mut trusted = opened.clone();
     trusted["pull_request"]["number"] = json!(32);
-    let (_, review) = deliver(&serve, "pull_request", "d-4b", &trusted);
+    let (_, review) = deliver(&env, &serve, "pull_request", "d-4b", &trusted);
     assert_eq!(review["tasks"].as_array().unwrap().len(), 1, "{review}");
     let mut elsewhere = opened.clone();
     elsewhere["repository"]["full_name"] = json!("acme/other");
-    let (_, other_repo) = deliver(&serve, "pull_request", "d-5", &elsewhere);
+    let (_, other_repo) = deliver(&env, &serve, "pull_request", "d-5", &elsewhere);
     assert_eq!(other_repo["tasks"], json!([]), "{other_repo}");
     let titles: Vec<String> = env
         .tasks()
@@ -286,12 +350,13 @@ task = { title = "Triage {repo}#{number} for {sender}" }
     ] {
         let delivery = format!("d-label-{n}");
         let (status, answer) = deliver(
+            &env,
             &serve,
             "issues",
             &delivery,
             &labeled(n, "agent-fix", sender),
         );
-        assert_eq!(status, 200, "{answer}");
+        assert_eq!(status, 202, "{answer}");
         let tasks = answer["tasks"].as_array().unwrap().len();
         if triggers {
             assert_eq!(tasks, 1, "{sender}: {answer}");
@@ -317,6 +382,7 @@ task = { title = "Triage {repo}#{number} for {sender}" }
     }
     // The rule that says any_author takes a reader's label.
     let (_, triage) = deliver(
+        &env,
         &serve,
         "issues",
         "d-label-6",
@@ -344,13 +410,22 @@ fn a_failed_delivery_is_processed_again_on_redelivery() {
     // GitHub cannot say what alice may do: the delivery fails, and is recorded as failed.
     fake.fail_next("GET", "/permission", 500, 1);
     let body = comment(5, "@orchestrator-bot please fix this", "alice");
-    let (status, failed) = deliver(&serve, "issue_comment", "d-10", &body);
-    assert_eq!(status, 500, "{failed}");
+    let (status, failed) = deliver(&env, &serve, "issue_comment", "d-10", &body);
+    assert_eq!(status, 202, "{failed}");
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(
+        failed["detail"].as_str().unwrap().contains("500"),
+        "the ledger says why: {failed}"
+    );
+    assert!(
+        failed["retry_at"].as_i64().is_some(),
+        "a 5xx may pass, so it is tried again by itself: {failed}"
+    );
     assert!(env.tasks().is_empty());
-    let (status, retried) = deliver(&serve, "issue_comment", "d-10", &body);
-    assert_eq!(status, 200, "{retried}");
+    let (status, retried) = deliver(&env, &serve, "issue_comment", "d-10", &body);
+    assert_eq!(status, 202, "{retried}");
     assert_eq!(retried["tasks"].as_array().unwrap().len(), 1, "{retried}");
-    let (_, duplicate) = deliver(&serve, "issue_comment", "d-10", &body);
+    let (_, duplicate) = deliver(&env, &serve, "issue_comment", "d-10", &body);
     assert_eq!(duplicate["status"], "duplicate");
     assert_eq!(env.tasks().len(), 1);
     let ledger = env.json(&["github", "deliveries", "--json"]);
@@ -359,6 +434,7 @@ fn a_failed_delivery_is_processed_again_on_redelivery() {
 
     // A mention by someone without write access, and no mention at all, trigger nothing.
     let (_, read_only) = deliver(
+        &env,
         &serve,
         "issue_comment",
         "d-11",
@@ -366,6 +442,7 @@ fn a_failed_delivery_is_processed_again_on_redelivery() {
     );
     assert_eq!(read_only["tasks"], json!([]), "{read_only}");
     let (_, unmentioned) = deliver(
+        &env,
         &serve,
         "issue_comment",
         "d-12",
@@ -644,4 +721,141 @@ fn the_github_cli_reads_comments_once_per_task_and_closes_only_with_evidence() {
         ["comment_created", "comment_edited", "issue_closed"],
         "{writes:?}"
     );
+}
+
+/// The ledger row of `delivery` as it is now.
+fn ledger_row(env: &Env, delivery: &str) -> Value {
+    env.json(&["github", "deliveries", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == delivery)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_delivery_is_answered_before_githubs_permission_call_returns() {
+    let env = Env::sqlite();
+    write_config(&env, "");
+    let fake = FakeGitHub::start_blocking();
+    fake.set_permission(REPO, "alice", "write");
+    let held = fake.hold_next("GET", "/collaborators/alice/permission");
+    let serve = serve(&env, &fake);
+    let (status, answer) = post_delivery(
+        &serve,
+        "issues",
+        "d-slow",
+        &labeled(3, "agent-fix", "alice"),
+    );
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["status"], "accepted", "{answer}");
+    // The answer came while GitHub still holds the permission call: the daemon asked it (in the
+    // background), and nothing was decided yet.
+    wait_for(|| {
+        !fake
+            .requests_to("GET", "/collaborators/alice/permission")
+            .is_empty()
+    });
+    let row = ledger_row(&env, "d-slow");
+    assert_eq!(row["status"], "processing", "{row}");
+    assert!(env.tasks().is_empty());
+    held.release();
+    let row = settled(&env, "d-slow");
+    assert_eq!(row["status"], "processed", "{row}");
+    assert_eq!(env.tasks().len(), 1);
+    // GitHub's redelivery of it now is a duplicate, answered at once.
+    let (status, again) = post_delivery(
+        &serve,
+        "issues",
+        "d-slow",
+        &labeled(3, "agent-fix", "alice"),
+    );
+    assert_eq!((status, again["status"].as_str()), (200, Some("duplicate")));
+}
+
+#[test]
+fn failures_that_may_pass_are_tried_again_by_themselves_and_others_wait_for_a_retry() {
+    let env = Env::sqlite();
+    write_config(&env, "delivery_retry_secs = 1");
+    let fake = FakeGitHub::start_blocking();
+    fake.set_permission(REPO, "alice", "write");
+    // GitHub is down for the first try (its three 502s), then answers.
+    fake.fail_next("GET", "/permission", 502, 3);
+    let serve = serve(&env, &fake);
+    let (status, answer) =
+        post_delivery(&serve, "issues", "d-502", &labeled(4, "agent-fix", "alice"));
+    assert_eq!(status, 202, "{answer}");
+    wait_for(|| ledger_row(&env, "d-502")["status"] == "processed");
+    let row = ledger_row(&env, "d-502");
+    assert_eq!(row["attempts"], 2, "{row}");
+    assert_eq!(row["task_ids"].as_array().unwrap().len(), 1, "{row}");
+    assert!(row["retry_at"].is_null(), "{row}");
+
+    // A 403 will not pass by itself: the delivery waits, saying why, until someone retries it.
+    fake.fail_next("GET", "/permission", 403, 1);
+    let (_, failed) = deliver(
+        &env,
+        &serve,
+        "issues",
+        "d-403",
+        &labeled(5, "agent-fix", "alice"),
+    );
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(failed["retry_at"].is_null(), "{failed}");
+    assert!(
+        failed["detail"].as_str().unwrap().contains("403"),
+        "{failed}"
+    );
+    let table = stdout(&env.run(&["github", "deliveries"]));
+    assert!(
+        table.contains("NEXT TRY") && table.contains("d-403"),
+        "{table}"
+    );
+    let out = stdout(&env.run(&["github", "deliveries", "--retry", "d-403"]));
+    assert!(out.contains("queued"), "{out}");
+    wait_for(|| ledger_row(&env, "d-403")["status"] == "processed");
+    assert_eq!(env.tasks().len(), 2);
+    // Retrying what is not failed, or not recorded, says so.
+    let refused = env.run(&["github", "deliveries", "--retry", "d-403"]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("processed, not failed"),
+        "{}",
+        stderr(&refused)
+    );
+    let missing = env.run(&["github", "deliveries", "--retry", "nope"]);
+    assert!(
+        stderr(&missing).contains("no delivery nope"),
+        "{}",
+        stderr(&missing)
+    );
+}
+
+#[test]
+fn a_daemon_killed_mid_delivery_leaves_it_to_the_next_start() {
+    let env = Env::sqlite();
+    write_config(&env, "delivery_stale_secs = 1");
+    let fake = FakeGitHub::start_blocking();
+    fake.set_permission(REPO, "alice", "write");
+    let _held = fake.hold_next("GET", "/collaborators/alice/permission");
+    let mut first = serve(&env, &fake);
+    let (status, _) = post_delivery(
+        &first,
+        "issues",
+        "d-kill",
+        &labeled(6, "agent-fix", "alice"),
+    );
+    assert_eq!(status, 202);
+    wait_for(|| !fake.requests_to("GET", "/permission").is_empty());
+    first.signal(nix::sys::signal::Signal::SIGKILL);
+    first.wait();
+    assert_eq!(ledger_row(&env, "d-kill")["status"], "processing");
+    assert!(env.tasks().is_empty());
+    // The next daemon finds the abandoned delivery in the ledger and processes it, once.
+    let _second = serve(&env, &fake);
+    let row = settled(&env, "d-kill");
+    assert_eq!(row["status"], "processed", "{row}");
+    assert_eq!(row["attempts"], 2, "{row}");
+    assert_eq!(env.tasks().len(), 1);
 }

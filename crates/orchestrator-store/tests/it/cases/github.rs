@@ -2,7 +2,7 @@
 //! delivery ledger that creates a webhook's or a poll's tasks exactly once.
 
 use super::*;
-use orchestrator_store::{DeliveryClaim, DeliveryInfo, NewAttempt, delivery_status};
+use orchestrator_store::{Accepted, DeliveryClaim, DeliveryInfo, NewAttempt, delivery_status};
 
 fn new_attempt<'a>(
     task: TaskId,
@@ -546,4 +546,111 @@ pub async fn poll_cursors_are_upserted(db: &TestStore) {
         Some("etag-1")
     );
     assert_eq!(store.poll_cursor("acme/other").await.unwrap(), None);
+}
+
+pub async fn accepted_deliveries_are_queued_with_their_payload_until_processed(db: &TestStore) {
+    let store = db.store.clone();
+    let payload = r#"{"action":"labeled","issue":{"number":7}}"#;
+    assert_eq!(
+        store
+            .accept_delivery(&webhook("q-1"), payload)
+            .await
+            .unwrap(),
+        Accepted::New
+    );
+    assert_eq!(
+        store
+            .accept_delivery(&webhook("q-1"), payload)
+            .await
+            .unwrap(),
+        Accepted::InHand,
+        "a redelivery while it is queued changes nothing"
+    );
+    let row = store.delivery("q-1").await.unwrap().unwrap();
+    assert_eq!(row.status, delivery_status::QUEUED);
+    assert_eq!(row.attempts, 0);
+    let due = store.due_deliveries(STALE, 10).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(
+        (due[0].id.as_str(), due[0].payload.as_str()),
+        ("q-1", payload)
+    );
+    assert_eq!(due[0].event, "issues");
+
+    // The processor claims it like any delivery; while it holds it, it is not due.
+    let claim = store.claim_delivery(&webhook("q-1"), STALE).await.unwrap();
+    assert_eq!(claim, DeliveryClaim::Retry { attempts: 1 });
+    assert!(store.due_deliveries(STALE, 10).await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .accept_delivery(&webhook("q-1"), payload)
+            .await
+            .unwrap(),
+        Accepted::InHand
+    );
+    // A `processing` row whose process died is due again once stale.
+    assert_eq!(store.due_deliveries(0, 10).await.unwrap().len(), 1);
+
+    // Failed with a retry time: due when it comes, not before.
+    let later = orchestrator_types::now_millis() + 3_600_000;
+    store
+        .fail_delivery_until("q-1", 1, "GitHub answered 502", Some(later))
+        .await
+        .unwrap();
+    let row = store.delivery("q-1").await.unwrap().unwrap();
+    assert_eq!((row.status.as_str(), row.retry_at), ("failed", Some(later)));
+    assert!(store.due_deliveries(STALE, 10).await.unwrap().is_empty());
+    // GitHub's "Redeliver" (or `github deliveries --retry`) queues it now.
+    assert!(store.retry_delivery("q-1").await.unwrap());
+    assert!(
+        !store.retry_delivery("q-1").await.unwrap(),
+        "only a failed one"
+    );
+    assert_eq!(store.due_deliveries(STALE, 10).await.unwrap().len(), 1);
+    let claim = store.claim_delivery(&webhook("q-1"), STALE).await.unwrap();
+    assert_eq!(claim, DeliveryClaim::Retry { attempts: 2 });
+    store
+        .fail_delivery_until("q-1", 2, "forbidden", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .accept_delivery(&webhook("q-1"), payload)
+            .await
+            .unwrap(),
+        Accepted::Requeued,
+        "a redelivery of a failed delivery queues it again"
+    );
+    let claim = store.claim_delivery(&webhook("q-1"), STALE).await.unwrap();
+    let ids = store
+        .complete_delivery("q-1", claim.token().unwrap(), &[NewTask::new("fix #7")])
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 1);
+    assert!(store.due_deliveries(0, 10).await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .accept_delivery(&webhook("q-1"), payload)
+            .await
+            .unwrap(),
+        Accepted::Done {
+            status: delivery_status::PROCESSED.to_owned(),
+            task_ids: ids
+        }
+    );
+    let row = store.delivery("q-1").await.unwrap().unwrap();
+    assert_eq!((row.attempts, row.retry_at), (3, None));
+
+    // A polled event keeps no payload: the processor leaves it to the poller.
+    let poll = DeliveryInfo {
+        source: "poll",
+        ..webhook("poll:acme/widgets:event:1")
+    };
+    store.claim_delivery(&poll, STALE).await.unwrap();
+    store
+        .fail_delivery_until(poll.id, 1, "boom", Some(0))
+        .await
+        .unwrap();
+    assert!(store.due_deliveries(0, 10).await.unwrap().is_empty());
+    assert!(!store.retry_delivery(poll.id).await.unwrap());
 }

@@ -22,6 +22,7 @@ use crate::agent::Session;
 use crate::github::{
     close_guard, comment_marker, gate_refs, issue_context, marked_body, pull_context,
 };
+use crate::pulls::{PullError, PullPlan, open_pull, pull_guard};
 use crate::runner::RunContext;
 
 #[derive(Deserialize)]
@@ -43,6 +44,81 @@ struct CommentArgs {
     repo: String,
     number: u64,
     body: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenArgs {
+    attempt_id: i64,
+    repo: String,
+    base: Option<String>,
+    title: Option<String>,
+    description: Option<String>,
+    issue: Option<u64>,
+    draft: Option<bool>,
+}
+
+impl OpenArgs {
+    fn plan(&self) -> Result<PullPlan, ToolFailure> {
+        let repo = RepoRef::parse(&self.repo).map_err(refuse)?;
+        if self.issue == Some(0) {
+            return Err(refuse("issue must be at least 1"));
+        }
+        Ok(PullPlan {
+            repo,
+            base_branch: self.base.clone().filter(|b| !b.trim().is_empty()),
+            title: self.title.clone(),
+            description: self.description.clone(),
+            issue: self.issue,
+            draft: self.draft.unwrap_or(true),
+        })
+    }
+}
+
+/// The attempt and its task, checked as far as a call can be before a person is asked: the
+/// attempt is this task's, the repository is one the task may use, and the pull guard passes.
+async fn open_checks(
+    session: &Session,
+    github: &Option<GitHub>,
+    args: &OpenArgs,
+) -> Result<(GitHub, PullPlan, orchestrator_store::Attempt), ToolFailure> {
+    let plan = args.plan()?;
+    readable(
+        session,
+        &IssueRef {
+            repo: plan.repo.clone(),
+            number: 1,
+        },
+    )?;
+    let github = client(github)?;
+    let attempt = match session.store.attempt(args.attempt_id).await {
+        Ok(a) => a,
+        Err(orchestrator_store::Error::AttemptNotFound(id)) => {
+            return Err(refuse(format!(
+                "there is no attempt {id}; pr_attempt_list shows this task's attempts"
+            )));
+        }
+        Err(e) => return Err(store_failure(e)),
+    };
+    if attempt.task_id != session.task_id() {
+        return Err(refuse(format!(
+            "attempt {} belongs to task {}, not to this task ({})",
+            attempt.id,
+            attempt.task_id,
+            session.task_id()
+        )));
+    }
+    pull_guard(&session.store, &session.task, &attempt)
+        .await
+        .map_err(pull_failure)?;
+    Ok((github, plan, attempt))
+}
+
+fn pull_failure(e: PullError) -> ToolFailure {
+    match e {
+        PullError::Store(e) => store_failure(e),
+        other => refuse(format!("the pull request was not opened: {other}")),
+    }
 }
 
 #[derive(Deserialize)]
@@ -104,7 +180,8 @@ fn gate_names(gates: &[orchestrator_types::GateRecord]) -> String {
 
 pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
     let github = ctx.agent.github.clone();
-    let (g1, g2, g3, g4) = (
+    let (g1, g2, g3, g4, g5) = (
+        github.clone(),
         github.clone(),
         github.clone(),
         github.clone(),
@@ -307,6 +384,64 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 }
             },
         ),
+        spec(
+            Def {
+                name: "pr_open",
+                description: "Open a pull request from one of this task's PR attempts: the selected attempt of its group, whose tree every gate of the task passed on (record the attempt after the gates ran, then pr_attempt_select it). The attempt's patch is applied to its base commit and sent through GitHub's API as blobs, a tree, a commit and a branch `orchestrator/task-N-attempt-M`; nothing is pushed from the workspace. Draft unless draft is false. The body carries your description, `Fixes #issue` when issue is given, and the gates' evidence. Needs approval unless pre-approved. Calling it again after an error finds the pull request instead of opening a second one. The attempt's base commit must be on GitHub.",
+                schema: schema(
+                    json!({
+                        "attempt_id": {"type": "integer", "minimum": 1, "description": "The selected attempt, as pr_attempt_list shows it."},
+                        "repo": {"type": "string", "description": REPO_SCHEMA},
+                        "base": {"type": "string", "description": "The branch to merge into; default the repository's default branch."},
+                        "title": {"type": "string", "description": "Default: the task's title."},
+                        "description": {"type": "string", "description": "Markdown for reviewers: what changed and why. The evidence is added below it."},
+                        "issue": {"type": "integer", "minimum": 1, "description": "The issue this fixes, in the same repository."},
+                        "draft": {"type": "boolean", "description": "Default true."}
+                    }),
+                    &["attempt_id", "repo"],
+                ),
+                read_only: false,
+                approval: ApprovalClass::GithubWrite,
+                aliases: &[
+                    ("id", "attempt_id"),
+                    ("attempt", "attempt_id"),
+                    ("repository", "repo"),
+                    ("base_branch", "base"),
+                    ("body", "description"),
+                    ("fixes", "issue"),
+                ],
+                example: json!({"attempt_id": 3, "repo": "acme/widgets", "issue": 12, "description": "Retry uploads with backoff; the flaky test now passes."}),
+            },
+            session,
+            move |session, args: OpenArgs, _ctx| {
+                let github = g5.clone();
+                async move {
+                    let (github, plan, attempt) = open_checks(&session, &github, &args).await?;
+                    let dir = session
+                        .task
+                        .workspace
+                        .as_ref()
+                        .map(std::path::PathBuf::from)
+                        .ok_or_else(|| refuse("the task has no workspace, so there is no repository holding the attempt's base"))?;
+                    let opened = open_pull(
+                        &session.store,
+                        &github,
+                        &session.task,
+                        &attempt,
+                        &dir,
+                        &plan,
+                    )
+                    .await
+                    .map_err(pull_failure)?;
+                    session
+                        .store
+                        .append_event(&session.lease, EventKind::GithubWrite, opened.event())
+                        .await
+                        .map_err(store_failure)?;
+                    text(opened.summary())
+                }
+            },
+        ),
     ];
     // The writes are checked before a person is asked: nobody should approve a close that its
     // guard refuses, or a write to a GitHub that is not configured.
@@ -344,6 +479,16 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                     )
                     .await
                     .map_err(|e| refuse(format!("{issue} was not closed: {e}")))?;
+                    Ok(ToolResult::text(""))
+                }
+            })),
+            "pr_open" => Some(Arc::new(move |args: Value, _ctx: ToolContext| {
+                let github = check_github.clone();
+                let session = check_session.clone();
+                async move {
+                    let args: OpenArgs = serde_json::from_value(args)
+                        .map_err(|e| refuse(format!("pr_open: invalid arguments: {e}")))?;
+                    open_checks(&session, &github, &args).await?;
                     Ok(ToolResult::text(""))
                 }
             })),

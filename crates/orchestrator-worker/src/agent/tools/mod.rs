@@ -106,6 +106,7 @@ pub fn names() -> &'static [&'static str] {
         "pr_attempt_read",
         "pr_attempt_record",
         "pr_attempt_select",
+        "pr_open",
         "task_cancel",
         "task_create",
         "task_gate_run",

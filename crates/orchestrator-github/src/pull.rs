@@ -1,0 +1,438 @@
+//! Opening a pull request from a PR attempt through GitHub's Git Data API: no clone, no push
+//! credentials, no git transport, only the REST token.
+//!
+//! [`prepare_tree`] applies the attempt's patch to its base commit in the local repository (objects
+//! only: no worktree, index or ref is touched) and lists what the new tree changes: each path with
+//! its mode and blob, a deletion as a path without one. [`GitHub::open_pull`] then makes GitHub hold
+//! the same tree, object by object:
+//!
+//! ```text
+//!   blobs (POST git/blobs, base64) ─▶ tree on the base's tree (POST git/trees) ─▶ commit with the
+//!   base as parent (POST git/commits) ─▶ branch (POST git/refs) ─▶ pull request (POST pulls)
+//! ```
+//!
+//! Git names objects by their content, so every id GitHub answers is checked against the id the
+//! local repository computed: a blob or a tree GitHub stored differently (a lost byte, a mode
+//! dropped) stops the work before a pull request shows it. Binary files, deletions, renames (a
+//! deletion and an addition), executable bits and symlinks come through byte for byte.
+//!
+//! A retry after a timeout must not open a second pull request. The branch name is derived from the
+//! attempt, and the body carries a hidden marker: a pull request from the branch whose body holds
+//! the marker is the one opened before, and a branch that already holds exactly the attempt's tree
+//! is reused. A branch holding anything else is refused, never overwritten.
+
+use std::path::Path;
+
+use base64::Engine;
+use git2::{Delta, DiffOptions, FileMode, ObjectType, Repository};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::client::{ApiError, ApiResult, GitHub, Method};
+use crate::error::{Error, Result};
+use crate::models::{PullRequest, RepoRef};
+
+/// One path of the new tree that differs from the base's tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeChange {
+    /// Slash-separated, from the repository's top.
+    pub path: String,
+    /// Git's mode as GitHub writes it: `100644`, `100755`, `120000` (a symlink) or `160000` (a
+    /// submodule).
+    pub mode: String,
+    /// The blob (or, for a submodule, the commit) the path holds; `None` when it is deleted.
+    pub sha: Option<String>,
+}
+
+impl TreeChange {
+    fn kind(&self) -> &'static str {
+        if self.mode == "160000" {
+            "commit"
+        } else {
+            "blob"
+        }
+    }
+}
+
+/// The tree an attempt makes of its base, computed locally.
+#[derive(Debug, Clone)]
+pub struct PreparedTree {
+    pub base_commit: String,
+    pub base_tree: String,
+    /// The id of the base's tree with the patch applied.
+    pub tree: String,
+    /// What differs from the base, in path order.
+    pub changes: Vec<TreeChange>,
+    /// The content of every blob the changes name, by id.
+    pub blobs: Vec<(String, Vec<u8>)>,
+}
+
+/// Applies `patch` to the tree of `base_commit` in the repository at `repo_dir` and lists the
+/// changes. Writes objects only (the new blobs and trees), never a worktree file, the index or a
+/// ref.
+pub fn prepare_tree(repo_dir: &Path, base_commit: &str, patch: &[u8]) -> Result<PreparedTree> {
+    let repo = Repository::discover(repo_dir).map_err(|e| Error::NotAWorktree {
+        path: repo_dir.to_owned(),
+        reason: e.message().to_owned(),
+    })?;
+    let base = repo
+        .revparse_single(base_commit)
+        .and_then(|o| o.peel_to_commit())
+        .map_err(|source| Error::UnknownBase {
+            base: base_commit.to_owned(),
+            source,
+        })?;
+    let base_tree = base.tree()?;
+    let diff = git2::Diff::from_buffer(patch).map_err(Error::MalformedPatch)?;
+    let mut index = repo.apply_to_tree(&base_tree, &diff, None)?;
+    let tree_id = index.write_tree_to(&repo)?;
+    let tree = repo.find_tree(tree_id)?;
+    let mut options = DiffOptions::new();
+    // A file that became a symlink is one entry with a new mode, not a deletion and an addition of
+    // one path.
+    options.include_typechange(true);
+    let changed = repo.diff_tree_to_tree(Some(&base_tree), Some(&tree), Some(&mut options))?;
+    let mut changes = Vec::new();
+    let mut blobs: Vec<(String, Vec<u8>)> = Vec::new();
+    for delta in changed.deltas() {
+        let (file, deleted) = match delta.status() {
+            Delta::Deleted => (delta.old_file(), true),
+            _ => (delta.new_file(), false),
+        };
+        let path = file
+            .path()
+            .and_then(Path::to_str)
+            .ok_or_else(|| {
+                Error::Git(git2::Error::from_str(
+                    "a changed path is not UTF-8, which GitHub's API cannot name",
+                ))
+            })?
+            .to_owned();
+        let mode = format!("{:o}", u32::from(file.mode()));
+        let sha = (!deleted).then(|| file.id().to_string());
+        if !deleted && file.mode() != FileMode::Commit {
+            let id = file.id();
+            if !blobs.iter().any(|(b, _)| *b == id.to_string()) {
+                let blob = repo.find_blob(id)?;
+                blobs.push((id.to_string(), blob.content().to_vec()));
+            }
+        }
+        changes.push(TreeChange { path, mode, sha });
+    }
+    Ok(PreparedTree {
+        base_commit: base.id().to_string(),
+        base_tree: base_tree.id().to_string(),
+        tree: tree_id.to_string(),
+        changes,
+        blobs,
+    })
+}
+
+/// The git object id of `content` as a blob: what GitHub must answer for it.
+pub fn blob_id(content: &[u8]) -> Result<String> {
+    Ok(git2::Oid::hash_object(ObjectType::Blob, content)?.to_string())
+}
+
+/// What [`GitHub::open_pull`] is asked to open.
+#[derive(Debug, Clone)]
+pub struct PullSpec<'a> {
+    pub repo: &'a RepoRef,
+    /// The branch to create in `repo` (without `refs/heads/`).
+    pub branch: &'a str,
+    /// The branch to merge into; `None` for the repository's default branch.
+    pub base_branch: Option<&'a str>,
+    pub title: &'a str,
+    /// Must contain `marker`.
+    pub body: &'a str,
+    /// A hidden marker that only this pull request's body holds.
+    pub marker: &'a str,
+    pub draft: bool,
+    pub commit_message: &'a str,
+}
+
+/// How the pull request came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PullOutcome {
+    /// The branch and the pull request were created now.
+    Opened,
+    /// The branch held the attempt's tree already (an earlier call that got no answer); the pull
+    /// request was created now.
+    BranchReused,
+    /// A pull request with the marker existed already: nothing was written.
+    Found,
+}
+
+/// An opened (or found) pull request.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OpenedPull {
+    pub number: u64,
+    pub url: String,
+    pub branch: String,
+    pub base_branch: String,
+    pub commit: String,
+    pub tree: String,
+    pub draft: bool,
+    pub outcome: PullOutcome,
+}
+
+#[derive(Deserialize)]
+struct Sha {
+    sha: String,
+}
+
+#[derive(Deserialize)]
+struct GitRef {
+    object: Sha,
+}
+
+#[derive(Deserialize)]
+struct GitCommit {
+    sha: String,
+    tree: Sha,
+}
+
+#[derive(Deserialize)]
+struct Repo {
+    default_branch: String,
+}
+
+impl GitHub {
+    /// The repository's default branch (`main`, `master`, ...).
+    pub async fn default_branch(&self, repo: &RepoRef) -> ApiResult<String> {
+        let found: Repo = self
+            .get_json(&format!("/repos/{repo}"), &format!("repository {repo}"))
+            .await?;
+        Ok(found.default_branch)
+    }
+
+    /// Makes `repo` hold `tree` on a new branch and opens a pull request from it; see the module
+    /// documentation for the steps and for why calling it again after an error is safe.
+    pub async fn open_pull(
+        &self,
+        tree: &PreparedTree,
+        spec: &PullSpec<'_>,
+    ) -> ApiResult<OpenedPull> {
+        let repo = spec.repo;
+        if !spec.body.contains(spec.marker) {
+            return Err(ApiError::Invalid {
+                what: format!("the pull request for {repo}"),
+                message: "the body must contain its marker".to_owned(),
+            });
+        }
+        let what = format!("the pull request from {} on {repo}", spec.branch);
+        if let Some(found) = self.marked_pull(spec).await? {
+            return Ok(opened(found, tree, spec, PullOutcome::Found));
+        }
+        let base_branch = match spec.base_branch {
+            Some(b) => b.to_owned(),
+            None => self.default_branch(repo).await?,
+        };
+        let (commit, outcome) = match self.branch_head(repo, spec.branch).await? {
+            Some(head) => {
+                let existing: GitCommit = self
+                    .get_json(
+                        &format!("/repos/{repo}/git/commits/{head}"),
+                        &format!("commit {head} of {repo}"),
+                    )
+                    .await?;
+                if existing.tree.sha != tree.tree {
+                    return Err(ApiError::Refused {
+                        what,
+                        message: format!(
+                            "branch {} already exists on {repo} with other content (tree {}, not the attempt's {}); it is not overwritten: delete it, or open the pull request from another attempt",
+                            spec.branch, existing.tree.sha, tree.tree
+                        ),
+                    });
+                }
+                (existing.sha, PullOutcome::BranchReused)
+            }
+            None => (self.push_tree(tree, spec).await?, PullOutcome::Opened),
+        };
+        let created: ApiResult<PullRequest> = self
+            .write_json(
+                Method::Post,
+                &format!("/repos/{repo}/pulls"),
+                &format!("opening {what}"),
+                &json!({
+                    "title": spec.title,
+                    "head": spec.branch,
+                    "base": base_branch,
+                    "body": spec.body,
+                    "draft": spec.draft,
+                    "maintainer_can_modify": false,
+                }),
+            )
+            .await;
+        match created {
+            Ok(pull) => {
+                let mut done = opened(pull, tree, spec, outcome);
+                done.commit = commit;
+                Ok(done)
+            }
+            // "A pull request already exists for owner:branch", or no answer: made by an earlier
+            // call (or this one) if a pull request from the branch carries the marker.
+            Err(e @ (ApiError::Invalid { .. } | ApiError::WriteUncertain { .. })) => {
+                match self.marked_pull(spec).await {
+                    Ok(Some(found)) => Ok(opened(found, tree, spec, PullOutcome::Found)),
+                    _ => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A pull request from `spec.branch`, open or closed, whose body holds the marker.
+    async fn marked_pull(&self, spec: &PullSpec<'_>) -> ApiResult<Option<PullRequest>> {
+        let repo = spec.repo;
+        let pulls: Vec<PullRequest> = self
+            .get_list(
+                &format!(
+                    "/repos/{repo}/pulls?state=all&head={}:{}",
+                    repo.owner, spec.branch
+                ),
+                &format!("the pull requests from {} on {repo}", spec.branch),
+            )
+            .await?;
+        Ok(pulls.into_iter().find(|p| {
+            p.head.name == spec.branch && p.body.as_deref().is_some_and(|b| b.contains(spec.marker))
+        }))
+    }
+
+    /// The commit a branch points at, or `None` when there is no such branch.
+    async fn branch_head(&self, repo: &RepoRef, branch: &str) -> ApiResult<Option<String>> {
+        match self
+            .get_json::<GitRef>(
+                &format!("/repos/{repo}/git/ref/heads/{branch}"),
+                &format!("branch {branch} of {repo}"),
+            )
+            .await
+        {
+            Ok(found) => Ok(Some(found.object.sha)),
+            Err(ApiError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Uploads the blobs, the tree and the commit, checking each id, and creates the branch;
+    /// returns the commit.
+    async fn push_tree(&self, tree: &PreparedTree, spec: &PullSpec<'_>) -> ApiResult<String> {
+        let repo = spec.repo;
+        for (sha, content) in &tree.blobs {
+            let what = format!("uploading blob {sha} to {repo}");
+            let stored: Sha = self
+                .write_json(
+                    Method::Post,
+                    &format!("/repos/{repo}/git/blobs"),
+                    &what,
+                    &json!({
+                        "content": base64::engine::general_purpose::STANDARD.encode(content),
+                        "encoding": "base64",
+                    }),
+                )
+                .await?;
+            if stored.sha != *sha {
+                return Err(ApiError::Refused {
+                    what,
+                    message: format!("GitHub stored it as {}, so its bytes differ", stored.sha),
+                });
+            }
+        }
+        let entries: Vec<serde_json::Value> = tree
+            .changes
+            .iter()
+            .map(|c| json!({"path": c.path, "mode": c.mode, "type": c.kind(), "sha": c.sha}))
+            .collect();
+        let what = format!("creating the attempt's tree on {repo}");
+        let made: Sha = self
+            .write_json(
+                Method::Post,
+                &format!("/repos/{repo}/git/trees"),
+                &what,
+                &json!({"base_tree": tree.base_tree, "tree": entries}),
+            )
+            .await
+            .map_err(|e| base_missing(e, tree, repo))?;
+        if made.sha != tree.tree {
+            return Err(ApiError::Refused {
+                what,
+                message: format!(
+                    "GitHub's tree is {}, not the attempt's {}: the pull request would not hold what the gates checked",
+                    made.sha, tree.tree
+                ),
+            });
+        }
+        let commit: GitCommit = self
+            .write_json(
+                Method::Post,
+                &format!("/repos/{repo}/git/commits"),
+                &format!("creating the attempt's commit on {repo}"),
+                &json!({
+                    "message": spec.commit_message,
+                    "tree": tree.tree,
+                    "parents": [tree.base_commit],
+                }),
+            )
+            .await
+            .map_err(|e| base_missing(e, tree, repo))?;
+        if commit.tree.sha != tree.tree {
+            return Err(ApiError::Refused {
+                what: format!("the commit {} on {repo}", commit.sha),
+                message: format!("it holds tree {}, not {}", commit.tree.sha, tree.tree),
+            });
+        }
+        let created: ApiResult<serde_json::Value> = self
+            .write_json(
+                Method::Post,
+                &format!("/repos/{repo}/git/refs"),
+                &format!("creating branch {} on {repo}", spec.branch),
+                &json!({"ref": format!("refs/heads/{}", spec.branch), "sha": commit.sha}),
+            )
+            .await;
+        match created {
+            Ok(_) => Ok(commit.sha),
+            // Made by an earlier call whose answer was lost: fine if it points at this commit.
+            Err(e) => match self.branch_head(repo, spec.branch).await {
+                Ok(Some(head)) if head == commit.sha => Ok(commit.sha),
+                _ => Err(e),
+            },
+        }
+    }
+}
+
+/// A 404 or 422 on the tree or the commit most often means GitHub lacks the attempt's base.
+fn base_missing(e: ApiError, tree: &PreparedTree, repo: &RepoRef) -> ApiError {
+    let hint = format!(
+        "is the attempt's base commit {} on {repo}? Push it, or record the attempt against a commit GitHub has",
+        tree.base_commit
+    );
+    match e {
+        ApiError::Invalid { what, message } => ApiError::Invalid {
+            what,
+            message: format!("{message}; {hint}"),
+        },
+        ApiError::NotFound { what } => ApiError::Invalid {
+            what,
+            message: format!("not found; {hint}"),
+        },
+        other => other,
+    }
+}
+
+fn opened(
+    pull: PullRequest,
+    tree: &PreparedTree,
+    spec: &PullSpec<'_>,
+    outcome: PullOutcome,
+) -> OpenedPull {
+    OpenedPull {
+        number: pull.number,
+        url: pull.html_url,
+        branch: spec.branch.to_owned(),
+        base_branch: pull.base.name,
+        commit: pull.head.sha,
+        tree: tree.tree.clone(),
+        draft: pull.draft.unwrap_or(spec.draft),
+        outcome,
+    }
+}
