@@ -7,7 +7,7 @@ use orchestrator_github::{ClientConfig as GithubConfig, GitHub};
 use orchestrator_store::{Lease, Store, Task};
 use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
 use orchestrator_test_support::{git, git_repo};
-use orchestrator_tools::{Registry, ToolContext, ToolResult};
+use orchestrator_tools::{Decision, Policy, Registry, ToolContext, ToolResult};
 use orchestrator_types::{EventKind, GateSpec, NewTask, TaskId};
 use orchestrator_worker::agent::tools::durable_registry;
 use orchestrator_worker::runner::RunContext;
@@ -38,6 +38,7 @@ impl Agent {
         home: &Path,
         github: &FakeGitHub,
         gate: &str,
+        pre_approved: bool,
     ) -> Agent {
         let mut new = NewTask::agent("Make the answer 42", "x");
         new.workspace = Some(workspace.display().to_string());
@@ -45,6 +46,12 @@ impl Agent {
             name: "check".into(),
             ..GateSpec::from_command(gate)
         }];
+        // The policy the agent loop would run it under: GitHub writes ask a person unless named.
+        let mut policy = Policy::allow_all();
+        if pre_approved {
+            policy.tools.insert("pr_open".into(), Decision::Allow);
+        }
+        new.agent.policy = Some(serde_json::to_value(&policy).unwrap());
         let id = store.create_task(&new).await.unwrap();
         let (task, lease): (Task, Lease) = store
             .claim("pulls-test", &["default".to_owned()], 1, 60_000)
@@ -67,7 +74,9 @@ impl Agent {
         };
         Agent {
             registry: durable_registry(&run, task, lease),
-            ctx: ToolContext::new(workspace, home).unwrap(),
+            ctx: ToolContext::new(workspace, home)
+                .and_then(|c| c.with_policy(policy))
+                .unwrap(),
             task: id,
         }
     }
@@ -163,7 +172,15 @@ async fn a_pull_request_holds_the_attempts_tree_byte_for_byte() {
     ]);
     let github = FakeGitHub::start().await;
     github.seed_git(REPO, &repo);
-    let agent = Agent::start(store, &repo, home.path(), &github, "test -f src/lib.rs").await;
+    let agent = Agent::start(
+        store,
+        &repo,
+        home.path(),
+        &github,
+        "test -f src/lib.rs",
+        true,
+    )
+    .await;
 
     // The attempt: a text change, a new binary file, a deletion, a rename, an executable bit and a
     // new symlink.
@@ -268,7 +285,15 @@ async fn a_retry_after_a_lost_answer_finds_the_branch_and_the_pull_request() {
     let (_dir, repo) = git_repo(&[("src/lib.rs", "41\n")]);
     let github = FakeGitHub::start().await;
     github.seed_git(REPO, &repo);
-    let agent = Agent::start(store, &repo, home.path(), &github, "test -f src/lib.rs").await;
+    let agent = Agent::start(
+        store,
+        &repo,
+        home.path(),
+        &github,
+        "test -f src/lib.rs",
+        true,
+    )
+    .await;
     std::fs::write(repo.join("src/lib.rs"), "42\n").unwrap();
     let attempt = agent.gated_attempt("42").await;
     let args = json!({"attempt_id": attempt, "repo": REPO});
@@ -328,7 +353,15 @@ async fn pull_requests_are_refused_without_the_evidence_or_over_other_content() 
     let github = FakeGitHub::start().await;
     github.seed_git(REPO, &repo);
     // The task's gate passes only while the answer is 42.
-    let agent = Agent::start(store, &repo, home.path(), &github, "grep -qx 42 src/lib.rs").await;
+    let agent = Agent::start(
+        store,
+        &repo,
+        home.path(),
+        &github,
+        "grep -qx 42 src/lib.rs",
+        true,
+    )
+    .await;
 
     // Not selected.
     std::fs::write(repo.join("src/lib.rs"), "42\n").unwrap();
@@ -344,8 +377,8 @@ async fn pull_requests_are_refused_without_the_evidence_or_over_other_content() 
 
     // Selected, but the gate failed on its tree.
     std::fs::write(repo.join("src/lib.rs"), "43\n").unwrap();
-    let failed = agent.ok("task_gate_run", json!({"gate": "check"})).await;
-    assert!(failed.contains("failed"), "{failed}");
+    let failed = agent.call("task_gate_run", json!({"gate": "check"})).await;
+    assert!(failed.joined_text().contains("failed"), "{failed:?}");
     let recorded = agent.ok("pr_attempt_record", json!({"label": "43"})).await;
     let red: i64 = recorded.split_whitespace().nth(2).unwrap().parse().unwrap();
     agent
@@ -413,4 +446,16 @@ async fn pull_requests_are_refused_without_the_evidence_or_over_other_content() 
         .refused("pr_open", json!({"attempt_id": 999, "repo": REPO}))
         .await;
     assert!(text.contains("there is no attempt 999"), "{text}");
+
+    // Without a policy or trigger that pre-approves it, opening a pull request waits for a
+    // person; with no approver configured it is refused and nothing is sent.
+    let asking = Agent::start(store, &repo, home.path(), &github, "true", false).await;
+    let sent = github.requests_to("POST", "/git/").len();
+    let attempt = asking.gated_attempt("needs consent").await;
+    let text = asking
+        .refused("pr_open", json!({"attempt_id": attempt, "repo": REPO}))
+        .await;
+    assert!(text.contains("needs approval"), "{text}");
+    assert!(github.pulls(REPO).is_empty());
+    assert_eq!(github.requests_to("POST", "/git/").len(), sent);
 }
