@@ -6,6 +6,7 @@ use crate::backoff::Backoff;
 use crate::containment;
 use crate::gate;
 use crate::metrics::Metrics;
+use crate::worktree;
 use crate::{Error, Result};
 use orchestrator_store::{Lease, Outcome, Store, Task};
 use orchestrator_types::{EventKind, Verdict, now_millis};
@@ -109,6 +110,30 @@ pub async fn run_attempt(
     if task.cancel_requested {
         // Canceled while it waited in the queue (a hand-back raced the cancel): run nothing.
         stop.stop(StopReason::Canceled);
+    }
+    if let (Some(source), Some(workspace)) = (&task.worktree_of, &task.workspace)
+        && !stop.token().is_cancelled()
+    {
+        let prepared = match worktree::ensure(Path::new(source), Path::new(workspace)).await {
+            Ok(prepared) => prepared,
+            Err(error) => return Ok(failed(error)),
+        };
+        let recorded = with_retries(|| {
+            ctx.store.append_event(
+                lease,
+                EventKind::WorkspacePrepared,
+                json!({
+                    "source": source,
+                    "workspace": workspace,
+                    "head": prepared.head,
+                    "outcome": if prepared.cloned { "cloned" } else { "found" },
+                }),
+            )
+        })
+        .await;
+        if let Err(e) = fenced(recorded) {
+            return lost_or(e);
+        }
     }
     let agent_jail = match agent_jail(ctx, task) {
         Ok(jail) => jail,

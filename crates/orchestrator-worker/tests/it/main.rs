@@ -11,6 +11,7 @@ mod github;
 mod model;
 mod pulls;
 mod real_servers;
+mod worktree;
 
 use orchestrator_store::{Store, TaskFilter};
 use orchestrator_types::{NewTask, TaskState};

@@ -206,6 +206,13 @@ pub fn event_line(event: &TaskEvent) -> String {
             text("group"),
             text("label"),
         ),
+        "workspace_prepared" => format!(
+            "{} {} from {} at {}",
+            text("outcome"),
+            text("workspace"),
+            text("source"),
+            text("head").get(..12).unwrap_or(""),
+        ),
         _ => String::new(),
     };
     format!("#{:<3} {time} {:<16} {detail}", event.seq, event.kind)

@@ -54,6 +54,16 @@ pub struct TriggerRule {
     /// The checkout the task works in.
     #[serde(default)]
     pub workspace: Option<String>,
+    /// Give each task a clone of `workspace` of its own, made when the task first runs, instead
+    /// of the checkout itself: two issues labelled at once are then worked on in two trees, and
+    /// the person's checkout is never edited. The clone starts at the checkout's HEAD.
+    #[serde(default)]
+    pub worktree: bool,
+    /// Where the clones go, one directory per task named after the repository, the number and
+    /// the delivery (`acme-widgets-7-1f2e3d4c`); `{workspace}.worktrees` unless set. Absolute,
+    /// and outside the checkout.
+    #[serde(default)]
+    pub worktrees_dir: Option<String>,
     /// Tools the task may call without asking (GitHub writes included), on top of its policy.
     /// GitHub writes are pre-approved on the triggering issue or pull request only.
     #[serde(default)]
@@ -64,8 +74,8 @@ pub struct TriggerRule {
     /// always need write access.
     #[serde(default)]
     pub any_author: bool,
-    /// The task; `{repo}`, `{number}`, `{title}`, `{url}`, `{sender}`, `{label}` and `{event}`
-    /// are replaced in its title and prompt.
+    /// The task; `{repo}`, `{number}`, `{title}`, `{url}`, `{sender}`, `{label}`, `{event}` and
+    /// `{delivery}` are replaced in its title and prompt.
     #[serde(default)]
     pub task: TaskTemplate,
 }
@@ -77,6 +87,41 @@ pub const EVENTS: &[&str] = &[
 ];
 
 impl TriggerRule {
+    /// The directory the rule's clones go in, when it makes them.
+    fn worktrees_dir(&self) -> Option<String> {
+        let workspace = self.workspace.as_deref()?;
+        Some(match &self.worktrees_dir {
+            Some(dir) => dir.clone(),
+            None => format!("{}.worktrees", workspace.trim_end_matches('/')),
+        })
+    }
+
+    /// The workspace of the task this rule makes for one delivery: its clone's directory, unique
+    /// per repository, number, delivery and rule, so that an issue labelled twice gets two trees
+    /// and one task's retries find its own.
+    fn worktree_for(&self, vars: &BTreeMap<&str, String>) -> Option<String> {
+        use sha2::{Digest, Sha256};
+        let dir = self.worktrees_dir()?;
+        let delivery = vars.get("delivery").map_or("", String::as_str);
+        let digest = Sha256::digest(format!("{delivery}\n{}", self.name).as_bytes());
+        let repo: String = vars["repo"]
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        Some(format!(
+            "{}/{repo}-{}-{}",
+            dir.trim_end_matches('/'),
+            vars["number"],
+            &hex::encode(digest)[..8]
+        ))
+    }
+
     /// Checks what a config file can get wrong, with the rule's name in the message.
     pub fn validate(&self) -> Result<(), String> {
         if !EVENTS.contains(&self.event.as_str()) {
@@ -99,6 +144,37 @@ impl TriggerRule {
         if self.task.prompt.is_some() && self.workspace.is_none() {
             return Err(format!(
                 "trigger {:?}: an agent task needs a workspace",
+                self.name
+            ));
+        }
+        if self.worktree {
+            let Some(workspace) = &self.workspace else {
+                return Err(format!(
+                    "trigger {:?}: worktree clones the workspace, and none is set",
+                    self.name
+                ));
+            };
+            let dir = self.worktrees_dir();
+            let (from, into) = (
+                std::path::Path::new(workspace),
+                std::path::Path::new(dir.as_deref().unwrap_or("")),
+            );
+            if !from.is_absolute() || !into.is_absolute() {
+                return Err(format!(
+                    "trigger {:?}: worktree needs an absolute workspace and worktrees_dir",
+                    self.name
+                ));
+            }
+            if into.starts_with(from) {
+                return Err(format!(
+                    "trigger {:?}: worktrees_dir {} lies inside the workspace {workspace}; the clones must be outside the checkout",
+                    self.name,
+                    into.display()
+                ));
+            }
+        } else if self.worktrees_dir.is_some() {
+            return Err(format!(
+                "trigger {:?}: worktrees_dir is set but worktree is off",
                 self.name
             ));
         }
@@ -294,7 +370,7 @@ impl Triggers {
             DeliveryClaim::Busy => return Ok(Delivered::Busy),
             DeliveryClaim::Fresh | DeliveryClaim::Retry { .. } => claim.token().unwrap_or(1),
         };
-        match self.tasks_for(event, payload).await {
+        match self.tasks_for(id, event, payload).await {
             Ok((tasks, detail)) if tasks.is_empty() => {
                 self.store.ignore_delivery(id, token, &detail).await?;
                 Ok(Delivered::Processed {
@@ -327,6 +403,7 @@ impl Triggers {
     /// The tasks an event creates, and why (or why none).
     async fn tasks_for(
         &self,
+        delivery: &str,
         event: &str,
         payload: &Value,
     ) -> Result<(Vec<NewTask>, String), DeliveryError> {
@@ -367,6 +444,7 @@ impl Triggers {
         vars.insert("repo", repo.to_owned());
         vars.insert("sender", sender.to_owned());
         vars.insert("event", key.clone());
+        vars.insert("delivery", delivery.to_owned());
         vars.insert(
             "number",
             item.get("number")
@@ -548,6 +626,12 @@ fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewTask {
     task.prompt = t.prompt.as_deref().map(|p| fill(p, vars));
     task.gates = t.gates.clone();
     task.workspace = rule.workspace.clone();
+    if rule.worktree
+        && let Some(clone) = rule.worktree_for(vars)
+    {
+        task.worktree_of = rule.workspace.clone();
+        task.workspace = Some(clone);
+    }
     task.priority = t.priority;
     task.queue = t.queue.clone();
     task.max_attempts = t.max_attempts;

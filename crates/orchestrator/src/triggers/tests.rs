@@ -42,6 +42,67 @@ fn rule(toml_text: &str) -> TriggerRule {
 }
 
 #[test]
+fn a_rule_with_worktree_gives_each_delivery_a_clone_of_its_own() {
+    let head = "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\n";
+    let cloning = rule(&format!(
+        "{head}workspace = \"/srv/widgets\"\nworktree = true\ntask = {{ prompt = \"Fix it\" }}\n"
+    ));
+    assert!(cloning.validate().is_ok());
+    let vars = |delivery: &str| {
+        let mut vars = BTreeMap::new();
+        vars.insert("repo", "acme/widgets".to_owned());
+        vars.insert("number", "7".to_owned());
+        vars.insert("title", "Crash".to_owned());
+        vars.insert("delivery", delivery.to_owned());
+        vars
+    };
+    let first = task_of(&cloning, &vars("d-1"));
+    assert_eq!(first.worktree_of.as_deref(), Some("/srv/widgets"));
+    let workspace = first.workspace.clone().unwrap();
+    assert!(
+        workspace.starts_with("/srv/widgets.worktrees/acme-widgets-7-"),
+        "{workspace}"
+    );
+    assert!(first.validate().is_ok(), "{:?}", first.validate());
+    assert_eq!(
+        task_of(&cloning, &vars("d-1")).workspace.unwrap(),
+        workspace,
+        "one delivery, one tree"
+    );
+    assert_ne!(
+        task_of(&cloning, &vars("d-2")).workspace.unwrap(),
+        workspace,
+        "the issue labelled again gets a tree of its own"
+    );
+
+    let elsewhere = rule(&format!(
+        "{head}workspace = \"/srv/widgets\"\nworktree = true\nworktrees_dir = \"/var/clones/\"\n"
+    ));
+    assert!(
+        task_of(&elsewhere, &vars("d-1"))
+            .workspace
+            .unwrap()
+            .starts_with("/var/clones/acme-widgets-7-")
+    );
+    let plain = rule(&format!("{head}workspace = \"/srv/widgets\"\n"));
+    let task = task_of(&plain, &vars("d-1"));
+    assert_eq!(task.workspace.as_deref(), Some("/srv/widgets"));
+    assert_eq!(task.worktree_of, None);
+
+    let refused = |text: &str| rule(&format!("{head}{text}")).validate().unwrap_err();
+    assert!(refused("worktree = true\n").contains("none is set"));
+    assert!(refused("workspace = \"widgets\"\nworktree = true\n").contains("absolute"));
+    assert!(
+        refused("workspace = \"/srv/widgets\"\nworktree = true\nworktrees_dir = \"/srv/widgets/clones\"\n")
+            .contains("inside the workspace")
+    );
+    assert!(
+        refused("workspace = \"/srv/widgets\"\nworktrees_dir = \"/tmp/x\"\n")
+            .contains("worktree is off")
+    );
+}
+
+#[test]
 fn a_triggered_task_may_write_only_to_its_own_issue_unasked() {
     let rule = rule(
         "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nworkspace = \"/tmp\"\npre_approve = [\"github_comment\"]\ntask = { prompt = \"Fix {repo}#{number}: {title}\" }\n",
