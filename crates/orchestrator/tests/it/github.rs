@@ -859,3 +859,184 @@ fn a_daemon_killed_mid_delivery_leaves_it_to_the_next_start() {
     assert_eq!(row["attempts"], 2, "{row}");
     assert_eq!(env.tasks().len(), 1);
 }
+
+/// The example config of docs/github-workflow.md, pointed at this test's checkout, model and gate.
+fn example_config(source: &std::path::Path, model_url: &str) -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/github-workflow.toml"
+    );
+    let example = std::fs::read_to_string(path).unwrap();
+    for expected in [
+        "http://127.0.0.1:8080/v1",
+        "/srv/checkouts/widgets",
+        "command = \"cargo test\"",
+    ] {
+        assert!(example.contains(expected), "the example lost {expected:?}");
+    }
+    example
+        .replace("http://127.0.0.1:8080/v1", model_url)
+        .replace("/srv/checkouts/widgets", &source.display().to_string())
+        .replace(
+            "command = \"cargo test\"",
+            "command = \"grep -qx 42 src/lib.rs\"",
+        )
+}
+
+#[test]
+fn a_labelled_issue_becomes_a_draft_pull_request_with_its_evidence() {
+    use orchestrator_test_support::git_repo;
+    use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    // The agent as a model would drive it: fix, gate, record, select, open, tell the issue.
+    let attempt = std::sync::Arc::new(AtomicI64::new(0));
+    let seen = attempt.clone();
+    let model = ScriptedModel::start_blocking(move |request: &Request| {
+        let last = request.last_tool_results().join("\n");
+        let id = seen.load(Ordering::SeqCst);
+        match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "write_file",
+                json!({"path": "src/lib.rs", "content": "42\n"}),
+            )]),
+            1 => Reply::ToolCalls(vec![call("task_gate_run", json!({"gate": "test"}))]),
+            2 => Reply::ToolCalls(vec![call(
+                "pr_attempt_record",
+                json!({"label": "the answer", "group": "fix-7"}),
+            )]),
+            3 => {
+                let id: i64 = last
+                    .strip_prefix("Recorded attempt ")
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(-1);
+                seen.store(id, Ordering::SeqCst);
+                Reply::ToolCalls(vec![call("pr_attempt_select", json!({"attempt_id": id}))])
+            }
+            4 => Reply::ToolCalls(vec![call(
+                "pr_open",
+                json!({"attempt_id": id, "repo": REPO, "issue": 7, "description": "The answer is 42 now."}),
+            )]),
+            5 => {
+                let url = last
+                    .split_whitespace()
+                    .find(|w| w.starts_with("http"))
+                    .unwrap_or("(no URL)")
+                    .to_owned();
+                Reply::ToolCalls(vec![call(
+                    "github_comment",
+                    json!({"repo": REPO, "number": 7, "body": format!("Opened {url}; the test gate passes.")}),
+                )])
+            }
+            _ => Reply::Text(format!("done: {last}")),
+        }
+    });
+    let (_dir, source) = git_repo(&[("src/lib.rs", "41\n"), ("README.md", "# widgets\n")]);
+    let fake = FakeGitHub::start_blocking();
+    fake.seed_git(REPO, &source);
+    fake.add_issue(REPO, 7, "The answer is wrong", "It says 41.", "carol");
+    fake.set_permission(REPO, "alice", "write");
+    let env = Env::sqlite();
+    std::fs::write(
+        env.home().join("config.toml"),
+        example_config(&source, &model.base_url()),
+    )
+    .unwrap();
+    let serve = serve(&env, &fake);
+
+    let (status, row) = deliver(
+        &env,
+        &serve,
+        "issues",
+        "d-e2e",
+        &labeled(7, "agent-fix", "alice"),
+    );
+    assert_eq!(status, 202);
+    assert_eq!(row["status"], "processed", "{row}");
+    let id = row["tasks"][0].as_i64().unwrap();
+    let task = env.wait_task(id, "finished", |t| {
+        ["succeeded", "failed", "canceled", "waiting"].contains(&t["state"].as_str().unwrap_or(""))
+    });
+    assert_eq!(task["state"], "succeeded", "{task}\n{}", serve.log());
+
+    // The task worked in a clone of its own; the person's checkout is as it was.
+    let workspace = task["workspace"].as_str().unwrap().to_owned();
+    assert!(
+        workspace.starts_with(&format!("{}.worktrees/acme-widgets-7-", source.display())),
+        "{workspace}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(std::path::Path::new(&workspace).join("src/lib.rs")).unwrap(),
+        "42\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(source.join("src/lib.rs")).unwrap(),
+        "41\n"
+    );
+
+    // One draft pull request whose branch is the base with exactly the agent's change.
+    let attempt = attempt.load(Ordering::SeqCst);
+    assert!(
+        attempt > 0,
+        "{}",
+        String::from_utf8_lossy(&env.run(&["task", "read", &id.to_string(), "--json"]).stdout)
+    );
+    let pulls = fake.pulls(REPO);
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let pull = &pulls[0];
+    let head = pull.pull.as_ref().unwrap();
+    assert!(head.draft);
+    assert_eq!(head.base_ref, "main");
+    assert_eq!(
+        head.head_ref,
+        format!("orchestrator/task-{id}-attempt-{attempt}")
+    );
+    let mut expected = fake.branch_files(REPO, "main").unwrap();
+    expected.get_mut("src/lib.rs").unwrap().1 = b"42\n".to_vec();
+    assert_eq!(fake.branch_files(REPO, &head.head_ref).unwrap(), expected);
+    for part in [
+        "The answer is 42 now.",
+        "Fixes #7",
+        "| test | `grep -qx 42 src/lib.rs` | passed |",
+        &format!("<!-- orchestrator:pr-attempt-{attempt} -->"),
+    ] {
+        assert!(pull.body.contains(part), "{part:?} not in {}", pull.body);
+    }
+
+    // One comment on the issue, linking the pull request; nobody was asked.
+    let comments = fake.comments(REPO, 7);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    let url = format!("/{REPO}/pull/{}", pull.number);
+    assert!(comments[0].body.contains(&url), "{}", comments[0].body);
+    let approvals = env.json(&["approval", "list", "--all", "--json"]);
+    assert_eq!(approvals.as_array().unwrap().len(), 0, "{approvals}");
+
+    // Each step is on the record, and `task read` shows where the pull request is.
+    let kinds: Vec<String> = env
+        .events(id)
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    let position = |kind: &str| {
+        kinds
+            .iter()
+            .position(|k| k == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {kinds:?}"))
+    };
+    assert!(position("workspace_prepared") < position("gate_finished"));
+    assert!(position("gate_finished") < position("attempt_recorded"));
+    assert!(position("attempt_selected") < position("github_write"));
+    let read = env.task(id);
+    let writes: Vec<&str> = read["github_writes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert_eq!(writes[0], "pr_opened");
+    let text = String::from_utf8(env.run(&["task", "read", &id.to_string()]).stdout).unwrap();
+    assert!(text.contains("GitHub writes: 2"), "{text}");
+    assert!(text.contains(&url), "{text}");
+}

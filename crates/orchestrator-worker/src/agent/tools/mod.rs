@@ -29,10 +29,15 @@ use crate::runner::RunContext;
 /// Which durable tools a task of `profile` is offered. Every tool offered is sent with every request,
 /// so the default set is kept to what a coding agent uses in most tasks: its checklist, a person to
 /// ask, its gates, notes, and the GitHub tools where a GitHub is configured (they could do nothing
-/// elsewhere). Sub-agents, tasks, plans, durable shell jobs and PR attempts come with `full`.
+/// elsewhere): the GitHub tools include opening a pull request, and so recording and selecting the
+/// PR attempt it is opened from. Sub-agents, tasks, plans, durable shell jobs and the rest of the
+/// PR attempt tools come with `full`.
 pub fn offered(name: &str, profile: Profile, github: bool) -> bool {
-    if name.starts_with("github_") {
+    if name.starts_with("github_") || name == "pr_open" {
         return github && profile != Profile::Minimal;
+    }
+    if matches!(name, "pr_attempt_record" | "pr_attempt_select") && github {
+        return profile != Profile::Minimal;
     }
     match name {
         "checklist_write" | "checklist_update" | "checklist_list" | "ask_user"
