@@ -466,7 +466,10 @@ mod tests {
         assert_eq!(ctx.spilled[0].1.len(), "start".len() + 8_000);
         let mut short = Context::default();
         short.untrusted("the body", "fine\u{200b} text", BODY_LIMIT);
-        assert_eq!(short.text, "```text\nfine text\n```\n");
+        assert_eq!(
+            short.text, "```text\nfine<U+200B> text\n```\n",
+            "the invisible character is shown, not kept or silently dropped"
+        );
         assert!(short.spilled.is_empty());
     }
 

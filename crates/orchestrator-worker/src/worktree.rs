@@ -85,6 +85,16 @@ pub async fn ensure(source: &Path, workspace: &Path) -> Result<Prepared, String>
             workspace.display()
         ));
     }
+    // A clone does not carry the checkout's own config; the identity commits are made with does,
+    // so that `git commit` in the clone works as it would in the checkout.
+    for key in ["user.name", "user.email"] {
+        if let Ok(value) = git(source, &["config".as_ref(), "--get".as_ref(), key.as_ref()]).await {
+            let value = value.trim();
+            if !value.is_empty() {
+                let _ = git(&scratch, &["config".as_ref(), key.as_ref(), value.as_ref()]).await;
+            }
+        }
+    }
     // An empty directory in its place (made by hand, or by a sandbox's bind mount) is replaced.
     if workspace.is_dir() {
         let _ = std::fs::remove_dir(workspace);

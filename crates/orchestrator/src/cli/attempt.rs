@@ -1,6 +1,7 @@
 //! `orchestrator attempt ...`: PR attempts by hand. Record a worktree's changes as an attempt of a
 //! task, list and show attempts (`show --patch` prints the exact patch bytes, for `git apply`),
-//! check that one still applies, and select the one to open a pull request with.
+//! check that one still applies, select the one to open a pull request with, and open it
+//! (`open-pr`, the same guard and evidence as the agents' `pr_open`).
 //!
 //! Recording is `orchestrator_worker::attempts::record_attempt`, the same code as the agents'
 //! `pr_attempt_record`, so an attempt recorded here carries the same evidence (the task's gates
@@ -75,7 +76,7 @@ Examples:
     /// so nothing is pushed and no git credentials are needed, only the API token; the base commit
     /// must be on GitHub. The body carries the gates' evidence and a hidden marker: running it
     /// again after an error or a timeout finds the pull request instead of opening a second one.
-    /// Refused (exit 5) when the attempt is not selected or a gate of the task did not pass on its
+    /// Refused (exit 4) when the attempt is not selected or a gate of the task did not pass on its
     /// tree.
     #[command(after_help = "\
 Examples:
@@ -512,7 +513,7 @@ async fn open_pr(global: &GlobalArgs, args: OpenPrArgs) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-/// The guard's refusals exit 5 with their reason; GitHub's answers keep their own codes.
+/// The guard's refusals exit 4 with their reason; GitHub's answers keep their own codes.
 fn pull_error(e: PullError) -> anyhow::Error {
     match e {
         PullError::Store(e) => e.into(),

@@ -9,7 +9,7 @@ use orchestrator_store::{CancelOutcome, Store, TaskFilter};
 use orchestrator_types::{
     GateSpec, NewTask, TaskId, TaskState, format_millis, now_millis, parse_time,
 };
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -19,7 +19,9 @@ pub enum TaskCommand {
     #[command(after_help = "\
 Examples:
   orchestrator task create --title 'unit tests' --gate 'cargo test' --workspace ~/src/app
-  orchestrator task create --title 'nightly' --gate 'make check' --run-after 2h --priority 5 --json")]
+  orchestrator task create --title 'nightly' --gate 'make check' --run-after 2h --priority 5 --json
+  orchestrator task create --title 'fix #7' --prompt 'Fix issue 7' --gate 'cargo test' \\
+      --clone-from ~/src/app --workspace ~/clones/app-7")]
     Create(Box<CreateArgs>),
     /// List tasks, newest first.
     #[command(
@@ -59,6 +61,10 @@ pub struct CreateArgs {
     /// Directory the gates run in (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// Work in a clone of this git checkout, made in --workspace (absent or empty) when the task
+    /// first runs and kept for its retries; the checkout itself is never edited.
+    #[arg(long, value_name = "CHECKOUT", requires = "workspace")]
+    pub clone_from: Option<PathBuf>,
     /// Instructions for an agent: the model works on them with the tools, then the gates decide.
     #[arg(long)]
     pub prompt: Option<String>,
@@ -107,6 +113,35 @@ pub struct EventsArgs {
     /// One JSON object per line.
     #[arg(long)]
     pub json: bool,
+}
+
+/// For `--clone-from`: the checkout, absolute, after checking that it is one and that the workspace
+/// can take its clone (absent, empty, or a clone made before); the workspace is made empty if
+/// absent, so that it has an absolute path like any other.
+fn prepare_clone_target(source: &Path, workspace: &Path) -> anyhow::Result<String> {
+    let invalid = |message: String| anyhow::Error::from(CliError::Invalid(message));
+    let source = std::fs::canonicalize(source)
+        .map_err(|e| invalid(format!("--clone-from {}: {e}", source.display())))?;
+    if !source.join(".git").exists() {
+        return Err(invalid(format!(
+            "--clone-from {} is not a git checkout",
+            source.display()
+        )));
+    }
+    if workspace.exists() {
+        let reused = workspace.join(".git").exists();
+        let empty = std::fs::read_dir(workspace).is_ok_and(|mut e| e.next().is_none());
+        if !reused && !empty {
+            return Err(invalid(format!(
+                "--workspace {} is not empty and not a git checkout; the clone needs an empty or new directory",
+                workspace.display()
+            )));
+        }
+    } else {
+        std::fs::create_dir_all(workspace)
+            .map_err(|e| invalid(format!("--workspace {}: {e}", workspace.display())))?;
+    }
+    Ok(source.display().to_string())
 }
 
 pub fn parse_id(text: &str) -> anyhow::Result<TaskId> {
@@ -184,6 +219,10 @@ pub async fn run(global: &GlobalArgs, command: TaskCommand) -> anyhow::Result<Ex
 }
 
 async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCode> {
+    let source = match (&args.clone_from, &args.workspace) {
+        (Some(source), Some(workspace)) => Some(prepare_clone_target(source, workspace)?),
+        _ => None,
+    };
     let mut task = build_task(
         &TaskFlags {
             title: &args.title,
@@ -195,6 +234,7 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
         },
         &global.config()?,
     )?;
+    task.worktree_of = source;
     task.priority = args.priority;
     task.queue = args.queue;
     task.max_attempts = args.max_attempts;

@@ -196,6 +196,9 @@ impl Report {
         println!("queue      {} (priority {})", view.queue, view.priority);
         if let Some(ws) = &view.workspace {
             println!("workspace  {ws}");
+            if let Some(source) = &view.worktree_of {
+                println!("clone of   {source}");
+            }
         }
         if task.prompt.is_some() {
             let model = match &task.model {

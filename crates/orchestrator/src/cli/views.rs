@@ -15,6 +15,9 @@ pub struct TaskView {
     pub queue: String,
     pub priority: i64,
     pub workspace: Option<String>,
+    /// The checkout the workspace is cloned from, for a task that works in a clone of its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree_of: Option<String>,
     pub prompt: Option<String>,
     pub run_after: String,
     pub lease_owner: Option<String>,
@@ -126,6 +129,7 @@ impl TaskView {
             queue: task.queue.clone(),
             priority: task.priority,
             workspace: task.workspace.clone(),
+            worktree_of: task.worktree_of.clone(),
             prompt: task.prompt.clone(),
             run_after: format_millis(task.run_after),
             lease_owner: task.lease_owner.clone(),

@@ -322,3 +322,73 @@ fn attempts_are_recorded_shown_applied_checked_and_selected() {
     let out = env.run(&["attempt", "show", "1", "--patch", "--json"]);
     assert_code(&out, 2, "--patch with --json");
 }
+
+#[test]
+fn open_pr_opens_one_draft_from_the_selected_gated_attempt() {
+    use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
+    let env = Env::sqlite();
+    let (_dir, repo) = git_repo(&[("src/lib.rs", LIB), ("README.md", "# demo\n")]);
+    let fake = FakeGitHub::start_blocking();
+    fake.seed_git("acme/widgets", &repo);
+    // The change is made, then the task's gate runs on exactly that tree.
+    std::fs::write(repo.join("src/lib.rs"), LIB.replace("41", "42")).unwrap();
+    let task = env.create("answer 42", &["grep -q 42 src/lib.rs"], &repo);
+    let serve = env.serve(&[]);
+    let done = env.wait_task(task, "finished", |t| {
+        t["state"] == "succeeded" || t["state"] == "failed"
+    });
+    assert_eq!(done["state"], "succeeded", "{done}");
+    drop(serve);
+    let task = task.to_string();
+    let recorded = env.json(&[
+        "attempt", "record", "--task", &task, "--label", "42", "--json",
+    ]);
+    let id = recorded["id"].as_i64().unwrap().to_string();
+    assert_eq!(recorded["gates"].as_array().unwrap().len(), 1, "{recorded}");
+
+    let url = fake.url();
+    let open = |extra: &[&str]| {
+        let mut args = vec!["attempt", "open-pr", &id, "--repo", "acme/widgets"];
+        args.extend(extra);
+        env.cmd(&args)
+            .env("GITHUB_TOKEN", FAKE_TOKEN)
+            .env("ORCHESTRATOR_GITHUB_API_URL", &url)
+            .output()
+            .unwrap()
+    };
+    let out = open(&[]);
+    assert_code(&out, 4, "open-pr from an attempt that is not selected");
+    assert!(
+        text(&out.stderr).contains("not the selected attempt"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(fake.pulls("acme/widgets").is_empty());
+
+    env.json(&["attempt", "select", &id, "--json"]);
+    let out = open(&["--issue", "7", "--json"]);
+    assert_code(&out, 0, "open-pr");
+    let opened: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(opened["draft"], true, "{opened}");
+    assert_eq!(opened["outcome"], "opened", "{opened}");
+    let pulls = fake.pulls("acme/widgets");
+    assert_eq!(pulls.len(), 1);
+    assert!(pulls[0].body.contains("Fixes #7"), "{}", pulls[0].body);
+    let url = opened["url"].as_str().unwrap();
+    assert!(
+        url.ends_with(&format!("/acme/widgets/pull/{}", pulls[0].number)),
+        "{url}"
+    );
+
+    // Again: the same pull request, found rather than opened twice; and on the task's record.
+    let out = open(&["--json"]);
+    assert_code(&out, 0, "open-pr again");
+    let again: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(again["outcome"], "found", "{again}");
+    assert_eq!(again["url"], opened["url"]);
+    assert_eq!(fake.pulls("acme/widgets").len(), 1);
+    let read = env.task(task.parse().unwrap());
+    let writes = read["github_writes"].as_array().unwrap();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert!(writes.iter().all(|w| w["by"] == "cli"), "{writes:?}");
+}

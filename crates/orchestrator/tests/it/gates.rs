@@ -91,3 +91,88 @@ fn a_timed_out_gate_leaves_no_process_behind() {
     assert_eq!(task["gates"][0]["failure_kind"], "timeout");
     assert_no_process_with(&format!("sleep {marker}"));
 }
+
+#[test]
+fn a_task_created_with_clone_from_runs_in_its_own_clone() {
+    let (_dir, source) = orchestrator_test_support::git_repo(&[("a.txt", "a\n")]);
+    let place = tempfile::tempdir().unwrap();
+    let clone = place.path().join("clones/app-7");
+    let env = Env::sqlite();
+    let (src, ws) = (source.display().to_string(), clone.display().to_string());
+    let created = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "in a clone",
+        "--gate",
+        "test -f a.txt && touch gated.flag",
+        "--clone-from",
+        &src,
+        "--workspace",
+        &ws,
+        "--json",
+    ]);
+    let id = created["id"].as_i64().unwrap();
+    assert_eq!(
+        created["worktree_of"],
+        std::fs::canonicalize(&source)
+            .unwrap()
+            .display()
+            .to_string()
+    );
+    let _serve = env.serve(&[]);
+    let task = env.wait_task(id, "finished", |t| {
+        t["state"] == "succeeded" || t["state"] == "failed"
+    });
+    assert_eq!(task["state"], "succeeded", "{task}");
+    assert!(
+        clone.join("gated.flag").exists(),
+        "the gate ran in the clone"
+    );
+    assert!(
+        !source.join("gated.flag").exists(),
+        "and not in the checkout"
+    );
+    let out = env.run(&["task", "events", &id.to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("workspace_prepared") && text.contains("cloned"),
+        "{text}"
+    );
+    let read =
+        String::from_utf8_lossy(&env.run(&["task", "read", &id.to_string()]).stdout).into_owned();
+    assert!(read.contains("clone of"), "{read}");
+
+    // Refused before anything is stored: not a checkout, a workspace holding other files, and
+    // --clone-from without a workspace to clone into.
+    let plain = tempfile::tempdir().unwrap();
+    let refused = |args: &[&str]| {
+        let mut all = vec!["task", "create", "--title", "x", "--gate", "true"];
+        all.extend(args);
+        let out = env.run(&all);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, text) = refused(&[
+        "--clone-from",
+        plain.path().to_str().unwrap(),
+        "--workspace",
+        place.path().join("other").to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(6), "{text}");
+    assert!(text.contains("is not a git checkout"), "{text}");
+    std::fs::write(place.path().join("notes.txt"), "mine\n").unwrap();
+    let (code, text) = refused(&[
+        "--clone-from",
+        &src,
+        "--workspace",
+        place.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(6), "{text}");
+    assert!(text.contains("not empty"), "{text}");
+    let (code, text) = refused(&["--clone-from", &src]);
+    assert_eq!(code, Some(2), "{text}");
+    assert_eq!(env.tasks().len(), 1, "nothing else was stored");
+}

@@ -82,7 +82,7 @@ fn attempt_failure(e: AttemptError) -> ToolFailure {
 fn store_refusal(e: orchestrator_store::Error) -> ToolFailure {
     match e {
         orchestrator_store::Error::AttemptNotFound(id) => refuse(format!(
-            "there is no attempt {id}; pr_attempt_list shows this task's attempts"
+            "there is no attempt {id}; pr_attempt_record answered with the ids of this task's attempts"
         )),
         orchestrator_store::Error::Invalid(e) => refuse(e.to_string()),
         other => store_failure(other),
@@ -94,7 +94,7 @@ async fn own_attempt(session: &Session, id: i64) -> Result<Attempt, ToolFailure>
     let attempt = session.store.attempt(id).await.map_err(store_refusal)?;
     if attempt.task_id != session.task_id() {
         return Err(refuse(format!(
-            "attempt {id} belongs to task {}, not to this task ({}); pr_attempt_list shows this task's attempts",
+            "attempt {id} belongs to task {}, not to this task ({}); pr_attempt_record answered with the ids of this task's attempts",
             attempt.task_id,
             session.task_id()
         )));
@@ -115,7 +115,7 @@ fn gates_phrase(attempt: &Attempt) -> String {
     }
 }
 
-const ATTEMPT_ID: &str = "An attempt id, as pr_attempt_record or pr_attempt_list gives it.";
+const ATTEMPT_ID: &str = "An attempt id, as pr_attempt_record gave it.";
 
 pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
     vec![

@@ -95,7 +95,7 @@ async fn open_checks(
         Ok(a) => a,
         Err(orchestrator_store::Error::AttemptNotFound(id)) => {
             return Err(refuse(format!(
-                "there is no attempt {id}; pr_attempt_list shows this task's attempts"
+                "there is no attempt {id}; pr_attempt_record answered with the ids of this task's attempts"
             )));
         }
         Err(e) => return Err(store_failure(e)),
@@ -390,7 +390,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 description: "Open a pull request from one of this task's PR attempts: the selected attempt of its group, whose tree every gate of the task passed on (record the attempt after the gates ran, then pr_attempt_select it). The attempt's patch is applied to its base commit and sent through GitHub's API as blobs, a tree, a commit and a branch `orchestrator/task-N-attempt-M`; nothing is pushed from the workspace. Draft unless draft is false. The body carries your description, `Fixes #issue` when issue is given, and the gates' evidence. Needs approval unless pre-approved. Calling it again after an error finds the pull request instead of opening a second one. The attempt's base commit must be on GitHub.",
                 schema: schema(
                     json!({
-                        "attempt_id": {"type": "integer", "minimum": 1, "description": "The selected attempt, as pr_attempt_list shows it."},
+                        "attempt_id": {"type": "integer", "minimum": 1, "description": "The selected attempt, as pr_attempt_record gave it."},
                         "repo": {"type": "string", "description": REPO_SCHEMA},
                         "base": {"type": "string", "description": "The branch to merge into; default the repository's default branch."},
                         "title": {"type": "string", "description": "Default: the task's title."},
