@@ -119,6 +119,10 @@ pub struct Quirks {
     pub ignore_tools_without_tool_choice: bool,
     /// llama-server: 500 to a history whose tool call arguments are not a JSON object.
     pub refuse_malformed_history: bool,
+    /// llama-server started with `--ctx-size N`: a request over N tokens (counted here as four
+    /// bytes of its messages' and tools' JSON to a token) gets llama.cpp's 400
+    /// `exceed_context_size_error`, usage reports that count, and `GET /props` says N.
+    pub context_window: Option<u64>,
 }
 
 impl Quirks {
@@ -128,6 +132,7 @@ impl Quirks {
             refuse_null_content: true,
             ignore_tools_without_tool_choice: true,
             refuse_malformed_history: true,
+            context_window: None,
         }
     }
 }
@@ -162,9 +167,18 @@ pub struct Request {
     pub authorization: Option<String>,
     /// 0-based arrival order.
     pub index: usize,
+    /// The request's tokens as a server with a `context_window` counts them.
+    pub counted_tokens: Option<u64>,
 }
 
 impl Request {
+    /// Four bytes of the JSON of the messages and the tools to a token.
+    pub fn size_tokens(&self) -> u64 {
+        let bytes = self.body["messages"].to_string().len()
+            + self.body.get("tools").map_or(0, |t| t.to_string().len());
+        bytes.div_ceil(4) as u64
+    }
+
     pub fn messages(&self) -> &[Value] {
         self.body["messages"]
             .as_array()
@@ -228,6 +242,8 @@ struct Shared {
     handler: Box<Handler>,
     quirks: Quirks,
     received: Mutex<Vec<Request>>,
+    /// Requests refused because they did not fit the `context_window` quirk.
+    oversized: std::sync::atomic::AtomicUsize,
 }
 
 /// A running scripted model server; it stops when this is dropped.
@@ -308,9 +324,11 @@ impl ScriptedModel {
             handler,
             quirks,
             received: Mutex::new(Vec::new()),
+            oversized: std::sync::atomic::AtomicUsize::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
+            .route("/props", axum::routing::get(props))
             .fallback(not_found)
             .with_state(shared.clone());
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -341,6 +359,13 @@ impl ScriptedModel {
         self.shared.received.lock().unwrap().clone()
     }
 
+    /// How many requests were refused as too long for the `context_window` quirk.
+    pub fn oversized(&self) -> usize {
+        self.shared
+            .oversized
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     pub fn request_count(&self) -> usize {
         self.shared.received.lock().unwrap().len()
     }
@@ -365,6 +390,17 @@ async fn not_found() -> Response {
     )
 }
 
+/// llama.cpp's `GET /props`, when the server has a `context_window`.
+async fn props(State(shared): State<Arc<Shared>>) -> Response {
+    match shared.quirks.context_window {
+        Some(n_ctx) => json_response(
+            StatusCode::OK,
+            json!({"default_generation_settings": {"n_ctx": n_ctx}, "total_slots": 1}).to_string(),
+        ),
+        None => not_found().await,
+    }
+}
+
 async fn completions(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
@@ -384,17 +420,39 @@ async fn completions(
     };
     let request = {
         let mut received = shared.received.lock().unwrap();
-        let request = Request {
+        let mut request = Request {
             body,
             authorization: headers
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
             index: received.len(),
+            counted_tokens: None,
         };
+        if shared.quirks.context_window.is_some() {
+            request.counted_tokens = Some(request.size_tokens());
+        }
         received.push(request.clone());
         request
     };
+    if let (Some(n_ctx), Some(tokens)) = (shared.quirks.context_window, request.counted_tokens)
+        && tokens > n_ctx
+    {
+        shared
+            .oversized
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            json!({"error": {
+                "code": 400,
+                "message": format!("request ({tokens} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it"),
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": tokens,
+                "n_ctx": n_ctx,
+            }})
+            .to_string(),
+        );
+    }
     if let Some(refusal) = refuse(shared.quirks, &request) {
         return refusal;
     }
@@ -626,7 +684,9 @@ impl Answer {
             finish_reason: shape.finish_reason,
             call_ids: shape.call_ids,
             report_usage: shape.usage,
-            prompt_tokens: request.messages().len() as u64 * 10,
+            prompt_tokens: request
+                .counted_tokens
+                .unwrap_or(request.messages().len() as u64 * 10),
         }
     }
 
@@ -775,6 +835,7 @@ mod tests {
             body: json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
             authorization: None,
             index: 3,
+            counted_tokens: None,
         };
         let answer = Answer::new(
             &request,

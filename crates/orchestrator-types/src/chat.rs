@@ -146,6 +146,10 @@ pub struct ModelSettings {
     /// Most tokens one reply may have, sent as `max_tokens` (default: the server's own limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u64>,
+    /// Compact the conversation when a request would be larger than this many tokens (default:
+    /// the smaller of 80 % of the window and the window minus the reply's reserve and a margin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact_at: Option<u64>,
     /// `tool_choice` sent with the tools: `auto` (default), `required`, `none`, or `omit` to send
     /// none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -168,6 +172,7 @@ impl ModelSettings {
             max_retries: over.max_retries.or(self.max_retries),
             context_window: over.context_window.or(self.context_window),
             max_output_tokens: over.max_output_tokens.or(self.max_output_tokens),
+            compact_at: over.compact_at.or(self.compact_at),
             tool_choice: over
                 .tool_choice
                 .clone()
@@ -185,10 +190,19 @@ impl ModelSettings {
         for (field, value) in [
             ("context_window", self.context_window),
             ("max_output_tokens", self.max_output_tokens),
+            ("compact_at", self.compact_at),
         ] {
             if value == Some(0) {
                 return Err(Error::invalid(field, "must be at least 1 token"));
             }
+        }
+        if let (Some(window), Some(at)) = (self.context_window, self.compact_at)
+            && at >= window
+        {
+            return Err(Error::invalid(
+                "compact_at",
+                format!("{at} is not below the context window of {window}"),
+            ));
         }
         if let (Some(window), Some(output)) = (self.context_window, self.max_output_tokens)
             && output >= window

@@ -55,10 +55,16 @@ pub enum EventKind {
     AttemptSelected,
     /// The task's own clone of a checkout was made (or found) as its workspace.
     WorkspacePrepared,
+    /// An attempt learned its model's context window (tokens, where the number came from, and
+    /// where compaction starts).
+    ContextWindow,
+    /// The conversation was compacted to fit the context window; its new messages start at
+    /// `first_seq`.
+    Compacted,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 27] = [
+    pub const ALL: [EventKind; 29] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -86,6 +92,8 @@ impl EventKind {
         EventKind::AttemptRecorded,
         EventKind::AttemptSelected,
         EventKind::WorkspacePrepared,
+        EventKind::ContextWindow,
+        EventKind::Compacted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -117,6 +125,8 @@ impl EventKind {
             EventKind::AttemptRecorded => "attempt_recorded",
             EventKind::AttemptSelected => "attempt_selected",
             EventKind::WorkspacePrepared => "workspace_prepared",
+            EventKind::ContextWindow => "context_window",
+            EventKind::Compacted => "compacted",
         }
     }
 

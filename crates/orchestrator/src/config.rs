@@ -276,6 +276,7 @@ pub struct ModelConfig {
     pub max_retries: Option<u32>,
     pub context_window: Option<u64>,
     pub max_output_tokens: Option<u64>,
+    pub compact_at: Option<u64>,
     pub tool_choice: Option<String>,
 }
 
@@ -288,6 +289,7 @@ impl ModelConfig {
             max_retries: self.max_retries,
             context_window: self.context_window,
             max_output_tokens: self.max_output_tokens,
+            compact_at: self.compact_at,
             tool_choice: self.tool_choice.clone(),
         }
     }

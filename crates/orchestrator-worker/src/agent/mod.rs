@@ -27,6 +27,7 @@
 //! Streamed pieces of a reply go to the live channel only; the store sees whole messages.
 
 mod calls;
+pub mod context;
 pub(crate) mod policy;
 mod prompt;
 mod session;
@@ -35,13 +36,16 @@ pub mod tools;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use context::Limits;
 use orchestrator_store::{Lease, NewMessage, SavedMessage, Task};
 use orchestrator_tools::{Profile, Registry};
 use orchestrator_types::{ChatMessage, EventKind, ModelSpec, Role, Usage};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
-use crate::model::{ClientConfig, Delta, ModelClient, ModelError, ModelReply, ToolDefinition};
+use crate::model::{
+    ClientConfig, Delta, ModelClient, ModelError, ModelReply, ToolDefinition, WindowSource,
+};
 use crate::runner::{RunContext, Stop};
 pub use policy::{automation_default_policy, effective_policy};
 pub(crate) use session::Session;
@@ -156,11 +160,20 @@ pub async fn run_agent(
             )));
         }
     };
-    let definitions: Vec<ToolDefinition> = registry
+    // Sorted by name, so the tools' bytes are the same in every request and after a resume: a
+    // prompt cache matches only an identical prefix.
+    let mut definitions: Vec<ToolDefinition> = registry
         .list()
         .into_iter()
         .map(|t| ToolDefinition::new(t.name, t.description, t.input_schema))
         .collect();
+    definitions.sort_by(|a, b| a.name.cmp(&b.name));
+    let window = client.window().await;
+    let limits = Limits::new(
+        window,
+        client.config().max_output_tokens,
+        client.config().compact_at,
+    );
     let mut agent = Agent {
         ctx,
         task,
@@ -171,6 +184,8 @@ pub async fn run_agent(
         tool_ctx,
         client,
         definitions,
+        limits,
+        compaction_turns: Vec::new(),
     };
     let end = agent.run(&prompt, &workspace).await;
     agent.tool_ctx.shutdown().await;
@@ -188,6 +203,26 @@ struct Agent<'a> {
     tool_ctx: orchestrator_tools::ToolContext,
     client: ModelClient,
     definitions: Vec<ToolDefinition>,
+    /// The model's window and where compaction starts.
+    limits: Limits,
+    /// The turn of each compaction of the task so far.
+    compaction_turns: Vec<i64>,
+}
+
+/// What a compaction came to.
+enum Compaction {
+    Done,
+    /// Nothing could be compacted; why.
+    Nothing(String),
+    /// The task must stop.
+    End(AgentEnd),
+}
+
+/// Why a model call gave no reply.
+enum Refusal {
+    /// The request does not fit the server's context window.
+    Overflow(String),
+    End(AgentEnd),
 }
 
 /// What a store write's failure means for the loop.
@@ -253,11 +288,50 @@ impl Agent<'_> {
         let mut budget = Budget::of_saved(&saved, &self.ctx.store.tool_calls(self.task.id).await?);
         budget.estimate_missing(&saved, &self.definitions);
         let mut turn = saved.iter().map(|m| m.turn).max().unwrap_or(0);
-        let mut conversation: Vec<ChatMessage> = saved.iter().map(|m| m.message.clone()).collect();
         let mut used_ids: std::collections::HashSet<String> = saved
             .iter()
             .flat_map(|m| m.message.tool_calls.iter().map(|c| c.id.clone()))
             .collect();
+        // After a compaction the conversation is the rows it wrote and what followed them.
+        let compactions = self
+            .ctx
+            .store
+            .events_of_kind(self.task.id, EventKind::Compacted)
+            .await?;
+        self.compaction_turns = compactions
+            .iter()
+            .filter_map(|e| e.data["turn"].as_i64())
+            .collect();
+        let first_seq = compactions
+            .last()
+            .and_then(|e| e.data["first_seq"].as_i64())
+            .unwrap_or(0);
+        let saved: Vec<SavedMessage> = saved.into_iter().filter(|m| m.seq >= first_seq).collect();
+        let mut conversation: Vec<ChatMessage> = saved.iter().map(|m| m.message.clone()).collect();
+        // The server's count for the last reply that has one anchors the size of the next request.
+        let mut counted: Option<(usize, u64)> = saved
+            .iter()
+            .rposition(|m| m.usage.is_some())
+            .and_then(|at| {
+                saved[at]
+                    .usage
+                    .map(|u| (at, u.prompt_tokens + u.completion_tokens))
+            });
+        let limits = self.limits;
+        self.ctx
+            .store
+            .append_event(
+                self.lease,
+                EventKind::ContextWindow,
+                json!({
+                    "tokens": limits.window.tokens,
+                    "source": limits.window.source.as_str(),
+                    "trigger": limits.trigger,
+                    "reserve": limits.reserve,
+                    "estimate": format!("{} bytes of JSON per token beyond the server's last count", context::BYTES_PER_TOKEN),
+                }),
+            )
+            .await?;
 
         // The model already gave its final answer; the attempt that saved it did not get to the
         // gates (handed back, killed, a gate that could not run). Asking again would spend a turn
@@ -286,6 +360,7 @@ impl Agent<'_> {
             .max()
             .unwrap_or(0);
         let mut cut_in_a_row = 0u32;
+        let mut overflow_retried = false;
         loop {
             if self.stop.token().is_cancelled() {
                 return Ok(AgentEnd::Stopped);
@@ -321,10 +396,51 @@ impl Agent<'_> {
                 None => None,
             };
 
+            // A window nobody stated is a guess: only the server's refusal compacts then.
+            let size = context::request_tokens(&conversation, &self.definitions, counted);
+            if size > self.limits.trigger && self.limits.window.source != WindowSource::Default {
+                let why = format!(
+                    "the next request would be about {size} tokens, past the trigger of {} in a window of {}",
+                    self.limits.trigger, self.limits.window.tokens
+                );
+                match self.compact(&mut conversation, turn, size, &why).await? {
+                    Compaction::Done => counted = None,
+                    // The estimate errs high: let the server say whether it fits.
+                    Compaction::Nothing(_) => {}
+                    Compaction::End(end) => return Ok(end),
+                }
+            }
+
             let asked = Instant::now();
             let reply = match self.ask_model(&conversation, time_left).await? {
-                Ok(reply) => reply,
-                Err(end) => return Ok(end),
+                Ok(reply) => {
+                    overflow_retried = false;
+                    reply
+                }
+                Err(Refusal::Overflow(error)) if !overflow_retried => {
+                    // The server's window is smaller than this request: compact, then ask once
+                    // more.
+                    budget.work_ms += millis_since(asked);
+                    overflow_retried = true;
+                    let size = context::request_tokens(&conversation, &self.definitions, None);
+                    let why = format!("the model server refused the request as too long: {error}");
+                    match self.compact(&mut conversation, turn, size, &why).await? {
+                        Compaction::Done => counted = None,
+                        Compaction::Nothing(message) => return Ok(AgentEnd::Failed(message)),
+                        Compaction::End(end) => return Ok(end),
+                    }
+                    continue;
+                }
+                Err(Refusal::Overflow(error)) => {
+                    return Ok(AgentEnd::Failed(format!(
+                        "stalled: the model server refused the request as too long again right \
+                         after a compaction, so its real context window is smaller than the {} \
+                         tokens assumed ({}); set context_window for this model ({error})",
+                        self.limits.window.tokens,
+                        self.limits.window.source.as_str()
+                    )));
+                }
+                Err(Refusal::End(end)) => return Ok(end),
             };
             budget.work_ms += millis_since(asked);
             turn += 1;
@@ -385,6 +501,9 @@ impl Agent<'_> {
                     (EventKind::Message, event),
                 )
                 .await?;
+            if let Some(u) = reply.usage {
+                counted = Some((conversation.len(), u.prompt_tokens + u.completion_tokens));
+            }
             conversation.extend(batch.into_iter().map(|m| m.message));
             if cut {
                 if cut_in_a_row >= MAX_CUT_REPLIES {
@@ -418,6 +537,161 @@ impl Agent<'_> {
             }
             budget.work_ms += millis_since(calls_started);
         }
+    }
+
+    /// Compacts the conversation (see [`context`]) and saves the result as new rows with a
+    /// `compacted` event in one transaction. Returns an end when the task must stop: nothing left
+    /// to compact, a compaction that freed almost nothing, or too many compactions too close
+    /// together (each a sign that the window is too small for the work, which more compactions
+    /// would not change).
+    async fn compact(
+        &mut self,
+        conversation: &mut Vec<ChatMessage>,
+        turn: i64,
+        before: u64,
+        reason: &str,
+    ) -> Result<Compaction, Halt> {
+        let limits = self.limits;
+        let recent = self
+            .compaction_turns
+            .iter()
+            .filter(|t| turn - **t < context::STALL_TURNS)
+            .count();
+        if recent >= context::STALL_COMPACTIONS {
+            return Ok(Compaction::End(AgentEnd::Failed(format!(
+                "stalled: {recent} compactions within the last {} turns and the conversation \
+                 needs another ({reason}); the window of {} tokens ({}) is too small for this \
+                 work: give the model a larger context_window or split the task",
+                context::STALL_TURNS,
+                limits.window.tokens,
+                limits.window.source.as_str()
+            ))));
+        }
+        let Some(tail) = context::tail_start(conversation) else {
+            return Ok(Compaction::Nothing(format!(
+                "the conversation does not fit the model's context window ({reason}) and holds \
+                 nothing to compact: the system prompt, the task's prompt and the last two turns \
+                 alone are about {before} tokens of the {}-token window",
+                limits.window.tokens
+            )));
+        };
+        let number = self.compaction_turns.len() as u32 + 1;
+        let (mut next, cleared) = context::clear_old_outputs(conversation, tail, number);
+        let mut after = context::request_tokens(&next, &self.definitions, None);
+        let mut kind = "cleared";
+        let mut summary_usage = None;
+        let mut summary_ms = None;
+        if after > limits.target {
+            let mut ask = next.clone();
+            ask.push(ChatMessage::user(context::SUMMARY_INSTRUCTION));
+            let asked = Instant::now();
+            let reply = tokio::select! {
+                reply = self.client.complete(&ask, &[], None) => reply,
+                () = self.stop.token().cancelled() => return Ok(Compaction::End(AgentEnd::Stopped)),
+            };
+            let summary = match reply {
+                Ok(reply) => {
+                    summary_usage = reply.usage;
+                    summary_ms = Some(millis_since(asked));
+                    reply.message.content.unwrap_or_default()
+                }
+                // Even the request for a summary does not fit: the span goes without one, and the
+                // records re-injected below say what was established.
+                Err(ModelError::ContextOverflow { .. }) => String::new(),
+                Err(e) => return Ok(Compaction::End(model_failure(&e))),
+            };
+            let summary = if summary.trim().is_empty() {
+                "(No summary could be written: the request for one did not fit the model's \
+                 window. The earlier turns are gone; rely on the task's records below.)"
+                    .to_owned()
+            } else {
+                summary
+            };
+            let state = self.records_state().await?;
+            next = context::summarized(&next, tail, number, &summary, &state);
+            after = context::request_tokens(&next, &self.definitions, None);
+            kind = "summarized";
+        }
+        if after.saturating_mul(100) > before.saturating_mul(100 - context::STALL_FREED_PERCENT) {
+            return Ok(Compaction::End(AgentEnd::Failed(format!(
+                "stalled: compaction {number} would free under {}% of the conversation (about \
+                 {before} tokens before, {after} after; {reason}); what is left is the task's \
+                 prompt, people's words and the last two turns",
+                context::STALL_FREED_PERCENT
+            ))));
+        }
+        let first_seq = self
+            .ctx
+            .store
+            .messages(self.task.id)
+            .await?
+            .last()
+            .map_or(1, |m| m.seq + 1);
+        let rows: Vec<NewMessage> = next
+            .iter()
+            .map(|message| {
+                let is_summary = kind == "summarized"
+                    && message.role == Role::User
+                    && message
+                        .content
+                        .as_deref()
+                        .is_some_and(|c| c.starts_with(&format!("[Compaction {number}:")));
+                NewMessage {
+                    turn,
+                    message: message.clone(),
+                    usage: if is_summary { summary_usage } else { None },
+                    model_ms: if is_summary { summary_ms } else { None },
+                }
+            })
+            .collect();
+        let event = context::event(
+            number, kind, turn, first_seq, &limits, before, after, cleared, reason,
+        );
+        self.ctx
+            .store
+            .append_messages(
+                self.lease,
+                self.task.attempt,
+                &rows,
+                (EventKind::Compacted, event),
+            )
+            .await?;
+        *conversation = next;
+        self.compaction_turns.push(turn);
+        Ok(Compaction::Done)
+    }
+
+    /// What the store knows of the task now, for a summary: the checklist and the newest run of
+    /// each gate.
+    async fn records_state(&self) -> Result<String, Halt> {
+        let mut out = String::new();
+        let checklist = self.ctx.store.checklist(self.task.id).await?;
+        if !checklist.is_empty() {
+            out.push_str("Checklist:\n");
+            for item in &checklist {
+                out.push_str(&format!(
+                    "{}. [{}] {}\n",
+                    item.position, item.status, item.text
+                ));
+            }
+        }
+        let gates = self.ctx.store.gates(self.task.id).await?;
+        let mut newest: Vec<&orchestrator_types::GateRecord> = Vec::new();
+        for record in gates.iter().rev() {
+            if !newest.iter().any(|g| g.name == record.name) {
+                newest.push(record);
+            }
+        }
+        if !newest.is_empty() {
+            out.push_str("Gates (newest run of each):\n");
+            for g in newest.iter().rev() {
+                out.push_str(&format!(
+                    "- {} (`{}`): {} - {}\n",
+                    g.name, g.command, g.verdict, g.summary
+                ));
+            }
+        }
+        Ok(out)
     }
 
     /// `" (max_output_tokens N)"` when the model's settings set the limit.
@@ -470,7 +744,7 @@ impl Agent<'_> {
         &self,
         conversation: &[ChatMessage],
         time_left: Option<Duration>,
-    ) -> Result<Result<ModelReply, AgentEnd>, Halt> {
+    ) -> Result<Result<ModelReply, Refusal>, Halt> {
         let (tx, mut rx) = mpsc::unbounded_channel::<Delta>();
         let live = self.ctx.agent.live.clone();
         let store = self.ctx.store.clone();
@@ -515,8 +789,11 @@ impl Agent<'_> {
         let _ = forward.await;
         Ok(match outcome {
             Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => Err(model_failure(&e)),
-            Err(end) => Err(end),
+            Ok(Err(e @ ModelError::ContextOverflow { .. })) => {
+                Err(Refusal::Overflow(e.to_string()))
+            }
+            Ok(Err(e)) => Err(Refusal::End(model_failure(&e))),
+            Err(end) => Err(Refusal::End(end)),
         })
     }
 
@@ -709,7 +986,14 @@ impl Budget {
 
     /// Adds an estimate for each saved reply whose server reported no usage.
     fn estimate_missing(&mut self, saved: &[SavedMessage], tools: &[ToolDefinition]) {
+        // A compaction copies replies into its rows; a copy was no model call.
+        let mut seen = std::collections::HashSet::new();
         for (at, m) in saved.iter().enumerate() {
+            if m.message.role == Role::Assistant
+                && !seen.insert(serde_json::to_string(&m.message).unwrap_or_default())
+            {
+                continue;
+            }
             if m.message.role == Role::Assistant && m.usage.is_none() {
                 let before: Vec<ChatMessage> =
                     saved[..at].iter().map(|m| m.message.clone()).collect();

@@ -24,7 +24,10 @@
 
 mod error;
 mod sse;
+mod window;
 mod wire;
+
+pub use window::{DEFAULT_WINDOW, Window, WindowSource, known_window};
 
 pub use error::ModelError;
 use error::{is_about_the_request, is_overflow};
@@ -80,6 +83,8 @@ pub struct ClientConfig {
     pub max_output_tokens: Option<u64>,
     /// The model's context window, when known, for errors about prompts that do not fit.
     pub context_window: Option<u64>,
+    /// Where the agent compacts its conversation, when the model's settings say.
+    pub compact_at: Option<u64>,
 }
 
 impl Default for ClientConfig {
@@ -94,6 +99,7 @@ impl Default for ClientConfig {
             tool_choice: Some("auto".to_owned()),
             max_output_tokens: None,
             context_window: None,
+            compact_at: None,
         }
     }
 }
@@ -116,6 +122,7 @@ impl ClientConfig {
         }
         config.max_output_tokens = settings.max_output_tokens.or(config.max_output_tokens);
         config.context_window = settings.context_window.or(config.context_window);
+        config.compact_at = settings.compact_at.or(config.compact_at);
         config
     }
 

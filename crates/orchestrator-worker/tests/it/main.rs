@@ -6,6 +6,7 @@ mod agent;
 mod agent_real;
 mod attempts;
 mod closure;
+mod context;
 mod docs;
 mod github;
 mod model;

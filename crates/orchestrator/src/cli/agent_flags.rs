@@ -171,6 +171,7 @@ impl AgentFlags {
             max_retries: self.model_retries,
             context_window: self.context_window,
             max_output_tokens: self.max_output_tokens,
+            compact_at: None,
             tool_choice: self.tool_choice.clone(),
         }
     }
