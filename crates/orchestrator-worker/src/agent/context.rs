@@ -26,6 +26,9 @@ use crate::model::{ToolDefinition, Window};
 
 /// Bytes of request JSON per estimated token.
 pub const BYTES_PER_TOKEN: usize = 3;
+/// The least a tool result may show, however full the window: below this a result says too little
+/// to act on, and the next compaction makes room.
+pub const MIN_RESULT_BYTES: usize = 2048;
 /// Tool outputs shorter than this are kept when old outputs are cleared: clearing them frees
 /// little and their stubs would be as long.
 const CLEAR_AT_LEAST: usize = 400;

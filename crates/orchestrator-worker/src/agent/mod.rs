@@ -694,6 +694,19 @@ impl Agent<'_> {
         Ok(out)
     }
 
+    /// The most bytes one of `calls` results may show: half of what is left below the trigger,
+    /// shared among the calls, between 2 KiB and the tools' own limit. A window nobody stated
+    /// leaves the tools' limit.
+    fn result_bytes(&self, conversation: &[ChatMessage], calls: usize) -> usize {
+        let most = orchestrator_tools::Limits::default().max_result_bytes;
+        if self.limits.window.source == WindowSource::Default {
+            return most;
+        }
+        let used = context::request_tokens(conversation, &self.definitions, None);
+        let left = self.limits.trigger.saturating_sub(used) as usize * context::BYTES_PER_TOKEN;
+        (left / 2 / calls.max(1)).clamp(context::MIN_RESULT_BYTES, most)
+    }
+
     /// `" (max_output_tokens N)"` when the model's settings set the limit.
     fn limit_note(&self) -> String {
         match self.client.config().max_output_tokens {
@@ -811,6 +824,15 @@ impl Agent<'_> {
         } else {
             Vec::new()
         };
+        // Each result is bounded when it is recorded, never cut later: by what the window has
+        // left, shared among the reply's calls. Cut results keep head and tail and name the full
+        // output, which retrieve_tool_result reads.
+        let tool_ctx = self
+            .tool_ctx
+            .clone()
+            .with_limits(orchestrator_tools::Limits {
+                max_result_bytes: self.result_bytes(conversation, calls.len()),
+            });
         let mut i = 0;
         while i < calls.len() {
             let mut j = i + 1;
@@ -825,7 +847,7 @@ impl Agent<'_> {
                     self.ctx,
                     &self.session,
                     &self.registry,
-                    &self.tool_ctx,
+                    &tool_ctx,
                     self.stop,
                     turn,
                     *position as i64,

@@ -203,3 +203,36 @@ async fn a_server_window_smaller_than_configured_compacts_then_stops_as_stalled(
         model.request_count()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_tool_result_is_cut_to_what_the_window_has_left() {
+    // One read_file of a 65 KB file used to end the task against an 8k llama-server.
+    let db = orchestrator_test_support::sqlite_store().await;
+    let ws = workspace(100);
+    let line = "fn main() { println!(\"a line of a large source file\"); }\n";
+    std::fs::write(ws.path().join("big.rs"), line.repeat(65_000 / line.len())).unwrap();
+    let quirks = Quirks {
+        context_window: Some(8192),
+        ..Quirks::default()
+    };
+    let model = ScriptedModel::start_with(quirks, |request: &Request| {
+        match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call("read_file", json!({"path": "big.rs"}))]),
+            _ => Reply::Text("read it".into()),
+        }
+    })
+    .await;
+    let id = run(&db.store, ws.path(), &model, ModelSettings::default(), 5).await;
+    let task = db.store.get_task(id).await.unwrap();
+    assert_eq!(task.state, TaskState::Succeeded, "{:?}", task.last_error);
+    assert_eq!(model.oversized(), 0);
+    let last = model.received().last().unwrap().clone();
+    let result = last.last_tool_results().join("");
+    assert!(result.len() < 20_000, "{} bytes", result.len());
+    assert!(result.contains("retrieve_tool_result"), "{result}");
+    assert!(
+        result.starts_with("     1\t") || result.contains("fn main"),
+        "{}",
+        &result[..200]
+    );
+}
