@@ -694,6 +694,25 @@ impl Agent<'_> {
         Ok(out)
     }
 
+    /// What `context_status` answers: the window, the conversation's size now, what is left
+    /// before compaction, and the compactions so far.
+    fn context_status(&self, conversation: &[ChatMessage]) -> serde_json::Value {
+        let limits = self.limits;
+        let used = context::request_tokens(conversation, &self.definitions, None);
+        json!({
+            "window_tokens": limits.window.tokens,
+            "window_source": limits.window.source.as_str(),
+            "compact_at_tokens": limits.trigger,
+            "reserved_for_reply_tokens": limits.reserve,
+            "conversation_tokens_estimated": used,
+            "tokens_left_before_compaction": limits.trigger.saturating_sub(used),
+            "percent_used": (used * 100).checked_div(limits.window.tokens).unwrap_or(0),
+            "compactions_so_far": self.compaction_turns.len(),
+            "messages": conversation.len(),
+            "estimate": format!("{} bytes of request JSON per token", context::BYTES_PER_TOKEN),
+        })
+    }
+
     /// The most bytes one of `calls` results may show: half of what is left below the trigger,
     /// shared among the calls, between 2 KiB and the tools' own limit. A window nobody stated
     /// leaves the tools' limit.
@@ -833,6 +852,7 @@ impl Agent<'_> {
             .with_limits(orchestrator_tools::Limits {
                 max_result_bytes: self.result_bytes(conversation, calls.len()),
             });
+        self.session.set_context(self.context_status(conversation));
         let mut i = 0;
         while i < calls.len() {
             let mut j = i + 1;

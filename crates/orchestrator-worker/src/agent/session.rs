@@ -54,6 +54,9 @@ pub(crate) struct Session {
     spills: Mutex<HashMap<String, String>>,
     /// Background shell jobs of this attempt, by id, with their stop switches.
     pub jobs: Mutex<HashMap<i64, JobHandle>>,
+    /// How full the context window is, as the loop saw it before the current calls, for
+    /// `context_status`; `null` outside the agent loop.
+    context: Mutex<Value>,
 }
 
 /// A running background shell job's end, for `task_shell_wait`.
@@ -84,7 +87,22 @@ impl Session {
             pause: Mutex::new(None),
             spills: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
+            context: Mutex::new(Value::Null),
         }
+    }
+
+    /// Records how full the context window is, for `context_status`.
+    pub fn set_context(&self, status: Value) {
+        if let Ok(mut context) = self.context.lock() {
+            *context = status;
+        }
+    }
+
+    pub fn context(&self) -> Value {
+        self.context
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or(Value::Null)
     }
 
     pub fn task_id(&self) -> TaskId {

@@ -217,7 +217,8 @@ async fn a_large_tool_result_is_cut_to_what_the_window_has_left() {
     };
     let model = ScriptedModel::start_with(quirks, |request: &Request| {
         match request.assistant_turns() {
-            0 => Reply::ToolCalls(vec![call("read_file", json!({"path": "big.rs"}))]),
+            0 => Reply::ToolCalls(vec![call("context_status", json!({}))]),
+            1 => Reply::ToolCalls(vec![call("read_file", json!({"path": "big.rs"}))]),
             _ => Reply::Text("read it".into()),
         }
     })
@@ -226,6 +227,13 @@ async fn a_large_tool_result_is_cut_to_what_the_window_has_left() {
     let task = db.store.get_task(id).await.unwrap();
     assert_eq!(task.state, TaskState::Succeeded, "{:?}", task.last_error);
     assert_eq!(model.oversized(), 0);
+    // The model asked how much room it had, and was told.
+    let status: Value =
+        serde_json::from_str(&model.received()[1].last_tool_results().join("")).unwrap();
+    assert_eq!(status["window_tokens"], 8192, "{status}");
+    assert_eq!(status["window_source"], "llama.cpp /props");
+    let left = status["tokens_left_before_compaction"].as_u64().unwrap();
+    assert!(left > 0 && left < 8192, "{status}");
     let last = model.received().last().unwrap().clone();
     let result = last.last_tool_results().join("");
     assert!(result.len() < 20_000, "{} bytes", result.len());

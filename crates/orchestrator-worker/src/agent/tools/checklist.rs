@@ -268,6 +268,27 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         ),
         spec(
             Def {
+                name: "context_status",
+                description: "How full your context window is: its size, about how many tokens the conversation takes now, how many are left before the conversation is compacted (old tool outputs cleared, then older turns summarised), and the compactions so far. Check it before reading something large.",
+                schema: schema(json!({}), &[]),
+                read_only: true,
+                approval: ApprovalClass::Read,
+                aliases: &[],
+                example: json!({}),
+            },
+            session,
+            |session, _args: NoArgs, _ctx| async move {
+                let status = session.context();
+                if status.is_null() {
+                    return text(
+                        "The context window is not known here (no agent loop runs this call).",
+                    );
+                }
+                text(serde_json::to_string_pretty(&status).unwrap_or_default())
+            },
+        ),
+        spec(
+            Def {
                 name: "note",
                 description: "Leave a note in the task's timeline for the person who reads it later (a finding, a decision, a caveat).",
                 schema: schema(json!({"text": {"type": "string"}}), &["text"]),

@@ -42,6 +42,7 @@ pub fn offered(name: &str, profile: Profile, github: bool) -> bool {
     match name {
         "checklist_write" | "checklist_update" | "checklist_list" | "ask_user"
         | "task_gate_run" | "note" => profile != Profile::Minimal,
+        "context_status" => true,
         _ => profile == Profile::Full,
     }
 }
@@ -101,6 +102,7 @@ pub fn names() -> &'static [&'static str] {
         "checklist_list",
         "checklist_update",
         "checklist_write",
+        "context_status",
         "github_close_issue",
         "github_comment",
         "github_issue_context",
