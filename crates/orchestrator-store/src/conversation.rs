@@ -250,10 +250,12 @@ impl Store {
                         (None, None) => None,
                         (p, c) => {
                             let (p, c) = (p.unwrap_or(0) as u64, c.unwrap_or(0) as u64);
+                            // Cache hits are kept in the message's event, not in this row.
                             Some(Usage {
                                 prompt_tokens: p,
                                 completion_tokens: c,
                                 total_tokens: p + c,
+                                cached_tokens: 0,
                             })
                         }
                     };

@@ -169,6 +169,9 @@ pub struct Request {
     pub index: usize,
     /// The request's tokens as a server with a `context_window` counts them.
     pub counted_tokens: Option<u64>,
+    /// Of those, the tokens of the prefix it shares with the request before it (the tools and
+    /// the messages both have, byte for byte), which such a server reports as cached.
+    pub cached_tokens: Option<u64>,
 }
 
 impl Request {
@@ -244,6 +247,23 @@ struct Shared {
     received: Mutex<Vec<Request>>,
     /// Requests refused because they did not fit the `context_window` quirk.
     oversized: std::sync::atomic::AtomicUsize,
+}
+
+/// The tokens of the prefix `request` shares with `previous`: the tools when they are the same
+/// bytes, then the messages both start with. Four bytes to a token, as `size_tokens` counts.
+fn shared_prefix_tokens(previous: &Request, request: &Request) -> u64 {
+    let tools = request.body.get("tools").map(Value::to_string);
+    if tools != previous.body.get("tools").map(Value::to_string) {
+        return 0;
+    }
+    let same = request
+        .messages()
+        .iter()
+        .zip(previous.messages())
+        .take_while(|(a, b)| a == b)
+        .map(|(m, _)| m.to_string().len() + 1)
+        .sum::<usize>();
+    (tools.map_or(0, |t| t.len()) + same).div_ceil(4) as u64
 }
 
 /// A running scripted model server; it stops when this is dropped.
@@ -428,9 +448,17 @@ async fn completions(
                 .map(str::to_owned),
             index: received.len(),
             counted_tokens: None,
+            cached_tokens: None,
         };
         if shared.quirks.context_window.is_some() {
-            request.counted_tokens = Some(request.size_tokens());
+            let size = request.size_tokens();
+            request.counted_tokens = Some(size);
+            request.cached_tokens = Some(
+                received
+                    .last()
+                    .map_or(0, |previous| shared_prefix_tokens(previous, &request))
+                    .min(size),
+            );
         }
         received.push(request.clone());
         request
@@ -662,6 +690,7 @@ struct Answer {
     call_ids: bool,
     report_usage: bool,
     prompt_tokens: u64,
+    cached_tokens: Option<u64>,
 }
 
 /// Fixed, so replies are the same on every run.
@@ -687,6 +716,7 @@ impl Answer {
             prompt_tokens: request
                 .counted_tokens
                 .unwrap_or(request.messages().len() as u64 * 10),
+            cached_tokens: request.cached_tokens,
         }
     }
 
@@ -710,11 +740,15 @@ impl Answer {
     fn usage(&self) -> Value {
         let written = self.text.len() + self.calls.iter().map(|c| c.arguments.len()).sum::<usize>();
         let completion = written as u64 / 4 + 1;
-        json!({
+        let mut usage = json!({
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion,
             "total_tokens": self.prompt_tokens + completion,
-        })
+        });
+        if let Some(cached) = self.cached_tokens {
+            usage["prompt_tokens_details"] = json!({"cached_tokens": cached});
+        }
+        usage
     }
 
     fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Value {
@@ -836,6 +870,7 @@ mod tests {
             authorization: None,
             index: 3,
             counted_tokens: None,
+            cached_tokens: None,
         };
         let answer = Answer::new(
             &request,

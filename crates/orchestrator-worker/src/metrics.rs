@@ -21,6 +21,12 @@ pub struct Metrics {
     gate_buckets: [AtomicU64; GATE_BUCKETS.len()],
     gate_count: AtomicU64,
     gate_sum_ms: AtomicU64,
+    /// Tokens of model calls by agents of this process, as their servers reported them.
+    pub prompt_tokens: AtomicU64,
+    pub cached_tokens: AtomicU64,
+    pub completion_tokens: AtomicU64,
+    /// Conversations compacted to fit their context window.
+    pub compactions: AtomicU64,
 }
 
 impl Metrics {
@@ -65,6 +71,26 @@ impl Metrics {
                 load(counter)
             );
         }
+        out.push_str("# HELP orchestrator_model_tokens_total Tokens of agents' model calls in this process, as the servers reported them (cached: prompt tokens served from the provider's prompt cache).\n");
+        out.push_str("# TYPE orchestrator_model_tokens_total counter\n");
+        for (kind, counter) in [
+            ("prompt", &self.prompt_tokens),
+            ("cached", &self.cached_tokens),
+            ("completion", &self.completion_tokens),
+        ] {
+            let _ = writeln!(
+                out,
+                "orchestrator_model_tokens_total{{kind=\"{kind}\"}} {}",
+                load(counter)
+            );
+        }
+        out.push_str("# HELP orchestrator_compactions_total Agent conversations compacted to fit their context window.\n");
+        out.push_str("# TYPE orchestrator_compactions_total counter\n");
+        let _ = writeln!(
+            out,
+            "orchestrator_compactions_total {}",
+            load(&self.compactions)
+        );
         out.push_str("# HELP orchestrator_rescued_total Expired leases taken back by this process's rescuer.\n");
         out.push_str("# TYPE orchestrator_rescued_total counter\n");
         let _ = writeln!(out, "orchestrator_rescued_total {}", load(&self.rescued));

@@ -34,6 +34,7 @@ mod session;
 pub mod tools;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use context::Limits;
@@ -503,6 +504,16 @@ impl Agent<'_> {
                 .await?;
             if let Some(u) = reply.usage {
                 counted = Some((conversation.len(), u.prompt_tokens + u.completion_tokens));
+                let metrics = &self.ctx.metrics;
+                metrics
+                    .prompt_tokens
+                    .fetch_add(u.prompt_tokens, Ordering::Relaxed);
+                metrics
+                    .cached_tokens
+                    .fetch_add(u.cached_tokens, Ordering::Relaxed);
+                metrics
+                    .completion_tokens
+                    .fetch_add(u.completion_tokens, Ordering::Relaxed);
             }
             conversation.extend(batch.into_iter().map(|m| m.message));
             if cut {
@@ -658,6 +669,7 @@ impl Agent<'_> {
             .await?;
         *conversation = next;
         self.compaction_turns.push(turn);
+        self.ctx.metrics.compactions.fetch_add(1, Ordering::Relaxed);
         Ok(Compaction::Done)
     }
 
@@ -1080,6 +1092,7 @@ fn estimate_usage(
         prompt_tokens,
         completion_tokens,
         total_tokens: prompt_tokens + completion_tokens,
+        cached_tokens: 0,
     }
 }
 

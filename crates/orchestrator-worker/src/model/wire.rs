@@ -129,8 +129,9 @@ pub(crate) fn sendable_arguments(raw: &str) -> Cow<'_, str> {
     }
 }
 
-/// Token counts as providers report them; some leave out `total_tokens`, many add detail objects
-/// we do not need.
+/// Token counts as providers report them; some leave out `total_tokens`. Prompt cache hits come as
+/// `prompt_tokens_details.cached_tokens` (OpenAI, vLLM, llama.cpp) or `prompt_cache_hit_tokens`
+/// (DeepSeek).
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
 pub(crate) struct WireUsage {
     #[serde(default)]
@@ -139,6 +140,16 @@ pub(crate) struct WireUsage {
     pub completion_tokens: u64,
     #[serde(default)]
     pub total_tokens: u64,
+    #[serde(default)]
+    pub prompt_tokens_details: Option<WirePromptDetails>,
+    #[serde(default)]
+    pub prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub(crate) struct WirePromptDetails {
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
 }
 
 impl WireUsage {
@@ -161,6 +172,11 @@ impl From<WireUsage> for Usage {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
             total_tokens: total,
+            cached_tokens: u
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .or(u.prompt_cache_hit_tokens)
+                .unwrap_or(0),
         }
     }
 }

@@ -94,6 +94,7 @@ async fn a_streamed_text_reply_arrives_in_pieces_with_usage() {
             prompt_tokens: 20,
             completion_tokens: completion,
             total_tokens: 20 + completion,
+            cached_tokens: 0,
         })
     );
     assert_eq!(content_of(&deltas), text);

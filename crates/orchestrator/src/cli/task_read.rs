@@ -29,6 +29,57 @@ struct Report {
     children: Vec<Task>,
     /// The `github_write` events: comments, closes, pull requests.
     github_writes: Vec<TaskEvent>,
+    /// The context window and its use, for an agent task that has asked its model anything.
+    context: Option<ContextView>,
+}
+
+/// How an agent task used its model's context window: the window and where it came from, the
+/// tokens its servers reported (with prompt cache hits), and its compactions.
+#[derive(Debug, Serialize)]
+struct ContextView {
+    window_tokens: Option<u64>,
+    window_source: Option<String>,
+    compact_at_tokens: Option<u64>,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    cached_tokens: u64,
+    /// Cached prompt tokens over prompt tokens, over the replies whose server reported usage.
+    cache_hit_rate: Option<f64>,
+    compactions: Vec<serde_json::Value>,
+}
+
+impl ContextView {
+    async fn load(store: &Store, id: orchestrator_types::TaskId) -> anyhow::Result<Option<Self>> {
+        let window = store.events_of_kind(id, EventKind::ContextWindow).await?;
+        let Some(last) = window.last() else {
+            return Ok(None);
+        };
+        let mut view = ContextView {
+            window_tokens: last.data["tokens"].as_u64(),
+            window_source: last.data["source"].as_str().map(str::to_owned),
+            compact_at_tokens: last.data["trigger"].as_u64(),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            cached_tokens: 0,
+            cache_hit_rate: None,
+            compactions: store
+                .events_of_kind(id, EventKind::Compacted)
+                .await?
+                .into_iter()
+                .map(|e| e.data)
+                .collect(),
+        };
+        for event in store.events_of_kind(id, EventKind::Message).await? {
+            let usage = &event.data["usage"];
+            view.prompt_tokens += usage["prompt_tokens"].as_u64().unwrap_or(0);
+            view.completion_tokens += usage["completion_tokens"].as_u64().unwrap_or(0);
+            view.cached_tokens += usage["cached_tokens"].as_u64().unwrap_or(0);
+        }
+        if view.prompt_tokens > 0 {
+            view.cache_hit_rate = Some(view.cached_tokens as f64 / view.prompt_tokens as f64);
+        }
+        Ok(Some(view))
+    }
 }
 
 /// One model call of the agent: what it cost and what it said first.
@@ -116,6 +167,7 @@ impl Report {
             approvals,
             children: store.children(id).await?,
             github_writes: store.events_of_kind(id, EventKind::GithubWrite).await?,
+            context: ContextView::load(store, id).await?,
             task,
         })
     }
@@ -177,6 +229,7 @@ impl Report {
             })
             .collect();
         fields.insert("github_writes".into(), writes.into());
+        fields.insert("context".into(), serde_json::to_value(&self.context)?);
         Ok(object)
     }
 
@@ -258,12 +311,46 @@ impl Report {
         }
         self.print_checklist();
         self.print_turns()?;
+        self.print_context();
         self.print_tool_calls()?;
         self.print_shell_jobs()?;
         self.print_gates()?;
         self.print_github_writes();
         self.print_pending()?;
         Ok(())
+    }
+
+    /// The window, the tokens and the cache, and each compaction.
+    fn print_context(&self) {
+        let Some(c) = &self.context else {
+            return;
+        };
+        println!();
+        println!(
+            "context    window {} tokens ({}), compacts at {}",
+            c.window_tokens.unwrap_or(0),
+            c.window_source.as_deref().unwrap_or("?"),
+            c.compact_at_tokens.unwrap_or(0)
+        );
+        println!(
+            "tokens     {} prompt ({} cached{}), {} completion",
+            c.prompt_tokens,
+            c.cached_tokens,
+            c.cache_hit_rate
+                .map(|r| format!(", {:.0}% hit rate", r * 100.0))
+                .unwrap_or_default(),
+            c.completion_tokens
+        );
+        for compaction in &c.compactions {
+            println!(
+                "  compaction {} at turn {}: {} ({} -> {} tokens)",
+                compaction["compaction"],
+                compaction["turn"],
+                compaction["kind"].as_str().unwrap_or("?"),
+                compaction["tokens_before"],
+                compaction["tokens_after"]
+            );
+        }
     }
 
     /// Each write to GitHub with the URL GitHub answered, a pull request first among equals.
@@ -466,10 +553,12 @@ fn first_line(text: &str) -> String {
 /// summed (a turn that was retried after a crash has one message per try).
 fn turns(messages: &[SavedMessage]) -> Vec<TurnView> {
     let mut by_turn: BTreeMap<i64, TurnView> = BTreeMap::new();
-    for saved in messages
-        .iter()
-        .filter(|m| m.message.role == Role::Assistant)
-    {
+    // A compaction copies replies into its rows; a copy is no turn of its own.
+    let mut seen = std::collections::HashSet::new();
+    for saved in messages.iter().filter(|m| {
+        m.message.role == Role::Assistant
+            && seen.insert(serde_json::to_string(&m.message).unwrap_or_default())
+    }) {
         let turn = by_turn.entry(saved.turn).or_insert_with(|| TurnView {
             turn: saved.turn,
             attempt: saved.attempt,

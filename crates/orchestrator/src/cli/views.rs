@@ -210,6 +210,19 @@ pub fn event_line(event: &TaskEvent) -> String {
             text("group"),
             text("label"),
         ),
+        "context_window" => format!(
+            "{} tokens ({}), compacts at {}",
+            d.get("tokens").and_then(|v| v.as_u64()).unwrap_or(0),
+            text("source"),
+            d.get("trigger").and_then(|v| v.as_u64()).unwrap_or(0),
+        ),
+        "compacted" => format!(
+            "compaction {} ({}): about {} -> {} tokens",
+            d.get("compaction").and_then(|v| v.as_u64()).unwrap_or(0),
+            text("kind"),
+            d.get("tokens_before").and_then(|v| v.as_u64()).unwrap_or(0),
+            d.get("tokens_after").and_then(|v| v.as_u64()).unwrap_or(0),
+        ),
         "workspace_prepared" => format!(
             "{} {} from {} at {}",
             text("outcome"),

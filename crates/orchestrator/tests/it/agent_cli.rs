@@ -2,7 +2,7 @@
 //! SIGKILL in the middle of a multi-turn task, and an approval that outlives a restart. The model is
 //! a scripted server on 127.0.0.1 that speaks the Chat Completions wire format.
 
-use crate::support::{Env, PATIENCE};
+use crate::support::{Env, PATIENCE, http_get};
 use nix::sys::signal::Signal;
 use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
 use serde_json::json;
@@ -524,4 +524,105 @@ fn model_settings_come_from_flags_and_the_config_and_are_kept_with_the_task() {
     let out = env.run(&["task", "read", &id.to_string()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("stream off, idle timeout 900 s"), "{text}");
+}
+
+#[test]
+fn task_read_and_metrics_show_the_window_the_tokens_the_cache_and_compactions() {
+    use orchestrator_test_support::model_server::Quirks;
+    let quirks = Quirks {
+        context_window: Some(8192),
+        ..Quirks::default()
+    };
+    let model = ScriptedModel::start_blocking_with(quirks, |request: &Request| {
+        let last = request
+            .messages()
+            .last()
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("");
+        if last.starts_with("The conversation is about to be compacted") {
+            return Reply::Text("## Goal\nread the notes\n## Next step\nread on".into());
+        }
+        // Turns since the last compaction are enough to script by: read until told to stop.
+        let reads = request
+            .messages()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .count();
+        if request.index >= 30 || reads > 40 {
+            Reply::Text("read them all".into())
+        } else {
+            Reply::ToolCalls(vec![call("read_file", json!({"path": "notes.txt"}))])
+        }
+    });
+    let env = Env::sqlite();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join("notes.txt"),
+        "a note worth reading\n".repeat(60),
+    )
+    .unwrap();
+    let mut args = vec![
+        "task".to_owned(),
+        "create".into(),
+        "--title".into(),
+        "reader".into(),
+        "--prompt".into(),
+        "Read notes.txt again and again.".into(),
+        "--profile".into(),
+        "minimal".into(),
+        "--workspace".into(),
+        ws.path().display().to_string(),
+        "--json".into(),
+    ];
+    args.extend(model_flags(&model));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let id = env.json(&args)["id"].as_i64().unwrap();
+    let serve = env.serve(&[]);
+    let task = env.wait_task(id, "finished", |t| {
+        t["state"] == "succeeded" || t["state"] == "failed"
+    });
+    assert_eq!(task["state"], "succeeded", "{task}");
+    assert_eq!(model.oversized(), 0);
+
+    let context = &task["context"];
+    assert_eq!(context["window_tokens"], 8192, "{context}");
+    assert_eq!(context["window_source"], "llama.cpp /props");
+    let prompt = context["prompt_tokens"].as_u64().unwrap();
+    let cached = context["cached_tokens"].as_u64().unwrap();
+    assert!(cached > 0 && cached < prompt, "{context}");
+    assert!(
+        context["cache_hit_rate"].as_f64().unwrap() > 0.5,
+        "{context}"
+    );
+    let compactions = context["compactions"].as_array().unwrap();
+    assert!(!compactions.is_empty(), "{context}");
+
+    let text = String::from_utf8(env.run(&["task", "read", &id.to_string()]).stdout).unwrap();
+    assert!(
+        text.contains("window 8192 tokens (llama.cpp /props)"),
+        "{text}"
+    );
+    assert!(text.contains("compaction 1 at turn"), "{text}");
+    let events = String::from_utf8(env.run(&["task", "events", &id.to_string()]).stdout).unwrap();
+    assert!(events.contains("compaction 1 ("), "{events}");
+
+    let (status, metrics) = http_get(&serve.addr, "/metrics", Some(&serve.token()));
+    assert_eq!(status, 200);
+    let counter = |kind: &str| -> u64 {
+        let prefix = format!("orchestrator_model_tokens_total{{kind=\"{kind}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in {metrics}"))
+    };
+    assert_eq!(counter("prompt"), prompt);
+    assert_eq!(counter("cached"), cached);
+    assert!(
+        metrics.contains(&format!(
+            "orchestrator_compactions_total {}",
+            compactions.len()
+        )),
+        "{metrics}"
+    );
 }

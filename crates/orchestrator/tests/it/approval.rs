@@ -477,6 +477,7 @@ fn task_read_shows_the_checklist_turns_and_pending_requests() {
                             prompt_tokens: 120,
                             completion_tokens: 30,
                             total_tokens: 150,
+                            cached_tokens: 0,
                         }),
                         model_ms: Some(800),
                     }],

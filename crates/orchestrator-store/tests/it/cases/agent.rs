@@ -54,6 +54,7 @@ pub async fn conversation_is_saved_whole_and_fenced(db: &TestStore) {
         prompt_tokens: 10,
         completion_tokens: 5,
         total_tokens: 15,
+        cached_tokens: 0,
     };
     store
         .append_messages(
