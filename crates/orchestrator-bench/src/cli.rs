@@ -33,6 +33,19 @@ pub enum Command {
     /// The time to start `true` in each sandbox mode against no sandbox: median_us, p90_us,
     /// ratio_to_none.
     Sandbox(SandboxArgs),
+    /// A long agent run against a server with a small context window, with compaction and
+    /// without: tokens_per_request, compactions, oversized, cached_prefix_share, turns_ratio.
+    Context(ContextArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ContextArgs {
+    /// Reads the agent is scripted to make.
+    #[arg(long, default_value_t = 200)]
+    pub turns: usize,
+    /// The server's context window, in tokens.
+    #[arg(long, default_value_t = 16_384)]
+    pub window: u64,
 }
 
 #[derive(Debug, Args)]

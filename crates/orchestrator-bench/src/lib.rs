@@ -21,5 +21,6 @@
 //! A baseline written with the store's own query builder would inherit whatever the store gets wrong.
 
 pub mod agent;
+pub mod context;
 pub mod queue;
 pub mod sandbox;

@@ -20,6 +20,12 @@ fn main() -> ExitCode {
         cli::Command::Queue(args) => args.into_config().map(Bench::Queue),
         cli::Command::Agent(args) => args.into_config().map(Bench::Agent),
         cli::Command::Sandbox(args) => Ok(Bench::Sandbox(args.runs)),
+        cli::Command::Context(args) => Ok(Bench::Context(
+            orchestrator_bench::context::ContextBenchConfig {
+                turns: args.turns.max(1),
+                window: args.window.max(1024),
+            },
+        )),
     };
     let bench = match parsed {
         Ok(bench) => bench,
@@ -42,6 +48,13 @@ fn main() -> ExitCode {
         match &bench {
             Bench::Queue(config) => orchestrator_bench::queue::run(config, print_line).await,
             Bench::Agent(config) => orchestrator_bench::agent::run(config, print_line).await,
+            Bench::Context(config) => orchestrator_bench::context::run(config, print_line)
+                .await
+                .map(|()| orchestrator_bench::queue::Summary {
+                    measured: 1,
+                    unreachable: 0,
+                    failed: 0,
+                }),
             Bench::Sandbox(runs) => orchestrator_bench::sandbox::run(*runs, print_line)
                 .await
                 .map(|()| orchestrator_bench::queue::Summary {
@@ -69,6 +82,7 @@ enum Bench {
     Queue(orchestrator_bench::queue::QueueConfig),
     Agent(orchestrator_bench::agent::AgentBenchConfig),
     Sandbox(usize),
+    Context(orchestrator_bench::context::ContextBenchConfig),
 }
 
 /// Prints one JSON line and flushes it, so that a reader sees each backend as soon as it is done.

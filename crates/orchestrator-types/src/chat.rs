@@ -158,6 +158,10 @@ pub struct ModelSettings {
     /// the smaller of 80 % of the window and the window minus the reply's reserve and a margin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compact_at: Option<u64>,
+    /// Compact the conversation when it nears the window, or when the server refuses it as too
+    /// long (default on). Off, a task whose conversation outgrows the window fails there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compact: Option<bool>,
     /// `tool_choice` sent with the tools: `auto` (default), `required`, `none`, or `omit` to send
     /// none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -181,6 +185,7 @@ impl ModelSettings {
             context_window: over.context_window.or(self.context_window),
             max_output_tokens: over.max_output_tokens.or(self.max_output_tokens),
             compact_at: over.compact_at.or(self.compact_at),
+            auto_compact: over.auto_compact.or(self.auto_compact),
             tool_choice: over
                 .tool_choice
                 .clone()

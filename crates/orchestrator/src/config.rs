@@ -277,6 +277,7 @@ pub struct ModelConfig {
     pub context_window: Option<u64>,
     pub max_output_tokens: Option<u64>,
     pub compact_at: Option<u64>,
+    pub auto_compact: Option<bool>,
     pub tool_choice: Option<String>,
 }
 
@@ -290,6 +291,7 @@ impl ModelConfig {
             context_window: self.context_window,
             max_output_tokens: self.max_output_tokens,
             compact_at: self.compact_at,
+            auto_compact: self.auto_compact,
             tool_choice: self.tool_choice.clone(),
         }
     }

@@ -39,6 +39,8 @@ pub const STALL_COMPACTIONS: usize = 3;
 pub const STALL_TURNS: i64 = 20;
 /// A compaction that frees less than this share of the request stops the task as stalled.
 pub const STALL_FREED_PERCENT: u64 = 5;
+/// Reads of one file after compactions that followed its first read, beyond which the task stops.
+pub const STALL_REREADS: usize = 3;
 
 /// Where compaction starts, for a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

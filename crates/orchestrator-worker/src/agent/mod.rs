@@ -121,7 +121,7 @@ pub async fn run_agent(
         ));
     };
     let client = match ModelClient::new(&spec, ctx.agent.client.clone()) {
-        Ok(client) => client,
+        Ok(client) => client.with_cache_key(format!("orchestrator-task-{}", task.id)),
         Err(e) => return Ok(AgentEnd::Failed(e.to_string())),
     };
     let profile: Profile = match task.agent.profile.parse() {
@@ -187,6 +187,7 @@ pub async fn run_agent(
         definitions,
         limits,
         compaction_turns: Vec::new(),
+        reads: std::collections::HashMap::new(),
     };
     let end = agent.run(&prompt, &workspace).await;
     agent.tool_ctx.shutdown().await;
@@ -208,6 +209,18 @@ struct Agent<'a> {
     limits: Limits,
     /// The turn of each compaction of the task so far.
     compaction_turns: Vec<i64>,
+    /// The turns at which each file was read (read_file), to see a re-read loop after compactions.
+    reads: std::collections::HashMap<String, Vec<i64>>,
+}
+
+/// The file a read_file call reads, as it names it.
+fn read_path(tool: &str, arguments: &str) -> Option<String> {
+    if tool != "read_file" {
+        return None;
+    }
+    let args: serde_json::Value = serde_json::from_str(arguments).ok()?;
+    let path = args["path"].as_str()?.trim().trim_start_matches("./");
+    (!path.is_empty()).then(|| path.to_owned())
 }
 
 /// What a compaction came to.
@@ -303,6 +316,11 @@ impl Agent<'_> {
             .iter()
             .filter_map(|e| e.data["turn"].as_i64())
             .collect();
+        for call in self.ctx.store.tool_calls(self.task.id).await? {
+            if let Some(path) = read_path(&call.name, &call.arguments) {
+                self.reads.entry(path).or_default().push(call.turn);
+            }
+        }
         let first_seq = compactions
             .last()
             .and_then(|e| e.data["first_seq"].as_i64())
@@ -399,7 +417,10 @@ impl Agent<'_> {
 
             // A window nobody stated is a guess: only the server's refusal compacts then.
             let size = context::request_tokens(&conversation, &self.definitions, counted);
-            if size > self.limits.trigger && self.limits.window.source != WindowSource::Default {
+            if size > self.limits.trigger
+                && self.limits.window.source != WindowSource::Default
+                && self.client.config().auto_compact
+            {
                 let why = format!(
                     "the next request would be about {size} tokens, past the trigger of {} in a window of {}",
                     self.limits.trigger, self.limits.window.tokens
@@ -418,7 +439,9 @@ impl Agent<'_> {
                     overflow_retried = false;
                     reply
                 }
-                Err(Refusal::Overflow(error)) if !overflow_retried => {
+                Err(Refusal::Overflow(error))
+                    if !overflow_retried && self.client.config().auto_compact =>
+                {
                     // The server's window is smaller than this request: compact, then ask once
                     // more.
                     budget.work_ms += millis_since(asked);
@@ -431,6 +454,12 @@ impl Agent<'_> {
                         Compaction::End(end) => return Ok(end),
                     }
                     continue;
+                }
+                Err(Refusal::Overflow(error)) if !self.client.config().auto_compact => {
+                    return Ok(AgentEnd::Failed(format!(
+                        "model call failed (context_overflow): {error}; auto_compact is off for \
+                         this model"
+                    )));
                 }
                 Err(Refusal::Overflow(error)) => {
                     return Ok(AgentEnd::Failed(format!(
@@ -528,6 +557,9 @@ impl Agent<'_> {
             }
             if message.tool_calls.is_empty() {
                 return Ok(AgentEnd::Finished);
+            }
+            if let Some(stall) = self.note_reads(turn, &message.tool_calls) {
+                return Ok(AgentEnd::Failed(stall));
             }
             let calls_started = Instant::now();
             if let Some(end) = self
@@ -704,6 +736,40 @@ impl Agent<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// Records the files a reply reads; the reason to stop when one of them has been read again
+    /// more than [`context::STALL_REREADS`] times after compactions that followed its first read
+    /// (the loop of agents that forget what they read at each compaction and read it again).
+    fn note_reads(
+        &mut self,
+        turn: i64,
+        calls: &[orchestrator_types::ToolCallRequest],
+    ) -> Option<String> {
+        for call in calls {
+            let Some(path) = read_path(&call.name, &call.arguments) else {
+                continue;
+            };
+            let turns = self.reads.entry(path.clone()).or_default();
+            turns.push(turn);
+            let first = turns[0];
+            let again = turns
+                .iter()
+                .filter(|t| {
+                    self.compaction_turns
+                        .iter()
+                        .any(|c| first <= *c && *c < **t)
+                })
+                .count();
+            if again > context::STALL_REREADS {
+                return Some(format!(
+                    "stalled: {path} was read again {again} times after compactions; the \
+                     conversation keeps losing what the agent learns from it. Give the model a \
+                     larger context_window, or split the task"
+                ));
+            }
+        }
+        None
     }
 
     /// What `context_status` answers: the window, the conversation's size now, what is left

@@ -85,6 +85,8 @@ pub struct ClientConfig {
     pub context_window: Option<u64>,
     /// Where the agent compacts its conversation, when the model's settings say.
     pub compact_at: Option<u64>,
+    /// Whether the agent compacts at all (on unless the model's settings turn it off).
+    pub auto_compact: bool,
 }
 
 impl Default for ClientConfig {
@@ -100,6 +102,7 @@ impl Default for ClientConfig {
             max_output_tokens: None,
             context_window: None,
             compact_at: None,
+            auto_compact: true,
         }
     }
 }
@@ -123,6 +126,7 @@ impl ClientConfig {
         config.max_output_tokens = settings.max_output_tokens.or(config.max_output_tokens);
         config.context_window = settings.context_window.or(config.context_window);
         config.compact_at = settings.compact_at.or(config.compact_at);
+        config.auto_compact = settings.auto_compact.unwrap_or(config.auto_compact);
         config
     }
 
@@ -231,6 +235,8 @@ pub struct ModelClient {
     /// `Bearer <key>`, marked sensitive so that reqwest's own `Debug` output hides it too.
     authorization: Option<HeaderValue>,
     config: ClientConfig,
+    /// `prompt_cache_key` for providers that take it: one per task, so its requests share a cache.
+    cache_key: Option<String>,
 }
 
 impl fmt::Debug for ModelClient {
@@ -244,6 +250,15 @@ impl fmt::Debug for ModelClient {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
+}
+
+/// Whether the provider at `base_url` takes `prompt_cache_key`: OpenAI's API does; servers that
+/// do not know the field may refuse the request, so it is sent nowhere else.
+pub fn takes_cache_key(base_url: &str) -> bool {
+    reqwest::Url::parse(base_url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .is_some_and(|host| host == "api.openai.com")
 }
 
 /// A failed attempt, with the wait the server asked for.
@@ -315,7 +330,14 @@ impl ModelClient {
             key,
             authorization,
             config,
+            cache_key: None,
         })
+    }
+
+    /// This client with a `prompt_cache_key`, sent where the provider takes one.
+    pub fn with_cache_key(mut self, key: impl Into<String>) -> Self {
+        self.cache_key = Some(key.into());
+        self
     }
 
     /// The URL requests go to.
@@ -401,6 +423,10 @@ impl ModelClient {
             stream_options: self.config.stream.then_some(wire::StreamOptions {
                 include_usage: true,
             }),
+            prompt_cache_key: self
+                .cache_key
+                .as_deref()
+                .filter(|_| takes_cache_key(&self.base_url)),
         };
         // Serialised once and sent as is by every attempt.
         serde_json::to_vec(&request)

@@ -199,3 +199,36 @@ fn in_band_errors_are_classified() {
         assert!(format!("{error:?}").starts_with(kind), "{body}: {error:?}");
     }
 }
+
+#[test]
+fn the_cache_key_goes_only_to_providers_that_take_it() {
+    let spec = |base_url: &str| ModelSpec {
+        base_url: base_url.to_owned(),
+        model: "m".into(),
+        api_key_env: None,
+        settings: ModelSettings::default(),
+    };
+    let body = |base_url: &str| -> Value {
+        let client = ModelClient::with_key(&spec(base_url), None, config())
+            .unwrap()
+            .with_cache_key("orchestrator-task-7");
+        let bytes = client
+            .request_body(&[ChatMessage::user("hi")], &[])
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    assert_eq!(
+        body("https://api.openai.com/v1")["prompt_cache_key"],
+        "orchestrator-task-7"
+    );
+    assert!(
+        body("http://127.0.0.1:8080/v1")
+            .get("prompt_cache_key")
+            .is_none()
+    );
+    assert!(
+        body("https://api.deepseek.com")
+            .get("prompt_cache_key")
+            .is_none()
+    );
+}

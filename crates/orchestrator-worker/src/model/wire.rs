@@ -30,6 +30,10 @@ pub(crate) struct ChatRequest<'a> {
     pub stream: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_options: Option<StreamOptions>,
+    /// Routes requests with the same key to the same prompt cache (OpenAI); sent only to providers
+    /// that take it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_cache_key: Option<&'a str>,
 }
 
 #[derive(Debug, Serialize)]

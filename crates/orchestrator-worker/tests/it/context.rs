@@ -25,9 +25,9 @@ fn is_summary_request(request: &Request) -> bool {
         .is_some_and(|c| c.starts_with("The conversation is about to be compacted"))
 }
 
-/// A model that reads `notes/N.txt` turn after turn until `turns` reads are done, and writes a
-/// structured summary when asked for one.
-fn reader(turns: usize) -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
+/// A model that reads `notes/N.txt` (N going round `files`) turn after turn until `turns` reads are
+/// done, and writes a structured summary when asked for one.
+fn reader(turns: usize, files: usize) -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
     let done = AtomicUsize::new(0);
     move |request: &Request| {
         if is_summary_request(request) {
@@ -45,7 +45,7 @@ fn reader(turns: usize) -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
         }
         Reply::ToolCalls(vec![call(
             "read_file",
-            json!({"path": format!("notes/{}.txt", n % 10)}),
+            json!({"path": format!("notes/{}.txt", n % files)}),
         )])
     }
 }
@@ -68,10 +68,10 @@ fn pool(store: &Store, model: &ScriptedModel, settings: ModelSettings) -> Worker
     WorkerPool::new(store.clone(), config, Arc::new(Metrics::default())).unwrap()
 }
 
-fn workspace(note_bytes: usize) -> tempfile::TempDir {
+fn workspace(files: usize, note_bytes: usize) -> tempfile::TempDir {
     let ws = tempfile::tempdir().unwrap();
     std::fs::create_dir(ws.path().join("notes")).unwrap();
-    for n in 0..10 {
+    for n in 0..files {
         let line = format!("note {n}: {}\n", "lorem ipsum dolor sit amet ".repeat(3));
         let text = line.repeat(note_bytes / line.len() + 1);
         std::fs::write(ws.path().join(format!("notes/{n}.txt")), text).unwrap();
@@ -113,12 +113,12 @@ async fn events(store: &Store, id: TaskId, kind: EventKind) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_200_turn_task_stays_inside_a_small_window() {
     let db = orchestrator_test_support::sqlite_store().await;
-    let ws = workspace(1200);
+    let ws = workspace(200, 1200);
     let quirks = Quirks {
         context_window: Some(16_384),
         ..Quirks::default()
     };
-    let model = ScriptedModel::start_with(quirks, reader(200)).await;
+    let model = ScriptedModel::start_with(quirks, reader(200, 200)).await;
     let id = run(&db.store, ws.path(), &model, ModelSettings::default(), 220).await;
     let task = db.store.get_task(id).await.unwrap();
     assert_eq!(task.state, TaskState::Succeeded, "{:?}", task.last_error);
@@ -172,13 +172,13 @@ async fn a_200_turn_task_stays_inside_a_small_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_window_smaller_than_configured_compacts_then_stops_as_stalled() {
     let db = orchestrator_test_support::sqlite_store().await;
-    let ws = workspace(1200);
+    let ws = workspace(200, 1200);
     // Configured for 64k; the server holds 4k.
     let quirks = Quirks {
         context_window: Some(4096),
         ..Quirks::default()
     };
-    let model = ScriptedModel::start_with(quirks, reader(200)).await;
+    let model = ScriptedModel::start_with(quirks, reader(200, 200)).await;
     let settings = ModelSettings {
         context_window: Some(65_536),
         ..ModelSettings::default()
@@ -208,7 +208,7 @@ async fn a_server_window_smaller_than_configured_compacts_then_stops_as_stalled(
 async fn a_large_tool_result_is_cut_to_what_the_window_has_left() {
     // One read_file of a 65 KB file used to end the task against an 8k llama-server.
     let db = orchestrator_test_support::sqlite_store().await;
-    let ws = workspace(100);
+    let ws = workspace(1, 100);
     let line = "fn main() { println!(\"a line of a large source file\"); }\n";
     std::fs::write(ws.path().join("big.rs"), line.repeat(65_000 / line.len())).unwrap();
     let quirks = Quirks {
@@ -243,4 +243,51 @@ async fn a_large_tool_result_is_cut_to_what_the_window_has_left() {
         "{}",
         &result[..200]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_reads_the_same_files_after_each_compaction_stops_as_stalled() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let ws = workspace(3, 1200);
+    let quirks = Quirks {
+        context_window: Some(8192),
+        ..Quirks::default()
+    };
+    // Three files, round and round: after each compaction it reads again what it had read.
+    let model = ScriptedModel::start_with(quirks, reader(200, 3)).await;
+    let id = run(&db.store, ws.path(), &model, ModelSettings::default(), 220).await;
+    let task = db.store.get_task(id).await.unwrap();
+    assert_eq!(task.state, TaskState::Failed);
+    let error = task.last_error.unwrap_or_default();
+    assert!(
+        error.contains("stalled") && error.contains("was read again 4 times after compactions"),
+        "{error}"
+    );
+    assert!(!events(&db.store, id, EventKind::Compacted).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_auto_compact_the_task_fails_at_the_window_with_the_servers_words() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let ws = workspace(200, 1200);
+    let quirks = Quirks {
+        context_window: Some(8192),
+        ..Quirks::default()
+    };
+    let model = ScriptedModel::start_with(quirks, reader(200, 200)).await;
+    let settings = ModelSettings {
+        auto_compact: Some(false),
+        ..ModelSettings::default()
+    };
+    let id = run(&db.store, ws.path(), &model, settings, 220).await;
+    let task = db.store.get_task(id).await.unwrap();
+    assert_eq!(task.state, TaskState::Failed);
+    let error = task.last_error.unwrap_or_default();
+    assert!(
+        error.contains("exceeds the available context size")
+            && error.contains("auto_compact is off"),
+        "{error}"
+    );
+    assert!(events(&db.store, id, EventKind::Compacted).await.is_empty());
+    assert_eq!(model.oversized(), 1);
 }

@@ -172,6 +172,7 @@ impl AgentFlags {
             context_window: self.context_window,
             max_output_tokens: self.max_output_tokens,
             compact_at: None,
+            auto_compact: None,
             tool_choice: self.tool_choice.clone(),
         }
     }

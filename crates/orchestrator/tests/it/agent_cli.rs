@@ -542,32 +542,23 @@ fn task_read_and_metrics_show_the_window_the_tokens_the_cache_and_compactions() 
         if last.starts_with("The conversation is about to be compacted") {
             return Reply::Text("## Goal\nread the notes\n## Next step\nread on".into());
         }
-        // Turns since the last compaction are enough to script by: read until told to stop.
-        let reads = request
-            .messages()
-            .iter()
-            .filter(|m| m["role"] == "tool")
-            .count();
-        if request.index >= 30 || reads > 40 {
+        // Requests arrive in order whatever was compacted: read a new note each, then stop.
+        if request.index >= 30 {
             Reply::Text("read them all".into())
         } else {
-            Reply::ToolCalls(vec![call("read_file", json!({"path": "notes.txt"}))])
+            let path = format!("notes/{}.txt", request.index);
+            Reply::ToolCalls(vec![call("read_file", json!({"path": path}))])
         }
     });
     let env = Env::sqlite();
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::write(
-        ws.path().join("notes.txt"),
-        "a note worth reading\n".repeat(60),
-    )
-    .unwrap();
+    let ws = notes_workspace(70);
     let mut args = vec![
         "task".to_owned(),
         "create".into(),
         "--title".into(),
         "reader".into(),
         "--prompt".into(),
-        "Read notes.txt again and again.".into(),
+        "Read the notes one by one.".into(),
         "--profile".into(),
         "minimal".into(),
         "--workspace".into(),
@@ -625,4 +616,123 @@ fn task_read_and_metrics_show_the_window_the_tokens_the_cache_and_compactions() 
         )),
         "{metrics}"
     );
+}
+
+#[test]
+fn a_serve_killed_during_a_compaction_resumes_with_one_summary() {
+    use orchestrator_test_support::model_server::Quirks;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let quirks = Quirks {
+        context_window: Some(8192),
+        ..Quirks::default()
+    };
+    // The first request for a summary never gets an answer: the daemon is killed while it waits.
+    let hung = AtomicBool::new(false);
+    let model = ScriptedModel::start_blocking_with(quirks, move |request: &Request| {
+        let last = request
+            .messages()
+            .last()
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("");
+        if last.starts_with("The conversation is about to be compacted") {
+            if !hung.swap(true, Ordering::SeqCst) {
+                return Reply::Hang;
+            }
+            return Reply::Text("## Goal\nread the notes\n## Next step\nread on".into());
+        }
+        if request.index >= 30 {
+            Reply::Text("read them all".into())
+        } else {
+            let path = format!("notes/{}.txt", request.index);
+            Reply::ToolCalls(vec![call("read_file", json!({"path": path}))])
+        }
+    });
+    let env = Env::sqlite();
+    let ws = notes_workspace(70);
+    let mut args = vec![
+        "task".to_owned(),
+        "create".into(),
+        "--title".into(),
+        "reader".into(),
+        "--prompt".into(),
+        "Read the notes one by one.".into(),
+        "--profile".into(),
+        "minimal".into(),
+        "--workspace".into(),
+        ws.path().display().to_string(),
+        "--json".into(),
+    ];
+    args.extend(model_flags(&model));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let id = env.json(&args)["id"].as_i64().unwrap();
+    let is_summary = |r: &Request| {
+        r.messages()
+            .last()
+            .and_then(|m| m["content"].as_str())
+            .is_some_and(|c| c.starts_with("The conversation is about to be compacted"))
+    };
+
+    let lease = ["--lease-seconds", "2"];
+    let serve = env.serve(&lease);
+    let start = Instant::now();
+    while !model.received().iter().any(is_summary) {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "no summary was asked for: {}",
+            serve.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    serve.signal(Signal::SIGKILL);
+    drop(serve);
+    let compacted_before: Vec<serde_json::Value> = env
+        .events(id)
+        .into_iter()
+        .filter(|e| e["kind"] == "compacted")
+        .collect();
+
+    let _serve = env.serve(&lease);
+    let task = env.wait_task(id, "finished", |t| {
+        t["state"] == "succeeded" || t["state"] == "failed"
+    });
+    assert_eq!(task["state"], "succeeded", "{task}");
+    let compactions: Vec<serde_json::Value> = env
+        .events(id)
+        .into_iter()
+        .filter(|e| e["kind"] == "compacted")
+        .map(|e| e["data"].clone())
+        .collect();
+    let numbers: Vec<u64> = compactions
+        .iter()
+        .map(|c| c["compaction"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        numbers,
+        (1..=numbers.len() as u64).collect::<Vec<_>>(),
+        "each compaction once, none lost and none twice"
+    );
+    assert!(
+        numbers.len() > compacted_before.len(),
+        "the interrupted one was made after the restart"
+    );
+    let summaries = compactions
+        .iter()
+        .filter(|c| c["kind"] == "summarized")
+        .count();
+    let answered = model.received().iter().filter(|r| is_summary(r)).count() - 1;
+    assert_eq!(
+        summaries, answered,
+        "one summary per answered request, none from the killed one"
+    );
+}
+
+/// A workspace with `n` notes, `notes/0.txt` and on, of about 1.2 KB each.
+fn notes_workspace(n: usize) -> tempfile::TempDir {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir(ws.path().join("notes")).unwrap();
+    for i in 0..n {
+        let text = format!("note {i} is worth reading\n").repeat(50);
+        std::fs::write(ws.path().join(format!("notes/{i}.txt")), text).unwrap();
+    }
+    ws
 }

@@ -90,6 +90,7 @@ fn tool_list_shows_a_profiles_tools_and_their_size_in_tokens() {
     assert_eq!(
         names,
         [
+            "context_status",
             "file_search",
             "glob",
             "grep_files",
@@ -98,10 +99,13 @@ fn tool_list_shows_a_profiles_tools_and_their_size_in_tokens() {
             "retrieve_tool_result"
         ]
     );
+    assert!(minimal.iter().all(|t| t["tokens"].as_u64().unwrap() > 0));
+    // Every profile can ask how full its window is; the rest of minimal is workspace tools.
     assert!(
         minimal
             .iter()
-            .all(|t| t["tokens"].as_u64().unwrap() > 0 && t["durable"] == false)
+            .all(|t| (t["durable"] == true) == (t["name"] == "context_status")),
+        "{minimal:?}"
     );
     let coding = list("coding");
     let durable: Vec<&str> = coding
@@ -132,7 +136,7 @@ fn tool_list_shows_a_profiles_tools_and_their_size_in_tokens() {
     let text = String::from_utf8_lossy(&human.stdout);
     assert!(
         text.contains(&format!(
-            "6 tools, about {} tokens of definitions",
+            "7 tools, about {} tokens of definitions",
             total(&minimal)
         )),
         "{text}"
