@@ -30,6 +30,10 @@ bench:
 bench-agent:
     cargo run --release -p orchestrator-bench -- agent
 
+# A 200-turn agent run against a server with a 16k context window, with compaction and without.
+bench-context:
+    cargo run --release -p orchestrator-bench -- context
+
 # Tool surface figures: grep_files against ripgrep, read_file on a 2 GiB file, edit_file on 10 MB.
 bench-tools:
     cargo bench -p orchestrator-tools --bench tools

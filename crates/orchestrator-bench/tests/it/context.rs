@@ -1,0 +1,45 @@
+//! The context bench at a small size: both cases run, the one with compaction finishes without a
+//! refused request, the one without fails at the window, and the comparison line says so.
+
+use orchestrator_bench::context::{ContextBenchConfig, run};
+use serde_json::Value;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_context_run_compacts_and_the_run_without_fails_at_the_window() {
+    let mut lines: Vec<Value> = Vec::new();
+    run(
+        &ContextBenchConfig {
+            turns: 40,
+            window: 8192,
+        },
+        |line| {
+            lines.push(serde_json::from_str(line)?);
+            Ok(())
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let (with, without, comparison) = (&lines[0], &lines[1], &lines[2]);
+    assert_eq!(with["case"], "compaction");
+    assert_eq!(with["succeeded"], true, "{with}");
+    assert_eq!(with["oversized"], 0, "{with}");
+    assert_eq!(with["turns_done"], 40);
+    assert!(with["compactions"].as_u64().unwrap() > 0, "{with}");
+    assert!(
+        with["tokens_per_request_max"].as_u64().unwrap() <= 8192,
+        "{with}"
+    );
+    assert!(
+        with["cached_prefix_share"].as_f64().unwrap() > 0.5,
+        "{with}"
+    );
+    assert_eq!(without["case"], "no_compaction");
+    assert_eq!(without["succeeded"], false, "{without}");
+    assert_eq!(without["oversized"], 1, "{without}");
+    assert!(without["turns_done"].as_u64().unwrap() < 40, "{without}");
+    assert!(
+        comparison["turns_ratio"].as_f64().unwrap() > 1.0,
+        "{comparison}"
+    );
+}
