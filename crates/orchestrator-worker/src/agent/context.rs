@@ -266,6 +266,41 @@ pub fn summarized(
     out
 }
 
+/// The files a tool call read or edited, by the paths its arguments name.
+pub fn touched_files(tool: &str, arguments: &str) -> Vec<(String, &'static str)> {
+    let Ok(args) = serde_json::from_str::<serde_json::Value>(arguments) else {
+        return Vec::new();
+    };
+    let path = || {
+        args["path"]
+            .as_str()
+            .map(|p| p.trim().trim_start_matches("./").to_owned())
+            .filter(|p| !p.is_empty())
+    };
+    match tool {
+        "read_file" => path().map(|p| vec![(p, "read")]).unwrap_or_default(),
+        "edit_file" | "write_file" | "multi_edit" => {
+            path().map(|p| vec![(p, "edited")]).unwrap_or_default()
+        }
+        "apply_patch" => {
+            let patch = args["patch"]
+                .as_str()
+                .or_else(|| args["input"].as_str())
+                .unwrap_or("");
+            patch
+                .lines()
+                .filter_map(|line| {
+                    ["*** Update File: ", "*** Add File: ", "*** Delete File: "]
+                        .iter()
+                        .find_map(|prefix| line.strip_prefix(prefix))
+                })
+                .map(|p| (p.trim().to_owned(), "edited"))
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// The data of a `compacted` event.
 #[allow(clippy::too_many_arguments)]
 pub fn event(
@@ -394,6 +429,25 @@ mod tests {
         let conversation = conversation();
         assert_eq!(tail_start(&conversation[..4]), None);
         assert_eq!(tail_start(&conversation[..2]), None);
+    }
+
+    #[test]
+    fn the_files_a_call_touches_come_from_its_arguments() {
+        assert_eq!(
+            touched_files("read_file", r#"{"path": "./src/a.rs"}"#),
+            [("src/a.rs".to_owned(), "read")]
+        );
+        assert_eq!(
+            touched_files("edit_file", r#"{"path": "b.rs", "old": "x", "new": "y"}"#),
+            [("b.rs".to_owned(), "edited")]
+        );
+        let patch = json!({"patch": "*** Begin Patch\n*** Update File: c.rs\n@@\n-a\n+b\n*** Add File: d.rs\n+x\n*** End Patch\n"});
+        assert_eq!(
+            touched_files("apply_patch", &patch.to_string()),
+            [("c.rs".to_owned(), "edited"), ("d.rs".to_owned(), "edited")]
+        );
+        assert!(touched_files("grep_files", r#"{"pattern": "x"}"#).is_empty());
+        assert!(touched_files("read_file", "not json").is_empty());
     }
 
     #[test]

@@ -213,6 +213,9 @@ struct Agent<'a> {
     reads: std::collections::HashMap<String, Vec<i64>>,
 }
 
+/// Most files and artifacts a summary's records list.
+const MAX_LISTED: usize = 30;
+
 /// The file a read_file call reads, as it names it.
 fn read_path(tool: &str, arguments: &str) -> Option<String> {
     if tool != "read_file" {
@@ -623,6 +626,7 @@ impl Agent<'_> {
         let mut after = context::request_tokens(&next, &self.definitions, None);
         let mut kind = "cleared";
         let mut summary_usage = None;
+        let mut summary_text = None;
         let mut summary_ms = None;
         if after > limits.target {
             let mut ask = next.clone();
@@ -654,6 +658,7 @@ impl Agent<'_> {
             next = context::summarized(&next, tail, number, &summary, &state);
             after = context::request_tokens(&next, &self.definitions, None);
             kind = "summarized";
+            summary_text = Some(summary);
         }
         if after.saturating_mul(100) > before.saturating_mul(100 - context::STALL_FREED_PERCENT) {
             return Ok(Compaction::End(AgentEnd::Failed(format!(
@@ -687,9 +692,13 @@ impl Agent<'_> {
                 }
             })
             .collect();
-        let event = context::event(
+        let mut event = context::event(
             number, kind, turn, first_seq, &limits, before, after, cleared, reason,
         );
+        // Kept with the event, in the same transaction as the rows: one summary per compaction.
+        if let Some(text) = summary_text {
+            event["summary"] = json!(text);
+        }
         self.ctx
             .store
             .append_messages(
@@ -732,6 +741,47 @@ impl Agent<'_> {
                 out.push_str(&format!(
                     "- {} (`{}`): {} - {}\n",
                     g.name, g.command, g.verdict, g.summary
+                ));
+            }
+        }
+        let calls = self.ctx.store.tool_calls(self.task.id).await?;
+        let workspace = std::path::Path::new(self.task.workspace.as_deref().unwrap_or("."));
+        let mut files: std::collections::BTreeMap<String, &'static str> = Default::default();
+        for call in &calls {
+            for (path, how) in context::touched_files(&call.name, &call.arguments) {
+                let entry = files.entry(path).or_insert(how);
+                if how == "edited" {
+                    *entry = how;
+                }
+            }
+        }
+        if !files.is_empty() {
+            out.push_str("Files read or edited (sha256 of each as it is now):\n");
+            for (path, how) in files.iter().take(MAX_LISTED) {
+                let now = match std::fs::read(workspace.join(path)) {
+                    Ok(bytes) => {
+                        use sha2::Digest;
+                        hex::encode(sha2::Sha256::digest(&bytes))[..12].to_owned()
+                    }
+                    Err(_) => "gone".to_owned(),
+                };
+                out.push_str(&format!("- {path}: {how}, {now}\n"));
+            }
+        }
+        let kept: Vec<&orchestrator_store::ToolCallRecord> =
+            calls.iter().filter(|c| c.artifact_id.is_some()).collect();
+        if !kept.is_empty() {
+            out.push_str("Full outputs kept (retrieve_tool_result reads them):\n");
+            for call in kept.iter().rev().take(MAX_LISTED).rev() {
+                out.push_str(&format!(
+                    "- artifact {} from {} at turn {}: {}\n",
+                    call.artifact_id.unwrap_or_default(),
+                    call.name,
+                    call.turn,
+                    clip(call.summary.as_deref().unwrap_or(""))
+                        .lines()
+                        .next()
+                        .unwrap_or("")
                 ));
             }
         }

@@ -167,6 +167,30 @@ async fn a_200_turn_task_stays_inside_a_small_window() {
         compactions.len(),
         "the prefix changed only at compactions"
     );
+
+    // A summary carries what the store knows: the files read with their hashes, the kept outputs.
+    let summarized = compactions
+        .iter()
+        .find(|c| c["kind"] == "summarized")
+        .unwrap();
+    assert!(
+        summarized["summary"]
+            .as_str()
+            .unwrap()
+            .contains("## Next step"),
+        "{summarized}"
+    );
+    let summary_message = requests
+        .iter()
+        .flat_map(|r| r.messages().iter())
+        .filter_map(|m| m["content"].as_str())
+        .find(|c| c.starts_with("[Compaction "))
+        .unwrap();
+    assert!(
+        summary_message.contains("Files read or edited")
+            && summary_message.contains("notes/0.txt: read, "),
+        "{summary_message}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
