@@ -221,6 +221,65 @@ impl Store {
         Ok(())
     }
 
+    /// Saves a compacted conversation: its `messages`, its summary (if the model wrote one) as a
+    /// `compaction_summary` artifact, and the `compacted` event naming both, in one transaction
+    /// fenced by `lease`. A crash leaves all of it or none, so a compaction is never half saved
+    /// and never saved twice. Returns the summary's artifact.
+    pub async fn append_compaction(
+        &self,
+        lease: &Lease,
+        attempt: i64,
+        messages: &[NewMessage],
+        mut event: serde_json::Value,
+        summary: Option<&str>,
+    ) -> Result<Option<ArtifactId>> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let seq = fence(&mut tx, lease, now).await?;
+        let artifact = match summary {
+            Some(text) => {
+                let captured = orchestrator_types::Captured::from_bytes(
+                    text.as_bytes(),
+                    crate::DEFAULT_ARTIFACT_CAP,
+                );
+                let compressed = crate::artifacts::compress(&captured)?;
+                let label = format!(
+                    "summary of compaction {}",
+                    event["compaction"].as_u64().unwrap_or(0)
+                );
+                let id = crate::artifacts::insert_artifact(
+                    &mut tx,
+                    &crate::artifacts::ArtifactInsert {
+                        task_id: Some(lease.task_id),
+                        kind: "compaction_summary",
+                        media_type: "text/markdown",
+                        summary: &label,
+                        captured: &captured,
+                    },
+                    compressed,
+                )
+                .await?;
+                event["summary_artifact"] = serde_json::json!(id.0);
+                Some(id)
+            }
+            None => None,
+        };
+        insert_messages(&mut tx, lease.task_id, attempt, messages, now).await?;
+        insert_events(
+            &mut tx,
+            &[EventInsert {
+                task_id: lease.task_id.0,
+                seq,
+                at: now,
+                kind: EventKind::Compacted,
+                data: event,
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(artifact)
+    }
+
     /// The conversation of a task, oldest first.
     pub async fn messages(&self, task: TaskId) -> Result<Vec<SavedMessage>> {
         let stmt = Query::select()

@@ -695,17 +695,19 @@ impl Agent<'_> {
         let mut event = context::event(
             number, kind, turn, first_seq, &limits, before, after, cleared, reason,
         );
-        // Kept with the event, in the same transaction as the rows: one summary per compaction.
-        if let Some(text) = summary_text {
+        // The summary goes in the event and as an artifact, in the same transaction as the rows:
+        // one summary per compaction, whatever stops the process.
+        if let Some(text) = &summary_text {
             event["summary"] = json!(text);
         }
         self.ctx
             .store
-            .append_messages(
+            .append_compaction(
                 self.lease,
                 self.task.attempt,
                 &rows,
-                (EventKind::Compacted, event),
+                event,
+                summary_text.as_deref(),
             )
             .await?;
         *conversation = next;

@@ -180,6 +180,18 @@ async fn a_200_turn_task_stays_inside_a_small_window() {
             .contains("## Next step"),
         "{summarized}"
     );
+    let artifact = db
+        .store
+        .get_artifact(orchestrator_types::ArtifactId(
+            summarized["summary_artifact"].as_i64().unwrap(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(artifact.meta.kind, "compaction_summary");
+    assert_eq!(
+        String::from_utf8(artifact.bytes).unwrap(),
+        summarized["summary"].as_str().unwrap()
+    );
     let summary_message = requests
         .iter()
         .flat_map(|r| r.messages().iter())

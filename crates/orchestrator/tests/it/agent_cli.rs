@@ -724,6 +724,16 @@ fn a_serve_killed_during_a_compaction_resumes_with_one_summary() {
         summaries, answered,
         "one summary per answered request, none from the killed one"
     );
+    // Each summary is one artifact, named by its compaction's event.
+    let artifacts: Vec<i64> = compactions
+        .iter()
+        .filter_map(|c| c["summary_artifact"].as_i64())
+        .collect();
+    assert_eq!(artifacts.len(), summaries);
+    for id in &artifacts {
+        let shown = env.json(&["artifact", "show", &id.to_string(), "--json"]);
+        assert_eq!(shown["meta"]["kind"], "compaction_summary", "{shown}");
+    }
 }
 
 /// A workspace with `n` notes, `notes/0.txt` and on, of about 1.2 KB each.
