@@ -32,6 +32,7 @@ mod cases;
 
 conformance!(
     conversation_is_saved_whole_and_fenced,
+    a_compaction_is_saved_whole_with_its_summary_and_fenced,
     checklist_is_replaced_whole,
     approval_pauses_and_a_decision_resumes,
     decision_before_the_pause_lands_still_resumes,

@@ -570,3 +570,97 @@ pub async fn children_and_shell_jobs_are_fenced_by_the_lease(db: &TestStore) {
         .unwrap();
     assert_eq!(store.shell_jobs(id).await.unwrap().len(), 1);
 }
+
+pub async fn a_compaction_is_saved_whole_with_its_summary_and_fenced(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&agent_task("compact")).await.unwrap();
+    let (_, lease) = claim_one(&store).await;
+    let row = |text: &str| NewMessage {
+        turn: 3,
+        message: ChatMessage::user(text),
+        usage: None,
+        model_ms: None,
+    };
+    store
+        .append_messages(
+            &lease,
+            1,
+            &[row("sys"), row("prompt"), row("old turns")],
+            (EventKind::Message, json!({"role": "user"})),
+        )
+        .await
+        .unwrap();
+
+    // A stale lease writes nothing: no rows, no artifact, no event.
+    let stale = Lease {
+        task_id: id,
+        epoch: lease.epoch + 1,
+    };
+    let err = store
+        .append_compaction(
+            &stale,
+            1,
+            &[row("sys"), row("prompt"), row("summary")],
+            json!({"compaction": 1, "first_seq": 4}),
+            Some("## Goal\nthe summary"),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, orchestrator_store::Error::StaleLease { .. }),
+        "{err}"
+    );
+    assert_eq!(store.messages(id).await.unwrap().len(), 3);
+    assert!(
+        store
+            .events_of_kind(id, EventKind::Compacted)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let artifact = store
+        .append_compaction(
+            &lease,
+            1,
+            &[row("sys"), row("prompt"), row("summary")],
+            json!({"compaction": 1, "first_seq": 4}),
+            Some("## Goal\nthe summary"),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let messages = store.messages(id).await.unwrap();
+    assert_eq!(
+        messages.iter().map(|m| m.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
+    let events = store
+        .events_of_kind(id, EventKind::Compacted)
+        .await
+        .unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].data["first_seq"], 4);
+    assert_eq!(events[0].data["summary_artifact"], artifact.0);
+    let kept = store.get_artifact(artifact).await.unwrap();
+    assert_eq!(kept.meta.kind, "compaction_summary");
+    assert_eq!(kept.bytes, b"## Goal\nthe summary");
+
+    // A compaction without a summary (outputs cleared only) has no artifact.
+    let none = store
+        .append_compaction(
+            &lease,
+            1,
+            &[row("sys")],
+            json!({"compaction": 2, "first_seq": 7}),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(none.is_none());
+    let events = store
+        .events_of_kind(id, EventKind::Compacted)
+        .await
+        .unwrap();
+    assert!(events[1].data.get("summary_artifact").is_none());
+}
