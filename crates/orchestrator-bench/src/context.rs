@@ -16,7 +16,13 @@
 //! - `no_compaction`: `auto_compact = false`, the same run; it must fail at the window, and
 //!   `turns_done` says where.
 //!
-//! A last line compares them: `turns_ratio` (turns done with compaction over turns done without).
+//! A line compares them: `turns_ratio` (turns done with compaction over turns done without).
+//!
+//! Then `estimate_error`, one line per corpus: how far the agent's estimate of a request's tokens
+//! (three bytes of JSON to a token) is from a real tokenizer (OpenAI's o200k, through
+//! `tiktoken-rs`), on this repository's Rust source, its Markdown docs, and the JSON of the last
+//! request the long run sent (tool output, tool definitions, messages). Positive means the estimate
+//! counts more tokens than there are (compaction comes early, never late).
 
 use anyhow::{Context, Result};
 use orchestrator_store::{Store, StoreOptions};
@@ -75,9 +81,9 @@ pub async fn run(
     config: &ContextBenchConfig,
     mut print: impl FnMut(&str) -> Result<()>,
 ) -> Result<()> {
-    let with = case(config, true).await?;
+    let (with, last_request) = case(config, true).await?;
     print(&with.to_string())?;
-    let without = case(config, false).await?;
+    let (without, _) = case(config, false).await?;
     print(&without.to_string())?;
     let done = |v: &Value| v["turns_done"].as_f64().unwrap_or(0.0);
     print(
@@ -90,10 +96,75 @@ pub async fn run(
             "oversized_with_compaction": with["oversized"],
         })
         .to_string(),
-    )
+    )?;
+    for line in estimate_error(&last_request)? {
+        print(&line.to_string())?;
+    }
+    Ok(())
 }
 
-async fn case(config: &ContextBenchConfig, compaction: bool) -> Result<Value> {
+/// The estimate's error against o200k on three corpora.
+fn estimate_error(request_json: &str) -> Result<Vec<Value>> {
+    let bpe = tiktoken_rs::o200k_base().context("loading the o200k tokenizer")?;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut rust = String::new();
+    let mut markdown = String::new();
+    collect(&root.join("crates"), "rs", &mut rust, 2 << 20)?;
+    collect(&root.join("docs"), "md", &mut markdown, 2 << 20)?;
+    if let Ok(readme) = std::fs::read_to_string(root.join("README.md")) {
+        markdown.push_str(&readme);
+    }
+    let mut lines = Vec::new();
+    for (corpus, text) in [
+        ("rust_source", rust.as_str()),
+        ("markdown_docs", markdown.as_str()),
+        ("agent_request_json", request_json),
+    ] {
+        if text.is_empty() {
+            continue;
+        }
+        let real = bpe.encode_ordinary(text).len() as f64;
+        let estimated = text.len().div_ceil(3) as f64;
+        lines.push(json!({
+            "bench": "context",
+            "case": "estimate_error",
+            "corpus": corpus,
+            "bytes": text.len(),
+            "o200k_tokens": real,
+            "bytes_per_token": text.len() as f64 / real,
+            "estimated_tokens": estimated,
+            "error_percent": (estimated - real) / real * 100.0,
+        }));
+    }
+    Ok(lines)
+}
+
+/// Appends the files under `dir` ending in `.ext` to `out`, up to `cap` bytes.
+fn collect(dir: &std::path::Path, ext: &str, out: &mut String, cap: usize) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for path in paths {
+        if out.len() >= cap {
+            break;
+        }
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n != "target") {
+                collect(&path, ext, out, cap)?;
+            }
+        } else if path.extension().is_some_and(|e| e == ext)
+            && let Ok(text) = std::fs::read_to_string(&path)
+        {
+            out.push_str(&text);
+        }
+    }
+    Ok(())
+}
+
+/// One case's line, and the JSON of the last request it sent.
+async fn case(config: &ContextBenchConfig, compaction: bool) -> Result<(Value, String)> {
     let dir = tempfile::tempdir()?;
     let store = Store::open_sqlite(&dir.path().join("bench.db"), &StoreOptions::default())
         .await
@@ -173,7 +244,7 @@ async fn case(config: &ContextBenchConfig, compaction: bool) -> Result<Value> {
         .iter()
         .filter(|e| e.data["kind"] == "summarized")
         .count();
-    Ok(json!({
+    let line = json!({
         "bench": "context",
         "case": if compaction { "compaction" } else { "no_compaction" },
         "window": config.window,
@@ -194,5 +265,7 @@ async fn case(config: &ContextBenchConfig, compaction: bool) -> Result<Value> {
         "prompt_tokens": prompt,
         "cached_prefix_share": if prompt == 0 { 0.0 } else { cached as f64 / prompt as f64 },
         "seconds": started.elapsed().as_secs_f64(),
-    }))
+    });
+    let last = turns.last().map(|r| r.body.to_string()).unwrap_or_default();
+    Ok((line, last))
 }

@@ -1,5 +1,6 @@
 //! The context bench at a small size: both cases run, the one with compaction finishes without a
-//! refused request, the one without fails at the window, and the comparison line says so.
+//! refused request, the one without fails at the window, the comparison line says so, and the
+//! estimate's error is measured on each corpus.
 
 use orchestrator_bench::context::{ContextBenchConfig, run};
 use serde_json::Value;
@@ -19,7 +20,7 @@ async fn a_small_context_run_compacts_and_the_run_without_fails_at_the_window() 
     )
     .await
     .unwrap();
-    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines.len(), 6, "{lines:?}");
     let (with, without, comparison) = (&lines[0], &lines[1], &lines[2]);
     assert_eq!(with["case"], "compaction");
     assert_eq!(with["succeeded"], true, "{with}");
@@ -42,4 +43,20 @@ async fn a_small_context_run_compacts_and_the_run_without_fails_at_the_window() 
         comparison["turns_ratio"].as_f64().unwrap() > 1.0,
         "{comparison}"
     );
+    // The estimate's error against a real tokenizer, per corpus, measured rather than assumed.
+    let corpora: Vec<&str> = lines[3..]
+        .iter()
+        .map(|l| l["corpus"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        corpora,
+        ["rust_source", "markdown_docs", "agent_request_json"]
+    );
+    for line in &lines[3..] {
+        assert!(line["o200k_tokens"].as_f64().unwrap() > 0.0, "{line}");
+        assert!(
+            line["error_percent"].as_f64().unwrap().is_finite(),
+            "{line}"
+        );
+    }
 }
