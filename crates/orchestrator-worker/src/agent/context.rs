@@ -34,6 +34,9 @@ pub const MIN_RESULT_BYTES: usize = 2048;
 /// Tool outputs shorter than this are kept when old outputs are cleared: clearing them frees
 /// little and their stubs would be as long.
 const CLEAR_AT_LEAST: usize = 400;
+/// How a parent's input to its child starts: the only user messages after the task's prompt that
+/// a person wrote (the rest are the orchestrator's own: earlier summaries, requests to go on).
+pub(crate) const PERSON_INPUT_PREFIX: &str = "Input from the parent task (event ";
 /// The tool whose results are a person's answers, kept verbatim.
 const ASK_USER: &str = "ask_user";
 /// Compactions allowed within [`STALL_TURNS`] turns before the task stops as stalled.
@@ -135,7 +138,11 @@ pub fn tail_start(conversation: &[ChatMessage]) -> Option<usize> {
         1 => replies[0],
         n => replies[n - 2],
     };
-    (start > 2).then_some(start)
+    // Something to compact: a turn of the model's before the tail, not only earlier summaries.
+    let span = conversation.get(2..start)?;
+    span.iter()
+        .any(|m| matches!(m.role, Role::Assistant | Role::Tool))
+        .then_some(start)
 }
 
 /// The names of the calls, by call id, that `conversation` made.
@@ -197,7 +204,13 @@ pub fn person_words(conversation: &[ChatMessage], from: usize, to: usize) -> Per
     };
     for m in &conversation[from..to] {
         match m.role {
-            Role::User => words.messages.push(m.clone()),
+            Role::User
+                if m.content
+                    .as_deref()
+                    .is_some_and(|c| c.starts_with(PERSON_INPUT_PREFIX)) =>
+            {
+                words.messages.push(m.clone())
+            }
             Role::Tool
                 if m.tool_call_id
                     .as_ref()
@@ -356,7 +369,8 @@ mod tests {
             ChatMessage::tool("a", "x".repeat(5000)),
             call("b", "ask_user"),
             ChatMessage::tool("b", format!("Use the {} approach.", "simple ".repeat(80))),
-            ChatMessage::user("[input from the parent] also run the linter"),
+            ChatMessage::user("Input from the parent task (event 9):\nalso run the linter"),
+            ChatMessage::user("[Compaction 1: an earlier summary]"),
             call("c", "read_file"),
             ChatMessage::tool("c", "y".repeat(5000)),
             call("d", "read_file"),
@@ -385,7 +399,7 @@ mod tests {
     fn clearing_keeps_the_last_two_turns_the_calls_and_the_answers() {
         let conversation = conversation();
         let tail = tail_start(&conversation).unwrap();
-        assert_eq!(tail, 7, "the second-to-last reply");
+        assert_eq!(tail, 8, "the second-to-last reply");
         let (cleared, n) = clear_old_outputs(&conversation, tail, 1);
         assert_eq!(n, 1, "only the first read_file output");
         assert!(
@@ -396,7 +410,7 @@ mod tests {
                 .contains("5000 bytes of output cleared")
         );
         assert_eq!(cleared[5], conversation[5], "a person's answer stays");
-        assert_eq!(cleared[7..], conversation[7..], "the last two turns stay");
+        assert_eq!(cleared[8..], conversation[8..], "the last two turns stay");
         assert_eq!(cleared[2], conversation[2], "the call stays");
         assert!(request_tokens(&cleared, &[], None) < request_tokens(&conversation, &[], None));
     }
@@ -415,6 +429,11 @@ mod tests {
         assert_eq!(out[..2], conversation[..2]);
         assert_eq!(out[2], conversation[6], "the parent's input, as it was");
         let summary = out[3].content.as_deref().unwrap();
+        assert!(
+            !out.iter()
+                .any(|m| m.content.as_deref() == Some("[Compaction 1: an earlier summary]")),
+            "an earlier summary is not kept beside the new one"
+        );
         assert!(summary.contains("## Goal\nfix it"));
         assert!(summary.contains(conversation[5].content.as_deref().unwrap()));
         assert!(summary.contains("Checklist: 1 done"));
@@ -431,6 +450,15 @@ mod tests {
         let conversation = conversation();
         assert_eq!(tail_start(&conversation[..4]), None);
         assert_eq!(tail_start(&conversation[..2]), None);
+        // After a compaction: the prompt, a summary, then the last two turns.
+        let mut compacted = conversation[..2].to_vec();
+        compacted.push(ChatMessage::user("[Compaction 1: summary]"));
+        compacted.extend(conversation[7..].iter().cloned());
+        assert_eq!(
+            tail_start(&compacted),
+            None,
+            "only a summary before the tail"
+        );
     }
 
     #[test]

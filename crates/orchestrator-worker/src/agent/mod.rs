@@ -213,6 +213,33 @@ struct Agent<'a> {
     reads: std::collections::HashMap<String, Vec<i64>>,
 }
 
+/// The first 12 hex digits of the sha256 of a file the agent named, as it is now: only inside the
+/// workspace, and only up to 8 MiB (the records are read at each compaction).
+fn file_hash(workspace: &std::path::Path, path: &str) -> String {
+    use sha2::Digest;
+    let relative = std::path::Path::new(path);
+    let full = if relative.is_absolute() {
+        relative.to_path_buf()
+    } else {
+        workspace.join(relative)
+    };
+    let inside = !relative
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+        && full.starts_with(workspace);
+    if !inside {
+        return "outside the workspace".to_owned();
+    }
+    match std::fs::metadata(&full) {
+        Ok(meta) if meta.len() > 8 << 20 => format!("{} bytes, not hashed", meta.len()),
+        Ok(_) => match std::fs::read(&full) {
+            Ok(bytes) => hex::encode(sha2::Sha256::digest(&bytes))[..12].to_owned(),
+            Err(e) => format!("unreadable: {e}"),
+        },
+        Err(_) => "gone".to_owned(),
+    }
+}
+
 /// Most files and artifacts a summary's records list.
 const MAX_LISTED: usize = 30;
 
@@ -302,13 +329,6 @@ impl Agent<'_> {
                 .await?;
             saved = self.ctx.store.messages(self.task.id).await?;
         }
-        let mut budget = Budget::of_saved(&saved, &self.ctx.store.tool_calls(self.task.id).await?);
-        budget.estimate_missing(&saved, &self.definitions);
-        let mut turn = saved.iter().map(|m| m.turn).max().unwrap_or(0);
-        let mut used_ids: std::collections::HashSet<String> = saved
-            .iter()
-            .flat_map(|m| m.message.tool_calls.iter().map(|c| c.id.clone()))
-            .collect();
         // After a compaction the conversation is the rows it wrote and what followed them.
         let compactions = self
             .ctx
@@ -318,6 +338,17 @@ impl Agent<'_> {
         self.compaction_turns = compactions
             .iter()
             .filter_map(|e| e.data["turn"].as_i64())
+            .collect();
+        let starts: Vec<i64> = compactions
+            .iter()
+            .filter_map(|e| e.data["first_seq"].as_i64())
+            .collect();
+        let mut budget = Budget::of_saved(&saved, &self.ctx.store.tool_calls(self.task.id).await?);
+        budget.estimate_missing(&saved, &starts, &self.definitions);
+        let mut turn = saved.iter().map(|m| m.turn).max().unwrap_or(0);
+        let mut used_ids: std::collections::HashSet<String> = saved
+            .iter()
+            .flat_map(|m| m.message.tool_calls.iter().map(|c| c.id.clone()))
             .collect();
         for call in self.ctx.store.tool_calls(self.task.id).await? {
             if let Some(path) = read_path(&call.name, &call.arguments) {
@@ -333,7 +364,7 @@ impl Agent<'_> {
         // The server's count for the last reply that has one anchors the size of the next request.
         let mut counted: Option<(usize, u64)> = saved
             .iter()
-            .rposition(|m| m.usage.is_some())
+            .rposition(|m| m.message.role == Role::Assistant && m.usage.is_some())
             .and_then(|at| {
                 saved[at]
                     .usage
@@ -428,7 +459,10 @@ impl Agent<'_> {
                     "the next request would be about {size} tokens, past the trigger of {} in a window of {}",
                     self.limits.trigger, self.limits.window.tokens
                 );
-                match self.compact(&mut conversation, turn, size, &why).await? {
+                match self
+                    .compact(&mut conversation, turn, &mut budget, &why)
+                    .await?
+                {
                     Compaction::Done => counted = None,
                     // The estimate errs high: let the server say whether it fits.
                     Compaction::Nothing(_) => {}
@@ -449,9 +483,11 @@ impl Agent<'_> {
                     // more.
                     budget.work_ms += millis_since(asked);
                     overflow_retried = true;
-                    let size = context::request_tokens(&conversation, &self.definitions, None);
                     let why = format!("the model server refused the request as too long: {error}");
-                    match self.compact(&mut conversation, turn, size, &why).await? {
+                    match self
+                        .compact(&mut conversation, turn, &mut budget, &why)
+                        .await?
+                    {
                         Compaction::Done => counted = None,
                         Compaction::Nothing(message) => return Ok(AgentEnd::Failed(message)),
                         Compaction::End(end) => return Ok(end),
@@ -594,10 +630,13 @@ impl Agent<'_> {
         &mut self,
         conversation: &mut Vec<ChatMessage>,
         turn: i64,
-        before: u64,
+        budget: &mut Budget,
         reason: &str,
     ) -> Result<Compaction, Halt> {
         let limits = self.limits;
+        // Before and after on the same measure, so that what a compaction frees is not hidden by
+        // the estimate's own error.
+        let before = context::request_tokens(conversation, &self.definitions, None);
         let recent = self
             .compaction_turns
             .iter()
@@ -636,11 +675,34 @@ impl Agent<'_> {
                 reply = self.client.complete(&ask, &[], None) => reply,
                 () = self.stop.token().cancelled() => return Ok(Compaction::End(AgentEnd::Stopped)),
             };
+            // The summary is the agent's work too: its time and tokens count against the budgets.
+            budget.work_ms += millis_since(asked);
             let summary = match reply {
                 Ok(reply) => {
                     summary_usage = reply.usage;
                     summary_ms = Some(millis_since(asked));
-                    reply.message.content.unwrap_or_default()
+                    if let Some(u) = reply.usage {
+                        budget.usage.add(u);
+                        let metrics = &self.ctx.metrics;
+                        metrics
+                            .prompt_tokens
+                            .fetch_add(u.prompt_tokens, Ordering::Relaxed);
+                        metrics
+                            .cached_tokens
+                            .fetch_add(u.cached_tokens, Ordering::Relaxed);
+                        metrics
+                            .completion_tokens
+                            .fetch_add(u.completion_tokens, Ordering::Relaxed);
+                    }
+                    if reply.finish_reason.as_deref() == Some(FINISH_LENGTH) {
+                        // Cut by the output limit: what it wrote is kept, and says it is cut.
+                        format!(
+                            "{}\n(This summary was cut off by the output token limit.)",
+                            reply.message.content.unwrap_or_default()
+                        )
+                    } else {
+                        reply.message.content.unwrap_or_default()
+                    }
                 }
                 // Even the request for a summary does not fit: the span goes without one, and the
                 // records re-injected below say what was established.
@@ -648,8 +710,9 @@ impl Agent<'_> {
                 Err(e) => return Ok(Compaction::End(model_failure(&e))),
             };
             let summary = if summary.trim().is_empty() {
-                "(No summary could be written: the request for one did not fit the model's \
-                 window. The earlier turns are gone; rely on the task's records below.)"
+                "(No summary could be written: the model answered the request for one with \
+                 nothing, or the request did not fit its window. The earlier turns are gone; rely \
+                 on the task's records below.)"
                     .to_owned()
             } else {
                 summary
@@ -760,13 +823,7 @@ impl Agent<'_> {
         if !files.is_empty() {
             out.push_str("Files read or edited (sha256 of each as it is now):\n");
             for (path, how) in files.iter().take(MAX_LISTED) {
-                let now = match std::fs::read(workspace.join(path)) {
-                    Ok(bytes) => {
-                        use sha2::Digest;
-                        hex::encode(sha2::Sha256::digest(&bytes))[..12].to_owned()
-                    }
-                    Err(_) => "gone".to_owned(),
-                };
+                let now = file_hash(workspace, path);
                 out.push_str(&format!("- {path}: {how}, {now}\n"));
             }
         }
@@ -804,13 +861,16 @@ impl Agent<'_> {
             };
             let turns = self.reads.entry(path.clone()).or_default();
             turns.push(turn);
+            // Compactions after the first read that were followed by a read of the file before the
+            // next one: paging through a file, or reading it to check an edit, counts once.
             let first = turns[0];
-            let again = turns
+            let compactions = &self.compaction_turns;
+            let again = compactions
                 .iter()
-                .filter(|t| {
-                    self.compaction_turns
-                        .iter()
-                        .any(|c| first <= *c && *c < **t)
+                .enumerate()
+                .filter(|(i, c)| {
+                    let next = compactions.get(i + 1).copied().unwrap_or(i64::MAX);
+                    first <= **c && turns.iter().any(|t| **c < *t && *t <= next)
                 })
                 .count();
             if again > context::STALL_REREADS {
@@ -1054,7 +1114,7 @@ fn unanswered_calls(
 
 /// How a parent's input begins as a user message; the event number follows, so a resumed agent
 /// knows which inputs it already has.
-const INPUT_PREFIX: &str = "Input from the parent task (event ";
+const INPUT_PREFIX: &str = context::PERSON_INPUT_PREFIX;
 
 fn input_seq(message: &ChatMessage) -> Option<i64> {
     if message.role != Role::User {
@@ -1157,7 +1217,14 @@ impl Budget {
     }
 
     /// Adds an estimate for each saved reply whose server reported no usage.
-    fn estimate_missing(&mut self, saved: &[SavedMessage], tools: &[ToolDefinition]) {
+    /// `starts`: where each compaction's rows begin; a reply was asked with the rows of its own
+    /// conversation, not with every row before it.
+    fn estimate_missing(
+        &mut self,
+        saved: &[SavedMessage],
+        starts: &[i64],
+        tools: &[ToolDefinition],
+    ) {
         // A compaction copies replies into its rows; a copy was no model call.
         let mut seen = std::collections::HashSet::new();
         for (at, m) in saved.iter().enumerate() {
@@ -1167,8 +1234,12 @@ impl Budget {
                 continue;
             }
             if m.message.role == Role::Assistant && m.usage.is_none() {
-                let before: Vec<ChatMessage> =
-                    saved[..at].iter().map(|m| m.message.clone()).collect();
+                let start = starts.iter().filter(|s| **s <= m.seq).max().copied();
+                let before: Vec<ChatMessage> = saved[..at]
+                    .iter()
+                    .filter(|r| start.is_none_or(|s| r.seq >= s))
+                    .map(|m| m.message.clone())
+                    .collect();
                 self.add_estimate(estimate_usage(&before, tools, &m.message));
             }
         }

@@ -189,26 +189,17 @@ impl ModelClient {
     }
 }
 
-/// Ollama's window: `num_ctx` when the model file sets one (what the server loads it with), else
-/// the model's own `context_length`.
+/// Ollama's window: `num_ctx` when the model file sets one (what the server loads it with). The
+/// model's own `context_length` is not it: without `num_ctx` Ollama serves its small default and
+/// cuts longer prompts without an error, so nothing is discovered then.
 fn ollama_window(show: &Value) -> Option<u64> {
-    let num_ctx = show["parameters"].as_str().and_then(|text| {
+    show["parameters"].as_str().and_then(|text| {
         text.lines().find_map(|line| {
             let mut words = line.split_whitespace();
             (words.next() == Some("num_ctx"))
                 .then(|| words.next()?.parse::<u64>().ok())
                 .flatten()
         })
-    });
-    num_ctx.or_else(|| {
-        show["model_info"]
-            .as_object()?
-            .iter()
-            .find_map(|(key, value)| {
-                key.ends_with(".context_length")
-                    .then(|| value.as_u64())
-                    .flatten()
-            })
     })
 }
 
@@ -226,14 +217,18 @@ mod tests {
     }
 
     #[test]
-    fn ollama_says_its_window_in_parameters_or_model_info() {
+    fn ollama_says_its_window_only_in_num_ctx() {
         let show = json!({
             "parameters": "temperature 0.2\nnum_ctx 16384",
             "model_info": {"qwen2.context_length": 32768}
         });
         assert_eq!(ollama_window(&show), Some(16384));
         let show = json!({"model_info": {"general.architecture": "llama", "llama.context_length": 131072}});
-        assert_eq!(ollama_window(&show), Some(131072));
+        assert_eq!(
+            ollama_window(&show),
+            None,
+            "the model's maximum is not what Ollama serves"
+        );
         assert_eq!(ollama_window(&json!({})), None);
     }
 }

@@ -327,3 +327,32 @@ async fn without_auto_compact_the_task_fails_at_the_window_with_the_servers_word
     assert!(events(&db.store, id, EventKind::Compacted).await.is_empty());
     assert_eq!(model.oversized(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paging_through_a_file_after_a_compaction_is_not_a_stall() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let ws = workspace(20, 1200);
+    let quirks = Quirks {
+        context_window: Some(8192),
+        ..Quirks::default()
+    };
+    let asked = AtomicUsize::new(0);
+    let model = ScriptedModel::start_with(quirks, move |request: &Request| {
+        if is_summary_request(request) {
+            return Reply::Text("## Goal\nread\n## Next step\nread on".into());
+        }
+        let n = asked.fetch_add(1, Ordering::SeqCst);
+        // Read new notes until well past a compaction, then page through the first one.
+        let args = match n {
+            0..12 => json!({"path": format!("notes/{n}.txt")}),
+            12..18 => json!({"path": "notes/0.txt", "offset": (n - 11) * 3, "limit": 3}),
+            _ => return Reply::Text("done".into()),
+        };
+        Reply::ToolCalls(vec![call("read_file", args)])
+    })
+    .await;
+    let id = run(&db.store, ws.path(), &model, ModelSettings::default(), 40).await;
+    let task = db.store.get_task(id).await.unwrap();
+    assert_eq!(task.state, TaskState::Succeeded, "{:?}", task.last_error);
+    assert!(!events(&db.store, id, EventKind::Compacted).await.is_empty());
+}
