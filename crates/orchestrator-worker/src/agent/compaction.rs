@@ -198,6 +198,10 @@ impl Agent<'_> {
         if let Some(text) = &summary_text {
             event["summary"] = json!(text);
         }
+        // The summary call's tokens, counted with the task's like every other model call.
+        if let Some(usage) = summary_usage {
+            event["usage"] = json!(usage);
+        }
         self.ctx
             .store
             .append_compaction(

@@ -69,7 +69,10 @@ impl ContextView {
                 .map(|e| e.data)
                 .collect(),
         };
-        for event in store.events_of_kind(id, EventKind::Message).await? {
+        // Replies, and the summaries compactions asked for.
+        let mut calls = store.events_of_kind(id, EventKind::Message).await?;
+        calls.extend(store.events_of_kind(id, EventKind::Compacted).await?);
+        for event in calls {
             let usage = &event.data["usage"];
             view.prompt_tokens += usage["prompt_tokens"].as_u64().unwrap_or(0);
             view.completion_tokens += usage["completion_tokens"].as_u64().unwrap_or(0);
