@@ -4,13 +4,17 @@
 //!
 //! PostgreSQL tests use `ORCHESTRATOR_TEST_DATABASE_URL`, or the local default
 //! `postgres://postgres@127.0.0.1:5432/test`. Each test gets its own new database on that server, so
-//! tests run in parallel without seeing each other's rows. If no server answers, the tests fail with
-//! instructions; `ORCHESTRATOR_TEST_SKIP_POSTGRES=1` is the explicit, visible way to run only SQLite.
+//! tests run in parallel without seeing each other's rows. When the variable is unset and nothing
+//! answers on the default address, a private throwaway cluster is made from the installed server's
+//! binaries for the test process (`private_postgres`); when PostgreSQL is not installed either, the
+//! tests fail with instructions. `ORCHESTRATOR_TEST_SKIP_POSTGRES=1` is the explicit, visible way to
+//! run only SQLite.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod github_server;
 mod http_server;
 pub mod model_server;
+mod private_postgres;
 
 use orchestrator_store::{Store, StoreOptions};
 use std::path::{Path, PathBuf};
@@ -45,12 +49,19 @@ pub fn postgres_skipped() -> bool {
     std::env::var("ORCHESTRATOR_TEST_SKIP_POSTGRES").is_ok_and(|v| v == "1")
 }
 
-/// The server URL tests create their databases on.
+/// The server URL tests create their databases on: the variable's, else the default when a server
+/// answers there, else a private cluster started for this process.
 pub fn postgres_server_url() -> String {
-    std::env::var("ORCHESTRATOR_TEST_DATABASE_URL")
+    if let Some(url) = std::env::var("ORCHESTRATOR_TEST_DATABASE_URL")
         .ok()
         .filter(|v| !v.trim().is_empty())
-        .unwrap_or_else(|| DEFAULT_TEST_DATABASE_URL.to_owned())
+    {
+        return url;
+    }
+    if private_postgres::answers("127.0.0.1", 5432) {
+        return DEFAULT_TEST_DATABASE_URL.to_owned();
+    }
+    private_postgres::server_url().unwrap_or_else(|_| DEFAULT_TEST_DATABASE_URL.to_owned())
 }
 
 /// Creates a new, empty database on the test server and returns its URL.
@@ -60,8 +71,18 @@ pub async fn fresh_postgres_url() -> String {
     let mut conn = sqlx::PgConnection::connect(&server)
         .await
         .unwrap_or_else(|e| {
+            let configured =
+                std::env::var("ORCHESTRATOR_TEST_DATABASE_URL").is_ok_and(|v| !v.trim().is_empty());
+            let private = if configured {
+                String::new()
+            } else {
+                private_postgres::server_url()
+                    .err()
+                    .map(|reason| format!(" No private cluster either: {reason}."))
+                    .unwrap_or_default()
+            };
             panic!(
-                "PostgreSQL tests need a server at {server} ({e}). Start one and set \
+                "PostgreSQL tests need a server at {server} ({e}).{private} Start one and set \
              ORCHESTRATOR_TEST_DATABASE_URL, or set ORCHESTRATOR_TEST_SKIP_POSTGRES=1 to run only \
              the SQLite half."
             )
