@@ -409,7 +409,49 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    /// JSON values a model might send as arguments: nested objects and arrays of scalars.
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            "[^\\u{0}]{0,20}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a-z_]{1,8}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Whatever a model sends, repair answers with arguments or an error: it never panics.
+        #[test]
+        fn repair_never_panics(
+            raw in prop_oneof!["\\PC{0,200}", "[{}\\[\\]\":,.a-z0-9 `\n\\\\-]{0,120}"],
+        ) {
+            let _ = parse_raw(&raw);
+        }
+
+        /// Valid JSON objects pass unchanged, with nothing reported as repaired.
+        #[test]
+        fn valid_objects_pass_unchanged(
+            object in prop::collection::btree_map("[a-z_]{1,8}", value(), 0..6),
+        ) {
+            let map: Map<String, Value> = object.into_iter().collect();
+            let text = Value::Object(map.clone()).to_string();
+            let (parsed, repairs) = parse_raw(&text).unwrap();
+            prop_assert_eq!(parsed, map);
+            prop_assert!(repairs.is_empty(), "{:?}", repairs);
+        }
+    }
 
     fn schema() -> Value {
         json!({"type": "object", "properties": {

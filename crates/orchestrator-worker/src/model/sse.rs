@@ -99,6 +99,51 @@ impl SseParser {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// One event of a generated stream: its data lines, the comments and fields before them.
+    fn event() -> impl Strategy<Value = (Vec<String>, bool, bool)> {
+        (
+            prop::collection::vec("[^\r\n]{0,40}", 1..4),
+            any::<bool>(),
+            any::<bool>(),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any stream of events, with any line endings, comments and other fields, split at any
+        /// points, gives the same data as when it arrives whole.
+        #[test]
+        fn any_split_of_a_stream_gives_the_same_events(
+            events in prop::collection::vec(event(), 0..6),
+            ending in prop::sample::select(vec!["\n", "\r\n", "\r"]),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+        ) {
+            let mut stream = String::new();
+            let mut expected = Vec::new();
+            for (lines, comment, field) in &events {
+                if *comment {
+                    stream.push_str(&format!(": keep-alive{ending}"));
+                }
+                if *field {
+                    stream.push_str(&format!("event: message{ending}"));
+                }
+                for line in lines {
+                    stream.push_str(&format!("data: {line}{ending}"));
+                }
+                stream.push_str(ending);
+                // `data: ` loses the one space after its colon, as the specification says.
+                expected.push(lines.join("\n"));
+            }
+            let bytes = stream.as_bytes();
+            let mut points: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+            points.sort_unstable();
+            prop_assert_eq!(parse_in_pieces(bytes, &[]), expected.clone());
+            prop_assert_eq!(parse_in_pieces(bytes, &points), expected);
+        }
+    }
 
     fn parse_in_pieces(input: &[u8], pieces: &[usize]) -> Vec<String> {
         let mut parser = SseParser::default();
