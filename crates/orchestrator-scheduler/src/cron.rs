@@ -145,6 +145,104 @@ pub fn jitter_offset_ms(name: &str, jitter_secs: u64) -> i64 {
 mod tests {
     use super::*;
     use chrono::DateTime;
+    use proptest::prelude::*;
+
+    /// A cron field and the values it matches: `*`, `*/step`, a value, a range or a list.
+    fn field(low: u32, high: u32) -> impl Strategy<Value = (String, Vec<u32>)> {
+        let all = move || (low..=high).collect::<Vec<u32>>();
+        prop_oneof![
+            Just(("*".to_owned(), all())),
+            (2..=6u32).prop_map(move |step| (
+                format!("*/{step}"),
+                all()
+                    .into_iter()
+                    .filter(|v| (v - low) % step == 0)
+                    .collect()
+            )),
+            (low..=high).prop_map(|v| (v.to_string(), vec![v])),
+            (low..=high, low..=high).prop_map(|(a, b)| {
+                let (a, b) = (a.min(b), a.max(b));
+                (format!("{a}-{b}"), (a..=b).collect())
+            }),
+            (low..=high, low..=high).prop_map(|(a, b)| {
+                let mut values = vec![a, b];
+                values.sort_unstable();
+                values.dedup();
+                (format!("{a},{b}"), values)
+            }),
+        ]
+    }
+
+    /// Whether a UTC minute matches, by crontab's rules: when both day fields are restricted a
+    /// day matching either fires.
+    fn matches(
+        t: DateTime<Utc>,
+        fields: &[(String, Vec<u32>); 4],
+        dow: &(String, Vec<u32>),
+    ) -> bool {
+        use chrono::{Datelike, Timelike};
+        let [minute, hour, dom, month] = fields;
+        let day_of_month = dom.1.contains(&t.day());
+        let day_of_week = dow.1.contains(&t.weekday().num_days_from_sunday());
+        let day = match (dom.0 == "*", dow.0 == "*") {
+            (true, true) => true,
+            (false, true) => day_of_month,
+            (true, false) => day_of_week,
+            (false, false) => day_of_month || day_of_week,
+        };
+        minute.1.contains(&t.minute())
+            && hour.1.contains(&t.hour())
+            && month.1.contains(&t.month())
+            && day
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// In UTC, the next fire time is the first minute a brute-force scan finds, and the fire
+        /// times that follow it are strictly increasing.
+        #[test]
+        fn next_after_agrees_with_a_minute_scan(
+            minute in field(0, 59),
+            hour in field(0, 23),
+            dom in field(1, 31),
+            dow in field(0, 6),
+            after in 1_700_000_000_000i64..1_900_000_000_000i64,
+        ) {
+            let month = ("*".to_owned(), (1..=12).collect::<Vec<u32>>());
+            let expr = format!("{} {} {} {} {}", minute.0, hour.0, dom.0, month.0, dow.0);
+            let schedule = Schedule::parse(&expr, "UTC").unwrap();
+            let fields = [minute, hour, dom, month];
+            let mut t = after.div_euclid(60_000) * 60_000 + 60_000;
+            let expected = loop {
+                let at = DateTime::<Utc>::from_timestamp_millis(t).unwrap();
+                if matches(at, &fields, &dow) {
+                    break t;
+                }
+                t += 60_000;
+                prop_assert!(t - after < 400 * 24 * 3_600_000, "no fire time within 400 days");
+            };
+            prop_assert_eq!(schedule.next_after(after), Some(expected), "{}", expr);
+            let times = schedule.upcoming(after, 10);
+            prop_assert!(times.windows(2).all(|w| w[0] < w[1]), "{:?}", times);
+        }
+
+        /// In zones with daylight-saving changes, fire times stay strictly increasing across them.
+        #[test]
+        fn fire_times_increase_across_daylight_saving(
+            minute in field(0, 59),
+            hour in field(0, 23),
+            zone in prop::sample::select(vec!["Europe/Berlin", "America/New_York", "Australia/Lord_Howe"]),
+            after in 1_700_000_000_000i64..1_900_000_000_000i64,
+        ) {
+            let expr = format!("{} {} * * *", minute.0, hour.0);
+            let schedule = Schedule::parse(&expr, zone).unwrap();
+            let times = schedule.upcoming(after, 60);
+            prop_assert!(!times.is_empty());
+            prop_assert!(times[0] > after);
+            prop_assert!(times.windows(2).all(|w| w[0] < w[1]), "{} {}: {:?}", expr, zone, times);
+        }
+    }
 
     fn ms(rfc3339: &str) -> i64 {
         DateTime::parse_from_rfc3339(rfc3339)
