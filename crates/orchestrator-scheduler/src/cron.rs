@@ -156,7 +156,7 @@ mod tests {
                 format!("*/{step}"),
                 all()
                     .into_iter()
-                    .filter(|v| (v - low) % step == 0)
+                    .filter(|v| (v - low).is_multiple_of(step))
                     .collect()
             )),
             (low..=high).prop_map(|v| (v.to_string(), vec![v])),
