@@ -84,6 +84,16 @@ impl Metrics {
                 load(counter)
             );
         }
+        let prompt = load(&self.prompt_tokens);
+        if prompt > 0 {
+            out.push_str("# HELP orchestrator_model_cache_hit_ratio Prompt tokens served from the providers' prompt caches over all prompt tokens, in this process.\n");
+            out.push_str("# TYPE orchestrator_model_cache_hit_ratio gauge\n");
+            let _ = writeln!(
+                out,
+                "orchestrator_model_cache_hit_ratio {:.4}",
+                load(&self.cached_tokens) as f64 / prompt as f64
+            );
+        }
         out.push_str("# HELP orchestrator_compactions_total Agent conversations compacted to fit their context window.\n");
         out.push_str("# TYPE orchestrator_compactions_total counter\n");
         let _ = writeln!(

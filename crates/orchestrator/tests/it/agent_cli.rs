@@ -609,6 +609,15 @@ fn task_read_and_metrics_show_the_window_the_tokens_the_cache_and_compactions() 
     };
     assert_eq!(counter("prompt"), prompt);
     assert_eq!(counter("cached"), cached);
+    let ratio: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("orchestrator_model_cache_hit_ratio "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no cache hit ratio in {metrics}"));
+    assert!(
+        (ratio - cached as f64 / prompt as f64).abs() < 0.001,
+        "{ratio} {metrics}"
+    );
     assert!(
         metrics.contains(&format!(
             "orchestrator_compactions_total {}",
