@@ -643,6 +643,62 @@ fn is_command_not_found(line: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Lines of the formats the parser knows, with generated names and numbers, and lines of
+    /// anything at all.
+    fn log_line() -> impl Strategy<Value = String> {
+        let name = "[a-z_:/.]{1,30}";
+        prop_oneof![
+            name.prop_map(|n| format!("test {n} ... ok")),
+            name.prop_map(|n| format!("test {n} ... FAILED")),
+            (0..1000u64, 0..1000u64, 0..100u64).prop_map(|(p, f, i)| format!(
+                "test result: FAILED. {p} passed; {f} failed; {i} ignored; 0 measured; 0 filtered out; finished in 0.1s"
+            )),
+            name.prop_map(|n| format!("PASSED tests/{n}")),
+            name.prop_map(|n| format!("FAILED tests/{n} - assert 1 == 2")),
+            (0..1000u64, 0..1000u64).prop_map(|(p, f)| format!("==== {f} failed, {p} passed in 0.12s ====")),
+            name.prop_map(|n| format!("--- FAIL: Test{n} (0.00s)")),
+            name.prop_map(|n| format!("ok  \t{n}\t0.010s")),
+            (0..1000u64, 0..1000u64).prop_map(|(p, f)| format!("Tests:       {f} failed, {p} passed, {} total", p + f)),
+            (0..1000u64, 0..10u64).prop_map(|(p, f)| format!("     Summary [   0.1s] {} tests run: {p} passed, {f} failed, 0 skipped", p + f)),
+            Just("error[E0425]: cannot find value `x` in this scope".to_owned()),
+            Just("sh: 1: cargo-nope: not found".to_owned()),
+            "\\PC{0,120}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Whatever a gate prints, the parser never panics, its bounds hold, and the log read in
+        /// any pieces is summarised as the whole log is.
+        #[test]
+        fn any_log_in_any_pieces_gives_one_bounded_summary(
+            lines in prop::collection::vec(log_line(), 0..40),
+            crlf in any::<bool>(),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..10),
+            failed in any::<bool>(),
+        ) {
+            let log = lines.join(if crlf { "\r\n" } else { "\n" });
+            let bytes = log.as_bytes();
+            let verdict = if failed { Verdict::Failed } else { Verdict::Passed };
+            let (whole, whole_kind) = summarize(verdict, bytes);
+            let mut points: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+            points.sort_unstable();
+            let mut parser = SummaryParser::new();
+            let mut start = 0;
+            for end in points.into_iter().chain(std::iter::once(bytes.len())) {
+                parser.push(&bytes[start..end]);
+                start = end;
+            }
+            let (pieces, pieces_kind) = parser.finish(verdict, None, None);
+            prop_assert_eq!(&pieces, &whole);
+            prop_assert_eq!(pieces_kind, whole_kind);
+            prop_assert!(whole.failing_tests.len() <= MAX_FAILING_TESTS);
+            prop_assert!(whole.failing_tests.iter().all(|n| n.chars().count() <= MAX_TEXT_CHARS));
+        }
+    }
 
     struct Case {
         name: &'static str,
