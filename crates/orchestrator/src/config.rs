@@ -337,6 +337,42 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// A config file damaged anywhere (a byte gone, text put in, a line replaced) is read as a
+        /// config or refused with an error naming the file: never a panic.
+        #[test]
+        fn a_damaged_config_file_is_refused_not_a_panic(
+            at in any::<prop::sample::Index>(),
+            edit in 0..3u8,
+            text in "\\PC{0,20}",
+        ) {
+            let example = include_str!("../../../examples/github-workflow.toml");
+            let at = at.index(example.len() + 1);
+            let at = (0..=at).rev().find(|i| example.is_char_boundary(*i)).unwrap_or(0);
+            let damaged = match edit {
+                0 => {
+                    let end = example[at..].chars().next().map_or(at, |c| at + c.len_utf8());
+                    format!("{}{}", &example[..at], &example[end..])
+                }
+                1 => format!("{}{text}{}", &example[..at], &example[at..]),
+                _ => {
+                    let line_start = example[..at].rfind('\n').map_or(0, |i| i + 1);
+                    let line_end = example[at..].find('\n').map_or(example.len(), |i| at + i);
+                    format!("{}{text}{}", &example[..line_start], &example[line_end..])
+                }
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("config.toml");
+            std::fs::write(&file, &damaged).unwrap();
+            if let Err(e) = load(dir.path(), Some(&file)) {
+                prop_assert!(e.to_string().contains("config.toml"), "{e}");
+            }
+        }
+    }
 
     #[test]
     fn reads_model_and_refuses_unknown_keys() {
