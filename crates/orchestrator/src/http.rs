@@ -827,6 +827,104 @@ mod tests {
         read_to_close(&mut stream).await
     }
 
+    /// Any body GitHub could sign, in either content type and for any event, is answered 2xx or
+    /// 4xx, never 5xx (which GitHub would take for our failure and not redeliver by itself).
+    #[test]
+    fn a_signed_delivery_of_any_body_gets_no_5xx() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let secret: Arc<[u8]> = Arc::from(&b"It's a Secret to Everybody"[..]);
+        let (running, _db) = runtime.block_on(async {
+            let db = orchestrator_test_support::sqlite_store().await;
+            let triggers = crate::triggers::Triggers {
+                store: db.store.clone(),
+                rules: Vec::new(),
+                github: None,
+                bot_login: Some("bot".into()),
+                mention: None,
+                retry: crate::triggers::DeliveryRetry::default(),
+            };
+            let app = router(HttpState {
+                store: db.store.clone(),
+                metrics: Arc::new(Metrics::default()),
+                token: Arc::from("secret-token"),
+                webhooks: Some(Webhooks {
+                    secret: Some(secret.clone()),
+                    triggers: Arc::new(triggers),
+                    wake: Arc::new(tokio::sync::Notify::new()),
+                }),
+            });
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let stop = CancellationToken::new();
+            let timeouts = ReadTimeouts {
+                headers: GUARD,
+                body: GUARD,
+            };
+            let server = tokio::spawn(serve(listener, app, timeouts, stop.clone()));
+            ((addr, stop, server), db)
+        });
+        let json_ish = "[{}\\[\\]\":,.a-z0-9 \\\\-]{0,200}";
+        let body = prop_oneof![
+            json_ish.prop_map(String::into_bytes),
+            "\\PC{0,200}".prop_map(String::into_bytes),
+            prop::collection::vec(any::<u8>(), 0..200),
+        ];
+        let strategy = (
+            body,
+            prop::sample::select(vec![
+                "issues",
+                "issue_comment",
+                "pull_request",
+                "ping",
+                "push",
+            ]),
+            prop::sample::select(vec![
+                "application/json",
+                "application/x-www-form-urlencoded",
+                "text/plain",
+            ]),
+            "[a-z0-9-]{0,40}",
+        );
+        let mut runner = TestRunner::new(Config {
+            cases: 64,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        runner
+            .run(&strategy, |(body, event, content_type, delivery)| {
+                let signature = orchestrator_github::sign(&secret, &body);
+                let head = format!(
+                    "POST {WEBHOOK_PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n\
+                     X-GitHub-Event: {event}\r\nX-GitHub-Delivery: {delivery}\r\n\
+                     X-Hub-Signature-256: {signature}\r\nContent-Length: {}\r\n\
+                     Connection: close\r\n\r\n",
+                    body.len()
+                );
+                let answer = runtime.block_on(async {
+                    let mut stream = TcpStream::connect(running.0).await.unwrap();
+                    stream.write_all(head.as_bytes()).await.unwrap();
+                    stream.write_all(&body).await.unwrap();
+                    read_to_close(&mut stream).await
+                });
+                let status: u16 = answer
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+                prop_assert!((200..500).contains(&status), "{answer}");
+                Ok(())
+            })
+            .unwrap();
+        running.1.cancel();
+        runtime.block_on(running.2).unwrap();
+    }
+
     #[tokio::test]
     async fn webhooks_take_githubs_25_mb_and_the_api_keeps_its_small_limit() {
         let running = start_with(ReadTimeouts {
