@@ -105,7 +105,15 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Hunk>, String> {
 
 /// Removes what models put around a patch: a markdown fence and a shell heredoc wrapper.
 fn unwrap_text(text: &str) -> String {
-    let mut lines: Vec<&str> = text.trim().lines().collect();
+    // Blank lines around the patch go; the lines themselves stay as they are: the last line may be
+    // a context line whose trailing spaces are part of the file.
+    let mut lines: Vec<&str> = text.lines().collect();
+    while lines.first().is_some_and(|l| l.trim().is_empty()) {
+        lines.remove(0);
+    }
+    while lines.last().is_some_and(|l| l.trim().is_empty()) {
+        lines.pop();
+    }
     if lines
         .first()
         .is_some_and(|l| l.trim_start().starts_with("```"))
@@ -669,7 +677,8 @@ pub(crate) fn apply_chunks(text: &str, chunks: &[Chunk], shown: &str) -> Result<
     }
     let eol = if crlf { "\r\n" } else { "\n" };
     let mut out = lines.join(eol);
-    if !no_final_newline {
+    // A file whose every line was removed is empty, not one blank line.
+    if !no_final_newline && !lines.is_empty() {
         out.push_str(eol);
     }
     Ok(out)
@@ -903,6 +912,118 @@ fn commit(plan: &Plan, ctx: &ToolContext) -> Result<(), ToolFailure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// A file of distinct lines and an edit of it: the lines `[at, at + removed)` replaced by
+    /// `added`, with up to three lines of context on each side.
+    fn edit() -> impl Strategy<Value = (Vec<String>, usize, usize, Vec<String>, usize)> {
+        (2..40usize)
+            .prop_flat_map(|n| (Just(n), 0..n))
+            .prop_flat_map(|(n, at)| {
+                (
+                    prop::collection::vec("[a-z ]{0,12}", n),
+                    Just(at),
+                    1..=(n - at),
+                    prop::collection::vec("[A-Z ]{0,12}", 0..5),
+                    0..4usize,
+                )
+            })
+            .prop_map(|(words, at, removed, added, context)| {
+                let lines = words
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| format!("line {i}: {w}"))
+                    .collect();
+                let added = added
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| format!("new {i}: {w}"))
+                    .collect();
+                (lines, at, removed, added, context)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// A generated edit, written as an envelope and as a unified diff, applies to the
+        /// generated file and gives exactly the expected file; the same patch against a file
+        /// whose lines differ is refused.
+        #[test]
+        fn a_generated_patch_gives_the_expected_file(
+            (lines, at, removed, added, context) in edit(),
+        ) {
+            let file = format!("{}\n", lines.join("\n"));
+            let mut expected: Vec<String> = lines[..at].to_vec();
+            expected.extend(added.iter().cloned());
+            expected.extend(lines[at + removed..].iter().cloned());
+            let expected = if expected.is_empty() {
+                String::new()
+            } else {
+                format!("{}\n", expected.join("\n"))
+            };
+            let before = &lines[at.saturating_sub(context)..at];
+            let after = &lines[at + removed..(at + removed + context).min(lines.len())];
+            let mut body = String::new();
+            for l in before {
+                body.push_str(&format!(" {l}\n"));
+            }
+            for l in &lines[at..at + removed] {
+                body.push_str(&format!("-{l}\n"));
+            }
+            for l in &added {
+                body.push_str(&format!("+{l}\n"));
+            }
+            for l in after {
+                body.push_str(&format!(" {l}\n"));
+            }
+            let envelope = format!(
+                "*** Begin Patch\n*** Update File: f.txt\n@@\n{body}*** End Patch\n"
+            );
+            let old_count = before.len() + removed + after.len();
+            let new_count = before.len() + added.len() + after.len();
+            let unified = format!(
+                "--- a/f.txt\n+++ b/f.txt\n@@ -{},{old_count} +{},{new_count} @@\n{body}",
+                at - before.len() + 1,
+                at - before.len() + 1,
+            );
+            for patch in [&envelope, &unified] {
+                let hunks = parse(patch).map_err(|e| TestCaseError::fail(format!("{e}\n{patch}")))?;
+                let [Hunk::Update { chunks, .. }] = hunks.as_slice() else {
+                    return Err(TestCaseError::fail(format!("{hunks:?}")));
+                };
+                let out = apply_chunks(&file, chunks, "f.txt")
+                    .map_err(|e| TestCaseError::fail(format!("{e}\n{patch}")))?;
+                prop_assert_eq!(&out, &expected, "{}", patch);
+                // Against a file none of whose lines the patch names, it is refused.
+                let other = file.replace("line ", "row ");
+                prop_assert!(apply_chunks(&other, chunks, "f.txt").is_err(), "{}", patch);
+            }
+        }
+    }
+
+    /// Found by the property test above: the patch text was trimmed as a whole, so a unified
+    /// diff ending in a context line lost that line's trailing spaces, and the file with them.
+    #[test]
+    fn a_last_context_line_keeps_its_trailing_spaces() {
+        let file = "a\nb  \n";
+        let patch = "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n-a\n+A\n b  ";
+        let hunks = parse(patch).unwrap();
+        let [Hunk::Update { chunks, .. }] = hunks.as_slice() else {
+            panic!("one update: {hunks:?}");
+        };
+        assert_eq!(apply_chunks(file, chunks, "f").unwrap(), "A\nb  \n");
+    }
+
+    /// Found by the property test above: removing every line left one blank line.
+    #[test]
+    fn removing_every_line_leaves_an_empty_file() {
+        let chunk = Chunk {
+            old: s(&["a", "b"]),
+            ..Chunk::default()
+        };
+        assert_eq!(apply_chunks("a\nb\n", &[chunk], "f").unwrap(), "");
+    }
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| (*x).to_owned()).collect()
