@@ -34,6 +34,12 @@ bench-agent:
 bench-context:
     cargo run --release -p orchestrator-bench -- context
 
+# The property tests with many more cases than CI runs (CASES each).
+fuzz CASES="20000":
+    PROPTEST_CASES={{CASES}} cargo test --workspace --lib --bins -- --test-threads 2 \
+        any_split a_generated_patch repair_never_panics valid_objects_pass any_log \
+        a_damaged_config a_signed_delivery next_after_agrees fire_times_increase
+
 # Tool surface figures: grep_files against ripgrep, read_file on a 2 GiB file, edit_file on 10 MB.
 bench-tools:
     cargo bench -p orchestrator-tools --bench tools

@@ -197,7 +197,10 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
+        // `PROPTEST_CASES` runs more (`just fuzz`).
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(64)
+        ))]
 
         /// In UTC, the next fire time is the first minute a brute-force scan finds, and the fire
         /// times that follow it are strictly increasing.

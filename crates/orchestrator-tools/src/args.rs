@@ -430,7 +430,10 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        // `PROPTEST_CASES` runs more (`just fuzz`).
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512)
+        ))]
 
         /// Whatever a model sends, repair answers with arguments or an error: it never panics.
         #[test]

@@ -340,7 +340,10 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
+        // `PROPTEST_CASES` runs more (`just fuzz`).
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256)
+        ))]
 
         /// A config file damaged anywhere (a byte gone, text put in, a line replaced) is read as a
         /// config or refused with an error naming the file: never a panic.

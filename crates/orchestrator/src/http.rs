@@ -892,7 +892,11 @@ mod tests {
             "[a-z0-9-]{0,40}",
         );
         let mut runner = TestRunner::new(Config {
-            cases: 64,
+            // `PROPTEST_CASES` runs more (`just fuzz`).
+            cases: std::env::var("PROPTEST_CASES")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(64),
             failure_persistence: None,
             ..Config::default()
         });

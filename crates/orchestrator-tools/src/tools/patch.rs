@@ -944,7 +944,10 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
+        // `PROPTEST_CASES` runs more (`just fuzz`).
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256)
+        ))]
 
         /// A generated edit, written as an envelope and as a unified diff, applies to the
         /// generated file and gives exactly the expected file; the same patch against a file

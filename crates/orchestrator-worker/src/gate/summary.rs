@@ -669,7 +669,10 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
+        // `PROPTEST_CASES` runs more (`just fuzz`).
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256)
+        ))]
 
         /// Whatever a gate prints, the parser never panics, its bounds hold, and the log read in
         /// any pieces is summarised as the whole log is.
