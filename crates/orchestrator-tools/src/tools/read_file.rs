@@ -112,7 +112,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     }
     if looks_binary(&sample) {
         return Err(refuse(format!(
-            "{} looks like a binary file ({}; {}), so it is not shown as text. If you need its bytes, use exec_shell with `xxd {} | head` or `file {}`",
+            "{} looks like a binary file ({}; {}), so it is not shown as text. Where you have a shell (exec_shell), `xxd {} | head` or `file {}` shows what it holds",
             r.rel,
             human_size(meta.len()),
             if sample.contains(&0) {
