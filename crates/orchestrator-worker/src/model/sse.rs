@@ -26,7 +26,8 @@ impl SseParser {
     pub(crate) fn push(&mut self, bytes: &[u8]) -> Result<Vec<String>, String> {
         let mut events = Vec::new();
         let mut rest = bytes;
-        if self.after_cr {
+        // An empty slice between the `\r` and the `\n` of a line ending leaves the `\r` pending.
+        if self.after_cr && !rest.is_empty() {
             self.after_cr = false;
             if let Some(b'\n') = rest.first() {
                 rest = &rest[1..];
@@ -108,6 +109,14 @@ mod tests {
             any::<bool>(),
             any::<bool>(),
         )
+    }
+
+    /// Found by the property test below: an empty slice between the `\r` and the `\n` of a CRLF
+    /// took the `\n` for a blank line, which ended the event early.
+    #[test]
+    fn an_empty_slice_inside_a_crlf_keeps_the_event_whole() {
+        let stream = b"data: a\r\ndata: b\r\n\r\n";
+        assert_eq!(parse_in_pieces(stream, &[8, 8]), ["a\nb"]);
     }
 
     proptest! {
