@@ -3,7 +3,7 @@
 //! The request's size is the server's own count for the last reply (`prompt_tokens` plus
 //! `completion_tokens`) plus an estimate of what was appended since, at three bytes of JSON to a
 //! token. Against OpenAI's o200k tokenizer that over-counts (+37 % on Rust source, +33 % on prose,
-//! +7 % on an agent request's JSON; `orchestrator-bench context` measures it), and published
+//! +21 % on the JSON of an agent's request; `orchestrator-bench context` measures it), and published
 //! measurements put dense tool output near the other end (about 2.9 bytes per token), so the
 //! estimate errs on the side of compacting early. With no count from the server the whole request
 //! is estimated.
