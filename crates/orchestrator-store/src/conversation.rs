@@ -193,6 +193,31 @@ async fn insert_messages(
     Ok(())
 }
 
+/// The messages and the one event that says what they are, in a fenced transaction (`seq` is what
+/// the fence gave).
+async fn insert_messages_with_event(
+    tx: &mut Tx,
+    lease: &Lease,
+    seq: i64,
+    now: i64,
+    attempt: i64,
+    messages: &[NewMessage],
+    event: (EventKind, serde_json::Value),
+) -> Result<()> {
+    insert_messages(tx, lease.task_id, attempt, messages, now).await?;
+    insert_events(
+        tx,
+        &[EventInsert {
+            task_id: lease.task_id.0,
+            seq,
+            at: now,
+            kind: event.0,
+            data: event.1,
+        }],
+    )
+    .await
+}
+
 impl Store {
     /// Saves whole messages of `turn` with one event, fenced by `lease`.
     pub async fn append_messages(
@@ -205,18 +230,7 @@ impl Store {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         let seq = fence(&mut tx, lease, now).await?;
-        insert_messages(&mut tx, lease.task_id, attempt, messages, now).await?;
-        insert_events(
-            &mut tx,
-            &[EventInsert {
-                task_id: lease.task_id.0,
-                seq,
-                at: now,
-                kind: event.0,
-                data: event.1,
-            }],
-        )
-        .await?;
+        insert_messages_with_event(&mut tx, lease, seq, now, attempt, messages, event).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -264,18 +278,8 @@ impl Store {
             }
             None => None,
         };
-        insert_messages(&mut tx, lease.task_id, attempt, messages, now).await?;
-        insert_events(
-            &mut tx,
-            &[EventInsert {
-                task_id: lease.task_id.0,
-                seq,
-                at: now,
-                kind: EventKind::Compacted,
-                data: event,
-            }],
-        )
-        .await?;
+        let event = (EventKind::Compacted, event);
+        insert_messages_with_event(&mut tx, lease, seq, now, attempt, messages, event).await?;
         tx.commit().await?;
         Ok(artifact)
     }

@@ -552,22 +552,7 @@ fn task_read_and_metrics_show_the_window_the_tokens_the_cache_and_compactions() 
     });
     let env = Env::sqlite();
     let ws = notes_workspace(70);
-    let mut args = vec![
-        "task".to_owned(),
-        "create".into(),
-        "--title".into(),
-        "reader".into(),
-        "--prompt".into(),
-        "Read the notes one by one.".into(),
-        "--profile".into(),
-        "minimal".into(),
-        "--workspace".into(),
-        ws.path().display().to_string(),
-        "--json".into(),
-    ];
-    args.extend(model_flags(&model));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let id = env.json(&args)["id"].as_i64().unwrap();
+    let id = create_reader(&env, ws.path(), &model);
     let serve = env.serve(&[]);
     let task = env.wait_task(id, "finished", |t| {
         t["state"] == "succeeded" || t["state"] == "failed"
@@ -658,22 +643,7 @@ fn a_serve_killed_during_a_compaction_resumes_with_one_summary() {
     });
     let env = Env::sqlite();
     let ws = notes_workspace(70);
-    let mut args = vec![
-        "task".to_owned(),
-        "create".into(),
-        "--title".into(),
-        "reader".into(),
-        "--prompt".into(),
-        "Read the notes one by one.".into(),
-        "--profile".into(),
-        "minimal".into(),
-        "--workspace".into(),
-        ws.path().display().to_string(),
-        "--json".into(),
-    ];
-    args.extend(model_flags(&model));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let id = env.json(&args)["id"].as_i64().unwrap();
+    let id = create_reader(&env, ws.path(), &model);
     let is_summary = |r: &Request| {
         r.messages()
             .last()
@@ -743,6 +713,27 @@ fn a_serve_killed_during_a_compaction_resumes_with_one_summary() {
         let shown = env.json(&["artifact", "show", &id.to_string(), "--json"]);
         assert_eq!(shown["meta"]["kind"], "compaction_summary", "{shown}");
     }
+}
+
+/// A minimal-profile agent task in `ws` that reads the notes, talking to `model`; its id.
+fn create_reader(env: &Env, ws: &Path, model: &ScriptedModel) -> i64 {
+    let ws = ws.display().to_string();
+    let mut args = vec![
+        "task",
+        "create",
+        "--title",
+        "reader",
+        "--prompt",
+        "Read the notes one by one.",
+        "--profile",
+        "minimal",
+        "--workspace",
+        &ws,
+        "--json",
+    ];
+    let flags = model_flags(model);
+    args.extend(flags.iter().map(String::as_str));
+    env.json(&args)["id"].as_i64().unwrap()
 }
 
 /// A workspace with `n` notes, `notes/0.txt` and on, of about 1.2 KB each.
