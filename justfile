@@ -40,6 +40,12 @@ fuzz CASES="20000":
         any_split a_generated_patch repair_never_panics valid_objects_pass any_log \
         a_damaged_config a_signed_delivery next_after_agrees fire_times_increase
 
+# The chaos soak: daemons killed at random on one store while gate and agent tasks, approvals, a
+# per-second automation and webhook deliveries run; prints what was lost or repeated (all zeros).
+soak CYCLES="60" BACKEND="all":
+    cargo build --release -p orchestrator -p orchestrator-bench
+    target/release/orchestrator-bench soak --cycles {{CYCLES}} --backend {{BACKEND}}
+
 # Tool surface figures: grep_files against ripgrep, read_file on a 2 GiB file, edit_file on 10 MB.
 bench-tools:
     cargo bench -p orchestrator-tools --bench tools

@@ -36,6 +36,84 @@ pub enum Command {
     /// A long agent run against a server with a small context window, with compaction and
     /// without: tokens_per_request, compactions, oversized, cached_prefix_share, turns_ratio.
     Context(ContextArgs),
+    /// The chaos soak: several `serve` processes of the real binary on one store, a mixed workload
+    /// (gate and agent tasks, approvals, a per-second automation, signed webhook deliveries) and
+    /// SIGKILL of a random daemon at a random moment, cycle after cycle. Prints, per backend:
+    /// tasks_lost, tasks_failed, tasks_run_twice, slots_missed, slots_fired_twice, event_gaps,
+    /// event_duplicates, approvals_lost, deliveries_processed_twice, processes_left; every figure
+    /// must be 0, and the exit code is 1 otherwise.
+    ///
+    /// Example: `cargo build --release -p orchestrator && orchestrator-bench soak --cycles 100`
+    Soak(SoakArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SoakArgs {
+    /// Kill cycles (each 1.5 to 3.5 s, one SIGKILL each).
+    #[arg(long, default_value_t = orchestrator_bench::soak::DEFAULT_CYCLES)]
+    pub cycles: usize,
+    /// Daemons sharing the store.
+    #[arg(long, default_value_t = orchestrator_bench::soak::DEFAULT_DAEMONS)]
+    pub daemons: usize,
+    /// Which stores to soak.
+    #[arg(long, value_enum, default_value_t = BackendArg::All)]
+    pub backend: BackendArg,
+    /// PostgreSQL server on which the soak creates and drops a database. Default: the
+    /// environment's ORCHESTRATOR_BENCH_DATABASE_URL, then ORCHESTRATOR_TEST_DATABASE_URL, then
+    /// postgres://postgres@127.0.0.1:5432/test.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// The `orchestrator` binary (default: the one next to this program, as `cargo build` puts
+    /// them).
+    #[arg(long)]
+    pub bin: Option<std::path::PathBuf>,
+    /// Seed of the random choices (default: the clock); the report prints it, to replay a run.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Put one succeeded task back in the queue before the check, to see the checker report it.
+    #[arg(long)]
+    pub inject_double_execution: bool,
+    /// Keep the soak's home (daemon logs, SQLite file) and PostgreSQL database (they are kept
+    /// anyway when a figure is not zero).
+    #[arg(long)]
+    pub keep: bool,
+}
+
+impl SoakArgs {
+    pub fn into_configs(self) -> Result<Vec<orchestrator_bench::soak::SoakConfig>> {
+        let bin = match self.bin {
+            Some(bin) => bin,
+            None => std::env::current_exe()?
+                .parent()
+                .map(|dir| dir.join("orchestrator"))
+                .ok_or_else(|| anyhow::anyhow!("cannot tell where this program is"))?,
+        };
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        let postgres_url = postgres_url(self.database_url);
+        let configs: Vec<_> = self
+            .backend
+            .backends()
+            .into_iter()
+            .map(|backend| orchestrator_bench::soak::SoakConfig {
+                bin: bin.clone(),
+                backend,
+                postgres_url: postgres_url.clone(),
+                daemons: self.daemons,
+                cycles: self.cycles,
+                seed,
+                inject_double_execution: self.inject_double_execution,
+                keep: self.keep,
+            })
+            .collect();
+        for config in &configs {
+            config.validate()?;
+        }
+        Ok(configs)
+    }
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 //! The benchmarks behind DESIGN.md's "Targets" section, run by the `orchestrator-bench` binary:
-//! the queue (src/queue/), the agent loop's own overhead (agent.rs) and the sandbox's start-up cost
-//! (sandbox.rs).
+//! the queue (src/queue/), the agent loop's own overhead (agent.rs), the sandbox's start-up cost
+//! (sandbox.rs), compaction over a long run (context.rs), and the chaos soak (src/soak/), which
+//! counts what random SIGKILLs of several daemons lost or repeated.
 //!
 //! Each benchmark measures orchestrator through the same code a deployment runs (the store, the
 //! worker pool) and, in the same run and on the same disk, the two yardsticks that make its
@@ -17,10 +18,12 @@
 //! Architecture Invariant: this crate holds the only SQL outside the store crate, on purpose, and
 //! never for orchestrator's own tables: the raw baseline's table (queue/raw.rs), the peer's tables
 //! (queue/peer.rs counts apalis' finished jobs), the run's database itself (queue/database.rs) and
-//! its size on disk (agent.rs: a WAL checkpoint and `pg_database_size`).
+//! its size on disk (agent.rs: a WAL checkpoint and `pg_database_size`). The one exception writes
+//! orchestrator's tables to break them: the soak's injected double execution (soak/inject.rs).
 //! A baseline written with the store's own query builder would inherit whatever the store gets wrong.
 
 pub mod agent;
 pub mod context;
 pub mod queue;
 pub mod sandbox;
+pub mod soak;

@@ -1,7 +1,7 @@
 //! `orchestrator-bench`: parses the command line, runs the chosen benchmark and maps its outcome to
 //! an exit code. The measurements live in the library (src/queue/, src/agent.rs); this file is glue.
 //!
-//! Exit codes: 0 when every backend was measured, or when PostgreSQL was merely unreachable (its
+//! Exit codes: 0 when every backend was measured (for the soak: when every figure was zero), or when PostgreSQL was merely unreachable (its
 //! line then carries the error, and SQLite's figures still stand); 1 when a measurement failed; 2
 //! for bad flags. A closed stdout (`| head -1`) is not an error.
 
@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         cli::Command::Queue(args) => args.into_config().map(Bench::Queue),
         cli::Command::Agent(args) => args.into_config().map(Bench::Agent),
         cli::Command::Sandbox(args) => Ok(Bench::Sandbox(args.runs)),
+        cli::Command::Soak(args) => return soak(args),
         cli::Command::Context(args) => Ok(Bench::Context(
             orchestrator_bench::context::ContextBenchConfig {
                 turns: args.turns.max(1),
@@ -75,6 +76,41 @@ fn main() -> ExitCode {
             ExitCode::from(FAILURE)
         }
     }
+}
+
+/// The soak drives processes and makes its own runtime, so it runs outside the one the other
+/// benchmarks share. One JSON line per backend; exit code 1 when a figure is not zero.
+fn soak(args: cli::SoakArgs) -> ExitCode {
+    let configs = match args.into_configs() {
+        Ok(configs) => configs,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let mut code = ExitCode::SUCCESS;
+    for config in &configs {
+        let progress = |line: &str| eprintln!("soak {}: {line}", config.backend.as_str());
+        match orchestrator_bench::soak::run(config, &progress) {
+            Ok(report) => {
+                if !report.passed() {
+                    code = ExitCode::from(FAILURE);
+                }
+                if let Err(e) = print_line(&report.to_json().to_string()) {
+                    if is_broken_pipe(&e) {
+                        return code;
+                    }
+                    eprintln!("error: {e:#}");
+                    return ExitCode::from(FAILURE);
+                }
+            }
+            Err(e) => {
+                eprintln!("error: soak on {}: {e:#}", config.backend.as_str());
+                code = ExitCode::from(FAILURE);
+            }
+        }
+    }
+    code
 }
 
 /// The benchmark chosen on the command line, with its validated configuration.
