@@ -290,4 +290,12 @@ impl Jail {
         };
         self.command(shell, ["-c", command], cwd)
     }
+
+    /// Writes down the process group a command of this jail leads (its pid, as the command is
+    /// built), so that a daemon killed before it ends the group leaves it to the next daemon to
+    /// end. Keep the returned value until the group is gone. `None` when the sandbox keeps no
+    /// ledger (a test, a one-off tool run).
+    pub fn track(&self, pgid: u32) -> Option<crate::TrackedGroup> {
+        self.inner.sandbox.track(pgid)
+    }
 }

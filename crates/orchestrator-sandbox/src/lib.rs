@@ -14,12 +14,14 @@ mod bwrap;
 pub mod env;
 mod error;
 mod jail;
+mod orphans;
 mod probe;
 
 pub use env::{EnvRule, is_secret_name};
 pub use error::{Error, Result};
 pub use jail::{Confinement, Jail};
 pub use orchestrator_types::SandboxMode;
+pub use orphans::{GroupLedger, Reaped, TrackedGroup};
 pub use probe::Availability;
 
 use std::path::{Path, PathBuf};
@@ -72,6 +74,8 @@ pub struct Sandbox {
 struct Inner {
     settings: SandboxSettings,
     availability: Availability,
+    /// Where the process groups of this process's jails are written down (see orphans.rs).
+    ledger: Option<Arc<GroupLedger>>,
 }
 
 impl Sandbox {
@@ -89,8 +93,26 @@ impl Sandbox {
             inner: Arc::new(Inner {
                 settings,
                 availability,
+                ledger: None,
             }),
         }
+    }
+
+    /// The same sandbox, writing down the process group of every command its jails start, so that
+    /// the next daemon on this home ends them if this process dies without ending them itself.
+    pub fn with_ledger(&self, ledger: GroupLedger) -> Self {
+        Sandbox {
+            inner: Arc::new(Inner {
+                settings: self.inner.settings.clone(),
+                availability: self.inner.availability.clone(),
+                ledger: Some(Arc::new(ledger)),
+            }),
+        }
+    }
+
+    /// Writes down the process group `pgid` a jail's command leads, if this sandbox keeps a ledger.
+    pub(crate) fn track(&self, pgid: u32) -> Option<TrackedGroup> {
+        self.inner.ledger.as_ref().map(|ledger| ledger.track(pgid))
     }
 
     pub fn settings(&self) -> &SandboxSettings {

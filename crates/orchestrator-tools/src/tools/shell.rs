@@ -370,6 +370,8 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
     // Dropping this call (a cancel, a lost lease, a shutdown) must end the command's children too
     // (cargo, npm, test binaries), not only the shell that `kill_on_drop` reaches.
     let mut group = GroupGuard { pgid, armed: true };
+    // Written down until the call is over, for the next daemon if this one is killed first.
+    let _tracked = ctx.jail.track(pgid as u32);
     let out = Arc::new(Mutex::new(HeadTail::default()));
     let readers = [
         child.stdout.take().map(|s| pump(s, out.clone())),
@@ -445,6 +447,8 @@ struct Job {
     stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
     output: Arc<Mutex<Ring>>,
     status: watch::Receiver<Option<ExitInfo>>,
+    /// The group written down for the next daemon, as long as the job is known.
+    _tracked: Option<orchestrator_sandbox::TrackedGroup>,
 }
 
 impl Job {
@@ -544,6 +548,7 @@ impl JobTable {
             .spawn()
             .map_err(|e| refuse(format!("exec_shell: could not start the shell: {e}")))?;
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        let tracked = jail.track(pgid as u32);
         let output = Arc::new(Mutex::new(Ring::default()));
         if let Some(s) = child.stdout.take() {
             pump(s, output.clone());
@@ -574,6 +579,7 @@ impl JobTable {
             stdin: tokio::sync::Mutex::new(stdin),
             output,
             status: rx,
+            _tracked: tracked,
         });
         if let Ok(mut jobs) = self.jobs.lock() {
             jobs.insert(id.clone(), job);

@@ -91,6 +91,8 @@ pub async fn run(
         pgid: Pid::from_raw(pid),
         ended: false,
     };
+    // Written down until the group is ended, for the next daemon if this one is killed first.
+    let _tracked = jail.track(pid as u32);
 
     let stop_reading = CancellationToken::new();
     // If this future is dropped half-way, the reader must not outlive it either.

@@ -190,6 +190,47 @@ impl GlobalArgs {
         Ok(Sandbox::new(config.sandbox.settings(hidden, secret_env)?))
     }
 
+    /// The sandbox of a process that runs tasks (`serve`, `run`): it writes down the process
+    /// group of every command it starts, after ending the groups that processes on this home
+    /// killed before they could end them (a gate of a daemon that got SIGKILL would otherwise run
+    /// on beside its own rerun). `who` names the process in what it prints.
+    pub fn tracked_sandbox(
+        &self,
+        config: &crate::config::Config,
+        who: &str,
+    ) -> anyhow::Result<Sandbox> {
+        let dir = self.home()?.join("process-groups");
+        match orchestrator_sandbox::GroupLedger::reap(&dir) {
+            Ok(reaped) => {
+                let killed: Vec<String> = reaped
+                    .iter()
+                    .filter(|r| r.killed)
+                    .map(|r| r.pgid.to_string())
+                    .collect();
+                if !killed.is_empty() {
+                    eprintln!(
+                        "{who}: ended {} process group{} that a killed orchestrator left running ({})",
+                        killed.len(),
+                        if killed.len() == 1 { "" } else { "s" },
+                        killed.join(", ")
+                    );
+                }
+            }
+            Err(e) => eprintln!(
+                "{who}: cannot look for process groups left running in {}: {e}",
+                dir.display()
+            ),
+        }
+        let sandbox = self.sandbox(config)?;
+        let ledger = orchestrator_sandbox::GroupLedger::open(&dir).with_context(|| {
+            format!(
+                "cannot keep the list of running process groups in {}",
+                dir.display()
+            )
+        })?;
+        Ok(sandbox.with_ledger(ledger))
+    }
+
     /// The tools' context for a session a person runs (`tool run`, `mcp`): everything allowed,
     /// processes in `mode` in the configured sandbox, output spilled under the home directory.
     pub fn tool_context(
