@@ -1,7 +1,7 @@
 //! Crash safety: `serve` killed with SIGKILL in the middle of work loses nothing and runs nothing to
 //! success twice, on SQLite and on PostgreSQL.
 
-use crate::support::{Env, Serve};
+use crate::support::{Env, Serve, assert_no_process_with, processes_with, unique_sleep, wait_for};
 use nix::sys::signal::Signal;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -104,4 +104,56 @@ async fn sigkill_loses_nothing_on_postgres() {
     tokio::task::spawn_blocking(move || crash_and_recover(&env))
         .await
         .unwrap();
+}
+
+/// A gate of a daemon killed with SIGKILL runs on (nothing ties an unconfined process group to
+/// its daemon) until the next daemon on the same home starts: that one ends it before it runs
+/// anything, so the gate never runs twice at once in one workspace.
+#[test]
+fn the_next_serve_ends_the_gates_a_killed_one_left_running() {
+    let env = Env::sqlite();
+    let sleep = unique_sleep();
+    let id = env.create("long", &[&format!("sleep {sleep}")], env.home());
+    let first = env.serve(&["--lease-seconds", "2"]);
+    wait_for(|| processes_with(&sleep).len() >= 2);
+    first.signal(Signal::SIGKILL);
+    drop(first);
+    std::thread::sleep(Duration::from_millis(300));
+    let orphans: Vec<String> = processes_with(&sleep)
+        .iter()
+        .filter_map(|p| p.split(':').next().map(str::to_owned))
+        .collect();
+    assert!(
+        !orphans.is_empty(),
+        "the gate died with its daemon; this test shows nothing"
+    );
+
+    let second = env.serve(&["--lease-seconds", "2"]);
+    assert!(
+        second.log().contains("ended 1 process group"),
+        "{}",
+        second.log()
+    );
+    // The rescued attempt starts the gate again; before that, the old one was gone.
+    let rerun = std::time::Instant::now();
+    loop {
+        let events = env.events(id);
+        if events.iter().filter(|e| e["kind"] == "claimed").count() >= 2 {
+            break;
+        }
+        assert!(rerun.elapsed() < crate::support::PATIENCE, "never rescued");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The old gate's processes are gone (the rerun has new ones), and the cancel ends the rerun.
+    wait_for(|| {
+        // Gone, or a zombie waiting for an init that may never reap it.
+        orphans.iter().all(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |stat| stat.contains(") Z "))
+        })
+    });
+    env.run(&["task", "cancel", &id.to_string()]);
+    env.wait_task(id, "canceled", |t| t["state"] == "canceled");
+    assert_no_process_with(&sleep);
+    drop(second);
 }
