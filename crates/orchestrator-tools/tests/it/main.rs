@@ -13,6 +13,7 @@ mod dispatch;
 mod docs;
 mod files;
 mod grep_parity;
+mod mcp_client;
 mod more_tools;
 mod paths;
 mod shell;

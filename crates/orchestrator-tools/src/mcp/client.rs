@@ -1,0 +1,348 @@
+//! One connection to an MCP server: started (a process of our own over stdio, or a streamable HTTP
+//! session), its tools listed, calls made with a deadline, and ended.
+//!
+//! A stdio server is built by the task's jail like any command an agent runs (the sandbox mode,
+//! the scrubbed environment plus what the config names), leads a process group of its own and is
+//! written down in the daemon's process ledger. It is ended by closing its stdin, then SIGTERM to
+//! the group, then SIGKILL, so whatever it started goes with it.
+
+use super::config::{McpServerConfig, McpTransport};
+use super::http::HttpClient;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use orchestrator_sandbox::{Jail, TrackedGroup};
+use rmcp::ServiceExt;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
+    CancelledNotificationParam, ClientNotification, ClientRequest, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Time a stdio server gets to exit once its stdin is closed, and again after SIGTERM.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// A tool as a server lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpTool {
+    /// The server's own name for it.
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+    /// The server says the tool changes nothing (`readOnlyHint`). Unannotated tools may write.
+    pub read_only: bool,
+}
+
+/// The process of a stdio server.
+#[derive(Debug)]
+struct ServerProcess {
+    child: tokio::process::Child,
+    pgid: i32,
+    _tracked: Option<TrackedGroup>,
+    /// The end of what the server wrote on stderr, for the error of a server that fails.
+    stderr: Arc<std::sync::Mutex<String>>,
+}
+
+/// Bytes of a server's stderr kept for its error message.
+const STDERR_TAIL: usize = 2048;
+
+impl ServerProcess {
+    /// `: <the end of stderr>`, or nothing when it wrote nothing.
+    async fn said(&mut self) -> String {
+        // A moment for a dying server's last words to arrive.
+        let _ = tokio::time::timeout(Duration::from_millis(300), self.child.wait()).await;
+        let text = self
+            .stderr
+            .lock()
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default();
+        if text.is_empty() {
+            String::new()
+        } else {
+            format!(" (its stderr: {text})")
+        }
+    }
+}
+
+/// A connected server.
+#[derive(Debug)]
+pub struct McpClient {
+    name: String,
+    service: RunningService<RoleClient, ()>,
+    process: tokio::sync::Mutex<Option<ServerProcess>>,
+}
+
+impl McpClient {
+    /// Starts or reaches server `name`, initializes the session and lists its tools, all within
+    /// the config's startup deadline. The error says what failed, in words for the person who
+    /// wrote the config.
+    pub async fn connect(
+        name: &str,
+        config: &McpServerConfig,
+        jail: &Jail,
+        workspace: &Path,
+    ) -> Result<(McpClient, Vec<McpTool>), String> {
+        let transport = config.validate(name)?;
+        let deadline = config.startup_timeout();
+        let (service, process) = match transport {
+            McpTransport::Stdio => {
+                let (mut process, stdout, stdin) = spawn(name, config, jail, workspace)?;
+                let started = tokio::time::timeout(
+                    deadline,
+                    ().serve(AsyncRwTransport::new_client(stdout, stdin)),
+                )
+                .await;
+                match started {
+                    Ok(Ok(service)) => (service, Some(process)),
+                    Ok(Err(e)) => {
+                        let said = process.said().await;
+                        end_process(&mut process).await;
+                        return Err(format!("{name}: the server did not initialize: {e}{said}"));
+                    }
+                    Err(_) => {
+                        let said = process.said().await;
+                        end_process(&mut process).await;
+                        return Err(format!("{}{said}", timed_out(name, deadline)));
+                    }
+                }
+            }
+            McpTransport::Http => {
+                let url = config.url.clone().unwrap_or_default();
+                let mut http = StreamableHttpClientTransportConfig::with_uri(url.clone());
+                if let Some(var) = &config.bearer_token_env_var {
+                    match std::env::var(var) {
+                        Ok(token) if !token.trim().is_empty() => {
+                            http = http.auth_header(token);
+                        }
+                        _ => {
+                            return Err(format!(
+                                "{name}: bearer_token_env_var names {var}, which is not set"
+                            ));
+                        }
+                    }
+                }
+                let client = reqwest::Client::builder()
+                    .build()
+                    .map_err(|e| format!("{name}: cannot build an HTTP client: {e}"))?;
+                let transport =
+                    StreamableHttpClientTransport::with_client(HttpClient(client), http);
+                match tokio::time::timeout(deadline, ().serve(transport)).await {
+                    Ok(Ok(service)) => (service, None),
+                    Ok(Err(e)) => {
+                        return Err(format!("{name}: {url} did not initialize a session: {e}"));
+                    }
+                    Err(_) => return Err(timed_out(name, deadline)),
+                }
+            }
+        };
+        let client = McpClient {
+            name: name.to_owned(),
+            service,
+            process: tokio::sync::Mutex::new(process),
+        };
+        match tokio::time::timeout(deadline, client.service.list_all_tools()).await {
+            Ok(Ok(tools)) => {
+                let tools = tools
+                    .into_iter()
+                    .map(|tool| McpTool {
+                        name: tool.name.to_string(),
+                        description: tool.description.as_deref().unwrap_or_default().to_owned(),
+                        input_schema: Value::Object((*tool.input_schema).clone()),
+                        read_only: tool
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.read_only_hint)
+                            .unwrap_or(false),
+                    })
+                    .collect();
+                Ok((client, tools))
+            }
+            Ok(Err(e)) => {
+                client.shutdown().await;
+                Err(format!("{name}: tools/list failed: {e}"))
+            }
+            Err(_) => {
+                client.shutdown().await;
+                Err(timed_out(name, deadline))
+            }
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Calls `tool` with `arguments`. Past `timeout`, or when `cancel` fires, the call is given up
+    /// and the server told so (`notifications/cancelled`).
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: Value,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<CallToolResult, String> {
+        let arguments = match arguments {
+            Value::Object(map) => Some(map),
+            Value::Null => None,
+            other => return Err(format!("arguments must be an object, not {other}")),
+        };
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = arguments;
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut options = PeerRequestOptions::no_options();
+        options.timeout = Some(timeout);
+        let peer = self.service.peer().clone();
+        let handle = peer
+            .send_cancellable_request(request, options)
+            .await
+            .map_err(|e| format!("{}: the call could not be sent: {e}", self.name))?;
+        let id = handle.id.clone();
+        let answer = tokio::select! {
+            answer = handle.await_response() => answer,
+            () = cancel.cancelled() => {
+                let notice = CancelledNotification::new(CancelledNotificationParam {
+                    request_id: id,
+                    reason: Some("canceled by the orchestrator".into()),
+                });
+                let _ = peer
+                    .send_notification(ClientNotification::CancelledNotification(notice))
+                    .await;
+                return Err(format!("{}: the call was canceled", self.name));
+            }
+        };
+        match answer {
+            Ok(ServerResult::CallToolResult(result)) => Ok(result),
+            Ok(other) => Err(format!(
+                "{}: answered tools/call with something else: {other:?}",
+                self.name
+            )),
+            Err(rmcp::ServiceError::Timeout { .. }) => Err(format!(
+                "{}: {tool} did not answer within {} s (tool_timeout_sec); the server was told to cancel it",
+                self.name,
+                timeout.as_secs_f64()
+            )),
+            Err(e) => Err(format!("{}: {tool} failed: {e}", self.name)),
+        }
+    }
+
+    /// Ends the session, and a stdio server's whole process group.
+    pub async fn shutdown(&self) {
+        // Stops the session's service, which closes a stdio server's stdin.
+        self.service.cancellation_token().cancel();
+        if let Some(mut process) = self.process.lock().await.take() {
+            end_process(&mut process).await;
+        }
+    }
+
+    /// The process group of a stdio server.
+    pub async fn pgid(&self) -> Option<i32> {
+        self.process.lock().await.as_ref().map(|p| p.pgid)
+    }
+}
+
+fn timed_out(name: &str, deadline: Duration) -> String {
+    format!(
+        "{name}: not ready within {} s (startup_timeout_sec); a first `npx` download can take longer",
+        deadline.as_secs_f64()
+    )
+}
+
+type Pipes = (
+    ServerProcess,
+    tokio::process::ChildStdout,
+    tokio::process::ChildStdin,
+);
+
+fn spawn(
+    name: &str,
+    config: &McpServerConfig,
+    jail: &Jail,
+    workspace: &Path,
+) -> Result<Pipes, String> {
+    let program = config.command.as_deref().unwrap_or_default();
+    let cwd = config.cwd.as_deref().unwrap_or(workspace);
+    let mut command = jail
+        .command(program, &config.args, cwd)
+        .map_err(|e| format!("{name}: {e}"))?;
+    // What the config names on top of the jail's scrubbed environment: a person wrote it.
+    for var in &config.env_vars {
+        if let Ok(value) = std::env::var(var) {
+            command.env(var, value);
+        }
+    }
+    command.envs(&config.env);
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("{name}: cannot start {program}: {e}"))?;
+    let pid = child.id().unwrap_or(0);
+    let tracked = jail.track(pid);
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        return Err(format!("{name}: no pipes to the server"));
+    };
+    let stderr = Arc::new(std::sync::Mutex::new(String::new()));
+    if let Some(mut pipe) = child.stderr.take() {
+        let tail = stderr.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = vec![0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut tail) = tail.lock() {
+                    tail.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    if tail.len() > STDERR_TAIL {
+                        let cut = tail.len() - STDERR_TAIL;
+                        let cut = (cut..tail.len())
+                            .find(|i| tail.is_char_boundary(*i))
+                            .unwrap_or(tail.len());
+                        tail.drain(..cut);
+                    }
+                }
+            }
+        });
+    }
+    Ok((
+        ServerProcess {
+            child,
+            pgid: pid as i32,
+            _tracked: tracked,
+            stderr,
+        },
+        stdout,
+        stdin,
+    ))
+}
+
+/// Waits for the server to exit (its stdin is closed by now), then SIGTERM to its group, then
+/// SIGKILL; in every case the group is signalled so nothing it started stays behind.
+async fn end_process(process: &mut ServerProcess) {
+    let group = Pid::from_raw(process.pgid);
+    if tokio::time::timeout(EXIT_GRACE, process.child.wait())
+        .await
+        .is_err()
+    {
+        let _ = killpg(group, Signal::SIGTERM);
+        if tokio::time::timeout(EXIT_GRACE, process.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = process.child.start_kill();
+        }
+    }
+    let _ = killpg(group, Signal::SIGKILL);
+    let _ = process.child.wait().await;
+}
