@@ -61,10 +61,13 @@ pub enum EventKind {
     /// The conversation was compacted to fit the context window; its new messages start at
     /// `first_seq`.
     Compacted,
+    /// An MCP server the task selected started (with its tools), failed (with the error) or is
+    /// disabled in the config.
+    McpServer,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 29] = [
+    pub const ALL: [EventKind; 30] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -94,6 +97,7 @@ impl EventKind {
         EventKind::WorkspacePrepared,
         EventKind::ContextWindow,
         EventKind::Compacted,
+        EventKind::McpServer,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -126,6 +130,7 @@ impl EventKind {
             EventKind::AttemptSelected => "attempt_selected",
             EventKind::WorkspacePrepared => "workspace_prepared",
             EventKind::ContextWindow => "context_window",
+            EventKind::McpServer => "mcp_server",
             EventKind::Compacted => "compacted",
         }
     }

@@ -123,6 +123,9 @@ pub struct AgentOptions {
     /// Running children this task may have at once (sub-agents).
     #[serde(default = "default_max_children")]
     pub max_children: u32,
+    /// The MCP servers (by their name in the config's `[mcp_servers]`) whose tools the agent gets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<String>,
 }
 
 fn default_profile() -> String {
@@ -148,6 +151,7 @@ impl Default for AgentOptions {
             max_seconds: None,
             approval_timeout_secs: DEFAULT_APPROVAL_TIMEOUT_SECS,
             max_children: DEFAULT_MAX_CHILDREN,
+            mcp_servers: Vec::new(),
         }
     }
 }

@@ -47,6 +47,20 @@
 //! gate_env = ["NPM_TOKEN"]                 # secret-looking variables a person's gates may have
 //! person_gates = "workspace_write"         # sandbox a person's gates too (default: unsandboxed)
 //! allow_unsandboxed = false                # true runs agents' commands unconfined where no sandbox works
+//!
+//! [mcp_servers.docs]                       # a task gets its tools with --mcp docs
+//! command = "npx"                          # a stdio server, run in the task's sandbox
+//! args = ["-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"]
+//! env = { LOG_LEVEL = "warn" }             # set literally
+//! env_vars = ["DOCS_TOKEN"]                # copied from the daemon's environment
+//! startup_timeout_sec = 30                 # to start and list its tools (default 30)
+//! tool_timeout_sec = 60                    # per call (default 60)
+//! required = false                         # true: a task cannot run without it
+//! enabled_tools = ["read_text_file"]       # only these; disabled_tools removes some
+//!
+//! [mcp_servers.search]
+//! url = "https://mcp.example.com/mcp"      # a streamable HTTP server
+//! bearer_token_env_var = "SEARCH_TOKEN"
 //! ```
 //!
 //! Secrets are named by the variable that holds them, never written into this file.
@@ -69,6 +83,9 @@ pub struct Config {
     pub github: GithubConfig,
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    /// MCP servers whose tools agent tasks may select by name (`--mcp NAME`).
+    #[serde(default)]
+    pub mcp_servers: std::collections::BTreeMap<String, orchestrator_tools::mcp::McpServerConfig>,
 }
 
 /// `[sandbox]`: what agents' processes may write, what they never see, which variables they get.
@@ -320,6 +337,11 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
         .github
         .validate()
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    for (name, server) in &config.mcp_servers {
+        server
+            .validate(name)
+            .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    }
     let named = config
         .models
         .iter()

@@ -78,6 +78,9 @@ pub struct AgentConfig {
     /// The GitHub client of the github_* tools; `None` when no GitHub is configured, and the tools
     /// then say how to configure one.
     pub github: Option<orchestrator_github::GitHub>,
+    /// The config's `[mcp_servers]`, from which each task selects by name.
+    pub mcp_servers:
+        Arc<std::collections::BTreeMap<String, orchestrator_tools::mcp::McpServerConfig>>,
 }
 
 /// How the agent part of an attempt ended.
@@ -163,6 +166,13 @@ pub async fn run_agent(
             )));
         }
     };
+    // The task's MCP servers start in its jail before the first turn, so the tool list is whole
+    // from the start; each outcome is an event, and a required server that failed makes the
+    // attempt fail for a reason that may pass.
+    let mcp = match start_mcp_servers(ctx, task, lease, jail, &workspace, &mut registry).await {
+        Ok(mcp) => mcp,
+        Err(end) => return Ok(end),
+    };
     // Sorted by name, so the tools' bytes are the same in every request and after a resume: a
     // prompt cache matches only an identical prefix.
     let mut definitions: Vec<ToolDefinition> = registry
@@ -194,7 +204,61 @@ pub async fn run_agent(
     let end = agent.run(&prompt, &workspace).await;
     agent.tool_ctx.shutdown().await;
     agent.session.stop_jobs();
+    if let Some(mcp) = mcp {
+        mcp.shutdown().await;
+    }
     end
+}
+
+/// Starts the MCP servers `task` selects, records each one's state as an event and registers
+/// the tools of those that are ready. `Err` ends the attempt (a required server failed, or the
+/// store could not record it); the servers are shut down first.
+async fn start_mcp_servers(
+    ctx: &RunContext,
+    task: &Task,
+    lease: &Lease,
+    jail: &orchestrator_sandbox::Jail,
+    workspace: &str,
+    registry: &mut Registry,
+) -> Result<Option<orchestrator_tools::mcp::McpManager>, AgentEnd> {
+    if task.agent.mcp_servers.is_empty() {
+        return Ok(None);
+    }
+    let manager = orchestrator_tools::mcp::McpManager::start(
+        &ctx.agent.mcp_servers,
+        &task.agent.mcp_servers,
+        jail,
+        std::path::Path::new(workspace),
+    )
+    .await;
+    for state in manager.states() {
+        let data = serde_json::to_value(state).unwrap_or_else(|_| json!({"name": state.name}));
+        if let Err(e) = ctx
+            .store
+            .append_event(lease, EventKind::McpServer, data)
+            .await
+        {
+            manager.shutdown().await;
+            return Err(AgentEnd::Retryable(format!(
+                "cannot record the MCP servers' states: {e}"
+            )));
+        }
+    }
+    if let Some(error) = manager.required_failure() {
+        manager.shutdown().await;
+        return Err(AgentEnd::Retryable(format!(
+            "a required MCP server is not ready: {error}"
+        )));
+    }
+    for spec in manager.tool_specs() {
+        if let Err(e) = registry.register(spec) {
+            manager.shutdown().await;
+            return Err(AgentEnd::Failed(format!(
+                "an MCP tool cannot be registered: {e}"
+            )));
+        }
+    }
+    Ok(Some(manager))
 }
 
 struct Agent<'a> {

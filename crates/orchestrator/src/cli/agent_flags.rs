@@ -73,6 +73,10 @@ pub struct AgentFlags {
     /// Seconds an approval or question waits for an answer before it counts as denied.
     #[arg(long, value_name = "SECONDS")]
     pub approval_timeout: Option<u64>,
+    /// Give the agent the tools of this MCP server of the config's [mcp_servers]; repeat for
+    /// several (`orchestrator mcp-servers list` shows them).
+    #[arg(long = "mcp", value_name = "SERVER")]
+    pub mcp: Vec<String>,
 }
 
 fn parse_switch(text: &str) -> Result<bool, String> {
@@ -116,6 +120,7 @@ impl AgentFlags {
             || self.policy.is_some()
             || self.sandbox.is_some()
             || self.approval_timeout.is_some()
+            || !self.mcp.is_empty()
     }
 
     /// The model: flags and environment first, then the config file. `None` when neither names a
@@ -192,6 +197,11 @@ impl AgentFlags {
         if let Some(secs) = self.approval_timeout {
             options.approval_timeout_secs = secs;
         }
+        for name in &self.mcp {
+            orchestrator_tools::mcp::validate_server_name(name)
+                .map_err(|e| CliError::Invalid(format!("--mcp: {e}")))?;
+        }
+        options.mcp_servers = self.mcp.clone();
         if self.policy.is_some()
             || !self.ask.is_empty()
             || !self.deny.is_empty()

@@ -10,6 +10,7 @@ mod attempt;
 mod automation;
 mod github;
 mod mcp;
+mod mcp_servers;
 mod run;
 mod sandbox;
 mod serve;
@@ -109,6 +110,9 @@ pub enum Command {
     Tool(tool::ToolArgs),
     /// Serve the agent tools to an MCP client over stdio.
     Mcp(mcp::McpArgs),
+    /// The MCP servers agents can use: list the config's, or check that they start and answer.
+    #[command(subcommand)]
+    McpServers(mcp_servers::McpServersCommand),
     /// Run one command in an agent's sandbox, to see what a mode allows; --check for availability.
     Sandbox(sandbox::SandboxArgs),
 }
@@ -126,6 +130,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Github(command) => github::run(&global, command).await,
         Command::Tool(args) => tool::run(&global, args).await,
         Command::Mcp(args) => mcp::run(&global, args).await,
+        Command::McpServers(command) => mcp_servers::run(&global, command).await,
         Command::Sandbox(args) => sandbox::run(&global, args).await,
     }
 }
