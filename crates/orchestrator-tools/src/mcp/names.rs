@@ -124,7 +124,9 @@ mod tests {
         let underscored = tools.insert("a", "x_y").unwrap();
         assert_eq!(dotted, "mcp__a__x_y");
         assert_ne!(underscored, dotted);
-        assert_eq!(underscored.len(), MAX_TOOL_NAME);
+        // The taken name's beginning, then 40 hex digits of the raw name's hash.
+        assert!(underscored.starts_with("mcp__a__x_y"), "{underscored}");
+        assert_eq!(underscored.len(), "mcp__a__x_y".len() + 40);
         assert_eq!(tools.route(&dotted), Some(("a", "x.y")));
         assert_eq!(tools.route(&underscored), Some(("a", "x_y")));
 

@@ -1,4 +1,4 @@
-//! fetch_url: GET an http or https URL and return its text (HTML reduced to readable text), bounded
+//! fetch_url: GET an http or https URL and return its text (HTML converted to Markdown), bounded
 //! in size and time, and never on this machine or a private network unless the policy says so.
 //!
 //! The client is reqwest with rustls (Mozilla's roots built in, so https works without a system
@@ -66,13 +66,13 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "fetch_url",
-        description: "Fetch an http:// or https:// URL with GET and return its body as text: HTML is reduced to readable text (raw=true keeps it), JSON and plain text are returned as they are, binary content is refused. Follows up to 5 redirects; reads at most 1 MB by default (max_bytes, at most 10 MB) within 30 s (timeout). Addresses of this machine, private networks, link-local and cloud metadata services are refused, at every redirect too, unless the task's policy lists the host in network_hosts.",
+        description: "Fetch an http:// or https:// URL with GET and return its body as text: HTML is converted to Markdown, keeping headings, links, lists, code and tables and leaving out scripts, styles and navigation (raw=true keeps the HTML), JSON and plain text are returned as they are, binary content is refused. Follows up to 5 redirects; reads at most 1 MB by default (max_bytes, at most 10 MB) within 30 s (timeout). Addresses of this machine, private networks, link-local and cloud metadata services are refused, at every redirect too, unless the task's policy lists the host in network_hosts.",
         schema: schema(
             json!({
                 "url": {"type": "string", "description": "The http:// or https:// URL to fetch."},
                 "max_bytes": {"type": "integer", "minimum": 1, "description": "Most body bytes to read (default 1 MB, at most 10 MB)."},
                 "timeout": {"type": "integer", "minimum": 1, "description": "Seconds for the whole fetch (default 30, at most 120)."},
-                "raw": {"type": "boolean", "description": "Return HTML as it is instead of as text (default false)."}
+                "raw": {"type": "boolean", "description": "Return HTML as it is instead of as Markdown (default false)."}
             }),
             &["url"],
         ),
@@ -367,96 +367,22 @@ fn hop_error(e: reqwest::Error) -> HopError {
     HopError::Failed(parts.join(": "))
 }
 
-/// HTML to readable text: scripts, styles and tags removed, block tags turned into line breaks, the
-/// common entities decoded, blank runs collapsed.
+/// HTML to Markdown, what agents' fetch tools return: headings, links, lists, code blocks and
+/// tables kept as Markdown, scripts, styles and the page's chrome (navigation, forms, frames)
+/// left out. html5ever parses it as a browser would, so broken markup still gives the words.
 pub(crate) fn html_to_text(html: &str) -> String {
-    let lower = html.to_ascii_lowercase();
-    let mut out = String::with_capacity(html.len() / 2);
-    let mut i = 0;
-    while i < html.len() {
-        if lower[i..].starts_with("<script")
-            || lower[i..].starts_with("<style")
-            || lower[i..].starts_with("<noscript")
-        {
-            let tag = if lower[i..].starts_with("<script") {
-                "</script"
-            } else if lower[i..].starts_with("<style") {
-                "</style"
-            } else {
-                "</noscript"
-            };
-            match lower[i..].find(tag) {
-                Some(j) => {
-                    i += j;
-                    i += lower[i..]
-                        .find('>')
-                        .map(|k| k + 1)
-                        .unwrap_or(lower.len() - i);
-                }
-                None => break,
-            }
-            continue;
-        }
-        if lower[i..].starts_with("<!--") {
-            i += lower[i..]
-                .find("-->")
-                .map(|k| k + 3)
-                .unwrap_or(lower.len() - i);
-            continue;
-        }
-        if html[i..].starts_with('<') {
-            let end = html[i..].find('>').map(|k| i + k + 1).unwrap_or(html.len());
-            let tag = lower[i + 1..end.saturating_sub(1).max(i + 1)].trim_start_matches('/');
-            let name: String = tag
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric())
-                .collect();
-            if matches!(
-                name.as_str(),
-                "p" | "div"
-                    | "br"
-                    | "li"
-                    | "tr"
-                    | "h1"
-                    | "h2"
-                    | "h3"
-                    | "h4"
-                    | "h5"
-                    | "h6"
-                    | "pre"
-                    | "section"
-                    | "article"
-                    | "header"
-                    | "footer"
-                    | "table"
-                    | "ul"
-                    | "ol"
-                    | "title"
-            ) {
-                out.push('\n');
-            }
-            if name == "li" && !tag.starts_with('/') {
-                out.push_str("- ");
-            }
-            i = end;
-            continue;
-        }
-        let next = html[i..].find('<').map(|k| i + k).unwrap_or(html.len());
-        out.push_str(&html[i..next]);
-        i = next;
-    }
-    let decoded = out
-        .replace("&nbsp;", " ")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&#39;", "'")
-        .replace("&apos;", "'")
-        .replace("&amp;", "&");
-    let mut text = String::new();
+    let converter = htmd::HtmlToMarkdown::builder()
+        .skip_tags(vec![
+            "script", "style", "noscript", "template", "head", "nav", "form", "iframe", "svg",
+            "button", "select",
+        ])
+        .build();
+    let markdown = converter.convert(html).unwrap_or_default();
+    // Runs of blank lines say nothing and cost tokens.
+    let mut text = String::with_capacity(markdown.len());
     let mut blank = 0;
-    for line in decoded.lines() {
-        let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+    for line in markdown.lines() {
+        let line = line.trim_end();
         if line.is_empty() {
             blank += 1;
             if blank == 1 && !text.is_empty() {
@@ -464,7 +390,7 @@ pub(crate) fn html_to_text(html: &str) -> String {
             }
         } else {
             blank = 0;
-            text.push_str(&line);
+            text.push_str(line);
             text.push('\n');
         }
     }
@@ -584,9 +510,17 @@ mod tests {
             "<html><head><style>x{}</style><script>var a=1;</script><title>T</title></head><body><p>Hello &amp; <b>bye</b></p><ul><li>one</li></ul></body></html>",
         );
         assert!(
-            t.contains("Hello & bye") && t.contains("- one") && !t.contains("var a"),
+            t.contains("Hello & **bye**") && t.contains("one") && !t.contains("var a"),
             "{t}"
         );
+        let t = html_to_text(
+            "<h1>Title</h1><p>See <a href=\"https://docs.rs/x\">the docs</a>.</p><pre><code>let x = 1;</code></pre><nav>menu</nav><p>unclosed <b>bold",
+        );
+        assert!(t.contains("# Title"), "{t}");
+        assert!(t.contains("[the docs](https://docs.rs/x)"), "{t}");
+        assert!(t.contains("let x = 1;"), "{t}");
+        assert!(!t.contains("menu"), "{t}");
+        assert!(t.contains("unclosed **bold**"), "{t}");
     }
 
     #[test]

@@ -195,67 +195,45 @@ fn run_glob(args: GlobArgs, ctx: &ToolContext) -> ToolOutcome {
     )
 }
 
-/// Scores `path` for `word` (lowercase): `None` when the characters do not all appear in order.
-fn fuzzy_score(path: &str, word: &str) -> Option<i64> {
-    let lower: Vec<char> = path.to_lowercase().chars().collect();
-    let orig: Vec<char> = path.chars().collect();
-    let name_start = path
-        .rfind('/')
-        .map(|i| path[..=i].chars().count())
-        .unwrap_or(0);
-    let pattern: Vec<char> = word.chars().collect();
-    // Greedy from the end of the path, so that matches land in the file name when they can.
-    let mut positions = Vec::with_capacity(pattern.len());
-    let mut pi = pattern.len();
-    let mut i = lower.len();
-    while pi > 0 && i > 0 {
-        i -= 1;
-        if lower[i] == pattern[pi - 1] {
-            positions.push(i);
-            pi -= 1;
+/// Ranks paths for a query with nucleo, the fuzzy matcher of the Helix editor, set for paths (a
+/// match at the start of a file name or after a separator scores more). Every word of the query
+/// must match, in any order; a word matches when its characters appear in order, case ignored
+/// unless the word has a capital.
+struct Ranker {
+    matcher: nucleo_matcher::Matcher,
+    pattern: nucleo_matcher::pattern::Pattern,
+    buf: Vec<char>,
+}
+
+impl Ranker {
+    fn new(query: &str) -> Ranker {
+        use nucleo_matcher::pattern::{AtomKind, CaseMatching, Normalization, Pattern};
+        Ranker {
+            matcher: nucleo_matcher::Matcher::new(nucleo_matcher::Config::DEFAULT.match_paths()),
+            // Plain fuzzy words: an agent does not know fzf's `^`, `$`, `!` and `'` syntax.
+            pattern: Pattern::new(
+                query,
+                CaseMatching::Smart,
+                Normalization::Smart,
+                AtomKind::Fuzzy,
+            ),
+            buf: Vec::new(),
         }
     }
-    if pi > 0 {
-        return None;
+
+    /// The score of `path`, or `None` when a word does not match.
+    fn score(&mut self, path: &str) -> Option<u32> {
+        self.pattern.score(
+            nucleo_matcher::Utf32Str::new(path, &mut self.buf),
+            &mut self.matcher,
+        )
     }
-    positions.reverse();
-    let mut score = 0i64;
-    for (k, &p) in positions.iter().enumerate() {
-        score += 10;
-        if p >= name_start {
-            score += 8;
-        }
-        let boundary = p == 0
-            || matches!(orig.get(p - 1), Some('/' | '_' | '-' | '.' | ' '))
-            || (orig.get(p).is_some_and(|c| c.is_uppercase())
-                && orig.get(p - 1).is_some_and(|c| c.is_lowercase()));
-        if boundary {
-            score += 12;
-        }
-        if k > 0 && positions[k - 1] + 1 == p {
-            score += 15;
-        }
-    }
-    let name = &path[path.rfind('/').map(|i| i + 1).unwrap_or(0)..].to_lowercase();
-    if name.contains(word) {
-        score += 40;
-        if name.starts_with(word) {
-            score += 20;
-        }
-    }
-    score -= lower.len() as i64 / 4;
-    Some(score)
 }
 
 fn run_search(args: SearchArgs, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
     std::fs::metadata(&r.abs).map_err(|e| io_refusal("search", &r.rel, &e))?;
-    let words: Vec<String> = args
-        .query
-        .split_whitespace()
-        .map(str::to_lowercase)
-        .collect();
-    if words.is_empty() {
+    if args.query.trim().is_empty() {
         return Err(refuse(
             "file_search: query is empty; give part of a file name",
         ));
@@ -264,20 +242,15 @@ fn run_search(args: SearchArgs, ctx: &ToolContext) -> ToolOutcome {
         .limit
         .unwrap_or(SEARCH_DEFAULT_LIMIT)
         .clamp(1, SEARCH_MAX_LIMIT) as usize;
-    let mut scored: Vec<(i64, String)> = walk_files(
+    let mut ranker = Ranker::new(&args.query);
+    let mut scored: Vec<(u32, String)> = walk_files(
         ctx,
         &r,
         args.include_hidden.unwrap_or(false),
         args.include_ignored.unwrap_or(false),
     )
     .into_iter()
-    .filter_map(|(rel, _)| {
-        let mut total = 0;
-        for w in &words {
-            total += fuzzy_score(&rel, w)?;
-        }
-        Some((total, rel))
-    })
+    .filter_map(|(rel, _)| ranker.score(&rel).map(|score| (score, rel)))
     .collect();
     scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     let total = scored.len();
@@ -305,14 +278,19 @@ fn run_search(args: SearchArgs, ctx: &ToolContext) -> ToolOutcome {
 
 #[cfg(test)]
 mod tests {
-    use super::fuzzy_score;
+    use super::Ranker;
 
     #[test]
     fn fuzzy_prefers_names_and_runs() {
-        let a = fuzzy_score("src/orders.rs", "orders").unwrap();
-        let b = fuzzy_score("orchestrator/dispatch/rules/sort.rs", "orders").unwrap();
+        let mut ranker = Ranker::new("orders");
+        let a = ranker.score("src/orders.rs").unwrap();
+        let b = ranker.score("orchestrator/dispatch/rules/sort.rs").unwrap();
         assert!(a > b, "{a} {b}");
-        assert!(fuzzy_score("src/main.rs", "xyz").is_none());
-        assert!(fuzzy_score("src/OrderBook.rs", "ob").is_some());
+        assert!(Ranker::new("xyz").score("src/main.rs").is_none());
+        assert!(Ranker::new("ob").score("src/OrderBook.rs").is_some());
+        // Every word must match, in any order.
+        let mut two = Ranker::new("rs main");
+        assert!(two.score("src/main.rs").is_some());
+        assert!(two.score("src/lib.rs").is_none());
     }
 }
