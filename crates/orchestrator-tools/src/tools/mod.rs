@@ -13,11 +13,14 @@ pub(crate) mod find;
 pub(crate) mod fsutil;
 pub(crate) mod git;
 pub(crate) mod grep;
+pub(crate) mod insert;
 pub(crate) mod list_dir;
 pub(crate) mod patch;
 pub(crate) mod read_file;
 pub(crate) mod retrieve;
 pub mod shell;
+pub(crate) mod skills;
+pub(crate) mod think;
 pub(crate) mod write_file;
 
 /// A tool definition as the modules write it; turned into a [`ToolSpec`].
@@ -71,12 +74,16 @@ pub(crate) fn builtin(profile: Profile) -> Vec<ToolSpec> {
         find::glob_def(),
         find::search_def(),
         retrieve::def(),
+        think::def(),
+        skills::list_def(),
+        skills::read_def(),
     ];
     if profile != Profile::Minimal {
         defs.extend([
             write_file::def(),
             edit::edit_file_def(),
             edit::multi_edit_def(),
+            insert::def(),
             patch::def(),
         ]);
         defs.extend(shell::defs());

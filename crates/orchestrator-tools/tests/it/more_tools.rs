@@ -478,3 +478,130 @@ async fn fetch_url_refuses_control_characters_and_bad_urls() {
         assert_error(&r, &[why]);
     }
 }
+
+#[tokio::test]
+async fn think_runs_nothing_and_refuses_nothing_to_say() {
+    let h = Harness::new();
+    let r = h
+        .call(
+            "think",
+            json!({"thought": "Check the parser before the writer."}),
+        )
+        .await;
+    assert!(!r.is_error);
+    assert_eq!(r.joined_text(), "Noted.");
+    assert_eq!(std::fs::read_dir(h.ws.path()).unwrap().count(), 0);
+    assert_error(&h.call("think", json!({"thought": "  "})).await, &["empty"]);
+}
+
+#[tokio::test]
+async fn insert_text_puts_lines_after_a_line_and_keeps_line_endings() {
+    let h = Harness::new();
+    h.write("a.txt", "one\r\ntwo\r\nthree");
+    h.call("read_file", json!({"path": "a.txt"})).await;
+    let r = h
+        .call(
+            "insert_text",
+            json!({"path": "a.txt", "after_line": 1, "text": "one and a half"}),
+        )
+        .await;
+    assert!(!r.is_error, "{}", r.joined_text());
+    assert!(
+        r.joined_text().contains("now lines 2 to 2"),
+        "{}",
+        r.joined_text()
+    );
+    assert_eq!(h.read("a.txt"), "one\r\none and a half\r\ntwo\r\nthree");
+    // At the top, and after a last line without a newline.
+    h.call(
+        "insert_text",
+        json!({"path": "a.txt", "after_line": 0, "text": "zero\n"}),
+    )
+    .await;
+    let r = h
+        .call(
+            "insert_text",
+            json!({"path": "a.txt", "after_line": 5, "text": "four\nfive\n"}),
+        )
+        .await;
+    assert!(!r.is_error, "{}", r.joined_text());
+    assert_eq!(
+        h.read("a.txt"),
+        "zero\r\none\r\none and a half\r\ntwo\r\nthree\r\nfour\r\nfive\r\n"
+    );
+    // Past the end, a stale file, a missing one: refused, nothing changed.
+    let before = h.read("a.txt");
+    assert_error(
+        &h.call(
+            "insert_text",
+            json!({"path": "a.txt", "after_line": 99, "text": "x"}),
+        )
+        .await,
+        &["has 7 lines", "between 0 and 7"],
+    );
+    std::fs::write(h.ws.path().join("a.txt"), "changed by someone\n").unwrap();
+    assert_error(
+        &h.call(
+            "insert_text",
+            json!({"path": "a.txt", "after_line": 1, "text": "x"}),
+        )
+        .await,
+        &["changed since you last read it"],
+    );
+    assert_ne!(h.read("a.txt"), before);
+    assert_eq!(h.read("a.txt"), "changed by someone\n");
+    assert_error(
+        &h.call(
+            "insert_text",
+            json!({"path": "nope.txt", "after_line": 0, "text": "x"}),
+        )
+        .await,
+        &["nope.txt"],
+    );
+    assert_error(
+        &h.call(
+            "insert_text",
+            json!({"path": "../escape.txt", "after_line": 0, "text": "x"}),
+        )
+        .await,
+        &[],
+    );
+}
+
+#[tokio::test]
+async fn skills_are_listed_with_their_descriptions_and_read_by_name() {
+    let h = Harness::new();
+    let r = h.call("skill", json!({})).await;
+    assert!(r.joined_text().contains("no skills"), "{}", r.joined_text());
+    h.write(
+        ".agents/skills/release.md",
+        "---\nname: release\ndescription: How to cut a release\n---\n\n1. Bump the version.\n",
+    );
+    h.write(
+        ".agents/skills/migrate.md",
+        "# Adding a migration\n\nNever edit a landed one.\n",
+    );
+    h.write(".agents/skills/notes.txt", "not a skill\n");
+    let r = h.call("skill", json!({})).await;
+    let text = r.joined_text();
+    assert!(
+        text.starts_with("migrate: Adding a migration\nrelease: How to cut a release\n"),
+        "{text}"
+    );
+    assert!(!text.contains("notes"), "{text}");
+    let r = h.call("read_skill", json!({"name": "release"})).await;
+    assert!(
+        r.joined_text().contains("Bump the version."),
+        "{}",
+        r.joined_text()
+    );
+    assert_error(
+        &h.call("read_skill", json!({"name": "deploy"})).await,
+        &["no skill \"deploy\""],
+    );
+    assert_error(
+        &h.call("read_skill", json!({"name": "../../etc/passwd"}))
+            .await,
+        &["not a skill name"],
+    );
+}

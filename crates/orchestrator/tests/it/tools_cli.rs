@@ -96,7 +96,10 @@ fn tool_list_shows_a_profiles_tools_and_their_size_in_tokens() {
             "grep_files",
             "list_dir",
             "read_file",
-            "retrieve_tool_result"
+            "read_skill",
+            "retrieve_tool_result",
+            "skill",
+            "think"
         ]
     );
     assert!(minimal.iter().all(|t| t["tokens"].as_u64().unwrap() > 0));
@@ -136,7 +139,7 @@ fn tool_list_shows_a_profiles_tools_and_their_size_in_tokens() {
     let text = String::from_utf8_lossy(&human.stdout);
     assert!(
         text.contains(&format!(
-            "7 tools, about {} tokens of definitions",
+            "10 tools, about {} tokens of definitions",
             total(&minimal)
         )),
         "{text}"
