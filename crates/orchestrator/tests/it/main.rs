@@ -12,6 +12,7 @@ mod crash;
 mod gates;
 mod github;
 mod serve;
+mod store_faults;
 mod support;
 mod tidy;
 mod tools_cli;
