@@ -8,7 +8,14 @@ use orchestrator_types::TaskId;
 pub enum Error {
     /// The database could not be reached or answered with an error. Retryable: connections come back.
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
+    /// The disk that holds the database is full (SQLite's SQLITE_FULL, PostgreSQL's disk_full), so
+    /// the write was refused and nothing of it was kept. Retryable: once space is freed, the same
+    /// write succeeds.
+    #[error(
+        "the database's disk is full, so nothing was written; free space on it and try again ({0})"
+    )]
+    DiskFull(sqlx::Error),
     /// The database URL cannot be used. Not retryable: fix the URL.
     #[error("bad database URL {url:?}: {message}")]
     BadUrl { url: String, message: String },
@@ -73,15 +80,42 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl From<sqlx::Error> for Error {
+    /// A full disk gets a variant of its own: sqlx words it as "(code: 13) database or disk is
+    /// full", which does not say what happened to the write or what to do.
+    fn from(e: sqlx::Error) -> Self {
+        if is_disk_full(&e) {
+            Error::DiskFull(e)
+        } else {
+            Error::Database(e)
+        }
+    }
+}
+
+/// SQLite's SQLITE_FULL (13; its extended codes keep 13 in the low byte) or PostgreSQL's
+/// disk_full (53100).
+fn is_disk_full(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    let Some(code) = db.code() else {
+        return false;
+    };
+    code == "53100" || code.parse::<i32>().is_ok_and(|c| c & 0xff == 13)
+}
+
 impl Error {
     /// Whether the same call may succeed later.
     ///
-    /// Only failures of the connection or of contention count: a lost connection, a pool that timed
-    /// out, SQLite's busy or locked database, PostgreSQL's serialization failure or deadlock. A
-    /// constraint violation or a syntax error fails the same way every time.
+    /// Only failures of the connection, of contention or of space count: a lost connection, a pool
+    /// that timed out, SQLite's busy or locked database, PostgreSQL's serialization failure or
+    /// deadlock, a full disk. A constraint violation or a syntax error fails the same way every
+    /// time.
     pub fn is_retryable(&self) -> bool {
-        let Error::Database(e) = self else {
-            return false;
+        let e = match self {
+            Error::Database(e) => e,
+            Error::DiskFull(_) => return true,
+            _ => return false,
         };
         match e {
             sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,

@@ -123,6 +123,43 @@ impl Pool {
     }
 }
 
+impl Pool {
+    /// Runs the writes `build(now)` makes and returns the rows they all return, with `now` read
+    /// only once a connection is ours, so time spent waiting for one (behind other writers, or on
+    /// a slow network) is not taken from what the writes grant (a lease's length). On SQLite they
+    /// run in one transaction, in the writer queue. On PostgreSQL each is a statement of its own:
+    /// a transaction would cost two more round trips and keep the writes from other sessions until
+    /// its commit; callers use this only for writes that stand alone, row by row.
+    pub(crate) async fn write_each_at<T: AnyRow, S: SqlxBinder>(
+        &self,
+        build: impl FnOnce(i64) -> Vec<S>,
+    ) -> Result<Vec<T>> {
+        let mut rows = Vec::new();
+        match self {
+            Pool::Sqlite(..) => {
+                let mut tx = self.begin().await?;
+                for stmt in build(orchestrator_types::now_millis()) {
+                    rows.extend(tx.fetch_all::<T, S>(&stmt).await?);
+                }
+                tx.commit().await?;
+            }
+            Pool::Postgres(pool) => {
+                let mut conn = pool.acquire().await?;
+                for stmt in build(orchestrator_types::now_millis()) {
+                    let (sql, mut values) = stmt.build_sqlx(PostgresQueryBuilder);
+                    clean_text(&mut values);
+                    rows.extend(
+                        sqlx::query_as_with::<_, T, _>(AssertSqlSafe(sql), values)
+                            .fetch_all(&mut *conn)
+                            .await?,
+                    );
+                }
+            }
+        }
+        Ok(rows)
+    }
+}
+
 impl Tx {
     pub(crate) async fn execute<S: SqlxBinder>(&mut self, stmt: &S) -> Result<u64> {
         dispatch!(self, stmt, |tx, sql, values| Ok(sqlx::query_with(

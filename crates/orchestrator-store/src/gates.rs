@@ -77,12 +77,6 @@ impl Store {
         let compressed = compress(run.log)?;
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
-        let seq = next_seq_fenced(&mut tx, run.lease, now)
-            .await?
-            .ok_or(Error::StaleLease {
-                task: run.lease.task_id,
-                epoch: run.lease.epoch,
-            })?;
         let summary = format!(
             "gate {:?} {}: {}",
             run.spec.name, evidence.verdict, evidence.summary.text
@@ -154,6 +148,17 @@ impl Store {
             .fetch_optional(&stmt)
             .await?
             .ok_or_else(|| Error::Migration("gate insert returned no id".into()))?;
+        // The fence comes last, just before the event that needs its number: on PostgreSQL it
+        // locks the task's row until the commit, and the lease's heartbeat waits for that lock. A
+        // fence taken first would hold it through the log's and the gate's inserts, which on a
+        // slow link is long enough for the lease to lapse under a healthy worker. A stale lease
+        // still writes nothing: the transaction is dropped with its inserts.
+        let seq = next_seq_fenced(&mut tx, run.lease, now)
+            .await?
+            .ok_or(Error::StaleLease {
+                task: run.lease.task_id,
+                epoch: run.lease.epoch,
+            })?;
         insert_events(
             &mut tx,
             &[EventInsert {

@@ -206,27 +206,23 @@ impl Store {
         if limit == 0 || queues.is_empty() {
             return Ok(Vec::new());
         }
-        let now = now_millis();
-        let mut candidates = Query::select()
-            .column(Tasks::Id)
-            .from(Tasks::Table)
-            .and_where(state_is(TaskState::Queued))
-            .and_where(Expr::col(Tasks::Queue).is_in(queues.iter().map(String::as_str)))
-            .and_where(Expr::col(Tasks::RunAfter).lte(now))
-            .order_by(Tasks::Priority, Order::Desc)
-            .order_by(Tasks::Id, Order::Asc)
-            .limit(limit)
-            .to_owned();
-        candidates.lock_with_behavior(
-            sea_query::LockType::Update,
-            sea_query::LockBehavior::SkipLocked,
-        );
-        self.claim_where(
-            owner,
-            Expr::col(Tasks::Id).in_subquery(candidates),
-            lease_ms,
-            now,
-        )
+        self.claim_where(owner, lease_ms, |now| {
+            let mut candidates = Query::select()
+                .column(Tasks::Id)
+                .from(Tasks::Table)
+                .and_where(state_is(TaskState::Queued))
+                .and_where(Expr::col(Tasks::Queue).is_in(queues.iter().map(String::as_str)))
+                .and_where(Expr::col(Tasks::RunAfter).lte(now))
+                .order_by(Tasks::Priority, Order::Desc)
+                .order_by(Tasks::Id, Order::Asc)
+                .limit(limit)
+                .to_owned();
+            candidates.lock_with_behavior(
+                sea_query::LockType::Update,
+                sea_query::LockBehavior::SkipLocked,
+            );
+            Expr::col(Tasks::Id).in_subquery(candidates)
+        })
         .await
     }
 
@@ -238,26 +234,28 @@ impl Store {
         id: TaskId,
         lease_ms: i64,
     ) -> Result<Option<(Task, Lease)>> {
-        let now = now_millis();
-        let cond = Expr::col(Tasks::Id)
-            .eq(id.0)
-            .and(state_is(TaskState::Queued));
         Ok(self
-            .claim_where(owner, cond, lease_ms, now)
+            .claim_where(owner, lease_ms, |_| {
+                Expr::col(Tasks::Id)
+                    .eq(id.0)
+                    .and(state_is(TaskState::Queued))
+            })
             .await?
             .into_iter()
             .next())
     }
 
+    /// Claims the rows `cond(now)` matches. The time is read once the transaction has begun, so
+    /// a slow round trip to the database or a wait for the writer lock is not taken from the lease.
     async fn claim_where(
         &self,
         owner: &str,
-        cond: Expr,
         lease_ms: i64,
-        now: i64,
+        cond: impl FnOnce(i64) -> Expr,
     ) -> Result<Vec<(Task, Lease)>> {
         let mut tx = self.pool.begin().await?;
-        let claimed = claim_in(&mut tx, owner, cond, lease_ms, now).await?;
+        let now = now_millis();
+        let claimed = claim_in(&mut tx, owner, cond(now), lease_ms, now).await?;
         tx.commit().await?;
         Ok(claimed)
     }
@@ -268,28 +266,31 @@ impl Store {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        // Through the writer queue like every other write, and the time read once it is our turn:
-        // a heartbeat that read the clock before waiting behind other writers would extend a lease
-        // to a moment already past, and its keeper would fence itself.
-        let mut tx = self.pool.begin().await?;
-        let now = now_millis();
-        let mut held: Vec<(i64, i64, bool)> = Vec::with_capacity(leases.len());
-        for chunk in leases.chunks(400) {
-            let any = leases_match(chunk.iter());
-            let stmt = Query::update()
-                .table(Tasks::Table)
-                .value(Tasks::LeaseExpiresAt, now + lease_ms)
-                .cond_where(any)
-                .and_where(state_is(TaskState::Running))
-                .returning(Query::returning().columns([
-                    Tasks::Id,
-                    Tasks::Epoch,
-                    Tasks::CancelRequested,
-                ]))
-                .to_owned();
-            held.extend(tx.fetch_all::<(i64, i64, bool), _>(&stmt).await?);
-        }
-        tx.commit().await?;
+        // The time is read once the connection is ours (on SQLite, once it is our turn in the
+        // writer queue): a heartbeat that read the clock before waiting behind other writers, or
+        // before a slow round trip, would extend a lease to a moment already past, and its keeper
+        // would fence itself.
+        let held: Vec<(i64, i64, bool)> = self
+            .pool
+            .write_each_at(|now| {
+                leases
+                    .chunks(400)
+                    .map(|chunk| {
+                        Query::update()
+                            .table(Tasks::Table)
+                            .value(Tasks::LeaseExpiresAt, now + lease_ms)
+                            .cond_where(leases_match(chunk.iter()))
+                            .and_where(state_is(TaskState::Running))
+                            .returning(Query::returning().columns([
+                                Tasks::Id,
+                                Tasks::Epoch,
+                                Tasks::CancelRequested,
+                            ]))
+                            .to_owned()
+                    })
+                    .collect()
+            })
+            .await?;
         Ok(leases
             .iter()
             .map(|lease| {

@@ -1,6 +1,7 @@
 //! Helpers shared by the test suites: a fresh store on SQLite or PostgreSQL, temporary git
 //! repositories, a scripted model server (`model_server`) and a fake GitHub REST API
-//! (`github_server`).
+//! (`github_server`), and for the store's fault tests a PostgreSQL cluster a test may stop and restart
+//! (`PrivateCluster`) and a TCP proxy that adds latency (`LatencyProxy`).
 //!
 //! PostgreSQL tests use `ORCHESTRATOR_TEST_DATABASE_URL`, or the local default
 //! `postgres://postgres@127.0.0.1:5432/test`. Each test gets its own new database on that server, so
@@ -13,8 +14,12 @@
 
 pub mod github_server;
 mod http_server;
+mod latency_proxy;
 pub mod model_server;
 mod private_postgres;
+
+pub use latency_proxy::LatencyProxy;
+pub use private_postgres::PrivateCluster;
 
 use orchestrator_store::{Store, StoreOptions};
 use std::path::{Path, PathBuf};

@@ -5,8 +5,9 @@
 //! - the producer claims as many tasks as there are free slots, then sleeps until a wake-up (a new
 //!   task in this process, a NOTIFY on PostgreSQL), the next `run_after`, or the poll interval;
 //! - each slot runs one attempt (see runner.rs);
-//! - the keeper extends the leases of running attempts and stops those whose lease was lost or whose
-//!   cancel was requested;
+//! - the keeper extends the leases of running attempts and stops those whose lease was lost; beside
+//!   it, the relay passes cancel requests on and keeps the worker's own row alive, so that a slow
+//!   store delays no lease extension behind other queries;
 //! - the completer writes the ends of attempts, many per transaction.
 //!
 //! Shutdown, step by step: stop claiming; give running attempts `shutdown_grace` to finish; stop the
@@ -23,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -139,8 +140,10 @@ type Active = Arc<Mutex<HashMap<(TaskId, i64), Running>>>;
 
 struct Running {
     stop: Stop,
-    /// When the store last confirmed this lease; a worker that cannot confirm it for about a lease
-    /// stops the attempt itself, because by then another worker may be running it.
+    /// When the store was last asked to extend this lease, and did (or claimed it): the lease runs
+    /// at least a lease from then, since the store reads its clock after the request leaves. A
+    /// worker that cannot confirm it for about a lease stops the attempt itself, because by then
+    /// another worker may be running it.
     renewed: Instant,
 }
 
@@ -157,13 +160,14 @@ impl Drop for ActiveGuard {
     }
 }
 
-fn track(active: &Active, lease: &Lease, stop: &Stop) -> ActiveGuard {
+/// Tracks a lease the store granted to a request sent at `asked`.
+fn track(active: &Active, lease: &Lease, stop: &Stop, asked: Instant) -> ActiveGuard {
     let key = (lease.task_id, lease.epoch);
     lock(active).insert(
         key,
         Running {
             stop: stop.clone(),
-            renewed: Instant::now(),
+            renewed: asked,
         },
     );
     ActiveGuard {
@@ -224,10 +228,12 @@ impl WorkerPool {
             config.lease,
         ));
         let keeper_stop = CancellationToken::new();
+        let renew_now = Arc::new(Notify::new());
         let keeper = tokio::spawn(keeper(
             store.clone(),
             config.clone(),
             active.clone(),
+            renew_now.clone(),
             keeper_stop.clone(),
         ));
 
@@ -252,6 +258,7 @@ impl WorkerPool {
             }
             wakeup.mark_seen();
             let want = free.min(config.claim_batch);
+            let asked = Instant::now();
             let claimed = match store
                 .claim(
                     &config.worker_id,
@@ -272,6 +279,10 @@ impl WorkerPool {
             };
             let got = claimed.len();
             metrics.claims.fetch_add(got as u64, Ordering::Relaxed);
+            // A claim that took long (a slow or distant database) has used up that much of its
+            // leases already; waiting for the keeper's next tick could let them lapse before the
+            // first extension lands. On a store that answers promptly this never fires.
+            let slow_claim = got > 0 && asked.elapsed() > config.heartbeat_interval / 2;
             for (task, lease) in claimed {
                 let Ok(permit) = slots.clone().try_acquire_owned() else {
                     // Cannot happen: only this loop takes permits, and it counted them. Hand the
@@ -280,7 +291,7 @@ impl WorkerPool {
                     continue;
                 };
                 let stop = Stop::default();
-                let guard = track(&active, &lease, &stop);
+                let guard = track(&active, &lease, &stop, asked);
                 let ctx = ctx.clone();
                 let completions = completions.clone();
                 let on_start = config.on_start.clone();
@@ -292,6 +303,9 @@ impl WorkerPool {
                     }
                     run_slot(&ctx, &task, &lease, &stop, &completions).await;
                 });
+            }
+            if slow_claim {
+                renew_now.notify_one();
             }
             if got < want {
                 let idle = idle_wait(&store, &config.queues, config.poll_interval).await;
@@ -451,49 +465,88 @@ async fn completer(
     }
 }
 
-/// Keeps leases alive and relays cancel requests to running attempts. An attempt whose lease could
-/// not be confirmed for nearly a whole lease is stopped here: the store may already have handed the
-/// task to another worker, and its gate must not run twice side by side for long.
-async fn keeper(store: Store, config: PoolConfig, active: Active, stop: CancellationToken) {
+/// Keeps leases alive. An attempt whose lease could not be confirmed for nearly a whole lease is
+/// stopped here: the store may already have handed the task to another worker, and its gate must not
+/// run twice side by side for long.
+///
+/// This loop does nothing but extend leases, and extends them every `heartbeat_interval` from when
+/// the previous extension started (at once when it took longer): on a slow store, each query behind
+/// which an extension waited (the worker's own heartbeat, a cancel poll) would be taken from the
+/// lease, and a few of them add up to more than a lease. `renew_now` asks for an extension at once,
+/// for leases whose claim was slow. The relay runs beside it and stops when it does.
+async fn keeper(
+    store: Store,
+    config: PoolConfig,
+    active: Active,
+    renew_now: Arc<Notify>,
+    stop: CancellationToken,
+) {
+    let relay = tokio::spawn(relay(
+        store.clone(),
+        config.clone(),
+        active.clone(),
+        stop.clone(),
+    ));
+    let mut heartbeat = tokio::time::interval(config.heartbeat_interval);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let self_fence = config.lease.saturating_sub(config.heartbeat_interval / 2);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            _ = heartbeat.tick() => {}
+            () = renew_now.notified() => heartbeat.reset(),
+        }
+        let leases: Vec<Lease> = lock(&active)
+            .keys()
+            .map(|(task_id, epoch)| Lease {
+                task_id: *task_id,
+                epoch: *epoch,
+            })
+            .collect();
+        let asked = Instant::now();
+        match store.heartbeat(&leases, config.lease_ms()).await {
+            Ok(statuses) => {
+                let mut active = lock(&active);
+                for status in statuses {
+                    let key = (status.lease.task_id, status.lease.epoch);
+                    let Some(running) = active.get_mut(&key) else {
+                        continue;
+                    };
+                    if !status.held {
+                        running.stop.stop(StopReason::LeaseLost);
+                    } else {
+                        running.renewed = asked;
+                        if status.cancel_requested {
+                            running.stop.stop(StopReason::Canceled);
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "lease heartbeat failed; retrying"),
+        }
+        for ((task, _), running) in lock(&active).iter() {
+            if running.renewed.elapsed() > self_fence && running.stop.reason().is_none() {
+                tracing::warn!(%task, "lease not confirmed for nearly a lease; stopping the attempt");
+                running.stop.stop(StopReason::LeaseLost);
+            }
+        }
+    }
+    let _ = relay.await;
+}
+
+/// Relays cancel requests to running attempts and keeps the worker's row alive, beside the keeper
+/// (see there why not in it).
+async fn relay(store: Store, config: PoolConfig, active: Active, stop: CancellationToken) {
     let mut heartbeat = tokio::time::interval(config.heartbeat_interval);
     let mut cancel_poll = tokio::time::interval(config.cancel_poll);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     cancel_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let self_fence = config.lease.saturating_sub(config.heartbeat_interval / 2);
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = heartbeat.tick() => {
-                let leases: Vec<Lease> = lock(&active)
-                    .keys()
-                    .map(|(task_id, epoch)| Lease { task_id: *task_id, epoch: *epoch })
-                    .collect();
                 if let Err(e) = store.worker_heartbeat(&config.worker_id).await {
                     tracing::warn!(error = %e, "worker heartbeat failed");
-                }
-                match store.heartbeat(&leases, config.lease_ms()).await {
-                    Ok(statuses) => {
-                        let mut active = lock(&active);
-                        for status in statuses {
-                            let key = (status.lease.task_id, status.lease.epoch);
-                            let Some(running) = active.get_mut(&key) else { continue };
-                            if !status.held {
-                                running.stop.stop(StopReason::LeaseLost);
-                            } else {
-                                running.renewed = Instant::now();
-                                if status.cancel_requested {
-                                    running.stop.stop(StopReason::Canceled);
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "lease heartbeat failed"),
-                }
-                for ((task, _), running) in lock(&active).iter() {
-                    if running.renewed.elapsed() > self_fence && running.stop.reason().is_none() {
-                        tracing::warn!(%task, "lease not confirmed for nearly a lease; stopping the attempt");
-                        running.stop.stop(StopReason::LeaseLost);
-                    }
                 }
             }
             _ = cancel_poll.tick() => {
@@ -555,12 +608,14 @@ pub async fn run_claimed(
     let id = task.id;
     let stop = Stop::default();
     let active: Active = Arc::default();
-    let guard = track(&active, &lease, &stop);
+    // The claim happened just before, in the caller; this is the closest instant to it.
+    let guard = track(&active, &lease, &stop, Instant::now());
     let keeper_stop = CancellationToken::new();
     let keeper = tokio::spawn(keeper(
         store.clone(),
         config.clone(),
         active.clone(),
+        Arc::new(Notify::new()),
         keeper_stop.clone(),
     ));
     let on_shutdown = {

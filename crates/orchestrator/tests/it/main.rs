@@ -14,6 +14,7 @@ mod github;
 mod mcp_servers;
 mod serve;
 mod soak;
+mod store_faults;
 mod support;
 mod tidy;
 mod tools_cli;
