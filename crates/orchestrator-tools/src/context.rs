@@ -34,6 +34,8 @@ pub struct ToolContext {
     /// The id the model gave the call being run, when a conversation drives the tools; durable
     /// tools key their records on it so a resumed call finds what it did before.
     pub(crate) call_id: Option<Arc<str>>,
+    /// The search backend of web_search, from the config; `None` when none is configured.
+    pub(crate) web_search: Option<Arc<crate::tools::web_search::WebSearchConfig>>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -64,6 +66,7 @@ impl ToolContext {
             jobs: Arc::new(JobTable::default()),
             reads: Arc::new(ReadTracker::default()),
             call_id: None,
+            web_search: None,
         })
     }
 
@@ -113,6 +116,15 @@ impl ToolContext {
 
     pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Self {
         self.approver = approver;
+        self
+    }
+
+    /// The search backend web_search uses.
+    pub fn with_web_search(
+        mut self,
+        config: Option<Arc<crate::tools::web_search::WebSearchConfig>>,
+    ) -> Self {
+        self.web_search = config;
         self
     }
 

@@ -38,4 +38,5 @@ pub use policy::{
 };
 pub use registry::{DeprecatedAlias, Profile, Registry, ToolCall, ToolHandler, ToolInfo, ToolSpec};
 pub use result::{Content, ToolFailure, ToolOutcome, ToolResult, refuse};
+pub use tools::web_search::WebSearchConfig;
 pub use workspace::Workspace;

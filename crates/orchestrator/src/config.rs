@@ -48,6 +48,10 @@
 //! person_gates = "workspace_write"         # sandbox a person's gates too (default: unsandboxed)
 //! allow_unsandboxed = false                # true runs agents' commands unconfined where no sandbox works
 //!
+//! [web_search]                             # the backend of the web_search tool (profile full)
+//! backend = "searxng"                      # or "brave" / "tavily" with api_key_env = "VAR"
+//! url = "http://searx.lan:8080"            # SearXNG's root (its json format enabled)
+//!
 //! [mcp_servers.docs]                       # a task gets its tools with --mcp docs
 //! command = "npx"                          # a stdio server, run in the task's sandbox
 //! args = ["-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"]
@@ -83,6 +87,8 @@ pub struct Config {
     pub github: GithubConfig,
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    /// The search backend of the web_search tool.
+    pub web_search: Option<orchestrator_tools::WebSearchConfig>,
     /// MCP servers whose tools agent tasks may select by name (`--mcp NAME`).
     #[serde(default)]
     pub mcp_servers: std::collections::BTreeMap<String, orchestrator_tools::mcp::McpServerConfig>,
@@ -337,6 +343,11 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
         .github
         .validate()
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    if let Some(search) = &config.web_search {
+        search
+            .validate()
+            .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    }
     for (name, server) in &config.mcp_servers {
         server
             .validate(name)

@@ -21,6 +21,7 @@ pub(crate) mod retrieve;
 pub mod shell;
 pub(crate) mod skills;
 pub(crate) mod think;
+pub mod web_search;
 pub(crate) mod write_file;
 
 /// A tool definition as the modules write it; turned into a [`ToolSpec`].
@@ -91,6 +92,7 @@ pub(crate) fn builtin(profile: Profile) -> Vec<ToolSpec> {
     }
     if profile == Profile::Full {
         defs.push(fetch::def());
+        defs.push(web_search::def());
     }
     defs.into_iter().map(ToolSpec::from).collect()
 }

@@ -78,6 +78,8 @@ pub struct AgentConfig {
     /// The GitHub client of the github_* tools; `None` when no GitHub is configured, and the tools
     /// then say how to configure one.
     pub github: Option<orchestrator_github::GitHub>,
+    /// The search backend of web_search, from the config.
+    pub web_search: Option<Arc<orchestrator_tools::WebSearchConfig>>,
     /// The config's `[mcp_servers]`, from which each task selects by name.
     pub mcp_servers:
         Arc<std::collections::BTreeMap<String, orchestrator_tools::mcp::McpServerConfig>>,
@@ -159,7 +161,9 @@ pub async fn run_agent(
     let tool_ctx = match orchestrator_tools::ToolContext::new(&workspace, std::env::temp_dir())
         .and_then(|c| c.with_policy(policy))
     {
-        Ok(c) => c.with_jail(jail.clone()),
+        Ok(c) => c
+            .with_jail(jail.clone())
+            .with_web_search(ctx.agent.web_search.clone()),
         Err(e) => {
             return Ok(AgentEnd::Failed(format!(
                 "the workspace {workspace} cannot be used: {e}"

@@ -243,7 +243,8 @@ impl GlobalArgs {
         workspace: &std::path::Path,
         mode: orchestrator_types::SandboxMode,
     ) -> anyhow::Result<orchestrator_tools::ToolContext> {
-        let sandbox = self.sandbox(&self.config()?)?;
+        let config = self.config()?;
+        let sandbox = self.sandbox(&config)?;
         let policy = orchestrator_tools::Policy {
             sandbox: mode,
             ..orchestrator_tools::Policy::allow_all()
@@ -251,6 +252,7 @@ impl GlobalArgs {
         orchestrator_tools::ToolContext::new(workspace, self.home()?)
             .and_then(|c| c.with_policy(policy))
             .and_then(|c| c.with_sandbox(&sandbox))
+            .map(|c| c.with_web_search(config.web_search.clone().map(std::sync::Arc::new)))
             .with_context(|| format!("opening the workspace {}", workspace.display()))
     }
 
