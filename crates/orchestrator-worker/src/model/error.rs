@@ -1,6 +1,8 @@
 //! Why a model call failed, and the words that tell a failure about the request from one that may
 //! pass on its own.
 
+use super::*;
+
 /// Why a model call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -131,4 +133,116 @@ pub(super) fn is_about_the_request(code: &str, message: &str) -> bool {
     ]
     .iter()
     .any(|needle| text.contains(needle))
+}
+
+/// A failed attempt, with the wait the server asked for.
+pub(super) struct Failure {
+    pub(super) error: ModelError,
+    pub(super) retry_after: Option<Duration>,
+}
+
+impl From<ModelError> for Failure {
+    fn from(error: ModelError) -> Self {
+        Failure {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+/// The wait before the retry that follows failed attempt `attempt` (1-based), for a random draw
+/// in [0, 1). The server's `Retry-After` wins over our own backoff, since it knows when it will
+/// take requests again, but neither may exceed `max_backoff`.
+pub(super) fn retry_delay(
+    config: &ClientConfig,
+    attempt: u32,
+    retry_after: Option<Duration>,
+    draw: f64,
+) -> Duration {
+    if let Some(wait) = retry_after {
+        return wait.min(config.max_backoff);
+    }
+    let backoff = Backoff {
+        base: config.initial_backoff,
+        cap: config.max_backoff,
+        jitter: BACKOFF_JITTER,
+    };
+    let millis = backoff.delay_with(i64::from(attempt), draw).max(0) as u64;
+    // Jitter may push past the cap; the cap is a promise.
+    Duration::from_millis(millis).min(config.max_backoff)
+}
+
+/// The wait a server asked for: `retry-after-ms` (OpenAI, Azure) or `Retry-After` in seconds. The
+/// HTTP-date form of `Retry-After` is ignored; our own backoff applies then.
+pub(super) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let number = |name: &str| -> Option<f64> {
+        let value = headers
+            .get(name)?
+            .to_str()
+            .ok()?
+            .trim()
+            .parse::<f64>()
+            .ok()?;
+        (value.is_finite() && value >= 0.0).then_some(value)
+    };
+    if let Some(ms) = number("retry-after-ms") {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    number(RETRY_AFTER.as_str()).map(Duration::from_secs_f64)
+}
+
+/// A provider's error type or code, lower-cased, for telling kinds of errors apart.
+pub(super) fn error_code(body: &Value) -> Option<String> {
+    let error = body.get("error").unwrap_or(body);
+    let text: Vec<&str> = ["code", "type"]
+        .iter()
+        .filter_map(|key| error.get(*key).and_then(Value::as_str))
+        .collect();
+    (!text.is_empty()).then(|| text.join(" ").to_ascii_lowercase())
+}
+
+pub(super) async fn read_error_body(mut response: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while body.len() < MAX_ERROR_BODY_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            // The status already says what went wrong; a body we cannot read adds nothing.
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body.truncate(MAX_ERROR_BODY_BYTES);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+pub(super) fn send_error(error: &reqwest::Error) -> Failure {
+    let error = if error.is_timeout() && !error.is_connect() {
+        ModelError::Timeout(error_chain(error))
+    } else {
+        ModelError::Connect(error_chain(error))
+    };
+    Failure::from(error)
+}
+
+/// An error with its causes, since reqwest's own message ("error sending request") hides the part
+/// that helps (connection refused, certificate invalid, ...).
+pub(super) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+pub(super) fn shorten(text: &str) -> String {
+    let text = text.trim();
+    match text.char_indices().nth(MAX_PROVIDER_MESSAGE_CHARS) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_owned(),
+    }
 }
