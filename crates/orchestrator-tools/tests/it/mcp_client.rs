@@ -340,3 +340,28 @@ async fn a_python_sdk_server_over_streamable_http() {
     manager.shutdown().await;
     server.kill().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_running_call_with_progress_notifications_completes() {
+    let h = Harness::new();
+    let mut everything = McpServerConfig::stdio(&npm_server("mcp-server-everything"), &[]);
+    everything.tool_timeout_sec = 30.0;
+    let manager = start(&h, &[("everything", everything)]).await;
+    ready_tools(&manager, "everything");
+    let mut registry = orchestrator_tools::Registry::empty();
+    for spec in manager.tool_specs() {
+        registry.register(spec).unwrap();
+    }
+    // Two seconds in four steps: the server sends progress notifications while the call runs.
+    let r = registry
+        .call(
+            "mcp__everything__trigger-long-running-operation",
+            r#"{"duration": 2, "steps": 4}"#,
+            &h.ctx,
+        )
+        .await
+        .unwrap();
+    assert!(!r.is_error, "{}", r.joined_text());
+    assert!(r.joined_text().contains("completed"), "{}", r.joined_text());
+    manager.shutdown().await;
+}
