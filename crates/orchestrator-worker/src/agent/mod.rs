@@ -28,6 +28,7 @@
 
 mod calls;
 mod compaction;
+mod mcp;
 pub mod context;
 pub(crate) mod policy;
 mod prompt;
@@ -173,7 +174,7 @@ pub async fn run_agent(
     // The task's MCP servers start in its jail before the first turn, so the tool list is whole
     // from the start; each outcome is an event, and a required server that failed makes the
     // attempt fail for a reason that may pass.
-    let mcp = match start_mcp_servers(ctx, task, lease, jail, &workspace, &mut registry).await {
+    let mcp = match mcp::start_servers(ctx, task, lease, jail, &workspace, &mut registry).await {
         Ok(mcp) => mcp,
         Err(end) => return Ok(end),
     };
@@ -212,57 +213,6 @@ pub async fn run_agent(
         mcp.shutdown().await;
     }
     end
-}
-
-/// Starts the MCP servers `task` selects, records each one's state as an event and registers
-/// the tools of those that are ready. `Err` ends the attempt (a required server failed, or the
-/// store could not record it); the servers are shut down first.
-async fn start_mcp_servers(
-    ctx: &RunContext,
-    task: &Task,
-    lease: &Lease,
-    jail: &orchestrator_sandbox::Jail,
-    workspace: &str,
-    registry: &mut Registry,
-) -> Result<Option<orchestrator_tools::mcp::McpManager>, AgentEnd> {
-    if task.agent.mcp_servers.is_empty() {
-        return Ok(None);
-    }
-    let manager = orchestrator_tools::mcp::McpManager::start(
-        &ctx.agent.mcp_servers,
-        &task.agent.mcp_servers,
-        jail,
-        std::path::Path::new(workspace),
-    )
-    .await;
-    for state in manager.states() {
-        let data = serde_json::to_value(state).unwrap_or_else(|_| json!({"name": state.name}));
-        if let Err(e) = ctx
-            .store
-            .append_event(lease, EventKind::McpServer, data)
-            .await
-        {
-            manager.shutdown().await;
-            return Err(AgentEnd::Retryable(format!(
-                "cannot record the MCP servers' states: {e}"
-            )));
-        }
-    }
-    if let Some(error) = manager.required_failure() {
-        manager.shutdown().await;
-        return Err(AgentEnd::Retryable(format!(
-            "a required MCP server is not ready: {error}"
-        )));
-    }
-    for spec in manager.tool_specs() {
-        if let Err(e) = registry.register(spec) {
-            manager.shutdown().await;
-            return Err(AgentEnd::Failed(format!(
-                "an MCP tool cannot be registered: {e}"
-            )));
-        }
-    }
-    Ok(Some(manager))
 }
 
 struct Agent<'a> {
