@@ -36,6 +36,8 @@ pub struct ToolContext {
     pub(crate) call_id: Option<Arc<str>>,
     /// The search backend of web_search, from the config; `None` when none is configured.
     pub(crate) web_search: Option<Arc<crate::tools::web_search::WebSearchConfig>>,
+    /// The language servers of this session (none unless the config names some).
+    pub(crate) lsp: Arc<crate::lsp::LspManager>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -67,6 +69,7 @@ impl ToolContext {
             reads: Arc::new(ReadTracker::default()),
             call_id: None,
             web_search: None,
+            lsp: Arc::new(crate::lsp::LspManager::default()),
         })
     }
 
@@ -128,6 +131,17 @@ impl ToolContext {
         self
     }
 
+    /// The language servers this session may start (from `[lsp_servers]`), replacing any.
+    pub fn with_lsp(mut self, servers: Vec<crate::lsp::LspServer>) -> Self {
+        self.lsp = Arc::new(crate::lsp::LspManager::new(servers));
+        self
+    }
+
+    /// The language servers of this session.
+    pub fn lsp(&self) -> &Arc<crate::lsp::LspManager> {
+        &self.lsp
+    }
+
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
         self
@@ -141,9 +155,11 @@ impl ToolContext {
         self.sink.as_ref()
     }
 
-    /// Kills every background job of this context (a session ends).
+    /// Kills every background job of this context and shuts down its language servers (a
+    /// session ends).
     pub async fn shutdown(&self) {
         self.jobs.kill_all().await;
+        self.lsp.shutdown().await;
     }
 }
 

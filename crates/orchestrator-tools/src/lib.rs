@@ -20,6 +20,7 @@ pub mod context;
 pub mod docs;
 pub mod error;
 pub mod git_command;
+pub mod lsp;
 pub mod mcp;
 pub mod output;
 pub mod policy;

@@ -389,6 +389,49 @@ where
     })
 }
 
+/// Like [`blocking`], for a tool that edits files: a successful edit's result then carries the
+/// errors of the files it changed (named in its `changed_files` metadata), from their language
+/// server or fast checker, so the model sees at once what its edit broke.
+pub(crate) fn editing<T>(
+    name: &'static str,
+    f: fn(T, &ToolContext) -> ToolOutcome,
+) -> Arc<dyn ToolHandler>
+where
+    T: DeserializeOwned + Send + 'static,
+{
+    Arc::new(move |args: Value, ctx: ToolContext| async move {
+        let parsed: T = parse_args(name, args)?;
+        let for_edit = ctx.clone();
+        let mut result = tokio::task::spawn_blocking(move || f(parsed, &for_edit))
+            .await
+            .map_err(|e| ToolFailure::Broken(Error::Join(e.to_string())))??;
+        let changed: Vec<String> = result
+            .metadata
+            .get(CHANGED_FILES)
+            .and_then(Value::as_array)
+            .map(|files| {
+                files
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !result.is_error
+            && !changed.is_empty()
+            && let Some(report) = crate::lsp::after_edit(&ctx, &changed).await
+        {
+            result
+                .content
+                .push(crate::result::Content::Text { text: report });
+        }
+        Ok(result)
+    })
+}
+
+/// The metadata key under which an editing tool names the files it changed (workspace-relative).
+pub(crate) const CHANGED_FILES: &str = "changed_files";
+
 /// Wraps an async handler taking a typed argument struct.
 pub(crate) fn asynchronous<T, Fut>(
     name: &'static str,

@@ -65,6 +65,15 @@
 //! [mcp_servers.search]
 //! url = "https://mcp.example.com/mcp"      # a streamable HTTP server
 //! bearer_token_env_var = "SEARCH_TOKEN"
+//!
+//! [lsp_servers.rust-analyzer]              # the lsp tool, and errors in every edit's result
+//! [lsp_servers.pyright]                    # presets: rust-analyzer, pyright, gopls,
+//! [lsp_servers.zls]                        #   typescript-language-server; others name more:
+//! command = "zls"
+//! extensions = ["zig"]
+//! root_markers = ["build.zig"]
+//! diagnostics_timeout_sec = 90             # an edit waits this long for the file's errors
+//! idle_timeout_sec = 600                   # shut down after this long unused
 //! ```
 //!
 //! Secrets are named by the variable that holds them, never written into this file.
@@ -92,6 +101,16 @@ pub struct Config {
     /// MCP servers whose tools agent tasks may select by name (`--mcp NAME`).
     #[serde(default)]
     pub mcp_servers: std::collections::BTreeMap<String, orchestrator_tools::mcp::McpServerConfig>,
+    /// Language servers for the lsp tool and for the errors an edit's result reports.
+    #[serde(default)]
+    pub lsp_servers: std::collections::BTreeMap<String, orchestrator_tools::lsp::LspServerConfig>,
+}
+
+impl Config {
+    /// The language servers, with their presets' defaults (checked when the file was loaded).
+    pub fn lsp_servers(&self) -> Vec<orchestrator_tools::lsp::LspServer> {
+        orchestrator_tools::lsp::resolve_all(&self.lsp_servers).unwrap_or_default()
+    }
 }
 
 /// `[sandbox]`: what agents' processes may write, what they never see, which variables they get.
@@ -191,7 +210,8 @@ pub struct GithubConfig {
     pub delivery_retry_secs: Option<u64>,
     /// Tries in all for a webhook delivery whose failure may pass.
     pub delivery_tries: Option<i64>,
-    /// How long a delivery may stay `processing` before another process takes it over.
+    /// How long a delivery may stay `processing` before another process takes it over (120 s,
+    /// twice the deadline of one try).
     pub delivery_stale_secs: Option<u64>,
     #[serde(default, rename = "trigger")]
     pub triggers: Vec<crate::triggers::TriggerRule>,
@@ -353,6 +373,8 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
             .validate(name)
             .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
     }
+    orchestrator_tools::lsp::resolve_all(&config.lsp_servers)
+        .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
     let named = config
         .models
         .iter()

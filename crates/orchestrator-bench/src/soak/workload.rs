@@ -57,6 +57,8 @@ pub fn write_config(home: &Path, workspace: &Path, marker: &str) -> Result<()> {
     let config = format!(
         r#"[github]
 bot_login = "soak-bot"
+# Short, like the lease: a delivery a killed daemon held is taken over within the cycle after.
+delivery_stale_secs = 5
 
 [[github.trigger]]
 name = "soak"

@@ -49,6 +49,8 @@ struct ServerProcess {
     _tracked: Option<TrackedGroup>,
     /// The end of what the server wrote on stderr, for the error of a server that fails.
     stderr: Arc<std::sync::Mutex<String>>,
+    /// The task reading stderr; it ends when the pipe closes.
+    stderr_reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Bytes of a server's stderr kept for its error message.
@@ -57,8 +59,14 @@ const STDERR_TAIL: usize = 2048;
 impl ServerProcess {
     /// `: <the end of stderr>`, or nothing when it wrote nothing.
     async fn said(&mut self) -> String {
-        // A moment for a dying server's last words to arrive.
+        // A moment for a dying server's last words to arrive: its exit, then the reader's end
+        // of the pipe (an exited process's last bytes may still be unread).
         let _ = tokio::time::timeout(Duration::from_millis(300), self.child.wait()).await;
+        // A pipe still open after that is held by a process the server started; what arrived
+        // so far is what is said.
+        if let Some(reader) = self.stderr_reader.take() {
+            let _ = tokio::time::timeout(Duration::from_millis(300), reader).await;
+        }
         let text = self
             .stderr
             .lock()
@@ -293,9 +301,10 @@ fn spawn(
         return Err(format!("{name}: no pipes to the server"));
     };
     let stderr = Arc::new(std::sync::Mutex::new(String::new()));
+    let mut stderr_reader = None;
     if let Some(mut pipe) = child.stderr.take() {
         let tail = stderr.clone();
-        tokio::spawn(async move {
+        stderr_reader = Some(tokio::spawn(async move {
             use tokio::io::AsyncReadExt;
             let mut buf = vec![0u8; 4096];
             while let Ok(n) = pipe.read(&mut buf).await {
@@ -313,7 +322,7 @@ fn spawn(
                     }
                 }
             }
-        });
+        }));
     }
     Ok((
         ServerProcess {
@@ -321,6 +330,7 @@ fn spawn(
             pgid: pid as i32,
             _tracked: tracked,
             stderr,
+            stderr_reader,
         },
         stdout,
         stdin,

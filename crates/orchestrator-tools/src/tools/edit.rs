@@ -15,7 +15,7 @@ use super::fsutil::{is_crlf, looks_binary, to_eol, write_atomic};
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
-use crate::registry::blocking;
+use crate::registry::{CHANGED_FILES, editing};
 use crate::result::{ToolOutcome, ToolResult, io_refusal, refuse};
 
 #[derive(Debug, Deserialize)]
@@ -59,7 +59,7 @@ pub(crate) fn edit_file_def() -> ToolDef {
         approval: ApprovalClass::Write,
         aliases: &[("search", "old_string"), ("replace", "new_string")],
         example: json!({"path": "src/lib.rs", "old_string": "fn old_name(", "new_string": "fn new_name(", "replace_all": false}),
-        handler: blocking("edit_file", run_edit),
+        handler: editing("edit_file", run_edit),
     }
 }
 
@@ -93,7 +93,7 @@ pub(crate) fn multi_edit_def() -> ToolDef {
             {"old_string": "use std::fs;", "new_string": "use std::fs;\nuse std::io;"},
             {"old_string": "let x = 1;", "new_string": "let x = 2;"}
         ]}),
-        handler: blocking("multi_edit", run_multi),
+        handler: editing("multi_edit", run_multi),
     }
 }
 
@@ -498,7 +498,8 @@ fn run_edit(args: EditArgs, ctx: &ToolContext) -> ToolOutcome {
         if applied.count == 1 { "" } else { "s" },
         snippet(&applied.content, applied.first_line, span)
     ))
-    .with_meta("edit", json!({"path": r.rel, "replacements": applied.count, "strategy": applied.strategy, "first_line": applied.first_line})))
+    .with_meta("edit", json!({"path": r.rel, "replacements": applied.count, "strategy": applied.strategy, "first_line": applied.first_line}))
+    .with_meta(CHANGED_FILES, json!([r.rel])))
 }
 
 fn run_multi(args: MultiArgs, ctx: &ToolContext) -> ToolOutcome {
@@ -535,7 +536,8 @@ fn run_multi(args: MultiArgs, ctx: &ToolContext) -> ToolOutcome {
     ctx.reads.record(&r.abs);
     Ok(
         ToolResult::text(format!("Applied {} edits to {}.", args.edits.len(), r.rel))
-            .with_meta("edits", json!(report)),
+            .with_meta("edits", json!(report))
+            .with_meta(CHANGED_FILES, json!([r.rel])),
     )
 }
 

@@ -10,7 +10,7 @@ use super::fsutil::{is_crlf, looks_binary, to_eol, write_atomic};
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
-use crate::registry::blocking;
+use crate::registry::{CHANGED_FILES, editing};
 use crate::result::{ToolOutcome, ToolResult, io_refusal, refuse};
 
 #[derive(Debug, Deserialize)]
@@ -38,7 +38,7 @@ pub(crate) fn def() -> ToolDef {
         approval: ApprovalClass::Write,
         aliases: &[("line", "after_line"), ("content", "text")],
         example: json!({"path": "src/lib.rs", "after_line": 3, "text": "use std::fmt;\n"}),
-        handler: blocking("insert_text", run),
+        handler: editing("insert_text", run),
     }
 }
 
@@ -114,5 +114,6 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     .with_meta(
         "insert",
         json!({"path": r.rel, "after_line": after, "lines": inserted}),
-    ))
+    )
+    .with_meta(CHANGED_FILES, json!([r.rel])))
 }

@@ -15,6 +15,7 @@ pub(crate) mod git;
 pub(crate) mod grep;
 pub(crate) mod insert;
 pub(crate) mod list_dir;
+pub(crate) mod lsp;
 pub(crate) mod patch;
 pub(crate) mod read_file;
 pub(crate) mod retrieve;
@@ -88,7 +89,12 @@ pub(crate) fn builtin(profile: Profile) -> Vec<ToolSpec> {
             patch::def(),
         ]);
         defs.extend(shell::defs());
-        defs.extend([git::status_def(), git::diff_def(), diagnostics::def()]);
+        defs.extend([
+            git::status_def(),
+            git::diff_def(),
+            diagnostics::def(),
+            lsp::def(),
+        ]);
     }
     if profile == Profile::Full {
         defs.push(fetch::def());

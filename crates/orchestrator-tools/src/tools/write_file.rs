@@ -8,7 +8,7 @@ use super::fsutil::write_atomic;
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
-use crate::registry::blocking;
+use crate::registry::{CHANGED_FILES, editing};
 use crate::result::{ToolOutcome, ToolResult, io_refusal, refuse};
 
 #[derive(Debug, Deserialize)]
@@ -33,7 +33,7 @@ pub(crate) fn def() -> ToolDef {
         approval: ApprovalClass::Write,
         aliases: &[],
         example: json!({"path": "notes/todo.md", "content": "# Todo\n\n- write tests\n"}),
-        handler: blocking("write_file", run),
+        handler: editing("write_file", run),
     }
 }
 
@@ -67,5 +67,6 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     .with_meta(
         "file",
         json!({"path": r.rel, "created": !existed, "bytes": args.content.len()}),
-    ))
+    )
+    .with_meta(CHANGED_FILES, json!([r.rel])))
 }

@@ -28,8 +28,8 @@
 
 mod calls;
 mod compaction;
-mod mcp;
 pub mod context;
+mod mcp;
 pub(crate) mod policy;
 mod prompt;
 mod session;
@@ -84,6 +84,9 @@ pub struct AgentConfig {
     /// The config's `[mcp_servers]`, from which each task selects by name.
     pub mcp_servers:
         Arc<std::collections::BTreeMap<String, orchestrator_tools::mcp::McpServerConfig>>,
+    /// The config's `[lsp_servers]`: started in the task's jail when a file they serve is asked
+    /// about or edited.
+    pub lsp_servers: Vec<orchestrator_tools::lsp::LspServer>,
 }
 
 /// How the agent part of an attempt ended.
@@ -164,7 +167,8 @@ pub async fn run_agent(
     {
         Ok(c) => c
             .with_jail(jail.clone())
-            .with_web_search(ctx.agent.web_search.clone()),
+            .with_web_search(ctx.agent.web_search.clone())
+            .with_lsp(ctx.agent.lsp_servers.clone()),
         Err(e) => {
             return Ok(AgentEnd::Failed(format!(
                 "the workspace {workspace} cannot be used: {e}"

@@ -252,7 +252,10 @@ impl GlobalArgs {
         orchestrator_tools::ToolContext::new(workspace, self.home()?)
             .and_then(|c| c.with_policy(policy))
             .and_then(|c| c.with_sandbox(&sandbox))
-            .map(|c| c.with_web_search(config.web_search.clone().map(std::sync::Arc::new)))
+            .map(|c| {
+                c.with_web_search(config.web_search.clone().map(std::sync::Arc::new))
+                    .with_lsp(config.lsp_servers())
+            })
             .with_context(|| format!("opening the workspace {}", workspace.display()))
     }
 

@@ -30,9 +30,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-/// A `processing` delivery older than this belongs to a process that died: a redelivery takes it
-/// over.
-const STALE_PROCESSING_MS: i64 = 10 * 60 * 1000;
+/// The longest one delivery's processing (its GitHub calls, its tasks' insertion) may take before
+/// it fails with an error that may pass, and is tried again.
+const PROCESSING_DEADLINE: Duration = Duration::from_secs(60);
+/// A `processing` delivery untouched for this long belongs to a process that died: the
+/// background processor, or a redelivery, takes it over. Twice the deadline, because a live
+/// processor has given up by then; a slow one that outlives it anyway is refused by the claim
+/// token, so the window decides only how long a dead daemon's delivery waits.
+const STALE_PROCESSING: Duration = Duration::from_secs(2 * PROCESSING_DEADLINE.as_secs());
 
 /// The most characters of an issue's title put into a task's title.
 const MAX_TITLE_PART: usize = 120;
@@ -258,6 +263,8 @@ pub struct DeliveryRetry {
     /// A delivery `processing` for longer than this belongs to a process that died: another
     /// takes it over.
     pub stale_after: Duration,
+    /// The longest one try may take; past it the try fails with an error that may pass.
+    pub deadline: Duration,
 }
 
 /// The longest wait between two tries of a delivery.
@@ -268,7 +275,8 @@ impl Default for DeliveryRetry {
         DeliveryRetry {
             first_wait: Duration::from_secs(30),
             tries: 6,
-            stale_after: Duration::from_millis(STALE_PROCESSING_MS as u64),
+            stale_after: STALE_PROCESSING,
+            deadline: PROCESSING_DEADLINE,
         }
     }
 }
@@ -370,7 +378,15 @@ impl Triggers {
             DeliveryClaim::Busy => return Ok(Delivered::Busy),
             DeliveryClaim::Fresh | DeliveryClaim::Retry { .. } => claim.token().unwrap_or(1),
         };
-        match self.tasks_for(id, event, payload).await {
+        let tasks = tokio::time::timeout(self.retry.deadline, self.tasks_for(id, event, payload))
+            .await
+            .unwrap_or_else(|_| {
+                Err(DeliveryError::Transient(format!(
+                    "processing passed its deadline of {:.1} s (GitHub did not answer in time)",
+                    self.retry.deadline.as_secs_f64()
+                )))
+            });
+        match tasks {
             Ok((tasks, detail)) if tasks.is_empty() => {
                 self.store.ignore_delivery(id, token, &detail).await?;
                 Ok(Delivered::Processed {

@@ -251,7 +251,7 @@ async fn the_poller_leaves_its_cursor_at_an_event_in_progress_and_retries_a_fail
     };
     assert_eq!(
         db.store
-            .claim_delivery(&info, STALE_PROCESSING_MS)
+            .claim_delivery(&info, STALE_PROCESSING.as_millis() as i64)
             .await
             .unwrap(),
         DeliveryClaim::Fresh
@@ -417,4 +417,46 @@ async fn payloads_without_their_issue_or_number_are_ignored_with_the_reason() {
             .unwrap()
             .is_empty()
     );
+}
+
+#[tokio::test]
+async fn a_delivery_whose_github_call_hangs_fails_at_the_deadline_and_is_tried_again() {
+    // A processor stuck on GitHub used to hold its claim until the takeover window (then ten
+    // minutes) ran out, and a delivery whose daemon died waited as long: the chaos soak found
+    // one still `processing` when everything else had drained.
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (fake, github) = fake_github().await;
+    let held = fake.hold_next("GET", "/collaborators/alice/permission");
+    let mut t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+    t.retry.deadline = Duration::from_millis(300);
+    let err = t
+        .deliver("d-hang", "webhook", "issues", &labeled(7))
+        .await
+        .unwrap_err();
+    held.release();
+    assert!(err.may_pass(), "{err}");
+    assert!(err.to_string().contains("deadline"), "{err}");
+    let row = db.store.delivery("d-hang").await.unwrap().unwrap();
+    assert_eq!(row.status, "failed", "{row:?}");
+    assert!(row.retry_at.is_some(), "a deadline may pass: {row:?}");
+    assert!(row.detail.as_deref().unwrap_or("").contains("deadline"));
+    // The next try, with GitHub answering, creates the task.
+    let done = t
+        .deliver("d-hang", "webhook", "issues", &labeled(7))
+        .await
+        .unwrap();
+    assert!(
+        matches!(done, Delivered::Processed { ref tasks, .. } if tasks.len() == 1),
+        "{done:?}"
+    );
+}
+
+#[test]
+fn an_abandoned_claim_is_taken_over_soon_after_the_processing_deadline() {
+    let retry = DeliveryRetry::default();
+    // A live processor gives up at its deadline, so a claim older than twice that is abandoned;
+    // waiting much longer only delays the tasks of a daemon that died mid-delivery.
+    assert!(retry.stale_after > retry.deadline, "{retry:?}");
+    assert!(retry.stale_after <= retry.deadline * 3, "{retry:?}");
+    assert!(retry.stale_after <= Duration::from_secs(180), "{retry:?}");
 }

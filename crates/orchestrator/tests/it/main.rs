@@ -11,6 +11,7 @@ mod containment;
 mod crash;
 mod gates;
 mod github;
+mod lsp;
 mod mcp_servers;
 mod serve;
 mod soak;

@@ -33,7 +33,7 @@ use super::fsutil::{looks_binary, write_atomic};
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
-use crate::registry::blocking;
+use crate::registry::{CHANGED_FILES, editing};
 use crate::result::{ToolFailure, ToolOutcome, ToolResult, refuse};
 
 const BEGIN: &str = "*** Begin Patch";
@@ -64,7 +64,7 @@ pub(crate) fn def() -> ToolDef {
         approval: ApprovalClass::Write,
         aliases: &[("input", "patch")],
         example: json!({"patch": "*** Begin Patch\n*** Update File: src/lib.rs\n@@ fn main() {\n-    println!(\"hi\");\n+    println!(\"hello\");\n*** End Patch\n"}),
-        handler: blocking("apply_patch", run),
+        handler: editing("apply_patch", run),
     }
 }
 
@@ -332,10 +332,20 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
             summary.push_str(&format!("{sign} {p}\n"));
         }
     }
-    Ok(ToolResult::text(summary).with_meta(
-        "files",
-        json!({"added": plan.added, "modified": plan.modified, "deleted": plan.deleted}),
-    ))
+    Ok(ToolResult::text(summary)
+        .with_meta(
+            "files",
+            json!({"added": plan.added, "modified": plan.modified, "deleted": plan.deleted}),
+        )
+        .with_meta(
+            CHANGED_FILES,
+            json!(
+                plan.added
+                    .iter()
+                    .chain(plan.modified.iter())
+                    .collect::<Vec<_>>()
+            ),
+        ))
 }
 
 fn prefix_refusal(f: ToolFailure) -> ToolFailure {

@@ -1,0 +1,595 @@
+//! One running language server: started by the task's jail like any command an agent runs, leading
+//! a process group of its own that the daemon's process ledger knows, spoken to over stdio with
+//! `async-lsp` and the `lsp-types` of the protocol.
+//!
+//! What the server pushes is kept: the diagnostics it published per file, and which work-done
+//! progress (indexing, rust-analyzer's `cargo check`) is under way, so an edit can wait until the
+//! server has said all it will say about the edited file.
+
+use super::config::LspServer;
+use async_lsp::router::Router;
+use async_lsp::{ErrorCode, ServerSocket};
+use lsp_types::notification::{self, Progress, PublishDiagnostics};
+use lsp_types::request;
+use lsp_types::{
+    ClientCapabilities, Diagnostic, DidChangeTextDocumentParams, DidOpenTextDocumentParams,
+    DidSaveTextDocumentParams, GeneralClientCapabilities, InitializeParams, InitializedParams,
+    NumberOrString, PositionEncodingKind, ProgressParamsValue,
+    PublishDiagnosticsClientCapabilities, TextDocumentClientCapabilities,
+    TextDocumentContentChangeEvent, TextDocumentIdentifier, TextDocumentItem, Url,
+    VersionedTextDocumentIdentifier, WindowClientCapabilities, WorkDoneProgress, WorkspaceFolder,
+};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use orchestrator_sandbox::{Jail, TrackedGroup};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+/// Time a server gets to exit after `shutdown` and `exit`, and again after SIGTERM.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// How long nothing new must arrive before the diagnostics of an edited file count as settled:
+/// rust-analyzer publishes its own errors first and starts `cargo check` a moment later.
+const QUIET: Duration = Duration::from_millis(1500);
+/// How long a server with no progress under way must be quiet before a query counts it ready.
+const READY_QUIET: Duration = Duration::from_millis(500);
+/// Bytes of a server's stderr kept for the error of a server that fails.
+const STDERR_TAIL: usize = 2048;
+
+/// How the server counts columns (negotiated; UTF-16 unless it takes UTF-8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Utf8,
+    Utf16,
+}
+
+#[derive(Debug, Default)]
+struct Published {
+    diagnostics: Vec<Diagnostic>,
+    /// The value of the event counter when these arrived.
+    seen_at: u64,
+}
+
+/// What the server pushed, shared with the main loop's handlers.
+#[derive(Debug, Default)]
+struct Pushed {
+    diagnostics: HashMap<Url, Published>,
+    /// Work-done progress begun and not ended.
+    active: HashSet<String>,
+    /// Counts every diagnostics or progress notification.
+    events: u64,
+    last_event: Option<Instant>,
+}
+
+struct RouterState {
+    pushed: Arc<Mutex<Pushed>>,
+    changed: Arc<tokio::sync::Notify>,
+}
+
+/// An open document: the version last sent.
+#[derive(Debug)]
+struct Open {
+    version: i32,
+}
+
+/// A started, initialized server.
+pub struct LspClient {
+    server: LspServer,
+    root: PathBuf,
+    socket: ServerSocket,
+    encoding: Encoding,
+    pushed: Arc<Mutex<Pushed>>,
+    changed: Arc<tokio::sync::Notify>,
+    open: tokio::sync::Mutex<HashMap<Url, Open>>,
+    process: tokio::sync::Mutex<Option<ServerProcess>>,
+    main_loop: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    last_used: Mutex<Instant>,
+    started: Instant,
+}
+
+impl std::fmt::Debug for LspClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LspClient")
+            .field("server", &self.server.name)
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+struct ServerProcess {
+    child: tokio::process::Child,
+    pgid: i32,
+    _tracked: Option<TrackedGroup>,
+    stderr: Arc<Mutex<String>>,
+}
+
+/// The answer of [`LspClient::diagnostics_after`].
+#[derive(Debug)]
+pub struct Settled {
+    pub diagnostics: Vec<Diagnostic>,
+    /// False when the deadline came first: what is returned may be incomplete.
+    pub complete: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn file_url(path: &Path) -> Result<Url, String> {
+    Url::from_file_path(path).map_err(|()| format!("{} is not an absolute path", path.display()))
+}
+
+impl LspClient {
+    /// Starts `server` for the project at `root` inside `jail`, and initializes it.
+    pub async fn start(server: &LspServer, root: &Path, jail: &Jail) -> Result<Self, String> {
+        let name = &server.name;
+        let mut command = jail
+            .command(&server.command, &server.args, root)
+            .map_err(|e| format!("{name}: {e}"))?;
+        command.envs(&server.env);
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|e| {
+            format!(
+                "{name}: cannot start {}: {e}{}",
+                server.command,
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    " (is it installed and on PATH? rust-analyzer: `rustup component add rust-analyzer`)"
+                } else {
+                    ""
+                }
+            )
+        })?;
+        let Some(pid) = child.id() else {
+            return Err(format!("{name}: the server exited as it started"));
+        };
+        let tracked = jail.track(pid);
+        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+            return Err(format!("{name}: no pipes to the server"));
+        };
+        let stderr = Arc::new(Mutex::new(String::new()));
+        if let Some(pipe) = child.stderr.take() {
+            tokio::spawn(keep_tail(pipe, stderr.clone()));
+        }
+        let process = ServerProcess {
+            child,
+            pgid: i32::try_from(pid).unwrap_or(0),
+            _tracked: tracked,
+            stderr,
+        };
+
+        let pushed = Arc::new(Mutex::new(Pushed::default()));
+        let changed = Arc::new(tokio::sync::Notify::new());
+        let state = RouterState {
+            pushed: pushed.clone(),
+            changed: changed.clone(),
+        };
+        let (main_loop, socket) = async_lsp::MainLoop::new_client(|_| router(state));
+        let loop_name = name.clone();
+        let main_loop = tokio::spawn(async move {
+            if let Err(e) = main_loop
+                .run_buffered(stdout.compat(), stdin.compat_write())
+                .await
+            {
+                tracing::debug!(server = loop_name, error = %e, "language server connection ended");
+            }
+        });
+        let mut client = LspClient {
+            server: server.clone(),
+            root: root.to_owned(),
+            socket,
+            encoding: Encoding::Utf16,
+            pushed,
+            changed,
+            open: tokio::sync::Mutex::new(HashMap::new()),
+            process: tokio::sync::Mutex::new(Some(process)),
+            main_loop: Mutex::new(Some(main_loop)),
+            last_used: Mutex::new(Instant::now()),
+            started: Instant::now(),
+        };
+        match tokio::time::timeout(server.startup_timeout, client.initialize()).await {
+            Ok(Ok(())) => Ok(client),
+            Ok(Err(e)) => {
+                let said = client.said().await;
+                client.shutdown().await;
+                Err(format!("{name}: initialize failed: {e}{said}"))
+            }
+            Err(_) => {
+                let said = client.said().await;
+                client.shutdown().await;
+                Err(format!(
+                    "{name}: no answer to initialize within {} s (startup_timeout_sec){said}",
+                    server.startup_timeout.as_secs_f64()
+                ))
+            }
+        }
+    }
+
+    async fn initialize(&mut self) -> Result<(), String> {
+        let root = file_url(&self.root)?;
+        #[allow(deprecated)] // root_uri: older servers read it rather than the folders
+        let params = InitializeParams {
+            process_id: Some(std::process::id()),
+            root_uri: Some(root.clone()),
+            workspace_folders: Some(vec![WorkspaceFolder {
+                uri: root,
+                name: self
+                    .root
+                    .file_name()
+                    .map_or_else(|| "root".to_owned(), |n| n.to_string_lossy().into_owned()),
+            }]),
+            initialization_options: self.server.initialization_options.clone(),
+            capabilities: ClientCapabilities {
+                general: Some(GeneralClientCapabilities {
+                    position_encodings: Some(vec![
+                        PositionEncodingKind::UTF8,
+                        PositionEncodingKind::UTF16,
+                    ]),
+                    ..GeneralClientCapabilities::default()
+                }),
+                window: Some(WindowClientCapabilities {
+                    work_done_progress: Some(true),
+                    ..WindowClientCapabilities::default()
+                }),
+                text_document: Some(TextDocumentClientCapabilities {
+                    publish_diagnostics: Some(PublishDiagnosticsClientCapabilities {
+                        version_support: Some(true),
+                        ..PublishDiagnosticsClientCapabilities::default()
+                    }),
+                    ..TextDocumentClientCapabilities::default()
+                }),
+                ..ClientCapabilities::default()
+            },
+            ..InitializeParams::default()
+        };
+        let result = self
+            .socket
+            .request::<request::Initialize>(params)
+            .await
+            .map_err(|e| e.to_string())?;
+        if result.capabilities.position_encoding == Some(PositionEncodingKind::UTF8) {
+            self.encoding = Encoding::Utf8;
+        }
+        self.socket
+            .notify::<notification::Initialized>(InitializedParams {})
+            .map_err(|e| e.to_string())
+    }
+
+    pub fn server(&self) -> &LspServer {
+        &self.server
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
+    }
+
+    /// How long since the last request.
+    pub fn idle_for(&self) -> Duration {
+        lock(&self.last_used).elapsed()
+    }
+
+    fn touch(&self) {
+        *lock(&self.last_used) = Instant::now();
+    }
+
+    /// Whether the process is still there.
+    pub async fn is_alive(&self) -> bool {
+        match self.process.lock().await.as_mut() {
+            Some(p) => matches!(p.child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Tells the server the file's current text: opened the first time, changed (whole text)
+    /// after. With `save`, a `didSave` follows, which is when rust-analyzer runs `cargo check`.
+    /// Returns the event count before the change, for [`LspClient::diagnostics_after`].
+    pub async fn sync(&self, path: &Path, text: &str, save: bool) -> Result<u64, String> {
+        self.touch();
+        let uri = file_url(path)?;
+        let before = lock(&self.pushed).events;
+        let mut open = self.open.lock().await;
+        let sent = match open.get_mut(&uri) {
+            Some(doc) => {
+                doc.version += 1;
+                self.socket.notify::<notification::DidChangeTextDocument>(
+                    DidChangeTextDocumentParams {
+                        text_document: VersionedTextDocumentIdentifier {
+                            uri: uri.clone(),
+                            version: doc.version,
+                        },
+                        content_changes: vec![TextDocumentContentChangeEvent {
+                            range: None,
+                            range_length: None,
+                            text: text.to_owned(),
+                        }],
+                    },
+                )
+            }
+            None => {
+                let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+                open.insert(uri.clone(), Open { version: 1 });
+                self.socket
+                    .notify::<notification::DidOpenTextDocument>(DidOpenTextDocumentParams {
+                        text_document: TextDocumentItem {
+                            uri: uri.clone(),
+                            language_id: self.server.language_id(ext),
+                            version: 1,
+                            text: text.to_owned(),
+                        },
+                    })
+            }
+        };
+        sent.map_err(|e| format!("{}: {e}", self.server.name))?;
+        if save {
+            self.socket
+                .notify::<notification::DidSaveTextDocument>(DidSaveTextDocumentParams {
+                    text_document: TextDocumentIdentifier { uri },
+                    text: None,
+                })
+                .map_err(|e| format!("{}: {e}", self.server.name))?;
+        }
+        Ok(before)
+    }
+
+    /// The diagnostics of `path` once the server has published them after event `since` and has
+    /// been quiet (nothing published, no progress under way) for a moment, or whatever it last
+    /// published when `deadline` passes first.
+    pub async fn diagnostics_after(&self, path: &Path, since: u64, deadline: Duration) -> Settled {
+        let Ok(uri) = file_url(path) else {
+            return Settled {
+                diagnostics: Vec::new(),
+                complete: false,
+            };
+        };
+        let end = Instant::now() + deadline;
+        loop {
+            let notified = self.changed.notified();
+            let wait = {
+                let pushed = lock(&self.pushed);
+                let fresh = pushed.diagnostics.get(&uri).filter(|p| p.seen_at > since);
+                let quiet_for = pushed.last_event.map_or(QUIET, |at| at.elapsed());
+                if fresh.is_some() && pushed.active.is_empty() && quiet_for >= QUIET {
+                    return Settled {
+                        diagnostics: fresh.map(|p| p.diagnostics.clone()).unwrap_or_default(),
+                        complete: true,
+                    };
+                }
+                if Instant::now() >= end {
+                    return Settled {
+                        diagnostics: pushed
+                            .diagnostics
+                            .get(&uri)
+                            .map(|p| p.diagnostics.clone())
+                            .unwrap_or_default(),
+                        complete: false,
+                    };
+                }
+                QUIET
+                    .saturating_sub(quiet_for)
+                    .max(Duration::from_millis(50))
+            };
+            let until = (Instant::now() + wait).min(end);
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
+    }
+
+    /// Waits, at most `deadline`, until no work-done progress (indexing, loading the project) is
+    /// under way and the server has been quiet a moment: a cold server answers queries with
+    /// nothing while it loads.
+    pub async fn ready(&self, deadline: Duration) {
+        let end = Instant::now() + deadline;
+        loop {
+            let notified = self.changed.notified();
+            let wait = {
+                let pushed = lock(&self.pushed);
+                let quiet_for = pushed
+                    .last_event
+                    .map_or_else(|| self.started.elapsed(), |at| at.elapsed());
+                if pushed.active.is_empty() && quiet_for >= READY_QUIET {
+                    return;
+                }
+                READY_QUIET
+                    .saturating_sub(quiet_for)
+                    .max(Duration::from_millis(50))
+            };
+            if Instant::now() >= end {
+                return;
+            }
+            let until = (Instant::now() + wait).min(end);
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
+    }
+
+    /// Sends a request with the server's deadline; a server still loading answers "content
+    /// modified" for a while, and is asked again.
+    pub async fn request<R>(&self, params: R::Params) -> Result<R::Result, String>
+    where
+        R: lsp_types::request::Request,
+        R::Params: Clone,
+    {
+        self.touch();
+        let deadline = self.server.request_timeout;
+        let name = &self.server.name;
+        let asking = async {
+            loop {
+                match self.socket.request::<R>(params.clone()).await {
+                    Err(async_lsp::Error::Response(e))
+                        if e.code == ErrorCode::CONTENT_MODIFIED
+                            || e.code == ErrorCode::SERVER_CANCELLED =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        match tokio::time::timeout(deadline, asking).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => Err(format!(
+                "{name}: {} failed: {e}{}",
+                R::METHOD,
+                self.said().await
+            )),
+            Err(_) => Err(format!(
+                "{name}: no answer to {} within {} s (request_timeout_sec); a server that has just started may still be indexing",
+                R::METHOD,
+                deadline.as_secs_f64()
+            )),
+        }
+    }
+
+    /// `: <the end of stderr>`, or nothing.
+    async fn said(&self) -> String {
+        let tail = match self.process.lock().await.as_ref() {
+            Some(p) => lock(&p.stderr).trim().to_owned(),
+            None => String::new(),
+        };
+        if tail.is_empty() {
+            String::new()
+        } else {
+            format!(": {tail}")
+        }
+    }
+
+    /// Asks the server to shut down and exit, then ends its process group: SIGTERM, then SIGKILL.
+    pub async fn shutdown(&self) {
+        let polite = async {
+            let _ = self.socket.request::<request::Shutdown>(()).await;
+            let _ = self.socket.notify::<notification::Exit>(());
+        };
+        let _ = tokio::time::timeout(EXIT_GRACE, polite).await;
+        if let Some(mut process) = self.process.lock().await.take() {
+            end_process(&mut process).await;
+        }
+        if let Some(main_loop) = lock(&self.main_loop).take() {
+            main_loop.abort();
+        }
+    }
+
+    /// The process group, while it runs.
+    pub async fn pgid(&self) -> Option<i32> {
+        self.process.lock().await.as_ref().map(|p| p.pgid)
+    }
+}
+
+fn router(state: RouterState) -> Router<RouterState> {
+    let mut router = Router::new(state);
+    router
+        .notification::<PublishDiagnostics>(|st, params| {
+            {
+                let mut pushed = lock(&st.pushed);
+                pushed.events += 1;
+                pushed.last_event = Some(Instant::now());
+                let seen_at = pushed.events;
+                pushed.diagnostics.insert(
+                    params.uri,
+                    Published {
+                        diagnostics: params.diagnostics,
+                        seen_at,
+                    },
+                );
+            }
+            st.changed.notify_waiters();
+            ControlFlow::Continue(())
+        })
+        .notification::<Progress>(|st, params| {
+            let token = match params.token {
+                NumberOrString::Number(n) => n.to_string(),
+                NumberOrString::String(s) => s,
+            };
+            {
+                let mut pushed = lock(&st.pushed);
+                let ProgressParamsValue::WorkDone(progress) = params.value;
+                match progress {
+                    WorkDoneProgress::Begin(_) => {
+                        pushed.active.insert(token);
+                    }
+                    WorkDoneProgress::End(_) => {
+                        pushed.active.remove(&token);
+                    }
+                    WorkDoneProgress::Report(_) => {}
+                }
+                pushed.events += 1;
+                pushed.last_event = Some(Instant::now());
+            }
+            st.changed.notify_waiters();
+            ControlFlow::Continue(())
+        })
+        // Logs, messages, telemetry: nothing to act on.
+        .unhandled_notification(|_, _| ControlFlow::Continue(()))
+        // What servers ask of a client: settings (none: the server's defaults and the
+        // initialization options), leave to register capabilities or create progress tokens,
+        // refreshes. Each is answered so the server does not wait.
+        .unhandled_request(|_, request| {
+            let answer = if request.method == "workspace/configuration" {
+                let items = request
+                    .params
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len);
+                Value::Array(vec![Value::Null; items])
+            } else {
+                Value::Null
+            };
+            async move { Ok(answer) }
+        });
+    router
+}
+
+async fn keep_tail(mut pipe: tokio::process::ChildStderr, tail: Arc<Mutex<String>>) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 4096];
+    while let Ok(n) = pipe.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let mut tail = lock(&tail);
+        tail.push_str(&String::from_utf8_lossy(&buf[..n]));
+        if tail.len() > STDERR_TAIL {
+            let cut = tail.len() - STDERR_TAIL;
+            let cut = (cut..tail.len())
+                .find(|i| tail.is_char_boundary(*i))
+                .unwrap_or(tail.len());
+            tail.drain(..cut);
+        }
+    }
+}
+
+/// Waits for the server to exit, then SIGTERM to its group, then SIGKILL; the group is signalled
+/// in every case so that nothing it started (rust-analyzer's `cargo check`, proc-macro servers)
+/// stays behind.
+async fn end_process(process: &mut ServerProcess) {
+    let group = Pid::from_raw(process.pgid);
+    if tokio::time::timeout(EXIT_GRACE, process.child.wait())
+        .await
+        .is_err()
+    {
+        let _ = killpg(group, Signal::SIGTERM);
+        if tokio::time::timeout(EXIT_GRACE, process.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = process.child.start_kill();
+        }
+    }
+    let _ = killpg(group, Signal::SIGKILL);
+    let _ = process.child.wait().await;
+}

@@ -1,0 +1,20 @@
+//! Code intelligence from language servers: the `lsp` tool's queries, and the errors an edit's
+//! result reports for the files it changed.
+//!
+//! config.rs reads `[lsp_servers.NAME]` (with presets for the common servers); client.rs is one
+//! server process over stdio (async-lsp, lsp-types), confined by the session's jail and ended
+//! with its process group; manager.rs starts servers on demand per project root and shuts them
+//! down when idle or when the session ends; check.rs turns what a server published (or a fast
+//! checker found) into the lines an edit's result carries; position.rs converts columns.
+
+mod check;
+mod client;
+mod config;
+mod manager;
+mod position;
+
+pub use check::{FileError, MAX_PER_FILE, after_edit, lsp_errors};
+pub use client::{Encoding, LspClient, Settled};
+pub use config::{LspServer, LspServerConfig, preset_names, resolve_all};
+pub use manager::{LspManager, Serving};
+pub use position::{to_chars, to_units};
