@@ -109,6 +109,9 @@ pub struct ToolCallEnd {
     pub duration_ms: i64,
     /// The result as the model sees it.
     pub message: ChatMessage,
+    /// Tokens the call spent on a model (llm_query_batched), saved with its message so the
+    /// task's token budget counts them after a resume too.
+    pub usage: Option<Usage>,
     /// The `tool_call` event's data.
     pub event: serde_json::Value,
 }
@@ -435,7 +438,7 @@ impl Store {
             &[NewMessage {
                 turn: end.turn,
                 message: end.message.clone(),
-                usage: None,
+                usage: end.usage,
                 model_ms: None,
             }],
             now,

@@ -38,6 +38,16 @@ pub struct ToolContext {
     pub(crate) web_search: Option<Arc<crate::tools::web_search::WebSearchConfig>>,
     /// The language servers of this session (none unless the config names some).
     pub(crate) lsp: Arc<crate::lsp::LspManager>,
+    /// Whether the model of this session takes images; `None` outside an agent (a tool run by
+    /// hand, an MCP client), where images are returned as they are.
+    pub(crate) images: Option<Arc<ModelImages>>,
+}
+
+/// The model a session talks to, and whether it takes images (view_image).
+#[derive(Debug, Clone)]
+pub struct ModelImages {
+    pub model: String,
+    pub accepts: bool,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -70,6 +80,7 @@ impl ToolContext {
             call_id: None,
             web_search: None,
             lsp: Arc::new(crate::lsp::LspManager::default()),
+            images: None,
         })
     }
 
@@ -135,6 +146,20 @@ impl ToolContext {
     pub fn with_lsp(mut self, servers: Vec<crate::lsp::LspServer>) -> Self {
         self.lsp = Arc::new(crate::lsp::LspManager::new(servers));
         self
+    }
+
+    /// Says which model the session talks to and whether it takes images.
+    pub fn with_model_images(mut self, model: impl Into<String>, accepts: bool) -> Self {
+        self.images = Some(Arc::new(ModelImages {
+            model: model.into(),
+            accepts,
+        }));
+        self
+    }
+
+    /// The model of this session and whether it takes images, when a model drives it.
+    pub fn model_images(&self) -> Option<&ModelImages> {
+        self.images.as_deref()
     }
 
     /// The language servers of this session.

@@ -29,7 +29,7 @@ pub mod result;
 pub mod tools;
 pub mod workspace;
 
-pub use context::ToolContext;
+pub use context::{ModelImages, ToolContext};
 pub use error::{Error, Result};
 pub use mcp::serve_stdio as serve_mcp_stdio;
 pub use output::{HomeDirSink, Limits, MemorySink, ResultSink};

@@ -39,6 +39,14 @@ pub struct ToolCallRequest {
     pub arguments: String,
 }
 
+/// An image a message carries: what view_image returned, base64-encoded with its media type
+/// (`image/png`, `image/jpeg`, `image/gif`, `image/webp`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImagePart {
+    pub media_type: String,
+    pub data: String,
+}
+
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
@@ -52,6 +60,10 @@ pub struct ChatMessage {
     /// For a tool message: the id of the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// Images of a tool message (view_image). Chat Completions takes images only in user
+    /// messages, so the client sends them in one after the reply's tool messages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImagePart>,
 }
 
 impl ChatMessage {
@@ -81,6 +93,7 @@ impl ChatMessage {
             content: Some(text.into()),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            images: Vec::new(),
         }
     }
 }
@@ -166,6 +179,11 @@ pub struct ModelSettings {
     /// none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<String>,
+    /// The model takes images (view_image sends it png, jpeg, gif and webp files). Default off: a
+    /// server without vision refuses such requests or ignores the images, so view_image refuses
+    /// first and says how to turn this on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<bool>,
 }
 
 /// The values `ModelSettings::tool_choice` takes.
@@ -190,6 +208,7 @@ impl ModelSettings {
                 .tool_choice
                 .clone()
                 .or_else(|| self.tool_choice.clone()),
+            images: over.images.or(self.images),
         }
     }
 

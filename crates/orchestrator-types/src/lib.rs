@@ -21,7 +21,7 @@ pub use automation::{
 };
 pub use capture::{Capture, Captured};
 pub use chat::{
-    ChatMessage, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, ModelSettings, ModelSpec, Role,
+    ChatMessage, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, ImagePart, ModelSettings, ModelSpec, Role,
     TOOL_CHOICES, ToolCallRequest, Usage,
 };
 pub use error::{Error, Result};

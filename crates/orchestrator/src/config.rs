@@ -322,6 +322,8 @@ pub struct ModelConfig {
     pub compact_at: Option<u64>,
     pub auto_compact: Option<bool>,
     pub tool_choice: Option<String>,
+    /// The model takes images (view_image).
+    pub images: Option<bool>,
 }
 
 impl ModelConfig {
@@ -336,6 +338,7 @@ impl ModelConfig {
             compact_at: self.compact_at,
             auto_compact: self.auto_compact,
             tool_choice: self.tool_choice.clone(),
+            images: self.images,
         }
     }
 }

@@ -22,6 +22,7 @@ pub(crate) mod retrieve;
 pub mod shell;
 pub(crate) mod skills;
 pub(crate) mod think;
+pub(crate) mod view_image;
 pub mod web_search;
 pub(crate) mod write_file;
 
@@ -71,6 +72,7 @@ pub(crate) fn schema(properties: Value, required: &[&str]) -> Value {
 pub(crate) fn builtin(profile: Profile) -> Vec<ToolSpec> {
     let mut defs = vec![
         read_file::def(),
+        view_image::def(),
         list_dir::def(),
         grep::def(),
         find::glob_def(),

@@ -148,7 +148,7 @@ fn read_up_to(file: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(filled)
 }
 
-fn image_type(sample: &[u8]) -> Option<&'static str> {
+pub(crate) fn image_type(sample: &[u8]) -> Option<&'static str> {
     if sample.starts_with(b"\x89PNG\r\n\x1a\n") {
         Some("image/png")
     } else if sample.starts_with(&[0xff, 0xd8, 0xff]) {

@@ -605,3 +605,50 @@ async fn skills_are_listed_with_their_descriptions_and_read_by_name() {
         &["not a skill name"],
     );
 }
+
+/// A 1x1 PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0x00, 0x01, 0x00, 0x00,
+    0x05, 0x00, 0x01, 0x0d, 0x0a, 0x2d, 0xb4, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae,
+    0x42, 0x60, 0x82,
+];
+
+#[tokio::test]
+async fn view_image_shows_an_image_and_refuses_what_it_cannot_show() {
+    let mut h = Harness::new();
+    std::fs::write(h.ws.path().join("shot.png"), PNG).unwrap();
+    let r = h.call("view_image", json!({"path": "shot.png"})).await;
+    assert_eq!(
+        assert_ok(&r).lines().next().unwrap(),
+        "Image shot.png (image/png, 67 B); it follows."
+    );
+    match &r.content[1] {
+        orchestrator_tools::Content::Image { media_type, data } => {
+            assert_eq!(media_type, "image/png");
+            assert!(data.starts_with("iVBORw0KGgo"), "{data}");
+        }
+        other => panic!("{other:?}"),
+    }
+    h.write("notes.txt", "not an image");
+    let r = h.call("view_image", json!({"path": "notes.txt"})).await;
+    assert_error(&r, &["not a png, jpeg, gif or webp image"]);
+    let mut big = PNG.to_vec();
+    big.resize(4 * 1024 * 1024 + 1, 0);
+    std::fs::write(h.ws.path().join("big.png"), big).unwrap();
+    let r = h.call("view_image", json!({"path": "big.png"})).await;
+    assert_error(&r, &["over the 4.0 MB an image may have"]);
+    let r = h.call("view_image", json!({"path": "../escape.png"})).await;
+    assert!(r.is_error);
+    // A model that does not take images is told so, and how a person says it does.
+    h.ctx = h.ctx.clone().with_model_images("small-local", false);
+    let r = h.call("view_image", json!({"path": "shot.png"})).await;
+    assert_error(
+        &r,
+        &[
+            "the model small-local does not take images",
+            "`images = true` under [models.\"small-local\"]",
+        ],
+    );
+}

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use orchestrator_store::{DEFAULT_ARTIFACT_CAP, ToolCallEnd, ToolCallRecord, call_status};
 use orchestrator_tools::{Content, Registry, ToolContext, ToolResult};
-use orchestrator_types::{Captured, ChatMessage, ToolCallRequest};
+use orchestrator_types::{Captured, ChatMessage, ImagePart, ToolCallRequest, Usage};
 use serde_json::json;
 
 use super::session::{CallApprover, CallSink, Pause, Session};
@@ -17,8 +17,8 @@ use crate::runner::{RunContext, Stop};
 const SUMMARY_CHARS: usize = 200;
 
 pub(crate) enum CallEnd {
-    /// The call has its result message.
-    Answered(ChatMessage),
+    /// The call has its result message, and the model tokens it spent (llm_query_batched).
+    Answered(ChatMessage, Option<Usage>),
     /// The call waits on a person.
     Paused,
     /// The attempt was stopped while the call ran; its row stays `started`.
@@ -66,6 +66,7 @@ pub(crate) async fn run_call(
                     artifact_id: None,
                     duration_ms: 0,
                     message: message.clone(),
+                    usage: None,
                     event: json!({
                         "turn": turn,
                         "call_id": call.id,
@@ -76,7 +77,7 @@ pub(crate) async fn run_call(
                 },
             )
             .await?;
-        return Ok(CallEnd::Answered(message));
+        return Ok(CallEnd::Answered(message, None));
     }
 
     store
@@ -116,7 +117,10 @@ pub(crate) async fn run_call(
         Ok(result) => result,
         Err(e) => ToolResult::error(format!("{} failed inside the orchestrator: {e}", call.name)),
     };
-    let text = model_text(&result);
+    // Images go to a model that takes them, on the tool message (the client sends them in a user
+    // message after the reply's results); others read that an image was not shown.
+    let images_shown = tool_ctx.model_images().is_some_and(|m| m.accepts);
+    let text = model_text(&result, images_shown);
     let summary = summarize(&text);
     let artifact_id = match session.take_spill(&call.id) {
         Some(full) => Some(
@@ -137,7 +141,25 @@ pub(crate) async fn run_call(
     } else {
         call_status::SUCCEEDED
     };
-    let message = ChatMessage::tool(&call.id, &text);
+    let usage = result
+        .metadata
+        .get("usage")
+        .and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok())
+        .filter(|u| u.total_tokens > 0);
+    let mut message = ChatMessage::tool(&call.id, &text);
+    if images_shown {
+        message.images = result
+            .content
+            .iter()
+            .filter_map(|block| match block {
+                Content::Image { media_type, data } => Some(ImagePart {
+                    media_type: media_type.clone(),
+                    data: data.clone(),
+                }),
+                Content::Text { .. } => None,
+            })
+            .collect();
+    }
     store
         .tool_call_finished(
             lease,
@@ -150,6 +172,7 @@ pub(crate) async fn run_call(
                 artifact_id,
                 duration_ms,
                 message: message.clone(),
+                usage,
                 event: json!({
                     "turn": turn,
                     "call_id": call.id,
@@ -162,12 +185,12 @@ pub(crate) async fn run_call(
             },
         )
         .await?;
-    Ok(CallEnd::Answered(message))
+    Ok(CallEnd::Answered(message, usage))
 }
 
 /// The text a model reads: the text blocks, with images named (Chat Completions tool messages
-/// carry text only).
-fn model_text(result: &ToolResult) -> String {
+/// carry text only; a model that takes images gets them after the results).
+fn model_text(result: &ToolResult, images_shown: bool) -> String {
     let mut out = String::new();
     for block in &result.content {
         if !out.is_empty() {
@@ -175,8 +198,11 @@ fn model_text(result: &ToolResult) -> String {
         }
         match block {
             Content::Text { text } => out.push_str(text),
+            Content::Image { media_type, .. } if images_shown => {
+                out.push_str(&format!("[an image ({media_type}) follows the results]"));
+            }
             Content::Image { media_type, .. } => out.push_str(&format!(
-                "[an image ({media_type}) was returned and is not shown]"
+                "[an image ({media_type}) was returned and is not shown: this model does not take images]"
             )),
         }
     }

@@ -154,7 +154,13 @@ pub async fn run_agent(
     ));
     let mut registry = Registry::new(profile);
     let github = ctx.agent.github.is_some();
-    if let Err(e) = tools::register(&mut registry, &session, ctx, Some((profile, github))) {
+    if let Err(e) = tools::register(
+        &mut registry,
+        &session,
+        ctx,
+        Some(client.clone()),
+        Some((profile, github)),
+    ) {
         return Err(crate::Error::Config(format!("tool registration: {e}")));
     }
     let Some(jail) = jail else {
@@ -168,7 +174,8 @@ pub async fn run_agent(
         Ok(c) => c
             .with_jail(jail.clone())
             .with_web_search(ctx.agent.web_search.clone())
-            .with_lsp(ctx.agent.lsp_servers.clone()),
+            .with_lsp(ctx.agent.lsp_servers.clone())
+            .with_model_images(client.model(), client.config().images),
         Err(e) => {
             return Ok(AgentEnd::Failed(format!(
                 "the workspace {workspace} cannot be used: {e}"
@@ -209,6 +216,7 @@ pub async fn run_agent(
         limits,
         compaction_turns: Vec::new(),
         reads: std::collections::HashMap::new(),
+        tool_usage: Usage::default(),
     };
     let end = agent.run(&prompt, &workspace).await;
     agent.tool_ctx.shutdown().await;
@@ -235,6 +243,8 @@ struct Agent<'a> {
     compaction_turns: Vec<i64>,
     /// The turns at which each file was read (read_file), to see a re-read loop after compactions.
     reads: std::collections::HashMap<String, Vec<i64>>,
+    /// Model tokens tool calls spent since the budget last counted them (llm_query_batched).
+    tool_usage: Usage,
 }
 
 /// Adds a model call's tokens to this process's counters.
@@ -410,6 +420,7 @@ impl Agent<'_> {
                 self.take_input(turn, &mut input_seen, &mut conversation)
                     .await?;
             }
+            budget.usage.add(std::mem::take(&mut self.tool_usage));
             let limits = &self.task.agent;
             if turn >= i64::from(limits.max_turns) {
                 return Ok(AgentEnd::Failed(format!(
@@ -752,7 +763,13 @@ impl Agent<'_> {
             let results = futures_util::future::join_all(group).await;
             for result in results {
                 match result? {
-                    calls::CallEnd::Answered(message) => conversation.push(message),
+                    calls::CallEnd::Answered(message, usage) => {
+                        conversation.push(message);
+                        if let Some(u) = usage {
+                            count_tokens(&self.ctx.metrics, u);
+                            self.tool_usage.add(u);
+                        }
+                    }
                     calls::CallEnd::Paused => {}
                     calls::CallEnd::Stopped => return Ok(Some(AgentEnd::Stopped)),
                 }

@@ -178,7 +178,7 @@ impl ModelClient {
     ) -> Result<Vec<u8>, ModelError> {
         let request = wire::ChatRequest {
             model: &self.model,
-            messages: messages.iter().map(wire::WireMessage::from_chat).collect(),
+            messages: wire::wire_messages(messages, self.config.images),
             tools: tools.iter().map(wire::WireTool::from_definition).collect(),
             tool_choice: if tools.is_empty() {
                 None

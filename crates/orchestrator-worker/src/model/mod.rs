@@ -98,6 +98,8 @@ pub struct ClientConfig {
     pub compact_at: Option<u64>,
     /// Whether the agent compacts at all (on unless the model's settings turn it off).
     pub auto_compact: bool,
+    /// Whether the model takes images; without, images of tool results are never sent.
+    pub images: bool,
 }
 
 impl Default for ClientConfig {
@@ -114,6 +116,7 @@ impl Default for ClientConfig {
             context_window: None,
             compact_at: None,
             auto_compact: true,
+            images: false,
         }
     }
 }
@@ -138,6 +141,7 @@ impl ClientConfig {
         config.context_window = settings.context_window.or(config.context_window);
         config.compact_at = settings.compact_at.or(config.compact_at);
         config.auto_compact = settings.auto_compact.unwrap_or(config.auto_compact);
+        config.images = settings.images.unwrap_or(config.images);
         config
     }
 

@@ -45,9 +45,10 @@ pub(crate) struct StreamOptions {
 #[derive(Debug, Serialize)]
 pub(crate) struct WireMessage<'a> {
     pub role: &'static str,
-    /// Always a string, `""` for an assistant message that only calls tools: llama-cpp-python
-    /// answers 500 to `null` and to a missing field, and every server takes `""`.
-    pub content: &'a str,
+    /// A string, `""` for an assistant message that only calls tools: llama-cpp-python answers
+    /// 500 to `null` and to a missing field, and every server takes `""`. Parts only for the user
+    /// message that carries tool results' images.
+    pub content: WireContent<'a>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<WireToolCall<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -83,11 +84,77 @@ pub(crate) struct WireFunction<'a> {
     pub parameters: &'a Value,
 }
 
+/// A message's content: text, or text and images.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum WireContent<'a> {
+    Text(&'a str),
+    Parts(Vec<WirePart>),
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum WirePart {
+    Text { text: String },
+    ImageUrl { image_url: WireImageUrl },
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct WireImageUrl {
+    /// A `data:` URL.
+    pub url: String,
+}
+
+/// The messages of a request. The images of a reply's tool messages (view_image) go in one user
+/// message after the last of them, since Chat Completions takes images only from the user and no
+/// message may come between an assistant's tool calls and their results. A model that does not
+/// take images gets none.
+pub(crate) fn wire_messages(messages: &[ChatMessage], images: bool) -> Vec<WireMessage<'_>> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut pending: Vec<(&str, &orchestrator_types::ImagePart)> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        out.push(WireMessage::from_chat(message));
+        if images && message.role == orchestrator_types::Role::Tool {
+            let call = message.tool_call_id.as_deref().unwrap_or("");
+            pending.extend(message.images.iter().map(|image| (call, image)));
+        }
+        let run_ends = messages
+            .get(i + 1)
+            .is_none_or(|next| next.role != orchestrator_types::Role::Tool);
+        if run_ends && !pending.is_empty() {
+            let mut calls: Vec<&str> = pending.iter().map(|(call, _)| *call).collect();
+            calls.dedup();
+            let mut parts = vec![WirePart::Text {
+                text: format!(
+                    "The image{} returned by tool call{} {}:",
+                    if pending.len() == 1 { "" } else { "s" },
+                    if calls.len() == 1 { "" } else { "s" },
+                    calls.join(", ")
+                ),
+            }];
+            for (_, image) in pending.drain(..) {
+                parts.push(WirePart::ImageUrl {
+                    image_url: WireImageUrl {
+                        url: format!("data:{};base64,{}", image.media_type, image.data),
+                    },
+                });
+            }
+            out.push(WireMessage {
+                role: "user",
+                content: WireContent::Parts(parts),
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+            });
+        }
+    }
+    out
+}
+
 impl<'a> WireMessage<'a> {
     pub(crate) fn from_chat(message: &'a ChatMessage) -> Self {
         WireMessage {
             role: message.role.as_str(),
-            content: message.content.as_deref().unwrap_or(""),
+            content: WireContent::Text(message.content.as_deref().unwrap_or("")),
             tool_calls: message
                 .tool_calls
                 .iter()
@@ -321,6 +388,7 @@ pub(crate) fn assistant_message(
         content: content.filter(|text| !text.is_empty()),
         tool_calls,
         tool_call_id: None,
+        images: Vec::new(),
     }
 }
 
@@ -328,6 +396,59 @@ pub(crate) fn assistant_message(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn tool_images_follow_the_results_in_one_user_message_and_only_for_a_model_that_takes_them() {
+        let image = |data: &str| orchestrator_types::ImagePart {
+            media_type: "image/png".into(),
+            data: data.into(),
+        };
+        let mut first = ChatMessage::tool("call_1", "Image a.png; it follows.");
+        first.images = vec![image("QUFB")];
+        let second = ChatMessage::tool("call_2", "text only");
+        let mut third = ChatMessage::tool("call_3", "Image b.png; it follows.");
+        third.images = vec![image("QkJC")];
+        let conversation = vec![
+            ChatMessage::user("look"),
+            assistant_message(None, Vec::new()),
+            first,
+            second,
+            third,
+            ChatMessage::assistant("seen"),
+        ];
+        let wire = serde_json::to_value(wire_messages(&conversation, true)).unwrap();
+        let roles: Vec<&str> = wire
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                "user",
+                "assistant",
+                "tool",
+                "tool",
+                "tool",
+                "user",
+                "assistant"
+            ]
+        );
+        assert_eq!(
+            wire[5]["content"],
+            json!([
+                {"type": "text", "text": "The images returned by tool calls call_1, call_3:"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,QUFB"}},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,QkJC"}},
+            ])
+        );
+        // Text content stays a string.
+        assert_eq!(wire[2]["content"], "Image a.png; it follows.");
+        let without = serde_json::to_value(wire_messages(&conversation, false)).unwrap();
+        assert_eq!(without.as_array().unwrap().len(), conversation.len());
+        assert!(!without.to_string().contains("image_url"));
+    }
 
     #[test]
     fn messages_map_to_the_wire() {
@@ -340,6 +461,7 @@ mod tests {
                 arguments: "{\"path\":\"a\"}".into(),
             }],
             tool_call_id: None,
+            images: Vec::new(),
         };
         let wire = serde_json::to_value(WireMessage::from_chat(&calls)).unwrap();
         assert_eq!(
@@ -385,6 +507,7 @@ mod tests {
                 arguments: r#"{"path": "src/ma"#.into(),
             }],
             tool_call_id: None,
+            images: Vec::new(),
         };
         let wire = serde_json::to_value(WireMessage::from_chat(&call)).unwrap();
         assert_eq!(wire["tool_calls"][0]["function"]["arguments"], "{}");

@@ -230,6 +230,7 @@ async fn the_request_has_the_wire_shape() {
                 arguments: r#"{"path":"a"}"#.into(),
             }],
             tool_call_id: None,
+            images: Vec::new(),
         },
         ChatMessage::tool("call_a", "contents of a"),
     ];

@@ -61,6 +61,7 @@ fn second_turn(arguments: &str) -> Vec<ChatMessage> {
                 arguments: arguments.into(),
             }],
             tool_call_id: None,
+            images: Vec::new(),
         },
         ChatMessage::tool("call_1", "contents of a"),
     ]

@@ -41,6 +41,9 @@ pub struct AgentFlags {
     /// tool_choice sent with the tools: auto (default), required, none, or omit.
     #[arg(long, value_name = "CHOICE")]
     pub tool_choice: Option<String>,
+    /// The model takes images: on (view_image shows it image files) or off (default).
+    #[arg(long, value_name = "on|off", value_parser = parse_switch)]
+    pub images: Option<bool>,
     /// Tool profile: minimal (read and search), coding (plus edit, shell, git), full (plus fetch_url).
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<String>,
@@ -179,6 +182,7 @@ impl AgentFlags {
             compact_at: None,
             auto_compact: None,
             tool_choice: self.tool_choice.clone(),
+            images: self.images,
         }
     }
 

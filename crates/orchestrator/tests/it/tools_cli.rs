@@ -99,7 +99,8 @@ fn tool_list_shows_a_profiles_tools_and_their_size_in_tokens() {
             "read_skill",
             "retrieve_tool_result",
             "skill",
-            "think"
+            "think",
+            "view_image"
         ]
     );
     assert!(minimal.iter().all(|t| t["tokens"].as_u64().unwrap() > 0));
@@ -130,8 +131,15 @@ fn tool_list_shows_a_profiles_tools_and_their_size_in_tokens() {
             .any(|t| t["name"].as_str().unwrap().starts_with("github_")),
         "no GitHub is configured"
     );
+    // Code intelligence comes with coding; one-shot model fan-out with full.
+    assert!(coding.iter().any(|t| t["name"] == "lsp"));
+    assert!(!coding.iter().any(|t| t["name"] == "llm_query_batched"));
     let full = list("full");
     assert!(full.iter().any(|t| t["name"] == "agent_spawn"));
+    assert!(
+        full.iter()
+            .any(|t| t["name"] == "llm_query_batched" && t["durable"] == true)
+    );
     let total =
         |tools: &[Value]| -> u64 { tools.iter().map(|t| t["tokens"].as_u64().unwrap()).sum() };
     assert!(total(&minimal) < total(&coding) && total(&coding) < total(&full));
@@ -139,7 +147,7 @@ fn tool_list_shows_a_profiles_tools_and_their_size_in_tokens() {
     let text = String::from_utf8_lossy(&human.stdout);
     assert!(
         text.contains(&format!(
-            "10 tools, about {} tokens of definitions",
+            "11 tools, about {} tokens of definitions",
             total(&minimal)
         )),
         "{text}"

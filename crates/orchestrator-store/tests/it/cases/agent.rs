@@ -49,6 +49,7 @@ pub async fn conversation_is_saved_whole_and_fenced(db: &TestStore) {
             arguments: "{\"path\":\"a\"}".into(),
         }],
         tool_call_id: None,
+        images: Vec::new(),
     };
     let usage = Usage {
         prompt_tokens: 10,
@@ -111,6 +112,7 @@ pub async fn conversation_is_saved_whole_and_fenced(db: &TestStore) {
                 artifact_id: None,
                 duration_ms: 4,
                 message: ChatMessage::tool("c1", "hello"),
+                usage: None,
                 event: json!({"call_id": "c1"}),
             },
         )

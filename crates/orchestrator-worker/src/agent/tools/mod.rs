@@ -6,6 +6,7 @@
 
 mod agents;
 mod attempts;
+mod batch;
 mod checklist;
 mod github;
 mod work;
@@ -53,9 +54,11 @@ pub(crate) fn register(
     registry: &mut Registry,
     session: &Arc<Session>,
     ctx: &RunContext,
+    model: Option<crate::model::ModelClient>,
     only: Option<(Profile, bool)>,
 ) -> orchestrator_tools::Result<()> {
     let mut specs = Vec::new();
+    specs.extend(batch::specs(session, model));
     specs.extend(checklist::specs(session));
     specs.extend(agents::specs(session));
     specs.extend(work::specs(session, ctx));
@@ -107,6 +110,7 @@ pub fn names() -> &'static [&'static str] {
         "github_comment",
         "github_issue_context",
         "github_pr_context",
+        "llm_query_batched",
         "note",
         "pr_attempt_list",
         "pr_attempt_preflight",
@@ -264,7 +268,7 @@ pub fn durable_registry(
     ));
     let mut registry = Registry::empty();
     // Registering into an empty registry cannot meet a duplicate name.
-    let _ = register(&mut registry, &session, ctx, None);
+    let _ = register(&mut registry, &session, ctx, None, None);
     registry
 }
 
@@ -315,7 +319,7 @@ pub async fn catalog(
             tokio_util::sync::CancellationToken::new(),
         ));
         let mut registry = Registry::new(profile);
-        register(&mut registry, &session, &ctx, Some((profile, github)))
+        register(&mut registry, &session, &ctx, None, Some((profile, github)))
             .map_err(|e| crate::Error::Config(format!("tool registration: {e}")))?;
         store.close().await;
         Ok::<_, crate::Error>(registry.list())
