@@ -143,6 +143,12 @@ pub async fn run_agent(
         Ok(p) => p,
         Err(e) => return Ok(AgentEnd::Failed(e)),
     };
+    // What a person granted this task (request_permissions) holds in every attempt.
+    let policy = match tools::with_grants(policy, &ctx.store, task.id).await {
+        Ok(p) => p,
+        Err(e) => return Ok(AgentEnd::Retryable(e)),
+    };
+    let catalog = tools::Catalog::default();
     let session = Arc::new(Session::new(
         ctx.store.clone(),
         task.clone(),
@@ -159,6 +165,7 @@ pub async fn run_agent(
         &session,
         ctx,
         Some(client.clone()),
+        catalog.clone(),
         Some((profile, github)),
     ) {
         return Err(crate::Error::Config(format!("tool registration: {e}")));
@@ -189,6 +196,12 @@ pub async fn run_agent(
         Ok(mcp) => mcp,
         Err(end) => return Ok(end),
     };
+    let _ = catalog.set(
+        registry
+            .specs()
+            .map(|spec| (spec.name.clone(), spec.approval))
+            .collect(),
+    );
     // Sorted by name, so the tools' bytes are the same in every request and after a resume: a
     // prompt cache matches only an identical prefix.
     let mut definitions: Vec<ToolDefinition> = registry

@@ -15,6 +15,7 @@ mod github;
 mod images;
 mod lsp;
 mod mcp_servers;
+mod permissions;
 mod serve;
 mod soak;
 mod store_faults;

@@ -9,6 +9,7 @@ mod attempts;
 mod batch;
 mod checklist;
 mod github;
+mod permissions;
 mod work;
 
 use std::future::Future;
@@ -26,6 +27,7 @@ use super::Session;
 use super::policy::decide_gate;
 use super::session::Answer;
 use crate::runner::RunContext;
+pub(crate) use permissions::{Catalog, with_grants};
 
 /// Which durable tools a task of `profile` is offered. Every tool offered is sent with every request,
 /// so the default set is kept to what a coding agent uses in most tasks: its checklist, a person to
@@ -41,8 +43,13 @@ pub fn offered(name: &str, profile: Profile, github: bool) -> bool {
         return profile != Profile::Minimal;
     }
     match name {
-        "checklist_write" | "checklist_update" | "checklist_list" | "ask_user"
-        | "task_gate_run" | "note" => profile != Profile::Minimal,
+        "checklist_write"
+        | "checklist_update"
+        | "checklist_list"
+        | "ask_user"
+        | "task_gate_run"
+        | "note"
+        | "request_permissions" => profile != Profile::Minimal,
         "context_status" => true,
         _ => profile == Profile::Full,
     }
@@ -55,10 +62,12 @@ pub(crate) fn register(
     session: &Arc<Session>,
     ctx: &RunContext,
     model: Option<crate::model::ModelClient>,
+    catalog: permissions::Catalog,
     only: Option<(Profile, bool)>,
 ) -> orchestrator_tools::Result<()> {
     let mut specs = Vec::new();
     specs.extend(batch::specs(session, model));
+    specs.extend(permissions::specs(session, catalog));
     specs.extend(checklist::specs(session));
     specs.extend(agents::specs(session));
     specs.extend(work::specs(session, ctx));
@@ -118,6 +127,7 @@ pub fn names() -> &'static [&'static str] {
         "pr_attempt_record",
         "pr_attempt_select",
         "pr_open",
+        "request_permissions",
         "task_cancel",
         "task_create",
         "task_gate_run",
@@ -268,7 +278,7 @@ pub fn durable_registry(
     ));
     let mut registry = Registry::empty();
     // Registering into an empty registry cannot meet a duplicate name.
-    let _ = register(&mut registry, &session, ctx, None, None);
+    let _ = register(&mut registry, &session, ctx, None, Catalog::default(), None);
     registry
 }
 
@@ -319,8 +329,15 @@ pub async fn catalog(
             tokio_util::sync::CancellationToken::new(),
         ));
         let mut registry = Registry::new(profile);
-        register(&mut registry, &session, &ctx, None, Some((profile, github)))
-            .map_err(|e| crate::Error::Config(format!("tool registration: {e}")))?;
+        register(
+            &mut registry,
+            &session,
+            &ctx,
+            None,
+            Catalog::default(),
+            Some((profile, github)),
+        )
+        .map_err(|e| crate::Error::Config(format!("tool registration: {e}")))?;
         store.close().await;
         Ok::<_, crate::Error>(registry.list())
     }
