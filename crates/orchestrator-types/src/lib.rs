@@ -30,9 +30,9 @@ pub use gate::{FailureKind, GateEvidence, GateRecord, GateSummary, GitTree, Verd
 pub use id::{ArtifactId, TaskId};
 pub use sandbox::SandboxMode;
 pub use spec::{
-    AgentOptions, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_GATE_TIMEOUT_SECS, DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_MAX_CHILDREN, DEFAULT_MAX_TURNS, DEFAULT_QUEUE, GateSpec, MAX_CHILDREN, MAX_DEPTH,
-    MAX_TURNS, NewTask,
+    AgentOptions, AgentRole, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_GATE_TIMEOUT_SECS,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CHILDREN, DEFAULT_MAX_TURNS, DEFAULT_QUEUE, GateSpec,
+    MAX_CHILDREN, MAX_DEPTH, MAX_TURNS, NewTask,
 };
 pub use state::TaskState;
 pub use time::{format_millis, now_millis, parse_time};

@@ -126,6 +126,18 @@ pub struct AgentOptions {
     /// The MCP servers (by their name in the config's `[mcp_servers]`) whose tools the agent gets.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<String>,
+    /// The role a sub-agent was spawned in (`explore`, `review`, a role of the config), whose
+    /// instructions its system prompt carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<AgentRole>,
+}
+
+/// A sub-agent's role as it was given: its name and its instructions, copied into the task so it
+/// reads the same words after a restart or a change of the config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRole {
+    pub name: String,
+    pub instructions: String,
 }
 
 fn default_profile() -> String {
@@ -152,6 +164,7 @@ impl Default for AgentOptions {
             approval_timeout_secs: DEFAULT_APPROVAL_TIMEOUT_SECS,
             max_children: DEFAULT_MAX_CHILDREN,
             mcp_servers: Vec::new(),
+            role: None,
         }
     }
 }

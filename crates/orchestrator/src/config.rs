@@ -74,6 +74,11 @@
 //! root_markers = ["build.zig"]
 //! diagnostics_timeout_sec = 90             # an edit waits this long for the file's errors
 //! idle_timeout_sec = 600                   # shut down after this long unused
+//!
+//! [agent_roles.security-review]            # agent_spawn's role; built in: general, explore,
+//! instructions = "Review for injection and secrets."  # plan, review, implementer, verifier
+//! profile = "minimal"                      # narrowed to the parent's
+//! model = "big-model"                      # at the parent's endpoint (default: the parent's model)
 //! ```
 //!
 //! Secrets are named by the variable that holds them, never written into this file.
@@ -104,6 +109,9 @@ pub struct Config {
     /// Language servers for the lsp tool and for the errors an edit's result reports.
     #[serde(default)]
     pub lsp_servers: std::collections::BTreeMap<String, orchestrator_tools::lsp::LspServerConfig>,
+    /// Sub-agent roles agent_spawn may give, beside (or replacing) the built-in ones.
+    #[serde(default)]
+    pub agent_roles: std::collections::BTreeMap<String, orchestrator_worker::agent::roles::RoleDef>,
 }
 
 impl Config {
@@ -377,6 +385,8 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
             .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
     }
     orchestrator_tools::lsp::resolve_all(&config.lsp_servers)
+        .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    orchestrator_worker::agent::roles::validate(&config.agent_roles)
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
     let named = config
         .models

@@ -213,19 +213,22 @@ impl McpClient {
             .await
             .map_err(|e| format!("{}: the call could not be sent: {e}", self.name))?;
         let id = handle.id.clone();
+        // Armed until the call has an answer: a call whose future is dropped (the attempt stopped,
+        // the caller gave up) still tells the server to stop working on it.
+        let mut guard = CancelOnDrop {
+            peer: Some(peer.clone()),
+            id: Some(id.clone()),
+        };
         let answer = tokio::select! {
             answer = handle.await_response() => answer,
             () = cancel.cancelled() => {
-                let notice = CancelledNotification::new(CancelledNotificationParam {
-                    request_id: id,
-                    reason: Some("canceled by the orchestrator".into()),
-                });
-                let _ = peer
-                    .send_notification(ClientNotification::CancelledNotification(notice))
-                    .await;
+                guard.disarm();
+                send_cancel(&peer, id).await;
                 return Err(format!("{}: the call was canceled", self.name));
             }
         };
+        // A timeout is cancelled by rmcp itself; any other answer needs no notice.
+        guard.disarm();
         match answer {
             Ok(ServerResult::CallToolResult(result)) => Ok(result),
             Ok(other) => Err(format!(
@@ -253,6 +256,40 @@ impl McpClient {
     /// The process group of a stdio server.
     pub async fn pgid(&self) -> Option<i32> {
         self.process.lock().await.as_ref().map(|p| p.pgid)
+    }
+}
+
+/// Sends `notifications/cancelled` for request `id`.
+async fn send_cancel(peer: &rmcp::Peer<RoleClient>, id: rmcp::model::RequestId) {
+    let notice = CancelledNotification::new(CancelledNotificationParam {
+        request_id: id,
+        reason: Some("canceled by the orchestrator".into()),
+    });
+    let _ = peer
+        .send_notification(ClientNotification::CancelledNotification(notice))
+        .await;
+}
+
+/// Tells the server a call is cancelled when the call's future is dropped before its answer.
+struct CancelOnDrop {
+    peer: Option<rmcp::Peer<RoleClient>>,
+    id: Option<rmcp::model::RequestId>,
+}
+
+impl CancelOnDrop {
+    fn disarm(&mut self) {
+        self.peer = None;
+        self.id = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let (Some(peer), Some(id)) = (self.peer.take(), self.id.take())
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move { send_cancel(&peer, id).await });
+        }
     }
 }
 

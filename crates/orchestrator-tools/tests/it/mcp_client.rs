@@ -191,6 +191,24 @@ async fn a_long_call_past_its_deadline_is_cancelled_and_the_server_group_ends() 
         "{}",
         r.joined_text()
     );
+    // The server was told: it records the cancel notification it got.
+    let log = h.ws.path().join("mcp-cancelled.log");
+    assert!(
+        wait_for_text(&log, "cancelled").await,
+        "the server got no notifications/cancelled"
+    );
+    // A call whose future is dropped (the attempt stopped) is cancelled on the server too.
+    std::fs::remove_file(&log).unwrap();
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(300),
+        registry.call("mcp__scripted__hang", "{}", &h.ctx),
+    )
+    .await;
+    assert!(dropped.is_err(), "the hanging call answered");
+    assert!(
+        wait_for_text(&log, "cancelled").await,
+        "a dropped call was not cancelled on the server"
+    );
     // The server still answers after a call it was told to give up.
     let r = registry
         .call("mcp__scripted__ping", "{}", &h.ctx)
@@ -364,4 +382,15 @@ async fn a_long_running_call_with_progress_notifications_completes() {
     assert!(!r.is_error, "{}", r.joined_text());
     assert!(r.joined_text().contains("completed"), "{}", r.joined_text());
     manager.shutdown().await;
+}
+
+/// Waits up to 10 s for `path` to hold `needle`.
+async fn wait_for_text(path: &std::path::Path, needle: &str) -> bool {
+    for _ in 0..200 {
+        if std::fs::read_to_string(path).is_ok_and(|t| t.contains(needle)) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
 }

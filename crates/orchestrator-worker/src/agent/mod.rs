@@ -32,6 +32,7 @@ pub mod context;
 mod mcp;
 pub(crate) mod policy;
 mod prompt;
+pub mod roles;
 mod session;
 pub mod tools;
 
@@ -87,6 +88,8 @@ pub struct AgentConfig {
     /// The config's `[lsp_servers]`: started in the task's jail when a file they serve is asked
     /// about or edited.
     pub lsp_servers: Vec<orchestrator_tools::lsp::LspServer>,
+    /// The config's `[agent_roles]`, beside the built-in roles of agent_spawn.
+    pub roles: Arc<std::collections::BTreeMap<String, roles::RoleDef>>,
 }
 
 /// How the agent part of an attempt ended.
@@ -311,6 +314,7 @@ impl Agent<'_> {
                 &self.task.acceptance,
                 workspace,
                 &self.registry,
+                self.task.agent.role.as_ref(),
             );
             let user = prompt::user_prompt(self.task, prompt);
             self.ctx

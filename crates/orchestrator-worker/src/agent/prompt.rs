@@ -12,6 +12,7 @@ pub(crate) fn system_prompt(
     acceptance: &[String],
     workspace: &str,
     registry: &Registry,
+    role: Option<&orchestrator_types::AgentRole>,
 ) -> String {
     let names: Vec<String> = registry.list().into_iter().map(|t| t.name).collect();
     // Every tool the prompt names comes from the registry: a line whose tools this task lacks is
@@ -33,6 +34,13 @@ pub(crate) fn system_prompt(
         "You are a coding agent working unattended on one task. You act only through the tools \
          you are given; every call and its result is recorded as evidence.\n\n",
     );
+    if let Some(role) = role {
+        out.push_str(&format!(
+            "Your role: {}. {}\n\n",
+            role.name,
+            role.instructions.trim()
+        ));
+    }
     out.push_str(&format!(
         "Workspace: {workspace}\nAll paths are relative to the workspace; paths outside it are \
          refused.\n\n"
@@ -108,7 +116,7 @@ mod tests {
         for profile in [Profile::Minimal, Profile::Coding, Profile::Full] {
             let registry = Registry::new(profile);
             let names: Vec<String> = registry.list().into_iter().map(|t| t.name).collect();
-            let prompt = system_prompt(&gates, &[], "/ws", &registry);
+            let prompt = system_prompt(&gates, &[], "/ws", &registry, None);
             let words = prompt
                 .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .filter(|w| {
@@ -121,9 +129,9 @@ mod tests {
                 );
             }
         }
-        let coding = system_prompt(&gates, &[], "/ws", &Registry::new(Profile::Coding));
+        let coding = system_prompt(&gates, &[], "/ws", &Registry::new(Profile::Coding), None);
         assert!(coding.contains("exec_shell"), "{coding}");
-        let minimal = system_prompt(&gates, &[], "/ws", &Registry::new(Profile::Minimal));
+        let minimal = system_prompt(&gates, &[], "/ws", &Registry::new(Profile::Minimal), None);
         assert!(!minimal.contains("exec_shell"), "{minimal}");
     }
 }

@@ -76,6 +76,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     config.agent.mcp_servers = std::sync::Arc::new(file_config.mcp_servers.clone());
     config.agent.web_search = file_config.web_search.clone().map(std::sync::Arc::new);
     config.agent.lsp_servers = file_config.lsp_servers();
+    config.agent.roles = std::sync::Arc::new(file_config.agent_roles.clone());
     config.sandbox = global.tracked_sandbox(&file_config, "orchestrator run")?;
     // Set while streamed text on stderr has not ended its line; whoever prints next ends it.
     let mid_line = Arc::new(AtomicBool::new(false));

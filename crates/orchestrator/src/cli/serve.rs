@@ -113,6 +113,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     pool.agent.mcp_servers = Arc::new(file_config.mcp_servers.clone());
     pool.agent.web_search = file_config.web_search.clone().map(Arc::new);
     pool.agent.lsp_servers = file_config.lsp_servers();
+    pool.agent.roles = Arc::new(file_config.agent_roles.clone());
     pool.sandbox = global.tracked_sandbox(&file_config, "orchestrator serve")?;
     // Whether agents' processes will be confined, said once where the person starting the daemon
     // reads it, rather than discovered at the first command an agent runs.

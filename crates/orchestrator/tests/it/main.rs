@@ -16,6 +16,7 @@ mod images;
 mod lsp;
 mod mcp_servers;
 mod permissions;
+mod roles;
 mod serve;
 mod soak;
 mod store_faults;

@@ -48,6 +48,16 @@ struct SpawnArgs {
     gates: Vec<String>,
     #[serde(default)]
     acceptance: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<String>,
+}
+
+/// The roles agent_spawn can give: the config's and the built-in ones, and the model a role's
+/// model name is resolved against when the parent names none.
+#[derive(Clone)]
+pub(super) struct Roles {
+    pub configured: Arc<std::collections::BTreeMap<String, crate::agent::roles::RoleDef>>,
+    pub default_model: Option<orchestrator_types::ModelSpec>,
 }
 
 #[derive(Deserialize, Serialize)]
@@ -152,6 +162,8 @@ struct ChildRequest<'a> {
     task: NewTask,
     profile: Option<String>,
     sandbox: Option<String>,
+    /// Another model than the parent's (a role's).
+    model: Option<orchestrator_types::ModelSpec>,
 }
 
 /// A child task as it was created: its id and what it was granted.
@@ -175,6 +187,7 @@ async fn create_child(
         task: mut child,
         profile,
         sandbox,
+        model,
     } = request;
     let parent = &session.task;
     let depth = depth(session).await?;
@@ -220,7 +233,7 @@ async fn create_child(
     child.parent = Some(parent.id);
     child.queue = parent.queue.clone();
     child.priority = parent.priority;
-    child.model = parent.model.clone();
+    child.model = model.or_else(|| parent.model.clone());
     child.agent.profile = profile_name(rank).to_owned();
     child.agent.policy = Some(
         serde_json::to_value(&policy)
@@ -333,7 +346,7 @@ fn pretty(value: &serde_json::Value) -> Result<ToolResult, ToolFailure> {
     ))
 }
 
-pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
+pub(super) fn specs(session: &Arc<Session>, roles: Roles) -> Vec<ToolSpec> {
     vec![
         spec(
             Def {
@@ -346,54 +359,106 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                         "profile": {"type": "string", "enum": ["minimal", "coding", "full"]},
                         "sandbox": {"type": "string", "enum": ["read_only", "workspace_write", "full"], "description": "Where the child's commands may write; never wider than this task's sandbox (default: the same)."},
                         "gates": {"type": "array", "items": {"type": "string"}, "description": "Shell commands that must pass for the child to succeed; decided by this task's policy like exec_shell."},
-                        "acceptance": {"type": "array", "items": {"type": "string"}}
+                        "acceptance": {"type": "array", "items": {"type": "string"}},
+                        "role": {"type": "string", "description": "general (default), explore, plan or review (read only), implementer or verifier (coding), or a role of the config; gives the child its instructions and default profile."}
                     }),
                     &["prompt"],
                 ),
                 read_only: false,
                 approval: ApprovalClass::Read,
-                aliases: &[("task", "prompt"), ("instructions", "prompt")],
+                aliases: &[
+                    ("task", "prompt"),
+                    ("instructions", "prompt"),
+                    ("agent_type", "role"),
+                ],
                 example: json!({"prompt": "Find every caller of parse_header and list them with file and line.", "profile": "minimal"}),
             },
             session,
-            |session, args: SpawnArgs, ctx| async move {
-                let arguments = serde_json::to_value(&args).unwrap_or_default();
-                let title = args
-                    .title
-                    .unwrap_or_else(|| args.prompt.chars().take(60).collect());
-                let mut child = NewTask::agent(title, args.prompt);
-                for gate in args.gates {
-                    child = child.with_gate(gate);
-                }
-                child.acceptance = args.acceptance;
-                let Created {
-                    id,
-                    profile,
-                    sandbox,
-                } = create_child(
-                    &session,
-                    &ctx,
-                    ChildRequest {
-                        tool: "agent_spawn",
-                        arguments,
-                        task: child,
-                        profile: args.profile,
-                        sandbox: args.sandbox,
-                    },
-                )
-                .await?;
-                session
-                    .store
-                    .append_event(
-                        &session.lease,
-                        orchestrator_types::EventKind::ChildSpawned,
-                        json!({"child": id.0}),
+            move |session, args: SpawnArgs, ctx| {
+                let roles = roles.clone();
+                async move {
+                    let arguments = serde_json::to_value(&args).unwrap_or_default();
+                    let role = match args.role.as_deref().filter(|r| !r.trim().is_empty()) {
+                        None => None,
+                        Some(name) => {
+                            let Some(def) = crate::agent::roles::find(name, &roles.configured)
+                            else {
+                                let mut known: Vec<String> = crate::agent::roles::built_in_names()
+                                    .into_iter()
+                                    .map(str::to_owned)
+                                    .collect();
+                                known.extend(roles.configured.keys().cloned());
+                                known.sort();
+                                known.dedup();
+                                return Err(refuse(format!(
+                                    "agent_spawn: there is no role {name:?}; roles: {}",
+                                    known.join(", ")
+                                )));
+                            };
+                            Some((name.to_owned(), def))
+                        }
+                    };
+                    let title = args
+                        .title
+                        .unwrap_or_else(|| args.prompt.chars().take(60).collect());
+                    let mut child = NewTask::agent(title, args.prompt);
+                    for gate in args.gates {
+                        child = child.with_gate(gate);
+                    }
+                    child.acceptance = args.acceptance;
+                    let mut profile = args.profile;
+                    let mut model = None;
+                    if let Some((name, def)) = role {
+                        profile = profile.or(def.profile);
+                        if let Some(name) = def.model {
+                            let Some(mut spec) = session
+                                .task
+                                .model
+                                .clone()
+                                .or_else(|| roles.default_model.clone())
+                            else {
+                                return Err(refuse(
+                                    "agent_spawn: the role names a model, and this task has no model endpoint to ask it at",
+                                ));
+                            };
+                            spec.model = name;
+                            model = Some(spec);
+                        }
+                        child.agent.role = Some(orchestrator_types::AgentRole {
+                            name,
+                            instructions: def.instructions,
+                        });
+                    }
+                    let Created {
+                        id,
+                        profile,
+                        sandbox,
+                    } = create_child(
+                        &session,
+                        &ctx,
+                        ChildRequest {
+                            tool: "agent_spawn",
+                            arguments,
+                            task: child,
+                            profile,
+                            sandbox: args.sandbox,
+                            model,
+                        },
                     )
-                    .await
-                    .map_err(store_failure)?;
-                text(format!(
-                    "Spawned sub-agent task {id} (profile {profile}, sandbox {sandbox}). Use agent_wait {{\"ids\": [{id}]}} to wait for its answer."
-                ))
+                    .await?;
+                    session
+                        .store
+                        .append_event(
+                            &session.lease,
+                            orchestrator_types::EventKind::ChildSpawned,
+                            json!({"child": id.0}),
+                        )
+                        .await
+                        .map_err(store_failure)?;
+                    text(format!(
+                        "Spawned sub-agent task {id} (profile {profile}, sandbox {sandbox}). Use agent_wait {{\"ids\": [{id}]}} to wait for its answer."
+                    ))
+                }
             },
         ),
         spec(
@@ -578,6 +643,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                         task,
                         profile: None,
                         sandbox: None,
+                        model: None,
                     },
                 )
                 .await?;

@@ -69,7 +69,13 @@ pub(crate) fn register(
     specs.extend(batch::specs(session, model));
     specs.extend(permissions::specs(session, catalog));
     specs.extend(checklist::specs(session));
-    specs.extend(agents::specs(session));
+    specs.extend(agents::specs(
+        session,
+        agents::Roles {
+            configured: ctx.agent.roles.clone(),
+            default_model: ctx.agent.default_model.clone(),
+        },
+    ));
     specs.extend(work::specs(session, ctx));
     specs.extend(github::specs(session, ctx));
     specs.extend(attempts::specs(session));
