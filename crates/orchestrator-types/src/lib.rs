@@ -31,8 +31,8 @@ pub use id::{ArtifactId, TaskId};
 pub use sandbox::SandboxMode;
 pub use spec::{
     AgentOptions, AgentRole, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_GATE_TIMEOUT_SECS,
-    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CHILDREN, DEFAULT_MAX_TURNS, DEFAULT_QUEUE, GateSpec,
-    MAX_CHILDREN, MAX_DEPTH, MAX_TURNS, NewTask,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CHILDREN, DEFAULT_MAX_TURNS, DEFAULT_QUEUE, ForkPoint,
+    GateSpec, MAX_CHILDREN, MAX_DEPTH, MAX_TURNS, NewTask,
 };
 pub use state::TaskState;
 pub use time::{format_millis, now_millis, parse_time};

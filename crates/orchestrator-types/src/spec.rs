@@ -130,6 +130,20 @@ pub struct AgentOptions {
     /// instructions its system prompt carries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<AgentRole>,
+    /// A sub-agent that continues its parent's conversation: it starts with the parent's messages
+    /// up to this point (`fork_context`), then its own task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<ForkPoint>,
+}
+
+/// Where a forked sub-agent's conversation comes from: the parent's saved messages from `from_seq`
+/// (its conversation's start, after any compaction) through `through_seq` (the last message before
+/// the reply that spawned it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkPoint {
+    pub task: i64,
+    pub from_seq: i64,
+    pub through_seq: i64,
 }
 
 /// A sub-agent's role as it was given: its name and its instructions, copied into the task so it
@@ -165,6 +179,7 @@ impl Default for AgentOptions {
             max_children: DEFAULT_MAX_CHILDREN,
             mcp_servers: Vec::new(),
             role: None,
+            fork: None,
         }
     }
 }

@@ -317,25 +317,48 @@ impl Agent<'_> {
                 self.task.agent.role.as_ref(),
             );
             let user = prompt::user_prompt(self.task, prompt);
+            // A forked child starts with its parent's conversation, byte for byte (a prompt cache
+            // matches it), and its own task after it.
+            let mut first: Vec<NewMessage> = match self.task.agent.fork {
+                Some(fork) => self
+                    .ctx
+                    .store
+                    .messages(orchestrator_types::TaskId(fork.task))
+                    .await?
+                    .into_iter()
+                    .filter(|m| m.seq >= fork.from_seq && m.seq <= fork.through_seq)
+                    .map(|m| NewMessage {
+                        turn: 0,
+                        message: m.message,
+                        usage: None,
+                        model_ms: None,
+                    })
+                    .collect(),
+                None => Vec::new(),
+            };
+            let opening = if first.is_empty() {
+                first.push(NewMessage {
+                    turn: 0,
+                    message: ChatMessage::system(system),
+                    usage: None,
+                    model_ms: None,
+                });
+                user
+            } else {
+                prompt::forked_prompt(self.task, prompt)
+            };
+            first.push(NewMessage {
+                turn: 0,
+                message: ChatMessage::user(opening),
+                usage: None,
+                model_ms: None,
+            });
             self.ctx
                 .store
                 .append_messages(
                     self.lease,
                     self.task.attempt,
-                    &[
-                        NewMessage {
-                            turn: 0,
-                            message: ChatMessage::system(system),
-                            usage: None,
-                            model_ms: None,
-                        },
-                        NewMessage {
-                            turn: 0,
-                            message: ChatMessage::user(user),
-                            usage: None,
-                            model_ms: None,
-                        },
-                    ],
+                    &first,
                     (
                         EventKind::Message,
                         json!({"turn": 0, "role": "user", "text": clip(prompt)}),

@@ -103,6 +103,28 @@ pub(crate) fn user_prompt(task: &Task, prompt: &str) -> String {
     out
 }
 
+/// The message that follows a forked child's copy of its parent's conversation: who it is now,
+/// its role if it has one, and its own task.
+pub(crate) fn forked_prompt(task: &Task, prompt: &str) -> String {
+    let parent = task
+        .parent_id
+        .map_or_else(|| "your parent".to_owned(), |p| format!("task {p}"));
+    let mut out = format!(
+        "You are now a sub-agent (task {}) forked from the conversation above, which was {parent}'s. Your tools may be fewer than the ones used above; use only those you have. Your final answer is returned to {parent}.",
+        task.id
+    );
+    if let Some(role) = &task.agent.role {
+        out.push_str(&format!(
+            "\n\nYour role: {}. {}",
+            role.name,
+            role.instructions.trim()
+        ));
+    }
+    out.push_str("\n\nYour task: ");
+    out.push_str(prompt.trim());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

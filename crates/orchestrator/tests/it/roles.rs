@@ -1,6 +1,7 @@
 //! Sub-agent roles through `serve`: a parent spawns a built-in `explore` child (read-only tools,
 //! the explorer's instructions) and a child in a role of the config (its instructions, its model
-//! at the parent's endpoint); an unknown role is refused with the roles there are.
+//! at the parent's endpoint); an unknown role is refused with the roles there are; and a child
+//! forked with `fork_context` starts with its parent's conversation, byte for byte.
 
 use crate::support::Env;
 use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
@@ -119,4 +120,101 @@ fn a_role_gives_a_child_its_instructions_profile_and_model() {
     }
     roles.sort();
     assert_eq!(roles, ["explore", "security-review"]);
+}
+
+fn fork_script(request: &Request) -> Reply {
+    let last_user = request
+        .messages()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    if last_user.contains("forked from the conversation above") {
+        return Reply::Text("The code word is PELICAN.".into());
+    }
+    match request.assistant_turns() {
+        0 => Reply::ToolCalls(vec![call(
+            "note",
+            json!({"text": "the code word is PELICAN"}),
+        )]),
+        1 => Reply::ToolCalls(vec![call(
+            "agent_spawn",
+            json!({"prompt": "Say the code word.", "role": "explore", "fork_context": true}),
+        )]),
+        2 => Reply::ToolCalls(vec![call("agent_wait", json!({"timeout_secs": 600}))]),
+        _ => Reply::Text(request.last_tool_results().join("\n")),
+    }
+}
+
+#[test]
+fn a_forked_child_continues_its_parents_conversation_byte_for_byte() {
+    let model = ScriptedModel::start_blocking(fork_script);
+    let env = Env::sqlite();
+    let ws = tempfile::tempdir().unwrap();
+    let created = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "fork",
+        "--prompt",
+        "Remember the code word PELICAN, then ask a sub-agent for it.",
+        "--model",
+        "scripted",
+        "--base-url",
+        &model.base_url(),
+        "--profile",
+        "full",
+        "--workspace",
+        &ws.path().display().to_string(),
+        "--json",
+    ]);
+    let id = created["id"].as_i64().unwrap();
+    let _serve = env.serve(&[]);
+    let task = env.wait_task(id, "finished", |t| {
+        t["state"]
+            .as_str()
+            .is_some_and(|s| s == "succeeded" || s == "failed")
+    });
+    assert_eq!(task["state"], "succeeded", "{task}");
+
+    let requests = model.received();
+    let forked_user = |r: &&Request| {
+        r.messages()
+            .last()
+            .and_then(|m| m["content"].as_str())
+            .is_some_and(|c| c.contains("forked from the conversation above"))
+    };
+    let child = requests
+        .iter()
+        .find(forked_user)
+        .expect("the child asked the model");
+    // The parent's request that spawned it: its messages are the child's prefix, exactly.
+    let spawning = requests
+        .iter()
+        .find(|r| !forked_user(r) && r.assistant_turns() == 1)
+        .unwrap();
+    let parent_messages = spawning.messages();
+    let child_messages = child.messages();
+    assert_eq!(child_messages.len(), parent_messages.len() + 1);
+    assert_eq!(
+        serde_json::to_string(&child_messages[..parent_messages.len()]).unwrap(),
+        serde_json::to_string(parent_messages).unwrap(),
+        "the child's prefix is the parent's conversation"
+    );
+    let opening = child_messages.last().unwrap()["content"].as_str().unwrap();
+    assert!(
+        opening.contains(&format!("which was task {id}'s")),
+        "{opening}"
+    );
+    assert!(opening.contains("Your role: explore."), "{opening}");
+    assert!(
+        opening.ends_with("Your task: Say the code word."),
+        "{opening}"
+    );
+    // The spawning call itself is not in the child's conversation: no call without its result.
+    assert!(!child.body.to_string().contains("agent_spawn\",\"arguments"));
+    let last = requests.last().unwrap().last_tool_results().join("\n");
+    assert!(last.contains("The code word is PELICAN."), "{last}");
 }

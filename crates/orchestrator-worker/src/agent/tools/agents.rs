@@ -50,6 +50,8 @@ struct SpawnArgs {
     acceptance: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     role: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    fork_context: bool,
 }
 
 /// The roles agent_spawn can give: the config's and the built-in ones, and the model a role's
@@ -254,6 +256,44 @@ async fn create_child(
     })
 }
 
+/// Where a forked child's conversation ends: the parent's current conversation (from its last
+/// compaction) up to the message before the reply whose call spawns the child, so the child's
+/// prefix is whole (no call without its result) and byte for byte the parent's.
+async fn fork_point(
+    session: &Session,
+    ctx: &ToolContext,
+) -> Result<orchestrator_types::ForkPoint, ToolFailure> {
+    let Some(call_id) = ctx.call_id() else {
+        return Err(refuse("fork_context works only inside an agent task"));
+    };
+    let task = session.task_id();
+    let saved = session.store.messages(task).await.map_err(store_failure)?;
+    let Some(reply) = saved
+        .iter()
+        .rposition(|m| m.message.tool_calls.iter().any(|c| c.id == call_id))
+    else {
+        return Err(refuse(
+            "fork_context: this call's reply is not saved yet; spawn without it",
+        ));
+    };
+    let from_seq = session
+        .store
+        .events_of_kind(task, orchestrator_types::EventKind::Compacted)
+        .await
+        .map_err(store_failure)?
+        .last()
+        .and_then(|e| e.data["first_seq"].as_i64())
+        .unwrap_or(0);
+    let Some(through) = reply.checked_sub(1).map(|at| saved[at].seq) else {
+        return Err(refuse("fork_context: there is no conversation to fork yet"));
+    };
+    Ok(orchestrator_types::ForkPoint {
+        task: task.0,
+        from_seq,
+        through_seq: through,
+    })
+}
+
 /// The task scope of this task's policy. The worker fills it in when it reads the policy; a
 /// session without one (a registry built for docs) gets the narrow scope.
 fn scope(session: &Session) -> TaskScope {
@@ -360,7 +400,8 @@ pub(super) fn specs(session: &Arc<Session>, roles: Roles) -> Vec<ToolSpec> {
                         "sandbox": {"type": "string", "enum": ["read_only", "workspace_write", "full"], "description": "Where the child's commands may write; never wider than this task's sandbox (default: the same)."},
                         "gates": {"type": "array", "items": {"type": "string"}, "description": "Shell commands that must pass for the child to succeed; decided by this task's policy like exec_shell."},
                         "acceptance": {"type": "array", "items": {"type": "string"}},
-                        "role": {"type": "string", "description": "general (default), explore, plan or review (read only), implementer or verifier (coding), or a role of the config; gives the child its instructions and default profile."}
+                        "role": {"type": "string", "description": "general (default), explore, plan or review (read only), implementer or verifier (coding), or a role of the config; gives the child its instructions and default profile."},
+                        "fork_context": {"type": "boolean", "description": "Start the child with this conversation so far (everything you have read and done), instead of only the prompt. Default false."}
                     }),
                     &["prompt"],
                 ),
@@ -428,6 +469,9 @@ pub(super) fn specs(session: &Arc<Session>, roles: Roles) -> Vec<ToolSpec> {
                             name,
                             instructions: def.instructions,
                         });
+                    }
+                    if args.fork_context {
+                        child.agent.fork = Some(fork_point(&session, &ctx).await?);
                     }
                     let Created {
                         id,
