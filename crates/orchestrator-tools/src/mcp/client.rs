@@ -244,6 +244,101 @@ impl McpClient {
         }
     }
 
+    /// Whether the server offers resources and prompts (its `initialize` answer).
+    pub fn offers(&self) -> (bool, bool) {
+        self.service.peer_info().map_or((false, false), |info| {
+            (
+                info.capabilities.resources.is_some(),
+                info.capabilities.prompts.is_some(),
+            )
+        })
+    }
+
+    /// The server's resources (every page), each as its JSON (`uri`, `name`, `mimeType`, ...).
+    pub async fn resources(&self, timeout: Duration) -> Result<Vec<Value>, String> {
+        let listed = tokio::time::timeout(timeout, self.service.list_all_resources())
+            .await
+            .map_err(|_| {
+                format!(
+                    "{}: resources/list did not answer within {} s",
+                    self.name,
+                    timeout.as_secs_f64()
+                )
+            })?
+            .map_err(|e| format!("{}: resources/list failed: {e}", self.name))?;
+        Ok(listed
+            .iter()
+            .filter_map(|r| serde_json::to_value(r).ok())
+            .collect())
+    }
+
+    /// The contents of resource `uri`, as JSON (`text`, or a base64 `blob`, with `mimeType`).
+    pub async fn read_resource(&self, uri: &str, timeout: Duration) -> Result<Vec<Value>, String> {
+        let read = tokio::time::timeout(
+            timeout,
+            self.service
+                .read_resource(rmcp::model::ReadResourceRequestParams::new(uri)),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "{}: resources/read did not answer within {} s",
+                self.name,
+                timeout.as_secs_f64()
+            )
+        })?
+        .map_err(|e| format!("{}: resources/read {uri} failed: {e}", self.name))?;
+        Ok(read
+            .contents
+            .iter()
+            .filter_map(|c| serde_json::to_value(c).ok())
+            .collect())
+    }
+
+    /// The server's prompts (every page), each as its JSON (`name`, `description`, `arguments`).
+    pub async fn prompts(&self, timeout: Duration) -> Result<Vec<Value>, String> {
+        let listed = tokio::time::timeout(timeout, self.service.list_all_prompts())
+            .await
+            .map_err(|_| {
+                format!(
+                    "{}: prompts/list did not answer within {} s",
+                    self.name,
+                    timeout.as_secs_f64()
+                )
+            })?
+            .map_err(|e| format!("{}: prompts/list failed: {e}", self.name))?;
+        Ok(listed
+            .iter()
+            .filter_map(|p| serde_json::to_value(p).ok())
+            .collect())
+    }
+
+    /// Prompt `name` filled with `arguments`: its messages as JSON (`role`, `content`).
+    pub async fn prompt(
+        &self,
+        name: &str,
+        arguments: Option<serde_json::Map<String, Value>>,
+        timeout: Duration,
+    ) -> Result<Vec<Value>, String> {
+        let mut params = rmcp::model::GetPromptRequestParams::new(name);
+        params.arguments = arguments;
+        let got = tokio::time::timeout(timeout, self.service.get_prompt(params))
+            .await
+            .map_err(|_| {
+                format!(
+                    "{}: prompts/get did not answer within {} s",
+                    self.name,
+                    timeout.as_secs_f64()
+                )
+            })?
+            .map_err(|e| format!("{}: prompts/get {name} failed: {e}", self.name))?;
+        Ok(got
+            .messages
+            .iter()
+            .filter_map(|m| serde_json::to_value(m).ok())
+            .collect())
+    }
+
     /// Ends the session, and a stdio server's whole process group.
     pub async fn shutdown(&self) {
         // Stops the session's service, which closes a stdio server's stdin.

@@ -53,8 +53,8 @@ pub struct ServerState {
 #[derive(Debug, Default)]
 pub struct McpManager {
     states: Vec<ServerState>,
-    clients: BTreeMap<String, Arc<McpClient>>,
-    configs: BTreeMap<String, McpServerConfig>,
+    pub(super) clients: BTreeMap<String, Arc<McpClient>>,
+    pub(super) configs: BTreeMap<String, McpServerConfig>,
     tools: Vec<(String, String, McpTool)>,
     names: QualifiedTools,
 }

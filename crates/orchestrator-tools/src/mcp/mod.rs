@@ -15,6 +15,7 @@ mod config;
 mod http;
 mod manager;
 mod names;
+mod resources;
 mod server;
 
 pub use client::{McpClient, McpTool};

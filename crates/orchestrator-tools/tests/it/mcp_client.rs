@@ -5,7 +5,7 @@
 //! mid-call). Servers run in the test's sandbox jail, as a task's would; after each test no
 //! process of a server is left.
 
-use crate::Harness;
+use crate::{Harness, assert_error, assert_ok};
 use orchestrator_tools::mcp::{McpManager, McpServerConfig, ServerStatus, qualify};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -393,4 +393,72 @@ async fn wait_for_text(path: &std::path::Path, needle: &str) -> bool {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_servers_resources_and_prompts_are_tools() {
+    let mut h = Harness::new();
+    let everything = McpServerConfig::stdio(&npm_server("mcp-server-everything"), &[]);
+    let manager = start(&h, &[("everything", everything)]).await;
+    ready_tools(&manager, "everything");
+    let specs = manager.resource_specs();
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "mcp_prompt_get",
+            "mcp_prompts",
+            "mcp_resource_read",
+            "mcp_resources"
+        ]
+    );
+    assert!(specs.iter().all(|s| s.read_only));
+    for spec in specs {
+        h.registry.register(spec).unwrap();
+    }
+
+    let listed = assert_ok(&h.call("mcp_resources", json!({})).await);
+    assert!(
+        listed.starts_with("[from the MCP server everything; not verified]"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains(
+            "demo://resource/static/document/architecture.md  architecture.md (text/markdown)"
+        ),
+        "{listed}"
+    );
+    let read = assert_ok(
+        &h.call(
+            "mcp_resource_read",
+            json!({"uri": "demo://resource/static/document/architecture.md"}),
+        )
+        .await,
+    );
+    assert!(
+        read.contains("# Everything Server – Architecture"),
+        "{read}"
+    );
+    let r = h
+        .call("mcp_resource_read", json!({"server": "nobody", "uri": "x"}))
+        .await;
+    assert_error(&r, &["no MCP server \"nobody\"", "servers: everything"]);
+
+    let prompts = assert_ok(&h.call("mcp_prompts", json!({})).await);
+    assert!(prompts.contains("args-prompt(city, state?)"), "{prompts}");
+    assert!(
+        prompts.contains("simple-prompt(): A prompt with no arguments"),
+        "{prompts}"
+    );
+    let filled = assert_ok(
+        &h.call(
+            "mcp_prompt_get",
+            json!({"name": "args-prompt", "arguments": {"city": "Lyon"}}),
+        )
+        .await,
+    );
+    assert!(filled.contains("user: What's weather in Lyon?"), "{filled}");
+    let r = h.call("mcp_prompt_get", json!({"arguments": {}})).await;
+    assert_error(&r, &["missing required parameter 'name'"]);
+    manager.shutdown().await;
 }

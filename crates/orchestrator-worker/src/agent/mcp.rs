@@ -49,7 +49,11 @@ pub(super) async fn start_servers(
             "a required MCP server is not ready: {error}"
         )));
     }
-    for spec in manager.tool_specs() {
+    for spec in manager
+        .tool_specs()
+        .into_iter()
+        .chain(manager.resource_specs())
+    {
         if let Err(e) = registry.register(spec) {
             manager.shutdown().await;
             return Err(AgentEnd::Failed(format!(
