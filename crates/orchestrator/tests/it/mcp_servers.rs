@@ -1,6 +1,7 @@
 //! Agents with other servers' tools: an agent task that selects two MCP servers from the config
 //! (the npm reference servers), calls their tools for 20 turns across a SIGKILL of `serve`, and
-//! sends the model the same tool bytes in every request; and `mcp-servers list|check`.
+//! sends the model the same tool bytes in every request; an agent that reads a server's resources
+//! and fills its prompts; and `mcp-servers list|check`.
 
 use crate::support::{Env, processes_with};
 use nix::sys::signal::Signal;
@@ -187,5 +188,99 @@ fn mcp_servers_check_starts_each_server_and_says_what_failed() {
         String::from_utf8_lossy(&out.stderr).contains("bad.name"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn resource_turns(request: &Request) -> Reply {
+    match request.assistant_turns() {
+        0 => Reply::ToolCalls(vec![call("mcp_resources", json!({}))]),
+        1 => Reply::ToolCalls(vec![call(
+            "mcp_resource_read",
+            json!({"uri": "demo://resource/static/document/architecture.md"}),
+        )]),
+        2 => Reply::ToolCalls(vec![call("mcp_prompts", json!({"server": "everything"}))]),
+        3 => Reply::ToolCalls(vec![call(
+            "mcp_prompt_get",
+            json!({"name": "args-prompt", "arguments": {"city": "Lyon"}}),
+        )]),
+        _ => Reply::Text("Done.".into()),
+    }
+}
+
+#[test]
+fn an_agent_reads_an_mcp_servers_resources_and_fills_its_prompts() {
+    let model = ScriptedModel::start_blocking(resource_turns);
+    let env = Env::sqlite();
+    std::fs::write(
+        env.home().join("config.toml"),
+        "[mcp_servers.everything]\ncommand = \"mcp-server-everything\"\n",
+    )
+    .unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let created = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "resources",
+        "--prompt",
+        "Read the architecture document.",
+        "--model",
+        "scripted",
+        "--base-url",
+        &model.base_url(),
+        "--mcp",
+        "everything",
+        "--workspace",
+        &ws.path().display().to_string(),
+        "--json",
+    ]);
+    let id = created["id"].as_i64().unwrap();
+    let _serve = env.serve(&[]);
+    let task = env.wait_task(id, "finished", |t| {
+        t["state"]
+            .as_str()
+            .is_some_and(|s| s == "succeeded" || s == "failed")
+    });
+    assert_eq!(task["state"], "succeeded", "{task}");
+    let requests = model.received();
+    let names = requests[0].tool_names();
+    for tool in [
+        "mcp_prompt_get",
+        "mcp_prompts",
+        "mcp_resource_read",
+        "mcp_resources",
+    ] {
+        assert!(
+            names.contains(&tool.to_owned()),
+            "{tool} missing: {names:?}"
+        );
+    }
+    let result = |turn: usize| {
+        requests
+            .iter()
+            .find(|r| r.assistant_turns() == turn)
+            .unwrap()
+            .last_tool_results()
+            .join("\n")
+    };
+    assert!(
+        result(1).contains("demo://resource/static/document/architecture.md"),
+        "{}",
+        result(1)
+    );
+    assert!(
+        result(2).contains("# Everything Server – Architecture"),
+        "{}",
+        result(2)
+    );
+    assert!(
+        result(3).contains("args-prompt(city, state?)"),
+        "{}",
+        result(3)
+    );
+    assert!(
+        result(4).contains("user: What's weather in Lyon?"),
+        "{}",
+        result(4)
     );
 }
