@@ -26,6 +26,7 @@ pub mod output;
 pub mod policy;
 pub mod registry;
 pub mod result;
+mod server_process;
 pub mod tools;
 pub mod workspace;
 

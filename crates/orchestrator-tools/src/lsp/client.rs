@@ -19,8 +19,6 @@ use lsp_types::{
     TextDocumentContentChangeEvent, TextDocumentIdentifier, TextDocumentItem, Url,
     VersionedTextDocumentIdentifier, WindowClientCapabilities, WorkDoneProgress, WorkspaceFolder,
 };
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use orchestrator_sandbox::{Jail, TrackedGroup};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -38,8 +36,6 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 const QUIET: Duration = Duration::from_millis(1500);
 /// How long a server with no progress under way must be quiet before a query counts it ready.
 const READY_QUIET: Duration = Duration::from_millis(500);
-/// Bytes of a server's stderr kept for the error of a server that fails.
-const STDERR_TAIL: usize = 2048;
 
 /// How the server counts columns (negotiated; UTF-16 unless it takes UTF-8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,7 +153,7 @@ impl LspClient {
         };
         let stderr = Arc::new(Mutex::new(String::new()));
         if let Some(pipe) = child.stderr.take() {
-            tokio::spawn(keep_tail(pipe, stderr.clone()));
+            tokio::spawn(crate::server_process::keep_tail(pipe, stderr.clone()));
         }
         let process = ServerProcess {
             child,
@@ -477,7 +473,7 @@ impl LspClient {
         };
         let _ = tokio::time::timeout(EXIT_GRACE, polite).await;
         if let Some(mut process) = self.process.lock().await.take() {
-            end_process(&mut process).await;
+            crate::server_process::end_group(&mut process.child, process.pgid, EXIT_GRACE).await;
         }
         if let Some(main_loop) = lock(&self.main_loop).take() {
             main_loop.abort();
@@ -552,44 +548,4 @@ fn router(state: RouterState) -> Router<RouterState> {
             async move { Ok(answer) }
         });
     router
-}
-
-async fn keep_tail(mut pipe: tokio::process::ChildStderr, tail: Arc<Mutex<String>>) {
-    use tokio::io::AsyncReadExt;
-    let mut buf = vec![0u8; 4096];
-    while let Ok(n) = pipe.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-        let mut tail = lock(&tail);
-        tail.push_str(&String::from_utf8_lossy(&buf[..n]));
-        if tail.len() > STDERR_TAIL {
-            let cut = tail.len() - STDERR_TAIL;
-            let cut = (cut..tail.len())
-                .find(|i| tail.is_char_boundary(*i))
-                .unwrap_or(tail.len());
-            tail.drain(..cut);
-        }
-    }
-}
-
-/// Waits for the server to exit, then SIGTERM to its group, then SIGKILL; the group is signalled
-/// in every case so that nothing it started (rust-analyzer's `cargo check`, proc-macro servers)
-/// stays behind.
-async fn end_process(process: &mut ServerProcess) {
-    let group = Pid::from_raw(process.pgid);
-    if tokio::time::timeout(EXIT_GRACE, process.child.wait())
-        .await
-        .is_err()
-    {
-        let _ = killpg(group, Signal::SIGTERM);
-        if tokio::time::timeout(EXIT_GRACE, process.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = process.child.start_kill();
-        }
-    }
-    let _ = killpg(group, Signal::SIGKILL);
-    let _ = process.child.wait().await;
 }

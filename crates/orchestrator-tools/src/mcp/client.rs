@@ -8,8 +8,6 @@
 
 use super::config::{McpServerConfig, McpTransport};
 use super::http::HttpClient;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use orchestrator_sandbox::{Jail, TrackedGroup};
 use rmcp::ServiceExt;
 use rmcp::model::{
@@ -52,9 +50,6 @@ struct ServerProcess {
     /// The task reading stderr; it ends when the pipe closes.
     stderr_reader: Option<tokio::task::JoinHandle<()>>,
 }
-
-/// Bytes of a server's stderr kept for its error message.
-const STDERR_TAIL: usize = 2048;
 
 impl ServerProcess {
     /// `: <the end of stderr>`, or nothing when it wrote nothing.
@@ -112,12 +107,22 @@ impl McpClient {
                     Ok(Ok(service)) => (service, Some(process)),
                     Ok(Err(e)) => {
                         let said = process.said().await;
-                        end_process(&mut process).await;
+                        crate::server_process::end_group(
+                            &mut process.child,
+                            process.pgid,
+                            EXIT_GRACE,
+                        )
+                        .await;
                         return Err(format!("{name}: the server did not initialize: {e}{said}"));
                     }
                     Err(_) => {
                         let said = process.said().await;
-                        end_process(&mut process).await;
+                        crate::server_process::end_group(
+                            &mut process.child,
+                            process.pgid,
+                            EXIT_GRACE,
+                        )
+                        .await;
                         return Err(format!("{}{said}", timed_out(name, deadline)));
                     }
                 }
@@ -344,7 +349,7 @@ impl McpClient {
         // Stops the session's service, which closes a stdio server's stdin.
         self.service.cancellation_token().cancel();
         if let Some(mut process) = self.process.lock().await.take() {
-            end_process(&mut process).await;
+            crate::server_process::end_group(&mut process.child, process.pgid, EXIT_GRACE).await;
         }
     }
 
@@ -434,27 +439,9 @@ fn spawn(
     };
     let stderr = Arc::new(std::sync::Mutex::new(String::new()));
     let mut stderr_reader = None;
-    if let Some(mut pipe) = child.stderr.take() {
+    if let Some(pipe) = child.stderr.take() {
         let tail = stderr.clone();
-        stderr_reader = Some(tokio::spawn(async move {
-            use tokio::io::AsyncReadExt;
-            let mut buf = vec![0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                if let Ok(mut tail) = tail.lock() {
-                    tail.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    if tail.len() > STDERR_TAIL {
-                        let cut = tail.len() - STDERR_TAIL;
-                        let cut = (cut..tail.len())
-                            .find(|i| tail.is_char_boundary(*i))
-                            .unwrap_or(tail.len());
-                        tail.drain(..cut);
-                    }
-                }
-            }
-        }));
+        stderr_reader = Some(tokio::spawn(crate::server_process::keep_tail(pipe, tail)));
     }
     Ok((
         ServerProcess {
@@ -467,24 +454,4 @@ fn spawn(
         stdout,
         stdin,
     ))
-}
-
-/// Waits for the server to exit (its stdin is closed by now), then SIGTERM to its group, then
-/// SIGKILL; in every case the group is signalled so nothing it started stays behind.
-async fn end_process(process: &mut ServerProcess) {
-    let group = Pid::from_raw(process.pgid);
-    if tokio::time::timeout(EXIT_GRACE, process.child.wait())
-        .await
-        .is_err()
-    {
-        let _ = killpg(group, Signal::SIGTERM);
-        if tokio::time::timeout(EXIT_GRACE, process.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = process.child.start_kill();
-        }
-    }
-    let _ = killpg(group, Signal::SIGKILL);
-    let _ = process.child.wait().await;
 }
