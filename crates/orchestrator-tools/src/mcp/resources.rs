@@ -90,6 +90,18 @@ fn chosen(servers: &Servers, server: Option<&str>) -> Result<Vec<String>, ToolFa
     }
 }
 
+/// The one server a call reaches: the one it names, or the only one there is.
+fn one_server(servers: &Servers, args: &Value, tool: &str) -> Result<String, ToolFailure> {
+    match server_arg(args) {
+        Some(name) => Ok(chosen(servers, Some(name))?.remove(0)),
+        None if servers.len() == 1 => Ok(names(servers)),
+        None => Err(refuse(format!(
+            "{tool}: name the server ({})",
+            names(servers)
+        ))),
+    }
+}
+
 fn server_arg(args: &Value) -> Option<&str> {
     args.get("server")
         .and_then(Value::as_str)
@@ -166,16 +178,7 @@ fn read_resource(servers: Servers) -> ToolSpec {
         let servers = servers.clone();
         async move {
             let uri = required_str(&args, "uri", "mcp_resource_read")?;
-            let server = match server_arg(&args) {
-                Some(name) => chosen(&servers, Some(name))?.remove(0),
-                None if servers.len() == 1 => names(&servers),
-                None => {
-                    return Err(refuse(format!(
-                        "mcp_resource_read: name the server ({})",
-                        names(&servers)
-                    )));
-                }
-            };
+            let server = one_server(&servers, &args, "mcp_resource_read")?;
             let (client, timeout) = &servers[&server];
             let contents = client.read_resource(uri, *timeout).await.map_err(refuse)?;
             let mut out = format!("{}\n", label(&server));
@@ -277,16 +280,7 @@ fn get_prompt(servers: Servers) -> ToolSpec {
         let servers = servers.clone();
         async move {
             let name = required_str(&args, "name", "mcp_prompt_get")?;
-            let server = match server_arg(&args) {
-                Some(server) => chosen(&servers, Some(server))?.remove(0),
-                None if servers.len() == 1 => names(&servers),
-                None => {
-                    return Err(refuse(format!(
-                        "mcp_prompt_get: name the server ({})",
-                        names(&servers)
-                    )));
-                }
-            };
+            let server = one_server(&servers, &args, "mcp_prompt_get")?;
             let arguments = match args.get("arguments") {
                 None | Some(Value::Null) => None,
                 Some(Value::Object(map)) => Some(
