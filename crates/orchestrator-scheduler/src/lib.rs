@@ -16,8 +16,10 @@ mod clock;
 mod cron;
 mod error;
 pub mod files;
+pub mod manage;
 mod plan;
 mod scheduler;
+mod view;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cron::{DEFAULT_PREVIEW_COUNT, Schedule, jitter_offset_ms, parse_timezone};
@@ -29,3 +31,4 @@ pub use scheduler::{
     DEFAULT_BATCH, DEFAULT_ERROR_BACKOFF, DEFAULT_IDLE_POLL, FireCounts, Scheduler,
     SchedulerConfig, run_now,
 };
+pub use view::{AutomationView, SlotTaskView, SlotView};

@@ -49,6 +49,9 @@ const COLUMNS: [Automations; 13] = [
 pub const SOURCE_CLI: &str = "cli";
 /// See [`SOURCE_CLI`].
 pub const SOURCE_FILE: &str = "file";
+/// Made by an agent's automation_create, with a person's approval; its tool call is on the task
+/// that made it. See [`SOURCE_CLI`].
+pub const SOURCE_AGENT: &str = "agent";
 
 #[derive(sqlx::FromRow)]
 struct AutomationRow {
@@ -73,7 +76,7 @@ pub struct Automation {
     pub id: i64,
     pub spec: AutomationSpec,
     pub status: AutomationStatus,
-    /// [`SOURCE_CLI`] or [`SOURCE_FILE`].
+    /// [`SOURCE_CLI`], [`SOURCE_FILE`] or [`SOURCE_AGENT`].
     pub source: String,
     /// The file it came from, for file automations.
     pub source_path: Option<String>,

@@ -33,7 +33,7 @@ pub use approvals::{
 };
 pub use artifacts::{Artifact, ArtifactMeta, DEFAULT_ARTIFACT_CAP};
 pub use attempts::{Attempt, NewAttempt};
-pub use automations::{Automation, NextFire, SOURCE_CLI, SOURCE_FILE};
+pub use automations::{Automation, NextFire, SOURCE_AGENT, SOURCE_CLI, SOURCE_FILE};
 pub use checklist::ChecklistItem;
 pub use connect::{Backend, SqliteSync, Store, StoreOptions, redact_url};
 pub use conversation::{NewMessage, SavedMessage, ToolCallEnd, ToolCallRecord, call_status};

@@ -39,6 +39,11 @@ pub enum ApprovalClass {
     /// nothing may be written to GitHub without someone's consent (a person's approval, or an
     /// automation or trigger that pre-approves the tool).
     GithubWrite,
+    /// Changes the orchestrator's schedules (creating, changing, pausing, deleting or running an
+    /// automation). Asked like a GitHub write unless a rule names the tool or this class: a
+    /// schedule goes on creating tasks long after the task that made it, so a policy's `default`
+    /// never lets it through on its own.
+    Automation,
 }
 
 /// How a shell rule matches a command.
@@ -190,6 +195,10 @@ impl Policy {
                     Decision::Ask,
                     "GitHub writes need approval unless pre-approved".to_owned(),
                 ),
+                (ApprovalClass::Automation, Decision::Allow) => (
+                    Decision::Ask,
+                    "changes to automations need approval unless pre-approved".to_owned(),
+                ),
                 (_, default) => (default, "the default policy".to_owned()),
             });
         if class == ApprovalClass::GithubWrite
@@ -306,6 +315,45 @@ impl Approver for NoApprover {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn changes_to_automations_are_asked_unless_named() {
+        let args = json!({"name": "nightly"});
+        let mut p = Policy::allow_all();
+        assert_eq!(
+            p.decide("automation_create", ApprovalClass::Automation, &args)
+                .0,
+            Decision::Ask,
+            "allow-all still asks before changing a schedule"
+        );
+        p.tools.insert("automation_pause".into(), Decision::Allow);
+        assert_eq!(
+            p.decide("automation_pause", ApprovalClass::Automation, &args)
+                .0,
+            Decision::Allow,
+            "a rule naming the tool lets it through"
+        );
+        assert_eq!(
+            p.decide("automation_delete", ApprovalClass::Automation, &args)
+                .0,
+            Decision::Ask
+        );
+        p.classes.insert(ApprovalClass::Automation, Decision::Allow);
+        assert_eq!(
+            p.decide("automation_delete", ApprovalClass::Automation, &args)
+                .0,
+            Decision::Allow,
+            "a rule naming the class lets it through"
+        );
+        let mut deny_all = Policy::allow_all();
+        deny_all.default = Decision::Deny;
+        assert_eq!(
+            deny_all
+                .decide("automation_run", ApprovalClass::Automation, &args)
+                .0,
+            Decision::Deny
+        );
+    }
 
     #[test]
     fn github_writes_are_asked_unless_named() {

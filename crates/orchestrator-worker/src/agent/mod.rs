@@ -163,6 +163,11 @@ pub async fn run_agent(
     ));
     let mut registry = Registry::new(profile);
     let github = ctx.agent.github.is_some();
+    let automations =
+        match tools::may_manage_automations(&ctx.store, task, session.policy.task_scope).await {
+            Ok(may) => may,
+            Err(e) => return Ok(AgentEnd::Retryable(e.to_string())),
+        };
     if let Err(e) = tools::register(
         &mut registry,
         &session,
@@ -170,6 +175,7 @@ pub async fn run_agent(
         Some(client.clone()),
         catalog.clone(),
         Some((profile, github)),
+        automations,
     ) {
         return Err(crate::Error::Config(format!("tool registration: {e}")));
     }

@@ -21,15 +21,17 @@ const LOGO: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe\x00\x01binary\
 const LIB: &str =
     "pub fn answer() -> u32 {\n    41\n}\n\npub fn name() -> &'static str {\n    \"demo\"\n}\n";
 
-struct Agent {
-    registry: Registry,
-    ctx: ToolContext,
-    task: TaskId,
+/// A claimed agent task's durable tools, called as its agent would call them (the automation
+/// tools' tests use it too).
+pub(crate) struct Agent {
+    pub(crate) registry: Registry,
+    pub(crate) ctx: ToolContext,
+    pub(crate) task: TaskId,
 }
 
 impl Agent {
     /// Creates a task in `workspace`, claims it as an agent would be, and builds its durable tools.
-    async fn start(store: &Store, title: &str, workspace: &Path, home: &Path) -> Agent {
+    pub(crate) async fn start(store: &Store, title: &str, workspace: &Path, home: &Path) -> Agent {
         let mut new = NewTask::agent(title, "x");
         new.workspace = Some(workspace.display().to_string());
         let id = store.create_task(&new).await.unwrap();
@@ -55,7 +57,7 @@ impl Agent {
         }
     }
 
-    async fn call(&self, name: &str, args: Value) -> ToolResult {
+    pub(crate) async fn call(&self, name: &str, args: Value) -> ToolResult {
         self.registry
             .call_value(name, args, &self.ctx)
             .await
@@ -63,7 +65,7 @@ impl Agent {
     }
 
     /// A call that must succeed; its text.
-    async fn ok(&self, name: &str, args: Value) -> String {
+    pub(crate) async fn ok(&self, name: &str, args: Value) -> String {
         let result = self.call(name, args.clone()).await;
         let text = result.joined_text();
         assert!(!result.is_error, "{name} {args} failed: {text}");
@@ -71,7 +73,7 @@ impl Agent {
     }
 
     /// A call that must be refused; its text.
-    async fn refused(&self, name: &str, args: Value) -> String {
+    pub(crate) async fn refused(&self, name: &str, args: Value) -> String {
         let result = self.call(name, args.clone()).await;
         let text = result.joined_text();
         assert!(result.is_error, "{name} {args} was not refused: {text}");

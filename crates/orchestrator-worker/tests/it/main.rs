@@ -5,6 +5,7 @@
 mod agent;
 mod agent_real;
 mod attempts;
+mod automations;
 mod closure;
 mod context;
 mod docs;

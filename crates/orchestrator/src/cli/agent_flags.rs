@@ -60,10 +60,11 @@ pub struct AgentFlags {
     /// may close a GitHub issue; repeat for several.
     #[arg(long = "accept", value_name = "CRITERION")]
     pub acceptance: Vec<String>,
-    /// Ask a person before calls of this tool or class (shell, write, network); repeat.
+    /// Ask a person before calls of this tool or class (read, write, shell, network, github_write,
+    /// automation); repeat.
     #[arg(long = "ask", value_name = "TOOL|CLASS")]
     pub ask: Vec<String>,
-    /// Never allow calls of this tool or class; repeat.
+    /// Never allow calls of this tool or class (the same classes); repeat.
     #[arg(long = "deny", value_name = "TOOL|CLASS")]
     pub deny: Vec<String>,
     /// A whole policy as JSON (default, classes, tools, commands); --ask and --deny apply on top.
@@ -97,6 +98,7 @@ fn class_of(word: &str) -> Option<ApprovalClass> {
         "shell" => Some(ApprovalClass::Shell),
         "network" => Some(ApprovalClass::Network),
         "github_write" => Some(ApprovalClass::GithubWrite),
+        "automation" => Some(ApprovalClass::Automation),
         _ => None,
     }
 }

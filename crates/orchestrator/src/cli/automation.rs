@@ -6,15 +6,15 @@ use crate::exit::CliError;
 use crate::output;
 use clap::{Args, Subcommand};
 use orchestrator_scheduler::files::{self, ApplyReport};
+use orchestrator_scheduler::manage;
 use orchestrator_scheduler::{
-    DEFAULT_PREVIEW_COUNT, Schedule, jitter_offset_ms, next_fire, run_now, schedule_of,
+    AutomationView, DEFAULT_PREVIEW_COUNT, Schedule, SlotView, jitter_offset_ms, run_now,
+    schedule_of,
 };
-use orchestrator_store::{Automation, NextFire, SOURCE_CLI, Slot, SlotResult, Store};
+use orchestrator_store::{SOURCE_CLI, SlotResult, Store};
 use orchestrator_types::{
-    AutomationSpec, AutomationStatus, CatchUp, GateSpec, Overlap, format_millis, now_millis,
-    parse_time,
+    AutomationSpec, AutomationStatus, GateSpec, format_millis, now_millis, parse_time,
 };
-use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -212,113 +212,6 @@ pub struct DirArgs {
     pub json: bool,
 }
 
-/// What `--json` prints for an automation.
-#[derive(Debug, Serialize)]
-pub struct AutomationView {
-    pub id: i64,
-    pub name: String,
-    pub status: AutomationStatus,
-    pub schedule: String,
-    pub timezone: String,
-    pub source: String,
-    pub source_path: Option<String>,
-    pub workspaces: Vec<String>,
-    pub title: Option<String>,
-    pub gates: Vec<GateSpec>,
-    pub priority: i64,
-    pub queue: String,
-    pub max_attempts: i64,
-    pub catch_up: CatchUp,
-    pub catch_up_window_secs: u64,
-    pub catch_up_cap: u64,
-    pub overlap: Overlap,
-    pub jitter_secs: u64,
-    pub next_slot_at: Option<String>,
-    pub next_fire_at: Option<String>,
-    pub created_at: String,
-    pub updated_at: String,
-    /// Why the scheduler parked it; `automation resume` clears it.
-    pub last_error: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_fires: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub slots: Option<Vec<SlotView>>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct SlotView {
-    pub slot: String,
-    pub kind: String,
-    pub status: String,
-    pub reason: Option<String>,
-    pub scheduler: String,
-    pub recorded_at: String,
-    pub fired_at: Option<String>,
-    pub tasks: Vec<SlotTaskView>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct SlotTaskView {
-    pub id: i64,
-    pub state: String,
-}
-
-impl AutomationView {
-    fn new(a: &Automation) -> Self {
-        let spec = &a.spec;
-        let paused = a.status == AutomationStatus::Paused;
-        AutomationView {
-            id: a.id,
-            name: spec.name.clone(),
-            status: a.status,
-            schedule: spec.schedule.clone(),
-            timezone: spec.timezone.clone(),
-            source: a.source.clone(),
-            source_path: a.source_path.clone(),
-            workspaces: spec.workspaces.clone(),
-            title: spec.template.title.clone(),
-            gates: spec.template.gates.clone(),
-            priority: spec.template.priority,
-            queue: spec.template.queue.clone(),
-            max_attempts: spec.template.max_attempts,
-            catch_up: spec.catch_up,
-            catch_up_window_secs: spec.catch_up_window_secs,
-            catch_up_cap: spec.catch_up_cap,
-            overlap: spec.overlap,
-            jitter_secs: spec.jitter_secs,
-            next_slot_at: a.next_slot_at.filter(|_| !paused).map(format_millis),
-            next_fire_at: a.next_fire_at.filter(|_| !paused).map(format_millis),
-            created_at: format_millis(a.created_at),
-            updated_at: format_millis(a.updated_at),
-            last_error: a.last_error.clone(),
-            next_fires: None,
-            slots: None,
-        }
-    }
-}
-
-impl SlotView {
-    fn new(slot: &Slot) -> Self {
-        SlotView {
-            slot: format_millis(slot.slot_at),
-            kind: slot.kind.to_string(),
-            status: slot.status.to_string(),
-            reason: slot.reason.clone(),
-            scheduler: slot.scheduler.clone(),
-            recorded_at: format_millis(slot.recorded_at),
-            fired_at: slot.fired_at.map(format_millis),
-            tasks: slot
-                .tasks
-                .iter()
-                .map(|(id, state)| SlotTaskView {
-                    id: id.0,
-                    state: state.to_string(),
-                })
-                .collect(),
-        }
-    }
-}
-
 fn invalid(message: impl Into<String>) -> anyhow::Error {
     CliError::Invalid(message.into()).into()
 }
@@ -457,12 +350,12 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
     if defaults_to_cwd {
         spec.workspaces = vec![super::workspace_dir(None)?];
     }
+    // Checked before the store is opened: a bad expression needs no database to be refused.
     files::validate_spec(&spec).map_err(input_error)?;
-    let next = next_fire(&spec, now_millis()).map_err(input_error)?;
     let store = global.open_store().await?;
-    let created = store
-        .create_automation(&spec, SOURCE_CLI, None, next)
-        .await?;
+    let created = manage::create(&store, &spec, SOURCE_CLI, now_millis())
+        .await
+        .map_err(input_error)?;
     print_automation(&AutomationView::new(&created), args.json, "created")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -592,21 +485,9 @@ async fn update(global: &GlobalArgs, args: UpdateArgs) -> anyhow::Result<ExitCod
         spec.schedule = schedule.trim().to_owned();
     }
     apply_flags(&mut spec, &args.flags, &global.config()?)?;
-    files::validate_spec(&spec).map_err(input_error)?;
-    let timing_changed = spec.schedule != current.spec.schedule
-        || spec.timezone != current.spec.timezone
-        || spec.jitter_secs != current.spec.jitter_secs;
-    let next = if timing_changed {
-        next_fire(&spec, now_millis()).map_err(input_error)?
-    } else {
-        NextFire {
-            slot_at: current.next_slot_at,
-            fire_at: current.next_fire_at,
-        }
-    };
-    let updated = store
-        .update_automation(&args.name, &spec, current.source_path.as_deref(), next)
-        .await?;
+    let updated = manage::update(&store, &current, &spec, now_millis())
+        .await
+        .map_err(input_error)?;
     print_automation(&AutomationView::new(&updated), args.json, "updated")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -617,13 +498,9 @@ async fn set_status(
     status: AutomationStatus,
 ) -> anyhow::Result<ExitCode> {
     let store = global.open_store().await?;
-    let current = store.automation(&args.name).await?;
-    // Resuming starts from the next slot after now: slots that passed while paused are not
-    // caught up, which is what "paused" means.
-    let next = next_fire(&current.spec, now_millis()).map_err(input_error)?;
-    let updated = store
-        .set_automation_status(&args.name, status, next)
-        .await?;
+    let updated = manage::set_status(&store, &args.name, status, now_millis())
+        .await
+        .map_err(input_error)?;
     let verb = match status {
         AutomationStatus::Paused => "paused",
         AutomationStatus::Active => "resumed",

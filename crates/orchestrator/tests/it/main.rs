@@ -6,6 +6,7 @@ mod agent_cli;
 mod approval;
 mod attempt_cli;
 mod automation;
+mod automation_tools;
 mod batched;
 mod cli;
 mod containment;

@@ -136,6 +136,18 @@ fn tool_list_shows_a_profiles_tools_and_their_size_in_tokens() {
     assert!(!coding.iter().any(|t| t["name"] == "llm_query_batched"));
     let full = list("full");
     assert!(full.iter().any(|t| t["name"] == "agent_spawn"));
+    // The schedules are full's: all eight automation tools, durable, and none below it.
+    let automation_tools = |tools: &[Value]| {
+        tools
+            .iter()
+            .filter(|t| {
+                t["name"].as_str().unwrap().starts_with("automation_") && t["durable"] == true
+            })
+            .count()
+    };
+    assert_eq!(automation_tools(&full), 8);
+    assert_eq!(automation_tools(&coding), 0);
+    assert_eq!(automation_tools(&minimal), 0);
     assert!(
         full.iter()
             .any(|t| t["name"] == "llm_query_batched" && t["durable"] == true)

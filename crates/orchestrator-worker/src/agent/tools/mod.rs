@@ -6,6 +6,7 @@
 
 mod agents;
 mod attempts;
+mod automations;
 mod batch;
 mod checklist;
 mod github;
@@ -27,6 +28,7 @@ use super::Session;
 use super::policy::decide_gate;
 use super::session::Answer;
 use crate::runner::RunContext;
+pub(crate) use automations::may_manage_automations;
 pub(crate) use permissions::{Catalog, with_grants};
 
 /// Which durable tools a task of `profile` is offered. Every tool offered is sent with every request,
@@ -34,7 +36,8 @@ pub(crate) use permissions::{Catalog, with_grants};
 /// ask, its gates, notes, and the GitHub tools where a GitHub is configured (they could do nothing
 /// elsewhere): the GitHub tools include opening a pull request, and so recording and selecting the
 /// PR attempt it is opened from. Sub-agents, tasks, plans, durable shell jobs and the rest of the
-/// PR attempt tools come with `full`.
+/// PR attempt tools come with `full`, and so do the automation tools (for tasks that may have
+/// them at all: see `may_manage_automations`).
 pub fn offered(name: &str, profile: Profile, github: bool) -> bool {
     if name.starts_with("github_") || name == "pr_open" {
         return github && profile != Profile::Minimal;
@@ -56,7 +59,8 @@ pub fn offered(name: &str, profile: Profile, github: bool) -> bool {
 }
 
 /// Registers the durable tools into `registry`: those `offered` to `only`'s profile and GitHub
-/// setting, or every one when `only` is `None` (docs).
+/// setting, or every one when `only` is `None` (docs). The automation tools only when
+/// `automations` says the task may have them.
 pub(crate) fn register(
     registry: &mut Registry,
     session: &Arc<Session>,
@@ -64,6 +68,7 @@ pub(crate) fn register(
     model: Option<crate::model::ModelClient>,
     catalog: permissions::Catalog,
     only: Option<(Profile, bool)>,
+    automations: bool,
 ) -> orchestrator_tools::Result<()> {
     let mut specs = Vec::new();
     specs.extend(batch::specs(session, model));
@@ -79,6 +84,9 @@ pub(crate) fn register(
     specs.extend(work::specs(session, ctx));
     specs.extend(github::specs(session, ctx));
     specs.extend(attempts::specs(session));
+    if automations {
+        specs.extend(automations::specs(session));
+    }
     let wanted = |name: &str| only.is_none_or(|(profile, github)| offered(name, profile, github));
     for spec in specs {
         if wanted(&spec.name) {
@@ -116,6 +124,14 @@ pub fn names() -> &'static [&'static str] {
         "agent_spawn",
         "agent_wait",
         "ask_user",
+        "automation_create",
+        "automation_delete",
+        "automation_list",
+        "automation_pause",
+        "automation_read",
+        "automation_resume",
+        "automation_run",
+        "automation_update",
         "checklist_add",
         "checklist_list",
         "checklist_update",
@@ -284,7 +300,15 @@ pub fn durable_registry(
     ));
     let mut registry = Registry::empty();
     // Registering into an empty registry cannot meet a duplicate name.
-    let _ = register(&mut registry, &session, ctx, None, Catalog::default(), None);
+    let _ = register(
+        &mut registry,
+        &session,
+        ctx,
+        None,
+        Catalog::default(),
+        None,
+        true,
+    );
     registry
 }
 
@@ -342,6 +366,7 @@ pub async fn catalog(
             None,
             Catalog::default(),
             Some((profile, github)),
+            true,
         )
         .map_err(|e| crate::Error::Config(format!("tool registration: {e}")))?;
         store.close().await;
@@ -357,7 +382,7 @@ pub fn render_md(registry: &Registry) -> String {
     let mut out = String::from(
         "# Durable tools\n\n<!-- Generated from crates/orchestrator-worker/src/agent/tools by `render_md`; a test fails when this file and the code differ. Regenerate with `UPDATE_DOCS=1 cargo test -p orchestrator-worker --test it docs`. -->\n\n",
     );
-    out.push_str("The worker registers these tools into every agent task's registry, beside the workspace tools of [tools.md](tools.md) (with the same guarantees: argument repair or a corrective message, bounded results, policy and approvals). Their effects live in the store, so they survive restarts: the checklist and the plan a user watches, tasks and sub-agents, gate runs recorded as evidence, background shell jobs, questions to the user, and PR attempts (candidate patches with the gates that ran on them).\n\n");
+    out.push_str("The worker registers these tools into every agent task's registry, beside the workspace tools of [tools.md](tools.md) (with the same guarantees: argument repair or a corrective message, bounded results, policy and approvals). Their effects live in the store, so they survive restarts: the checklist and the plan a user watches, tasks and sub-agents, gate runs recorded as evidence, background shell jobs, questions to the user, PR attempts (candidate patches with the gates that ran on them), and the orchestrator's automations (offered to tasks a person made; every change waits for a person unless a rule pre-approves it).\n\n");
     out.push_str("| tool | read-only | approval class |\n|---|---|---|\n");
     for spec in registry.specs() {
         out.push_str(&format!(

@@ -1,0 +1,116 @@
+//! What an automation and its slots look like to a reader: the JSON `automation read --json`
+//! prints, the durable automation tools return, and the API serves. Times are RFC 3339.
+
+use orchestrator_store::{Automation, Slot};
+use orchestrator_types::{AutomationStatus, CatchUp, GateSpec, Overlap, format_millis};
+use serde::Serialize;
+
+/// An automation as readers see it.
+#[derive(Debug, Serialize)]
+pub struct AutomationView {
+    pub id: i64,
+    pub name: String,
+    pub status: AutomationStatus,
+    pub schedule: String,
+    pub timezone: String,
+    pub source: String,
+    pub source_path: Option<String>,
+    pub workspaces: Vec<String>,
+    pub title: Option<String>,
+    /// The agent's instructions, for an automation whose tasks are agent tasks.
+    pub prompt: Option<String>,
+    pub gates: Vec<GateSpec>,
+    pub priority: i64,
+    pub queue: String,
+    pub max_attempts: i64,
+    pub catch_up: CatchUp,
+    pub catch_up_window_secs: u64,
+    pub catch_up_cap: u64,
+    pub overlap: Overlap,
+    pub jitter_secs: u64,
+    pub next_slot_at: Option<String>,
+    pub next_fire_at: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    /// Why the scheduler parked it; `automation resume` clears it.
+    pub last_error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_fires: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slots: Option<Vec<SlotView>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SlotView {
+    pub slot: String,
+    pub kind: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub scheduler: String,
+    pub recorded_at: String,
+    pub fired_at: Option<String>,
+    pub tasks: Vec<SlotTaskView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SlotTaskView {
+    pub id: i64,
+    pub state: String,
+}
+
+impl AutomationView {
+    pub fn new(a: &Automation) -> Self {
+        let spec = &a.spec;
+        let paused = a.status == AutomationStatus::Paused;
+        AutomationView {
+            id: a.id,
+            name: spec.name.clone(),
+            status: a.status,
+            schedule: spec.schedule.clone(),
+            timezone: spec.timezone.clone(),
+            source: a.source.clone(),
+            source_path: a.source_path.clone(),
+            workspaces: spec.workspaces.clone(),
+            title: spec.template.title.clone(),
+            prompt: spec.template.prompt.clone(),
+            gates: spec.template.gates.clone(),
+            priority: spec.template.priority,
+            queue: spec.template.queue.clone(),
+            max_attempts: spec.template.max_attempts,
+            catch_up: spec.catch_up,
+            catch_up_window_secs: spec.catch_up_window_secs,
+            catch_up_cap: spec.catch_up_cap,
+            overlap: spec.overlap,
+            jitter_secs: spec.jitter_secs,
+            next_slot_at: a.next_slot_at.filter(|_| !paused).map(format_millis),
+            next_fire_at: a.next_fire_at.filter(|_| !paused).map(format_millis),
+            created_at: format_millis(a.created_at),
+            updated_at: format_millis(a.updated_at),
+            last_error: a.last_error.clone(),
+            next_fires: None,
+            slots: None,
+        }
+    }
+}
+
+impl SlotView {
+    pub fn new(slot: &Slot) -> Self {
+        SlotView {
+            slot: format_millis(slot.slot_at),
+            kind: slot.kind.to_string(),
+            status: slot.status.to_string(),
+            reason: slot.reason.clone(),
+            scheduler: slot.scheduler.clone(),
+            recorded_at: format_millis(slot.recorded_at),
+            fired_at: slot.fired_at.map(format_millis),
+            tasks: slot
+                .tasks
+                .iter()
+                .map(|(id, state)| SlotTaskView {
+                    id: id.0,
+                    state: state.to_string(),
+                })
+                .collect(),
+        }
+    }
+}

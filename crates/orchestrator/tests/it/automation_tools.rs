@@ -1,0 +1,153 @@
+//! The automation tools through `serve` and the scripted model: a person's agent makes an
+//! automation, which waits for a person's approval (the default); a pre-approved run fires it at
+//! once; the automation's own agent, on the same model with the same profile, is never offered the
+//! automation tools.
+
+use crate::support::Env;
+use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
+use serde_json::json;
+
+const PERSON: &str = "Schedule a nightly look at the build.";
+const NIGHTLY: &str = "Nightly: look at the build.";
+
+const TOOLS: [&str; 8] = [
+    "automation_create",
+    "automation_delete",
+    "automation_list",
+    "automation_pause",
+    "automation_read",
+    "automation_resume",
+    "automation_run",
+    "automation_update",
+];
+
+fn is_from(request: &Request, prompt: &str) -> bool {
+    request
+        .messages()
+        .iter()
+        .any(|m| m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.contains(prompt)))
+}
+
+fn script(request: &Request) -> Reply {
+    if is_from(request, NIGHTLY) {
+        return Reply::Text("The build looks fine.".into());
+    }
+    match request.assistant_turns() {
+        0 => Reply::ToolCalls(vec![call(
+            "automation_create",
+            json!({
+                "name": "nightly",
+                "schedule": "0 3 * * *",
+                "timezone": "Europe/Berlin",
+                "prompt": NIGHTLY,
+                "gates": ["echo gate-ran"]
+            }),
+        )]),
+        1 => Reply::ToolCalls(vec![call("automation_run", json!({"name": "nightly"}))]),
+        _ => Reply::Text("Scheduled, and ran once.".into()),
+    }
+}
+
+#[test]
+fn an_agent_schedules_work_with_consent_and_its_automations_agent_cannot_schedule_more() {
+    let model = ScriptedModel::start_blocking(script);
+    let env = Env::sqlite();
+    let ws = tempfile::tempdir().unwrap();
+    let workspace = ws.path().display().to_string();
+    let created = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "schedule it",
+        "--prompt",
+        PERSON,
+        "--model",
+        "scripted",
+        "--base-url",
+        &model.base_url(),
+        "--profile",
+        "full",
+        "--policy",
+        r#"{"default": "allow", "tools": {"automation_run": "allow"}}"#,
+        "--workspace",
+        &workspace,
+        "--json",
+    ]);
+    let id = created["id"].as_i64().unwrap();
+    let _serve = env.serve(&[]);
+
+    // Creating an automation waits for a person, even under a policy that allows by default.
+    env.wait_task(id, "waiting", |t| t["state"] == "waiting");
+    let listed = env.json(&["automation", "list", "--json"]);
+    assert_eq!(listed, json!([]), "nothing is made before the approval");
+    let approvals = env.json(&["approval", "list", "--json"]);
+    let approvals = approvals.as_array().unwrap();
+    assert_eq!(approvals.len(), 1, "{approvals:?}");
+    assert_eq!(approvals[0]["tool"], "automation_create");
+    assert_eq!(approvals[0]["arguments"]["schedule"], "0 3 * * *");
+    let approval = approvals[0]["id"].as_i64().unwrap().to_string();
+    let out = env.run(&["approval", "approve", &approval, "--as", "ann"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let task = env.wait_task(id, "finished", |t| {
+        t["state"]
+            .as_str()
+            .is_some_and(|s| s == "succeeded" || s == "failed")
+    });
+    assert_eq!(task["state"], "succeeded", "{task}");
+    // The pre-approved run asked nobody.
+    let all = env.json(&["approval", "list", "--all", "--json"]);
+    assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
+
+    let automation = env.json(&["automation", "read", "nightly", "--json"]);
+    assert_eq!(automation["source"], "agent", "{automation}");
+    assert_eq!(automation["timezone"], "Europe/Berlin");
+    assert_eq!(automation["workspaces"], json!([workspace]));
+    let slots = automation["slots"].as_array().unwrap();
+    assert_eq!(slots.len(), 1, "the manual slot: {automation}");
+    assert_eq!(slots[0]["kind"], "manual");
+    let child = slots[0]["tasks"][0]["id"].as_i64().unwrap();
+    let nightly = env.wait_task(child, "finished", |t| {
+        t["state"]
+            .as_str()
+            .is_some_and(|s| s == "succeeded" || s == "failed")
+    });
+    assert_eq!(nightly["state"], "succeeded", "{nightly}");
+
+    let requests = model.received();
+    let person = requests.iter().find(|r| is_from(r, PERSON)).unwrap();
+    let offered = person.tool_names();
+    for tool in TOOLS {
+        assert!(
+            offered.iter().any(|t| t == tool),
+            "{tool} not in {offered:?}"
+        );
+    }
+    let results = requests
+        .iter()
+        .find(|r| is_from(r, PERSON) && r.assistant_turns() == 2)
+        .unwrap()
+        .last_tool_results()
+        .join("\n");
+    assert!(
+        results.contains(&format!(
+            "Fired a manual slot of nightly: created task {child}"
+        )),
+        "{results}"
+    );
+    // The automation's agent has the full profile too, and not one automation tool.
+    let own = requests.iter().find(|r| is_from(r, NIGHTLY)).unwrap();
+    let own_tools = own.tool_names();
+    assert!(
+        own_tools.iter().any(|t| t == "task_list"),
+        "full profile: {own_tools:?}"
+    );
+    assert!(
+        !own_tools.iter().any(|t| t.starts_with("automation_")),
+        "an automation's task must not schedule more: {own_tools:?}"
+    );
+}
