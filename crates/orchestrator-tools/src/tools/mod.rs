@@ -21,6 +21,7 @@ pub(crate) mod read_file;
 pub(crate) mod retrieve;
 pub mod shell;
 pub(crate) mod skills;
+pub(crate) mod terminal;
 pub(crate) mod think;
 pub(crate) mod view_image;
 pub mod web_search;
@@ -91,6 +92,7 @@ pub(crate) fn builtin(profile: Profile) -> Vec<ToolSpec> {
             patch::def(),
         ]);
         defs.extend(shell::defs());
+        defs.extend(terminal::defs());
         defs.extend([
             git::status_def(),
             git::diff_def(),

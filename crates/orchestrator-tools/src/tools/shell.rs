@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::json;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use orchestrator_sandbox::Jail;
@@ -146,7 +146,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
 
 /// How a process ended.
 #[derive(Debug, Clone)]
-struct ExitInfo {
+pub(super) struct ExitInfo {
     code: Option<i32>,
     signal: Option<i32>,
     elapsed: Duration,
@@ -199,19 +199,27 @@ impl HeadTail {
 
 /// The output of a background job: a ring of its latest bytes and how far the model has read.
 #[derive(Default)]
-struct Ring {
+pub(super) struct Ring {
     buf: VecDeque<u8>,
     total: u64,
     read: u64,
 }
 
 impl Ring {
-    fn push(&mut self, bytes: &[u8]) {
+    pub(super) fn push(&mut self, bytes: &[u8]) {
         self.total += bytes.len() as u64;
         self.buf.extend(bytes);
         while self.buf.len() > JOB_BUFFER {
             self.buf.pop_front();
         }
+    }
+
+    /// Whether the output not yet taken contains `needle` (what is still in the ring of it).
+    pub(super) fn unread_contains(&self, needle: &str) -> bool {
+        let start = self.total - self.buf.len() as u64;
+        let skip = self.read.saturating_sub(start) as usize;
+        let unread: Vec<u8> = self.buf.iter().skip(skip).copied().collect();
+        String::from_utf8_lossy(&unread).contains(needle)
     }
 
     /// The output since the last call, with a note when some of it was dropped from the ring.
@@ -281,7 +289,7 @@ impl Drop for GroupGuard {
 }
 
 /// Sends `signal` to the process group `pgid`.
-fn signal_group(pgid: i32, signal: nix::sys::signal::Signal) {
+pub(super) fn signal_group(pgid: i32, signal: nix::sys::signal::Signal) {
     if pgid > 0 {
         let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), signal);
     }
@@ -291,7 +299,7 @@ fn group_alive(pgid: i32) -> bool {
     pgid > 0 && nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok()
 }
 
-async fn terminate_group(pgid: i32) {
+pub(super) async fn terminate_group(pgid: i32) {
     signal_group(pgid, nix::sys::signal::Signal::SIGTERM);
     let deadline = Instant::now() + KILL_GRACE;
     while group_alive(pgid) && Instant::now() < deadline {
@@ -302,7 +310,7 @@ async fn terminate_group(pgid: i32) {
 
 /// `bash -c command` in `cwd`, built by the session's jail (its sandbox, its environment, a process
 /// group of its own), with pagers and colours off because they are noise for a model.
-fn shell_command(
+pub(super) fn shell_command(
     jail: &Jail,
     command: &str,
     cwd: &std::path::Path,
@@ -328,7 +336,7 @@ fn with_limits(text: String, jail: &Jail, failed: bool) -> String {
     }
 }
 
-fn exit_info(status: std::process::ExitStatus, started: Instant) -> ExitInfo {
+pub(super) fn exit_info(status: std::process::ExitStatus, started: Instant) -> ExitInfo {
     use std::os::unix::process::ExitStatusExt;
     ExitInfo {
         code: status.code(),
@@ -437,29 +445,32 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
     Ok(result)
 }
 
-/// One background job.
-struct Job {
-    id: String,
-    command: String,
-    cwd: String,
-    started: Instant,
-    pgid: i32,
-    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
-    output: Arc<Mutex<Ring>>,
-    status: watch::Receiver<Option<ExitInfo>>,
+/// One background job: a command with pipes, or an interactive terminal (see `terminal.rs`).
+pub(super) struct Job {
+    pub(super) id: String,
+    pub(super) command: String,
+    pub(super) cwd: String,
+    pub(super) started: Instant,
+    pub(super) pgid: i32,
+    /// Where what is written goes: the job's stdin pipe, or its terminal. `None` once closed.
+    pub(super) input: tokio::sync::Mutex<Option<Box<dyn AsyncWrite + Send + Unpin>>>,
+    pub(super) output: Arc<Mutex<Ring>>,
+    pub(super) status: watch::Receiver<Option<ExitInfo>>,
+    /// Whether the job runs on a terminal of its own (pty_open) rather than pipes.
+    pub(super) terminal: bool,
     /// The group written down for the next daemon, as long as the job is known.
-    _tracked: Option<orchestrator_sandbox::TrackedGroup>,
+    pub(super) _tracked: Option<orchestrator_sandbox::TrackedGroup>,
 }
 
 impl Job {
-    fn status_text(&self) -> String {
+    pub(super) fn status_text(&self) -> String {
         match self.status.borrow().as_ref() {
             Some(info) => format!("finished: {}", info.describe()),
             None => format!("running for {:.1} s", self.started.elapsed().as_secs_f64()),
         }
     }
 
-    fn report(&self, output: String) -> ToolResult {
+    pub(super) fn report(&self, output: String) -> ToolResult {
         let finished = self.status.borrow().clone();
         let body = if output.is_empty() {
             "(no new output)\n".to_owned()
@@ -508,8 +519,92 @@ impl Drop for JobTable {
     }
 }
 
+/// What a job is made of once its process runs.
+pub(super) struct JobParts<'a> {
+    pub(super) prefix: &'static str,
+    pub(super) command: &'a str,
+    pub(super) cwd: &'a str,
+    pub(super) started: Instant,
+    pub(super) child: tokio::process::Child,
+    pub(super) input: Option<Box<dyn AsyncWrite + Send + Unpin>>,
+    pub(super) output: Arc<Mutex<Ring>>,
+    pub(super) terminal: bool,
+    pub(super) tracked: Option<orchestrator_sandbox::TrackedGroup>,
+}
+
 impl JobTable {
-    fn get(&self, id: &str) -> Result<Arc<Job>, crate::result::ToolFailure> {
+    /// Refuses a new job while [`MAX_JOBS`] jobs and terminals are running.
+    pub(super) fn check_room(&self) -> Result<(), crate::result::ToolFailure> {
+        let running = self
+            .jobs
+            .lock()
+            .map(|j| j.values().filter(|j| j.status.borrow().is_none()).count())
+            .unwrap_or(0);
+        if running >= MAX_JOBS {
+            return Err(refuse(format!(
+                "{running} background jobs and terminals are already running (at most {MAX_JOBS}); stop one with exec_shell_cancel or pty_kill first"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Keeps a started job, watching for its exit; its id (`PREFIX-N`).
+    pub(super) fn insert(&self, parts: JobParts<'_>) -> String {
+        let JobParts {
+            prefix,
+            command,
+            cwd,
+            started,
+            mut child,
+            input,
+            output,
+            terminal,
+            tracked,
+        } = parts;
+        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        let (tx, rx) = watch::channel(None);
+        tokio::spawn(async move {
+            let info = match child.wait().await {
+                Ok(status) => exit_info(status, started),
+                Err(_) => ExitInfo {
+                    code: None,
+                    signal: None,
+                    elapsed: started.elapsed(),
+                },
+            };
+            let _ = tx.send(Some(info));
+        });
+        let id = format!("{prefix}-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
+        let job = Arc::new(Job {
+            id: id.clone(),
+            command: command.to_owned(),
+            cwd: cwd.to_owned(),
+            started,
+            pgid,
+            input: tokio::sync::Mutex::new(input),
+            output,
+            status: rx,
+            terminal,
+            _tracked: tracked,
+        });
+        if let Ok(mut jobs) = self.jobs.lock() {
+            jobs.insert(id.clone(), job);
+        }
+        id
+    }
+
+    /// The jobs, oldest first.
+    pub(super) fn all(&self) -> Vec<Arc<Job>> {
+        let mut jobs: Vec<Arc<Job>> = self
+            .jobs
+            .lock()
+            .map(|j| j.values().cloned().collect())
+            .unwrap_or_default();
+        jobs.sort_by_key(|j| j.started);
+        jobs
+    }
+
+    pub(super) fn get(&self, id: &str) -> Result<Arc<Job>, crate::result::ToolFailure> {
         let jobs = self
             .jobs
             .lock()
@@ -531,16 +626,7 @@ impl JobTable {
         cwd: &std::path::Path,
         cwd_rel: &str,
     ) -> ToolOutcome {
-        let running = self
-            .jobs
-            .lock()
-            .map(|j| j.values().filter(|j| j.status.borrow().is_none()).count())
-            .unwrap_or(0);
-        if running >= MAX_JOBS {
-            return Err(refuse(format!(
-                "{running} background jobs are already running (at most {MAX_JOBS}); cancel one with exec_shell_cancel first"
-            )));
-        }
+        self.check_room()?;
         let mut cmd = shell_command(jail, command, cwd)?;
         cmd.stdin(Stdio::piped());
         let started = Instant::now();
@@ -556,34 +642,21 @@ impl JobTable {
         if let Some(s) = child.stderr.take() {
             pump(s, output.clone());
         }
-        let stdin = child.stdin.take();
-        let (tx, rx) = watch::channel(None);
-        tokio::spawn(async move {
-            let info = match child.wait().await {
-                Ok(status) => exit_info(status, started),
-                Err(_) => ExitInfo {
-                    code: None,
-                    signal: None,
-                    elapsed: started.elapsed(),
-                },
-            };
-            let _ = tx.send(Some(info));
-        });
-        let id = format!("job-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
-        let job = Arc::new(Job {
-            id: id.clone(),
-            command: command.to_owned(),
-            cwd: cwd_rel.to_owned(),
+        let input = child
+            .stdin
+            .take()
+            .map(|pipe| Box::new(pipe) as Box<dyn AsyncWrite + Send + Unpin>);
+        let id = self.insert(JobParts {
+            prefix: "job",
+            command,
+            cwd: cwd_rel,
             started,
-            pgid,
-            stdin: tokio::sync::Mutex::new(stdin),
+            child,
+            input,
             output,
-            status: rx,
-            _tracked: tracked,
+            terminal: false,
+            tracked,
         });
-        if let Ok(mut jobs) = self.jobs.lock() {
-            jobs.insert(id.clone(), job);
-        }
         Ok(ToolResult::text(format!(
             "Started background job {id} (process group {pgid}) in {cwd_rel}: `{command}`. Use exec_shell_wait with {{\"job_id\": \"{id}\"}} for its output and status, exec_shell_interact to write to its stdin, exec_shell_cancel to stop it."
         ))
@@ -591,13 +664,7 @@ impl JobTable {
     }
 
     fn list(&self) -> ToolResult {
-        let jobs: Vec<Arc<Job>> = self
-            .jobs
-            .lock()
-            .map(|j| j.values().cloned().collect())
-            .unwrap_or_default();
-        let mut jobs = jobs;
-        jobs.sort_by_key(|j| j.started);
+        let jobs = self.all();
         if jobs.is_empty() {
             return ToolResult::text("No background jobs in this session. Start one with exec_shell and background=true.").with_meta("jobs", json!([]));
         }
@@ -632,7 +699,7 @@ impl JobTable {
     }
 }
 
-fn take_output(job: &Job) -> String {
+pub(super) fn take_output(job: &Job) -> String {
     job.output
         .lock()
         .map(|mut o| o.take_new())
@@ -640,7 +707,7 @@ fn take_output(job: &Job) -> String {
 }
 
 /// Waits until the job's status is set or `limit` passes; then gives the readers a moment to catch up.
-async fn wait_exit(job: &Job, limit: Duration) {
+pub(super) async fn wait_exit(job: &Job, limit: Duration) {
     let mut rx = job.status.clone();
     let _ = tokio::time::timeout(limit, rx.wait_for(|s| s.is_some())).await;
     if job.status.borrow().is_some() {
@@ -662,7 +729,7 @@ async fn wait(args: WaitArgs, ctx: ToolContext) -> ToolOutcome {
 async fn interact(args: InteractArgs, ctx: ToolContext) -> ToolOutcome {
     let job = ctx.jobs.get(&args.job_id)?;
     {
-        let mut stdin = job.stdin.lock().await;
+        let mut stdin = job.input.lock().await;
         if let Some(input) = &args.input {
             let Some(pipe) = stdin.as_mut() else {
                 return Err(refuse(format!("{}: stdin is closed", job.id)));

@@ -18,6 +18,7 @@ mod mcp_client;
 mod more_tools;
 mod paths;
 mod shell;
+mod terminal;
 mod web_search;
 
 use orchestrator_tools::{Profile, Registry, ToolContext, ToolResult};

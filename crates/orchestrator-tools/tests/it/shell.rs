@@ -40,7 +40,7 @@ async fn foreground_output_and_exit_codes() {
 
 /// Whether a live (not zombie) process has `marker` in its command line. Pids inside the sandbox
 /// are those of its own pid namespace, so the test looks processes up by what they run instead.
-fn running_with(marker: &str) -> bool {
+pub(crate) fn running_with(marker: &str) -> bool {
     std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
         let dir = entry.path();
         let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();

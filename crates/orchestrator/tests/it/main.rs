@@ -22,5 +22,6 @@ mod serve;
 mod soak;
 mod store_faults;
 mod support;
+mod terminal;
 mod tidy;
 mod tools_cli;

@@ -133,6 +133,11 @@ fn tool_list_shows_a_profiles_tools_and_their_size_in_tokens() {
     );
     // Code intelligence comes with coding; one-shot model fan-out with full.
     assert!(coding.iter().any(|t| t["name"] == "lsp"));
+    // Interactive terminals come with the shell, so with coding, not minimal.
+    for tool in ["pty_open", "pty_write", "pty_poll", "pty_list", "pty_kill"] {
+        assert!(coding.iter().any(|t| t["name"] == tool), "{tool}");
+        assert!(!minimal.iter().any(|t| t["name"] == tool), "{tool}");
+    }
     assert!(!coding.iter().any(|t| t["name"] == "llm_query_batched"));
     let full = list("full");
     assert!(full.iter().any(|t| t["name"] == "agent_spawn"));
