@@ -32,8 +32,10 @@ fn script(request: &Request) -> Reply {
     if is_from(request, NIGHTLY) {
         return Reply::Text("The build looks fine.".into());
     }
+    let step = |name: &str, args: serde_json::Value| Reply::ToolCalls(vec![call(name, args)]);
+    let nightly = json!({"name": "nightly"});
     match request.assistant_turns() {
-        0 => Reply::ToolCalls(vec![call(
+        0 => step(
             "automation_create",
             json!({
                 "name": "nightly",
@@ -42,9 +44,18 @@ fn script(request: &Request) -> Reply {
                 "prompt": NIGHTLY,
                 "gates": ["echo gate-ran"]
             }),
-        )]),
-        1 => Reply::ToolCalls(vec![call("automation_run", json!({"name": "nightly"}))]),
-        _ => Reply::Text("Scheduled, and ran once.".into()),
+        ),
+        1 => step("automation_run", nightly),
+        2 => step("automation_list", json!({})),
+        3 => step(
+            "automation_update",
+            json!({"name": "nightly", "schedule": "30 2 * * *"}),
+        ),
+        4 => step("automation_pause", nightly),
+        5 => step("automation_resume", nightly),
+        6 => step("automation_read", nightly),
+        7 => step("automation_delete", nightly),
+        _ => Reply::Text("Scheduled, ran once, and cleaned up.".into()),
     }
 }
 
@@ -68,7 +79,8 @@ fn an_agent_schedules_work_with_consent_and_its_automations_agent_cannot_schedul
         "--profile",
         "full",
         "--policy",
-        r#"{"default": "allow", "tools": {"automation_run": "allow"}}"#,
+        r#"{"default": "allow", "tools": {"automation_run": "allow", "automation_update": "allow",
+            "automation_pause": "allow", "automation_resume": "allow", "automation_delete": "allow"}}"#,
         "--workspace",
         &workspace,
         "--json",
@@ -99,18 +111,44 @@ fn an_agent_schedules_work_with_consent_and_its_automations_agent_cannot_schedul
             .is_some_and(|s| s == "succeeded" || s == "failed")
     });
     assert_eq!(task["state"], "succeeded", "{task}");
-    // The pre-approved run asked nobody.
+    // The pre-approved calls asked nobody.
     let all = env.json(&["approval", "list", "--all", "--json"]);
     assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
+    // The agent deleted it at the end; the task its manual slot made stays.
+    let out = env.run(&["automation", "read", "nightly"]);
+    assert!(!out.status.success(), "deleted, so not found");
 
-    let automation = env.json(&["automation", "read", "nightly", "--json"]);
-    assert_eq!(automation["source"], "agent", "{automation}");
-    assert_eq!(automation["timezone"], "Europe/Berlin");
-    assert_eq!(automation["workspaces"], json!([workspace]));
-    let slots = automation["slots"].as_array().unwrap();
-    assert_eq!(slots.len(), 1, "the manual slot: {automation}");
-    assert_eq!(slots[0]["kind"], "manual");
-    let child = slots[0]["tasks"][0]["id"].as_i64().unwrap();
+    let requests = model.received();
+    let result_of = |turn: usize| {
+        requests
+            .iter()
+            .find(|r| is_from(r, PERSON) && r.assistant_turns() == turn)
+            .unwrap()
+            .last_tool_results()
+            .join("\n")
+    };
+    let created = result_of(1);
+    assert!(
+        created.starts_with("Created automation nightly (0 3 * * * in Europe/Berlin, active")
+            && created.contains(&format!("\"workspaces\": [\n    {}", json!(workspace))),
+        "{created}"
+    );
+    let ran = result_of(2);
+    let child: i64 = ran
+        .strip_prefix("Fired a manual slot of nightly: created task ")
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("{ran}"));
+    assert!(result_of(3).contains("\"name\": \"nightly\""));
+    assert!(result_of(4).starts_with("Updated automation nightly (30 2 * * * in Europe/Berlin"));
+    assert!(result_of(5).starts_with("Paused automation nightly"));
+    assert!(result_of(6).starts_with("Resumed automation nightly"));
+    let read: serde_json::Value = serde_json::from_str(&result_of(7)).unwrap();
+    assert_eq!(read["source"], "agent", "{read}");
+    assert_eq!(read["schedule"], "30 2 * * *");
+    assert_eq!(read["slots"][0]["kind"], "manual", "{read}");
+    assert_eq!(read["slots"][0]["tasks"][0]["id"], child, "{read}");
+    assert!(result_of(8).contains("Deleted automation nightly"));
     let nightly = env.wait_task(child, "finished", |t| {
         t["state"]
             .as_str()
@@ -118,7 +156,6 @@ fn an_agent_schedules_work_with_consent_and_its_automations_agent_cannot_schedul
     });
     assert_eq!(nightly["state"], "succeeded", "{nightly}");
 
-    let requests = model.received();
     let person = requests.iter().find(|r| is_from(r, PERSON)).unwrap();
     let offered = person.tool_names();
     for tool in TOOLS {
@@ -127,18 +164,6 @@ fn an_agent_schedules_work_with_consent_and_its_automations_agent_cannot_schedul
             "{tool} not in {offered:?}"
         );
     }
-    let results = requests
-        .iter()
-        .find(|r| is_from(r, PERSON) && r.assistant_turns() == 2)
-        .unwrap()
-        .last_tool_results()
-        .join("\n");
-    assert!(
-        results.contains(&format!(
-            "Fired a manual slot of nightly: created task {child}"
-        )),
-        "{results}"
-    );
     // The automation's agent has the full profile too, and not one automation tool.
     let own = requests.iter().find(|r| is_from(r, NIGHTLY)).unwrap();
     let own_tools = own.tool_names();

@@ -7,22 +7,25 @@ use serde_json::json;
 
 #[test]
 fn an_agent_drives_a_repl_and_its_sessions_end_with_the_task() {
-    let marker = unique_sleep();
-    let left_running = format!("sleep {marker}");
+    let killed = unique_sleep();
+    let left = unique_sleep();
+    let (kill_me, leave_me) = (format!("sleep {killed}"), format!("sleep {left}"));
     let model = ScriptedModel::start_blocking(move |request: &Request| {
+        let step = |name: &str, args: serde_json::Value| Reply::ToolCalls(vec![call(name, args)]);
         match request.assistant_turns() {
-            0 => Reply::ToolCalls(vec![call(
+            0 => step(
                 "pty_open",
                 json!({"command": "python3 -q", "until": ">>> ", "wait_ms": 20000}),
-            )]),
-            1 => Reply::ToolCalls(vec![call(
+            ),
+            1 => step(
                 "pty_write",
                 json!({"session_id": "pty-1", "input": "print(6 * 7)\n", "until": ">>> ", "wait_ms": 20000}),
-            )]),
-            2 => Reply::ToolCalls(vec![call(
-                "pty_open",
-                json!({"command": left_running, "wait_ms": 200}),
-            )]),
+            ),
+            2 => step("pty_open", json!({"command": kill_me, "wait_ms": 200})),
+            3 => step("pty_list", json!({})),
+            4 => step("pty_poll", json!({"session_id": "pty-1", "wait_ms": 0})),
+            5 => step("pty_kill", json!({"session_id": "pty-2"})),
+            6 => step("pty_open", json!({"command": leave_me, "wait_ms": 200})),
             _ => Reply::Text("The answer is 42.".into()),
         }
     });
@@ -71,9 +74,18 @@ fn an_agent_drives_a_repl_and_its_sessions_end_with_the_task() {
         answered.contains("print(6 * 7)") && answered.contains("42\n"),
         "{answered}"
     );
-    let second = result_of(3);
-    assert!(second.contains("Opened terminal session pty-2"), "{second}");
-    // The session the agent left running ended with its task (and the REPL with it).
-    assert_no_process_with(&marker);
-    assert!(processes_with(&marker).is_empty());
+    let listed = result_of(4);
+    assert!(
+        listed.contains("pty-1") && listed.contains("pty-2") && listed.contains(&killed),
+        "{listed}"
+    );
+    let polled = result_of(5);
+    assert!(polled.contains("(no new output)"), "{polled}");
+    let ended = result_of(6);
+    assert!(ended.contains("killed by signal"), "{ended}");
+    assert!(result_of(7).contains("Opened terminal session pty-3"));
+    // Killed means gone; the session the agent left running ended with its task, the REPL too.
+    assert_no_process_with(&killed);
+    assert_no_process_with(&left);
+    assert!(processes_with(&left).is_empty());
 }
