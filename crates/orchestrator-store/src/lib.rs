@@ -45,6 +45,6 @@ pub use gates::GateRun;
 pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts};
 pub use shell_jobs::{ShellJob, job_status};
 pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
-pub use tasks::{CancelOutcome, Task, TaskFilter};
+pub use tasks::{CancelOutcome, Task, TaskFilter, TaskPage};
 pub use wake::Wakeup;
 pub use workers::WorkerRow;

@@ -204,6 +204,36 @@ pub struct TaskFilter {
     pub limit: Option<u64>,
 }
 
+/// A page of tasks for the API and the dashboard, newest first: filters, and a keyset (`before`,
+/// the last id of the previous page) instead of an offset, so a page costs the same however deep
+/// it is and a task created meanwhile does not shift the next page.
+#[derive(Debug, Clone, Default)]
+pub struct TaskPage {
+    pub state: Option<TaskState>,
+    pub queue: Option<String>,
+    /// Only the tasks this automation's slots created.
+    pub automation: Option<i64>,
+    /// Text the title contains, compared without regard to case (ASCII letters).
+    pub title_contains: Option<String>,
+    /// Only tasks older (smaller id) than this one.
+    pub before: Option<TaskId>,
+    pub limit: u64,
+}
+
+/// `text` as a LIKE pattern that matches it anywhere, lower-cased, with `%`, `_` and the escape
+/// character itself escaped, so a search for `50%` finds "50%", not everything after "50".
+fn contains_pattern(text: &str) -> String {
+    let mut pattern = String::from("%");
+    for c in text.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
 /// `"state" = 'queued'` with the value inlined. The partial indexes are declared with a literal, and
 /// a planner can only use them when the query's predicate is that same literal, not a parameter.
 pub(crate) fn state_is(state: TaskState) -> Expr {
@@ -483,6 +513,37 @@ impl Store {
         }
         stmt.order_by(Tasks::Id, Order::Desc)
             .limit(filter.limit.unwrap_or(100));
+        self.pool
+            .fetch_all::<TaskRow, _>(&stmt)
+            .await?
+            .into_iter()
+            .map(Task::try_from)
+            .collect()
+    }
+
+    /// A page of tasks, newest first: see [`TaskPage`].
+    pub async fn task_page(&self, page: &TaskPage) -> Result<Vec<Task>> {
+        let mut stmt = select_tasks();
+        if let Some(state) = page.state {
+            stmt.and_where(state_is(state));
+        }
+        if let Some(queue) = &page.queue {
+            stmt.and_where(Expr::col(Tasks::Queue).eq(queue.as_str()));
+        }
+        if let Some(automation) = page.automation {
+            stmt.and_where(Expr::col(Tasks::AutomationId).eq(automation));
+        }
+        if let Some(text) = &page.title_contains {
+            stmt.and_where(
+                Expr::expr(sea_query::Func::lower(Expr::col(Tasks::Title)))
+                    .like(sea_query::LikeExpr::new(contains_pattern(text)).escape('\\')),
+            );
+        }
+        if let Some(before) = page.before {
+            stmt.and_where(Expr::col(Tasks::Id).lt(before.0));
+        }
+        stmt.order_by(Tasks::Id, Order::Desc)
+            .limit(Ord::max(page.limit, 1));
         self.pool
             .fetch_all::<TaskRow, _>(&stmt)
             .await?

@@ -144,7 +144,9 @@ pub struct TaskTemplate {
     pub max_attempts: i64,
 }
 
-fn gates_or_commands<'de, D>(deserializer: D) -> std::result::Result<Vec<GateSpec>, D::Error>
+/// Gates as people write them: each a command (`"cargo test"`, named after itself) or a table
+/// with `command` and optional `name`, `cwd`, `timeout_secs`. For `#[serde(deserialize_with)]`.
+pub fn gates_or_commands<'de, D>(deserializer: D) -> std::result::Result<Vec<GateSpec>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {

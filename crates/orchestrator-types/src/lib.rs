@@ -17,7 +17,7 @@ mod time;
 
 pub use automation::{
     AutomationSpec, AutomationStatus, CatchUp, DEFAULT_CATCH_UP_CAP, DEFAULT_CATCH_UP_WINDOW_SECS,
-    MAX_JITTER_SECS, Overlap, SlotKind, SlotStatus, TaskTemplate, validate_name,
+    MAX_JITTER_SECS, Overlap, SlotKind, SlotStatus, TaskTemplate, gates_or_commands, validate_name,
 };
 pub use capture::{Capture, Captured};
 pub use chat::{

@@ -8,6 +8,9 @@
 //!   `{"reason": "...", "answer": "...", "by": "..."}`; the decider is recorded as `api:<by>`
 //! - `GET /api/tasks/{id}` and `GET /api/tasks/{id}/events?after=N`
 //!
+//! The versioned API, `/api/v1` (the `orchestrator-web` crate, with its OpenAPI document), is
+//! merged into the same router; these older routes keep working beside it.
+//!
 //! The API speaks the store's types as they serialize (times in Unix milliseconds); the CLI's
 //! `--json` views format times as RFC 3339 for people. Errors are `{"error": "..."}` with 401 (no or
 //! wrong token), 400 (malformed request), 404, 409 (already decided), 422 (an answer that does not
@@ -57,6 +60,8 @@ pub struct HttpState {
     /// GitHub webhooks: the secret and the rules. `None` when no secret is configured, and the
     /// route then answers 404 saying how to configure one.
     pub webhooks: Option<Webhooks>,
+    /// Refuse every write of the API, the old routes' and `/api/v1`'s (`serve --read-only`).
+    pub read_only: bool,
 }
 
 /// The trigger rules, and the webhook secret when one is configured (the poller needs the rules
@@ -224,6 +229,11 @@ const DEFAULT_DECIDER: &str = "token";
 const MAX_DECIDER_CHARS: usize = 100;
 
 pub fn router(state: HttpState) -> Router {
+    let v1 = orchestrator_web::router(orchestrator_web::Web {
+        store: state.store.clone(),
+        token: state.token.clone(),
+        read_only: state.read_only,
+    });
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -239,6 +249,7 @@ pub fn router(state: HttpState) -> Router {
             post(github_webhook).layer(axum::extract::DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)),
         )
         .with_state(state)
+        .merge(v1)
 }
 
 async fn healthz(State(state): State<HttpState>) -> Response {
@@ -250,7 +261,7 @@ async fn healthz(State(state): State<HttpState>) -> Response {
 }
 
 async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response {
-    if !authorized(&headers, &state.token) {
+    if !orchestrator_web::authorized(&headers, &state.token) {
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
@@ -330,7 +341,7 @@ impl IntoResponse for ApiError {
 type ApiResult = Result<Response, ApiError>;
 
 fn check_token(headers: &HeaderMap, state: &HttpState) -> Result<(), ApiError> {
-    if authorized(headers, &state.token) {
+    if orchestrator_web::authorized(headers, &state.token) {
         Ok(())
     } else {
         Err(ApiError::new(
@@ -447,6 +458,12 @@ impl DecideBody {
 }
 
 async fn decide(state: &HttpState, id: &str, body: &[u8], kind: DecisionKind) -> ApiResult {
+    if state.read_only {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "this daemon serves its API read-only; nothing was changed",
+        ));
+    }
     let id = parse_id(id)?;
     let body = DecideBody::parse(body)?;
     let decision = match kind {
@@ -539,19 +556,6 @@ async fn task_events(
         .unwrap_or(MAX_EVENTS_PER_PAGE)
         .clamp(1, MAX_EVENTS_PER_PAGE);
     json(&state.store.events(id, params.after, limit).await?)
-}
-
-/// Compares the presented token with the expected one in constant time.
-fn authorized(headers: &HeaderMap, token: &str) -> bool {
-    let Some(presented) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
-    };
-    let (a, b) = (presented.trim().as_bytes(), token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The JSON of a delivery in either content type a webhook may be set to: `application/json`, or
@@ -693,6 +697,7 @@ mod tests {
             metrics: Arc::new(Metrics::default()),
             token: Arc::from("secret-token"),
             webhooks: None,
+            read_only: false,
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -858,6 +863,7 @@ mod tests {
                     triggers: Arc::new(triggers),
                     wake: Arc::new(tokio::sync::Notify::new()),
                 }),
+                read_only: false,
             });
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();

@@ -23,6 +23,8 @@ pub struct ServeConfig {
     pub poll: Option<(Vec<orchestrator_github::RepoRef>, std::time::Duration)>,
     /// How long HTTP clients have to send their headers and bodies.
     pub read_timeouts: crate::http::ReadTimeouts,
+    /// Serve the API read-only: every write is refused with 403.
+    pub read_only: bool,
 }
 
 /// Runs until `shutdown`, then: the pool stops claiming and drains (see the worker's pool.rs), the
@@ -48,6 +50,7 @@ pub async fn run(
         metrics: metrics.clone(),
         token: config.token.clone(),
         webhooks: config.webhooks.clone(),
+        read_only: config.read_only,
     });
     let http = tokio::spawn(crate::http::serve(
         listener,

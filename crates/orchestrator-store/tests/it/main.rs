@@ -56,6 +56,7 @@ conformance!(
     heartbeat_extends_and_reports_cancel,
     batch_completion_mixed_outcomes,
     counts_by_state,
+    task_pages_filter_and_walk_by_keyset,
     migrations_are_idempotent,
     automations_crud_and_unique_names,
     a_slot_is_recorded_once_with_its_tasks,

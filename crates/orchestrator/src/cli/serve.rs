@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// does. Default: the `schedules` directory in the home directory, if it exists.
     #[arg(long, value_name = "DIR")]
     pub schedules: Option<std::path::PathBuf>,
+    /// Serve the HTTP API read-only: reads answer, every write (creating, canceling or retrying a
+    /// task, deciding an approval, pausing or running an automation) is refused with 403.
+    #[arg(long)]
+    pub read_only: bool,
 }
 
 pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -189,6 +193,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             webhooks,
             poll,
             read_timeouts: crate::http::ReadTimeouts::default(),
+            read_only: args.read_only,
         },
         store,
         listener,

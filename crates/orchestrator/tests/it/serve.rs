@@ -1,7 +1,7 @@
 //! `serve` as a daemon: HTTP endpoints, cancel of a running task, graceful shutdown that hands work
 //! back, and several daemons sharing one database without running an attempt twice.
 
-use crate::support::{Env, Serve, assert_no_process_with, http_get, unique_sleep};
+use crate::support::{Env, Serve, assert_no_process_with, http_get, http_post, unique_sleep};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -132,4 +132,42 @@ async fn several_daemons_share_postgres() {
     tokio::task::spawn_blocking(move || shared_store_runs_each_attempt_once(&env, 3, 60))
         .await
         .unwrap();
+}
+
+/// `serve` answers the versioned API beside the old routes, and `--read-only` refuses writes on
+/// both, while reads go on.
+#[test]
+fn serve_answers_api_v1_and_read_only_refuses_writes_everywhere() {
+    let env = Env::sqlite();
+    let ws = tempfile::tempdir().unwrap();
+    let id = env.create("listed", &["true"], ws.path());
+    // Workers on another queue: the task stays queued, whatever the API is asked.
+    let serve = env.serve(&["--queue", "elsewhere", "--read-only"]);
+    let token = serve.token();
+    let (status, body) = http_get(&serve.addr, "/api/v1/tasks?limit=5", Some(&token));
+    assert_eq!(status, 200, "{body}");
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(page["tasks"][0]["id"], id, "{page}");
+    let (status, body) = http_get(&serve.addr, "/api/v1/openapi.json", Some(&token));
+    assert_eq!(status, 200);
+    assert!(body.contains("\"/api/v1/tasks/{id}/cancel\""), "{body}");
+    let (status, _) = http_get(&serve.addr, "/api/v1/tasks", None);
+    assert_eq!(status, 401);
+
+    let auth = format!("Bearer {token}");
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let (status, body) = http_post(
+        &serve.addr,
+        &format!("/api/v1/tasks/{id}/cancel"),
+        &headers,
+        b"",
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("\"read_only\""), "{body}");
+    let (status, body) = http_post(&serve.addr, "/api/approvals/1/approve", &headers, b"");
+    assert_eq!(status, 403, "the old route is read-only too: {body}");
+    assert_eq!(env.task(id)["state"], "queued", "nothing was changed");
 }

@@ -279,3 +279,99 @@ pub async fn orphaned_running_task_cancels_at_once(db: &TestStore) {
     assert_eq!(late, [CompletionResult::Stale]);
     assert_eq!(store.get_task(id).await.unwrap().state, TaskState::Canceled);
 }
+
+/// A page of tasks: newest first, filtered, and the keyset walks every task exactly once; a title
+/// search ignores case and takes `%` and `_` literally.
+pub async fn task_pages_filter_and_walk_by_keyset(db: &TestStore) {
+    let store = db.store.clone();
+    let titles = [
+        "Fix the parser",
+        "fix THE lexer",
+        "50% off",
+        "500 offers",
+        "a_b",
+        "axb",
+        "unrelated",
+    ];
+    let mut ids = Vec::new();
+    for (i, title) in titles.iter().enumerate() {
+        let mut new = NewTask::new(*title);
+        new.queue = if i % 2 == 0 { "default" } else { "slow" }.into();
+        ids.push(store.create_task(&new).await.unwrap());
+    }
+    // Walk three at a time.
+    let mut seen = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .task_page(&orchestrator_store::TaskPage {
+                before,
+                limit: 3,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        if page.is_empty() {
+            break;
+        }
+        assert!(
+            page.windows(2).all(|w| w[0].id.0 > w[1].id.0),
+            "newest first"
+        );
+        before = page.last().map(|t| t.id);
+        seen.extend(page.into_iter().map(|t| t.id));
+    }
+    let mut expected = ids.clone();
+    expected.reverse();
+    assert_eq!(seen, expected, "every task once, newest first");
+
+    let titles_of = |page: Vec<orchestrator_store::Task>| -> Vec<String> {
+        page.into_iter().map(|t| t.title).collect()
+    };
+    let search = |text: &str| orchestrator_store::TaskPage {
+        title_contains: Some(text.to_owned()),
+        limit: 50,
+        ..Default::default()
+    };
+    assert_eq!(
+        titles_of(store.task_page(&search("fix the")).await.unwrap()),
+        ["fix THE lexer", "Fix the parser"]
+    );
+    assert_eq!(
+        titles_of(store.task_page(&search("50%")).await.unwrap()),
+        ["50% off"]
+    );
+    assert_eq!(
+        titles_of(store.task_page(&search("a_b")).await.unwrap()),
+        ["a_b"]
+    );
+    let slow = store
+        .task_page(&orchestrator_store::TaskPage {
+            queue: Some("slow".into()),
+            limit: 50,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(slow.len(), 3);
+    assert!(slow.iter().all(|t| t.queue == "slow"));
+    store.cancel_task(ids[0]).await.unwrap();
+    let canceled = store
+        .task_page(&orchestrator_store::TaskPage {
+            state: Some(TaskState::Canceled),
+            limit: 50,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(canceled.iter().map(|t| t.id).collect::<Vec<_>>(), [ids[0]]);
+    let none = store
+        .task_page(&orchestrator_store::TaskPage {
+            automation: Some(12345),
+            limit: 50,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+}

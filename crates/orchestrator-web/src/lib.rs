@@ -1,0 +1,229 @@
+//! The daemon's JSON API, `/api/v1`: the contract the dashboard, scripts and other machines use.
+//!
+//! The router is built from a store and a few settings, so tests serve it on a loopback port and
+//! reach it over real HTTP. Every route needs the bearer token (`Authorization: Bearer ...`);
+//! `read_only` refuses every write with 403 `read_only`, whatever the token. Errors are JSON with a
+//! stable code (see [`error`]). Times are Unix milliseconds, as the store keeps them; the CLI's
+//! `--json` views format them for people. `GET /api/v1/openapi.json` describes every route, and a
+//! test checks the document against the router both ways.
+//!
+//! - tasks: list (filters, keyset pagination, counts per state), create, read, events, cancel,
+//!   retry;
+//! - automations: list, read (next fire times, recent slots), pause, resume, run now;
+//! - approvals: list, read, approve, deny, answer;
+//! - health.
+
+mod approvals;
+mod automations;
+pub mod error;
+mod openapi;
+mod tasks;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use orchestrator_store::Store;
+use serde_json::json;
+
+pub use error::ApiError;
+pub use openapi::document;
+
+/// What the API serves from.
+#[derive(Clone)]
+pub struct Web {
+    pub store: Store,
+    /// The bearer token every route needs.
+    pub token: Arc<str>,
+    /// Refuse every write (403 `read_only`): for a dashboard shown to people who may look only.
+    pub read_only: bool,
+}
+
+/// Every route: method and path, as the OpenAPI document names them.
+pub const ROUTES: [(&str, &str); 20] = [
+    ("GET", "/api/v1/health"),
+    ("GET", "/api/v1/openapi.json"),
+    ("GET", "/api/v1/tasks"),
+    ("POST", "/api/v1/tasks"),
+    ("GET", "/api/v1/tasks/{id}"),
+    ("GET", "/api/v1/tasks/{id}/events"),
+    ("POST", "/api/v1/tasks/{id}/cancel"),
+    ("POST", "/api/v1/tasks/{id}/retry"),
+    ("GET", "/api/v1/automations"),
+    ("GET", "/api/v1/automations/{name}"),
+    ("POST", "/api/v1/automations/{name}/pause"),
+    ("POST", "/api/v1/automations/{name}/resume"),
+    ("POST", "/api/v1/automations/{name}/run"),
+    ("GET", "/api/v1/approvals"),
+    ("GET", "/api/v1/approvals/{id}"),
+    ("POST", "/api/v1/approvals/{id}/approve"),
+    ("POST", "/api/v1/approvals/{id}/deny"),
+    ("POST", "/api/v1/approvals/{id}/answer"),
+    ("GET", "/api/v1/workers"),
+    ("GET", "/api/v1/counts"),
+];
+
+/// The `/api/v1` routes, to merge into the daemon's router.
+pub fn router(web: Web) -> Router {
+    let api = Router::new()
+        .route("/health", get(health))
+        .route("/openapi.json", get(openapi))
+        .route("/counts", get(tasks::counts))
+        .route("/workers", get(workers))
+        .route("/tasks", get(tasks::list).post(tasks::create))
+        .route("/tasks/{id}", get(tasks::read))
+        .route("/tasks/{id}/events", get(tasks::events))
+        .route("/tasks/{id}/cancel", post(tasks::cancel))
+        .route("/tasks/{id}/retry", post(tasks::retry))
+        .route("/automations", get(automations::list))
+        .route("/automations/{name}", get(automations::read))
+        .route("/automations/{name}/pause", post(automations::pause))
+        .route("/automations/{name}/resume", post(automations::resume))
+        .route("/automations/{name}/run", post(automations::run))
+        .route("/approvals", get(approvals::list))
+        .route("/approvals/{id}", get(approvals::read))
+        .route("/approvals/{id}/approve", post(approvals::approve))
+        .route("/approvals/{id}/deny", post(approvals::deny))
+        .route("/approvals/{id}/answer", post(approvals::answer))
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn_with_state(web.clone(), guard))
+        .with_state(web);
+    Router::new().nest("/api/v1", api)
+}
+
+/// The token, then read-only mode, for every route.
+async fn guard(State(web): State<Web>, request: Request, next: Next) -> Response {
+    if !authorized(request.headers(), &web.token) {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token; it is in the api-token file of the home directory",
+        )
+        .into_response();
+    }
+    if web.read_only && request.method() != Method::GET && request.method() != Method::HEAD {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "read_only",
+            "this daemon serves its API read-only; nothing was changed",
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
+/// Compares the presented bearer token with the expected one in constant time.
+pub fn authorized(headers: &HeaderMap, token: &str) -> bool {
+    let Some(presented) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let (a, b) = (presented.trim().as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn no_route(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no_route",
+        format!(
+            "no route {} {}; GET /api/v1/openapi.json lists them",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}
+
+async fn wrong_method(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!(
+            "{} is not allowed on {}; GET /api/v1/openapi.json lists the routes",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn ok<T: serde::Serialize>(value: &T) -> ApiResult {
+    Ok(axum::Json(value).into_response())
+}
+
+async fn health(State(web): State<Web>) -> ApiResult {
+    let counts = web.store.count_by_state().await?;
+    let counts: serde_json::Map<String, serde_json::Value> = counts
+        .into_iter()
+        .map(|(state, n)| (state.as_str().to_owned(), json!(n)))
+        .collect();
+    ok(&json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "read_only": web.read_only,
+        "tasks": counts,
+    }))
+}
+
+async fn openapi() -> ApiResult {
+    ok(&document())
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkersQuery {
+    limit: Option<u64>,
+}
+
+async fn workers(
+    State(web): State<Web>,
+    params: Result<axum::extract::Query<WorkersQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult {
+    let params = query(params)?;
+    let limit = params.limit.unwrap_or(50).clamp(1, 500);
+    ok(&json!({"workers": web.store.workers(limit).await?}))
+}
+
+/// The query string, or 400 saying what is wrong with it.
+fn query<T>(
+    query: Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>,
+) -> Result<T, ApiError> {
+    query
+        .map(|axum::extract::Query(q)| q)
+        .map_err(|e| ApiError::bad_request(e.body_text()))
+}
+
+/// An id in a path: a positive integer.
+fn parse_id(text: &str) -> Result<i64, ApiError> {
+    match text.parse::<i64>() {
+        Ok(id) if id > 0 => Ok(id),
+        _ => Err(ApiError::bad_request(format!("{text:?} is not an id"))),
+    }
+}
+
+/// A JSON body, or 400/422 saying what is wrong with it; an empty body is `T::default()` where
+/// `empty` allows it.
+fn body<T: serde::de::DeserializeOwned + Default>(
+    bytes: &[u8],
+    empty: bool,
+) -> Result<T, ApiError> {
+    if empty && bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        if e.is_syntax() || e.is_eof() {
+            ApiError::bad_request(format!("the body is not JSON: {e}"))
+        } else {
+            ApiError::unprocessable(format!("the body does not fit: {e}"))
+        }
+    })
+}

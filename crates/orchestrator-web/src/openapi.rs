@@ -1,0 +1,178 @@
+//! The OpenAPI 3.1 document of `/api/v1`, served at `/api/v1/openapi.json`. Written here beside
+//! the routes; a test checks that it names exactly the routes the router serves and that each
+//! answers, so the two cannot drift apart.
+
+use serde_json::{Value, json};
+
+use crate::error::CODES;
+
+fn param(name: &str, place: &str, schema: Value, description: &str) -> Value {
+    json!({
+        "name": name,
+        "in": place,
+        "required": place == "path",
+        "schema": schema,
+        "description": description,
+    })
+}
+
+fn id_param(what: &str) -> Value {
+    param(
+        "id",
+        "path",
+        json!({"type": "integer", "minimum": 1}),
+        &format!("The {what}'s id."),
+    )
+}
+
+fn name_param() -> Value {
+    param(
+        "name",
+        "path",
+        json!({"type": "string"}),
+        "The automation's name.",
+    )
+}
+
+/// An operation with its parameters, an optional JSON body, and its success response; every
+/// operation may also answer with the error responses.
+fn op(
+    summary: &str,
+    params: Vec<Value>,
+    body: Option<Value>,
+    status: &str,
+    schema: Value,
+) -> Value {
+    let mut responses = json!({
+        status: {"description": summary, "content": {"application/json": {"schema": schema}}},
+        "400": {"$ref": "#/components/responses/Error"},
+        "401": {"$ref": "#/components/responses/Error"},
+        "404": {"$ref": "#/components/responses/Error"},
+        "503": {"$ref": "#/components/responses/Error"},
+    });
+    let mut operation =
+        json!({"summary": summary, "parameters": params, "security": [{"bearer": []}]});
+    if let Some(schema) = body {
+        operation["requestBody"] = json!({
+            "required": false,
+            "content": {"application/json": {"schema": schema}}
+        });
+        for status in ["403", "409", "422"] {
+            responses[status] = json!({"$ref": "#/components/responses/Error"});
+        }
+    }
+    operation["responses"] = responses;
+    operation
+}
+
+fn object() -> Value {
+    json!({"type": "object"})
+}
+
+fn list_of(key: &str) -> Value {
+    json!({"type": "object", "required": [key], "properties": {key: {"type": "array", "items": {"type": "object"}}}})
+}
+
+fn no_body() -> Value {
+    json!({"type": "object", "additionalProperties": false})
+}
+
+/// The document.
+pub fn document() -> Value {
+    let state = json!({"type": "string", "enum": ["queued", "running", "waiting", "succeeded", "failed", "canceled"]});
+    let decision = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "reason": {"type": "string"},
+            "answer": {"type": "string"},
+            "by": {"type": "string", "maxLength": 64}
+        }
+    });
+    let create = json!({
+        "type": "object",
+        "required": ["title", "workspace"],
+        "additionalProperties": false,
+        "properties": {
+            "title": {"type": "string", "minLength": 1},
+            "prompt": {"type": "string"},
+            "gates": {"type": "array", "items": {"oneOf": [{"type": "string"}, {"type": "object"}]}},
+            "workspace": {"type": "string", "description": "An absolute path to a directory on the daemon's machine."},
+            "queue": {"type": "string"},
+            "priority": {"type": "integer"},
+            "max_attempts": {"type": "integer", "minimum": 1},
+            "model": {"type": "object"},
+            "agent": {"type": "object"},
+            "acceptance": {"type": "array", "items": {"type": "string"}}
+        }
+    });
+    let codes: Vec<&str> = CODES.iter().map(|(code, _)| *code).collect();
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "orchestrator",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The daemon's JSON API. Every route needs the bearer token from the api-token file of the home directory. Times are Unix milliseconds. Errors are {\"error\": {\"code\", \"message\"}} with a stable code."
+        },
+        "paths": {
+            "/api/v1/health": {"get": op("The daemon answers, with its tasks per state.", vec![], None, "200", object())},
+            "/api/v1/openapi.json": {"get": op("This document.", vec![], None, "200", object())},
+            "/api/v1/counts": {"get": op("Tasks per state.", vec![], None, "200", object())},
+            "/api/v1/workers": {"get": op("Workers, most recent first.", vec![
+                param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 500}), "At most this many (default 50).")
+            ], None, "200", list_of("workers"))},
+            "/api/v1/tasks": {
+                "get": op("Tasks, newest first, a page at a time.", vec![
+                    param("state", "query", state.clone(), "Only tasks in this state."),
+                    param("queue", "query", json!({"type": "string"}), "Only tasks of this queue."),
+                    param("automation", "query", json!({"type": "string"}), "Only tasks this automation's slots created."),
+                    param("q", "query", json!({"type": "string"}), "Text the title contains (any case)."),
+                    param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 200}), "Page size (default 50)."),
+                    param("before", "query", json!({"type": "integer"}), "The previous page's next_before."),
+                ], None, "200", json!({"type": "object", "required": ["tasks", "next_before"], "properties": {"tasks": {"type": "array", "items": {"type": "object"}}, "next_before": {"type": ["integer", "null"]}}})),
+                "post": op("Create a task.", vec![], Some(create), "201", object()),
+            },
+            "/api/v1/tasks/{id}": {"get": op("One task.", vec![id_param("task")], None, "200", object())},
+            "/api/v1/tasks/{id}/events": {"get": op("A task's events after a sequence number.", vec![
+                id_param("task"),
+                param("after", "query", json!({"type": "integer", "minimum": 0}), "Events after this sequence number (default 0)."),
+                param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 1000}), "At most this many (default 1000)."),
+            ], None, "200", list_of("events"))},
+            "/api/v1/tasks/{id}/cancel": {"post": op("Cancel a task (a running one is asked to stop).", vec![id_param("task")], Some(no_body()), "200", object())},
+            "/api/v1/tasks/{id}/retry": {"post": op("Queue a failed or canceled task again.", vec![id_param("task")], Some(no_body()), "200", object())},
+            "/api/v1/automations": {"get": op("Automations with their next fire time.", vec![], None, "200", list_of("automations"))},
+            "/api/v1/automations/{name}": {"get": op("One automation, its next fire times and recent slots.", vec![
+                name_param(),
+                param("slots", "query", json!({"type": "integer", "minimum": 1, "maximum": 500}), "Recent slots to include (default 20)."),
+            ], None, "200", object())},
+            "/api/v1/automations/{name}/pause": {"post": op("Pause an automation.", vec![name_param()], Some(no_body()), "200", object())},
+            "/api/v1/automations/{name}/resume": {"post": op("Resume an automation from its next slot after now.", vec![name_param()], Some(no_body()), "200", object())},
+            "/api/v1/automations/{name}/run": {"post": op("Fire a manual slot now (409 when the overlap policy skips it, unless force).", vec![name_param()], Some(json!({"type": "object", "additionalProperties": false, "properties": {"force": {"type": "boolean"}}})), "200", object())},
+            "/api/v1/approvals": {"get": op("Approvals, pending unless a status is given.", vec![
+                param("status", "query", json!({"type": "string", "enum": ["pending", "approved", "denied", "answered", "expired", "canceled", "all"]}), "One status, or all."),
+                param("task", "query", json!({"type": "integer"}), "Only this task's."),
+                param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 1000}), "At most this many (default 100)."),
+            ], None, "200", list_of("approvals"))},
+            "/api/v1/approvals/{id}": {"get": op("One approval.", vec![id_param("approval")], None, "200", object())},
+            "/api/v1/approvals/{id}/approve": {"post": op("Approve.", vec![id_param("approval")], Some(decision.clone()), "200", object())},
+            "/api/v1/approvals/{id}/deny": {"post": op("Deny, with an optional reason.", vec![id_param("approval")], Some(decision.clone()), "200", object())},
+            "/api/v1/approvals/{id}/answer": {"post": op("Answer a question.", vec![id_param("approval")], Some(decision), "200", object())},
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
+                        "code": {"type": "string", "enum": codes},
+                        "message": {"type": "string"}
+                    }}}
+                }
+            },
+            "responses": {
+                "Error": {"description": "An error with a stable code.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+            }
+        }
+    })
+}
