@@ -54,6 +54,11 @@ bench-tools:
 bench-scheduler SECONDS="15":
     cargo run --release -p orchestrator-scheduler --example scheduler_bench {{SECONDS}}
 
+# API figures: the tasks list with 100,000 tasks (p50/p99 per query shape, 1 and 8 clients) and the
+# CPU cost of 100 open event streams, on SQLite and PostgreSQL.
+bench-api BACKEND="both":
+    cargo run --release -p orchestrator-web --example api_bench {{BACKEND}}
+
 # Run the daemon on the SQLite store in the home directory.
 serve *ARGS:
     cargo run --release -p orchestrator -- serve {{ARGS}}

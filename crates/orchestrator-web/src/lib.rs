@@ -7,8 +7,8 @@
 //! `--json` views format them for people. `GET /api/v1/openapi.json` describes every route, and a
 //! test checks the document against the router both ways.
 //!
-//! - tasks: list (filters, keyset pagination, counts per state), create, read, events, cancel,
-//!   retry;
+//! - tasks: list (filters, keyset pagination, counts per state), create, read, events (a page, or
+//!   live as Server-Sent Events resumable with `Last-Event-ID`), cancel, retry;
 //! - automations: list, read (next fire times, recent slots), pause, resume, run now;
 //! - approvals: list, read, approve, deny, answer;
 //! - health.
@@ -17,6 +17,9 @@ mod approvals;
 mod automations;
 pub mod error;
 mod openapi;
+pub mod pages;
+mod session;
+mod stream;
 mod tasks;
 
 use std::sync::Arc;
@@ -33,24 +36,44 @@ use serde_json::json;
 pub use error::ApiError;
 pub use openapi::document;
 
-/// What the API serves from.
+/// What the API and the pages serve from.
 #[derive(Clone)]
 pub struct Web {
     pub store: Store,
-    /// The bearer token every route needs.
+    /// The bearer token every route needs (the pages: the token a person logs in with).
     pub token: Arc<str>,
     /// Refuse every write (403 `read_only`): for a dashboard shown to people who may look only.
     pub read_only: bool,
+    /// The pages' sessions; a GET of the API also accepts a session's cookie, so the pages'
+    /// script can read the event stream, which a browser's `EventSource` opens without headers.
+    pub sessions: session::Sessions,
+}
+
+impl Web {
+    pub fn new(store: Store, token: Arc<str>, read_only: bool) -> Web {
+        Web {
+            store,
+            token,
+            read_only,
+            sessions: session::Sessions::default(),
+        }
+    }
+}
+
+/// The API and the dashboard's pages together, to merge into the daemon's router.
+pub fn app(web: Web) -> Router {
+    router(web.clone()).merge(pages::router(web))
 }
 
 /// Every route: method and path, as the OpenAPI document names them.
-pub const ROUTES: [(&str, &str); 20] = [
+pub const ROUTES: [(&str, &str); 21] = [
     ("GET", "/api/v1/health"),
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/api/v1/tasks"),
     ("POST", "/api/v1/tasks"),
     ("GET", "/api/v1/tasks/{id}"),
     ("GET", "/api/v1/tasks/{id}/events"),
+    ("GET", "/api/v1/tasks/{id}/events/stream"),
     ("POST", "/api/v1/tasks/{id}/cancel"),
     ("POST", "/api/v1/tasks/{id}/retry"),
     ("GET", "/api/v1/automations"),
@@ -77,6 +100,7 @@ pub fn router(web: Web) -> Router {
         .route("/tasks", get(tasks::list).post(tasks::create))
         .route("/tasks/{id}", get(tasks::read))
         .route("/tasks/{id}/events", get(tasks::events))
+        .route("/tasks/{id}/events/stream", get(stream::task_events))
         .route("/tasks/{id}/cancel", post(tasks::cancel))
         .route("/tasks/{id}/retry", post(tasks::retry))
         .route("/automations", get(automations::list))
@@ -98,7 +122,11 @@ pub fn router(web: Web) -> Router {
 
 /// The token, then read-only mode, for every route.
 async fn guard(State(web): State<Web>, request: Request, next: Next) -> Response {
-    if !authorized(request.headers(), &web.token) {
+    // A page's session may read (never write: a cookie is sent by the browser whoever asks, and
+    // the API's writes have no CSRF token).
+    let reading = request.method() == Method::GET || request.method() == Method::HEAD;
+    let session = reading && web.sessions.csrf_of(request.headers()).is_some();
+    if !session && !authorized(request.headers(), &web.token) {
         return ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",

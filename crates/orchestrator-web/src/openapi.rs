@@ -138,6 +138,22 @@ pub fn document() -> Value {
                 param("after", "query", json!({"type": "integer", "minimum": 0}), "Events after this sequence number (default 0)."),
                 param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 1000}), "At most this many (default 1000)."),
             ], None, "200", list_of("events"))},
+            "/api/v1/tasks/{id}/events/stream": {"get": {
+                "summary": "A task's events, live, as Server-Sent Events: id is the event's sequence number, event its kind, data its JSON; a last `end` event carries the task's final state. Resume with Last-Event-ID.",
+                "security": [{"bearer": []}],
+                "parameters": [
+                    id_param("task"),
+                    param("after", "query", json!({"type": "integer", "minimum": 0}), "Start after this sequence number (Last-Event-ID wins)."),
+                    param("Last-Event-ID", "header", json!({"type": "integer", "minimum": 0}), "The last event a reconnecting client got."),
+                ],
+                "responses": {
+                    "200": {"description": "The stream.", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                    "400": {"$ref": "#/components/responses/Error"},
+                    "401": {"$ref": "#/components/responses/Error"},
+                    "404": {"$ref": "#/components/responses/Error"},
+                    "503": {"$ref": "#/components/responses/Error"},
+                }
+            }},
             "/api/v1/tasks/{id}/cancel": {"post": op("Cancel a task (a running one is asked to stop).", vec![id_param("task")], Some(no_body()), "200", object())},
             "/api/v1/tasks/{id}/retry": {"post": op("Queue a failed or canceled task again.", vec![id_param("task")], Some(no_body()), "200", object())},
             "/api/v1/automations": {"get": op("Automations with their next fire time.", vec![], None, "200", list_of("automations"))},

@@ -229,11 +229,11 @@ const DEFAULT_DECIDER: &str = "token";
 const MAX_DECIDER_CHARS: usize = 100;
 
 pub fn router(state: HttpState) -> Router {
-    let v1 = orchestrator_web::router(orchestrator_web::Web {
-        store: state.store.clone(),
-        token: state.token.clone(),
-        read_only: state.read_only,
-    });
+    let v1 = orchestrator_web::app(orchestrator_web::Web::new(
+        state.store.clone(),
+        state.token.clone(),
+        state.read_only,
+    ));
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))

@@ -11,9 +11,11 @@ use orchestrator_types::{AutomationSpec, NewTask, now_millis};
 use orchestrator_web::{ROUTES, Web};
 use serde_json::{Value, json};
 
+mod pages;
+
 const TOKEN: &str = "t0ken-for-tests";
 
-struct Api {
+pub(crate) struct Api {
     base: String,
     client: reqwest::Client,
     _db: orchestrator_test_support::TestStore,
@@ -23,21 +25,21 @@ struct Api {
 }
 
 impl Api {
-    async fn start(read_only: bool) -> Api {
+    pub(crate) async fn start(read_only: bool) -> Api {
         let db = orchestrator_test_support::sqlite_store().await;
         let store = db.store.clone();
-        let app = orchestrator_web::router(Web {
-            store: store.clone(),
-            token: Arc::from(TOKEN),
-            read_only,
-        });
+        let app = orchestrator_web::app(Web::new(store.clone(), Arc::from(TOKEN), read_only));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
         let ws = tempfile::tempdir().unwrap();
         Api {
             base: format!("http://{addr}"),
-            client: reqwest::Client::new(),
+            // Redirects are asserted, not followed.
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
             _db: db,
             store,
             ws: ws.path().display().to_string(),
@@ -78,7 +80,7 @@ impl Api {
         self.send("POST", path, Some(body), true).await
     }
 
-    async fn task(&self, title: &str) -> i64 {
+    pub(crate) async fn task(&self, title: &str) -> i64 {
         let mut new = NewTask::new(title).with_gate("true");
         new.workspace = Some(self.ws.clone());
         self.store.create_task(&new).await.unwrap().0
@@ -479,4 +481,130 @@ async fn automations_are_read_paused_resumed_and_run_now() {
         .post("/api/v1/automations/nightly/run", r#"{"forse": true}"#)
         .await;
     assert_eq!((status, code(&typo)), (422, "unprocessable"), "{typo}");
+}
+
+/// One Server-Sent Event: its id, its event name, its data.
+type SseEvent = (Option<String>, String, String);
+
+/// Reads events from an SSE response until `count` came or the stream ended.
+async fn sse_events(
+    body: &mut (impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
+    buffer: &mut String,
+    count: usize,
+) -> Vec<SseEvent> {
+    use futures_util::StreamExt;
+    let mut events = Vec::new();
+    while events.len() < count {
+        if let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let (mut id, mut name, mut data) = (None, "message".to_owned(), String::new());
+            for line in block.lines() {
+                if let Some(v) = line
+                    .strip_prefix("id: ")
+                    .or_else(|| line.strip_prefix("id:"))
+                {
+                    id = Some(v.to_owned());
+                } else if let Some(v) = line
+                    .strip_prefix("event: ")
+                    .or_else(|| line.strip_prefix("event:"))
+                {
+                    name = v.to_owned();
+                } else if let Some(v) = line
+                    .strip_prefix("data: ")
+                    .or_else(|| line.strip_prefix("data:"))
+                {
+                    data.push_str(v);
+                }
+            }
+            if !data.is_empty() || id.is_some() {
+                events.push((id, name, data));
+            }
+            continue;
+        }
+        let next = tokio::time::timeout(std::time::Duration::from_secs(30), body.next())
+            .await
+            .expect("the stream stalled");
+        match next {
+            Some(chunk) => buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap())),
+            None => break,
+        }
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_events_stream_live_end_with_the_task_and_resume_from_last_event_id() {
+    let api = Api::start(false).await;
+    let id = api.task("streamed").await;
+    let url = format!("{}/api/v1/tasks/{id}/events/stream", api.base);
+    let response = api
+        .client
+        .get(&url)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut body = Box::pin(response.bytes_stream());
+    let mut buffer = String::new();
+    let first = sse_events(&mut body, &mut buffer, 1).await;
+    assert_eq!(first[0].0.as_deref(), Some("1"));
+    assert_eq!(first[0].1, "created");
+    let data: Value = serde_json::from_str(&first[0].2).unwrap();
+    assert_eq!(data["seq"], 1);
+
+    // Written after the stream opened: it arrives live, then the end.
+    let (_, lease) = api
+        .store
+        .claim_task("stream-test", orchestrator_types::TaskId(id), 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let live = sse_events(&mut body, &mut buffer, 1).await;
+    assert_eq!(
+        (live[0].0.as_deref(), live[0].1.as_str()),
+        (Some("2"), "claimed")
+    );
+    api.store
+        .complete(&[orchestrator_store::Completion {
+            lease,
+            outcome: orchestrator_store::Outcome::Succeeded,
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    let rest = sse_events(&mut body, &mut buffer, 10).await;
+    let names: Vec<&str> = rest.iter().map(|e| e.1.as_str()).collect();
+    assert_eq!(names, ["succeeded", "end"], "{rest:?}");
+    assert_eq!(rest[1].2, "succeeded");
+
+    // A client that reconnects with the last id it got resumes right after it.
+    let response = api
+        .client
+        .get(&url)
+        .bearer_auth(TOKEN)
+        .header("Last-Event-ID", "1")
+        .send()
+        .await
+        .unwrap();
+    let mut body = Box::pin(response.bytes_stream());
+    let mut buffer = String::new();
+    let resumed = sse_events(&mut body, &mut buffer, 10).await;
+    let ids: Vec<Option<&str>> = resumed.iter().map(|e| e.0.as_deref()).collect();
+    assert_eq!(ids, [Some("2"), Some("3"), None], "{resumed:?}");
+
+    for (path, header, status) in [
+        (format!("/api/v1/tasks/{id}/events/stream"), Some("x"), 400),
+        ("/api/v1/tasks/99999/events/stream".to_owned(), None, 404),
+    ] {
+        let mut request = api
+            .client
+            .get(format!("{}{path}", api.base))
+            .bearer_auth(TOKEN);
+        if let Some(value) = header {
+            request = request.header("Last-Event-ID", value);
+        }
+        assert_eq!(request.send().await.unwrap().status(), status, "{path}");
+    }
 }

@@ -170,10 +170,12 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             "worker_id": pool.worker_id,
             "token_file": home.join("api-token"),
             "lease_seconds": args.lease_seconds,
+            "dashboard": format!("http://{address}/login"),
+            "read_only": args.read_only,
         }))?;
     }
     eprintln!(
-        "orchestrator serve: {} store at {}; {} workers on queue{} {}; worker id {}; http://{address} (token in {})",
+        "orchestrator serve: {} store at {}; {} workers on queue{} {}; worker id {}; http://{address} (token in {}); dashboard at http://{address}/login{}",
         store.backend().as_str(),
         redacted(&global.store_url()?),
         args.workers,
@@ -181,6 +183,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         args.queues.join(", "),
         pool.worker_id,
         home.join("api-token").display(),
+        if args.read_only { " (read-only)" } else { "" },
     );
     let shutdown = CancellationToken::new();
     tokio::spawn(signals(shutdown.clone()));

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly by design.
 
 mod agent_cli;
+mod api_fuzz;
 mod approval;
 mod attempt_cli;
 mod automation;

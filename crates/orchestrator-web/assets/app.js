@@ -1,0 +1,43 @@
+// The dashboard's only script: live updates over Server-Sent Events, loaded as a file so a strict
+// Content-Security-Policy (no inline script) holds. Every page works without it.
+(function () {
+  "use strict";
+  // A task page while the task runs: new events are appended to the timeline as they arrive; at
+  // the end the page reloads to show the final state, gates and evidence.
+  var timeline = document.querySelector("[data-task-events]");
+  if (timeline && timeline.getAttribute("data-live") === "true") {
+    var url = timeline.getAttribute("data-task-events");
+    var source = new EventSource(url);
+    var status = document.querySelector("[data-live-status]");
+    if (status) { status.textContent = "live"; }
+    source.addEventListener("end", function () { source.close(); window.location.reload(); });
+    source.onmessage = null;
+    source.addEventListener("error", function () {
+      if (status) { status.textContent = "reconnecting"; }
+    });
+    var append = function (event) {
+      var data;
+      try { data = JSON.parse(event.data); } catch (e) { return; }
+      if (document.getElementById("event-" + data.seq)) { return; }
+      var row = document.createElement("tr");
+      row.id = "event-" + data.seq;
+      [String(data.seq), new Date(data.at).toISOString(), data.kind, JSON.stringify(data.data)].forEach(function (text) {
+        var cell = document.createElement("td");
+        cell.textContent = text;
+        row.appendChild(cell);
+      });
+      timeline.appendChild(row);
+      if (status) { status.textContent = "live"; }
+    };
+    // Named events (the event's kind): listen for every kind the page may see.
+    (timeline.getAttribute("data-kinds") || "").split(" ").forEach(function (kind) {
+      if (kind) { source.addEventListener(kind, append); }
+    });
+  }
+  // Forms that change something ask first.
+  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+    form.addEventListener("submit", function (event) {
+      if (!window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); }
+    });
+  });
+})();

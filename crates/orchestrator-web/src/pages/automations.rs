@@ -1,0 +1,112 @@
+//! The automations page: schedule and time zone, status and why one was parked, next fire time,
+//! and run now, pause and resume.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::html;
+use orchestrator_scheduler::{AutomationView, manage, run_now};
+use orchestrator_store::SlotResult;
+use orchestrator_types::{AutomationStatus, now_millis};
+
+use super::{Viewer, form, layout, page_error, store_error};
+use crate::Web;
+
+pub(crate) async fn list(State(web): State<Web>, headers: HeaderMap) -> Response {
+    let viewer = Viewer::of(&web, &headers).await;
+    let all = match web.store.list_automations().await {
+        Ok(all) => all,
+        Err(e) => return store_error(e),
+    };
+    let views: Vec<AutomationView> = all.iter().map(AutomationView::new).collect();
+    let content = html! {
+        h1 { "Automations" }
+        @if views.is_empty() { p.muted { "No automations." } }
+        @else {
+            table {
+                thead { tr { th { "name" } th { "schedule" } th { "status" } th { "next fire" } th { "tasks" } th {} } }
+                tbody {
+                    @for v in &views {
+                        tr data-automation=(v.name) {
+                            td { (v.name) }
+                            td { code { (v.schedule) } " " span.muted { (v.timezone) } }
+                            td {
+                                (v.status.to_string())
+                                @if let Some(error) = &v.last_error { br; span.error { "parked: " (error) } }
+                            }
+                            td { (v.next_fire_at.clone().unwrap_or_else(|| "-".into())) }
+                            td { a href=(format!("/?automation={}", v.name)) { "its tasks" } }
+                            td {
+                                @if !viewer.read_only {
+                                    form.inline method="post" action=(format!("/automations/{}/run", v.name)) data-confirm=(format!("Run {} now?", v.name)) {
+                                        (viewer.csrf_field()) button type="submit" { "Run now" }
+                                    }
+                                    " "
+                                    @let (action, label) = if v.status == AutomationStatus::Paused { ("resume", "Resume") } else { ("pause", "Pause") };
+                                    form.inline method="post" action=(format!("/automations/{}/{action}", v.name)) {
+                                        (viewer.csrf_field()) button type="submit" { (label) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout(&viewer, "Automations", content)
+}
+
+pub(crate) async fn act(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path((name, action)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    if let Err(refused) = form(&web, &headers, &body) {
+        return refused.into_response();
+    }
+    let now = now_millis();
+    let done = match action.as_str() {
+        "pause" | "resume" => {
+            let status = if action == "pause" {
+                AutomationStatus::Paused
+            } else {
+                AutomationStatus::Active
+            };
+            manage::set_status(&web.store, &name, status, now)
+                .await
+                .map(|_| None)
+        }
+        "run" => match web.store.automation(&name).await {
+            Ok(automation) => run_now(&web.store, &automation, false, "dashboard", now)
+                .await
+                .map(Some),
+            Err(e) => return store_error(e),
+        },
+        other => {
+            return page_error(
+                StatusCode::NOT_FOUND,
+                "No such action",
+                &format!("{other:?} is not run, pause or resume"),
+            );
+        }
+    };
+    match done {
+        Ok(Some(SlotResult::Skipped { reason })) => page_error(
+            StatusCode::CONFLICT,
+            "Not run",
+            &format!("{name} did not fire: {reason}."),
+        ),
+        Ok(Some(SlotResult::Fired { tasks })) => match tasks.first() {
+            Some(task) => Redirect::to(&format!("/tasks/{}", task.0)).into_response(),
+            None => Redirect::to("/automations").into_response(),
+        },
+        Ok(_) => Redirect::to("/automations").into_response(),
+        Err(e) => {
+            let api = crate::ApiError::from(e);
+            page_error(api.status, "Something went wrong", &api.message)
+        }
+    }
+}

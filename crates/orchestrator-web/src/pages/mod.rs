@@ -1,0 +1,335 @@
+//! The dashboard: pages rendered by the daemon (maud), one stylesheet and one small script, every
+//! action a form that works without JavaScript.
+//!
+//! A person logs in with the API token (`/login`) and gets a session cookie; every page needs it
+//! (else a redirect to `/login`), and every form carries the session's CSRF token, checked before
+//! anything changes. The pages send a strict Content-Security-Policy (no inline script or style,
+//! nothing from elsewhere). In read-only mode the forms are not shown and every write is refused
+//! with 403, as in the API.
+
+mod approvals;
+mod automations;
+mod tasks;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use maud::{DOCTYPE, Markup, html};
+
+use crate::Web;
+use crate::session::{clear_cookie, same, set_cookie};
+
+const CSS: &str = include_str!("../../assets/app.css");
+const JS: &str = include_str!("../../assets/app.js");
+
+/// What every page response carries: nothing may load from elsewhere or run inline, and no other
+/// site may frame it.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The dashboard's routes, to merge into the daemon's router beside `/api/v1`.
+pub fn router(web: Web) -> Router {
+    let pages = Router::new()
+        .route("/", get(tasks::list))
+        .route("/tasks/{id}", get(tasks::read))
+        .route(
+            "/tasks/{id}/cancel",
+            get(tasks::confirm_cancel).post(tasks::cancel),
+        )
+        .route(
+            "/tasks/{id}/retry",
+            get(tasks::confirm_retry).post(tasks::retry),
+        )
+        .route("/approvals", get(approvals::inbox))
+        .route("/approvals/{id}/{decision}", post(approvals::decide))
+        .route("/automations", get(automations::list))
+        .route("/automations/{name}/{action}", post(automations::act))
+        .route("/logout", post(logout))
+        .layer(axum::middleware::from_fn_with_state(web.clone(), signed_in));
+    Router::new()
+        .merge(pages)
+        .route("/login", get(login_page).post(login))
+        .route("/assets/app.css", get(css))
+        .route("/assets/app.js", get(js))
+        .route("/robots.txt", get(robots))
+        .layer(axum::middleware::from_fn(security_headers))
+        .with_state(web)
+}
+
+/// Pages need a live session; a write also needs the session's CSRF token (checked by the page)
+/// and a daemon that is not read-only.
+async fn signed_in(State(web): State<Web>, request: Request, next: Next) -> Response {
+    if web.sessions.csrf_of(request.headers()).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    if web.read_only
+        && request.method() == axum::http::Method::POST
+        && request.uri().path() != "/logout"
+    {
+        return page_error(
+            StatusCode::FORBIDDEN,
+            "Read-only",
+            "This daemon serves its dashboard read-only; nothing was changed.",
+        );
+    }
+    next.run(request).await
+}
+
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+/// What a page knows about who is looking.
+pub(crate) struct Viewer {
+    pub csrf: String,
+    pub read_only: bool,
+    pub pending: usize,
+}
+
+impl Viewer {
+    pub(crate) async fn of(web: &Web, headers: &HeaderMap) -> Viewer {
+        let pending = web
+            .store
+            .list_approvals(&orchestrator_store::ApprovalFilter {
+                status: Some(orchestrator_store::approval_status::PENDING.to_owned()),
+                task: None,
+                limit: Some(1000),
+            })
+            .await
+            .map(|a| a.len())
+            .unwrap_or(0);
+        Viewer {
+            csrf: web.sessions.csrf_of(headers).unwrap_or_default(),
+            read_only: web.read_only,
+            pending,
+        }
+    }
+
+    /// The hidden field every form carries.
+    pub(crate) fn csrf_field(&self) -> Markup {
+        html! { input type="hidden" name="csrf" value=(self.csrf); }
+    }
+}
+
+/// A whole page: navigation (with the pending approvals' count), the content, the script.
+pub(crate) fn layout(viewer: &Viewer, title: &str, content: Markup) -> Response {
+    let markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · orchestrator" }
+                link rel="stylesheet" href="/assets/app.css";
+            }
+            body {
+                header.top {
+                    a.brand href="/" { "orchestrator" }
+                    a href="/" { "Tasks" }
+                    a href="/approvals" {
+                        "Approvals "
+                        @if viewer.pending > 0 { span.badge data-pending=(viewer.pending) { (viewer.pending) } }
+                    }
+                    a href="/automations" { "Automations" }
+                    @if viewer.read_only { span.muted { "read-only" } }
+                    form method="post" action="/logout" { (viewer.csrf_field()) button type="submit" { "Log out" } }
+                }
+                main { (content) }
+                script src="/assets/app.js" {}
+            }
+        }
+    };
+    html_response(StatusCode::OK, markup)
+}
+
+fn html_response(status: StatusCode, markup: Markup) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        markup.into_string(),
+    )
+        .into_response()
+}
+
+/// A page that says what went wrong, for people.
+pub(crate) fn page_error(status: StatusCode, title: &str, message: &str) -> Response {
+    html_response(
+        status,
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                head { meta charset="utf-8"; title { (title) } link rel="stylesheet" href="/assets/app.css"; }
+                body { main { h1 { (title) } p.error { (message) } p { a href="/" { "Back to the tasks" } } } }
+            }
+        },
+    )
+}
+
+/// A store error as a page.
+pub(crate) fn store_error(e: orchestrator_store::Error) -> Response {
+    let api = crate::ApiError::from(e);
+    page_error(api.status, "Something went wrong", &api.message)
+}
+
+/// A refusal page, returned by the checks a handler makes before it acts.
+pub(crate) struct Refused(Box<Response>);
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        *self.0
+    }
+}
+
+impl From<Response> for Refused {
+    fn from(response: Response) -> Refused {
+        Refused(Box::new(response))
+    }
+}
+
+/// The fields of a posted form, after checking its CSRF token against the session's.
+pub(crate) fn form(
+    web: &Web,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Vec<(String, String)>, Refused> {
+    let fields: Vec<(String, String)> = form_urlencoded::parse(body)
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let presented = fields
+        .iter()
+        .find(|(k, _)| k == "csrf")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_default();
+    match web.sessions.csrf_of(headers) {
+        Some(expected) if same(presented, &expected) => Ok(fields),
+        _ => Err(page_error(
+            StatusCode::FORBIDDEN,
+            "Refused",
+            "The form's security token is missing or stale; reload the page and try again. Nothing was changed.",
+        )
+        .into()),
+    }
+}
+
+pub(crate) fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .filter(|v| !v.trim().is_empty())
+}
+
+async fn login_page(State(web): State<Web>, headers: HeaderMap) -> Response {
+    if web.sessions.csrf_of(&headers).is_some() {
+        return Redirect::to("/").into_response();
+    }
+    login_form(StatusCode::OK, None)
+}
+
+fn login_form(status: StatusCode, error: Option<&str>) -> Response {
+    html_response(
+        status,
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                head { meta charset="utf-8"; title { "Log in · orchestrator" } link rel="stylesheet" href="/assets/app.css"; }
+                body { main {
+                    h1 { "Log in" }
+                    @if let Some(error) = error { p.error { (error) } }
+                    p.muted { "The token is in the api-token file of the daemon's home directory." }
+                    form method="post" action="/login" {
+                        input type="password" name="token" autocomplete="current-password" placeholder="API token" required;
+                        " "
+                        button type="submit" { "Log in" }
+                    }
+                } }
+            }
+        },
+    )
+}
+
+async fn login(State(web): State<Web>, body: Bytes) -> Response {
+    let token = form_urlencoded::parse(&body)
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.trim().to_owned())
+        .unwrap_or_default();
+    if !same(&token, &web.token) {
+        return login_form(
+            StatusCode::UNAUTHORIZED,
+            Some("That is not the daemon's token."),
+        );
+    }
+    let id = web.sessions.start();
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (header::LOCATION, "/".to_owned()),
+            (header::SET_COOKIE, set_cookie(&id)),
+        ],
+    )
+        .into_response()
+}
+
+async fn logout(State(web): State<Web>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(refused) = form(&web, &headers, &body) {
+        return refused.into_response();
+    }
+    web.sessions.end(&headers);
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (header::LOCATION, "/login".to_owned()),
+            (header::SET_COOKIE, clear_cookie()),
+        ],
+    )
+        .into_response()
+}
+
+async fn css() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        CSS,
+    )
+        .into_response()
+}
+
+async fn js() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        JS,
+    )
+        .into_response()
+}
+
+async fn robots() -> &'static str {
+    "User-agent: *\nDisallow: /\n"
+}
+
+/// A time in Unix milliseconds as people read it (UTC, RFC 3339).
+pub(crate) fn time(ms: i64) -> String {
+    orchestrator_types::format_millis(ms)
+}

@@ -1,0 +1,363 @@
+//! The tasks page (the home page: counts per state, filters kept in the URL, keyset pages) and a
+//! task's page (header with cancel and retry, gates with evidence, approvals, children, the event
+//! timeline, live while the task runs).
+
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::html;
+use orchestrator_store::{ApprovalFilter, TaskPage};
+use orchestrator_types::{EventKind, TaskId, TaskState};
+use serde::Deserialize;
+
+use super::{Viewer, form, layout, page_error, store_error, time};
+use crate::Web;
+
+const PAGE: u64 = 50;
+const TIMELINE: u64 = 1000;
+
+#[derive(Deserialize)]
+pub(crate) struct Filters {
+    state: Option<String>,
+    queue: Option<String>,
+    automation: Option<String>,
+    q: Option<String>,
+    before: Option<i64>,
+}
+
+impl Filters {
+    /// The filters as a query string, with `before` replaced.
+    fn link(&self, state: Option<&str>, before: Option<i64>) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        if let Some(state) = state {
+            query.append_pair("state", state);
+        }
+        for (name, value) in [
+            ("queue", &self.queue),
+            ("automation", &self.automation),
+            ("q", &self.q),
+        ] {
+            if let Some(value) = value.as_deref().filter(|v| !v.is_empty()) {
+                query.append_pair(name, value);
+            }
+        }
+        if let Some(before) = before {
+            query.append_pair("before", &before.to_string());
+        }
+        let query = query.finish();
+        if query.is_empty() {
+            "/".to_owned()
+        } else {
+            format!("/?{query}")
+        }
+    }
+}
+
+fn state_class(state: &str) -> String {
+    format!("state state-{state}")
+}
+
+pub(crate) async fn list(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    filters: Result<Query<Filters>, QueryRejection>,
+) -> Response {
+    let filters = match filters {
+        Ok(Query(filters)) => filters,
+        Err(e) => return page_error(StatusCode::BAD_REQUEST, "Bad filter", &e.body_text()),
+    };
+    let viewer = Viewer::of(&web, &headers).await;
+    let state = match filters.state.as_deref().filter(|s| !s.is_empty()) {
+        Some(s) => match s.parse::<TaskState>() {
+            Ok(state) => Some(state),
+            Err(e) => return page_error(StatusCode::BAD_REQUEST, "Bad filter", &e.to_string()),
+        },
+        None => None,
+    };
+    let automation = match filters.automation.as_deref().filter(|a| !a.is_empty()) {
+        Some(name) => match web.store.automation(name).await {
+            Ok(a) => Some(a.id),
+            Err(e) => return store_error(e),
+        },
+        None => None,
+    };
+    let page = TaskPage {
+        state,
+        queue: filters.queue.clone().filter(|q| !q.is_empty()),
+        automation,
+        title_contains: filters.q.clone().filter(|q| !q.trim().is_empty()),
+        before: filters.before.map(TaskId),
+        limit: PAGE + 1,
+    };
+    let (mut tasks, counts) =
+        match tokio::try_join!(web.store.task_page(&page), web.store.count_by_state()) {
+            Ok(found) => found,
+            Err(e) => return store_error(e),
+        };
+    let older = if tasks.len() as u64 > PAGE {
+        tasks.truncate(PAGE as usize);
+        tasks.last().map(|t| t.id.0)
+    } else {
+        None
+    };
+    let current = state.map(|s| s.as_str());
+    let total: i64 = counts.iter().map(|(_, n)| n).sum();
+    let content = html! {
+        h1 { "Tasks" }
+        nav.counts {
+            a class=@if current.is_none() { "current" } href=(filters.link(None, None)) { "all " span.muted { (total) } }
+            @for (s, n) in &counts {
+                a class=@if current == Some(s.as_str()) { "current" } href=(filters.link(Some(s.as_str()), None)) {
+                    span class=(state_class(s.as_str())) { (s.as_str()) } " " span.muted data-count=(s.as_str()) { (n) }
+                }
+            }
+        }
+        form.filters method="get" action="/" {
+            select name="state" {
+                option value="" { "any state" }
+                @for s in TaskState::ALL {
+                    option value=(s.as_str()) selected[current == Some(s.as_str())] { (s.as_str()) }
+                }
+            }
+            input type="text" name="q" placeholder="title contains" value=(filters.q.clone().unwrap_or_default());
+            input type="text" name="queue" placeholder="queue" value=(filters.queue.clone().unwrap_or_default());
+            input type="text" name="automation" placeholder="automation" value=(filters.automation.clone().unwrap_or_default());
+            button type="submit" { "Filter" }
+            " " a href="/" { "clear" }
+        }
+        @if tasks.is_empty() {
+            p.muted { "No tasks match." }
+        } @else {
+            table {
+                thead { tr { th { "id" } th { "state" } th { "title" } th { "attempt" } th { "queue" } th { "updated" } } }
+                tbody {
+                    @for t in &tasks {
+                        tr data-task=(t.id.0) {
+                            td { a href=(format!("/tasks/{}", t.id.0)) { (t.id.0) } }
+                            td { span class=(state_class(t.state.as_str())) { (t.state.as_str()) } }
+                            td { a href=(format!("/tasks/{}", t.id.0)) { (t.title) } }
+                            td { (t.attempt) "/" (t.max_attempts) }
+                            td { (t.queue) }
+                            td.muted { (time(t.updated_at)) }
+                        }
+                    }
+                }
+            }
+        }
+        p {
+            @if filters.before.is_some() { a href=(filters.link(current, None)) { "Newest" } " " }
+            @if let Some(before) = older { a rel="next" href=(filters.link(current, Some(before))) { "Older →" } }
+        }
+    };
+    layout(&viewer, "Tasks", content)
+}
+
+fn parse_id(id: &str) -> Result<TaskId, super::Refused> {
+    id.parse::<i64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .map(TaskId)
+        .ok_or_else(|| {
+            page_error(
+                StatusCode::BAD_REQUEST,
+                "Bad task id",
+                &format!("{id:?} is not a task id"),
+            )
+            .into()
+        })
+}
+
+pub(crate) async fn read(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let id = match parse_id(&id) {
+        Ok(id) => id,
+        Err(page) => return page.into_response(),
+    };
+    let viewer = Viewer::of(&web, &headers).await;
+    let of_task = ApprovalFilter {
+        status: None,
+        task: Some(id),
+        limit: Some(100),
+    };
+    let found = tokio::try_join!(
+        web.store.get_task(id),
+        web.store.gates(id),
+        web.store.events(id, 0, TIMELINE),
+        web.store.children(id),
+        web.store.list_approvals(&of_task),
+    );
+    let (task, gates, events, children, approvals) = match found {
+        Ok(found) => found,
+        Err(e) => return store_error(e),
+    };
+    let live = !task.state.is_terminal();
+    let kinds: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+    let content = html! {
+        h1 { "Task " (task.id.0) ": " (task.title) }
+        div.card {
+            p {
+                span class=(state_class(task.state.as_str())) data-state=(task.state.as_str()) { (task.state.as_str()) }
+                " · attempt " (task.attempt) " of " (task.max_attempts)
+                " · queue " (task.queue)
+                @if let Some(parent) = task.parent_id { " · child of " a href=(format!("/tasks/{}", parent.0)) { "task " (parent.0) } }
+                @if let Some(automation) = task.automation_id { " · made by automation " (automation) }
+            }
+            p.muted { "created " (time(task.created_at)) " · updated " (time(task.updated_at)) }
+            @if let Some(error) = &task.last_error { p.error { (error) } }
+            @if let Some(workspace) = &task.workspace { p.muted { "workspace " code { (workspace) } } }
+            @if !viewer.read_only {
+                p {
+                    @if !task.state.is_terminal() { a href=(format!("/tasks/{}/cancel", task.id.0)) { "Cancel…" } " " }
+                    @if matches!(task.state, TaskState::Failed | TaskState::Canceled) { a href=(format!("/tasks/{}/retry", task.id.0)) { "Retry…" } }
+                }
+            }
+        }
+        @if let Some(prompt) = &task.prompt { h2 { "Prompt" } pre { (prompt) } }
+        h2 { "Gates" }
+        @if gates.is_empty() {
+            p.muted { @if task.gates.is_empty() { "No gates." } @else { (task.gates.len()) " gates, none run yet." } }
+        } @else {
+            table {
+                thead { tr { th { "attempt" } th { "gate" } th { "verdict" } th { "exit" } th { "duration" } th { "summary" } th { "log" } } }
+                tbody {
+                    @for g in &gates {
+                        tr {
+                            td { (g.attempt) }
+                            td { (g.name) br; code.muted { (g.command) } }
+                            td { span class=(format!("verdict-{}", g.verdict)) { (g.verdict.to_string()) } }
+                            td { (g.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into())) }
+                            td { (g.duration_ms) " ms" }
+                            td { (g.summary) }
+                            td { @if let Some(log) = g.log_artifact { "artifact " (log.0) } }
+                        }
+                    }
+                }
+            }
+        }
+        @if !approvals.is_empty() {
+            h2 { "Approvals" }
+            table {
+                tbody {
+                    @for a in &approvals {
+                        tr {
+                            td { (a.tool) }
+                            td { span class=(format!("status-{}", a.status)) { (a.status) } }
+                            td { (a.reason) }
+                            td.muted { (time(a.requested_at)) }
+                        }
+                    }
+                }
+            }
+            @if approvals.iter().any(|a| a.status == "pending") { p { a href="/approvals" { "Decide in the inbox" } } }
+        }
+        @if !children.is_empty() {
+            h2 { "Children" }
+            ul { @for c in &children { li { a href=(format!("/tasks/{}", c.id.0)) { "task " (c.id.0) } " " span class=(state_class(c.state.as_str())) { (c.state.as_str()) } " " (c.title) } } }
+        }
+        h2 { "Timeline " span.live data-live-status { @if live { "(refresh or enable scripts for live updates)" } } }
+        table {
+            thead { tr { th { "#" } th { "at" } th { "event" } th { "data" } } }
+            tbody data-task-events=(format!("/api/v1/tasks/{}/events/stream?after={}", task.id.0, events.last().map_or(0, |e| e.seq)))
+                  data-live=(live) data-kinds=(kinds.join(" ")) {
+                @for e in &events {
+                    tr id=(format!("event-{}", e.seq)) {
+                        td { (e.seq) }
+                        td.muted { (time(e.at)) }
+                        td { (e.kind) }
+                        td { code { (e.data.to_string()) } }
+                    }
+                }
+            }
+        }
+    };
+    layout(&viewer, &format!("Task {}", task.id.0), content)
+}
+
+fn confirm(viewer: &Viewer, task: &orchestrator_store::Task, verb: &str, action: &str) -> Response {
+    let content = html! {
+        h1 { (verb) " task " (task.id.0) "?" }
+        p { (task.title) " is " span class=(state_class(task.state.as_str())) { (task.state.as_str()) } "." }
+        form method="post" action=(action) {
+            (viewer.csrf_field())
+            button.danger type="submit" { (verb) }
+            " " a href=(format!("/tasks/{}", task.id.0)) { "Back" }
+        }
+    };
+    layout(viewer, &format!("{verb} task {}", task.id.0), content)
+}
+
+pub(crate) async fn confirm_cancel(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    confirm_page(&web, &headers, &id, "Cancel", "cancel").await
+}
+
+pub(crate) async fn confirm_retry(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    confirm_page(&web, &headers, &id, "Retry", "retry").await
+}
+
+async fn confirm_page(
+    web: &Web,
+    headers: &HeaderMap,
+    id: &str,
+    verb: &str,
+    action: &str,
+) -> Response {
+    let id = match parse_id(id) {
+        Ok(id) => id,
+        Err(page) => return page.into_response(),
+    };
+    let viewer = Viewer::of(web, headers).await;
+    match web.store.get_task(id).await {
+        Ok(task) => confirm(&viewer, &task, verb, &format!("/tasks/{}/{action}", id.0)),
+        Err(e) => store_error(e),
+    }
+}
+
+pub(crate) async fn cancel(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    act(&web, &headers, &id, &body, true).await
+}
+
+pub(crate) async fn retry(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    act(&web, &headers, &id, &body, false).await
+}
+
+async fn act(web: &Web, headers: &HeaderMap, id: &str, body: &Bytes, cancel: bool) -> Response {
+    if let Err(refused) = form(web, headers, body) {
+        return refused.into_response();
+    }
+    let id = match parse_id(id) {
+        Ok(id) => id,
+        Err(page) => return page.into_response(),
+    };
+    let done = if cancel {
+        web.store.cancel_task(id).await.map(|_| ())
+    } else {
+        web.store.retry_task(id).await.map(|_| ())
+    };
+    match done {
+        Ok(()) => Redirect::to(&format!("/tasks/{}", id.0)).into_response(),
+        Err(e) => store_error(e),
+    }
+}

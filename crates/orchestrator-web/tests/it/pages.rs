@@ -1,0 +1,369 @@
+//! The dashboard's pages over real HTTP: the login and its session cookie, the security headers,
+//! what each page shows, CSRF refusing a form without the session's token, read-only refusing
+//! writes, and each action doing what it says.
+
+use crate::{Api, TOKEN};
+use orchestrator_store::{NewApproval, SOURCE_CLI, approval_kind};
+use orchestrator_types::{AutomationSpec, GateSpec, NewTask, TaskId, now_millis};
+use serde_json::json;
+
+/// A logged-in browser: its cookie and the CSRF token its pages carry.
+struct Browser<'a> {
+    api: &'a Api,
+    cookie: String,
+}
+
+impl<'a> Browser<'a> {
+    async fn login(api: &'a Api) -> Browser<'a> {
+        let response = api
+            .client
+            .post(format!("{}/login", api.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("token={TOKEN}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 303);
+        assert_eq!(response.headers()["location"], "/");
+        let set = response.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+            "{set}"
+        );
+        let cookie = set.split(';').next().unwrap().to_owned();
+        Browser { api, cookie }
+    }
+
+    async fn get(&self, path: &str) -> (u16, String, reqwest::header::HeaderMap) {
+        let response = self
+            .api
+            .client
+            .get(format!("{}{path}", self.api.base))
+            .header("cookie", &self.cookie)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        (status, response.text().await.unwrap(), headers)
+    }
+
+    async fn post(&self, path: &str, form: &[(&str, &str)]) -> (u16, String, Option<String>) {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form)
+            .finish();
+        let response = self
+            .api
+            .client
+            .post(format!("{}{path}", self.api.base))
+            .header("cookie", &self.cookie)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let location = response
+            .headers()
+            .get("location")
+            .map(|l| l.to_str().unwrap().to_owned());
+        (status, response.text().await.unwrap(), location)
+    }
+
+    /// The CSRF token in a page's forms.
+    async fn csrf(&self) -> String {
+        let (_, page, _) = self.get("/approvals").await;
+        let needle = "name=\"csrf\" value=\"";
+        let at = page.find(needle).expect("a form with a csrf field") + needle.len();
+        page[at..at + 64].to_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_need_a_login_and_send_a_strict_policy() {
+    let api = Api::start(false).await;
+    for path in ["/", "/approvals", "/automations", "/tasks/1"] {
+        let response = api
+            .client
+            .get(format!("{}{path}", api.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 303, "{path}");
+        assert_eq!(response.headers()["location"], "/login", "{path}");
+    }
+    let response = api
+        .client
+        .post(format!("{}/login", api.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("token=wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    assert!(response.headers().get("set-cookie").is_none());
+    // A made-up cookie is no session.
+    let response = api
+        .client
+        .get(format!("{}/", api.base))
+        .header("cookie", "orchestrator_session=0000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+
+    let browser = Browser::login(&api).await;
+    let (status, page, headers) = browser.get("/").await;
+    assert_eq!(status, 200, "{page}");
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(
+        !page.contains("<script>") && page.contains("<script src=\"/assets/app.js\">"),
+        "no inline script"
+    );
+    let (status, script, _) = browser.get("/assets/app.js").await;
+    assert_eq!(status, 200);
+    assert!(script.contains("EventSource"));
+    let (_, robots, _) = browser.get("/robots.txt").await;
+    assert!(robots.contains("Disallow: /"));
+    // The session reads the API (the page's script reads the event stream this way), never writes.
+    let (status, _, _) = browser.get("/api/v1/tasks").await;
+    assert_eq!(status, 200);
+    let response = api
+        .client
+        .post(format!("{}/api/v1/tasks", api.base))
+        .header("cookie", &browser.cookie)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        401,
+        "a cookie never writes through the API"
+    );
+
+    let csrf = browser.csrf().await;
+    let (status, _, location) = browser.post("/logout", &[("csrf", &csrf)]).await;
+    assert_eq!((status, location.as_deref()), (303, Some("/login")));
+    let (status, _, _) = browser.get("/").await;
+    assert_eq!(status, 303, "logged out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tasks_page_filters_in_the_url_and_pages_by_keyset() {
+    let api = Api::start(false).await;
+    let mut ids = Vec::new();
+    for i in 0..55 {
+        ids.push(
+            api.task(&format!("build <script>alert({i})</script>"))
+                .await,
+        );
+    }
+    let flaky = api.task("flaky test").await;
+    api.store.cancel_task(TaskId(flaky)).await.unwrap();
+    let browser = Browser::login(&api).await;
+    let (status, page, _) = browser.get("/").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("data-count=\"queued\">55<"),
+        "counts per state"
+    );
+    assert!(page.contains("data-count=\"canceled\">1<"));
+    // Titles are escaped, never markup.
+    assert!(!page.contains("<script>alert"), "escaped");
+    assert!(page.contains("&lt;script&gt;alert(54)&lt;/script&gt;"));
+    assert_eq!(page.matches("data-task=").count(), 50);
+    let needle = "rel=\"next\" href=\"";
+    let at = page.find(needle).unwrap() + needle.len();
+    let next = &page[at..at + page[at..].find('"').unwrap()];
+    let next = next.replace("&amp;", "&");
+    let (_, older, _) = browser.get(&next).await;
+    assert_eq!(older.matches("data-task=").count(), 6, "{next}");
+    let (_, canceled, _) = browser.get("/?state=canceled").await;
+    assert_eq!(canceled.matches("data-task=").count(), 1);
+    assert!(canceled.contains(&format!("data-task=\"{flaky}\"")));
+    let (_, found, _) = browser.get("/?q=FLAKY").await;
+    assert_eq!(found.matches("data-task=").count(), 1);
+    let (status, _, _) = browser.get("/?state=sleeping").await;
+    assert_eq!(status, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_page_shows_its_evidence_and_cancels_after_confirmation_with_csrf() {
+    let api = Api::start(false).await;
+    let id = api.task("watched").await;
+    let browser = Browser::login(&api).await;
+    let (status, page, _) = browser.get(&format!("/tasks/{id}")).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("data-state=\"queued\""));
+    assert!(page.contains("id=\"event-1\""), "the timeline");
+    assert!(page.contains(&format!(
+        "data-task-events=\"/api/v1/tasks/{id}/events/stream?after=1\""
+    )));
+    assert!(page.contains("data-live=\"true\""));
+    let (status, confirm, _) = browser.get(&format!("/tasks/{id}/cancel")).await;
+    assert_eq!(status, 200);
+    assert!(confirm.contains("Cancel task"), "{confirm}");
+    // Without the session's token, nothing happens.
+    let (status, _, _) = browser
+        .post(&format!("/tasks/{id}/cancel"), &[("csrf", "forged")])
+        .await;
+    assert_eq!(status, 403);
+    let (status, _, _) = browser.post(&format!("/tasks/{id}/cancel"), &[]).await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        api.store.get_task(TaskId(id)).await.unwrap().state.as_str(),
+        "queued"
+    );
+    let csrf = browser.csrf().await;
+    let (status, _, location) = browser
+        .post(&format!("/tasks/{id}/cancel"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!((status, location), (303, Some(format!("/tasks/{id}"))));
+    assert_eq!(
+        api.store.get_task(TaskId(id)).await.unwrap().state.as_str(),
+        "canceled"
+    );
+    let (_, page, _) = browser.get(&format!("/tasks/{id}")).await;
+    assert!(page.contains("data-live=\"false\"") && page.contains("Retry…"));
+    let (status, _, _) = browser
+        .post(&format!("/tasks/{id}/retry"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(status, 303);
+    assert_eq!(
+        api.store.get_task(TaskId(id)).await.unwrap().state.as_str(),
+        "queued"
+    );
+    let (status, _, _) = browser.get("/tasks/99999").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_decides_approvals_and_read_only_shows_no_forms_and_refuses_posts() {
+    for read_only in [false, true] {
+        let api = Api::start(read_only).await;
+        let mut new = NewTask::agent("asks", "do it");
+        new.workspace = Some(api.ws.clone());
+        let id = api.store.create_task(&new).await.unwrap();
+        let (_, lease) = api
+            .store
+            .claim_task("pages", id, 60_000)
+            .await
+            .unwrap()
+            .unwrap();
+        let approval = api
+            .store
+            .request_approval(
+                &lease,
+                &NewApproval {
+                    call_id: "c1".into(),
+                    kind: approval_kind::TOOL,
+                    tool: "exec_shell".into(),
+                    arguments: json!({"command": "make <deploy>"}),
+                    reason: "the policy asks before commands".into(),
+                    options: None,
+                    expires_at: now_millis() + 3_600_000,
+                },
+            )
+            .await
+            .unwrap();
+        let browser = Browser::login(&api).await;
+        let (_, page, _) = browser.get("/approvals").await;
+        assert!(page.contains(&format!("data-approval=\"{}\"", approval.id)));
+        assert!(
+            page.contains("make &lt;deploy&gt;"),
+            "the evidence, escaped"
+        );
+        assert!(page.contains("data-pending=\"1\""), "the badge");
+        let csrf = browser.csrf().await;
+        let (status, _, _) = browser
+            .post(
+                &format!("/approvals/{}/deny", approval.id),
+                &[("csrf", &csrf), ("reason", "not today")],
+            )
+            .await;
+        if read_only {
+            assert!(
+                !page.contains("action=\"/approvals/"),
+                "no forms when read-only"
+            );
+            assert_eq!(status, 403);
+            assert_eq!(
+                api.store.get_approval(approval.id).await.unwrap().status,
+                "pending"
+            );
+        } else {
+            assert_eq!(status, 303);
+            let decided = api.store.get_approval(approval.id).await.unwrap();
+            assert_eq!(decided.status, "denied");
+            assert_eq!(decided.answer.as_deref(), Some("not today"));
+            assert_eq!(decided.decided_by.as_deref(), Some("dashboard"));
+            let (_, page, _) = browser.get("/approvals").await;
+            assert!(page.contains("Nothing waits for a decision."));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn automations_run_now_pause_and_resume_from_their_page() {
+    let api = Api::start(false).await;
+    let mut spec = AutomationSpec::new("nightly", "0 3 * * *");
+    spec.workspaces = vec![api.ws.clone()];
+    spec.template.gates = vec![GateSpec::from_command("true")];
+    orchestrator_scheduler::manage::create(&api.store, &spec, SOURCE_CLI, now_millis())
+        .await
+        .unwrap();
+    let browser = Browser::login(&api).await;
+    let (_, page, _) = browser.get("/automations").await;
+    assert!(page.contains("data-automation=\"nightly\"") && page.contains("0 3 * * *"));
+    let csrf = browser.csrf().await;
+    let (status, _, location) = browser
+        .post("/automations/nightly/run", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(status, 303);
+    let task = location.unwrap();
+    assert!(task.starts_with("/tasks/"), "to the task it made: {task}");
+    let (status, page, _) = browser
+        .post("/automations/nightly/run", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(status, 409, "the overlap policy skips it: {page}");
+    let (status, _, _) = browser
+        .post("/automations/nightly/pause", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(status, 303);
+    assert_eq!(
+        api.store
+            .automation("nightly")
+            .await
+            .unwrap()
+            .status
+            .to_string(),
+        "paused"
+    );
+    let (_, page, _) = browser.get("/automations").await;
+    assert!(page.contains(">Resume<"));
+    let (status, _, _) = browser
+        .post("/automations/nightly/resume", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(status, 303);
+    assert_eq!(
+        api.store
+            .automation("nightly")
+            .await
+            .unwrap()
+            .status
+            .to_string(),
+        "active"
+    );
+    let (status, _, _) = browser
+        .post("/automations/nightly/explode", &[("csrf", &csrf)])
+        .await;
+    assert_eq!(status, 404);
+}
