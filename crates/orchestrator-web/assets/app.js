@@ -2,15 +2,33 @@
 // Content-Security-Policy (no inline script) holds. Every page works without it.
 (function () {
   "use strict";
-  // A task page while the task runs: new events are appended to the timeline as they arrive; at
-  // the end the page reloads to show the final state, gates and evidence.
+  // A task page while the task runs: new events are appended to the timeline as they arrive, and
+  // the state in the header follows them; at the end the stream closes and the header shows the
+  // final state (gates and evidence appear on the next load).
   var timeline = document.querySelector("[data-task-events]");
   if (timeline && timeline.getAttribute("data-live") === "true") {
     var url = timeline.getAttribute("data-task-events");
     var source = new EventSource(url);
     var status = document.querySelector("[data-live-status]");
     if (status) { status.textContent = "live"; }
-    source.addEventListener("end", function () { source.close(); window.location.reload(); });
+    var state = document.querySelector("[data-state]");
+    var showState = function (name) {
+      if (!state || !name) { return; }
+      state.setAttribute("data-state", name);
+      state.className = "state state-" + name;
+      state.textContent = name;
+    };
+    // The state an event's kind leaves the task in, where it says.
+    var stateAfter = { claimed: "running", waiting: "waiting", approval_decided: "queued",
+      requeued: "queued", handed_back: "queued", rescued: "queued", retried: "queued",
+      succeeded: "succeeded", failed: "failed", canceled: "canceled" };
+    source.addEventListener("end", function (event) {
+      source.close();
+      showState(event.data);
+      if (status) { status.textContent = "finished"; }
+      // A finished task is no longer canceled.
+      document.querySelectorAll('[data-action="cancel"]').forEach(function (link) { link.remove(); });
+    });
     source.onmessage = null;
     source.addEventListener("error", function () {
       if (status) { status.textContent = "reconnecting"; }
@@ -27,6 +45,7 @@
         row.appendChild(cell);
       });
       timeline.appendChild(row);
+      showState(stateAfter[data.kind]);
       if (status) { status.textContent = "live"; }
     };
     // Named events (the event's kind): listen for every kind the page may see.

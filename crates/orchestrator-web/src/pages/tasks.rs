@@ -212,7 +212,7 @@ pub(crate) async fn read(
             @if let Some(workspace) = &task.workspace { p.muted { "workspace " code { (workspace) } } }
             @if !viewer.read_only {
                 p {
-                    @if !task.state.is_terminal() { a href=(format!("/tasks/{}/cancel", task.id.0)) { "Cancel…" } " " }
+                    @if !task.state.is_terminal() { a data-action="cancel" href=(format!("/tasks/{}/cancel", task.id.0)) { "Cancel…" } " " }
                     @if matches!(task.state, TaskState::Failed | TaskState::Canceled) { a href=(format!("/tasks/{}/retry", task.id.0)) { "Retry…" } }
                 }
             }

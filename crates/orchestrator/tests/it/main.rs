@@ -9,6 +9,7 @@ mod attempt_cli;
 mod automation;
 mod automation_tools;
 mod batched;
+mod browser;
 mod cli;
 mod containment;
 mod crash;

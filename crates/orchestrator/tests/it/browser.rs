@@ -1,0 +1,136 @@
+//! Journeys through the dashboard in a real browser: Debian's chromium driven by playwright-core
+//! (npm) under node's test runner, against this binary's `serve` with a real store, real gates
+//! and an agent on the scripted model. The journeys are in tests/journeys/dashboard.test.cjs; each
+//! saves a screenshot under this test's output folder. `.ci/run` installs chromium and
+//! playwright-core; without them this test fails and says how to install them.
+
+use crate::support::Env;
+use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where npm's global packages are, for node to find playwright-core.
+fn npm_global_root() -> Option<String> {
+    let out = Command::new("npm").args(["root", "-g"]).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn chromium() -> Option<PathBuf> {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+#[test]
+fn dashboard_journeys_in_a_real_browser() {
+    let chromium = chromium();
+    let root = npm_global_root();
+    let playwright = root
+        .as_deref()
+        .is_some_and(|r| Path::new(r).join("playwright-core").is_dir());
+    assert!(
+        chromium.is_some() && playwright,
+        "the browser journeys need Debian's chromium and playwright-core: `apt-get install chromium` \
+         and `PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install -g playwright-core@1` (.ci/run does)"
+    );
+
+    // An agent that runs one command, which its policy asks a person about.
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "exec_shell",
+                json!({"command": "echo approved-run"}),
+            )]),
+            _ => Reply::Text("Done.".into()),
+        });
+    let env = Env::sqlite();
+    let ws = tempfile::tempdir().unwrap();
+    let workspace = ws.path().display().to_string();
+    let created = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "asks first",
+        "--prompt",
+        "Run the command.",
+        "--model",
+        "scripted",
+        "--base-url",
+        &model.base_url(),
+        "--ask",
+        "shell",
+        "--workspace",
+        &workspace,
+        "--json",
+    ]);
+    let waiting = created["id"].as_i64().unwrap();
+    let out = env.run(&[
+        "automation",
+        "create",
+        "--name",
+        "nightly",
+        "--schedule",
+        "0 3 * * *",
+        "--gate",
+        "true",
+        "--workspace",
+        &workspace,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let serve = env.serve(&[]);
+    env.wait_task(waiting, "waiting", |t| t["state"] == "waiting");
+
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("journeys");
+    let _ = std::fs::remove_dir_all(&shots);
+    std::fs::create_dir_all(&shots).unwrap();
+    let journeys = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/journeys/dashboard.test.cjs");
+    let output = Command::new("node")
+        .arg("--test")
+        .arg("--test-concurrency=1")
+        .arg(&journeys)
+        .env("NODE_PATH", root.unwrap())
+        .env("CHROMIUM", chromium.unwrap())
+        .env("BASE", format!("http://{}", serve.addr))
+        .env("TOKEN", serve.token())
+        .env("SHOTS", &shots)
+        .env("WORKSPACE", &workspace)
+        .env("WAITING_TASK", waiting.to_string())
+        .env("AUTOMATION", "nightly")
+        .output()
+        .unwrap();
+    let report = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "the journeys failed:\n{report}\n--- daemon log ---\n{}",
+        serve.log()
+    );
+    assert!(
+        report.contains("# pass 3") && report.contains("# fail 0"),
+        "{report}"
+    );
+    for shot in [
+        "task-passed.png",
+        "approvals-after-approve.png",
+        "approved-task.png",
+        "automation-run-now.png",
+    ] {
+        let bytes = std::fs::read(shots.join(shot)).unwrap_or_default();
+        assert!(bytes.starts_with(b"\x89PNG"), "no screenshot {shot}");
+    }
+    // What the browser did is what the store holds.
+    assert_eq!(env.task(waiting)["state"], "succeeded");
+    let automation = env.json(&["automation", "read", "nightly", "--json"]);
+    assert_eq!(automation["slots"][0]["kind"], "manual", "{automation}");
+}

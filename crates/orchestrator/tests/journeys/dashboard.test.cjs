@@ -1,0 +1,103 @@
+// Journeys through the dashboard in a real browser (Debian's chromium, driven by playwright-core),
+// against the real daemon the Rust test `browser::dashboard_journeys_in_a_real_browser` starts.
+// Each journey saves a screenshot in SHOTS. Run by that test with node's own test runner.
+"use strict";
+
+const { test, before, after } = require("node:test");
+const assert = require("node:assert/strict");
+const { chromium } = require("playwright-core");
+
+const BASE = process.env.BASE;
+const TOKEN = process.env.TOKEN;
+const SHOTS = process.env.SHOTS;
+const WORKSPACE = process.env.WORKSPACE;
+const WAITING = process.env.WAITING_TASK;
+const AUTOMATION = process.env.AUTOMATION;
+
+let browser;
+
+before(async () => {
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+});
+
+after(async () => {
+  if (browser) { await browser.close(); }
+});
+
+/// A browser context logged in through the login form.
+async function loggedIn() {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  await page.goto(`${BASE}/`);
+  assert.match(page.url(), /\/login$/, "a page needs a login first");
+  await page.fill('input[name="token"]', TOKEN);
+  await Promise.all([page.waitForURL(`${BASE}/`), page.click('button[type="submit"]')]);
+  return { context, page };
+}
+
+/// Marks the document, so that a reload (which makes a new one) is noticed.
+async function markDocument(page) {
+  await page.evaluate(() => { window.__sameDocument = true; });
+}
+
+async function sameDocument(page) {
+  return page.evaluate(() => window.__sameDocument === true);
+}
+
+test("a task created from the API passes on its page without a reload", async () => {
+  const { context, page } = await loggedIn();
+  const response = await fetch(`${BASE}/api/v1/tasks`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ title: "from the API, watched", gates: ["sleep 2"], workspace: WORKSPACE }),
+  });
+  assert.equal(response.status, 201);
+  const task = await response.json();
+  await page.goto(`${BASE}/tasks/${task.id}`);
+  const first = await page.getAttribute("[data-state]", "data-state");
+  assert.ok(["queued", "running"].includes(first), `the task is still under way: ${first}`);
+  await markDocument(page);
+  await page.waitForSelector('[data-state="succeeded"]', { timeout: 60000 });
+  await page.waitForSelector('td:text-is("succeeded")', { timeout: 10000 });
+  assert.equal(await sameDocument(page), true, "the page changed without reloading");
+  await page.screenshot({ path: `${SHOTS}/task-passed.png`, fullPage: true });
+  await context.close();
+});
+
+test("an approval given in one page shows in another over SSE", async () => {
+  const { context, page: taskPage } = await loggedIn();
+  await taskPage.goto(`${BASE}/tasks/${WAITING}`);
+  assert.equal(await taskPage.getAttribute("[data-state]", "data-state"), "waiting");
+  await markDocument(taskPage);
+  const inbox = await context.newPage();
+  await inbox.goto(`${BASE}/approvals`);
+  assert.equal(await inbox.textContent(".badge"), "1", "the navigation counts what waits");
+  const card = inbox.locator(`[data-approval]`).first();
+  await card.locator('button:text-is("Approve")').click();
+  await inbox.waitForSelector("text=Nothing waits for a decision.");
+  await inbox.screenshot({ path: `${SHOTS}/approvals-after-approve.png`, fullPage: true });
+  // The other page was told by the stream, not by a reload.
+  await taskPage.waitForSelector('td:text-is("approval_decided")', { timeout: 30000 });
+  await taskPage.waitForSelector('[data-state="succeeded"]', { timeout: 60000 });
+  assert.equal(await sameDocument(taskPage), true);
+  await taskPage.screenshot({ path: `${SHOTS}/approved-task.png`, fullPage: true });
+  await context.close();
+});
+
+test("an automation runs now from its page", async () => {
+  const { context, page } = await loggedIn();
+  page.on("dialog", (dialog) => dialog.accept());
+  await page.goto(`${BASE}/automations`);
+  const row = page.locator(`[data-automation="${AUTOMATION}"]`);
+  await Promise.all([
+    page.waitForURL(/\/tasks\/\d+$/),
+    row.locator('button:text-is("Run now")').click(),
+  ]);
+  await page.waitForSelector('[data-state="succeeded"]', { timeout: 60000 });
+  await page.screenshot({ path: `${SHOTS}/automation-run-now.png`, fullPage: true });
+  await context.close();
+});
