@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 /// The codes, with their statuses.
-pub const CODES: [(&str, u16); 10] = [
+pub const CODES: [(&str, u16); 11] = [
     ("bad_request", 400),
     ("unauthorized", 401),
     ("read_only", 403),
@@ -16,6 +16,7 @@ pub const CODES: [(&str, u16); 10] = [
     ("no_route", 404),
     ("method_not_allowed", 405),
     ("conflict", 409),
+    ("range_not_satisfiable", 416),
     ("unprocessable", 422),
     ("unavailable", 503),
     ("internal", 500),

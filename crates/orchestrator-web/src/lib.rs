@@ -9,11 +9,14 @@
 //!
 //! - tasks: list (filters, keyset pagination, counts per state), create, read, events (a page, or
 //!   live as Server-Sent Events resumable with `Last-Event-ID`), cancel, retry;
-//! - automations: list, read (next fire times, recent slots), pause, resume, run now;
+//! - automations: list, create, read (next fire times, recent slots), replace, pause, resume, run
+//!   now, and the next fire times of any expression;
+//! - artifacts: what one is, and its bytes (a `Range`, or the tail of a log);
 //! - approvals: list, read, approve, deny, answer;
 //! - health.
 
 mod approvals;
+mod artifacts;
 mod automations;
 pub mod error;
 mod openapi;
@@ -66,7 +69,7 @@ pub fn app(web: Web) -> Router {
 }
 
 /// Every route: method and path, as the OpenAPI document names them.
-pub const ROUTES: [(&str, &str); 21] = [
+pub const ROUTES: [(&str, &str); 26] = [
     ("GET", "/api/v1/health"),
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/api/v1/tasks"),
@@ -77,7 +80,12 @@ pub const ROUTES: [(&str, &str); 21] = [
     ("POST", "/api/v1/tasks/{id}/cancel"),
     ("POST", "/api/v1/tasks/{id}/retry"),
     ("GET", "/api/v1/automations"),
+    ("POST", "/api/v1/automations"),
     ("GET", "/api/v1/automations/{name}"),
+    ("PUT", "/api/v1/automations/{name}"),
+    ("GET", "/api/v1/schedule-preview"),
+    ("GET", "/api/v1/artifacts/{id}"),
+    ("GET", "/api/v1/artifacts/{id}/content"),
     ("POST", "/api/v1/automations/{name}/pause"),
     ("POST", "/api/v1/automations/{name}/resume"),
     ("POST", "/api/v1/automations/{name}/run"),
@@ -103,8 +111,17 @@ pub fn router(web: Web) -> Router {
         .route("/tasks/{id}/events/stream", get(stream::task_events))
         .route("/tasks/{id}/cancel", post(tasks::cancel))
         .route("/tasks/{id}/retry", post(tasks::retry))
-        .route("/automations", get(automations::list))
-        .route("/automations/{name}", get(automations::read))
+        .route(
+            "/automations",
+            get(automations::list).post(automations::create),
+        )
+        .route(
+            "/automations/{name}",
+            get(automations::read).put(automations::replace),
+        )
+        .route("/schedule-preview", get(automations::preview))
+        .route("/artifacts/{id}", get(artifacts::meta))
+        .route("/artifacts/{id}/content", get(artifacts::content))
         .route("/automations/{name}/pause", post(automations::pause))
         .route("/automations/{name}/resume", post(automations::resume))
         .route("/automations/{name}/run", post(automations::run))
@@ -134,7 +151,7 @@ async fn guard(State(web): State<Web>, request: Request, next: Next) -> Response
         )
         .into_response();
     }
-    if web.read_only && request.method() != Method::GET && request.method() != Method::HEAD {
+    if web.read_only && !reading {
         return ApiError::new(
             StatusCode::FORBIDDEN,
             "read_only",

@@ -106,8 +106,25 @@ pub fn document() -> Value {
             "acceptance": {"type": "array", "items": {"type": "string"}}
         }
     });
+    let automation = json!({
+        "type": "object",
+        "required": ["schedule", "workspaces"],
+        "additionalProperties": false,
+        "properties": {
+            "name": {"type": "string", "description": "Required to create; on a replace it must be the path's."},
+            "schedule": {"type": "string", "description": "A cron expression: 5 fields, or 6/7 with seconds first and a year last."},
+            "timezone": {"type": "string", "description": "An IANA time zone (default UTC)."},
+            "workspaces": {"type": "array", "items": {"type": "string"}, "description": "Absolute directories on the daemon's machine."},
+            "task": {"type": "object", "description": "title, prompt, gates, model, agent, acceptance, priority, queue, max_attempts."},
+            "catch_up": {"type": "string", "enum": ["skip", "latest", "all"]},
+            "catch_up_window_secs": {"type": "integer", "minimum": 0},
+            "catch_up_cap": {"type": "integer", "minimum": 0},
+            "overlap": {"type": "string", "enum": ["skip", "buffer_one", "allow", "cancel_previous"]},
+            "jitter_secs": {"type": "integer", "minimum": 0, "maximum": 86400}
+        }
+    });
     let codes: Vec<&str> = CODES.iter().map(|(code, _)| *code).collect();
-    json!({
+    let mut doc = json!({
         "openapi": "3.1.0",
         "info": {
             "title": "orchestrator",
@@ -156,11 +173,43 @@ pub fn document() -> Value {
             }},
             "/api/v1/tasks/{id}/cancel": {"post": op("Cancel a task (a running one is asked to stop).", vec![id_param("task")], Some(no_body()), "200", object())},
             "/api/v1/tasks/{id}/retry": {"post": op("Queue a failed or canceled task again.", vec![id_param("task")], Some(no_body()), "200", object())},
-            "/api/v1/automations": {"get": op("Automations with their next fire time.", vec![], None, "200", list_of("automations"))},
-            "/api/v1/automations/{name}": {"get": op("One automation, its next fire times and recent slots.", vec![
-                name_param(),
-                param("slots", "query", json!({"type": "integer", "minimum": 1, "maximum": 500}), "Recent slots to include (default 20)."),
+            "/api/v1/automations": {
+                "get": op("Automations with their next fire time.", vec![], None, "200", list_of("automations")),
+                "post": op("Create an automation (409 when the name is taken).", vec![], Some(automation.clone()), "201", object()),
+            },
+            "/api/v1/automations/{name}": {
+                "get": op("One automation, its next fire times and recent slots.", vec![
+                    name_param(),
+                    param("slots", "query", json!({"type": "integer", "minimum": 1, "maximum": 500}), "Recent slots to include (default 20)."),
+                ], None, "200", object()),
+                "put": op("Replace an automation's spec (one from a schedules file is changed in its file: 409).", vec![name_param()], Some(automation), "200", object()),
+            },
+            "/api/v1/schedule-preview": {"get": op("The next fire times of a cron expression in a time zone; nothing is stored.", vec![
+                param("schedule", "query", json!({"type": "string"}), "A cron expression."),
+                param("timezone", "query", json!({"type": "string"}), "An IANA time zone (default UTC)."),
+                param("count", "query", json!({"type": "integer", "minimum": 1, "maximum": 1000}), "How many (default 5)."),
+                param("from", "query", json!({"type": "string"}), "Start after: RFC 3339, now, or a delay such as 2h."),
             ], None, "200", object())},
+            "/api/v1/artifacts/{id}": {"get": op("What an artifact is (kind, media type, sizes), without its bytes.", vec![id_param("artifact")], None, "200", object())},
+            "/api/v1/artifacts/{id}/content": {"get": {
+                "summary": "An artifact's bytes: whole, one Range (206), or its last bytes (tail).",
+                "security": [{"bearer": []}],
+                "parameters": [
+                    id_param("artifact"),
+                    param("tail", "query", json!({"type": "integer", "minimum": 0}), "Only the last this many bytes."),
+                    param("download", "query", json!({"type": "string", "enum": ["1", "true"]}), "Served as an attachment."),
+                    param("Range", "header", json!({"type": "string"}), "One byte range: bytes=A-B, bytes=A- or bytes=-N."),
+                ],
+                "responses": {
+                    "200": {"description": "The bytes.", "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
+                    "206": {"description": "The range.", "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
+                    "400": {"$ref": "#/components/responses/Error"},
+                    "401": {"$ref": "#/components/responses/Error"},
+                    "404": {"$ref": "#/components/responses/Error"},
+                    "416": {"$ref": "#/components/responses/Error"},
+                    "503": {"$ref": "#/components/responses/Error"},
+                }
+            }},
             "/api/v1/automations/{name}/pause": {"post": op("Pause an automation.", vec![name_param()], Some(no_body()), "200", object())},
             "/api/v1/automations/{name}/resume": {"post": op("Resume an automation from its next slot after now.", vec![name_param()], Some(no_body()), "200", object())},
             "/api/v1/automations/{name}/run": {"post": op("Fire a manual slot now (409 when the overlap policy skips it, unless force).", vec![name_param()], Some(json!({"type": "object", "additionalProperties": false, "properties": {"force": {"type": "boolean"}}})), "200", object())},
@@ -190,5 +239,9 @@ pub fn document() -> Value {
                 "Error": {"description": "An error with a stable code.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
             }
         }
-    })
+    });
+    // A schedule that cannot fire is the request's fault, named as such.
+    doc["paths"]["/api/v1/schedule-preview"]["get"]["responses"]["422"] =
+        json!({"$ref": "#/components/responses/Error"});
+    doc
 }

@@ -6,9 +6,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
-use orchestrator_scheduler::{AutomationView, manage, run_now};
+use orchestrator_scheduler::{
+    AutomationView, DEFAULT_PREVIEW_COUNT, SlotView, jitter_offset_ms, manage, run_now, schedule_of,
+};
 use orchestrator_store::SlotResult;
-use orchestrator_types::{AutomationStatus, now_millis};
+use orchestrator_types::{AutomationStatus, format_millis, now_millis};
 
 use super::{Viewer, form, layout, page_error, store_error};
 use crate::Web;
@@ -29,7 +31,7 @@ pub(crate) async fn list(State(web): State<Web>, headers: HeaderMap) -> Response
                 tbody {
                     @for v in &views {
                         tr data-automation=(v.name) {
-                            td { (v.name) }
+                            td { a href=(format!("/automations/{}", v.name)) { (v.name) } }
                             td { code { (v.schedule) } " " span.muted { (v.timezone) } }
                             td {
                                 (v.status.to_string())
@@ -56,6 +58,73 @@ pub(crate) async fn list(State(web): State<Web>, headers: HeaderMap) -> Response
         }
     };
     layout(&viewer, "Automations", content)
+}
+
+/// Recent slots an automation's page shows.
+const SLOTS: u64 = 20;
+
+/// One automation: its schedule, policies, next fire times, and recent slots with their tasks.
+pub(crate) async fn read(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    let viewer = Viewer::of(&web, &headers).await;
+    let automation = match web.store.automation(&name).await {
+        Ok(a) => a,
+        Err(e) => return store_error(e),
+    };
+    let slots = match web.store.slots(automation.id, SLOTS).await {
+        Ok(slots) => slots,
+        Err(e) => return store_error(e),
+    };
+    let view = AutomationView::new(&automation);
+    let fires: Vec<String> = match (automation.status, schedule_of(&automation.spec)) {
+        (AutomationStatus::Active, Ok(schedule)) => {
+            let jitter = jitter_offset_ms(&automation.spec.name, automation.spec.jitter_secs);
+            schedule
+                .upcoming(now_millis(), DEFAULT_PREVIEW_COUNT)
+                .into_iter()
+                .map(|t| format_millis(t + jitter))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    let slots: Vec<SlotView> = slots.iter().map(SlotView::new).collect();
+    let content = html! {
+        h1 { "Automation " (view.name) }
+        div.card {
+            p { code { (view.schedule) } " in " (view.timezone) " · " span data-status=(view.status.to_string()) { (view.status.to_string()) } }
+            @if let Some(error) = &view.last_error { p.error { "Parked: " (error) ". Fix the template, then resume it." } }
+            p.muted { "catch-up " (view.catch_up.to_string()) " · overlap " (view.overlap.to_string()) " · jitter " (view.jitter_secs) " s · from " (view.source) }
+            @for w in &view.workspaces { p.muted { "workspace " code { (w) } } }
+            @for g in &view.gates { p.muted { "gate " code { (g.command) } } }
+            @if let Some(prompt) = &view.prompt { pre { (prompt) } }
+            p { a href=(format!("/?automation={}", view.name)) { "Its tasks" } }
+        }
+        h2 { "Next fire times" }
+        @if fires.is_empty() { p.muted { "None: it is paused, or its schedule never fires again." } }
+        ul { @for f in &fires { li data-fire { (f) } } }
+        h2 { "Recent slots" }
+        @if slots.is_empty() { p.muted { "No slot has fired yet." } }
+        @else {
+            table {
+                thead { tr { th { "slot" } th { "kind" } th { "status" } th { "tasks" } th { "reason" } } }
+                tbody {
+                    @for s in &slots {
+                        tr data-slot {
+                            td { (s.slot) }
+                            td { (s.kind) }
+                            td { (s.status) }
+                            td { @for t in &s.tasks { a href=(format!("/tasks/{}", t.id)) { (t.id) } " " span class=(format!("state state-{}", t.state)) { (t.state) } " " } }
+                            td.muted { (s.reason.clone().unwrap_or_default()) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout(&viewer, &format!("Automation {}", view.name), content)
 }
 
 pub(crate) async fn act(

@@ -47,6 +47,7 @@ pub fn router(web: Web) -> Router {
         .route("/approvals", get(approvals::inbox))
         .route("/approvals/{id}/{decision}", post(approvals::decide))
         .route("/automations", get(automations::list))
+        .route("/automations/{name}", get(automations::read))
         .route("/automations/{name}/{action}", post(automations::act))
         .route("/logout", post(logout))
         .layer(axum::middleware::from_fn_with_state(web.clone(), signed_in));

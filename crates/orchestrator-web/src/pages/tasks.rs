@@ -233,7 +233,13 @@ pub(crate) async fn read(
                             td { (g.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into())) }
                             td { (g.duration_ms) " ms" }
                             td { (g.summary) }
-                            td { @if let Some(log) = g.log_artifact { "artifact " (log.0) } }
+                            td {
+                                @if let Some(log) = g.log_artifact {
+                                    a href=(format!("/api/v1/artifacts/{}/content?tail=65536", log.0)) { "tail" }
+                                    " · "
+                                    a href=(format!("/api/v1/artifacts/{}/content?download=1", log.0)) { "download" }
+                                }
+                            }
                         }
                     }
                 }

@@ -608,3 +608,212 @@ async fn a_tasks_events_stream_live_end_with_the_task_and_resume_from_last_event
         assert_eq!(request.send().await.unwrap().status(), status, "{path}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn automations_are_created_replaced_and_previewed_over_the_api() {
+    let api = Api::start(false).await;
+    let body = json!({
+        "name": "nightly",
+        "schedule": "0 3 * * 1-5",
+        "timezone": "Europe/Berlin",
+        "workspaces": [api.ws],
+        "task": {"title": "nightly check", "gates": ["true", {"command": "cargo test", "timeout_secs": 60}]},
+        "overlap": "allow"
+    });
+    let (status, created) = api.post("/api/v1/automations", &body.to_string()).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["source"], "api");
+    assert_eq!(created["overlap"], "allow");
+    assert_eq!(created["gates"][1]["timeout_secs"], 60);
+    assert!(created["next_fire_at"].is_string());
+    let (status, again) = api.post("/api/v1/automations", &body.to_string()).await;
+    assert_eq!((status, code(&again)), (409, "conflict"), "{again}");
+
+    let replaced =
+        json!({"schedule": "30 2 * * *", "workspaces": [api.ws], "task": {"gates": ["true"]}});
+    let (status, updated) = api
+        .send(
+            "PUT",
+            "/api/v1/automations/nightly",
+            Some(&replaced.to_string()),
+            true,
+        )
+        .await;
+    assert_eq!(status, 200, "{updated}");
+    assert_eq!(updated["schedule"], "30 2 * * *");
+    assert_eq!(
+        updated["timezone"], "UTC",
+        "a replace is whole: the zone went back to its default"
+    );
+    assert_eq!(updated["overlap"], "skip");
+
+    for (method, path, body, status, expected) in [
+        (
+            "POST",
+            "/api/v1/automations",
+            json!({"name": "bad", "schedule": "61 * * * *", "workspaces": [api.ws], "task": {"gates": ["true"]}}),
+            422,
+            "unprocessable",
+        ),
+        (
+            "POST",
+            "/api/v1/automations",
+            json!({"name": "bad", "schedule": "0 3 * * *", "timezone": "Mars/Olympus", "workspaces": [api.ws], "task": {"gates": ["true"]}}),
+            422,
+            "unprocessable",
+        ),
+        (
+            "POST",
+            "/api/v1/automations",
+            json!({"name": "bad", "schedule": "0 3 * * *", "workspaces": ["relative"], "task": {"gates": ["true"]}}),
+            422,
+            "unprocessable",
+        ),
+        (
+            "POST",
+            "/api/v1/automations",
+            json!({"name": "bad", "schedule": "0 3 * * *", "workspaces": [api.ws]}),
+            422,
+            "unprocessable",
+        ),
+        (
+            "POST",
+            "/api/v1/automations",
+            json!({"schedule": "0 3 * * *", "workspaces": [api.ws], "task": {"gates": ["true"]}}),
+            422,
+            "unprocessable",
+        ),
+        (
+            "PUT",
+            "/api/v1/automations/nightly",
+            json!({"name": "other", "schedule": "0 3 * * *", "workspaces": [api.ws], "task": {"gates": ["true"]}}),
+            422,
+            "unprocessable",
+        ),
+        (
+            "PUT",
+            "/api/v1/automations/weekly",
+            json!({"schedule": "0 3 * * *", "workspaces": [api.ws], "task": {"gates": ["true"]}}),
+            404,
+            "not_found",
+        ),
+    ] {
+        let (got, answer) = api.send(method, path, Some(&body.to_string()), true).await;
+        assert_eq!((got, code(&answer)), (status, expected), "{body}: {answer}");
+    }
+    let (_, list) = api.get("/api/v1/automations").await;
+    assert_eq!(
+        list["automations"].as_array().unwrap().len(),
+        1,
+        "refused calls store nothing"
+    );
+
+    let (status, preview) = api
+        .get("/api/v1/schedule-preview?schedule=30%202%20*%20*%20*&timezone=Europe/Berlin&count=3&from=2026-03-28T00:00:00Z")
+        .await;
+    assert_eq!(status, 200, "{preview}");
+    // The night the clocks go forward in Berlin: 02:30 does not exist on the 29th and fires at
+    // 03:00 local, as Vixie cron does.
+    assert_eq!(
+        preview["fires"],
+        json!([
+            "2026-03-28T01:30:00.000Z",
+            "2026-03-29T01:00:00.000Z",
+            "2026-03-30T00:30:00.000Z"
+        ])
+    );
+    let (status, bad) = api.get("/api/v1/schedule-preview?schedule=nope").await;
+    assert_eq!((status, code(&bad)), (422, "unprocessable"), "{bad}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn artifacts_are_read_whole_by_range_and_by_tail() {
+    let api = Api::start(false).await;
+    let id = api.task("with a log").await;
+    let bytes: Vec<u8> = (0..1000u32)
+        .flat_map(|i| format!("line {i}\n").into_bytes())
+        .collect();
+    let artifact = api
+        .store
+        .put_artifact(
+            Some(orchestrator_types::TaskId(id)),
+            "gate_log",
+            "text/plain; charset=utf-8",
+            "a log",
+            &orchestrator_types::Captured::from_bytes(&bytes, 1 << 20),
+        )
+        .await
+        .unwrap();
+    let (status, meta) = api.get(&format!("/api/v1/artifacts/{}", artifact.0)).await;
+    assert_eq!(status, 200);
+    assert_eq!(meta["kind"], "gate_log");
+    assert_eq!(meta["original_bytes"], bytes.len());
+    let url = format!("{}/api/v1/artifacts/{}/content", api.base, artifact.0);
+    let whole = api
+        .client
+        .get(&url)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(whole.status(), 200);
+    assert_eq!(whole.headers()["accept-ranges"], "bytes");
+    assert_eq!(whole.bytes().await.unwrap().as_ref(), bytes.as_slice());
+    let part = api
+        .client
+        .get(&url)
+        .bearer_auth(TOKEN)
+        .header("Range", "bytes=7-13")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.status(), 206);
+    assert_eq!(
+        part.headers()["content-range"],
+        format!("bytes 7-13/{}", bytes.len())
+    );
+    assert_eq!(part.bytes().await.unwrap().as_ref(), &bytes[7..14]);
+    let suffix = api
+        .client
+        .get(&url)
+        .bearer_auth(TOKEN)
+        .header("Range", "bytes=-9")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(suffix.text().await.unwrap(), "line 999\n");
+    let tail = api
+        .client
+        .get(format!("{url}?tail=18"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tail.text().await.unwrap(), "line 998\nline 999\n");
+    for range in ["bytes=99999-", "bytes=5-2", "lines=1-2", "bytes=0-1,4-5"] {
+        let response = api
+            .client
+            .get(&url)
+            .bearer_auth(TOKEN)
+            .header("Range", range)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 416, "{range}");
+    }
+    let download = api
+        .client
+        .get(format!("{url}?download=1"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        download.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .starts_with("attachment")
+    );
+    let (status, missing) = api.get("/api/v1/artifacts/424242").await;
+    assert_eq!((status, code(&missing)), (404, "not_found"));
+}

@@ -349,6 +349,17 @@ async fn automations_run_now_pause_and_resume_from_their_page() {
     );
     let (_, page, _) = browser.get("/automations").await;
     assert!(page.contains(">Resume<"));
+    let (_, detail, _) = browser.get("/automations/nightly").await;
+    assert!(detail.contains("data-status=\"paused\""), "{detail}");
+    assert!(
+        detail.matches("data-slot").count() >= 1 && detail.contains("manual"),
+        "the manual slots: {detail}"
+    );
+    assert_eq!(
+        detail.matches("data-fire").count(),
+        0,
+        "a paused automation fires never"
+    );
     let (status, _, _) = browser
         .post("/automations/nightly/resume", &[("csrf", &csrf)])
         .await;
@@ -362,6 +373,10 @@ async fn automations_run_now_pause_and_resume_from_their_page() {
             .to_string(),
         "active"
     );
+    let (_, detail, _) = browser.get("/automations/nightly").await;
+    assert_eq!(detail.matches("data-fire").count(), 5, "{detail}");
+    let (status, _, _) = browser.get("/automations/weekly").await;
+    assert_eq!(status, 404);
     let (status, _, _) = browser
         .post("/automations/nightly/explode", &[("csrf", &csrf)])
         .await;
