@@ -31,4 +31,4 @@ pub use scheduler::{
     DEFAULT_BATCH, DEFAULT_ERROR_BACKOFF, DEFAULT_IDLE_POLL, FireCounts, Scheduler,
     SchedulerConfig, run_now,
 };
-pub use view::{AutomationView, SlotTaskView, SlotView};
+pub use view::{AutomationView, SlotTaskView, SlotView, next_fires};

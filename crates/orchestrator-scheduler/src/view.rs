@@ -5,6 +5,23 @@ use orchestrator_store::{Automation, Slot};
 use orchestrator_types::{AutomationStatus, CatchUp, GateSpec, Overlap, format_millis};
 use serde::Serialize;
 
+use crate::{DEFAULT_PREVIEW_COUNT, Result, jitter_offset_ms, schedule_of};
+
+/// The next `count` times `automation` fires after `now` (Unix milliseconds, its jitter
+/// included); none while it is paused.
+pub fn next_fires(automation: &Automation, now: i64, count: usize) -> Result<Vec<i64>> {
+    if automation.status == AutomationStatus::Paused {
+        return Ok(Vec::new());
+    }
+    let schedule = schedule_of(&automation.spec)?;
+    let jitter = jitter_offset_ms(&automation.spec.name, automation.spec.jitter_secs);
+    Ok(schedule
+        .upcoming(now, count)
+        .into_iter()
+        .map(|t| t + jitter)
+        .collect())
+}
+
 /// An automation as readers see it.
 #[derive(Debug, Serialize)]
 pub struct AutomationView {
@@ -59,6 +76,18 @@ pub struct SlotTaskView {
 }
 
 impl AutomationView {
+    /// The view with its next fire times after `now` (left out while paused) and `slots`, as a
+    /// reader of one automation sees it.
+    pub fn detailed(automation: &Automation, slots: &[Slot], now: i64) -> Result<Self> {
+        let mut view = AutomationView::new(automation);
+        if automation.status != AutomationStatus::Paused {
+            let fires = next_fires(automation, now, DEFAULT_PREVIEW_COUNT)?;
+            view.next_fires = Some(fires.into_iter().map(format_millis).collect());
+        }
+        view.slots = Some(slots.iter().map(SlotView::new).collect());
+        Ok(view)
+    }
+
     pub fn new(a: &Automation) -> Self {
         let spec = &a.spec;
         let paused = a.status == AutomationStatus::Paused;

@@ -10,9 +10,10 @@ use serde_json::json;
 
 use crate::{ApiError, ApiResult, Web, body, ok, parse_id, query};
 
-/// Who decided, when the body does not say.
-const DEFAULT_DECIDER: &str = "anonymous";
-const MAX_DECIDER_CHARS: usize = 64;
+/// Who decided when a request body names nobody: the holder of the token.
+const DEFAULT_DECIDER: &str = "token";
+/// Longest `by` kept, so a client cannot fill the store with a name.
+const MAX_DECIDER_CHARS: usize = 100;
 
 const STATUSES: [&str; 6] = [
     approval_status::PENDING,
@@ -63,18 +64,35 @@ pub(crate) async fn read(State(web): State<Web>, Path(id): Path<String>) -> ApiR
     ok(&web.store.get_approval(parse_id(&id)?).await?)
 }
 
-/// The body of a decision, all optional. Unknown fields are refused, so a typo (`"reasn"`) is not
-/// lost silently.
+/// What a person decides about an approval.
+#[derive(Debug, Clone, Copy)]
+pub enum Decision {
+    Approve,
+    Deny,
+    Answer,
+}
+
+/// The body of a decision, all optional, shared by `/api/v1` and the older `/api` routes. Unknown
+/// fields are refused, so a typo (`"reasn"`) is not lost silently.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct DecideBody {
+pub struct DecideBody {
     reason: Option<String>,
     answer: Option<String>,
     by: Option<String>,
 }
 
 impl DecideBody {
-    fn decider(&self) -> String {
+    /// An empty body means no fields; anything else must be a JSON object of them.
+    pub fn parse(bytes: &[u8]) -> Result<DecideBody, String> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(DecideBody::default());
+        }
+        serde_json::from_slice(bytes).map_err(|e| format!("the body is not a decision: {e}"))
+    }
+
+    /// Who decided, as recorded: `api:` and the body's `by`, else the token.
+    pub fn decider(&self) -> String {
         let name = self
             .by
             .as_deref()
@@ -86,17 +104,26 @@ impl DecideBody {
             name.chars().take(MAX_DECIDER_CHARS).collect::<String>()
         )
     }
+
+    /// The store's decision; an answer needs its text.
+    pub fn decision(&self, kind: Decision) -> Result<ApprovalDecision, String> {
+        Ok(match kind {
+            Decision::Approve => ApprovalDecision::Approve,
+            Decision::Deny => ApprovalDecision::Deny {
+                reason: self.reason.clone().filter(|r| !r.trim().is_empty()),
+            },
+            Decision::Answer => match &self.answer {
+                Some(text) => ApprovalDecision::Answer(text.clone()),
+                None => return Err("give the answer in the body: {\"answer\": \"...\"}".into()),
+            },
+        })
+    }
 }
 
-async fn decide(
-    web: &Web,
-    id: &str,
-    bytes: &[u8],
-    decision: impl FnOnce(&DecideBody) -> Result<ApprovalDecision, ApiError>,
-) -> ApiResult {
+async fn decide(web: &Web, id: &str, bytes: &[u8], kind: Decision) -> ApiResult {
     let id = parse_id(id)?;
     let request: DecideBody = body(bytes, true)?;
-    let decision = decision(&request)?;
+    let decision = request.decision(kind).map_err(ApiError::unprocessable)?;
     ok(&web
         .store
         .decide_approval(id, &decision, &request.decider())
@@ -108,7 +135,7 @@ pub(crate) async fn approve(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> ApiResult {
-    decide(&web, &id, &bytes, |_| Ok(ApprovalDecision::Approve)).await
+    decide(&web, &id, &bytes, Decision::Approve).await
 }
 
 pub(crate) async fn deny(
@@ -116,12 +143,7 @@ pub(crate) async fn deny(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> ApiResult {
-    decide(&web, &id, &bytes, |request| {
-        Ok(ApprovalDecision::Deny {
-            reason: request.reason.clone().filter(|r| !r.trim().is_empty()),
-        })
-    })
-    .await
+    decide(&web, &id, &bytes, Decision::Deny).await
 }
 
 pub(crate) async fn answer(
@@ -129,11 +151,5 @@ pub(crate) async fn answer(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> ApiResult {
-    decide(&web, &id, &bytes, |request| match &request.answer {
-        Some(text) => Ok(ApprovalDecision::Answer(text.clone())),
-        None => Err(ApiError::unprocessable(
-            "give the answer in the body: {\"answer\": \"...\"}",
-        )),
-    })
-    .await
+    decide(&web, &id, &bytes, Decision::Answer).await
 }

@@ -5,9 +5,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use orchestrator_scheduler::{
-    AutomationView, DEFAULT_PREVIEW_COUNT, SlotView, jitter_offset_ms, manage, run_now, schedule_of,
-};
+use orchestrator_scheduler::{AutomationView, DEFAULT_PREVIEW_COUNT, manage, run_now};
 use orchestrator_store::{SOURCE_FILE, SlotResult};
 use orchestrator_types::{
     AutomationSpec, AutomationStatus, CatchUp, Overlap, TaskTemplate, format_millis, now_millis,
@@ -188,22 +186,13 @@ pub(crate) async fn read(
 ) -> ApiResult {
     let params = query(params)?;
     let automation = web.store.automation(&name).await?;
-    let mut view = AutomationView::new(&automation);
-    if automation.status == AutomationStatus::Active {
-        let schedule = schedule_of(&automation.spec)?;
-        let jitter = jitter_offset_ms(&automation.spec.name, automation.spec.jitter_secs);
-        view.next_fires = Some(
-            schedule
-                .upcoming(now_millis(), DEFAULT_PREVIEW_COUNT)
-                .into_iter()
-                .map(|t| format_millis(t + jitter))
-                .collect(),
-        );
-    }
     let limit = params.slots.unwrap_or(DEFAULT_SLOTS).clamp(1, MAX_SLOTS);
     let slots = web.store.slots(automation.id, limit).await?;
-    view.slots = Some(slots.iter().map(SlotView::new).collect());
-    ok(&view)
+    ok(&AutomationView::detailed(
+        &automation,
+        &slots,
+        now_millis(),
+    )?)
 }
 
 pub(crate) async fn pause(State(web): State<Web>, Path(name): Path<String>) -> ApiResult {

@@ -36,6 +36,7 @@ use axum::routing::{get, post};
 use orchestrator_store::Store;
 use serde_json::json;
 
+pub use approvals::{DecideBody, Decision};
 pub use error::ApiError;
 pub use openapi::document;
 

@@ -42,8 +42,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http_body_util::BodyExt;
-use orchestrator_store::{ApprovalDecision, ApprovalFilter, Store, approval_status};
+use orchestrator_store::{ApprovalFilter, Store, approval_status};
 use orchestrator_types::TaskId;
+use orchestrator_web::{DecideBody, Decision};
 use orchestrator_worker::Metrics;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -223,10 +224,6 @@ async fn read_body_in_time(
 
 /// Events returned by one `GET /api/tasks/{id}/events` when the request names no smaller limit.
 const MAX_EVENTS_PER_PAGE: u64 = 1000;
-/// Who decided when a request body names nobody: the holder of the token.
-const DEFAULT_DECIDER: &str = "token";
-/// Longest `by` kept, so a client cannot fill the store with a name.
-const MAX_DECIDER_CHARS: usize = 100;
 
 pub fn router(state: HttpState) -> Router {
     let v1 = orchestrator_web::app(orchestrator_web::Web::new(
@@ -423,41 +420,7 @@ async fn get_approval(
     json(&state.store.get_approval(parse_id(&id)?).await?)
 }
 
-/// The optional body of a decision. Unknown fields are refused so a typo (`"reasn"`) is not lost
-/// silently.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DecideBody {
-    reason: Option<String>,
-    answer: Option<String>,
-    by: Option<String>,
-}
-
-impl DecideBody {
-    /// An empty body means no fields; anything else must be a JSON object.
-    fn parse(bytes: &[u8]) -> Result<DecideBody, ApiError> {
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(DecideBody::default());
-        }
-        serde_json::from_slice(bytes)
-            .map_err(|e| ApiError::bad_request(format!("the body is not a decision: {e}")))
-    }
-
-    fn decider(&self) -> String {
-        let name = self
-            .by
-            .as_deref()
-            .map(str::trim)
-            .filter(|b| !b.is_empty())
-            .unwrap_or(DEFAULT_DECIDER);
-        format!(
-            "api:{}",
-            name.chars().take(MAX_DECIDER_CHARS).collect::<String>()
-        )
-    }
-}
-
-async fn decide(state: &HttpState, id: &str, body: &[u8], kind: DecisionKind) -> ApiResult {
+async fn decide(state: &HttpState, id: &str, body: &[u8], kind: Decision) -> ApiResult {
     if state.read_only {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -465,33 +428,15 @@ async fn decide(state: &HttpState, id: &str, body: &[u8], kind: DecisionKind) ->
         ));
     }
     let id = parse_id(id)?;
-    let body = DecideBody::parse(body)?;
-    let decision = match kind {
-        DecisionKind::Approve => ApprovalDecision::Approve,
-        DecisionKind::Deny => ApprovalDecision::Deny {
-            reason: body.reason.clone().filter(|r| !r.trim().is_empty()),
-        },
-        DecisionKind::Answer => match &body.answer {
-            Some(text) => ApprovalDecision::Answer(text.clone()),
-            None => {
-                return Err(ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "give the answer in the body: {\"answer\": \"...\"}",
-                ));
-            }
-        },
-    };
+    let body = DecideBody::parse(body).map_err(ApiError::bad_request)?;
+    let decision = body
+        .decision(kind)
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e))?;
     let approval = state
         .store
         .decide_approval(id, &decision, &body.decider())
         .await?;
     json(&approval)
-}
-
-enum DecisionKind {
-    Approve,
-    Deny,
-    Answer,
 }
 
 async fn approve(
@@ -501,7 +446,7 @@ async fn approve(
     body: Bytes,
 ) -> ApiResult {
     check_token(&headers, &state)?;
-    decide(&state, &id, &body, DecisionKind::Approve).await
+    decide(&state, &id, &body, Decision::Approve).await
 }
 
 async fn deny(
@@ -511,7 +456,7 @@ async fn deny(
     body: Bytes,
 ) -> ApiResult {
     check_token(&headers, &state)?;
-    decide(&state, &id, &body, DecisionKind::Deny).await
+    decide(&state, &id, &body, Decision::Deny).await
 }
 
 async fn answer(
@@ -521,7 +466,7 @@ async fn answer(
     body: Bytes,
 ) -> ApiResult {
     check_token(&headers, &state)?;
-    decide(&state, &id, &body, DecisionKind::Answer).await
+    decide(&state, &id, &body, Decision::Answer).await
 }
 
 async fn get_task(

@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use orchestrator_scheduler::{
-    AutomationView, DEFAULT_PREVIEW_COUNT, SlotView, jitter_offset_ms, manage, run_now, schedule_of,
+    AutomationView, DEFAULT_PREVIEW_COUNT, SlotView, manage, next_fires, run_now,
 };
 use orchestrator_store::SlotResult;
 use orchestrator_types::{AutomationStatus, format_millis, now_millis};
@@ -79,17 +79,12 @@ pub(crate) async fn read(
         Err(e) => return store_error(e),
     };
     let view = AutomationView::new(&automation);
-    let fires: Vec<String> = match (automation.status, schedule_of(&automation.spec)) {
-        (AutomationStatus::Active, Ok(schedule)) => {
-            let jitter = jitter_offset_ms(&automation.spec.name, automation.spec.jitter_secs);
-            schedule
-                .upcoming(now_millis(), DEFAULT_PREVIEW_COUNT)
-                .into_iter()
-                .map(|t| format_millis(t + jitter))
-                .collect()
-        }
-        _ => Vec::new(),
-    };
+    // A schedule that no longer parses shows no fire times; its parked reason says why.
+    let fires: Vec<String> = next_fires(&automation, now_millis(), DEFAULT_PREVIEW_COUNT)
+        .unwrap_or_default()
+        .into_iter()
+        .map(format_millis)
+        .collect();
     let slots: Vec<SlotView> = slots.iter().map(SlotView::new).collect();
     let content = html! {
         h1 { "Automation " (view.name) }

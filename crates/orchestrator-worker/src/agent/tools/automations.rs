@@ -18,16 +18,12 @@
 use std::sync::Arc;
 
 use orchestrator_scheduler::files::validate_spec;
-use orchestrator_scheduler::{
-    AutomationView, DEFAULT_PREVIEW_COUNT, SlotView, jitter_offset_ms, manage, run_now, schedule_of,
-};
+use orchestrator_scheduler::{AutomationView, manage, run_now};
 use orchestrator_store::{Automation, SOURCE_AGENT, SOURCE_FILE, SlotResult, Store, Task};
 use orchestrator_tools::{
     ApprovalClass, Decision, TaskScope, ToolFailure, ToolResult, ToolSpec, refuse,
 };
-use orchestrator_types::{
-    AutomationSpec, AutomationStatus, GateSpec, TaskId, format_millis, now_millis,
-};
+use orchestrator_types::{AutomationSpec, AutomationStatus, GateSpec, TaskId, now_millis};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -421,26 +417,14 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                     .automation(&args.name)
                     .await
                     .map_err(automation_error)?;
-                let mut view = AutomationView::new(&automation);
-                if automation.status == AutomationStatus::Active {
-                    let schedule = schedule_of(&automation.spec).map_err(schedule_error)?;
-                    let jitter =
-                        jitter_offset_ms(&automation.spec.name, automation.spec.jitter_secs);
-                    view.next_fires = Some(
-                        schedule
-                            .upcoming(now_millis(), DEFAULT_PREVIEW_COUNT)
-                            .into_iter()
-                            .map(|t| format_millis(t + jitter))
-                            .collect(),
-                    );
-                }
                 let limit = args.slots.unwrap_or(DEFAULT_SLOTS).clamp(1, MAX_SLOTS);
                 let slots = session
                     .store
                     .slots(automation.id, limit)
                     .await
                     .map_err(store_failure)?;
-                view.slots = Some(slots.iter().map(SlotView::new).collect());
+                let view = AutomationView::detailed(&automation, &slots, now_millis())
+                    .map_err(schedule_error)?;
                 Ok(ToolResult::text(
                     serde_json::to_string_pretty(&view).unwrap_or_default(),
                 ))
