@@ -552,6 +552,42 @@ impl Store {
             .collect()
     }
 
+    /// Tasks that ended at or after `since` (Unix milliseconds), per final state: the overview's
+    /// throughput and failures.
+    pub async fn finished_since(&self, since: i64) -> Result<Vec<(TaskState, i64)>> {
+        let stmt = Query::select()
+            .column(Tasks::State)
+            .expr(Expr::col(Tasks::Id).count())
+            .from(Tasks::Table)
+            .and_where(Expr::col(Tasks::FinishedAt).gte(since))
+            .group_by_col(Tasks::State)
+            .to_owned();
+        let rows: Vec<(String, i64)> = self.pool.fetch_all(&stmt).await?;
+        rows.into_iter()
+            .map(|(state, n)| {
+                let state = state.parse::<TaskState>().map_err(|e| Error::Corrupt {
+                    what: "tasks.state",
+                    message: e.to_string(),
+                })?;
+                Ok((state, n))
+            })
+            .collect()
+    }
+
+    /// Queued tasks per queue, deepest first: the overview's queue depth.
+    pub async fn queued_by_queue(&self) -> Result<Vec<(String, i64)>> {
+        let stmt = Query::select()
+            .column(Tasks::Queue)
+            .expr(Expr::col(Tasks::Id).count())
+            .from(Tasks::Table)
+            .and_where(state_is(TaskState::Queued))
+            .group_by_col(Tasks::Queue)
+            .to_owned();
+        let mut rows: Vec<(String, i64)> = self.pool.fetch_all(&stmt).await?;
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Ok(rows)
+    }
+
     /// Number of tasks in each state; states without tasks are listed with 0.
     pub async fn count_by_state(&self) -> Result<Vec<(TaskState, i64)>> {
         let stmt = Query::select()

@@ -18,6 +18,7 @@
 mod approvals;
 mod artifacts;
 mod automations;
+pub mod bulk;
 pub mod error;
 mod openapi;
 pub mod pages;
@@ -70,11 +71,12 @@ pub fn app(web: Web) -> Router {
 }
 
 /// Every route: method and path, as the OpenAPI document names them.
-pub const ROUTES: [(&str, &str); 26] = [
+pub const ROUTES: [(&str, &str); 27] = [
     ("GET", "/api/v1/health"),
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/api/v1/tasks"),
     ("POST", "/api/v1/tasks"),
+    ("POST", "/api/v1/tasks/bulk"),
     ("GET", "/api/v1/tasks/{id}"),
     ("GET", "/api/v1/tasks/{id}/events"),
     ("GET", "/api/v1/tasks/{id}/events/stream"),
@@ -107,6 +109,7 @@ pub fn router(web: Web) -> Router {
         .route("/counts", get(tasks::counts))
         .route("/workers", get(workers))
         .route("/tasks", get(tasks::list).post(tasks::create))
+        .route("/tasks/bulk", post(bulk::api))
         .route("/tasks/{id}", get(tasks::read))
         .route("/tasks/{id}/events", get(tasks::events))
         .route("/tasks/{id}/events/stream", get(stream::task_events))

@@ -149,6 +149,19 @@ pub fn document() -> Value {
                 ], None, "200", json!({"type": "object", "required": ["tasks", "next_before"], "properties": {"tasks": {"type": "array", "items": {"type": "object"}}, "next_before": {"type": ["integer", "null"]}}})),
                 "post": op("Create a task.", vec![], Some(create), "201", object()),
             },
+            "/api/v1/tasks/bulk": {"post": op("Cancel or retry the tasks a filter matches (at least one filter; at most 1000 a call), or only count them with preview.", vec![], Some(json!({
+                "type": "object",
+                "required": ["action"],
+                "additionalProperties": false,
+                "properties": {
+                    "action": {"type": "string", "enum": ["cancel", "retry"]},
+                    "preview": {"type": "boolean"},
+                    "state": state.clone(),
+                    "queue": {"type": "string"},
+                    "automation": {"type": "string"},
+                    "q": {"type": "string"}
+                }
+            })), "200", object())},
             "/api/v1/tasks/{id}": {"get": op("One task.", vec![id_param("task")], None, "200", object())},
             "/api/v1/tasks/{id}/events": {"get": op("A task's events after a sequence number.", vec![
                 id_param("task"),

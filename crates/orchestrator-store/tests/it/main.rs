@@ -57,6 +57,7 @@ conformance!(
     batch_completion_mixed_outcomes,
     counts_by_state,
     task_pages_filter_and_walk_by_keyset,
+    overview_counts_what_ended_and_what_waits,
     migrations_are_idempotent,
     automations_crud_and_unique_names,
     a_slot_is_recorded_once_with_its_tasks,

@@ -9,6 +9,7 @@
 
 mod approvals;
 mod automations;
+mod overview;
 mod tasks;
 
 use axum::Router;
@@ -35,6 +36,8 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 pub fn router(web: Web) -> Router {
     let pages = Router::new()
         .route("/", get(tasks::list))
+        .route("/overview", get(overview::page))
+        .route("/bulk", get(tasks::confirm_bulk).post(tasks::bulk))
         .route("/tasks/{id}", get(tasks::read))
         .route(
             "/tasks/{id}/cancel",
@@ -145,6 +148,7 @@ pub(crate) fn layout(viewer: &Viewer, title: &str, content: Markup) -> Response 
                 header.top {
                     a.brand href="/" { "orchestrator" }
                     a href="/" { "Tasks" }
+                    a href="/overview" { "Overview" }
                     a href="/approvals" {
                         "Approvals "
                         @if viewer.pending > 0 { span.badge data-pending=(viewer.pending) { (viewer.pending) } }

@@ -146,6 +146,14 @@ pub(crate) async fn list(
                 }
             }
         }
+        @if !viewer.read_only && (current.is_some() || filters.queue.is_some() || filters.automation.is_some() || filters.q.is_some()) {
+            p.muted {
+                "All that match: "
+                a href=(format!("/bulk?action=cancel&{}", filters.link(current, None).trim_start_matches("/?"))) { "Cancel matching…" }
+                " · "
+                a href=(format!("/bulk?action=retry&{}", filters.link(current, None).trim_start_matches("/?"))) { "Retry matching…" }
+            }
+        }
         p {
             @if filters.before.is_some() { a href=(filters.link(current, None)) { "Newest" } " " }
             @if let Some(before) = older { a rel="next" href=(filters.link(current, Some(before))) { "Older →" } }
@@ -365,5 +373,112 @@ async fn act(web: &Web, headers: &HeaderMap, id: &str, body: &Bytes, cancel: boo
     match done {
         Ok(()) => Redirect::to(&format!("/tasks/{}", id.0)).into_response(),
         Err(e) => store_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct BulkQuery {
+    #[serde(default)]
+    action: crate::bulk::Action,
+    state: Option<String>,
+    queue: Option<String>,
+    automation: Option<String>,
+    q: Option<String>,
+}
+
+impl BulkQuery {
+    fn filter(&self) -> crate::bulk::Filter {
+        crate::bulk::Filter {
+            state: self.state.clone(),
+            queue: self.queue.clone(),
+            automation: self.automation.clone(),
+            q: self.q.clone(),
+        }
+    }
+}
+
+fn verb(action: crate::bulk::Action) -> &'static str {
+    match action {
+        crate::bulk::Action::Cancel => "Cancel",
+        crate::bulk::Action::Retry => "Retry",
+    }
+}
+
+/// The preview of a bulk action: how many tasks it would change, and the form that does it.
+pub(crate) async fn confirm_bulk(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    query: Result<Query<BulkQuery>, QueryRejection>,
+) -> Response {
+    let Ok(Query(query)) = query else {
+        return page_error(
+            StatusCode::BAD_REQUEST,
+            "Bad request",
+            "That is not a bulk action.",
+        );
+    };
+    let viewer = Viewer::of(&web, &headers).await;
+    let filter = query.filter();
+    let preview = match crate::bulk::run(&web.store, query.action, &filter, true).await {
+        Ok(preview) => preview,
+        Err(e) => return page_error(e.status, "Not possible", &e.message),
+    };
+    let verb = verb(query.action);
+    let content = html! {
+        h1 { (verb) " matching tasks?" }
+        p {
+            span data-matched=(preview.matched) { (preview.matched) } " tasks match"
+            @if preview.more { " (more than that: one action changes at most " (crate::bulk::MAX_BULK) ")" }
+            "."
+        }
+        @if preview.matched > 0 {
+            form method="post" action="/bulk" {
+                (viewer.csrf_field())
+                input type="hidden" name="action" value=(verb.to_lowercase());
+                @for (name, value) in [("state", &query.state), ("queue", &query.queue), ("automation", &query.automation), ("q", &query.q)] {
+                    @if let Some(value) = value { input type="hidden" name=(name) value=(value); }
+                }
+                button.danger type="submit" { (verb) " " (preview.matched) " tasks" }
+                " " a href="/" { "Back" }
+            }
+        }
+    };
+    layout(&viewer, &format!("{verb} matching tasks"), content)
+}
+
+/// Does a bulk action, then shows the list it was made from.
+pub(crate) async fn bulk(State(web): State<Web>, headers: HeaderMap, body: Bytes) -> Response {
+    let fields = match form(&web, &headers, &body) {
+        Ok(fields) => fields,
+        Err(refused) => return refused.into_response(),
+    };
+    let get = |name: &str| super::field(&fields, name).map(str::to_owned);
+    let action = match get("action").as_deref() {
+        Some("cancel") => crate::bulk::Action::Cancel,
+        Some("retry") => crate::bulk::Action::Retry,
+        _ => {
+            return page_error(
+                StatusCode::BAD_REQUEST,
+                "Bad request",
+                "The action is cancel or retry.",
+            );
+        }
+    };
+    let filters = Filters {
+        state: get("state"),
+        queue: get("queue"),
+        automation: get("automation"),
+        q: get("q"),
+        before: None,
+    };
+    let filter = crate::bulk::Filter {
+        state: filters.state.clone(),
+        queue: filters.queue.clone(),
+        automation: filters.automation.clone(),
+        q: filters.q.clone(),
+    };
+    match crate::bulk::run(&web.store, action, &filter, false).await {
+        Ok(_) => Redirect::to(&filters.link(filters.state.as_deref(), None)).into_response(),
+        Err(e) => page_error(e.status, "Not possible", &e.message),
     }
 }

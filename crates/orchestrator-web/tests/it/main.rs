@@ -817,3 +817,82 @@ async fn artifacts_are_read_whole_by_range_and_by_tail() {
     let (status, missing) = api.get("/api/v1/artifacts/424242").await;
     assert_eq!((status, code(&missing)), (404, "not_found"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_actions_preview_then_change_only_what_the_filter_matches() {
+    let api = Api::start(false).await;
+    let mut flaky = Vec::new();
+    for i in 0..5 {
+        flaky.push(api.task(&format!("flaky {i}")).await);
+    }
+    let steady = api.task("steady").await;
+    let (status, refused) = api
+        .post("/api/v1/tasks/bulk", r#"{"action": "cancel"}"#)
+        .await;
+    assert_eq!(
+        (status, code(&refused)),
+        (422, "unprocessable"),
+        "no filter, no bulk: {refused}"
+    );
+    let (status, preview) = api
+        .post(
+            "/api/v1/tasks/bulk",
+            r#"{"action": "cancel", "q": "flaky", "preview": true}"#,
+        )
+        .await;
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!(
+        (preview["matched"].as_u64(), preview["changed"].as_u64()),
+        (Some(5), Some(0))
+    );
+    assert_eq!(
+        api.store
+            .count_by_state()
+            .await
+            .unwrap()
+            .iter()
+            .find(|(s, _)| s.as_str() == "canceled")
+            .unwrap()
+            .1,
+        0,
+        "a preview changes nothing"
+    );
+    let (_, done) = api
+        .post(
+            "/api/v1/tasks/bulk",
+            r#"{"action": "cancel", "q": "flaky"}"#,
+        )
+        .await;
+    assert_eq!(done["changed"], 5, "{done}");
+    for id in &flaky {
+        assert_eq!(
+            api.store
+                .get_task(orchestrator_types::TaskId(*id))
+                .await
+                .unwrap()
+                .state
+                .as_str(),
+            "canceled"
+        );
+    }
+    assert_eq!(
+        api.store
+            .get_task(orchestrator_types::TaskId(steady))
+            .await
+            .unwrap()
+            .state
+            .as_str(),
+        "queued"
+    );
+    let (_, retried) = api
+        .post(
+            "/api/v1/tasks/bulk",
+            r#"{"action": "retry", "state": "canceled"}"#,
+        )
+        .await;
+    assert_eq!(retried["changed"], 5, "{retried}");
+    let (status, bad) = api
+        .post("/api/v1/tasks/bulk", r#"{"action": "explode", "q": "x"}"#)
+        .await;
+    assert_eq!((status, code(&bad)), (422, "unprocessable"), "{bad}");
+}

@@ -382,3 +382,71 @@ async fn automations_run_now_pause_and_resume_from_their_page() {
         .await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_counts_and_a_bulk_cancel_previews_then_acts() {
+    let api = Api::start(false).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(api.task(&format!("nightly {i}")).await);
+    }
+    api.task("keep me").await;
+    api.store.cancel_task(TaskId(ids[0])).await.unwrap();
+    let mut spec = AutomationSpec::new("soonest", "0 3 * * *");
+    spec.workspaces = vec![api.ws.clone()];
+    spec.template.gates = vec![GateSpec::from_command("true")];
+    orchestrator_scheduler::manage::create(&api.store, &spec, SOURCE_CLI, now_millis())
+        .await
+        .unwrap();
+    let browser = Browser::login(&api).await;
+    let (status, page, _) = browser.get("/overview").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("data-count=\"queued\">3<"), "{page}");
+    assert!(page.contains("data-ended=\"canceled\">1<"), "{page}");
+    assert!(page.contains("data-queue=\"default\""));
+    assert!(page.contains("data-next-automation=\"soonest\""));
+
+    let (_, list, _) = browser.get("/?q=nightly").await;
+    assert!(list.contains("Cancel matching…"));
+    let (status, confirm, _) = browser.get("/bulk?action=cancel&q=nightly").await;
+    assert_eq!(status, 200);
+    assert!(
+        confirm.contains("data-matched=\"2\""),
+        "two are still under way: {confirm}"
+    );
+    assert_eq!(
+        api.store
+            .get_task(TaskId(ids[1]))
+            .await
+            .unwrap()
+            .state
+            .as_str(),
+        "queued",
+        "a preview changes nothing"
+    );
+    let csrf = browser.csrf().await;
+    let (status, _, _) = browser
+        .post("/bulk", &[("action", "cancel"), ("q", "nightly")])
+        .await;
+    assert_eq!(status, 403, "without the form's token");
+    let (status, _, location) = browser
+        .post(
+            "/bulk",
+            &[("csrf", &csrf), ("action", "cancel"), ("q", "nightly")],
+        )
+        .await;
+    assert_eq!((status, location.as_deref()), (303, Some("/?q=nightly")));
+    for id in &ids {
+        assert_eq!(
+            api.store
+                .get_task(TaskId(*id))
+                .await
+                .unwrap()
+                .state
+                .as_str(),
+            "canceled"
+        );
+    }
+    let (status, refused, _) = browser.get("/bulk?action=cancel").await;
+    assert_eq!(status, 422, "no filter, no bulk: {refused}");
+}

@@ -375,3 +375,37 @@ pub async fn task_pages_filter_and_walk_by_keyset(db: &TestStore) {
         .unwrap();
     assert!(none.is_empty());
 }
+
+/// What the overview counts: tasks that ended since a time, per state, and queued tasks per queue.
+pub async fn overview_counts_what_ended_and_what_waits(db: &TestStore) {
+    let store = db.store.clone();
+    let before = now_millis();
+    let mut ids = Vec::new();
+    for queue in ["default", "default", "slow"] {
+        let mut new = NewTask::new("t");
+        new.queue = queue.into();
+        ids.push(store.create_task(&new).await.unwrap());
+    }
+    assert_eq!(
+        store.queued_by_queue().await.unwrap(),
+        [("default".to_owned(), 2), ("slow".to_owned(), 1)]
+    );
+    assert!(store.finished_since(before).await.unwrap().is_empty());
+    store.cancel_task(ids[2]).await.unwrap();
+    assert_eq!(
+        store.finished_since(before).await.unwrap(),
+        [(TaskState::Canceled, 1)]
+    );
+    assert!(
+        store
+            .finished_since(now_millis() + 60_000)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing ended in the future"
+    );
+    assert_eq!(
+        store.queued_by_queue().await.unwrap(),
+        [("default".to_owned(), 2)]
+    );
+}
