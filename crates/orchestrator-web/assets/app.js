@@ -53,6 +53,27 @@
       if (kind) { source.addEventListener(kind, append); }
     });
   }
+  // The newest page of the tasks list: every few seconds, ask whether newer tasks match the same
+  // filters and say how many, with a link; the rows themselves stay where the reader left them.
+  var fresh = document.querySelector("[data-new-tasks]");
+  if (fresh) {
+    var newest = Number(fresh.getAttribute("data-newest"));
+    var poll = fresh.getAttribute("data-poll");
+    var look = function () {
+      fetch(poll, { credentials: "same-origin" })
+        .then(function (response) { return response.ok ? response.json() : null; })
+        .then(function (page) {
+          if (!page) { return; }
+          var count = page.tasks.filter(function (task) { return task.id > newest; }).length;
+          if (count > 0) {
+            fresh.querySelector("[data-new-count]").textContent = String(count);
+            fresh.hidden = false;
+          }
+        })
+        .catch(function () {});
+    };
+    window.setInterval(look, 3000);
+  }
   // Forms that change something ask first.
   document.querySelectorAll("form[data-confirm]").forEach(function (form) {
     form.addEventListener("submit", function (event) {

@@ -13,6 +13,7 @@
 //!   now, and the next fire times of any expression;
 //! - artifacts: what one is, and its bytes (a `Range`, or the tail of a log);
 //! - approvals: list, read, approve, deny, answer;
+//! - GitHub: PR attempts of a task or group, webhook and poller deliveries;
 //! - health.
 
 mod approvals;
@@ -20,6 +21,7 @@ mod artifacts;
 mod automations;
 pub mod bulk;
 pub mod error;
+mod github;
 mod openapi;
 pub mod pages;
 mod session;
@@ -71,7 +73,7 @@ pub fn app(web: Web) -> Router {
 }
 
 /// Every route: method and path, as the OpenAPI document names them.
-pub const ROUTES: [(&str, &str); 27] = [
+pub const ROUTES: [(&str, &str); 31] = [
     ("GET", "/api/v1/health"),
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/api/v1/tasks"),
@@ -97,6 +99,10 @@ pub const ROUTES: [(&str, &str); 27] = [
     ("POST", "/api/v1/approvals/{id}/approve"),
     ("POST", "/api/v1/approvals/{id}/deny"),
     ("POST", "/api/v1/approvals/{id}/answer"),
+    ("GET", "/api/v1/attempts"),
+    ("GET", "/api/v1/attempts/{id}"),
+    ("GET", "/api/v1/deliveries"),
+    ("GET", "/api/v1/deliveries/{id}"),
     ("GET", "/api/v1/workers"),
     ("GET", "/api/v1/counts"),
 ];
@@ -108,6 +114,10 @@ pub fn router(web: Web) -> Router {
         .route("/openapi.json", get(openapi))
         .route("/counts", get(tasks::counts))
         .route("/workers", get(workers))
+        .route("/attempts", get(github::attempts))
+        .route("/attempts/{id}", get(github::attempt))
+        .route("/deliveries", get(github::deliveries))
+        .route("/deliveries/{id}", get(github::delivery))
         .route("/tasks", get(tasks::list).post(tasks::create))
         .route("/tasks/bulk", post(bulk::api))
         .route("/tasks/{id}", get(tasks::read))

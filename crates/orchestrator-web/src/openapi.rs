@@ -135,6 +135,15 @@ pub fn document() -> Value {
             "/api/v1/health": {"get": op("The daemon answers, with its tasks per state.", vec![], None, "200", object())},
             "/api/v1/openapi.json": {"get": op("This document.", vec![], None, "200", object())},
             "/api/v1/counts": {"get": op("Tasks per state.", vec![], None, "200", object())},
+            "/api/v1/attempts": {"get": op("PR attempts, oldest first, of a task or a group (one of them is required).", vec![
+                param("task", "query", json!({"type": "integer"}), "The task's attempts."),
+                param("group", "query", json!({"type": "string"}), "The group's attempts."),
+            ], None, "200", list_of("attempts"))},
+            "/api/v1/attempts/{id}": {"get": op("One PR attempt, without its patch.", vec![id_param("attempt")], None, "200", object())},
+            "/api/v1/deliveries": {"get": op("GitHub deliveries (webhook and poller), newest first, with what each came to.", vec![
+                param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 500}), "At most this many (default 50)."),
+            ], None, "200", list_of("deliveries"))},
+            "/api/v1/deliveries/{id}": {"get": op("One delivery.", vec![param("id", "path", json!({"type": "string"}), "GitHub's delivery id.")], None, "200", object())},
             "/api/v1/workers": {"get": op("Workers, most recent first.", vec![
                 param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 500}), "At most this many (default 50).")
             ], None, "200", list_of("workers"))},

@@ -127,6 +127,14 @@ pub(crate) async fn list(
             button type="submit" { "Filter" }
             " " a href="/" { "clear" }
         }
+        // On the newest page, a script asks now and then whether newer tasks match and says how
+        // many, instead of moving the rows under the reader's cursor.
+        @if filters.before.is_none() {
+            p.live data-new-tasks data-newest=(tasks.first().map_or(0, |t| t.id.0))
+                data-poll=(format!("/api/v1/tasks?limit=200&{}", filters.link(current, None).trim_start_matches('/').trim_start_matches('?'))) hidden {
+                a href=(filters.link(current, None)) { span data-new-count { "0" } " new: show them" }
+            }
+        }
         @if tasks.is_empty() {
             p.muted { "No tasks match." }
         } @else {
@@ -198,8 +206,9 @@ pub(crate) async fn read(
         web.store.events(id, 0, TIMELINE),
         web.store.children(id),
         web.store.list_approvals(&of_task),
+        web.store.attempts(Some(id), None),
     );
-    let (task, gates, events, children, approvals) = match found {
+    let (task, gates, events, children, approvals, attempts) = match found {
         Ok(found) => found,
         Err(e) => return store_error(e),
     };
@@ -268,6 +277,24 @@ pub(crate) async fn read(
                 }
             }
             @if approvals.iter().any(|a| a.status == "pending") { p { a href="/approvals" { "Decide in the inbox" } } }
+        }
+        @if !attempts.is_empty() {
+            h2 { "PR attempts" }
+            table {
+                thead { tr { th { "id" } th { "group" } th { "label" } th { "base" } th { "patch" } th { "selected" } } }
+                tbody {
+                    @for a in &attempts {
+                        tr data-attempt=(a.id) {
+                            td { (a.id) }
+                            td { (a.group) }
+                            td { (a.label) }
+                            td { code { (a.base.chars().take(12).collect::<String>()) } }
+                            td { (a.patch_bytes) " bytes" }
+                            td { @if a.selected { strong { "selected" } } }
+                        }
+                    }
+                }
+            }
         }
         @if !children.is_empty() {
             h2 { "Children" }

@@ -896,3 +896,35 @@ async fn bulk_actions_preview_then_change_only_what_the_filter_matches() {
         .await;
     assert_eq!((status, code(&bad)), (422, "unprocessable"), "{bad}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_and_deliveries_are_read() {
+    let api = Api::start(false).await;
+    let (status, body) = api.get("/api/v1/attempts").await;
+    assert_eq!((status, code(&body)), (400, "bad_request"), "{body}");
+    let id = api.task("no attempts").await;
+    let (_, none) = api.get(&format!("/api/v1/attempts?task={id}")).await;
+    assert_eq!(none["attempts"], json!([]));
+    let (status, missing) = api.get("/api/v1/attempts/77").await;
+    assert_eq!((status, code(&missing)), (404, "not_found"), "{missing}");
+    let accepted = api
+        .store
+        .accept_delivery(
+            &orchestrator_store::DeliveryInfo {
+                id: "d-1",
+                source: "webhook",
+                event: "issues",
+                action: Some("labeled"),
+                repo: Some("acme/widgets"),
+            },
+            r#"{"action": "labeled"}"#,
+        )
+        .await;
+    assert!(accepted.is_ok(), "{accepted:?}");
+    let (_, list) = api.get("/api/v1/deliveries").await;
+    assert_eq!(list["deliveries"][0]["id"], "d-1", "{list}");
+    let (_, one) = api.get("/api/v1/deliveries/d-1").await;
+    assert_eq!(one["event"], "issues");
+    let (status, missing) = api.get("/api/v1/deliveries/nope").await;
+    assert_eq!((status, code(&missing)), (404, "not_found"));
+}

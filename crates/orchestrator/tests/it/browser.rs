@@ -121,6 +121,7 @@ fn dashboard_journeys_in_a_real_browser() {
         "{report}"
     );
     for shot in [
+        "tasks-one-new.png",
         "task-passed.png",
         "approvals-after-approve.png",
         "approved-task.png",

@@ -50,13 +50,19 @@ async function sameDocument(page) {
 
 test("a task created from the API passes on its page without a reload", async () => {
   const { context, page } = await loggedIn();
+  // The list says a new task arrived rather than moving its rows.
+  const before = await page.locator("[data-task]").count();
   const response = await fetch(`${BASE}/api/v1/tasks`, {
     method: "POST",
     headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
-    body: JSON.stringify({ title: "from the API, watched", gates: ["sleep 2"], workspace: WORKSPACE }),
+    body: JSON.stringify({ title: "from the API, watched", gates: ["sleep 8"], workspace: WORKSPACE }),
   });
   assert.equal(response.status, 201);
   const task = await response.json();
+  await page.waitForSelector("[data-new-tasks]:not([hidden])", { timeout: 20000 });
+  assert.equal(await page.textContent("[data-new-count]"), "1");
+  assert.equal(await page.locator("[data-task]").count(), before, "the rows stayed");
+  await page.screenshot({ path: `${SHOTS}/tasks-one-new.png`, fullPage: true });
   await page.goto(`${BASE}/tasks/${task.id}`);
   const first = await page.getAttribute("[data-state]", "data-state");
   assert.ok(["queued", "running"].includes(first), `the task is still under way: ${first}`);
