@@ -74,6 +74,22 @@
     };
     window.setInterval(look, 3000);
   }
+  // The navigation's count of what waits for a person, kept current on every page.
+  var badge = document.querySelector("[data-pending]");
+  if (badge) {
+    window.setInterval(function () {
+      fetch("/api/v1/approvals?limit=1000", { credentials: "same-origin" })
+        .then(function (response) { return response.ok ? response.json() : null; })
+        .then(function (found) {
+          if (!found) { return; }
+          var pending = found.approvals.length;
+          badge.setAttribute("data-pending", String(pending));
+          badge.textContent = String(pending);
+          badge.hidden = pending === 0;
+        })
+        .catch(function () {});
+    }, 3000);
+  }
   // Forms that change something ask first.
   document.querySelectorAll("form[data-confirm]").forEach(function (form) {
     form.addEventListener("submit", function (event) {

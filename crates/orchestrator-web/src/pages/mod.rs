@@ -151,7 +151,7 @@ pub(crate) fn layout(viewer: &Viewer, title: &str, content: Markup) -> Response 
                     a href="/overview" { "Overview" }
                     a href="/approvals" {
                         "Approvals "
-                        @if viewer.pending > 0 { span.badge data-pending=(viewer.pending) { (viewer.pending) } }
+                        span.badge data-pending=(viewer.pending) hidden[viewer.pending == 0] { (viewer.pending) }
                     }
                     a href="/automations" { "Automations" }
                     @if viewer.read_only { span.muted { "read-only" } }

@@ -207,8 +207,9 @@ pub(crate) async fn read(
         web.store.children(id),
         web.store.list_approvals(&of_task),
         web.store.attempts(Some(id), None),
+        web.store.checklist(id),
     );
-    let (task, gates, events, children, approvals, attempts) = match found {
+    let (task, gates, events, children, approvals, attempts, checklist) = match found {
         Ok(found) => found,
         Err(e) => return store_error(e),
     };
@@ -235,6 +236,14 @@ pub(crate) async fn read(
             }
         }
         @if let Some(prompt) = &task.prompt { h2 { "Prompt" } pre { (prompt) } }
+        @if !checklist.is_empty() {
+            h2 { "Checklist" }
+            ul.checklist {
+                @for item in &checklist {
+                    li data-item-status=(item.status) { span.muted { "[" (item.status) "] " } (item.text) }
+                }
+            }
+        }
         h2 { "Gates" }
         @if gates.is_empty() {
             p.muted { @if task.gates.is_empty() { "No gates." } @else { (task.gates.len()) " gates, none run yet." } }

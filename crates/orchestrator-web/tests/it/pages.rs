@@ -258,6 +258,16 @@ async fn the_inbox_decides_approvals_and_read_only_shows_no_forms_and_refuses_po
             .await
             .unwrap()
             .unwrap();
+        api.store
+            .write_checklist(
+                &lease,
+                &[
+                    ("read the code".to_owned(), "completed".to_owned()),
+                    ("deploy <prod>".to_owned(), "pending".to_owned()),
+                ],
+            )
+            .await
+            .unwrap();
         let approval = api
             .store
             .request_approval(
@@ -275,6 +285,15 @@ async fn the_inbox_decides_approvals_and_read_only_shows_no_forms_and_refuses_po
             .await
             .unwrap();
         let browser = Browser::login(&api).await;
+        let (_, task_page, _) = browser.get(&format!("/tasks/{}", id.0)).await;
+        assert!(
+            task_page.contains("data-item-status=\"completed\""),
+            "{task_page}"
+        );
+        assert!(
+            task_page.contains("deploy &lt;prod&gt;"),
+            "the checklist, escaped"
+        );
         let (_, page, _) = browser.get("/approvals").await;
         assert!(page.contains(&format!("data-approval=\"{}\"", approval.id)));
         assert!(

@@ -85,6 +85,8 @@ test("an approval given in one page shows in another over SSE", async () => {
   const card = inbox.locator(`[data-approval]`).first();
   await card.locator('button:text-is("Approve")').click();
   await inbox.waitForSelector("text=Nothing waits for a decision.");
+  // The other page's badge follows without a reload.
+  await taskPage.waitForSelector('[data-pending="0"][hidden]', { state: "attached", timeout: 20000 });
   await inbox.screenshot({ path: `${SHOTS}/approvals-after-approve.png`, fullPage: true });
   // The other page was told by the stream, not by a reload.
   await taskPage.waitForSelector('td:text-is("approval_decided")', { timeout: 30000 });
