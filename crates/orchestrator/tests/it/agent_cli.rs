@@ -177,11 +177,7 @@ fn a_killed_serve_resumes_the_agent_from_its_last_saved_turn() {
     assert_eq!(before, 2, "turns 0 and 1 were asked for");
 
     let _serve = env.serve(&lease);
-    let task = env.wait_task(id, "finished", |t| {
-        t["state"]
-            .as_str()
-            .is_some_and(|s| s == "succeeded" || s == "failed")
-    });
+    let task = env.wait_finished(id);
     assert_eq!(task["state"], "succeeded", "{task}");
     let turns: Vec<usize> = model
         .received()
@@ -257,11 +253,7 @@ fn an_approval_survives_a_restart_and_the_call_runs_after_approve() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let task = env.wait_task(id, "finished", |t| {
-        t["state"]
-            .as_str()
-            .is_some_and(|s| s == "succeeded" || s == "failed")
-    });
+    let task = env.wait_finished(id);
     assert_eq!(task["state"], "succeeded", "{task}");
     assert_eq!(
         std::fs::read_to_string(ws.path().join("out.txt")).unwrap(),
@@ -334,11 +326,7 @@ fn an_automations_agent_may_not_write_or_run_commands_unless_its_policy_grants_i
     );
     let _serve = env.serve(&[]);
     for id in [locked_task, granted_task] {
-        let task = env.wait_task(id, "finished", |t| {
-            t["state"]
-                .as_str()
-                .is_some_and(|s| s == "succeeded" || s == "failed")
-        });
+        let task = env.wait_finished(id);
         assert_eq!(task["state"], "succeeded", "{task}");
     }
     assert!(

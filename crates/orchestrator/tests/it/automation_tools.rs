@@ -105,11 +105,7 @@ fn an_agent_schedules_work_with_consent_and_its_automations_agent_cannot_schedul
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let task = env.wait_task(id, "finished", |t| {
-        t["state"]
-            .as_str()
-            .is_some_and(|s| s == "succeeded" || s == "failed")
-    });
+    let task = env.wait_finished(id);
     assert_eq!(task["state"], "succeeded", "{task}");
     // The pre-approved calls asked nobody.
     let all = env.json(&["approval", "list", "--all", "--json"]);
@@ -149,11 +145,7 @@ fn an_agent_schedules_work_with_consent_and_its_automations_agent_cannot_schedul
     assert_eq!(read["slots"][0]["kind"], "manual", "{read}");
     assert_eq!(read["slots"][0]["tasks"][0]["id"], child, "{read}");
     assert!(result_of(8).contains("Deleted automation nightly"));
-    let nightly = env.wait_task(child, "finished", |t| {
-        t["state"]
-            .as_str()
-            .is_some_and(|s| s == "succeeded" || s == "failed")
-    });
+    let nightly = env.wait_finished(child);
     assert_eq!(nightly["state"], "succeeded", "{nightly}");
 
     let person = requests.iter().find(|r| is_from(r, PERSON)).unwrap();

@@ -60,11 +60,7 @@ fn create(env: &Env, model: &ScriptedModel, ws: &std::path::Path, extra: &[&str]
 }
 
 fn finished(env: &Env, id: i64) -> serde_json::Value {
-    env.wait_task(id, "finished", |t| {
-        t["state"]
-            .as_str()
-            .is_some_and(|s| s == "succeeded" || s == "failed")
-    })
+    env.wait_finished(id)
 }
 
 #[test]

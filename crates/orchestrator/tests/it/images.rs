@@ -55,11 +55,7 @@ fn view_image_reaches_a_model_that_takes_images_and_only_such_a_model() {
     let without = create(&env, &blind, ws.path(), "off");
     let _serve = env.serve(&[]);
     for id in [with, without] {
-        let task = env.wait_task(id, "finished", |t| {
-            t["state"]
-                .as_str()
-                .is_some_and(|s| s == "succeeded" || s == "failed")
-        });
+        let task = env.wait_finished(id);
         assert_eq!(task["state"], "succeeded", "{task}");
     }
 

@@ -61,11 +61,7 @@ fn an_agents_edit_gets_rust_analyzers_errors_and_its_server_ends_with_the_task()
     ]);
     let id = created["id"].as_i64().unwrap();
     let _serve = env.serve(&[]);
-    let task = env.wait_task(id, "finished", |t| {
-        t["state"]
-            .as_str()
-            .is_some_and(|s| s == "succeeded" || s == "failed")
-    });
+    let task = env.wait_finished(id);
     assert_eq!(task["state"], "succeeded", "{task}");
 
     let requests = model.received();

@@ -74,11 +74,7 @@ fn an_agents_mcp_tools_keep_their_bytes_across_turns_and_a_restart() {
     first.signal(Signal::SIGKILL);
     drop(first);
     let _second = env.serve(&["--lease-seconds", "2"]);
-    let task = env.wait_task(id, "finished", |t| {
-        t["state"]
-            .as_str()
-            .is_some_and(|s| s == "succeeded" || s == "failed")
-    });
+    let task = env.wait_finished(id);
     assert_eq!(task["state"], "succeeded", "{task}");
 
     let requests = model.received();
@@ -236,11 +232,7 @@ fn an_agent_reads_an_mcp_servers_resources_and_fills_its_prompts() {
     ]);
     let id = created["id"].as_i64().unwrap();
     let _serve = env.serve(&[]);
-    let task = env.wait_task(id, "finished", |t| {
-        t["state"]
-            .as_str()
-            .is_some_and(|s| s == "succeeded" || s == "failed")
-    });
+    let task = env.wait_finished(id);
     assert_eq!(task["state"], "succeeded", "{task}");
     let requests = model.received();
     let names = requests[0].tool_names();

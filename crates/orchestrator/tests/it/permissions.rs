@@ -77,11 +77,7 @@ fn an_approved_request_lets_commands_run_unasked_for_the_rest_of_the_task() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let task = env.wait_task(id, "finished", |t| {
-        t["state"]
-            .as_str()
-            .is_some_and(|s| s == "succeeded" || s == "failed")
-    });
+    let task = env.wait_finished(id);
     assert_eq!(task["state"], "succeeded", "{task}");
     // Both commands ran, and nobody was asked again.
     assert!(ws.path().join("first.flag").exists());

@@ -69,11 +69,7 @@ fn a_role_gives_a_child_its_instructions_profile_and_model() {
     ]);
     let id = created["id"].as_i64().unwrap();
     let _serve = env.serve(&[]);
-    let task = env.wait_task(id, "finished", |t| {
-        t["state"]
-            .as_str()
-            .is_some_and(|s| s == "succeeded" || s == "failed")
-    });
+    let task = env.wait_finished(id);
     assert_eq!(task["state"], "succeeded", "{task}");
 
     let requests = model.received();
@@ -172,11 +168,7 @@ fn a_forked_child_continues_its_parents_conversation_byte_for_byte() {
     ]);
     let id = created["id"].as_i64().unwrap();
     let _serve = env.serve(&[]);
-    let task = env.wait_task(id, "finished", |t| {
-        t["state"]
-            .as_str()
-            .is_some_and(|s| s == "succeeded" || s == "failed")
-    });
+    let task = env.wait_finished(id);
     assert_eq!(task["state"], "succeeded", "{task}");
 
     let requests = model.received();

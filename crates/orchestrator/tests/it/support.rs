@@ -132,6 +132,15 @@ impl Env {
         }
     }
 
+    /// Waits until the task has succeeded or failed, and returns it.
+    pub fn wait_finished(&self, id: i64) -> Value {
+        self.wait_task(id, "finished", |t| {
+            t["state"]
+                .as_str()
+                .is_some_and(|s| s == "succeeded" || s == "failed")
+        })
+    }
+
     pub fn serve(&self, extra: &[&str]) -> Serve {
         self.serve_with_env(extra, &[])
     }

@@ -48,11 +48,7 @@ fn an_agent_drives_a_repl_and_its_sessions_end_with_the_task() {
     ]);
     let id = created["id"].as_i64().unwrap();
     let _serve = env.serve(&[]);
-    let task = env.wait_task(id, "finished", |t| {
-        t["state"]
-            .as_str()
-            .is_some_and(|s| s == "succeeded" || s == "failed")
-    });
+    let task = env.wait_finished(id);
     assert_eq!(task["state"], "succeeded", "{task}");
 
     let requests = model.received();
