@@ -126,6 +126,14 @@ async fn artifacts_are_read_whole_by_range_and_by_tail() {
         .unwrap();
     assert_eq!(whole.status(), 200);
     assert_eq!(whole.headers()["accept-ranges"], "bytes");
+    // A log that holds HTML never runs as one of the daemon's pages.
+    assert_eq!(whole.headers()["x-content-type-options"], "nosniff");
+    assert!(
+        whole.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("sandbox")
+    );
     assert_eq!(whole.bytes().await.unwrap().as_ref(), bytes.as_slice());
     let part = api
         .client
