@@ -42,6 +42,7 @@ use serde_json::json;
 pub use approvals::{DecideBody, Decision};
 pub use error::ApiError;
 pub use openapi::document;
+pub use session::Sessions;
 
 /// What the API and the pages serve from.
 #[derive(Clone)]
@@ -57,6 +58,12 @@ pub struct Web {
 }
 
 impl Web {
+    /// The same, with sessions made elsewhere (`serve` makes them, to print a one-time link).
+    pub fn with_sessions(mut self, sessions: Sessions) -> Web {
+        self.sessions = sessions;
+        self
+    }
+
     pub fn new(store: Store, token: Arc<str>, read_only: bool) -> Web {
         Web {
             store,

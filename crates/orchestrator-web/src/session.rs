@@ -18,15 +18,21 @@ const IDLE: Duration = Duration::from_secs(12 * 3600);
 /// Sessions kept at most; the oldest go first.
 const MAX_SESSIONS: usize = 1000;
 
+/// How long a one-time login link works.
+const ONE_TIME: Duration = Duration::from_secs(600);
+
 #[derive(Clone)]
 struct Session {
     csrf: String,
     used: Instant,
 }
 
-/// The daemon's sessions.
+/// The daemon's sessions, and the one-time login codes it has handed out.
 #[derive(Clone, Default)]
-pub struct Sessions(Arc<Mutex<HashMap<String, Session>>>);
+pub struct Sessions(
+    Arc<Mutex<HashMap<String, Session>>>,
+    Arc<Mutex<HashMap<String, Instant>>>,
+);
 
 fn random_token() -> String {
     let bytes: [u8; 32] = rand::random();
@@ -37,6 +43,13 @@ fn random_token() -> String {
 pub fn same(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl std::fmt::Debug for Sessions {
+    /// Never the ids or codes: they are secrets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions").finish_non_exhaustive()
+    }
 }
 
 impl Sessions {
@@ -75,6 +88,29 @@ impl Sessions {
         }
         session.used = Instant::now();
         Some(session.csrf.clone())
+    }
+
+    /// A code that logs in once, within ten minutes, without typing the token: `serve` prints it
+    /// as a link (`/login?once=CODE`).
+    pub fn one_time_code(&self) -> String {
+        let code = random_token();
+        if let Ok(mut codes) = self.1.lock() {
+            codes.retain(|_, made| made.elapsed() < ONE_TIME);
+            codes.insert(code.clone(), Instant::now());
+        }
+        code
+    }
+
+    /// Spends a one-time code: whether it was one, unused and in time.
+    pub fn spend_code(&self, code: &str) -> bool {
+        let Ok(mut codes) = self.1.lock() else {
+            return false;
+        };
+        let found = codes.keys().find(|known| same(known, code)).cloned();
+        match found.and_then(|known| codes.remove(&known)) {
+            Some(made) => made.elapsed() < ONE_TIME,
+            None => false,
+        }
     }
 
     /// Ends the request's session.

@@ -63,6 +63,8 @@ pub struct HttpState {
     pub webhooks: Option<Webhooks>,
     /// Refuse every write of the API, the old routes' and `/api/v1`'s (`serve --read-only`).
     pub read_only: bool,
+    /// The dashboard's sessions, made by `serve` so that it can print a one-time login link.
+    pub sessions: orchestrator_web::Sessions,
 }
 
 /// The trigger rules, and the webhook secret when one is configured (the poller needs the rules
@@ -226,11 +228,10 @@ async fn read_body_in_time(
 const MAX_EVENTS_PER_PAGE: u64 = 1000;
 
 pub fn router(state: HttpState) -> Router {
-    let v1 = orchestrator_web::app(orchestrator_web::Web::new(
-        state.store.clone(),
-        state.token.clone(),
-        state.read_only,
-    ));
+    let v1 = orchestrator_web::app(
+        orchestrator_web::Web::new(state.store.clone(), state.token.clone(), state.read_only)
+            .with_sessions(state.sessions.clone()),
+    );
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -643,6 +644,7 @@ mod tests {
             token: Arc::from("secret-token"),
             webhooks: None,
             read_only: false,
+            sessions: Default::default(),
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -809,6 +811,7 @@ mod tests {
                     wake: Arc::new(tokio::sync::Notify::new()),
                 }),
                 read_only: false,
+                sessions: Default::default(),
             });
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();

@@ -25,6 +25,8 @@ pub struct ServeConfig {
     pub read_timeouts: crate::http::ReadTimeouts,
     /// Serve the API read-only: every write is refused with 403.
     pub read_only: bool,
+    /// The dashboard's sessions (and the one-time login link printed at start).
+    pub sessions: orchestrator_web::Sessions,
 }
 
 /// Runs until `shutdown`, then: the pool stops claiming and drains (see the worker's pool.rs), the
@@ -51,6 +53,7 @@ pub async fn run(
         token: config.token.clone(),
         webhooks: config.webhooks.clone(),
         read_only: config.read_only,
+        sessions: config.sessions.clone(),
     });
     let http = tokio::spawn(crate::http::serve(
         listener,

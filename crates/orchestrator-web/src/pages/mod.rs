@@ -242,11 +242,43 @@ pub(crate) fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'
         .filter(|v| !v.trim().is_empty())
 }
 
-async fn login_page(State(web): State<Web>, headers: HeaderMap) -> Response {
+#[derive(serde::Deserialize)]
+pub(crate) struct LoginQuery {
+    once: Option<String>,
+}
+
+async fn login_page(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    query: Result<axum::extract::Query<LoginQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    // A one-time link from `serve`: spent here, whoever follows it first.
+    if let Some(code) = query.ok().and_then(|q| q.0.once) {
+        if !web.sessions.spend_code(&code) {
+            return login_form(
+                StatusCode::UNAUTHORIZED,
+                Some("That link was used already, or is too old; log in with the token."),
+            );
+        }
+        return signed_in_response(&web);
+    }
     if web.sessions.csrf_of(&headers).is_some() {
         return Redirect::to("/").into_response();
     }
     login_form(StatusCode::OK, None)
+}
+
+/// A new session's cookie, and the tasks page.
+fn signed_in_response(web: &Web) -> Response {
+    let id = web.sessions.start();
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (header::LOCATION, "/".to_owned()),
+            (header::SET_COOKIE, set_cookie(&id)),
+        ],
+    )
+        .into_response()
 }
 
 fn login_form(status: StatusCode, error: Option<&str>) -> Response {
@@ -282,15 +314,7 @@ async fn login(State(web): State<Web>, body: Bytes) -> Response {
             Some("That is not the daemon's token."),
         );
     }
-    let id = web.sessions.start();
-    (
-        StatusCode::SEE_OTHER,
-        [
-            (header::LOCATION, "/".to_owned()),
-            (header::SET_COOKIE, set_cookie(&id)),
-        ],
-    )
-        .into_response()
+    signed_in_response(&web)
 }
 
 async fn logout(State(web): State<Web>, headers: HeaderMap, body: Bytes) -> Response {

@@ -25,13 +25,17 @@ pub(crate) struct Api {
     store: Store,
     _ws: tempfile::TempDir,
     ws: String,
+    sessions: orchestrator_web::Sessions,
 }
 
 impl Api {
     pub(crate) async fn start(read_only: bool) -> Api {
         let db = orchestrator_test_support::sqlite_store().await;
         let store = db.store.clone();
-        let app = orchestrator_web::app(Web::new(store.clone(), Arc::from(TOKEN), read_only));
+        let sessions = orchestrator_web::Sessions::default();
+        let app = orchestrator_web::app(
+            Web::new(store.clone(), Arc::from(TOKEN), read_only).with_sessions(sessions.clone()),
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -47,6 +51,7 @@ impl Api {
             store,
             ws: ws.path().display().to_string(),
             _ws: ws,
+            sessions,
         }
     }
 

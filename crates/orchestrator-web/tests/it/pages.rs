@@ -469,3 +469,42 @@ async fn the_overview_counts_and_a_bulk_cancel_previews_then_acts() {
     let (status, refused, _) = browser.get("/bulk?action=cancel").await;
     assert_eq!(status, 422, "no filter, no bulk: {refused}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_time_link_logs_in_once() {
+    let api = Api::start(false).await;
+    let code = api.sessions.one_time_code();
+    let follow = |code: String| {
+        let api = &api;
+        async move {
+            api.client
+                .get(format!("{}/login?once={code}", api.base))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let first = follow(code.clone()).await;
+    assert_eq!(first.status(), 303);
+    let cookie = first.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = api
+        .client
+        .get(format!("{}/", api.base))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200, "the link's session sees the pages");
+    assert_eq!(follow(code).await.status(), 401, "a link works once");
+    assert_eq!(
+        follow("f".repeat(64)).await.status(),
+        401,
+        "a made-up code is no link"
+    );
+}

@@ -160,6 +160,8 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let address = listener.local_addr()?;
+    let sessions = orchestrator_web::Sessions::default();
+    let once = sessions.one_time_code();
     if args.json {
         crate::output::json_line(&serde_json::json!({
             "listen": address.to_string(),
@@ -171,11 +173,12 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             "token_file": home.join("api-token"),
             "lease_seconds": args.lease_seconds,
             "dashboard": format!("http://{address}/login"),
+            "dashboard_once": format!("http://{address}/login?once={once}"),
             "read_only": args.read_only,
         }))?;
     }
     eprintln!(
-        "orchestrator serve: {} store at {}; {} workers on queue{} {}; worker id {}; http://{address} (token in {}); dashboard at http://{address}/login{}",
+        "orchestrator serve: {} store at {}; {} workers on queue{} {}; worker id {}; http://{address} (token in {}); dashboard at http://{address}/login{}\norchestrator serve: a one-time login link, good for ten minutes: http://{address}/login?once={once}",
         store.backend().as_str(),
         redacted(&global.store_url()?),
         args.workers,
@@ -197,6 +200,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             poll,
             read_timeouts: crate::http::ReadTimeouts::default(),
             read_only: args.read_only,
+            sessions,
         },
         store,
         listener,

@@ -170,4 +170,21 @@ fn serve_answers_api_v1_and_read_only_refuses_writes_everywhere() {
     let (status, body) = http_post(&serve.addr, "/api/approvals/1/approve", &headers, b"");
     assert_eq!(status, 403, "the old route is read-only too: {body}");
     assert_eq!(env.task(id)["state"], "queued", "nothing was changed");
+
+    // The one-time login link `serve` printed logs in once (a session may look even read-only).
+    let log = serve.log();
+    let at = log
+        .find("/login?once=")
+        .expect("serve prints a one-time link")
+        + "/login?once=".len();
+    let code: String = log[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit())
+        .collect();
+    assert_eq!(code.len(), 64, "{log}");
+    let link = format!("/login?once={code}");
+    let (status, _) = http_get(&serve.addr, &link, None);
+    assert_eq!(status, 303, "the link logs in");
+    let (status, _) = http_get(&serve.addr, &link, None);
+    assert_eq!(status, 401, "once");
 }
