@@ -508,3 +508,37 @@ async fn a_one_time_link_logs_in_once() {
         "a made-up code is no link"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_pr_attempts_show_on_its_page_and_in_the_api() {
+    let api = Api::start(false).await;
+    let id = api.task("fix the parser").await;
+    let attempt = api
+        .store
+        .record_attempt(&orchestrator_store::NewAttempt {
+            task: TaskId(id),
+            group: "parser",
+            label: "bounds check <first>",
+            base: "0123456789abcdef0123456789abcdef01234567",
+            head: None,
+            diff_hash: None,
+            patch: b"diff --git a/src/lib.rs b/src/lib.rs\n",
+            files: json!(["src/lib.rs"]),
+            gates: json!([]),
+        })
+        .await
+        .unwrap();
+    let browser = Browser::login(&api).await;
+    let (_, page, _) = browser.get(&format!("/tasks/{id}")).await;
+    assert!(
+        page.contains(&format!("data-attempt=\"{}\"", attempt.id)),
+        "{page}"
+    );
+    assert!(page.contains("bounds check &lt;first&gt;"), "escaped");
+    assert!(page.contains("0123456789ab<"), "the base, shortened");
+    let (status, listed, _) = browser.get(&format!("/api/v1/attempts?task={id}")).await;
+    assert_eq!(status, 200);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["attempts"][0]["label"], "bounds check <first>");
+    assert_eq!(listed["attempts"][0]["patch_bytes"], 37);
+}
