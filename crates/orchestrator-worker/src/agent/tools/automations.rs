@@ -157,14 +157,19 @@ fn schedule_error(e: orchestrator_scheduler::Error) -> ToolFailure {
     }
 }
 
+/// The automation `name` (trimmed), or a refusal that says how to find the names.
+async fn find(session: &Session, name: &str) -> Result<Automation, ToolFailure> {
+    session
+        .store
+        .automation(name.trim())
+        .await
+        .map_err(automation_error)
+}
+
 /// The automation `name`, refused when it comes from a schedules file (`automation apply` would
 /// undo a change made here).
 async fn editable(session: &Session, name: &str, verb: &str) -> Result<Automation, ToolFailure> {
-    let automation = session
-        .store
-        .automation(name)
-        .await
-        .map_err(automation_error)?;
+    let automation = find(session, name).await?;
     if automation.source == SOURCE_FILE {
         return Err(refuse(format!(
             "automation {name:?} comes from the schedules file {}; `orchestrator automation apply` would undo a change made here, so it cannot be {verb} by a tool: change the file instead",
@@ -412,11 +417,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
             },
             session,
             |session, args: ReadArgs, _ctx| async move {
-                let automation = session
-                    .store
-                    .automation(&args.name)
-                    .await
-                    .map_err(automation_error)?;
+                let automation = find(&session, &args.name).await?;
                 let limit = args.slots.unwrap_or(DEFAULT_SLOTS).clamp(1, MAX_SLOTS);
                 let slots = session
                     .store
@@ -527,11 +528,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
             },
             session,
             |session, args: RunArgs, _ctx| async move {
-                let automation = session
-                    .store
-                    .automation(args.name.trim())
-                    .await
-                    .map_err(automation_error)?;
+                let automation = find(&session, &args.name).await?;
                 let recorder = format!("task {}", session.task_id());
                 let result = run_now(
                     &session.store,
@@ -612,11 +609,7 @@ fn status_spec(session: &Arc<Session>, status: AutomationStatus) -> ToolSpec {
         session,
         move |session, args: NameArgs, _ctx| async move {
             let name = args.name.trim();
-            session
-                .store
-                .automation(name)
-                .await
-                .map_err(automation_error)?;
+            // A missing automation comes back from set_status as automation_error's refusal.
             let updated = manage::set_status(&session.store, name, status, now_millis())
                 .await
                 .map_err(schedule_error)?;
