@@ -287,7 +287,7 @@ pub async fn apply(store: &Store, load: &DirLoad, now: i64) -> Result<ApplyRepor
                     .await?;
                 if file.paused {
                     store
-                        .set_automation_status(&file.spec.name, status, next)
+                        .set_automation_status(&file.spec.name, status, next, None)
                         .await?;
                 }
                 report.created.push(file.spec.name.clone());
@@ -322,7 +322,7 @@ pub async fn apply(store: &Store, load: &DirLoad, now: i64) -> Result<ApplyRepor
                     .await?;
                 if !same_status {
                     store
-                        .set_automation_status(&file.spec.name, status, next)
+                        .set_automation_status(&file.spec.name, status, next, None)
                         .await?;
                 }
                 report.updated.push(file.spec.name.clone());

@@ -20,6 +20,7 @@ pub mod manage;
 mod plan;
 mod scheduler;
 mod view;
+mod words;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cron::{DEFAULT_PREVIEW_COUNT, Schedule, jitter_offset_ms, parse_timezone};
@@ -32,3 +33,4 @@ pub use scheduler::{
     SchedulerConfig, run_now,
 };
 pub use view::{AutomationView, SlotTaskView, SlotView, next_fires};
+pub use words::describe;

@@ -53,14 +53,19 @@ pub async fn update(
 }
 
 /// Pauses or resumes the automation `name`. Resuming starts from the next slot after `now`: slots
-/// that passed while it was paused are not caught up, which is what "paused" means.
+/// that passed while it was paused are not caught up, which is what "paused" means. `note` is kept
+/// beside the status (a blank one is none) until the next pause or resume.
 pub async fn set_status(
     store: &Store,
     name: &str,
     status: AutomationStatus,
+    note: Option<&str>,
     now: i64,
 ) -> Result<Automation> {
     let current = store.automation(name).await?;
     let next = next_fire(&current.spec, now)?;
-    Ok(store.set_automation_status(name, status, next).await?)
+    let note = note.map(str::trim).filter(|n| !n.is_empty());
+    Ok(store
+        .set_automation_status(name, status, next, note)
+        .await?)
 }

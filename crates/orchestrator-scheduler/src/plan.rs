@@ -166,6 +166,7 @@ mod tests {
                 created_at: 0,
                 updated_at: 0,
                 last_error: None,
+                status_note: None,
             },
             schedule,
         )

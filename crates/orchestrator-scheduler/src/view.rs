@@ -29,6 +29,8 @@ pub struct AutomationView {
     pub name: String,
     pub status: AutomationStatus,
     pub schedule: String,
+    /// The schedule in plain English ("at 02:30, Monday to Friday").
+    pub schedule_words: String,
     pub timezone: String,
     pub source: String,
     pub source_path: Option<String>,
@@ -51,6 +53,8 @@ pub struct AutomationView {
     pub updated_at: String,
     /// Why the scheduler parked it; `automation resume` clears it.
     pub last_error: Option<String>,
+    /// What was said when it was last paused or resumed.
+    pub status_note: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_fires: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -96,6 +100,7 @@ impl AutomationView {
             name: spec.name.clone(),
             status: a.status,
             schedule: spec.schedule.clone(),
+            schedule_words: crate::describe(&spec.schedule),
             timezone: spec.timezone.clone(),
             source: a.source.clone(),
             source_path: a.source_path.clone(),
@@ -116,6 +121,7 @@ impl AutomationView {
             created_at: format_millis(a.created_at),
             updated_at: format_millis(a.updated_at),
             last_error: a.last_error.clone(),
+            status_note: a.status_note.clone(),
             next_fires: None,
             slots: None,
         }

@@ -378,6 +378,24 @@ impl Store {
         rows.into_iter().map(Approval::try_from).collect()
     }
 
+    /// Approvals asked or decided (or expired) at or after `since` (Unix milliseconds), oldest
+    /// first, at most `limit`: what the live inbox follows.
+    pub async fn approvals_changed_since(&self, since: i64, limit: u64) -> Result<Vec<Approval>> {
+        let stmt = Query::select()
+            .columns(COLUMNS)
+            .from(Approvals::Table)
+            .cond_where(
+                sea_query::Cond::any()
+                    .add(Expr::col(Approvals::RequestedAt).gte(since))
+                    .add(Expr::col(Approvals::DecidedAt).gte(since)),
+            )
+            .order_by(Approvals::Id, Order::Asc)
+            .limit(Ord::max(limit, 1))
+            .to_owned();
+        let rows: Vec<ApprovalRow> = self.pool.fetch_all(&stmt).await?;
+        rows.into_iter().map(Approval::try_from).collect()
+    }
+
     /// Decides a pending approval on `by`'s behalf and, if its task waits on nothing else, queues
     /// the task to resume. Refused with `ApprovalDecided` when it was already decided or expired.
     pub async fn decide_approval(

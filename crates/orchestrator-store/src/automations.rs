@@ -26,9 +26,10 @@ pub(crate) enum Automations {
     CreatedAt,
     UpdatedAt,
     LastError,
+    StatusNote,
 }
 
-const COLUMNS: [Automations; 13] = [
+const COLUMNS: [Automations; 14] = [
     Automations::Id,
     Automations::Name,
     Automations::Schedule,
@@ -42,6 +43,7 @@ const COLUMNS: [Automations; 13] = [
     Automations::CreatedAt,
     Automations::UpdatedAt,
     Automations::LastError,
+    Automations::StatusNote,
 ];
 
 /// Where an automation was defined. `automation apply` manages only those from files, so an
@@ -68,6 +70,7 @@ struct AutomationRow {
     created_at: i64,
     updated_at: i64,
     last_error: Option<String>,
+    status_note: Option<String>,
 }
 
 /// An automation as stored. Times are Unix milliseconds.
@@ -90,6 +93,8 @@ pub struct Automation {
     /// Why the scheduler parked it (paused): its template failed when a slot fired. Cleared by
     /// resuming it.
     pub last_error: Option<String>,
+    /// What the person who last paused or resumed it said ("paused during the release freeze").
+    pub status_note: Option<String>,
 }
 
 impl TryFrom<AutomationRow> for Automation {
@@ -119,6 +124,7 @@ impl TryFrom<AutomationRow> for Automation {
             created_at: row.created_at,
             updated_at: row.updated_at,
             last_error: row.last_error,
+            status_note: row.status_note,
         })
     }
 }
@@ -304,17 +310,20 @@ impl Store {
     }
 
     /// Pauses or resumes an automation, with the next slot to fire from now on (slots that passed
-    /// while it was paused are not caught up).
+    /// while it was paused are not caught up) and the note of whoever did it (`None` clears the
+    /// last one).
     pub async fn set_automation_status(
         &self,
         name: &str,
         status: AutomationStatus,
         next: NextFire,
+        note: Option<&str>,
     ) -> Result<Automation> {
         let stmt = Query::update()
             .table(Automations::Table)
             .value(Automations::Status, status.as_str())
             .value(Automations::LastError, Option::<String>::None)
+            .value(Automations::StatusNote, note.map(str::to_owned))
             .value(Automations::NextSlotAt, next.slot_at)
             .value(Automations::NextFireAt, next.fire_at)
             .value(Automations::UpdatedAt, now_millis())

@@ -34,6 +34,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(4, "0004_github"),
     migration!(5, "0005_automation_error"),
     migration!(6, "0006_delivery_queue"),
+    migration!(7, "0007_dashboard"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

@@ -9,7 +9,7 @@ use crate::events::{EventInsert, insert_events};
 use crate::exec::Tx;
 use crate::{Error, Result, Store};
 use orchestrator_types::{
-    AgentOptions, EventKind, GateSpec, ModelSpec, NewTask, TaskId, TaskState, now_millis,
+    AgentOptions, EventKind, GateSpec, ModelSpec, NewTask, TaskId, TaskState, Verdict, now_millis,
 };
 use sea_query::{Expr, ExprTrait, Iden, Order, Query, SelectStatement};
 use serde::Serialize;
@@ -42,6 +42,7 @@ pub(crate) enum Tasks {
     AutomationId,
     SlotAt,
     ParentId,
+    Repository,
 }
 
 pub(crate) const COLUMNS: [Tasks; 24] = [
@@ -218,6 +219,11 @@ pub struct TaskPage {
     /// Only tasks older (smaller id) than this one.
     pub before: Option<TaskId>,
     pub limit: u64,
+    /// Only tasks on this checkout: the one their workspace was cloned from, else their
+    /// workspace (exactly; see [`Store::repositories`]).
+    pub repository: Option<String>,
+    /// Only tasks with a gate (of any attempt) that ended with this verdict.
+    pub gate_verdict: Option<Verdict>,
 }
 
 /// `text` as a LIKE pattern that matches it anywhere, lower-cased, with `%`, `_` and the escape
@@ -391,6 +397,7 @@ pub(crate) async fn insert_tasks(
                 Tasks::AutomationId,
                 Tasks::SlotAt,
                 Tasks::ParentId,
+                Tasks::Repository,
             ])
             .returning_col(Tasks::Id)
             .to_owned();
@@ -415,6 +422,10 @@ pub(crate) async fn insert_tasks(
                 origin.map(|o| o.automation_id).into(),
                 origin.map(|o| o.slot_at).into(),
                 task.parent.map(|p| p.0).into(),
+                task.worktree_of
+                    .clone()
+                    .or_else(|| task.workspace.clone())
+                    .into(),
             ])?;
         }
         let mut rows: Vec<(i64,)> = tx.fetch_all(&stmt).await?;
@@ -539,6 +550,22 @@ impl Store {
                     .like(sea_query::LikeExpr::new(contains_pattern(text)).escape('\\')),
             );
         }
+        if let Some(repository) = &page.repository {
+            stmt.and_where(Expr::col(Tasks::Repository).eq(repository.as_str()));
+        }
+        if let Some(verdict) = page.gate_verdict {
+            use crate::gates::Gates;
+            stmt.and_where(Expr::exists(
+                Query::select()
+                    .expr(Expr::val(1))
+                    .from(Gates::Table)
+                    .and_where(
+                        Expr::col((Gates::Table, Gates::TaskId)).equals((Tasks::Table, Tasks::Id)),
+                    )
+                    .and_where(Expr::col((Gates::Table, Gates::Verdict)).eq(verdict.as_str()))
+                    .to_owned(),
+            ));
+        }
         if let Some(before) = page.before {
             stmt.and_where(Expr::col(Tasks::Id).lt(before.0));
         }
@@ -550,6 +577,46 @@ impl Store {
             .into_iter()
             .map(Task::try_from)
             .collect()
+    }
+
+    /// Tasks whose update time (Unix milliseconds; every event bumps it) is after the key
+    /// `(at, id)`, in that order, at most `limit`: what the live lists follow, a page at a time.
+    pub async fn tasks_changed_after(&self, at: i64, id: i64, limit: u64) -> Result<Vec<Task>> {
+        let mut stmt = select_tasks();
+        stmt.cond_where(
+            sea_query::Cond::any()
+                .add(Expr::col(Tasks::UpdatedAt).gt(at))
+                .add(
+                    Expr::col(Tasks::UpdatedAt)
+                        .eq(at)
+                        .and(Expr::col(Tasks::Id).gt(id)),
+                ),
+        )
+        .order_by(Tasks::UpdatedAt, Order::Asc)
+        .order_by(Tasks::Id, Order::Asc)
+        .limit(Ord::max(limit, 1));
+        self.pool
+            .fetch_all::<TaskRow, _>(&stmt)
+            .await?
+            .into_iter()
+            .map(Task::try_from)
+            .collect()
+    }
+
+    /// The checkouts tasks work on, most recently used first, at most `limit`: what the
+    /// repository filter offers.
+    pub async fn repositories(&self, limit: u64) -> Result<Vec<String>> {
+        let stmt = Query::select()
+            .column(Tasks::Repository)
+            .expr(Expr::col(Tasks::Id).max())
+            .from(Tasks::Table)
+            .and_where(Expr::col(Tasks::Repository).is_not_null())
+            .group_by_col(Tasks::Repository)
+            .order_by_expr(Expr::col(Tasks::Id).max(), Order::Desc)
+            .limit(limit)
+            .to_owned();
+        let rows: Vec<(String, i64)> = self.pool.fetch_all(&stmt).await?;
+        Ok(rows.into_iter().map(|(repository, _)| repository).collect())
     }
 
     /// Tasks that ended at or after `since` (Unix milliseconds), per final state: the overview's

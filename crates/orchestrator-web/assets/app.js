@@ -52,17 +52,94 @@
     (timeline.getAttribute("data-kinds") || "").split(" ").forEach(function (kind) {
       if (kind) { source.addEventListener(kind, append); }
     });
+    // The model's reply as it streams (when this daemon runs the task): shown until the whole
+    // message arrives as an event.
+    var reply = document.querySelector("[data-live-reply]");
+    if (reply) {
+      var calls = {};
+      var show = function () {
+        var text = reply.getAttribute("data-text") || "";
+        Object.keys(calls).forEach(function (index) {
+          var call = calls[index];
+          text += "\n→ " + (call.name || "tool") + "(" + call.arguments + ")";
+        });
+        reply.textContent = text;
+        reply.hidden = text.length === 0;
+      };
+      source.addEventListener("delta", function (event) {
+        var piece;
+        try { piece = JSON.parse(event.data); } catch (e) { return; }
+        if (typeof piece.content === "string") {
+          reply.setAttribute("data-text", (reply.getAttribute("data-text") || "") + piece.content);
+        } else if (piece.tool_call) {
+          var call = calls[piece.tool_call.index] || { name: null, arguments: "" };
+          call.name = call.name || piece.tool_call.name;
+          call.arguments += piece.tool_call.arguments || "";
+          calls[piece.tool_call.index] = call;
+        }
+        show();
+      });
+      source.addEventListener("retrying", function () {
+        // The model is asked again from the beginning of the reply.
+        reply.setAttribute("data-text", "");
+        calls = {};
+        show();
+      });
+      source.addEventListener("message", function () {
+        reply.setAttribute("data-text", "");
+        calls = {};
+        show();
+      });
+    }
   }
-  // The newest page of the tasks list: every few seconds, ask whether newer tasks match the same
-  // filters and say how many, with a link; the rows themselves stay where the reader left them.
+  // A stream of changes to a list, that can be paused: `handlers` maps event names to functions
+  // of the parsed data. Resuming asks for what changed since the last change seen.
+  var follow = function (url, handlers, toggle) {
+    var source = null;
+    var last = null;
+    var open = function () {
+      source = new EventSource(last === null ? url : url + "?after=" + last);
+      Object.keys(handlers).forEach(function (name) {
+        source.addEventListener(name, function (event) {
+          if (event.lastEventId) { last = event.lastEventId; }
+          var data = null;
+          try { data = event.data ? JSON.parse(event.data) : null; } catch (e) { return; }
+          handlers[name](data);
+        });
+      });
+    };
+    open();
+    if (toggle) {
+      toggle.hidden = false;
+      toggle.addEventListener("click", function () {
+        if (source) {
+          source.close();
+          source = null;
+          toggle.textContent = "Resume live updates";
+          toggle.setAttribute("data-paused", "true");
+        } else {
+          open();
+          toggle.textContent = "Pause live updates";
+          toggle.setAttribute("data-paused", "false");
+        }
+      });
+    }
+  };
+  // The newest page of the tasks list: rows shown follow their task's state, the counts follow
+  // the store, and newer tasks that match the same filters are counted, with a link, instead of
+  // moving the rows under the reader's cursor.
   var fresh = document.querySelector("[data-new-tasks]");
   if (fresh) {
     var newest = Number(fresh.getAttribute("data-newest"));
     var poll = fresh.getAttribute("data-poll");
+    var asking = false;
     var look = function () {
+      if (asking) { return; }
+      asking = true;
       fetch(poll, { credentials: "same-origin" })
         .then(function (response) { return response.ok ? response.json() : null; })
         .then(function (page) {
+          asking = false;
           if (!page) { return; }
           var count = page.tasks.filter(function (task) { return task.id > newest; }).length;
           if (count > 0) {
@@ -70,25 +147,50 @@
             fresh.hidden = false;
           }
         })
-        .catch(function () {});
+        .catch(function () { asking = false; });
     };
-    window.setInterval(look, 3000);
+    follow("/api/v1/tasks/stream", {
+      task: function (task) {
+        if (!task) { return; }
+        var row = document.querySelector('tr[data-task="' + task.id + '"]');
+        if (row) {
+          var state = row.querySelector("[data-row-state]");
+          if (state) {
+            state.textContent = task.state;
+            state.className = "state state-" + task.state;
+            state.setAttribute("data-row-state", task.state);
+          }
+          var attempt = row.querySelector("[data-row-attempt]");
+          if (attempt) { attempt.textContent = task.attempt + "/" + task.max_attempts; }
+        }
+        if (task.id > newest) { look(); }
+      },
+      counts: function (data) {
+        if (!data) { return; }
+        Object.keys(data.counts).forEach(function (state) {
+          var cell = document.querySelector('[data-count="' + state + '"]');
+          if (cell) { cell.textContent = String(data.counts[state]); }
+        });
+      },
+      reset: function () { look(); }
+    }, document.querySelector("[data-live-toggle]"));
   }
   // The navigation's count of what waits for a person, kept current on every page.
   var badge = document.querySelector("[data-pending]");
   if (badge) {
-    window.setInterval(function () {
-      fetch("/api/v1/approvals?limit=1000", { credentials: "same-origin" })
-        .then(function (response) { return response.ok ? response.json() : null; })
-        .then(function (found) {
-          if (!found) { return; }
-          var pending = found.approvals.length;
-          badge.setAttribute("data-pending", String(pending));
-          badge.textContent = String(pending);
-          badge.hidden = pending === 0;
-        })
-        .catch(function () {});
-    }, 3000);
+    var inbox = document.querySelector("[data-inbox-new]");
+    follow("/api/v1/approvals/stream", {
+      pending: function (data) {
+        if (!data) { return; }
+        var before = Number(badge.getAttribute("data-pending"));
+        badge.setAttribute("data-pending", String(data.pending));
+        badge.textContent = String(data.pending);
+        badge.hidden = data.pending === 0;
+        // The inbox says when what it lists is no longer what waits.
+        if (inbox && data.pending !== before) { inbox.hidden = false; }
+      },
+      approval: function () {}
+    }, null);
   }
   // Forms that change something ask first.
   document.querySelectorAll("form[data-confirm]").forEach(function (form) {

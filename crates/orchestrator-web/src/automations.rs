@@ -195,16 +195,47 @@ pub(crate) async fn read(
     )?)
 }
 
-pub(crate) async fn pause(State(web): State<Web>, Path(name): Path<String>) -> ApiResult {
-    set_status(&web, &name, AutomationStatus::Paused).await
+/// The optional body of a pause or resume.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StatusBody {
+    /// Why: kept beside the status until the next pause or resume.
+    note: Option<String>,
 }
 
-pub(crate) async fn resume(State(web): State<Web>, Path(name): Path<String>) -> ApiResult {
-    set_status(&web, &name, AutomationStatus::Active).await
+pub(crate) async fn pause(
+    State(web): State<Web>,
+    Path(name): Path<String>,
+    bytes: Bytes,
+) -> ApiResult {
+    set_status(&web, &name, AutomationStatus::Paused, &bytes).await
 }
 
-async fn set_status(web: &Web, name: &str, status: AutomationStatus) -> ApiResult {
-    let updated = manage::set_status(&web.store, name, status, now_millis()).await?;
+pub(crate) async fn resume(
+    State(web): State<Web>,
+    Path(name): Path<String>,
+    bytes: Bytes,
+) -> ApiResult {
+    set_status(&web, &name, AutomationStatus::Active, &bytes).await
+}
+
+async fn set_status(web: &Web, name: &str, status: AutomationStatus, bytes: &[u8]) -> ApiResult {
+    let request: StatusBody = body(bytes, true)?;
+    if request
+        .note
+        .as_ref()
+        .is_some_and(|n| n.chars().count() > 500)
+    {
+        return Err(ApiError::unprocessable("a note is at most 500 characters"));
+    }
+    let updated = manage::set_status(
+        &web.store,
+        name,
+        status,
+        request.note.as_deref(),
+        now_millis(),
+    )
+    .await?;
     ok(&AutomationView::new(&updated))
 }
 

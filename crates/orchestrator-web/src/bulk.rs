@@ -1,7 +1,7 @@
 //! Bulk cancel and retry over a filter, with a preview count first: the API's
 //! `POST /api/v1/tasks/bulk` and the tasks page's "Cancel matching…" use the same walk.
 //!
-//! A filter is required (at least one of state, queue, automation, text): "every task" is never
+//! A filter is required (at least one of state, queue, automation, text, repository, verdict): "every task" is never
 //! one click away. At most [`MAX_BULK`] tasks change per call; `more` says when others matched.
 
 use axum::body::Bytes;
@@ -34,14 +34,7 @@ impl Action {
     }
 }
 
-/// Which tasks: the list's filters.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Filter {
-    pub state: Option<String>,
-    pub queue: Option<String>,
-    pub automation: Option<String>,
-    pub q: Option<String>,
-}
+pub use crate::filter::Filter;
 
 /// What a bulk call found and did.
 #[derive(Debug, Serialize)]
@@ -58,42 +51,19 @@ pub struct Outcome {
 
 /// The filter as a page of the store, refused when it names nothing.
 async fn page_of(store: &Store, filter: &Filter) -> Result<TaskPage, ApiError> {
-    let given = |v: &Option<String>| {
-        v.as_deref()
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned)
-    };
-    let (state, queue, automation, q) = (
-        given(&filter.state),
-        given(&filter.queue),
-        given(&filter.automation),
-        given(&filter.q),
-    );
-    if state.is_none() && queue.is_none() && automation.is_none() && q.is_none() {
+    if filter.is_empty() {
         return Err(ApiError::unprocessable(
-            "a bulk action needs a filter (state, queue, automation or q); it never applies to every task",
+            "a bulk action needs a filter (state, queue, automation, q, repository or verdict); it never applies to every task",
         ));
     }
-    let state = match state {
-        Some(s) => Some(
-            s.parse::<TaskState>()
-                .map_err(|e| ApiError::unprocessable(e.to_string()))?,
-        ),
-        None => None,
-    };
-    let automation = match automation {
-        Some(name) => Some(store.automation(&name).await?.id),
-        None => None,
-    };
-    Ok(TaskPage {
-        state,
-        queue,
-        automation,
-        title_contains: q,
-        before: None,
-        limit: WALK_PAGE,
-    })
+    filter
+        .page(store, None, WALK_PAGE)
+        .await
+        .map_err(|e| match e.status {
+            // A value that cannot be is the body's fault here, as the rest of the body's.
+            axum::http::StatusCode::BAD_REQUEST => ApiError::unprocessable(e.message),
+            _ => e,
+        })
 }
 
 /// Finds the tasks `filter` matches that `action` applies to, and unless `preview` applies it.
@@ -155,6 +125,8 @@ pub(crate) struct BulkBody {
     queue: Option<String>,
     automation: Option<String>,
     q: Option<String>,
+    repository: Option<String>,
+    verdict: Option<String>,
 }
 
 /// `POST /api/v1/tasks/bulk`.
@@ -165,6 +137,8 @@ pub(crate) async fn api(State(web): State<Web>, bytes: Bytes) -> ApiResult {
         queue: request.queue,
         automation: request.automation,
         q: request.q,
+        repository: request.repository,
+        verdict: request.verdict,
     };
     ok(&run(&web.store, request.action, &filter, request.preview).await?)
 }

@@ -8,11 +8,13 @@
 //! test checks the document against the router both ways.
 //!
 //! - tasks: list (filters, keyset pagination, counts per state), create, read, events (a page, or
-//!   live as Server-Sent Events resumable with `Last-Event-ID`), cancel, retry;
+//!   live as Server-Sent Events resumable with `Last-Event-ID`, with the pieces of the model's
+//!   reply while this daemon runs it), turns with their tool calls, cancel, retry, and the list's
+//!   changes as they happen;
 //! - automations: list, create, read (next fire times, recent slots), replace, pause, resume, run
 //!   now, and the next fire times of any expression;
 //! - artifacts: what one is, and its bytes (a `Range`, or the tail of a log);
-//! - approvals: list, read, approve, deny, answer;
+//! - approvals: list, read, approve, deny, answer, and the inbox's changes as they happen;
 //! - GitHub: PR attempts of a task or group, webhook and poller deliveries;
 //! - health.
 
@@ -21,12 +23,15 @@ mod artifacts;
 mod automations;
 pub mod bulk;
 pub mod error;
+pub mod filter;
 mod github;
 mod openapi;
 pub mod pages;
 mod session;
 mod stream;
 mod tasks;
+mod turns;
+mod watch;
 
 use std::sync::Arc;
 
@@ -43,6 +48,20 @@ pub use approvals::{DecideBody, Decision};
 pub use error::ApiError;
 pub use openapi::document;
 pub use session::Sessions;
+use tokio::sync::broadcast;
+
+/// A piece of a model's reply as it streams, for a task a worker of this daemon runs: sent to the
+/// task's event stream, never stored (the whole message is, as an event).
+#[derive(Debug, Clone)]
+pub struct LivePiece {
+    pub task: orchestrator_types::TaskId,
+    /// The event's name in the stream: `delta` (text, or a piece of a tool call) or `retrying`.
+    pub kind: &'static str,
+    pub data: serde_json::Value,
+}
+
+/// Pieces the streams may fall behind by before they skip some.
+const LIVE_CAPACITY: usize = 1024;
 
 /// What the API and the pages serve from.
 #[derive(Clone)]
@@ -55,6 +74,10 @@ pub struct Web {
     /// The pages' sessions; a GET of the API also accepts a session's cookie, so the pages'
     /// script can read the event stream, which a browser's `EventSource` opens without headers.
     pub sessions: session::Sessions,
+    /// Finds what changed in the store for every open stream at once.
+    watch: Arc<watch::Watch>,
+    /// Where this daemon's workers send the pieces of replies as they stream.
+    live: broadcast::Sender<LivePiece>,
 }
 
 impl Web {
@@ -66,11 +89,30 @@ impl Web {
 
     pub fn new(store: Store, token: Arc<str>, read_only: bool) -> Web {
         Web {
+            watch: Arc::new(watch::Watch::new(store.clone())),
             store,
             token,
             read_only,
             sessions: session::Sessions::default(),
+            live: broadcast::channel(LIVE_CAPACITY).0,
         }
+    }
+
+    /// The same, with the task streams fed by `live`, where `serve`'s workers send the pieces of
+    /// replies as they stream.
+    pub fn with_live(mut self, live: broadcast::Sender<LivePiece>) -> Web {
+        self.live = live;
+        self
+    }
+
+    /// Where to send the pieces of replies, for the task streams.
+    pub fn live(&self) -> broadcast::Sender<LivePiece> {
+        self.live.clone()
+    }
+
+    /// A channel for [`Web::with_live`].
+    pub fn live_channel() -> broadcast::Sender<LivePiece> {
+        broadcast::channel(LIVE_CAPACITY).0
     }
 }
 
@@ -80,15 +122,17 @@ pub fn app(web: Web) -> Router {
 }
 
 /// Every route: method and path, as the OpenAPI document names them.
-pub const ROUTES: [(&str, &str); 31] = [
+pub const ROUTES: [(&str, &str); 34] = [
     ("GET", "/api/v1/health"),
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/api/v1/tasks"),
     ("POST", "/api/v1/tasks"),
     ("POST", "/api/v1/tasks/bulk"),
+    ("GET", "/api/v1/tasks/stream"),
     ("GET", "/api/v1/tasks/{id}"),
     ("GET", "/api/v1/tasks/{id}/events"),
     ("GET", "/api/v1/tasks/{id}/events/stream"),
+    ("GET", "/api/v1/tasks/{id}/turns"),
     ("POST", "/api/v1/tasks/{id}/cancel"),
     ("POST", "/api/v1/tasks/{id}/retry"),
     ("GET", "/api/v1/automations"),
@@ -102,6 +146,7 @@ pub const ROUTES: [(&str, &str); 31] = [
     ("POST", "/api/v1/automations/{name}/resume"),
     ("POST", "/api/v1/automations/{name}/run"),
     ("GET", "/api/v1/approvals"),
+    ("GET", "/api/v1/approvals/stream"),
     ("GET", "/api/v1/approvals/{id}"),
     ("POST", "/api/v1/approvals/{id}/approve"),
     ("POST", "/api/v1/approvals/{id}/deny"),
@@ -127,9 +172,11 @@ pub fn router(web: Web) -> Router {
         .route("/deliveries/{id}", get(github::delivery))
         .route("/tasks", get(tasks::list).post(tasks::create))
         .route("/tasks/bulk", post(bulk::api))
+        .route("/tasks/stream", get(stream::tasks))
         .route("/tasks/{id}", get(tasks::read))
         .route("/tasks/{id}/events", get(tasks::events))
         .route("/tasks/{id}/events/stream", get(stream::task_events))
+        .route("/tasks/{id}/turns", get(turns::api))
         .route("/tasks/{id}/cancel", post(tasks::cancel))
         .route("/tasks/{id}/retry", post(tasks::retry))
         .route(
@@ -147,6 +194,7 @@ pub fn router(web: Web) -> Router {
         .route("/automations/{name}/resume", post(automations::resume))
         .route("/automations/{name}/run", post(automations::run))
         .route("/approvals", get(approvals::list))
+        .route("/approvals/stream", get(stream::approvals))
         .route("/approvals/{id}", get(approvals::read))
         .route("/approvals/{id}/approve", post(approvals::approve))
         .route("/approvals/{id}/deny", post(approvals::deny))

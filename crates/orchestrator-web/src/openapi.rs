@@ -73,6 +73,24 @@ fn list_of(key: &str) -> Value {
     json!({"type": "object", "required": [key], "properties": {key: {"type": "array", "items": {"type": "object"}}}})
 }
 
+/// A stream that never ends, of changes to a list.
+fn list_stream(summary: &str) -> Value {
+    json!({
+        "summary": summary,
+        "security": [{"bearer": []}],
+        "parameters": [
+            param("after", "query", json!({"type": "integer", "minimum": 0}), "Send first what changed since this time, Unix ms (Last-Event-ID wins)."),
+            param("Last-Event-ID", "header", json!({"type": "integer", "minimum": 0}), "The last change a reconnecting client got."),
+        ],
+        "responses": {
+            "200": {"description": "The stream.", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+            "400": {"$ref": "#/components/responses/Error"},
+            "401": {"$ref": "#/components/responses/Error"},
+            "503": {"$ref": "#/components/responses/Error"},
+        }
+    })
+}
+
 fn no_body() -> Value {
     json!({"type": "object", "additionalProperties": false})
 }
@@ -105,6 +123,11 @@ pub fn document() -> Value {
             "agent": {"type": "object"},
             "acceptance": {"type": "array", "items": {"type": "string"}}
         }
+    });
+    let status_note = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {"note": {"type": "string", "maxLength": 500}}
     });
     let automation = json!({
         "type": "object",
@@ -177,8 +200,14 @@ pub fn document() -> Value {
                 param("after", "query", json!({"type": "integer", "minimum": 0}), "Events after this sequence number (default 0)."),
                 param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 1000}), "At most this many (default 1000)."),
             ], None, "200", list_of("events"))},
+            "/api/v1/tasks/stream": {"get": list_stream(
+                "Changes to tasks, live, as Server-Sent Events: first `counts` (tasks per state), then each task as it changes (`task`, its JSON, id the change's time in Unix ms) and `counts` again. Resume with Last-Event-ID or after; `reset` means read the list again."
+            )},
+            "/api/v1/approvals/stream": {"get": list_stream(
+                "Changes to approvals, live, as Server-Sent Events: first `pending` (how many wait), then each approval asked or decided (`approval`, its JSON, id the change's time in Unix ms) and `pending` again. Resume with Last-Event-ID or after; `reset` means read the list again."
+            )},
             "/api/v1/tasks/{id}/events/stream": {"get": {
-                "summary": "A task's events, live, as Server-Sent Events: id is the event's sequence number, event its kind, data its JSON; a last `end` event carries the task's final state. Resume with Last-Event-ID.",
+                "summary": "A task's events, live, as Server-Sent Events: id is the event's sequence number, event its kind, data its JSON; while this daemon runs the task, `delta` events (no id, never replayed) carry the pieces of the model's reply as they stream; a last `end` event carries the task's final state. Resume with Last-Event-ID.",
                 "security": [{"bearer": []}],
                 "parameters": [
                     id_param("task"),
@@ -193,6 +222,10 @@ pub fn document() -> Value {
                     "503": {"$ref": "#/components/responses/Error"},
                 }
             }},
+            "/api/v1/tasks/{id}/turns": {"get": op("An agent task's turns, oldest first: each reply's text, tokens and model time, with its tool calls (status, duration, summary, arguments, output artifact).", vec![
+                id_param("task"),
+                param("last", "query", json!({"type": "integer", "minimum": 0}), "Only the last this many turns (default all)."),
+            ], None, "200", list_of("turns"))},
             "/api/v1/tasks/{id}/cancel": {"post": op("Cancel a task (a running one is asked to stop).", vec![id_param("task")], Some(no_body()), "200", object())},
             "/api/v1/tasks/{id}/retry": {"post": op("Queue a failed or canceled task again.", vec![id_param("task")], Some(no_body()), "200", object())},
             "/api/v1/automations": {
@@ -232,8 +265,8 @@ pub fn document() -> Value {
                     "503": {"$ref": "#/components/responses/Error"},
                 }
             }},
-            "/api/v1/automations/{name}/pause": {"post": op("Pause an automation.", vec![name_param()], Some(no_body()), "200", object())},
-            "/api/v1/automations/{name}/resume": {"post": op("Resume an automation from its next slot after now.", vec![name_param()], Some(no_body()), "200", object())},
+            "/api/v1/automations/{name}/pause": {"post": op("Pause an automation, with an optional note kept beside its status.", vec![name_param()], Some(status_note.clone()), "200", object())},
+            "/api/v1/automations/{name}/resume": {"post": op("Resume an automation from its next slot after now, with an optional note.", vec![name_param()], Some(status_note), "200", object())},
             "/api/v1/automations/{name}/run": {"post": op("Fire a manual slot now (409 when the overlap policy skips it, unless force).", vec![name_param()], Some(json!({"type": "object", "additionalProperties": false, "properties": {"force": {"type": "boolean"}}})), "200", object())},
             "/api/v1/approvals": {"get": op("Approvals, pending unless a status is given.", vec![
                 param("status", "query", json!({"type": "string", "enum": ["pending", "approved", "denied", "answered", "expired", "canceled", "all"]}), "One status, or all."),

@@ -5,11 +5,12 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use orchestrator_store::{CancelOutcome, TaskPage};
-use orchestrator_types::{AgentOptions, GateSpec, ModelSpec, NewTask, TaskId, TaskState};
+use orchestrator_store::CancelOutcome;
+use orchestrator_types::{AgentOptions, GateSpec, ModelSpec, NewTask, TaskId};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::filter::Filter;
 use crate::{ApiError, ApiResult, Web, body, ok, parse_id, query};
 
 const DEFAULT_PAGE: u64 = 50;
@@ -25,6 +26,8 @@ pub(crate) struct ListQuery {
     automation: Option<String>,
     /// Text the title contains, case-insensitively.
     q: Option<String>,
+    repository: Option<String>,
+    verdict: Option<String>,
     limit: Option<u64>,
     /// The `next_before` of the previous page: tasks older than that id.
     before: Option<i64>,
@@ -35,26 +38,18 @@ pub(crate) async fn list(
     params: Result<Query<ListQuery>, QueryRejection>,
 ) -> ApiResult {
     let params = query(params)?;
-    let state = match params.state.as_deref().filter(|s| !s.is_empty()) {
-        Some(s) => Some(
-            s.parse::<TaskState>()
-                .map_err(|e| ApiError::bad_request(e.to_string()))?,
-        ),
-        None => None,
-    };
-    let automation = match params.automation.as_deref().filter(|a| !a.is_empty()) {
-        Some(name) => Some(web.store.automation(name).await?.id),
-        None => None,
-    };
     let limit = params.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
-    let page = TaskPage {
-        state,
-        queue: params.queue.filter(|q| !q.is_empty()),
-        automation,
-        title_contains: params.q.filter(|q| !q.trim().is_empty()),
-        before: params.before.map(TaskId),
-        limit: limit + 1,
+    let filter = Filter {
+        state: params.state,
+        queue: params.queue,
+        automation: params.automation,
+        q: params.q,
+        repository: params.repository,
+        verdict: params.verdict,
     };
+    let page = filter
+        .page(&web.store, params.before.map(TaskId), limit + 1)
+        .await?;
     let mut tasks = web.store.task_page(&page).await?;
     // One more than asked says whether another page follows, without counting.
     let next_before = if tasks.len() as u64 > limit {

@@ -65,6 +65,9 @@ pub struct HttpState {
     pub read_only: bool,
     /// The dashboard's sessions, made by `serve` so that it can print a one-time login link.
     pub sessions: orchestrator_web::Sessions,
+    /// Where this daemon's workers send the pieces of replies as they stream, for the dashboard's
+    /// task streams; `None` in tests that run no worker.
+    pub live: Option<tokio::sync::broadcast::Sender<orchestrator_web::LivePiece>>,
 }
 
 /// The trigger rules, and the webhook secret when one is configured (the poller needs the rules
@@ -228,10 +231,13 @@ async fn read_body_in_time(
 const MAX_EVENTS_PER_PAGE: u64 = 1000;
 
 pub fn router(state: HttpState) -> Router {
-    let v1 = orchestrator_web::app(
+    let mut web =
         orchestrator_web::Web::new(state.store.clone(), state.token.clone(), state.read_only)
-            .with_sessions(state.sessions.clone()),
-    );
+            .with_sessions(state.sessions.clone());
+    if let Some(live) = &state.live {
+        web = web.with_live(live.clone());
+    }
+    let v1 = orchestrator_web::app(web);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -645,6 +651,7 @@ mod tests {
             webhooks: None,
             read_only: false,
             sessions: Default::default(),
+            live: None,
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -812,6 +819,7 @@ mod tests {
                 }),
                 read_only: false,
                 sessions: Default::default(),
+                live: None,
             });
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();

@@ -38,7 +38,16 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
-    let pool = WorkerPool::new(store.clone(), config.pool.clone(), metrics.clone())?;
+    let mut pool_config = config.pool.clone();
+    // The pieces of replies as they stream, for the dashboard's task streams.
+    let live = orchestrator_web::Web::live_channel();
+    let deltas = pool_config
+        .agent
+        .live
+        .get_or_insert_with(|| tokio::sync::broadcast::channel(1024).0)
+        .subscribe();
+    tokio::spawn(forward_deltas(deltas, live.clone()));
+    let pool = WorkerPool::new(store.clone(), pool_config, metrics.clone())?;
     let rescuer = Rescuer::new(store.clone(), config.rescuer.clone(), metrics.clone())?;
     let scheduler = Scheduler::new(
         store.clone(),
@@ -54,6 +63,7 @@ pub async fn run(
         webhooks: config.webhooks.clone(),
         read_only: config.read_only,
         sessions: config.sessions.clone(),
+        live: Some(live),
     });
     let http = tokio::spawn(crate::http::serve(
         listener,
@@ -100,4 +110,50 @@ pub async fn run(
     store.close().await;
     pooled?;
     Ok(())
+}
+
+/// Passes the workers' streamed pieces of replies to the dashboard's streams, as JSON. Ends when the
+/// pool is gone.
+async fn forward_deltas(
+    mut deltas: tokio::sync::broadcast::Receiver<orchestrator_worker::LiveDelta>,
+    live: tokio::sync::broadcast::Sender<orchestrator_web::LivePiece>,
+) {
+    use orchestrator_worker::model::Delta;
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let piece = match deltas.recv().await {
+            Ok(piece) => piece,
+            // A burst nobody read in time: those pieces are gone, the whole message is stored.
+            Err(RecvError::Lagged(_)) => continue,
+            Err(RecvError::Closed) => return,
+        };
+        let (kind, data) = match piece.delta {
+            Delta::Content(text) => ("delta", serde_json::json!({ "content": text })),
+            Delta::ToolCall {
+                index,
+                id,
+                name,
+                arguments,
+            } => (
+                "delta",
+                serde_json::json!({ "tool_call": {
+                    "index": index, "id": id, "name": name, "arguments": arguments,
+                } }),
+            ),
+            Delta::Retrying {
+                attempt,
+                cause,
+                error,
+            } => (
+                "retrying",
+                serde_json::json!({ "attempt": attempt, "cause": cause, "error": error }),
+            ),
+        };
+        // Nobody watching is the usual case.
+        let _ = live.send(orchestrator_web::LivePiece {
+            task: piece.task,
+            kind,
+            data,
+        });
+    }
 }

@@ -110,7 +110,7 @@ async fn a_broken_template_parks_its_automation_and_the_rest_keep_firing(db: &Te
     // Resuming it (after a fix) clears the reason.
     let next = next_fire(&good, T0 + 3 * HOUR).unwrap();
     let resumed = store
-        .set_automation_status("bad", AutomationStatus::Active, next)
+        .set_automation_status("bad", AutomationStatus::Active, next, None)
         .await
         .unwrap();
     assert_eq!(resumed.last_error, None);

@@ -27,6 +27,7 @@ pub(crate) async fn inbox(State(web): State<Web>, headers: HeaderMap) -> Respons
     };
     let content = html! {
         h1 { "Approvals" }
+        p.live data-inbox-new hidden { "What waits has changed: " a href="/approvals" { "show it" } }
         @if pending.is_empty() {
             p.muted { "Nothing waits for a decision." }
         }

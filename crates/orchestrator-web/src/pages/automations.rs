@@ -5,14 +5,14 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use maud::html;
+use maud::{Markup, html};
 use orchestrator_scheduler::{
     AutomationView, DEFAULT_PREVIEW_COUNT, SlotView, manage, next_fires, run_now,
 };
 use orchestrator_store::SlotResult;
 use orchestrator_types::{AutomationStatus, format_millis, now_millis};
 
-use super::{Viewer, form, layout, page_error, store_error};
+use super::{Viewer, field, form, layout, page_error, store_error};
 use crate::Web;
 
 pub(crate) async fn list(State(web): State<Web>, headers: HeaderMap) -> Response {
@@ -32,25 +32,15 @@ pub(crate) async fn list(State(web): State<Web>, headers: HeaderMap) -> Response
                     @for v in &views {
                         tr data-automation=(v.name) {
                             td { a href=(format!("/automations/{}", v.name)) { (v.name) } }
-                            td { code { (v.schedule) } " " span.muted { (v.timezone) } }
+                            td { span data-words { (v.schedule_words) } br; code.muted { (v.schedule) } " " span.muted { (v.timezone) } }
                             td {
                                 (v.status.to_string())
                                 @if let Some(error) = &v.last_error { br; span.error { "parked: " (error) } }
+                                @if let Some(note) = &v.status_note { br; span.muted data-note { "“" (note) "”" } }
                             }
                             td { (v.next_fire_at.clone().unwrap_or_else(|| "-".into())) }
                             td { a href=(format!("/?automation={}", v.name)) { "its tasks" } }
-                            td {
-                                @if !viewer.read_only {
-                                    form.inline method="post" action=(format!("/automations/{}/run", v.name)) data-confirm=(format!("Run {} now?", v.name)) {
-                                        (viewer.csrf_field()) button type="submit" { "Run now" }
-                                    }
-                                    " "
-                                    @let (action, label) = if v.status == AutomationStatus::Paused { ("resume", "Resume") } else { ("pause", "Pause") };
-                                    form.inline method="post" action=(format!("/automations/{}/{action}", v.name)) {
-                                        (viewer.csrf_field()) button type="submit" { (label) }
-                                    }
-                                }
-                            }
+                            td { (actions(&viewer, v)) }
                         }
                     }
                 }
@@ -58,6 +48,29 @@ pub(crate) async fn list(State(web): State<Web>, headers: HeaderMap) -> Response
         }
     };
     layout(&viewer, "Automations", content)
+}
+
+/// Run now, and pause or resume with a note; nothing in read-only mode.
+fn actions(viewer: &Viewer, v: &AutomationView) -> Markup {
+    let (action, label) = if v.status == AutomationStatus::Paused {
+        ("resume", "Resume")
+    } else {
+        ("pause", "Pause")
+    };
+    html! {
+        @if !viewer.read_only {
+            form.inline method="post" action=(format!("/automations/{}/run", v.name)) data-confirm=(format!("Run {} now?", v.name)) {
+                (viewer.csrf_field()) button type="submit" { "Run now" }
+            }
+            " "
+            form.inline method="post" action=(format!("/automations/{}/{action}", v.name)) {
+                (viewer.csrf_field())
+                input type="text" name="note" placeholder="note (optional)" aria-label=(format!("why {action}")) maxlength="500";
+                " "
+                button type="submit" { (label) }
+            }
+        }
+    }
 }
 
 /// Recent slots an automation's page shows.
@@ -89,13 +102,15 @@ pub(crate) async fn read(
     let content = html! {
         h1 { "Automation " (view.name) }
         div.card {
-            p { code { (view.schedule) } " in " (view.timezone) " · " span data-status=(view.status.to_string()) { (view.status.to_string()) } }
+            p { strong data-words { (view.schedule_words) } " (" code { (view.schedule) } ") in " (view.timezone) " · " span data-status=(view.status.to_string()) { (view.status.to_string()) } }
             @if let Some(error) = &view.last_error { p.error { "Parked: " (error) ". Fix the template, then resume it." } }
+            @if let Some(note) = &view.status_note { p data-note { (if view.status == AutomationStatus::Paused { "Paused: " } else { "Resumed: " }) "“" (note) "”" } }
             p.muted { "catch-up " (view.catch_up.to_string()) " · overlap " (view.overlap.to_string()) " · jitter " (view.jitter_secs) " s · from " (view.source) }
             @for w in &view.workspaces { p.muted { "workspace " code { (w) } } }
             @for g in &view.gates { p.muted { "gate " code { (g.command) } } }
             @if let Some(prompt) = &view.prompt { pre { (prompt) } }
             p { a href=(format!("/?automation={}", view.name)) { "Its tasks" } }
+            (actions(&viewer, &view))
         }
         h2 { "Next fire times" }
         @if fires.is_empty() { p.muted { "None: it is paused, or its schedule never fires again." } }
@@ -128,9 +143,10 @@ pub(crate) async fn act(
     Path((name, action)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = form(&web, &headers, &body) {
-        return refused.into_response();
-    }
+    let fields = match form(&web, &headers, &body) {
+        Ok(fields) => fields,
+        Err(refused) => return refused.into_response(),
+    };
     let now = now_millis();
     let done = match action.as_str() {
         "pause" | "resume" => {
@@ -139,7 +155,7 @@ pub(crate) async fn act(
             } else {
                 AutomationStatus::Active
             };
-            manage::set_status(&web.store, &name, status, now)
+            manage::set_status(&web.store, &name, status, field(&fields, "note"), now)
                 .await
                 .map(|_| None)
         }

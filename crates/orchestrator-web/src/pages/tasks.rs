@@ -8,14 +8,17 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
-use orchestrator_store::{ApprovalFilter, TaskPage};
+use orchestrator_store::ApprovalFilter;
 use orchestrator_types::{EventKind, TaskId, TaskState};
 use serde::Deserialize;
 
 use super::{Viewer, form, layout, page_error, store_error, time};
 use crate::Web;
+use crate::filter::Filter;
 
 const PAGE: u64 = 50;
+/// Repositories the filter offers.
+const REPOSITORIES: u64 = 100;
 const TIMELINE: u64 = 1000;
 
 #[derive(Deserialize)]
@@ -24,22 +27,31 @@ pub(crate) struct Filters {
     queue: Option<String>,
     automation: Option<String>,
     q: Option<String>,
+    repository: Option<String>,
+    verdict: Option<String>,
     before: Option<i64>,
 }
 
 impl Filters {
-    /// The filters as a query string, with `before` replaced.
+    fn filter(&self) -> Filter {
+        Filter {
+            state: self.state.clone(),
+            queue: self.queue.clone(),
+            automation: self.automation.clone(),
+            q: self.q.clone(),
+            repository: self.repository.clone(),
+            verdict: self.verdict.clone(),
+        }
+    }
+
+    /// The filters as a query string, with the state and `before` replaced.
     fn link(&self, state: Option<&str>, before: Option<i64>) -> String {
         let mut query = form_urlencoded::Serializer::new(String::new());
         if let Some(state) = state {
             query.append_pair("state", state);
         }
-        for (name, value) in [
-            ("queue", &self.queue),
-            ("automation", &self.automation),
-            ("q", &self.q),
-        ] {
-            if let Some(value) = value.as_deref().filter(|v| !v.is_empty()) {
+        for (name, value) in self.filter().pairs() {
+            if name != "state" {
                 query.append_pair(name, value);
             }
         }
@@ -69,33 +81,26 @@ pub(crate) async fn list(
         Err(e) => return page_error(StatusCode::BAD_REQUEST, "Bad filter", &e.body_text()),
     };
     let viewer = Viewer::of(&web, &headers).await;
-    let state = match filters.state.as_deref().filter(|s| !s.is_empty()) {
-        Some(s) => match s.parse::<TaskState>() {
-            Ok(state) => Some(state),
-            Err(e) => return page_error(StatusCode::BAD_REQUEST, "Bad filter", &e.to_string()),
-        },
-        None => None,
+    let page = match filters
+        .filter()
+        .page(&web.store, filters.before.map(TaskId), PAGE + 1)
+        .await
+    {
+        Ok(page) => page,
+        Err(e) if e.status == StatusCode::BAD_REQUEST => {
+            return page_error(StatusCode::BAD_REQUEST, "Bad filter", &e.message);
+        }
+        Err(e) => return page_error(e.status, "Something went wrong", &e.message),
     };
-    let automation = match filters.automation.as_deref().filter(|a| !a.is_empty()) {
-        Some(name) => match web.store.automation(name).await {
-            Ok(a) => Some(a.id),
-            Err(e) => return store_error(e),
-        },
-        None => None,
+    let state = page.state;
+    let (mut tasks, counts, repositories) = match tokio::try_join!(
+        web.store.task_page(&page),
+        web.store.count_by_state(),
+        web.store.repositories(REPOSITORIES),
+    ) {
+        Ok(found) => found,
+        Err(e) => return store_error(e),
     };
-    let page = TaskPage {
-        state,
-        queue: filters.queue.clone().filter(|q| !q.is_empty()),
-        automation,
-        title_contains: filters.q.clone().filter(|q| !q.trim().is_empty()),
-        before: filters.before.map(TaskId),
-        limit: PAGE + 1,
-    };
-    let (mut tasks, counts) =
-        match tokio::try_join!(web.store.task_page(&page), web.store.count_by_state()) {
-            Ok(found) => found,
-            Err(e) => return store_error(e),
-        };
     let older = if tasks.len() as u64 > PAGE {
         tasks.truncate(PAGE as usize);
         tasks.last().map(|t| t.id.0)
@@ -124,12 +129,28 @@ pub(crate) async fn list(
             input type="text" name="q" placeholder="title contains" value=(filters.q.clone().unwrap_or_default());
             input type="text" name="queue" placeholder="queue" value=(filters.queue.clone().unwrap_or_default());
             input type="text" name="automation" placeholder="automation" value=(filters.automation.clone().unwrap_or_default());
+            @let repository = filters.repository.clone().unwrap_or_default();
+            select name="repository" aria-label="repository" {
+                option value="" { "any repository" }
+                @for r in &repositories { option value=(r) selected[*r == repository] { (r) } }
+                // One given in the URL that no task has (any more) stays selected.
+                @if !repository.is_empty() && !repositories.contains(&repository) { option value=(repository) selected { (repository) } }
+            }
+            @let verdict = filters.verdict.clone().unwrap_or_default();
+            select name="verdict" aria-label="gate verdict" {
+                option value="" { "any gate verdict" }
+                @for v in ["passed", "failed", "timed_out", "error", "canceled"] {
+                    option value=(v) selected[verdict == v] { "a gate " (v) }
+                }
+            }
             button type="submit" { "Filter" }
             " " a href="/" { "clear" }
         }
-        // On the newest page, a script asks now and then whether newer tasks match and says how
-        // many, instead of moving the rows under the reader's cursor.
+        // On the newest page, a script follows the changes to tasks: the rows shown follow their
+        // state, and newer tasks that match are counted instead of moving the rows under the
+        // reader's cursor. Live updates can be paused.
         @if filters.before.is_none() {
+            p { button type="button" data-live-toggle hidden { "Pause live updates" } }
             p.live data-new-tasks data-newest=(tasks.first().map_or(0, |t| t.id.0))
                 data-poll=(format!("/api/v1/tasks?limit=200&{}", filters.link(current, None).trim_start_matches('/').trim_start_matches('?'))) hidden {
                 a href=(filters.link(current, None)) { span data-new-count { "0" } " new: show them" }
@@ -144,9 +165,9 @@ pub(crate) async fn list(
                     @for t in &tasks {
                         tr data-task=(t.id.0) {
                             td { a href=(format!("/tasks/{}", t.id.0)) { (t.id.0) } }
-                            td { span class=(state_class(t.state.as_str())) { (t.state.as_str()) } }
+                            td { span class=(state_class(t.state.as_str())) data-row-state=(t.state.as_str()) { (t.state.as_str()) } }
                             td { a href=(format!("/tasks/{}", t.id.0)) { (t.title) } }
-                            td { (t.attempt) "/" (t.max_attempts) }
+                            td data-row-attempt { (t.attempt) "/" (t.max_attempts) }
                             td { (t.queue) }
                             td.muted { (time(t.updated_at)) }
                         }
@@ -154,7 +175,7 @@ pub(crate) async fn list(
                 }
             }
         }
-        @if !viewer.read_only && (current.is_some() || filters.queue.is_some() || filters.automation.is_some() || filters.q.is_some()) {
+        @if !viewer.read_only && !filters.filter().is_empty() {
             p.muted {
                 "All that match: "
                 a href=(format!("/bulk?action=cancel&{}", filters.link(current, None).trim_start_matches("/?"))) { "Cancel matching…" }
@@ -208,11 +229,15 @@ pub(crate) async fn read(
         web.store.list_approvals(&of_task),
         web.store.attempts(Some(id), None),
         web.store.checklist(id),
+        web.store.messages(id),
+        web.store.tool_calls(id),
     );
-    let (task, gates, events, children, approvals, attempts, checklist) = match found {
-        Ok(found) => found,
-        Err(e) => return store_error(e),
-    };
+    let (task, gates, events, children, approvals, attempts, checklist, messages, calls) =
+        match found {
+            Ok(found) => found,
+            Err(e) => return store_error(e),
+        };
+    let turns = crate::turns::turns(messages, calls);
     let live = !task.state.is_terminal();
     let kinds: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
     let content = html! {
@@ -305,6 +330,7 @@ pub(crate) async fn read(
                 }
             }
         }
+        (crate::turns::section(task.id, &turns))
         @if !children.is_empty() {
             h2 { "Children" }
             ul { @for c in &children { li { a href=(format!("/tasks/{}", c.id.0)) { "task " (c.id.0) } " " span class=(state_class(c.state.as_str())) { (c.state.as_str()) } " " (c.title) } } }
@@ -324,6 +350,8 @@ pub(crate) async fn read(
                 }
             }
         }
+        // The model's reply as it streams, filled by the script while this daemon runs the task.
+        @if live { pre.live-reply data-live-reply hidden {} }
     };
     layout(&viewer, &format!("Task {}", task.id.0), content)
 }
@@ -416,21 +444,8 @@ async fn act(web: &Web, headers: &HeaderMap, id: &str, body: &Bytes, cancel: boo
 pub(crate) struct BulkQuery {
     #[serde(default)]
     action: crate::bulk::Action,
-    state: Option<String>,
-    queue: Option<String>,
-    automation: Option<String>,
-    q: Option<String>,
-}
-
-impl BulkQuery {
-    fn filter(&self) -> crate::bulk::Filter {
-        crate::bulk::Filter {
-            state: self.state.clone(),
-            queue: self.queue.clone(),
-            automation: self.automation.clone(),
-            q: self.q.clone(),
-        }
-    }
+    #[serde(flatten)]
+    filter: Filter,
 }
 
 fn verb(action: crate::bulk::Action) -> &'static str {
@@ -454,8 +469,8 @@ pub(crate) async fn confirm_bulk(
         );
     };
     let viewer = Viewer::of(&web, &headers).await;
-    let filter = query.filter();
-    let preview = match crate::bulk::run(&web.store, query.action, &filter, true).await {
+    let filter = &query.filter;
+    let preview = match crate::bulk::run(&web.store, query.action, filter, true).await {
         Ok(preview) => preview,
         Err(e) => return page_error(e.status, "Not possible", &e.message),
     };
@@ -471,8 +486,8 @@ pub(crate) async fn confirm_bulk(
             form method="post" action="/bulk" {
                 (viewer.csrf_field())
                 input type="hidden" name="action" value=(verb.to_lowercase());
-                @for (name, value) in [("state", &query.state), ("queue", &query.queue), ("automation", &query.automation), ("q", &query.q)] {
-                    @if let Some(value) = value { input type="hidden" name=(name) value=(value); }
+                @for (name, value) in filter.pairs() {
+                    input type="hidden" name=(name) value=(value);
                 }
                 button.danger type="submit" { (verb) " " (preview.matched) " tasks" }
                 " " a href="/" { "Back" }
@@ -505,15 +520,11 @@ pub(crate) async fn bulk(State(web): State<Web>, headers: HeaderMap, body: Bytes
         queue: get("queue"),
         automation: get("automation"),
         q: get("q"),
+        repository: get("repository"),
+        verdict: get("verdict"),
         before: None,
     };
-    let filter = crate::bulk::Filter {
-        state: filters.state.clone(),
-        queue: filters.queue.clone(),
-        automation: filters.automation.clone(),
-        q: filters.q.clone(),
-    };
-    match crate::bulk::run(&web.store, action, &filter, false).await {
+    match crate::bulk::run(&web.store, action, &filters.filter(), false).await {
         Ok(_) => Redirect::to(&filters.link(filters.state.as_deref(), None)).into_response(),
         Err(e) => page_error(e.status, "Not possible", &e.message),
     }

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 mod access;
 mod automations;
+mod live;
 mod pages;
 mod records;
 mod tasks;
@@ -26,6 +27,8 @@ pub(crate) struct Api {
     _ws: tempfile::TempDir,
     ws: String,
     sessions: orchestrator_web::Sessions,
+    /// Where a worker of the daemon would send the pieces of replies as they stream.
+    live: tokio::sync::broadcast::Sender<orchestrator_web::LivePiece>,
 }
 
 impl Api {
@@ -33,9 +36,10 @@ impl Api {
         let db = orchestrator_test_support::sqlite_store().await;
         let store = db.store.clone();
         let sessions = orchestrator_web::Sessions::default();
-        let app = orchestrator_web::app(
-            Web::new(store.clone(), Arc::from(TOKEN), read_only).with_sessions(sessions.clone()),
-        );
+        let web =
+            Web::new(store.clone(), Arc::from(TOKEN), read_only).with_sessions(sessions.clone());
+        let live = web.live();
+        let app = orchestrator_web::app(web);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -52,6 +56,7 @@ impl Api {
             ws: ws.path().display().to_string(),
             _ws: ws,
             sessions,
+            live,
         }
     }
 
@@ -75,6 +80,14 @@ impl Api {
         }
         let response = request.send().await.unwrap();
         let status = response.status().as_u16();
+        // A list's stream never ends: its answer is its status.
+        if response
+            .headers()
+            .get("content-type")
+            .is_some_and(|t| t == "text/event-stream")
+        {
+            return (status, Value::String("(a stream)".into()));
+        }
         let text = response.text().await.unwrap();
         let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         (status, value)
@@ -102,4 +115,53 @@ fn code(value: &Value) -> &str {
 /// A route's path with its parameters filled in.
 fn concrete(path: &str) -> String {
     path.replace("{id}", "1").replace("{name}", "nightly")
+}
+
+/// One Server-Sent Event: its id, its event name, its data.
+pub(crate) type SseEvent = (Option<String>, String, String);
+
+/// Reads events from an SSE response until `count` came or the stream ended.
+pub(crate) async fn sse_events(
+    body: &mut (impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
+    buffer: &mut String,
+    count: usize,
+) -> Vec<SseEvent> {
+    use futures_util::StreamExt;
+    let mut events = Vec::new();
+    while events.len() < count {
+        if let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let (mut id, mut name, mut data) = (None, "message".to_owned(), String::new());
+            for line in block.lines() {
+                if let Some(v) = line
+                    .strip_prefix("id: ")
+                    .or_else(|| line.strip_prefix("id:"))
+                {
+                    id = Some(v.to_owned());
+                } else if let Some(v) = line
+                    .strip_prefix("event: ")
+                    .or_else(|| line.strip_prefix("event:"))
+                {
+                    name = v.to_owned();
+                } else if let Some(v) = line
+                    .strip_prefix("data: ")
+                    .or_else(|| line.strip_prefix("data:"))
+                {
+                    data.push_str(v);
+                }
+            }
+            if !data.is_empty() || id.is_some() {
+                events.push((id, name, data));
+            }
+            continue;
+        }
+        let next = tokio::time::timeout(std::time::Duration::from_secs(30), body.next())
+            .await
+            .expect("the stream stalled");
+        match next {
+            Some(chunk) => buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap())),
+            None => break,
+        }
+    }
+    events
 }

@@ -1,7 +1,7 @@
 //! Tasks over the API: keyset pages and filters, create, read, cancel, retry, bulk actions, and the
 //! live event stream.
 
-use crate::{Api, TOKEN, code};
+use crate::{Api, TOKEN, code, sse_events};
 use orchestrator_store::SOURCE_CLI;
 use orchestrator_types::{AutomationSpec, now_millis};
 use serde_json::{Value, json};
@@ -156,55 +156,6 @@ async fn tasks_are_created_read_canceled_and_retried() {
         before,
         "a refused create stores nothing"
     );
-}
-
-/// One Server-Sent Event: its id, its event name, its data.
-type SseEvent = (Option<String>, String, String);
-
-/// Reads events from an SSE response until `count` came or the stream ended.
-async fn sse_events(
-    body: &mut (impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
-    buffer: &mut String,
-    count: usize,
-) -> Vec<SseEvent> {
-    use futures_util::StreamExt;
-    let mut events = Vec::new();
-    while events.len() < count {
-        if let Some(end) = buffer.find("\n\n") {
-            let block: String = buffer.drain(..end + 2).collect();
-            let (mut id, mut name, mut data) = (None, "message".to_owned(), String::new());
-            for line in block.lines() {
-                if let Some(v) = line
-                    .strip_prefix("id: ")
-                    .or_else(|| line.strip_prefix("id:"))
-                {
-                    id = Some(v.to_owned());
-                } else if let Some(v) = line
-                    .strip_prefix("event: ")
-                    .or_else(|| line.strip_prefix("event:"))
-                {
-                    name = v.to_owned();
-                } else if let Some(v) = line
-                    .strip_prefix("data: ")
-                    .or_else(|| line.strip_prefix("data:"))
-                {
-                    data.push_str(v);
-                }
-            }
-            if !data.is_empty() || id.is_some() {
-                events.push((id, name, data));
-            }
-            continue;
-        }
-        let next = tokio::time::timeout(std::time::Duration::from_secs(30), body.next())
-            .await
-            .expect("the stream stalled");
-        match next {
-            Some(chunk) => buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap())),
-            None => break,
-        }
-    }
-    events
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

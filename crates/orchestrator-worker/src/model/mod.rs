@@ -27,6 +27,7 @@
 mod client;
 mod error;
 mod sse;
+pub use sse::{SseEvent, SseParser};
 mod stream;
 mod window;
 mod wire;

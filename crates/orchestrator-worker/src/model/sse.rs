@@ -3,27 +3,52 @@
 //! The network hands us arbitrary slices of the byte stream: an event may be split anywhere,
 //! including between the `\r` and `\n` of a line ending or inside a multi-byte character, and one
 //! slice may hold many events. So the parser keeps the unfinished line as bytes and decodes only
-//! whole lines. Only `data` fields matter to us; comments (`:` lines, which some providers send as
-//! keep-alives) and the other fields (`event`, `id`, `retry`) are skipped.
+//! whole lines. A model's stream needs only the `data` fields ([`SseParser::push`]); the daemon's
+//! own streams, followed by the CLI, also name their events and number them
+//! ([`SseParser::push_events`]). Comments (`:` lines, which some providers send as keep-alives)
+//! and `retry` are skipped.
 
 /// A line longer than this is refused rather than buffered without end: no honest chunk of a
 /// model reply comes near it, so it means the server is not speaking SSE.
 pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Turns bytes into the `data` payloads of complete events.
+/// One complete event.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SseEvent {
+    /// Its `event` field: its name, where the stream names them.
+    pub event: Option<String>,
+    /// Its `id` field, when it carried one (a reconnecting client sends the last as
+    /// `Last-Event-ID`).
+    pub id: Option<String>,
+    pub data: String,
+}
+
+/// Turns bytes into complete events.
 #[derive(Debug, Default)]
-pub(crate) struct SseParser {
+pub struct SseParser {
     /// Bytes of a line whose end has not arrived yet.
     pending: Vec<u8>,
     /// Data lines of the event being read, joined by `\n` as the SSE specification says.
     data: Option<String>,
+    /// The `event` and `id` fields of the event being read.
+    event: Option<String>,
+    id: Option<String>,
     /// The last byte seen was a `\r`; a `\n` that follows belongs to the same line ending.
     after_cr: bool,
 }
 
 impl SseParser {
     /// Feeds the next slice of the stream; returns the data of every event it completed.
-    pub(crate) fn push(&mut self, bytes: &[u8]) -> Result<Vec<String>, String> {
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<String>, String> {
+        Ok(self
+            .push_events(bytes)?
+            .into_iter()
+            .map(|event| event.data)
+            .collect())
+    }
+
+    /// Feeds the next slice of the stream; returns every event it completed, whole.
+    pub fn push_events(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, String> {
         let mut events = Vec::new();
         let mut rest = bytes;
         // An empty slice between the `\r` and the `\n` of a line ending leaves the `\r` pending.
@@ -61,19 +86,30 @@ impl SseParser {
 
     /// Ends the stream: an event whose closing blank line never came is still returned, because
     /// some servers close the connection right after the last `data:` line.
-    pub(crate) fn finish(&mut self) -> Option<String> {
+    pub fn finish(&mut self) -> Option<String> {
+        self.finish_event().map(|event| event.data)
+    }
+
+    /// [`SseParser::finish`], with the event whole.
+    pub fn finish_event(&mut self) -> Option<SseEvent> {
         let line = std::mem::take(&mut self.pending);
         if !line.is_empty()
             && let Some(event) = self.line(&line)
         {
             return Some(event);
         }
-        self.data.take()
+        self.dispatch()
     }
 
-    fn line(&mut self, line: &[u8]) -> Option<String> {
+    /// The event read so far, if it has data (one without is not dispatched, as in browsers).
+    fn dispatch(&mut self) -> Option<SseEvent> {
+        let (event, id) = (self.event.take(), self.id.take());
+        self.data.take().map(|data| SseEvent { event, id, data })
+    }
+
+    fn line(&mut self, line: &[u8]) -> Option<SseEvent> {
         if line.is_empty() {
-            return self.data.take();
+            return self.dispatch();
         }
         if line[0] == b':' {
             return None;
@@ -84,14 +120,18 @@ impl SseParser {
             Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
             None => (line.as_ref(), ""),
         };
-        if field == "data" {
-            match &mut self.data {
+        match field {
+            "data" => match &mut self.data {
                 Some(data) => {
                     data.push('\n');
                     data.push_str(value);
                 }
                 None => self.data = Some(value.to_owned()),
-            }
+            },
+            "event" => self.event = Some(value.to_owned()),
+            // An id with a NUL is ignored, as the specification says.
+            "id" if !value.contains('\0') => self.id = Some(value.to_owned()),
+            _ => {}
         }
         None
     }
@@ -155,6 +195,33 @@ mod tests {
             prop_assert_eq!(parse_in_pieces(bytes, &[]), expected.clone());
             prop_assert_eq!(parse_in_pieces(bytes, &points), expected);
         }
+    }
+
+    /// The daemon's own streams name and number their events; an event without data is not
+    /// dispatched and leaves nothing behind for the next.
+    #[test]
+    fn events_keep_their_names_and_ids() {
+        let mut parser = SseParser::default();
+        let mut events = parser
+            .push_events(b"id: 7\nevent: message\ndata: {}\n\nevent: ghost\n\nevent: de")
+            .unwrap();
+        events.extend(parser.push_events(b"lta\ndata: a\ndata: b\n").unwrap());
+        events.extend(parser.finish_event());
+        assert_eq!(
+            events,
+            [
+                SseEvent {
+                    event: Some("message".into()),
+                    id: Some("7".into()),
+                    data: "{}".into()
+                },
+                SseEvent {
+                    event: Some("delta".into()),
+                    id: None,
+                    data: "a\nb".into()
+                },
+            ]
+        );
     }
 
     fn parse_in_pieces(input: &[u8], pieces: &[usize]) -> Vec<String> {

@@ -49,10 +49,12 @@ a fixed time in a skipped hour runs right after it, once in a repeated hour.")]
     Update(Box<UpdateArgs>),
     /// Stop firing an automation's slots. Slots that pass while paused are not caught up.
     #[command(after_help = "Example:\n  orchestrator automation pause nightly")]
-    Pause(NameArgs),
+    Pause(StatusArgs),
     /// Fire an automation's slots again, from the next one after now.
-    #[command(after_help = "Example:\n  orchestrator automation resume nightly")]
-    Resume(NameArgs),
+    #[command(
+        after_help = "Examples:\n  orchestrator automation resume nightly\n  orchestrator automation resume nightly --note \"the freeze is over\""
+    )]
+    Resume(StatusArgs),
     /// Delete an automation and its slot history. The tasks it created stay.
     #[command(after_help = "Example:\n  orchestrator automation delete nightly")]
     Delete(NameArgs),
@@ -163,6 +165,17 @@ pub struct JsonArgs {
 #[derive(Debug, Args)]
 pub struct NameArgs {
     pub name: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    pub name: String,
+    /// Why, kept beside the status until the next pause or resume (shown by `automation read`,
+    /// the API and the dashboard).
+    #[arg(long)]
+    pub note: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -424,7 +437,13 @@ async fn read(global: &GlobalArgs, args: ReadArgs) -> anyhow::Result<ExitCode> {
             view.name
         );
     }
-    println!("schedule   {} in {}", view.schedule, view.timezone);
+    println!(
+        "schedule   {} ({}) in {}",
+        view.schedule_words, view.schedule, view.timezone
+    );
+    if let Some(note) = &view.status_note {
+        println!("note       {note}");
+    }
     println!(
         "policies   catch-up {}, overlap {}, jitter {}s",
         view.catch_up, view.overlap, view.jitter_secs
@@ -494,13 +513,19 @@ async fn update(global: &GlobalArgs, args: UpdateArgs) -> anyhow::Result<ExitCod
 
 async fn set_status(
     global: &GlobalArgs,
-    args: NameArgs,
+    args: StatusArgs,
     status: AutomationStatus,
 ) -> anyhow::Result<ExitCode> {
     let store = global.open_store().await?;
-    let updated = manage::set_status(&store, &args.name, status, now_millis())
-        .await
-        .map_err(input_error)?;
+    let updated = manage::set_status(
+        &store,
+        &args.name,
+        status,
+        args.note.as_deref(),
+        now_millis(),
+    )
+    .await
+    .map_err(input_error)?;
     let verb = match status {
         AutomationStatus::Paused => "paused",
         AutomationStatus::Active => "resumed",

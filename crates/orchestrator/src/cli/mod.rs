@@ -8,6 +8,7 @@ mod approval;
 mod artifact;
 mod attempt;
 mod automation;
+mod follow;
 mod github;
 mod mcp;
 mod mcp_servers;

@@ -36,7 +36,7 @@ Examples:
     Read(IdArgs),
     /// Print a task's events; with --follow, keep printing until the task finishes.
     #[command(
-        after_help = "Examples:\n  orchestrator task events 42\n  orchestrator task events 42 --follow --json"
+        after_help = "Examples:\n  orchestrator task events 42\n  orchestrator task events 42 --follow --json\n  orchestrator task events 42 --follow --server http://127.0.0.1:7411"
     )]
     Events(EventsArgs),
     /// Cancel a task: a queued one at once, a running one by killing its gate's process group.
@@ -110,6 +110,16 @@ pub struct EventsArgs {
     /// Keep printing new events until the task reaches a final state.
     #[arg(long, short)]
     pub follow: bool,
+    /// Follow over the API of the daemon at this address instead of reading the store: the
+    /// model's reply then streams on stderr as it is written (the token is ORCHESTRATOR_API_TOKEN,
+    /// the config's api_token, or the home directory's api-token file).
+    #[arg(
+        long,
+        env = "ORCHESTRATOR_SERVER",
+        value_name = "URL",
+        requires = "follow"
+    )]
+    pub server: Option<String>,
     /// One JSON object per line.
     #[arg(long)]
     pub json: bool,
@@ -349,6 +359,11 @@ pub async fn follow_events(store: &Store, id: TaskId, json: bool) -> anyhow::Res
 
 async fn events(global: &GlobalArgs, args: EventsArgs) -> anyhow::Result<ExitCode> {
     let id = parse_id(&args.id)?;
+    if let Some(server) = &args.server {
+        // The daemon may be on another machine: its API is all this needs.
+        super::follow::follow(global, server, id, args.json).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let store = global.open_store().await?;
     store.get_task(id).await?;
     if args.follow {

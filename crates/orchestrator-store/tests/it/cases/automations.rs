@@ -45,7 +45,7 @@ pub async fn automations_crud_and_unique_names(db: &TestStore) {
     assert_eq!(store.due_automations(1_499, 10).await.unwrap().len(), 0);
     assert_eq!(store.due_automations(1_500, 10).await.unwrap().len(), 1);
     let paused = store
-        .set_automation_status("nightly", AutomationStatus::Paused, next)
+        .set_automation_status("nightly", AutomationStatus::Paused, next, None)
         .await
         .unwrap();
     assert_eq!(paused.status, AutomationStatus::Paused);
