@@ -3,7 +3,7 @@
 use crate::{Api, code};
 use orchestrator_store::SOURCE_CLI;
 use orchestrator_types::{AutomationSpec, now_millis};
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn automations_are_read_paused_resumed_and_run_now() {
@@ -19,6 +19,7 @@ async fn automations_are_read_paused_resumed_and_run_now() {
     assert_eq!(list["automations"][0]["name"], "nightly", "{list}");
     let (_, read) = api.get("/api/v1/automations/nightly").await;
     assert_eq!(read["timezone"], "Europe/Berlin");
+    assert_eq!(read["schedule_words"], "every day at 03:00", "{read}");
     assert_eq!(read["next_fires"].as_array().unwrap().len(), 5, "{read}");
     assert_eq!(read["slots"], json!([]));
 
@@ -41,15 +42,38 @@ async fn automations_are_read_paused_resumed_and_run_now() {
     let (_, read) = api.get("/api/v1/automations/nightly?slots=1").await;
     assert_eq!(read["slots"].as_array().unwrap().len(), 1);
 
-    let (_, paused) = api.post("/api/v1/automations/nightly/pause", "").await;
+    let (_, paused) = api
+        .post(
+            "/api/v1/automations/nightly/pause",
+            r#"{"note": "the release freeze"}"#,
+        )
+        .await;
     assert_eq!(paused["status"], "paused", "{paused}");
+    assert_eq!(paused["status_note"], "the release freeze");
     let (_, read) = api.get("/api/v1/automations/nightly").await;
     assert!(
         read.get("next_fires").is_none(),
         "a paused automation fires never: {read}"
     );
+    let long = json!({ "note": "x".repeat(501) }).to_string();
+    let (status, refused) = api.post("/api/v1/automations/nightly/resume", &long).await;
+    assert_eq!(
+        (status, code(&refused)),
+        (422, "unprocessable"),
+        "{refused}"
+    );
+    let (_, still) = api.get("/api/v1/automations/nightly").await;
+    assert_eq!(
+        still["status"], "paused",
+        "a refused resume changes nothing"
+    );
     let (_, resumed) = api.post("/api/v1/automations/nightly/resume", "").await;
     assert_eq!(resumed["status"], "active");
+    assert_eq!(
+        resumed["status_note"],
+        Value::Null,
+        "no note clears the last"
+    );
     let (status, missing) = api.post("/api/v1/automations/weekly/pause", "").await;
     assert_eq!((status, code(&missing)), (404, "not_found"), "{missing}");
     let (status, typo) = api

@@ -342,6 +342,10 @@ async fn automations_run_now_pause_and_resume_from_their_page() {
     let browser = Browser::login(&api).await;
     let (_, page, _) = browser.get("/automations").await;
     assert!(page.contains("data-automation=\"nightly\"") && page.contains("0 3 * * *"));
+    assert!(
+        page.contains("<span data-words>every day at 03:00</span>"),
+        "the schedule in words: {page}"
+    );
     let csrf = browser.csrf().await;
     let (status, _, location) = browser
         .post("/automations/nightly/run", &[("csrf", &csrf)])
@@ -354,7 +358,10 @@ async fn automations_run_now_pause_and_resume_from_their_page() {
         .await;
     assert_eq!(status, 409, "the overlap policy skips it: {page}");
     let (status, _, _) = browser
-        .post("/automations/nightly/pause", &[("csrf", &csrf)])
+        .post(
+            "/automations/nightly/pause",
+            &[("csrf", &csrf), ("note", "waiting for <the> fix")],
+        )
         .await;
     assert_eq!(status, 303);
     assert_eq!(
@@ -370,6 +377,15 @@ async fn automations_run_now_pause_and_resume_from_their_page() {
     assert!(page.contains(">Resume<"));
     let (_, detail, _) = browser.get("/automations/nightly").await;
     assert!(detail.contains("data-status=\"paused\""), "{detail}");
+    assert!(
+        detail.contains("Paused: “waiting for &lt;the&gt; fix”"),
+        "the note, escaped: {detail}"
+    );
+    assert!(
+        detail.contains("action=\"/automations/nightly/resume\"")
+            && detail.contains("action=\"/automations/nightly/run\""),
+        "its own page runs and resumes it: {detail}"
+    );
     assert!(
         detail.matches("data-slot").count() >= 1 && detail.contains("manual"),
         "the manual slots: {detail}"

@@ -313,3 +313,170 @@ async fn bulk_actions_preview_then_change_only_what_the_filter_matches() {
         .await;
     assert_eq!((status, code(&bad)), (422, "unprocessable"), "{bad}");
 }
+
+/// The repository and gate verdict filters, in the list and in a bulk preview, and an agent's
+/// turns with their tool calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_are_filtered_by_repository_and_verdict_and_their_turns_are_read() {
+    use orchestrator_store::{GateRun, NewMessage, ToolCallEnd, call_status};
+    use orchestrator_types::{
+        ChatMessage, EventKind, GateEvidence, GateSummary, NewTask, Role, ToolCallRequest, Usage,
+        Verdict,
+    };
+    let api = Api::start(false).await;
+    let mut agent = NewTask::agent("agent on a clone", "read a");
+    agent.workspace = Some(api.ws.clone());
+    agent.worktree_of = Some("/src/project".into());
+    agent.gates = vec![orchestrator_types::GateSpec::from_command("cargo test")];
+    let agent = api.store.create_task(&agent).await.unwrap();
+    let plain = api.task("plain").await;
+    let ids = |page: &Value| -> Vec<i64> {
+        page["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_i64().unwrap())
+            .collect()
+    };
+    let (_, found) = api.get("/api/v1/tasks?repository=/src/project").await;
+    assert_eq!(ids(&found), [agent.0], "{found}");
+    let (_, found) = api
+        .get(&format!("/api/v1/tasks?repository={}", api.ws))
+        .await;
+    assert_eq!(ids(&found), [plain], "{found}");
+
+    let (_, lease) = api
+        .store
+        .claim_task("web-test", agent, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let reply = ChatMessage {
+        role: Role::Assistant,
+        content: Some("Reading a first.".into()),
+        tool_calls: vec![ToolCallRequest {
+            id: "c1".into(),
+            name: "read_file".into(),
+            arguments: r#"{"path":"a"}"#.into(),
+        }],
+        tool_call_id: None,
+        images: Vec::new(),
+    };
+    api.store
+        .append_messages(
+            &lease,
+            1,
+            &[
+                NewMessage {
+                    turn: 0,
+                    message: ChatMessage::user("read a"),
+                    usage: None,
+                    model_ms: None,
+                },
+                NewMessage {
+                    turn: 1,
+                    message: reply,
+                    usage: Some(Usage {
+                        prompt_tokens: 120,
+                        completion_tokens: 8,
+                        total_tokens: 128,
+                        cached_tokens: 0,
+                    }),
+                    model_ms: Some(42),
+                },
+            ],
+            (EventKind::Message, json!({"role": "assistant"})),
+        )
+        .await
+        .unwrap();
+    api.store
+        .tool_call_started(&lease, 1, 1, 0, "c1", "read_file", r#"{"path":"a"}"#)
+        .await
+        .unwrap();
+    api.store
+        .tool_call_finished(
+            &lease,
+            1,
+            &ToolCallEnd {
+                call_id: "c1".into(),
+                turn: 1,
+                status: call_status::SUCCEEDED,
+                summary: "3 lines".into(),
+                artifact_id: None,
+                duration_ms: 4,
+                message: ChatMessage::tool("c1", "one\ntwo\nthree"),
+                usage: None,
+                event: json!({"call_id": "c1"}),
+            },
+        )
+        .await
+        .unwrap();
+    let task = api.store.get_task(agent).await.unwrap();
+    api.store
+        .record_gate(&GateRun {
+            lease: &lease,
+            attempt: task.attempt,
+            position: 0,
+            spec: &task.gates[0],
+            evidence: &GateEvidence {
+                verdict: Verdict::TimedOut,
+                failure_kind: None,
+                exit_code: None,
+                signal: None,
+                duration_ms: 60_000,
+                summary: GateSummary::default(),
+                git: None,
+                started_at: now_millis() - 60_000,
+                finished_at: now_millis(),
+            },
+            log: &orchestrator_types::Captured::from_bytes(b"...", 1024),
+        })
+        .await
+        .unwrap();
+
+    let (_, timed_out) = api.get("/api/v1/tasks?verdict=timed_out").await;
+    assert_eq!(ids(&timed_out), [agent.0], "{timed_out}");
+    let (_, passed) = api.get("/api/v1/tasks?verdict=passed").await;
+    assert_eq!(ids(&passed), Vec::<i64>::new());
+    let (status, bad) = api.get("/api/v1/tasks?verdict=green").await;
+    assert_eq!((status, code(&bad)), (400, "bad_request"), "{bad}");
+    let (status, preview) = api
+        .post(
+            "/api/v1/tasks/bulk",
+            r#"{"action": "cancel", "preview": true, "verdict": "timed_out"}"#,
+        )
+        .await;
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!(preview["ids"], json!([agent.0]));
+    let (status, bad) = api
+        .post(
+            "/api/v1/tasks/bulk",
+            r#"{"action": "cancel", "preview": true, "verdict": "green"}"#,
+        )
+        .await;
+    assert_eq!((status, code(&bad)), (422, "unprocessable"), "{bad}");
+
+    let (status, turns) = api.get(&format!("/api/v1/tasks/{}/turns", agent.0)).await;
+    assert_eq!(status, 200, "{turns}");
+    assert_eq!(
+        turns["total"], 1,
+        "a person's message is not a turn: {turns}"
+    );
+    let turn = &turns["turns"][0];
+    assert_eq!(turn["turn"], 1);
+    assert_eq!(turn["text"], "Reading a first.");
+    assert_eq!(turn["usage"]["prompt_tokens"], 120);
+    assert_eq!(turn["model_ms"], 42);
+    assert_eq!(turn["tool_calls"][0]["name"], "read_file");
+    assert_eq!(turn["tool_calls"][0]["status"], "succeeded");
+    assert_eq!(turn["tool_calls"][0]["summary"], "3 lines");
+    let (_, none) = api
+        .get(&format!("/api/v1/tasks/{}/turns?last=0", agent.0))
+        .await;
+    assert_eq!(
+        (none["total"].clone(), none["turns"].clone()),
+        (json!(1), json!([]))
+    );
+    let (status, _) = api.get("/api/v1/tasks/99999/turns").await;
+    assert_eq!(status, 404);
+}

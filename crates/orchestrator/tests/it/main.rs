@@ -13,6 +13,7 @@ mod browser;
 mod cli;
 mod containment;
 mod crash;
+mod follow;
 mod gates;
 mod github;
 mod images;

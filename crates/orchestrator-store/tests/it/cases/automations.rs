@@ -45,10 +45,26 @@ pub async fn automations_crud_and_unique_names(db: &TestStore) {
     assert_eq!(store.due_automations(1_499, 10).await.unwrap().len(), 0);
     assert_eq!(store.due_automations(1_500, 10).await.unwrap().len(), 1);
     let paused = store
-        .set_automation_status("nightly", AutomationStatus::Paused, next, None)
+        .set_automation_status(
+            "nightly",
+            AutomationStatus::Paused,
+            next,
+            Some("the release freeze"),
+        )
         .await
         .unwrap();
     assert_eq!(paused.status, AutomationStatus::Paused);
+    assert_eq!(paused.status_note.as_deref(), Some("the release freeze"));
+    assert_eq!(
+        store
+            .automation("nightly")
+            .await
+            .unwrap()
+            .status_note
+            .as_deref(),
+        Some("the release freeze"),
+        "kept"
+    );
     assert!(
         store
             .due_automations(i64::MAX, 10)
@@ -57,6 +73,18 @@ pub async fn automations_crud_and_unique_names(db: &TestStore) {
             .is_empty()
     );
     assert_eq!(store.next_automation_fire().await.unwrap(), None);
+    let resumed = store
+        .set_automation_status("nightly", AutomationStatus::Active, next, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        resumed.status_note, None,
+        "a resume without a note clears the last"
+    );
+    store
+        .set_automation_status("nightly", AutomationStatus::Paused, next, None)
+        .await
+        .unwrap();
 
     let mut changed = automation_spec("nightly");
     changed.schedule = "0 4 * * *".into();

@@ -409,3 +409,128 @@ pub async fn overview_counts_what_ended_and_what_waits(db: &TestStore) {
         [("default".to_owned(), 2)]
     );
 }
+
+/// What the live lists follow: tasks by update time, a page at a time by the key (time, id), each
+/// once; a change moves a task after the key.
+pub async fn changed_tasks_are_walked_by_update_time(db: &TestStore) {
+    let store = db.store.clone();
+    let start = now_millis() - 1;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            store
+                .create_task(&NewTask::new(format!("t{i}")))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut seen = Vec::new();
+    let (mut at, mut id) = (start, 0);
+    loop {
+        let page = store.tasks_changed_after(at, id, 2).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 2);
+        for task in &page {
+            assert!((task.updated_at, task.id.0) > (at, id), "after the key");
+            (at, id) = (task.updated_at, task.id.0);
+            seen.push(task.id);
+        }
+    }
+    assert_eq!(seen, ids, "every task once, in the order they changed");
+    // A change made later comes after the key reached.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    store.cancel_task(ids[1]).await.unwrap();
+    let after = store.tasks_changed_after(at, id, 10).await.unwrap();
+    assert_eq!(after.len(), 1);
+    assert_eq!((after[0].id, after[0].state), (ids[1], TaskState::Canceled));
+}
+
+/// The repository filter (the checkout a workspace was cloned from, else the workspace), the
+/// repositories it offers, and the gate verdict filter.
+pub async fn task_pages_filter_by_repository_and_gate_verdict(db: &TestStore) {
+    let store = db.store.clone();
+    let mut on_a = NewTask::new("on a").with_gate("true");
+    on_a.workspace = Some("/src/a".into());
+    let on_a = store.create_task(&on_a).await.unwrap();
+    let mut cloned = NewTask::new("a clone of b").with_gate("true");
+    cloned.workspace = Some("/work/clone-1".into());
+    cloned.worktree_of = Some("/src/b".into());
+    let cloned = store.create_task(&cloned).await.unwrap();
+    let nowhere = store
+        .create_task(&NewTask::new("no workspace"))
+        .await
+        .unwrap();
+    let page = |repository: Option<&str>, verdict: Option<Verdict>| orchestrator_store::TaskPage {
+        repository: repository.map(str::to_owned),
+        gate_verdict: verdict,
+        limit: 50,
+        ..Default::default()
+    };
+    let ids =
+        |tasks: Vec<orchestrator_store::Task>| tasks.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.task_page(&page(Some("/src/a"), None)).await.unwrap()),
+        [on_a]
+    );
+    assert_eq!(
+        ids(store.task_page(&page(Some("/src/b"), None)).await.unwrap()),
+        [cloned]
+    );
+    assert!(
+        store
+            .task_page(&page(Some("/work/clone-1"), None))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.repositories(10).await.unwrap(),
+        ["/src/b", "/src/a"],
+        "most recently used first"
+    );
+    assert_eq!(store.repositories(1).await.unwrap(), ["/src/b"]);
+
+    // A failed gate on the first task claimed (`on a`).
+    let (task, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(task.id, on_a);
+    store
+        .record_gate(&GateRun {
+            lease: &lease,
+            attempt: task.attempt,
+            position: 0,
+            spec: &task.gates[0],
+            evidence: &evidence(Verdict::Failed),
+            log: &Captured::from_bytes(b"no", 1024),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(store
+            .task_page(&page(None, Some(Verdict::Failed)))
+            .await
+            .unwrap()),
+        [on_a]
+    );
+    assert!(
+        store
+            .task_page(&page(None, Some(Verdict::Passed)))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .task_page(&page(Some("/src/b"), Some(Verdict::Failed)))
+            .await
+            .unwrap()
+            .is_empty(),
+        "filters combine"
+    );
+    let _ = nowhere;
+}
