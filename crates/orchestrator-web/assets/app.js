@@ -121,6 +121,8 @@
           open();
           toggle.textContent = "Pause live updates";
           toggle.setAttribute("data-paused", "false");
+          // What changed while paused is asked for once, whatever the stream replays.
+          if (handlers.reset) { handlers.reset(null); }
         }
       });
     }

@@ -117,11 +117,12 @@ fn dashboard_journeys_in_a_real_browser() {
         serve.log()
     );
     assert!(
-        report.contains("# pass 3") && report.contains("# fail 0"),
+        report.contains("# pass 4") && report.contains("# fail 0"),
         "{report}"
     );
     for shot in [
         "tasks-one-new.png",
+        "tasks-row-passed.png",
         "task-passed.png",
         "approvals-after-approve.png",
         "approved-task.png",

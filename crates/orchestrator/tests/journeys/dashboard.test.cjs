@@ -48,21 +48,50 @@ async function sameDocument(page) {
   return page.evaluate(() => window.__sameDocument === true);
 }
 
-test("a task created from the API passes on its page without a reload", async () => {
-  const { context, page } = await loggedIn();
-  // The list says a new task arrived rather than moving its rows.
-  const before = await page.locator("[data-task]").count();
+/// Creates a task through the API whose gate sleeps `seconds`.
+async function createTask(title, seconds) {
   const response = await fetch(`${BASE}/api/v1/tasks`, {
     method: "POST",
     headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
-    body: JSON.stringify({ title: "from the API, watched", gates: ["sleep 8"], workspace: WORKSPACE }),
+    body: JSON.stringify({ title, gates: [`sleep ${seconds}`], workspace: WORKSPACE }),
   });
   assert.equal(response.status, 201);
-  const task = await response.json();
+  return response.json();
+}
+
+test("the tasks list follows its tasks live, and can be paused", async () => {
+  const { context, page } = await loggedIn();
+  // The list says a new task arrived rather than moving its rows.
+  const before = await page.locator("[data-task]").count();
+  const task = await createTask("from the API, listed", 6);
   await page.waitForSelector("[data-new-tasks]:not([hidden])", { timeout: 20000 });
   assert.equal(await page.textContent("[data-new-count]"), "1");
   assert.equal(await page.locator("[data-task]").count(), before, "the rows stayed");
   await page.screenshot({ path: `${SHOTS}/tasks-one-new.png`, fullPage: true });
+  // Shown, its row follows its state without a reload.
+  await page.click("[data-new-tasks] a");
+  await page.waitForSelector(`tr[data-task="${task.id}"]`);
+  await markDocument(page);
+  await page.waitForSelector(`tr[data-task="${task.id}"] [data-row-state="succeeded"]`, { timeout: 60000 });
+  assert.equal(await sameDocument(page), true, "the row changed without reloading");
+  await page.screenshot({ path: `${SHOTS}/tasks-row-passed.png`, fullPage: true });
+  // Paused, nothing moves; resumed, it catches up.
+  await page.click("[data-live-toggle]");
+  assert.equal(await page.getAttribute("[data-live-toggle]", "data-paused"), "true");
+  const paused = await createTask("made while paused", 0);
+  await new Promise((resolve) => setTimeout(resolve, 2000));
+  assert.equal(await page.isHidden("[data-new-tasks]"), true, "nothing new is counted while paused");
+  await page.click("[data-live-toggle]");
+  assert.equal(await page.getAttribute("[data-live-toggle]", "data-paused"), "false");
+  await page.waitForSelector("[data-new-tasks]:not([hidden])", { timeout: 20000 });
+  assert.equal(await page.textContent("[data-new-count]"), "1");
+  assert.ok(paused.id > task.id);
+  await context.close();
+});
+
+test("a task created from the API passes on its page without a reload", async () => {
+  const { context, page } = await loggedIn();
+  const task = await createTask("from the API, watched", 8);
   await page.goto(`${BASE}/tasks/${task.id}`);
   const first = await page.getAttribute("[data-state]", "data-state");
   assert.ok(["queued", "running"].includes(first), `the task is still under way: ${first}`);
