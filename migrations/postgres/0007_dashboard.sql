@@ -10,3 +10,23 @@ ALTER TABLE automations ADD COLUMN status_note TEXT;
 ALTER TABLE tasks ADD COLUMN repository TEXT;
 UPDATE tasks SET repository = COALESCE(spec::jsonb ->> 'worktree_of', workspace);
 CREATE INDEX tasks_by_repository ON tasks (repository, id) WHERE repository IS NOT NULL;
+-- Title search: a trigram index of the lower-cased titles (pg_trgm, shipped with PostgreSQL and
+-- trusted, so any owner of the database may create it), which the planner uses for a search that
+-- matches few of many tasks. Where the extension is missing or not allowed, the search still
+-- works, scanning the titles.
+DO $$
+BEGIN
+    CREATE EXTENSION IF NOT EXISTS pg_trgm;
+EXCEPTION WHEN OTHERS THEN
+    RAISE NOTICE 'pg_trgm is not available (%); title search scans the titles', SQLERRM;
+END
+$$;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') THEN
+        CREATE INDEX tasks_by_title ON tasks USING gin (lower(title) gin_trgm_ops);
+    END IF;
+END
+$$;
+-- The gate verdict filter finds the tasks of a rare verdict through this.
+CREATE INDEX gates_by_verdict ON gates (verdict, task_id);

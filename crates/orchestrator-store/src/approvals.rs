@@ -378,6 +378,17 @@ impl Store {
         rows.into_iter().map(Approval::try_from).collect()
     }
 
+    /// How many approvals wait for a person.
+    pub async fn count_pending_approvals(&self) -> Result<u64> {
+        let stmt = Query::select()
+            .expr(Expr::col(Approvals::Id).count())
+            .from(Approvals::Table)
+            .and_where(Expr::col(Approvals::Status).eq(approval_status::PENDING))
+            .to_owned();
+        let (n,): (i64,) = self.pool.fetch_optional(&stmt).await?.unwrap_or((0,));
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     /// Approvals asked or decided (or expired) at or after `since` (Unix milliseconds), oldest
     /// first, at most `limit`: what the live inbox follows.
     pub async fn approvals_changed_since(&self, since: i64, limit: u64) -> Result<Vec<Approval>> {

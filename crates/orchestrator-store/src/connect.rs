@@ -215,6 +215,20 @@ impl Store {
         self.wake.wake();
     }
 
+    /// Refreshes the planner's statistics (`ANALYZE`), as PostgreSQL's autovacuum does by itself
+    /// in time: after a bulk import, so the first queries plan as the later ones will.
+    pub async fn analyze(&self) -> Result<()> {
+        match &self.pool {
+            Pool::Sqlite(pool, _) => {
+                sqlx::raw_sql("ANALYZE").execute(pool).await?;
+            }
+            Pool::Postgres(pool) => {
+                sqlx::raw_sql("ANALYZE").execute(pool).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
         match &self.pool {

@@ -226,6 +226,9 @@ pub struct TaskPage {
     pub gate_verdict: Option<Verdict>,
 }
 
+/// Fewer rows than this passing a filter make it rare (see `Store::rare`).
+const RARE: u64 = 2_000;
+
 /// `text` as a LIKE pattern that matches it anywhere, lower-cased, with `%`, `_` and the escape
 /// character itself escaped, so a search for `50%` finds "50%", not everything after "50".
 fn contains_pattern(text: &str) -> String {
@@ -524,12 +527,88 @@ impl Store {
         }
         stmt.order_by(Tasks::Id, Order::Desc)
             .limit(filter.limit.unwrap_or(100));
+        self.fetch_tasks(&stmt).await
+    }
+
+    async fn fetch_tasks(&self, stmt: &SelectStatement) -> Result<Vec<Task>> {
         self.pool
-            .fetch_all::<TaskRow, _>(&stmt)
+            .fetch_all::<TaskRow, _>(stmt)
             .await?
             .into_iter()
             .map(Task::try_from)
             .collect()
+    }
+
+    /// Whether fewer than [`RARE`] rows answer `matches` (a select of anything, unlimited): then
+    /// reading those few through an index is cheaper than walking the tasks newest first until a
+    /// page is full, which is what a filter most tasks pass does well. Planners cannot tell the
+    /// two apart from a parameter, so the store asks.
+    async fn rare(&self, mut matches: SelectStatement) -> Result<bool> {
+        matches.limit(RARE);
+        let probe = Query::select()
+            .expr(Expr::cust("count(*)"))
+            .from_subquery(matches, sea_query::Alias::new("m"))
+            .to_owned();
+        let (found,): (i64,) = self.pool.fetch_optional(&probe).await?.unwrap_or((0,));
+        Ok(found < RARE as i64)
+    }
+
+    /// The title filter: the lower-cased title contains `text`. On SQLite a rare text is found
+    /// through the titles' trigram index (`tasks_title`), a common one by walking the tasks.
+    async fn title_filter(&self, stmt: &mut SelectStatement, text: &str) -> Result<()> {
+        stmt.and_where(
+            Expr::expr(sea_query::Func::lower(Expr::col(Tasks::Title)))
+                .like(sea_query::LikeExpr::new(contains_pattern(text)).escape('\\')),
+        );
+        // PostgreSQL's planner chooses between the pg_trgm index and a walk by id by itself, from
+        // its statistics of the indexed expression (gathered by autovacuum's ANALYZE). A trigram
+        // index knows nothing of texts shorter than a trigram.
+        if self.backend() != crate::Backend::Sqlite || text.chars().count() < 3 {
+            return Ok(());
+        }
+        let phrase = format!("\"{}\"", text.replace('"', "\"\""));
+        let candidates = Query::select()
+            .expr(Expr::cust("rowid"))
+            .from(sea_query::Alias::new("tasks_title"))
+            .and_where(Expr::cust_with_values(
+                "tasks_title MATCH ?",
+                [phrase.clone()],
+            ))
+            .to_owned();
+        if self.rare(candidates).await? {
+            // Only the few candidates the index names are read; the LIKE decides.
+            stmt.and_where(Expr::cust_with_values(
+                "\"id\" IN (SELECT rowid FROM tasks_title WHERE tasks_title MATCH ?)",
+                [phrase],
+            ));
+        }
+        Ok(())
+    }
+
+    /// The gate verdict filter: a task with a gate that ended so. A rare verdict is found through
+    /// the gates' index by verdict, a common one by walking the tasks.
+    async fn verdict_filter(&self, stmt: &mut SelectStatement, verdict: Verdict) -> Result<()> {
+        use crate::gates::Gates;
+        let with_verdict = Query::select()
+            .column(Gates::TaskId)
+            .from(Gates::Table)
+            .and_where(Expr::col(Gates::Verdict).eq(verdict.as_str()))
+            .to_owned();
+        if self.rare(with_verdict.clone()).await? {
+            stmt.and_where(Expr::col(Tasks::Id).in_subquery(with_verdict));
+        } else {
+            stmt.and_where(Expr::exists(
+                Query::select()
+                    .expr(Expr::val(1))
+                    .from(Gates::Table)
+                    .and_where(
+                        Expr::col((Gates::Table, Gates::TaskId)).equals((Tasks::Table, Tasks::Id)),
+                    )
+                    .and_where(Expr::col((Gates::Table, Gates::Verdict)).eq(verdict.as_str()))
+                    .to_owned(),
+            ));
+        }
+        Ok(())
     }
 
     /// A page of tasks, newest first: see [`TaskPage`].
@@ -545,38 +624,20 @@ impl Store {
             stmt.and_where(Expr::col(Tasks::AutomationId).eq(automation));
         }
         if let Some(text) = &page.title_contains {
-            stmt.and_where(
-                Expr::expr(sea_query::Func::lower(Expr::col(Tasks::Title)))
-                    .like(sea_query::LikeExpr::new(contains_pattern(text)).escape('\\')),
-            );
+            self.title_filter(&mut stmt, text).await?;
         }
         if let Some(repository) = &page.repository {
             stmt.and_where(Expr::col(Tasks::Repository).eq(repository.as_str()));
         }
         if let Some(verdict) = page.gate_verdict {
-            use crate::gates::Gates;
-            stmt.and_where(Expr::exists(
-                Query::select()
-                    .expr(Expr::val(1))
-                    .from(Gates::Table)
-                    .and_where(
-                        Expr::col((Gates::Table, Gates::TaskId)).equals((Tasks::Table, Tasks::Id)),
-                    )
-                    .and_where(Expr::col((Gates::Table, Gates::Verdict)).eq(verdict.as_str()))
-                    .to_owned(),
-            ));
+            self.verdict_filter(&mut stmt, verdict).await?;
         }
         if let Some(before) = page.before {
             stmt.and_where(Expr::col(Tasks::Id).lt(before.0));
         }
         stmt.order_by(Tasks::Id, Order::Desc)
             .limit(Ord::max(page.limit, 1));
-        self.pool
-            .fetch_all::<TaskRow, _>(&stmt)
-            .await?
-            .into_iter()
-            .map(Task::try_from)
-            .collect()
+        self.fetch_tasks(&stmt).await
     }
 
     /// Tasks whose update time (Unix milliseconds; every event bumps it) is after the key
@@ -595,12 +656,7 @@ impl Store {
         .order_by(Tasks::UpdatedAt, Order::Asc)
         .order_by(Tasks::Id, Order::Asc)
         .limit(Ord::max(limit, 1));
-        self.pool
-            .fetch_all::<TaskRow, _>(&stmt)
-            .await?
-            .into_iter()
-            .map(Task::try_from)
-            .collect()
+        self.fetch_tasks(&stmt).await
     }
 
     /// The checkouts tasks work on, most recently used first, at most `limit`: what the

@@ -317,15 +317,7 @@ async fn list_stream(
             );
         }
         List::Approvals => {
-            let pending = web
-                .store
-                .list_approvals(&orchestrator_store::ApprovalFilter {
-                    status: Some(orchestrator_store::approval_status::PENDING.to_owned()),
-                    task: None,
-                    limit: Some(1000),
-                })
-                .await?
-                .len();
+            let pending = web.store.count_pending_approvals().await?;
             ready.push_back(
                 Event::default()
                     .event("pending")

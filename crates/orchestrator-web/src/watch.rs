@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use orchestrator_store::{Approval, ApprovalFilter, Store, Task, approval_status};
+use orchestrator_store::{Approval, Store, Task};
 use orchestrator_types::{TaskState, now_millis};
 use tokio::sync::broadcast;
 
@@ -33,7 +33,7 @@ pub(crate) enum Change {
     /// Tasks per state, after changes to tasks.
     Counts(Arc<Vec<(TaskState, i64)>>),
     /// Approvals waiting for a person, after changes to approvals.
-    Pending(usize),
+    Pending(u64),
 }
 
 /// The change's time: what a stream sends as its event id, to resume from.
@@ -90,7 +90,7 @@ struct Looker {
     tasks_high: Option<i64>,
     approvals_high: Option<i64>,
     counts: Option<Arc<Vec<(TaskState, i64)>>>,
-    pending: Option<usize>,
+    pending: Option<u64>,
 }
 
 impl Looker {
@@ -119,15 +119,7 @@ impl Looker {
             }
         }
         if self.look_at_approvals(now).await? || self.pending.is_none() {
-            let pending = self
-                .store
-                .list_approvals(&ApprovalFilter {
-                    status: Some(approval_status::PENDING.to_owned()),
-                    task: None,
-                    limit: Some(1000),
-                })
-                .await?
-                .len();
+            let pending = self.store.count_pending_approvals().await?;
             if self.pending != Some(pending) {
                 self.pending = Some(pending);
                 let _ = self.sender.send(Change::Pending(pending));

@@ -60,6 +60,7 @@ conformance!(
     overview_counts_what_ended_and_what_waits,
     changed_tasks_are_walked_by_update_time,
     task_pages_filter_by_repository_and_gate_verdict,
+    title_search_is_the_same_for_common_and_rare_texts,
     approvals_changed_since_a_time_are_found,
     migrations_are_idempotent,
     automations_crud_and_unique_names,

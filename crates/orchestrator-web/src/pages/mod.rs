@@ -105,21 +105,12 @@ async fn security_headers(request: Request, next: Next) -> Response {
 pub(crate) struct Viewer {
     pub csrf: String,
     pub read_only: bool,
-    pub pending: usize,
+    pub pending: u64,
 }
 
 impl Viewer {
     pub(crate) async fn of(web: &Web, headers: &HeaderMap) -> Viewer {
-        let pending = web
-            .store
-            .list_approvals(&orchestrator_store::ApprovalFilter {
-                status: Some(orchestrator_store::approval_status::PENDING.to_owned()),
-                task: None,
-                limit: Some(1000),
-            })
-            .await
-            .map(|a| a.len())
-            .unwrap_or(0);
+        let pending = web.store.count_pending_approvals().await.unwrap_or(0);
         Viewer {
             csrf: web.sessions.csrf_of(headers).unwrap_or_default(),
             read_only: web.read_only,

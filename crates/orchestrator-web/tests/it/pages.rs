@@ -193,6 +193,99 @@ async fn the_tasks_page_filters_in_the_url_and_pages_by_keyset() {
     assert_eq!(found.matches("data-task=").count(), 1);
     let (status, _, _) = browser.get("/?state=sleeping").await;
     assert_eq!(status, 400);
+    // The repositories tasks work on are offered, and one filters; a verdict that cannot be is
+    // refused.
+    assert!(
+        page.contains(&format!("<option value=\"{}\">", api.ws)),
+        "the repository filter offers the workspace"
+    );
+    let (_, none, _) = browser.get("/?repository=/elsewhere").await;
+    assert_eq!(none.matches("data-task=").count(), 0);
+    assert!(
+        none.contains("<option value=\"/elsewhere\" selected>"),
+        "kept selected"
+    );
+    let (_, failed, _) = browser.get("/?verdict=failed").await;
+    assert_eq!(
+        failed.matches("data-task=").count(),
+        0,
+        "no gate has failed"
+    );
+    let (status, _, _) = browser.get("/?verdict=green").await;
+    assert_eq!(status, 400);
+    // The newest page follows the store; an older one stays as it was read.
+    assert!(page.contains("data-live-toggle") && page.contains("data-row-state=\"queued\""));
+    assert!(!older_page_is_live(&browser, &next).await);
+}
+
+async fn older_page_is_live(browser: &Browser, next: &str) -> bool {
+    browser.get(next).await.1.contains("data-live-toggle")
+}
+
+/// An agent's turns on its page: the reply's text (escaped), its tokens, and its tool calls; the
+/// box the streamed reply fills while it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_page_shows_its_turns_and_tool_calls() {
+    use orchestrator_store::NewMessage;
+    use orchestrator_types::{ChatMessage, EventKind, NewTask, Role, ToolCallRequest, Usage};
+    let api = Api::start(false).await;
+    let mut new = NewTask::agent("agent", "look around");
+    new.workspace = Some(api.ws.clone());
+    let id = api.store.create_task(&new).await.unwrap();
+    let (_, lease) = api
+        .store
+        .claim_task("web-test", id, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let reply = ChatMessage {
+        role: Role::Assistant,
+        content: Some("Looking at <b>main.rs</b>.".into()),
+        tool_calls: vec![ToolCallRequest {
+            id: "c1".into(),
+            name: "read_file".into(),
+            arguments: r#"{"path":"main.rs"}"#.into(),
+        }],
+        tool_call_id: None,
+        images: Vec::new(),
+    };
+    api.store
+        .append_messages(
+            &lease,
+            1,
+            &[NewMessage {
+                turn: 1,
+                message: reply,
+                usage: Some(Usage {
+                    prompt_tokens: 900,
+                    completion_tokens: 12,
+                    total_tokens: 912,
+                    cached_tokens: 0,
+                }),
+                model_ms: Some(250),
+            }],
+            (EventKind::Message, serde_json::json!({"role": "assistant"})),
+        )
+        .await
+        .unwrap();
+    api.store
+        .tool_call_started(&lease, 1, 1, 0, "c1", "read_file", r#"{"path":"main.rs"}"#)
+        .await
+        .unwrap();
+    let browser = Browser::login(&api).await;
+    let (status, page, _) = browser.get(&format!("/tasks/{}", id.0)).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("data-turn=\"1\""), "{page}");
+    assert!(
+        page.contains("Looking at &lt;b&gt;main.rs&lt;/b&gt;."),
+        "escaped"
+    );
+    assert!(page.contains("900 in / 12 out tokens") && page.contains("model 250 ms"));
+    assert!(page.contains("data-call=\"c1\"") && page.contains("status-started"));
+    assert!(
+        page.contains("data-live-reply"),
+        "the box for the streamed reply"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

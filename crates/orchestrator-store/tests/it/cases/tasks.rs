@@ -534,3 +534,81 @@ pub async fn task_pages_filter_by_repository_and_gate_verdict(db: &TestStore) {
     );
     let _ = nowhere;
 }
+
+/// A title search finds the same tasks whether the text is common (the newest are walked until a
+/// page is full) or rare (on SQLite, only the candidates of the trigram index are read), quotes
+/// and all.
+pub async fn title_search_is_the_same_for_common_and_rare_texts(db: &TestStore) {
+    let store = db.store.clone();
+    let many: Vec<NewTask> = (0..2_100)
+        .map(|i| NewTask::new(format!("Common chore {i}")))
+        .collect();
+    store.create_tasks(&many).await.unwrap();
+    let quoted = store
+        .create_task(&NewTask::new(r#"say "hi" to the parser"#))
+        .await
+        .unwrap();
+    let search = |text: &str, limit: u64| orchestrator_store::TaskPage {
+        title_contains: Some(text.to_owned()),
+        limit,
+        ..Default::default()
+    };
+    let titles = |tasks: Vec<orchestrator_store::Task>| -> Vec<String> {
+        tasks.into_iter().map(|t| t.title).collect()
+    };
+    let common = titles(store.task_page(&search("common CHORE", 3)).await.unwrap());
+    assert_eq!(
+        common,
+        [
+            "Common chore 2099",
+            "Common chore 2098",
+            "Common chore 2097"
+        ]
+    );
+    assert_eq!(
+        titles(store.task_page(&search("chore 2099", 50)).await.unwrap()),
+        ["Common chore 2099"]
+    );
+    assert_eq!(
+        titles(store.task_page(&search("hore 104", 50)).await.unwrap()),
+        [
+            "Common chore 1049",
+            "Common chore 1048",
+            "Common chore 1047",
+            "Common chore 1046",
+            "Common chore 1045",
+            "Common chore 1044",
+            "Common chore 1043",
+            "Common chore 1042",
+            "Common chore 1041",
+            "Common chore 1040",
+            "Common chore 104"
+        ]
+    );
+    let found = store.task_page(&search(r#""HI" to"#, 50)).await.unwrap();
+    assert_eq!(found.iter().map(|t| t.id).collect::<Vec<_>>(), [quoted]);
+    assert!(
+        store
+            .task_page(&search("no such title", 50))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Filters and the keyset apply to a rare text as to a common one.
+    let older = store
+        .task_page(&orchestrator_store::TaskPage {
+            before: Some(quoted),
+            ..search("chore 2099", 50)
+        })
+        .await
+        .unwrap();
+    assert_eq!(titles(older), ["Common chore 2099"]);
+    let canceled_only = store
+        .task_page(&orchestrator_store::TaskPage {
+            state: Some(TaskState::Canceled),
+            ..search("chore 2099", 50)
+        })
+        .await
+        .unwrap();
+    assert!(canceled_only.is_empty());
+}
