@@ -124,6 +124,8 @@ pub fn document() -> Value {
             "acceptance": {"type": "array", "items": {"type": "string"}}
         }
     });
+    let verdict =
+        json!({"type": "string", "enum": ["passed", "failed", "timed_out", "error", "canceled"]});
     let status_note = json!({
         "type": "object",
         "additionalProperties": false,
@@ -176,6 +178,8 @@ pub fn document() -> Value {
                     param("queue", "query", json!({"type": "string"}), "Only tasks of this queue."),
                     param("automation", "query", json!({"type": "string"}), "Only tasks this automation's slots created."),
                     param("q", "query", json!({"type": "string"}), "Text the title contains (any case)."),
+                    param("repository", "query", json!({"type": "string"}), "Only tasks on this checkout (the one their workspace was cloned from, else their workspace)."),
+                    param("verdict", "query", verdict.clone(), "Only tasks with a gate that ended with this verdict."),
                     param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 200}), "Page size (default 50)."),
                     param("before", "query", json!({"type": "integer"}), "The previous page's next_before."),
                 ], None, "200", json!({"type": "object", "required": ["tasks", "next_before"], "properties": {"tasks": {"type": "array", "items": {"type": "object"}}, "next_before": {"type": ["integer", "null"]}}})),
@@ -191,7 +195,9 @@ pub fn document() -> Value {
                     "state": state.clone(),
                     "queue": {"type": "string"},
                     "automation": {"type": "string"},
-                    "q": {"type": "string"}
+                    "q": {"type": "string"},
+                    "repository": {"type": "string"},
+                    "verdict": verdict
                 }
             })), "200", object())},
             "/api/v1/tasks/{id}": {"get": op("One task.", vec![id_param("task")], None, "200", object())},
