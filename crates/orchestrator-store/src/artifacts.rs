@@ -206,4 +206,43 @@ impl Store {
             bytes,
         })
     }
+
+    /// What a task's artifacts are (gate logs, tool outputs, patches, ...), oldest first, without
+    /// their bytes.
+    pub async fn task_artifacts(&self, task: TaskId) -> Result<Vec<ArtifactMeta>> {
+        let stmt = Query::select()
+            .columns([
+                Artifacts::Id,
+                Artifacts::TaskId,
+                Artifacts::Kind,
+                Artifacts::MediaType,
+                Artifacts::Summary,
+                Artifacts::OriginalBytes,
+                Artifacts::KeptBytes,
+                Artifacts::CutBytes,
+                Artifacts::CreatedAt,
+            ])
+            .from(Artifacts::Table)
+            .and_where(Expr::col(Artifacts::TaskId).eq(task.0))
+            .order_by(Artifacts::Id, sea_query::Order::Asc)
+            .to_owned();
+        type MetaRow = (i64, Option<i64>, String, String, String, i64, i64, i64, i64);
+        let rows: Vec<MetaRow> = self.pool.fetch_all(&stmt).await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(id, task_id, kind, media_type, summary, original, kept, cut, at)| ArtifactMeta {
+                    id: ArtifactId(id),
+                    task_id: task_id.map(TaskId),
+                    kind,
+                    media_type,
+                    summary,
+                    original_bytes: original,
+                    kept_bytes: kept,
+                    cut_bytes: cut,
+                    created_at: at,
+                },
+            )
+            .collect())
+    }
 }

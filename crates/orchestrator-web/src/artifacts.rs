@@ -12,6 +12,13 @@ use serde::Deserialize;
 
 use crate::{ApiError, ApiResult, Web, ok, parse_id, query};
 
+/// `GET /api/v1/tasks/{id}/artifacts`: what a task's artifacts are, oldest first.
+pub(crate) async fn of_task(State(web): State<Web>, Path(id): Path<String>) -> ApiResult {
+    let task = orchestrator_types::TaskId(parse_id(&id)?);
+    web.store.get_task(task).await?;
+    ok(&serde_json::json!({ "artifacts": web.store.task_artifacts(task).await? }))
+}
+
 pub(crate) async fn meta(State(web): State<Web>, Path(id): Path<String>) -> ApiResult {
     let artifact = web.store.get_artifact(ArtifactId(parse_id(&id)?)).await?;
     ok(&artifact.meta)

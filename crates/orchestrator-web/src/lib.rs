@@ -122,7 +122,7 @@ pub fn app(web: Web) -> Router {
 }
 
 /// Every route: method and path, as the OpenAPI document names them.
-pub const ROUTES: [(&str, &str); 34] = [
+pub const ROUTES: [(&str, &str); 35] = [
     ("GET", "/api/v1/health"),
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/api/v1/tasks"),
@@ -133,6 +133,7 @@ pub const ROUTES: [(&str, &str); 34] = [
     ("GET", "/api/v1/tasks/{id}/events"),
     ("GET", "/api/v1/tasks/{id}/events/stream"),
     ("GET", "/api/v1/tasks/{id}/turns"),
+    ("GET", "/api/v1/tasks/{id}/artifacts"),
     ("POST", "/api/v1/tasks/{id}/cancel"),
     ("POST", "/api/v1/tasks/{id}/retry"),
     ("GET", "/api/v1/automations"),
@@ -177,6 +178,7 @@ pub fn router(web: Web) -> Router {
         .route("/tasks/{id}/events", get(tasks::events))
         .route("/tasks/{id}/events/stream", get(stream::task_events))
         .route("/tasks/{id}/turns", get(turns::api))
+        .route("/tasks/{id}/artifacts", get(artifacts::of_task))
         .route("/tasks/{id}/cancel", post(tasks::cancel))
         .route("/tasks/{id}/retry", post(tasks::retry))
         .route(

@@ -301,6 +301,14 @@ pub fn document() -> Value {
             }
         }
     });
+    // Added here: one more inside the literal above is past serde_json's macro recursion limit.
+    doc["paths"]["/api/v1/tasks/{id}/artifacts"] = json!({"get": op(
+        "What a task's artifacts are (gate logs, tool outputs, patches), oldest first, without their bytes.",
+        vec![id_param("task")],
+        None,
+        "200",
+        list_of("artifacts"),
+    )});
     // A schedule that cannot fire is the request's fault, named as such.
     doc["paths"]["/api/v1/schedule-preview"]["get"]["responses"]["422"] =
         json!({"$ref": "#/components/responses/Error"});

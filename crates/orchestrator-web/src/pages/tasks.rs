@@ -11,6 +11,7 @@ use maud::html;
 use orchestrator_store::ApprovalFilter;
 use orchestrator_types::{EventKind, TaskId, TaskState};
 use serde::Deserialize;
+use std::collections::HashMap;
 
 use super::{Viewer, form, layout, page_error, store_error, time};
 use crate::Web;
@@ -191,6 +192,59 @@ pub(crate) async fn list(
     layout(&viewer, "Tasks", content)
 }
 
+/// The last `pr_attempt_preflight` of an attempt, as the agent ran it.
+struct Preflight {
+    status: String,
+    summary: String,
+    onto: Option<String>,
+}
+
+/// Each attempt's last preflight, from the task's tool calls (the arguments as the model wrote
+/// them, under any of the tool's names for the attempt).
+fn preflights(calls: &[orchestrator_store::ToolCallRecord]) -> HashMap<i64, Preflight> {
+    let mut found = HashMap::new();
+    for call in calls.iter().filter(|c| c.name == "pr_attempt_preflight") {
+        let Ok(args) = serde_json::from_str::<serde_json::Value>(&call.arguments) else {
+            continue;
+        };
+        let Some(attempt) = ["attempt_id", "id", "attempt"]
+            .iter()
+            .find_map(|key| args.get(key).and_then(serde_json::Value::as_i64))
+        else {
+            continue;
+        };
+        found.insert(
+            attempt,
+            Preflight {
+                status: call.status.clone(),
+                summary: call.summary.clone().unwrap_or_else(|| call.status.clone()),
+                onto: args
+                    .get("onto")
+                    .or_else(|| args.get("base"))
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned),
+            },
+        );
+    }
+    found
+}
+
+/// The pull requests opened for each attempt (number and address), from the task's GitHub
+/// writes.
+fn pulls(writes: &[orchestrator_types::TaskEvent]) -> HashMap<i64, Vec<(i64, String)>> {
+    let mut found: HashMap<i64, Vec<(i64, String)>> = HashMap::new();
+    for data in writes.iter().map(|e| &e.data) {
+        if data["action"] != "pr_opened" {
+            continue;
+        }
+        if let (Some(attempt), Some(number)) = (data["attempt"].as_i64(), data["number"].as_i64()) {
+            let url = data["url"].as_str().unwrap_or_default().to_owned();
+            found.entry(attempt).or_default().push((number, url));
+        }
+    }
+    found
+}
+
 fn parse_id(id: &str) -> Result<TaskId, super::Refused> {
     id.parse::<i64>()
         .ok()
@@ -231,12 +285,27 @@ pub(crate) async fn read(
         web.store.checklist(id),
         web.store.messages(id),
         web.store.tool_calls(id),
+        web.store.task_artifacts(id),
+        web.store.events_of_kind(id, EventKind::GithubWrite),
     );
-    let (task, gates, events, children, approvals, attempts, checklist, messages, calls) =
-        match found {
-            Ok(found) => found,
-            Err(e) => return store_error(e),
-        };
+    let (
+        task,
+        gates,
+        events,
+        children,
+        approvals,
+        attempts,
+        checklist,
+        messages,
+        calls,
+        artifacts,
+        writes,
+    ) = match found {
+        Ok(found) => found,
+        Err(e) => return store_error(e),
+    };
+    let checks = preflights(&calls);
+    let pulls = pulls(&writes);
     let turns = crate::turns::turns(messages, calls);
     let live = !task.state.is_terminal();
     let kinds: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
@@ -315,7 +384,7 @@ pub(crate) async fn read(
         @if !attempts.is_empty() {
             h2 { "PR attempts" }
             table {
-                thead { tr { th { "id" } th { "group" } th { "label" } th { "base" } th { "patch" } th { "selected" } } }
+                thead { tr { th { "id" } th { "group" } th { "label" } th { "base" } th { "patch" } th { "selected" } th { "last preflight" } th { "pull request" } } }
                 tbody {
                     @for a in &attempts {
                         tr data-attempt=(a.id) {
@@ -325,12 +394,50 @@ pub(crate) async fn read(
                             td { code { (a.base.chars().take(12).collect::<String>()) } }
                             td { (a.patch_bytes) " bytes" }
                             td { @if a.selected { strong { "selected" } } }
+                            td data-preflight {
+                                @if let Some(check) = checks.get(&a.id) {
+                                    span class=(format!("status-{}", check.status)) { (check.summary) }
+                                    @if let Some(onto) = &check.onto { " " span.muted { "onto " code { (onto) } } }
+                                } @else { span.muted { "none run" } }
+                            }
+                            td {
+                                @for (number, url) in pulls.get(&a.id).into_iter().flatten() {
+                                    @if url.starts_with("https://") || url.starts_with("http://") {
+                                        a data-pull href=(url) rel="noreferrer" { "#" (number) }
+                                    } @else { "#" (number) }
+                                    " "
+                                }
+                            }
                         }
                     }
                 }
             }
         }
         (crate::turns::section(task.id, &turns))
+        @if !artifacts.is_empty() {
+            h2 { "Artifacts" }
+            table {
+                thead { tr { th { "id" } th { "kind" } th { "summary" } th { "size" } th { "created" } th {} } }
+                tbody {
+                    @for a in &artifacts {
+                        tr data-artifact=(a.id.0) {
+                            td { (a.id.0) }
+                            td { (a.kind) }
+                            td { (a.summary) }
+                            td { (a.original_bytes) " bytes" @if a.cut_bytes > 0 { span.muted { " (" (a.cut_bytes) " cut from the middle)" } } }
+                            td.muted { (time(a.created_at)) }
+                            td {
+                                a href=(format!("/api/v1/artifacts/{}/content", a.id.0)) { "view" }
+                                " · "
+                                a href=(format!("/api/v1/artifacts/{}/content?tail=65536", a.id.0)) { "tail" }
+                                " · "
+                                a href=(format!("/api/v1/artifacts/{}/content?download=1", a.id.0)) { "download" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
         @if !children.is_empty() {
             h2 { "Children" }
             ul { @for c in &children { li { a href=(format!("/tasks/{}", c.id.0)) { "task " (c.id.0) } " " span class=(state_class(c.state.as_str())) { (c.state.as_str()) } " " (c.title) } } }

@@ -633,11 +633,88 @@ async fn a_tasks_pr_attempts_show_on_its_page_and_in_the_api() {
         })
         .await
         .unwrap();
+    // The agent's preflight of it, and the pull request opened from it (and one whose address
+    // is not a web address, which is shown but never linked).
+    let (_, lease) = api
+        .store
+        .claim_task("web-test", TaskId(id), 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let args = json!({"attempt_id": attempt.id, "onto": "origin/main"}).to_string();
+    api.store
+        .tool_call_started(&lease, 1, 1, 0, "p1", "pr_attempt_preflight", &args)
+        .await
+        .unwrap();
+    api.store
+        .tool_call_finished(
+            &lease,
+            1,
+            &orchestrator_store::ToolCallEnd {
+                call_id: "p1".into(),
+                turn: 1,
+                status: orchestrator_store::call_status::SUCCEEDED,
+                summary: "applies cleanly".into(),
+                artifact_id: None,
+                duration_ms: 9,
+                message: orchestrator_types::ChatMessage::tool("p1", "applies"),
+                usage: None,
+                event: json!({"call_id": "p1"}),
+            },
+        )
+        .await
+        .unwrap();
+    for (number, url) in [
+        (7, "https://github.com/acme/widgets/pull/7"),
+        (8, "javascript:alert(1)"),
+    ] {
+        api.store
+            .record_event(
+                TaskId(id),
+                orchestrator_types::EventKind::GithubWrite,
+                json!({"action": "pr_opened", "attempt": attempt.id, "number": number, "url": url}),
+            )
+            .await
+            .unwrap();
+    }
+    let log = api
+        .store
+        .put_artifact(
+            Some(TaskId(id)),
+            "tool_output",
+            "text/plain",
+            "the parser's output",
+            &orchestrator_types::Captured::from_bytes(b"parsed 3 files\n", 1024),
+        )
+        .await
+        .unwrap();
     let browser = Browser::login(&api).await;
     let (_, page, _) = browser.get(&format!("/tasks/{id}")).await;
     assert!(
         page.contains(&format!("data-attempt=\"{}\"", attempt.id)),
         "{page}"
+    );
+    assert!(
+        page.contains("applies cleanly") && page.contains("onto <code>origin/main</code>"),
+        "the last preflight: {page}"
+    );
+    assert!(page.contains(
+        "<a data-pull href=\"https://github.com/acme/widgets/pull/7\" rel=\"noreferrer\">#7</a>"
+    ));
+    assert!(
+        !page.contains("href=\"javascript:"),
+        "never a link that runs script"
+    );
+    assert!(page.contains(&format!("data-artifact=\"{}\"", log.0)));
+    assert!(page.contains("the parser&#39;s output") || page.contains("the parser's output"));
+    let (status, listed, _) = browser.get(&format!("/api/v1/tasks/{id}/artifacts")).await;
+    assert_eq!(status, 200);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["artifacts"][0]["kind"], "tool_output", "{listed}");
+    assert_eq!(listed["artifacts"][0]["original_bytes"], 15);
+    assert!(
+        listed["artifacts"][0].get("bytes").is_none(),
+        "no bytes in the list"
     );
     assert!(page.contains("bounds check &lt;first&gt;"), "escaped");
     assert!(page.contains("0123456789ab<"), "the base, shortened");
