@@ -37,6 +37,14 @@ pub fn parse_timezone(zone: &str) -> Result<Tz> {
         })
 }
 
+/// croner as crontab reads: optional seconds first, optional year last.
+pub(crate) fn parser() -> CronParser {
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Optional)
+        .build()
+}
+
 impl Schedule {
     /// Parses `expr` for the zone `timezone` (an IANA name such as `Europe/Berlin`).
     pub fn parse(expr: &str, timezone: &str) -> Result<Schedule> {
@@ -56,11 +64,7 @@ impl Schedule {
                 if fields == 1 { "" } else { "s" }
             )));
         }
-        let parser = CronParser::builder()
-            .seconds(Seconds::Optional)
-            .year(Year::Optional)
-            .build();
-        let cron = parser.parse(trimmed).map_err(|e| bad(e.to_string()))?;
+        let cron = parser().parse(trimmed).map_err(|e| bad(e.to_string()))?;
         Ok(Schedule {
             expr: trimmed.to_owned(),
             tz,

@@ -23,7 +23,6 @@
 //!   `cron: <expr>`: an honest echo rather than a wrong sentence.
 
 use croner::Cron;
-use croner::parser::{CronParser, Seconds, Year};
 
 const WEEKDAYS: [&str; 7] = [
     "Sunday",
@@ -76,12 +75,7 @@ fn parse(expr: &str) -> Option<Cron> {
     if !expr.starts_with('@') && !(5..=7).contains(&fields) {
         return None;
     }
-    CronParser::builder()
-        .seconds(Seconds::Optional)
-        .year(Year::Optional)
-        .build()
-        .parse(expr)
-        .ok()
+    crate::cron::parser().parse(expr).ok()
 }
 
 fn sentence(expr: &str) -> Option<String> {

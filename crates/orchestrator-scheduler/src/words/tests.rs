@@ -1,3 +1,6 @@
+//! The describer's tables: every example the dashboard and the CLI rely on, the nicknames, the
+//! day rules, the fallbacks, and random expressions that must never panic.
+
 use super::*;
 
 /// Checks every row and reports all mismatches at once.
