@@ -134,14 +134,20 @@
   if (fresh) {
     var newest = Number(fresh.getAttribute("data-newest"));
     var poll = fresh.getAttribute("data-poll");
+    // One question at a time; a change told meanwhile asks again when the answer is in.
     var asking = false;
+    var again = false;
     var look = function () {
-      if (asking) { return; }
+      if (asking) { again = true; return; }
       asking = true;
+      var done = function () {
+        asking = false;
+        if (again) { again = false; look(); }
+      };
       fetch(poll, { credentials: "same-origin" })
         .then(function (response) { return response.ok ? response.json() : null; })
         .then(function (page) {
-          asking = false;
+          done();
           if (!page) { return; }
           var count = page.tasks.filter(function (task) { return task.id > newest; }).length;
           if (count > 0) {
@@ -149,7 +155,7 @@
             fresh.hidden = false;
           }
         })
-        .catch(function () { asking = false; });
+        .catch(done);
     };
     follow("/api/v1/tasks/stream", {
       task: function (task) {
@@ -169,10 +175,14 @@
       },
       counts: function (data) {
         if (!data) { return; }
+        var total = 0;
         Object.keys(data.counts).forEach(function (state) {
+          total += data.counts[state];
           var cell = document.querySelector('[data-count="' + state + '"]');
           if (cell) { cell.textContent = String(data.counts[state]); }
         });
+        var all = document.querySelector('[data-count="all"]');
+        if (all) { all.textContent = String(total); }
       },
       reset: function () { look(); }
     }, document.querySelector("[data-live-toggle]"));

@@ -113,7 +113,7 @@ pub(crate) async fn list(
     let content = html! {
         h1 { "Tasks" }
         nav.counts {
-            a class=@if current.is_none() { "current" } href=(filters.link(None, None)) { "all " span.muted { (total) } }
+            a class=@if current.is_none() { "current" } href=(filters.link(None, None)) { "all " span.muted data-count="all" { (total) } }
             @for (s, n) in &counts {
                 a class=@if current == Some(s.as_str()) { "current" } href=(filters.link(Some(s.as_str()), None)) {
                     span class=(state_class(s.as_str())) { (s.as_str()) } " " span.muted data-count=(s.as_str()) { (n) }

@@ -63,8 +63,12 @@ test("the tasks list follows its tasks live, and can be paused", async () => {
   const { context, page } = await loggedIn();
   // The list says a new task arrived rather than moving its rows.
   const before = await page.locator("[data-task]").count();
+  const total = Number(await page.textContent('[data-count="all"]'));
   const task = await createTask("from the API, listed", 6);
   await page.waitForSelector("[data-new-tasks]:not([hidden])", { timeout: 20000 });
+  // The counts follow the store too.
+  await page.waitForFunction((n) => document.querySelector('[data-count="all"]').textContent === String(n),
+    total + 1, { timeout: 20000 });
   assert.equal(await page.textContent("[data-new-count]"), "1");
   assert.equal(await page.locator("[data-task]").count(), before, "the rows stayed");
   await page.screenshot({ path: `${SHOTS}/tasks-one-new.png`, fullPage: true });
