@@ -111,6 +111,22 @@ pub(crate) async fn insert_artifact(
     Ok(ArtifactId(id))
 }
 
+/// The columns of what an artifact is, in [`MetaRow`]'s order.
+const META: [Artifacts; 9] = [
+    Artifacts::Id,
+    Artifacts::TaskId,
+    Artifacts::Kind,
+    Artifacts::MediaType,
+    Artifacts::Summary,
+    Artifacts::OriginalBytes,
+    Artifacts::KeptBytes,
+    Artifacts::CutBytes,
+    Artifacts::CreatedAt,
+];
+
+type MetaRow = (i64, Option<i64>, String, String, String, i64, i64, i64, i64);
+
+/// [`META`]'s columns, then the compression and the bytes.
 type ArtifactRow = (
     i64,
     Option<i64>,
@@ -120,10 +136,25 @@ type ArtifactRow = (
     i64,
     i64,
     i64,
+    i64,
     String,
     Vec<u8>,
-    i64,
 );
+
+fn meta(row: MetaRow) -> ArtifactMeta {
+    let (id, task_id, kind, media_type, summary, original, kept, cut, at) = row;
+    ArtifactMeta {
+        id: ArtifactId(id),
+        task_id: task_id.map(TaskId),
+        kind,
+        media_type,
+        summary,
+        original_bytes: original,
+        kept_bytes: kept,
+        cut_bytes: cut,
+        created_at: at,
+    }
+}
 
 impl Store {
     /// Keeps `captured` (already bounded by its capture) as an artifact.
@@ -155,19 +186,8 @@ impl Store {
 
     pub async fn get_artifact(&self, id: ArtifactId) -> Result<Artifact> {
         let stmt = Query::select()
-            .columns([
-                Artifacts::Id,
-                Artifacts::TaskId,
-                Artifacts::Kind,
-                Artifacts::MediaType,
-                Artifacts::Summary,
-                Artifacts::OriginalBytes,
-                Artifacts::KeptBytes,
-                Artifacts::CutBytes,
-                Artifacts::Compression,
-                Artifacts::Data,
-                Artifacts::CreatedAt,
-            ])
+            .columns(META)
+            .columns([Artifacts::Compression, Artifacts::Data])
             .from(Artifacts::Table)
             .and_where(Expr::col(Artifacts::Id).eq(id.0))
             .to_owned();
@@ -176,7 +196,7 @@ impl Store {
             .fetch_optional(&stmt)
             .await?
             .ok_or(Error::ArtifactNotFound(id.0))?;
-        let (id, task_id, kind, media_type, summary, original, kept, cut, compression, data, at) =
+        let (id, task_id, kind, media_type, summary, original, kept, cut, at, compression, data) =
             row;
         let bytes = match compression.as_str() {
             "zstd" => zstd::stream::decode_all(data.as_slice()).map_err(|e| Error::Corrupt {
@@ -192,17 +212,9 @@ impl Store {
             }
         };
         Ok(Artifact {
-            meta: ArtifactMeta {
-                id: ArtifactId(id),
-                task_id: task_id.map(TaskId),
-                kind,
-                media_type,
-                summary,
-                original_bytes: original,
-                kept_bytes: kept,
-                cut_bytes: cut,
-                created_at: at,
-            },
+            meta: meta((
+                id, task_id, kind, media_type, summary, original, kept, cut, at,
+            )),
             bytes,
         })
     }
@@ -211,38 +223,12 @@ impl Store {
     /// their bytes.
     pub async fn task_artifacts(&self, task: TaskId) -> Result<Vec<ArtifactMeta>> {
         let stmt = Query::select()
-            .columns([
-                Artifacts::Id,
-                Artifacts::TaskId,
-                Artifacts::Kind,
-                Artifacts::MediaType,
-                Artifacts::Summary,
-                Artifacts::OriginalBytes,
-                Artifacts::KeptBytes,
-                Artifacts::CutBytes,
-                Artifacts::CreatedAt,
-            ])
+            .columns(META)
             .from(Artifacts::Table)
             .and_where(Expr::col(Artifacts::TaskId).eq(task.0))
             .order_by(Artifacts::Id, sea_query::Order::Asc)
             .to_owned();
-        type MetaRow = (i64, Option<i64>, String, String, String, i64, i64, i64, i64);
         let rows: Vec<MetaRow> = self.pool.fetch_all(&stmt).await?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(id, task_id, kind, media_type, summary, original, kept, cut, at)| ArtifactMeta {
-                    id: ArtifactId(id),
-                    task_id: task_id.map(TaskId),
-                    kind,
-                    media_type,
-                    summary,
-                    original_bytes: original,
-                    kept_bytes: kept,
-                    cut_bytes: cut,
-                    created_at: at,
-                },
-            )
-            .collect())
+        Ok(rows.into_iter().map(meta).collect())
     }
 }

@@ -157,15 +157,7 @@ async fn the_approvals_stream_tells_what_is_asked_and_decided_and_how_many_wait(
         ("pending", json!(0))
     );
 
-    let mut new = NewTask::agent("deploys", "do it");
-    new.workspace = Some(api.ws.clone());
-    let task = api.store.create_task(&new).await.unwrap();
-    let (_, lease) = api
-        .store
-        .claim_task("web-test", task, 60_000)
-        .await
-        .unwrap()
-        .unwrap();
+    let (_, lease) = api.running_agent("deploys").await;
     let approval = api
         .store
         .request_approval(

@@ -101,6 +101,23 @@ impl Api {
         self.send("POST", path, Some(body), true).await
     }
 
+    /// An agent task in the workspace, claimed: its id and the lease to write for it.
+    pub(crate) async fn running_agent(
+        &self,
+        title: &str,
+    ) -> (orchestrator_types::TaskId, orchestrator_store::Lease) {
+        let mut new = NewTask::agent(title, "do it");
+        new.workspace = Some(self.ws.clone());
+        let id = self.store.create_task(&new).await.unwrap();
+        let (_, lease) = self
+            .store
+            .claim_task("web-test", id, 60_000)
+            .await
+            .unwrap()
+            .unwrap();
+        (id, lease)
+    }
+
     pub(crate) async fn task(&self, title: &str) -> i64 {
         let mut new = NewTask::new(title).with_gate("true");
         new.workspace = Some(self.ws.clone());

@@ -223,17 +223,9 @@ async fn the_tasks_page_filters_in_the_url_and_pages_by_keyset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_page_shows_its_turns_and_tool_calls() {
     use orchestrator_store::NewMessage;
-    use orchestrator_types::{ChatMessage, EventKind, NewTask, Role, ToolCallRequest, Usage};
+    use orchestrator_types::{ChatMessage, EventKind, Role, ToolCallRequest, Usage};
     let api = Api::start(false).await;
-    let mut new = NewTask::agent("agent", "look around");
-    new.workspace = Some(api.ws.clone());
-    let id = api.store.create_task(&new).await.unwrap();
-    let (_, lease) = api
-        .store
-        .claim_task("web-test", id, 60_000)
-        .await
-        .unwrap()
-        .unwrap();
+    let (id, lease) = api.running_agent("agent").await;
     let reply = ChatMessage {
         role: Role::Assistant,
         content: Some("Looking at <b>main.rs</b>.".into()),

@@ -3,7 +3,7 @@
 
 use crate::{Api, TOKEN, code};
 use orchestrator_store::{NewApproval, approval_kind};
-use orchestrator_types::{NewTask, now_millis};
+use orchestrator_types::now_millis;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -11,15 +11,7 @@ async fn approvals_are_listed_decided_and_decided_once() {
     let api = Api::start(false).await;
     let mut ids = Vec::new();
     for i in 0..2 {
-        let mut new = NewTask::agent(format!("agent {i}"), "do it");
-        new.workspace = Some(api.ws.clone());
-        let id = api.store.create_task(&new).await.unwrap();
-        let (_, lease) = api
-            .store
-            .claim_task("web-test", id, 60_000)
-            .await
-            .unwrap()
-            .unwrap();
+        let (_, lease) = api.running_agent(&format!("agent {i}")).await;
         let approval = api
             .store
             .request_approval(
