@@ -129,14 +129,7 @@ async fn the_tasks_stream_tells_each_change_and_the_counts_and_resumes_after_a_r
         ("/api/v1/tasks/stream?after=x", None),
         ("/api/v1/approvals/stream", Some("-3")),
     ] {
-        let mut request = api
-            .client
-            .get(format!("{}{path}", api.base))
-            .bearer_auth(TOKEN);
-        if let Some(value) = header {
-            request = request.header("Last-Event-ID", value);
-        }
-        assert_eq!(request.send().await.unwrap().status(), 400, "{path}");
+        assert_eq!(api.stream_status(path, header).await, 400, "{path}");
     }
     let anonymous = api
         .client

@@ -118,6 +118,18 @@ impl Api {
         (id, lease)
     }
 
+    /// The status a stream answers with the token and, if given, a `Last-Event-ID`.
+    pub(crate) async fn stream_status(&self, path: &str, last_event_id: Option<&str>) -> u16 {
+        let mut request = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(TOKEN);
+        if let Some(value) = last_event_id {
+            request = request.header("Last-Event-ID", value);
+        }
+        request.send().await.unwrap().status().as_u16()
+    }
+
     pub(crate) async fn task(&self, title: &str) -> i64 {
         let mut new = NewTask::new(title).with_gate("true");
         new.workspace = Some(self.ws.clone());

@@ -224,14 +224,7 @@ async fn a_tasks_events_stream_live_end_with_the_task_and_resume_from_last_event
         (format!("/api/v1/tasks/{id}/events/stream"), Some("x"), 400),
         ("/api/v1/tasks/99999/events/stream".to_owned(), None, 404),
     ] {
-        let mut request = api
-            .client
-            .get(format!("{}{path}", api.base))
-            .bearer_auth(TOKEN);
-        if let Some(value) = header {
-            request = request.header("Last-Event-ID", value);
-        }
-        assert_eq!(request.send().await.unwrap().status(), status, "{path}");
+        assert_eq!(api.stream_status(&path, header).await, status, "{path}");
     }
 }
 
