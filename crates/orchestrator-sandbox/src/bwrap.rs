@@ -5,9 +5,10 @@
 //! pid namespace (so the daemon's `/proc/PID/environ` is out of sight), an empty `/run` (a
 //! read-only mount does not stop a `connect()` to a service's unix socket there), and the task's
 //! private directory as `/tmp`. Then the paths of the config, deepest last: the workspace and the
-//! writable roots bound writable, `.git/config` and `.git/hooks` bound read-only again (so a
-//! sandboxed `git config core.fsmonitor ...` cannot plant a command that the daemon's own git would
-//! run), and the hidden paths (the orchestrator's home, its store, secret paths) covered by an
+//! writable roots bound writable, each one's whole `.git` bound read-only again (so a sandboxed
+//! command can plant nothing that git runs later, for the daemon or for the person's own `git
+//! status`: no `core.fsmonitor`, hook, filter, `commondir` or `core.worktree`; and a mount point
+//! cannot be renamed or removed, so `.git` cannot be replaced by another), and the hidden paths (the orchestrator's home, its store, secret paths) covered by an
 //! empty tmpfs or `/dev/null`. Sorting by depth makes "the workspace inside a hidden directory" and
 //! "a hidden directory inside the workspace" both come out right.
 //!
@@ -30,22 +31,28 @@ pub(crate) struct Plan<'a> {
     pub tmp: &'a Path,
     pub writable_roots: &'a [PathBuf],
     pub hidden: &'a [PathBuf],
+    /// The home directory to hide, and what of it stays readable.
+    pub home: Option<&'a Path>,
+    pub home_visible: &'a [PathBuf],
     pub cwd: &'a Path,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Op {
     // In this order at equal depth: a path both bound and hidden ends hidden.
+    /// The home directory: an empty directory that can be passed through (so the visible
+    /// toolchains below it are reached), made read-only once everything below is mounted.
+    HideHome,
     Bind,
     ReadOnly,
+    /// An empty read-only directory where a writable root has no `.git`: without it, a command
+    /// could make one (`git init`, then a config with an fsmonitor command) that a person's next
+    /// `git status` there would obey. git passes over an empty `.git` as "not a repository", so
+    /// the directory left behind changes nothing for git.
+    EmptyReadOnly,
     HideDir,
     HideFile,
 }
-
-/// Paths under `.git` that hold commands git runs (hooks, and `core.fsmonitor`, filters,
-/// `diff.external` in the config). The rest of `.git` stays writable so that `git add`,
-/// `git stash` and commits work.
-const GIT_PROTECTED: &[&str] = &[".git/config", ".git/hooks", ".git/info"];
 
 /// The arguments for `bwrap`, up to and excluding the `--` before the program.
 pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
@@ -99,22 +106,41 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
         plan.workspace,
         if writable { Op::Bind } else { Op::ReadOnly },
     ));
-    let mut protected: Vec<PathBuf> = Vec::new();
+    let mut git_dirs: Vec<(PathBuf, Op)> = Vec::new();
     if writable {
         for root in plan.writable_roots {
             if root.exists() {
                 ops.push((root, Op::Bind));
             }
         }
-        for rel in GIT_PROTECTED {
-            let path = plan.workspace.join(rel);
-            if path.exists() {
-                protected.push(path);
+        for root in std::iter::once(plan.workspace).chain(plan.writable_roots.iter().map(|r| r.as_path())) {
+            let git = root.join(".git");
+            // A directory, a gitlink file or a symlink: whatever is there is kept as it is.
+            let op = if std::fs::symlink_metadata(&git).is_ok() {
+                Op::ReadOnly
+            } else {
+                Op::EmptyReadOnly
+            };
+            if root.exists() {
+                git_dirs.push((git, op));
             }
         }
     }
-    for path in &protected {
-        ops.push((path, Op::ReadOnly));
+    for (path, op) in &git_dirs {
+        ops.push((path, *op));
+    }
+    // The home is covered unless the workspace is the home or above it (then the agent's own
+    // files are the home's, and only the hidden paths are covered).
+    let hidden_home = plan
+        .home
+        .filter(|home| home.components().count() > 1 && !home.starts_with(plan.workspace));
+    if let Some(home) = hidden_home {
+        ops.push((home, Op::HideHome));
+        for path in plan.home_visible {
+            if path.starts_with(home) && path.exists() {
+                ops.push((path, Op::ReadOnly));
+            }
+        }
     }
     for path in plan.hidden {
         match std::fs::metadata(path) {
@@ -127,11 +153,24 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
     for (path, op) in ops {
         let path = path.as_os_str().to_owned();
         match op {
+            Op::HideHome => out.extend(["--perms".into(), "0755".into(), "--tmpfs".into(), path]),
             Op::Bind => out.extend(["--bind".into(), path.clone(), path]),
             Op::ReadOnly => out.extend(["--ro-bind".into(), path.clone(), path]),
+            Op::EmptyReadOnly => out.extend([
+                "--perms".into(),
+                "0555".into(),
+                "--tmpfs".into(),
+                path.clone(),
+                "--remount-ro".into(),
+                path,
+            ]),
             Op::HideDir => out.extend(["--perms".into(), "0000".into(), "--tmpfs".into(), path]),
             Op::HideFile => out.extend(["--ro-bind".into(), "/dev/null".into(), path]),
         }
+    }
+    if let Some(home) = hidden_home {
+        // Last, so that the mount points below it could still be made.
+        out.extend(["--remount-ro".into(), home.as_os_str().to_owned()]);
     }
     out.push("--chdir".into());
     out.push(plan.cwd.as_os_str().to_owned());
@@ -170,6 +209,8 @@ mod tests {
             tmp: Path::new("/var/tmp/task-1"),
             writable_roots: &roots,
             hidden: &hidden,
+            home: None,
+            home_visible: &[],
             cwd: &ws,
         };
         let text = render(&args(&plan));
@@ -181,8 +222,10 @@ mod tests {
         assert!(text.contains("--unshare-net"));
         assert!(text.contains("--cap-drop ALL"));
         assert!(at(&format!("--bind {ws_s} {ws_s}")) < at(&format!("--tmpfs {}", home.display())));
+        assert!(at(&format!("--bind {ws_s} {ws_s}")) < at(&format!("--ro-bind {ws_s}/.git {ws_s}/.git")));
         assert!(
-            at(&format!("--bind {ws_s} {ws_s}")) < at(&format!("--ro-bind {ws_s}/.git/config"))
+            text.contains(&format!("--tmpfs {}/.git --remount-ro {}/.git", root.display(), root.display())),
+            "a writable root without .git gets an empty read-only one: {text}"
         );
         assert!(text.contains(&format!("--ro-bind /dev/null {}", store.display())));
         assert!(text.contains(&format!("--bind {} {}", root.display(), root.display())));

@@ -1,10 +1,12 @@
 //! The environment of child processes: the daemon's secrets never reach them.
 //!
-//! Two rules. An agent's processes get an allowlist (the variables a shell and a toolchain need to
-//! work, a `TMPDIR` of the task's own) plus the variables a person named; a person's gates get the
-//! daemon's environment minus everything that looks like a secret. Either way a secret passes only
-//! when a person's config names it, because only a person can decide that a process should hold
-//! one.
+//! One rule for everything started on the daemon's behalf: an allowlist (the variables a shell and
+//! a toolchain need to work, a `TMPDIR` of the task's own) plus the variables a person named. An
+//! agent's processes also get what the task's policy names (never a secret-looking one); a
+//! person's gates get what `gate_env` names. A gate's command is the person's, but the code it
+//! runs is the agent's, so it gets no more of the daemon's environment than an agent's command
+//! would (`MYSQL_PWD`, `DB_PASS`, `SENTRY_DSN` or `SSH_AUTH_SOCK` used to reach gates because
+//! their names did not look secret). A secret passes only when a person's config names it.
 
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
@@ -58,7 +60,7 @@ fn allowlisted(name: &str) -> bool {
 pub enum EnvRule {
     /// An agent's process: the allowlist, the named variables and TMPDIR.
     Agent,
-    /// A gate a person wrote: everything but secrets.
+    /// A gate a person wrote: the allowlist and what the config's `gate_env` names.
     PersonGate,
 }
 
@@ -96,7 +98,7 @@ pub fn child_env(
                 return false;
             }
             match inputs.rule {
-                EnvRule::PersonGate => true,
+                EnvRule::PersonGate => allowlisted(name),
                 EnvRule::Agent => allowlisted(name) || named(name, inputs.task_named),
             }
         })
@@ -142,6 +144,10 @@ mod tests {
         ("EDITOR", "vi"),
         ("RUST_LOG", "debug"),
         ("TMPDIR", "/var/tmp"),
+        ("MYSQL_PWD", "m"),
+        ("DB_PASS", "d"),
+        ("SENTRY_DSN", "https://k@sentry.example/1"),
+        ("SSH_AUTH_SOCK", "/run/user/1/ssh"),
     ];
 
     #[test]
@@ -166,7 +172,7 @@ mod tests {
     }
 
     #[test]
-    fn person_gates_get_everything_but_secrets_unless_the_config_names_them() {
+    fn person_gates_get_the_allowlist_and_what_the_config_names() {
         let extra = vec!["MY_MODEL_CRED".to_owned()];
         let env = child_env(
             vars(DAEMON),
@@ -180,15 +186,8 @@ mod tests {
         );
         assert_eq!(
             names(&env),
-            [
-                "EDITOR",
-                "HOME",
-                "LC_ALL",
-                "NPM_TOKEN",
-                "PATH",
-                "RUST_LOG",
-                "TMPDIR"
-            ]
+            ["HOME", "LC_ALL", "NPM_TOKEN", "PATH"],
+            "secrets whose names do not look secret (MYSQL_PWD, DB_PASS, SENTRY_DSN, SSH_AUTH_SOCK) stay out"
         );
     }
 

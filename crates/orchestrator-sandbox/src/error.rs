@@ -9,7 +9,7 @@ pub enum Error {
     /// No sandbox can be set up on this machine (bubblewrap missing, namespaces disabled). Not
     /// retryable here: the command is refused rather than run unconfined.
     #[error(
-        "this command must run in the {mode} sandbox, and no sandbox can be set up here: {reason}. Install bubblewrap (`apt install bubblewrap`), or set `allow_unsandboxed = true` under [sandbox] in the config to run agents' commands without one"
+        "this command must run in the {mode} sandbox, and no sandbox can be set up here: {reason}. Install bubblewrap (`apt install bubblewrap`), or set `allow_unsandboxed = true` under [sandbox] in the config to run such commands without one (for a person's gates alone, `person_gates = \"full\"`)"
     )]
     Unavailable { mode: String, reason: String },
     /// The task's private temporary directory could not be created. Retryable.

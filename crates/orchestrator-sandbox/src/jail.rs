@@ -55,7 +55,15 @@ struct Inner {
     env: Vec<(OsString, OsString)>,
 }
 
+/// The prefix of every private temporary directory, followed by the label and `p<pid>-`, so that
+/// the next daemon can tell whose a directory was (see [`sweep_stale_tmp`]).
+const TMP_PREFIX: &str = "orchestrator-";
+
+/// A task's private temporary directory: 0700 (only the daemon's user may enter it; tempfile's
+/// default would be 0755 less nothing, readable by every user of the machine), named after the
+/// label and this process, removed when the jail is dropped.
 fn private_tmp(label: &str) -> Result<TempDir> {
+    use std::os::unix::fs::PermissionsExt;
     let safe: String = label
         .chars()
         .map(|c| {
@@ -67,9 +75,41 @@ fn private_tmp(label: &str) -> Result<TempDir> {
         })
         .collect();
     tempfile::Builder::new()
-        .prefix(&format!("orchestrator-{safe}-"))
+        .prefix(&format!("{TMP_PREFIX}{safe}-p{}-", std::process::id()))
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
         .map_err(Error::TempDir)
+}
+
+/// Removes the private temporary directories that a daemon killed before it could drop its jails
+/// left in `dir` (the system's temporary directory in production): those whose process is gone.
+/// Returns how many were removed. `remove_dir_all` does not follow the symlinks an agent may have
+/// left inside.
+pub fn sweep_stale_tmp(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(pid) = owner_pid(name) else { continue };
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+            || pid == std::process::id() as i32;
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if !alive && is_dir && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The process id in a private temporary directory's name (`orchestrator-task-7-p1234-Xyz`).
+fn owner_pid(name: &str) -> Option<i32> {
+    let rest = name.strip_prefix(TMP_PREFIX)?;
+    let (_, after) = rest.rsplit_once("-p")?;
+    let (digits, _) = after.split_once('-')?;
+    digits.parse().ok().filter(|pid| *pid > 0)
 }
 
 impl Sandbox {
@@ -92,17 +132,18 @@ impl Sandbox {
         ))
     }
 
-    /// The jail of the gates a person wrote for a task: unsandboxed unless the config sandboxes
-    /// them, always without the daemon's secrets.
+    /// The jail of the gates a person wrote for a task: the `person_gates` mode of the config
+    /// (`workspace_write` by default, since the code a gate runs is the agent's), the allowlisted
+    /// environment plus the config's `gate_env`, never the daemon's secrets.
     pub fn person_gate_jail(&self, workspace: &Path, secrets: &[String]) -> Result<Jail> {
         let settings = self.settings();
-        let mode = settings.person_gates.unwrap_or(SandboxMode::Full);
+        let mode = settings.person_gates;
         let tmp = private_tmp("gate")?;
         let mut all_secrets = settings.secret_env.clone();
         all_secrets.extend(secrets.iter().cloned());
         Ok(self.jail(
             mode,
-            true,
+            settings.person_gates_network,
             workspace,
             tmp,
             EnvRule::PersonGate,
@@ -220,7 +261,7 @@ impl Jail {
             "there is no network"
         };
         Some(format!(
-            "The command ran in the {} sandbox: {writes}, .git/config and .git/hooks are read-only, the orchestrator's files and secret paths are hidden, and {network}. A \"Read-only file system\", \"Permission denied\" or connection error may come from that; it is the task's policy, not a fault to work around.",
+            "The command ran in the {} sandbox: {writes}, the workspace's .git is read-only (commit through the daemon's record of the attempt, not with git commit), the orchestrator's files, secret paths and the home directory (but its toolchains) are hidden, and {network}. A \"Read-only file system\", \"Permission denied\" or connection error may come from that; it is the task's policy, not a fault to work around.",
             self.inner.mode
         ))
     }
@@ -259,6 +300,8 @@ impl Jail {
                     tmp,
                     writable_roots: &settings.writable_roots,
                     hidden: &settings.hidden,
+                    home: settings.home.as_deref(),
+                    home_visible: &settings.home_visible,
                     cwd: &cwd,
                 };
                 let mut cmd = Command::new(bwrap);

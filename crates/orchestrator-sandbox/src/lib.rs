@@ -19,7 +19,7 @@ mod probe;
 
 pub use env::{EnvRule, is_secret_name};
 pub use error::{Error, Result};
-pub use jail::{Confinement, Jail};
+pub use jail::{Confinement, Jail, sweep_stale_tmp};
 pub use orchestrator_types::SandboxMode;
 pub use orphans::{GroupLedger, Reaped, TrackedGroup};
 pub use probe::Availability;
@@ -34,19 +34,31 @@ pub struct SandboxSettings {
     /// Paths no sandboxed process may read or write: the orchestrator's home, its store, its config
     /// file, and the secret paths the config lists.
     pub hidden: Vec<PathBuf>,
+    /// The user's home directory, hidden from confined processes except for `home_visible`:
+    /// credentials live there under names no list can keep up with (`~/.pgpass`,
+    /// `~/.config/git/credentials`, `~/.claude/.credentials.json`, `~/.Xauthority`), so the
+    /// home is deny-by-default. `None` leaves it readable (hidden paths are still hidden).
+    pub home: Option<PathBuf>,
+    /// What stays readable of `home`: the toolchains and caches a build needs (see the config's
+    /// defaults). Paths that do not exist are skipped.
+    pub home_visible: Vec<PathBuf>,
     /// Directories agents may write besides the workspace in `workspace_write` mode (a build cache,
     /// for example).
     pub writable_roots: Vec<PathBuf>,
     /// Variables agents' processes get besides the allowlist; a person named them, so they pass
     /// even if they look secret.
     pub agent_env: Vec<String>,
-    /// Variables a person's gates get although their names look secret.
+    /// Variables a person's gates get besides the allowlist, even when their names look secret.
     pub gate_env: Vec<String>,
     /// Further names that are secrets (the model key's variable, the GitHub token's variable).
     pub secret_env: Vec<String>,
-    /// The mode a person's gates run in; `None` runs them unsandboxed (with the scrubbed
-    /// environment).
-    pub person_gates: Option<SandboxMode>,
+    /// The mode a person's gates run in: `workspace_write` unless the config says otherwise. A
+    /// person's gate command is trusted, but the code it runs (`cargo test`, `npm test`, a
+    /// `check.sh`) is whatever the agent wrote, so it is confined like the agent. `full` is the
+    /// explicit opt-out, reported loudly by [`Sandbox::describe`].
+    pub person_gates: SandboxMode,
+    /// Whether a person's confined gates get the network (through the same rules as an agent's).
+    pub person_gates_network: bool,
     /// Run agents' processes unconfined where no sandbox can be set up, instead of refusing them.
     pub allow_unsandboxed: bool,
     /// The bubblewrap program; found on `PATH` when unset.
@@ -88,6 +100,8 @@ impl Sandbox {
             .iter()
             .map(|p| canonical(p))
             .collect();
+        settings.home = settings.home.as_deref().map(canonical);
+        settings.home_visible = settings.home_visible.iter().map(|p| canonical(p)).collect();
         let availability = probe::probe(settings.bwrap.as_deref());
         Sandbox {
             inner: Arc::new(Inner {
@@ -101,6 +115,12 @@ impl Sandbox {
     /// The same sandbox, writing down the process group of every command its jails start, so that
     /// the next daemon on this home ends them if this process dies without ending them itself.
     pub fn with_ledger(&self, ledger: GroupLedger) -> Self {
+        // A daemon that keeps a ledger is the one that ends what a killed one left running; the
+        // private temporary directories such a daemon left behind go with it.
+        let swept = sweep_stale_tmp(&std::env::temp_dir());
+        if swept > 0 {
+            tracing::info!(swept, "removed private temporary directories of daemons that are gone");
+        }
         Sandbox {
             inner: Arc::new(Inner {
                 settings: self.inner.settings.clone(),
@@ -126,6 +146,22 @@ impl Sandbox {
     /// One line for `serve`'s start and `orchestrator sandbox --check`: whether agents' processes
     /// are confined, and what happens if not.
     pub fn describe(&self) -> String {
+        let agents = self.describe_agents();
+        let gates = match self.inner.settings.person_gates {
+            SandboxMode::Full => "; WARNING: [sandbox] person_gates = \"full\": a person's gates run UNSANDBOXED, and the code they run (tests, scripts) is what agents wrote".to_owned(),
+            mode => format!(
+                "; a person's gates run in the {mode} sandbox{}",
+                if self.inner.settings.person_gates_network {
+                    " with the network"
+                } else {
+                    " without the network"
+                }
+            ),
+        };
+        format!("{agents}{gates}")
+    }
+
+    fn describe_agents(&self) -> String {
         match (
             &self.inner.availability,
             self.inner.settings.allow_unsandboxed,

@@ -69,6 +69,8 @@ fn probe_now(bwrap: Option<&Path>) -> Availability {
         tmp: tmp.path(),
         writable_roots: &[],
         hidden: &[],
+        home: None,
+        home_visible: &[],
         cwd: Path::new("/"),
     };
     let output = Command::new(&bwrap)

@@ -23,6 +23,12 @@
 //!   take the index lock, which would race with an agent's own commit) and no
 //!   `GIT_EXTERNAL_DIFF`; standard input is closed.
 //!
+//! The repository is found by the daemon, not by git's own discovery, and pinned with `GIT_DIR`
+//! and `GIT_WORK_TREE` ([`pin`]): an agent that plants a `.git` whose config names another work
+//! tree (`core.worktree` pointing at the daemon's home would make `git diff` print its token), a
+//! `commondir` naming another repository, or an `objects/info/alternates` reaching another object
+//! store, gets a refusal instead of a git command.
+//!
 //! What this does not cover: a filter defined between the listing and the command (a process that
 //! rewrites the config in a loop could win that race), and filters of submodules' own configs
 //! (git runs status in each submodule with the settings above, but their filters are not listed).
@@ -31,7 +37,7 @@
 //! libgit2 (the attempts' patch work in orchestrator-github) runs none of these programs, so it
 //! needs none of this.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Settings given with `-c`, which win over every configuration file. `core.quotepath=off` is not
@@ -69,28 +75,179 @@ const EMPTIED_FILTER: &[(&str, &str)] = &[
     ("required", "false"),
 ];
 
-/// A hardened `git` command running in `dir`; `args` start with the subcommand. Lists the
-/// repository's filters first (one short `git config`), so it blocks; async code uses
-/// [`tokio_command`].
-pub fn command(dir: &Path, args: &[&str]) -> Command {
+/// A hardened `git` command running in `dir`, on the repository [`pin`] found for it; `args`
+/// start with the subcommand. Lists the repository's filters first (one short `git config`), so
+/// it blocks; async code uses [`tokio_command`]. `Err` is a refusal to show: no repository, or
+/// one that reaches outside its work tree.
+pub fn command(dir: &Path, args: &[&str]) -> Result<Command, String> {
+    let repo = pin(dir)?;
     let filters = if needs_filter_listing(args) {
-        listing_output(filter_listing(dir).output())
+        listing_output(filter_listing(dir, &repo).output())
     } else {
         Vec::new()
     };
-    build(dir, args, &filters)
+    Ok(build(dir, &repo, args, &filters))
 }
 
 /// [`command`] for async code: the filters are listed without blocking a runtime thread.
-pub async fn tokio_command(dir: &Path, args: &[&str]) -> tokio::process::Command {
+pub async fn tokio_command(dir: &Path, args: &[&str]) -> Result<tokio::process::Command, String> {
+    let owned = dir.to_owned();
+    let repo = tokio::task::spawn_blocking(move || pin(&owned))
+        .await
+        .map_err(|e| format!("finding the repository failed: {e}"))??;
     let filters = if needs_filter_listing(args) {
-        let mut listing = tokio::process::Command::from(filter_listing(dir));
+        let mut listing = tokio::process::Command::from(filter_listing(dir, &repo));
         listing.kill_on_drop(true);
         listing_output(listing.output().await)
     } else {
         Vec::new()
     };
-    tokio::process::Command::from(build(dir, args, &filters))
+    Ok(tokio::process::Command::from(build(
+        dir, &repo, args, &filters,
+    )))
+}
+
+/// A repository as the daemon found it: the git directory and the work tree every command is
+/// pinned to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pinned {
+    pub git_dir: PathBuf,
+    pub work_tree: PathBuf,
+}
+
+/// Finds the repository holding `dir` the way git would (the nearest `.git` above it that is a
+/// repository, or a `gitdir:` file), without letting anything in it choose another place:
+///
+/// - a `.git` directory holding a `commondir` file is refused (only a linked worktree's git
+///   directory, reached through a `gitdir:` file and laid out as `<common>/worktrees/<name>`, has
+///   one);
+/// - a repository whose configuration sets `core.worktree` is refused (the pin would override it,
+///   but a repository that names another work tree is not one the daemon reads);
+/// - an `objects/info/alternates` of a repository inside its work tree may only name object
+///   stores inside that work tree.
+pub fn pin(dir: &Path) -> Result<Pinned, String> {
+    let start = std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut found = None;
+    for at in start.ancestors() {
+        let dot_git = at.join(".git");
+        let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
+            continue;
+        };
+        if meta.is_file() {
+            found = Some((at.to_owned(), gitlink_target(&dot_git, at)?, true));
+            break;
+        }
+        if meta.file_type().is_symlink() {
+            return Err(format!(
+                "refused: {} is a symlink; the orchestrator's own git reads only a .git that is a directory or a gitdir: file",
+                dot_git.display()
+            ));
+        }
+        if meta.is_dir() && dot_git.join("HEAD").is_file() {
+            found = Some((at.to_owned(), dot_git, false));
+            break;
+        }
+        // An empty `.git` (the sandbox's placeholder): git passes over it, and so does this.
+    }
+    let Some((work_tree, git_dir, linked)) = found else {
+        return Err(format!(
+            "fatal: not a git repository (or any of the parent directories): {}",
+            dir.display()
+        ));
+    };
+    let refuse = |why: String| {
+        Err(format!(
+            "refused: the repository at {} {why}; the orchestrator's own git reads only a repository whose git directory, common directory and object stores stay with its work tree",
+            work_tree.display()
+        ))
+    };
+    let commondir = git_dir.join("commondir");
+    let common = if commondir.exists() {
+        if !linked {
+            return refuse(format!(
+                "has a .git/commondir naming another repository ({})",
+                read_line(&commondir).unwrap_or_default()
+            ));
+        }
+        let named = read_line(&commondir).map_err(|e| format!("{}: {e}", commondir.display()))?;
+        let common = std::fs::canonicalize(git_dir.join(named))
+            .map_err(|e| format!("{}: {e}", commondir.display()))?;
+        if git_dir.parent() != Some(common.join("worktrees").as_path()) {
+            return refuse(format!(
+                "has a git directory {} that is not a worktree of {}",
+                git_dir.display(),
+                common.display()
+            ));
+        }
+        common
+    } else {
+        git_dir.clone()
+    };
+    if let Some(value) = configured_worktree(&git_dir) {
+        return refuse(format!("names another work tree in its config (core.worktree = {value})"));
+    }
+    if common.starts_with(&work_tree) {
+        let alternates = common.join("objects/info/alternates");
+        if let Ok(text) = std::fs::read_to_string(&alternates) {
+            for line in text.lines().map(str::trim) {
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                let named = common.join("objects").join(line);
+                let inside = std::fs::canonicalize(&named)
+                    .is_ok_and(|real| real.starts_with(&work_tree));
+                if !inside {
+                    return refuse(format!(
+                        "borrows objects from outside it (objects/info/alternates names {line})"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(Pinned { git_dir, work_tree })
+}
+
+/// The git directory a `gitdir: PATH` file names, relative paths taken from the file's directory.
+fn gitlink_target(file: &Path, at: &Path) -> Result<PathBuf, String> {
+    let line = read_line(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let Some(named) = line.strip_prefix("gitdir:") else {
+        return Err(format!(
+            "fatal: invalid gitfile format: {}",
+            file.display()
+        ));
+    };
+    std::fs::canonicalize(at.join(named.trim()))
+        .map_err(|e| format!("fatal: not a git repository: {} ({e})", named.trim()))
+}
+
+fn read_line(path: &Path) -> std::io::Result<String> {
+    Ok(std::fs::read_to_string(path)?
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_owned())
+}
+
+/// `core.worktree` as the repository's own configuration sets it (its config, a linked
+/// worktree's `config.worktree`, and what they include), read by git itself with the repository
+/// pinned, so no spelling of the key is missed; `None` when unset or unreadable.
+fn configured_worktree(git_dir: &Path) -> Option<String> {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(["config", "--includes", "--get-all", "core.worktree"])
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_CONFIG")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let value = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !value.is_empty()).then_some(value)
 }
 
 fn needs_filter_listing(args: &[&str]) -> bool {
@@ -98,9 +255,10 @@ fn needs_filter_listing(args: &[&str]) -> bool {
 }
 
 /// `git config` listing every filter setting with the scope it comes from.
-fn filter_listing(dir: &Path) -> Command {
+fn filter_listing(dir: &Path, repo: &Pinned) -> Command {
     build(
         dir,
+        repo,
         &[
             "config",
             "-z",
@@ -146,9 +304,19 @@ fn repository_filters(listing: &[u8]) -> Vec<String> {
     drivers
 }
 
-fn build(dir: &Path, args: &[&str], filters: &[String]) -> Command {
+fn build(dir: &Path, repo: &Pinned, args: &[&str], filters: &[String]) -> Command {
     let mut command = Command::new("git");
-    command.current_dir(dir).arg("--no-pager");
+    command
+        .current_dir(dir)
+        .env("GIT_DIR", &repo.git_dir)
+        .env("GIT_WORK_TREE", &repo.work_tree)
+        .env_remove("GIT_COMMON_DIR")
+        .env_remove("GIT_INDEX_FILE")
+        .env_remove("GIT_OBJECT_DIRECTORY")
+        .env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES")
+        .env_remove("GIT_NAMESPACE")
+        .env_remove("GIT_CONFIG")
+        .arg("--no-pager");
     for setting in SETTINGS {
         command.args(["-c", setting]);
     }
@@ -201,7 +369,11 @@ mod tests {
 
     #[test]
     fn diff_like_subcommands_get_no_external_diff_or_textconv() {
-        let diff = args_of(&build(Path::new("."), &["diff", "HEAD", "--stat"], &[]));
+        let repo = Pinned {
+            git_dir: PathBuf::from(".git"),
+            work_tree: PathBuf::from("."),
+        };
+        let diff = args_of(&build(Path::new("."), &repo, &["diff", "HEAD", "--stat"], &[]));
         let at = diff.iter().position(|a| a == "diff").unwrap();
         assert_eq!(
             &diff[at..],
@@ -209,7 +381,7 @@ mod tests {
         );
         assert!(diff[..at].contains(&"core.fsmonitor=false".to_owned()));
         assert!(diff[..at].contains(&"core.hooksPath=/dev/null".to_owned()));
-        let status = args_of(&build(Path::new("."), &["status", "--porcelain"], &[]));
+        let status = args_of(&build(Path::new("."), &repo, &["status", "--porcelain"], &[]));
         assert!(status.ends_with(&["status".to_owned(), "--porcelain".to_owned()]));
         assert!(!status.contains(&"--no-textconv".to_owned()));
     }
@@ -219,7 +391,11 @@ mod tests {
         let listing = b"global\0filter.lfs.process\0global\0filter.lfs.required\0local\0filter.ev.clean\0local\0filter.ev.required\0local\0filter.inc.x=y.clean\0worktree\0filter.Wt.smudge\0command\0filter.mine.clean\0";
         assert_eq!(repository_filters(listing), ["ev", "inc.x=y", "Wt"]);
         assert_eq!(repository_filters(b""), Vec::<String>::new());
-        let command = build(Path::new("."), &["status"], &["inc.x=y".to_owned()]);
+        let repo = Pinned {
+            git_dir: PathBuf::from(".git"),
+            work_tree: PathBuf::from("."),
+        };
+        let command = build(Path::new("."), &repo, &["status"], &["inc.x=y".to_owned()]);
         let envs: Vec<(String, String)> = command
             .get_envs()
             .filter_map(|(k, v)| {

@@ -16,6 +16,7 @@
 //! [`git_command`], here and in the worker alike, so that a repository's config runs nothing.
 
 pub mod args;
+pub mod beneath;
 pub mod context;
 pub mod docs;
 pub mod error;

@@ -6,6 +6,11 @@
 //! and every existing prefix of the path is canonicalized so that a symlink leading out is refused.
 //! A dangling symlink is refused too, because writing through it could create a file anywhere.
 //!
+//! Architecture Invariant: a path that passed [`Workspace::resolve`] is still opened only through
+//! the workspace's descriptor ([`Workspace::open_read`], [`Workspace::write_atomic`] and their
+//! siblings, in beneath.rs), never by its name: an agent's command may swap a directory for a
+//! symlink between the check and the open, and the kernel's `RESOLVE_BENEATH` is what refuses it.
+//!
 //! Architecture Invariant: a tool that writes, moves or deletes a file resolves it with
 //! [`Workspace::resolve_for_write`], which also refuses anything under a `.git` directory. git runs
 //! what its config and hooks name (`core.fsmonitor`, `core.hooksPath`, hooks, diff drivers), often
@@ -15,6 +20,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
+use crate::beneath::{Anchor, DirEntry};
 use crate::error::{Error, Result};
 use crate::result::{ToolFailure, refuse};
 
@@ -25,6 +31,8 @@ pub struct Workspace {
     root: Arc<PathBuf>,
     /// The root as the caller spelled it (absolute), accepted as a prefix of absolute paths too.
     given: Arc<PathBuf>,
+    /// A descriptor of the root that every open is made relative to.
+    anchor: Arc<Anchor>,
 }
 
 /// A path that passed confinement.
@@ -54,10 +62,70 @@ impl Workspace {
                 reason: "not a directory".into(),
             });
         }
+        let anchor = Anchor::open(&root).map_err(|e| Error::Workspace {
+            path: dir.to_owned(),
+            reason: e.to_string(),
+        })?;
         Ok(Workspace {
             root: Arc::new(root),
             given: Arc::new(given),
+            anchor: Arc::new(anchor),
         })
+    }
+
+    /// Where `r` lies below the root, as the descriptor-relative path the `*_at` calls take.
+    fn below<'a>(&self, r: &'a Resolved) -> &'a Path {
+        r.abs
+            .strip_prefix(self.root.as_path())
+            .unwrap_or(r.abs.as_path())
+    }
+
+    /// Opens a resolved file for reading through the root's descriptor (see beneath.rs).
+    pub fn open_read(&self, r: &Resolved) -> std::io::Result<std::fs::File> {
+        self.anchor.open_read(self.below(r))
+    }
+
+    /// The metadata of a resolved path, looked up through the root's descriptor.
+    pub fn metadata(&self, r: &Resolved) -> std::io::Result<std::fs::Metadata> {
+        self.anchor.metadata(self.below(r))
+    }
+
+    /// Whether an absolute path a walk found still lies below the root when looked up through the
+    /// root's descriptor: a directory swapped for a symlink during a walk fails this.
+    pub fn is_beneath(&self, abs: &Path) -> bool {
+        abs.strip_prefix(self.root.as_path())
+            .is_ok_and(|rel| self.anchor.is_beneath(rel))
+    }
+
+    /// The whole content of a resolved regular file, read through the root's descriptor.
+    pub fn read(&self, r: &Resolved) -> std::io::Result<Vec<u8>> {
+        self.anchor.read(self.below(r))
+    }
+
+    /// A resolved file's content as UTF-8 text.
+    pub fn read_to_string(&self, r: &Resolved) -> std::io::Result<String> {
+        String::from_utf8(self.read(r)?)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }
+
+    /// The entries of a resolved directory, read through the root's descriptor.
+    pub fn read_dir(&self, r: &Resolved) -> std::io::Result<Vec<DirEntry>> {
+        self.anchor.read_dir(self.below(r))
+    }
+
+    /// Writes a resolved file atomically through its parent's descriptor (see beneath.rs).
+    pub fn write_atomic(&self, r: &Resolved, bytes: &[u8]) -> std::io::Result<()> {
+        self.anchor.write_atomic(self.below(r), bytes)
+    }
+
+    /// Removes a resolved file or symlink through its parent's descriptor.
+    pub fn remove_file(&self, r: &Resolved) -> std::io::Result<()> {
+        self.anchor.remove_file(self.below(r))
+    }
+
+    /// Removes a resolved directory if it is empty.
+    pub fn remove_empty_dir(&self, r: &Resolved) -> std::io::Result<()> {
+        self.anchor.remove_empty_dir(self.below(r))
     }
 
     /// The canonical root directory.

@@ -10,7 +10,6 @@
 //! patch does not hold.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use orchestrator_github::{ChangedFile, FileStatus, Preflight, RecordedPatch};
 use orchestrator_store::{Attempt, NewAttempt, Store};
@@ -292,24 +291,22 @@ fn gates_json(gates: &[GateRecord]) -> Value {
 }
 
 /// The top of the worktree holding `dir`: a task's workspace may be a subdirectory of its
-/// repository, and patches name paths from the top.
+/// repository, and patches name paths from the top. Found the way every git command of the daemon
+/// finds it (`git_command::pin`): the worktree is the agent's, and a repository that names
+/// another work tree, common directory or object store is refused, because libgit2 would obey it.
 pub(crate) async fn repository_of(dir: &Path) -> Result<PathBuf> {
-    let not_a_worktree = || AttemptError::NotAWorktree(dir.display().to_string());
-    // Hardened like every git command of the daemon: the worktree is the agent's.
-    let output =
-        orchestrator_tools::git_command::tokio_command(dir, &["rev-parse", "--show-toplevel"])
-            .await
-            .stderr(Stdio::null())
-            .output()
-            .await
-            .map_err(|_| not_a_worktree())?;
-    let top = String::from_utf8_lossy(&output.stdout)
-        .trim_end()
-        .to_owned();
-    if !output.status.success() || top.is_empty() {
-        return Err(not_a_worktree());
+    let owned = dir.to_owned();
+    let pinned = tokio::task::spawn_blocking(move || orchestrator_tools::git_command::pin(&owned))
+        .await
+        .map_err(|_| AttemptError::NotAWorktree(dir.display().to_string()))?;
+    match pinned {
+        Ok(repo) => Ok(repo.work_tree),
+        Err(why) if why.starts_with("refused") => Err(AttemptError::NotAWorktree(format!(
+            "{}: {why}",
+            dir.display()
+        ))),
+        Err(_) => Err(AttemptError::NotAWorktree(dir.display().to_string())),
     }
-    Ok(PathBuf::from(top))
 }
 
 /// Runs git2 work off the async threads: it reads whole trees and blobs.

@@ -45,7 +45,10 @@
 //! secret_paths = ["~/.config/acme"]        # hidden from them, besides the built-in list
 //! agent_env = ["CARGO_TARGET_DIR"]         # variables they get besides the allowlist
 //! gate_env = ["NPM_TOKEN"]                 # secret-looking variables a person's gates may have
-//! person_gates = "workspace_write"         # sandbox a person's gates too (default: unsandboxed)
+//! person_gates = "workspace_write"         # the sandbox of a person's gates (the default; "full" runs them unsandboxed)
+//! person_gates_network = false             # whether a person's sandboxed gates get the network
+//! hide_home = true                         # the home directory is hidden but for its toolchains
+//! home_visible = ["~/.config/mytool"]      # more of the home that stays readable
 //! allow_unsandboxed = false                # true runs agents' commands unconfined where no sandbox works
 //!
 //! [web_search]                             # the backend of the web_search tool (profile full)
@@ -135,6 +138,14 @@ pub struct SandboxConfig {
     pub gate_env: Vec<String>,
     pub person_gates: Option<String>,
     #[serde(default)]
+    pub person_gates_network: bool,
+    /// Whether the home directory is hidden from confined processes but for `home_visible` and
+    /// the defaults (true unless the config says false).
+    pub hide_home: Option<bool>,
+    /// What of the home stays readable besides [`DEFAULT_HOME_VISIBLE`].
+    #[serde(default)]
+    pub home_visible: Vec<String>,
+    #[serde(default)]
     pub allow_unsandboxed: bool,
     pub bwrap: Option<PathBuf>,
 }
@@ -158,6 +169,29 @@ pub const DEFAULT_SECRET_PATHS: &[&str] = &[
     "~/.cargo/credentials.toml",
 ];
 
+/// What of the home directory confined processes still read: the toolchains and package caches a
+/// build or a test run needs. Everything else in the home (credentials of every tool, known or
+/// not) is hidden; `[sandbox] home_visible` adds to this list. Those that do not exist are
+/// skipped; credential files inside them (`~/.cargo/credentials.toml`) stay hidden.
+pub const DEFAULT_HOME_VISIBLE: &[&str] = &[
+    "~/.cargo",
+    "~/.rustup",
+    "~/.pyenv",
+    "~/.nvm",
+    "~/.volta",
+    "~/.rbenv",
+    "~/.asdf",
+    "~/.sdkman",
+    "~/go",
+    "~/.npm",
+    "~/.cache/pip",
+    "~/.cache/go-build",
+    "~/.local/bin",
+    "~/.local/lib",
+    "~/.m2/repository",
+    "~/.gradle/caches",
+];
+
 /// `~` and `~/...` as the user's home directory.
 pub fn expand_home(path: &str) -> PathBuf {
     match (path.strip_prefix('~'), dirs::home_dir()) {
@@ -177,10 +211,10 @@ impl SandboxConfig {
         secret_env: Vec<String>,
     ) -> anyhow::Result<orchestrator_sandbox::SandboxSettings> {
         let person_gates = match &self.person_gates {
-            Some(mode) => Some(mode.parse().map_err(|e: orchestrator_types::Error| {
+            Some(mode) => mode.parse().map_err(|e: orchestrator_types::Error| {
                 crate::exit::CliError::Invalid(format!("[sandbox] person_gates: {e}"))
-            })?),
-            None => None,
+            })?,
+            None => orchestrator_types::SandboxMode::WorkspaceWrite,
         };
         let mut all_hidden = hidden;
         all_hidden.extend(
@@ -190,13 +224,27 @@ impl SandboxConfig {
                 .chain(self.secret_paths.iter().map(String::as_str))
                 .map(expand_home),
         );
+        let home = if self.hide_home.unwrap_or(true) {
+            dirs::home_dir()
+        } else {
+            None
+        };
+        let home_visible = DEFAULT_HOME_VISIBLE
+            .iter()
+            .copied()
+            .chain(self.home_visible.iter().map(String::as_str))
+            .map(expand_home)
+            .collect();
         Ok(orchestrator_sandbox::SandboxSettings {
             hidden: all_hidden,
+            home,
+            home_visible,
             writable_roots: self.writable_roots.iter().map(|p| expand_home(p)).collect(),
             agent_env: self.agent_env.clone(),
             gate_env: self.gate_env.clone(),
             secret_env,
             person_gates,
+            person_gates_network: self.person_gates_network,
             allow_unsandboxed: self.allow_unsandboxed,
             bwrap: self.bwrap.clone(),
         })

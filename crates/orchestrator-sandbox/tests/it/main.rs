@@ -142,29 +142,83 @@ async fn read_only_writes_nothing_but_its_tmp() {
     assert!(!w.workspace.join("new").exists(), "{said}");
 }
 
+/// A real `git status` run by a person in `dir`, after the agent's commands; true when it ran
+/// whatever the agent planted (which leaves a `PWNED` file in `marker_dir`).
+fn persons_git_status_runs_planted_command(dir: &Path, marker_dir: &Path) -> bool {
+    let _ = std::process::Command::new("git")
+        .args(["status", "--short"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    marker_dir.join("PWNED").exists()
+}
+
 #[tokio::test]
-async fn git_config_and_hooks_stay_read_only_in_a_writable_workspace() {
+async fn the_whole_git_directory_is_read_only_and_cannot_be_replaced() {
     let w = world();
-    std::fs::create_dir_all(w.workspace.join(".git/hooks")).unwrap();
-    std::fs::write(w.workspace.join(".git/config"), "[core]\n").unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&w.workspace)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(w.workspace.join("a.txt"), "a\n").unwrap();
+    let config_before = std::fs::read_to_string(w.workspace.join(".git/config")).unwrap();
     let sb = sandbox(&w);
     let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+    let marker = w.workspace.display().to_string();
+    let evil_config = format!("[core]\\n\\tfsmonitor = \\\"touch {marker}/PWNED\\\"\\n\\trepositoryformatversion = 0\\n");
+    // Every way the review found: the config, a hook, a planted commondir, and renaming or
+    // removing .git to put another in its place.
+    let attacks = [
+        format!("printf '{evil_config}' >> .git/config"),
+        "echo 'touch PWNED' > .git/hooks/post-index-change; chmod +x .git/hooks/post-index-change".to_owned(),
+        format!("mkdir -p evil && printf '{evil_config}' > evil/config && echo \"$PWD/evil\" > .git/commondir"),
+        format!("mv .git .git-old && mkdir -p .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD && printf '{evil_config}' > .git/config"),
+        format!("rm -rf .git; mkdir -p .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD && printf '{evil_config}' > .git/config"),
+    ];
+    for attack in &attacks {
+        let out = sh(&j, &w.workspace, attack).await;
+        assert!(
+            !out.status.success(),
+            "`{attack}` should have been refused: {}",
+            text(&out)
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(w.workspace.join(".git/config")).unwrap(),
+        config_before
+    );
+    assert!(!w.workspace.join(".git/commondir").exists());
+    assert!(!w.workspace.join(".git-old").exists());
+    assert!(!w.workspace.join(".git/hooks/post-index-change").exists());
+    assert!(!persons_git_status_runs_planted_command(&w.workspace, &w.workspace));
+    // The workspace itself stays writable.
+    let out = sh(&j, &w.workspace, "echo b > b.txt").await;
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[tokio::test]
+async fn a_workspace_without_git_cannot_be_given_one() {
+    let w = world();
+    let sb = sandbox(&w);
+    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+    let marker = w.workspace.display().to_string();
     let out = sh(
         &j,
         &w.workspace,
-        "printf '[core]\\n\\tfsmonitor = /bin/evil\\n' >> .git/config; echo hook > .git/hooks/pre-commit; echo fine > .git/HEAD-note",
+        &format!("git init -q . && git config core.fsmonitor 'touch {marker}/PWNED'"),
     )
     .await;
-    assert_eq!(
-        std::fs::read_to_string(w.workspace.join(".git/config")).unwrap(),
-        "[core]\n",
-        "{}",
-        text(&out)
-    );
-    assert!(!w.workspace.join(".git/hooks/pre-commit").exists());
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(!persons_git_status_runs_planted_command(&w.workspace, &w.workspace));
+    let git = w.workspace.join(".git");
     assert!(
-        w.workspace.join(".git/HEAD-note").exists(),
-        "the rest of .git stays writable"
+        std::fs::read_dir(&git).map_or(true, |mut d| d.next().is_none()),
+        "at most an empty .git is left"
     );
 }
 
@@ -334,4 +388,118 @@ async fn cargo_test_pytest_and_npm_test_work_for_agents_and_for_a_persons_gates(
             );
         }
     }
+}
+
+#[tokio::test]
+async fn the_home_is_hidden_but_for_its_toolchains() {
+    let w = world();
+    let home = w.outside.join("user");
+    let files = [
+        (".pgpass", "pg-secret"),
+        (".config/git/credentials", "git-secret"),
+        (".claude/.credentials.json", "claude-secret"),
+        (".Xauthority", "x-secret"),
+        (".cargo/credentials.toml", "cargo-secret"),
+        (".cargo/bin/tool", "toolchain-ok"),
+    ];
+    for (rel, content) in files {
+        let path = home.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+    let workspace = home.join("src/app");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let mut settings = SandboxSettings::hiding(&w.home);
+    settings.hidden.push(home.join(".cargo/credentials.toml"));
+    settings.home = Some(home.clone());
+    settings.home_visible = vec![home.join(".cargo"), home.join(".absent")];
+    let sb = Sandbox::new(settings);
+    let j = sb
+        .agent_jail(Confinement {
+            mode: SandboxMode::WorkspaceWrite,
+            network: false,
+            workspace: workspace.clone(),
+            env: vec![],
+            secrets: vec![],
+            label: "home".into(),
+        })
+        .unwrap();
+    let script = files
+        .iter()
+        .map(|(rel, _)| format!("cat {}/{rel} 2>/dev/null; echo", home.display()))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let out = sh(&j, &workspace, &format!("{script}; echo made > here.txt; touch {}/planted", home.display())).await;
+    let said = text(&out);
+    for (_, content) in &files[..5] {
+        assert!(!said.contains(content), "{content} was readable: {said}");
+    }
+    assert!(said.contains("toolchain-ok"), "the toolchain stays readable: {said}");
+    assert!(workspace.join("here.txt").exists(), "the workspace below the home stays writable");
+    assert!(!home.join("planted").exists(), "nothing is written into the home");
+    // A person's gate is confined the same way by default.
+    let gate = sb.person_gate_jail(&workspace, &[]).unwrap();
+    assert!(gate.confined(), "a person's gates run in the sandbox by default");
+    let out = sh(&gate, &workspace, &format!("cat {}/.pgpass; cat {}/api-token; echo gate > g.txt", home.display(), w.home.display())).await;
+    let said = text(&out);
+    assert!(!said.contains("pg-secret") && !said.contains("tok-4242"), "{said}");
+    assert!(workspace.join("g.txt").exists(), "{said}");
+}
+
+#[tokio::test]
+async fn a_persons_gate_cannot_read_what_the_agents_code_would_steal() {
+    // The agent wrote check.sh; the person's gate is `sh check.sh`: it runs confined, so the
+    // token is not in its output, and it writes nothing outside the workspace.
+    let w = world();
+    std::fs::write(
+        w.workspace.join("check.sh"),
+        format!(
+            "cat {}/api-token; echo pwned > {}/x; exit 0\n",
+            w.home.display(),
+            w.outside.display()
+        ),
+    )
+    .unwrap();
+    let sb = sandbox(&w);
+    let gate = sb.person_gate_jail(&w.workspace, &[]).unwrap();
+    let out = sh(&gate, &w.workspace, "sh check.sh").await;
+    let said = text(&out);
+    assert!(!said.contains("tok-4242"), "{said}");
+    assert!(!w.outside.join("x").exists());
+    assert!(sb.describe().contains("a person's gates run in the workspace_write sandbox"), "{}", sb.describe());
+    let mut settings = SandboxSettings::hiding(&w.home);
+    settings.person_gates = SandboxMode::Full;
+    assert!(Sandbox::new(settings).describe().contains("UNSANDBOXED"));
+}
+
+#[tokio::test]
+async fn private_temporary_directories_are_private_and_removed() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    let sb = sandbox(&w);
+    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+    let tmp = j.tmp_dir().unwrap().to_owned();
+    let mode = std::fs::metadata(&tmp).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{}", tmp.display());
+    let clone = j.clone();
+    drop(j);
+    assert!(tmp.exists(), "kept while a clone lives");
+    drop(clone);
+    assert!(!tmp.exists(), "removed with the last clone");
+
+    // What a killed daemon left: swept by the next, unless its process still runs.
+    let base = tempfile::tempdir().unwrap();
+    let dead = base.path().join("orchestrator-task-7-p999999999-Abc");
+    let alive = base
+        .path()
+        .join(format!("orchestrator-gate-p{}-Xyz", std::process::id()));
+    let other = base.path().join("unrelated-p1-dir");
+    for dir in [&dead, &alive, &other] {
+        std::fs::create_dir_all(dir.join("inner")).unwrap();
+    }
+    std::os::unix::fs::symlink(&w.outside, dead.join("link-out")).unwrap();
+    std::fs::write(w.outside.join("keep"), "x").unwrap();
+    assert_eq!(orchestrator_sandbox::sweep_stale_tmp(base.path()), 1);
+    assert!(!dead.exists() && alive.exists() && other.exists());
+    assert!(w.outside.join("keep").exists(), "a link inside is not followed");
 }

@@ -36,10 +36,13 @@ pub struct FileError {
 pub async fn after_edit(ctx: &ToolContext, rel_paths: &[String]) -> Option<String> {
     let mut out = String::new();
     for rel in rel_paths.iter().take(MAX_FILES) {
-        let abs = ctx.workspace().root().join(rel);
-        let Ok(text) = tokio::fs::read_to_string(&abs).await else {
+        let Ok(resolved) = ctx.workspace().resolve(rel) else {
+            continue;
+        };
+        let Ok(text) = ctx.workspace().read_to_string(&resolved) else {
             continue; // deleted, or not text
         };
+        let abs = resolved.abs;
         let (source, errors, note) = match ctx.lsp.serving(ctx, &abs).await {
             Serving::Ready(client) => {
                 let since = match client.sync(&abs, &text, true).await {
@@ -156,7 +159,10 @@ async fn fast_check(ctx: &ToolContext, abs: &Path, text: &str) -> Option<(String
     match ext {
         "json" => Some(("JSON parse".to_owned(), json_errors(text))),
         "toml" => Some(("TOML parse".to_owned(), toml_errors(text))),
-        "py" => run_checker(ctx, abs, "python3", &["-m", "py_compile"]).await,
+        // -I: isolated mode, so neither the file's directory nor the working directory is on the
+        // module path (a py_compile.py the agent wrote is not imported) and PYTHON* variables
+        // are ignored.
+        "py" => run_checker(ctx, abs, "python3", &["-I", "-m", "py_compile"]).await,
         "js" | "mjs" | "cjs" => run_checker(ctx, abs, "node", &["--check"]).await,
         "go" => run_checker(ctx, abs, "gofmt", &["-e", "-l"]).await,
         "rs" => {
@@ -213,8 +219,10 @@ fn on_path(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
-/// Runs `program args... file` in the session's jail; a failing exit is its output's error
-/// lines, each with the line number it names when it names one.
+/// Runs `program args... file` in the session's jail from the root directory, so that nothing the
+/// agent wrote next to the file (a module the checker would import, a `rust-toolchain.toml` or a
+/// `.python-version` a version manager's shim would obey) is picked up; a failing exit is its
+/// output's error lines, each with the line number it names when it names one.
 async fn run_checker(
     ctx: &ToolContext,
     abs: &Path,
@@ -224,10 +232,10 @@ async fn run_checker(
     if !on_path(program) {
         return None;
     }
-    let dir = abs.parent()?;
+    let neutral = Path::new("/");
     let mut argv: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
     argv.push(abs.as_os_str().to_owned());
-    let mut command = ctx.jail().command(program, &argv, dir).ok()?;
+    let mut command = ctx.jail().command(program, &argv, neutral).ok()?;
     command
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

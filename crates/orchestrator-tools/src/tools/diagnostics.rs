@@ -55,7 +55,7 @@ fn command_for(kind: &str) -> Option<&'static str> {
 
 async fn run(args: Args, ctx: ToolContext) -> ToolOutcome {
     let dir = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
-    if !dir.abs.is_dir() {
+    if !ctx.workspace.metadata(&dir).is_ok_and(|m| m.is_dir()) {
         return Err(refuse(format!(
             "diagnostics: {} is not a directory",
             dir.rel
@@ -63,7 +63,13 @@ async fn run(args: Args, ctx: ToolContext) -> ToolOutcome {
     }
     let kind = match args.kind.as_deref().unwrap_or("auto") {
         "auto" => {
-            let has = |f: &str| dir.abs.join(f).exists();
+            // Listed through the workspace's descriptor, like every file tool's reads.
+            let names: Vec<std::ffi::OsString> = ctx
+                .workspace
+                .read_dir(&dir)
+                .map(|entries| entries.into_iter().map(|e| e.name).collect())
+                .unwrap_or_default();
+            let has = |f: &str| names.iter().any(|n| n == f);
             if has("Cargo.toml") {
                 "cargo"
             } else if has("tsconfig.json") {
@@ -72,12 +78,9 @@ async fn run(args: Args, ctx: ToolContext) -> ToolOutcome {
                 "go"
             } else if has("pyproject.toml")
                 || has("setup.py")
-                || std::fs::read_dir(&dir.abs)
-                    .map(|d| {
-                        d.flatten()
-                            .any(|e| e.path().extension().is_some_and(|x| x == "py"))
-                    })
-                    .unwrap_or(false)
+                || names
+                    .iter()
+                    .any(|n| std::path::Path::new(n).extension().is_some_and(|x| x == "py"))
             {
                 "python"
             } else {

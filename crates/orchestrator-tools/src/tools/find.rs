@@ -104,7 +104,9 @@ fn walk_files(
         });
     let mut out = Vec::new();
     for entry in walker.build().flatten() {
-        if entry.file_type().is_some_and(|t| t.is_file()) {
+        // Checked through the workspace's descriptor: the walk reads directories by name.
+        if entry.file_type().is_some_and(|t| t.is_file()) && ctx.workspace.is_beneath(entry.path())
+        {
             out.push((ctx.workspace.rel_of(entry.path()), entry.into_path()));
         }
     }
@@ -113,7 +115,7 @@ fn walk_files(
 
 fn run_glob(args: GlobArgs, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
-    let meta = std::fs::metadata(&r.abs).map_err(|e| io_refusal("search", &r.rel, &e))?;
+    let meta = ctx.workspace.metadata(&r).map_err(|e| io_refusal("search", &r.rel, &e))?;
     if !meta.is_dir() {
         return Err(refuse(format!(
             "{} is not a directory; glob searches a directory",
@@ -157,7 +159,15 @@ fn run_glob(args: GlobArgs, ctx: &ToolContext) -> ToolOutcome {
             let mut with_time: Vec<_> = hits
                 .into_iter()
                 .map(|(rel, abs)| {
-                    let t = std::fs::metadata(&abs).and_then(|m| m.modified()).ok();
+                    let found = Resolved {
+                        abs: abs.clone(),
+                        rel: String::new(),
+                    };
+                    let t = ctx
+                        .workspace
+                        .metadata(&found)
+                        .and_then(|m| m.modified())
+                        .ok();
                     (t, rel, abs)
                 })
                 .collect();
@@ -232,7 +242,7 @@ impl Ranker {
 
 fn run_search(args: SearchArgs, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
-    std::fs::metadata(&r.abs).map_err(|e| io_refusal("search", &r.rel, &e))?;
+    ctx.workspace.metadata(&r).map_err(|e| io_refusal("search", &r.rel, &e))?;
     if args.query.trim().is_empty() {
         return Err(refuse(
             "file_search: query is empty; give part of a file name",

@@ -1,38 +1,5 @@
-//! File helpers shared by the file tools: atomic writes, text detection, line endings, base64.
-
-use std::io::Write;
-use std::path::Path;
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed to disk, then
-/// renamed over the target, so that a reader sees the old or the new content, never half of it. The
-/// permissions of an existing file are kept; a new file gets the usual 0666 less the umask; missing
-/// parent directories are created.
-///
-/// The temporary file has a random name and is created with `O_EXCL` (tempfile's
-/// [`NamedTempFile`](tempfile::NamedTempFile)), so a file or symlink that an agent's command planted
-/// at a name it guessed is never opened or written through: creation fails on it and another name
-/// is tried.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let parent = path
-        .parent()
-        .ok_or_else(|| std::io::Error::other("the path has no parent directory"))?;
-    std::fs::create_dir_all(parent)?;
-    let existing = std::fs::metadata(path).ok();
-    // The mode given at creation goes through the umask, as `File::create`'s does.
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".orchestrator-write-")
-        .permissions(std::fs::Permissions::from_mode(0o666))
-        .tempfile_in(parent)?;
-    tmp.write_all(bytes)?;
-    if let Some(meta) = &existing {
-        // On the open descriptor, so nothing is looked up by name again.
-        tmp.as_file().set_permissions(meta.permissions())?;
-    }
-    tmp.as_file().sync_all()?;
-    // On failure the temporary file is removed when the error drops it.
-    tmp.persist(path).map(drop).map_err(|e| e.error)
-}
+//! File helpers shared by the file tools: text detection, line endings, base64. (Atomic writes
+//! go through the workspace's descriptor: see beneath.rs.)
 
 /// True when a sample looks binary: a NUL byte, or more than 30% of it neither valid UTF-8 text nor
 /// common whitespace. The last few bytes may be a character cut by the sample's end, so an incomplete

@@ -68,6 +68,16 @@ pub(crate) fn diff_def() -> ToolDef {
 fn git(ctx: &ToolContext, args: &[String]) -> Result<String, ToolFailure> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = crate::git_command::command(ctx.workspace.root(), &args)
+        .map_err(|e| {
+            if e.contains("not a git repository") {
+                refuse(format!(
+                    "{} is not inside a git repository, so there is no git status or diff; git_status and git_diff work in a git checkout",
+                    ctx.workspace.root().display()
+                ))
+            } else {
+                refuse(e)
+            }
+        })?
         .output()
         .map_err(|e| refuse(format!("git could not be run: {e}; is git installed?")))?;
     if !out.status.success() {

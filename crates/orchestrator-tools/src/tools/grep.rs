@@ -177,7 +177,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         ));
     }
     let r = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
-    std::fs::metadata(&r.abs).map_err(|e| io_refusal("search", &r.rel, &e))?;
+    ctx.workspace.metadata(&r).map_err(|e| io_refusal("search", &r.rel, &e))?;
     let mode = match args.mode.as_deref().unwrap_or("content") {
         "content" => Mode::Content,
         "files_with_matches" | "files" => Mode::Files,
@@ -258,6 +258,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         let results = &results;
         let searched = &searched;
         let root = &root;
+        let workspace = &ctx.workspace;
         Box::new(move |entry| {
             let Ok(entry) = entry else {
                 return ignore::WalkState::Continue;
@@ -273,11 +274,16 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
                 stored: 0,
                 lines: Vec::new(),
             };
-            if searcher
-                .search_path(matcher, entry.path(), &mut sink)
-                .is_err()
-                || sink.matches == 0
-            {
+            // Opened through the workspace's descriptor: the walk found the file by name, and a
+            // directory swapped for a symlink since then must not lead the search outside.
+            let found = crate::workspace::Resolved {
+                abs: entry.path().to_owned(),
+                rel: String::new(),
+            };
+            let Ok(file) = workspace.open_read(&found) else {
+                return ignore::WalkState::Continue;
+            };
+            if searcher.search_file(matcher, &file, &mut sink).is_err() || sink.matches == 0 {
                 return ignore::WalkState::Continue;
             }
             let path = entry

@@ -6,7 +6,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::fsutil::{is_crlf, looks_binary, to_eol, write_atomic};
+use super::fsutil::{is_crlf, looks_binary, to_eol};
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
@@ -44,7 +44,7 @@ pub(crate) fn def() -> ToolDef {
 
 fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve_for_write(&args.path)?;
-    let meta = std::fs::metadata(&r.abs).map_err(|e| io_refusal("insert_text", &r.rel, &e))?;
+    let meta = ctx.workspace.metadata(&r).map_err(|e| io_refusal("insert_text", &r.rel, &e))?;
     if meta.is_dir() {
         return Err(refuse(format!(
             "{} is a directory; give a file path",
@@ -57,7 +57,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
             r.rel, args.after_line
         )));
     }
-    let bytes = std::fs::read(&r.abs).map_err(|e| io_refusal("read", &r.rel, &e))?;
+    let bytes = ctx.workspace.read(&r).map_err(|e| io_refusal("read", &r.rel, &e))?;
     if looks_binary(&bytes[..bytes.len().min(8192)]) {
         return Err(refuse(format!(
             "{} is a binary file; insert_text only changes text files",
@@ -101,7 +101,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     for line in &lines[after..] {
         out.push_str(line);
     }
-    write_atomic(&r.abs, out.as_bytes()).map_err(|e| io_refusal("write", &r.rel, &e))?;
+    ctx.workspace.write_atomic(&r, out.as_bytes()).map_err(|e| io_refusal("write", &r.rel, &e))?;
     ctx.reads.record(&r.abs);
     let inserted = text.lines().count();
     Ok(ToolResult::text(format!(

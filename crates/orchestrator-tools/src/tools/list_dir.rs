@@ -79,7 +79,7 @@ struct Entry {
 
 fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
-    let meta = std::fs::metadata(&r.abs).map_err(|e| io_refusal("list", &r.rel, &e))?;
+    let meta = ctx.workspace.metadata(&r).map_err(|e| io_refusal("list", &r.rel, &e))?;
     if !meta.is_dir() {
         return Err(refuse(format!(
             "{} is a file, not a directory; use read_file with {{\"path\": \"{}\"}} to read it",
@@ -126,6 +126,12 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         let Some(parent) = path.parent() else {
             continue;
         };
+        // The walk reads directories by name; what it found must still be below the root when
+        // looked up through the workspace's descriptor.
+        if !ctx.workspace.is_beneath(path) {
+            errors += 1;
+            continue;
+        }
         // A symlink that leads out of the workspace is listed but marked, never followed.
         let file_type = entry.file_type();
         let is_dir = file_type.is_some_and(|t| t.is_dir());

@@ -91,12 +91,13 @@ async fn run(args: Args, ctx: ToolContext) -> ToolOutcome {
         return Err(refuse(format!("lsp: {op} needs path")));
     };
     let file = ctx.workspace().resolve(path)?;
-    if !file.abs.is_file() {
+    if !ctx.workspace().metadata(&file).is_ok_and(|m| m.is_file()) {
         return Err(refuse(format!("lsp: {} is not a file", file.rel)));
     }
     let client = client_for(&ctx, &file.abs, &file.rel).await?;
-    let text = tokio::fs::read_to_string(&file.abs)
-        .await
+    let text = ctx
+        .workspace()
+        .read_to_string(&file)
         .map_err(|e| refuse(format!("lsp: cannot read {}: {e}", file.rel)))?;
     client.sync(&file.abs, &text, false).await.map_err(refuse)?;
     client.ready(client.server().request_timeout).await;
@@ -265,8 +266,13 @@ fn place(ctx: &ToolContext, location: &Location, encoding: Encoding) -> (String,
         .strip_prefix(ctx.workspace().root())
         .map_or_else(|_| path.display().to_string(), |r| r.display().to_string());
     let line_no = location.range.start.line as usize;
-    let line = std::fs::read_to_string(&path)
+    // A server answers with any path it likes (a dependency's source, or one an agent's config
+    // pointed it at); only a file inside the workspace is read, through its descriptor.
+    let line = ctx
+        .workspace()
+        .resolve(&path.to_string_lossy())
         .ok()
+        .and_then(|r| ctx.workspace().read_to_string(&r).ok())
         .and_then(|t| t.lines().nth(line_no).map(str::to_owned));
     let col = line
         .as_deref()

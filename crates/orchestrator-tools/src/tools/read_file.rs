@@ -6,7 +6,7 @@
 //! files up to [`COUNT_LIMIT`] bytes and estimated from the size above that, rather than reading
 //! gigabytes to print one number.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Seek};
 
 use serde::Deserialize;
 use serde_json::json;
@@ -59,7 +59,7 @@ pub(crate) fn def() -> ToolDef {
 
 fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve(&args.path)?;
-    let meta = std::fs::metadata(&r.abs).map_err(|e| io_refusal("read", &r.rel, &e))?;
+    let meta = ctx.workspace.metadata(&r).map_err(|e| io_refusal("read", &r.rel, &e))?;
     if meta.is_dir() {
         return Err(refuse(format!(
             "{} is a directory, not a file; use list_dir with {{\"path\": \"{}\"}} to see its entries, then read_file on one of them",
@@ -77,7 +77,9 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         .limit
         .unwrap_or(MAX_LINES as u64)
         .clamp(1, MAX_LINES as u64) as usize;
-    let mut file = std::fs::File::open(&r.abs).map_err(|e| io_refusal("open", &r.rel, &e))?;
+    let mut file = ctx.workspace.open_read(&r).map_err(|e| io_refusal("open", &r.rel, &e))?;
+    // The size of what was opened, not of what the name meant a moment before.
+    let meta = file.metadata().map_err(|e| io_refusal("read", &r.rel, &e))?;
     let mut sample = vec![0u8; 8192];
     let n = read_up_to(&mut file, &mut sample).map_err(|e| io_refusal("read", &r.rel, &e))?;
     sample.truncate(n);
@@ -92,7 +94,10 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
                 human_size(MAX_IMAGE_BYTES)
             )));
         }
-        let data = std::fs::read(&r.abs).map_err(|e| io_refusal("read", &r.rel, &e))?;
+        let mut data = Vec::new();
+        file.rewind()
+            .and_then(|()| file.read_to_end(&mut data))
+            .map_err(|e| io_refusal("read", &r.rel, &e))?;
         let mut result = ToolResult::text(format!(
             "Image {} ({media_type}, {})",
             r.rel,
@@ -105,7 +110,8 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         return Ok(result.with_meta("media_type", json!(media_type)));
     }
     if sample.starts_with(b"%PDF-") {
-        let text = pdf_text(&r.abs, &r.rel)?;
+        file.rewind().map_err(|e| io_refusal("read", &r.rel, &e))?;
+        let text = pdf_text(file, &r.rel)?;
         let size = text.len() as u64;
         let page = paginate(BufReader::new(text.as_bytes()), size, offset, limit, &r.rel)?;
         return Ok(page.with_meta("converted_from", json!("pdf")));
@@ -125,7 +131,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         )));
     }
     drop(sample);
-    let file = std::fs::File::open(&r.abs).map_err(|e| io_refusal("open", &r.rel, &e))?;
+    file.rewind().map_err(|e| io_refusal("read", &r.rel, &e))?;
     paginate(
         BufReader::with_capacity(64 * 1024, file),
         meta.len(),
@@ -162,12 +168,14 @@ pub(crate) fn image_type(sample: &[u8]) -> Option<&'static str> {
     }
 }
 
-fn pdf_text(path: &std::path::Path, rel: &str) -> Result<String, crate::result::ToolFailure> {
+fn pdf_text(pdf: std::fs::File, rel: &str) -> Result<String, crate::result::ToolFailure> {
+    // The file goes in on standard input, opened through the workspace's descriptor: pdftotext
+    // never looks a path up itself.
     let out = std::process::Command::new("pdftotext")
         .arg("-layout")
-        .arg(path)
         .arg("-")
-        .stdin(std::process::Stdio::null())
+        .arg("-")
+        .stdin(pdf)
         .output();
     match out {
         Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),

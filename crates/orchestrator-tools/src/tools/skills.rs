@@ -82,22 +82,29 @@ fn description(text: &str) -> String {
 
 fn list(_args: ListArgs, ctx: &ToolContext) -> ToolOutcome {
     let dir = ctx.workspace.resolve(SKILLS_DIR)?;
-    let Ok(entries) = std::fs::read_dir(&dir.abs) else {
+    let Ok(entries) = ctx.workspace.read_dir(&dir) else {
         return Ok(ToolResult::text(format!(
             "This workspace has no skills ({SKILLS_DIR}/ does not exist)."
         ))
         .with_meta("skills", json!([])));
     };
+    // Each file is resolved and read through the workspace's descriptor like read_skill's, so a
+    // committed symlink to the orchestrator's token (or anywhere outside) is skipped, not read.
     let mut skills: Vec<(String, String)> = entries
-        .flatten()
-        .filter_map(|e| {
-            let path = e.path();
-            if path.extension().and_then(|x| x.to_str()) != Some("md") || !path.is_file() {
+        .into_iter()
+        .filter_map(|entry| {
+            let name = entry.name.to_str()?;
+            let stem = name.strip_suffix(".md")?;
+            if stem.is_empty() || stem.starts_with('.') {
                 return None;
             }
-            let name = path.file_stem()?.to_str()?.to_owned();
-            let text = std::fs::read_to_string(&path).ok()?;
-            Some((name, description(&text)))
+            let file = ctx.workspace.resolve(&format!("{SKILLS_DIR}/{name}")).ok()?;
+            let bytes = ctx.workspace.read(&file).ok()?;
+            if bytes.len() > MAX_SKILL {
+                return None;
+            }
+            let text = String::from_utf8(bytes).ok()?;
+            Some((stem.to_owned(), description(&text)))
         })
         .collect();
     skills.sort();
@@ -133,7 +140,7 @@ fn read(args: ReadArgs, ctx: &ToolContext) -> ToolOutcome {
         )));
     }
     let r = ctx.workspace.resolve(&format!("{SKILLS_DIR}/{name}.md"))?;
-    let text = match std::fs::read_to_string(&r.abs) {
+    let text = match ctx.workspace.read_to_string(&r) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(refuse(format!(

@@ -4,7 +4,6 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::fsutil::write_atomic;
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
@@ -39,7 +38,7 @@ pub(crate) fn def() -> ToolDef {
 
 fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve_for_write(&args.path)?;
-    let existed = match std::fs::metadata(&r.abs) {
+    let existed = match ctx.workspace.metadata(&r) {
         Ok(m) if m.is_dir() => {
             return Err(refuse(format!(
                 "{} is a directory; give a file path",
@@ -55,7 +54,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
             r.rel
         )));
     }
-    write_atomic(&r.abs, args.content.as_bytes()).map_err(|e| io_refusal("write", &r.rel, &e))?;
+    ctx.workspace.write_atomic(&r, args.content.as_bytes()).map_err(|e| io_refusal("write", &r.rel, &e))?;
     ctx.reads.record(&r.abs);
     let lines = args.content.lines().count();
     Ok(ToolResult::text(format!(

@@ -13,6 +13,7 @@ mod dispatch;
 mod docs;
 mod files;
 mod grep_parity;
+mod hostile;
 mod lsp;
 mod mcp_client;
 mod more_tools;

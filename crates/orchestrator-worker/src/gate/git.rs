@@ -148,22 +148,26 @@ fn trim_newline(bytes: &[u8]) -> &[u8] {
 
 /// A git command built by [`orchestrator_tools::git_command`]: the work tree is the agent's, so
 /// its config must not run anything in the daemon.
-async fn git(dir: &Path, args: &[&str]) -> Command {
-    let mut command = orchestrator_tools::git_command::tokio_command(dir, args).await;
+/// `None` when the daemon refuses the repository (see `git_command::pin`): no evidence of a tree
+/// is better than evidence read from somewhere else.
+async fn git(dir: &Path, args: &[&str]) -> Option<Command> {
+    let mut command = orchestrator_tools::git_command::tokio_command(dir, args)
+        .await
+        .ok()?;
     command.stderr(Stdio::null()).kill_on_drop(true);
-    command
+    Some(command)
 }
 
 /// A git command's standard output when it succeeds. The outputs read this way are small: ids,
 /// `status --porcelain` and the list of untracked names.
 async fn git_stdout(dir: &Path, args: &[&str]) -> Option<Vec<u8>> {
-    let output = git(dir, args).await.output().await.ok()?;
+    let output = git(dir, args).await?.output().await.ok()?;
     output.status.success().then_some(output.stdout)
 }
 
 /// Streams a git command's standard output into the hash, for outputs that may be large.
 async fn stream_git(dir: &Path, args: &[&str], hasher: &mut Sha256) -> Option<()> {
-    let mut child = git(dir, args).await.stdout(Stdio::piped()).spawn().ok()?;
+    let mut child = git(dir, args).await?.stdout(Stdio::piped()).spawn().ok()?;
     let mut stdout = child.stdout.take()?;
     let mut buf = vec![0u8; CHUNK_BYTES];
     let mut total: u64 = 0;

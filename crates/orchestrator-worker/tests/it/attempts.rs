@@ -32,8 +32,20 @@ pub(crate) struct Agent {
 impl Agent {
     /// Creates a task in `workspace`, claims it as an agent would be, and builds its durable tools.
     pub(crate) async fn start(store: &Store, title: &str, workspace: &Path, home: &Path) -> Agent {
+        Self::start_with_policy(store, title, workspace, home, None).await
+    }
+
+    /// [`Agent::start`] for a task whose policy is `policy` (its JSON form).
+    pub(crate) async fn start_with_policy(
+        store: &Store,
+        title: &str,
+        workspace: &Path,
+        home: &Path,
+        policy: Option<Value>,
+    ) -> Agent {
         let mut new = NewTask::agent(title, "x");
         new.workspace = Some(workspace.display().to_string());
+        new.agent.policy = policy;
         let id = store.create_task(&new).await.unwrap();
         let (task, lease): (Task, Lease) = store
             .claim("attempts-test", &["default".to_owned()], 1, 60_000)

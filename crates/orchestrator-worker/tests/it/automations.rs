@@ -306,3 +306,82 @@ async fn an_agents_automations_are_checked_bounded_and_managed() {
         "the tasks of a deleted automation stay"
     );
 }
+
+/// The sandbox a stored automation's tasks (and so the gates an agent gave them) run in.
+fn stored_sandbox(spec: &AutomationSpec) -> orchestrator_types::SandboxMode {
+    let policy: Policy = serde_json::from_value(
+        spec.template
+            .agent
+            .policy
+            .clone()
+            .expect("an agent's change leaves a policy"),
+    )
+    .unwrap();
+    policy.sandbox
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_read_only_agent_schedules_is_never_broader_than_the_agent() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let store = &db.store;
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let read_only = json!({"default": "allow", "sandbox": "read_only"});
+    let mut agent =
+        Agent::start_with_policy(store, "ro", ws.path(), home.path(), Some(read_only)).await;
+    agent.ctx = agent.ctx.clone().with_policy(pre_approved()).unwrap();
+
+    // A gate-only automation: no prompt, so no agent policy unless the tool writes one; its
+    // gates would then run in an automation task's default sandbox, workspace_write.
+    agent
+        .ok(
+            "automation_create",
+            json!({"name": "gates-only", "schedule": "0 3 * * *", "gates": ["make check"]}),
+        )
+        .await;
+    let made = store.automation("gates-only").await.unwrap();
+    assert_eq!(
+        stored_sandbox(&made.spec),
+        orchestrator_types::SandboxMode::ReadOnly
+    );
+
+    // A person's automation with a `full` policy: the agent changing its gates narrows it.
+    let mut persons = AutomationSpec::new("persons", "0 1 * * *");
+    persons.workspaces = vec![ws.path().display().to_string()];
+    persons.template.gates = vec![orchestrator_types::GateSpec::from_command("true")];
+    persons.template.agent.policy = Some(json!({"default": "allow", "sandbox": "full"}));
+    store
+        .create_automation(&persons, "cli", None, NextFire::default())
+        .await
+        .unwrap();
+    agent
+        .ok(
+            "automation_update",
+            json!({"name": "persons", "gates": ["sh check.sh"]}),
+        )
+        .await;
+    let updated = store.automation("persons").await.unwrap();
+    assert!(updated.spec.template.gates.iter().all(|g| g.by_agent));
+    assert_eq!(
+        stored_sandbox(&updated.spec),
+        orchestrator_types::SandboxMode::ReadOnly,
+        "the agent's gates do not run under the person's full policy"
+    );
+    // A change that runs nothing new (the schedule) leaves a person's policy alone.
+    let mut other = AutomationSpec::new("other", "0 2 * * *");
+    other.workspaces = vec![ws.path().display().to_string()];
+    other.template.gates = vec![orchestrator_types::GateSpec::from_command("true")];
+    other.template.agent.policy = Some(json!({"default": "allow", "sandbox": "full"}));
+    store
+        .create_automation(&other, "cli", None, NextFire::default())
+        .await
+        .unwrap();
+    agent
+        .ok(
+            "automation_update",
+            json!({"name": "other", "schedule": "0 4 * * *"}),
+        )
+        .await;
+    let kept = store.automation("other").await.unwrap();
+    assert_eq!(kept.spec.template.agent.policy, other.template.agent.policy);
+}

@@ -29,7 +29,8 @@ use unified::*;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::fsutil::{looks_binary, write_atomic};
+use super::fsutil::looks_binary;
+use crate::workspace::Resolved;
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
@@ -206,17 +207,25 @@ impl Plan {
     }
 }
 
-fn read_for_update(plan: &Plan, abs: &std::path::Path, shown: &str) -> Result<String, String> {
+fn read_for_update(
+    plan: &Plan,
+    ctx: &ToolContext,
+    abs: &std::path::Path,
+    shown: &str,
+) -> Result<String, String> {
     if let Some(r) = plan.current(abs) {
         return r.map_err(|e| format!("Failed to read file to update {shown}: {e}"));
     }
-    if abs.is_dir() {
+    let resolved = at(ctx, abs);
+    if ctx.workspace.metadata(&resolved).is_ok_and(|m| m.is_dir()) {
         return Err(format!(
             "Failed to read file to update {shown}: it is a directory"
         ));
     }
-    let bytes =
-        std::fs::read(abs).map_err(|e| format!("Failed to read file to update {shown}: {e}"))?;
+    let bytes = ctx
+        .workspace
+        .read(&resolved)
+        .map_err(|e| format!("Failed to read file to update {shown}: {e}"))?;
     if looks_binary(&bytes[..bytes.len().min(8192)]) {
         return Err(format!(
             "Failed to read file to update {shown}: it is a binary file"
@@ -226,13 +235,20 @@ fn read_for_update(plan: &Plan, abs: &std::path::Path, shown: &str) -> Result<St
         .map_err(|_| format!("Failed to read file to update {shown}: it is not valid UTF-8"))
 }
 
-fn exists_as_file(plan: &Plan, abs: &std::path::Path) -> bool {
+fn exists_as_file(plan: &Plan, ctx: &ToolContext, abs: &std::path::Path) -> bool {
     match plan.state.get(abs) {
         Some(Planned::Write(_)) => true,
         Some(Planned::Remove) => false,
-        None => {
-            std::fs::symlink_metadata(abs).is_ok_and(|m| m.is_file() || m.file_type().is_symlink())
-        }
+        None => ctx.workspace.metadata(&at(ctx, abs)).is_ok_and(|m| m.is_file()),
+    }
+}
+
+/// A planned path as the workspace's descriptor-relative operations take it. Every path of the
+/// plan came out of `resolve_for_write`.
+fn at(ctx: &ToolContext, abs: &std::path::Path) -> Resolved {
+    Resolved {
+        abs: abs.to_owned(),
+        rel: ctx.workspace.rel_of(abs),
     }
 }
 
@@ -262,7 +278,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
                     .workspace
                     .resolve_for_write(path)
                     .map_err(prefix_refusal)?;
-                if r.abs.is_dir() {
+                if ctx.workspace.metadata(&r).is_ok_and(|m| m.is_dir()) {
                     return Err(fail(format!(
                         "Failed to add file {path}: a directory of that name exists"
                     )));
@@ -275,7 +291,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
                     .workspace
                     .resolve_for_write(path)
                     .map_err(prefix_refusal)?;
-                if !exists_as_file(&plan, &r.abs) {
+                if !exists_as_file(&plan, ctx, &r.abs) {
                     return Err(fail(format!("Failed to delete file {path}")));
                 }
                 plan.set(r.abs, Planned::Remove);
@@ -290,7 +306,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
                     .workspace
                     .resolve_for_write(path)
                     .map_err(prefix_refusal)?;
-                let text = read_for_update(&plan, &r.abs, path).map_err(fail)?;
+                let text = read_for_update(&plan, ctx, &r.abs, path).map_err(fail)?;
                 let new = if chunks.is_empty() {
                     text
                 } else {
@@ -302,7 +318,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
                             .workspace
                             .resolve_for_write(dest)
                             .map_err(prefix_refusal)?;
-                        if d.abs.is_dir() {
+                        if ctx.workspace.metadata(&d).is_ok_and(|m| m.is_dir()) {
                             return Err(fail(format!(
                                 "Failed to move {path} to {dest}: a directory of that name exists"
                             )));
@@ -363,22 +379,23 @@ fn commit(plan: &Plan, ctx: &ToolContext) -> Result<(), ToolFailure> {
         let Some(planned) = plan.state.get(path) else {
             continue;
         };
-        let original = std::fs::read(path).ok();
+        let target = at(ctx, path);
+        let original = ctx.workspace.read(&target).ok();
         let result = match planned {
             Planned::Write(text) => {
                 let mut missing = Vec::new();
                 let mut p = path.parent();
                 while let Some(dir) = p {
-                    if dir.exists() {
+                    if dir == ctx.workspace.root() || ctx.workspace.metadata(&at(ctx, dir)).is_ok() {
                         break;
                     }
                     missing.push(dir.to_owned());
                     p = dir.parent();
                 }
                 created_dirs.extend(missing.into_iter().rev());
-                write_atomic(path, text.as_bytes())
+                ctx.workspace.write_atomic(&target, text.as_bytes())
             }
-            Planned::Remove => match std::fs::remove_file(path) {
+            Planned::Remove => match ctx.workspace.remove_file(&target) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && original.is_none() => Ok(()),
                 other => other,
             },
@@ -391,12 +408,12 @@ fn commit(plan: &Plan, ctx: &ToolContext) -> Result<(), ToolFailure> {
             Err(e) => {
                 for (p, orig) in undo.into_iter().rev() {
                     let _ = match orig {
-                        Some(bytes) => write_atomic(&p, &bytes),
-                        None => std::fs::remove_file(&p),
+                        Some(bytes) => ctx.workspace.write_atomic(&at(ctx, &p), &bytes),
+                        None => ctx.workspace.remove_file(&at(ctx, &p)),
                     };
                 }
                 for dir in created_dirs.iter().rev() {
-                    let _ = std::fs::remove_dir(dir);
+                    let _ = ctx.workspace.remove_empty_dir(&at(ctx, dir));
                 }
                 return Err(refuse(format!(
                     "writing {} failed ({e}); the files already written were restored, so nothing changed",

@@ -230,13 +230,6 @@ fn build(
             None => session.profile_rank,
         };
         spec.template.agent.profile = profile_name(requested.min(session.profile_rank)).to_owned();
-        // Read and search only, in a sandbox no wider than this task's: a person widens it.
-        let mut policy = automation_default_policy();
-        policy.sandbox = policy.sandbox.narrowed_to(session.policy.sandbox);
-        spec.template.agent.policy = Some(
-            serde_json::to_value(&policy)
-                .map_err(|e| refuse(format!("the policy cannot be written: {e}")))?,
-        );
         if spec.template.model.is_none() {
             spec.template.model = session.task.model.clone();
         }
@@ -244,6 +237,20 @@ fn build(
         return Err(refuse(
             "profile is for an automation whose tasks are agents: give a prompt too",
         ));
+    }
+    // Whatever this agent makes run (its gates, an agent's prompt or profile) runs no broader than
+    // this agent, whatever the automation had: read and search only, in a sandbox no wider than
+    // this task's (the policy also decides the sandbox of the gates an agent wrote). A gate-only
+    // automation without a policy would otherwise get an automation task's default,
+    // `workspace_write`, and a person's automation would keep its own, possibly `full`, policy
+    // while the agent chose its gates. A person widens it afterwards.
+    if agent_changed || args.gates.is_some() {
+        let mut policy = automation_default_policy();
+        policy.sandbox = policy.sandbox.narrowed_to(session.policy.sandbox);
+        spec.template.agent.policy = Some(
+            serde_json::to_value(&policy)
+                .map_err(|e| refuse(format!("the policy cannot be written: {e}")))?,
+        );
     }
     if let Some(word) = &args.overlap {
         spec.overlap = word.parse().map_err(|e| refuse(format!("{e}")))?;
