@@ -31,7 +31,7 @@ pub enum Command {
     /// file_bytes_per_turn, ratio_to_target (2 ms at p50).
     Agent(AgentArgs),
     /// The time to start `true` in each sandbox mode against no sandbox: median_us, p90_us,
-    /// ratio_to_none.
+    /// ratio_to_none; then a person's `cargo test` gate on a small crate, confined against not.
     Sandbox(SandboxArgs),
     /// A long agent run against a server with a small context window, with compaction and
     /// without: tokens_per_request, compactions, oversized, cached_prefix_share, turns_ratio.

@@ -26,4 +26,5 @@ pub mod agent;
 pub mod context;
 pub mod queue;
 pub mod sandbox;
+pub mod sandbox_gate;
 pub mod soak;

@@ -56,13 +56,20 @@ fn main() -> ExitCode {
                     unreachable: 0,
                     failed: 0,
                 }),
-            Bench::Sandbox(runs) => orchestrator_bench::sandbox::run(*runs, print_line)
+            Bench::Sandbox(runs) => async {
+                orchestrator_bench::sandbox::run(*runs, print_line).await?;
+                orchestrator_bench::sandbox_gate::run(
+                    orchestrator_bench::sandbox_gate::DEFAULT_RUNS,
+                    print_line,
+                )
                 .await
-                .map(|()| orchestrator_bench::queue::Summary {
-                    measured: 1,
-                    unreachable: 0,
-                    failed: 0,
-                }),
+            }
+            .await
+            .map(|()| orchestrator_bench::queue::Summary {
+                measured: 1,
+                unreachable: 0,
+                failed: 0,
+            }),
         }
     });
     // apalis workers that were aborted may leave tasks behind; do not wait for them.

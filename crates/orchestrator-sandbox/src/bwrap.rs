@@ -113,7 +113,9 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
                 ops.push((root, Op::Bind));
             }
         }
-        for root in std::iter::once(plan.workspace).chain(plan.writable_roots.iter().map(|r| r.as_path())) {
+        for root in
+            std::iter::once(plan.workspace).chain(plan.writable_roots.iter().map(|r| r.as_path()))
+        {
             let git = root.join(".git");
             // A directory, a gitlink file or a symlink: whatever is there is kept as it is.
             let op = if std::fs::symlink_metadata(&git).is_ok() {
@@ -222,9 +224,16 @@ mod tests {
         assert!(text.contains("--unshare-net"));
         assert!(text.contains("--cap-drop ALL"));
         assert!(at(&format!("--bind {ws_s} {ws_s}")) < at(&format!("--tmpfs {}", home.display())));
-        assert!(at(&format!("--bind {ws_s} {ws_s}")) < at(&format!("--ro-bind {ws_s}/.git {ws_s}/.git")));
         assert!(
-            text.contains(&format!("--tmpfs {}/.git --remount-ro {}/.git", root.display(), root.display())),
+            at(&format!("--bind {ws_s} {ws_s}"))
+                < at(&format!("--ro-bind {ws_s}/.git {ws_s}/.git"))
+        );
+        assert!(
+            text.contains(&format!(
+                "--tmpfs {}/.git --remount-ro {}/.git",
+                root.display(),
+                root.display()
+            )),
             "a writable root without .git gets an empty read-only one: {text}"
         );
         assert!(text.contains(&format!("--ro-bind /dev/null {}", store.display())));

@@ -119,7 +119,10 @@ impl Sandbox {
         // private temporary directories such a daemon left behind go with it.
         let swept = sweep_stale_tmp(&std::env::temp_dir());
         if swept > 0 {
-            tracing::info!(swept, "removed private temporary directories of daemons that are gone");
+            tracing::info!(
+                swept,
+                "removed private temporary directories of daemons that are gone"
+            );
         }
         Sandbox {
             inner: Arc::new(Inner {

@@ -197,10 +197,14 @@ impl Anchor {
             .to_owned();
         let parent = path.parent().unwrap_or(Path::new(""));
         let mut prefix = PathBuf::new();
-        let mut fd = self.open_at(Path::new("."), OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())?;
+        let mut fd = self.open_at(
+            Path::new("."),
+            OFlag::O_PATH | OFlag::O_DIRECTORY,
+            Mode::empty(),
+        )?;
         for component in parent.components() {
             prefix.push(component);
-                        match self.open_at(&prefix, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()) {
+            match self.open_at(&prefix, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()) {
                 Ok(next) => fd = next,
                 Err(e) if create && e.kind() == io::ErrorKind::NotFound => {
                     match nix::sys::stat::mkdirat(
@@ -211,7 +215,8 @@ impl Anchor {
                         Ok(()) | Err(Errno::EEXIST) => {}
                         Err(e) => return Err(errno(e)),
                     }
-                    fd = self.open_at(&prefix, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())?;
+                    fd =
+                        self.open_at(&prefix, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())?;
                 }
                 Err(e) => return Err(e),
             }
@@ -236,8 +241,13 @@ impl Anchor {
                 ))?;
             }
             file.sync_all()?;
-            nix::fcntl::renameat(dir.as_fd(), tmp_name.as_os_str(), dir.as_fd(), name.as_os_str())
-                .map_err(errno)
+            nix::fcntl::renameat(
+                dir.as_fd(),
+                tmp_name.as_os_str(),
+                dir.as_fd(),
+                name.as_os_str(),
+            )
+            .map_err(errno)
         })();
         if written.is_err() {
             let _ = nix::unistd::unlinkat(
@@ -274,7 +284,8 @@ impl Anchor {
 
 fn stat_kind(dir: BorrowedFd<'_>, name: &OsStr) -> Option<EntryKind> {
     let stat = nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
-    let kind = nix::sys::stat::SFlag::from_bits_truncate(stat.st_mode) & nix::sys::stat::SFlag::S_IFMT;
+    let kind =
+        nix::sys::stat::SFlag::from_bits_truncate(stat.st_mode) & nix::sys::stat::SFlag::S_IFMT;
     Some(match kind {
         nix::sys::stat::SFlag::S_IFREG => EntryKind::File,
         nix::sys::stat::SFlag::S_IFDIR => EntryKind::Dir,
@@ -342,8 +353,13 @@ mod tests {
         assert!(err.to_string().contains("outside the workspace"), "{err}");
         assert!(anchor.write_atomic(Path::new("out/new"), b"x").is_err());
         assert!(!outside.path().join("new").exists());
-        anchor.write_atomic(Path::new("deep/er/b.txt"), b"made").unwrap();
-        assert_eq!(std::fs::read(ws.path().join("deep/er/b.txt")).unwrap(), b"made");
+        anchor
+            .write_atomic(Path::new("deep/er/b.txt"), b"made")
+            .unwrap();
+        assert_eq!(
+            std::fs::read(ws.path().join("deep/er/b.txt")).unwrap(),
+            b"made"
+        );
         let names: Vec<_> = anchor
             .read_dir(Path::new("src"))
             .unwrap()
@@ -353,7 +369,10 @@ mod tests {
         assert_eq!(names, [("a.txt".into(), Some(EntryKind::File))]);
         assert!(anchor.read_dir(Path::new("out")).is_err());
         anchor.remove_file(Path::new("in")).unwrap();
-        assert!(ws.path().join("src/a.txt").exists(), "the link, not its target");
+        assert!(
+            ws.path().join("src/a.txt").exists(),
+            "the link, not its target"
+        );
         assert!(relative(Path::new("../x")).is_err());
         assert!(relative(Path::new("/etc")).is_err());
     }

@@ -184,7 +184,9 @@ pub fn pin(dir: &Path) -> Result<Pinned, String> {
         git_dir.clone()
     };
     if let Some(value) = configured_worktree(&git_dir) {
-        return refuse(format!("names another work tree in its config (core.worktree = {value})"));
+        return refuse(format!(
+            "names another work tree in its config (core.worktree = {value})"
+        ));
     }
     if common.starts_with(&work_tree) {
         let alternates = common.join("objects/info/alternates");
@@ -194,8 +196,8 @@ pub fn pin(dir: &Path) -> Result<Pinned, String> {
                     continue;
                 }
                 let named = common.join("objects").join(line);
-                let inside = std::fs::canonicalize(&named)
-                    .is_ok_and(|real| real.starts_with(&work_tree));
+                let inside =
+                    std::fs::canonicalize(&named).is_ok_and(|real| real.starts_with(&work_tree));
                 if !inside {
                     return refuse(format!(
                         "borrows objects from outside it (objects/info/alternates names {line})"
@@ -211,10 +213,7 @@ pub fn pin(dir: &Path) -> Result<Pinned, String> {
 fn gitlink_target(file: &Path, at: &Path) -> Result<PathBuf, String> {
     let line = read_line(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let Some(named) = line.strip_prefix("gitdir:") else {
-        return Err(format!(
-            "fatal: invalid gitfile format: {}",
-            file.display()
-        ));
+        return Err(format!("fatal: invalid gitfile format: {}", file.display()));
     };
     std::fs::canonicalize(at.join(named.trim()))
         .map_err(|e| format!("fatal: not a git repository: {} ({e})", named.trim()))
@@ -373,7 +372,12 @@ mod tests {
             git_dir: PathBuf::from(".git"),
             work_tree: PathBuf::from("."),
         };
-        let diff = args_of(&build(Path::new("."), &repo, &["diff", "HEAD", "--stat"], &[]));
+        let diff = args_of(&build(
+            Path::new("."),
+            &repo,
+            &["diff", "HEAD", "--stat"],
+            &[],
+        ));
         let at = diff.iter().position(|a| a == "diff").unwrap();
         assert_eq!(
             &diff[at..],
@@ -381,7 +385,12 @@ mod tests {
         );
         assert!(diff[..at].contains(&"core.fsmonitor=false".to_owned()));
         assert!(diff[..at].contains(&"core.hooksPath=/dev/null".to_owned()));
-        let status = args_of(&build(Path::new("."), &repo, &["status", "--porcelain"], &[]));
+        let status = args_of(&build(
+            Path::new("."),
+            &repo,
+            &["status", "--porcelain"],
+            &[],
+        ));
         assert!(status.ends_with(&["status".to_owned(), "--porcelain".to_owned()]));
         assert!(!status.contains(&"--no-textconv".to_owned()));
     }

@@ -189,7 +189,7 @@ pub fn run(config: &SoakConfig, progress: &dyn Fn(&str)) -> Result<SoakReport> {
             LEASE_SECONDS.into(),
         ],
     };
-    let gates = workload::gate_workspace(home.path())?;
+    let gates = workload::gate_workspace(workspaces.path())?;
     workload::write_config(home.path(), &gates, &marker)?;
     workload::create_automation(&spec, &gates, &marker)?;
     let store_url = database_url

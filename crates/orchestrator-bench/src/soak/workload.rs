@@ -253,9 +253,10 @@ pub fn approve(spec: &DaemonSpec, pending: &[i64]) -> Vec<i64> {
         .collect()
 }
 
-/// The directory the soak's gate tasks run in (they only sleep and print).
-pub fn gate_workspace(home: &Path) -> Result<PathBuf> {
-    let dir = home.join("gates");
+/// The directory the soak's gate tasks run in (they only sleep and print), beside the agents'
+/// workspaces and outside the home: a person's gates run in the sandbox, which hides the home.
+pub fn gate_workspace(workspaces: &Path) -> Result<PathBuf> {
+    let dir = workspaces.join("gates");
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     Ok(dir)
 }

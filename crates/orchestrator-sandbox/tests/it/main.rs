@@ -170,15 +170,24 @@ async fn the_whole_git_directory_is_read_only_and_cannot_be_replaced() {
     let sb = sandbox(&w);
     let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
     let marker = w.workspace.display().to_string();
-    let evil_config = format!("[core]\\n\\tfsmonitor = \\\"touch {marker}/PWNED\\\"\\n\\trepositoryformatversion = 0\\n");
+    let evil_config = format!(
+        "[core]\\n\\tfsmonitor = \\\"touch {marker}/PWNED\\\"\\n\\trepositoryformatversion = 0\\n"
+    );
     // Every way the review found: the config, a hook, a planted commondir, and renaming or
     // removing .git to put another in its place.
     let attacks = [
         format!("printf '{evil_config}' >> .git/config"),
-        "echo 'touch PWNED' > .git/hooks/post-index-change; chmod +x .git/hooks/post-index-change".to_owned(),
-        format!("mkdir -p evil && printf '{evil_config}' > evil/config && echo \"$PWD/evil\" > .git/commondir"),
-        format!("mv .git .git-old && mkdir -p .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD && printf '{evil_config}' > .git/config"),
-        format!("rm -rf .git; mkdir -p .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD && printf '{evil_config}' > .git/config"),
+        "echo 'touch PWNED' > .git/hooks/post-index-change; chmod +x .git/hooks/post-index-change"
+            .to_owned(),
+        format!(
+            "mkdir -p evil && printf '{evil_config}' > evil/config && echo \"$PWD/evil\" > .git/commondir"
+        ),
+        format!(
+            "mv .git .git-old && mkdir -p .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD && printf '{evil_config}' > .git/config"
+        ),
+        format!(
+            "rm -rf .git; mkdir -p .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD && printf '{evil_config}' > .git/config"
+        ),
     ];
     for attack in &attacks {
         let out = sh(&j, &w.workspace, attack).await;
@@ -195,7 +204,10 @@ async fn the_whole_git_directory_is_read_only_and_cannot_be_replaced() {
     assert!(!w.workspace.join(".git/commondir").exists());
     assert!(!w.workspace.join(".git-old").exists());
     assert!(!w.workspace.join(".git/hooks/post-index-change").exists());
-    assert!(!persons_git_status_runs_planted_command(&w.workspace, &w.workspace));
+    assert!(!persons_git_status_runs_planted_command(
+        &w.workspace,
+        &w.workspace
+    ));
     // The workspace itself stays writable.
     let out = sh(&j, &w.workspace, "echo b > b.txt").await;
     assert!(out.status.success(), "{}", text(&out));
@@ -214,7 +226,10 @@ async fn a_workspace_without_git_cannot_be_given_one() {
     )
     .await;
     assert!(!out.status.success(), "{}", text(&out));
-    assert!(!persons_git_status_runs_planted_command(&w.workspace, &w.workspace));
+    assert!(!persons_git_status_runs_planted_command(
+        &w.workspace,
+        &w.workspace
+    ));
     let git = w.workspace.join(".git");
     assert!(
         std::fs::read_dir(&git).map_or(true, |mut d| d.next().is_none()),
@@ -429,20 +444,52 @@ async fn the_home_is_hidden_but_for_its_toolchains() {
         .map(|(rel, _)| format!("cat {}/{rel} 2>/dev/null; echo", home.display()))
         .collect::<Vec<_>>()
         .join("; ");
-    let out = sh(&j, &workspace, &format!("{script}; echo made > here.txt; touch {}/planted", home.display())).await;
+    let out = sh(
+        &j,
+        &workspace,
+        &format!(
+            "{script}; echo made > here.txt; touch {}/planted",
+            home.display()
+        ),
+    )
+    .await;
     let said = text(&out);
     for (_, content) in &files[..5] {
         assert!(!said.contains(content), "{content} was readable: {said}");
     }
-    assert!(said.contains("toolchain-ok"), "the toolchain stays readable: {said}");
-    assert!(workspace.join("here.txt").exists(), "the workspace below the home stays writable");
-    assert!(!home.join("planted").exists(), "nothing is written into the home");
+    assert!(
+        said.contains("toolchain-ok"),
+        "the toolchain stays readable: {said}"
+    );
+    assert!(
+        workspace.join("here.txt").exists(),
+        "the workspace below the home stays writable"
+    );
+    assert!(
+        !home.join("planted").exists(),
+        "nothing is written into the home"
+    );
     // A person's gate is confined the same way by default.
     let gate = sb.person_gate_jail(&workspace, &[]).unwrap();
-    assert!(gate.confined(), "a person's gates run in the sandbox by default");
-    let out = sh(&gate, &workspace, &format!("cat {}/.pgpass; cat {}/api-token; echo gate > g.txt", home.display(), w.home.display())).await;
+    assert!(
+        gate.confined(),
+        "a person's gates run in the sandbox by default"
+    );
+    let out = sh(
+        &gate,
+        &workspace,
+        &format!(
+            "cat {}/.pgpass; cat {}/api-token; echo gate > g.txt",
+            home.display(),
+            w.home.display()
+        ),
+    )
+    .await;
     let said = text(&out);
-    assert!(!said.contains("pg-secret") && !said.contains("tok-4242"), "{said}");
+    assert!(
+        !said.contains("pg-secret") && !said.contains("tok-4242"),
+        "{said}"
+    );
     assert!(workspace.join("g.txt").exists(), "{said}");
 }
 
@@ -466,7 +513,12 @@ async fn a_persons_gate_cannot_read_what_the_agents_code_would_steal() {
     let said = text(&out);
     assert!(!said.contains("tok-4242"), "{said}");
     assert!(!w.outside.join("x").exists());
-    assert!(sb.describe().contains("a person's gates run in the workspace_write sandbox"), "{}", sb.describe());
+    assert!(
+        sb.describe()
+            .contains("a person's gates run in the workspace_write sandbox"),
+        "{}",
+        sb.describe()
+    );
     let mut settings = SandboxSettings::hiding(&w.home);
     settings.person_gates = SandboxMode::Full;
     assert!(Sandbox::new(settings).describe().contains("UNSANDBOXED"));
@@ -501,5 +553,8 @@ async fn private_temporary_directories_are_private_and_removed() {
     std::fs::write(w.outside.join("keep"), "x").unwrap();
     assert_eq!(orchestrator_sandbox::sweep_stale_tmp(base.path()), 1);
     assert!(!dead.exists() && alive.exists() && other.exists());
-    assert!(w.outside.join("keep").exists(), "a link inside is not followed");
+    assert!(
+        w.outside.join("keep").exists(),
+        "a link inside is not followed"
+    );
 }

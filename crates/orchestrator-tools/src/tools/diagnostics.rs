@@ -78,9 +78,11 @@ async fn run(args: Args, ctx: ToolContext) -> ToolOutcome {
                 "go"
             } else if has("pyproject.toml")
                 || has("setup.py")
-                || names
-                    .iter()
-                    .any(|n| std::path::Path::new(n).extension().is_some_and(|x| x == "py"))
+                || names.iter().any(|n| {
+                    std::path::Path::new(n)
+                        .extension()
+                        .is_some_and(|x| x == "py")
+                })
             {
                 "python"
             } else {

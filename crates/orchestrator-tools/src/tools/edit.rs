@@ -444,14 +444,20 @@ fn read_text(
     path: &str,
 ) -> Result<(crate::workspace::Resolved, String), crate::result::ToolFailure> {
     let r = ctx.workspace.resolve_for_write(path)?;
-    let meta = ctx.workspace.metadata(&r).map_err(|e| io_refusal("edit", &r.rel, &e))?;
+    let meta = ctx
+        .workspace
+        .metadata(&r)
+        .map_err(|e| io_refusal("edit", &r.rel, &e))?;
     if meta.is_dir() {
         return Err(refuse(format!(
             "{} is a directory; give a file path",
             r.rel
         )));
     }
-    let bytes = ctx.workspace.read(&r).map_err(|e| io_refusal("read", &r.rel, &e))?;
+    let bytes = ctx
+        .workspace
+        .read(&r)
+        .map_err(|e| io_refusal("read", &r.rel, &e))?;
     if looks_binary(&bytes[..bytes.len().min(8192)]) {
         return Err(refuse(format!(
             "{} is a binary file; edit_file only changes text files",
@@ -482,7 +488,8 @@ fn run_edit(args: EditArgs, ctx: &ToolContext) -> ToolOutcome {
         args.replace_all.unwrap_or(false),
     )
     .map_err(|m| refuse(format!("edit_file {}: {m}", r.rel)))?;
-    ctx.workspace.write_atomic(&r, applied.content.as_bytes())
+    ctx.workspace
+        .write_atomic(&r, applied.content.as_bytes())
         .map_err(|e| io_refusal("write", &r.rel, &e))?;
     ctx.reads.record(&r.abs);
     let span = args.new_string.lines().count();
@@ -532,7 +539,9 @@ fn run_multi(args: MultiArgs, ctx: &ToolContext) -> ToolOutcome {
             }
         }
     }
-    ctx.workspace.write_atomic(&r, content.as_bytes()).map_err(|e| io_refusal("write", &r.rel, &e))?;
+    ctx.workspace
+        .write_atomic(&r, content.as_bytes())
+        .map_err(|e| io_refusal("write", &r.rel, &e))?;
     ctx.reads.record(&r.abs);
     Ok(
         ToolResult::text(format!("Applied {} edits to {}.", args.edits.len(), r.rel))

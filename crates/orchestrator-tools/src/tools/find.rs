@@ -115,7 +115,10 @@ fn walk_files(
 
 fn run_glob(args: GlobArgs, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
-    let meta = ctx.workspace.metadata(&r).map_err(|e| io_refusal("search", &r.rel, &e))?;
+    let meta = ctx
+        .workspace
+        .metadata(&r)
+        .map_err(|e| io_refusal("search", &r.rel, &e))?;
     if !meta.is_dir() {
         return Err(refuse(format!(
             "{} is not a directory; glob searches a directory",
@@ -242,7 +245,9 @@ impl Ranker {
 
 fn run_search(args: SearchArgs, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
-    ctx.workspace.metadata(&r).map_err(|e| io_refusal("search", &r.rel, &e))?;
+    ctx.workspace
+        .metadata(&r)
+        .map_err(|e| io_refusal("search", &r.rel, &e))?;
     if args.query.trim().is_empty() {
         return Err(refuse(
             "file_search: query is empty; give part of a file name",

@@ -177,7 +177,9 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         ));
     }
     let r = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
-    ctx.workspace.metadata(&r).map_err(|e| io_refusal("search", &r.rel, &e))?;
+    ctx.workspace
+        .metadata(&r)
+        .map_err(|e| io_refusal("search", &r.rel, &e))?;
     let mode = match args.mode.as_deref().unwrap_or("content") {
         "content" => Mode::Content,
         "files_with_matches" | "files" => Mode::Files,

@@ -44,7 +44,10 @@ pub(crate) fn def() -> ToolDef {
 
 fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve_for_write(&args.path)?;
-    let meta = ctx.workspace.metadata(&r).map_err(|e| io_refusal("insert_text", &r.rel, &e))?;
+    let meta = ctx
+        .workspace
+        .metadata(&r)
+        .map_err(|e| io_refusal("insert_text", &r.rel, &e))?;
     if meta.is_dir() {
         return Err(refuse(format!(
             "{} is a directory; give a file path",
@@ -57,7 +60,10 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
             r.rel, args.after_line
         )));
     }
-    let bytes = ctx.workspace.read(&r).map_err(|e| io_refusal("read", &r.rel, &e))?;
+    let bytes = ctx
+        .workspace
+        .read(&r)
+        .map_err(|e| io_refusal("read", &r.rel, &e))?;
     if looks_binary(&bytes[..bytes.len().min(8192)]) {
         return Err(refuse(format!(
             "{} is a binary file; insert_text only changes text files",
@@ -101,7 +107,9 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     for line in &lines[after..] {
         out.push_str(line);
     }
-    ctx.workspace.write_atomic(&r, out.as_bytes()).map_err(|e| io_refusal("write", &r.rel, &e))?;
+    ctx.workspace
+        .write_atomic(&r, out.as_bytes())
+        .map_err(|e| io_refusal("write", &r.rel, &e))?;
     ctx.reads.record(&r.abs);
     let inserted = text.lines().count();
     Ok(ToolResult::text(format!(

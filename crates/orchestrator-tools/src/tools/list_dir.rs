@@ -79,7 +79,10 @@ struct Entry {
 
 fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
-    let meta = ctx.workspace.metadata(&r).map_err(|e| io_refusal("list", &r.rel, &e))?;
+    let meta = ctx
+        .workspace
+        .metadata(&r)
+        .map_err(|e| io_refusal("list", &r.rel, &e))?;
     if !meta.is_dir() {
         return Err(refuse(format!(
             "{} is a file, not a directory; use read_file with {{\"path\": \"{}\"}} to read it",

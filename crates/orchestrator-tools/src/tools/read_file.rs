@@ -59,7 +59,10 @@ pub(crate) fn def() -> ToolDef {
 
 fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     let r = ctx.workspace.resolve(&args.path)?;
-    let meta = ctx.workspace.metadata(&r).map_err(|e| io_refusal("read", &r.rel, &e))?;
+    let meta = ctx
+        .workspace
+        .metadata(&r)
+        .map_err(|e| io_refusal("read", &r.rel, &e))?;
     if meta.is_dir() {
         return Err(refuse(format!(
             "{} is a directory, not a file; use list_dir with {{\"path\": \"{}\"}} to see its entries, then read_file on one of them",
@@ -77,9 +80,14 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         .limit
         .unwrap_or(MAX_LINES as u64)
         .clamp(1, MAX_LINES as u64) as usize;
-    let mut file = ctx.workspace.open_read(&r).map_err(|e| io_refusal("open", &r.rel, &e))?;
+    let mut file = ctx
+        .workspace
+        .open_read(&r)
+        .map_err(|e| io_refusal("open", &r.rel, &e))?;
     // The size of what was opened, not of what the name meant a moment before.
-    let meta = file.metadata().map_err(|e| io_refusal("read", &r.rel, &e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| io_refusal("read", &r.rel, &e))?;
     let mut sample = vec![0u8; 8192];
     let n = read_up_to(&mut file, &mut sample).map_err(|e| io_refusal("read", &r.rel, &e))?;
     sample.truncate(n);

@@ -98,7 +98,10 @@ fn list(_args: ListArgs, ctx: &ToolContext) -> ToolOutcome {
             if stem.is_empty() || stem.starts_with('.') {
                 return None;
             }
-            let file = ctx.workspace.resolve(&format!("{SKILLS_DIR}/{name}")).ok()?;
+            let file = ctx
+                .workspace
+                .resolve(&format!("{SKILLS_DIR}/{name}"))
+                .ok()?;
             let bytes = ctx.workspace.read(&file).ok()?;
             if bytes.len() > MAX_SKILL {
                 return None;

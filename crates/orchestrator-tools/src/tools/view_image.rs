@@ -49,11 +49,17 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         )));
     }
     let r = ctx.workspace.resolve(&args.path)?;
-    let meta = ctx.workspace.metadata(&r).map_err(|e| io_refusal("read", &r.rel, &e))?;
+    let meta = ctx
+        .workspace
+        .metadata(&r)
+        .map_err(|e| io_refusal("read", &r.rel, &e))?;
     if !meta.is_file() {
         return Err(refuse(format!("view_image: {} is not a file", r.rel)));
     }
-    let mut file = ctx.workspace.open_read(&r).map_err(|e| io_refusal("open", &r.rel, &e))?;
+    let mut file = ctx
+        .workspace
+        .open_read(&r)
+        .map_err(|e| io_refusal("open", &r.rel, &e))?;
     let mut head = [0u8; 16];
     let n = file
         .read(&mut head)
@@ -72,7 +78,10 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
             human_size(MAX_VIEW_BYTES)
         )));
     }
-    let data = ctx.workspace.read(&r).map_err(|e| io_refusal("read", &r.rel, &e))?;
+    let data = ctx
+        .workspace
+        .read(&r)
+        .map_err(|e| io_refusal("read", &r.rel, &e))?;
     ctx.reads.record(&r.abs);
     let mut result = ToolResult::text(format!(
         "Image {} ({media_type}, {}); it follows.",

@@ -54,7 +54,9 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
             r.rel
         )));
     }
-    ctx.workspace.write_atomic(&r, args.content.as_bytes()).map_err(|e| io_refusal("write", &r.rel, &e))?;
+    ctx.workspace
+        .write_atomic(&r, args.content.as_bytes())
+        .map_err(|e| io_refusal("write", &r.rel, &e))?;
     ctx.reads.record(&r.abs);
     let lines = args.content.lines().count();
     Ok(ToolResult::text(format!(

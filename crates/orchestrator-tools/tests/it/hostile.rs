@@ -76,7 +76,10 @@ async fn a_directory_swapped_for_a_symlink_never_leads_a_file_tool_outside() {
     let swaps = swapper.join().unwrap();
     assert!(swaps > 100, "the race was run ({swaps} swaps)");
     assert!(reads_inside > 0, "some reads landed between swaps");
-    assert!(leaked.is_empty(), "outside content reached a result: {leaked:?}");
+    assert!(
+        leaked.is_empty(),
+        "outside content reached a result: {leaked:?}"
+    );
     let written: Vec<_> = std::fs::read_dir(outside.path())
         .unwrap()
         .flatten()
@@ -104,7 +107,10 @@ async fn the_skill_listing_does_not_follow_a_committed_symlink_out() {
     let listing = assert_ok(&h.call("skill", json!({})).await);
     assert!(listing.contains("release: Cut a release"), "{listing}");
     assert!(!listing.contains("TOKEN-OUTSIDE"), "{listing}");
-    assert!(!listing.contains("token"), "the link is not listed: {listing}");
+    assert!(
+        !listing.contains("token"),
+        "the link is not listed: {listing}"
+    );
     let read = h.call("read_skill", json!({"name": "token"})).await;
     assert!(!read.joined_text().contains("TOKEN-OUTSIDE"));
 }
@@ -125,7 +131,10 @@ async fn the_syntax_check_after_an_edit_imports_nothing_from_the_workspace() {
     h.write("pkg/py_compile.py", planted);
     h.write("py_compile.py", planted);
     let r = h
-        .call("write_file", json!({"path": "pkg/mod.py", "content": "def f(:\n"}))
+        .call(
+            "write_file",
+            json!({"path": "pkg/mod.py", "content": "def f(:\n"}),
+        )
         .await;
     let text = assert_ok(&r);
     assert!(
@@ -179,7 +188,11 @@ async fn the_daemons_git_refuses_a_repository_that_reaches_outside_its_work_tree
     )
     .unwrap();
 
-    for (what, h) in [("core.worktree", &h), ("commondir", &h2), ("alternates", &h3)] {
+    for (what, h) in [
+        ("core.worktree", &h),
+        ("commondir", &h2),
+        ("alternates", &h3),
+    ] {
         for (tool, args) in [
             ("git_status", json!({})),
             ("git_diff", json!({})),

@@ -18,7 +18,7 @@ fn code(env: &Env, args: &[&str]) -> (i32, String) {
 #[test]
 fn bad_input_is_refused_clearly_and_changes_nothing() {
     let env = Env::sqlite();
-    let ws = env.home().display().to_string();
+    let ws = env.workspace().display().to_string();
     let base = ["automation", "create", "--workspace", &ws, "--gate", "true"];
     let cases: &[(&[&str], i32, &str)] = &[
         (
@@ -127,7 +127,7 @@ fn bad_input_is_refused_clearly_and_changes_nothing() {
 #[test]
 fn the_life_of_an_automation_through_the_cli() {
     let env = Env::sqlite();
-    let ws = env.home().display().to_string();
+    let ws = env.workspace().display().to_string();
     env.json(&[
         "automation",
         "create",
@@ -272,7 +272,7 @@ fn schedules_files_validate_and_apply_despite_a_broken_one() {
 /// task: nothing lost in the downtime (it is shorter than the misfire grace, so the slots it
 /// missed fire on restart) and nothing fired twice.
 fn killed_serve_neither_loses_nor_repeats_a_slot(env: &Env) {
-    let ws = env.home().display().to_string();
+    let ws = env.workspace().display().to_string();
     env.json(&[
         "automation",
         "create",
@@ -362,7 +362,7 @@ async fn killed_serve_neither_loses_nor_repeats_a_slot_postgres() {
 fn serve_applies_its_schedules_directory_at_start() {
     let env = Env::sqlite();
     let dir = tempfile::tempdir().unwrap();
-    let ws = env.home().display().to_string();
+    let ws = env.workspace().display().to_string();
     std::fs::write(
         dir.path().join("tick.toml"),
         format!(

@@ -10,7 +10,7 @@ fn stderr(out: &std::process::Output) -> String {
 #[test]
 fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let env = Env::sqlite();
-    let ws = env.home().display().to_string();
+    let ws = env.workspace().display().to_string();
     let cases: &[(&[&str], i32, &str)] = &[
         (
             &[
@@ -295,7 +295,7 @@ fn run_exits_by_outcome_and_records_evidence() {
 #[test]
 fn events_are_numbered_and_retry_requeues() {
     let env = Env::sqlite();
-    let ws = env.home().display().to_string();
+    let ws = env.workspace().display().to_string();
     let out = env.run(&["run", "--gate", "false", "--workspace", &ws]);
     assert_eq!(out.status.code(), Some(1));
     let id = env.tasks()[0]["id"].as_i64().unwrap();
@@ -329,7 +329,7 @@ fn events_are_numbered_and_retry_requeues() {
 #[test]
 fn create_list_and_human_output() {
     let env = Env::sqlite();
-    let ws = env.home().display().to_string();
+    let ws = env.workspace().display().to_string();
     let created = env.json(&[
         "task",
         "create",
@@ -371,7 +371,7 @@ fn create_list_and_human_output() {
 #[test]
 fn ctrl_c_cancels_a_foreground_run_and_its_gate() {
     let env = Env::sqlite();
-    let ws = env.home().display().to_string();
+    let ws = env.workspace().display().to_string();
     let marker = crate::support::unique_sleep();
     let gate = format!("sleep {marker} & sleep {marker}");
     let child = env

@@ -433,3 +433,90 @@ fn the_sandbox_command_shows_what_a_mode_allows_and_task_read_shows_the_mode() {
     ]);
     assert_eq!(bad.status.code(), Some(6));
 }
+
+/// The run's task id, from `run --json`'s output.
+fn task_id_of(stdout: &str) -> i64 {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|v| {
+            v["task_id"]
+                .as_i64()
+                .or_else(|| v["task"]["id"].as_i64())
+                .or_else(|| v["id"].as_i64())
+        })
+        .unwrap_or_else(|| panic!("no task id in {stdout}"))
+}
+
+#[test]
+fn a_persons_gate_runs_the_agents_code_confined() {
+    let w = world();
+    let home = w.env.home().to_owned();
+    let token = quote(&home.join("api-token"));
+    let x = quote(&w.outside.join("x"));
+    let mark = w.outside.join("fsmonitor-ran");
+    // What the agent writes: a check the person's gate runs, which tries to steal the token,
+    // write outside, and plant a command for the person's next `git status`.
+    let check = format!(
+        "cat {token}; env; echo pwned > {x}; printf '[core]\\n\\tfsmonitor = touch {}\\n' >> .git/config; echo checked\n",
+        mark.display()
+    );
+    let steps: Vec<Reply> = vec![
+        Reply::ToolCalls(vec![call(
+            "write_file",
+            json!({"path": "check.sh", "content": check}),
+        )]),
+        Reply::Text("Done.".into()),
+    ];
+    let model = ScriptedModel::start_blocking(move |request: &Request| {
+        steps
+            .get(request.assistant_turns())
+            .cloned()
+            .unwrap_or_else(|| Reply::Text("Done.".into()))
+    });
+    let output = w.run(&model, &[], "sh check.sh");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let id = task_id_of(&stdout);
+    let log = w.env.task(id)["gates"][0]["log_artifact"]
+        .as_i64()
+        .expect("the gate kept its log")
+        .to_string();
+    let shown =
+        String::from_utf8_lossy(&w.env.run(&["artifact", "show", &log]).stdout).into_owned();
+    assert!(
+        shown.contains("checked"),
+        "the gate ran the script: {shown}"
+    );
+    for secret in [
+        API_TOKEN,
+        GITHUB_TOKEN,
+        WEBHOOK_SECRET,
+        MODEL_KEY,
+        OTHER_SECRET,
+    ] {
+        assert!(
+            !shown.contains(secret),
+            "{secret} reached the gate's log: {shown}"
+        );
+    }
+    assert!(
+        !w.outside.join("x").exists(),
+        "the gate wrote outside the workspace"
+    );
+    // The person's own plain `git status` afterwards runs nothing the agent planted.
+    let status = std::process::Command::new("git")
+        .args(["status", "--short"])
+        .current_dir(&w.ws)
+        .output()
+        .unwrap();
+    assert!(status.status.success());
+    assert!(!mark.exists(), "a planted fsmonitor command ran");
+    let config = std::fs::read_to_string(w.ws.join(".git/config")).unwrap();
+    assert!(!config.contains("fsmonitor"), "{config}");
+}

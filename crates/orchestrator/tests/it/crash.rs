@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 fn crash_and_recover(env: &Env) {
     const TASKS: usize = 40;
     let ids: Vec<i64> = (0..TASKS)
-        .map(|i| env.create(&format!("t{i}"), &["sleep 0.3; echo ok"], env.home()))
+        .map(|i| env.create(&format!("t{i}"), &["sleep 0.3; echo ok"], &env.workspace()))
         .collect();
     let lease = ["--workers", "4", "--lease-seconds", "2"];
 
@@ -106,14 +106,21 @@ async fn sigkill_loses_nothing_on_postgres() {
         .unwrap();
 }
 
-/// A gate of a daemon killed with SIGKILL runs on (nothing ties an unconfined process group to
-/// its daemon) until the next daemon on the same home starts: that one ends it before it runs
-/// anything, so the gate never runs twice at once in one workspace.
+/// A gate of a daemon killed with SIGKILL runs on when it is unconfined (`person_gates = "full"`:
+/// nothing ties an unconfined process group to its daemon) until the next daemon on the same home
+/// starts: that one ends it before it runs anything, so the gate never runs twice at once in one
+/// workspace. (A sandboxed gate, the default, dies with its daemon: bubblewrap's
+/// `--die-with-parent`.)
 #[test]
 fn the_next_serve_ends_the_gates_a_killed_one_left_running() {
     let env = Env::sqlite();
+    std::fs::write(
+        env.home().join("config.toml"),
+        "[sandbox]\nperson_gates = \"full\"\n",
+    )
+    .unwrap();
     let sleep = unique_sleep();
-    let id = env.create("long", &[&format!("sleep {sleep}")], env.home());
+    let id = env.create("long", &[&format!("sleep {sleep}")], &env.workspace());
     let first = env.serve(&["--lease-seconds", "2"]);
     wait_for(|| processes_with(&sleep).len() >= 2);
     first.signal(Signal::SIGKILL);

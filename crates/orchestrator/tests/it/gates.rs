@@ -17,7 +17,7 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 #[test]
 fn a_gigabyte_of_output_stays_under_64_mib_and_keeps_head_and_tail() {
     let env = Env::sqlite();
-    let ws = env.home().display().to_string();
+    let ws = env.workspace().display().to_string();
     // 1 GiB of 100-byte lines, numbered at the start and the end so head and tail are recognisable.
     let gate = "echo FIRST-LINE; yes 0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789 | head -c 1073741824; echo; echo LAST-LINE";
     let mut child = env
@@ -65,7 +65,7 @@ fn a_gigabyte_of_output_stays_under_64_mib_and_keeps_head_and_tail() {
 #[test]
 fn a_timed_out_gate_leaves_no_process_behind() {
     let env = Env::sqlite();
-    let ws = env.home().display().to_string();
+    let ws = env.workspace().display().to_string();
     let marker = unique_sleep();
     // A background grandchild and a foreground child, both in the gate's process group.
     let gate = format!("sleep {marker} & sleep {marker}; echo never");

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 fn healthz_is_open_and_metrics_need_the_token() {
     let env = Env::sqlite();
     let serve = env.serve(&["--workers", "1"]);
-    let id = env.create("quick", &["true"], env.home());
+    let id = env.create("quick", &["true"], &env.workspace());
     env.wait_task(id, "succeeded", |t| t["state"] == "succeeded");
     let (status, body) = http_get(&serve.addr, "/healthz", None);
     assert_eq!(status, 200);
@@ -38,7 +38,7 @@ fn cancel_kills_a_running_gate_and_its_children() {
     let _serve = env.serve(&["--workers", "2"]);
     let marker = unique_sleep();
     let gate = format!("sleep {marker} & sleep {marker}");
-    let id = env.create("long", &[&gate], env.home());
+    let id = env.create("long", &[&gate], &env.workspace());
     env.wait_task(id, "running", |t| t["state"] == "running");
     // Wait until the gate has really started its processes.
     crate::support::wait_for(|| {
@@ -63,7 +63,7 @@ fn sigterm_hands_running_work_back_after_the_grace_period() {
     let env = Env::sqlite();
     let mut serve = env.serve(&["--workers", "1", "--shutdown-grace-seconds", "1"]);
     let marker = unique_sleep();
-    let id = env.create("long", &[&format!("sleep {marker}")], env.home());
+    let id = env.create("long", &[&format!("sleep {marker}")], &env.workspace());
     env.wait_task(id, "running", |t| t["state"] == "running");
     serve.signal(Signal::SIGTERM);
     assert_eq!(serve.wait(), Some(0), "{}", serve.log());
@@ -76,7 +76,7 @@ fn sigterm_hands_running_work_back_after_the_grace_period() {
     // A gate that finishes within the grace period is allowed to finish.
     let mut serve = env.serve(&["--workers", "1", "--shutdown-grace-seconds", "60"]);
     env.json(&["task", "cancel", &id.to_string(), "--json"]);
-    let quick = env.create("quick", &["sleep 1; echo finished"], env.home());
+    let quick = env.create("quick", &["sleep 1; echo finished"], &env.workspace());
     env.wait_task(quick, "running", |t| t["state"] == "running");
     serve.signal(Signal::SIGINT);
     assert_eq!(serve.wait(), Some(0), "{}", serve.log());
@@ -87,7 +87,7 @@ fn sigterm_hands_running_work_back_after_the_grace_period() {
 /// that each task succeeded on its first attempt with exactly one gate run.
 fn shared_store_runs_each_attempt_once(env: &Env, daemons: usize, tasks: usize) {
     let ids: Vec<i64> = (0..tasks)
-        .map(|i| env.create(&format!("t{i}"), &["echo $PPID"], env.home()))
+        .map(|i| env.create(&format!("t{i}"), &["echo $PPID"], &env.workspace()))
         .collect();
     let serves: Vec<Serve> = (0..daemons)
         .map(|_| env.serve(&["--workers", "4"]))

@@ -94,7 +94,7 @@ async fn postgres_restarted_mid_work_loses_and_doubles_nothing() {
         let env = env_on(&cluster);
         const TASKS: usize = 20;
         let ids: Vec<i64> = (0..TASKS)
-            .map(|i| env.create(&format!("t{i}"), &["sleep 1; echo ok"], env.home()))
+            .map(|i| env.create(&format!("t{i}"), &["sleep 1; echo ok"], &env.workspace()))
             .collect();
         let mut serve = env.serve(&["--workers", "4", "--lease-seconds", "5"]);
         // Mid-work: some tasks done, gates running, most still queued.
@@ -109,7 +109,7 @@ async fn postgres_restarted_mid_work_loses_and_doubles_nothing() {
         assert_alive(&mut serve, "while PostgreSQL was down");
         cluster.start().unwrap();
 
-        let late = env.create("after the restart", &["echo ok"], env.home());
+        let late = env.create("after the restart", &["echo ok"], &env.workspace());
         for id in ids.iter().chain([&late]) {
             env.wait_task(*id, "finished", terminal);
         }
@@ -255,7 +255,7 @@ fn sqlite_on_a_full_disk_refuses_writes_clearly_and_recovers() {
     };
     let mut serve = env.serve(&["--workers", "2"]);
     let before: Vec<i64> = (0..3)
-        .map(|i| env.create(&format!("before {i}"), &["echo ok"], env.home()))
+        .map(|i| env.create(&format!("before {i}"), &["echo ok"], &env.workspace()))
         .collect();
     for id in &before {
         env.wait_task(*id, "succeeded", terminal);
@@ -282,7 +282,7 @@ fn sqlite_on_a_full_disk_refuses_writes_clearly_and_recovers() {
             "--gate",
             &gate,
             "--workspace",
-            &env.home().display().to_string(),
+            &env.workspace().display().to_string(),
             "--json",
         ]);
         if out.status.success() {
@@ -311,7 +311,7 @@ fn sqlite_on_a_full_disk_refuses_writes_clearly_and_recovers() {
 
     std::fs::remove_file(&filler).unwrap();
     let after: Vec<i64> = (0..3)
-        .map(|i| env.create(&format!("after {i}"), &["echo ok"], env.home()))
+        .map(|i| env.create(&format!("after {i}"), &["echo ok"], &env.workspace()))
         .collect();
     for id in before.iter().chain(&created_while_full).chain(&after) {
         env.wait_task(*id, "finished", terminal);
@@ -366,7 +366,7 @@ async fn a_slow_store_does_not_expire_a_healthy_workers_lease() {
     .await;
     let slow = format!("postgres://postgres@{}/postgres", proxy.addr());
     let env = env_on(&cluster);
-    let id = env.create("long gate", &["sleep 7; echo ok"], env.home());
+    let id = env.create("long gate", &["sleep 7; echo ok"], &env.workspace());
 
     // Watches the task's row over a direct connection, as a well-connected rescuer would: with
     // the rescuer's `FOR UPDATE SKIP LOCKED`, so a row that a transaction of the attempt itself

@@ -19,6 +19,12 @@ pub struct Env {
     pub database_url: Option<String>,
 }
 
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.home.path().with_extension("ws"));
+    }
+}
+
 impl Env {
     pub fn sqlite() -> Env {
         Env {
@@ -41,6 +47,15 @@ impl Env {
 
     pub fn home(&self) -> &Path {
         self.home.path()
+    }
+
+    /// A workspace for this environment's tasks, beside the home rather than in it: the sandbox
+    /// hides the orchestrator's home from gates and agents alike, so a workspace inside it would
+    /// be an empty, unreadable directory to them. Removed with the environment.
+    pub fn workspace(&self) -> PathBuf {
+        let dir = self.home.path().with_extension("ws");
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     pub fn cmd(&self, args: &[&str]) -> Command {

@@ -30,12 +30,12 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::fsutil::looks_binary;
-use crate::workspace::Resolved;
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
 use crate::registry::{CHANGED_FILES, editing};
 use crate::result::{ToolFailure, ToolOutcome, ToolResult, refuse};
+use crate::workspace::Resolved;
 
 const BEGIN: &str = "*** Begin Patch";
 const END: &str = "*** End Patch";
@@ -239,7 +239,10 @@ fn exists_as_file(plan: &Plan, ctx: &ToolContext, abs: &std::path::Path) -> bool
     match plan.state.get(abs) {
         Some(Planned::Write(_)) => true,
         Some(Planned::Remove) => false,
-        None => ctx.workspace.metadata(&at(ctx, abs)).is_ok_and(|m| m.is_file()),
+        None => ctx
+            .workspace
+            .metadata(&at(ctx, abs))
+            .is_ok_and(|m| m.is_file()),
     }
 }
 
@@ -386,7 +389,8 @@ fn commit(plan: &Plan, ctx: &ToolContext) -> Result<(), ToolFailure> {
                 let mut missing = Vec::new();
                 let mut p = path.parent();
                 while let Some(dir) = p {
-                    if dir == ctx.workspace.root() || ctx.workspace.metadata(&at(ctx, dir)).is_ok() {
+                    if dir == ctx.workspace.root() || ctx.workspace.metadata(&at(ctx, dir)).is_ok()
+                    {
                         break;
                     }
                     missing.push(dir.to_owned());
