@@ -70,10 +70,7 @@ fn git(ctx: &ToolContext, args: &[String]) -> Result<String, ToolFailure> {
     let out = crate::git_command::command(ctx.workspace.root(), &args)
         .map_err(|e| {
             if e.contains("not a git repository") {
-                refuse(format!(
-                    "{} is not inside a git repository, so there is no git status or diff; git_status and git_diff work in a git checkout",
-                    ctx.workspace.root().display()
-                ))
+                refuse("the workspace is not a git repository (git init creates one)")
             } else {
                 refuse(e)
             }

@@ -212,9 +212,14 @@ mod tests {
         }
     }
 
-    /// A person's gate with no sandbox configured.
+    /// A person's gate with `person_gates = "full"`: the unconfined process-group behaviour
+    /// under test (the sandboxed gate's is tested with the sandbox).
     fn unconfined(dir: &Path) -> Jail {
-        orchestrator_sandbox::Sandbox::new(Default::default())
+        let settings = orchestrator_sandbox::SandboxSettings {
+            person_gates: orchestrator_sandbox::SandboxMode::Full,
+            ..Default::default()
+        };
+        orchestrator_sandbox::Sandbox::new(settings)
             .person_gate_jail(dir, &[])
             .expect("jail")
     }

@@ -283,18 +283,20 @@ fn text(s: impl Into<String>) -> ToolOutcome {
 }
 
 /// A registry holding only the durable tools of the attempt of `lease` on `task`, for docs and
-/// tests: the same specs an agent gets.
+/// tests: the same specs an agent gets, under the task's own policy as an attempt would hold it.
 pub fn durable_registry(
     ctx: &RunContext,
     task: orchestrator_store::Task,
     lease: orchestrator_store::Lease,
 ) -> Registry {
+    let policy = super::policy::effective_policy(&task)
+        .unwrap_or_else(|_| orchestrator_tools::Policy::allow_all());
     let session = Arc::new(Session::new(
         ctx.store.clone(),
         task,
         lease,
         ctx.worker_id.clone(),
-        orchestrator_tools::Policy::allow_all(),
+        policy,
         2,
         tokio_util::sync::CancellationToken::new(),
     ));
