@@ -33,6 +33,8 @@ pub async fn run(runs: usize, print: impl Fn(&str) -> anyhow::Result<()>) -> any
         let jail = sandbox.agent_jail(Confinement {
             mode,
             network,
+            network_hosts: Vec::new(),
+            connections: None,
             workspace: workspace.path().to_owned(),
             env: Vec::new(),
             secrets: Vec::new(),
