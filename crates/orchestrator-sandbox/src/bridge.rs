@@ -28,6 +28,8 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use nix::sys::signal::{SigSet, Signal};
+
 /// The exit status of a command whose bridge could not start (as `env`, `timeout` and other
 /// wrappers use 125 for their own failure).
 pub const BRIDGE_FAILED: i32 = 125;
@@ -203,6 +205,22 @@ fn detach(this: &[OsString], forwards: &[Forward]) -> i32 {
 }
 
 fn serve(forwards: &[Forward]) -> i32 {
+    // An interrupt meant for the program (a terminal session's Ctrl-C reaches every process of
+    // the jail but bubblewrap) must not take the program's network away: the keyboard's signals
+    // are blocked here, in the main thread before any other starts, so every thread has them
+    // blocked. The server still ends with the jail's pid namespace (SIGKILL).
+    let mut keyboard = SigSet::empty();
+    for signal in [
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGHUP,
+        Signal::SIGTSTP,
+    ] {
+        keyboard.add(signal);
+    }
+    if let Err(e) = keyboard.thread_block() {
+        eprintln!("orchestrator network bridge: cannot block the keyboard's signals: {e}");
+    }
     let mut listeners = Vec::new();
     for forward in forwards {
         match TcpListener::bind((Ipv4Addr::LOCALHOST, forward.port)) {

@@ -132,6 +132,22 @@ async fn a_listed_host_is_reached_through_the_proxy_and_an_unlisted_one_is_refus
 }
 
 #[tokio::test]
+async fn an_interrupt_for_the_program_leaves_the_bridge_running() {
+    let port = host_server();
+    let w = world();
+    let sb = sandbox(&w);
+    let (j, _log) = net_jail(&sb, &w, &[format!("127.0.0.1:{port}")]);
+    // What a terminal session's interrupt does: SIGINT to every process of the jail (here from
+    // inside: all but the shell itself and the jail's init).
+    let script = format!(
+        "kill -INT -1; kill -QUIT -1; kill -HUP -1; sleep 0.2; {}",
+        curl("", &format!("http://127.0.0.1:{port}/"))
+    );
+    let said = text(&sh(&j, &w.workspace, &script).await);
+    assert!(said.contains("hello from the host"), "{said}");
+}
+
+#[tokio::test]
 async fn a_listed_name_is_resolved_by_the_proxy() {
     let port = host_server();
     let w = world();
