@@ -5,6 +5,12 @@
 //! the command runs), so the figure to read is the difference in milliseconds next to the
 //! length of the commands agents run, and the ratio says how much of a trivial command is the
 //! sandbox.
+//!
+//! The network case is a confined command with the network granted: its jail's proxy is up (it
+//! starts with the jail, once per task, outside the timing), and every command starts behind the
+//! network bridge, which listens on the jail's loopback and then becomes the command. The bridge
+//! is the `orchestrator` binary beside this one (`cargo build --release -p orchestrator` first);
+//! without it the case is left out, saying so.
 
 use anyhow::Context;
 use orchestrator_sandbox::{Availability, Confinement, Sandbox, SandboxMode, SandboxSettings};
@@ -22,17 +28,40 @@ pub async fn run(runs: usize, print: impl Fn(&str) -> anyhow::Result<()>) -> any
     if let Availability::Missing { reason } = sandbox.availability() {
         anyhow::bail!("no sandbox on this machine: {reason}");
     }
+    let bridge = sandbox.net_bridge().map(|b| {
+        b.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
     let cases = [
         ("none", SandboxMode::Full, false),
         ("read_only", SandboxMode::ReadOnly, false),
         ("workspace_write", SandboxMode::WorkspaceWrite, false),
-        ("workspace_write+network", SandboxMode::WorkspaceWrite, true),
+        (
+            "workspace_write+network (proxy + bridge)",
+            SandboxMode::WorkspaceWrite,
+            true,
+        ),
     ];
     let mut baseline = None;
     for (name, mode, network) in cases {
+        if network && bridge.is_none() {
+            print(
+                &json!({
+                    "bench": "sandbox_start",
+                    "mode": name,
+                    "skipped": "no network bridge: build the orchestrator binary beside this one",
+                })
+                .to_string(),
+            )?;
+            continue;
+        }
         let jail = sandbox.agent_jail(Confinement {
             mode,
             network,
+            network_hosts: Vec::new(),
+            connections: None,
             workspace: workspace.path().to_owned(),
             env: Vec::new(),
             secrets: Vec::new(),
@@ -60,6 +89,7 @@ pub async fn run(runs: usize, print: impl Fn(&str) -> anyhow::Result<()>) -> any
                 "median_us": median,
                 "p90_us": p90,
                 "ratio_to_none": (median as f64 / base.max(1) as f64 * 100.0).round() / 100.0,
+                "bridge": if network { bridge.as_deref() } else { None },
             })
             .to_string(),
         )?;

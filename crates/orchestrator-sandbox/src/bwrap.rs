@@ -25,7 +25,9 @@ use orchestrator_types::SandboxMode;
 pub(crate) struct Plan<'a> {
     /// `ReadOnly` or `WorkspaceWrite`; `Full` never reaches bubblewrap.
     pub mode: SandboxMode,
-    pub network: bool,
+    /// The directory of the jail's network proxy sockets, when the network is granted; it is
+    /// bound read-only at [`PROXY_DIR`]. The network namespace is always a new one.
+    pub proxy: Option<&'a Path>,
     pub workspace: &'a Path,
     /// The task's private directory on the host, seen as `/tmp` inside.
     pub tmp: &'a Path,
@@ -54,6 +56,9 @@ enum Op {
     HideFile,
 }
 
+/// Where a jail sees its network proxy's sockets.
+pub(crate) const PROXY_DIR: &str = "/run/orchestrator-net";
+
 /// The arguments for `bwrap`, up to and excluding the `--` before the program.
 pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
     let mut out: Vec<OsString> = Vec::new();
@@ -69,10 +74,11 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
         "--unshare-cgroup-try",
         "--cap-drop",
         "ALL",
+        // Always: a process in the host's network namespace could listen on its loopback, where
+        // a person's browser sends the dashboard's cookie (cookies ignore ports). A granted
+        // network goes through the proxy bound below.
+        "--unshare-net",
     ]);
-    if !plan.network {
-        push(&["--unshare-net"]);
-    }
     push(&[
         "--ro-bind",
         "/",
@@ -88,12 +94,13 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
         "--tmpfs",
         "/run",
     ]);
-    if plan.network {
-        // Name resolution often goes through a stub resolver's file under /run.
-        push(&[
-            "--ro-bind-try",
-            "/run/systemd/resolve",
-            "/run/systemd/resolve",
+    if let Some(proxy) = plan.proxy {
+        // Read-only: connecting to a socket needs no write access to the mount, and the jailed
+        // process cannot replace the sockets with its own.
+        out.extend([
+            "--ro-bind".into(),
+            proxy.as_os_str().to_owned(),
+            PROXY_DIR.into(),
         ]);
     }
     out.push("--bind".into());
@@ -183,6 +190,11 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
 mod tests {
     use super::*;
 
+    fn at_in(text: &str, needle: &str) -> usize {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} missing in {text}"))
+    }
+
     fn render(args: &[OsString]) -> String {
         args.iter()
             .map(|a| a.to_string_lossy().into_owned())
@@ -206,7 +218,7 @@ mod tests {
         let roots = [root.clone()];
         let plan = Plan {
             mode: SandboxMode::WorkspaceWrite,
-            network: false,
+            proxy: None,
             workspace: &ws,
             tmp: Path::new("/var/tmp/task-1"),
             writable_roots: &roots,
@@ -247,11 +259,16 @@ mod tests {
 
         let read_only = Plan {
             mode: SandboxMode::ReadOnly,
-            network: true,
+            proxy: Some(Path::new("/var/tmp/net-1")),
             ..plan
         };
         let text = render(&args(&read_only));
-        assert!(!text.contains("--unshare-net"));
+        assert!(
+            text.contains("--unshare-net"),
+            "a granted network is a proxy, never the host's namespace"
+        );
+        assert!(text.contains("--ro-bind /var/tmp/net-1 /run/orchestrator-net"));
+        assert!(at_in(&text, "--tmpfs /run") < at_in(&text, "/run/orchestrator-net"));
         assert!(text.contains(&format!("--ro-bind {ws_s} {ws_s}")));
         assert!(!text.contains(&format!("--bind {}", root.display())));
     }

@@ -111,6 +111,44 @@ pub fn child_env(
     env
 }
 
+/// Variables that tell programs which proxy to use, in both spellings programs read.
+const PROXY_VARS: &[&str] = &[
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
+/// Points a jailed process's environment at its proxy: `http`, the HTTP proxy's `host:port`
+/// (CONNECT for https), and `socks`, the SOCKS5 proxy's, which resolves names itself
+/// (`socks5h`). Whatever proxy the daemon's own environment named is replaced: it is not
+/// reachable from the jail. Loopback is left out of the proxy: a jailed program talking to a
+/// server it started itself reaches it on the jail's own loopback, which is all the loopback a
+/// jail has.
+pub(crate) fn proxy_env(env: &mut Vec<(OsString, OsString)>, http: &str, socks: &str) {
+    env.retain(|(k, _)| !PROXY_VARS.iter().any(|v| k == OsStr::new(v)));
+    let http = format!("http://{http}");
+    let socks = format!("socks5h://{socks}");
+    let local = "localhost,127.0.0.1,::1";
+    for (name, value) in [
+        ("HTTP_PROXY", &http),
+        ("http_proxy", &http),
+        ("HTTPS_PROXY", &http),
+        ("https_proxy", &http),
+        ("ALL_PROXY", &socks),
+        ("all_proxy", &socks),
+    ] {
+        env.push((name.into(), value.into()));
+    }
+    env.push(("NO_PROXY".into(), local.into()));
+    env.push(("no_proxy".into(), local.into()));
+    env.sort();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +227,26 @@ mod tests {
             ["HOME", "LC_ALL", "NPM_TOKEN", "PATH"],
             "secrets whose names do not look secret (MYSQL_PWD, DB_PASS, SENTRY_DSN, SSH_AUTH_SOCK) stay out"
         );
+    }
+
+    #[test]
+    fn the_proxy_variables_replace_the_daemons() {
+        let mut env = vars(&[("PATH", "/usr/bin"), ("https_proxy", "http://corp:8080")]);
+        proxy_env(&mut env, "127.0.0.1:3128", "127.0.0.1:1080");
+        let get = |name: &str| {
+            env.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(get("https_proxy").as_deref(), Some("http://127.0.0.1:3128"));
+        assert_eq!(get("HTTP_PROXY").as_deref(), Some("http://127.0.0.1:3128"));
+        assert_eq!(
+            get("ALL_PROXY").as_deref(),
+            Some("socks5h://127.0.0.1:1080")
+        );
+        assert_eq!(get("no_proxy").as_deref(), Some("localhost,127.0.0.1,::1"));
+        assert_eq!(env.iter().filter(|(k, _)| k == "https_proxy").count(), 1);
+        assert_eq!(get("PATH").as_deref(), Some("/usr/bin"));
     }
 
     #[test]

@@ -15,6 +15,10 @@ pub enum Error {
     /// The task's private temporary directory could not be created. Retryable.
     #[error("the task's temporary directory could not be created: {0}")]
     TempDir(#[source] io::Error),
+    /// The network proxy of a jail with the network could not be started (no socket directory,
+    /// no tokio runtime). Retryable.
+    #[error("the sandbox's network proxy could not be started: {0}")]
+    Proxy(#[source] io::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -10,6 +10,11 @@
 //! The price is that a sandboxed command gets SIGKILL where an unconfined one gets SIGTERM first.
 //! (Running `setsid` in front of bwrap would keep SIGTERM, but leaves a moment after the spawn in
 //! which the new group does not exist yet and a cancel finds nothing to signal.)
+//!
+//! A jail whose policy grants the network owns a running proxy (proxy.rs) for as long as it
+//! lives, and its commands are `bwrap ARGS -- BRIDGE --forward ... -- PROGRAM ...`: the bridge
+//! (bridge.rs) starts listening on the jail's loopback and then becomes the program by `exec`,
+//! so the process bwrap waits for, signals and exit status are the program's as before.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -19,16 +24,23 @@ use orchestrator_types::SandboxMode;
 use tempfile::TempDir;
 use tokio::process::Command;
 
-use crate::bwrap::{self, Plan};
-use crate::env::{EnvInputs, EnvRule, child_env};
+use crate::bridge::{Forward, HTTP_PORT, SOCKS_PORT};
+use crate::bwrap::{self, PROXY_DIR, Plan};
+use crate::env::{EnvInputs, EnvRule, child_env, proxy_env};
+use crate::proxy::{ConnectionLog, HTTP_SOCKET, Proxy, SOCKS_SOCKET};
 use crate::{Availability, Error, Result, Sandbox, canonical};
 
 /// What an agent task's processes are confined to, from its policy.
 #[derive(Debug, Clone)]
 pub struct Confinement {
     pub mode: SandboxMode,
-    /// Whether the policy grants the network.
+    /// Whether the policy grants the network (through the jail's proxy).
     pub network: bool,
+    /// Hosts the proxy lets the task reach although they are not public (`host` or `host:port`,
+    /// the policy's `network_hosts`).
+    pub network_hosts: Vec<String>,
+    /// Where the proxy reports each connection, allowed or refused.
+    pub connections: Option<ConnectionLog>,
     pub workspace: PathBuf,
     /// Variables the task's policy names for its processes (secret-looking ones never pass).
     pub env: Vec<String>,
@@ -53,6 +65,8 @@ struct Inner {
     workspace: PathBuf,
     tmp: Option<TempDir>,
     env: Vec<(OsString, OsString)>,
+    /// The running proxy of a confined jail with the network; dropped (stopped) with the jail.
+    proxy: Option<Proxy>,
 }
 
 /// The prefix of every private temporary directory, followed by the label and `p<pid>-`, so that
@@ -120,60 +134,79 @@ impl Sandbox {
         let settings = self.settings();
         let mut secrets = settings.secret_env.clone();
         secrets.extend(confinement.secrets.iter().cloned());
-        Ok(self.jail(
+        let network = confinement.network.then_some(Network {
+            label: &confinement.label,
+            hosts: &confinement.network_hosts,
+            log: confinement.connections.clone(),
+        });
+        self.jail(
             confinement.mode,
-            confinement.network,
+            network,
             &confinement.workspace,
             tmp,
             EnvRule::Agent,
             &settings.agent_env,
             &confinement.env,
             &secrets,
-        ))
+        )
     }
 
     /// The jail of the gates a person wrote for a task: the `person_gates` mode of the config
     /// (`workspace_write` by default, since the code a gate runs is the agent's), the allowlisted
-    /// environment plus the config's `gate_env`, never the daemon's secrets.
+    /// environment plus the config's `gate_env`, never the daemon's secrets. With
+    /// `person_gates_network`, they reach public addresses through the proxy like an agent with
+    /// the network and no `network_hosts`.
     pub fn person_gate_jail(&self, workspace: &Path, secrets: &[String]) -> Result<Jail> {
         let settings = self.settings();
         let mode = settings.person_gates;
         let tmp = private_tmp("gate")?;
         let mut all_secrets = settings.secret_env.clone();
         all_secrets.extend(secrets.iter().cloned());
-        Ok(self.jail(
+        self.jail(
             mode,
-            settings.person_gates_network,
+            settings.person_gates_network.then_some(Network {
+                label: "gate",
+                hosts: &[],
+                log: None,
+            }),
             workspace,
             tmp,
             EnvRule::PersonGate,
             &settings.gate_env,
             &[],
             &all_secrets,
-        ))
+        )
     }
 
     #[allow(clippy::too_many_arguments)] // private: the two public constructors name each part
     fn jail(
         &self,
         mode: SandboxMode,
-        network: bool,
+        network: Option<Network<'_>>,
         workspace: &Path,
         tmp: TempDir,
         rule: EnvRule,
         config_named: &[String],
         task_named: &[String],
         secrets: &[String],
-    ) -> Jail {
+    ) -> Result<Jail> {
         let confined =
             mode != SandboxMode::Full && matches!(self.availability(), Availability::Ready { .. });
+        // A confined jail with the network gets its proxy, if a bridge can reach it from inside;
+        // without a bridge the network namespace stays empty (closed, not open).
+        let proxy = match &network {
+            Some(net) if confined && self.net_bridge().is_some() => {
+                Some(Proxy::start(net.label, net.hosts, net.log.clone())?)
+            }
+            _ => None,
+        };
         // Inside the sandbox the private directory is /tmp; outside it is its own path.
         let seen_tmp = if confined {
             PathBuf::from("/tmp")
         } else {
             tmp.path().to_owned()
         };
-        let env = child_env(
+        let mut env = child_env(
             std::env::vars_os(),
             EnvInputs {
                 rule,
@@ -183,17 +216,33 @@ impl Sandbox {
                 tmp: Some(&seen_tmp),
             },
         );
-        Jail {
+        if proxy.is_some() {
+            proxy_env(
+                &mut env,
+                &format!("127.0.0.1:{HTTP_PORT}"),
+                &format!("127.0.0.1:{SOCKS_PORT}"),
+            );
+        }
+        Ok(Jail {
             inner: Arc::new(Inner {
                 sandbox: self.clone(),
                 mode,
-                network,
+                network: network.is_some(),
                 workspace: canonical(workspace),
                 tmp: Some(tmp),
                 env,
+                proxy,
             }),
-        }
+        })
     }
+}
+
+/// A granted network, as a jail's constructor is given it.
+struct Network<'a> {
+    /// Names the proxy's socket directory.
+    label: &'a str,
+    hosts: &'a [String],
+    log: Option<ConnectionLog>,
 }
 
 impl Jail {
@@ -219,6 +268,12 @@ impl Jail {
                 self.inner.sandbox.availability(),
                 Availability::Ready { .. }
             )
+    }
+
+    /// The directory of the jail's proxy sockets on the host ([`crate::proxy::HTTP_SOCKET`] and
+    /// [`crate::proxy::SOCKS_SOCKET`] in it), when the jail has a proxy.
+    pub fn proxy_dir(&self) -> Option<&Path> {
+        self.inner.proxy.as_ref().map(Proxy::dir)
     }
 
     /// The private temporary directory, as the daemon sees it.
@@ -255,10 +310,14 @@ impl Jail {
                 }
             }
         };
-        let network = if self.inner.network {
-            "the network is allowed"
-        } else {
-            "there is no network"
+        let network = match (self.inner.network, &self.inner.proxy) {
+            (true, Some(_)) => {
+                "the network is reached only through the sandbox's proxy (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY), which connects to public addresses and the hosts the task's network_hosts lists, and refuses this machine's, private and cloud metadata addresses"
+            }
+            (true, None) => {
+                "the network was granted but no proxy bridge is available here, so there is none"
+            }
+            (false, _) => "there is no network",
         };
         Some(format!(
             "The command ran in the {} sandbox: {writes}, the workspace's .git is read-only (commit through the daemon's record of the attempt, not with git commit), the orchestrator's files, secret paths and the home directory (but its toolchains) are hidden, and {network}. A \"Read-only file system\", \"Permission denied\" or connection error may come from that; it is the task's policy, not a fault to work around.",
@@ -293,9 +352,10 @@ impl Jail {
             Some(bwrap) if confine => {
                 let cwd = canonical(cwd);
                 let tmp = self.tmp_dir().unwrap_or(Path::new("/tmp"));
+                let proxy = inner.proxy.as_ref().map(Proxy::dir);
                 let plan = Plan {
                     mode: inner.mode,
-                    network: inner.network,
+                    proxy,
                     workspace: &inner.workspace,
                     tmp,
                     writable_roots: &settings.writable_roots,
@@ -305,10 +365,20 @@ impl Jail {
                     cwd: &cwd,
                 };
                 let mut cmd = Command::new(bwrap);
-                cmd.args(bwrap::args(&plan))
-                    .arg("--")
-                    .arg(program)
-                    .args(args);
+                cmd.args(bwrap::args(&plan)).arg("--");
+                if let (Some(_), Some(bridge)) = (proxy, inner.sandbox.net_bridge()) {
+                    cmd.args(bridge);
+                    let inside = Path::new(PROXY_DIR);
+                    for (port, socket) in [(HTTP_PORT, HTTP_SOCKET), (SOCKS_PORT, SOCKS_SOCKET)] {
+                        let forward = Forward {
+                            port,
+                            socket: inside.join(socket),
+                        };
+                        cmd.arg("--forward").arg(forward.arg());
+                    }
+                    cmd.arg("--");
+                }
+                cmd.arg(program).args(args);
                 cmd
             }
             _ => {

@@ -7,15 +7,21 @@
 //! orchestrator starts on someone's behalf is built by [`Jail::command`], so the rule of which
 //! processes are confined lives here and nowhere else. docs/security.md states the model.
 //!
+//! A jail whose policy grants the network still has a network namespace of its own; its way out is
+//! the proxy the daemon runs for it ([`proxy`]), reached through a bridge on the jail's loopback
+//! ([`bridge`]), which enforces the task's `network_hosts` and reports each connection.
+//!
 //! Architecture Invariant: the sandbox knows tasks only as a mode, a workspace and a few names. It
 //! depends on the vocabulary and nothing above it; the tools and the worker ask it for commands.
 
+pub mod bridge;
 mod bwrap;
 pub mod env;
 mod error;
 mod jail;
 mod orphans;
 mod probe;
+pub mod proxy;
 
 pub use env::{EnvRule, is_secret_name};
 pub use error::{Error, Result};
@@ -23,7 +29,9 @@ pub use jail::{Confinement, Jail, sweep_stale_tmp};
 pub use orchestrator_types::SandboxMode;
 pub use orphans::{GroupLedger, Reaped, TrackedGroup};
 pub use probe::Availability;
+pub use proxy::{Connection, ConnectionLog, Protocol};
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -63,6 +71,12 @@ pub struct SandboxSettings {
     pub allow_unsandboxed: bool,
     /// The bubblewrap program; found on `PATH` when unset.
     pub bwrap: Option<PathBuf>,
+    /// The network bridge run inside jails that have the network: the program and the arguments
+    /// before the bridge's own (`["/usr/bin/orchestrator", "__net-bridge"]`). When unset, the
+    /// current executable if it is the orchestrator, else an `orchestrator-net-bridge` or
+    /// `orchestrator` binary beside it or one directory up (where cargo puts a workspace's
+    /// binaries for its tests and benches).
+    pub net_bridge: Option<Vec<OsString>>,
 }
 
 impl SandboxSettings {
@@ -88,6 +102,9 @@ struct Inner {
     availability: Availability,
     /// Where the process groups of this process's jails are written down (see orphans.rs).
     ledger: Option<Arc<GroupLedger>>,
+    /// The network bridge (see [`SandboxSettings::net_bridge`]); without one, a jail with the
+    /// network has none (its commands run, and every connection fails).
+    bridge: Option<Vec<OsString>>,
 }
 
 impl Sandbox {
@@ -103,11 +120,30 @@ impl Sandbox {
         settings.home = settings.home.as_deref().map(canonical);
         settings.home_visible = settings.home_visible.iter().map(|p| canonical(p)).collect();
         let availability = probe::probe(settings.bwrap.as_deref());
+        let bridge = settings.net_bridge.clone().or_else(default_bridge);
+        // The bridge runs inside the jail: where it lives under a hidden home (`~/bin`), that one
+        // file stays visible.
+        if let Some(program) = bridge.as_ref().and_then(|b| b.first()) {
+            let program = canonical(std::path::Path::new(program));
+            if settings
+                .home
+                .as_ref()
+                .is_some_and(|home| program.starts_with(home))
+            {
+                settings.home_visible.push(program);
+            }
+        }
+        if bridge.is_none() {
+            tracing::warn!(
+                "no network bridge program found: sandboxed commands whose policy grants the network will have none"
+            );
+        }
         Sandbox {
             inner: Arc::new(Inner {
                 settings,
                 availability,
                 ledger: None,
+                bridge,
             }),
         }
     }
@@ -129,6 +165,7 @@ impl Sandbox {
                 settings: self.inner.settings.clone(),
                 availability: self.inner.availability.clone(),
                 ledger: Some(Arc::new(ledger)),
+                bridge: self.inner.bridge.clone(),
             }),
         }
     }
@@ -144,6 +181,11 @@ impl Sandbox {
 
     pub fn availability(&self) -> &Availability {
         &self.inner.availability
+    }
+
+    /// The network bridge's program and leading arguments, if one was found.
+    pub fn net_bridge(&self) -> Option<&[OsString]> {
+        self.inner.bridge.as_deref()
     }
 
     /// One line for `serve`'s start and `orchestrator sandbox --check`: whether agents' processes
@@ -181,6 +223,33 @@ impl Sandbox {
             ),
         }
     }
+}
+
+/// The orchestrator's hidden subcommand that runs the network bridge.
+pub const BRIDGE_SUBCOMMAND: &str = "__net-bridge";
+
+/// The bridge when the settings name none: the running orchestrator itself, or a binary found
+/// beside the running program (see [`SandboxSettings::net_bridge`]).
+fn default_bridge() -> Option<Vec<OsString>> {
+    let exe = std::env::current_exe().ok()?;
+    if exe.file_name().is_some_and(|n| n == "orchestrator") {
+        return Some(vec![exe.into_os_string(), BRIDGE_SUBCOMMAND.into()]);
+    }
+    let dirs = exe.ancestors().skip(1).take(2);
+    for dir in dirs {
+        let own = dir.join("orchestrator-net-bridge");
+        if own.is_file() {
+            return Some(vec![own.into_os_string()]);
+        }
+        let orchestrator = dir.join("orchestrator");
+        if orchestrator.is_file() {
+            return Some(vec![
+                orchestrator.into_os_string(),
+                BRIDGE_SUBCOMMAND.into(),
+            ]);
+        }
+    }
+    None
 }
 
 /// `path` without symlinks where it exists; as given (made absolute) otherwise.

@@ -64,7 +64,7 @@ fn probe_now(bwrap: Option<&Path>) -> Availability {
     };
     let plan = Plan {
         mode: SandboxMode::WorkspaceWrite,
-        network: false,
+        proxy: None,
         workspace: tmp.path(),
         tmp: tmp.path(),
         writable_roots: &[],

@@ -194,6 +194,9 @@ fn session_jail(sandbox: &Sandbox, policy: &Policy, workspace: &Path) -> Result<
         .agent_jail(Confinement {
             mode: policy.sandbox,
             network: policy.grants_network(),
+            network_hosts: policy.network_hosts.clone(),
+            // A session run by hand has no timeline; the proxy still logs with tracing.
+            connections: None,
             workspace: workspace.to_owned(),
             env: Vec::new(),
             secrets: Vec::new(),

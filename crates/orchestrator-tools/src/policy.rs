@@ -117,9 +117,10 @@ pub struct Policy {
     /// tasks). A policy widens an automation's task only by saying `"task_scope": "all"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_scope: Option<TaskScope>,
-    /// Hosts, optionally `host:port`, that fetch_url may reach even when they resolve to a
-    /// loopback, private or link-local address (which it otherwise refuses, cloud metadata
-    /// included). Empty: public addresses only.
+    /// Hosts, optionally `host:port`, that fetch_url and the sandbox's network proxy (the way out
+    /// of a jail granted the network) may reach even when they resolve to a loopback, private or
+    /// link-local address (which they otherwise refuse, cloud metadata included). Empty: public
+    /// addresses only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub network_hosts: Vec<String>,
 }

@@ -64,10 +64,13 @@ pub enum EventKind {
     /// An MCP server the task selected started (with its tools), failed (with the error) or is
     /// disabled in the config.
     McpServer,
+    /// A connection a sandboxed process asked the jail's network proxy for: host, port, the
+    /// address connected to, whether it was allowed and why not, and the bytes each way.
+    NetworkConnection,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 30] = [
+    pub const ALL: [EventKind; 31] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -98,6 +101,7 @@ impl EventKind {
         EventKind::ContextWindow,
         EventKind::Compacted,
         EventKind::McpServer,
+        EventKind::NetworkConnection,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -132,6 +136,7 @@ impl EventKind {
             EventKind::ContextWindow => "context_window",
             EventKind::McpServer => "mcp_server",
             EventKind::Compacted => "compacted",
+            EventKind::NetworkConnection => "network_connection",
         }
     }
 

@@ -8,10 +8,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 /// The codes, with their statuses.
-pub const CODES: [(&str, u16); 11] = [
+pub const CODES: [(&str, u16); 12] = [
     ("bad_request", 400),
     ("unauthorized", 401),
     ("read_only", 403),
+    ("cross_origin", 403),
     ("not_found", 404),
     ("no_route", 404),
     ("method_not_allowed", 405),

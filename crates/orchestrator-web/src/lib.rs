@@ -2,7 +2,8 @@
 //!
 //! The router is built from a store and a few settings, so tests serve it on a loopback port and
 //! reach it over real HTTP. Every route needs the bearer token (`Authorization: Bearer ...`);
-//! `read_only` refuses every write with 403 `read_only`, whatever the token. Errors are JSON with a
+//! `read_only` refuses every write with 403 `read_only`, whatever the token; a write whose
+//! `Origin` (or `Referer`) names another site is refused with 403 `cross_origin` (see origin.rs). Errors are JSON with a
 //! stable code (see [`error`]). Times are Unix milliseconds, as the store keeps them; the CLI's
 //! `--json` views format them for people. `GET /api/v1/openapi.json` describes every route, and a
 //! test checks the document against the router both ways.
@@ -26,6 +27,7 @@ pub mod error;
 pub mod filter;
 mod github;
 mod openapi;
+mod origin;
 pub mod pages;
 mod session;
 mod stream;
@@ -208,8 +210,11 @@ pub fn router(web: Web) -> Router {
     Router::new().nest("/api/v1", api)
 }
 
-/// The token, then read-only mode, for every route.
+/// The origin of a write, the token, then read-only mode, for every route.
 async fn guard(State(web): State<Web>, request: Request, next: Next) -> Response {
+    if let Some(why) = origin::cross_origin(request.method(), request.headers()) {
+        return ApiError::new(StatusCode::FORBIDDEN, "cross_origin", why).into_response();
+    }
     // A page's session may read (never write: a cookie is sent by the browser whoever asks, and
     // the API's writes have no CSRF token).
     let reading = request.method() == Method::GET || request.method() == Method::HEAD;

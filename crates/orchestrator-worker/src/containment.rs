@@ -2,11 +2,13 @@
 //!
 //! An agent task's processes (exec_shell and its jobs, diagnostics, task_shell_start,
 //! task_gate_run, and the gates an agent wrote for it) share one jail in the mode of the task's
-//! policy, with the network only when the policy grants it. A person's gates run in the person-gate
+//! policy, with the network only when the policy grants it, and then only through the jail's
+//! proxy, which lets through public addresses and the policy's `network_hosts` and reports each
+//! connection to `connections` (the runner writes them into the task's timeline). A person's gates run in the person-gate
 //! jail: unsandboxed unless the config says otherwise, and in every case without the daemon's
 //! secrets, the task's model key among them.
 
-use orchestrator_sandbox::{Confinement, Jail, Sandbox};
+use orchestrator_sandbox::{Confinement, ConnectionLog, Jail, Sandbox};
 use orchestrator_store::Task;
 use orchestrator_tools::Policy;
 use std::path::Path;
@@ -29,11 +31,14 @@ pub fn agent_jail(
     task: &Task,
     policy: &Policy,
     workspace: &Path,
+    connections: Option<ConnectionLog>,
 ) -> Result<Jail, String> {
     sandbox
         .agent_jail(Confinement {
             mode: policy.sandbox,
             network: policy.grants_network(),
+            network_hosts: policy.network_hosts.clone(),
+            connections,
             workspace: workspace.to_owned(),
             env: policy.env.clone(),
             secrets: model_key_vars(task, agent),

@@ -76,20 +76,83 @@ pub struct RunContext {
 
 /// The jail of the attempt's agent processes, when the task has an agent or gates an agent wrote,
 /// and a workspace to confine them to.
-fn agent_jail(ctx: &RunContext, task: &Task) -> Result<Option<orchestrator_sandbox::Jail>, String> {
+fn agent_jail(
+    ctx: &RunContext,
+    task: &Task,
+    lease: &Lease,
+) -> Result<Option<orchestrator_sandbox::Jail>, String> {
     let needed = task.prompt.is_some() || task.gates.iter().any(|g| g.by_agent);
     let Some(workspace) = task.workspace.as_deref().filter(|_| needed) else {
         return Ok(None);
     };
     let policy = crate::agent::policy::effective_policy(task)?;
+    let connections = policy
+        .grants_network()
+        .then(|| network_log(ctx.store.clone(), lease.clone()));
     containment::agent_jail(
         &ctx.sandbox,
         &ctx.agent,
         task,
         &policy,
         Path::new(workspace),
+        connections,
     )
     .map(Some)
+}
+
+/// The most connections of one attempt written into its timeline; a process that opens more
+/// (a crawler, a retry loop) has the rest logged only, so it cannot flood the store.
+const MAX_RECORDED_CONNECTIONS: usize = 1000;
+
+/// Writes each connection the jail's proxy reports into the task's timeline as a
+/// `network_connection` event. The proxy calls back on its own tasks and must not wait for the
+/// store, so the events go through a channel to a writer task, which ends when the jail (and with
+/// it the proxy and the channel's sender) is gone. A write refused because the lease is gone ends
+/// the writer: the attempt is over.
+fn network_log(store: Store, lease: Lease) -> orchestrator_sandbox::ConnectionLog {
+    let (sender, mut receiver) =
+        tokio::sync::mpsc::unbounded_channel::<orchestrator_sandbox::Connection>();
+    tokio::spawn(async move {
+        let mut recorded = 0usize;
+        while let Some(c) = receiver.recv().await {
+            if recorded >= MAX_RECORDED_CONNECTIONS {
+                tracing::info!(
+                    task = %lease.task_id,
+                    host = %c.host,
+                    port = c.port,
+                    allowed = c.allowed,
+                    "sandbox network connection (over the recorded limit)"
+                );
+                continue;
+            }
+            recorded += 1;
+            let data = json!({
+                "protocol": c.protocol.as_str(),
+                "host": c.host,
+                "port": c.port,
+                "address": c.address.map(|a| a.to_string()),
+                "allowed": c.allowed,
+                "reason": c.reason,
+                "bytes_up": c.bytes_up,
+                "bytes_down": c.bytes_down,
+            });
+            match store
+                .append_event(&lease, EventKind::NetworkConnection, data)
+                .await
+            {
+                Ok(_) => {}
+                Err(orchestrator_store::Error::StaleLease { .. }) => break,
+                Err(e) => tracing::warn!(
+                    task = %lease.task_id,
+                    "a network connection could not be recorded: {e}"
+                ),
+            }
+        }
+    });
+    orchestrator_sandbox::ConnectionLog::new(move |c| {
+        // The writer is gone only when the lease is: nothing more to record.
+        let _ = sender.send(c);
+    })
 }
 
 fn failed(error: String) -> AttemptEnd {
@@ -135,7 +198,7 @@ pub async fn run_attempt(
             return lost_or(e);
         }
     }
-    let agent_jail = match agent_jail(ctx, task) {
+    let agent_jail = match agent_jail(ctx, task, lease) {
         Ok(jail) => jail,
         Err(error) => return Ok(failed(error)),
     };

@@ -247,6 +247,8 @@ impl SandboxConfig {
             person_gates_network: self.person_gates_network,
             allow_unsandboxed: self.allow_unsandboxed,
             bwrap: self.bwrap.clone(),
+            // The orchestrator binary itself runs the bridge (its hidden `__net-bridge`).
+            net_bridge: None,
         })
     }
 }

@@ -13,6 +13,27 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // The hidden `__net-bridge` subcommand: the network bridge a sandbox starts inside a jail
+    // granted the network (orchestrator-sandbox's bridge.rs). It is taken before clap, logging and
+    // the runtime: its arguments (a `--` and the jailed program's own) pass through untouched, it
+    // starts in every sandboxed command with the network so it should start fast, and on success
+    // it never returns (it becomes the program).
+    let mut argv = std::env::args_os();
+    let argv0 = argv.next();
+    if argv
+        .next()
+        .is_some_and(|a| a == orchestrator_sandbox::BRIDGE_SUBCOMMAND)
+    {
+        let this: Vec<std::ffi::OsString> = std::env::current_exe()
+            .map(std::path::PathBuf::into_os_string)
+            .ok()
+            .or(argv0)
+            .into_iter()
+            .chain([orchestrator_sandbox::BRIDGE_SUBCOMMAND.into()])
+            .collect();
+        let code = orchestrator_sandbox::bridge::run(&this, argv.collect());
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = cli::Cli::parse();
     init_tracing(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -3,6 +3,8 @@
 //! rather than pass without having checked anything.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly by design.
 
+mod network;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -43,6 +45,7 @@ fn world() -> World {
 fn sandbox(w: &World) -> Sandbox {
     let mut settings = SandboxSettings::hiding(&w.home);
     settings.writable_roots = vec![w.cache.clone()];
+    settings.net_bridge = Some(vec![env!("CARGO_BIN_EXE_orchestrator-net-bridge").into()]);
     let sandbox = Sandbox::new(settings);
     assert!(
         matches!(sandbox.availability(), Availability::Ready { .. }),
@@ -57,6 +60,8 @@ fn jail(sandbox: &Sandbox, w: &World, mode: SandboxMode, network: bool) -> Jail 
         .agent_jail(Confinement {
             mode,
             network,
+            network_hosts: vec![],
+            connections: None,
             workspace: w.workspace.clone(),
             env: vec![],
             secrets: vec![],
@@ -238,7 +243,7 @@ async fn a_workspace_without_git_cannot_be_given_one() {
 }
 
 #[tokio::test]
-async fn the_network_is_off_unless_granted() {
+async fn the_hosts_network_is_out_of_reach_granted_or_not() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let w = world();
@@ -246,12 +251,14 @@ async fn the_network_is_off_unless_granted() {
     let probe = format!(
         "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=5); print(\"connected\")'"
     );
-    let off = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
-    let said = text(&sh(&off, &w.workspace, &probe).await);
-    assert!(!said.contains("connected"), "{said}");
-    let on = jail(&sb, &w, SandboxMode::WorkspaceWrite, true);
-    let said = text(&sh(&on, &w.workspace, &probe).await);
-    assert!(said.contains("connected"), "{said}");
+    for network in [false, true] {
+        let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, network);
+        let said = text(&sh(&j, &w.workspace, &probe).await);
+        assert!(
+            !said.contains("connected"),
+            "network {network}: a direct connection to the host's loopback: {said}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -437,6 +444,8 @@ async fn the_home_is_hidden_but_for_its_toolchains() {
             env: vec![],
             secrets: vec![],
             label: "home".into(),
+            network_hosts: vec![],
+            connections: None,
         })
         .unwrap();
     let script = files

@@ -22,10 +22,13 @@
 //! A host the task's policy lists in `network_hosts` (`host` or `host:port`) skips the address
 //! checks for the hops that go to it, so a person can let an agent reach a local service.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+// The address rule is the sandbox proxy's, so fetch_url and a jailed process's connections refuse
+// the same addresses.
+use orchestrator_sandbox::proxy::forbidden;
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use serde::Deserialize;
@@ -163,84 +166,6 @@ fn is_listed(policy: &Policy, host: &str, port: u16) -> bool {
         };
         http.host_str() == Some(host) && http.port().or(https.port()).is_none_or(|p| p == port)
     })
-}
-
-/// Why fetch_url must not connect to `ip` on its own: `Some("a loopback address")`, or `None` for an
-/// address on the public internet. IPv4 addresses carried in IPv6 ones (mapped, compatible, NAT64,
-/// 6to4) are judged as the IPv4 address they reach.
-fn forbidden(ip: IpAddr) -> Option<&'static str> {
-    match ip {
-        IpAddr::V4(v4) => forbidden_v4(v4),
-        IpAddr::V6(v6) => match embedded_v4(v6) {
-            Some(v4) => forbidden_v4(v4),
-            None => forbidden_v6(v6),
-        },
-    }
-}
-
-fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
-    let [a, b, c, _] = ip.octets();
-    Some(if a == 0 {
-        "an unspecified (0.0.0.0/8) address"
-    } else if ip.is_loopback() {
-        "a loopback address"
-    } else if ip.is_private() {
-        "a private (RFC 1918) address"
-    } else if ip == Ipv4Addr::new(169, 254, 169, 254) {
-        "the cloud metadata address"
-    } else if ip.is_link_local() {
-        "a link-local address"
-    } else if a == 100 && (64..128).contains(&b) {
-        "a carrier-grade NAT (100.64.0.0/10) address"
-    } else if a == 192 && b == 0 && c == 0 {
-        "an IETF protocol (192.0.0.0/24) address"
-    } else if ip.is_multicast() {
-        "a multicast address"
-    } else if a >= 240 {
-        "a reserved or broadcast address"
-    } else {
-        return None;
-    })
-}
-
-fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
-    let first = ip.segments()[0];
-    Some(if ip.is_unspecified() {
-        "the unspecified address"
-    } else if ip.is_loopback() {
-        "a loopback address"
-    } else if first & 0xfe00 == 0xfc00 {
-        "a private (unique local, fc00::/7) address"
-    } else if first & 0xffc0 == 0xfe80 {
-        "a link-local address"
-    } else if first & 0xffc0 == 0xfec0 {
-        "a site-local address"
-    } else if first & 0xff00 == 0xff00 {
-        "a multicast address"
-    } else {
-        return None;
-    })
-}
-
-/// The IPv4 address an IPv6 one stands for, if it carries one: IPv4-mapped (`::ffff:a.b.c.d`),
-/// IPv4-compatible (`::a.b.c.d`, which `::1` is not), NAT64 (`64:ff9b::a.b.c.d`) or 6to4
-/// (`2002:AABB:CCDD::`).
-fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
-    let s = ip.segments();
-    let last = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return Some(v4);
-    }
-    if s[..6] == [0; 6] && !ip.is_loopback() && !ip.is_unspecified() {
-        return Some(last(s[6], s[7]));
-    }
-    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        return Some(last(s[6], s[7]));
-    }
-    if s[0] == 0x2002 {
-        return Some(last(s[1], s[2]));
-    }
-    None
 }
 
 /// A host name resolved to some forbidden addresses and no other.

@@ -60,8 +60,18 @@ pub fn router(web: Web) -> Router {
         .route("/assets/app.css", get(css))
         .route("/assets/app.js", get(js))
         .route("/robots.txt", get(robots))
+        .layer(axum::middleware::from_fn(same_origin))
         .layer(axum::middleware::from_fn(security_headers))
         .with_state(web)
+}
+
+/// A form posted from a page of another site is refused before anything else looks at it (the
+/// login form too): see origin.rs.
+async fn same_origin(request: Request, next: Next) -> Response {
+    match crate::origin::cross_origin(request.method(), request.headers()) {
+        Some(why) => page_error(StatusCode::FORBIDDEN, "Refused: another site", &why),
+        None => next.run(request).await,
+    }
 }
 
 /// Pages need a live session; a write also needs the session's CSRF token (checked by the page)

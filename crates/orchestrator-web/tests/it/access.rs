@@ -98,3 +98,67 @@ async fn the_openapi_document_names_exactly_the_routes_the_router_serves() {
         );
     }
 }
+
+/// A write from a page of another site is refused whatever it carries (issue 26: a program on
+/// another port of the loopback got the person's browser to post to the daemon); the daemon's own
+/// pages, and clients that are not pages (no Origin, no Referer), still write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_from_another_origin_are_refused() {
+    let api = Api::start(false).await;
+    let id = api.task("cross-site target").await;
+    let cancel = format!("{}/api/v1/tasks/{id}/cancel", api.base);
+    let post = |origin: Option<(&'static str, String)>| {
+        let mut request = api.client.post(&cancel).bearer_auth(crate::TOKEN);
+        if let Some((name, value)) = origin {
+            request = request.header(name, value);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let body: serde_json::Value = response.json().await.unwrap();
+            (status, body)
+        }
+    };
+    let port = api.base.rsplit(':').next().unwrap().to_owned();
+    for foreign in [
+        ("origin", "http://127.0.0.1:1".to_owned()),
+        ("origin", format!("http://localhost:{port}")),
+        ("origin", "null".to_owned()),
+        ("referer", "http://evil.example/page".to_owned()),
+    ] {
+        let (status, body) = post(Some(foreign.clone())).await;
+        assert_eq!(status, 403, "{foreign:?}: {body}");
+        assert_eq!(code(&body), "cross_origin", "{foreign:?}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("another site"),
+            "{body}"
+        );
+    }
+    let state = || async {
+        api.store
+            .get_task(orchestrator_types::TaskId(id))
+            .await
+            .unwrap()
+            .state
+    };
+    assert_eq!(state().await.as_str(), "queued", "nothing was changed");
+    // Reads are not writes: a foreign Origin on a GET is the token's business only.
+    let response = api
+        .client
+        .get(format!("{}/api/v1/tasks/{id}", api.base))
+        .bearer_auth(crate::TOKEN)
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // The daemon's own origin, and a client that names none, may write.
+    let (status, body) = post(Some(("origin", api.base.clone()))).await;
+    assert_eq!(status, 200, "{body}");
+    let id = api.task("cli target").await;
+    let (status, body) = api.post(&format!("/api/v1/tasks/{id}/cancel"), "").await;
+    assert_eq!(status, 200, "{body}");
+}

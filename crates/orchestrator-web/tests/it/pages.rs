@@ -82,6 +82,54 @@ impl<'a> Browser<'a> {
     }
 }
 
+/// A form posted from another site's page is refused before its session or CSRF token is looked
+/// at, the login form included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forms_from_another_origin_are_refused() {
+    let api = Api::start(false).await;
+    let response = api
+        .client
+        .post(format!("{}/login", api.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", "http://127.0.0.1:1")
+        .body(format!("token={TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    assert!(response.headers().get("set-cookie").is_none());
+    let page = response.text().await.unwrap();
+    assert!(page.contains("another site"), "{page}");
+
+    let browser = Browser::login(&api).await;
+    let csrf = browser.csrf().await;
+    let response = api
+        .client
+        .post(format!("{}/logout", api.base))
+        .header("cookie", &browser.cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("referer", "http://evil.example/")
+        .body(format!("csrf={csrf}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    // The session is still there; the same form from the daemon's own page logs out.
+    let (status, _, _) = browser.get("/approvals").await;
+    assert_eq!(status, 200);
+    let response = api
+        .client
+        .post(format!("{}/logout", api.base))
+        .header("cookie", &browser.cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", &api.base)
+        .body(format!("csrf={csrf}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_need_a_login_and_send_a_strict_policy() {
     let api = Api::start(false).await;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use orchestrator_sandbox::{Availability, Confinement};
+use orchestrator_sandbox::{Availability, Confinement, ConnectionLog};
 use orchestrator_types::SandboxMode;
 
 use super::GlobalArgs;
@@ -18,12 +18,15 @@ Examples:
   orchestrator sandbox -- sh -c 'echo x > /etc/x'           refused: read-only file system
   orchestrator sandbox --mode read_only -- touch new-file   refused in read_only mode
   orchestrator sandbox --network -- curl -sI https://example.com
+  orchestrator sandbox --network --network-host 127.0.0.1:8080 -- curl -s --noproxy '' http://127.0.0.1:8080/
   orchestrator sandbox --workspace ~/src/app -- cargo test --offline
 
 The command runs with the sandbox and environment of an agent task in the given mode: writes only
 to the workspace, a private /tmp and the config's writable roots (workspace_write); the
-orchestrator's home, its store and the secret paths hidden; no network unless --network; no
-secrets in the environment. Its exit code is the command's. See docs/security.md.";
+orchestrator's home, its store and the secret paths hidden; no network unless --network, and then
+only through the sandbox's proxy (public addresses, and the --network-host ones), each connection
+printed on stderr; no secrets in the environment. Its exit code is the command's. See
+docs/security.md.";
 
 #[derive(Debug, Args)]
 #[command(after_help = AFTER_HELP)]
@@ -34,6 +37,10 @@ pub struct SandboxArgs {
     /// Let the command use the network, as a policy that allows the network class would.
     #[arg(long)]
     pub network: bool,
+    /// A host (or host:port) the proxy lets the command reach although it is not public, as a
+    /// policy's network_hosts does. Repeatable.
+    #[arg(long = "network-host", value_name = "HOST", requires = "network")]
+    pub network_hosts: Vec<String>,
     /// The workspace (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
@@ -64,6 +71,16 @@ pub async fn run(global: &GlobalArgs, args: SandboxArgs) -> anyhow::Result<ExitC
     let jail = sandbox.agent_jail(Confinement {
         mode: args.mode,
         network: args.network,
+        network_hosts: args.network_hosts.clone(),
+        connections: Some(ConnectionLog::new(|c| {
+            let verdict = match (&c.allowed, &c.reason) {
+                (true, None) => "allowed".to_owned(),
+                (true, Some(why)) => format!("allowed, failed: {why}"),
+                (false, why) => format!("refused: {}", why.as_deref().unwrap_or("")),
+            };
+            let address = c.address.map(|a| format!(" ({a})")).unwrap_or_default();
+            eprintln!("sandbox network: {}:{}{address} {verdict}", c.host, c.port);
+        })),
         workspace: workspace.clone(),
         env: Vec::new(),
         secrets: Vec::new(),
