@@ -520,3 +520,88 @@ fn a_persons_gate_runs_the_agents_code_confined() {
     let config = std::fs::read_to_string(w.ws.join(".git/config")).unwrap();
     assert!(!config.contains("fsmonitor"), "{config}");
 }
+
+/// A tiny HTTP server on the host's loopback that answers every request with `body`, counting
+/// them; it stands in for a host a task's policy lists.
+fn local_http(body: &'static str) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, hits)
+}
+
+#[test]
+fn granted_network_goes_through_the_proxy_and_each_connection_is_an_event() {
+    let w = world();
+    let (listed, listed_hits) = local_http("LISTED-OK");
+    let (unlisted, unlisted_hits) = local_http("UNLISTED");
+    // curl follows the proxy variables the jail sets; --noproxy '' so that a loopback address
+    // goes through the proxy too (the jail's own loopback is not the host's).
+    let fetch = |port: u16| {
+        format!("curl -s -m 10 --noproxy '' http://127.0.0.1:{port}/ || echo FAILED-{port}")
+    };
+    let steps: Vec<Reply> = vec![
+        Reply::ToolCalls(vec![call(
+            "exec_shell",
+            json!({"command": format!("{}; echo; {}", fetch(listed), fetch(unlisted))}),
+        )]),
+        Reply::Text("Done.".into()),
+    ];
+    let model = ScriptedModel::start_blocking(move |request: &Request| {
+        steps
+            .get(request.assistant_turns())
+            .cloned()
+            .unwrap_or_else(|| Reply::Text("Done.".into()))
+    });
+    let policy = json!({
+        "default": "allow",
+        "network_hosts": [format!("127.0.0.1:{listed}")],
+    })
+    .to_string();
+    let output = w.run(&model, &["--policy", &policy], "true");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let said = results(&model).join("\n");
+    assert!(
+        said.contains("LISTED-OK"),
+        "the listed host was reached: {said}"
+    );
+    assert!(!said.contains("UNLISTED"), "{said}");
+    assert_eq!(listed_hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(unlisted_hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let id = task_id_of(&stdout);
+    let connections: Vec<Value> = w
+        .env
+        .events(id)
+        .into_iter()
+        .filter(|e| e["kind"] == "network_connection")
+        .collect();
+    let allowed = |port: u16| {
+        connections
+            .iter()
+            .find(|e| e["data"]["port"] == port)
+            .map(|e| e["data"]["allowed"].clone())
+    };
+    assert_eq!(allowed(listed), Some(json!(true)), "{connections:#?}");
+    assert_eq!(allowed(unlisted), Some(json!(false)), "{connections:#?}");
+}
