@@ -35,6 +35,7 @@
 //! name = "agent-fix"
 //! event = "issues.labeled"          # or issue_comment.created (a mention), pull_request.opened
 //! label = "agent-fix"
+//! repos = ["acme/widgets"]          # required: the repositories it applies to, or ["*"] for any
 //! workspace = "/srv/checkouts/widgets"
 //! pre_approve = ["github_comment"]
 //! task = { prompt = "Fix {repo}#{number}. Read it with github_issue_context.", acceptance = ["cargo test passes"] }
@@ -495,7 +496,7 @@ mod tests {
     fn a_triggers_gates_may_be_plain_commands() {
         let config: Config = toml::from_str(
             "[github]\n[[github.trigger]]\nname = \"fix\"\nevent = \"issues.labeled\"\n\
-             label = \"agent-fix\"\nworkspace = \"/srv/w\"\ntask = { prompt = \"Fix it\", gates = [\"cargo test\"] }\n",
+             label = \"agent-fix\"\nrepos = [\"*\"]\nworkspace = \"/srv/w\"\ntask = { prompt = \"Fix it\", gates = [\"cargo test\"] }\n",
         )
         .unwrap();
         config.github.validate().unwrap();
