@@ -41,6 +41,9 @@
 //! task = { prompt = "Fix {repo}#{number}. Read it with github_issue_context.", acceptance = ["cargo test passes"] }
 //!
 //!
+//! [http]
+//! max_connections = 256                   # served at once; more are answered 503 at once
+//!
 //! [sandbox]
 //! writable_roots = ["~/.cargo/registry"]  # besides the workspace, for agents' processes
 //! secret_paths = ["~/.config/acme"]        # hidden from them, besides the built-in list
@@ -102,6 +105,9 @@ pub struct Config {
     pub github: GithubConfig,
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    /// `[http]`: the listener of `serve`.
+    #[serde(default)]
+    pub http: HttpConfig,
     /// The search backend of the web_search tool.
     pub web_search: Option<orchestrator_tools::WebSearchConfig>,
     /// MCP servers whose tools agent tasks may select by name (`--mcp NAME`).
@@ -119,6 +125,28 @@ impl Config {
     /// The language servers, with their presets' defaults (checked when the file was loaded).
     pub fn lsp_servers(&self) -> Vec<orchestrator_tools::lsp::LspServer> {
         orchestrator_tools::lsp::resolve_all(&self.lsp_servers).unwrap_or_default()
+    }
+}
+
+/// `[http]`: how many connections `serve`'s listener serves at once. The bounds on bodies before
+/// authentication are fixed (see the `http` module); only the connection count depends on the
+/// machine and the clients.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Connections served at once (`crate::http::DEFAULT_MAX_CONNECTIONS` unless set); one more
+    /// is answered 503 and closed.
+    pub max_connections: Option<usize>,
+}
+
+impl HttpConfig {
+    /// The listener's limits: the named defaults, with what the file sets.
+    pub fn limits(&self) -> crate::http::Limits {
+        let mut limits = crate::http::Limits::default();
+        if let Some(n) = self.max_connections {
+            limits.max_connections = n;
+        }
+        limits
     }
 }
 
@@ -375,6 +403,11 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
         .github
         .validate()
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    config
+        .http
+        .limits()
+        .validate()
+        .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
     if let Some(search) = &config.web_search {
         search
             .validate()
@@ -504,6 +537,22 @@ mod tests {
         assert_eq!(gates.len(), 1);
         assert_eq!(gates[0].command, "cargo test");
         assert!(!gates[0].by_agent);
+    }
+
+    #[test]
+    fn the_listeners_connection_cap_is_read_with_its_default() {
+        let config: Config = toml::from_str("").unwrap();
+        assert_eq!(
+            config.http.limits().max_connections,
+            crate::http::DEFAULT_MAX_CONNECTIONS
+        );
+        let config: Config = toml::from_str("[http]\nmax_connections = 16\n").unwrap();
+        assert_eq!(config.http.limits().max_connections, 16);
+        assert!(config.http.limits().validate().is_ok());
+        let config: Config = toml::from_str("[http]\nmax_connections = 0\n").unwrap();
+        let err = config.http.limits().validate().unwrap_err();
+        assert!(err.contains("max_connections"), "{err}");
+        assert!(toml::from_str::<Config>("[http]\nmax_conections = 1\n").is_err());
     }
 
     #[test]
