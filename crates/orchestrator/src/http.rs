@@ -1413,6 +1413,32 @@ mod tests {
         running.server.await.unwrap();
     }
 
+    /// A connection that never sends a request is closed at the header deadline, so idle
+    /// sockets cannot keep the connection slots.
+    #[tokio::test]
+    async fn an_idle_connection_gives_its_slot_back_at_the_header_deadline() {
+        let limits = Limits {
+            timeouts: ReadTimeouts {
+                headers: SHORT,
+                body: SHORT,
+            },
+            max_connections: 1,
+            ..Limits::default()
+        };
+        let running = start_limited(limits, None).await;
+        let mut idle = TcpStream::connect(running.addr).await.unwrap();
+        let answer = read_to_close(&mut idle).await;
+        assert!(!answer.contains("200 OK"), "{answer}");
+        let mut next = TcpStream::connect(running.addr).await.unwrap();
+        next.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_to_close(&mut next).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        running.stop.cancel();
+        running.server.await.unwrap();
+    }
+
     /// Over `max_connections`, a connection is answered 503 and closed at once, even when the
     /// ones before it send nothing; when one of them goes, a new one is served.
     #[tokio::test]
@@ -1433,6 +1459,12 @@ mod tests {
         let answer = read_to_close(&mut third).await;
         assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
         assert!(answer.contains("too many connections"), "{answer}");
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.lines()
+                .any(|l| l == format!("Content-Length: {}", body.len())),
+            "the written answer's length is its body's: {answer}"
+        );
         drop(first);
         tokio::time::sleep(SHORT).await;
         let mut fourth = TcpStream::connect(running.addr).await.unwrap();
