@@ -446,7 +446,8 @@ async fn webhook_body(
     }
     let read = async {
         // Exactly the promised size when it is known (and already reserved); a chunked body
-        // grows, and each chunk is reserved before it is kept.
+        // grows, and each chunk is reserved before it is kept (while it grows, its buffer's
+        // capacity may reach twice what it holds: the budget counts bytes, not capacity).
         let mut bytes = Vec::with_capacity(expected.map_or(0, |n| n as usize));
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(Unread::Broken)?;
