@@ -36,4 +36,4 @@ pub use models::{
 pub use patch::{ChangedFile, FileStatus, Preflight, RecordedPatch, preflight, record};
 pub use pull::{OpenedPull, PreparedTree, PullOutcome, PullSpec, TreeChange, prepare_tree};
 pub use text::{sanitize_line, sanitize_untrusted, sanitize_verbatim};
-pub use webhook::{SignatureError, sign, verify_signature};
+pub use webhook::{SignatureCheck, SignatureError, sign, verify_signature};

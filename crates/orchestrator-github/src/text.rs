@@ -297,21 +297,19 @@ fn definition_end(lines: &[&str], first: usize) -> Option<usize> {
 }
 
 /// Characters that render as nothing (or only change how neighbours render) in GitHub's UI.
+///
+/// Every format character (Unicode's general category Cf: zero-width characters, bidi controls,
+/// tag characters, invisible operators, the soft hyphen and the rest) comes from the category
+/// table of `unicode-properties`, not from a list of our own: a hand-picked list missed 44 of them,
+/// and a new Unicode version adds more. Variation selectors are marks (Mn), not format
+/// characters, but they spell bytes invisibly just the same, so they are named here.
 fn is_invisible(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
     matches!(c,
-        '\u{00AD}'                  // soft hyphen
-        | '\u{061C}'                // Arabic letter mark (a bidi control)
-        | '\u{200B}'..='\u{200D}'   // zero-width space, non-joiner, joiner
-        | '\u{200E}' | '\u{200F}'   // left-to-right and right-to-left marks
-        | '\u{202A}'..='\u{202E}'   // bidi embeddings and overrides
-        | '\u{2060}'                // word joiner
-        | '\u{2061}'..='\u{2064}'   // invisible operators (function application, times, separator, plus)
-        | '\u{2066}'..='\u{2069}'   // bidi isolates
-        | '\u{FE00}'..='\u{FE0F}'   // variation selectors 1-16
-        | '\u{FEFF}'                // zero-width no-break space (byte order mark)
-        | '\u{E0000}'..='\u{E007F}' // tag characters
+        '\u{FE00}'..='\u{FE0F}'   // variation selectors 1-16
         | '\u{E0100}'..='\u{E01EF}' // variation selectors 17-256: 240 invisible code points, enough to spell bytes
-    ) || (c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
+    ) || c.general_category() == GeneralCategory::Format
+        || (c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
     // Other control characters (ESC and the rest of C0 and C1) render as nothing on GitHub, and in
     // a terminal they can rewrite what `orchestrator github issue` shows.
 }

@@ -31,19 +31,54 @@ pub fn verify_signature(
     body: &[u8],
     header: Option<&str>,
 ) -> Result<(), SignatureError> {
-    let header = header.ok_or(SignatureError::Missing)?.trim();
-    let digits = header
-        .strip_prefix(PREFIX)
-        .ok_or(SignatureError::Malformed)?;
-    let claimed = hex::decode(digits).map_err(|_| SignatureError::Malformed)?;
-    if claimed.len() != 32 {
-        return Err(SignatureError::Malformed);
+    let mut check = SignatureCheck::new(secret, header)?;
+    check.update(body);
+    check.finish()
+}
+
+/// A signature checked while the body streams in: the header is read before any of the body (a
+/// missing or malformed one is refused at once, before the body is read), each piece of the body
+/// is fed to the HMAC as it arrives, and [`SignatureCheck::finish`] compares in constant time.
+/// The listener uses it so that it never has to hold an unverified body to start hashing it.
+pub struct SignatureCheck {
+    mac: Hmac<Sha256>,
+    claimed: [u8; 32],
+}
+
+impl std::fmt::Debug for SignatureCheck {
+    /// Neither the keyed state nor the claimed signature.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignatureCheck").finish_non_exhaustive()
     }
-    // HMAC accepts keys of any length, so this cannot fail; map it anyway rather than unwrap.
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| SignatureError::Mismatch)?;
-    mac.update(body);
-    mac.verify_slice(&claimed)
-        .map_err(|_| SignatureError::Mismatch)
+}
+
+impl SignatureCheck {
+    /// Reads the header value (`None` when the request has none) and keys the HMAC with `secret`.
+    pub fn new(secret: &[u8], header: Option<&str>) -> Result<SignatureCheck, SignatureError> {
+        let header = header.ok_or(SignatureError::Missing)?.trim();
+        let digits = header
+            .strip_prefix(PREFIX)
+            .ok_or(SignatureError::Malformed)?;
+        let claimed: [u8; 32] = hex::decode(digits)
+            .map_err(|_| SignatureError::Malformed)?
+            .try_into()
+            .map_err(|_| SignatureError::Malformed)?;
+        // HMAC accepts keys of any length, so this cannot fail; map it anyway rather than unwrap.
+        let mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| SignatureError::Mismatch)?;
+        Ok(SignatureCheck { mac, claimed })
+    }
+
+    /// Feeds the next piece of the body.
+    pub fn update(&mut self, piece: &[u8]) {
+        self.mac.update(piece);
+    }
+
+    /// Whether the whole body fed matches the claimed signature, compared in constant time.
+    pub fn finish(self) -> Result<(), SignatureError> {
+        self.mac
+            .verify_slice(&self.claimed)
+            .map_err(|_| SignatureError::Mismatch)
+    }
 }
 
 /// The header value GitHub would send for `body` under `secret`; for tests and for signing

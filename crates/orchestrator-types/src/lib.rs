@@ -14,6 +14,7 @@ mod sandbox;
 mod spec;
 mod state;
 mod time;
+mod visible;
 
 pub use automation::{
     AutomationSpec, AutomationStatus, CatchUp, DEFAULT_CATCH_UP_CAP, DEFAULT_CATCH_UP_WINDOW_SECS,
@@ -36,3 +37,4 @@ pub use spec::{
 };
 pub use state::TaskState;
 pub use time::{format_millis, now_millis, parse_time};
+pub use visible::{needs_escape, visible};

@@ -2,6 +2,19 @@
 // Content-Security-Policy (no inline script) holds. Every page works without it.
 (function () {
   "use strict";
+  // What a model or a stranger wrote, with the characters that reorder or hide text (bidi
+  // controls, other format characters) and control characters written out as escapes, as the
+  // daemon's own pages show them (orchestrator-types' `visible`); newlines, tabs and the
+  // zero-width joiner of emoji stay.
+  var visible = function (text) {
+    return String(text).replace(/[\p{Cc}\p{Cf}]/gu, function (c) {
+      if (c === "\n" || c === "\t" || c === "\u200d") { return c; }
+      var code = c.codePointAt(0);
+      return code < 0x80
+        ? "\\x" + ("0" + code.toString(16)).slice(-2)
+        : "\\u{" + code.toString(16) + "}";
+    });
+  };
   // A task page while the task runs: new events are appended to the timeline as they arrive, and
   // the state in the header follows them; at the end the stream closes and the header shows the
   // final state (gates and evidence appear on the next load).
@@ -41,7 +54,7 @@
       row.id = "event-" + data.seq;
       [String(data.seq), new Date(data.at).toISOString(), data.kind, JSON.stringify(data.data)].forEach(function (text) {
         var cell = document.createElement("td");
-        cell.textContent = text;
+        cell.textContent = visible(text);
         row.appendChild(cell);
       });
       timeline.appendChild(row);
@@ -63,7 +76,7 @@
           var call = calls[index];
           text += "\n→ " + (call.name || "tool") + "(" + call.arguments + ")";
         });
-        reply.textContent = text;
+        reply.textContent = visible(text);
         reply.hidden = text.length === 0;
       };
       source.addEventListener("delta", function (event) {

@@ -35,10 +35,14 @@
 //! name = "agent-fix"
 //! event = "issues.labeled"          # or issue_comment.created (a mention), pull_request.opened
 //! label = "agent-fix"
+//! repos = ["acme/widgets"]          # required: the repositories it applies to, or ["*"] for any
 //! workspace = "/srv/checkouts/widgets"
 //! pre_approve = ["github_comment"]
 //! task = { prompt = "Fix {repo}#{number}. Read it with github_issue_context.", acceptance = ["cargo test passes"] }
 //!
+//!
+//! [http]
+//! max_connections = 256                   # served at once; more are answered 503 at once
 //!
 //! [sandbox]
 //! writable_roots = ["~/.cargo/registry"]  # besides the workspace, for agents' processes
@@ -104,6 +108,9 @@ pub struct Config {
     pub github: GithubConfig,
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    /// `[http]`: the listener of `serve`.
+    #[serde(default)]
+    pub http: HttpConfig,
     /// The search backend of the web_search tool.
     pub web_search: Option<orchestrator_tools::WebSearchConfig>,
     /// MCP servers whose tools agent tasks may select by name (`--mcp NAME`).
@@ -121,6 +128,28 @@ impl Config {
     /// The language servers, with their presets' defaults (checked when the file was loaded).
     pub fn lsp_servers(&self) -> Vec<orchestrator_tools::lsp::LspServer> {
         orchestrator_tools::lsp::resolve_all(&self.lsp_servers).unwrap_or_default()
+    }
+}
+
+/// `[http]`: how many connections `serve`'s listener serves at once. The bounds on bodies before
+/// authentication are fixed (see the `http` module); only the connection count depends on the
+/// machine and the clients.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Connections served at once (`crate::http::DEFAULT_MAX_CONNECTIONS` unless set); one more
+    /// is answered 503 and closed.
+    pub max_connections: Option<usize>,
+}
+
+impl HttpConfig {
+    /// The listener's limits: the named defaults, with what the file sets.
+    pub fn limits(&self) -> crate::http::Limits {
+        let mut limits = crate::http::Limits::default();
+        if let Some(n) = self.max_connections {
+            limits.max_connections = n;
+        }
+        limits
     }
 }
 
@@ -424,6 +453,11 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
         .github
         .validate()
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    config
+        .http
+        .limits()
+        .validate()
+        .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
     if let Some(search) = &config.web_search {
         search
             .validate()
@@ -545,7 +579,7 @@ mod tests {
     fn a_triggers_gates_may_be_plain_commands() {
         let config: Config = toml::from_str(
             "[github]\n[[github.trigger]]\nname = \"fix\"\nevent = \"issues.labeled\"\n\
-             label = \"agent-fix\"\nworkspace = \"/srv/w\"\ntask = { prompt = \"Fix it\", gates = [\"cargo test\"] }\n",
+             label = \"agent-fix\"\nrepos = [\"*\"]\nworkspace = \"/srv/w\"\ntask = { prompt = \"Fix it\", gates = [\"cargo test\"] }\n",
         )
         .unwrap();
         config.github.validate().unwrap();
@@ -553,6 +587,22 @@ mod tests {
         assert_eq!(gates.len(), 1);
         assert_eq!(gates[0].command, "cargo test");
         assert!(!gates[0].by_agent);
+    }
+
+    #[test]
+    fn the_listeners_connection_cap_is_read_with_its_default() {
+        let config: Config = toml::from_str("").unwrap();
+        assert_eq!(
+            config.http.limits().max_connections,
+            crate::http::DEFAULT_MAX_CONNECTIONS
+        );
+        let config: Config = toml::from_str("[http]\nmax_connections = 16\n").unwrap();
+        assert_eq!(config.http.limits().max_connections, 16);
+        assert!(config.http.limits().validate().is_ok());
+        let config: Config = toml::from_str("[http]\nmax_connections = 0\n").unwrap();
+        let err = config.http.limits().validate().unwrap_err();
+        assert!(err.contains("max_connections"), "{err}");
+        assert!(toml::from_str::<Config>("[http]\nmax_conections = 1\n").is_err());
     }
 
     #[test]

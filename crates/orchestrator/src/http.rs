@@ -32,6 +32,21 @@
 //! send its body, each counted for the whole, not between reads: a client that trickles its
 //! headers a byte at a time (slowloris) is disconnected, and one that never finishes its body gets
 //! 408 and is disconnected, so a few idle sockets cannot hold the daemon's connections open.
+//!
+//! What a stranger can make the daemon hold in memory is bounded before anyone is authenticated
+//! (see [`Limits`]):
+//!
+//! - at most [`Limits::max_connections`] connections are served at once (`[http] max_connections`
+//!   in the config, [`DEFAULT_MAX_CONNECTIONS`] by default); one more is answered 503 at once and
+//!   closed, without a byte of it read;
+//! - the token (or a page's session) is checked before a body is read: an API route refuses a
+//!   request without one and never reads its body, and any other route (the login form) reads at
+//!   most [`MAX_UNAUTHENTICATED_BODY_BYTES`], out of [`Limits::unauthenticated_bytes`] shared by
+//!   every such request in flight (503 when that is spent);
+//! - a webhook delivery's signature header is checked before its body is read, the body is fed to
+//!   the HMAC as it streams in, and the bytes held until the signature is known come out of
+//!   [`Limits::unverified_webhook_bytes`] shared by every delivery in flight (503 when that is
+//!   spent, 413 past [`MAX_WEBHOOK_BYTES`]); a wrong signature is 401 once the body is in.
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -50,6 +65,7 @@ use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -68,6 +84,8 @@ pub struct HttpState {
     /// Where this daemon's workers send the pieces of replies as they stream, for the dashboard's
     /// task streams; `None` in tests that run no worker.
     pub live: Option<tokio::sync::broadcast::Sender<orchestrator_web::LivePiece>>,
+    /// What clients may make the listener hold; [`Limits::default`] outside tests.
+    pub limits: Limits,
 }
 
 /// The trigger rules, and the webhook secret when one is configured (the poller needs the rules
@@ -96,15 +114,32 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client has to send a request's whole body once its headers are in. GitHub's webhook
 /// deliveries (at most 25 MB) arrive well within it.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// The largest body read: axum's default limit, which the routes have always had.
+/// The largest body read for a request with the bearer token or a page's session: axum's default
+/// limit, which the routes have always had.
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+/// The largest body read for a request without the token or a session, on a route that may
+/// take one (the login form): enough for any form the pages send.
+pub const MAX_UNAUTHENTICATED_BODY_BYTES: usize = 64 * 1024;
 /// The largest webhook delivery: GitHub caps payloads at 25 MB.
 pub const MAX_WEBHOOK_BYTES: usize = 25 * 1024 * 1024;
+/// Connections served at once unless `[http] max_connections` says otherwise: far more than a
+/// dashboard, a few scripts and GitHub need, far fewer than would exhaust file descriptors or
+/// memory (each may hold at most [`MAX_BODY_BYTES`] once authenticated).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Bytes of unauthenticated bodies held at once, across all requests: 64 login forms of the
+/// largest size.
+pub const DEFAULT_UNAUTHENTICATED_BYTES: usize = 64 * MAX_UNAUTHENTICATED_BODY_BYTES;
+/// Bytes of webhook bodies held before their signature is known, across all deliveries: two of
+/// GitHub's largest at once, or many ordinary ones (a few KB each).
+pub const DEFAULT_UNVERIFIED_WEBHOOK_BYTES: usize = 64 * 1024 * 1024;
 /// The route of GitHub's deliveries, the one route that takes bodies up to [`MAX_WEBHOOK_BYTES`].
 const WEBHOOK_PATH: &str = "/webhooks/github";
 /// How long the accept loop waits after a failed accept (out of file descriptors, say) before it
 /// tries again, instead of spinning.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// The whole answer to a connection over [`Limits::max_connections`], written without reading
+/// anything from it.
+const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 50\r\n\r\n{\"error\": \"too many connections; try again later\"}";
 
 /// The listener's read deadlines; [`HEADER_READ_TIMEOUT`] and [`BODY_READ_TIMEOUT`] unless a test
 /// wants shorter ones.
@@ -123,24 +158,53 @@ impl Default for ReadTimeouts {
     }
 }
 
+/// What clients may make the listener hold: connections, and bytes of bodies nobody has
+/// authenticated yet. The named defaults unless the config (`max_connections`) or a test says
+/// otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub timeouts: ReadTimeouts,
+    /// Connections served at once; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Bytes of bodies without the token or a session held at once, across all requests.
+    pub unauthenticated_bytes: usize,
+    /// Bytes of webhook bodies held before their signature is checked, across all deliveries.
+    pub unverified_webhook_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeouts: ReadTimeouts::default(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            unauthenticated_bytes: DEFAULT_UNAUTHENTICATED_BYTES,
+            unverified_webhook_bytes: DEFAULT_UNVERIFIED_WEBHOOK_BYTES,
+        }
+    }
+}
+
+impl Limits {
+    /// Refuses limits that would refuse everything.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_connections == 0 {
+            return Err("http.max_connections must be at least 1".to_owned());
+        }
+        Ok(())
+    }
+}
+
 /// Serves `app` on `listener` until `stop`, then lets each connection finish the request it is
 /// answering and waits for them all.
 ///
 /// hyper's HTTP/1 connection enforces the header deadline (it closes a connection whose head has
 /// not arrived whole in time, without an answer: the request is not known yet); the body deadline
-/// is a layer around every route that reads the body before anything else looks at the request,
-/// so it holds for unauthenticated requests too.
-pub async fn serve(
-    listener: TcpListener,
-    app: Router,
-    timeouts: ReadTimeouts,
-    stop: CancellationToken,
-) {
-    let app = app.layer(axum::middleware::from_fn_with_state(
-        timeouts.body,
-        read_body_in_time,
-    ));
+/// and the bounds on bodies are a layer [`router`] puts around every route, which decides how much
+/// of a body may be read before anything else looks at the request. A connection over
+/// `limits.max_connections` is answered 503 and closed before anything is read from it: it costs
+/// one accept and one write, and holds no task or buffer.
+pub async fn serve(listener: TcpListener, app: Router, limits: Limits, stop: CancellationToken) {
     let connections = TaskTracker::new();
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     loop {
         let stream = tokio::select! {
             () = stop.cancelled() => break,
@@ -153,13 +217,22 @@ pub async fn serve(
                 }
             },
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // The send buffer of a fresh connection is empty, so the answer goes out whole without
+            // waiting; if it does not, the client only misses the explanation.
+            let _ = stream.try_write(TOO_MANY_CONNECTIONS);
+            tracing::debug!("an HTTP connection over the limit was refused");
+            continue;
+        };
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         let stop = stop.clone();
         connections.spawn(async move {
+            // Held until the connection ends.
+            let _slot = slot;
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(timeouts.headers);
+                .header_read_timeout(limits.timeouts.headers);
             let connection =
                 builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
             tokio::pin!(connection);
@@ -180,51 +253,238 @@ pub async fn serve(
     connections.wait().await;
 }
 
-/// Reads the whole body within `limit` (and [`MAX_BODY_BYTES`], or [`MAX_WEBHOOK_BYTES`] on the
-/// webhook route) and hands the request on with it; 408 and a closed connection when it does not
-/// arrive in time, 413 as JSON when it is too large.
-async fn read_body_in_time(
-    State(limit): State<Duration>,
-    request: Request,
+/// What the body layer needs to decide, before reading a body, how much of it may be read.
+struct BodyGate {
+    token: Arc<str>,
+    sessions: orchestrator_web::Sessions,
+    /// The webhook secret, when webhooks are configured.
+    secret: Option<Arc<[u8]>>,
+    deadline: Duration,
+    /// Bytes of unauthenticated bodies that may still be held.
+    unauthenticated: Arc<Semaphore>,
+    /// Bytes of unverified webhook bodies that may still be held.
+    webhooks: Arc<Semaphore>,
+}
+
+impl BodyGate {
+    fn new(state: &HttpState) -> BodyGate {
+        let limits = &state.limits;
+        BodyGate {
+            token: state.token.clone(),
+            sessions: state.sessions.clone(),
+            secret: state.webhooks.as_ref().and_then(|h| h.secret.clone()),
+            deadline: limits.timeouts.body,
+            unauthenticated: Arc::new(Semaphore::new(limits.unauthenticated_bytes)),
+            webhooks: Arc::new(Semaphore::new(limits.unverified_webhook_bytes)),
+        }
+    }
+}
+
+/// The routes that need the bearer token (or, for reading, a page's session) whatever the
+/// request: the API, old and versioned, and the metrics.
+fn needs_token(path: &str) -> bool {
+    path == "/metrics" || path == "/api" || path.starts_with("/api/")
+}
+
+/// Takes `bytes` out of `budget` without waiting; `None` when it does not hold that many now.
+fn reserve(budget: &Arc<Semaphore>, bytes: usize) -> Option<OwnedSemaphorePermit> {
+    let bytes = u32::try_from(bytes).ok()?;
+    budget.clone().try_acquire_many_owned(bytes).ok()
+}
+
+/// `answer` with `Connection: close`: the rest of the request's body may still be on its way, and
+/// the connection cannot carry another request after it.
+fn closing(mut answer: Response) -> Response {
+    answer.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    answer
+}
+
+/// 503 for a request whose body the daemon has no room for now.
+fn busy(what: &str) -> Response {
+    let mut answer = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!("too many {what} in flight; try again later"),
+    );
+    answer.headers_mut().insert(
+        header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("1"),
+    );
+    closing(answer)
+}
+
+fn too_large(max: usize) -> Response {
+    closing(error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("the request body is larger than {max} bytes"),
+    ))
+}
+
+fn too_slow(deadline: Duration) -> Response {
+    closing(error(
+        StatusCode::REQUEST_TIMEOUT,
+        &format!(
+            "the request body did not arrive within {} seconds",
+            deadline.as_secs_f64()
+        ),
+    ))
+}
+
+/// Decides how much of the body may be read, reads it within the deadline, and hands the request
+/// on with it:
+///
+/// - the webhook route: see [`webhook_body`];
+/// - with the bearer token or a page's session: up to [`MAX_BODY_BYTES`];
+/// - an API route without either: not read at all; the route refuses the request (401) on its
+///   headers, so whatever a stranger sends is never held;
+/// - any other route without either (the login form): up to [`MAX_UNAUTHENTICATED_BODY_BYTES`],
+///   taken out of the shared budget for unauthenticated bodies first (503 when it is spent).
+///
+/// 408 and a closed connection when a body does not arrive in time, 413 as JSON when it is too
+/// large.
+async fn read_body(State(gate): State<Arc<BodyGate>>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    if parts.uri.path() == WEBHOOK_PATH {
+        return webhook_body(&gate, parts, body, next).await;
+    }
+    let known = orchestrator_web::authorized(&parts.headers, &gate.token)
+        || gate.sessions.csrf_of(&parts.headers).is_some();
+    if known {
+        return read_whole(parts, body, MAX_BODY_BYTES, gate.deadline, next).await;
+    }
+    let empty = axum::body::HttpBody::is_end_stream(&body);
+    if needs_token(parts.uri.path()) {
+        let answer = next.run(Request::from_parts(parts, Body::empty())).await;
+        return if empty { answer } else { closing(answer) };
+    }
+    // The size the headers promise (Content-Length), or the most that may come (chunked).
+    let expected = axum::body::HttpBody::size_hint(&body).exact();
+    let max = MAX_UNAUTHENTICATED_BODY_BYTES;
+    if expected.is_some_and(|n| n > max as u64) {
+        return too_large(max);
+    }
+    let wanted = expected.map_or(max, |n| n as usize);
+    let Some(_held) = reserve(&gate.unauthenticated, wanted) else {
+        return busy("unauthenticated request bodies");
+    };
+    read_whole(parts, body, max, gate.deadline, next).await
+}
+
+/// Reads the whole body, at most `max` bytes within `deadline`, and runs the route with it.
+async fn read_whole(
+    parts: axum::http::request::Parts,
+    body: Body,
+    max: usize,
+    deadline: Duration,
     next: Next,
 ) -> Response {
-    let (parts, body) = request.into_parts();
-    let max = if parts.uri.path() == WEBHOOK_PATH {
-        MAX_WEBHOOK_BYTES
-    } else {
-        MAX_BODY_BYTES
-    };
     let limited = http_body_util::Limited::new(body, max);
-    match tokio::time::timeout(limit, limited.collect()).await {
+    match tokio::time::timeout(deadline, limited.collect()).await {
         Ok(Ok(collected)) => {
             next.run(Request::from_parts(parts, Body::from(collected.to_bytes())))
                 .await
         }
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("the request body is larger than {max} bytes"),
-        ),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => too_large(max),
         Ok(Err(e)) => error(
             StatusCode::BAD_REQUEST,
             &format!("the request body could not be read: {e}"),
         ),
-        Err(_) => {
-            let mut answer = error(
-                StatusCode::REQUEST_TIMEOUT,
-                &format!(
-                    "the request body did not arrive within {} seconds",
-                    limit.as_secs_f64()
-                ),
-            );
-            // The rest of the body may still be on its way; the connection cannot carry another
-            // request after it.
-            answer.headers_mut().insert(
-                header::CONNECTION,
-                axum::http::HeaderValue::from_static("close"),
-            );
-            answer
+        Err(_) => too_slow(deadline),
+    }
+}
+
+/// Why a webhook body was not read whole.
+enum Unread {
+    TooLarge,
+    Busy,
+    Broken(axum::Error),
+}
+
+/// A delivery's body, verified as it streams in. Its signature header is checked first (401 at
+/// once when missing or malformed, before a byte of the body is read); a `Content-Length` over
+/// [`MAX_WEBHOOK_BYTES`] is 413 at once. The bytes held until the signature is known come out of
+/// the shared budget for unverified deliveries: all of a `Content-Length` up front, or chunk by
+/// chunk for a chunked body, and 503 when the budget cannot cover them. Each chunk is fed to the
+/// HMAC as it arrives; a wrong signature is 401 once the body is in, and the route gets only a
+/// body whose signature matched (it checks again, as it always has).
+///
+/// Without a configured secret the route answers 404 on the headers, and the body is not read.
+async fn webhook_body(
+    gate: &BodyGate,
+    parts: axum::http::request::Parts,
+    mut body: Body,
+    next: Next,
+) -> Response {
+    let Some(secret) = &gate.secret else {
+        return closing(next.run(Request::from_parts(parts, Body::empty())).await);
+    };
+    let header = parts
+        .headers
+        .get("x-hub-signature-256")
+        .and_then(|v| v.to_str().ok());
+    let mut check = match orchestrator_github::SignatureCheck::new(secret, header) {
+        Ok(check) => check,
+        Err(e) => {
+            return closing(error(
+                StatusCode::UNAUTHORIZED,
+                &format!("signature refused: {e}"),
+            ));
+        }
+    };
+    let expected = axum::body::HttpBody::size_hint(&body).exact();
+    if expected.is_some_and(|n| n > MAX_WEBHOOK_BYTES as u64) {
+        return too_large(MAX_WEBHOOK_BYTES);
+    }
+    let mut held: Vec<OwnedSemaphorePermit> = Vec::new();
+    if let Some(n) = expected {
+        match reserve(&gate.webhooks, n as usize) {
+            Some(permit) => held.push(permit),
+            None => return busy("unverified webhook deliveries"),
         }
     }
+    let read = async {
+        // Exactly the promised size when it is known (and already reserved); a chunked body
+        // grows, and each chunk is reserved before it is kept (while it grows, its buffer's
+        // capacity may reach twice what it holds: the budget counts bytes, not capacity).
+        let mut bytes = Vec::with_capacity(expected.map_or(0, |n| n as usize));
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(Unread::Broken)?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if bytes.len() + data.len() > MAX_WEBHOOK_BYTES {
+                return Err(Unread::TooLarge);
+            }
+            if expected.is_none() {
+                held.push(reserve(&gate.webhooks, data.len()).ok_or(Unread::Busy)?);
+            }
+            check.update(&data);
+            bytes.extend_from_slice(&data);
+        }
+        Ok(bytes)
+    };
+    let bytes = match tokio::time::timeout(gate.deadline, read).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(Unread::TooLarge)) => return too_large(MAX_WEBHOOK_BYTES),
+        Ok(Err(Unread::Busy)) => return busy("unverified webhook deliveries"),
+        Ok(Err(Unread::Broken(e))) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("the request body could not be read: {e}"),
+            );
+        }
+        Err(_) => return too_slow(gate.deadline),
+    };
+    if let Err(e) = check.finish() {
+        return error(StatusCode::UNAUTHORIZED, &format!("signature refused: {e}"));
+    }
+    let answer = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    drop(held);
+    answer
 }
 
 /// Events returned by one `GET /api/tasks/{id}/events` when the request names no smaller limit.
@@ -252,8 +512,12 @@ pub fn router(state: HttpState) -> Router {
             WEBHOOK_PATH,
             post(github_webhook).layer(axum::extract::DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)),
         )
-        .with_state(state)
+        .with_state(state.clone())
         .merge(v1)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(BodyGate::new(&state)),
+            read_body,
+        ))
 }
 
 async fn healthz(State(state): State<HttpState>) -> Response {
@@ -643,20 +907,47 @@ mod tests {
     }
 
     async fn start_with(timeouts: ReadTimeouts) -> Running {
+        start_limited(
+            Limits {
+                timeouts,
+                ..Limits::default()
+            },
+            None,
+        )
+        .await
+    }
+
+    const WEBHOOK_SECRET: &[u8] = b"It's a Secret to Everybody";
+
+    /// A listener with `limits`, and webhooks under [`WEBHOOK_SECRET`] when `secret` is set.
+    async fn start_limited(limits: Limits, secret: Option<&[u8]>) -> Running {
         let db = orchestrator_test_support::sqlite_store().await;
+        let webhooks = secret.map(|secret| Webhooks {
+            secret: Some(Arc::from(secret)),
+            triggers: Arc::new(crate::triggers::Triggers {
+                store: db.store.clone(),
+                rules: Vec::new(),
+                github: None,
+                bot_login: Some("bot".into()),
+                mention: None,
+                retry: crate::triggers::DeliveryRetry::default(),
+            }),
+            wake: Arc::new(tokio::sync::Notify::new()),
+        });
         let app = router(HttpState {
             store: db.store.clone(),
             metrics: Arc::new(Metrics::default()),
             token: Arc::from("secret-token"),
-            webhooks: None,
+            webhooks,
             read_only: false,
             sessions: Default::default(),
             live: None,
+            limits,
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = CancellationToken::new();
-        let server = tokio::spawn(serve(listener, app, timeouts, stop.clone()));
+        let server = tokio::spawn(serve(listener, app, limits, stop.clone()));
         Running {
             addr,
             stop,
@@ -724,11 +1015,10 @@ mod tests {
     async fn a_client_that_never_finishes_its_body_gets_408_and_is_closed() {
         let running = start().await;
         let mut stream = TcpStream::connect(running.addr).await.unwrap();
-        // The headers promise 100 bytes; 10 come, then nothing. No token either: the body is
-        // read, in time or not, before anything looks at the request.
+        // The headers promise 100 bytes; 10 come, then nothing.
         stream
             .write_all(
-                b"POST /api/approvals/1/approve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"reason\":",
+                b"POST /api/approvals/1/approve HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret-token\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"reason\":",
             )
             .await
             .unwrap();
@@ -766,12 +1056,17 @@ mod tests {
         running.server.await.unwrap();
     }
 
-    /// Sends a POST of `size` bytes and returns the answer; the server may answer (and close)
-    /// before the whole body is sent.
-    async fn post_sized(addr: std::net::SocketAddr, path: &str, size: usize) -> String {
+    /// Sends a POST of `size` bytes with `headers` (each line ending in CRLF) and returns the
+    /// answer; the server may answer (and close) before the whole body is sent.
+    async fn post_sized_with(
+        addr: std::net::SocketAddr,
+        path: &str,
+        size: usize,
+        headers: &str,
+    ) -> String {
         let mut stream = TcpStream::connect(addr).await.unwrap();
         let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n"
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{headers}Content-Length: {size}\r\nConnection: close\r\n\r\n"
         );
         stream.write_all(head.as_bytes()).await.unwrap();
         let chunk = vec![b' '; 1 << 20];
@@ -820,15 +1115,19 @@ mod tests {
                 read_only: false,
                 sessions: Default::default(),
                 live: None,
+                limits: Limits::default(),
             });
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
             let stop = CancellationToken::new();
-            let timeouts = ReadTimeouts {
-                headers: GUARD,
-                body: GUARD,
+            let limits = Limits {
+                timeouts: ReadTimeouts {
+                    headers: GUARD,
+                    body: GUARD,
+                },
+                ..Limits::default()
             };
-            let server = tokio::spawn(serve(listener, app, timeouts, stop.clone()));
+            let server = tokio::spawn(serve(listener, app, limits, stop.clone()));
             ((addr, stop, server), db)
         });
         let json_ish = "[{}\\[\\]\":,.a-z0-9 \\\\-]{0,200}";
@@ -893,39 +1192,289 @@ mod tests {
 
     #[tokio::test]
     async fn webhooks_take_githubs_25_mb_and_the_api_keeps_its_small_limit() {
-        let running = start_with(ReadTimeouts {
-            headers: SHORT,
-            body: GUARD,
-        })
-        .await;
-        // 3 MB reaches the webhook route, which answers (here: not configured) as JSON.
-        let answer = post_sized(running.addr, WEBHOOK_PATH, 3 << 20).await;
+        let limits = Limits {
+            timeouts: ReadTimeouts {
+                headers: SHORT,
+                body: GUARD,
+            },
+            ..Limits::default()
+        };
+        let running = start_limited(limits, Some(WEBHOOK_SECRET)).await;
+        // 3 MB reaches the webhook route: read whole, hashed, and refused for its signature.
+        let signed = format!(
+            "X-Hub-Signature-256: {}\r\nX-GitHub-Event: ping\r\nX-GitHub-Delivery: d1\r\n",
+            orchestrator_github::sign(WEBHOOK_SECRET, b"something else")
+        );
+        let answer = post_sized_with(running.addr, WEBHOOK_PATH, 3 << 20, &signed).await;
         assert!(
-            answer.starts_with("HTTP/1.1 404"),
+            answer.starts_with("HTTP/1.1 401"),
             "{}",
             &answer[..answer.len().min(300)]
         );
-        assert!(
-            answer.contains("not configured"),
-            "{}",
-            &answer[..answer.len().min(300)]
-        );
+        assert!(answer.contains("does not match"), "{answer}");
         // The same size is too large for the API, and the refusal is JSON like every error.
-        let answer = post_sized(running.addr, "/api/approvals/1/deny", 3 << 20).await;
+        let token = "Authorization: Bearer secret-token\r\n";
+        let answer = post_sized_with(running.addr, "/api/approvals/1/deny", 3 << 20, token).await;
         assert!(
             answer.starts_with("HTTP/1.1 413"),
             "{}",
             &answer[..answer.len().min(300)]
         );
         assert!(answer.contains("application/json"), "{answer}");
-        // Past GitHub's own cap, the webhook route refuses too.
-        let answer = post_sized(running.addr, WEBHOOK_PATH, MAX_WEBHOOK_BYTES + 1).await;
+        // Past GitHub's own cap, the webhook route refuses on the headers.
+        let answer =
+            post_sized_with(running.addr, WEBHOOK_PATH, MAX_WEBHOOK_BYTES + 1, &signed).await;
         assert!(
             answer.starts_with("HTTP/1.1 413"),
             "{}",
             &answer[..answer.len().min(300)]
         );
         assert!(answer.contains(&MAX_WEBHOOK_BYTES.to_string()), "{answer}");
+        running.stop.cancel();
+        running.server.await.unwrap();
+    }
+
+    /// Writes a request head, then reads the answer without sending any of the body it
+    /// promises: the answer must come from the head alone.
+    async fn answer_to_head(addr: std::net::SocketAddr, head: &str) -> String {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        read_to_close(&mut stream).await
+    }
+
+    /// Without the token, an API route answers 401 on the headers and never waits for (or
+    /// holds) the body; a missing or malformed webhook signature is 401 the same way; no secret
+    /// configured is 404 the same way.
+    #[tokio::test]
+    async fn strangers_are_refused_on_their_headers_before_any_body_is_read() {
+        let limits = Limits {
+            timeouts: ReadTimeouts {
+                headers: GUARD,
+                body: GUARD,
+            },
+            ..Limits::default()
+        };
+        let running = start_limited(limits, Some(WEBHOOK_SECRET)).await;
+        for (method, path) in [
+            ("POST", "/api/approvals/1/approve"),
+            ("POST", "/api/v1/tasks"),
+            ("GET", "/metrics"),
+        ] {
+            let answer = answer_to_head(
+                running.addr,
+                &format!("{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n"),
+            )
+            .await;
+            assert!(answer.starts_with("HTTP/1.1 401"), "{path}: {answer}");
+        }
+        for signature in ["", "X-Hub-Signature-256: sha256=00\r\n"] {
+            let answer = answer_to_head(
+                running.addr,
+                &format!("POST {WEBHOOK_PATH} HTTP/1.1\r\nHost: x\r\n{signature}X-GitHub-Event: ping\r\nX-GitHub-Delivery: d\r\nContent-Length: 20000000\r\n\r\n"),
+            )
+            .await;
+            assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+            assert!(answer.contains("signature refused"), "{answer}");
+        }
+        running.stop.cancel();
+        running.server.await.unwrap();
+
+        let unconfigured = start_with(limits.timeouts).await;
+        let answer = answer_to_head(
+            unconfigured.addr,
+            &format!("POST {WEBHOOK_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 20000000\r\n\r\n"),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+        assert!(answer.contains("not configured"), "{answer}");
+        unconfigured.stop.cancel();
+        unconfigured.server.await.unwrap();
+    }
+
+    /// A delivery whose body the shared budget for unverified deliveries cannot cover is 503 on
+    /// its headers (`Content-Length`) or at the chunk that passes it (chunked), while another
+    /// holds the budget; once that one is done, the budget is whole again and a signed delivery
+    /// goes through.
+    #[tokio::test]
+    async fn unverified_webhook_bodies_share_one_budget() {
+        let limits = Limits {
+            timeouts: ReadTimeouts {
+                headers: GUARD,
+                body: GUARD,
+            },
+            unverified_webhook_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        let running = start_limited(limits, Some(WEBHOOK_SECRET)).await;
+        let signature = format!(
+            "X-Hub-Signature-256: {}\r\n",
+            orchestrator_github::sign(WEBHOOK_SECRET, b"{}")
+        );
+        let head = |length: &str| {
+            format!(
+                "POST {WEBHOOK_PATH} HTTP/1.1\r\nHost: x\r\n{signature}X-GitHub-Event: ping\r\nX-GitHub-Delivery: d\r\n{length}\r\n"
+            )
+        };
+        // Larger than the whole budget: refused on the headers.
+        let answer = answer_to_head(running.addr, &head("Content-Length: 2000000\r\n")).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("retry-after: 1"),
+            "{answer}"
+        );
+        // One holds 700 KB of the budget, sending half of it and waiting.
+        let mut holder = TcpStream::connect(running.addr).await.unwrap();
+        holder
+            .write_all(head("Content-Length: 700000\r\n").as_bytes())
+            .await
+            .unwrap();
+        holder.write_all(&vec![b' '; 350_000]).await.unwrap();
+        tokio::time::sleep(SHORT).await;
+        let answer = answer_to_head(running.addr, &head("Content-Length: 500000\r\n")).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        // A chunked one is refused at the chunk the budget cannot cover.
+        let mut chunked = TcpStream::connect(running.addr).await.unwrap();
+        chunked
+            .write_all(head("Transfer-Encoding: chunked\r\n").as_bytes())
+            .await
+            .unwrap();
+        let chunk = format!("{:x}\r\n{}\r\n", 100_000, " ".repeat(100_000));
+        for _ in 0..5 {
+            if chunked.write_all(chunk.as_bytes()).await.is_err() {
+                break;
+            }
+        }
+        let answer = read_to_close(&mut chunked).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        // The holder finishes: its signature is wrong for its body, 401.
+        holder.write_all(&vec![b' '; 350_000]).await.unwrap();
+        let mut answer = vec![0u8; 1024];
+        let n = tokio::time::timeout(GUARD, holder.read(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        drop(holder);
+        // The budget is whole again: a signed delivery is answered.
+        let mut stream = TcpStream::connect(running.addr).await.unwrap();
+        stream
+            .write_all(
+                format!("{}{{}}", head("Content-Length: 2\r\nConnection: close\r\n")).as_bytes(),
+            )
+            .await
+            .unwrap();
+        let answer = read_to_close(&mut stream).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("pong"), "{answer}");
+        running.stop.cancel();
+        running.server.await.unwrap();
+    }
+
+    /// A route that takes a body without the token (the login form) reads at most 64 KiB of it,
+    /// and such bodies share one budget.
+    #[tokio::test]
+    async fn unauthenticated_bodies_are_small_and_share_one_budget() {
+        let limits = Limits {
+            timeouts: ReadTimeouts {
+                headers: GUARD,
+                body: GUARD,
+            },
+            unauthenticated_bytes: 100_000,
+            ..Limits::default()
+        };
+        let running = start_limited(limits, None).await;
+        let form = "Content-Type: application/x-www-form-urlencoded\r\n";
+        let answer = answer_to_head(
+            running.addr,
+            &format!("POST /login HTTP/1.1\r\nHost: x\r\n{form}Content-Length: 1000000\r\n\r\n"),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        // One holds 60 KB of the 100 KB; a second of 60 KB must wait its turn.
+        let mut holder = TcpStream::connect(running.addr).await.unwrap();
+        holder
+            .write_all(
+                format!(
+                    "POST /login HTTP/1.1\r\nHost: x\r\n{form}Content-Length: 60000\r\n\r\ntoken="
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(SHORT).await;
+        let answer = answer_to_head(
+            running.addr,
+            &format!("POST /login HTTP/1.1\r\nHost: x\r\n{form}Content-Length: 60000\r\n\r\n"),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        drop(holder);
+        running.stop.cancel();
+        running.server.await.unwrap();
+    }
+
+    /// A connection that never sends a request is closed at the header deadline, so idle
+    /// sockets cannot keep the connection slots.
+    #[tokio::test]
+    async fn an_idle_connection_gives_its_slot_back_at_the_header_deadline() {
+        let limits = Limits {
+            timeouts: ReadTimeouts {
+                headers: SHORT,
+                body: SHORT,
+            },
+            max_connections: 1,
+            ..Limits::default()
+        };
+        let running = start_limited(limits, None).await;
+        let mut idle = TcpStream::connect(running.addr).await.unwrap();
+        let answer = read_to_close(&mut idle).await;
+        assert!(!answer.contains("200 OK"), "{answer}");
+        let mut next = TcpStream::connect(running.addr).await.unwrap();
+        next.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_to_close(&mut next).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        running.stop.cancel();
+        running.server.await.unwrap();
+    }
+
+    /// Over `max_connections`, a connection is answered 503 and closed at once, even when the
+    /// ones before it send nothing; when one of them goes, a new one is served.
+    #[tokio::test]
+    async fn connections_over_the_limit_are_refused_at_once() {
+        let limits = Limits {
+            timeouts: ReadTimeouts {
+                headers: GUARD,
+                body: GUARD,
+            },
+            max_connections: 2,
+            ..Limits::default()
+        };
+        let running = start_limited(limits, None).await;
+        let first = TcpStream::connect(running.addr).await.unwrap();
+        let _second = TcpStream::connect(running.addr).await.unwrap();
+        tokio::time::sleep(SHORT).await;
+        let mut third = TcpStream::connect(running.addr).await.unwrap();
+        let answer = read_to_close(&mut third).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("too many connections"), "{answer}");
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.lines()
+                .any(|l| l == format!("Content-Length: {}", body.len())),
+            "the written answer's length is its body's: {answer}"
+        );
+        drop(first);
+        tokio::time::sleep(SHORT).await;
+        let mut fourth = TcpStream::connect(running.addr).await.unwrap();
+        fourth
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_to_close(&mut fourth).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         running.stop.cancel();
         running.server.await.unwrap();
     }

@@ -1,10 +1,24 @@
 //! Human output: aligned tables and short lines. JSON output is serde's, printed by each command.
+//!
+//! Human output shows text a model or a stranger wrote (titles, commands, reasons, messages), so
+//! it goes through [`orchestrator_types::visible`]: an ESC or a bidi override is printed as
+//! `\x1b` / `\u{202e}`, never acted on by the terminal. [`table`] does this for every cell, and
+//! [`say!`] for a line; JSON output keeps the exact text.
 
 use std::io::Write;
 
 /// Prints rows under a header with columns padded to their widest cell. The last column is not
 /// padded, so long titles do not leave trailing spaces.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|cell| orchestrator_types::visible(cell).into_owned())
+                .collect()
+        })
+        .collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -29,6 +43,26 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
         writeln!(out, "{}", line.trim_end())?;
     }
     Ok(())
+}
+
+/// Prints one line of human output with [`orchestrator_types::visible`] applied to the whole of
+/// it, like `println!`; our own format strings hold no escapes, so only the text put in them
+/// changes.
+macro_rules! say {
+    () => {
+        println!()
+    };
+    ($($arg:tt)*) => {
+        println!("{}", orchestrator_types::visible(&format!($($arg)*)))
+    };
+}
+pub(crate) use say;
+
+/// Writes a piece of streamed text (a model's reply as it comes) to stderr, made visible.
+pub fn stream_piece(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(orchestrator_types::visible(text).as_bytes());
+    let _ = err.flush();
 }
 
 /// Prints a value as pretty JSON on stdout.

@@ -21,8 +21,9 @@ pub struct ServeConfig {
     pub webhooks: Option<crate::http::Webhooks>,
     /// Repositories polled for trigger events, with the interval.
     pub poll: Option<(Vec<orchestrator_github::RepoRef>, std::time::Duration)>,
-    /// How long HTTP clients have to send their headers and bodies.
-    pub read_timeouts: crate::http::ReadTimeouts,
+    /// How long HTTP clients have to send their headers and bodies, how many may connect at once,
+    /// and what their bodies may hold before they are authenticated.
+    pub limits: crate::http::Limits,
     /// Serve the API read-only: every write is refused with 403.
     pub read_only: bool,
     /// The dashboard's sessions (and the one-time login link printed at start).
@@ -64,11 +65,12 @@ pub async fn run(
         read_only: config.read_only,
         sessions: config.sessions.clone(),
         live: Some(live),
+        limits: config.limits,
     });
     let http = tokio::spawn(crate::http::serve(
         listener,
         app,
-        config.read_timeouts,
+        config.limits,
         http_stop.clone(),
     ));
     let rescuer_task = tokio::spawn(rescuer.run(shutdown.clone()));

@@ -64,6 +64,7 @@ delivery_stale_secs = 5
 name = "soak"
 event = "issues.labeled"
 label = "{LABEL}"
+repos = ["{REPO}"]
 workspace = "{workspace}"
 task = {{ title = "Soak {{repo}}#{{number}}", gates = ["{gate}"], max_attempts = 10 }}
 "#,

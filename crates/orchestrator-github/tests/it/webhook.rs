@@ -109,3 +109,34 @@ fn refusals_carry_the_right_reason() {
         assert_eq!(verify_signature(secret, body, *header), *expected, "{name}");
     }
 }
+
+/// The listener checks a delivery as it streams: the header is judged before any of the body, and
+/// the body fed in any pieces gives the verdict of the whole.
+#[test]
+fn a_signature_checked_in_pieces_agrees_with_the_whole() {
+    use orchestrator_github::SignatureCheck;
+    for split in 0..=PAYLOAD.len() {
+        let mut check = SignatureCheck::new(SECRET, Some(SIGNATURE)).unwrap();
+        check.update(&PAYLOAD[..split]);
+        check.update(&PAYLOAD[split..]);
+        assert_eq!(check.finish(), Ok(()), "split at {split}");
+        if split == PAYLOAD.len() {
+            continue;
+        }
+        let mut check = SignatureCheck::new(SECRET, Some(SIGNATURE)).unwrap();
+        check.update(&PAYLOAD[..split]);
+        assert_eq!(
+            check.finish(),
+            Err(SignatureError::Mismatch),
+            "only {split} bytes"
+        );
+    }
+    assert_eq!(
+        SignatureCheck::new(SECRET, None).unwrap_err(),
+        SignatureError::Missing
+    );
+    assert_eq!(
+        SignatureCheck::new(SECRET, Some("sha256=00")).unwrap_err(),
+        SignatureError::Malformed
+    );
+}

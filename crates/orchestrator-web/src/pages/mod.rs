@@ -166,11 +166,18 @@ pub(crate) fn layout(viewer: &Viewer, title: &str, content: Markup) -> Response 
     html_response(StatusCode::OK, markup)
 }
 
+/// The page as sent. maud escapes HTML in what the pages show, not the characters that act on
+/// how text reads (a bidi override shows `rm -rf /` reversed, an ESC or a zero-width space hides
+/// itself), so the whole page goes through [`orchestrator_types::visible`]: every such character
+/// from a task, an approval or GitHub is shown as an escape (`\u{202e}`). The pages' own markup
+/// holds none, and the escapes are plain ASCII that needs no HTML escaping.
 fn html_response(status: StatusCode, markup: Markup) -> Response {
+    let page = markup.into_string();
+    let page = orchestrator_types::visible(&page).into_owned();
     (
         status,
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        markup.into_string(),
+        page,
     )
         .into_response()
 }

@@ -764,3 +764,56 @@ async fn a_tasks_pr_attempts_show_on_its_page_and_in_the_api() {
     assert_eq!(listed["attempts"][0]["label"], "bounds check <first>");
     assert_eq!(listed["attempts"][0]["patch_bytes"], 37);
 }
+
+/// Bidi controls and terminal escapes in what a model wrote are shown as escapes on the pages
+/// (the template engine escapes HTML, not these), in the inbox and on the task's page; the API
+/// keeps the exact text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bidi_and_control_characters_are_shown_as_escapes_on_the_pages() {
+    let api = Api::start(false).await;
+    let (id, lease) = api.running_agent("title \u{202e}gnp.exe").await;
+    api.store
+        .write_checklist(
+            &lease,
+            &[("tidy\u{1b}[2J up".to_owned(), "pending".to_owned())],
+        )
+        .await
+        .unwrap();
+    let command = "ls \u{202e}fr- mr\u{2066} \u{1b}[8m";
+    let approval = api
+        .store
+        .request_approval(
+            &lease,
+            &NewApproval {
+                call_id: "c1".into(),
+                kind: approval_kind::TOOL,
+                tool: "exec_shell".into(),
+                arguments: json!({ "command": command }),
+                reason: format!("asks before {command}"),
+                options: None,
+                expires_at: now_millis() + 3_600_000,
+            },
+        )
+        .await
+        .unwrap();
+    let raw = |page: &str| {
+        page.chars()
+            .any(|c| matches!(c, '\u{1b}' | '\u{202e}' | '\u{2066}'))
+    };
+    let browser = Browser::login(&api).await;
+    let (_, page, _) = browser.get("/approvals").await;
+    assert!(!raw(&page), "{page}");
+    assert!(
+        page.contains("asks before ls \\u{202e}fr- mr\\u{2066} \\x1b[8m"),
+        "{page}"
+    );
+    let (_, page, _) = browser.get(&format!("/tasks/{}", id.0)).await;
+    assert!(!raw(&page), "{page}");
+    assert!(page.contains("title \\u{202e}gnp.exe"), "{page}");
+    assert!(page.contains("tidy\\x1b[2J up"), "{page}");
+    let (_, page, _) = browser.get("/").await;
+    assert!(!raw(&page), "{page}");
+    let (status, body) = api.get(&format!("/api/v1/approvals/{}", approval.id)).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["arguments"]["command"], command);
+}

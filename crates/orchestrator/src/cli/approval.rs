@@ -193,7 +193,7 @@ async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if approvals.is_empty() {
-        println!(
+        output::say!(
             "{}",
             if args.all {
                 "no approvals"
@@ -252,45 +252,45 @@ async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let a = &approval;
-    println!("approval {}  {} {}", a.id, a.kind, a.status);
-    println!("task       {}", a.task_id);
-    println!("tool       {}", a.tool);
-    println!("call       {}", a.call_id);
+    output::say!("approval {}  {} {}", a.id, a.kind, a.status);
+    output::say!("task       {}", a.task_id);
+    output::say!("tool       {}", a.tool);
+    output::say!("call       {}", a.call_id);
     let label = if a.kind == approval_kind::QUESTION {
         "question"
     } else {
         "reason"
     };
-    println!("{label:<10} {}", a.reason);
+    output::say!("{label:<10} {}", a.reason);
     if let Some(options) = &a.options {
-        println!("options");
+        output::say!("options");
         for (i, option) in options.iter().enumerate() {
-            println!("  {}. {option}", i + 1);
+            output::say!("  {}. {option}", i + 1);
         }
     }
-    println!("requested  {}", format_millis(a.requested_at));
-    println!("expires    {}", format_millis(a.expires_at));
+    output::say!("requested  {}", format_millis(a.requested_at));
+    output::say!("expires    {}", format_millis(a.expires_at));
     if let Some(at) = a.decided_at {
-        println!(
+        output::say!(
             "decided    {} by {}",
             format_millis(at),
             a.decided_by.as_deref().unwrap_or("?")
         );
     }
     if let Some(answer) = &a.answer {
-        println!("answer     {answer}");
+        output::say!("answer     {answer}");
     }
-    println!("arguments");
+    output::say!("arguments");
     let pretty = serde_json::to_string_pretty(&a.arguments)?;
     for line in pretty.lines() {
-        println!("  {line}");
+        output::say!("  {line}");
     }
     if a.status == approval_status::PENDING {
-        println!();
+        output::say!();
         if a.kind == approval_kind::QUESTION {
-            println!("answer it with: orchestrator approval answer {} TEXT", a.id);
+            output::say!("answer it with: orchestrator approval answer {} TEXT", a.id);
         } else {
-            println!(
+            output::say!(
                 "decide with: orchestrator approval approve {id}  or  orchestrator approval deny {id} --reason TEXT",
                 id = a.id
             );
@@ -321,7 +321,7 @@ async fn decide(
         approval_status::ANSWERED => "answered".to_owned(),
         other => other.to_owned(),
     };
-    println!(
+    output::say!(
         "approval {id} {what} by {by}; {}",
         task_after(&store, &approval).await?
     );

@@ -4,7 +4,6 @@
 //! stderr as it comes, as `orchestrator run` shows it. A dropped connection is resumed from the
 //! last event printed (`Last-Event-ID`), so nothing is printed twice or lost.
 
-use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -173,9 +172,7 @@ impl Printer<'_> {
                 let piece: serde_json::Value =
                     serde_json::from_str(&event.data).unwrap_or_default();
                 if let Some(text) = piece["content"].as_str() {
-                    let mut err = std::io::stderr().lock();
-                    let _ = err.write_all(text.as_bytes());
-                    let _ = err.flush();
+                    output::stream_piece(text);
                     self.mid_line = !text.ends_with('\n');
                 }
                 Ok(None)

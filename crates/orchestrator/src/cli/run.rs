@@ -184,8 +184,8 @@ async fn cancel_children(store: &orchestrator_store::Store, id: TaskId) -> anyho
 
 /// Ends the line of streamed text, if one is open, so what follows starts on a line of its own.
 fn end_line(mid_line: &AtomicBool) {
-    use std::io::Write;
     if mid_line.swap(false, Ordering::SeqCst) {
+        use std::io::Write;
         let mut err = std::io::stderr().lock();
         let _ = err.write_all(b"\n");
         let _ = err.flush();
@@ -197,15 +197,12 @@ async fn print_deltas(
     mut rx: tokio::sync::broadcast::Receiver<orchestrator_worker::LiveDelta>,
     mid_line: Arc<AtomicBool>,
 ) {
-    use std::io::Write;
     use tokio::sync::broadcast::error::RecvError;
     loop {
         match rx.recv().await {
             Ok(live) => {
                 if let orchestrator_worker::model::Delta::Content(text) = live.delta {
-                    let mut err = std::io::stderr().lock();
-                    let _ = err.write_all(text.as_bytes());
-                    let _ = err.flush();
+                    crate::output::stream_piece(&text);
                     mid_line.store(!text.ends_with('\n'), Ordering::SeqCst);
                 }
             }

@@ -198,7 +198,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             token,
             webhooks,
             poll,
-            read_timeouts: crate::http::ReadTimeouts::default(),
+            limits: file_config.http.limits(),
             read_only: args.read_only,
             sessions,
         },

@@ -238,8 +238,8 @@ impl Report {
 
     fn print(&self) -> anyhow::Result<()> {
         let (view, task) = (&self.view, &self.task);
-        println!("task {}  {}", view.id, view.title);
-        println!(
+        output::say!("task {}  {}", view.id, view.title);
+        output::say!(
             "state      {}{}",
             view.state,
             if view.cancel_requested {
@@ -248,12 +248,12 @@ impl Report {
                 ""
             }
         );
-        println!("attempt    {} of {}", view.attempt, view.max_attempts);
-        println!("queue      {} (priority {})", view.queue, view.priority);
+        output::say!("attempt    {} of {}", view.attempt, view.max_attempts);
+        output::say!("queue      {} (priority {})", view.queue, view.priority);
         if let Some(ws) = &view.workspace {
-            println!("workspace  {ws}");
+            output::say!("workspace  {ws}");
             if let Some(source) = &view.worktree_of {
-                println!("clone of   {source}");
+                output::say!("clone of   {source}");
             }
         }
         if task.prompt.is_some() {
@@ -266,13 +266,14 @@ impl Report {
                 ),
                 None => "the worker's default".to_owned(),
             };
-            println!("model      {model}");
-            println!(
+            output::say!("model      {model}");
+            output::say!(
                 "profile    {} (at most {} turns)",
-                task.agent.profile, task.agent.max_turns
+                task.agent.profile,
+                task.agent.max_turns
             );
             if let Ok(policy) = orchestrator_worker::agent::effective_policy(task) {
-                println!(
+                output::say!(
                     "sandbox    {}, network {}",
                     policy.sandbox,
                     if policy.grants_network() { "on" } else { "off" }
@@ -280,7 +281,7 @@ impl Report {
             }
         }
         if let Some(parent) = task.parent_id {
-            println!("parent     task {parent}");
+            output::say!("parent     task {parent}");
         }
         if !self.children.is_empty() {
             let children: Vec<String> = self
@@ -288,28 +289,28 @@ impl Report {
                 .iter()
                 .map(|c| format!("{} ({})", c.id, c.state))
                 .collect();
-            println!("children   {}", children.join(", "));
+            output::say!("children   {}", children.join(", "));
         }
-        println!("created    {}", view.created_at);
+        output::say!("created    {}", view.created_at);
         if let Some(t) = &view.finished_at {
-            println!("finished   {t}");
+            output::say!("finished   {t}");
         }
         if let Some(owner) = &view.lease_owner {
-            println!(
+            output::say!(
                 "lease      {owner} until {}",
                 view.lease_expires_at.as_deref().unwrap_or("?")
             );
         }
         if let Some(error) = &view.last_error {
-            println!("error      {error}");
+            output::say!("error      {error}");
         }
         if let Some(prompt) = &task.prompt {
-            println!("prompt     {}", output::clip(&first_line(prompt), 100));
+            output::say!("prompt     {}", output::clip(&first_line(prompt), 100));
         }
         if !task.acceptance.is_empty() {
-            println!("acceptance");
+            output::say!("acceptance");
             for criterion in &task.acceptance {
-                println!("  - {criterion}");
+                output::say!("  - {criterion}");
             }
         }
         self.print_checklist();
@@ -328,14 +329,14 @@ impl Report {
         let Some(c) = &self.context else {
             return;
         };
-        println!();
-        println!(
+        output::say!();
+        output::say!(
             "context    window {} tokens ({}), compacts at {}",
             c.window_tokens.unwrap_or(0),
             c.window_source.as_deref().unwrap_or("?"),
             c.compact_at_tokens.unwrap_or(0)
         );
-        println!(
+        output::say!(
             "tokens     {} prompt ({} cached{}), {} completion",
             c.prompt_tokens,
             c.cached_tokens,
@@ -345,7 +346,7 @@ impl Report {
             c.completion_tokens
         );
         for compaction in &c.compactions {
-            println!(
+            output::say!(
                 "  compaction {} at turn {}: {} ({} -> {} tokens)",
                 compaction["compaction"],
                 compaction["turn"],
@@ -361,8 +362,8 @@ impl Report {
         if self.github_writes.is_empty() {
             return;
         }
-        println!();
-        println!("GitHub writes: {}", self.github_writes.len());
+        output::say!();
+        output::say!("GitHub writes: {}", self.github_writes.len());
         for event in &self.github_writes {
             let text = |key: &str| {
                 event
@@ -391,7 +392,7 @@ impl Report {
                 ),
                 _ => text("url"),
             };
-            println!("  {}  {action:<16} {detail}", format_millis(event.at));
+            output::say!("  {}  {action:<16} {detail}", format_millis(event.at));
         }
     }
 
@@ -400,8 +401,8 @@ impl Report {
             return;
         }
         let done = self.checklist.iter().filter(|i| i.status == "done").count();
-        println!();
-        println!("Checklist {done}/{} done", self.checklist.len());
+        output::say!();
+        output::say!("Checklist {done}/{} done", self.checklist.len());
         for item in &self.checklist {
             let mark = match item.status.as_str() {
                 "done" => "[x]",
@@ -409,7 +410,7 @@ impl Report {
                 "skipped" => "[-]",
                 _ => "[ ]",
             };
-            println!("  {mark} {}", item.text);
+            output::say!("  {mark} {}", item.text);
         }
     }
 
@@ -420,8 +421,8 @@ impl Report {
         let (tokens_in, tokens_out) = self.turns.iter().fold((0, 0), |(i, o), t| {
             (i + t.prompt_tokens, o + t.completion_tokens)
         });
-        println!();
-        println!(
+        output::say!();
+        output::say!(
             "Turns: {} ({tokens_in} tokens in, {tokens_out} out)",
             self.turns.len()
         );
@@ -446,8 +447,8 @@ impl Report {
         if self.tool_calls.is_empty() {
             return Ok(());
         }
-        println!();
-        println!("Tool calls: {}", self.tool_calls.len());
+        output::say!();
+        output::say!("Tool calls: {}", self.tool_calls.len());
         let rows: Vec<Vec<String>> = self
             .tool_calls
             .iter()
@@ -472,8 +473,8 @@ impl Report {
         if self.shell_jobs.is_empty() {
             return Ok(());
         }
-        println!();
-        println!("Shell jobs: {}", self.shell_jobs.len());
+        output::say!();
+        output::say!("Shell jobs: {}", self.shell_jobs.len());
         let rows: Vec<Vec<String>> = self
             .shell_jobs
             .iter()
@@ -499,7 +500,7 @@ impl Report {
         if self.view.gates.is_empty() {
             return Ok(());
         }
-        println!();
+        output::say!();
         let rows: Vec<Vec<String>> = self
             .view
             .gates
@@ -531,8 +532,8 @@ impl Report {
         if pending.is_empty() {
             return Ok(());
         }
-        println!();
-        println!(
+        output::say!();
+        output::say!(
             "Waiting for you: {} (orchestrator approval show ID)",
             pending.len()
         );

@@ -232,7 +232,12 @@ pub fn event_line(event: &TaskEvent) -> String {
         ),
         _ => String::new(),
     };
-    format!("#{:<3} {time} {:<16} {detail}", event.seq, event.kind)
-        .trim_end()
-        .to_owned()
+    // The detail holds what the model and strangers wrote: shown with its escapes written out.
+    orchestrator_types::visible(&format!(
+        "#{:<3} {time} {:<16} {detail}",
+        event.seq, event.kind
+    ))
+    .into_owned()
+    .trim_end()
+    .to_owned()
 }

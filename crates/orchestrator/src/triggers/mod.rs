@@ -53,7 +53,10 @@ pub struct TriggerRule {
     /// For `issues.labeled`: the label that triggers.
     #[serde(default)]
     pub label: Option<String>,
-    /// Repositories (`owner/name`) the rule applies to; empty for all.
+    /// Repositories (`owner/name`) the rule applies to, or `["*"]` for any repository whose
+    /// deliveries the webhook secret signs. Required: an empty or absent list is refused by
+    /// [`TriggerRule::validate`] rather than read as "all", since a secret shared with one
+    /// repository's webhook may have been given to others too.
     #[serde(default)]
     pub repos: Vec<String>,
     /// The checkout the task works in.
@@ -83,6 +86,17 @@ pub struct TriggerRule {
     /// `{delivery}` are replaced in its title and prompt.
     #[serde(default)]
     pub task: TaskTemplate,
+}
+
+/// The entry of a rule's `repos` that matches every repository.
+pub const ANY_REPO: &str = "*";
+
+impl TriggerRule {
+    /// Whether the rule applies to `repo`: it is listed, or the rule lists [`ANY_REPO`]. An empty
+    /// list matches nothing (a config file cannot hold one; a rule built in code might).
+    pub fn applies_to(&self, repo: &str) -> bool {
+        self.repos.iter().any(|r| r == ANY_REPO || r == repo)
+    }
 }
 
 pub const EVENTS: &[&str] = &[
@@ -143,7 +157,15 @@ impl TriggerRule {
                 self.name
             ));
         }
-        for repo in &self.repos {
+        if self.repos.is_empty() {
+            return Err(format!(
+                "trigger {:?}: repos is empty; list the repositories the rule applies to \
+                 (repos = [\"owner/name\"]), or write repos = [\"*\"] for any repository the \
+                 webhook secret signs",
+                self.name
+            ));
+        }
+        for repo in self.repos.iter().filter(|r| *r != ANY_REPO) {
             RepoRef::parse(repo).map_err(|e| format!("trigger {:?}: {e}", self.name))?;
         }
         if self.task.prompt.is_some() && self.workspace.is_none() {
@@ -439,7 +461,7 @@ impl Triggers {
             .rules
             .iter()
             .filter(|r| r.event == key)
-            .filter(|r| r.repos.is_empty() || r.repos.iter().any(|x| x == repo))
+            .filter(|r| r.applies_to(repo))
             .collect();
         if rules.is_empty() {
             return Ok((Vec::new(), format!("no rule for {key} on {repo}")));

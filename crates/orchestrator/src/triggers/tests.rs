@@ -24,9 +24,10 @@ fn the_bot_is_itself_with_or_without_its_suffix() {
 
 #[test]
 fn rules_are_validated() {
-    let mut rule: TriggerRule =
-        toml::from_str("name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\n")
-            .unwrap();
+    let mut rule: TriggerRule = toml::from_str(
+        "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nrepos = [\"*\"]\n",
+    )
+    .unwrap();
     assert!(rule.validate().is_ok());
     rule.label = None;
     assert!(rule.validate().unwrap_err().contains("needs a label"));
@@ -43,7 +44,8 @@ fn rule(toml_text: &str) -> TriggerRule {
 
 #[test]
 fn a_rule_with_worktree_gives_each_delivery_a_clone_of_its_own() {
-    let head = "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\n";
+    let head =
+        "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nrepos = [\"*\"]\n";
     let cloning = rule(&format!(
         "{head}workspace = \"/srv/widgets\"\nworktree = true\ntask = {{ prompt = \"Fix it\" }}\n"
     ));
@@ -175,7 +177,7 @@ fn triggers(store: Store, github: Option<GitHub>, bot: Option<&str>) -> Triggers
         retry: DeliveryRetry::default(),
         store,
         rules: vec![rule(
-            "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\n",
+            "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nrepos = [\"acme/widgets\"]\n",
         )],
         github,
         bot_login: bot.map(str::to_owned),
@@ -459,4 +461,72 @@ fn an_abandoned_claim_is_taken_over_soon_after_the_processing_deadline() {
     assert!(retry.stale_after > retry.deadline, "{retry:?}");
     assert!(retry.stale_after <= retry.deadline * 3, "{retry:?}");
     assert!(retry.stale_after <= Duration::from_secs(180), "{retry:?}");
+}
+
+/// A rule says which repositories it applies to: an absent or empty `repos` is refused when the
+/// config is read, with the words to write for "any repository", since a delivery signed with the
+/// secret may come from any repository the secret was ever given to.
+#[test]
+fn a_rule_must_name_its_repositories_or_say_any() {
+    let head = "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\n";
+    for repos in ["", "repos = []\n"] {
+        let err = rule(&format!("{head}{repos}")).validate().unwrap_err();
+        assert!(err.contains("trigger \"fix\""), "{err}");
+        assert!(err.contains("repos = [\"*\"]"), "{err}");
+    }
+    assert!(rule(&format!("{head}repos = [\"*\"]\n")).validate().is_ok());
+    assert!(
+        rule(&format!(
+            "{head}repos = [\"acme/widgets\", \"acme/docs\"]\n"
+        ))
+        .validate()
+        .is_ok()
+    );
+    let err = rule(&format!("{head}repos = [\"acme/*\"]\n"))
+        .validate()
+        .unwrap_err();
+    assert!(err.contains("trigger \"fix\""), "{err}");
+}
+
+/// Which rules an event of a repository reaches: a listed repository, any repository under
+/// `["*"]`, and never one a rule does not list; a rule built with no repositories (which a config
+/// file cannot hold) matches none rather than all.
+#[tokio::test]
+async fn a_rule_triggers_only_on_the_repositories_it_lists() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (fake, github) = fake_github().await;
+    fake.set_permission("acme/other", "alice", "write");
+    let head = "event = \"issues.labeled\"\nlabel = \"agent-fix\"\n";
+    let t = Triggers {
+        retry: DeliveryRetry::default(),
+        store: db.store.clone(),
+        rules: vec![
+            rule(&format!(
+                "name = \"listed\"\n{head}repos = [\"acme/widgets\"]\n"
+            )),
+            rule(&format!("name = \"any\"\n{head}repos = [\"*\"]\n")),
+            rule(&format!("name = \"none\"\n{head}repos = []\n")),
+        ],
+        github: Some(github),
+        bot_login: Some("orchestrator-bot".into()),
+        mention: None,
+    };
+    let titles = |tasks: &[NewTask]| -> Vec<String> {
+        let mut titles: Vec<String> = tasks.iter().map(|t| t.title.clone()).collect();
+        titles.sort();
+        titles
+    };
+    let mut other = labeled(2);
+    other["repository"]["full_name"] = json!("acme/other");
+    let (tasks, _) = t.tasks_for("d-other", "issues", &other).await.unwrap();
+    let found = titles(&tasks);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("any: "), "{found:?}");
+    let (tasks, _) = t
+        .tasks_for("d-listed", "issues", &labeled(1))
+        .await
+        .unwrap();
+    let found = titles(&tasks);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found.iter().all(|t| !t.starts_with("none: ")), "{found:?}");
 }

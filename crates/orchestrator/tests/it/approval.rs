@@ -537,3 +537,81 @@ fn task_read_shows_the_checklist_turns_and_pending_requests() {
         );
     }
 }
+
+/// A command with an ESC sequence and a right-to-left override, as a model could write it, is
+/// shown to a person with both written out (`\x1b`, `\u{202e}`), in the list, the prompt and
+/// `task read`, so what they approve is what they read; `--json` keeps the exact text.
+#[test]
+fn escapes_in_a_request_are_shown_visibly_and_kept_exact_in_json() {
+    let env = Env::sqlite();
+    let agent = Agent::open(&env);
+    let command = "echo ok\u{1b}[2K\r\u{202e}fr- mr";
+    let mut new = request("c1", approval_kind::TOOL);
+    new.arguments = json!({ "command": command });
+    new.reason = format!("shell: {command}");
+    let (id, approvals) = agent.waiting_task(
+        "escapes\u{1b}]0;owned\u{7}",
+        &[new],
+        async |store: &Store, lease: &orchestrator_store::Lease| {
+            store
+                .write_checklist(lease, &[("tidy \u{202e}up".into(), "done".into())])
+                .await
+                .unwrap();
+            store
+                .append_messages(
+                    lease,
+                    1,
+                    &[NewMessage {
+                        turn: 1,
+                        message: ChatMessage::assistant("I will run \u{1b}[31mit\u{2066}."),
+                        usage: None,
+                        model_ms: None,
+                    }],
+                    (EventKind::Message, json!({"role": "assistant"})),
+                )
+                .await
+                .unwrap();
+        },
+    );
+    let approval = approvals[0].id.to_string();
+    let raw = |text: &str| {
+        text.chars()
+            .any(|c| matches!(c, '\u{1b}' | '\r' | '\u{7}' | '\u{202e}' | '\u{2066}'))
+    };
+
+    let out = env.run(&["approval", "show", &approval]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!raw(&text), "{text:?}");
+    assert!(
+        text.contains("shell: echo ok\\x1b[2K\\x0d\\u{202e}fr- mr"),
+        "{text}"
+    );
+    assert!(text.contains("\\u{202e}fr- mr\""), "{text}");
+
+    let out = env.run(&["approval", "list"]);
+    let text = stdout(&out);
+    assert!(!raw(&text), "{text:?}");
+    assert!(text.contains("\\x1b[2K"), "{text}");
+
+    let out = env.run(&["task", "read", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!raw(&text), "{text:?}");
+    for expected in [
+        "escapes\\x1b]0;owned\\x07",
+        "tidy \\u{202e}up",
+        "I will run \\x1b[31mit\\u{2066}.",
+    ] {
+        assert!(
+            text.contains(expected),
+            "{expected:?} missing from:\n{text}"
+        );
+    }
+
+    let shown = env.json(&["approval", "show", &approval, "--json"]);
+    assert_eq!(shown["arguments"]["command"], command);
+    assert_eq!(shown["reason"], format!("shell: {command}"));
+    let read = env.task(id.0);
+    assert_eq!(read["task"]["title"], "escapes\u{1b}]0;owned\u{7}");
+}

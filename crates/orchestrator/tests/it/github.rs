@@ -20,6 +20,7 @@ bot_login = "orchestrator-bot"
 name = "agent-fix"
 event = "issues.labeled"
 label = "agent-fix"
+repos = ["{REPO}"]
 task = {{ title = "Fix {{repo}}#{{number}}: {{title}}" }}
 
 [[github.trigger]]
@@ -31,6 +32,7 @@ task = {{ title = "Review {{repo}}#{{number}}" }}
 [[github.trigger]]
 name = "mention"
 event = "issue_comment.created"
+repos = ["{REPO}"]
 task = {{ title = "Asked on {{repo}}#{{number}} by {{sender}}" }}
 "#
     );
@@ -330,6 +332,7 @@ fn a_label_counts_only_from_someone_with_write_access_unless_the_rule_says_any_a
 name = "triage"
 event = "issues.labeled"
 label = "triage"
+repos = ["*"]
 any_author = true
 task = { title = "Triage {repo}#{number} for {sender}" }
 "#,

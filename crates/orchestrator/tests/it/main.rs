@@ -16,6 +16,7 @@ mod crash;
 mod follow;
 mod gates;
 mod github;
+mod http_limits;
 mod images;
 mod lsp;
 mod mcp_servers;
