@@ -104,9 +104,12 @@ async fn security_headers(request: Request, next: Next) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
+    // `same-origin`, not `no-referrer`: under `no-referrer` a browser sends `Origin: null` with
+    // a form's POST, which the Origin check (origin.rs) must refuse; `same-origin` still sends
+    // no address to another site.
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     response
 }
