@@ -25,6 +25,23 @@ fn chromium() -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
+/// What an agent's process runs: a server on 127.0.0.1 of its jail that writes down the cookie of
+/// every request reaching it, and says when it listens.
+const AGENT_SERVER: &str = r#"
+import http.server, sys
+port, seen, ready = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open(seen, "a") as f:
+            f.write(str(self.headers.get("Cookie")) + "\n")
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"agent")
+server = http.server.HTTPServer(("127.0.0.1", port), Handler)
+open(ready, "w").write("listening")
+server.serve_forever()
+"#;
+
 #[test]
 fn dashboard_journeys_in_a_real_browser() {
     let chromium = chromium();
@@ -88,6 +105,35 @@ fn dashboard_journeys_in_a_real_browser() {
     let serve = env.serve(&[]);
     env.wait_task(waiting, "waiting", |t| t["state"] == "waiting");
 
+    // An agent's process granted the network listens on 127.0.0.1 in its jail and writes down
+    // any request that reaches it: a logged-in browser visiting that port would send it the
+    // dashboard's session cookie (cookies ignore ports), had the jail the host's loopback.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let agent_port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let seen = ws.path().join("agent-saw-a-request.txt");
+    let ready = ws.path().join("agent-listens.txt");
+    std::fs::write(ws.path().join("agent_server.py"), AGENT_SERVER).unwrap();
+    let mut agent = env
+        .cmd(&[
+            "sandbox",
+            "--network",
+            "--workspace",
+            &workspace,
+            "--",
+            "python3",
+            "agent_server.py",
+            &agent_port.to_string(),
+            &seen.display().to_string(),
+            &ready.display().to_string(),
+        ])
+        .current_dir(ws.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    crate::support::wait_for(|| ready.exists());
+
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("journeys");
     let _ = std::fs::remove_dir_all(&shots);
     std::fs::create_dir_all(&shots).unwrap();
@@ -104,8 +150,16 @@ fn dashboard_journeys_in_a_real_browser() {
         .env("WORKSPACE", &workspace)
         .env("WAITING_TASK", waiting.to_string())
         .env("AUTOMATION", "nightly")
+        .env("AGENT_PORT", agent_port.to_string())
         .output()
         .unwrap();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(
+        !seen.exists(),
+        "a request from the browser reached the agent's listener: {}",
+        std::fs::read_to_string(&seen).unwrap_or_default()
+    );
     let report = format!(
         "{}\n{}",
         String::from_utf8_lossy(&output.stdout),
@@ -117,7 +171,7 @@ fn dashboard_journeys_in_a_real_browser() {
         serve.log()
     );
     assert!(
-        report.contains("# pass 4") && report.contains("# fail 0"),
+        report.contains("# pass 5") && report.contains("# fail 0"),
         "{report}"
     );
     for shot in [

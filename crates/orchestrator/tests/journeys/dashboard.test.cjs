@@ -13,6 +13,7 @@ const SHOTS = process.env.SHOTS;
 const WORKSPACE = process.env.WORKSPACE;
 const WAITING = process.env.WAITING_TASK;
 const AUTOMATION = process.env.AUTOMATION;
+const AGENT_PORT = process.env.AGENT_PORT;
 
 let browser;
 
@@ -140,5 +141,35 @@ test("an automation runs now from its page", async () => {
   ]);
   await page.waitForSelector('[data-state="succeeded"]', { timeout: 60000 });
   await page.screenshot({ path: `${SHOTS}/automation-run-now.png`, fullPage: true });
+  await context.close();
+});
+
+test("a logged-in browser never reaches an agent's listener, and another port cannot write", async () => {
+  const { context, page } = await loggedIn();
+  // An agent granted the network listens on 127.0.0.1 in its jail: the browser (which would send
+  // the session cookie to any port of 127.0.0.1) cannot reach it, since the jail has a network
+  // of its own.
+  const agent = await context.newPage();
+  await assert.rejects(
+    agent.goto(`http://127.0.0.1:${AGENT_PORT}/`, { timeout: 10000 }),
+    /ERR_CONNECTION_REFUSED|ERR_CONNECTION_RESET|ERR_EMPTY_RESPONSE/,
+  );
+  // A page of another origin (another port of this machine) posts to the dashboard with the
+  // session's cookie: refused for its Origin, whatever it carries.
+  const other = require("node:http").createServer((request, response) => {
+    response.setHeader("content-type", "text/html");
+    response.end(`<form id="f" method="post" action="${BASE}/approvals/1/approve">` +
+      `<input name="csrf" value="guess"></form><script>document.getElementById("f").submit()</script>`);
+  });
+  await new Promise((resolve) => other.listen(0, "127.0.0.1", resolve));
+  const attacker = await context.newPage();
+  const refused = attacker.waitForResponse((r) => r.url().startsWith(`${BASE}/approvals/1/`));
+  await attacker.goto(`http://127.0.0.1:${other.address().port}/`);
+  const response = await refused;
+  assert.equal(response.status(), 403);
+  assert.equal(response.request().headers()["origin"], `http://127.0.0.1:${other.address().port}`);
+  await attacker.screenshot({ path: `${SHOTS}/cross-origin-refused.png`, fullPage: true });
+  other.close();
+  await page.close();
   await context.close();
 });
