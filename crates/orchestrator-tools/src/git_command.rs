@@ -121,8 +121,9 @@ pub struct Pinned {
 /// - a `.git` directory holding a `commondir` file is refused (only a linked worktree's git
 ///   directory, reached through a `gitdir:` file and laid out as `<common>/worktrees/<name>`, has
 ///   one);
-/// - a repository whose configuration sets `core.worktree` is refused (the pin would override it,
-///   but a repository that names another work tree is not one the daemon reads);
+/// - a repository whose configuration sets `core.worktree` to anything but the work tree found is
+///   refused (the pin would override it, but a repository that names another work tree is not
+///   one the daemon reads); a submodule's own setting, which names its checkout, passes;
 /// - an `objects/info/alternates` of a repository inside its work tree may only name object
 ///   stores inside that work tree.
 pub fn pin(dir: &Path) -> Result<Pinned, String> {
@@ -183,10 +184,15 @@ pub fn pin(dir: &Path) -> Result<Pinned, String> {
     } else {
         git_dir.clone()
     };
-    if let Some(value) = configured_worktree(&git_dir) {
-        return refuse(format!(
-            "names another work tree in its config (core.worktree = {value})"
-        ));
+    // A submodule's git directory names its work tree this way (relative to the git
+    // directory); that is the work tree found, so it is no other.
+    for value in configured_worktree(&git_dir) {
+        let named = std::fs::canonicalize(git_dir.join(&value));
+        if named.as_ref().ok() != Some(&work_tree) {
+            return refuse(format!(
+                "names another work tree in its config (core.worktree = {value})"
+            ));
+        }
     }
     if common.starts_with(&work_tree) {
         let alternates = common.join("objects/info/alternates");
@@ -230,9 +236,9 @@ fn read_line(path: &Path) -> std::io::Result<String> {
 
 /// `core.worktree` as the repository's own configuration sets it (its config, a linked
 /// worktree's `config.worktree`, and what they include), read by git itself with the repository
-/// pinned, so no spelling of the key is missed; `None` when unset or unreadable.
-fn configured_worktree(git_dir: &Path) -> Option<String> {
-    let out = Command::new("git")
+/// pinned, so no spelling of the key is missed; empty when unset or unreadable.
+fn configured_worktree(git_dir: &Path) -> Vec<String> {
+    let Ok(out) = Command::new("git")
         .arg("--git-dir")
         .arg(git_dir)
         .args(["config", "--includes", "--get-all", "core.worktree"])
@@ -244,9 +250,18 @@ fn configured_worktree(git_dir: &Path) -> Option<String> {
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()
-        .ok()?;
-    let value = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    (out.status.success() && !value.is_empty()).then_some(value)
+    else {
+        return Vec::new();
+    };
+    if !out.status.success() {
+        return Vec::new();
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 fn needs_filter_listing(args: &[&str]) -> bool {

@@ -217,6 +217,34 @@ async fn the_daemons_git_refuses_a_repository_that_reaches_outside_its_work_tree
     assert!(status.contains("src/a.txt"), "{status}");
     let diff = assert_ok(&ok.call("git_diff", json!({})).await);
     assert!(diff.contains("+two"), "{diff}");
+
+    // A submodule's git directory names its checkout in core.worktree: that one passes.
+    let source = tempfile::tempdir().unwrap();
+    git(source.path(), &["init", "-q"]);
+    git(
+        source.path(),
+        &["commit", "-q", "--allow-empty", "-m", "sub"],
+    );
+    git(
+        ok.ws.path(),
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &source.path().display().to_string(),
+            "sub",
+        ],
+    );
+    let sub = ok.ws.path().join("sub");
+    let pinned = orchestrator_tools::git_command::pin(&sub).unwrap();
+    assert_eq!(pinned.work_tree, sub.canonicalize().unwrap());
+    assert!(
+        pinned.git_dir.ends_with(".git/modules/sub"),
+        "{}",
+        pinned.git_dir.display()
+    );
 }
 
 /// A language server that answers every definition with a place in `target` (an absolute path
