@@ -8,8 +8,8 @@
 //! writable roots bound writable, each one's whole `.git` bound read-only again (so a sandboxed
 //! command can plant nothing that git runs later, for the daemon or for the person's own `git
 //! status`: no `core.fsmonitor`, hook, filter, `commondir` or `core.worktree`; and a mount point
-//! cannot be renamed or removed, so `.git` cannot be replaced by another), and the hidden paths (the orchestrator's home, its store, secret paths) covered by an
-//! empty tmpfs or `/dev/null`. Sorting by depth makes "the workspace inside a hidden directory" and
+//! cannot be renamed or removed, so `.git` cannot be replaced by another), and the hidden paths
+//! (the orchestrator's home, its store, secret paths) covered by an empty tmpfs or `/dev/null`. Sorting by depth makes "the workspace inside a hidden directory" and
 //! "a hidden directory inside the workspace" both come out right.
 //!
 //! Every capability is dropped and further user namespaces are refused: root inside the sandbox
@@ -47,10 +47,11 @@ enum Op {
     HideHome,
     Bind,
     ReadOnly,
-    /// An empty read-only directory where a writable root has no `.git`: without it, a command
+    /// An empty read-only directory where the workspace has no `.git`: without it, a command
     /// could make one (`git init`, then a config with an fsmonitor command) that a person's next
     /// `git status` there would obey. git passes over an empty `.git` as "not a repository", so
-    /// the directory left behind changes nothing for git.
+    /// the directory left behind changes nothing for git. (Writable roots, caches mostly, get
+    /// none: an empty `.git` would be left in each.)
     EmptyReadOnly,
     HideDir,
     HideFile,
@@ -125,13 +126,10 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
         {
             let git = root.join(".git");
             // A directory, a gitlink file or a symlink: whatever is there is kept as it is.
-            let op = if std::fs::symlink_metadata(&git).is_ok() {
-                Op::ReadOnly
-            } else {
-                Op::EmptyReadOnly
-            };
-            if root.exists() {
-                git_dirs.push((git, op));
+            if std::fs::symlink_metadata(&git).is_ok() {
+                git_dirs.push((git, Op::ReadOnly));
+            } else if root == plan.workspace {
+                git_dirs.push((git, Op::EmptyReadOnly));
             }
         }
     }
@@ -241,12 +239,23 @@ mod tests {
                 < at(&format!("--ro-bind {ws_s}/.git {ws_s}/.git"))
         );
         assert!(
-            text.contains(&format!(
+            !text.contains(&format!("{}/.git", root.display())),
+            "a writable root without .git is left without one: {text}"
+        );
+        let bare = base.path().join("bare-ws");
+        std::fs::create_dir_all(&bare).unwrap();
+        let no_git = render(&args(&Plan {
+            workspace: &bare,
+            cwd: &bare,
+            ..plan.clone()
+        }));
+        assert!(
+            no_git.contains(&format!(
                 "--tmpfs {}/.git --remount-ro {}/.git",
-                root.display(),
-                root.display()
+                bare.display(),
+                bare.display()
             )),
-            "a writable root without .git gets an empty read-only one: {text}"
+            "a workspace without .git gets an empty read-only one: {no_git}"
         );
         assert!(text.contains(&format!("--ro-bind /dev/null {}", store.display())));
         assert!(text.contains(&format!("--bind {} {}", root.display(), root.display())));
