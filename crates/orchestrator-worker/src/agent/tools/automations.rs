@@ -537,15 +537,20 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
             |session, args: RunArgs, _ctx| async move {
                 let automation = find(&session, &args.name).await?;
                 let recorder = format!("task {}", session.task_id());
-                let result = run_now(
-                    &session.store,
-                    &automation,
-                    args.force,
-                    &recorder,
-                    now_millis(),
-                )
-                .await
-                .map_err(schedule_error)?;
+                // A manual slot is stamped with the current millisecond; two runs asked within
+                // one millisecond (an agent's calls can be that quick) take the next free ones.
+                let first = now_millis();
+                let mut at = first;
+                let result = loop {
+                    let result = run_now(&session.store, &automation, args.force, &recorder, at)
+                        .await
+                        .map_err(schedule_error)?;
+                    if matches!(result, SlotResult::AlreadyRecorded) && at < first + 3 {
+                        at += 1;
+                        continue;
+                    }
+                    break result;
+                };
                 let name = &automation.spec.name;
                 match result {
                     SlotResult::Fired { tasks } => Ok(ToolResult::text(format!(
