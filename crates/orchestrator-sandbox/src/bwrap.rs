@@ -28,6 +28,10 @@ pub(crate) struct Plan<'a> {
     /// The directory of the jail's network proxy sockets, when the network is granted; it is
     /// bound read-only at [`PROXY_DIR`]. The network namespace is always a new one.
     pub proxy: Option<&'a Path>,
+    /// The network bridge's program on the host, bound read-only at [`BRIDGE_PATH`] with the
+    /// proxy: where it lives (under `/tmp`, which the jail replaces, or under a hidden home) may
+    /// be out of the jail's sight.
+    pub bridge: Option<&'a Path>,
     pub workspace: &'a Path,
     /// The task's private directory on the host, seen as `/tmp` inside.
     pub tmp: &'a Path,
@@ -59,6 +63,8 @@ enum Op {
 
 /// Where a jail sees its network proxy's sockets.
 pub(crate) const PROXY_DIR: &str = "/run/orchestrator-net";
+/// Where a jail sees the network bridge's program.
+pub(crate) const BRIDGE_PATH: &str = "/run/orchestrator-net-bridge";
 
 /// The arguments for `bwrap`, up to and excluding the `--` before the program.
 pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
@@ -103,6 +109,13 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
             proxy.as_os_str().to_owned(),
             PROXY_DIR.into(),
         ]);
+        if let Some(bridge) = plan.bridge {
+            out.extend([
+                "--ro-bind".into(),
+                bridge.as_os_str().to_owned(),
+                BRIDGE_PATH.into(),
+            ]);
+        }
     }
     out.push("--bind".into());
     out.push(plan.tmp.as_os_str().to_owned());
@@ -217,6 +230,7 @@ mod tests {
         let plan = Plan {
             mode: SandboxMode::WorkspaceWrite,
             proxy: None,
+            bridge: None,
             workspace: &ws,
             tmp: Path::new("/var/tmp/task-1"),
             writable_roots: &roots,

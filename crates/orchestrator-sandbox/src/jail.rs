@@ -353,9 +353,14 @@ impl Jail {
                 let cwd = canonical(cwd);
                 let tmp = self.tmp_dir().unwrap_or(Path::new("/tmp"));
                 let proxy = inner.proxy.as_ref().map(Proxy::dir);
+                let bridge = inner.sandbox.net_bridge();
+                let bridge_program = bridge
+                    .and_then(|b| b.first())
+                    .map(|p| crate::canonical(Path::new(p)));
                 let plan = Plan {
                     mode: inner.mode,
                     proxy,
+                    bridge: bridge_program.as_deref(),
                     workspace: &inner.workspace,
                     tmp,
                     writable_roots: &settings.writable_roots,
@@ -366,8 +371,9 @@ impl Jail {
                 };
                 let mut cmd = Command::new(bwrap);
                 cmd.args(bwrap::args(&plan)).arg("--");
-                if let (Some(_), Some(bridge)) = (proxy, inner.sandbox.net_bridge()) {
-                    cmd.args(bridge);
+                if let (Some(_), Some(bridge)) = (proxy, bridge) {
+                    // The program as the jail sees it (bound at BRIDGE_PATH), then its arguments.
+                    cmd.arg(crate::bwrap::BRIDGE_PATH).args(&bridge[1..]);
                     let inside = Path::new(PROXY_DIR);
                     for (port, socket) in [(HTTP_PORT, HTTP_SOCKET), (SOCKS_PORT, SOCKS_SOCKET)] {
                         let forward = Forward {

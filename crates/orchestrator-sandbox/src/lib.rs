@@ -121,18 +121,6 @@ impl Sandbox {
         settings.home_visible = settings.home_visible.iter().map(|p| canonical(p)).collect();
         let availability = probe::probe(settings.bwrap.as_deref());
         let bridge = settings.net_bridge.clone().or_else(default_bridge);
-        // The bridge runs inside the jail: where it lives under a hidden home (`~/bin`), that one
-        // file stays visible.
-        if let Some(program) = bridge.as_ref().and_then(|b| b.first()) {
-            let program = canonical(std::path::Path::new(program));
-            if settings
-                .home
-                .as_ref()
-                .is_some_and(|home| program.starts_with(home))
-            {
-                settings.home_visible.push(program);
-            }
-        }
         if bridge.is_none() {
             tracing::warn!(
                 "no network bridge program found: sandboxed commands whose policy grants the network will have none"

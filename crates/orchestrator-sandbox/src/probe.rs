@@ -65,6 +65,7 @@ fn probe_now(bwrap: Option<&Path>) -> Availability {
     let plan = Plan {
         mode: SandboxMode::WorkspaceWrite,
         proxy: None,
+        bridge: None,
         workspace: tmp.path(),
         tmp: tmp.path(),
         writable_roots: &[],
