@@ -9,10 +9,10 @@ use orchestrator_store::NewMessage;
 use orchestrator_types::{ChatMessage, Role};
 use serde_json::json;
 
-use super::{
-    Agent, AgentEnd, Budget, FINISH_LENGTH, Halt, clip, context, count_tokens, millis_since,
-    model_failure,
-};
+use super::budget::Budget;
+use super::model_call::model_failure;
+use super::turns::FINISH_LENGTH;
+use super::{Agent, AgentEnd, Halt, clip, context, count_tokens, millis_since};
 use crate::model::{ModelError, WindowSource};
 
 /// The first 12 hex digits of the sha256 of a file the agent named, as it is now: only inside the
