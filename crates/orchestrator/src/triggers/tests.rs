@@ -1,5 +1,7 @@
 //! The trigger rules, delivery ledger and poller against a fake GitHub on 127.0.0.1.
 
+use super::poll::Cursor;
+use super::process::STALE_PROCESSING;
 use super::*;
 
 #[test]

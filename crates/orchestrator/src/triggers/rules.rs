@@ -1,0 +1,273 @@
+//! The rules of the config: which event, label and repositories make a task, and the task each
+//! makes from the event's fields.
+
+use std::collections::BTreeMap;
+
+use orchestrator_github::RepoRef;
+use orchestrator_tools::{Decision, TaskScope};
+use orchestrator_types::{NewTask, TaskTemplate};
+use serde::{Deserialize, Serialize};
+
+/// The most characters of an issue's title put into a task's title.
+pub(super) const MAX_TITLE_PART: usize = 120;
+
+/// One rule: an event that creates a task.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerRule {
+    /// Names the rule in the ledger and the task's title.
+    pub name: String,
+    /// `issues.labeled`, `issue_comment.created` (a mention of the bot) or `pull_request.opened`.
+    pub event: String,
+    /// For `issues.labeled`: the label that triggers.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Repositories (`owner/name`) the rule applies to, or `["*"]` for any repository whose
+    /// deliveries the webhook secret signs. Required: an empty or absent list is refused by
+    /// [`TriggerRule::validate`] rather than read as "all", since a secret shared with one
+    /// repository's webhook may have been given to others too.
+    #[serde(default)]
+    pub repos: Vec<String>,
+    /// The checkout the task works in.
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// Give each task a clone of `workspace` of its own, made when the task first runs, instead
+    /// of the checkout itself: two issues labelled at once are then worked on in two trees, and
+    /// the person's checkout is never edited. The clone starts at the checkout's HEAD.
+    #[serde(default)]
+    pub worktree: bool,
+    /// Where the clones go, one directory per task named after the repository, the number and
+    /// the delivery (`acme-widgets-7-1f2e3d4c`); `{workspace}.worktrees` unless set. Absolute,
+    /// and outside the checkout.
+    #[serde(default)]
+    pub worktrees_dir: Option<String>,
+    /// Tools the task may call without asking (GitHub writes included), on top of its policy.
+    /// GitHub writes are pre-approved on the triggering issue or pull request only.
+    #[serde(default)]
+    pub pre_approve: Vec<String>,
+    /// For `issues.labeled` and `pull_request.opened`: trigger on a label added by anyone, or a
+    /// pull request opened by anyone, not only by users with write access (a fork's pull request
+    /// is untrusted input, and so is a label from someone GitHub lets only triage). Mentions
+    /// always need write access.
+    #[serde(default)]
+    pub any_author: bool,
+    /// The task; `{repo}`, `{number}`, `{title}`, `{url}`, `{sender}`, `{label}`, `{event}` and
+    /// `{delivery}` are replaced in its title and prompt.
+    #[serde(default)]
+    pub task: TaskTemplate,
+}
+
+/// The entry of a rule's `repos` that matches every repository.
+pub const ANY_REPO: &str = "*";
+
+impl TriggerRule {
+    /// Whether the rule applies to `repo`: it is listed, or the rule lists [`ANY_REPO`]. An empty
+    /// list matches nothing (a config file cannot hold one; a rule built in code might).
+    pub fn applies_to(&self, repo: &str) -> bool {
+        self.repos.iter().any(|r| r == ANY_REPO || r == repo)
+    }
+}
+
+pub const EVENTS: &[&str] = &[
+    "issues.labeled",
+    "issue_comment.created",
+    "pull_request.opened",
+];
+
+impl TriggerRule {
+    /// The directory the rule's clones go in, when it makes them.
+    pub(super) fn worktrees_dir(&self) -> Option<String> {
+        let workspace = self.workspace.as_deref()?;
+        Some(match &self.worktrees_dir {
+            Some(dir) => dir.clone(),
+            None => format!("{}.worktrees", workspace.trim_end_matches('/')),
+        })
+    }
+
+    /// The workspace of the task this rule makes for one delivery: its clone's directory, unique
+    /// per repository, number, delivery and rule, so that an issue labelled twice gets two trees
+    /// and one task's retries find its own.
+    pub(super) fn worktree_for(&self, vars: &BTreeMap<&str, String>) -> Option<String> {
+        use sha2::{Digest, Sha256};
+        let dir = self.worktrees_dir()?;
+        let delivery = vars.get("delivery").map_or("", String::as_str);
+        let digest = Sha256::digest(format!("{delivery}\n{}", self.name).as_bytes());
+        let repo: String = vars["repo"]
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        Some(format!(
+            "{}/{repo}-{}-{}",
+            dir.trim_end_matches('/'),
+            vars["number"],
+            &hex::encode(digest)[..8]
+        ))
+    }
+
+    /// Checks what a config file can get wrong, with the rule's name in the message.
+    pub fn validate(&self) -> Result<(), String> {
+        if !EVENTS.contains(&self.event.as_str()) {
+            return Err(format!(
+                "trigger {:?}: event {:?} is not one of {}",
+                self.name,
+                self.event,
+                EVENTS.join(", ")
+            ));
+        }
+        if self.event == "issues.labeled" && self.label.as_deref().is_none_or(str::is_empty) {
+            return Err(format!(
+                "trigger {:?}: issues.labeled needs a label",
+                self.name
+            ));
+        }
+        if self.repos.is_empty() {
+            return Err(format!(
+                "trigger {:?}: repos is empty; list the repositories the rule applies to \
+                 (repos = [\"owner/name\"]), or write repos = [\"*\"] for any repository the \
+                 webhook secret signs",
+                self.name
+            ));
+        }
+        for repo in self.repos.iter().filter(|r| *r != ANY_REPO) {
+            RepoRef::parse(repo).map_err(|e| format!("trigger {:?}: {e}", self.name))?;
+        }
+        if self.task.prompt.is_some() && self.workspace.is_none() {
+            return Err(format!(
+                "trigger {:?}: an agent task needs a workspace",
+                self.name
+            ));
+        }
+        if self.worktree {
+            let Some(workspace) = &self.workspace else {
+                return Err(format!(
+                    "trigger {:?}: worktree clones the workspace, and none is set",
+                    self.name
+                ));
+            };
+            let dir = self.worktrees_dir();
+            let (from, into) = (
+                std::path::Path::new(workspace),
+                std::path::Path::new(dir.as_deref().unwrap_or("")),
+            );
+            if !from.is_absolute() || !into.is_absolute() {
+                return Err(format!(
+                    "trigger {:?}: worktree needs an absolute workspace and worktrees_dir",
+                    self.name
+                ));
+            }
+            if into.starts_with(from) {
+                return Err(format!(
+                    "trigger {:?}: worktrees_dir {} lies inside the workspace {workspace}; the clones must be outside the checkout",
+                    self.name,
+                    into.display()
+                ));
+            }
+        } else if self.worktrees_dir.is_some() {
+            return Err(format!(
+                "trigger {:?}: worktrees_dir is set but worktree is off",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn same_login(bot: &str, sender: &str) -> bool {
+    let norm = |s: &str| s.trim_end_matches("[bot]").to_ascii_lowercase();
+    !sender.is_empty() && norm(bot) == norm(sender)
+}
+
+/// Whether `body` mentions `mention` as a word (`@bot`, not `@bottle` or `x@bot.com`).
+pub(super) fn mentions(body: &str, mention: &str) -> bool {
+    let body_lower = body.to_lowercase();
+    let mention = mention.to_lowercase();
+    if mention.trim().is_empty() {
+        return false;
+    }
+    let mut from = 0;
+    while let Some(at) = body_lower[from..].find(&mention) {
+        let start = from + at;
+        let end = start + mention.len();
+        let before_ok = body_lower[..start]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !c.is_alphanumeric() && c != '@' && c != '.');
+        let after_ok = body_lower[end..]
+            .chars()
+            .next()
+            .is_none_or(|c| !c.is_alphanumeric() && c != '-' && c != '_');
+        if before_ok && after_ok {
+            return true;
+        }
+        from = end;
+    }
+    false
+}
+
+pub(super) fn fill(text: &str, vars: &BTreeMap<&str, String>) -> String {
+    let mut out = text.to_owned();
+    for (k, v) in vars {
+        out = out.replace(&format!("{{{k}}}"), v);
+    }
+    out
+}
+
+/// The task a rule creates. Its policy is the template's, or else what an automation's tasks get
+/// (read only), with the rule's pre-approvals on top: a trigger acts for people who are not
+/// watching, so it gets no more than it was granted.
+pub(super) fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewTask {
+    let t = &rule.task;
+    let title = match &t.title {
+        Some(title) => fill(title, vars),
+        None => format!(
+            "{}: {}#{} {}",
+            rule.name, vars["repo"], vars["number"], vars["title"]
+        ),
+    };
+    let mut task = NewTask::new(title);
+    task.prompt = t.prompt.as_deref().map(|p| fill(p, vars));
+    task.gates = t.gates.clone();
+    task.workspace = rule.workspace.clone();
+    if rule.worktree
+        && let Some(clone) = rule.worktree_for(vars)
+    {
+        task.worktree_of = rule.workspace.clone();
+        task.workspace = Some(clone);
+    }
+    task.priority = t.priority;
+    task.queue = t.queue.clone();
+    task.max_attempts = t.max_attempts;
+    task.model = t.model.clone();
+    task.acceptance = t.acceptance.clone();
+    task.agent = t.agent.clone();
+    if task.prompt.is_some() {
+        let mut policy = match &t.agent.policy {
+            Some(value) => serde_json::from_value(value.clone())
+                .unwrap_or_else(|_| orchestrator_worker::agent::automation_default_policy()),
+            None => orchestrator_worker::agent::automation_default_policy(),
+        };
+        for tool in &rule.pre_approve {
+            policy.tools.insert(tool.clone(), Decision::Allow);
+        }
+        // A triggered task reads only its own tree of tasks unless the template says otherwise.
+        policy.task_scope.get_or_insert(TaskScope::Tree);
+        if !vars["number"].is_empty() {
+            // Pre-approved GitHub writes go to the triggering issue only; anywhere else is asked.
+            policy.github_targets = vec![format!("{}#{}", vars["repo"], vars["number"])];
+        }
+        if policy.github_repos.is_empty() {
+            // GitHub reads stay in the triggering repository: an issue's text cannot send the
+            // agent to read another repository the token can see. A rule widens this by naming
+            // repositories (or `*`) in its template's policy.
+            policy.github_repos = vec![vars["repo"].clone()];
+        }
+        task.agent.policy = serde_json::to_value(&policy).ok();
+    }
+    task
+}
