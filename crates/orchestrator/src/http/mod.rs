@@ -102,6 +102,9 @@ impl std::fmt::Debug for Webhooks {
 }
 
 mod listener;
+mod webhook;
+
+use webhook::error;
 
 pub use listener::*;
 
@@ -128,7 +131,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/api/tasks/{id}/events", get(task_events))
         .route(
             WEBHOOK_PATH,
-            post(github_webhook).layer(axum::extract::DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)),
+            post(webhook::github_webhook)
+                .layer(axum::extract::DefaultBodyLimit::max(MAX_WEBHOOK_BYTES)),
         )
         .with_state(state.clone())
         .merge(v1)
@@ -390,112 +394,6 @@ async fn task_events(
         .unwrap_or(MAX_EVENTS_PER_PAGE)
         .clamp(1, MAX_EVENTS_PER_PAGE);
     json(&state.store.events(id, params.after, limit).await?)
-}
-
-/// The JSON of a delivery in either content type a webhook may be set to: `application/json`, or
-/// GitHub's default `application/x-www-form-urlencoded`, which carries it in the `payload` field.
-/// The signature covers the body as sent, so it is checked before this.
-fn webhook_payload(content_type: Option<&str>, body: &[u8]) -> Result<serde_json::Value, String> {
-    let form = content_type.is_some_and(|t| {
-        t.split(';').next().is_some_and(|m| {
-            m.trim()
-                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-        })
-    });
-    if !form {
-        return serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"));
-    }
-    let payload = form_urlencoded::parse(body)
-        .find(|(name, _)| name == "payload")
-        .map(|(_, value)| value.into_owned())
-        .ok_or("the form-encoded body has no payload field")?;
-    serde_json::from_str(&payload).map_err(|e| format!("the payload field is not JSON: {e}"))
-}
-
-async fn github_webhook(
-    State(state): State<HttpState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let Some((hooks, secret)) = state
-        .webhooks
-        .as_ref()
-        .and_then(|h| h.secret.as_ref().map(|s| (h, s)))
-    else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "GitHub webhooks are not configured: set ORCHESTRATOR_GITHUB_WEBHOOK_SECRET (or github.webhook_secret_env in the config) where serve runs",
-        );
-    };
-    let header_str = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Err(e) =
-        orchestrator_github::verify_signature(secret, &body, header_str("x-hub-signature-256"))
-    {
-        return error(StatusCode::UNAUTHORIZED, &format!("signature refused: {e}"));
-    }
-    let Some(event) = header_str("x-github-event") else {
-        return error(StatusCode::BAD_REQUEST, "X-GitHub-Event is missing");
-    };
-    let Some(delivery) =
-        header_str("x-github-delivery").filter(|d| !d.is_empty() && d.len() <= 200)
-    else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "X-GitHub-Delivery is missing or too long",
-        );
-    };
-    if event == "ping" {
-        return axum::Json(serde_json::json!({"status": "pong"})).into_response();
-    }
-    let payload = match webhook_payload(header_str("content-type"), &body) {
-        Ok(payload) => payload,
-        Err(message) => return error(StatusCode::BAD_REQUEST, &message),
-    };
-    // Accepted into the ledger and answered at once: GitHub gives up after 10 s, and processing
-    // asks GitHub's own API (the sender's permission, the bot's login), which may be slower than
-    // that. The background processor takes it from the ledger.
-    let info = orchestrator_store::DeliveryInfo {
-        id: delivery,
-        source: orchestrator_store::delivery_source::WEBHOOK,
-        event,
-        action: payload.get("action").and_then(serde_json::Value::as_str),
-        repo: payload
-            .pointer("/repository/full_name")
-            .and_then(serde_json::Value::as_str),
-    };
-    match state
-        .store
-        .accept_delivery(&info, &payload.to_string())
-        .await
-    {
-        Ok(orchestrator_store::Accepted::Done { task_ids, .. }) => axum::Json(
-            serde_json::json!({"status": "duplicate", "delivery": delivery, "tasks": task_ids}),
-        )
-        .into_response(),
-        Ok(_) => {
-            hooks.wake.notify_one();
-            (
-                StatusCode::ACCEPTED,
-                axum::Json(serde_json::json!({"status": "accepted", "delivery": delivery})),
-            )
-                .into_response()
-        }
-        Err(e) => {
-            tracing::warn!(delivery, error = %e, "a GitHub delivery could not be recorded");
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &format!(
-                    "delivery {delivery} was not recorded (the store failed: {e}); redeliver it"
-                ),
-            )
-        }
-    }
-}
-
-/// An error answer of the webhook route: `{"error": ...}` without the bearer challenge, since the
-/// route is authenticated by its signature.
-fn error(status: StatusCode, message: &str) -> Response {
-    (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
 }
 
 #[cfg(test)]

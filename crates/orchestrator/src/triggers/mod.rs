@@ -51,9 +51,22 @@ pub enum Delivered {
 /// What a signed payload lacks for a task to be made from it: a sender, and the issue or pull
 /// request its event is about, with a number. Signed by GitHub or not, a payload without them would
 /// make tasks titled `label-bug: owner/repo#` that point at nothing.
-fn malformed(event: &str, payload: &Value, sender: &str) -> Option<String> {
+fn malformed(event: &str, payload: &Value, repo: &str, sender: &str) -> Option<String> {
     if sender.is_empty() {
         return Some("the payload names no sender (sender.login)".into());
+    }
+    if !is_github_name(sender) {
+        return Some(format!(
+            "the sender {} is no GitHub login",
+            orchestrator_types::visible(sender)
+        ));
+    }
+    let parts: Vec<&str> = repo.split('/').collect();
+    if parts.len() != 2 || !parts.iter().all(|p| is_github_name(p)) {
+        return Some(format!(
+            "the repository {} is no GitHub owner/name",
+            orchestrator_types::visible(repo)
+        ));
     }
     let item = match event {
         "issues" | "issue_comment" => "issue",
@@ -69,6 +82,19 @@ fn malformed(event: &str, payload: &Value, sender: &str) -> Option<String> {
         Some(other) => Some(format!("{item} is {other}, not an object")),
         None => Some(format!("the payload has no {item}")),
     }
+}
+
+/// Whether `name` can be a GitHub login, owner or repository name: letters, digits, `-`, `_`,
+/// `.` (and the `[bot]` of an app's login). Anything else (a NUL, a space, a slash) was made by
+/// hand, and would reach GitHub's API as part of a path.
+fn is_github_name(name: &str) -> bool {
+    let name = name.strip_suffix("[bot]").unwrap_or(name);
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// The failure of one delivery: recorded in the ledger, so a redelivery processes it again.
@@ -190,34 +216,47 @@ impl Triggers {
                     self.retry.deadline.as_secs_f64()
                 )))
             });
-        match tasks {
-            Ok((tasks, detail)) if tasks.is_empty() => {
-                self.store.ignore_delivery(id, token, &detail).await?;
-                Ok(Delivered::Processed {
+        let written = match tasks {
+            Ok((tasks, detail)) if tasks.is_empty() => self
+                .store
+                .ignore_delivery(id, token, &detail)
+                .await
+                .map(|()| Delivered::Processed {
                     tasks: Vec::new(),
                     detail,
-                })
+                }),
+            Ok((tasks, detail)) => self
+                .store
+                .complete_delivery(id, token, &tasks)
+                .await
+                .map(|ids| Delivered::Processed { tasks: ids, detail }),
+            Err(e) => return Err(self.fail(id, token, e).await),
+        };
+        // The last write failed: GitHub already has its answer and will not send the delivery
+        // again, so it must get a retry time unless it would fail the same way every time (a
+        // template the store refuses, or a delivery another claim already finished).
+        match written {
+            Ok(done) => Ok(done),
+            Err(e @ orchestrator_store::Error::DeliveryNotClaimed { .. }) => Err(e.into()),
+            Err(orchestrator_store::Error::Invalid(e)) => {
+                let refused =
+                    DeliveryError::Failed(format!("the store refused the rule's task: {e}"));
+                Err(self.fail(id, token, refused).await)
             }
-            Ok((tasks, detail)) => match self.store.complete_delivery(id, token, &tasks).await {
-                Ok(ids) => Ok(Delivered::Processed { tasks: ids, detail }),
-                Err(e) => {
-                    // A template the store refuses (say an empty title) fails the delivery
-                    // visibly instead of leaving it `processing` until it goes stale.
-                    let _ = self.store.fail_delivery(id, token, &e.to_string()).await;
-                    Err(e.into())
-                }
-            },
-            Err(e) => {
-                let message = e.to_string();
-                let retry_at = self.retry.next(token, &e, orchestrator_types::now_millis());
-                // If even this fails, the row stays `processing` and is taken over once stale.
-                let _ = self
-                    .store
-                    .fail_delivery_until(id, token, &message, retry_at)
-                    .await;
-                Err(e)
-            }
+            Err(e) => Err(self.fail(id, token, e.into()).await),
         }
+    }
+
+    /// Records a failed try in the ledger, with the time of the next one when the failure may
+    /// pass, and returns the failure.
+    async fn fail(&self, id: &str, token: i64, e: DeliveryError) -> DeliveryError {
+        let retry_at = self.retry.next(token, &e, orchestrator_types::now_millis());
+        // If even this fails, the row stays `processing` and is taken over once stale.
+        let _ = self
+            .store
+            .fail_delivery_until(id, token, &e.to_string(), retry_at)
+            .await;
+        e
     }
 
     /// The tasks an event creates, and why (or why none).
@@ -248,7 +287,7 @@ impl Triggers {
         if rules.is_empty() {
             return Ok((Vec::new(), format!("no rule for {key} on {repo}")));
         }
-        if let Some(problem) = malformed(event, payload, sender) {
+        if let Some(problem) = malformed(event, payload, repo, sender) {
             return Ok((Vec::new(), format!("ignored: {key}: {problem}")));
         }
         let bot = self.bot().await?;

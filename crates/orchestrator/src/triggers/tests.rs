@@ -532,3 +532,168 @@ async fn a_rule_triggers_only_on_the_repositories_it_lists() {
     assert_eq!(found.len(), 2, "{found:?}");
     assert!(found.iter().all(|t| !t.starts_with("none: ")), "{found:?}");
 }
+
+/// Makes every insert into `tasks` fail on the store at `url`, or lets them through again: a
+/// transaction that fails at its very end, as a lost connection or a serialization failure would.
+async fn refuse_task_inserts(url: &str, refuse: bool) {
+    use sqlx::Connection;
+    if url.starts_with("postgres") {
+        let mut raw = sqlx::PgConnection::connect(url).await.unwrap();
+        let sql = if refuse {
+            "CREATE FUNCTION refuse_tasks() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$; \
+             CREATE TRIGGER refuse_tasks BEFORE INSERT ON tasks FOR EACH ROW \
+             EXECUTE FUNCTION refuse_tasks()"
+        } else {
+            "DROP TRIGGER refuse_tasks ON tasks"
+        };
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&mut raw)
+            .await
+            .unwrap();
+        raw.close().await.unwrap();
+    } else {
+        let mut raw = sqlx::SqliteConnection::connect(&format!("sqlite://{url}"))
+            .await
+            .unwrap();
+        let sql = if refuse {
+            "CREATE TRIGGER refuse_tasks BEFORE INSERT ON tasks \
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+        } else {
+            "DROP TRIGGER refuse_tasks"
+        };
+        sqlx::query(sql).execute(&mut raw).await.unwrap();
+        raw.close().await.unwrap();
+    }
+}
+
+/// A delivery whose tasks could not be written at the end (the last transaction failed) used to
+/// rest `failed` with no retry time: GitHub already had its 202 and would not send it again, and
+/// the background processor only looks at failures with a time. It is now tried again, and the
+/// task is made once the store takes it.
+async fn a_delivery_whose_last_write_fails_is_tried_again(
+    db: orchestrator_test_support::TestStore,
+) {
+    let (_fake, github) = fake_github().await;
+    let mut t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+    t.retry.first_wait = Duration::from_millis(50);
+    refuse_task_inserts(&db.url, true).await;
+    // Accepted as the webhook route accepts it: with its payload, for the background processor.
+    let payload = labeled(11);
+    let info = DeliveryInfo {
+        id: "d-write",
+        source: "webhook",
+        event: "issues",
+        action: Some("labeled"),
+        repo: Some("acme/widgets"),
+    };
+    db.store
+        .accept_delivery(&info, &payload.to_string())
+        .await
+        .unwrap();
+    let err = t
+        .deliver("d-write", "webhook", "issues", &payload)
+        .await
+        .unwrap_err();
+    assert!(err.may_pass(), "{err}");
+    let row = db.store.delivery("d-write").await.unwrap().unwrap();
+    assert_eq!(row.status, "failed", "{row:?}");
+    assert!(
+        row.retry_at.is_some(),
+        "a failed write may pass, so it needs a retry time: {row:?}"
+    );
+    // The background processor finds it once it is due, and makes the task.
+    refuse_task_inserts(&db.url, false).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let due = db.store.due_deliveries(60_000, 16).await.unwrap();
+    assert!(due.iter().any(|d| d.id == "d-write"), "{due:?}");
+    let done = t
+        .deliver("d-write", "webhook", "issues", &labeled(11))
+        .await
+        .unwrap();
+    assert!(
+        matches!(done, Delivered::Processed { ref tasks, .. } if tasks.len() == 1),
+        "{done:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_whose_last_write_fails_is_tried_again_sqlite() {
+    a_delivery_whose_last_write_fails_is_tried_again(
+        orchestrator_test_support::sqlite_store().await,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_delivery_whose_last_write_fails_is_tried_again_postgres() {
+    let Some(db) = orchestrator_test_support::postgres_store().await else {
+        return;
+    };
+    a_delivery_whose_last_write_fails_is_tried_again(db).await;
+}
+
+/// A template the store refuses fails the same way every time: it is failed visibly, with the
+/// reason, and not tried again by itself.
+#[tokio::test]
+async fn a_delivery_whose_task_the_store_refuses_is_failed_for_good() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (_fake, github) = fake_github().await;
+    let mut t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+    t.rules[0].task.title = Some("   ".into());
+    let err = t
+        .deliver("d-bad", "webhook", "issues", &labeled(12))
+        .await
+        .unwrap_err();
+    assert!(!err.may_pass(), "{err}");
+    let row = db.store.delivery("d-bad").await.unwrap().unwrap();
+    assert_eq!(row.status, "failed", "{row:?}");
+    assert!(row.retry_at.is_none(), "{row:?}");
+    assert!(
+        row.detail.as_deref().unwrap_or("").contains("title"),
+        "{row:?}"
+    );
+}
+
+/// A login or repository name no GitHub account or repository can have (a NUL, a space, a second
+/// slash) is a payload made by hand: it is ignored with the reason, never failed (which a person
+/// would retry) nor asked of GitHub.
+#[tokio::test]
+async fn names_no_github_account_can_have_are_ignored_with_the_reason() {
+    for db in [
+        Some(orchestrator_test_support::sqlite_store().await),
+        orchestrator_test_support::postgres_store().await,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let (_fake, github) = fake_github().await;
+        let mut t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+        t.rules[0].repos = vec![ANY_REPO.to_owned()];
+        let mut nul_login = labeled(1);
+        nul_login["sender"]["login"] = json!("ali\u{0}ce");
+        let mut nul_repo = labeled(2);
+        nul_repo["repository"]["full_name"] = json!("acme/wid\u{0}gets");
+        let mut two_slashes = labeled(3);
+        two_slashes["repository"]["full_name"] = json!("acme/widgets/../x");
+        let cases = [
+            (nul_login, "sender"),
+            (nul_repo, "repository"),
+            (two_slashes, "repository"),
+        ];
+        for (n, (payload, why)) in cases.into_iter().enumerate() {
+            let id = format!("odd-{n}");
+            let done = t.deliver(&id, "webhook", "issues", &payload).await;
+            let Ok(Delivered::Processed { tasks, detail }) = done else {
+                panic!("{id}: {done:?}");
+            };
+            assert!(tasks.is_empty(), "{detail}");
+            assert!(
+                detail.contains("ignored") && detail.contains(why),
+                "{detail}"
+            );
+            let row = db.store.delivery(&id).await.unwrap().unwrap();
+            assert_eq!(row.status, "ignored", "{row:?}");
+        }
+    }
+}
