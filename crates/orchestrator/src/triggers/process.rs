@@ -1,11 +1,13 @@
 //! The background processor of the delivery ledger: accepted deliveries, failures that may pass
 //! (tried again with a growing wait), and claims a dead daemon left behind.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use orchestrator_store::DeliveryInfo;
 use serde_json::Value;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::{Delivered, DeliveryError, Triggers};
@@ -68,42 +70,94 @@ impl DeliveryRetry {
 /// How often the background processor looks for due deliveries when nothing wakes it: retries
 /// coming due, abandoned claims, and deliveries another daemon on the same store accepted.
 const PROCESS_TICK: Duration = Duration::from_secs(1);
-/// Deliveries read per look.
-const PROCESS_BATCH: u64 = 16;
+/// Deliveries processed at once: one whose GitHub call hangs until its deadline holds up only
+/// itself and those about the same issue.
+const PROCESS_CONCURRENCY: usize = 16;
+/// Deliveries read per look: more than run at once, so that deliveries waiting behind another about
+/// the same issue do not hide the rest.
+const PROCESS_BATCH: u64 = 64;
 
 /// Processes accepted webhook deliveries from the ledger until `stop`: at once when `wake` is
 /// notified (the webhook route just accepted one), else every [`PROCESS_TICK`]. Deliveries a
 /// previous run accepted and never finished are found the same way, so a restart loses none.
+///
+/// Up to [`PROCESS_CONCURRENCY`] are processed at once. Those about one issue or pull request are
+/// processed one at a time, in the order they were accepted: a label and the comment after it must
+/// not be seen the other way round. A stop aborts those in flight; each stays `processing` in the
+/// ledger and is taken over once stale, as after a crash.
 pub async fn process_loop(
     triggers: Arc<Triggers>,
     wake: Arc<tokio::sync::Notify>,
     stop: CancellationToken,
 ) {
     let stale_ms = i64::try_from(triggers.retry.stale_after.as_millis()).unwrap_or(i64::MAX);
+    let mut running: JoinSet<()> = JoinSet::new();
+    // Each running delivery's id and the issue or pull request it is about.
+    let mut in_flight: HashMap<tokio::task::Id, (String, Option<String>)> = HashMap::new();
     loop {
-        let due = match triggers.store.due_deliveries(stale_ms, PROCESS_BATCH).await {
-            Ok(due) => due,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading due GitHub deliveries failed; trying again");
-                Vec::new()
+        if running.len() < PROCESS_CONCURRENCY {
+            let due = match triggers.store.due_deliveries(stale_ms, PROCESS_BATCH).await {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading due GitHub deliveries failed; trying again");
+                    Vec::new()
+                }
+            };
+            for delivery in due {
+                if running.len() >= PROCESS_CONCURRENCY {
+                    break;
+                }
+                let subject = subject_of(&delivery);
+                let busy = in_flight.values().any(|(id, about)| {
+                    *id == delivery.id || (subject.is_some() && *about == subject)
+                });
+                if busy {
+                    continue;
+                }
+                let id = delivery.id.clone();
+                let triggers = triggers.clone();
+                let task = running.spawn(async move { process_one(&triggers, delivery).await });
+                in_flight.insert(task.id(), (id, subject));
             }
-        };
-        let full = due.len() as u64 == PROCESS_BATCH;
-        for delivery in due {
-            if stop.is_cancelled() {
-                return;
-            }
-            process_one(&triggers, delivery).await;
-        }
-        if full {
-            continue;
         }
         tokio::select! {
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => {
+                running.shutdown().await;
+                return;
+            }
             () = wake.notified() => {}
             () = tokio::time::sleep(PROCESS_TICK) => {}
+            Some(done) = running.join_next_with_id(), if !running.is_empty() => {
+                let task = match done {
+                    Ok((task, ())) => task,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "processing a GitHub delivery panicked; it is taken over once stale");
+                        e.id()
+                    }
+                };
+                in_flight.remove(&task);
+            }
+        }
+        // Whatever else finished meanwhile frees its place too.
+        while let Some(done) = running.try_join_next_with_id() {
+            let task = match done {
+                Ok((task, ())) => task,
+                Err(e) => e.id(),
+            };
+            in_flight.remove(&task);
         }
     }
+}
+
+/// `owner/repo#number`: the issue or pull request a delivery is about, when it names one.
+fn subject_of(delivery: &orchestrator_store::DueDelivery) -> Option<String> {
+    let payload: Value = serde_json::from_str(&delivery.payload).ok()?;
+    let repo = payload.pointer("/repository/full_name")?.as_str()?;
+    let number = payload
+        .pointer("/issue/number")
+        .or_else(|| payload.pointer("/pull_request/number"))?
+        .as_u64()?;
+    Some(format!("{repo}#{number}"))
 }
 
 async fn process_one(triggers: &Triggers, delivery: orchestrator_store::DueDelivery) {

@@ -3,6 +3,8 @@
 use super::poll::Cursor;
 use super::process::STALE_PROCESSING;
 use super::*;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 #[test]
 fn mentions_are_words() {
@@ -696,4 +698,71 @@ async fn names_no_github_account_can_have_are_ignored_with_the_reason() {
             assert_eq!(row.status, "ignored", "{row:?}");
         }
     }
+}
+
+/// The background processor took deliveries one at a time: one whose GitHub call hung held up
+/// every other until its deadline, even those that need no GitHub call. Now they run side by side,
+/// except those about the same issue, which keep their order.
+#[tokio::test]
+async fn a_hung_github_call_holds_up_only_its_own_issue() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (fake, github) = fake_github().await;
+    let held = fake.hold_next("GET", "/collaborators/alice/permission");
+    let mut t = triggers(db.store.clone(), Some(github), Some("orchestrator-bot"));
+    // Far past the guard below: the held delivery cannot end by its deadline during the test.
+    t.retry.deadline = Duration::from_secs(600);
+    let accept = |id: &'static str, payload: Value| {
+        let store = db.store.clone();
+        async move {
+            let info = DeliveryInfo {
+                id,
+                source: "webhook",
+                event: "issues",
+                action: Some("labeled"),
+                repo: Some("acme/widgets"),
+            };
+            store
+                .accept_delivery(&info, &payload.to_string())
+                .await
+                .unwrap();
+        }
+    };
+    let other_label = |number: u64| {
+        let mut payload = labeled(number);
+        payload["label"]["name"] = json!("question");
+        payload
+    };
+    // The first asks GitHub for alice's permission, which hangs; the others need no GitHub call.
+    accept("hung", labeled(1)).await;
+    accept("same-issue", other_label(1)).await;
+    accept("other-issue", other_label(2)).await;
+    let stop = CancellationToken::new();
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let processor = tokio::spawn(process_loop(Arc::new(t), wake, stop.clone()));
+    let status = |id: &'static str| {
+        let store = db.store.clone();
+        async move { store.delivery(id).await.unwrap().unwrap().status }
+    };
+    let guard = std::time::Instant::now() + Duration::from_secs(30);
+    while status("other-issue").await != "ignored" {
+        assert!(
+            std::time::Instant::now() < guard,
+            "a delivery needing no GitHub call waited behind a hung one"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status("hung").await, "processing");
+    assert_eq!(
+        status("same-issue").await,
+        "queued",
+        "a later delivery about the same issue waits for the one before it"
+    );
+    held.release();
+    let guard = std::time::Instant::now() + Duration::from_secs(30);
+    while status("same-issue").await != "ignored" || status("hung").await != "processed" {
+        assert!(std::time::Instant::now() < guard, "never drained");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    processor.await.unwrap();
 }
