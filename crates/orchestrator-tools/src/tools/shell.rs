@@ -399,16 +399,17 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
             (status, true)
         }
     };
-    // Processes the command left running in its group hold the pipes open: give them a moment,
-    // then end them, since a foreground command owns its group.
+    // Processes the command left running in its group hold the pipes open: give them a moment
+    // to finish writing, then end them, since a foreground command owns its group. Those that
+    // closed their pipes (`cmd >/dev/null 2>&1 &`) end too: in a sandbox they die with its pid
+    // namespace, and without one nothing else would ever end them.
     let drain = async {
         for r in readers.into_iter().flatten() {
             let _ = r.await;
         }
     };
-    if tokio::time::timeout(DRAIN_GRACE, drain).await.is_err() {
-        signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
-    }
+    let _ = tokio::time::timeout(DRAIN_GRACE, drain).await;
+    signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
     group.armed = false;
     let text = out.lock().map(|o| o.render()).unwrap_or_default();
     let elapsed = started.elapsed().as_secs_f64();
@@ -572,6 +573,9 @@ impl JobTable {
                     elapsed: started.elapsed(),
                 },
             };
+            // The job is its process: what it left in its group ends with it, as a sandbox's pid
+            // namespace would end it (see `exec`).
+            signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
             let _ = tx.send(Some(info));
         });
         let id = format!("{prefix}-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);

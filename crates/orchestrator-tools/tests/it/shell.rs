@@ -180,3 +180,57 @@ async fn a_dropped_call_kills_the_whole_process_group() {
         );
     }
 }
+
+/// A command that starts a child in the background with its output redirected and ends at once
+/// (`sleep 777 >/dev/null 2>&1 &`) used to leave the child running with nothing watching it
+/// when no sandbox held it: its pipes closed, so nothing waited for it, and its group left the
+/// ledger with the call. A command owns its group, sandboxed or not: what it leaves behind ends
+/// with it, in the foreground and as a background job. (Long-lived servers are background jobs,
+/// whose own process lives as long as the job.)
+#[tokio::test]
+async fn a_detached_child_ends_with_its_command_in_every_mode() {
+    for unsandboxed in [false, true] {
+        let mut h = Harness::new();
+        if unsandboxed {
+            let mut policy = orchestrator_tools::Policy::allow_all();
+            policy.sandbox = orchestrator_types::SandboxMode::Full;
+            h.ctx = h.ctx.clone().with_policy(policy).unwrap();
+        }
+        for background in [false, true] {
+            let marker = format!(
+                "777.{}{}{}",
+                std::process::id(),
+                u8::from(unsandboxed),
+                u8::from(background)
+            );
+            let command = format!("sleep {marker} >/dev/null 2>&1 & echo left");
+            let r = h
+                .call(
+                    "exec_shell",
+                    json!({"command": command, "background": background}),
+                )
+                .await;
+            assert_ok(&r);
+            if background {
+                let id = r.metadata["job"]["id"].as_str().unwrap().to_owned();
+                let waited = h
+                    .call("exec_shell_wait", json!({"job_id": id, "timeout": 30}))
+                    .await;
+                assert_eq!(waited.metadata["job"]["running"], false);
+            }
+            let mut gone = false;
+            for _ in 0..100 {
+                if !running_with(&marker) {
+                    gone = true;
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            assert!(
+                gone,
+                "unsandboxed {unsandboxed}, background {background}: the detached sleep outlived \
+                 its command"
+            );
+        }
+    }
+}
