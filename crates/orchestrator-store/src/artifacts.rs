@@ -168,6 +168,7 @@ impl Store {
     ) -> Result<ArtifactId> {
         let compressed = compress(captured)?;
         let mut tx = self.pool.begin().await?;
+        self.check_fence(&mut tx, now_millis()).await?;
         let id = insert_artifact(
             &mut tx,
             &ArtifactInsert {

@@ -203,6 +203,7 @@ impl Store {
             })?;
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
+        self.check_fence(&mut tx, now).await?;
         // The counter first: it refuses an unknown task before the foreign key would, and clearly.
         let seq = next_seq(&mut tx, new.task, now).await?;
         let stmt = Query::insert()

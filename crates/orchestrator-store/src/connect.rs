@@ -66,6 +66,8 @@ pub struct Store {
     pub(crate) wake: WakeSender,
     wakeup: Wakeup,
     listener: Arc<tokio::sync::OnceCell<()>>,
+    /// The lease every write of this handle checks in its own transaction: see [`Store::fenced`].
+    fence: Option<crate::Lease>,
 }
 
 impl std::fmt::Debug for Store {
@@ -184,7 +186,29 @@ impl Store {
             wake,
             wakeup,
             listener: Arc::new(tokio::sync::OnceCell::new()),
+            fence: None,
         })
+    }
+
+    /// A handle on the same store whose writes on a task's behalf (artifacts, PR attempts, input
+    /// to another task, a shell job's end, automations) first check, in their own transaction, that
+    /// `lease` is still held: a worker that lost its task (rescued, canceled, handed to another)
+    /// can no longer write for it, whatever tool was still running. Reads are not fenced. The
+    /// agent's tools get this handle.
+    pub fn fenced(&self, lease: &crate::Lease) -> Store {
+        Store {
+            fence: Some(lease.clone()),
+            ..self.clone()
+        }
+    }
+
+    /// Checks the handle's lease, if it has one, inside the write's transaction (see
+    /// [`Store::fenced`]).
+    pub(crate) async fn check_fence(&self, tx: &mut crate::exec::Tx, now: i64) -> Result<()> {
+        match &self.fence {
+            Some(lease) => crate::leases::check_lease(tx, lease, now).await,
+            None => Ok(()),
+        }
     }
 
     pub fn backend(&self) -> Backend {

@@ -112,6 +112,9 @@ impl Store {
     pub async fn post_input(&self, task: TaskId, text: &str) -> Result<i64> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
+        // A parent agent's input is fenced by the parent's lease (a fenced handle); a person's is
+        // not.
+        self.check_fence(&mut tx, now).await?;
         let stmt = Query::update()
             .table(crate::tasks::Tasks::Table)
             .value(

@@ -124,6 +124,7 @@ impl Store {
     ) -> Result<ArtifactId> {
         let compressed = compress(log)?;
         let mut tx = self.pool.begin().await?;
+        self.check_fence(&mut tx, now_millis()).await?;
         let artifact = insert_artifact(
             &mut tx,
             &ArtifactInsert {

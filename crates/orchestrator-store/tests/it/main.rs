@@ -39,6 +39,7 @@ conformance!(
     approvals_expire_and_close_with_their_task,
     approvals_close_when_their_task_ends_on_every_path,
     children_and_shell_jobs_are_fenced_by_the_lease,
+    an_agents_writes_are_fenced_by_its_lease,
     questions_take_text_answers,
     canceling_a_parent_cancels_its_children,
     shell_jobs_end_or_go_stale,

@@ -124,7 +124,8 @@ pub(crate) async fn run_call(
     let summary = summarize(&text);
     let artifact_id = match session.take_spill(&call.id) {
         Some(full) => Some(
-            store
+            session
+                .store
                 .put_artifact(
                     Some(session.task_id()),
                     "tool_output",

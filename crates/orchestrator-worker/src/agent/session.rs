@@ -77,7 +77,8 @@ impl Session {
         stop: CancellationToken,
     ) -> Self {
         Session {
-            store,
+            // Every write the tools make for the task checks its lease (see `Store::fenced`).
+            store: store.fenced(&lease),
             task,
             lease,
             worker_id,

@@ -705,3 +705,67 @@ pub async fn approvals_changed_since_a_time_are_found(db: &TestStore) {
             .is_empty()
     );
 }
+
+/// The writes an agent's tools make for their task through the fenced handle (an artifact, a PR
+/// attempt, input to a child, a shell job's end) used to go through whether or not the worker
+/// still held the task. A worker that lost its lease now writes none of them; the new holder's
+/// handle writes them all, and a person's (unfenced) handle is not held back.
+pub async fn an_agents_writes_are_fenced_by_its_lease(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&agent_task("parent")).await.unwrap();
+    let (_, old) = claim_one(&store).await;
+    assert_eq!(old.task_id, id);
+    let job = store
+        .shell_job_started(&old, "w1", "sleep 1", ".")
+        .await
+        .unwrap();
+    let mut child = agent_task("child");
+    child.parent = Some(id);
+    let child = store.create_task_under(&old, &child).await.unwrap();
+    // The lease expires and another worker takes the task.
+    store
+        .rescue_expired(now_millis() + 10 * LEASE, 100, |_| 0)
+        .await
+        .unwrap();
+    let (_, new) = store.claim_task("w2", id, LEASE).await.unwrap().unwrap();
+
+    let log = Captured::from_bytes(b"output", 100);
+    let attempt = |label| orchestrator_store::NewAttempt {
+        task: id,
+        group: "g",
+        label,
+        base: "main",
+        head: None,
+        diff_hash: None,
+        patch: b"diff --git a/x b/x\n",
+        files: json!(["x"]),
+        gates: json!([]),
+    };
+    fn stale<T>(r: &Result<T, Error>) -> bool {
+        matches!(r, Err(Error::StaleLease { .. }))
+    }
+    for (handle, held) in [(store.fenced(&old), false), (store.fenced(&new), true)] {
+        let artifact = handle
+            .put_artifact(Some(id), "tool_output", "text/plain", "out", &log)
+            .await;
+        let recorded = handle.record_attempt(&attempt("try")).await;
+        let input = handle.post_input(child, "go on").await;
+        let finished = handle
+            .shell_job_finished(job, id, job_status::EXITED, Some(0), "done", &log)
+            .await;
+        assert_eq!(stale(&artifact), !held, "{artifact:?}");
+        assert_eq!(stale(&recorded), !held, "{recorded:?}");
+        assert_eq!(stale(&input), !held, "{input:?}");
+        assert_eq!(stale(&finished), !held, "{finished:?}");
+        if !held {
+            // Nothing of the refused writes was kept.
+            assert!(store.task_artifacts(id).await.unwrap().is_empty());
+            assert!(store.attempts(Some(id), None).await.unwrap().is_empty());
+            let inputs = store.events(child, 0, 100).await.unwrap();
+            assert!(!inputs.iter().any(|e| e.kind == "input"), "{inputs:?}");
+        }
+    }
+    assert_eq!(store.attempts(Some(id), None).await.unwrap().len(), 1);
+    // A person's input is not a worker's write: no lease to check.
+    store.post_input(child, "from a person").await.unwrap();
+}
