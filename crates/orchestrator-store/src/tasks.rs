@@ -804,7 +804,14 @@ impl Store {
                 seq,
                 at: now,
                 kind: EventKind::Retried,
-                data: json!({ "from": task.state.as_str(), "previous_error": task.last_error }),
+                // `attempt`: the last attempt before the retry. An agent's budgets count from the
+                // attempt after it, so a task that failed on its budget is not retried into the
+                // same wall.
+                data: json!({
+                    "from": task.state.as_str(),
+                    "previous_error": task.last_error,
+                    "attempt": task.attempt,
+                }),
             }],
         )
         .await?;

@@ -1,5 +1,6 @@
 //! What an agent's budgets have spent: tokens (the server's counts, estimated where it sends
-//! none) and milliseconds of agent work, summed over the task's attempts.
+//! none) and milliseconds of agent work, summed over the attempts of the task's run: every
+//! attempt since it was created, or since a person last retried it (see `retry.rs`).
 
 use orchestrator_store::SavedMessage;
 use orchestrator_types::{ChatMessage, Role, Usage};
@@ -16,23 +17,30 @@ pub(super) struct Budget {
 }
 
 impl Budget {
-    /// What earlier attempts spent: their replies' usage and model time, their calls' time.
+    /// What the run's earlier attempts (those after `run_start`) spent: their replies' usage and
+    /// model time, their calls' time.
     pub(super) fn of_saved(
         saved: &[SavedMessage],
         calls: &[orchestrator_store::ToolCallRecord],
+        run_start: i64,
     ) -> Budget {
         let mut budget = Budget::default();
-        for m in saved {
+        for m in saved.iter().filter(|m| m.attempt > run_start) {
             if let Some(u) = m.usage {
                 budget.usage.add(u);
             }
             budget.work_ms += m.model_ms.unwrap_or(0);
         }
-        budget.work_ms += calls.iter().filter_map(|c| c.duration_ms).sum::<i64>();
+        budget.work_ms += calls
+            .iter()
+            .filter(|c| c.attempt > run_start)
+            .filter_map(|c| c.duration_ms)
+            .sum::<i64>();
         budget
     }
 
-    /// Adds an estimate for each saved reply whose server reported no usage.
+    /// Adds an estimate for each saved reply of the run (after `run_start`) whose server reported
+    /// no usage.
     /// `starts`: where each compaction's rows begin; a reply was asked with the rows of its own
     /// conversation, not with every row before it.
     pub(super) fn estimate_missing(
@@ -40,6 +48,7 @@ impl Budget {
         saved: &[SavedMessage],
         starts: &[i64],
         tools: &[ToolDefinition],
+        run_start: i64,
     ) {
         // A compaction copies replies into its rows; a copy was no model call.
         let mut seen = std::collections::HashSet::new();
@@ -49,7 +58,7 @@ impl Budget {
             {
                 continue;
             }
-            if m.message.role == Role::Assistant && m.usage.is_none() {
+            if m.message.role == Role::Assistant && m.usage.is_none() && m.attempt > run_start {
                 let start = starts.iter().filter(|s| **s <= m.seq).max().copied();
                 let before: Vec<ChatMessage> = saved[..at]
                     .iter()

@@ -11,7 +11,8 @@
 //! - a call that needs a person's answer pauses the attempt (`Wait`); the resumed attempt runs the
 //!   remaining calls of that reply, then asks the model for the next turn;
 //! - a conversation whose last message is the model's final answer is finished: a resumed attempt
-//!   goes straight to the gates instead of asking the model again.
+//!   goes straight to the gates instead of asking the model again, unless gates already judged
+//!   that answer and failed (a person's retry), when the model is told what failed and works on.
 //!
 //! What a reply must be before it is acted on: each tool call id unique within the task (servers
 //! that send none, or repeat them, get ids made up from the turn), and a reply the output token
@@ -20,9 +21,10 @@
 //! fails the task with the reason.
 //!
 //! Budgets: turns, tokens (the server's counts; an estimate where it sends none, marked so), and
-//! seconds of agent work: model calls and tool calls summed over attempts, so time spent waiting
-//! for a person, queued or backing off does not count. A model call in flight stops when the time
-//! budget runs out.
+//! seconds of agent work: model calls and tool calls summed over the run's attempts, so time spent
+//! waiting for a person, queued or backing off does not count. A run is the task's attempts since
+//! it was created or since a person last retried it: a retry gives the budgets back. A model call
+//! in flight stops when the time budget runs out.
 //!
 //! Streamed pieces of a reply go to the live channel only; the store sees whole messages.
 
@@ -35,6 +37,7 @@ mod model_call;
 mod opening;
 pub(crate) mod policy;
 mod prompt;
+mod retry;
 pub mod roles;
 mod session;
 pub mod tools;

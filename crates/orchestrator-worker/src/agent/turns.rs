@@ -38,9 +38,26 @@ impl Agent<'_> {
             .iter()
             .filter_map(|e| e.data["first_seq"].as_i64())
             .collect();
-        let mut budget = Budget::of_saved(&saved, &self.ctx.store.tool_calls(self.task.id).await?);
-        budget.estimate_missing(&saved, &starts, &self.definitions);
+        let run_start = self.run_start().await?;
+        let mut budget = Budget::of_saved(
+            &saved,
+            &self.ctx.store.tool_calls(self.task.id).await?,
+            run_start,
+        );
+        budget.estimate_missing(&saved, &starts, &self.definitions, run_start);
         let mut turn = saved.iter().map(|m| m.turn).max().unwrap_or(0);
+        // Turns are numbered over the whole task; the budget counts the run's.
+        let turns_before_run = saved
+            .iter()
+            .filter(|m| m.attempt <= run_start)
+            .map(|m| m.turn)
+            .max()
+            .unwrap_or(0);
+        let per_run = if run_start > 0 {
+            " (counted since the task was last retried)"
+        } else {
+            ""
+        };
         let mut used_ids: std::collections::HashSet<String> = saved
             .iter()
             .flat_map(|m| m.message.tool_calls.iter().map(|c| c.id.clone()))
@@ -81,14 +98,18 @@ impl Agent<'_> {
             )
             .await?;
 
-        // The model already gave its final answer; the attempt that saved it did not get to the
-        // gates (handed back, killed, a gate that could not run). Asking again would spend a turn
-        // and could change the answer.
-        if saved
+        // The model already gave its final answer. Judged by gates that failed, and this a later
+        // attempt (a person's retry): the model is told what failed and works on. Not judged yet
+        // (handed back, killed, a gate that could not run): the gates decide; asking again would
+        // spend a turn and could change the answer.
+        if let Some(answer) = saved
             .last()
-            .is_some_and(|m| m.message.role == Role::Assistant && m.message.tool_calls.is_empty())
+            .filter(|m| m.message.role == Role::Assistant && m.message.tool_calls.is_empty())
         {
-            return Ok(AgentEnd::Finished);
+            match self.gate_failures_since(answer, turn).await? {
+                Some(message) => conversation.push(message),
+                None => return Ok(AgentEnd::Finished),
+            }
         }
 
         // A reply whose tool calls did not all get results: finish them first.
@@ -119,9 +140,10 @@ impl Agent<'_> {
             }
             budget.usage.add(std::mem::take(&mut self.tool_usage));
             let limits = &self.task.agent;
-            if turn >= i64::from(limits.max_turns) {
+            if turn - turns_before_run >= i64::from(limits.max_turns) {
                 return Ok(AgentEnd::Failed(format!(
-                    "the turn budget of {} turns is spent and the model was still calling tools",
+                    "the turn budget of {} turns{per_run} is spent and the model was still \
+                     calling tools",
                     limits.max_turns
                 )));
             }
@@ -129,7 +151,7 @@ impl Agent<'_> {
                 && budget.usage.total_tokens >= max
             {
                 return Ok(AgentEnd::Failed(format!(
-                    "the token budget of {max} tokens is spent ({} used{})",
+                    "the token budget of {max} tokens{per_run} is spent ({} used{})",
                     budget.usage.total_tokens,
                     budget.estimate_note()
                 )));

@@ -47,13 +47,15 @@ pub struct AgentFlags {
     /// Tool profile: minimal (read and search), coding (plus edit, shell, git), full (plus fetch_url).
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<String>,
-    /// Model turns before the agent is stopped (default 50).
+    /// Model turns before the agent is stopped (default 50). Budgets count per run: from the
+    /// task's start, or from its latest `task retry`, which gives them back.
     #[arg(long, value_name = "N")]
     pub max_turns: Option<u32>,
-    /// Total tokens before the agent is stopped.
+    /// Total tokens before the agent is stopped (per run, like --max-turns).
     #[arg(long, value_name = "N")]
     pub max_tokens: Option<u64>,
-    /// Seconds of agent work before it is stopped.
+    /// Seconds of agent work (model and tool calls) before it is stopped (per run, like
+    /// --max-turns).
     #[arg(long, value_name = "SECONDS")]
     pub max_seconds: Option<u64>,
     /// An acceptance criterion: what done means, given to the agent and required before the task

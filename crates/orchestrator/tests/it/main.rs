@@ -21,6 +21,7 @@ mod images;
 mod lsp;
 mod mcp_servers;
 mod permissions;
+mod retry;
 mod roles;
 mod serve;
 mod soak;
