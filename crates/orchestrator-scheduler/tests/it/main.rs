@@ -159,6 +159,7 @@ async fn an_unreadable_schedule_parks_its_automation_visibly(db: &TestStore) {
     let good = store.automation("good").await.unwrap();
     assert_eq!(store.count_slots(good.id).await.unwrap(), 1);
     // The next pass leaves it parked and fires the other again.
+    finish_all(store).await;
     let counts = scheduler.run_once(T0 + 2 * HOUR + MINUTE).await.unwrap();
     assert_eq!((counts.fired, counts.broken), (1, 0), "{counts:?}");
 }
