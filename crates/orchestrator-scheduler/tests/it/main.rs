@@ -552,9 +552,15 @@ async fn a_buffered_slot_and_a_new_slot_never_overlap_on_postgres() {
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     let other = Store::open(&db.url, &Default::default()).await.unwrap();
     let automation = other.automation("buffered").await.unwrap();
-    let manual = run_now(&other, &automation, false, "cli", T0 + 2 * HOUR + 2 * MINUTE)
-        .await
-        .unwrap();
+    let manual = run_now(
+        &other,
+        &automation,
+        false,
+        "cli",
+        T0 + 2 * HOUR + 2 * MINUTE,
+    )
+    .await
+    .unwrap();
     let counts = buffered.await.unwrap().unwrap();
     assert_eq!(counts.fired, 1, "the buffered slot fired: {counts:?}");
     let unfinished: Vec<_> = store
