@@ -14,8 +14,8 @@
 use crate::clock::Clock;
 use crate::plan::{DEFAULT_MISFIRE_GRACE_MS, plan_due, schedule_of, slot_tasks};
 use crate::{Error, Result};
-use orchestrator_store::{Automation, SlotDecision, SlotPlan, SlotResult, Store};
-use orchestrator_types::SlotKind;
+use orchestrator_store::{Advance, Automation, SlotDecision, SlotPlan, SlotResult, Store};
+use orchestrator_types::{AutomationStatus, SlotKind};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,7 +65,9 @@ pub struct FireCounts {
     pub already_recorded: u64,
     /// Tasks created.
     pub tasks: u64,
-    /// Automations whose schedule could not be read (logged; the others still fire).
+    /// Automations parked this pass (paused with the reason in `last_error`): a schedule that
+    /// cannot be read, a template that fails at fire time, or a slot the store could not write.
+    /// The others still fire.
     pub broken: u64,
 }
 
@@ -123,6 +125,7 @@ impl Scheduler {
             let full = due.len() as u64 >= self.config.batch;
             let mut plans = Vec::new();
             let mut advances = Vec::new();
+            let mut parked = 0;
             for automation in &due {
                 match schedule_of(&automation.spec) {
                     Ok(schedule) => {
@@ -131,14 +134,9 @@ impl Scheduler {
                             // time (a title the slot label makes too long) parks its automation
                             // with the reason, instead of failing the whole batch on every pass.
                             if let Some(error) = invalid_task(&p) {
-                                counts.broken += 1;
-                                tracing::error!(automation = %automation.spec.name, %error, "a slot's task is invalid; automation parked");
-                                self.store
-                                    .park_automation(
-                                        automation.id,
-                                        &format!("parked: a slot's task is invalid: {error}"),
-                                    )
-                                    .await?;
+                                let reason = format!("parked: a slot's task is invalid: {error}");
+                                self.park(automation, &reason, &mut counts).await?;
+                                parked += 1;
                                 continue;
                             }
                             plans.extend(p);
@@ -147,61 +145,139 @@ impl Scheduler {
                     }
                     Err(e) => {
                         // Validated at creation, so only a newer binary's syntax or a removed zone
-                        // gets here. Park it rather than fail every pass on it.
-                        counts.broken += 1;
-                        tracing::error!(automation = %automation.spec.name, error = %e, "cannot read schedule; automation parked");
-                        advances.push(orchestrator_store::Advance {
-                            automation_id: automation.id,
-                            through: automation.next_slot_at.unwrap_or(i64::MAX),
-                            next_slot_at: None,
-                            next_fire_at: None,
-                        });
+                        // gets here. Parked with the reason, like a broken template: left active
+                        // with no next fire time it would stop without a word.
+                        let reason = format!("parked: cannot read its schedule: {e}");
+                        self.park(automation, &reason, &mut counts).await?;
+                        parked += 1;
                     }
                 }
             }
-            if advances.is_empty() {
-                break;
+            if !advances.is_empty() {
+                parked += self.fire_batch(&plans, &advances, now, &mut counts).await?;
             }
-            {
-                let results = self
-                    .store
-                    .fire_slots(&plans, &advances, &self.config.id, now)
-                    .await?;
-                for result in &results {
-                    counts.add(result);
-                }
-            }
-            if !full {
+            // A full batch may hide more due automations; look again, unless this one changed
+            // nothing (which would find the same batch again).
+            if !full || (advances.is_empty() && parked == 0) {
                 break;
             }
         }
         self.fire_buffered(now, &mut counts).await?;
-        if counts.fired + counts.skipped + counts.buffered > 0 {
+        if counts.fired + counts.skipped + counts.buffered + counts.broken > 0 {
             tracing::info!(
                 fired = counts.fired,
                 skipped = counts.skipped,
                 buffered = counts.buffered,
                 tasks = counts.tasks,
+                broken = counts.broken,
                 "scheduler pass"
             );
         }
         Ok(counts)
     }
 
+    /// Pauses `automation` with `reason` shown beside it, so the others keep firing and whoever
+    /// looks sees why this one stopped. Resuming it (after a fix) clears the reason.
+    async fn park(
+        &self,
+        automation: &Automation,
+        reason: &str,
+        counts: &mut FireCounts,
+    ) -> Result<()> {
+        counts.broken += 1;
+        tracing::error!(automation = %automation.spec.name, %reason, "automation parked");
+        self.store.park_automation(automation.id, reason).await?;
+        Ok(())
+    }
+
+    /// Writes one batch of slots and advances in one transaction. When that fails, it writes them
+    /// again one automation at a time, so a slot that cannot be written (a broken row, a
+    /// constraint, a bug) parks only its own automation and the others fire. The common path pays
+    /// nothing for this: a batch is split only after it failed. A retryable failure (the database
+    /// gone, contention) is the pass's error instead: every automation would meet it, and none
+    /// of them is to blame. Returns how many automations it parked.
+    async fn fire_batch(
+        &self,
+        plans: &[SlotPlan],
+        advances: &[Advance],
+        now: i64,
+        counts: &mut FireCounts,
+    ) -> Result<u64> {
+        let error = match self
+            .store
+            .fire_slots(plans, advances, &self.config.id, now)
+            .await
+        {
+            Ok(results) => {
+                results.iter().for_each(|r| counts.add(r));
+                return Ok(0);
+            }
+            Err(e) => e,
+        };
+        tracing::warn!(%error, automations = advances.len(), "a batch of slots failed; writing its automations one at a time");
+        let mut parked = 0;
+        for advance in advances {
+            let own: Vec<SlotPlan> = plans
+                .iter()
+                .filter(|p| p.automation_id == advance.automation_id)
+                .cloned()
+                .collect();
+            let written = self
+                .store
+                .fire_slots(&own, std::slice::from_ref(advance), &self.config.id, now)
+                .await;
+            match written {
+                Ok(results) => results.iter().for_each(|r| counts.add(r)),
+                Err(e) if e.is_retryable() => return Err(e.into()),
+                Err(e) => {
+                    let automation = self.store.automation_by_id(advance.automation_id).await?;
+                    let reason = format!("parked: its slot could not be recorded: {e}");
+                    self.park(&automation, &reason, counts).await?;
+                    parked += 1;
+                }
+            }
+        }
+        Ok(parked)
+    }
+
+    /// Fires the buffered slots whose previous run has finished. A slot that cannot fire parks its
+    /// automation, as in [`Scheduler::fire_batch`], and the later ones still fire.
     async fn fire_buffered(&self, now: i64, counts: &mut FireCounts) -> Result<()> {
         for slot in self.store.buffered_slots(self.config.batch).await? {
-            let automation = match self.store.automation_by_id(slot.automation_id).await {
+            let mut automation = match self.store.automation_by_id(slot.automation_id).await {
                 Ok(a) => a,
                 Err(orchestrator_store::Error::AutomationNotFound(_)) => continue,
                 Err(e) => return Err(e.into()),
             };
-            let Ok(schedule) = schedule_of(&automation.spec) else {
-                continue;
-            };
-            let tasks = slot_tasks(&automation.spec, &schedule, slot.slot_at);
-            if let Some(ids) = self.store.fire_buffered(slot.id, &tasks, now).await? {
-                counts.fired += 1;
-                counts.tasks += ids.len() as u64;
+            let mut tasks = Vec::new();
+            if automation.status == AutomationStatus::Active {
+                match schedule_of(&automation.spec) {
+                    Ok(schedule) => tasks = slot_tasks(&automation.spec, &schedule, slot.slot_at),
+                    Err(e) => {
+                        let reason = format!("parked: cannot read its schedule: {e}");
+                        self.park(&automation, &reason, counts).await?;
+                        automation.status = AutomationStatus::Paused;
+                    }
+                }
+            }
+            // Without tasks (paused, or just parked) the store only settles the slot, under the
+            // automation's lock: it is skipped if the automation is still not active.
+            match self.store.fire_buffered(slot.id, &tasks, now).await {
+                Ok(Some(ids)) => {
+                    counts.fired += 1;
+                    counts.tasks += ids.len() as u64;
+                }
+                Ok(None) => {}
+                Err(e) if e.is_retryable() => return Err(e.into()),
+                Err(e) if automation.status == AutomationStatus::Active => {
+                    let reason = format!("parked: its buffered slot could not fire: {e}");
+                    self.park(&automation, &reason, counts).await?;
+                }
+                Err(error) => {
+                    // Settling a paused automation's slot failed: it stays buffered and is tried
+                    // again next pass; the slots after it go on.
+                    tracing::warn!(slot = slot.id, %error, "cannot settle a buffered slot");
+                }
             }
         }
         Ok(())

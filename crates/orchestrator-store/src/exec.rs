@@ -124,6 +124,35 @@ impl Pool {
 }
 
 impl Pool {
+    /// Runs one write statement on its own (autocommit), in the writer queue on SQLite: a write
+    /// that bypassed the queue would race the queue's transactions for SQLite's lock in the busy
+    /// handler, sleeping there for milliseconds at a time, and be refused with SQLITE_BUSY when a
+    /// long transaction outlasts the busy timeout. For writes that are not in a transaction.
+    pub(crate) async fn write<S: SqlxBinder>(&self, stmt: &S) -> Result<u64> {
+        let _turn = self.turn().await;
+        self.execute(stmt).await
+    }
+
+    /// [`Pool::write`] for a write that returns a row (`INSERT ... RETURNING`).
+    pub(crate) async fn write_returning<T: AnyRow, S: SqlxBinder>(
+        &self,
+        stmt: &S,
+    ) -> Result<Option<T>> {
+        let _turn = self.turn().await;
+        self.fetch_optional(stmt).await
+    }
+
+    /// This process's turn to write, on SQLite; nothing to wait for on PostgreSQL, whose row locks
+    /// put writers in line.
+    async fn turn(&self) -> Option<OwnedMutexGuard<()>> {
+        match self {
+            Pool::Sqlite(_, writer) => Some(writer.clone().lock_owned().await),
+            Pool::Postgres(_) => None,
+        }
+    }
+}
+
+impl Pool {
     /// Runs the writes `build(now)` makes and returns the rows they all return, with `now` read
     /// only once a connection is ours, so time spent waiting for one (behind other writers, or on
     /// a slow network) is not taken from what the writes grant (a lease's length). On SQLite they
@@ -217,5 +246,75 @@ impl Tx {
             Tx::Postgres(tx) => tx.commit().await?,
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{NextFire, SOURCE_CLI, Store, StoreOptions};
+    use orchestrator_types::{AutomationSpec, AutomationStatus, GateSpec};
+    use std::time::Duration;
+
+    /// Runs `write` while a transaction of the writer queue holds SQLite's write lock for longer
+    /// than the busy timeout: a write that waits its turn in the queue succeeds once the holder
+    /// commits; one that went to the pool directly would be refused with SQLITE_BUSY.
+    async fn behind_a_long_write<T>(
+        store: &Store,
+        what: &str,
+        write: impl std::future::Future<Output = crate::Result<T>>,
+    ) -> T {
+        let holding = store.pool.begin().await.unwrap();
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            holding.commit().await.unwrap();
+        });
+        let result = write.await;
+        release.await.unwrap();
+        result.unwrap_or_else(|e| panic!("{what} did not wait in the writer queue: {e}"))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_outside_transactions_wait_in_the_writer_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions {
+            busy_timeout: Duration::from_millis(50),
+            ..StoreOptions::default()
+        };
+        let store = Store::open_sqlite(&dir.path().join("o.db"), &options)
+            .await
+            .unwrap();
+        let mut spec = AutomationSpec::new("nightly", "0 3 * * *");
+        spec.workspaces.push("/tmp".into());
+        spec.template.gates.push(GateSpec::from_command("true"));
+        let next = NextFire::default();
+        let s = &store;
+        behind_a_long_write(s, "register_worker", s.register_worker("w", "h", 1, 2)).await;
+        behind_a_long_write(s, "worker_heartbeat", s.worker_heartbeat("w")).await;
+        behind_a_long_write(s, "worker_stopped", s.worker_stopped("w")).await;
+        let created = behind_a_long_write(
+            s,
+            "create_automation",
+            s.create_automation(&spec, SOURCE_CLI, None, next),
+        )
+        .await;
+        behind_a_long_write(
+            s,
+            "update_automation",
+            s.update_automation("nightly", &spec, None, next),
+        )
+        .await;
+        behind_a_long_write(
+            s,
+            "set_automation_status",
+            s.set_automation_status("nightly", AutomationStatus::Paused, next, None),
+        )
+        .await;
+        behind_a_long_write(
+            s,
+            "park_automation",
+            s.park_automation(created.id, "parked"),
+        )
+        .await;
+        behind_a_long_write(s, "delete_automation", s.delete_automation("nightly")).await;
     }
 }

@@ -12,7 +12,9 @@ use crate::automations::Automations;
 use crate::exec::Tx;
 use crate::tasks::{TaskOrigin, Tasks, cancel_task_tx, insert_tasks};
 use crate::{Error, Result, Store};
-use orchestrator_types::{NewTask, Overlap, SlotKind, SlotStatus, TaskId, TaskState};
+use orchestrator_types::{
+    AutomationStatus, NewTask, Overlap, SlotKind, SlotStatus, TaskId, TaskState,
+};
 use sea_query::{Expr, ExprTrait, Iden, OnConflict, Order, Query};
 use serde::Serialize;
 
@@ -205,6 +207,31 @@ async fn set_slot_status(
     Ok(())
 }
 
+/// Locks an automation's row until `tx` ends and returns its status (`None` if it was deleted).
+///
+/// Two schedulers (or a manual run, or a buffered slot firing) starting runs of one automation at
+/// once would each see the other's tasks as not there yet under PostgreSQL's READ COMMITTED, and
+/// both start one. The automation's row, locked first by every path that looks for unfinished
+/// runs, puts them in line; the second then sees the first's tasks, and a pause committed before
+/// the lock is seen too. NO KEY UPDATE, since the slot row's foreign key takes a KEY SHARE on it.
+/// SQLite's single writer already puts them in line (the builder leaves the clause out there).
+async fn lock_automation(tx: &mut Tx, automation_id: i64) -> Result<Option<AutomationStatus>> {
+    let lock = Query::select()
+        .column(Automations::Status)
+        .from(Automations::Table)
+        .and_where(Expr::col(Automations::Id).eq(automation_id))
+        .lock(sea_query::LockType::NoKeyUpdate)
+        .to_owned();
+    let Some((status,)) = tx.fetch_optional::<(String,), _>(&lock).await? else {
+        return Ok(None);
+    };
+    let status = status.parse().map_err(|e| Error::Corrupt {
+        what: "automations.status",
+        message: format!("automation {automation_id}: {e}"),
+    })?;
+    Ok(Some(status))
+}
+
 /// Records one slot in `tx`: the row first (the claim), then the overlap decision and the tasks.
 async fn record_slot(
     tx: &mut Tx,
@@ -219,18 +246,7 @@ async fn record_slot(
     if let SlotDecision::Fire { overlap, .. } = &plan.decision
         && *overlap != Overlap::Allow
     {
-        // Two schedulers (or a manual run) firing slots of one automation at once would each see
-        // the other's tasks as not there yet under PostgreSQL's READ COMMITTED, and both fire. The
-        // automation's row, locked first, puts them in line; the second then sees the first's
-        // tasks. NO KEY UPDATE, since the slot row's foreign key takes a KEY SHARE on it. SQLite's
-        // single writer already puts them in line (the builder leaves the clause out there).
-        let lock = Query::select()
-            .column(crate::automations::Automations::Id)
-            .from(crate::automations::Automations::Table)
-            .and_where(Expr::col(crate::automations::Automations::Id).eq(plan.automation_id))
-            .lock(sea_query::LockType::NoKeyUpdate)
-            .to_owned();
-        tx.fetch_optional::<(i64,), _>(&lock).await?;
+        lock_automation(tx, plan.automation_id).await?;
     }
     let insert = Query::insert()
         .into_table(AutomationSlots::Table)
@@ -367,7 +383,10 @@ impl Store {
     }
 
     /// Fires a buffered slot once its automation has no unfinished task left. Returns `None` when
-    /// it must wait longer (or another scheduler fired it first).
+    /// it must wait longer, when another scheduler fired it first, or when its automation is no
+    /// longer active (the slot is then recorded as skipped). Without `tasks` (the caller could
+    /// not build them: it saw the automation paused, or its schedule unreadable) it fires nothing,
+    /// even if the automation was resumed meanwhile, and only settles a paused automation's slot.
     pub async fn fire_buffered(
         &self,
         slot_id: i64,
@@ -387,7 +406,31 @@ impl Store {
             return Ok(None);
         };
         let slot = slot_from_row(row)?;
-        if slot.status != SlotStatus::Buffered
+        if slot.status != SlotStatus::Buffered {
+            return Ok(None);
+        }
+        // Locked before looking for unfinished runs, as a new slot of the same automation does:
+        // otherwise both could find none and start one each. A slot buffered before its
+        // automation was paused does not fire: paused means no new run, and a resume does not
+        // catch up what passed meanwhile either.
+        let status = lock_automation(&mut tx, slot.automation_id).await?;
+        if status != Some(AutomationStatus::Active) {
+            let reason = "the automation was paused before its previous run finished".to_owned();
+            let skip = Query::update()
+                .table(AutomationSlots::Table)
+                .value(AutomationSlots::Status, SlotStatus::Skipped.as_str())
+                .value(AutomationSlots::Reason, reason)
+                .and_where(Expr::col(AutomationSlots::Id).eq(slot_id))
+                .and_where(Expr::cust(format!(
+                    "\"status\" = '{}'",
+                    SlotStatus::Buffered.as_str()
+                )))
+                .to_owned();
+            tx.execute(&skip).await?;
+            tx.commit().await?;
+            return Ok(None);
+        }
+        if tasks.is_empty()
             || !unfinished_tasks(&mut tx, slot.automation_id, Some(1))
                 .await?
                 .is_empty()

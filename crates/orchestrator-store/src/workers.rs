@@ -63,7 +63,7 @@ impl Store {
                     .to_owned(),
             )
             .to_owned();
-        self.pool.execute(&stmt).await?;
+        self.pool.write(&stmt).await?;
         Ok(())
     }
 
@@ -73,7 +73,7 @@ impl Store {
             .value(Workers::HeartbeatAt, now_millis())
             .and_where(Expr::col(Workers::Id).eq(id))
             .to_owned();
-        self.pool.execute(&stmt).await?;
+        self.pool.write(&stmt).await?;
         Ok(())
     }
 
@@ -83,7 +83,7 @@ impl Store {
             .value(Workers::StoppedAt, now_millis())
             .and_where(Expr::col(Workers::Id).eq(id))
             .to_owned();
-        self.pool.execute(&stmt).await?;
+        self.pool.write(&stmt).await?;
         Ok(())
     }
 

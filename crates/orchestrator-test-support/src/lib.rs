@@ -35,6 +35,30 @@ pub struct TestStore {
     _dir: Option<tempfile::TempDir>,
 }
 
+impl TestStore {
+    /// Runs `sql` (one or more statements) on this store's database through a connection of its
+    /// own, around the store: how a fault test plants a trigger that makes one write fail, or
+    /// corrupts a row the store would never write. The caller writes the backend's own dialect.
+    pub async fn raw_sql(&self, sql: &str) {
+        use sqlx::Connection;
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match self.store.backend() {
+            orchestrator_store::Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", self.url))
+                    .await
+                    .unwrap();
+                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+                conn.close().await.unwrap();
+            }
+            orchestrator_store::Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&self.url).await.unwrap();
+                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+                conn.close().await.unwrap();
+            }
+        }
+    }
+}
+
 /// A fresh SQLite store in a temporary directory.
 pub async fn sqlite_store() -> TestStore {
     let dir = tempfile::tempdir().unwrap();

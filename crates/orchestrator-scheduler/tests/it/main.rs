@@ -44,6 +44,10 @@ both_backends!(
     manual_runs_and_restarts_never_repeat_a_slot,
     shipped_schedules_apply_and_sync,
     a_broken_template_parks_its_automation_and_the_rest_keep_firing,
+    an_unreadable_schedule_parks_its_automation_visibly,
+    a_paused_automation_does_not_fire_its_buffered_slot,
+    a_slot_that_cannot_be_recorded_holds_back_no_other,
+    a_buffered_slot_that_cannot_fire_holds_back_no_other,
 );
 
 fn spec(name: &str, schedule: &str) -> AutomationSpec {
@@ -114,6 +118,151 @@ async fn a_broken_template_parks_its_automation_and_the_rest_keep_firing(db: &Te
         .await
         .unwrap();
     assert_eq!(resumed.last_error, None);
+}
+
+/// Makes every insert of a task for automation `id` fail, as a broken row, a constraint or a bug
+/// would for one slot: a trigger planted in the test's database around the store.
+async fn refuse_tasks_of(db: &TestStore, id: i64) {
+    let sql = match db.store.backend() {
+        orchestrator_store::Backend::Sqlite => format!(
+            "CREATE TRIGGER refuse_tasks BEFORE INSERT ON tasks WHEN NEW.automation_id = {id} \
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+        ),
+        orchestrator_store::Backend::Postgres => format!(
+            "CREATE FUNCTION refuse_tasks() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$; \
+             CREATE TRIGGER refuse_tasks BEFORE INSERT ON tasks FOR EACH ROW \
+             WHEN (NEW.automation_id = {id}) EXECUTE FUNCTION refuse_tasks();"
+        ),
+    };
+    db.raw_sql(&sql).await;
+}
+
+/// A schedule the scheduler cannot read (a newer binary's syntax, a zone this build lacks; here
+/// written straight into the row) parks its automation with the reason, like a broken template:
+/// it does not stay `active` with no next fire time and nothing said. The others keep firing.
+async fn an_unreadable_schedule_parks_its_automation_visibly(db: &TestStore) {
+    use orchestrator_types::AutomationStatus;
+    let store = &db.store;
+    create(store, &spec("bad", "0 * * * *"), T0).await;
+    create(store, &spec("good", "0 * * * *"), T0).await;
+    db.raw_sql("UPDATE automations SET schedule = 'every full moon' WHERE name = 'bad'")
+        .await;
+    let (scheduler, _) = scheduler(store, "s1", T0);
+    let counts = scheduler.run_once(T0 + HOUR + MINUTE).await.unwrap();
+    assert_eq!((counts.fired, counts.broken), (1, 1), "{counts:?}");
+    let parked = store.automation("bad").await.unwrap();
+    assert_eq!(parked.status, AutomationStatus::Paused);
+    let error = parked.last_error.expect("the reason is shown beside it");
+    assert!(error.contains("every full moon"), "{error}");
+    assert_eq!(store.count_slots(parked.id).await.unwrap(), 0);
+    let good = store.automation("good").await.unwrap();
+    assert_eq!(store.count_slots(good.id).await.unwrap(), 1);
+    // The next pass leaves it parked and fires the other again.
+    finish_all(store).await;
+    let counts = scheduler.run_once(T0 + 2 * HOUR + MINUTE).await.unwrap();
+    assert_eq!((counts.fired, counts.broken), (1, 0), "{counts:?}");
+}
+
+/// A slot buffered (overlap `buffer_one`) before its automation was paused does not fire while it
+/// is paused, when the previous run ends: it is recorded as skipped, with the reason.
+async fn a_paused_automation_does_not_fire_its_buffered_slot(db: &TestStore) {
+    use orchestrator_types::AutomationStatus;
+    let store = &db.store;
+    let mut s = spec("paused", "0 * * * *");
+    s.overlap = Overlap::BufferOne;
+    let id = create(store, &s, T0).await;
+    let (sched, _) = scheduler(store, "s1", T0);
+    assert_eq!(sched.run_once(T0 + HOUR).await.unwrap().fired, 1);
+    assert_eq!(sched.run_once(T0 + 2 * HOUR).await.unwrap().buffered, 1);
+    store
+        .set_automation_status(
+            "paused",
+            AutomationStatus::Paused,
+            Default::default(),
+            Some("release freeze"),
+        )
+        .await
+        .unwrap();
+    finish_all(store).await;
+    let counts = sched.run_once(T0 + 2 * HOUR + MINUTE).await.unwrap();
+    assert_eq!(counts.fired, 0, "{counts:?}");
+    let slots = store.slots(id, 10).await.unwrap();
+    let buffered = slots.iter().find(|s| s.slot_at == T0 + 2 * HOUR).unwrap();
+    assert_eq!(buffered.status, SlotStatus::Skipped, "{buffered:?}");
+    assert!(
+        buffered.reason.as_deref().unwrap_or("").contains("paused"),
+        "{buffered:?}"
+    );
+    assert!(buffered.tasks.is_empty(), "{buffered:?}");
+}
+
+/// One slot whose write fails (here a trigger refuses its task) does not fail the batch it is in:
+/// the other automations of the pass fire, pass after pass, and the failing one is parked with
+/// the database's error.
+async fn a_slot_that_cannot_be_recorded_holds_back_no_other(db: &TestStore) {
+    use orchestrator_types::AutomationStatus;
+    let store = &db.store;
+    let mut ids = Vec::new();
+    for name in ["a-bad", "b-good", "c-good"] {
+        let mut s = spec(name, "0 * * * *");
+        s.overlap = Overlap::Allow;
+        ids.push(create(store, &s, T0).await);
+    }
+    refuse_tasks_of(db, ids[0]).await;
+    let (sched, _) = scheduler(store, "s1", T0);
+    for hour in 1..=2 {
+        let counts = sched
+            .run_once(T0 + hour * HOUR)
+            .await
+            .expect("one failing slot does not fail the pass");
+        assert_eq!(counts.fired, 2, "hour {hour}: {counts:?}");
+    }
+    for id in &ids[1..] {
+        assert_eq!(store.count_slots(*id).await.unwrap(), 2);
+    }
+    let parked = store.automation("a-bad").await.unwrap();
+    assert_eq!(parked.status, AutomationStatus::Paused);
+    let error = parked.last_error.expect("the reason is shown beside it");
+    assert!(error.contains("injected failure"), "{error}");
+    assert_eq!(store.count_slots(parked.id).await.unwrap(), 0);
+}
+
+/// The same for buffered slots: one that cannot fire does not keep the later ones (in the order
+/// the scheduler walks them) from firing.
+async fn a_buffered_slot_that_cannot_fire_holds_back_no_other(db: &TestStore) {
+    use orchestrator_types::AutomationStatus;
+    let store = &db.store;
+    let mut ids = Vec::new();
+    for name in ["a-bad", "b-good"] {
+        let mut s = spec(name, "0 * * * *");
+        s.overlap = Overlap::BufferOne;
+        ids.push(create(store, &s, T0).await);
+    }
+    let (sched, _) = scheduler(store, "s1", T0);
+    assert_eq!(sched.run_once(T0 + HOUR).await.unwrap().fired, 2);
+    assert_eq!(sched.run_once(T0 + 2 * HOUR).await.unwrap().buffered, 2);
+    finish_all(store).await;
+    refuse_tasks_of(db, ids[0]).await;
+    let counts = sched
+        .run_once(T0 + 2 * HOUR + MINUTE)
+        .await
+        .expect("one failing buffered slot does not fail the pass");
+    assert_eq!(counts.fired, 1, "{counts:?}");
+    let good = store.slots(ids[1], 10).await.unwrap();
+    let fired = good.iter().find(|s| s.slot_at == T0 + 2 * HOUR).unwrap();
+    assert_eq!(fired.status, SlotStatus::Fired, "{fired:?}");
+    assert_eq!(fired.tasks.len(), 1, "{fired:?}");
+    let parked = store.automation("a-bad").await.unwrap();
+    assert_eq!(parked.status, AutomationStatus::Paused);
+    assert!(
+        parked
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("injected failure"),
+        "{parked:?}"
+    );
 }
 
 async fn downtime_of_three_days_catches_up_by_policy(db: &TestStore) {
@@ -371,6 +520,59 @@ async fn three_schedulers_on_one_postgres_fire_every_slot_once() {
         recorders.len() >= 2,
         "the schedulers did not race: {recorders:?}"
     );
+}
+
+/// `buffer_one` on PostgreSQL: a buffered slot firing and a new slot of the same automation (a
+/// manual run through another store, standing in for another scheduler) at the same moment never
+/// both start a run. The buffered slot's transaction is slowed between its check for unfinished
+/// runs and its commit (a trigger that sleeps), so without a lock on the automation the new slot
+/// would see no unfinished run and fire too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_buffered_slot_and_a_new_slot_never_overlap_on_postgres() {
+    let Some(db) = orchestrator_test_support::postgres_store().await else {
+        return;
+    };
+    let store = &db.store;
+    let mut s = spec("buffered", "0 * * * *");
+    s.overlap = Overlap::BufferOne;
+    create(store, &s, T0).await;
+    let (sched, _) = scheduler(store, "a", T0);
+    assert_eq!(sched.run_once(T0 + HOUR).await.unwrap().fired, 1);
+    assert_eq!(sched.run_once(T0 + 2 * HOUR).await.unwrap().buffered, 1);
+    finish_all(store).await;
+    db.raw_sql(
+        "CREATE FUNCTION slow_buffered() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep(1.5); RETURN NEW; END $$; \
+         CREATE TRIGGER slow_buffered BEFORE UPDATE ON automation_slots FOR EACH ROW \
+         WHEN (OLD.status = 'buffered' AND NEW.status = 'fired') \
+         EXECUTE FUNCTION slow_buffered();",
+    )
+    .await;
+    let buffered = tokio::spawn(async move { sched.run_once(T0 + 2 * HOUR + MINUTE).await });
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let other = Store::open(&db.url, &Default::default()).await.unwrap();
+    let automation = other.automation("buffered").await.unwrap();
+    let manual = run_now(
+        &other,
+        &automation,
+        false,
+        "cli",
+        T0 + 2 * HOUR + 2 * MINUTE,
+    )
+    .await
+    .unwrap();
+    let counts = buffered.await.unwrap().unwrap();
+    assert_eq!(counts.fired, 1, "the buffered slot fired: {counts:?}");
+    let unfinished: Vec<_> = store
+        .list_tasks(&Default::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|t| !t.state.is_terminal())
+        .map(|t| (t.id, t.slot_at))
+        .collect();
+    assert_eq!(unfinished.len(), 1, "two runs overlap: {unfinished:?}");
+    assert_eq!(manual, SlotResult::Buffered);
 }
 
 /// Joins futures without pulling in a futures crate.
