@@ -82,7 +82,10 @@ async fn expect_all(name: &str, stream: &mut Stream, wanted: &[Wanted<'_>]) {
         assert_ne!(event.1, "reset", "{name}: told to start over");
         if let Some(id) = &event.0 {
             let id: i64 = id.parse().unwrap();
-            assert!(id >= last_id, "{name}: the ids go back: {id} after {last_id}");
+            assert!(
+                id >= last_id,
+                "{name}: the ids go back: {id} after {last_id}"
+            );
             last_id = id;
         }
         missing.retain(|(_, matches)| !matches(&event));
@@ -139,7 +142,12 @@ impl World {
             .await
             .unwrap()
             .unwrap();
-        let approval = db.store.request_approval(&lease, &ask("first")).await.unwrap().id;
+        let approval = db
+            .store
+            .request_approval(&lease, &ask("first"))
+            .await
+            .unwrap()
+            .id;
         let mut world = World {
             db,
             other,
@@ -152,7 +160,10 @@ impl World {
         world
             .expect(
                 &[("the agent running", task_is(agent, "state", "running"))],
-                &[("the first approval", approval_is(approval, "status", json!("pending")))],
+                &[(
+                    "the first approval",
+                    approval_is(approval, "status", json!("pending")),
+                )],
             )
             .await;
         world
@@ -210,7 +221,12 @@ async fn a_late_commit_reaches_every_stream(db: TestStore, other: Store) {
     if held {
         late.run(&write).await;
     }
-    let a = world.db.store.create_task(&NewTask::new("a")).await.unwrap();
+    let a = world
+        .db
+        .store
+        .create_task(&NewTask::new("a"))
+        .await
+        .unwrap();
     let b = world.other.create_task(&NewTask::new("b")).await.unwrap();
     world.other.cancel_task(a).await.unwrap();
     if !held {
@@ -221,7 +237,10 @@ async fn a_late_commit_reaches_every_stream(db: TestStore, other: Store) {
     world
         .expect(
             &[
-                ("the late change", task_is(late_task, "title", "committed late")),
+                (
+                    "the late change",
+                    task_is(late_task, "title", "committed late"),
+                ),
                 ("a canceled", task_is(a, "state", "canceled")),
                 ("b created", task_is(b, "state", "queued")),
             ],
@@ -261,9 +280,19 @@ async fn a_writer_whose_clock_is_ahead_hides_nothing(db: TestStore, other: Store
         )
         .await;
 
-    let first = world.db.store.create_task(&NewTask::new("one")).await.unwrap();
+    let first = world
+        .db
+        .store
+        .create_task(&NewTask::new("one"))
+        .await
+        .unwrap();
     let second = world.other.create_task(&NewTask::new("two")).await.unwrap();
-    let third = world.db.store.create_task(&NewTask::new("three")).await.unwrap();
+    let third = world
+        .db
+        .store
+        .create_task(&NewTask::new("three"))
+        .await
+        .unwrap();
     world.db.store.cancel_task(second).await.unwrap();
     let asked = world
         .other
@@ -279,7 +308,10 @@ async fn a_writer_whose_clock_is_ahead_hides_nothing(db: TestStore, other: Store
                 ("two canceled", task_is(second, "state", "canceled")),
                 ("three", task_is(third, "state", "queued")),
             ],
-            &[("the new approval", approval_is(asked, "status", json!("pending")))],
+            &[(
+                "the new approval",
+                approval_is(asked, "status", json!("pending")),
+            )],
         )
         .await;
 }
@@ -294,7 +326,9 @@ async fn sqlite_pair() -> (TestStore, Store) {
 
 async fn postgres_pair() -> Option<(TestStore, Store)> {
     let db = orchestrator_test_support::postgres_store().await?;
-    let other = Store::open(&db.url, &StoreOptions::default()).await.unwrap();
+    let other = Store::open(&db.url, &StoreOptions::default())
+        .await
+        .unwrap();
     Some((db, other))
 }
 

@@ -100,10 +100,9 @@ async fn the_tasks_stream_tells_each_change_and_the_counts_and_resumes_after_a_r
     let second = api.task("after the stream").await;
     let (created, before) = stream.until(task_in(second, "queued")).await;
     let at = created.0.clone().expect("a change has an id");
-    assert_eq!(
-        at.parse::<i64>().unwrap(),
-        data(&created)["updated_at"].as_i64().unwrap(),
-        "the id is the time of the change"
+    assert!(
+        at.parse::<i64>().unwrap() > 0,
+        "the id is the change's number: {at}"
     );
     // The counts follow; when the task was created while the watcher counted, they may come
     // just before it instead.
