@@ -25,12 +25,14 @@
 //!   (of any database there), so a transaction held open for a minute holds the lists back a
 //!   minute, and they catch up when it ends.
 //!
-//! What a change costs the writer: on PostgreSQL, the column's default on an insert and a row
-//! trigger that sets one column on an update (no extra row, no extra statement), and one entry in
-//! the `(change_id, id)` index, which replaces the update time's index the old look-back read; on
-//! SQLite, a second update of the same row inside the same transaction (its pages already
-//! written, no extra sync) that finds the largest number through that index. A heartbeat, which
-//! moves only a lease's expiry, is not a change and costs nothing.
+//! What a change costs the writer: no extra row, statement, round trip or sync. On PostgreSQL,
+//! the column's default on an insert and a row trigger that sets one column on an update, plus
+//! one entry in the `(change_id, id)` index, which replaces the update time's index the old
+//! look-back read; the trigger's call measured about 10 µs of server time per changed row
+//! (PostgreSQL 15, single-row updates: 21 µs against 11 µs without it). On SQLite, a second update
+//! of the same row inside the same transaction (its pages already dirty) that finds the largest
+//! number through that index: about 2 µs per changed row. A claim or a completion of a batch pays
+//! that once per task in it. A heartbeat, which moves only a lease's expiry, is not a change.
 
 use crate::approvals::{Approval, ApprovalRow, Approvals};
 use crate::tasks::{Task, TaskRow, Tasks, select_tasks};
