@@ -33,9 +33,11 @@ pub(crate) enum Approvals {
     RequestedAt,
     ExpiresAt,
     DecidedAt,
+    /// The last change's place in commit order (see changes.rs).
+    ChangeId,
 }
 
-const COLUMNS: [Approvals; 14] = [
+pub(crate) const COLUMNS: [Approvals; 14] = [
     Approvals::Id,
     Approvals::TaskId,
     Approvals::CallId,
@@ -74,7 +76,7 @@ pub mod approval_kind {
 }
 
 #[derive(sqlx::FromRow)]
-struct ApprovalRow {
+pub(crate) struct ApprovalRow {
     id: i64,
     task_id: i64,
     call_id: String,
@@ -387,24 +389,6 @@ impl Store {
             .to_owned();
         let (n,): (i64,) = self.pool.fetch_optional(&stmt).await?.unwrap_or((0,));
         Ok(u64::try_from(n).unwrap_or(0))
-    }
-
-    /// Approvals asked or decided (or expired) at or after `since` (Unix milliseconds), oldest
-    /// first, at most `limit`: what the live inbox follows.
-    pub async fn approvals_changed_since(&self, since: i64, limit: u64) -> Result<Vec<Approval>> {
-        let stmt = Query::select()
-            .columns(COLUMNS)
-            .from(Approvals::Table)
-            .cond_where(
-                sea_query::Cond::any()
-                    .add(Expr::col(Approvals::RequestedAt).gte(since))
-                    .add(Expr::col(Approvals::DecidedAt).gte(since)),
-            )
-            .order_by(Approvals::Id, Order::Asc)
-            .limit(Ord::max(limit, 1))
-            .to_owned();
-        let rows: Vec<ApprovalRow> = self.pool.fetch_all(&stmt).await?;
-        rows.into_iter().map(Approval::try_from).collect()
     }
 
     /// Decides a pending approval on `by`'s behalf and, if its task waits on nothing else, queues

@@ -12,6 +12,7 @@ mod approvals;
 mod artifacts;
 mod attempts;
 mod automations;
+mod changes;
 mod checklist;
 mod connect;
 mod conversation;
@@ -34,6 +35,7 @@ pub use approvals::{
 pub use artifacts::{Artifact, ArtifactMeta, DEFAULT_ARTIFACT_CAP};
 pub use attempts::{Attempt, NewAttempt};
 pub use automations::{Automation, NextFire, SOURCE_AGENT, SOURCE_CLI, SOURCE_FILE};
+pub use changes::ChangeCursor;
 pub use checklist::ChecklistItem;
 pub use connect::{Backend, SqliteSync, Store, StoreOptions, redact_url};
 pub use conversation::{NewMessage, SavedMessage, ToolCallEnd, ToolCallRecord, call_status};

@@ -43,6 +43,8 @@ pub(crate) enum Tasks {
     SlotAt,
     ParentId,
     Repository,
+    /// The last change's place in commit order (see changes.rs).
+    ChangeId,
 }
 
 pub(crate) const COLUMNS: [Tasks; 24] = [
@@ -249,7 +251,7 @@ pub(crate) fn state_is(state: TaskState) -> Expr {
     Expr::cust(format!("\"state\" = '{}'", state.as_str()))
 }
 
-fn select_tasks() -> SelectStatement {
+pub(crate) fn select_tasks() -> SelectStatement {
     Query::select()
         .columns(COLUMNS)
         .from(Tasks::Table)
@@ -637,25 +639,6 @@ impl Store {
         }
         stmt.order_by(Tasks::Id, Order::Desc)
             .limit(Ord::max(page.limit, 1));
-        self.fetch_tasks(&stmt).await
-    }
-
-    /// Tasks whose update time (Unix milliseconds; every event bumps it) is after the key
-    /// `(at, id)`, in that order, at most `limit`: what the live lists follow, a page at a time.
-    pub async fn tasks_changed_after(&self, at: i64, id: i64, limit: u64) -> Result<Vec<Task>> {
-        let mut stmt = select_tasks();
-        stmt.cond_where(
-            sea_query::Cond::any()
-                .add(Expr::col(Tasks::UpdatedAt).gt(at))
-                .add(
-                    Expr::col(Tasks::UpdatedAt)
-                        .eq(at)
-                        .and(Expr::col(Tasks::Id).gt(id)),
-                ),
-        )
-        .order_by(Tasks::UpdatedAt, Order::Asc)
-        .order_by(Tasks::Id, Order::Asc)
-        .limit(Ord::max(limit, 1));
         self.fetch_tasks(&stmt).await
     }
 

@@ -79,7 +79,7 @@ fn list_stream(summary: &str) -> Value {
         "summary": summary,
         "security": [{"bearer": []}],
         "parameters": [
-            param("after", "query", json!({"type": "integer", "minimum": 0}), "Send first what changed since this time, Unix ms (Last-Event-ID wins)."),
+            param("after", "query", json!({"type": "integer", "minimum": 0}), "Send first what changed since this change, an event id the stream sent (Last-Event-ID wins)."),
             param("Last-Event-ID", "header", json!({"type": "integer", "minimum": 0}), "The last change a reconnecting client got."),
         ],
         "responses": {
@@ -207,10 +207,10 @@ pub fn document() -> Value {
                 param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 1000}), "At most this many (default 1000)."),
             ], None, "200", list_of("events"))},
             "/api/v1/tasks/stream": {"get": list_stream(
-                "Changes to tasks, live, as Server-Sent Events: first `counts` (tasks per state), then each task as it changes (`task`, its JSON, id the change's time in Unix ms) and `counts` again. Resume with Last-Event-ID or after; `reset` means read the list again."
+                "Changes to tasks, live, as Server-Sent Events: first `counts` (tasks per state), then each task as it changes (`task`, its JSON, id the change's number, in the order changes commit) and `counts` again. Resume with Last-Event-ID or after; `reset` means read the list again."
             )},
             "/api/v1/approvals/stream": {"get": list_stream(
-                "Changes to approvals, live, as Server-Sent Events: first `pending` (how many wait), then each approval asked or decided (`approval`, its JSON, id the change's time in Unix ms) and `pending` again. Resume with Last-Event-ID or after; `reset` means read the list again."
+                "Changes to approvals, live, as Server-Sent Events: first `pending` (how many wait), then each approval asked or decided (`approval`, its JSON, id the change's number, in the order changes commit) and `pending` again. Resume with Last-Event-ID or after; `reset` means read the list again."
             )},
             "/api/v1/tasks/{id}/events/stream": {"get": {
                 "summary": "A task's events, live, as Server-Sent Events: id is the event's sequence number, event its kind, data its JSON; while this daemon runs the task, `delta` events (no id, never replayed) carry the pieces of the model's reply as they stream; a last `end` event carries the task's final state. Resume with Last-Event-ID.",

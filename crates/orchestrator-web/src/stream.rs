@@ -11,10 +11,12 @@
 //!
 //! `GET /api/v1/tasks/stream` and `GET /api/v1/approvals/stream` never end: they send the counts
 //! first (`counts`: tasks per state; `pending`: approvals waiting), then each task (`task`) or
-//! approval (`approval`) as it changes, whole, with the time of the change as the `id`. A client
-//! reconnecting with `Last-Event-ID` (or `?after=` a time) first gets what changed since (a little
-//! before, so some may come twice); one that fell too far behind gets `reset`, and should read
-//! the list again. Comments keep idle connections alive through proxies.
+//! approval (`approval`) as it changes, whole, in the order the changes committed, with the
+//! change's number (the store's `change_id`: a transaction id on PostgreSQL) as the `id`. A client
+//! reconnecting with `Last-Event-ID` (or `?after=` such a number) first gets what changed since
+//! (all of its last change again, so some may come twice); one that fell too far behind, or gives
+//! a number this database never gave, gets `reset`, and should read the list again. Comments keep
+//! idle connections alive through proxies.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -25,7 +27,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use orchestrator_store::Store;
+use orchestrator_store::{ChangeCursor, Store};
 use orchestrator_types::TaskId;
 use serde::Deserialize;
 use serde_json::json;
@@ -33,7 +35,7 @@ use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
-use crate::watch::{Change, LOOKBACK_MS, PAGE, approval_changed_at};
+use crate::watch::{Change, PAGE};
 use crate::{ApiError, ApiResult, LivePiece, Web, parse_id, query};
 
 /// How often a task's stream reads the store even when the watcher told it nothing.
@@ -121,7 +123,7 @@ impl Follow {
         tokio::select! {
             () = tokio::time::sleep_until(self.next_look) => self.stale = true,
             change = self.changes.recv() => match change {
-                Ok(Change::Task(task)) if task.id == self.task => self.stale = true,
+                Ok(Change::Task(_, task)) if task.id == self.task => self.stale = true,
                 Ok(_) => {}
                 Err(RecvError::Lagged(_)) => self.stale = true,
                 // The watcher is gone with the daemon: the fallback keeps the stream going.
@@ -200,7 +202,7 @@ pub(crate) async fn task_events(
         stale: true,
         next_look: Instant::now(),
         // Subscribed before the first read, so nothing written after it is missed.
-        changes: web.watch.subscribe(),
+        changes: web.watch.subscribe().await?,
         live: Some(web.live.subscribe()),
     };
     sse(futures_util::stream::unfold(
@@ -249,15 +251,15 @@ impl ListFollow {
 /// The event a list's stream sends for a change, if it is about that list.
 fn list_event(list: List, change: &Change) -> Option<Event> {
     let (kind, id, data) = match (list, change) {
-        (List::Tasks, Change::Task(task)) => (
+        (List::Tasks, Change::Task(change, task)) => (
             "task",
-            Some(task.updated_at),
+            Some(*change),
             serde_json::to_string(&**task).unwrap_or_default(),
         ),
         (List::Tasks, Change::Counts(counts)) => ("counts", None, counts_json(counts).to_string()),
-        (List::Approvals, Change::Approval(approval)) => (
+        (List::Approvals, Change::Approval(change, approval)) => (
             "approval",
-            Some(approval_changed_at(approval)),
+            Some(*change),
             serde_json::to_string(&**approval).unwrap_or_default(),
         ),
         (List::Approvals, Change::Pending(n)) => {
@@ -305,7 +307,7 @@ async fn list_stream(
     let params = query(params)?;
     let after = last_event_id(&headers)?.or(params.after);
     // Subscribed before the first read, so nothing written after it is missed.
-    let changes = web.watch.subscribe();
+    let changes = web.watch.subscribe().await?;
     let mut ready = VecDeque::new();
     match list {
         List::Tasks => {
@@ -326,7 +328,7 @@ async fn list_stream(
         }
     }
     if let Some(after) = after {
-        catch_up(&web.store, list, after - LOOKBACK_MS, &mut ready).await?;
+        catch_up(&web.store, list, after, &mut ready).await?;
     }
     let follow = ListFollow {
         list,
@@ -342,38 +344,44 @@ async fn list_stream(
     ))
 }
 
-/// Queues what changed since `since`, or `reset` when that is more than a stream should replay.
+/// Queues what changed since the change `after` (all of it again), or `reset` when that is more
+/// than a stream should replay or `after` is no change of this database's (it is ahead of every
+/// change committed: a time from before the streams sent change numbers, or another database's).
 async fn catch_up(
     store: &Store,
     list: List,
-    since: i64,
+    after: i64,
     ready: &mut VecDeque<Event>,
 ) -> Result<(), ApiError> {
+    if after > store.change_horizon().await?.change {
+        ready.push_back(Event::default().event("reset").data(""));
+        return Ok(());
+    }
     let mut changes = Vec::new();
-    match list {
-        List::Tasks => {
-            let (mut at, mut id) = (since, 0);
-            while changes.len() <= CATCH_UP {
-                let page = store.tasks_changed_after(at, id, PAGE).await?;
+    let mut from = ChangeCursor::before(after);
+    while changes.len() <= CATCH_UP {
+        let full = match list {
+            List::Tasks => {
+                let page = store.tasks_changed_after(from, PAGE).await?;
                 let full = page.len() as u64 == PAGE;
-                for task in page {
-                    (at, id) = (task.updated_at, task.id.0);
-                    changes.push(Change::Task(std::sync::Arc::new(task)));
+                for (at, task) in page {
+                    from = at;
+                    changes.push(Change::Task(at.change, std::sync::Arc::new(task)));
                 }
-                if !full {
-                    break;
+                full
+            }
+            List::Approvals => {
+                let page = store.approvals_changed_after(from, PAGE).await?;
+                let full = page.len() as u64 == PAGE;
+                for (at, approval) in page {
+                    from = at;
+                    changes.push(Change::Approval(at.change, std::sync::Arc::new(approval)));
                 }
+                full
             }
-        }
-        List::Approvals => {
-            let mut found = store
-                .approvals_changed_since(since, CATCH_UP as u64 + 1)
-                .await?;
-            // In the order they changed, so the last id sent is the newest change.
-            found.sort_by_key(approval_changed_at);
-            for approval in found {
-                changes.push(Change::Approval(std::sync::Arc::new(approval)));
-            }
+        };
+        if !full {
+            break;
         }
     }
     if changes.len() > CATCH_UP {

@@ -11,17 +11,24 @@ use serde_json::{Value, json};
 type Body = Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
 
 /// An open stream of the API.
-struct Stream {
+pub(crate) struct Stream {
     body: Body,
     buffer: String,
 }
 
 impl Stream {
     async fn open(api: &Api, path: &str, last_event_id: Option<&str>) -> Stream {
-        let mut request = api
-            .client
-            .get(format!("{}{path}", api.base))
-            .bearer_auth(TOKEN);
+        Stream::open_at(&api.client, &api.base, path, last_event_id).await
+    }
+
+    /// Opens `path` of the API served at `base`.
+    pub(crate) async fn open_at(
+        client: &reqwest::Client,
+        base: &str,
+        path: &str,
+        last_event_id: Option<&str>,
+    ) -> Stream {
+        let mut request = client.get(format!("{base}{path}")).bearer_auth(TOKEN);
         if let Some(id) = last_event_id {
             request = request.header("Last-Event-ID", id);
         }
@@ -34,7 +41,7 @@ impl Stream {
         }
     }
 
-    async fn next(&mut self) -> SseEvent {
+    pub(crate) async fn next(&mut self) -> SseEvent {
         sse_events(&mut self.body, &mut self.buffer, 1)
             .await
             .pop()
@@ -71,7 +78,7 @@ impl Stream {
     }
 }
 
-fn data(event: &SseEvent) -> Value {
+pub(crate) fn data(event: &SseEvent) -> Value {
     serde_json::from_str(&event.2).unwrap()
 }
 
@@ -93,10 +100,9 @@ async fn the_tasks_stream_tells_each_change_and_the_counts_and_resumes_after_a_r
     let second = api.task("after the stream").await;
     let (created, before) = stream.until(task_in(second, "queued")).await;
     let at = created.0.clone().expect("a change has an id");
-    assert_eq!(
-        at.parse::<i64>().unwrap(),
-        data(&created)["updated_at"].as_i64().unwrap(),
-        "the id is the time of the change"
+    assert!(
+        at.parse::<i64>().unwrap() > 0,
+        "the id is the change's number: {at}"
     );
     // The counts follow; when the task was created while the watcher counted, they may come
     // just before it instead.

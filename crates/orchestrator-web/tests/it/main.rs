@@ -12,6 +12,7 @@ use serde_json::Value;
 
 mod access;
 mod automations;
+mod change_streams;
 mod live;
 mod pages;
 mod records;

@@ -667,45 +667,6 @@ pub async fn a_compaction_is_saved_whole_with_its_summary_and_fenced(db: &TestSt
     assert!(events[1].data.get("summary_artifact").is_none());
 }
 
-/// What the live inbox follows: approvals asked or decided since a time, oldest first.
-pub async fn approvals_changed_since_a_time_are_found(db: &TestStore) {
-    let store = db.store.clone();
-    let start = now_millis();
-    store.create_task(&agent_task("a")).await.unwrap();
-    let (_, lease) = claim_one(&store).await;
-    let asked = store
-        .request_approval(&lease, &ask("c1", now_millis() + 60_000))
-        .await
-        .unwrap();
-    let found = store.approvals_changed_since(start, 10).await.unwrap();
-    assert_eq!(found.iter().map(|a| a.id).collect::<Vec<_>>(), [asked.id]);
-    assert_eq!(found[0].status, approval_status::PENDING);
-    let later = now_millis() + 1;
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    assert!(
-        store
-            .approvals_changed_since(later, 10)
-            .await
-            .unwrap()
-            .is_empty(),
-        "nothing changed after it was asked"
-    );
-    store
-        .decide_approval(asked.id, &ApprovalDecision::Approve, "ann")
-        .await
-        .unwrap();
-    let decided = store.approvals_changed_since(later, 10).await.unwrap();
-    assert_eq!(decided.len(), 1, "the decision is a change");
-    assert_eq!(decided[0].status, approval_status::APPROVED);
-    assert!(
-        store
-            .approvals_changed_since(now_millis() + 60_000, 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-}
-
 /// The writes an agent's tools make for their task through the fenced handle (an artifact, a PR
 /// attempt, input to a child, a shell job's end) used to go through whether or not the worker
 /// still held the task. A worker that lost its lease now writes none of them; the new holder's

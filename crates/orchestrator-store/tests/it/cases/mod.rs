@@ -14,6 +14,7 @@ use std::collections::HashSet;
 
 mod agent;
 mod automations;
+mod changes;
 mod github;
 mod leases;
 mod records;
@@ -21,6 +22,7 @@ mod tasks;
 
 pub use agent::*;
 pub use automations::*;
+pub use changes::*;
 pub use github::*;
 pub use leases::*;
 pub use records::*;

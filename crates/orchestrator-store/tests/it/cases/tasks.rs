@@ -410,43 +410,6 @@ pub async fn overview_counts_what_ended_and_what_waits(db: &TestStore) {
     );
 }
 
-/// What the live lists follow: tasks by update time, a page at a time by the key (time, id), each
-/// once; a change moves a task after the key.
-pub async fn changed_tasks_are_walked_by_update_time(db: &TestStore) {
-    let store = db.store.clone();
-    let start = now_millis() - 1;
-    let mut ids = Vec::new();
-    for i in 0..5 {
-        ids.push(
-            store
-                .create_task(&NewTask::new(format!("t{i}")))
-                .await
-                .unwrap(),
-        );
-    }
-    let mut seen = Vec::new();
-    let (mut at, mut id) = (start, 0);
-    loop {
-        let page = store.tasks_changed_after(at, id, 2).await.unwrap();
-        if page.is_empty() {
-            break;
-        }
-        assert!(page.len() <= 2);
-        for task in &page {
-            assert!((task.updated_at, task.id.0) > (at, id), "after the key");
-            (at, id) = (task.updated_at, task.id.0);
-            seen.push(task.id);
-        }
-    }
-    assert_eq!(seen, ids, "every task once, in the order they changed");
-    // A change made later comes after the key reached.
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    store.cancel_task(ids[1]).await.unwrap();
-    let after = store.tasks_changed_after(at, id, 10).await.unwrap();
-    assert_eq!(after.len(), 1);
-    assert_eq!((after[0].id, after[0].state), (ids[1], TaskState::Canceled));
-}
-
 /// The repository filter (the checkout a workspace was cloned from, else the workspace), the
 /// repositories it offers, and the gate verdict filter.
 pub async fn task_pages_filter_by_repository_and_gate_verdict(db: &TestStore) {
