@@ -195,7 +195,7 @@ impl Store {
             ])?
             .returning_col(Automations::Id)
             .to_owned();
-        match self.pool.write_returning::<(i64,), _>(&stmt).await {
+        match self.write_one_returning::<(i64,), _>(&stmt).await {
             Ok(_) => self.automation(&spec.name).await,
             Err(e) if is_unique_violation(&e) => Err(Error::DuplicateAutomation(spec.name.clone())),
             Err(e) => Err(e),
@@ -303,7 +303,7 @@ impl Store {
             .value(Automations::UpdatedAt, now_millis())
             .and_where(Expr::col(Automations::Name).eq(name))
             .to_owned();
-        if self.pool.write(&stmt).await? == 0 {
+        if self.write_one(&stmt).await? == 0 {
             return Err(Error::AutomationNotFound(name.to_owned()));
         }
         self.automation(name).await
@@ -329,7 +329,7 @@ impl Store {
             .value(Automations::UpdatedAt, now_millis())
             .and_where(Expr::col(Automations::Name).eq(name))
             .to_owned();
-        if self.pool.write(&stmt).await? == 0 {
+        if self.write_one(&stmt).await? == 0 {
             return Err(Error::AutomationNotFound(name.to_owned()));
         }
         self.automation(name).await
@@ -357,7 +357,7 @@ impl Store {
             .from_table(Automations::Table)
             .and_where(Expr::col(Automations::Name).eq(name))
             .to_owned();
-        if self.pool.write(&stmt).await? == 0 {
+        if self.write_one(&stmt).await? == 0 {
             return Err(Error::AutomationNotFound(name.to_owned()));
         }
         Ok(())

@@ -202,6 +202,35 @@ impl Store {
         }
     }
 
+    /// One write statement of this handle: on its own in the writer queue, or, on a fenced
+    /// handle, in a transaction that first checks the lease.
+    pub(crate) async fn write_one<S: sea_query_sqlx::SqlxBinder>(&self, stmt: &S) -> Result<u64> {
+        let Some(lease) = &self.fence else {
+            return self.pool.write(stmt).await;
+        };
+        let mut tx = self.pool.begin().await?;
+        crate::leases::check_lease(&mut tx, lease, orchestrator_types::now_millis()).await?;
+        let written = tx.execute(stmt).await?;
+        tx.commit().await?;
+        Ok(written)
+    }
+
+    /// [`Store::write_one`] for a write that returns a row.
+    pub(crate) async fn write_one_returning<T, S>(&self, stmt: &S) -> Result<Option<T>>
+    where
+        T: crate::exec::AnyRow,
+        S: sea_query_sqlx::SqlxBinder,
+    {
+        let Some(lease) = &self.fence else {
+            return self.pool.write_returning(stmt).await;
+        };
+        let mut tx = self.pool.begin().await?;
+        crate::leases::check_lease(&mut tx, lease, orchestrator_types::now_millis()).await?;
+        let row = tx.fetch_optional(stmt).await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
     /// Checks the handle's lease, if it has one, inside the write's transaction (see
     /// [`Store::fenced`]).
     pub(crate) async fn check_fence(&self, tx: &mut crate::exec::Tx, now: i64) -> Result<()> {

@@ -354,6 +354,8 @@ impl Store {
             }
         }
         let mut tx = self.pool.begin().await?;
+        // A manual run an agent asked for is fenced by its task's lease (see `Store::fenced`).
+        self.check_fence(&mut tx, now).await?;
         let mut results = Vec::with_capacity(plans.len());
         for plan in plans {
             results.push(record_slot(&mut tx, plan, scheduler, now).await?);

@@ -66,6 +66,7 @@ conformance!(
     changed_approvals_are_walked_in_commit_order,
     migrations_are_idempotent,
     automations_crud_and_unique_names,
+    an_agents_automation_writes_are_fenced_by_its_lease,
     a_slot_is_recorded_once_with_its_tasks,
     concurrent_slots_keep_the_skip_policy,
     cancel_is_not_lost_in_a_requeue,

@@ -19,21 +19,19 @@
 //! author.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use orchestrator_github::{GitHub, RepoRef, sanitize_line};
 use orchestrator_store::{DeliveryClaim, DeliveryInfo, Store};
-use orchestrator_tools::{Decision, TaskScope};
 use orchestrator_types::{NewTask, TaskId};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 mod poll;
 mod process;
 mod rules;
 
-pub use poll::{poll_loop, poll_once};
+pub use poll::poll_loop;
 pub use process::{DeliveryRetry, process_loop};
-pub use rules::{ANY_REPO, TriggerRule};
+pub use rules::TriggerRule;
 use rules::{MAX_TITLE_PART, mentions, same_login, task_of};
 
 /// What a delivery came to.

@@ -1,9 +1,13 @@
 //! The trigger rules, delivery ledger and poller against a fake GitHub on 127.0.0.1.
 
-use super::poll::Cursor;
+use super::poll::{Cursor, poll_once};
 use super::process::STALE_PROCESSING;
+use super::rules::ANY_REPO;
 use super::*;
+use orchestrator_tools::{Decision, TaskScope};
+use serde_json::json;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 #[test]

@@ -260,3 +260,76 @@ pub async fn concurrent_slots_keep_the_skip_policy(db: &TestStore) {
         .count();
     assert_eq!(active, 1);
 }
+
+/// An agent's automation tools (create, update, pause, delete, run now) write through its task's
+/// fenced handle: a worker that lost the task changes no automation and fires no manual slot.
+pub async fn an_agents_automation_writes_are_fenced_by_its_lease(db: &TestStore) {
+    use orchestrator_store::{Lease, NextFire, SOURCE_CLI, SlotDecision, SlotPlan};
+    use orchestrator_types::{AutomationStatus, Overlap, SlotKind};
+    let store = db.store.clone();
+    let next = NextFire {
+        slot_at: Some(10_000),
+        fire_at: Some(10_000),
+    };
+    let kept = store
+        .create_automation(&automation_spec("kept"), SOURCE_CLI, None, next)
+        .await
+        .unwrap();
+    let id = store
+        .create_task(&NewTask::new("agent").with_gate("true"))
+        .await
+        .unwrap();
+    let (_, lease) = store
+        .claim("w", &queues(), 1, 60_000)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(lease.task_id, id);
+    let lost = store.fenced(&Lease {
+        task_id: id,
+        epoch: lease.epoch + 1,
+    });
+    fn stale<T: std::fmt::Debug>(r: Result<T, Error>) {
+        assert!(matches!(r, Err(Error::StaleLease { .. })), "{r:?}");
+    }
+    stale(
+        lost.create_automation(&automation_spec("new"), SOURCE_CLI, None, next)
+            .await,
+    );
+    let mut changed = automation_spec("kept");
+    changed.schedule = "0 4 * * *".into();
+    stale(lost.update_automation("kept", &changed, None, next).await);
+    stale(
+        lost.set_automation_status("kept", AutomationStatus::Paused, next, None)
+            .await,
+    );
+    stale(lost.delete_automation("kept").await);
+    let spec = automation_spec("kept");
+    let plan = SlotPlan {
+        automation_id: kept.id,
+        slot_at: now_millis(),
+        kind: SlotKind::Manual,
+        decision: SlotDecision::Fire {
+            overlap: Overlap::Allow,
+            tasks: vec![spec.task_for("/tmp", "x", None)],
+        },
+    };
+    stale(
+        lost.fire_slots(std::slice::from_ref(&plan), &[], "w", now_millis())
+            .await,
+    );
+    // Nothing changed, nothing fired; the holder's handle may.
+    let all = store.list_automations().await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].status, AutomationStatus::Active);
+    assert_eq!(all[0].spec.schedule, "0 3 * * *");
+    assert_eq!(store.count_slots(kept.id).await.unwrap(), 0);
+    let held = store.fenced(&lease);
+    held.fire_slots(&[plan], &[], "w", now_millis())
+        .await
+        .unwrap();
+    assert_eq!(store.count_slots(kept.id).await.unwrap(), 1);
+    held.set_automation_status("kept", AutomationStatus::Paused, next, None)
+        .await
+        .unwrap();
+}
