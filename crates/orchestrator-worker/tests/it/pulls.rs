@@ -459,3 +459,87 @@ async fn pull_requests_are_refused_without_the_evidence_or_over_other_content() 
     assert!(github.pulls(REPO).is_empty());
     assert_eq!(github.requests_to("POST", "/git/").len(), sent);
 }
+
+/// Two stores (staging and production) that work on one repository number their tasks and
+/// attempts alike: each opens its own pull request, and neither takes the other's for its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_repository_do_not_find_each_others_pull_requests() {
+    let staging = orchestrator_test_support::sqlite_store().await;
+    let production = orchestrator_test_support::sqlite_store().await;
+    let home = tempfile::tempdir().unwrap();
+    let (_dir, repo) = git_repo(&[("src/lib.rs", "41\n")]);
+    let github = FakeGitHub::start().await;
+    github.seed_git(REPO, &repo);
+    std::fs::write(repo.join("src/lib.rs"), "42\n").unwrap();
+    let mut texts = Vec::new();
+    for db in [&staging, &production] {
+        let agent = Agent::start(
+            &db.store,
+            &repo,
+            home.path(),
+            &github,
+            "test -f src/lib.rs",
+            true,
+        )
+        .await;
+        let attempt = agent.gated_attempt("42").await;
+        assert_eq!((agent.task.0, attempt), (1, 1), "both stores number alike");
+        texts.push(
+            agent
+                .ok("pr_open", json!({"attempt_id": attempt, "repo": REPO}))
+                .await,
+        );
+    }
+    for text in &texts {
+        assert!(text.starts_with("Opened"), "{texts:?}");
+    }
+    let pulls = github.pulls(REPO);
+    assert_eq!(pulls.len(), 2, "one pull request per store: {texts:?}");
+    assert_ne!(branch_of(&texts[0]), branch_of(&texts[1]));
+    assert_ne!(pulls[0].body, pulls[1].body, "their markers differ");
+}
+
+/// A pull request a person closed is reported as closed: not found as if open, not reopened, and
+/// no second one is opened in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_pull_request_is_reported_as_closed_and_nothing_is_opened_again() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let store = &db.store;
+    let home = tempfile::tempdir().unwrap();
+    let (_dir, repo) = git_repo(&[("src/lib.rs", "41\n")]);
+    let github = FakeGitHub::start().await;
+    github.seed_git(REPO, &repo);
+    let agent = Agent::start(
+        store,
+        &repo,
+        home.path(),
+        &github,
+        "test -f src/lib.rs",
+        true,
+    )
+    .await;
+    std::fs::write(repo.join("src/lib.rs"), "42\n").unwrap();
+    let attempt = agent.gated_attempt("42").await;
+    let args = json!({"attempt_id": attempt, "repo": REPO});
+    let text = agent.ok("pr_open", args.clone()).await;
+    assert!(text.starts_with("Opened"), "{text}");
+    let number = github.pulls(REPO)[0].number;
+    github.close(REPO, number);
+    let writes = github.requests().len();
+
+    let text = agent.refused("pr_open", args.clone()).await;
+    assert!(
+        text.contains(&format!("#{number}")) && text.contains("closed"),
+        "{text}"
+    );
+    assert!(!text.contains("Found"), "{text}");
+    let pulls = github.pulls(REPO);
+    assert_eq!(pulls.len(), 1, "nothing opened in its place");
+    assert_eq!(pulls[0].state, "closed", "nothing reopened");
+    let written: Vec<_> = github.requests()[writes..]
+        .iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(written.is_empty(), "nothing was written: {written:?}");
+}
