@@ -35,6 +35,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(5, "0005_automation_error"),
     migration!(6, "0006_delivery_queue"),
     migration!(7, "0007_dashboard"),
+    migration!(8, "0008_store_identity"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

@@ -63,6 +63,7 @@ conformance!(
     title_search_is_the_same_for_common_and_rare_texts,
     approvals_changed_since_a_time_are_found,
     migrations_are_idempotent,
+    a_store_has_one_identity_for_life,
     automations_crud_and_unique_names,
     a_slot_is_recorded_once_with_its_tasks,
     concurrent_slots_keep_the_skip_policy,
@@ -215,4 +216,15 @@ async fn a_postgres_store_holding_a_nul_escape_in_a_spec_upgrades_through_0007()
     let kept = store.get_task(orchestrator_types::TaskId(1)).await.unwrap();
     assert_eq!(kept.title, "pasted output");
     store.close().await;
+}
+
+/// Two stores are two identities, so their marks on a shared repository differ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_have_two_identities() {
+    let one = orchestrator_test_support::sqlite_store().await;
+    let other = orchestrator_test_support::sqlite_store().await;
+    assert_ne!(
+        one.store.identity().await.unwrap(),
+        other.store.identity().await.unwrap()
+    );
 }
