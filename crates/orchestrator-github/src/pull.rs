@@ -331,7 +331,10 @@ impl GitHub {
     ) -> ApiResult<Option<PullRequest>> {
         let pulls: Vec<PullRequest> = self
             .get_list(
-                &format!("/repos/{repo}/pulls?state=all&head={}:{}", repo.owner, branch),
+                &format!(
+                    "/repos/{repo}/pulls?state=all&head={}:{}",
+                    repo.owner, branch
+                ),
                 &format!("the pull requests from {branch} on {repo}"),
             )
             .await?;

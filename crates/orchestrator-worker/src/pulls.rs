@@ -165,7 +165,10 @@ pub fn branch_name(attempt: &Attempt, store: &str) -> String {
 
 /// The hidden marker only the attempt's pull request body holds: the attempt and the store.
 pub fn pull_marker(attempt: &Attempt, store: &str) -> String {
-    format!("<!-- orchestrator:pr-attempt-{} store:{store} -->", attempt.id)
+    format!(
+        "<!-- orchestrator:pr-attempt-{} store:{store} -->",
+        attempt.id
+    )
 }
 
 /// The branch and marker versions before the store's identity used, which name only the numbers.

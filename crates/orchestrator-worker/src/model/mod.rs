@@ -44,7 +44,6 @@ mod wire;
 pub use window::{DEFAULT_WINDOW, Window, WindowSource, known_window};
 
 pub use client::{ModelClient, takes_cache_key};
-pub use servers::KnownServers;
 pub use error::ModelError;
 #[allow(
     unused_imports,
@@ -52,6 +51,7 @@ pub use error::ModelError;
 )]
 use error::*;
 use error::{is_about_the_request, is_overflow};
+pub use servers::KnownServers;
 use stream::*;
 
 use std::collections::BTreeMap;

@@ -155,7 +155,10 @@ async fn a_200_with_an_empty_body_fails_at_once_as_an_empty_reply() {
         assert_eq!(error.cause(), "empty_reply");
         let streamed: Vec<bool> = server.received().iter().map(|r| r.is_streaming()).collect();
         let expected: &[bool] = if stream { &[true, false] } else { &[false] };
-        assert_eq!(streamed, expected, "asked again unstreamed only, not retried");
+        assert_eq!(
+            streamed, expected,
+            "asked again unstreamed only, not retried"
+        );
     }
 }
 
@@ -231,8 +234,14 @@ async fn an_overflow_is_diagnosed_from_the_answer_that_says_so() {
         .complete(&[ChatMessage::user("hi")], &tools(), None)
         .await
         .unwrap_err();
-    assert!(matches!(error, ModelError::ContextOverflow { .. }), "{error:?}");
-    assert!(error.to_string().contains("exceed context window"), "{error}");
+    assert!(
+        matches!(error, ModelError::ContextOverflow { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("exceed context window"),
+        "{error}"
+    );
     assert_eq!(server.request_count(), 2);
 }
 

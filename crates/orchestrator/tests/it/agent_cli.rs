@@ -152,11 +152,7 @@ fn run_against_llama_cpp_python_works_without_flags() {
         std::fs::read_to_string(ws.path().join("greeting.txt")).unwrap(),
         "hello world\n"
     );
-    let streamed: Vec<bool> = model
-        .received()
-        .iter()
-        .map(Request::is_streaming)
-        .collect();
+    let streamed: Vec<bool> = model.received().iter().map(Request::is_streaming).collect();
     assert_eq!(streamed[..2], [true, false], "{streamed:?}");
     assert!(
         streamed[2..].iter().all(|s| !s),
