@@ -18,6 +18,12 @@ use tokio::sync::OnceCell;
 #[derive(Clone, Default)]
 pub struct KnownServers(Arc<Inner>);
 
+/// An answer asked once and shared by whoever waits for it.
+type Once<T> = Arc<OnceCell<T>>;
+
+/// A server's root and a model's name.
+type RootAndModel = (String, String);
+
 #[derive(Default)]
 struct Inner {
     /// Base URLs that answered a streamed request carrying tools with an empty 200 and the same
@@ -26,9 +32,9 @@ struct Inner {
     /// Base URLs that answered that way a streamed request without tools: nothing is streamed.
     no_streaming: Mutex<HashSet<String>>,
     /// By server root: whether it answers `GET /api/version` as Ollama does, asked once.
-    ollama: Mutex<HashMap<String, Arc<OnceCell<bool>>>>,
+    ollama: Mutex<HashMap<String, Once<bool>>>,
     /// By server root and model: the window Ollama's `/api/show` gave, asked once.
-    ollama_windows: Mutex<HashMap<(String, String), Arc<OnceCell<Option<u64>>>>>,
+    ollama_windows: Mutex<HashMap<RootAndModel, Once<Option<u64>>>>,
 }
 
 impl KnownServers {
@@ -56,7 +62,7 @@ impl KnownServers {
     }
 
     /// The cell that holds whether the server at `root` is Ollama; the first to get it asks.
-    pub(super) fn ollama(&self, root: &str) -> Arc<OnceCell<bool>> {
+    pub(super) fn ollama(&self, root: &str) -> Once<bool> {
         self.0
             .ollama
             .lock()
@@ -67,7 +73,7 @@ impl KnownServers {
     }
 
     /// The cell that holds the window Ollama at `root` gave for `model`.
-    pub(super) fn ollama_window(&self, root: &str, model: &str) -> Arc<OnceCell<Option<u64>>> {
+    pub(super) fn ollama_window(&self, root: &str, model: &str) -> Once<Option<u64>> {
         self.0
             .ollama_windows
             .lock()
