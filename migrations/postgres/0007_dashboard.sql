@@ -8,7 +8,13 @@ ALTER TABLE automations ADD COLUMN status_note TEXT;
 -- The checkout a task works on (the one its workspace was cloned from, else its workspace): the
 -- dashboard's repository filter.
 ALTER TABLE tasks ADD COLUMN repository TEXT;
-UPDATE tasks SET repository = COALESCE(spec::jsonb ->> 'worktree_of', workspace);
+-- A spec is serde_json's text, which writes a NUL of a prompt as the escape \u0000; PostgreSQL's JSON
+-- types refuse that escape, so it is read as U+FFFD here (as the store keeps NULs of plain text).
+-- Amended after landing: the first text cast spec::jsonb as is and stopped the upgrade of a store
+-- holding such a spec (the whole migration rolled back, so no store is at version 7 through it);
+-- on every other store both texts fill the same values.
+UPDATE tasks SET repository =
+    COALESCE(replace(spec, E'\\u0000', E'\\uFFFD')::jsonb ->> 'worktree_of', workspace);
 CREATE INDEX tasks_by_repository ON tasks (repository, id) WHERE repository IS NOT NULL;
 -- Title search: a trigram index of the lower-cased titles (pg_trgm, shipped with PostgreSQL and
 -- trusted, so any owner of the database may create it), which the planner uses for a search that

@@ -34,6 +34,8 @@ pub use models::{
     RepoRef, User,
 };
 pub use patch::{ChangedFile, FileStatus, Preflight, RecordedPatch, preflight, record};
-pub use pull::{OpenedPull, PreparedTree, PullOutcome, PullSpec, TreeChange, prepare_tree};
+pub use pull::{
+    LegacyMarker, OpenedPull, PreparedTree, PullOutcome, PullSpec, TreeChange, prepare_tree,
+};
 pub use text::{sanitize_line, sanitize_untrusted, sanitize_verbatim};
 pub use webhook::{SignatureCheck, SignatureError, sign, verify_signature};

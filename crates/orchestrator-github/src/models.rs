@@ -188,6 +188,9 @@ pub struct PullRequest {
     pub draft: Option<bool>,
     #[serde(default)]
     pub merged: Option<bool>,
+    /// When it was merged; the list of pull requests says so here rather than in `merged`.
+    #[serde(default)]
+    pub merged_at: Option<String>,
     #[serde(default)]
     pub additions: Option<u64>,
     #[serde(default)]

@@ -17,9 +17,12 @@
 //! deletion and an addition), executable bits and symlinks come through byte for byte.
 //!
 //! A retry after a timeout must not open a second pull request. The branch name is derived from the
-//! attempt, and the body carries a hidden marker: a pull request from the branch whose body holds
-//! the marker is the one opened before, and a branch that already holds exactly the attempt's tree
-//! is reused. A branch holding anything else is refused, never overwritten.
+//! attempt and the store, and the body carries a hidden marker naming both: a pull request from the
+//! branch whose body holds the marker is the one opened before, and a branch that already holds
+//! exactly the attempt's tree is reused. A branch holding anything else is refused, never
+//! overwritten. A marked pull request that was closed is reported as closed: it is not reopened,
+//! and no other is opened in its place, since a person closed it for a reason only a person can
+//! take back.
 
 use std::path::Path;
 
@@ -148,6 +151,20 @@ pub struct PullSpec<'a> {
     pub marker: &'a str,
     pub draft: bool,
     pub commit_message: &'a str,
+    /// How an older version marked the same attempt's pull request, if it may have opened one.
+    pub legacy: Option<LegacyMarker<'a>>,
+}
+
+/// The branch and marker of an older version, which named only the attempt's number: another
+/// store's attempt of the same number carries the same, so a pull request that holds them counts
+/// as this attempt's only when its number is one the caller knows it opened (the store's record of
+/// its own writes).
+#[derive(Debug, Clone)]
+pub struct LegacyMarker<'a> {
+    pub branch: &'a str,
+    pub marker: &'a str,
+    /// The pull requests the caller's records say it opened for the attempt with this marker.
+    pub numbers: &'a [u64],
 }
 
 /// How the pull request came to be.
@@ -161,6 +178,9 @@ pub enum PullOutcome {
     BranchReused,
     /// A pull request with the marker existed already: nothing was written.
     Found,
+    /// A pull request with the marker existed and is closed (or merged): nothing was written, and
+    /// it is neither reopened nor opened again.
+    Closed,
 }
 
 /// An opened (or found) pull request.
@@ -173,6 +193,8 @@ pub struct OpenedPull {
     pub commit: String,
     pub tree: String,
     pub draft: bool,
+    /// Whether it was merged (only a closed one can be).
+    pub merged: bool,
     pub outcome: PullOutcome,
 }
 
@@ -222,7 +244,7 @@ impl GitHub {
         }
         let what = format!("the pull request from {} on {repo}", spec.branch);
         if let Some(found) = self.marked_pull(spec).await? {
-            return Ok(opened(found, tree, spec, PullOutcome::Found));
+            return Ok(found_again(found, tree, spec));
         }
         let base_branch = match spec.base_branch {
             Some(b) => b.to_owned(),
@@ -274,7 +296,7 @@ impl GitHub {
             // call (or this one) if a pull request from the branch carries the marker.
             Err(e @ (ApiError::Invalid { .. } | ApiError::WriteUncertain { .. })) => {
                 match self.marked_pull(spec).await {
-                    Ok(Some(found)) => Ok(opened(found, tree, spec, PullOutcome::Found)),
+                    Ok(Some(found)) => Ok(found_again(found, tree, spec)),
                     _ => Err(e),
                 }
             }
@@ -282,21 +304,48 @@ impl GitHub {
         }
     }
 
-    /// A pull request from `spec.branch`, open or closed, whose body holds the marker.
+    /// The attempt's pull request, open or closed: one from `spec.branch` whose body holds the
+    /// marker, else one an older version opened (see [`LegacyMarker`]). An open one wins over a
+    /// closed one, should a person have opened another from the same branch.
     async fn marked_pull(&self, spec: &PullSpec<'_>) -> ApiResult<Option<PullRequest>> {
-        let repo = spec.repo;
+        let found = self
+            .pull_from(spec.repo, spec.branch, |p| body_holds(p, spec.marker))
+            .await?;
+        match (&found, &spec.legacy) {
+            (None, Some(legacy)) if !legacy.numbers.is_empty() => {
+                self.pull_from(spec.repo, legacy.branch, |p| {
+                    legacy.numbers.contains(&p.number) && body_holds(p, legacy.marker)
+                })
+                .await
+            }
+            _ => Ok(found),
+        }
+    }
+
+    /// A pull request from `branch` that `wanted` accepts, open ones first.
+    async fn pull_from(
+        &self,
+        repo: &RepoRef,
+        branch: &str,
+        wanted: impl Fn(&PullRequest) -> bool,
+    ) -> ApiResult<Option<PullRequest>> {
         let pulls: Vec<PullRequest> = self
             .get_list(
                 &format!(
                     "/repos/{repo}/pulls?state=all&head={}:{}",
-                    repo.owner, spec.branch
+                    repo.owner, branch
                 ),
-                &format!("the pull requests from {} on {repo}", spec.branch),
+                &format!("the pull requests from {branch} on {repo}"),
             )
             .await?;
-        Ok(pulls.into_iter().find(|p| {
-            p.head.name == spec.branch && p.body.as_deref().is_some_and(|b| b.contains(spec.marker))
-        }))
+        let mut ours = pulls
+            .into_iter()
+            .filter(|p| p.head.name == branch && wanted(p));
+        let first = ours.next();
+        Ok(match first {
+            Some(p) if p.state != "open" => Some(ours.find(|p| p.state == "open").unwrap_or(p)),
+            other => other,
+        })
     }
 
     /// The commit a branch points at, or `None` when there is no such branch.
@@ -419,6 +468,20 @@ fn base_missing(e: ApiError, tree: &PreparedTree, repo: &RepoRef) -> ApiError {
     }
 }
 
+fn body_holds(pull: &PullRequest, marker: &str) -> bool {
+    pull.body.as_deref().is_some_and(|b| b.contains(marker))
+}
+
+/// A pull request found by its marker: found if open, closed otherwise.
+fn found_again(pull: PullRequest, tree: &PreparedTree, spec: &PullSpec<'_>) -> OpenedPull {
+    let outcome = if pull.state == "open" {
+        PullOutcome::Found
+    } else {
+        PullOutcome::Closed
+    };
+    opened(pull, tree, spec, outcome)
+}
+
 fn opened(
     pull: PullRequest,
     tree: &PreparedTree,
@@ -428,11 +491,13 @@ fn opened(
     OpenedPull {
         number: pull.number,
         url: pull.html_url,
-        branch: spec.branch.to_owned(),
+        // The pull request's own branch: an older version's, when it was found by its marker.
+        branch: pull.head.name,
         base_branch: pull.base.name,
         commit: pull.head.sha,
         tree: tree.tree.clone(),
         draft: pull.draft.unwrap_or(spec.draft),
+        merged: pull.merged.unwrap_or(false) || pull.merged_at.is_some(),
         outcome,
     }
 }

@@ -21,6 +21,7 @@ mod error;
 mod events;
 mod exec;
 mod gates;
+mod identity;
 mod leases;
 mod migrate;
 mod shell_jobs;

@@ -36,6 +36,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(6, "0006_delivery_queue"),
     migration!(7, "0007_dashboard"),
     migration!(8, "0008_change_order"),
+    migration!(9, "0009_store_identity"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

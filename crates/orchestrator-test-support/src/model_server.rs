@@ -123,6 +123,12 @@ pub struct Quirks {
     /// bytes of its messages' and tools' JSON to a token) gets llama.cpp's 400
     /// `exceed_context_size_error`, usage reports that count, and `GET /props` says N.
     pub context_window: Option<u64>,
+    /// llama-cpp-python (0.3.36 with `chatml-function-calling`): a streamed request that carries
+    /// tools gets 200 and an empty body; the same request unstreamed gets its reply.
+    pub empty_streamed_tools: bool,
+    /// Ollama with a model file that sets `num_ctx N`: `GET /api/version` answers Ollama's
+    /// version, and `POST /api/show` the model's parameters with `num_ctx N`.
+    pub ollama_num_ctx: Option<u64>,
 }
 
 impl Quirks {
@@ -133,6 +139,17 @@ impl Quirks {
             ignore_tools_without_tool_choice: true,
             refuse_malformed_history: true,
             context_window: None,
+            empty_streamed_tools: false,
+            ollama_num_ctx: None,
+        }
+    }
+
+    /// llama-cpp-python's server as it runs out of the box: every quirk of [`Quirks::real_servers`]
+    /// and the empty answer to a streamed request with tools.
+    pub fn llama_cpp_python() -> Quirks {
+        Quirks {
+            empty_streamed_tools: true,
+            ..Quirks::real_servers()
         }
     }
 }
@@ -247,6 +264,8 @@ struct Shared {
     received: Mutex<Vec<Request>>,
     /// Requests refused because they did not fit the `context_window` quirk.
     oversized: std::sync::atomic::AtomicUsize,
+    /// `METHOD /path` of every request to another path than the completions endpoint.
+    probes: Mutex<Vec<String>>,
 }
 
 /// The tokens of the prefix `request` shares with `previous`: the tools when they are the same
@@ -345,11 +364,18 @@ impl ScriptedModel {
             quirks,
             received: Mutex::new(Vec::new()),
             oversized: std::sync::atomic::AtomicUsize::new(0),
+            probes: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
             .route("/props", axum::routing::get(props))
+            .route("/api/version", axum::routing::get(ollama_version))
+            .route("/api/show", post(ollama_show))
             .fallback(not_found)
+            .layer(axum::middleware::from_fn_with_state(
+                shared.clone(),
+                record_probe,
+            ))
             .with_state(shared.clone());
         let (stop_tx, stop_rx) = oneshot::channel();
         let model = ScriptedModel {
@@ -389,6 +415,29 @@ impl ScriptedModel {
     pub fn request_count(&self) -> usize {
         self.shared.received.lock().unwrap().len()
     }
+
+    /// `METHOD /path` of every request to another path than `/v1/chat/completions` (discovery of
+    /// the context window, Ollama's endpoints, ...), in order of arrival.
+    pub fn probes(&self) -> Vec<String> {
+        self.shared.probes.lock().unwrap().clone()
+    }
+}
+
+/// Notes every request that is not a completion, for [`ScriptedModel::probes`].
+async fn record_probe(
+    State(shared): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = request.uri().path().to_owned();
+    if path != "/v1/chat/completions" {
+        shared
+            .probes
+            .lock()
+            .unwrap()
+            .push(format!("{} {path}", request.method()));
+    }
+    next.run(request).await
 }
 
 fn in_order(replies: Vec<Reply>) -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
@@ -416,6 +465,29 @@ async fn props(State(shared): State<Arc<Shared>>) -> Response {
         Some(n_ctx) => json_response(
             StatusCode::OK,
             json!({"default_generation_settings": {"n_ctx": n_ctx}, "total_slots": 1}).to_string(),
+        ),
+        None => not_found().await,
+    }
+}
+
+/// Ollama's `GET /api/version`, when the server answers as Ollama.
+async fn ollama_version(State(shared): State<Arc<Shared>>) -> Response {
+    match shared.quirks.ollama_num_ctx {
+        Some(_) => json_response(StatusCode::OK, json!({"version": "0.6.2"}).to_string()),
+        None => not_found().await,
+    }
+}
+
+/// Ollama's `POST /api/show`: the model file's parameters, `num_ctx` among them.
+async fn ollama_show(State(shared): State<Arc<Shared>>) -> Response {
+    match shared.quirks.ollama_num_ctx {
+        Some(num_ctx) => json_response(
+            StatusCode::OK,
+            json!({
+                "parameters": format!("temperature 0.2\nnum_ctx {num_ctx}"),
+                "model_info": {"general.architecture": "qwen2", "qwen2.context_length": 32768},
+            })
+            .to_string(),
         ),
         None => not_found().await,
     }
@@ -483,6 +555,12 @@ async fn completions(
     }
     if let Some(refusal) = refuse(shared.quirks, &request) {
         return refusal;
+    }
+    if shared.quirks.empty_streamed_tools
+        && request.is_streaming()
+        && !request.tool_names().is_empty()
+    {
+        return respond(&request, Reply::EmptyBody, false).await;
     }
     let reply = (shared.handler)(&request);
     let ignore_tools =

@@ -7,17 +7,21 @@
 //! recorded gates are (the runs whose git tree equalled the worktree the patch was taken from).
 //! The newest run of each gate among them decides, so a pass followed by a failure does not count.
 //!
-//! A retry must find what an earlier call made: the branch is named after the task and the attempt,
-//! and the body carries a hidden marker naming the attempt, so [`open_pull`] finds the pull
-//! request, or a branch that holds the attempt's tree, instead of opening a second one.
+//! A retry must find what an earlier call made: the branch is named after the task, the attempt and
+//! the store, and the body carries a hidden marker naming the attempt and the store's identity, so
+//! [`open_pull`] finds the pull request, or a branch that holds the attempt's tree, instead of
+//! opening a second one. The store's identity is what keeps two stores (staging and production)
+//! on one repository apart: their task and attempt numbers are alike. A marked pull request found
+//! closed is a refusal ([`PullError::Closed`]): nothing is reopened or opened in its place.
 
 use std::path::Path;
 
 use orchestrator_github::{
-    ApiError, GitHub, OpenedPull, PreparedTree, PullOutcome, PullSpec, RepoRef, prepare_tree,
+    ApiError, GitHub, LegacyMarker, OpenedPull, PreparedTree, PullOutcome, PullSpec, RepoRef,
+    prepare_tree,
 };
 use orchestrator_store::{Attempt, Store, Task};
-use orchestrator_types::{GateRecord, Verdict};
+use orchestrator_types::{EventKind, GateRecord, Verdict};
 use serde_json::{Value, json};
 
 use crate::attempts::AttemptError;
@@ -42,6 +46,16 @@ pub enum PullError {
         attempt: i64,
         missing: String,
     },
+    #[error(
+        "pull request #{number} of attempt {attempt} ({url}) was {how}; it is neither reopened nor opened again: a person reopens it on GitHub, or decides what comes next"
+    )]
+    Closed {
+        attempt: i64,
+        number: u64,
+        url: String,
+        /// `closed` or `merged`.
+        how: &'static str,
+    },
     /// The local git work: no repository, a base the repository lacks, a patch that does not apply.
     #[error(transparent)]
     Attempt(#[from] AttemptError),
@@ -58,7 +72,8 @@ impl PullError {
         match self {
             PullError::NotSelected(_)
             | PullError::NoGates(_)
-            | PullError::GatesNotPassed { .. } => true,
+            | PullError::GatesNotPassed { .. }
+            | PullError::Closed { .. } => true,
             PullError::Attempt(e) => !matches!(e, AttemptError::Store(_)),
             PullError::Api(e) => !e.is_retryable() && !matches!(e, ApiError::WriteUncertain { .. }),
             PullError::Store(_) => false,
@@ -118,6 +133,7 @@ impl AttemptPull {
             PullOutcome::Opened => "Opened",
             PullOutcome::BranchReused => "Opened (on the branch an earlier call had pushed)",
             PullOutcome::Found => "Found the pull request an earlier call opened",
+            PullOutcome::Closed => "Found closed the pull request an earlier call opened",
         };
         format!(
             "{verb}{} pull request #{} on {}: {} (branch {} into {}, attempt {}, gates {})",
@@ -137,17 +153,60 @@ impl AttemptPull {
     }
 }
 
-/// The branch an attempt's pull request comes from.
-pub fn branch_name(attempt: &Attempt) -> String {
+/// The branch an attempt's pull request comes from, in the store whose identity is `store`: the
+/// first eight digits of it are enough to keep the stores that share a repository apart.
+pub fn branch_name(attempt: &Attempt, store: &str) -> String {
+    let short: String = store.chars().take(8).collect();
+    format!(
+        "orchestrator/task-{}-attempt-{}-{short}",
+        attempt.task_id.0, attempt.id
+    )
+}
+
+/// The hidden marker only the attempt's pull request body holds: the attempt and the store.
+pub fn pull_marker(attempt: &Attempt, store: &str) -> String {
+    format!(
+        "<!-- orchestrator:pr-attempt-{} store:{store} -->",
+        attempt.id
+    )
+}
+
+/// The branch and marker versions before the store's identity used, which name only the numbers.
+/// A pull request carrying them may be another store's, so it counts as this attempt's only when
+/// this store's own events record opening it (a `pr_opened` write of this attempt on this
+/// repository with its number): a retry across the upgrade finds its pull request, and a
+/// neighbour's is never taken for ours. Without such a record the attempt gets a pull request of
+/// its own, under the new branch and marker.
+fn legacy_branch_name(attempt: &Attempt) -> String {
     format!(
         "orchestrator/task-{}-attempt-{}",
         attempt.task_id.0, attempt.id
     )
 }
 
-/// The hidden marker only the attempt's pull request body holds.
-pub fn pull_marker(attempt: &Attempt) -> String {
+fn legacy_pull_marker(attempt: &Attempt) -> String {
     format!("<!-- orchestrator:pr-attempt-{} -->", attempt.id)
+}
+
+/// The pull requests this store recorded opening (or finding) for `attempt` on `repo`.
+async fn recorded_pulls(
+    store: &Store,
+    task: &Task,
+    attempt: &Attempt,
+    repo: &RepoRef,
+) -> Result<Vec<u64>, PullError> {
+    let repo = repo.to_string();
+    Ok(store
+        .events_of_kind(task.id, EventKind::GithubWrite)
+        .await?
+        .into_iter()
+        .filter(|e| {
+            e.data["action"] == "pr_opened"
+                && e.data["attempt"].as_i64() == Some(attempt.id)
+                && e.data["repo"].as_str() == Some(repo.as_str())
+        })
+        .filter_map(|e| e.data["number"].as_u64())
+        .collect())
 }
 
 /// Checks everything but the approval: the attempt is its task's and selected, and each gate a
@@ -222,8 +281,12 @@ pub async fn open_pull(
 ) -> Result<AttemptPull, PullError> {
     let gates = pull_guard(store, task, attempt).await?;
     let tree = attempt_tree(store, attempt, dir).await?;
-    let branch = branch_name(attempt);
-    let marker = pull_marker(attempt);
+    let identity = store.identity().await?;
+    let branch = branch_name(attempt, &identity);
+    let marker = pull_marker(attempt, &identity);
+    let legacy_branch = legacy_branch_name(attempt);
+    let legacy_marker = legacy_pull_marker(attempt);
+    let recorded = recorded_pulls(store, task, attempt, &plan.repo).await?;
     let body = pull_body(task, attempt, &gates, plan, &marker);
     let title = plan
         .title
@@ -246,9 +309,22 @@ pub async fn open_pull(
                 marker: &marker,
                 draft: plan.draft,
                 commit_message: &commit_message,
+                legacy: Some(LegacyMarker {
+                    branch: &legacy_branch,
+                    marker: &legacy_marker,
+                    numbers: &recorded,
+                }),
             },
         )
         .await?;
+    if pull.outcome == PullOutcome::Closed {
+        return Err(PullError::Closed {
+            attempt: attempt.id,
+            number: pull.number,
+            url: pull.url,
+            how: if pull.merged { "merged" } else { "closed" },
+        });
+    }
     Ok(AttemptPull {
         pull,
         repo: plan.repo.clone(),

@@ -65,6 +65,7 @@ conformance!(
     title_search_is_the_same_for_common_and_rare_texts,
     changed_approvals_are_walked_in_commit_order,
     migrations_are_idempotent,
+    a_store_has_one_identity_for_life,
     automations_crud_and_unique_names,
     an_agents_automation_writes_are_fenced_by_its_lease,
     a_slot_is_recorded_once_with_its_tasks,
@@ -149,4 +150,84 @@ async fn a_foreground_task_that_cannot_be_claimed_is_not_left_queued() {
         .await
         .unwrap();
     assert!(left.is_empty(), "a task was left behind: {left:?}");
+}
+
+/// Migration 0007 fills `tasks.repository` from each task's spec. serde_json writes a NUL of a
+/// prompt as the escape `\u0000`, which the store keeps as text, but PostgreSQL's `jsonb` (and
+/// `json`'s operators) refuse it: a store holding one must still upgrade, and keep its task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_store_holding_a_nul_escape_in_a_spec_upgrades_through_0007() {
+    use sqlx::Connection;
+    if orchestrator_test_support::postgres_skipped() {
+        return;
+    }
+    let url = orchestrator_test_support::fresh_postgres_url().await;
+    let mut raw = sqlx::PgConnection::connect(&url).await.unwrap();
+    // The schema as an orchestrator of version 6 left it, with its ledger.
+    let before_0007 = [
+        include_str!("../../../../migrations/postgres/0001_core.sql"),
+        include_str!("../../../../migrations/postgres/0002_automations.sql"),
+        include_str!("../../../../migrations/postgres/0003_agent.sql"),
+        include_str!("../../../../migrations/postgres/0004_github.sql"),
+        include_str!("../../../../migrations/postgres/0005_automation_error.sql"),
+        include_str!("../../../../migrations/postgres/0006_delivery_queue.sql"),
+    ];
+    sqlx::raw_sql(
+        "CREATE TABLE orchestrator_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, \
+         applied_at BIGINT NOT NULL)",
+    )
+    .execute(&mut raw)
+    .await
+    .unwrap();
+    for (n, sql) in before_0007.iter().enumerate() {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(*sql))
+            .execute(&mut raw)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO orchestrator_migrations VALUES ($1, $2, 0)")
+            .bind(n as i64 + 1)
+            .bind(format!("{:04}", n + 1))
+            .execute(&mut raw)
+            .await
+            .unwrap();
+    }
+    let mut task = orchestrator_types::NewTask::agent("pasted output", "see: a.rs\0b.rs\0");
+    task.workspace = Some("/work/clone".into());
+    task.worktree_of = Some("/src/checkout".into());
+    let spec = serde_json::to_string(&task).unwrap();
+    assert!(spec.contains(r"\u0000"), "{spec}");
+    sqlx::query(
+        "INSERT INTO tasks (title, prompt, spec, workspace, state, queue, priority, \
+         max_attempts, run_after, created_at, updated_at) \
+         VALUES ('pasted output', $1, $2, '/work/clone', 'queued', 'default', 0, 1, 0, 0, 0)",
+    )
+    .bind("see: a.rs\u{FFFD}b.rs\u{FFFD}")
+    .bind(&spec)
+    .execute(&mut raw)
+    .await
+    .unwrap();
+    raw.close().await.unwrap();
+
+    let store = Store::open(&url, &orchestrator_store::StoreOptions::default())
+        .await
+        .expect("the upgrade through 0007 goes past the NUL");
+    assert_eq!(
+        store.repositories(10).await.unwrap(),
+        ["/src/checkout"],
+        "the task's repository is its checkout, as for any other task"
+    );
+    let kept = store.get_task(orchestrator_types::TaskId(1)).await.unwrap();
+    assert_eq!(kept.title, "pasted output");
+    store.close().await;
+}
+
+/// Two stores are two identities, so their marks on a shared repository differ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_have_two_identities() {
+    let one = orchestrator_test_support::sqlite_store().await;
+    let other = orchestrator_test_support::sqlite_store().await;
+    assert_ne!(
+        one.store.identity().await.unwrap(),
+        other.store.identity().await.unwrap()
+    );
 }

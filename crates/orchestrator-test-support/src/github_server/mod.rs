@@ -471,6 +471,20 @@ impl FakeGitHub {
         self.with(|i| i.repos[repo].issues[&number].clone())
     }
 
+    /// Closes an issue or a pull request, as a person does on GitHub.
+    pub fn close(&self, repo: &str, number: u64) {
+        self.with(|i| {
+            let issue = i
+                .repos
+                .get_mut(repo)
+                .unwrap()
+                .issues
+                .get_mut(&number)
+                .unwrap();
+            issue.state = "closed".to_owned();
+        });
+    }
+
     /// The comments of an issue, oldest first.
     pub fn comments(&self, repo: &str, number: u64) -> Vec<FakeComment> {
         self.issue(repo, number).comments

@@ -129,17 +129,49 @@ impl ModelClient {
         tools: &[ToolDefinition],
         deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<ModelReply, ModelError> {
-        let body = self.request_body(messages, tools)?;
+        let with_tools = !tools.is_empty();
+        let servers = &self.config.servers;
+        let mut stream = self.config.stream && servers.streams(&self.base_url, with_tools);
+        let mut body = self.request_body(messages, tools, stream)?;
+        // Set when an empty streamed answer made us ask unstreamed; a reply then teaches the daemon
+        // to ask this server unstreamed from now on.
+        let mut unstreamed_after_empty = false;
         let started = Instant::now();
         let mut attempt: u32 = 1;
         loop {
-            let failure = match self.attempt(&body, deltas).await {
+            let failure = match self.attempt(&body, stream, deltas).await {
                 Ok(mut reply) => {
+                    if unstreamed_after_empty {
+                        servers.stop_streaming(&self.base_url, with_tools);
+                        tracing::info!(
+                            model = %self.model,
+                            base_url = %self.base_url,
+                            with_tools,
+                            "the server answers streamed requests with an empty body and \
+                             unstreamed ones in full; it is asked unstreamed from now on"
+                        );
+                    }
                     reply.attempts = attempt;
                     reply.elapsed = started.elapsed();
                     return Ok(reply);
                 }
                 Err(failure) => failure,
+            };
+            if stream && matches!(failure.error, ModelError::EmptyReply(_)) {
+                // Not a failure that needs a wait: llama-cpp-python answers a streamed request
+                // that carries tools this way, and a prompt over its window too (its unstreamed
+                // answer then says so). The same request unstreamed tells the two apart.
+                stream = false;
+                unstreamed_after_empty = true;
+                body = self.request_body(messages, tools, false)?;
+                attempt += 1;
+                continue;
+            }
+            let failure = match failure.error {
+                ModelError::EmptyReply(_) if unstreamed_after_empty => Failure::from(
+                    ModelError::EmptyReply(" to a streamed request and again unstreamed".into()),
+                ),
+                _ => failure,
             };
             if !failure.error.is_retryable() || attempt > self.config.max_retries {
                 return Err(failure.error);
@@ -175,6 +207,7 @@ impl ModelClient {
         &self,
         messages: &[ChatMessage],
         tools: &[ToolDefinition],
+        stream: bool,
     ) -> Result<Vec<u8>, ModelError> {
         let request = wire::ChatRequest {
             model: &self.model,
@@ -186,8 +219,8 @@ impl ModelClient {
                 self.config.tool_choice.as_deref()
             },
             max_tokens: self.config.max_output_tokens,
-            stream: self.config.stream.then_some(true),
-            stream_options: self.config.stream.then_some(wire::StreamOptions {
+            stream: stream.then_some(true),
+            stream_options: stream.then_some(wire::StreamOptions {
                 include_usage: true,
             }),
             prompt_cache_key: self
@@ -203,6 +236,7 @@ impl ModelClient {
     pub(super) async fn attempt(
         &self,
         body: &[u8],
+        stream: bool,
         deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<ModelReply, Failure> {
         let mut request = self
@@ -232,7 +266,7 @@ impl ModelClient {
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("application/json"));
-        if self.config.stream && !is_json {
+        if stream && !is_json {
             Ok(self.read_stream(response, deltas).await?)
         } else {
             let mut bytes = Vec::new();
@@ -303,7 +337,7 @@ impl ModelClient {
             }
         }
         if received == 0 {
-            return Err(ModelError::EmptyReply(self.window_note()));
+            return Err(ModelError::EmptyReply(" to a streamed request".into()));
         }
         // Some servers close without `[DONE]` after the last chunk; a finish reason shows the reply
         // was whole. Without either, the connection was cut mid-reply.
@@ -390,7 +424,7 @@ impl ModelClient {
         deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<ModelReply, ModelError> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Err(ModelError::EmptyReply(self.window_note()));
+            return Err(ModelError::EmptyReply(" to an unstreamed request".into()));
         }
         let completion: wire::Completion = serde_json::from_slice(bytes).map_err(|e| {
             ModelError::InvalidResponse(format!(

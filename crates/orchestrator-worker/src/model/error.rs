@@ -23,11 +23,13 @@ pub enum ModelError {
     /// overflows again.
     #[error("the conversation does not fit the model's context window{window}: {message}")]
     ContextOverflow { message: String, window: String },
-    /// A 200 with nothing in it. Not retryable: it is how llama-cpp-python answers a prompt that
-    /// does not fit its context window, and it answers the same request the same way.
+    /// A 200 with nothing in it, to an unstreamed request (an empty streamed answer is asked again
+    /// unstreamed first). Not retryable: the server answers the same request the same way. Not an
+    /// overflow either: nothing in it says so, and llama-cpp-python answers an unstreamed prompt
+    /// over its window with a 400 that does.
     #[error(
-        "the model server answered 200 with an empty body; llama-cpp-python does this when the \
-         prompt does not fit its context window{0}"
+        "the model server answered 200 with an empty body{0}; it said nothing about why, so its \
+         own log may (a model that failed to load, a chat template that broke)"
     )]
     EmptyReply(String),
     /// Too many requests (429). Retryable, after the provider's `Retry-After` when it gives one.
@@ -81,7 +83,8 @@ impl ModelError {
             ModelError::Unauthorized { .. } => "unauthorized",
             ModelError::UnknownModel { .. } => "unknown_model",
             ModelError::BadRequest { .. } => "invalid_request",
-            ModelError::ContextOverflow { .. } | ModelError::EmptyReply(_) => "context_overflow",
+            ModelError::ContextOverflow { .. } => "context_overflow",
+            ModelError::EmptyReply(_) => "empty_reply",
             ModelError::RateLimited { .. } => "rate_limited",
             ModelError::Server { .. } => "server_error",
             ModelError::Connect(_) => "transport",
@@ -94,7 +97,8 @@ impl ModelError {
 
 /// Words servers use for a prompt that does not fit: OpenAI's `context_length_exceeded`,
 /// llama.cpp's `exceed_context_size_error` and "exceeds the available context size",
-/// llama-cpp-python's "exceed context window", vLLM's "maximum context length".
+/// llama-cpp-python's "Requested tokens (N) exceed context window of M", vLLM's "maximum context
+/// length".
 pub(super) fn is_overflow(code: &str, message: &str) -> bool {
     let text = format!("{code} {message}").to_ascii_lowercase();
     [

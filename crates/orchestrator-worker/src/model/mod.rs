@@ -6,16 +6,24 @@
 //! (`stream`) into one assistant message, while each piece is forwarded to an optional channel so a
 //! watcher can show the reply as it is written. `client` sends the requests and retries them;
 //! `error` says why a call failed and how long to wait before the next try; `window` finds the
-//! model's context window. This file holds the vocabulary they share.
+//! model's context window; `servers` keeps what the daemon learnt about each server. This file
+//! holds the vocabulary they share.
 //!
 //! Retries are for what passes on its own: a transport error, a silent server, a stream that broke
 //! off, 408, 429 and a 5xx that is not about the request. They wait with capped exponential backoff
 //! and jitter (or the provider's `Retry-After`), and each names its cause. What sending the same
 //! request again cannot fix fails at once with the server's own words: a wrong key, an unknown
 //! model, a rejected request (whatever its status: llama.cpp answers 500 to a history it cannot
-//! parse), a prompt that does not fit the context window, and a 200 with an empty body (how
-//! llama-cpp-python reports an overflow). A retried stream starts from the beginning, so a watcher may see the deltas of the
-//! cut attempt again after a `Delta::Retrying`.
+//! parse), a prompt that does not fit the context window, and a 200 with an empty body. A retried
+//! stream starts from the beginning, so a watcher may see the deltas of the cut attempt again
+//! after a `Delta::Retrying`.
+//!
+//! An empty 200 to a streamed request is asked again at once, unstreamed: llama-cpp-python
+//! answers a streamed request that carries tools that way (and the same request unstreamed with
+//! its reply), and also a prompt over its window, whose unstreamed answer then says so (a 400
+//! about the context window, diagnosed as an overflow from those words). When the unstreamed
+//! request is answered, the server is remembered (`servers`) and later requests of the daemon
+//! go to it unstreamed; only an empty answer to an unstreamed request is an error.
 //!
 //! Time: no fixed limit on a whole reply, since a CPU server may write for many minutes; the idle
 //! timeout bounds each silence instead (until the reply starts, and between two pieces).
@@ -28,6 +36,7 @@ mod client;
 mod error;
 mod sse;
 pub use sse::{SseEvent, SseParser};
+mod servers;
 mod stream;
 mod window;
 mod wire;
@@ -42,6 +51,7 @@ pub use error::ModelError;
 )]
 use error::*;
 use error::{is_about_the_request, is_overflow};
+pub use servers::KnownServers;
 use stream::*;
 
 use std::collections::BTreeMap;
@@ -101,6 +111,8 @@ pub struct ClientConfig {
     pub auto_compact: bool,
     /// Whether the model takes images; without, images of tool results are never sent.
     pub images: bool,
+    /// What the daemon learnt about the servers, shared by every clone of this configuration.
+    pub servers: KnownServers,
 }
 
 impl Default for ClientConfig {
@@ -118,6 +130,7 @@ impl Default for ClientConfig {
             compact_at: None,
             auto_compact: true,
             images: false,
+            servers: KnownServers::default(),
         }
     }
 }

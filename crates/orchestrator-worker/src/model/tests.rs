@@ -213,7 +213,7 @@ fn the_cache_key_goes_only_to_providers_that_take_it() {
             .unwrap()
             .with_cache_key("orchestrator-task-7");
         let bytes = client
-            .request_body(&[ChatMessage::user("hi")], &[])
+            .request_body(&[ChatMessage::user("hi")], &[], true)
             .unwrap();
         serde_json::from_slice(&bytes).unwrap()
     };

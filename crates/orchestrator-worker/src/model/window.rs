@@ -33,7 +33,8 @@ pub enum WindowSource {
     LlamaCppProps,
     /// vLLM's `GET /v1/models` (`max_model_len`).
     VllmModels,
-    /// Ollama's `POST /api/show` (`*.context_length`, or `num_ctx` in its parameters).
+    /// Ollama's `POST /api/show` (`num_ctx` in its parameters), asked only of a server that
+    /// answers `GET /api/version` as Ollama.
     OllamaShow,
     /// The table of well-known models.
     KnownModel,
@@ -92,7 +93,8 @@ pub fn known_window(model: &str) -> Option<u64> {
 
 impl ModelClient {
     /// The model's window: the config's, else what the server says, else the table, else the
-    /// default. Asking the server costs at most a few short requests, made once per attempt.
+    /// default. Asking the server costs at most a few short GET requests per attempt (llama.cpp's
+    /// and vLLM's); Ollama's are made once per server while the daemon runs.
     pub async fn window(&self) -> Window {
         if let Some(tokens) = self.config.context_window {
             return Window {
@@ -151,21 +153,71 @@ impl ModelClient {
                 });
             }
         }
-        let show = self
-            .with_auth(self.http.post(format!("{root}/api/show")))
-            .json(&json!({"model": self.model}))
-            .timeout(DISCOVERY_TIMEOUT)
-            .send()
-            .await
-            .ok()
-            .filter(|r| r.status().is_success())?
-            .json::<Value>()
-            .await
-            .ok()?;
-        ollama_window(&show).map(|tokens| Window {
+        let tokens = self.ollama_window(&root).await?;
+        Some(Window {
             tokens,
             source: WindowSource::OllamaShow,
         })
+    }
+
+    /// Ollama's window for the model, asked only of a server that answers `GET /api/version` as
+    /// Ollama does (a hosted provider never gets a request about a model it did not ask for), and
+    /// only once per server and model while the daemon runs: the answers are kept in the
+    /// configuration's [`KnownServers`](super::KnownServers).
+    ///
+    /// Only answers are kept: a server that could not be reached (not started yet) is asked again
+    /// at the next task's start.
+    async fn ollama_window(&self, root: &str) -> Option<u64> {
+        let servers = &self.config.servers;
+        let is_ollama = servers
+            .ollama(root)
+            .get_or_try_init(|| async {
+                let response = self
+                    .with_auth(self.http.get(format!("{root}/api/version")))
+                    .timeout(DISCOVERY_TIMEOUT)
+                    .send()
+                    .await
+                    .map_err(|_| Unreachable)?;
+                // Ollama answers `{"version": "0.6.2"}`; anything else is another server.
+                Ok::<bool, Unreachable>(
+                    response.status().is_success()
+                        && response
+                            .json::<Value>()
+                            .await
+                            .is_ok_and(|v| v.get("version").is_some_and(Value::is_string)),
+                )
+            })
+            .await
+            .ok()
+            .copied()?;
+        if !is_ollama {
+            return None;
+        }
+        servers
+            .ollama_window(root, &self.model)
+            .get_or_try_init(|| async {
+                let response = self
+                    .with_auth(self.http.post(format!("{root}/api/show")))
+                    .json(&json!({"model": self.model}))
+                    .timeout(DISCOVERY_TIMEOUT)
+                    .send()
+                    .await
+                    .map_err(|_| Unreachable)?;
+                if !response.status().is_success() {
+                    return Ok(None);
+                }
+                Ok::<Option<u64>, Unreachable>(
+                    response
+                        .json::<Value>()
+                        .await
+                        .ok()
+                        .and_then(|show| ollama_window(&show)),
+                )
+            })
+            .await
+            .ok()
+            .copied()
+            .flatten()
     }
 
     async fn get_json(&self, url: &str) -> Option<Value> {
@@ -188,6 +240,9 @@ impl ModelClient {
         }
     }
 }
+
+/// A discovery request that got no answer at all.
+struct Unreachable;
 
 /// Ollama's window: `num_ctx` when the model file sets one (what the server loads it with). The
 /// model's own `context_length` is not it: without `num_ctx` Ollama serves its small default and

@@ -207,9 +207,14 @@ async fn a_pull_request_holds_the_attempts_tree_byte_for_byte() {
         .await;
     assert!(text.starts_with("Opened draft pull request #"), "{text}");
     let branch = branch_of(&text);
+    let identity = store.identity().await.unwrap();
     assert_eq!(
         branch,
-        format!("orchestrator/task-{}-attempt-{attempt}", agent.task)
+        format!(
+            "orchestrator/task-{}-attempt-{attempt}-{}",
+            agent.task,
+            &identity[..8]
+        )
     );
 
     // What GitHub holds on the branch is what the gates ran on, file for file and mode for mode.
@@ -240,7 +245,7 @@ async fn a_pull_request_holds_the_attempts_tree_byte_for_byte() {
         "The answer is 42 now.",
         "Fixes #7",
         "| check | `test -f src/lib.rs` | passed |",
-        &format!("<!-- orchestrator:pr-attempt-{attempt} -->"),
+        &format!("<!-- orchestrator:pr-attempt-{attempt} store:{identity} -->"),
         &format!("task {}", agent.task),
     ] {
         assert!(pull.body.contains(needle), "{needle:?} in {}", pull.body);
@@ -411,7 +416,10 @@ async fn pull_requests_are_refused_without_the_evidence_or_over_other_content() 
     // A branch of the attempt's name that holds something else is not overwritten.
     std::fs::write(repo.join("src/lib.rs"), "42\n").unwrap();
     let good = agent.gated_attempt("42 again").await;
-    let branch = format!("orchestrator/task-{}-attempt-{good}", agent.task);
+    let branch = orchestrator_worker::pulls::branch_name(
+        &store.attempt(good).await.unwrap(),
+        &store.identity().await.unwrap(),
+    );
     github.point_branch(REPO, &branch, "main");
     let text = agent
         .refused("pr_open", json!({"attempt_id": good, "repo": REPO}))
@@ -458,4 +466,177 @@ async fn pull_requests_are_refused_without_the_evidence_or_over_other_content() 
     assert!(text.contains("needs approval"), "{text}");
     assert!(github.pulls(REPO).is_empty());
     assert_eq!(github.requests_to("POST", "/git/").len(), sent);
+}
+
+/// Two stores (staging and production) that work on one repository number their tasks and
+/// attempts alike: each opens its own pull request, and neither takes the other's for its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_repository_do_not_find_each_others_pull_requests() {
+    let staging = orchestrator_test_support::sqlite_store().await;
+    let production = orchestrator_test_support::sqlite_store().await;
+    let home = tempfile::tempdir().unwrap();
+    let (_dir, repo) = git_repo(&[("src/lib.rs", "41\n")]);
+    let github = FakeGitHub::start().await;
+    github.seed_git(REPO, &repo);
+    std::fs::write(repo.join("src/lib.rs"), "42\n").unwrap();
+    let mut texts = Vec::new();
+    for db in [&staging, &production] {
+        let agent = Agent::start(
+            &db.store,
+            &repo,
+            home.path(),
+            &github,
+            "test -f src/lib.rs",
+            true,
+        )
+        .await;
+        let attempt = agent.gated_attempt("42").await;
+        assert_eq!((agent.task.0, attempt), (1, 1), "both stores number alike");
+        texts.push(
+            agent
+                .ok("pr_open", json!({"attempt_id": attempt, "repo": REPO}))
+                .await,
+        );
+    }
+    for text in &texts {
+        assert!(text.starts_with("Opened"), "{texts:?}");
+    }
+    let pulls = github.pulls(REPO);
+    assert_eq!(pulls.len(), 2, "one pull request per store: {texts:?}");
+    assert_ne!(branch_of(&texts[0]), branch_of(&texts[1]));
+    assert_ne!(pulls[0].body, pulls[1].body, "their markers differ");
+}
+
+/// A pull request a person closed is reported as closed: not found as if open, not reopened, and
+/// no second one is opened in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_pull_request_is_reported_as_closed_and_nothing_is_opened_again() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let store = &db.store;
+    let home = tempfile::tempdir().unwrap();
+    let (_dir, repo) = git_repo(&[("src/lib.rs", "41\n")]);
+    let github = FakeGitHub::start().await;
+    github.seed_git(REPO, &repo);
+    let agent = Agent::start(
+        store,
+        &repo,
+        home.path(),
+        &github,
+        "test -f src/lib.rs",
+        true,
+    )
+    .await;
+    std::fs::write(repo.join("src/lib.rs"), "42\n").unwrap();
+    let attempt = agent.gated_attempt("42").await;
+    let args = json!({"attempt_id": attempt, "repo": REPO});
+    let text = agent.ok("pr_open", args.clone()).await;
+    assert!(text.starts_with("Opened"), "{text}");
+    let number = github.pulls(REPO)[0].number;
+    github.close(REPO, number);
+    let writes = github.requests().len();
+
+    let text = agent.refused("pr_open", args.clone()).await;
+    assert!(
+        text.contains(&format!("#{number}")) && text.contains("closed"),
+        "{text}"
+    );
+    assert!(!text.contains("Found"), "{text}");
+    let pulls = github.pulls(REPO);
+    assert_eq!(pulls.len(), 1, "nothing opened in its place");
+    assert_eq!(pulls[0].state, "closed", "nothing reopened");
+    let written: Vec<_> = github.requests()[writes..]
+        .iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(written.is_empty(), "nothing was written: {written:?}");
+}
+
+/// A pull request an older version opened (its branch and marker name only the numbers) is found
+/// again by the store whose events record opening it, and by no other store: a neighbour with the
+/// same numbers opens its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_marker_is_ours_only_when_our_events_record_it() {
+    let old = orchestrator_test_support::sqlite_store().await;
+    let neighbour = orchestrator_test_support::sqlite_store().await;
+    let home = tempfile::tempdir().unwrap();
+    let (_dir, repo) = git_repo(&[("src/lib.rs", "41\n")]);
+    let github = FakeGitHub::start().await;
+    github.seed_git(REPO, &repo);
+    std::fs::write(repo.join("src/lib.rs"), "42\n").unwrap();
+    let client = {
+        let mut config = GithubConfig::new(github.url(), Some(FAKE_TOKEN.into()));
+        config.timeout = Duration::from_secs(2);
+        GitHub::new(config).unwrap()
+    };
+
+    // What the older version did for attempt 1 of task 1: its branch, its marker, its event.
+    let agent = Agent::start(
+        &old.store,
+        &repo,
+        home.path(),
+        &github,
+        "test -f src/lib.rs",
+        true,
+    )
+    .await;
+    let attempt = agent.gated_attempt("42").await;
+    let recorded = old.store.attempt(attempt).await.unwrap();
+    let tree = orchestrator_worker::pulls::attempt_tree(&old.store, &recorded, &repo)
+        .await
+        .unwrap();
+    let marker = format!("<!-- orchestrator:pr-attempt-{attempt} -->");
+    let repo_ref = orchestrator_github::RepoRef::parse(REPO).unwrap();
+    let legacy = client
+        .open_pull(
+            &tree,
+            &orchestrator_github::PullSpec {
+                repo: &repo_ref,
+                branch: &format!("orchestrator/task-{}-attempt-{attempt}", agent.task),
+                base_branch: None,
+                title: "Make the answer 42",
+                body: &format!("Opened by an older orchestrator.\n\n{marker}\n"),
+                marker: &marker,
+                draft: true,
+                commit_message: "42",
+                legacy: None,
+            },
+        )
+        .await
+        .unwrap();
+    old.store
+        .record_event(
+            agent.task,
+            EventKind::GithubWrite,
+            json!({"action": "pr_opened", "outcome": "opened", "repo": REPO,
+                   "number": legacy.number, "attempt": attempt}),
+        )
+        .await
+        .unwrap();
+
+    // The store that opened it finds it again after the upgrade.
+    let text = agent
+        .ok("pr_open", json!({"attempt_id": attempt, "repo": REPO}))
+        .await;
+    assert!(text.starts_with("Found the pull request"), "{text}");
+    assert!(text.contains(&format!("#{}", legacy.number)), "{text}");
+    assert_eq!(github.pulls(REPO).len(), 1);
+
+    // A neighbour with the same numbers and no such record opens its own.
+    let other = Agent::start(
+        &neighbour.store,
+        &repo,
+        home.path(),
+        &github,
+        "test -f src/lib.rs",
+        true,
+    )
+    .await;
+    let same = other.gated_attempt("42").await;
+    assert_eq!((other.task, same), (agent.task, attempt));
+    let text = other
+        .ok("pr_open", json!({"attempt_id": same, "repo": REPO}))
+        .await;
+    assert!(text.starts_with("Opened"), "{text}");
+    assert_eq!(github.pulls(REPO).len(), 2);
 }

@@ -140,24 +140,158 @@ async fn malformed_arguments_in_the_history_go_back_as_a_json_object() {
     assert_eq!(sent, [r#""{}""#, r#""{}""#, r#""{\"path\":\"a\"}""#]);
 }
 
+/// A 200 with an empty body says nothing about why: a streamed one is asked again unstreamed (see
+/// below), and an empty answer to that fails at once, as an empty reply, not as an overflow.
 #[tokio::test]
-async fn a_200_with_an_empty_body_fails_at_once_as_an_overflow() {
+async fn a_200_with_an_empty_body_fails_at_once_as_an_empty_reply() {
     for stream in [true, false] {
         let server = ScriptedModel::start(|_| Reply::EmptyBody).await;
-        let settings = ModelSettings {
-            context_window: Some(2048),
-            ..ModelSettings::default()
-        };
         let config = ClientConfig { stream, ..fast() };
-        let error = client_with(&server, settings, config)
+        let error = client_with(&server, ModelSettings::default(), config)
             .complete(&[ChatMessage::user("hi")], &[], None)
             .await
             .unwrap_err();
         assert!(matches!(error, ModelError::EmptyReply(_)), "{error:?}");
-        assert_eq!(error.cause(), "context_overflow");
-        assert!(error.to_string().contains("of 2048 tokens"), "{error}");
-        assert_eq!(server.request_count(), 1, "stream {stream}: not retried");
+        assert_eq!(error.cause(), "empty_reply");
+        let streamed: Vec<bool> = server.received().iter().map(|r| r.is_streaming()).collect();
+        let expected: &[bool] = if stream { &[true, false] } else { &[false] };
+        assert_eq!(
+            streamed, expected,
+            "asked again unstreamed only, not retried"
+        );
     }
+}
+
+/// llama-cpp-python answers a streamed request that carries tools with 200 and an empty body, and
+/// the same request unstreamed with its reply. The client asks again unstreamed at once, and every
+/// client of the same configuration (one daemon) remembers it for that server.
+#[tokio::test]
+async fn an_empty_streamed_answer_is_asked_again_unstreamed_and_remembered_for_the_server() {
+    let wants_a_call = |_: &orchestrator_test_support::model_server::Request| {
+        Reply::ToolCalls(vec![call("read_file", json!({"path": "a"}))])
+    };
+    let server = ScriptedModel::start_with(Quirks::llama_cpp_python(), wants_a_call).await;
+    let daemon = fast();
+    let conversation = [ChatMessage::user("Read a.")];
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let reply = client_with(&server, ModelSettings::default(), daemon.clone())
+        .complete(&conversation, &tools(), Some(&tx))
+        .await
+        .unwrap();
+    assert_eq!(reply.message.tool_calls.len(), 1, "{reply:?}");
+    assert_eq!(reply.message.tool_calls[0].name, "read_file");
+    let mut pieces = Vec::new();
+    while let Ok(piece) = rx.try_recv() {
+        pieces.push(piece);
+    }
+    assert!(
+        pieces.iter().any(|p| matches!(p, Delta::ToolCall { .. })),
+        "the watcher sees the call: {pieces:?}"
+    );
+    let streamed = |server: &ScriptedModel| -> Vec<bool> {
+        server.received().iter().map(|r| r.is_streaming()).collect()
+    };
+    assert_eq!(streamed(&server), [true, false]);
+    // The next task's client (a new client of the same daemon) asks unstreamed straight away.
+    client_with(&server, ModelSettings::default(), daemon.clone())
+        .complete(&conversation, &tools(), None)
+        .await
+        .unwrap();
+    assert_eq!(streamed(&server), [true, false, false]);
+    // A request without tools still streams: that works on this server.
+    client_with(&server, ModelSettings::default(), daemon.clone())
+        .complete(&conversation, &[], None)
+        .await
+        .unwrap();
+    assert_eq!(streamed(&server), [true, false, false, true]);
+    // Another daemon has learnt nothing yet.
+    client(&server)
+        .complete(&conversation, &tools(), None)
+        .await
+        .unwrap();
+    assert_eq!(streamed(&server), [true, false, false, true, true, false]);
+}
+
+/// An empty streamed answer may also be llama-cpp-python's overflow (it fails after the 200): the
+/// unstreamed request then says so, and the overflow is diagnosed from those words.
+#[tokio::test]
+async fn an_overflow_is_diagnosed_from_the_answer_that_says_so() {
+    let server = ScriptedModel::start(|request| {
+        if request.is_streaming() {
+            Reply::EmptyBody
+        } else {
+            Reply::Status(
+                400,
+                error_body(
+                    "Requested tokens (5000) exceed context window of 4096",
+                    "invalid_request_error",
+                ),
+            )
+        }
+    })
+    .await;
+    let error = client(&server)
+        .complete(&[ChatMessage::user("hi")], &tools(), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ModelError::ContextOverflow { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("exceed context window"),
+        "{error}"
+    );
+    assert_eq!(server.request_count(), 2);
+}
+
+/// Ollama's `/api/show` is asked only of a server that answers `GET /api/version` as Ollama does,
+/// and each server is asked once per daemon, however many tasks start.
+#[tokio::test]
+async fn ollama_endpoints_are_asked_only_of_ollama_and_once_per_server() {
+    use orchestrator_worker::model::{Window, WindowSource};
+    let daemon = fast();
+    let hosted = ScriptedModel::start(|_| Reply::Text("ok".into())).await;
+    for _ in 0..3 {
+        let window = client_with(&hosted, ModelSettings::default(), daemon.clone())
+            .window()
+            .await;
+        assert_eq!(window.source, WindowSource::Default);
+    }
+    let probes = hosted.probes();
+    assert!(
+        !probes.iter().any(|p| p.contains("/api/show")),
+        "a server that is not Ollama gets no /api/show: {probes:?}"
+    );
+    assert!(
+        probes.iter().filter(|p| p.contains("/api/")).count() <= 1,
+        "it is asked whether it is Ollama once: {probes:?}"
+    );
+
+    let ollama = ScriptedModel::start_with(
+        Quirks {
+            ollama_num_ctx: Some(16_384),
+            ..Quirks::default()
+        },
+        |_| Reply::Text("ok".into()),
+    )
+    .await;
+    for _ in 0..3 {
+        let window = client_with(&ollama, ModelSettings::default(), daemon.clone())
+            .window()
+            .await;
+        assert_eq!(
+            window,
+            Window {
+                tokens: 16_384,
+                source: WindowSource::OllamaShow
+            }
+        );
+    }
+    let probes = ollama.probes();
+    let count = |what: &str| probes.iter().filter(|p| *p == what).count();
+    assert_eq!(count("GET /api/version"), 1, "{probes:?}");
+    assert_eq!(count("POST /api/show"), 1, "{probes:?}");
 }
 
 #[tokio::test]

@@ -72,12 +72,13 @@ Examples:
     /// passed on.
     ///
     /// The attempt's patch is applied to its base commit in the local repository and sent through
-    /// GitHub's Git Data API (blobs, a tree, a commit, the branch orchestrator/task-N-attempt-M),
-    /// so nothing is pushed and no git credentials are needed, only the API token; the base commit
-    /// must be on GitHub. The body carries the gates' evidence and a hidden marker: running it
-    /// again after an error or a timeout finds the pull request instead of opening a second one.
-    /// Refused (exit 4) when the attempt is not selected or a gate of the task did not pass on its
-    /// tree.
+    /// GitHub's Git Data API (blobs, a tree, a commit, the branch orchestrator/task-N-attempt-M-S,
+    /// S from the store's identity), so nothing is pushed and no git credentials are needed, only
+    /// the API token; the base commit must be on GitHub. The body carries the gates' evidence and a
+    /// hidden marker naming the attempt and the store: running it again after an error or a
+    /// timeout finds the pull request instead of opening a second one. Refused (exit 4) when the
+    /// attempt is not selected, a gate of the task did not pass on its tree, or its pull request
+    /// was closed (it is not reopened).
     #[command(after_help = "\
 Examples:
   orchestrator attempt open-pr 3 --repo acme/widgets

@@ -123,6 +123,43 @@ fn run_with_a_prompt_edits_and_its_gate_decides() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--model"));
 }
 
+/// llama-cpp-python answers a streamed request that carries tools with 200 and an empty body (the
+/// same request unstreamed gets its reply). A newcomer's `run` pointed at it, without flags, gets
+/// a working task: the first request is asked again unstreamed, and the rest go unstreamed.
+#[test]
+fn run_against_llama_cpp_python_works_without_flags() {
+    use orchestrator_test_support::model_server::Quirks;
+    let model = ScriptedModel::start_blocking_with(Quirks::llama_cpp_python(), fix_typo);
+    let env = Env::sqlite();
+    let flags = model_flags(&model);
+    let ws = workspace_with_typo();
+    let args = run_args(
+        "Fix the typo",
+        "grep -q 'hello world' greeting.txt",
+        ws.path(),
+        &flags,
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = env.run(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("greeting.txt")).unwrap(),
+        "hello world\n"
+    );
+    let streamed: Vec<bool> = model.received().iter().map(Request::is_streaming).collect();
+    assert_eq!(streamed[..2], [true, false], "{streamed:?}");
+    assert!(
+        streamed[2..].iter().all(|s| !s),
+        "the server is remembered: {streamed:?}"
+    );
+}
+
 #[test]
 fn a_killed_serve_resumes_the_agent_from_its_last_saved_turn() {
     // Turn 1 starts a command that outlives the daemon; after the restart the model must see the

@@ -1015,9 +1015,12 @@ fn a_labelled_issue_becomes_a_draft_pull_request_with_its_evidence() {
     let head = pull.pull.as_ref().unwrap();
     assert!(head.draft);
     assert_eq!(head.base_ref, "main");
-    assert_eq!(
-        head.head_ref,
-        format!("orchestrator/task-{id}-attempt-{attempt}")
+    // The branch and the marker name the store too (its identity's digits follow).
+    assert!(
+        head.head_ref
+            .starts_with(&format!("orchestrator/task-{id}-attempt-{attempt}-")),
+        "{}",
+        head.head_ref
     );
     // The attempt's recorded patch, applied by git to its base in a fresh clone, gives exactly the
     // files of the pull request's branch, modes included.
@@ -1047,7 +1050,7 @@ fn a_labelled_issue_becomes_a_draft_pull_request_with_its_evidence() {
         "The answer is 42 now.",
         "Fixes #7",
         "| test | `grep -qx 42 src/lib.rs` | passed |",
-        &format!("<!-- orchestrator:pr-attempt-{attempt} -->"),
+        &format!("<!-- orchestrator:pr-attempt-{attempt} store:"),
     ] {
         assert!(pull.body.contains(part), "{part:?} not in {}", pull.body);
     }

@@ -213,6 +213,17 @@ pub async fn migrations_are_idempotent(db: &TestStore) {
     assert_eq!(reopened.events(id, 0, 10).await.unwrap().len(), 1);
 }
 
+pub async fn a_store_has_one_identity_for_life(db: &TestStore) {
+    // Made by the migration: 32 hex digits, the same for every process that opens the store.
+    let id = db.store.identity().await.unwrap();
+    assert_eq!(id.len(), 32, "{id}");
+    assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    let reopened = Store::open(&db.url, &StoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(reopened.identity().await.unwrap(), id);
+}
+
 pub async fn concurrent_retries_queue_a_task_once(db: &TestStore) {
     let store = db.store.clone();
     let id = store.create_task(&NewTask::new("t")).await.unwrap();
