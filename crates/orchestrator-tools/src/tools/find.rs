@@ -44,11 +44,11 @@ pub(crate) fn glob_def() -> ToolDef {
         schema: schema(
             json!({
                 "pattern": {"type": "string", "description": "Glob, relative to path."},
-                "path": {"type": "string", "description": "Directory (default .)."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Most paths (at most 5000)."},
+                "path": {"type": "string"},
+                "limit": {"type": "integer", "minimum": 1, "description": "At most 5000."},
                 "sort": {"type": "string", "enum": ["path", "mtime"], "description": "mtime: newest first."},
-                "include_hidden": {"type": "boolean", "description": "Hidden files too."},
-                "include_ignored": {"type": "boolean", "description": "Gitignored files too."}
+                "include_hidden": {"type": "boolean"},
+                "include_ignored": {"type": "boolean"}
             }),
             &["pattern"],
         ),
@@ -63,14 +63,14 @@ pub(crate) fn glob_def() -> ToolDef {
 pub(crate) fn search_def() -> ToolDef {
     ToolDef {
         name: "file_search",
-        description: "Find files by approximate name (\"ordrs\" finds src/orders.rs), best matches first.",
+        description: "Find files by approximate name (\"ordrs\" finds src/orders.rs), best matches first, skipping gitignored and hidden files.",
         schema: schema(
             json!({
                 "query": {"type": "string", "description": "Part of the name or path."},
-                "path": {"type": "string", "description": "Directory to search, relative to the workspace root (default \".\")."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Most results (default 20)."},
-                "include_hidden": {"type": "boolean", "description": "Hidden files too."},
-                "include_ignored": {"type": "boolean", "description": "Gitignored files too."}
+                "path": {"type": "string"},
+                "limit": {"type": "integer", "minimum": 1, "description": "Default 20."},
+                "include_hidden": {"type": "boolean"},
+                "include_ignored": {"type": "boolean"}
             }),
             &["query"],
         ),

@@ -43,9 +43,9 @@ pub(crate) fn list_def() -> ToolDef {
 pub(crate) fn read_def() -> ToolDef {
     ToolDef {
         name: "read_skill",
-        description: "Read one of the workspace's skills (.agents/skills/NAME.md) by the name skill lists.",
+        description: "Read a workspace skill (.agents/skills/NAME.md) by the name skill lists.",
         schema: schema(
-            json!({"name": {"type": "string", "description": "The skill's name, as skill lists it (the file name without .md)."}}),
+            json!({"name": {"type": "string"}}),
             &["name"],
         ),
         read_only: true,

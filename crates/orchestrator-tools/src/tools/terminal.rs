@@ -82,8 +82,8 @@ pub(crate) struct KillArgs {
 
 fn wait_properties() -> serde_json::Value {
     json!({
-        "wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS, "description": "Milliseconds to wait for output (default 1000)."},
-        "until": {"type": "string", "description": "Stop waiting as soon as the new output contains this text, such as a prompt (\">>> \")."}
+        "wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS, "description": "Default 1000."},
+        "until": {"type": "string", "description": "Return as soon as new output contains this, e.g. \">>> \"."}
     })
 }
 
@@ -100,11 +100,11 @@ pub(crate) fn defs() -> Vec<ToolDef> {
     vec![
         ToolDef {
             name: "pty_open",
-            description: "Start a program on an interactive terminal of its own (a REPL such as python3 or node, a program that prompts, anything that needs a tty) in the task's sandbox; returns its session id and first output. Talk to it with pty_write, read with pty_poll, stop it with pty_kill. Output is plain text (escape sequences removed).",
+            description: "Start a program on a terminal of its own (a REPL, a program that prompts, anything that needs a tty) in the task's sandbox; returns its session id and first output. Then pty_write, pty_poll, pty_kill. Output is plain text (escape sequences removed).",
             schema: schema(
                 with_wait(json!({
-                    "command": {"type": "string", "description": "Run with bash -c on the terminal, such as \"python3 -q\"."},
-                    "cwd": {"type": "string", "description": "Directory in the workspace."}
+                    "command": {"type": "string", "description": "Run with bash -c, e.g. \"python3 -q\"."},
+                    "cwd": {"type": "string"}
                 })),
                 &["command"],
             ),
@@ -116,12 +116,12 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "pty_write",
-            description: "Type into a terminal session (end a line with \\n; \\u0004 at a line's start is end of input), or interrupt its program (SIGINT, like Ctrl-C), then wait for output and return what is new.",
+            description: "Type input into a terminal session (\\n ends a line; \\u0004 at a line's start is end of input), or interrupt its program (SIGINT, like Ctrl-C), then wait for output and return what is new.",
             schema: schema(
                 with_wait(json!({
-                    "session_id": {"type": "string", "description": "From pty_open."},
-                    "input": {"type": "string", "description": "Text to type."},
-                    "interrupt": {"type": "boolean", "description": "Send SIGINT to the program first, as Ctrl-C would."}
+                    "session_id": {"type": "string"},
+                    "input": {"type": "string"},
+                    "interrupt": {"type": "boolean"}
                 })),
                 &["session_id"],
             ),
@@ -136,7 +136,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
             description: "Wait for a terminal session's new output (or until it contains `until`) and return it, with whether the program still runs.",
             schema: schema(
                 with_wait(
-                    json!({"session_id": {"type": "string", "description": "From pty_open."}}),
+                    json!({"session_id": {"type": "string"}}),
                 ),
                 &["session_id"],
             ),
@@ -160,7 +160,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
             name: "pty_kill",
             description: "End a terminal session: its program's whole process group gets SIGTERM, then SIGKILL after 2 s. Returns its last output.",
             schema: schema(
-                json!({"session_id": {"type": "string", "description": "From pty_open."}}),
+                json!({"session_id": {"type": "string"}}),
                 &["session_id"],
             ),
             read_only: false,

@@ -23,9 +23,9 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "think",
-        description: "Write down your reasoning before acting: weigh options, check a plan against the task, list what could go wrong. Runs nothing and changes nothing; the thought stays in the record of the task.",
+        description: "Write down your reasoning before acting: options, a plan checked against the task, what could go wrong. Runs and changes nothing; the thought stays in the task's record.",
         schema: schema(
-            json!({"thought": {"type": "string", "description": "The reasoning, in a few sentences."}}),
+            json!({"thought": {"type": "string"}}),
             &["thought"],
         ),
         read_only: true,

@@ -25,9 +25,9 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "view_image",
-        description: "Look at an image file of the workspace (png, jpeg, gif or webp, at most 4 MB): it is shown to you after the call's result. Only for models that take images.",
+        description: "Look at an image file (png, jpeg, gif or webp, at most 4 MB); it is shown to you after the result. Only for models that take images.",
         schema: schema(
-            json!({"path": {"type": "string", "description": "Image file in the workspace."}}),
+            json!({"path": {"type": "string"}}),
             &["path"],
         ),
         read_only: true,

@@ -57,6 +57,18 @@ pub(crate) use session::Session;
 
 /// Longest text of a message kept in its event (the message itself is saved whole).
 const EVENT_TEXT_CHARS: usize = 2000;
+
+/// Most prompt tokens the first request of a task may carry, by profile: the system prompt, a
+/// short task prompt and every tool definition sent, counted as the agent bench counts them (four
+/// bytes of the request body to a token, [`crate::model::estimate_tokens`]), with or without a
+/// GitHub configured. Minimal and coding are DESIGN.md's targets, so that an 8k-context model has
+/// room to work; full, for which the design names none, gets the same share of a 16k window as
+/// coding has of an 8k one. The agent bench prints the figures and a worker test fails past them.
+pub const FIRST_REQUEST_TARGETS: [(Profile, u64); 3] = [
+    (Profile::Minimal, 1_500),
+    (Profile::Coding, 4_000),
+    (Profile::Full, 8_000),
+];
 /// A piece of live output of a task, for whoever follows it in this process.
 #[derive(Debug, Clone)]
 pub struct LiveDelta {
@@ -206,6 +218,9 @@ pub async fn run_agent(
             .map(|spec| (spec.name.clone(), spec.approval))
             .collect(),
     );
+    // The catalog keeps the denied tools, so request_permissions can say a request for one is
+    // denied by policy; the model is not offered them.
+    registry.withhold_denied(&session.policy);
     // Sorted by name, so the tools' bytes are the same in every request and after a resume: a
     // prompt cache matches only an identical prefix.
     let mut definitions: Vec<ToolDefinition> = registry
