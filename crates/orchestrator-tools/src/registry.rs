@@ -18,9 +18,7 @@ use crate::args;
 use crate::context::ToolContext;
 use crate::error::{Error, Result};
 use crate::output;
-use crate::policy::{
-    ApprovalAnswer, ApprovalClass, ApprovalRequest, BoxFuture, Decision, Policy,
-};
+use crate::policy::{ApprovalAnswer, ApprovalClass, ApprovalRequest, BoxFuture, Decision, Policy};
 use crate::result::{ToolFailure, ToolOutcome, ToolResult, refuse};
 
 /// Runs one tool call. Arguments arrive validated against the tool's schema.

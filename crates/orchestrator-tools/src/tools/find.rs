@@ -63,7 +63,7 @@ pub(crate) fn glob_def() -> ToolDef {
 pub(crate) fn search_def() -> ToolDef {
     ToolDef {
         name: "file_search",
-        description: "Find files by approximate name (\"ordrs\" finds src/orders.rs), best matches first, skipping gitignored and hidden files.",
+        description: "Find files by approximate name (\"ordrs\" finds src/orders.rs), best matches first.",
         schema: schema(
             json!({
                 "query": {"type": "string", "description": "Part of the name or path."},

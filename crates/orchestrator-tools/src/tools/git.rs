@@ -31,10 +31,7 @@ pub(crate) fn status_def() -> ToolDef {
     ToolDef {
         name: "git_status",
         description: "The branch and the changed files (staged, unstaged, untracked, conflicted).",
-        schema: schema(
-            json!({"path": {"type": "string"}}),
-            &[],
-        ),
+        schema: schema(json!({"path": {"type": "string"}}), &[]),
         read_only: true,
         approval: ApprovalClass::Read,
         aliases: &[],

@@ -47,7 +47,7 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "grep_files",
-        description: "Search file contents with a regex (ripgrep syntax), skipping gitignored, hidden and binary files unless include_ignored / include_hidden. Modes: content (path:line:text, the default), files_with_matches, count. Shows at most max_results (default 200, at most 5000) and the total.",
+        description: "Search file contents with a regex (ripgrep syntax), skipping gitignored, hidden and binary files. Modes: content (path:line:text, the default), files_with_matches, count. Shows at most max_results (default 200, at most 5000) and the total.",
         schema: schema(
             json!({
                 "pattern": {"type": "string", "description": "Regex (a literal with fixed_strings)."},

@@ -131,10 +131,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         ToolDef {
             name: "exec_shell_cancel",
             description: "Stop a background job: its whole process group gets SIGTERM, then SIGKILL after 2 s. Returns its last output.",
-            schema: schema(
-                json!({"job_id": {"type": "string"}}),
-                &["job_id"],
-            ),
+            schema: schema(json!({"job_id": {"type": "string"}}), &["job_id"]),
             read_only: false,
             approval: ApprovalClass::Shell,
             aliases: &[],

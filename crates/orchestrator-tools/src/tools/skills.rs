@@ -30,7 +30,7 @@ pub(crate) struct ReadArgs {
 pub(crate) fn list_def() -> ToolDef {
     ToolDef {
         name: "skill",
-        description: "List the workspace's skills: instructions for recurring jobs kept in .agents/skills/*.md, each with its one-line description. Read one with read_skill before doing the job it describes.",
+        description: "List the workspace's skills (instructions for recurring jobs, .agents/skills/*.md) with their descriptions. Read one with read_skill before doing its job.",
         schema: schema(json!({}), &[]),
         read_only: true,
         approval: ApprovalClass::Read,
@@ -44,10 +44,7 @@ pub(crate) fn read_def() -> ToolDef {
     ToolDef {
         name: "read_skill",
         description: "Read a workspace skill (.agents/skills/NAME.md) by the name skill lists.",
-        schema: schema(
-            json!({"name": {"type": "string"}}),
-            &["name"],
-        ),
+        schema: schema(json!({"name": {"type": "string"}}), &["name"]),
         read_only: true,
         approval: ApprovalClass::Read,
         aliases: &[("skill", "name")],

@@ -135,9 +135,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
             name: "pty_poll",
             description: "Wait for a terminal session's new output (or until it contains `until`) and return it, with whether the program still runs.",
             schema: schema(
-                with_wait(
-                    json!({"session_id": {"type": "string"}}),
-                ),
+                with_wait(json!({"session_id": {"type": "string"}})),
                 &["session_id"],
             ),
             read_only: true,
@@ -159,10 +157,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         ToolDef {
             name: "pty_kill",
             description: "End a terminal session: its program's whole process group gets SIGTERM, then SIGKILL after 2 s. Returns its last output.",
-            schema: schema(
-                json!({"session_id": {"type": "string"}}),
-                &["session_id"],
-            ),
+            schema: schema(json!({"session_id": {"type": "string"}}), &["session_id"]),
             read_only: false,
             approval: ApprovalClass::Shell,
             aliases: &[("id", "session_id")],

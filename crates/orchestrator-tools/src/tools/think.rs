@@ -23,11 +23,8 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "think",
-        description: "Write down your reasoning before acting: options, a plan checked against the task, what could go wrong. Runs and changes nothing; the thought stays in the task's record.",
-        schema: schema(
-            json!({"thought": {"type": "string"}}),
-            &["thought"],
-        ),
+        description: "Think before acting: weigh options, check a plan against the task, list risks. Runs and changes nothing; the thought is kept in the task's record.",
+        schema: schema(json!({"thought": {"type": "string"}}), &["thought"]),
         read_only: true,
         approval: ApprovalClass::Read,
         aliases: &[],

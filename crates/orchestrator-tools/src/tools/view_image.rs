@@ -26,10 +26,7 @@ pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "view_image",
         description: "Look at an image file (png, jpeg, gif or webp, at most 4 MB); it is shown to you after the result. Only for models that take images.",
-        schema: schema(
-            json!({"path": {"type": "string"}}),
-            &["path"],
-        ),
+        schema: schema(json!({"path": {"type": "string"}}), &["path"]),
         read_only: true,
         approval: ApprovalClass::Read,
         aliases: &[("file", "path"), ("image", "path")],

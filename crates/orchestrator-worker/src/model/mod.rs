@@ -174,7 +174,27 @@ pub struct ToolDefinition {
 }
 
 impl ToolDefinition {
-    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+    /// A definition as the model gets it. Two keywords of a registry schema's top level are left
+    /// out, since they cost tokens in every request and tell the model nothing it acts on:
+    /// `additionalProperties: false` (the registry still refuses an unknown argument, with a
+    /// message naming the ones it takes) and an empty `required`.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        mut parameters: Value,
+    ) -> Self {
+        if let Some(schema) = parameters.as_object_mut() {
+            if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
+                schema.remove("additionalProperties");
+            }
+            if schema
+                .get("required")
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty)
+            {
+                schema.remove("required");
+            }
+        }
         ToolDefinition {
             name: name.into(),
             description: description.into(),

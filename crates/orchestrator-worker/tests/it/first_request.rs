@@ -50,9 +50,7 @@ async fn first_requests(
         );
         task.workspace = Some(ws.path().display().to_string());
         task.agent.profile = profile_name(*profile).to_owned();
-        task.agent.policy = policy
-            .as_ref()
-            .map(|p| serde_json::to_value(p).unwrap());
+        task.agent.policy = policy.as_ref().map(|p| serde_json::to_value(p).unwrap());
         ids.push(db.store.create_task(&task).await.unwrap());
     }
     let (pool, shutdown) = pool(&db.store, &model.base_url(), github);
@@ -69,14 +67,21 @@ async fn first_requests(
         .map(|(label, _, _)| {
             received
                 .iter()
-                .find(|r| r.last_user_text().is_some_and(|t| t.contains(&format!("({label})"))))
+                .find(|r| {
+                    r.last_user_text()
+                        .is_some_and(|t| t.contains(&format!("({label})")))
+                })
                 .unwrap_or_else(|| panic!("no request of the {label} task"))
                 .clone()
         })
         .collect()
 }
 
-fn pool(store: &Store, model: &str, github: Option<&FakeGitHub>) -> (WorkerPool, CancellationToken) {
+fn pool(
+    store: &Store,
+    model: &str,
+    github: Option<&FakeGitHub>,
+) -> (WorkerPool, CancellationToken) {
     let mut config = PoolConfig::new(format!("first-request-{}", std::process::id()));
     config.slots = 2;
     config.poll_interval = Duration::from_millis(20);
@@ -86,8 +91,8 @@ fn pool(store: &Store, model: &str, github: Option<&FakeGitHub>) -> (WorkerPool,
         api_key_env: None,
         settings: Default::default(),
     });
-    config.agent.github = github
-        .map(|g| GitHub::new(GithubConfig::new(g.url(), Some(FAKE_TOKEN.into()))).unwrap());
+    config.agent.github =
+        github.map(|g| GitHub::new(GithubConfig::new(g.url(), Some(FAKE_TOKEN.into()))).unwrap());
     let pool = WorkerPool::new(store.clone(), config, Arc::new(Metrics::default())).unwrap();
     (pool, CancellationToken::new())
 }
@@ -115,7 +120,10 @@ fn breakdown(request: &Request) -> String {
         })
         .collect();
     tools.sort_by(|a, b| b.cmp(a));
-    let tools: Vec<String> = tools.iter().map(|(n, name)| format!("{name} {n}")).collect();
+    let tools: Vec<String> = tools
+        .iter()
+        .map(|(n, name)| format!("{name} {n}"))
+        .collect();
     format!("system prompt {system}; tools: {}", tools.join(", "))
 }
 
@@ -136,7 +144,6 @@ async fn the_first_request_of_every_profile_is_under_its_target() {
         for ((profile, target), request) in FIRST_REQUEST_TARGETS.iter().zip(&requests) {
             let names = request.tool_names();
             let sent = tokens(request);
-            std::fs::write(format!("/tmp/fr-{profile:?}-{}.json", github.is_some()), serde_json::to_string_pretty(&request.body).unwrap()).unwrap(); // TEMP
             // The GitHub tools come with a GitHub and the coding or full profile, never without.
             let has_github_tools = names.iter().any(|n| n.starts_with("github_"));
             assert_eq!(
@@ -163,10 +170,16 @@ async fn the_first_request_of_every_profile_is_under_its_target() {
 async fn tools_the_policy_denies_are_not_sent() {
     let fake = FakeGitHub::start().await;
     let mut read_only = Policy::allow_all();
-    for class in [ApprovalClass::Write, ApprovalClass::Shell, ApprovalClass::Network] {
+    for class in [
+        ApprovalClass::Write,
+        ApprovalClass::Shell,
+        ApprovalClass::Network,
+    ] {
         read_only.classes.insert(class, Decision::Deny);
     }
-    read_only.tools.insert("github_comment".into(), Decision::Deny);
+    read_only
+        .tools
+        .insert("github_comment".into(), Decision::Deny);
     // A rule for one tool wins over its class: this one stays.
     read_only.tools.insert("edit_file".into(), Decision::Ask);
     let requests = first_requests(
@@ -179,16 +192,44 @@ async fn tools_the_policy_denies_are_not_sent() {
     .await;
     let everything = requests[0].tool_names();
     let sent = requests[1].tool_names();
-    for name in ["write_file", "exec_shell", "fetch_url", "github_comment", "edit_file"] {
-        assert!(everything.contains(&name.to_owned()), "{name}: {everything:?}");
+    for name in [
+        "write_file",
+        "exec_shell",
+        "fetch_url",
+        "github_comment",
+        "edit_file",
+    ] {
+        assert!(
+            everything.contains(&name.to_owned()),
+            "{name}: {everything:?}"
+        );
     }
-    for name in ["write_file", "apply_patch", "exec_shell", "fetch_url", "github_comment"] {
-        assert!(!sent.contains(&name.to_owned()), "{name} was sent: {sent:?}");
+    for name in [
+        "write_file",
+        "apply_patch",
+        "exec_shell",
+        "fetch_url",
+        "github_comment",
+    ] {
+        assert!(
+            !sent.contains(&name.to_owned()),
+            "{name} was sent: {sent:?}"
+        );
     }
-    for name in ["edit_file", "read_file", "grep_files", "github_issue_context"] {
-        assert!(sent.contains(&name.to_owned()), "{name} was not sent: {sent:?}");
+    for name in [
+        "edit_file",
+        "read_file",
+        "grep_files",
+        "github_issue_context",
+    ] {
+        assert!(
+            sent.contains(&name.to_owned()),
+            "{name} was not sent: {sent:?}"
+        );
     }
-    let system = requests[1].messages()[0]["content"].as_str().unwrap_or_default();
+    let system = requests[1].messages()[0]["content"]
+        .as_str()
+        .unwrap_or_default();
     assert!(!system.contains("exec_shell"), "{system}");
     // The tools that are left are what the policy does not deny.
     for tool in requests[1].body["tools"].as_array().unwrap() {

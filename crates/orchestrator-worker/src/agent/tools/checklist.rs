@@ -132,7 +132,8 @@ async fn current(
 }
 
 pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
-    let status_schema = json!({"type": "string", "enum": STATUSES, "description": "Default pending."});
+    let status_schema =
+        json!({"type": "string", "enum": STATUSES, "description": "Default pending."});
     vec![
         spec(
             Def {
@@ -269,7 +270,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "context_status",
-                description: "How full your context window is: size, tokens used, tokens left before compaction (old tool outputs cleared, then old turns summarised), compactions so far. Check before reading something large.",
+                description: "Your context window: size, tokens used and left before compaction (old tool outputs cleared, then old turns summarised), compactions so far. Check before reading something large.",
                 schema: schema(json!({}), &[]),
                 read_only: true,
                 approval: ApprovalClass::Read,
