@@ -72,7 +72,6 @@ pub(crate) fn multi_edit_def() -> ToolDef {
                 "path": {"type": "string"},
                 "edits": {
                     "type": "array",
-                    "description": "The edits, applied in order.",
                     "items": {
                         "type": "object",
                         "properties": {

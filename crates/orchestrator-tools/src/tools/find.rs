@@ -40,12 +40,12 @@ pub(crate) struct SearchArgs {
 pub(crate) fn glob_def() -> ToolDef {
     ToolDef {
         name: "glob",
-        description: "Find files by glob (\"**/*.rs\"; without '/' it matches names at any depth), skipping gitignored and hidden files. At most 200 paths by default.",
+        description: "Find files by glob (\"**/*.rs\"; without '/' it matches names at any depth), relative to path, skipping gitignored and hidden files. limit: default 200, at most 5000.",
         schema: schema(
             json!({
-                "pattern": {"type": "string", "description": "Glob, relative to path."},
+                "pattern": {"type": "string"},
                 "path": {"type": "string"},
-                "limit": {"type": "integer", "minimum": 1, "description": "At most 5000."},
+                "limit": {"type": "integer", "minimum": 1},
                 "sort": {"type": "string", "enum": ["path", "mtime"], "description": "mtime: newest first."},
                 "include_hidden": {"type": "boolean"},
                 "include_ignored": {"type": "boolean"}
@@ -66,7 +66,7 @@ pub(crate) fn search_def() -> ToolDef {
         description: "Find files by approximate name (\"ordrs\" finds src/orders.rs), best matches first.",
         schema: schema(
             json!({
-                "query": {"type": "string", "description": "Part of the name or path."},
+                "query": {"type": "string"},
                 "path": {"type": "string"},
                 "limit": {"type": "integer", "minimum": 1, "description": "Default 20."},
                 "include_hidden": {"type": "boolean"},

@@ -47,10 +47,10 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "grep_files",
-        description: "Search file contents with a regex (ripgrep syntax), skipping gitignored, hidden and binary files. Modes: content (path:line:text, the default), files_with_matches, count. Shows at most max_results (default 200, at most 5000) and the total.",
+        description: "Regex search (ripgrep syntax; a literal with fixed_strings) of file contents, skipping gitignored, hidden and binary files. mode: content (path:line:text, default), files_with_matches, count. Shows max_results (default 200, at most 5000) and the total.",
         schema: schema(
             json!({
-                "pattern": {"type": "string", "description": "Regex (a literal with fixed_strings)."},
+                "pattern": {"type": "string"},
                 "path": {"type": "string"},
                 "glob": {"type": "string", "description": "As rg -g (\"*.rs\")."},
                 "mode": {"type": "string", "enum": ["content", "files_with_matches", "count"]},

@@ -25,7 +25,7 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "insert_text",
-        description: "Insert lines into an existing file after line after_line, as read_file numbers them (0: at the top). Refuses a file changed since you last read it (its lines may have moved): read it again first. Keeps its line endings; adds a missing final newline. To change lines use edit_file.",
+        description: "Insert lines into an existing file after line after_line (as read_file numbers them; 0: the top). Refuses a file changed since you last read it: read it again first. To change lines use edit_file.",
         schema: schema(
             json!({
                 "path": {"type": "string"},

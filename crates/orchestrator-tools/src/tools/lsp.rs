@@ -44,14 +44,14 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "lsp",
-        description: "Ask the project's language server: definition, references or hover of a symbol at path:line (by symbol name or column), document_symbols of path, workspace_symbols matching query. Lines and columns count from 1.",
+        description: "Ask the language server: definition, references or hover of a symbol at path:line (by symbol or column; both from 1), document_symbols of path, workspace_symbols matching query.",
         schema: schema(
             json!({
                 "operation": {"type": "string", "enum": ["definition", "references", "hover", "document_symbols", "workspace_symbols"]},
                 "path": {"type": "string"},
                 "line": {"type": "integer", "minimum": 1},
                 "column": {"type": "integer", "minimum": 1},
-                "symbol": {"type": "string", "description": "Its first occurrence on the line."},
+                "symbol": {"type": "string", "description": "First match on the line."},
                 "query": {"type": "string"}
             }),
             &["operation"],

@@ -45,7 +45,7 @@ pub(crate) fn def() -> ToolDef {
             json!({
                 "path": {"type": "string"},
                 "offset": {"type": "integer", "minimum": 1, "description": "1-based."},
-                "limit": {"type": "integer", "minimum": 1, "description": "At most 2000."}
+                "limit": {"type": "integer", "minimum": 1}
             }),
             &["path"],
         ),

@@ -27,7 +27,7 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "retrieve_tool_result",
-        description: "Read more of a cut tool result (id from its marker). Modes: summary (default), head/tail (count lines, default 100), lines (start to end, 1-based, inclusive), query (case-insensitive, with context lines, default 2).",
+        description: "More of a cut tool result (id from its marker): summary (default), head/tail (count lines, default 100), lines start to end (1-based, inclusive), query (case-insensitive; context lines, default 2).",
         schema: schema(
             json!({
                 "id": {"type": "string"},

@@ -130,7 +130,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "exec_shell_cancel",
-            description: "Stop a background job: its whole process group gets SIGTERM, then SIGKILL after 2 s. Returns its last output.",
+            description: "Stop a background job: SIGTERM to its process group, SIGKILL after 2 s. Returns its last output.",
             schema: schema(json!({"job_id": {"type": "string"}}), &["job_id"]),
             read_only: false,
             approval: ApprovalClass::Shell,

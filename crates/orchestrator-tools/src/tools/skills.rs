@@ -30,7 +30,7 @@ pub(crate) struct ReadArgs {
 pub(crate) fn list_def() -> ToolDef {
     ToolDef {
         name: "skill",
-        description: "List the workspace's skills (instructions for recurring jobs, .agents/skills/*.md) with their descriptions. Read one with read_skill before doing its job.",
+        description: "The workspace's skills (.agents/skills/*.md: instructions for recurring jobs). Read one with read_skill before doing its job.",
         schema: schema(json!({}), &[]),
         read_only: true,
         approval: ApprovalClass::Read,

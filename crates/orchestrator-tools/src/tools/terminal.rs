@@ -80,10 +80,11 @@ pub(crate) struct KillArgs {
     session_id: String,
 }
 
+/// `wait_ms` and `until`, described once, in pty_open's description, which the other two refer to.
 fn wait_properties() -> serde_json::Value {
     json!({
-        "wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS, "description": "Default 1000."},
-        "until": {"type": "string", "description": "Return as soon as new output contains this, e.g. \">>> \"."}
+        "wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS},
+        "until": {"type": "string"}
     })
 }
 
@@ -100,10 +101,10 @@ pub(crate) fn defs() -> Vec<ToolDef> {
     vec![
         ToolDef {
             name: "pty_open",
-            description: "Start a program on a terminal of its own (a REPL, a program that prompts, anything that needs a tty) in the task's sandbox; returns its session id and first output. Then pty_write, pty_poll, pty_kill. Output is plain text (escape sequences removed).",
+            description: "Run a program that needs a tty (a REPL, a prompt) on its own terminal in the task's sandbox; waits wait_ms (default 1000) or until new output contains `until` (e.g. \">>> \"), then returns the session id and output (escape sequences removed). Then pty_write, pty_poll, pty_kill.",
             schema: schema(
                 with_wait(json!({
-                    "command": {"type": "string", "description": "Run with bash -c, e.g. \"python3 -q\"."},
+                    "command": {"type": "string", "description": "For bash -c, e.g. \"python3 -q\"."},
                     "cwd": {"type": "string"}
                 })),
                 &["command"],
@@ -116,7 +117,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "pty_write",
-            description: "Type input into a terminal session (\\n ends a line; \\u0004 at a line's start is end of input), or interrupt its program (SIGINT, like Ctrl-C), then wait for output and return what is new.",
+            description: "Type input into a terminal session (\\n ends a line; \\u0004 at a line's start is end of input) or interrupt its program (SIGINT), then wait as pty_open does and return the new output.",
             schema: schema(
                 with_wait(json!({
                     "session_id": {"type": "string"},
@@ -133,7 +134,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "pty_poll",
-            description: "Wait for a terminal session's new output (or until it contains `until`) and return it, with whether the program still runs.",
+            description: "Wait as pty_open does and return a terminal session's new output and whether its program still runs.",
             schema: schema(
                 with_wait(json!({"session_id": {"type": "string"}})),
                 &["session_id"],
@@ -146,7 +147,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "pty_list",
-            description: "The terminal sessions of this task: id, command, directory, and whether each still runs.",
+            description: "This task's terminal sessions: id, command, directory, whether it runs.",
             schema: schema(json!({}), &[]),
             read_only: true,
             approval: ApprovalClass::Read,
@@ -156,7 +157,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "pty_kill",
-            description: "End a terminal session: its program's whole process group gets SIGTERM, then SIGKILL after 2 s. Returns its last output.",
+            description: "End a terminal session: SIGTERM to its process group, SIGKILL after 2 s. Returns its last output.",
             schema: schema(json!({"session_id": {"type": "string"}}), &["session_id"]),
             read_only: false,
             approval: ApprovalClass::Shell,

@@ -23,7 +23,7 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "think",
-        description: "Think before acting: weigh options, check a plan against the task, list risks. Runs and changes nothing; the thought is kept in the task's record.",
+        description: "Think before acting (weigh options, check a plan, list risks); changes nothing, kept in the task's record.",
         schema: schema(json!({"thought": {"type": "string"}}), &["thought"]),
         read_only: true,
         approval: ApprovalClass::Read,

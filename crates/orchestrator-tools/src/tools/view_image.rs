@@ -25,7 +25,7 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "view_image",
-        description: "Look at an image file (png, jpeg, gif or webp, at most 4 MB); it is shown to you after the result. Only for models that take images.",
+        description: "Look at an image file (png, jpeg, gif or webp, at most 4 MB), shown to you after the result; only for models that take images.",
         schema: schema(json!({"path": {"type": "string"}}), &["path"]),
         read_only: true,
         approval: ApprovalClass::Read,

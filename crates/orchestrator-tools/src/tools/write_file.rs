@@ -20,7 +20,7 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "write_file",
-        description: "Create a file or replace its whole content, atomically, creating parent directories. Refuses to overwrite a file changed since you last read it: read it again first. To change part of a file prefer edit_file or apply_patch (they cannot lose unrelated lines).",
+        description: "Create a file or replace its whole content, atomically, creating parent directories. Refuses to overwrite a file changed since you last read it: read it again first. To change part of a file prefer edit_file or apply_patch.",
         schema: schema(
             json!({
                 "path": {"type": "string"},

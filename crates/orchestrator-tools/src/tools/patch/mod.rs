@@ -54,10 +54,10 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "apply_patch",
-        description: "Apply a patch to one or more files, all or nothing: every hunk is checked before any file is written. Formats: '*** Begin Patch' (*** Add File / *** Delete File / *** Update File, optional *** Move to, chunks after @@ or '@@ context line', lines starting with ' ', '-' or '+', *** End of File) or a unified diff. For one replacement use edit_file.",
+        description: "Patch files, all or nothing (every hunk is checked before any write). Formats: '*** Begin Patch' to '*** End Patch' (*** Add File / *** Delete File / *** Update File, optional *** Move to, chunks after @@ or '@@ context line', lines starting with ' ', '-' or '+', *** End of File) or a unified diff. For one replacement use edit_file.",
         schema: schema(
             json!({
-                "patch": {"type": "string", "description": "From '*** Begin Patch' to '*** End Patch', or a unified diff."}
+                "patch": {"type": "string"}
             }),
             &["patch"],
         ),

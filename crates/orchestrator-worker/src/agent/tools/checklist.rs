@@ -138,7 +138,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "checklist_write",
-                description: "Replace the task's checklist (the user watches it live) with these items. Use it once to lay out the work, then tick items off with checklist_update.",
+                description: "Replace the task's checklist (the user watches it live). Use it once to lay out the work, then tick items off with checklist_update.",
                 schema: schema(
                     json!({"items": {"type": "array", "items": {"type": "object", "properties": {"text": {"type": "string"}, "status": status_schema}, "required": ["text"], "additionalProperties": false}}}),
                     &["items"],
@@ -180,7 +180,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "checklist_update",
-                description: "Change the status or text of the item at a position (1-based). Tick items off as you finish them.",
+                description: "Change the status or text of the item at position (1-based); tick items off as you finish.",
                 schema: schema(
                     json!({"position": {"type": "integer", "minimum": 1}, "status": status_schema, "text": {"type": "string"}}),
                     &["position"],
@@ -270,7 +270,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "context_status",
-                description: "Your context window: size, tokens used and left before compaction (old tool outputs cleared, then old turns summarised), compactions so far. Check before reading something large.",
+                description: "Your context window: size, tokens used and left before compaction. Check before reading something large.",
                 schema: schema(json!({}), &[]),
                 read_only: true,
                 approval: ApprovalClass::Read,
@@ -291,7 +291,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "note",
-                description: "Leave a note (a finding, a decision, a caveat) in the task's timeline for its reader.",
+                description: "Leave a note (finding, decision, caveat) in the task's timeline.",
                 schema: schema(json!({"text": {"type": "string"}}), &["text"]),
                 read_only: false,
                 approval: ApprovalClass::Read,

@@ -387,7 +387,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "pr_open",
-                description: "Open a pull request from the selected PR attempt of its group, whose tree passed every gate of the task (record it after the gates ran, then pr_attempt_select it). The patch is applied to its base commit, which must be on GitHub, and sent through the API as branch `orchestrator/task-N-attempt-M`; nothing is pushed from the workspace. Draft unless draft is false; the body gets `Fixes #issue` and the gates' evidence. Needs approval unless pre-approved; a retry finds the pull request instead of opening another.",
+                description: "Open a pull request from the selected PR attempt of its group, whose tree passed every gate of the task (record it after the gates ran, then pr_attempt_select it). The patch is applied to its base commit, which must be on GitHub, and sent through the API as branch `orchestrator/task-N-attempt-M-<first 8 hex digits of the store id>`; nothing is pushed from the workspace. Draft unless draft is false; the body gets `Fixes #issue` and the gates' evidence. Needs approval unless pre-approved. A retry finds the pull request instead of opening another; one found closed (or merged) is refused, not reopened.",
                 schema: schema(
                     json!({
                         "attempt_id": {"type": "integer", "minimum": 1, "description": "The selected attempt."},

@@ -35,7 +35,7 @@ pub(super) fn specs(session: &Arc<Session>, catalog: Catalog) -> Vec<ToolSpec> {
     vec![spec(
         Def {
             name: TOOL,
-            description: "Ask the task's person to let these tools run without asking for the rest of the task, saying why (e.g. exec_shell, to rerun the tests). The task waits for the answer. Denied tools are never widened.",
+            description: "Ask the task's person to let these tools (e.g. exec_shell) run unasked for the rest of the task; the task waits. Denied tools are never widened.",
             schema: schema(
                 json!({
                     "tools": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_TOOLS},

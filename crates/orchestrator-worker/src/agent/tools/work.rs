@@ -152,7 +152,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "task_gate_run",
-                description: "Run a check whose result is kept as evidence (exit code, verdict, test counts, log): one of the task's own gates by name (gate), or a command of your own.",
+                description: "Run a check whose result (exit code, verdict, log) is kept as evidence: one of the task's gates by name (gate), or a command of your own.",
                 schema: schema(
                     json!({
                         "command": {"type": "string"},
@@ -402,7 +402,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "ask_user",
-                description: "Ask the task's person a question (2 to 4 options, or none for free text); the task pauses until they answer. Ask only what you cannot find out.",
+                description: "Ask the task's person a question (with options, or none for free text); the task pauses until they answer. Ask only what you cannot find out.",
                 schema: schema(
                     json!({"question": {"type": "string"}, "options": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 4}}),
                     &["question"],
