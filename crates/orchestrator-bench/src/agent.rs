@@ -50,6 +50,7 @@ use orchestrator_store::{Backend, Store, StoreOptions};
 use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
 use orchestrator_tools::{Profile, Registry, ToolContext};
 use orchestrator_types::{ChatMessage, MAX_TURNS, ModelSpec, NewTask, Role, TaskId, TaskState};
+use orchestrator_worker::agent::FIRST_REQUEST_TARGETS;
 use orchestrator_worker::model::{ClientConfig, ModelClient, ToolDefinition};
 use orchestrator_worker::{Metrics, PoolConfig, WorkerPool, new_worker_id};
 use serde_json::{Value, json};
@@ -171,7 +172,7 @@ pub async fn run(
     emit(&json!({
         "bench": "agent",
         "first_request_prompt_tokens": first.iter().map(|(p, n)| (p.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-        "targets": {"minimal": FIRST_REQUEST_TARGETS[0], "coding": FIRST_REQUEST_TARGETS[1]},
+        "targets": FIRST_REQUEST_TARGETS.iter().map(|(p, n)| (format!("{p:?}").to_lowercase(), json!(n))).collect::<serde_json::Map<_, _>>(),
         "estimate": "four bytes of the request body to a token",
     })
     .to_string())?;
@@ -215,12 +216,9 @@ pub async fn run(
     Ok(summary)
 }
 
-/// Most prompt tokens the first request of a `minimal` and a `coding` task may carry (system
-/// prompt, user prompt and tool definitions), so that an 8k-context model has room to work.
-const FIRST_REQUEST_TARGETS: [u64; 2] = [1_500, 4_000];
-
 /// The prompt tokens of the first request an agent task of each profile sends, from the request
-/// body the model server received: what a small local model must fit before any work starts.
+/// body the model server received: what a small local model must fit before any work starts. The
+/// targets are the worker's `FIRST_REQUEST_TARGETS`, which its test `first_request` enforces.
 async fn first_request_tokens(config: &AgentBenchConfig) -> Result<Vec<(&'static str, u64)>> {
     let dir = tempfile::tempdir()?;
     let store = Store::open_sqlite(&dir.path().join("first.db"), &StoreOptions::default()).await?;

@@ -174,16 +174,18 @@ impl Policy {
             == Decision::Allow
     }
 
-    /// Decides one call. For shell tools, command rules are consulted: any matching deny wins, then
-    /// any matching ask; a matching allow applies only to a simple command (no chaining, pipes,
-    /// substitution or redirection), and otherwise the tool's own decision stands.
-    ///
-    /// The command of a shell tool is its `command` argument or, for a tool that types into a
-    /// running job (exec_shell_interact), its `input`: what is typed into a shell's stdin is a
-    /// command too.
-    pub fn decide(&self, tool: &str, class: ApprovalClass, args: &Value) -> (Decision, String) {
-        let base = self
-            .tools
+    /// Whether the policy refuses every call of `tool` whatever its arguments: its own rule, or
+    /// failing that its class's default or the policy's default, is deny. Command rules only
+    /// narrow a shell tool that is not denied, and GitHub targets only turn an allow into an ask,
+    /// so no argument can make such a call run. A task is not offered these tools at all: a
+    /// definition the model can only be refused costs tokens in every request.
+    pub fn denies_every_call(&self, tool: &str, class: ApprovalClass) -> bool {
+        self.base(tool, class).0 == Decision::Deny
+    }
+
+    /// The decision for a tool before its arguments are looked at, and the rule that made it.
+    fn base(&self, tool: &str, class: ApprovalClass) -> (Decision, String) {
+        self.tools
             .get(tool)
             .map(|d| (*d, format!("the rule for tool {tool}")))
             .or_else(|| {
@@ -201,7 +203,18 @@ impl Policy {
                     "changes to automations need approval unless pre-approved".to_owned(),
                 ),
                 (_, default) => (default, "the default policy".to_owned()),
-            });
+            })
+    }
+
+    /// Decides one call. For shell tools, command rules are consulted: any matching deny wins, then
+    /// any matching ask; a matching allow applies only to a simple command (no chaining, pipes,
+    /// substitution or redirection), and otherwise the tool's own decision stands.
+    ///
+    /// The command of a shell tool is its `command` argument or, for a tool that types into a
+    /// running job (exec_shell_interact), its `input`: what is typed into a shell's stdin is a
+    /// command too.
+    pub fn decide(&self, tool: &str, class: ApprovalClass, args: &Value) -> (Decision, String) {
+        let base = self.base(tool, class);
         if class == ApprovalClass::GithubWrite
             && base.0 == Decision::Allow
             && !self.github_targets.is_empty()

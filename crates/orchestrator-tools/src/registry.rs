@@ -18,7 +18,7 @@ use crate::args;
 use crate::context::ToolContext;
 use crate::error::{Error, Result};
 use crate::output;
-use crate::policy::{ApprovalAnswer, ApprovalClass, ApprovalRequest, BoxFuture, Decision};
+use crate::policy::{ApprovalAnswer, ApprovalClass, ApprovalRequest, BoxFuture, Decision, Policy};
 use crate::result::{ToolFailure, ToolOutcome, ToolResult, refuse};
 
 /// Runs one tool call. Arguments arrive validated against the tool's schema.
@@ -164,6 +164,25 @@ impl Registry {
         }
         self.aliases.insert(alias.this_tool.clone(), alias);
         Ok(())
+    }
+
+    /// Removes the tools whose every call `policy` refuses ([`Policy::denies_every_call`]), and
+    /// their deprecated aliases, and returns their names. A task's registry is narrowed so
+    /// before its first request: a tool the model can only be refused is not worth its tokens in
+    /// every request, and the system prompt, built from the registry, does not name it either.
+    pub fn withhold_denied(&mut self, policy: &Policy) -> Vec<String> {
+        let denied: Vec<String> = self
+            .tools
+            .values()
+            .filter(|spec| policy.denies_every_call(&spec.name, spec.approval))
+            .map(|spec| spec.name.clone())
+            .collect();
+        for name in &denied {
+            self.tools.remove(name);
+        }
+        self.aliases
+            .retain(|_, alias| self.tools.contains_key(&alias.use_instead));
+        denied
     }
 
     /// The tools, sorted by name (deprecated aliases are not listed).

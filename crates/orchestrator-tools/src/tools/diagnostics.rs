@@ -28,7 +28,7 @@ pub(crate) fn def() -> ToolDef {
         schema: schema(
             json!({
                 "kind": {"type": "string", "enum": ["auto", "cargo", "tsc", "go", "python"], "description": "Default auto."},
-                "path": {"type": "string", "description": "Project directory (default .)."},
+                "path": {"type": "string"},
                 "timeout": {"type": "integer", "minimum": 1, "description": "Seconds (at most 600)."}
             }),
             &[],

@@ -48,10 +48,10 @@ pub(crate) fn edit_file_def() -> ToolDef {
         description: "Replace old_string by new_string in a file; old_string must match exactly once (add surrounding lines) unless replace_all. Small whitespace and escaping differences are tolerated; a miss shows the closest region.",
         schema: schema(
             json!({
-                "path": {"type": "string", "description": "Path in the workspace."},
-                "old_string": {"type": "string", "description": "Text to replace, without line numbers."},
+                "path": {"type": "string"},
+                "old_string": {"type": "string", "description": "Without line numbers."},
                 "new_string": {"type": "string"},
-                "replace_all": {"type": "boolean", "description": "Replace every occurrence."}
+                "replace_all": {"type": "boolean"}
             }),
             &["path", "old_string", "new_string"],
         ),
@@ -69,10 +69,9 @@ pub(crate) fn multi_edit_def() -> ToolDef {
         description: "Apply several edit_file edits to one file in order, all or nothing.",
         schema: schema(
             json!({
-                "path": {"type": "string", "description": "File path relative to the workspace root."},
+                "path": {"type": "string"},
                 "edits": {
                     "type": "array",
-                    "description": "The edits, applied in order.",
                     "items": {
                         "type": "object",
                         "properties": {

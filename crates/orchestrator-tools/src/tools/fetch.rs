@@ -69,13 +69,13 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "fetch_url",
-        description: "Fetch an http:// or https:// URL with GET and return its body as text: HTML is converted to Markdown, keeping headings, links, lists, code and tables and leaving out scripts, styles and navigation (raw=true keeps the HTML), JSON and plain text are returned as they are, binary content is refused. Follows up to 5 redirects; reads at most 1 MB by default (max_bytes, at most 10 MB) within 30 s (timeout). Addresses of this machine, private networks, link-local and cloud metadata services are refused, at every redirect too, unless the task's policy lists the host in network_hosts.",
+        description: "Fetch an http:// or https:// URL with GET and return its body as text: HTML as Markdown (headings, links, lists, code and tables kept; scripts, styles and navigation left out; raw=true keeps the HTML), JSON and plain text as they are; binary content is refused. Follows up to 5 redirects; reads at most 1 MB by default (max_bytes, at most 10 MB) within 30 s (timeout). Addresses of this machine, private networks, link-local and cloud metadata services are refused, at every redirect too, unless the task's policy lists the host in network_hosts.",
         schema: schema(
             json!({
-                "url": {"type": "string", "description": "The http:// or https:// URL to fetch."},
-                "max_bytes": {"type": "integer", "minimum": 1, "description": "Most body bytes to read (default 1 MB, at most 10 MB)."},
-                "timeout": {"type": "integer", "minimum": 1, "description": "Seconds for the whole fetch (default 30, at most 120)."},
-                "raw": {"type": "boolean", "description": "Return HTML as it is instead of as Markdown (default false)."}
+                "url": {"type": "string"},
+                "max_bytes": {"type": "integer", "minimum": 1},
+                "timeout": {"type": "integer", "minimum": 1, "description": "Seconds, default 30, at most 120."},
+                "raw": {"type": "boolean", "description": "HTML as it is, not as Markdown."}
             }),
             &["url"],
         ),

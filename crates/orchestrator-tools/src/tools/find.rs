@@ -40,15 +40,15 @@ pub(crate) struct SearchArgs {
 pub(crate) fn glob_def() -> ToolDef {
     ToolDef {
         name: "glob",
-        description: "Find files by glob (\"**/*.rs\"; without '/' it matches names at any depth), skipping gitignored and hidden files. At most 200 paths by default.",
+        description: "Find files by glob (\"**/*.rs\"; without '/' it matches names at any depth), relative to path, skipping gitignored and hidden files. limit: default 200, at most 5000.",
         schema: schema(
             json!({
-                "pattern": {"type": "string", "description": "Glob, relative to path."},
-                "path": {"type": "string", "description": "Directory (default .)."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Most paths (at most 5000)."},
+                "pattern": {"type": "string"},
+                "path": {"type": "string"},
+                "limit": {"type": "integer", "minimum": 1},
                 "sort": {"type": "string", "enum": ["path", "mtime"], "description": "mtime: newest first."},
-                "include_hidden": {"type": "boolean", "description": "Hidden files too."},
-                "include_ignored": {"type": "boolean", "description": "Gitignored files too."}
+                "include_hidden": {"type": "boolean"},
+                "include_ignored": {"type": "boolean"}
             }),
             &["pattern"],
         ),
@@ -66,11 +66,11 @@ pub(crate) fn search_def() -> ToolDef {
         description: "Find files by approximate name (\"ordrs\" finds src/orders.rs), best matches first.",
         schema: schema(
             json!({
-                "query": {"type": "string", "description": "Part of the name or path."},
-                "path": {"type": "string", "description": "Directory to search, relative to the workspace root (default \".\")."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Most results (default 20)."},
-                "include_hidden": {"type": "boolean", "description": "Hidden files too."},
-                "include_ignored": {"type": "boolean", "description": "Gitignored files too."}
+                "query": {"type": "string"},
+                "path": {"type": "string"},
+                "limit": {"type": "integer", "minimum": 1, "description": "Default 20."},
+                "include_hidden": {"type": "boolean"},
+                "include_ignored": {"type": "boolean"}
             }),
             &["query"],
         ),

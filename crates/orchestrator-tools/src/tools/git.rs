@@ -31,10 +31,7 @@ pub(crate) fn status_def() -> ToolDef {
     ToolDef {
         name: "git_status",
         description: "The branch and the changed files (staged, unstaged, untracked, conflicted).",
-        schema: schema(
-            json!({"path": {"type": "string", "description": "Limit to this path."}}),
-            &[],
-        ),
+        schema: schema(json!({"path": {"type": "string"}}), &[]),
         read_only: true,
         approval: ApprovalClass::Read,
         aliases: &[],
@@ -46,14 +43,14 @@ pub(crate) fn status_def() -> ToolDef {
 pub(crate) fn diff_def() -> ToolDef {
     ToolDef {
         name: "git_diff",
-        description: "Unified diff of unstaged changes, staged ones (staged), or all since base (\"main\"); stat gives a summary. Untracked files are left out.",
+        description: "Unified diff of unstaged changes, staged ones (staged), or everything since base (a commit, branch or tag); stat gives a summary. Untracked files are left out.",
         schema: schema(
             json!({
-                "path": {"type": "string", "description": "Limit to this path."},
-                "staged": {"type": "boolean", "description": "Staged changes."},
-                "base": {"type": "string", "description": "Commit, branch or tag."},
-                "stat": {"type": "boolean", "description": "A diffstat instead."},
-                "context": {"type": "integer", "minimum": 0, "description": "Default 3."}
+                "path": {"type": "string"},
+                "staged": {"type": "boolean"},
+                "base": {"type": "string"},
+                "stat": {"type": "boolean"},
+                "context": {"type": "integer", "minimum": 0, "description": "Lines, default 3."}
             }),
             &[],
         ),

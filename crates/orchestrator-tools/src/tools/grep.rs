@@ -47,22 +47,22 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "grep_files",
-        description: "Search file contents with a regex (ripgrep syntax), skipping gitignored, hidden and binary files. Modes: content (path:line:text), files_with_matches, count. At most max_results (default 200) shown, with the total.",
+        description: "Regex search (ripgrep syntax; a literal with fixed_strings) of file contents, skipping gitignored, hidden and binary files. mode: content (path:line:text, default), files_with_matches, count. Shows max_results (default 200, at most 5000) and the total.",
         schema: schema(
             json!({
-                "pattern": {"type": "string", "description": "Regex, or literal with fixed_strings."},
-                "path": {"type": "string", "description": "File or directory (default .)."},
-                "glob": {"type": "string", "description": "Only files matching this glob, as rg -g (\"*.rs\")."},
-                "mode": {"type": "string", "enum": ["content", "files_with_matches", "count"], "description": "Default content."},
-                "context": {"type": "integer", "minimum": 0, "description": "Lines around each match (at most 20)."},
-                "before": {"type": "integer", "minimum": 0, "description": "Lines before each match."},
-                "after": {"type": "integer", "minimum": 0, "description": "Lines after each match."},
-                "case_insensitive": {"type": "boolean", "description": "Ignore case."},
-                "fixed_strings": {"type": "boolean", "description": "Pattern is a literal string."},
-                "multiline": {"type": "boolean", "description": "Match across lines."},
-                "max_results": {"type": "integer", "minimum": 1, "description": "Default 200, at most 5000."},
-                "include_hidden": {"type": "boolean", "description": "Search hidden files too."},
-                "include_ignored": {"type": "boolean", "description": "Search gitignored files too."}
+                "pattern": {"type": "string"},
+                "path": {"type": "string"},
+                "glob": {"type": "string", "description": "As rg -g (\"*.rs\")."},
+                "mode": {"type": "string", "enum": ["content", "files_with_matches", "count"]},
+                "context": {"type": "integer", "minimum": 0, "description": "At most 20."},
+                "before": {"type": "integer", "minimum": 0},
+                "after": {"type": "integer", "minimum": 0},
+                "case_insensitive": {"type": "boolean"},
+                "fixed_strings": {"type": "boolean"},
+                "multiline": {"type": "boolean"},
+                "max_results": {"type": "integer", "minimum": 1},
+                "include_hidden": {"type": "boolean"},
+                "include_ignored": {"type": "boolean"}
             }),
             &["pattern"],
         ),

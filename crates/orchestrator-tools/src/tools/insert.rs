@@ -25,12 +25,12 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "insert_text",
-        description: "Insert lines into an existing text file after line after_line (1-based, as read_file numbers them; 0 = at the top, the line count = at the end). Refuses a file that changed since you last read it, since the line numbers may have moved: read it again first. Keeps the file's line endings. To change existing lines use edit_file.",
+        description: "Insert lines into an existing file after line after_line (as read_file numbers them; 0: the top). Refuses a file changed since you last read it: read it again first. To change lines use edit_file.",
         schema: schema(
             json!({
-                "path": {"type": "string", "description": "File path relative to the workspace root."},
-                "after_line": {"type": "integer", "minimum": 0, "description": "The line after which the text goes; 0 for the top."},
-                "text": {"type": "string", "description": "The lines to insert (a final newline is added if missing)."}
+                "path": {"type": "string"},
+                "after_line": {"type": "integer", "minimum": 0},
+                "text": {"type": "string"}
             }),
             &["path", "after_line", "text"],
         ),

@@ -54,11 +54,11 @@ pub(crate) fn def() -> ToolDef {
         description: "List a directory as a tree with file sizes, skipping gitignored and hidden entries; node_modules, target and the like are shown but not entered.",
         schema: schema(
             json!({
-                "path": {"type": "string", "description": "Directory (default .)."},
-                "depth": {"type": "integer", "minimum": 1, "description": "Levels (default 2, at most 6)."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Most entries (default 400)."},
-                "include_hidden": {"type": "boolean", "description": "List hidden entries too."},
-                "include_ignored": {"type": "boolean", "description": "List gitignored entries too."}
+                "path": {"type": "string"},
+                "depth": {"type": "integer", "minimum": 1, "description": "Default 2, at most 6."},
+                "limit": {"type": "integer", "minimum": 1, "description": "Default 400."},
+                "include_hidden": {"type": "boolean"},
+                "include_ignored": {"type": "boolean"}
             }),
             &[],
         ),

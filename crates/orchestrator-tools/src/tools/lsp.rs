@@ -44,15 +44,15 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "lsp",
-        description: "Ask the project's language server (configured under [lsp_servers]): definition, references or hover of the symbol at path:line (name it with `symbol`, or give `column`), document_symbols of a file, workspace_symbols matching `query`. Lines and columns count from 1.",
+        description: "Ask the language server: definition, references or hover of a symbol at path:line (by symbol or column; both from 1), document_symbols of path, workspace_symbols matching query.",
         schema: schema(
             json!({
                 "operation": {"type": "string", "enum": ["definition", "references", "hover", "document_symbols", "workspace_symbols"]},
-                "path": {"type": "string", "description": "File relative to the workspace (all but workspace_symbols)."},
+                "path": {"type": "string"},
                 "line": {"type": "integer", "minimum": 1},
-                "column": {"type": "integer", "minimum": 1, "description": "Character on the line; or give symbol."},
-                "symbol": {"type": "string", "description": "The name on that line to ask about (its first occurrence)."},
-                "query": {"type": "string", "description": "For workspace_symbols: part of a name."}
+                "column": {"type": "integer", "minimum": 1},
+                "symbol": {"type": "string", "description": "First match on the line."},
+                "query": {"type": "string"}
             }),
             &["operation"],
         ),

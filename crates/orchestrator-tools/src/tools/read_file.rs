@@ -43,9 +43,9 @@ pub(crate) fn def() -> ToolDef {
         description: "Read a file with line numbers: at most 2000 lines or 50 KB a call; the footer gives the offset to go on from. Images come back as images, PDFs as text.",
         schema: schema(
             json!({
-                "path": {"type": "string", "description": "Path in the workspace."},
-                "offset": {"type": "integer", "minimum": 1, "description": "First line, 1-based."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Lines to read (at most 2000)."}
+                "path": {"type": "string"},
+                "offset": {"type": "integer", "minimum": 1, "description": "1-based."},
+                "limit": {"type": "integer", "minimum": 1}
             }),
             &["path"],
         ),

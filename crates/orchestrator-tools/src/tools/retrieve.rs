@@ -27,16 +27,16 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "retrieve_tool_result",
-        description: "Read more of a tool result that was cut (its marker gives the id): summary, head/tail (count lines), lines (start to end) or query (matching lines with context).",
+        description: "More of a cut tool result (id from its marker): summary (default), head/tail (count lines, default 100), lines start to end (1-based, inclusive), query (case-insensitive; context lines, default 2).",
         schema: schema(
             json!({
-                "id": {"type": "string", "description": "From the marker."},
-                "mode": {"type": "string", "enum": ["summary", "head", "tail", "lines", "query"], "description": "Default summary."},
-                "count": {"type": "integer", "minimum": 1, "description": "Default 100."},
-                "start": {"type": "integer", "minimum": 1, "description": "1-based."},
-                "end": {"type": "integer", "minimum": 1, "description": "Inclusive."},
-                "query": {"type": "string", "description": "Case-insensitive."},
-                "context": {"type": "integer", "minimum": 0, "description": "Default 2."}
+                "id": {"type": "string"},
+                "mode": {"type": "string", "enum": ["summary", "head", "tail", "lines", "query"]},
+                "count": {"type": "integer", "minimum": 1},
+                "start": {"type": "integer", "minimum": 1},
+                "end": {"type": "integer", "minimum": 1},
+                "query": {"type": "string"},
+                "context": {"type": "integer", "minimum": 0}
             }),
             &["id"],
         ),

@@ -74,13 +74,13 @@ pub(crate) fn defs() -> Vec<ToolDef> {
     vec![
         ToolDef {
             name: "exec_shell",
-            description: "Run a command with bash -c in the task's sandbox; returns output and exit code. A timeout (default 120 s) kills its process group. For servers and long jobs set background=true and use the job id with exec_shell_wait, exec_shell_interact and exec_shell_cancel.",
+            description: "Run a command with bash -c in the task's sandbox; returns output and exit code. The timeout (seconds, default 120, at most 600) kills its process group. For servers and long jobs use background=true, then the job id with exec_shell_wait, exec_shell_interact, exec_shell_cancel.",
             schema: schema(
                 json!({
-                    "command": {"type": "string", "description": "Run with bash -c."},
-                    "timeout": {"type": "integer", "minimum": 1, "description": "Seconds (default 120, at most 600)."},
-                    "background": {"type": "boolean", "description": "Return a job id at once."},
-                    "cwd": {"type": "string", "description": "Directory in the workspace."}
+                    "command": {"type": "string"},
+                    "timeout": {"type": "integer", "minimum": 1},
+                    "background": {"type": "boolean"},
+                    "cwd": {"type": "string"}
                 }),
                 &["command"],
             ),
@@ -99,7 +99,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
             description: "Wait for a background job (default 30 s) and return its new output and status; without job_id, list the jobs.",
             schema: schema(
                 json!({
-                    "job_id": {"type": "string", "description": "From exec_shell."},
+                    "job_id": {"type": "string"},
                     "timeout": {"type": "integer", "minimum": 0, "description": "Seconds; 0 just looks."}
                 }),
                 &[],
@@ -112,13 +112,13 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "exec_shell_interact",
-            description: "Send input to a background job's stdin (add \\n to end a line), optionally close stdin, then wait wait_ms milliseconds (default 500, at most 30000) and return the new output.",
+            description: "Write input to a background job's stdin (\\n ends a line), optionally close stdin, wait wait_ms (default 500, at most 30000) and return the new output.",
             schema: schema(
                 json!({
-                    "job_id": {"type": "string", "description": "The job id."},
-                    "input": {"type": "string", "description": "Text to write to stdin."},
-                    "close_stdin": {"type": "boolean", "description": "Close stdin after writing (sends end of file; default false)."},
-                    "wait_ms": {"type": "integer", "minimum": 0, "description": "Milliseconds to wait for output (default 500, at most 30000)."}
+                    "job_id": {"type": "string"},
+                    "input": {"type": "string"},
+                    "close_stdin": {"type": "boolean"},
+                    "wait_ms": {"type": "integer", "minimum": 0}
                 }),
                 &["job_id"],
             ),
@@ -130,11 +130,8 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "exec_shell_cancel",
-            description: "Stop a background job: its whole process group gets SIGTERM, then SIGKILL after 2 s. Returns its last output.",
-            schema: schema(
-                json!({"job_id": {"type": "string", "description": "The job id."}}),
-                &["job_id"],
-            ),
+            description: "Stop a background job: SIGTERM to its process group, SIGKILL after 2 s. Returns its last output.",
+            schema: schema(json!({"job_id": {"type": "string"}}), &["job_id"]),
             read_only: false,
             approval: ApprovalClass::Shell,
             aliases: &[],

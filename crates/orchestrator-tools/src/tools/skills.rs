@@ -30,7 +30,7 @@ pub(crate) struct ReadArgs {
 pub(crate) fn list_def() -> ToolDef {
     ToolDef {
         name: "skill",
-        description: "List the workspace's skills: instructions for recurring jobs kept in .agents/skills/*.md, each with its one-line description. Read one with read_skill before doing the job it describes.",
+        description: "The workspace's skills (.agents/skills/*.md: instructions for recurring jobs). Read one with read_skill before doing its job.",
         schema: schema(json!({}), &[]),
         read_only: true,
         approval: ApprovalClass::Read,
@@ -43,11 +43,8 @@ pub(crate) fn list_def() -> ToolDef {
 pub(crate) fn read_def() -> ToolDef {
     ToolDef {
         name: "read_skill",
-        description: "Read one of the workspace's skills (.agents/skills/NAME.md) by the name skill lists.",
-        schema: schema(
-            json!({"name": {"type": "string", "description": "The skill's name, as skill lists it (the file name without .md)."}}),
-            &["name"],
-        ),
+        description: "Read a workspace skill (.agents/skills/NAME.md) by the name skill lists.",
+        schema: schema(json!({"name": {"type": "string"}}), &["name"]),
         read_only: true,
         approval: ApprovalClass::Read,
         aliases: &[("skill", "name")],

@@ -80,10 +80,11 @@ pub(crate) struct KillArgs {
     session_id: String,
 }
 
+/// `wait_ms` and `until`, described once, in pty_open's description, which the other two refer to.
 fn wait_properties() -> serde_json::Value {
     json!({
-        "wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS, "description": "Milliseconds to wait for output (default 1000)."},
-        "until": {"type": "string", "description": "Stop waiting as soon as the new output contains this text, such as a prompt (\">>> \")."}
+        "wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS},
+        "until": {"type": "string"}
     })
 }
 
@@ -100,11 +101,11 @@ pub(crate) fn defs() -> Vec<ToolDef> {
     vec![
         ToolDef {
             name: "pty_open",
-            description: "Start a program on an interactive terminal of its own (a REPL such as python3 or node, a program that prompts, anything that needs a tty) in the task's sandbox; returns its session id and first output. Talk to it with pty_write, read with pty_poll, stop it with pty_kill. Output is plain text (escape sequences removed).",
+            description: "Run a program that needs a tty (a REPL, a prompt) on its own terminal in the task's sandbox; waits wait_ms (default 1000) or until new output contains `until` (e.g. \">>> \"), then returns the session id and output (escape sequences removed). Then pty_write, pty_poll, pty_kill.",
             schema: schema(
                 with_wait(json!({
-                    "command": {"type": "string", "description": "Run with bash -c on the terminal, such as \"python3 -q\"."},
-                    "cwd": {"type": "string", "description": "Directory in the workspace."}
+                    "command": {"type": "string", "description": "For bash -c, e.g. \"python3 -q\"."},
+                    "cwd": {"type": "string"}
                 })),
                 &["command"],
             ),
@@ -116,12 +117,12 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "pty_write",
-            description: "Type into a terminal session (end a line with \\n; \\u0004 at a line's start is end of input), or interrupt its program (SIGINT, like Ctrl-C), then wait for output and return what is new.",
+            description: "Type input into a terminal session (\\n ends a line; \\u0004 at a line's start is end of input) or interrupt its program (SIGINT), then wait as pty_open does and return the new output.",
             schema: schema(
                 with_wait(json!({
-                    "session_id": {"type": "string", "description": "From pty_open."},
-                    "input": {"type": "string", "description": "Text to type."},
-                    "interrupt": {"type": "boolean", "description": "Send SIGINT to the program first, as Ctrl-C would."}
+                    "session_id": {"type": "string"},
+                    "input": {"type": "string"},
+                    "interrupt": {"type": "boolean"}
                 })),
                 &["session_id"],
             ),
@@ -133,11 +134,9 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "pty_poll",
-            description: "Wait for a terminal session's new output (or until it contains `until`) and return it, with whether the program still runs.",
+            description: "Wait as pty_open does and return a terminal session's new output and whether its program still runs.",
             schema: schema(
-                with_wait(
-                    json!({"session_id": {"type": "string", "description": "From pty_open."}}),
-                ),
+                with_wait(json!({"session_id": {"type": "string"}})),
                 &["session_id"],
             ),
             read_only: true,
@@ -148,7 +147,7 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "pty_list",
-            description: "The terminal sessions of this task: id, command, directory, and whether each still runs.",
+            description: "This task's terminal sessions: id, command, directory, whether it runs.",
             schema: schema(json!({}), &[]),
             read_only: true,
             approval: ApprovalClass::Read,
@@ -158,11 +157,8 @@ pub(crate) fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "pty_kill",
-            description: "End a terminal session: its program's whole process group gets SIGTERM, then SIGKILL after 2 s. Returns its last output.",
-            schema: schema(
-                json!({"session_id": {"type": "string", "description": "From pty_open."}}),
-                &["session_id"],
-            ),
+            description: "End a terminal session: SIGTERM to its process group, SIGKILL after 2 s. Returns its last output.",
+            schema: schema(json!({"session_id": {"type": "string"}}), &["session_id"]),
             read_only: false,
             approval: ApprovalClass::Shell,
             aliases: &[("id", "session_id")],

@@ -23,11 +23,8 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "think",
-        description: "Write down your reasoning before acting: weigh options, check a plan against the task, list what could go wrong. Runs nothing and changes nothing; the thought stays in the record of the task.",
-        schema: schema(
-            json!({"thought": {"type": "string", "description": "The reasoning, in a few sentences."}}),
-            &["thought"],
-        ),
+        description: "Think before acting (weigh options, check a plan, list risks); changes nothing, kept in the task's record.",
+        schema: schema(json!({"thought": {"type": "string"}}), &["thought"]),
         read_only: true,
         approval: ApprovalClass::Read,
         aliases: &[],

@@ -25,11 +25,8 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "view_image",
-        description: "Look at an image file of the workspace (png, jpeg, gif or webp, at most 4 MB): it is shown to you after the call's result. Only for models that take images.",
-        schema: schema(
-            json!({"path": {"type": "string", "description": "Image file in the workspace."}}),
-            &["path"],
-        ),
+        description: "Look at an image file (png, jpeg, gif or webp, at most 4 MB), shown to you after the result; only for models that take images.",
+        schema: schema(json!({"path": {"type": "string"}}), &["path"]),
         read_only: true,
         approval: ApprovalClass::Read,
         aliases: &[("file", "path"), ("image", "path")],

@@ -92,8 +92,8 @@ pub(crate) fn def() -> ToolDef {
         description: "Search the web with the search backend the config names; returns ranked results, each with a ref_id ([1], [2], ...), a title, a URL and a snippet. Cite results by ref_id; open one with fetch_url to read it.",
         schema: schema(
             json!({
-                "query": {"type": "string", "description": "What to search for, in a few words."},
-                "max_results": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS, "description": "How many results (default 8, at most 20)."}
+                "query": {"type": "string", "description": "A few words."},
+                "max_results": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS, "description": "Default 8."}
             }),
             &["query"],
         ),

@@ -20,11 +20,11 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "write_file",
-        description: "Create a file or replace its whole content, atomically (missing parent directories are created). Refuses to overwrite a file that changed since you last read it: read it again first. Prefer edit_file or apply_patch to change part of an existing file; they do not need the whole content and cannot lose unrelated lines.",
+        description: "Create a file or replace its whole content, atomically, creating parent directories. Refuses to overwrite a file changed since you last read it: read it again first. To change part of a file prefer edit_file or apply_patch.",
         schema: schema(
             json!({
-                "path": {"type": "string", "description": "File path relative to the workspace root."},
-                "content": {"type": "string", "description": "The complete new content of the file."}
+                "path": {"type": "string"},
+                "content": {"type": "string"}
             }),
             &["path", "content"],
         ),

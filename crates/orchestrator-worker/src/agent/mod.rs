@@ -60,6 +60,31 @@ pub(crate) use session::Session;
 
 /// Longest text of a message kept in its event (the message itself is saved whole).
 const EVENT_TEXT_CHARS: usize = 2000;
+
+/// Most prompt tokens the first request of a task may carry, by profile: the system prompt, a
+/// short task prompt and every tool definition sent, counted as the agent bench counts them (four
+/// bytes of the request body to a token, [`crate::model::estimate_tokens`]), with or without a
+/// GitHub configured. Minimal and coding are DESIGN.md's targets, so that an 8k-context model has
+/// room to work; full, for which the design names none, gets the same share of a 16k window as
+/// coding has of an 8k one. The agent bench prints the figures and a worker test fails past them
+/// (past [`FIRST_REQUEST_GITHUB_CEILINGS`] instead for coding and full with a GitHub).
+pub const FIRST_REQUEST_TARGETS: [(Profile, u64); 3] = [
+    (Profile::Minimal, 1_500),
+    (Profile::Coding, 4_000),
+    (Profile::Full, 8_000),
+];
+
+/// A ratchet, not a design target: the most tokens the first request of coding and full may carry
+/// with a GitHub configured, which adds the four github_* tools and pr_open (and to coding
+/// pr_attempt_record and pr_attempt_select) and misses [`FIRST_REQUEST_TARGETS`]. Without a GitHub both profiles
+/// are under their targets (coding about 3,970, full about 7,750); with one, coding is about
+/// 5,090 (about 1,090 over 4,000) and full about 8,590 (about 590 over 8,000). Trimming text cannot
+/// close that gap: the JSON structure of coding's 43 schemas alone is about 3,000 tokens, so
+/// meeting the targets with a GitHub needs fewer or merged tools, or tools offered on demand.
+/// Each ceiling is the figure when it was set rounded up to the next 100, so the request cannot
+/// grow unnoticed; lower it whenever the figure drops, and never raise it to make a test pass.
+pub const FIRST_REQUEST_GITHUB_CEILINGS: [(Profile, u64); 2] =
+    [(Profile::Coding, 5_100), (Profile::Full, 8_600)];
 /// A piece of live output of a task, for whoever follows it in this process.
 #[derive(Debug, Clone)]
 pub struct LiveDelta {
@@ -209,6 +234,9 @@ pub async fn run_agent(
             .map(|spec| (spec.name.clone(), spec.approval))
             .collect(),
     );
+    // The catalog keeps the denied tools, so request_permissions can say a request for one is
+    // denied by policy; the model is not offered them.
+    registry.withhold_denied(&session.policy);
     // Sorted by name, so the tools' bytes are the same in every request and after a resume: a
     // prompt cache matches only an identical prefix.
     let mut definitions: Vec<ToolDefinition> = registry

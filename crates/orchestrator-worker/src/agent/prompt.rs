@@ -31,8 +31,8 @@ pub(crate) fn system_prompt(
     };
     let mut out = String::new();
     out.push_str(
-        "You are a coding agent working unattended on one task. You act only through the tools \
-         you are given; every call and its result is recorded as evidence.\n\n",
+        "You are a coding agent working unattended on one task. You act only through your \
+         tools; every call and its result is recorded as evidence.\n\n",
     );
     if let Some(role) = role {
         out.push_str(&format!(

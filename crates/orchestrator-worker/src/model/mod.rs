@@ -187,12 +187,46 @@ pub struct ToolDefinition {
 }
 
 impl ToolDefinition {
-    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+    /// A definition as the model gets it. Two keywords of a registry schema are left out, at its
+    /// top level and in the object schemas nested in its properties and array items, since they
+    /// cost tokens in every request and tell the model nothing it acts on:
+    /// `additionalProperties: false` (the registry still refuses an unknown argument, with a
+    /// message naming the ones it takes) and an empty `required`.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        mut parameters: Value,
+    ) -> Self {
+        trim_schema(&mut parameters);
         ToolDefinition {
             name: name.into(),
             description: description.into(),
             parameters,
         }
+    }
+}
+
+/// Leaves out `additionalProperties: false` and an empty `required` of `schema` and of the object
+/// schemas under its `properties` and `items`.
+fn trim_schema(schema: &mut Value) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    if object.get("additionalProperties") == Some(&Value::Bool(false)) {
+        object.remove("additionalProperties");
+    }
+    if object
+        .get("required")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+    {
+        object.remove("required");
+    }
+    if let Some(properties) = object.get_mut("properties").and_then(Value::as_object_mut) {
+        properties.values_mut().for_each(trim_schema);
+    }
+    if let Some(items) = object.get_mut("items") {
+        trim_schema(items);
     }
 }
 

@@ -9,6 +9,7 @@ mod automations;
 mod closure;
 mod context;
 mod docs;
+mod first_request;
 mod github;
 mod model;
 mod pulls;

@@ -54,10 +54,10 @@ pub(crate) struct Args {
 pub(crate) fn def() -> ToolDef {
     ToolDef {
         name: "apply_patch",
-        description: "Apply a patch to one or more files, all or nothing: every hunk of every file is checked before any file is written, so a failing hunk leaves the whole tree unchanged. Accepts the '*** Begin Patch' format (*** Add File / *** Delete File / *** Update File with optional *** Move to, chunks introduced by @@ or '@@ context line', lines starting with ' ', '-' or '+', *** End of File) and unified diffs (--- a/x, +++ b/x, @@ -l,n +l,n @@). Use it for changes across several files or for new files with content; use edit_file for a single replacement.",
+        description: "Patch files, all or nothing (every hunk is checked before any write). Formats: '*** Begin Patch' to '*** End Patch' (*** Add File / *** Delete File / *** Update File, optional *** Move to, chunks after @@ or '@@ context line', lines starting with ' ', '-' or '+', *** End of File) or a unified diff. For one replacement use edit_file.",
         schema: schema(
             json!({
-                "patch": {"type": "string", "description": "The whole patch text, from '*** Begin Patch' to '*** End Patch' (or a unified diff)."}
+                "patch": {"type": "string"}
             }),
             &["patch"],
         ),

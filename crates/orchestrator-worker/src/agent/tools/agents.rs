@@ -391,17 +391,17 @@ pub(super) fn specs(session: &Arc<Session>, roles: Roles) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "agent_spawn",
-                description: "Start a sub-agent: a child task that works on `prompt` in this workspace, with at most this task's permissions (profile minimal, coding or full, and a sandbox, never broader than yours; gates are shell commands your policy decides). Use it for independent pieces of work; it runs in parallel when workers are free. Returns the child's id; read its answer with agent_wait or agent_result. Limits: a few unfinished children at once (10 by default) and 3 levels of nesting.",
+                description: "Start a sub-agent: a child task working on `prompt` in this workspace, with at most your permissions (profile and sandbox never broader than yours; your policy decides its gates as for exec_shell). For independent pieces of work; it runs in parallel when workers are free. Returns its id; read its answer with agent_wait or agent_result. At most 10 unfinished children by default, 3 levels of nesting.",
                 schema: schema(
                     json!({
-                        "prompt": {"type": "string", "description": "What the sub-agent must do, self-contained."},
+                        "prompt": {"type": "string", "description": "Self-contained."},
                         "title": {"type": "string"},
                         "profile": {"type": "string", "enum": ["minimal", "coding", "full"]},
-                        "sandbox": {"type": "string", "enum": ["read_only", "workspace_write", "full"], "description": "Where the child's commands may write; never wider than this task's sandbox (default: the same)."},
-                        "gates": {"type": "array", "items": {"type": "string"}, "description": "Shell commands that must pass for the child to succeed; decided by this task's policy like exec_shell."},
+                        "sandbox": {"type": "string", "enum": ["read_only", "workspace_write", "full"], "description": "Where its commands may write (default yours)."},
+                        "gates": {"type": "array", "items": {"type": "string"}, "description": "Shell commands that must pass for it to succeed."},
                         "acceptance": {"type": "array", "items": {"type": "string"}},
-                        "role": {"type": "string", "description": "general (default), explore, plan or review (read only), implementer or verifier (coding), or a role of the config; gives the child its instructions and default profile."},
-                        "fork_context": {"type": "boolean", "description": "Start the child with this conversation so far (everything you have read and done), instead of only the prompt. Default false."}
+                        "role": {"type": "string", "description": "general (default), explore, plan, review (read only), implementer, verifier (coding) or a configured role: its instructions and default profile."},
+                        "fork_context": {"type": "boolean", "description": "Give it this conversation so far, not only the prompt."}
                     }),
                     &["prompt"],
                 ),
@@ -524,7 +524,7 @@ pub(super) fn specs(session: &Arc<Session>, roles: Roles) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "agent_wait",
-                description: "Wait until the given children (all unfinished children when `ids` is empty) have finished, or until the timeout (default 300 s, at most 1800 s); returns each one's state and final answer. While you wait you hold a worker; prefer doing other work first.",
+                description: "Wait until the given children (all unfinished ones when `ids` is empty) finish, or the timeout (default 300 s); returns each one's state and final answer. Waiting holds a worker; prefer doing other work first.",
                 schema: schema(
                     json!({"ids": {"type": "array", "items": {"type": "integer"}}, "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_WAIT_SECS}}),
                     &[],

@@ -122,12 +122,12 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "pr_attempt_record",
-                description: "Record the workspace's current changes (staged, unstaged and untracked files that .gitignore does not exclude) against a base commit as a PR attempt: a byte-exact patch kept in the store with the files it touches and the gates of this task that ran on exactly this tree. The workspace, HEAD and the index are not touched. Record each approach you want to compare in the same group, run the gates (task_gate_run) on a tree before recording it, then choose one with pr_attempt_select. Refused when the workspace is not a git worktree or has no changes against the base.",
+                description: "Record the workspace's changes (staged, unstaged, untracked not ignored) against a base commit as a PR attempt: a byte-exact patch, with the gates that ran on exactly this tree. Touches neither the workspace nor HEAD nor the index. Run the gates (task_gate_run) before recording; then pr_attempt_select one of the group. Refused outside a git worktree or without changes.",
                 schema: schema(
                     json!({
-                        "label": {"type": "string", "description": "A short description of this attempt, e.g. \"cache in the parser\"."},
-                        "group": {"type": "string", "description": "Attempts that compete for one pull request share a group; default \"default\"."},
-                        "base": {"type": "string", "description": "The commit-ish the patch is against; default HEAD. The attempt keeps the full commit id it names now."}
+                        "label": {"type": "string", "description": "Short, e.g. \"cache in the parser\"."},
+                        "group": {"type": "string", "description": "Competing attempts share one; default \"default\"."},
+                        "base": {"type": "string", "description": "Commit-ish, default HEAD."}
                     }),
                     &["label"],
                 ),
@@ -276,11 +276,11 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "pr_attempt_preflight",
-                description: "Check whether one of this task's PR attempts applies, by the rules of `git apply --check`, in the task's repository: to its own base commit, or with onto to another commit-ish such as origin/main, to see whether it still fits after the base branch moved. Nothing in the workspace changes. Says that it applies, or which paths conflict.",
+                description: "Check, as `git apply --check` would, whether a PR attempt applies to its base commit or, with onto, to another commit-ish (origin/main after the branch moved). Changes nothing; says which paths conflict.",
                 schema: schema(
                     json!({
                         "attempt_id": {"type": "integer", "minimum": 1, "description": ATTEMPT_ID},
-                        "onto": {"type": "string", "description": "A commit-ish to check against instead of the attempt's base."}
+                        "onto": {"type": "string"}
                     }),
                     &["attempt_id"],
                 ),
@@ -329,7 +329,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "pr_attempt_select",
-                description: "Select one of this task's PR attempts as the one to open a pull request with. It becomes the only selected attempt of its group; the others of the group are unselected. Selecting the selected one changes nothing. Select an attempt whose gates passed.",
+                description: "Select the PR attempt to open a pull request with (one whose gates passed); it becomes the only selected one of its group.",
                 schema: schema(
                     json!({"attempt_id": {"type": "integer", "minimum": 1, "description": ATTEMPT_ID}}),
                     &["attempt_id"],

@@ -106,15 +106,15 @@ struct NoArgs {}
 /// The properties of what a schedule's tasks do, shared by create and update.
 fn spec_properties() -> serde_json::Map<String, Value> {
     let properties = json!({
-        "schedule": {"type": "string", "description": "Cron expression: 5 fields (minute hour day-of-month month day-of-week), or 6/7 with seconds first and a year last, such as \"0 3 * * 1-5\"."},
-        "timezone": {"type": "string", "description": "IANA time zone of the schedule, such as Europe/Berlin (default UTC)."},
-        "title": {"type": "string", "description": "Title of the tasks (default: the automation's name); each slot's local time is appended."},
-        "prompt": {"type": "string", "description": "Instructions for an agent; its tasks are then agent tasks on this task's model."},
-        "gates": {"type": "array", "items": {"type": "string"}, "description": "Shell commands each task runs as gates; decided by this task's policy like exec_shell."},
-        "profile": {"type": "string", "enum": ["minimal", "coding", "full"], "description": "Tool profile of its agents, no broader than yours (default yours)."},
-        "overlap": {"type": "string", "enum": ["skip", "buffer_one", "allow", "cancel_previous"], "description": "While a previous run is unfinished (default skip)."},
+        "schedule": {"type": "string", "description": "Cron: 5 fields (minute hour day-of-month month day-of-week), or 6/7 with seconds first and year last, e.g. \"0 3 * * 1-5\"."},
+        "timezone": {"type": "string", "description": "IANA zone, e.g. Europe/Berlin (default UTC)."},
+        "title": {"type": "string", "description": "Of its tasks (default the name), with each slot's local time appended."},
+        "prompt": {"type": "string", "description": "Agent instructions; its tasks then run an agent on this task's model."},
+        "gates": {"type": "array", "items": {"type": "string"}, "description": "Shell commands each task runs as gates."},
+        "profile": {"type": "string", "enum": ["minimal", "coding", "full"], "description": "Of its agents, no broader than yours (default yours)."},
+        "overlap": {"type": "string", "enum": ["skip", "buffer_one", "allow", "cancel_previous"], "description": "When a previous run is unfinished (default skip)."},
         "catch_up": {"type": "string", "enum": ["skip", "latest", "all"], "description": "Slots missed while no scheduler ran (default latest)."},
-        "jitter_secs": {"type": "integer", "minimum": 0, "maximum": 86400, "description": "Fire each slot a stable offset in [0, jitter_secs) after its time."}
+        "jitter_secs": {"type": "integer", "minimum": 0, "maximum": 86400, "description": "A stable delay in [0, jitter_secs) after each slot."}
     });
     match properties {
         Value::Object(map) => map,
@@ -122,12 +122,22 @@ fn spec_properties() -> serde_json::Map<String, Value> {
     }
 }
 
-fn change_schema(required: &[&str]) -> Value {
+/// The schema of automation_create, whose properties are described. automation_update takes the
+/// same properties without their descriptions (its own says they mean what they mean for
+/// automation_create): both are offered together, and the text would cost tokens twice.
+fn change_schema(required: &[&str], described: bool) -> Value {
     let mut properties = spec_properties();
     properties.insert(
         "name".into(),
         json!({"type": "string", "description": "Letters, digits, '-', '_' or '.', starting with a letter or digit."}),
     );
+    if !described {
+        for property in properties.values_mut() {
+            if let Some(property) = property.as_object_mut() {
+                property.remove("description");
+            }
+        }
+    }
     schema(Value::Object(properties), required)
 }
 
@@ -441,8 +451,8 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "automation_create",
-                description: "Create an automation: a cron schedule that creates a task in this workspace at every slot, running gates, an agent's prompt, or both. A person approves it first. Its agents may only read and search until a person widens its policy; its gates are decided by your policy like exec_shell.",
-                schema: change_schema(&["name", "schedule"]),
+                description: "Create an automation: a cron schedule that creates a task in this workspace at every slot, running gates, an agent's prompt, or both. A person approves it first. Its agents may only read and search until a person widens its policy; your policy decides its gates as for exec_shell.",
+                schema: change_schema(&["name", "schedule"], true),
                 read_only: false,
                 approval: ApprovalClass::Automation,
                 aliases: &[
@@ -470,8 +480,8 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "automation_update",
-                description: "Change an automation: only the fields given change; a new schedule, time zone or jitter starts from the next slot after now. A person approves it first. Automations from schedules files are changed in their files instead.",
-                schema: change_schema(&["name"]),
+                description: "Change an automation: only the fields given change, each meaning what it does for automation_create (gates decided by your policy as for exec_shell); a new schedule, time zone or jitter starts from the next slot after now. A person approves it first. Automations from schedules files are changed in their files instead.",
+                schema: change_schema(&["name"], false),
                 read_only: false,
                 approval: ApprovalClass::Automation,
                 aliases: &[

@@ -132,14 +132,15 @@ async fn current(
 }
 
 pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
-    let status_schema = json!({"type": "string", "enum": STATUSES, "description": "pending (default), in_progress, done or skipped."});
+    let status_schema =
+        json!({"type": "string", "enum": STATUSES, "description": "Default pending."});
     vec![
         spec(
             Def {
                 name: "checklist_write",
-                description: "Replace the task's checklist with these items, in order. Use it once at the start to lay out the work, then prefer checklist_update to tick items off (it keeps positions stable). The user watches the checklist live.",
+                description: "Replace the task's checklist (the user watches it live). Use it once to lay out the work, then tick items off with checklist_update.",
                 schema: schema(
-                    json!({"items": {"type": "array", "items": {"type": "object", "properties": {"text": {"type": "string"}, "status": status_schema}, "required": ["text"], "additionalProperties": false}, "description": "The whole list."}}),
+                    json!({"items": {"type": "array", "items": {"type": "object", "properties": {"text": {"type": "string"}, "status": status_schema}, "required": ["text"], "additionalProperties": false}}}),
                     &["items"],
                 ),
                 read_only: false,
@@ -179,7 +180,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "checklist_update",
-                description: "Change the status (or the text) of the item at a position (1-based, as checklist_list shows). Tick items off as you finish them.",
+                description: "Change the status or text of the item at position (1-based); tick items off as you finish.",
                 schema: schema(
                     json!({"position": {"type": "integer", "minimum": 1}, "status": status_schema, "text": {"type": "string"}}),
                     &["position"],
@@ -269,7 +270,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "context_status",
-                description: "How full your context window is: its size, about how many tokens the conversation takes now, how many are left before the conversation is compacted (old tool outputs cleared, then older turns summarised), and the compactions so far. Check it before reading something large.",
+                description: "Your context window: size, tokens used and left before compaction. Check before reading something large.",
                 schema: schema(json!({}), &[]),
                 read_only: true,
                 approval: ApprovalClass::Read,
@@ -290,7 +291,7 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "note",
-                description: "Leave a note in the task's timeline for the person who reads it later (a finding, a decision, a caveat).",
+                description: "Leave a note (finding, decision, caveat) in the task's timeline.",
                 schema: schema(json!({"text": {"type": "string"}}), &["text"]),
                 read_only: false,
                 approval: ApprovalClass::Read,

@@ -35,11 +35,11 @@ pub(super) fn specs(session: &Arc<Session>, catalog: Catalog) -> Vec<ToolSpec> {
     vec![spec(
         Def {
             name: TOOL,
-            description: "Ask the task's person to let these tools run without asking, for the rest of this task, saying why (for example exec_shell, to run the test suite repeatedly). The task waits for the answer. Tools the policy denies are never widened.",
+            description: "Ask the task's person to let these tools (e.g. exec_shell) run unasked for the rest of the task; the task waits. Denied tools are never widened.",
             schema: schema(
                 json!({
-                    "tools": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_TOOLS, "description": "Tool names, as you call them."},
-                    "reason": {"type": "string", "description": "Why you need them, for the person deciding."}
+                    "tools": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_TOOLS},
+                    "reason": {"type": "string", "description": "For the person deciding."}
                 }),
                 &["tools", "reason"],
             ),

@@ -152,13 +152,13 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "task_gate_run",
-                description: "Run a check whose result is kept as evidence (exit code, verdict, test counts, full log): one of the task's own gates by name (gate), as written, or a command of your own.",
+                description: "Run a check whose result (exit code, verdict, log) is kept as evidence: one of the task's gates by name (gate), or a command of your own.",
                 schema: schema(
                     json!({
-                        "command": {"type": "string", "description": "A check of your own."},
-                        "gate": {"type": "string", "description": "One of the task's gates, by name."},
+                        "command": {"type": "string"},
+                        "gate": {"type": "string"},
                         "name": {"type": "string"},
-                        "cwd": {"type": "string", "description": "Directory relative to the workspace."},
+                        "cwd": {"type": "string"},
                         "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_GATE_TIMEOUT_SECS}
                     }),
                     &[],
@@ -237,11 +237,11 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "task_shell_start",
-                description: "Start a long command in the background as a job of this task (a build, a server, a long test run) and return its job id at once; read its end with task_shell_wait. Jobs are kept in the store: after a restart a job that was running reads as stale, never silently lost. Default timeout 600 s.",
+                description: "Start a long command (a build, a server, a long test run) as a background job of this task; returns its job id at once, for task_shell_wait. Default timeout 600 s. After a restart a job that was running reads as stale.",
                 schema: schema(
                     json!({
                         "command": {"type": "string"},
-                        "cwd": {"type": "string", "description": "Directory relative to the workspace."},
+                        "cwd": {"type": "string"},
                         "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_GATE_TIMEOUT_SECS}
                     }),
                     &["command"],
@@ -309,7 +309,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "task_shell_wait",
-                description: "Wait for a job started with task_shell_start to end (default 60 s, at most 600 s) and return its status, exit code and output. A job still running after the wait says so; wait again. A job left running by a worker that stopped reads as stale: its outcome is unknown, so check its effects or start it again.",
+                description: "Wait for a task_shell_start job to end (default 60 s, at most 600) and return its status, exit code and output; if still running, wait again. A stale job's outcome is unknown: check its effects or start it again.",
                 schema: schema(
                     json!({"job_id": {"type": "integer"}, "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_JOB_WAIT_SECS}}),
                     &["job_id"],
@@ -402,7 +402,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "ask_user",
-                description: "Ask the task's person a question (2 to 4 suggested answers, or none for free text); the task pauses until they answer. Ask only what you cannot find out.",
+                description: "Ask the task's person a question (with options, or none for free text); the task pauses until they answer. Ask only what you cannot find out.",
                 schema: schema(
                     json!({"question": {"type": "string"}, "options": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 4}}),
                     &["question"],
