@@ -125,6 +125,10 @@ pub struct ToolCall {
 pub struct Registry {
     tools: BTreeMap<String, ToolSpec>,
     aliases: BTreeMap<String, DeprecatedAlias>,
+    /// Tools withheld because the policy denies every call of them ([`Registry::withhold_denied`]),
+    /// with the policy's reason: a model that calls one anyway is told it is denied, not that it
+    /// does not exist.
+    withheld: BTreeMap<String, String>,
 }
 
 impl Registry {
@@ -178,7 +182,10 @@ impl Registry {
             .map(|spec| spec.name.clone())
             .collect();
         for name in &denied {
-            self.tools.remove(name);
+            if let Some(spec) = self.tools.remove(name) {
+                let (_, reason) = policy.decide(&spec.name, spec.approval, &Value::Null);
+                self.withheld.insert(spec.name, reason);
+            }
         }
         self.aliases
             .retain(|_, alias| self.tools.contains_key(&alias.use_instead));
@@ -290,6 +297,13 @@ impl Registry {
             && let Some(spec) = self.tools.get(&alias.use_instead)
         {
             return Ok((spec, Some(alias)));
+        }
+        if let Some(reason) = self.withheld.get(name) {
+            return Err(ToolResult::error(format!(
+                "{name} is denied by policy ({reason}), so it is not offered; do not retry it, \
+                 choose another approach or ask the user"
+            ))
+            .with_meta("policy", json!({"decision": "deny", "reason": reason})));
         }
         let names: Vec<&str> = self.tools.keys().map(String::as_str).collect();
         let suggestion = args::closest(name, &names)

@@ -334,6 +334,7 @@ fn official_python_mcp_client_lists_and_calls_tools() {
         v["tools"]["grep_files"]["description"]
             .as_str()
             .unwrap()
+            .to_lowercase()
             .contains("regex")
     );
     assert_eq!(v["read_file"]["is_error"], false);
