@@ -45,7 +45,23 @@ fn retry(env: &Env, id: i64) {
 /// The retry used to end the agent at once on its saved answer: the same gate failed on the same
 /// tree and the model was never asked again (one request in all).
 #[test]
-fn a_retried_agent_task_is_told_what_its_gate_said_and_fixes_it() {
+fn a_retried_agent_task_is_told_what_its_gate_said_and_fixes_it_sqlite() {
+    a_retried_agent_task_is_told_what_its_gate_said_and_fixes_it(&Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_agent_task_is_told_what_its_gate_said_and_fixes_it_postgres() {
+    let Some(env) = Env::postgres().await else {
+        return;
+    };
+    tokio::task::spawn_blocking(move || {
+        a_retried_agent_task_is_told_what_its_gate_said_and_fixes_it(&env)
+    })
+    .await
+    .unwrap();
+}
+
+fn a_retried_agent_task_is_told_what_its_gate_said_and_fixes_it(env: &Env) {
     let model =
         ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
             // The first answer claims success without doing the work.
@@ -56,14 +72,13 @@ fn a_retried_agent_task_is_told_what_its_gate_said_and_fixes_it() {
             )]),
             _ => Reply::Text("Fixed the typo.".into()),
         });
-    let env = Env::sqlite();
-    let (id, ws) = create(&env, &model, &[]);
+    let (id, ws) = create(env, &model, &[]);
     let _serve = env.serve(&[]);
     let task = env.wait_finished(id);
     assert_eq!(task["state"], "failed", "{task}");
     assert_eq!(model.request_count(), 1);
 
-    retry(&env, id);
+    retry(env, id);
     let task = env.wait_finished(id);
     assert_eq!(task["state"], "succeeded", "{task}");
     assert_eq!(
