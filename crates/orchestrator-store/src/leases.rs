@@ -722,16 +722,19 @@ async fn claim_in(
 
 /// Closes the pending approvals of every task an event says has ended, in the transaction that
 /// ends it: an approval left in the inbox would report success when approved, and do nothing.
+/// One statement for the whole batch (see `close_pending_of`), none when nothing ended.
 async fn close_approvals_of_ended(tx: &mut Tx, events: &[EventInsert], now: i64) -> Result<()> {
-    for event in events {
-        if matches!(
-            event.kind,
-            EventKind::Succeeded | EventKind::Failed | EventKind::Canceled
-        ) {
-            crate::approvals::close_pending(tx, TaskId(event.task_id), now).await?;
-        }
-    }
-    Ok(())
+    let ended: Vec<i64> = events
+        .iter()
+        .filter(|event| {
+            matches!(
+                event.kind,
+                EventKind::Succeeded | EventKind::Failed | EventKind::Canceled
+            )
+        })
+        .map(|event| event.task_id)
+        .collect();
+    crate::approvals::close_pending_of(tx, &ended, now).await
 }
 
 /// Checks inside `tx` that `lease` still holds its task (running, at the same epoch), locking the
