@@ -155,6 +155,7 @@ async fn wait(
         .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
         .value(Tasks::Attempt, Expr::col(Tasks::Attempt).sub(1))
         .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+        .value(Tasks::ChangeId, tx.change_mark())
         .value(Tasks::UpdatedAt, now)
         .cond_where(lease_matches(&completion.lease))
         .and_where(state_is(TaskState::Running))
@@ -360,6 +361,7 @@ impl Store {
                 .value(Tasks::LeaseOwner, Option::<String>::None)
                 .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
                 .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+                .value(Tasks::ChangeId, tx.change_mark())
                 .value(Tasks::LastError, Option::<String>::None)
                 .value(Tasks::FinishedAt, now)
                 .value(Tasks::UpdatedAt, now)
@@ -419,6 +421,7 @@ impl Store {
                 .value(Tasks::LeaseOwner, Option::<String>::None)
                 .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
                 .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+                .value(Tasks::ChangeId, tx.change_mark())
                 .value(Tasks::LastError, error.clone())
                 .value(Tasks::UpdatedAt, now)
                 .cond_where(lease_matches(&completion.lease))
@@ -677,6 +680,7 @@ async fn claim_in(
         .value(Tasks::Epoch, Expr::col(Tasks::Epoch).add(1))
         .value(Tasks::Attempt, Expr::col(Tasks::Attempt).add(1))
         .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+        .value(Tasks::ChangeId, tx.change_mark())
         .value(Tasks::StartedAt, Expr::col(Tasks::StartedAt).if_null(now))
         // Foreground tasks are created with a run_after no daemon reaches (see
         // `create_foreground`); once claimed, the row should say when it really ran.
