@@ -67,6 +67,15 @@ pub mod approval_status {
     pub const CANCELED: &str = "canceled";
 }
 
+/// `"status" = 'pending'` with the value inlined, like `tasks::state_is`. Bound as a parameter, the
+/// value is one SQLite's planner reads to match the partial index `approvals_pending`, and it marks
+/// the statement to be compiled again whenever the parameter is bound: every execution. The
+/// completer closed approvals with such a statement once per ended task, and each run compiled it
+/// again with the approvals' triggers, about an eighth of the queue's CPU on SQLite.
+fn is_pending() -> Expr {
+    Expr::cust(format!("\"status\" = '{}'", approval_status::PENDING))
+}
+
 /// What kind of decision is asked for.
 pub mod approval_kind {
     /// A guarded tool call: approve or deny.
@@ -185,9 +194,26 @@ pub(crate) async fn close_pending(tx: &mut Tx, task: TaskId, now: i64) -> Result
         .value(Approvals::Status, approval_status::CANCELED)
         .value(Approvals::DecidedAt, now)
         .and_where(Expr::col(Approvals::TaskId).eq(task.0))
-        .and_where(Expr::col(Approvals::Status).eq(approval_status::PENDING))
+        .and_where(is_pending())
         .to_owned();
     tx.execute(&stmt).await?;
+    Ok(())
+}
+
+/// [`close_pending`] for many tasks with one statement per few hundred: the completer and the
+/// rescuer end tasks in batches, and a statement per task was a round trip per task on the
+/// claim/complete path, for approvals that almost never exist.
+pub(crate) async fn close_pending_of(tx: &mut Tx, tasks: &[i64], now: i64) -> Result<()> {
+    for chunk in tasks.chunks(400) {
+        let stmt = Query::update()
+            .table(Approvals::Table)
+            .value(Approvals::Status, approval_status::CANCELED)
+            .value(Approvals::DecidedAt, now)
+            .and_where(Expr::col(Approvals::TaskId).is_in(chunk.iter().copied()))
+            .and_where(is_pending())
+            .to_owned();
+        tx.execute(&stmt).await?;
+    }
     Ok(())
 }
 
@@ -197,7 +223,7 @@ pub(crate) async fn resume_if_answered(tx: &mut Tx, task: TaskId, now: i64) -> R
         .expr(Expr::col(Approvals::Id).count())
         .from(Approvals::Table)
         .and_where(Expr::col(Approvals::TaskId).eq(task.0))
-        .and_where(Expr::col(Approvals::Status).eq(approval_status::PENDING))
+        .and_where(is_pending())
         .to_owned();
     let (n,): (i64,) = tx.fetch_optional(&pending).await?.unwrap_or((0,));
     if n > 0 {
@@ -385,7 +411,7 @@ impl Store {
         let stmt = Query::select()
             .expr(Expr::col(Approvals::Id).count())
             .from(Approvals::Table)
-            .and_where(Expr::col(Approvals::Status).eq(approval_status::PENDING))
+            .and_where(is_pending())
             .to_owned();
         let (n,): (i64,) = self.pool.fetch_optional(&stmt).await?.unwrap_or((0,));
         Ok(u64::try_from(n).unwrap_or(0))
@@ -438,7 +464,7 @@ impl Store {
             .value(Approvals::DecidedBy, by)
             .value(Approvals::DecidedAt, now)
             .and_where(Expr::col(Approvals::Id).eq(id))
-            .and_where(Expr::col(Approvals::Status).eq(approval_status::PENDING))
+            .and_where(is_pending())
             .to_owned();
         tx.execute(&stmt).await?;
         let seq = next_seq(&mut tx, approval.task_id, now).await?;
@@ -474,7 +500,7 @@ impl Store {
         let due = Query::select()
             .columns([Approvals::Id, Approvals::TaskId])
             .from(Approvals::Table)
-            .and_where(Expr::col(Approvals::Status).eq(approval_status::PENDING))
+            .and_where(is_pending())
             .and_where(Expr::col(Approvals::ExpiresAt).lt(now))
             .order_by(Approvals::ExpiresAt, Order::Asc)
             .limit(limit)
@@ -495,7 +521,7 @@ impl Store {
                 .value(Approvals::DecidedBy, "expiry")
                 .value(Approvals::DecidedAt, now)
                 .and_where(Expr::col(Approvals::Id).eq(id))
-                .and_where(Expr::col(Approvals::Status).eq(approval_status::PENDING))
+                .and_where(is_pending())
                 .to_owned();
             if tx.execute(&stmt).await? == 0 {
                 continue;

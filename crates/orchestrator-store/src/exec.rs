@@ -240,6 +240,21 @@ impl Tx {
         Ok(())
     }
 
+    /// The `change_id` of a task row this transaction changes (see changes.rs), for an UPDATE to
+    /// set itself: the row trigger that would set it otherwise costs a second UPDATE of each row
+    /// on SQLite and a PL/pgSQL call per row on PostgreSQL (migration 0010 skips it when the
+    /// statement moved the number). On SQLite the subqueries are uncorrelated, so SQLite reads
+    /// them once per statement: every row of a batch gets the same number, one above the largest.
+    pub(crate) fn change_mark(&self) -> sea_query::Expr {
+        sea_query::Expr::cust(match self {
+            Tx::Sqlite(..) => {
+                "1 + max(IFNULL((SELECT MAX(change_id) FROM tasks), 0), \
+                 IFNULL((SELECT MAX(change_id) FROM approvals), 0))"
+            }
+            Tx::Postgres(_) => "pg_current_xact_id()::text::bigint",
+        })
+    }
+
     pub(crate) async fn commit(self) -> Result<()> {
         match self {
             Tx::Sqlite(tx, _turn) => tx.commit().await?,

@@ -155,6 +155,7 @@ async fn wait(
         .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
         .value(Tasks::Attempt, Expr::col(Tasks::Attempt).sub(1))
         .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+        .value(Tasks::ChangeId, tx.change_mark())
         .value(Tasks::UpdatedAt, now)
         .cond_where(lease_matches(&completion.lease))
         .and_where(state_is(TaskState::Running))
@@ -360,6 +361,7 @@ impl Store {
                 .value(Tasks::LeaseOwner, Option::<String>::None)
                 .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
                 .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+                .value(Tasks::ChangeId, tx.change_mark())
                 .value(Tasks::LastError, Option::<String>::None)
                 .value(Tasks::FinishedAt, now)
                 .value(Tasks::UpdatedAt, now)
@@ -419,6 +421,7 @@ impl Store {
                 .value(Tasks::LeaseOwner, Option::<String>::None)
                 .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
                 .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+                .value(Tasks::ChangeId, tx.change_mark())
                 .value(Tasks::LastError, error.clone())
                 .value(Tasks::UpdatedAt, now)
                 .cond_where(lease_matches(&completion.lease))
@@ -677,6 +680,7 @@ async fn claim_in(
         .value(Tasks::Epoch, Expr::col(Tasks::Epoch).add(1))
         .value(Tasks::Attempt, Expr::col(Tasks::Attempt).add(1))
         .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+        .value(Tasks::ChangeId, tx.change_mark())
         .value(Tasks::StartedAt, Expr::col(Tasks::StartedAt).if_null(now))
         // Foreground tasks are created with a run_after no daemon reaches (see
         // `create_foreground`); once claimed, the row should say when it really ran.
@@ -722,16 +726,19 @@ async fn claim_in(
 
 /// Closes the pending approvals of every task an event says has ended, in the transaction that
 /// ends it: an approval left in the inbox would report success when approved, and do nothing.
+/// One statement for the whole batch (see `close_pending_of`), none when nothing ended.
 async fn close_approvals_of_ended(tx: &mut Tx, events: &[EventInsert], now: i64) -> Result<()> {
-    for event in events {
-        if matches!(
-            event.kind,
-            EventKind::Succeeded | EventKind::Failed | EventKind::Canceled
-        ) {
-            crate::approvals::close_pending(tx, TaskId(event.task_id), now).await?;
-        }
-    }
-    Ok(())
+    let ended: Vec<i64> = events
+        .iter()
+        .filter(|event| {
+            matches!(
+                event.kind,
+                EventKind::Succeeded | EventKind::Failed | EventKind::Canceled
+            )
+        })
+        .map(|event| event.task_id)
+        .collect();
+    crate::approvals::close_pending_of(tx, &ended, now).await
 }
 
 /// Checks inside `tx` that `lease` still holds its task (running, at the same epoch), locking the

@@ -37,6 +37,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(7, "0007_dashboard"),
     migration!(8, "0008_change_order"),
     migration!(9, "0009_store_identity"),
+    migration!(10, "0010_change_in_statement"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes
