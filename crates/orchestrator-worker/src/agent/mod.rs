@@ -324,6 +324,36 @@ impl From<orchestrator_store::Error> for Halt {
 }
 
 impl Agent<'_> {
+    /// Saves a user message the loop adds at `turn` (a parent's input, what failed gates said),
+    /// with its `message` event carrying `event` besides the turn, the role and the clipped text.
+    async fn save_user_message(
+        &self,
+        turn: i64,
+        message: &orchestrator_types::ChatMessage,
+        text: &str,
+        event: serde_json::Value,
+    ) -> Result<(), Halt> {
+        let mut data = serde_json::json!({"turn": turn, "role": "user", "text": clip(text)});
+        if let (Some(data), serde_json::Value::Object(extra)) = (data.as_object_mut(), event) {
+            data.extend(extra);
+        }
+        self.ctx
+            .store
+            .append_messages(
+                self.lease,
+                self.task.attempt,
+                &[orchestrator_store::NewMessage {
+                    turn,
+                    message: message.clone(),
+                    usage: None,
+                    model_ms: None,
+                }],
+                (orchestrator_types::EventKind::Message, data),
+            )
+            .await?;
+        Ok(())
+    }
+
     async fn run(&mut self, prompt: &str, workspace: &str) -> crate::Result<AgentEnd> {
         match self.turns(prompt, workspace).await {
             Ok(end) | Err(Halt::End(end)) => Ok(end),

@@ -11,11 +11,11 @@
 //! retry (the `retried` event names the attempt it followed). Attempts the daemon makes by itself
 //! (a model server that was down, a hand-back) share their run's budget.
 
-use orchestrator_store::{NewMessage, SavedMessage};
+use orchestrator_store::SavedMessage;
 use orchestrator_types::{ChatMessage, EventKind, GateRecord, Verdict};
 use serde_json::json;
 
-use super::{Agent, Halt, clip};
+use super::{Agent, Halt};
 
 /// The most bytes of a failed gate's log shown to the model: its end, where the failure usually
 /// is.
@@ -80,28 +80,9 @@ impl Agent<'_> {
             "\nFind the cause, change what needs changing, check it yourself where you can, then \
              answer again; the same gates run on your next answer.",
         );
-        let message = ChatMessage::user(text);
-        self.ctx
-            .store
-            .append_messages(
-                self.lease,
-                self.task.attempt,
-                &[NewMessage {
-                    turn,
-                    message: message.clone(),
-                    usage: None,
-                    model_ms: None,
-                }],
-                (
-                    EventKind::Message,
-                    json!({
-                        "turn": turn,
-                        "role": "user",
-                        "text": clip(message.content.as_deref().unwrap_or_default()),
-                        "gate_failures": failed.iter().map(|g| &g.name).collect::<Vec<_>>(),
-                    }),
-                ),
-            )
+        let message = ChatMessage::user(text.clone());
+        let failures: Vec<&String> = failed.iter().map(|g| &g.name).collect();
+        self.save_user_message(turn, &message, &text, json!({"gate_failures": failures}))
             .await?;
         Ok(Some(message))
     }

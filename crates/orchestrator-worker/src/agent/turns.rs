@@ -353,22 +353,7 @@ impl Agent<'_> {
             }
             let text = event.data["text"].as_str().unwrap_or_default();
             let message = ChatMessage::user(format!("{INPUT_PREFIX}{}):\n{text}", event.seq));
-            self.ctx
-                .store
-                .append_messages(
-                    self.lease,
-                    self.task.attempt,
-                    &[NewMessage {
-                        turn,
-                        message: message.clone(),
-                        usage: None,
-                        model_ms: None,
-                    }],
-                    (
-                        EventKind::Message,
-                        json!({"turn": turn, "role": "user", "text": clip(text), "input": event.seq}),
-                    ),
-                )
+            self.save_user_message(turn, &message, text, json!({"input": event.seq}))
                 .await?;
             conversation.push(message);
         }
