@@ -87,6 +87,8 @@ pub struct FileAutomation {
 /// What a directory held: the automations that validated, and an error per file that did not.
 #[derive(Debug, Default)]
 pub struct DirLoad {
+    /// The directory read; `apply` removes only automations whose files were in it.
+    pub dir: PathBuf,
     pub automations: Vec<FileAutomation>,
     pub errors: Vec<Error>,
 }
@@ -216,7 +218,10 @@ pub fn load_dir(dir: &Path) -> Result<DirLoad> {
         .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
         .collect();
     paths.sort();
-    let mut load = DirLoad::default();
+    let mut load = DirLoad {
+        dir: dir.to_path_buf(),
+        ..DirLoad::default()
+    };
     for path in paths {
         match load_file(&path) {
             Ok(a) => load.automations.push(a),
@@ -260,8 +265,15 @@ pub struct ApplyReport {
     pub updated: Vec<String>,
     pub unchanged: Vec<String>,
     pub removed: Vec<String>,
+    /// A person's pause or resume that the file disagrees with: kept (a person's decision stands
+    /// until a person changes it), and said here.
+    pub kept: Vec<String>,
     /// One message per file (or automation) that could not be applied.
     pub errors: Vec<String>,
+}
+
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Makes the store's file automations match `load`: creates, updates (a changed schedule starts
@@ -299,6 +311,23 @@ pub async fn apply(store: &Store, load: &DirLoad, now: i64) -> Result<ApplyRepor
                 ));
             }
             Some(current) => {
+                // A person paused or resumed it (with or without a note; see
+                // `manage::set_status`): that decision stands over the file's `paused`.
+                let status = if current.status_note.is_some() && current.status != status {
+                    report.kept.push(format!(
+                        "{}: {} by a person ({}); its file says {}: kept {}. `automation {} {}` follows the file",
+                        file.spec.name,
+                        current.status,
+                        current.status_note.as_deref().unwrap_or_default(),
+                        status,
+                        current.status,
+                        if status == AutomationStatus::Paused { "pause" } else { "resume" },
+                        file.spec.name,
+                    ));
+                    current.status
+                } else {
+                    status
+                };
                 let same_spec = current.spec == file.spec;
                 let same_status = current.status == status;
                 let same_path = current.source_path.as_deref() == Some(path.as_str());
@@ -337,10 +366,16 @@ pub async fn apply(store: &Store, load: &DirLoad, now: i64) -> Result<ApplyRepor
             _ => None,
         })
         .collect();
-    for current in existing
-        .iter()
-        .filter(|a: &&Automation| a.source == SOURCE_FILE)
-    {
+    // Only automations whose files were in this directory can have lost their file here; those of
+    // another directory are that directory's.
+    let dir = canonical(&load.dir);
+    for current in existing.iter().filter(|a: &&Automation| {
+        a.source == SOURCE_FILE
+            && a.source_path
+                .as_deref()
+                .and_then(|p| Path::new(p).parent())
+                .is_some_and(|parent| canonical(parent) == dir)
+    }) {
         let still_defined = load
             .automations
             .iter()

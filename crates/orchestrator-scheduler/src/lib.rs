@@ -32,5 +32,5 @@ pub use scheduler::{
     DEFAULT_BATCH, DEFAULT_ERROR_BACKOFF, DEFAULT_IDLE_POLL, FireCounts, Scheduler,
     SchedulerConfig, run_now,
 };
-pub use view::{AutomationView, SlotTaskView, SlotView, next_fires};
+pub use view::{AutomationView, SlotTaskView, SlotView, in_zone, next_fires};
 pub use words::describe;

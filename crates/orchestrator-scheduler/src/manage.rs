@@ -52,20 +52,32 @@ pub async fn update(
         .await?)
 }
 
-/// Pauses or resumes the automation `name`. Resuming starts from the next slot after `now`: slots
+/// Pauses or resumes the automation `name` for a person (or an agent), `by` saying through what
+/// ("the command line", "the dashboard"). Resuming starts from the next slot after `now`: slots
 /// that passed while it was paused are not caught up, which is what "paused" means. `note` is kept
-/// beside the status (a blank one is none) until the next pause or resume.
+/// beside the status until the next pause or resume; without one, the note says who decided.
+/// Either way the decision stands over a schedules file's `paused` until someone changes it (see
+/// `files::apply`).
 pub async fn set_status(
     store: &Store,
     name: &str,
     status: AutomationStatus,
     note: Option<&str>,
+    by: &str,
     now: i64,
 ) -> Result<Automation> {
     let current = store.automation(name).await?;
     let next = next_fire(&current.spec, now)?;
-    let note = note.map(str::trim).filter(|n| !n.is_empty());
+    let verb = match status {
+        AutomationStatus::Paused => "paused",
+        AutomationStatus::Active => "resumed",
+    };
+    let note = note
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("{verb} from {by}"));
     Ok(store
-        .set_automation_status(name, status, next, note)
+        .set_automation_status(name, status, next, Some(&note))
         .await?)
 }

@@ -22,6 +22,21 @@ pub fn next_fires(automation: &Automation, now: i64, count: usize) -> Result<Vec
         .collect())
 }
 
+/// An instant (Unix milliseconds) as the clock of `timezone` shows it: `2026-11-27 03:00:00 CET`.
+/// An unknown zone shows UTC.
+pub fn in_zone(instant: i64, timezone: &str) -> String {
+    let Some(t) = chrono::DateTime::<chrono::Utc>::from_timestamp_millis(instant) else {
+        return format_millis(instant);
+    };
+    match crate::parse_timezone(timezone) {
+        Ok(tz) => t
+            .with_timezone(&tz)
+            .format("%Y-%m-%d %H:%M:%S %Z")
+            .to_string(),
+        Err(_) => t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    }
+}
+
 /// An automation as readers see it.
 #[derive(Debug, Serialize)]
 pub struct AutomationView {
@@ -49,6 +64,8 @@ pub struct AutomationView {
     pub jitter_secs: u64,
     pub next_slot_at: Option<String>,
     pub next_fire_at: Option<String>,
+    /// The next fire time on the automation's own clock (`2026-11-27 03:00:00 CET`).
+    pub next_fire_local: Option<String>,
     pub created_at: String,
     pub updated_at: String,
     /// Why the scheduler parked it; `automation resume` clears it.
@@ -118,6 +135,10 @@ impl AutomationView {
             jitter_secs: spec.jitter_secs,
             next_slot_at: a.next_slot_at.filter(|_| !paused).map(format_millis),
             next_fire_at: a.next_fire_at.filter(|_| !paused).map(format_millis),
+            next_fire_local: a
+                .next_fire_at
+                .filter(|_| !paused)
+                .map(|t| in_zone(t, &spec.timezone)),
             created_at: format_millis(a.created_at),
             updated_at: format_millis(a.updated_at),
             last_error: a.last_error.clone(),

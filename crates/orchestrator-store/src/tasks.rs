@@ -141,6 +141,9 @@ pub struct Task {
     pub model: Option<ModelSpec>,
     pub agent: AgentOptions,
     pub acceptance: Vec<String>,
+    /// What made the task when not a person or an automation (a trigger rule), in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 impl TryFrom<TaskRow> for Task {
@@ -183,6 +186,7 @@ impl TryFrom<TaskRow> for Task {
             model: spec.model,
             agent: spec.agent,
             acceptance: spec.acceptance,
+            origin: spec.origin,
         })
     }
 }
@@ -446,7 +450,10 @@ pub(crate) async fn insert_tasks(
                 at: now,
                 kind: EventKind::Created,
                 data: match origin {
-                    None => json!({ "title": task.title.trim(), "queue": task.queue, "gates": task.gates.len() }),
+                    None => match &task.origin {
+                        None => json!({ "title": task.title.trim(), "queue": task.queue, "gates": task.gates.len() }),
+                        Some(made_by) => json!({ "title": task.title.trim(), "queue": task.queue, "gates": task.gates.len(), "origin": made_by }),
+                    },
                     Some(o) => json!({
                         "title": task.title.trim(),
                         "queue": task.queue,

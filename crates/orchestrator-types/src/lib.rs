@@ -6,6 +6,7 @@
 mod automation;
 mod capture;
 mod chat;
+mod describe;
 mod error;
 mod event;
 mod gate;
@@ -25,6 +26,7 @@ pub use chat::{
     ChatMessage, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, ImagePart, ModelSettings, ModelSpec, Role,
     TOOL_CHOICES, ToolCallRequest, Usage,
 };
+pub use describe::{Described, Tone, describe, format_duration, format_relative};
 pub use error::{Error, Result};
 pub use event::{EventKind, TaskEvent};
 pub use gate::{FailureKind, GateEvidence, GateRecord, GateSummary, GitTree, Verdict};

@@ -265,6 +265,10 @@ pub struct NewTask {
     /// The task that spawned this one (sub-agents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<TaskId>,
+    /// What made the task, in words, when it was not a person or an automation (those have their
+    /// own fields): `trigger triage on octo/widgets#12`. Lists and pages show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 impl NewTask {
@@ -283,6 +287,7 @@ impl NewTask {
             agent: AgentOptions::default(),
             acceptance: Vec::new(),
             parent: None,
+            origin: None,
         }
     }
 

@@ -15,6 +15,48 @@
         : "\\u{" + code.toString(16) + "}";
     });
   };
+  // Times: the page says how long ago, with the exact UTC time on hover; here each also gets the
+  // reader's local time of day (or date, when not today), and the "ago" part is kept current.
+  var relative = function (at, now) {
+    var delta = now - at;
+    var secs = Math.floor(Math.abs(delta) / 1000);
+    var amount;
+    if (secs < 5) { return "just now"; }
+    if (secs < 60) { amount = secs + " s"; }
+    else if (secs < 3600) { amount = Math.floor(secs / 60) + " min"; }
+    else if (secs < 86400) { amount = Math.floor(secs / 3600) + " h"; }
+    else if (secs < 172800) { amount = "1 day"; }
+    else { amount = Math.floor(secs / 86400) + " days"; }
+    return delta >= 0 ? amount + " ago" : "in " + amount;
+  };
+  var localText = function (at) {
+    var date = new Date(at);
+    var today = new Date();
+    var clock = date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+    return date.toDateString() === today.toDateString()
+      ? clock
+      : date.toLocaleDateString([], { year: "numeric", month: "short", day: "numeric" }) + " " + clock;
+  };
+  var showTime = function (element) {
+    var at = Number(element.getAttribute("data-at"));
+    if (!isFinite(at)) { return; }
+    element.textContent = localText(at) + " · " + relative(at, Date.now());
+    if (!element.title) {
+      element.title = new Date(at).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+    }
+  };
+  var timeElement = function (at) {
+    var element = document.createElement("time");
+    element.setAttribute("data-at", String(at));
+    element.setAttribute("datetime", new Date(at).toISOString());
+    showTime(element);
+    return element;
+  };
+  var showTimes = function () {
+    document.querySelectorAll("time[data-at]").forEach(showTime);
+  };
+  showTimes();
+  window.setInterval(showTimes, 30000);
   // A task page while the task runs: new events are appended to the timeline as they arrive, and
   // the state in the header follows them; at the end the stream closes and the header shows the
   // final state (gates and evidence appear on the next load).
@@ -50,11 +92,29 @@
       var data;
       try { data = JSON.parse(event.data); } catch (e) { return; }
       if (document.getElementById("event-" + data.seq)) { return; }
+      // Each attempt starts with its claim, under a row that names it (as the page renders it).
+      if (data.kind === "claimed") {
+        var header = document.createElement("tr");
+        header.className = "attempt";
+        var title = document.createElement("td");
+        title.colSpan = 4;
+        title.textContent = "Attempt " + ((data.data && data.data.attempt) || "");
+        header.appendChild(title);
+        timeline.appendChild(header);
+      }
       var row = document.createElement("tr");
       row.id = "event-" + data.seq;
-      [String(data.seq), new Date(data.at).toISOString(), data.kind, JSON.stringify(data.data)].forEach(function (text) {
+      row.setAttribute("data-tone", data.tone || "info");
+      var cells = [String(data.seq), null, data.kind, data.text || (data.kind + " " + JSON.stringify(data.data))];
+      cells.forEach(function (text, i) {
         var cell = document.createElement("td");
-        cell.textContent = visible(text);
+        if (i === 1) {
+          cell.className = "muted";
+          cell.appendChild(timeElement(data.at));
+        } else {
+          if (i === 2) { cell.className = "muted"; }
+          cell.textContent = visible(text);
+        }
         row.appendChild(cell);
       });
       timeline.appendChild(row);

@@ -233,6 +233,7 @@ async fn set_status(web: &Web, name: &str, status: AutomationStatus, bytes: &[u8
         name,
         status,
         request.note.as_deref(),
+        "the API",
         now_millis(),
     )
     .await?;

@@ -277,6 +277,19 @@ async fn wrong_method(request: Request) -> ApiError {
 
 type ApiResult = Result<Response, ApiError>;
 
+/// An event as the API and the streams send it: the stored record, plus `text`, what it says in
+/// words (as the CLI's `task events` and the task page show it), and `tone` (info, good, bad,
+/// wait).
+pub(crate) fn event_json(event: &orchestrator_types::TaskEvent) -> serde_json::Value {
+    let described = orchestrator_types::describe(&event.kind, &event.data);
+    let mut value = serde_json::to_value(event).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        map.insert("text".into(), described.text.into());
+        map.insert("tone".into(), described.tone.as_str().into());
+    }
+    value
+}
+
 fn ok<T: serde::Serialize>(value: &T) -> ApiResult {
     Ok(axum::Json(value).into_response())
 }

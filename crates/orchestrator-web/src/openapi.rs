@@ -69,6 +69,23 @@ fn object() -> Value {
     json!({"type": "object"})
 }
 
+/// A task's event, as the events list and the task's stream send it.
+fn event() -> Value {
+    json!({
+        "type": "object",
+        "required": ["task_id", "seq", "at", "kind", "data", "text", "tone"],
+        "properties": {
+            "task_id": {"type": "integer"},
+            "seq": {"type": "integer", "minimum": 1, "description": "1, 2, 3, ... per task, with no gaps."},
+            "at": {"type": "integer", "description": "When, in Unix milliseconds."},
+            "kind": {"type": "string", "description": "What happened: created, claimed, gate_finished, tool_call, ..."},
+            "data": {"description": "The kind's details, as stored."},
+            "text": {"type": "string", "description": "What happened, in words."},
+            "tone": {"type": "string", "enum": ["info", "good", "bad", "wait"]}
+        }
+    })
+}
+
 fn list_of(key: &str) -> Value {
     json!({"type": "object", "required": [key], "properties": {key: {"type": "array", "items": {"type": "object"}}}})
 }
@@ -205,7 +222,14 @@ pub fn document() -> Value {
                 id_param("task"),
                 param("after", "query", json!({"type": "integer", "minimum": 0}), "Events after this sequence number (default 0)."),
                 param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 1000}), "At most this many (default 1000)."),
-            ], None, "200", list_of("events"))},
+            ], None, "200", json!({
+                "type": "object",
+                "required": ["events", "next_after"],
+                "properties": {
+                    "events": {"type": "array", "items": event()},
+                    "next_after": {"type": ["integer", "null"], "description": "The last event's number, to ask for the next page."}
+                }
+            }))},
             "/api/v1/tasks/stream": {"get": list_stream(
                 "Changes to tasks, live, as Server-Sent Events: first `counts` (tasks per state), then each task as it changes (`task`, its JSON, id the change's number, in the order changes commit) and `counts` again. Resume with Last-Event-ID or after; `reset` means read the list again."
             )},

@@ -76,7 +76,7 @@ impl Follow {
                 Event::default()
                     .id(event.seq.to_string())
                     .event(event.kind.clone())
-                    .data(serde_json::to_string(event).unwrap_or_default()),
+                    .data(crate::event_json(event).to_string()),
             );
         }
         Ok(!events.is_empty())

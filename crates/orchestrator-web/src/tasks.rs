@@ -153,6 +153,7 @@ pub(crate) async fn events(
         .clamp(1, MAX_EVENTS_PER_PAGE);
     let events = web.store.events(id, params.after, limit).await?;
     let next_after = events.last().map(|e| e.seq);
+    let events: Vec<_> = events.iter().map(crate::event_json).collect();
     ok(&json!({"events": events, "next_after": next_after}))
 }
 

@@ -43,6 +43,7 @@ both_backends!(
     overlap_policies,
     manual_runs_and_restarts_never_repeat_a_slot,
     shipped_schedules_apply_and_sync,
+    a_persons_pause_outlasts_the_file_and_each_directory_keeps_its_own,
     a_broken_template_parks_its_automation_and_the_rest_keep_firing,
     an_unreadable_schedule_parks_its_automation_visibly,
     a_paused_automation_does_not_fire_its_buffered_slot,
@@ -458,6 +459,111 @@ async fn shipped_schedules_apply_and_sync(db: &TestStore) {
         .collect();
     assert!(all.contains("by-hand") && all.contains("extra"), "{all:?}");
     assert_eq!(all.len(), load.automations.len() + 1, "{all:?}");
+}
+
+/// A person's pause (or resume) of a file's automation stands over the file's `paused` until a
+/// person changes it, and a conflict is said; applying another directory leaves the first one's
+/// automations alone.
+async fn a_persons_pause_outlasts_the_file_and_each_directory_keeps_its_own(db: &TestStore) {
+    use orchestrator_scheduler::manage;
+    use orchestrator_types::AutomationStatus;
+    let store = &db.store;
+    let first = tempfile::tempdir().unwrap();
+    let file = |paused: bool| {
+        format!(
+            "schedule = \"0 3 * * *\"\npaused = {paused}\nworkspaces = [\"/tmp\"]\n[task]\ngates = [\"true\"]\n"
+        )
+    };
+    std::fs::write(first.path().join("nightly.toml"), file(false)).unwrap();
+    let apply = |dir: &std::path::Path| {
+        let load = files::load_dir(dir).unwrap();
+        async move { files::apply(store, &load, T0).await.unwrap() }
+    };
+    assert_eq!(
+        apply(first.path()).await.created,
+        vec!["nightly".to_owned()]
+    );
+
+    // A person pauses it without a note: the next apply (serve's start does the same) keeps it
+    // paused, says nothing while the file is unchanged and agrees.
+    manage::set_status(
+        store,
+        "nightly",
+        AutomationStatus::Paused,
+        None,
+        "the command line",
+        T0,
+    )
+    .await
+    .unwrap();
+    let report = apply(first.path()).await;
+    let nightly = store.automation("nightly").await.unwrap();
+    assert_eq!(nightly.status, AutomationStatus::Paused, "{report:?}");
+    assert_eq!(
+        nightly.status_note.as_deref(),
+        Some("paused from the command line")
+    );
+    assert_eq!(report.kept.len(), 1, "the conflict is said: {report:?}");
+    assert!(
+        report.kept[0].contains("nightly: paused by a person")
+            && report.kept[0].contains("automation resume nightly"),
+        "{report:?}"
+    );
+    // A change to the file's task still applies; the pause still stands.
+    std::fs::write(
+        first.path().join("nightly.toml"),
+        file(false).replace("gates = [\"true\"]", "gates = [\"true\", \"echo two\"]"),
+    )
+    .unwrap();
+    let report = apply(first.path()).await;
+    assert_eq!(report.updated, vec!["nightly".to_owned()], "{report:?}");
+    let nightly = store.automation("nightly").await.unwrap();
+    assert_eq!(nightly.status, AutomationStatus::Paused);
+    assert_eq!(nightly.spec.template.gates.len(), 2);
+    // A person resumes it: now the file and the person agree, and it stays active.
+    manage::set_status(
+        store,
+        "nightly",
+        AutomationStatus::Active,
+        Some("freeze over"),
+        "the dashboard",
+        T0,
+    )
+    .await
+    .unwrap();
+    let report = apply(first.path()).await;
+    assert!(report.kept.is_empty(), "{report:?}");
+    assert_eq!(
+        store.automation("nightly").await.unwrap().status,
+        AutomationStatus::Active
+    );
+    // The file now says paused while the person's resume stands: kept active, said.
+    std::fs::write(first.path().join("nightly.toml"), file(true)).unwrap();
+    let report = apply(first.path()).await;
+    assert_eq!(
+        store.automation("nightly").await.unwrap().status,
+        AutomationStatus::Active
+    );
+    assert!(
+        report.kept[0].contains("automation pause nightly"),
+        "{report:?}"
+    );
+
+    // Another directory with another automation: applying it removes nothing of the first.
+    let second = tempfile::tempdir().unwrap();
+    std::fs::write(second.path().join("weekly.toml"), file(false)).unwrap();
+    let report = apply(second.path()).await;
+    assert_eq!(report.created, vec!["weekly".to_owned()], "{report:?}");
+    assert!(
+        report.removed.is_empty(),
+        "the first directory's stay: {report:?}"
+    );
+    assert!(store.automation("nightly").await.is_ok());
+    // Its own file removed, its own automation goes.
+    std::fs::remove_file(second.path().join("weekly.toml")).unwrap();
+    let report = apply(second.path()).await;
+    assert_eq!(report.removed, vec!["weekly".to_owned()], "{report:?}");
+    assert!(store.automation("nightly").await.is_ok());
 }
 
 /// Three schedulers on one PostgreSQL database, each with its own slightly skewed clock, driven

@@ -8,8 +8,14 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use orchestrator_store::{ApprovalDecision, ApprovalFilter, approval_status};
 
-use super::{Viewer, field, form, layout, page_error, store_error, time};
+use orchestrator_types::{EventKind, TaskId, visible};
+use std::collections::HashMap;
+
+use super::{Viewer, command_of, field, form, layout, page_error, store_error, time};
 use crate::Web;
+
+/// The asking tasks whose last messages the inbox reads; more wait without that context.
+const LAST_MESSAGES: usize = 50;
 
 pub(crate) async fn inbox(State(web): State<Web>, headers: HeaderMap) -> Response {
     let viewer = Viewer::of(&web, &headers).await;
@@ -25,6 +31,33 @@ pub(crate) async fn inbox(State(web): State<Web>, headers: HeaderMap) -> Respons
         Ok(pending) => pending,
         Err(e) => return store_error(e),
     };
+    // What each asking agent said last before it asked: the context a person decides in.
+    let mut said: HashMap<(i64, i64), String> = HashMap::new();
+    let mut tasks: Vec<TaskId> = pending.iter().map(|a| a.task_id).collect();
+    tasks.sort_by_key(|t| t.0);
+    tasks.dedup();
+    for task in tasks.into_iter().take(LAST_MESSAGES) {
+        let messages = match web.store.events_of_kind(task, EventKind::Message).await {
+            Ok(messages) => messages,
+            Err(e) => return store_error(e),
+        };
+        for a in pending.iter().filter(|a| a.task_id == task) {
+            let last = messages.iter().rev().find(|m| {
+                m.at <= a.requested_at
+                    && m.data.get("role").and_then(|r| r.as_str()) == Some("assistant")
+                    && m.data
+                        .get("text")
+                        .and_then(|t| t.as_str())
+                        .is_some_and(|t| !t.trim().is_empty())
+            });
+            if let Some(text) = last
+                .and_then(|m| m.data.get("text"))
+                .and_then(|t| t.as_str())
+            {
+                said.insert((task.0, a.id), text.trim().to_owned());
+            }
+        }
+    }
     let content = html! {
         h1 { "Approvals" }
         p.live data-inbox-new hidden { "What waits has changed: " a href="/approvals" { "show it" } }
@@ -38,8 +71,18 @@ pub(crate) async fn inbox(State(web): State<Web>, headers: HeaderMap) -> Respons
                     " asked by " a href=(format!("/tasks/{}", a.task_id.0)) { "task " (a.task_id.0) }
                     span.muted { " · requested " (time(a.requested_at)) " · expires " (time(a.expires_at)) }
                 }
-                p { (a.reason) }
-                pre { (serde_json::to_string_pretty(&a.arguments).unwrap_or_default()) }
+                @if let Some(text) = said.get(&(a.task_id.0, a.id)) {
+                    blockquote.said data-said { span.muted { "The agent said before asking: " } (visible(text)) }
+                }
+                p { (visible(&a.reason)) }
+                @if let Some(command) = command_of(&a.arguments) {
+                    p.muted { "It would run:" }
+                    pre.command data-command { (visible(command)) }
+                }
+                details open[command_of(&a.arguments).is_none()] {
+                    summary { "The call's arguments" }
+                    pre { (visible(&serde_json::to_string_pretty(&a.arguments).unwrap_or_default())) }
+                }
                 @if !viewer.read_only {
                     @if a.kind == orchestrator_store::approval_kind::QUESTION {
                         form method="post" action=(format!("/approvals/{}/answer", a.id)) {

@@ -7,12 +7,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use orchestrator_scheduler::{
-    AutomationView, DEFAULT_PREVIEW_COUNT, SlotView, manage, next_fires, run_now,
+    AutomationView, DEFAULT_PREVIEW_COUNT, SlotView, in_zone, manage, next_fires, run_now,
 };
 use orchestrator_store::SlotResult;
-use orchestrator_types::{AutomationStatus, format_millis, now_millis};
+use orchestrator_types::{AutomationStatus, now_millis};
 
-use super::{Viewer, field, form, layout, page_error, store_error};
+use super::{Viewer, field, form, layout, page_error, store_error, time};
 use crate::Web;
 
 pub(crate) async fn list(State(web): State<Web>, headers: HeaderMap) -> Response {
@@ -38,7 +38,12 @@ pub(crate) async fn list(State(web): State<Web>, headers: HeaderMap) -> Response
                                 @if let Some(error) = &v.last_error { br; span.error { "parked: " (error) } }
                                 @if let Some(note) = &v.status_note { br; span.muted data-note { "“" (note) "”" } }
                             }
-                            td { (v.next_fire_at.clone().unwrap_or_else(|| "-".into())) }
+                            td {
+                                @match (&v.next_fire_local, all.iter().find(|a| a.id == v.id).and_then(|a| a.next_fire_at)) {
+                                    (Some(local), Some(at)) if v.status != AutomationStatus::Paused => { (local) br; span.muted { (time(at)) } }
+                                    _ => { "-" }
+                                }
+                            }
                             td { a href=(format!("/?automation={}", v.name)) { "its tasks" } }
                             td { (actions(&viewer, v)) }
                         }
@@ -93,11 +98,8 @@ pub(crate) async fn read(
     };
     let view = AutomationView::new(&automation);
     // A schedule that no longer parses shows no fire times; its parked reason says why.
-    let fires: Vec<String> = next_fires(&automation, now_millis(), DEFAULT_PREVIEW_COUNT)
-        .unwrap_or_default()
-        .into_iter()
-        .map(format_millis)
-        .collect();
+    let fires: Vec<i64> =
+        next_fires(&automation, now_millis(), DEFAULT_PREVIEW_COUNT).unwrap_or_default();
     let slots: Vec<SlotView> = slots.iter().map(SlotView::new).collect();
     let content = html! {
         h1 { "Automation " (view.name) }
@@ -114,7 +116,7 @@ pub(crate) async fn read(
         }
         h2 { "Next fire times" }
         @if fires.is_empty() { p.muted { "None: it is paused, or its schedule never fires again." } }
-        ul { @for f in &fires { li data-fire { (f) } } }
+        ul { @for f in &fires { li data-fire { (in_zone(*f, &view.timezone)) " · " span.muted { (time(*f)) } } } }
         h2 { "Recent slots" }
         @if slots.is_empty() { p.muted { "No slot has fired yet." } }
         @else {
@@ -155,9 +157,16 @@ pub(crate) async fn act(
             } else {
                 AutomationStatus::Active
             };
-            manage::set_status(&web.store, &name, status, field(&fields, "note"), now)
-                .await
-                .map(|_| None)
+            manage::set_status(
+                &web.store,
+                &name,
+                status,
+                field(&fields, "note"),
+                "the dashboard",
+                now,
+            )
+            .await
+            .map(|_| None)
         }
         "run" => match web.store.automation(&name).await {
             Ok(automation) => run_now(&web.store, &automation, false, "dashboard", now)

@@ -78,6 +78,12 @@ async fn same_origin(request: Request, next: Next) -> Response {
 /// and a daemon that is not read-only.
 async fn signed_in(State(web): State<Web>, request: Request, next: Next) -> Response {
     if web.sessions.csrf_of(request.headers()).is_none() {
+        // After logging in, the person lands on the page they asked for.
+        let asked = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        if request.method() == axum::http::Method::GET && asked != "/" {
+            let next: String = form_urlencoded::byte_serialize(asked.as_bytes()).collect();
+            return Redirect::to(&format!("/login?next={next}")).into_response();
+        }
         return Redirect::to("/login").into_response();
     }
     if web.read_only
@@ -256,6 +262,25 @@ pub(crate) fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'
 #[derive(serde::Deserialize)]
 pub(crate) struct LoginQuery {
     once: Option<String>,
+    /// The page to land on after logging in.
+    next: Option<String>,
+}
+
+/// Where to go after logging in: `next` when it is a page of this site (a path, never another
+/// host), else the tasks list.
+fn landing(next: Option<&str>) -> &str {
+    match next {
+        Some(path)
+            if path.starts_with('/')
+                && !path.starts_with("//")
+                && !path.contains('\\')
+                && !path.chars().any(char::is_control)
+                && !path.starts_with("/login") =>
+        {
+            path
+        }
+        _ => "/",
+    }
 }
 
 async fn login_page(
@@ -263,36 +288,40 @@ async fn login_page(
     headers: HeaderMap,
     query: Result<axum::extract::Query<LoginQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    let query = query.ok().map(|q| q.0);
+    let next = query.as_ref().and_then(|q| q.next.clone());
+    let next = landing(next.as_deref()).to_owned();
     // A one-time link from `serve`: spent here, whoever follows it first.
-    if let Some(code) = query.ok().and_then(|q| q.0.once) {
+    if let Some(code) = query.and_then(|q| q.once) {
         if !web.sessions.spend_code(&code) {
             return login_form(
                 StatusCode::UNAUTHORIZED,
                 Some("That link was used already, or is too old; log in with the token."),
+                &next,
             );
         }
-        return signed_in_response(&web);
+        return signed_in_response(&web, &next);
     }
     if web.sessions.csrf_of(&headers).is_some() {
-        return Redirect::to("/").into_response();
+        return Redirect::to(&next).into_response();
     }
-    login_form(StatusCode::OK, None)
+    login_form(StatusCode::OK, None, &next)
 }
 
-/// A new session's cookie, and the tasks page.
-fn signed_in_response(web: &Web) -> Response {
+/// A new session's cookie, and the page asked for (the tasks list by default).
+fn signed_in_response(web: &Web, next: &str) -> Response {
     let id = web.sessions.start();
     (
         StatusCode::SEE_OTHER,
         [
-            (header::LOCATION, "/".to_owned()),
+            (header::LOCATION, landing(Some(next)).to_owned()),
             (header::SET_COOKIE, set_cookie(&id)),
         ],
     )
         .into_response()
 }
 
-fn login_form(status: StatusCode, error: Option<&str>) -> Response {
+fn login_form(status: StatusCode, error: Option<&str>, next: &str) -> Response {
     html_response(
         status,
         html! {
@@ -304,6 +333,7 @@ fn login_form(status: StatusCode, error: Option<&str>) -> Response {
                     @if let Some(error) = error { p.error { (error) } }
                     p.muted { "The token is in the api-token file of the daemon's home directory." }
                     form method="post" action="/login" {
+                        input type="hidden" name="next" value=(next);
                         input type="password" name="token" autocomplete="current-password" placeholder="API token" required;
                         " "
                         button type="submit" { "Log in" }
@@ -315,17 +345,22 @@ fn login_form(status: StatusCode, error: Option<&str>) -> Response {
 }
 
 async fn login(State(web): State<Web>, body: Bytes) -> Response {
-    let token = form_urlencoded::parse(&body)
-        .find(|(k, _)| k == "token")
-        .map(|(_, v)| v.trim().to_owned())
-        .unwrap_or_default();
+    let field = |name: &str| {
+        form_urlencoded::parse(&body)
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.trim().to_owned())
+    };
+    let token = field("token").unwrap_or_default();
+    let next = field("next");
+    let next = landing(next.as_deref());
     if !same(&token, &web.token) {
         return login_form(
             StatusCode::UNAUTHORIZED,
             Some("That is not the daemon's token."),
+            next,
         );
     }
-    signed_in_response(&web)
+    signed_in_response(&web, next)
 }
 
 async fn logout(State(web): State<Web>, headers: HeaderMap, body: Bytes) -> Response {
@@ -369,7 +404,51 @@ async fn robots() -> &'static str {
     "User-agent: *\nDisallow: /\n"
 }
 
-/// A time in Unix milliseconds as people read it (UTC, RFC 3339).
-pub(crate) fn time(ms: i64) -> String {
-    orchestrator_types::format_millis(ms)
+/// A time in Unix milliseconds as people read it: how long ago (or how soon) it is, with the exact
+/// UTC time on hover. The page's script adds the reader's local time of day and keeps the relative
+/// part current; without it the page still says both.
+pub(crate) fn time(ms: i64) -> Markup {
+    let exact = chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_else(|| orchestrator_types::format_millis(ms));
+    html! {
+        time datetime=(orchestrator_types::format_millis(ms)) title=(exact) data-at=(ms) {
+            (orchestrator_types::format_relative(ms, orchestrator_types::now_millis()))
+        }
+    }
+}
+
+/// What an approval asks for, in short: the question, the command a call would run, or the tool
+/// and its arguments.
+pub(crate) fn asked(approval: &orchestrator_store::Approval) -> String {
+    if approval.kind == orchestrator_store::approval_kind::QUESTION {
+        return format!("an answer: {}", clip(&approval.reason, 120));
+    }
+    match command_of(&approval.arguments) {
+        Some(command) => format!("approval of {} `{}`", approval.tool, clip(command, 120)),
+        None => format!("approval of {}", approval.tool),
+    }
+}
+
+/// The command a call asks to run (exec_shell, job_start and the like), when it has one.
+pub(crate) fn command_of(arguments: &serde_json::Value) -> Option<&str> {
+    ["command", "cmd"]
+        .iter()
+        .find_map(|key| arguments.get(*key).and_then(|v| v.as_str()))
+}
+
+fn clip(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or("");
+    if line.chars().count() <= max && line.len() == text.len() {
+        line.to_owned()
+    } else {
+        let mut s: String = line.chars().take(max.saturating_sub(1)).collect();
+        s.push('…');
+        s
+    }
+}
+
+/// A duration as people read it: `850 ms`, `3.1 s`, `4 min 05 s`.
+pub(crate) fn duration(ms: i64) -> String {
+    orchestrator_types::format_duration(ms)
 }

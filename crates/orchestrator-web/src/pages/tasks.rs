@@ -13,7 +13,7 @@ use orchestrator_types::{EventKind, TaskId, TaskState};
 use serde::Deserialize;
 use std::collections::HashMap;
 
-use super::{Viewer, form, layout, page_error, store_error, time};
+use super::{Viewer, duration, form, layout, page_error, store_error, time};
 use crate::Web;
 use crate::filter::Filter;
 
@@ -94,10 +94,17 @@ pub(crate) async fn list(
         Err(e) => return page_error(e.status, "Something went wrong", &e.message),
     };
     let state = page.state;
-    let (mut tasks, counts, repositories) = match tokio::try_join!(
+    let pending = ApprovalFilter {
+        status: Some(orchestrator_store::approval_status::PENDING.to_owned()),
+        task: None,
+        limit: Some(200),
+    };
+    let (mut tasks, counts, repositories, automations, pending) = match tokio::try_join!(
         web.store.task_page(&page),
         web.store.count_by_state(),
         web.store.repositories(REPOSITORIES),
+        web.store.list_automations(),
+        web.store.list_approvals(&pending),
     ) {
         Ok(found) => found,
         Err(e) => return store_error(e),
@@ -160,16 +167,23 @@ pub(crate) async fn list(
         @if tasks.is_empty() {
             p.muted { "No tasks match." }
         } @else {
-            table {
-                thead { tr { th { "id" } th { "state" } th { "title" } th { "attempt" } th { "queue" } th { "updated" } } }
+            table.tasks {
+                thead { tr { th { "id" } th { "state" } th { "title" } th { "kind" } th { "attempt" } th { "took" } th { "updated" } } }
                 tbody {
                     @for t in &tasks {
                         tr data-task=(t.id.0) {
                             td { a href=(format!("/tasks/{}", t.id.0)) { (t.id.0) } }
-                            td { span class=(state_class(t.state.as_str())) data-row-state=(t.state.as_str()) { (t.state.as_str()) } }
-                            td { a href=(format!("/tasks/{}", t.id.0)) { (t.title) } }
+                            td {
+                                span class=(state_class(t.state.as_str())) data-row-state=(t.state.as_str()) { (t.state.as_str()) }
+                                @if let Some(why) = row_reason(t, &pending) { div.muted.why data-row-why { (orchestrator_types::visible(&why)) } }
+                            }
+                            td {
+                                a href=(format!("/tasks/{}", t.id.0)) { (t.title) }
+                                div.muted.origin { (row_origin(t, &automations)) }
+                            }
+                            td { @if t.prompt.is_some() { "agent" } @else { "gates" } }
                             td data-row-attempt { (t.attempt) "/" (t.max_attempts) }
-                            td { (t.queue) }
+                            td.muted { (row_duration(t)) }
                             td.muted { (time(t.updated_at)) }
                         }
                     }
@@ -190,6 +204,71 @@ pub(crate) async fn list(
         }
     };
     layout(&viewer, "Tasks", content)
+}
+
+/// Where a task works and what made it, for its row: "octo/widgets · automation nightly · queue
+/// default".
+fn row_origin(
+    task: &orchestrator_store::Task,
+    automations: &[orchestrator_store::Automation],
+) -> String {
+    let mut parts = Vec::new();
+    if let Some(workspace) = task.worktree_of.as_ref().or(task.workspace.as_ref()) {
+        parts.push(workspace.clone());
+    }
+    if let Some(id) = task.automation_id {
+        match automations.iter().find(|a| a.id == id) {
+            Some(a) => parts.push(format!("automation {}", a.spec.name)),
+            None => parts.push(format!("automation {id}")),
+        }
+    } else if let Some(origin) = &task.origin {
+        parts.push(origin.clone());
+    } else if let Some(parent) = task.parent_id {
+        parts.push(format!("sub-agent of task {}", parent.0));
+    }
+    parts.push(format!("queue {}", task.queue));
+    parts.join(" · ")
+}
+
+/// What a row needs to say under its state: what a waiting task waits for (the command or the
+/// question), or the first line of why it failed.
+fn row_reason(
+    task: &orchestrator_store::Task,
+    pending: &[orchestrator_store::Approval],
+) -> Option<String> {
+    match task.state {
+        TaskState::Waiting => {
+            let asked = pending
+                .iter()
+                .filter(|a| a.task_id == task.id)
+                .collect::<Vec<_>>();
+            let first = asked.first()?;
+            let what = super::asked(first);
+            let more = if asked.len() > 1 {
+                format!(" (and {} more)", asked.len() - 1)
+            } else {
+                String::new()
+            };
+            Some(format!("waits for {what}{more}"))
+        }
+        TaskState::Failed | TaskState::Canceled | TaskState::Queued => task
+            .last_error
+            .as_deref()
+            .and_then(|e| e.lines().map(str::trim).find(|l| !l.is_empty()))
+            .map(|line| line.chars().take(160).collect()),
+        _ => None,
+    }
+}
+
+/// How long a task ran (or has run so far); nothing before it starts.
+fn row_duration(task: &orchestrator_store::Task) -> String {
+    match (task.started_at, task.finished_at) {
+        (Some(started), Some(finished)) => duration(finished - started),
+        (Some(started), None) if task.state == TaskState::Running => {
+            duration(orchestrator_types::now_millis() - started)
+        }
+        _ => "-".to_owned(),
+    }
 }
 
 /// The last `pr_attempt_preflight` of an attempt, as the agent ran it.
@@ -319,7 +398,12 @@ pub(crate) async fn read(
                 @if let Some(parent) = task.parent_id { " · child of " a href=(format!("/tasks/{}", parent.0)) { "task " (parent.0) } }
                 @if let Some(automation) = task.automation_id { " · made by automation " (automation) }
             }
-            p.muted { "created " (time(task.created_at)) " · updated " (time(task.updated_at)) }
+            p.muted {
+                "created " (time(task.created_at)) " · updated " (time(task.updated_at))
+                @if let Some(started) = task.started_at {
+                    " · " @if let Some(finished) = task.finished_at { "ran for " (duration(finished - started)) } @else { "running for " (duration(orchestrator_types::now_millis() - started)) }
+                }
+            }
             @if let Some(error) = &task.last_error { p.error { (error) } }
             @if let Some(workspace) = &task.workspace { p.muted { "workspace " code { (workspace) } } }
             @if !viewer.read_only {
@@ -351,7 +435,7 @@ pub(crate) async fn read(
                             td { (g.name) br; code.muted { (g.command) } }
                             td { span class=(format!("verdict-{}", g.verdict)) { (g.verdict.to_string()) } }
                             td { (g.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into())) }
-                            td { (g.duration_ms) " ms" }
+                            td { (duration(g.duration_ms)) }
                             td { (g.summary) }
                             td {
                                 @if let Some(log) = g.log_artifact {
@@ -373,7 +457,10 @@ pub(crate) async fn read(
                         tr {
                             td { (a.tool) }
                             td { span class=(format!("status-{}", a.status)) { (a.status) } }
-                            td { (a.reason) }
+                            td {
+                                @if let Some(command) = super::command_of(&a.arguments) { pre.command { (orchestrator_types::visible(command)) } }
+                                (a.reason)
+                            }
                             td.muted { (time(a.requested_at)) }
                         }
                     }
@@ -443,16 +530,22 @@ pub(crate) async fn read(
             ul { @for c in &children { li { a href=(format!("/tasks/{}", c.id.0)) { "task " (c.id.0) } " " span class=(state_class(c.state.as_str())) { (c.state.as_str()) } " " (c.title) } } }
         }
         h2 { "Timeline " span.live data-live-status { @if live { "(refresh or enable scripts for live updates)" } } }
-        table {
-            thead { tr { th { "#" } th { "at" } th { "event" } th { "data" } } }
+        table.timeline {
+            thead { tr { th { "#" } th { "when" } th { "event" } th { "what happened" } } }
             tbody data-task-events=(format!("/api/v1/tasks/{}/events/stream?after={}", task.id.0, events.last().map_or(0, |e| e.seq)))
                   data-live=(live) data-kinds=(kinds.join(" ")) {
                 @for e in &events {
-                    tr id=(format!("event-{}", e.seq)) {
+                    // Each attempt starts with its claim: a row names it, so the timeline reads
+                    // attempt by attempt.
+                    @if e.kind == EventKind::Claimed.as_str() {
+                        tr.attempt { td colspan="4" { "Attempt " (e.data.get("attempt").and_then(|a| a.as_i64()).unwrap_or(0)) } }
+                    }
+                    @let described = orchestrator_types::describe(&e.kind, &e.data);
+                    tr id=(format!("event-{}", e.seq)) data-tone=(described.tone.as_str()) {
                         td { (e.seq) }
                         td.muted { (time(e.at)) }
-                        td { (e.kind) }
-                        td { code { (e.data.to_string()) } }
+                        td.muted { (e.kind) }
+                        td { (orchestrator_types::visible(&described.text)) }
                     }
                 }
             }

@@ -3,7 +3,7 @@
 use crate::{Api, code};
 use orchestrator_store::SOURCE_CLI;
 use orchestrator_types::{AutomationSpec, now_millis};
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn automations_are_read_paused_resumed_and_run_now() {
@@ -70,9 +70,8 @@ async fn automations_are_read_paused_resumed_and_run_now() {
     let (_, resumed) = api.post("/api/v1/automations/nightly/resume", "").await;
     assert_eq!(resumed["status"], "active");
     assert_eq!(
-        resumed["status_note"],
-        Value::Null,
-        "no note clears the last"
+        resumed["status_note"], "resumed from the API",
+        "no note replaces the last with who decided"
     );
     let (status, missing) = api.post("/api/v1/automations/weekly/pause", "").await;
     assert_eq!((status, code(&missing)), (404, "not_found"), "{missing}");

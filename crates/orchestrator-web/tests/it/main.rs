@@ -15,6 +15,7 @@ mod automations;
 mod change_streams;
 mod live;
 mod pages;
+mod reading;
 mod records;
 mod tasks;
 

@@ -8,13 +8,13 @@ use orchestrator_types::{AutomationSpec, GateSpec, NewTask, TaskId, now_millis};
 use serde_json::json;
 
 /// A logged-in browser: its cookie and the CSRF token its pages carry.
-struct Browser<'a> {
+pub(crate) struct Browser<'a> {
     api: &'a Api,
     cookie: String,
 }
 
 impl<'a> Browser<'a> {
-    async fn login(api: &'a Api) -> Browser<'a> {
+    pub(crate) async fn login(api: &'a Api) -> Browser<'a> {
         let response = api
             .client
             .post(format!("{}/login", api.base))
@@ -37,7 +37,7 @@ impl<'a> Browser<'a> {
         Browser { api, cookie }
     }
 
-    async fn get(&self, path: &str) -> (u16, String, reqwest::header::HeaderMap) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, String, reqwest::header::HeaderMap) {
         let response = self
             .api
             .client
@@ -141,7 +141,13 @@ async fn pages_need_a_login_and_send_a_strict_policy() {
             .await
             .unwrap();
         assert_eq!(response.status(), 303, "{path}");
-        assert_eq!(response.headers()["location"], "/login", "{path}");
+        // Logging in then lands on the page that was asked for.
+        let expected = if path == "/" {
+            "/login".to_owned()
+        } else {
+            format!("/login?next={}", path.replace('/', "%2F"))
+        };
+        assert_eq!(response.headers()["location"], expected.as_str(), "{path}");
     }
     let response = api
         .client

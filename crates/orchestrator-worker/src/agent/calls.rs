@@ -178,6 +178,8 @@ pub(crate) async fn run_call(
                     "turn": turn,
                     "call_id": call.id,
                     "name": call.name,
+                    // In short, for the timeline; the whole text is in the conversation.
+                    "arguments": call.arguments.chars().take(ARGUMENTS_IN_EVENT).collect::<String>(),
                     "status": status,
                     "duration_ms": duration_ms,
                     "summary": summary,
@@ -188,6 +190,9 @@ pub(crate) async fn run_call(
         .await?;
     Ok(CallEnd::Answered(message, usage))
 }
+
+/// How much of a call's argument text its `tool_call` event keeps.
+const ARGUMENTS_IN_EVENT: usize = 300;
 
 /// The text a model reads: the text blocks, with images named (Chat Completions tool messages
 /// carry text only; a model that takes images gets them after the results).

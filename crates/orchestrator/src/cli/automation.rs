@@ -350,7 +350,7 @@ fn print_automation(view: &AutomationView, json: bool, verb: &str) -> anyhow::Re
             view.status,
             view.schedule,
             view.timezone,
-            view.next_fire_at.as_deref().unwrap_or("never")
+            view.next_fire_local.as_deref().unwrap_or("never")
         );
     }
     Ok(())
@@ -396,7 +396,7 @@ async fn list(global: &GlobalArgs, args: JsonArgs) -> anyhow::Result<ExitCode> {
                 },
                 v.schedule.clone(),
                 v.timezone.clone(),
-                v.next_fire_at.clone().unwrap_or_else(|| "-".into()),
+                v.next_fire_local.clone().unwrap_or_else(|| "-".into()),
                 v.overlap.to_string(),
                 v.source.clone(),
             ]
@@ -466,7 +466,8 @@ async fn read(global: &GlobalArgs, args: ReadArgs) -> anyhow::Result<ExitCode> {
     println!("next fire times:");
     for t in &fires {
         println!(
-            "  {}  (slot {})",
+            "  {}  ({}, slot {})",
+            orchestrator_scheduler::in_zone(*t, &view.timezone),
             format_millis(*t),
             schedule.local_label(*t - jitter)
         );
@@ -522,6 +523,7 @@ async fn set_status(
         &args.name,
         status,
         args.note.as_deref(),
+        "the command line",
         now_millis(),
     )
     .await
@@ -654,6 +656,9 @@ fn print_report(report: &ApplyReport, json: bool) -> anyhow::Result<()> {
         for name in names {
             println!("{word:<10} {name}");
         }
+    }
+    for kept in &report.kept {
+        eprintln!("kept: {kept}");
     }
     for error in &report.errors {
         eprintln!("error: {error}");

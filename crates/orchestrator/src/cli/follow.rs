@@ -11,7 +11,7 @@ use orchestrator_types::{TaskEvent, TaskId, TaskState};
 use orchestrator_worker::model::{SseEvent, SseParser};
 
 use super::GlobalArgs;
-use super::views::{EventView, event_line};
+use super::views::{EventView, attempt_header, event_line};
 use crate::output;
 
 /// Connections tried in a row without getting an event before giving up.
@@ -199,6 +199,9 @@ impl Printer<'_> {
                 if self.json {
                     output::json_line(&EventView::new(&stored))?;
                 } else {
+                    if let Some(header) = attempt_header(&stored) {
+                        println!("{header}");
+                    }
                     println!("{}", event_line(&stored));
                 }
                 Ok(None)

@@ -91,27 +91,6 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             .max(Duration::from_millis(500)),
         ..RescuerConfig::default()
     };
-    let schedules = match &args.schedules {
-        Some(dir) => Some(dir.clone()),
-        None => Some(home.join("schedules")).filter(|d| d.is_dir()),
-    };
-    if let Some(dir) = &schedules {
-        // A broken file is reported and skipped; the daemon still starts (the other files applied).
-        let report = super::automation::apply_dir(&store, dir).await?;
-        eprintln!(
-            "orchestrator serve: schedules in {}: {} created, {} updated, {} unchanged, {} removed, {} error{}",
-            dir.display(),
-            report.created.len(),
-            report.updated.len(),
-            report.unchanged.len(),
-            report.removed.len(),
-            report.errors.len(),
-            if report.errors.len() == 1 { "" } else { "s" },
-        );
-        for error in &report.errors {
-            eprintln!("orchestrator serve: {error}");
-        }
-    }
     let github = file_config.github.client()?;
     pool.agent.github = github.clone();
     pool.agent.mcp_servers = Arc::new(file_config.mcp_servers.clone());
@@ -160,6 +139,32 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let address = listener.local_addr()?;
+    let schedules = match &args.schedules {
+        Some(dir) => Some(dir.clone()),
+        None => Some(home.join("schedules")).filter(|d| d.is_dir()),
+    };
+    // Applied once everything that can refuse the start has been checked and the port is ours: a
+    // daemon that fails to start writes nothing to the store.
+    if let Some(dir) = &schedules {
+        // A broken file is reported and skipped; the daemon still starts (the other files applied).
+        let report = super::automation::apply_dir(&store, dir).await?;
+        eprintln!(
+            "orchestrator serve: schedules in {}: {} created, {} updated, {} unchanged, {} removed, {} error{}",
+            dir.display(),
+            report.created.len(),
+            report.updated.len(),
+            report.unchanged.len(),
+            report.removed.len(),
+            report.errors.len(),
+            if report.errors.len() == 1 { "" } else { "s" },
+        );
+        for kept in &report.kept {
+            eprintln!("orchestrator serve: kept: {kept}");
+        }
+        for error in &report.errors {
+            eprintln!("orchestrator serve: {error}");
+        }
+    }
     let sessions = orchestrator_web::Sessions::default();
     let once = sessions.one_time_code();
     if args.json {

@@ -1,7 +1,7 @@
 //! `orchestrator task ...`: create, list, read, follow, cancel and retry tasks.
 
 use super::GlobalArgs;
-use super::views::{EventView, TaskView, event_line};
+use super::views::{EventView, TaskView, attempt_header, event_line};
 use crate::exit::CliError;
 use crate::output;
 use clap::{Args, Subcommand};
@@ -337,6 +337,9 @@ pub async fn print_events(
             if json {
                 output::json_line(&EventView::new(event))?;
             } else {
+                if let Some(header) = attempt_header(event) {
+                    println!("{header}");
+                }
                 println!("{}", event_line(event));
             }
         }

@@ -169,75 +169,37 @@ impl<'a> EventView<'a> {
     }
 }
 
-/// One human line for an event: "#3 12:00:01.250 gate_finished  cargo test: passed in 3.1s".
+/// One human line for an event, in words: "#3   12:00:01.250  gate_finished     gate \"test\"
+/// passed in 3.1 s [log: artifact 5]". The time is the machine's local time of day; the kind's name
+/// stays in its column, for grep, and `--json` keeps the whole record.
 pub fn event_line(event: &TaskEvent) -> String {
-    let at = format_millis(event.at);
-    let time = at.get(11..23).unwrap_or(&at);
-    let d = &event.data;
-    let text = |key: &str| d.get(key).and_then(|v| v.as_str()).unwrap_or("").to_owned();
-    let detail = match event.kind.as_str() {
-        "created" => format!("{:?}", text("title")),
-        "claimed" => format!(
-            "attempt {} by {}",
-            d.get("attempt").and_then(|v| v.as_i64()).unwrap_or(0),
-            text("worker")
-        ),
-        "gate_started" if text("gate") == text("command") => text("command"),
-        "gate_started" => format!("{}: {}", text("gate"), text("command")),
-        "gate_finished" => format!(
-            "{}: {} in {} ({}) log: artifact {}",
-            text("gate"),
-            text("verdict"),
-            crate::output::duration(d.get("duration_ms").and_then(|v| v.as_i64()).unwrap_or(0)),
-            text("summary"),
-            d.get("log_artifact").and_then(|v| v.as_i64()).unwrap_or(0),
-        ),
-        "failed" | "requeued" | "rescued" => text("error"),
-        "github_write" => format!("{} {}", text("action"), text("url"))
-            .trim()
-            .to_owned(),
-        "attempt_recorded" => format!(
-            "attempt {} [{}] {:?}: {} files, {} bytes",
-            d.get("attempt").and_then(|v| v.as_i64()).unwrap_or(0),
-            text("group"),
-            text("label"),
-            d.get("files").and_then(|v| v.as_i64()).unwrap_or(0),
-            d.get("patch_bytes").and_then(|v| v.as_i64()).unwrap_or(0),
-        ),
-        "attempt_selected" => format!(
-            "attempt {} [{}] {:?}",
-            d.get("attempt").and_then(|v| v.as_i64()).unwrap_or(0),
-            text("group"),
-            text("label"),
-        ),
-        "context_window" => format!(
-            "{} tokens ({}), compacts at {}",
-            d.get("tokens").and_then(|v| v.as_u64()).unwrap_or(0),
-            text("source"),
-            d.get("trigger").and_then(|v| v.as_u64()).unwrap_or(0),
-        ),
-        "compacted" => format!(
-            "compaction {} ({}): about {} -> {} tokens",
-            d.get("compaction").and_then(|v| v.as_u64()).unwrap_or(0),
-            text("kind"),
-            d.get("tokens_before").and_then(|v| v.as_u64()).unwrap_or(0),
-            d.get("tokens_after").and_then(|v| v.as_u64()).unwrap_or(0),
-        ),
-        "workspace_prepared" => format!(
-            "{} {} from {} at {}",
-            text("outcome"),
-            text("workspace"),
-            text("source"),
-            text("head").get(..12).unwrap_or(""),
-        ),
-        _ => String::new(),
-    };
-    // The detail holds what the model and strangers wrote: shown with its escapes written out.
+    let time = chrono::DateTime::from_timestamp_millis(event.at)
+        .map(|t| {
+            t.with_timezone(&chrono::Local)
+                .format("%H:%M:%S%.3f")
+                .to_string()
+        })
+        .unwrap_or_else(|| format_millis(event.at));
+    let described = orchestrator_types::describe(&event.kind, &event.data);
+    // The words hold what the model and strangers wrote: shown with their escapes written out.
     orchestrator_types::visible(&format!(
-        "#{:<3} {time} {:<16} {detail}",
-        event.seq, event.kind
+        "#{:<3} {time} {:<17} {}",
+        event.seq, event.kind, described.text
     ))
     .into_owned()
     .trim_end()
     .to_owned()
+}
+
+/// The line that opens an attempt's group of events: printed before each `claimed` event (each
+/// attempt starts with one), so a timeline reads attempt by attempt.
+pub fn attempt_header(event: &TaskEvent) -> Option<String> {
+    (event.kind == orchestrator_types::EventKind::Claimed.as_str()).then(|| {
+        let attempt = event
+            .data
+            .get("attempt")
+            .and_then(|v| v.as_i64())
+            .unwrap_or(0);
+        format!("-- attempt {attempt} --")
+    })
 }

@@ -246,6 +246,14 @@ pub(super) fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewT
     task.model = t.model.clone();
     task.acceptance = t.acceptance.clone();
     task.agent = t.agent.clone();
+    task.origin = Some(if vars["number"].is_empty() {
+        format!("trigger {} on {}", rule.name, vars["repo"])
+    } else {
+        format!(
+            "trigger {} on {}#{}",
+            rule.name, vars["repo"], vars["number"]
+        )
+    });
     if task.prompt.is_some() {
         let mut policy = match &t.agent.policy {
             Some(value) => serde_json::from_value(value.clone())

@@ -390,3 +390,60 @@ fn serve_applies_its_schedules_directory_at_start() {
     let list = env.json(&["automation", "list", "--json"]);
     assert_eq!(list[0]["source"], "file");
 }
+
+/// A person's pause of a file's automation outlasts `serve`'s start, which says so; and a second
+/// `serve` that cannot have its port writes nothing before it fails (its schedules are not applied).
+#[test]
+fn a_persons_pause_outlasts_serve_and_a_serve_that_fails_writes_nothing() {
+    let stderr = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let env = Env::sqlite();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = env.workspace().display().to_string();
+    let file = |name: &str| {
+        std::fs::write(
+            dir.path().join(format!("{name}.toml")),
+            format!(
+                "schedule = \"0 3 * * *\"\nworkspaces = [{ws:?}]\n[task]\ngates = [\"true\"]\n"
+            ),
+        )
+        .unwrap();
+    };
+    file("nightly");
+    let d = dir.path().display().to_string();
+    let out = env.run(&["automation", "apply", &d]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = env.run(&["automation", "pause", "nightly"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let mut serve = env.serve(&["--schedules", &d]);
+    crate::support::wait_for(|| serve.log().contains("schedules in"));
+    let read = env.json(&["automation", "read", "nightly", "--json"]);
+    assert_eq!(read["status"], "paused", "{}", serve.log());
+    assert_eq!(read["status_note"], "paused from the command line");
+    assert!(
+        serve.log().contains("kept: nightly: paused by a person"),
+        "{}",
+        serve.log()
+    );
+
+    // A second daemon on the same address fails, and applies nothing first.
+    file("weekly");
+    let taken = serve.addr.clone();
+    let out = env.run(&["serve", "--listen", &taken, "--schedules", &d]);
+    assert!(!out.status.success(), "the port is taken");
+    assert!(
+        stderr(&out).contains("cannot listen on"),
+        "{}",
+        stderr(&out)
+    );
+    let list = env.json(&["automation", "list", "--json"]);
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["nightly"], "nothing written by the failed start");
+    serve.signal(Signal::SIGTERM);
+    serve.wait();
+}

@@ -315,6 +315,22 @@ fn events_are_numbered_and_retry_requeues() {
         assert_eq!(event["seq"], i as i64 + 1);
         assert_eq!(event["task_id"], id);
     }
+    // Without --json, each event says what happened in words, attempt by attempt.
+    let out = env.run(&["task", "events", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(lines[1], "-- attempt 1 --", "{printed}");
+    for words in [
+        "created \"false\"",
+        "attempt 1 started on worker",
+        "gate started: false",
+        "gate \"false\" failed (",
+        "exit 1",
+        "failed: ",
+    ] {
+        assert!(printed.contains(words), "{words:?} in {printed}");
+    }
     let retried = env.json(&["task", "retry", &id.to_string(), "--json"]);
     assert_eq!(retried["state"], "queued");
     // Retrying a queued task is a conflict with its state.

@@ -632,9 +632,16 @@ fn status_spec(session: &Arc<Session>, status: AutomationStatus) -> ToolSpec {
         move |session, args: NameArgs, _ctx| async move {
             let name = args.name.trim();
             // A missing automation comes back from set_status as automation_error's refusal.
-            let updated = manage::set_status(&session.store, name, status, None, now_millis())
-                .await
-                .map_err(schedule_error)?;
+            let updated = manage::set_status(
+                &session.store,
+                name,
+                status,
+                None,
+                &format!("the agent of task {}", session.task_id()),
+                now_millis(),
+            )
+            .await
+            .map_err(schedule_error)?;
             let view = AutomationView::new(&updated);
             Ok(view_text(
                 format!("{verb} automation {} ({}).", view.name, summary(&view)),
