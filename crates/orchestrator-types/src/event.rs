@@ -157,7 +157,8 @@ pub struct TaskEvent {
     pub task_id: TaskId,
     /// 1, 2, 3, ... per task, with no gaps and no repeats.
     pub seq: i64,
-    /// Unix milliseconds.
+    /// Unix milliseconds; read also from the RFC 3339 string the API sends.
+    #[serde(deserialize_with = "crate::time::millis_or_rfc3339")]
     pub at: i64,
     /// The kind's name; unknown kinds written by newer versions are kept as text.
     pub kind: String,

@@ -45,10 +45,12 @@
       element.title = new Date(at).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
     }
   };
+  // `at` as the API sends it (RFC 3339) or in Unix milliseconds.
   var timeElement = function (at) {
+    var ms = typeof at === "number" ? at : Date.parse(at);
     var element = document.createElement("time");
-    element.setAttribute("data-at", String(at));
-    element.setAttribute("datetime", new Date(at).toISOString());
+    element.setAttribute("data-at", String(ms));
+    element.setAttribute("datetime", new Date(ms).toISOString());
     showTime(element);
     return element;
   };
@@ -94,11 +96,15 @@
       if (document.getElementById("event-" + data.seq)) { return; }
       // Each attempt starts with its claim, under a row that names it (as the page renders it).
       if (data.kind === "claimed") {
+        var attempt = String((data.data && data.data.attempt) || "");
         var header = document.createElement("tr");
         header.className = "attempt";
+        // A wait for a person does not spend the attempt: it goes on.
+        var resumed = timeline.querySelector('tr.attempt[data-attempt="' + attempt + '"]') !== null;
+        header.setAttribute("data-attempt", attempt);
         var title = document.createElement("td");
         title.colSpan = 4;
-        title.textContent = "Attempt " + ((data.data && data.data.attempt) || "");
+        title.textContent = "Attempt " + attempt + (resumed ? ", resumed" : "");
         header.appendChild(title);
         timeline.appendChild(header);
       }

@@ -282,7 +282,7 @@ type ApiResult = Result<Response, ApiError>;
 /// wait).
 pub(crate) fn event_json(event: &orchestrator_types::TaskEvent) -> serde_json::Value {
     let described = orchestrator_types::describe(&event.kind, &event.data);
-    let mut value = serde_json::to_value(event).unwrap_or_default();
+    let mut value = api_json(event);
     if let Some(map) = value.as_object_mut() {
         map.insert("text".into(), described.text.into());
         map.insert("tone".into(), described.tone.as_str().into());
@@ -291,7 +291,38 @@ pub(crate) fn event_json(event: &orchestrator_types::TaskEvent) -> serde_json::V
 }
 
 fn ok<T: serde::Serialize>(value: &T) -> ApiResult {
-    Ok(axum::Json(value).into_response())
+    Ok(axum::Json(api_json(value)).into_response())
+}
+
+/// `value` as the API sends it: the store keeps times as Unix milliseconds, and the API (like the
+/// CLI's `--json`) sends every time as an RFC 3339 string in UTC (`2026-11-26T03:00:00.000Z`): each
+/// integer field named `at`, `run_after` or `…_at`, at any depth except inside what is sent as it
+/// was stored (an event's `data`, a call's `arguments`, a task's `spec`).
+pub(crate) fn api_json<T: serde::Serialize>(value: &T) -> serde_json::Value {
+    let mut value = serde_json::to_value(value).unwrap_or_default();
+    rfc3339_times(&mut value);
+    value
+}
+
+fn rfc3339_times(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, field) in map.iter_mut() {
+                let is_time = key == "at" || key == "run_after" || key.ends_with("_at");
+                match field {
+                    serde_json::Value::Number(n) if is_time => {
+                        if let Some(ms) = n.as_i64() {
+                            *field = orchestrator_types::format_millis(ms).into();
+                        }
+                    }
+                    _ if matches!(key.as_str(), "data" | "arguments" | "spec") => {}
+                    _ => rfc3339_times(field),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(rfc3339_times),
+        _ => {}
+    }
 }
 
 async fn health(State(web): State<Web>) -> ApiResult {

@@ -69,6 +69,86 @@ fn object() -> Value {
     json!({"type": "object"})
 }
 
+/// A time as the API sends it.
+fn time() -> Value {
+    json!({"type": "string", "format": "date-time", "description": "RFC 3339, UTC."})
+}
+
+fn nullable(schema: Value) -> Value {
+    json!({"anyOf": [schema, {"type": "null"}]})
+}
+
+/// A task, as the list, a read, a create, a cancel and a retry send it.
+fn task() -> Value {
+    let text = json!({"type": "string"});
+    let int = json!({"type": "integer"});
+    json!({
+        "type": "object",
+        "required": ["id", "title", "prompt", "gates", "workspace", "state", "queue", "priority",
+                     "attempt", "max_attempts", "run_after", "epoch", "lease_owner", "lease_expires_at",
+                     "cancel_requested", "event_seq", "last_error", "created_at", "updated_at",
+                     "started_at", "finished_at", "automation_id", "slot_at", "parent_id", "model",
+                     "agent", "acceptance"],
+        "properties": {
+            "id": int,
+            "title": text,
+            "prompt": nullable(text.clone()),
+            "gates": {"type": "array", "items": {"type": "object", "required": ["name", "command"], "properties": {"name": text, "command": text}}},
+            "workspace": nullable(text.clone()),
+            "worktree_of": nullable(text.clone()),
+            "state": {"type": "string", "enum": ["queued", "running", "waiting", "succeeded", "failed", "canceled"]},
+            "queue": text,
+            "priority": int,
+            "attempt": {"type": "integer", "minimum": 0},
+            "max_attempts": {"type": "integer", "minimum": 1},
+            "run_after": time(),
+            "epoch": int,
+            "lease_owner": nullable(text.clone()),
+            "lease_expires_at": nullable(time()),
+            "cancel_requested": {"type": "boolean"},
+            "event_seq": int,
+            "last_error": nullable(text.clone()),
+            "created_at": time(),
+            "updated_at": time(),
+            "started_at": nullable(time()),
+            "finished_at": nullable(time()),
+            "automation_id": nullable(int.clone()),
+            "slot_at": nullable(time()),
+            "parent_id": nullable(int.clone()),
+            "model": nullable(json!({"type": "object"})),
+            "agent": {"type": "object"},
+            "acceptance": {"type": "array", "items": text},
+            "origin": {"type": "string", "description": "What made it, when not a person or an automation (a trigger rule)."}
+        }
+    })
+}
+
+/// An approval or a question.
+fn approval() -> Value {
+    let text = json!({"type": "string"});
+    json!({
+        "type": "object",
+        "required": ["id", "task_id", "call_id", "kind", "tool", "arguments", "reason", "options",
+                     "status", "answer", "decided_by", "requested_at", "expires_at", "decided_at"],
+        "properties": {
+            "id": {"type": "integer"},
+            "task_id": {"type": "integer"},
+            "call_id": text,
+            "kind": {"type": "string", "enum": ["tool", "question"]},
+            "tool": text,
+            "arguments": {"description": "The call's arguments, as the agent gave them."},
+            "reason": text,
+            "options": nullable(json!({"type": "array", "items": text})),
+            "status": {"type": "string", "enum": ["pending", "approved", "denied", "answered", "expired", "canceled"]},
+            "answer": nullable(text.clone()),
+            "decided_by": nullable(text.clone()),
+            "requested_at": time(),
+            "expires_at": time(),
+            "decided_at": nullable(time())
+        }
+    })
+}
+
 /// A task's event, as the events list and the task's stream send it.
 fn event() -> Value {
     json!({
@@ -77,7 +157,7 @@ fn event() -> Value {
         "properties": {
             "task_id": {"type": "integer"},
             "seq": {"type": "integer", "minimum": 1, "description": "1, 2, 3, ... per task, with no gaps."},
-            "at": {"type": "integer", "description": "When, in Unix milliseconds."},
+            "at": time(),
             "kind": {"type": "string", "description": "What happened: created, claimed, gate_finished, tool_call, ..."},
             "data": {"description": "The kind's details, as stored."},
             "text": {"type": "string", "description": "What happened, in words."},
@@ -199,8 +279,8 @@ pub fn document() -> Value {
                     param("verdict", "query", verdict.clone(), "Only tasks with a gate that ended with this verdict."),
                     param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 200}), "Page size (default 50)."),
                     param("before", "query", json!({"type": "integer"}), "The previous page's next_before."),
-                ], None, "200", json!({"type": "object", "required": ["tasks", "next_before"], "properties": {"tasks": {"type": "array", "items": {"type": "object"}}, "next_before": {"type": ["integer", "null"]}}})),
-                "post": op("Create a task.", vec![], Some(create), "201", object()),
+                ], None, "200", json!({"type": "object", "required": ["tasks", "next_before"], "properties": {"tasks": {"type": "array", "items": task()}, "next_before": {"type": ["integer", "null"]}}})),
+                "post": op("Create a task.", vec![], Some(create), "201", task()),
             },
             "/api/v1/tasks/bulk": {"post": op("Cancel or retry the tasks a filter matches (at least one filter; at most 1000 a call), or only count them with preview.", vec![], Some(json!({
                 "type": "object",
@@ -217,7 +297,7 @@ pub fn document() -> Value {
                     "verdict": verdict
                 }
             })), "200", object())},
-            "/api/v1/tasks/{id}": {"get": op("One task.", vec![id_param("task")], None, "200", object())},
+            "/api/v1/tasks/{id}": {"get": op("One task.", vec![id_param("task")], None, "200", task())},
             "/api/v1/tasks/{id}/events": {"get": op("A task's events after a sequence number.", vec![
                 id_param("task"),
                 param("after", "query", json!({"type": "integer", "minimum": 0}), "Events after this sequence number (default 0)."),
@@ -256,8 +336,12 @@ pub fn document() -> Value {
                 id_param("task"),
                 param("last", "query", json!({"type": "integer", "minimum": 0}), "Only the last this many turns (default all)."),
             ], None, "200", list_of("turns"))},
-            "/api/v1/tasks/{id}/cancel": {"post": op("Cancel a task (a running one is asked to stop).", vec![id_param("task")], Some(no_body()), "200", object())},
-            "/api/v1/tasks/{id}/retry": {"post": op("Queue a failed or canceled task again.", vec![id_param("task")], Some(no_body()), "200", object())},
+            "/api/v1/tasks/{id}/cancel": {"post": op("Cancel a task (a running one is asked to stop).", vec![id_param("task")], Some(no_body()), "200", json!({
+                "type": "object",
+                "required": ["outcome", "task"],
+                "properties": {"outcome": {"type": "string", "enum": ["canceled", "requested", "already_canceled"]}, "task": task()}
+            }))},
+            "/api/v1/tasks/{id}/retry": {"post": op("Queue a failed or canceled task again.", vec![id_param("task")], Some(no_body()), "200", task())},
             "/api/v1/automations": {
                 "get": op("Automations with their next fire time.", vec![], None, "200", list_of("automations")),
                 "post": op("Create an automation (409 when the name is taken).", vec![], Some(automation.clone()), "201", object()),
@@ -302,11 +386,11 @@ pub fn document() -> Value {
                 param("status", "query", json!({"type": "string", "enum": ["pending", "approved", "denied", "answered", "expired", "canceled", "all"]}), "One status, or all."),
                 param("task", "query", json!({"type": "integer"}), "Only this task's."),
                 param("limit", "query", json!({"type": "integer", "minimum": 1, "maximum": 1000}), "At most this many (default 100)."),
-            ], None, "200", list_of("approvals"))},
-            "/api/v1/approvals/{id}": {"get": op("One approval.", vec![id_param("approval")], None, "200", object())},
-            "/api/v1/approvals/{id}/approve": {"post": op("Approve.", vec![id_param("approval")], Some(decision.clone()), "200", object())},
-            "/api/v1/approvals/{id}/deny": {"post": op("Deny, with an optional reason.", vec![id_param("approval")], Some(decision.clone()), "200", object())},
-            "/api/v1/approvals/{id}/answer": {"post": op("Answer a question.", vec![id_param("approval")], Some(decision), "200", object())},
+            ], None, "200", json!({"type": "object", "required": ["approvals"], "properties": {"approvals": {"type": "array", "items": approval()}}}))},
+            "/api/v1/approvals/{id}": {"get": op("One approval.", vec![id_param("approval")], None, "200", approval())},
+            "/api/v1/approvals/{id}/approve": {"post": op("Approve.", vec![id_param("approval")], Some(decision.clone()), "200", approval())},
+            "/api/v1/approvals/{id}/deny": {"post": op("Deny, with an optional reason.", vec![id_param("approval")], Some(decision.clone()), "200", approval())},
+            "/api/v1/approvals/{id}/answer": {"post": op("Answer a question.", vec![id_param("approval")], Some(decision), "200", approval())},
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

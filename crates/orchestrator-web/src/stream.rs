@@ -251,16 +251,14 @@ impl ListFollow {
 /// The event a list's stream sends for a change, if it is about that list.
 fn list_event(list: List, change: &Change) -> Option<Event> {
     let (kind, id, data) = match (list, change) {
-        (List::Tasks, Change::Task(change, task)) => (
-            "task",
-            Some(*change),
-            serde_json::to_string(&**task).unwrap_or_default(),
-        ),
+        (List::Tasks, Change::Task(change, task)) => {
+            ("task", Some(*change), crate::api_json(&**task).to_string())
+        }
         (List::Tasks, Change::Counts(counts)) => ("counts", None, counts_json(counts).to_string()),
         (List::Approvals, Change::Approval(change, approval)) => (
             "approval",
             Some(*change),
-            serde_json::to_string(&**approval).unwrap_or_default(),
+            crate::api_json(&**approval).to_string(),
         ),
         (List::Approvals, Change::Pending(n)) => {
             ("pending", None, json!({"pending": n}).to_string())

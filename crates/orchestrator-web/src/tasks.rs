@@ -123,7 +123,7 @@ pub(crate) async fn create(State(web): State<Web>, bytes: Bytes) -> ApiResult {
         .map_err(|e| ApiError::unprocessable(e.to_string()))?;
     let id = web.store.create_task(&task).await?;
     let created = web.store.get_task(id).await?;
-    Ok((StatusCode::CREATED, axum::Json(created)).into_response())
+    Ok((StatusCode::CREATED, axum::Json(crate::api_json(&created))).into_response())
 }
 
 pub(crate) async fn read(State(web): State<Web>, Path(id): Path<String>) -> ApiResult {

@@ -401,7 +401,8 @@ pub(crate) async fn read(
             p.muted {
                 "created " (time(task.created_at)) " · updated " (time(task.updated_at))
                 @if let Some(started) = task.started_at {
-                    " · " @if let Some(finished) = task.finished_at { "ran for " (duration(finished - started)) } @else { "running for " (duration(orchestrator_types::now_millis() - started)) }
+                    @if let Some(finished) = task.finished_at { " · ran for " (duration(finished - started)) }
+                    @else if task.state == TaskState::Running { " · running for " (duration(orchestrator_types::now_millis() - started)) }
                 }
             }
             @if let Some(error) = &task.last_error { p.error { (error) } }
@@ -538,7 +539,14 @@ pub(crate) async fn read(
                     // Each attempt starts with its claim: a row names it, so the timeline reads
                     // attempt by attempt.
                     @if e.kind == EventKind::Claimed.as_str() {
-                        tr.attempt { td colspan="4" { "Attempt " (e.data.get("attempt").and_then(|a| a.as_i64()).unwrap_or(0)) } }
+                        @let attempt = e.data.get("attempt").and_then(|a| a.as_i64()).unwrap_or(0);
+                        tr.attempt data-attempt=(attempt) {
+                            td colspan="4" {
+                                "Attempt " (attempt)
+                                // A wait for a person does not spend the attempt: it goes on.
+                                @if events.iter().take_while(|x| x.seq < e.seq).any(|x| x.kind == EventKind::Claimed.as_str() && x.data.get("attempt").and_then(|a| a.as_i64()) == Some(attempt)) { ", resumed" }
+                            }
+                        }
                     }
                     @let described = orchestrator_types::describe(&e.kind, &e.data);
                     tr id=(format!("event-{}", e.seq)) data-tone=(described.tone.as_str()) {

@@ -275,7 +275,11 @@ async fn a_writer_whose_clock_is_ahead_hides_nothing(db: TestStore, other: Store
             &[("the skewed change", task_is(agent, "title", "clock ahead"))],
             &[(
                 "the skewed decision",
-                approval_is(world.approval, "decided_at", json!(ahead)),
+                approval_is(
+                    world.approval,
+                    "decided_at",
+                    json!(orchestrator_types::format_millis(ahead)),
+                ),
             )],
         )
         .await;

@@ -47,7 +47,9 @@ async fn the_timeline_says_what_happened_in_words_attempt_by_attempt() {
         assert!(page.contains(words), "the timeline says {words:?}: {page}");
     }
     assert!(
-        page.contains("<tr class=\"attempt\"><td colspan=\"4\">Attempt 1</td></tr>"),
+        page.contains(
+            "<tr class=\"attempt\" data-attempt=\"1\"><td colspan=\"4\">Attempt 1</td></tr>"
+        ),
         "a row opens each attempt: {page}"
     );
     assert!(page.contains("data-tone=\"wait\""), "tones: {page}");
@@ -298,4 +300,55 @@ async fn automations_show_their_next_fires_on_their_own_clock() {
     let (_, page, _) = browser.get("/automations/berlin").await;
     let fires = page.matches("03:00:00 CE").count();
     assert!(fires >= 3, "each next fire on Berlin's clock: {page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_sends_every_time_as_rfc3339() {
+    let api = Api::start(false).await;
+    let (id, lease) = api.running_agent("times").await;
+    api.store
+        .request_approval(
+            &lease,
+            &NewApproval {
+                call_id: "c1".into(),
+                kind: approval_kind::QUESTION,
+                tool: "ask".into(),
+                arguments: json!({"question": "which?", "expires_at": 5}),
+                reason: "which?".into(),
+                options: None,
+                expires_at: now_millis() + 3_600_000,
+            },
+        )
+        .await
+        .unwrap();
+    let rfc3339 = |v: &serde_json::Value, what: &str| {
+        let text = v
+            .as_str()
+            .unwrap_or_else(|| panic!("{what} is not a string: {v}"));
+        chrono::DateTime::parse_from_rfc3339(text)
+            .unwrap_or_else(|e| panic!("{what} = {text:?}: {e}"));
+        assert!(text.ends_with('Z'), "{what} in UTC: {text}");
+    };
+    let (_, list) = api.get("/api/v1/tasks").await;
+    let task = &list["tasks"][0];
+    for key in [
+        "created_at",
+        "updated_at",
+        "started_at",
+        "run_after",
+        "lease_expires_at",
+    ] {
+        rfc3339(&task[key], key);
+    }
+    let (_, read) = api.get(&format!("/api/v1/tasks/{}", id.0)).await;
+    rfc3339(&read["created_at"], "a read's created_at");
+    let (_, events) = api.get(&format!("/api/v1/tasks/{}/events", id.0)).await;
+    rfc3339(&events["events"][0]["at"], "an event's at");
+    let (_, approvals) = api.get("/api/v1/approvals").await;
+    let approval = &approvals["approvals"][0];
+    rfc3339(&approval["requested_at"], "requested_at");
+    rfc3339(&approval["expires_at"], "expires_at");
+    assert!(approval["decided_at"].is_null());
+    // What the agent wrote is sent as it wrote it.
+    assert_eq!(approval["arguments"]["expires_at"], 5);
 }

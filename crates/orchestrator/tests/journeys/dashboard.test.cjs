@@ -117,6 +117,9 @@ test("an approval given in one page shows in another over SSE", async () => {
   await inbox.goto(`${BASE}/approvals`);
   assert.equal(await inbox.textContent(".badge"), "1", "the navigation counts what waits");
   const card = inbox.locator(`[data-approval]`).first();
+  // The card shows the command in full, before anyone decides.
+  assert.equal((await card.locator("[data-command]").textContent()).trim(), "echo approved-run");
+  await inbox.screenshot({ path: `${SHOTS}/approvals-with-context.png`, fullPage: true });
   await card.locator('button:text-is("Approve")').click();
   await inbox.waitForSelector("text=Nothing waits for a decision.");
   // The other page's badge follows without a reload.
@@ -127,6 +130,18 @@ test("an approval given in one page shows in another over SSE", async () => {
   await taskPage.waitForSelector('[data-state="succeeded"]', { timeout: 60000 });
   assert.equal(await sameDocument(taskPage), true);
   await taskPage.screenshot({ path: `${SHOTS}/approved-task.png`, fullPage: true });
+  // The timeline reads in words, grouped per attempt, also for what arrived live; times say how
+  // long ago, with the exact time on hover.
+  await taskPage.waitForSelector('td:has-text("approved by dashboard")', { timeout: 30000 });
+  await taskPage.waitForSelector('td:has-text("exec_shell(command=echo approved-run) succeeded")', { timeout: 30000 });
+  assert.ok(await taskPage.locator("tr.attempt").count() >= 2, "a row per attempt");
+  const hover = await taskPage.getAttribute("table.timeline time[data-at]", "title");
+  assert.match(hover, /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$/);
+  assert.match(await taskPage.textContent("table.timeline time[data-at]"), /ago|just now/);
+  // Rows that arrived live have their time too.
+  const last = taskPage.locator("table.timeline tr[data-tone]").last().locator("time[data-at]");
+  assert.match(await last.textContent(), /ago|just now/);
+  await taskPage.screenshot({ path: `${SHOTS}/timeline-in-words.png`, fullPage: true });
   await context.close();
 });
 
