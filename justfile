@@ -46,6 +46,11 @@ soak CYCLES="60" BACKEND="all":
     cargo build --release -p orchestrator -p orchestrator-bench
     target/release/orchestrator-bench soak --cycles {{CYCLES}} --backend {{BACKEND}}
 
+# A backlog of webhook deliveries drained against a GitHub that answers in 100 ms.
+bench-drain DELIVERIES="400":
+    cargo build --release -p orchestrator -p orchestrator-bench
+    target/release/orchestrator-bench drain --deliveries {{DELIVERIES}}
+
 # Tool surface figures: grep_files against ripgrep, read_file on a 2 GiB file, edit_file on 10 MB.
 bench-tools:
     cargo bench -p orchestrator-tools --bench tools

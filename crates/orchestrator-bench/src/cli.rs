@@ -45,6 +45,42 @@ pub enum Command {
     ///
     /// Example: `cargo build --release -p orchestrator && orchestrator-bench soak --cycles 100`
     Soak(SoakArgs),
+    /// A backlog of signed webhook deliveries, each needing one GitHub call, drained by the real
+    /// `serve` against a GitHub that answers in --github-ms: drained_per_s, ratio_to_target (100/s
+    /// with a 100 ms GitHub), ratio_to_one_at_a_time.
+    ///
+    /// Example: `cargo build --release -p orchestrator -p orchestrator-bench && orchestrator-bench drain`
+    Drain(DrainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    /// Deliveries posted at once.
+    #[arg(long, default_value_t = orchestrator_bench::drain::DEFAULT_DELIVERIES)]
+    pub deliveries: usize,
+    /// How long each GitHub call takes, in milliseconds.
+    #[arg(long, default_value_t = orchestrator_bench::drain::DEFAULT_GITHUB_MS)]
+    pub github_ms: u64,
+    /// The `orchestrator` binary (default: the one next to this program).
+    #[arg(long)]
+    pub bin: Option<std::path::PathBuf>,
+}
+
+impl DrainArgs {
+    pub fn into_config(self) -> Result<orchestrator_bench::drain::DrainConfig> {
+        let bin = match self.bin {
+            Some(bin) => bin,
+            None => std::env::current_exe()?
+                .parent()
+                .map(|dir| dir.join("orchestrator"))
+                .ok_or_else(|| anyhow::anyhow!("cannot tell where this program is"))?,
+        };
+        Ok(orchestrator_bench::drain::DrainConfig {
+            bin,
+            deliveries: self.deliveries,
+            github_ms: self.github_ms,
+        })
+    }
 }
 
 #[derive(Debug, Args)]

@@ -21,6 +21,7 @@ fn main() -> ExitCode {
         cli::Command::Agent(args) => args.into_config().map(Bench::Agent),
         cli::Command::Sandbox(args) => Ok(Bench::Sandbox(args.runs)),
         cli::Command::Soak(args) => return soak(args),
+        cli::Command::Drain(args) => return drain(args),
         cli::Command::Context(args) => Ok(Bench::Context(
             orchestrator_bench::context::ContextBenchConfig {
                 turns: args.turns.max(1),
@@ -118,6 +119,32 @@ fn soak(args: cli::SoakArgs) -> ExitCode {
         }
     }
     code
+}
+
+/// The drain drives a `serve` process and makes its own runtime, like the soak.
+fn drain(args: cli::DrainArgs) -> ExitCode {
+    let config = match args.into_config() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let progress = |line: &str| eprintln!("drain: {line}");
+    match orchestrator_bench::drain::run(&config, &progress) {
+        Ok(report) => match print_line(&report.to_string()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(FAILURE)
+            }
+        },
+        Err(e) => {
+            eprintln!("error: drain: {e:#}");
+            ExitCode::from(FAILURE)
+        }
+    }
 }
 
 /// The benchmark chosen on the command line, with its validated configuration.

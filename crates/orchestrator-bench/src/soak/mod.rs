@@ -21,9 +21,9 @@
 //! 5. The daemons get SIGTERM, and the soak's processes still alive are counted.
 
 mod check;
-mod daemon;
+pub(crate) mod daemon;
 mod inject;
-mod workload;
+pub(crate) mod workload;
 
 pub use check::{Figures, Seen};
 

@@ -260,6 +260,25 @@ fn row_reason(
     }
 }
 
+/// When the run that the claim numbered `claim` started ended: at the next event that gives the
+/// task up (it ended, waits for a person, or went back to the queue), if there is one yet.
+fn attempt_end(events: &[orchestrator_types::TaskEvent], claim: i64) -> Option<i64> {
+    const ENDS: [EventKind; 7] = [
+        EventKind::Succeeded,
+        EventKind::Failed,
+        EventKind::Canceled,
+        EventKind::Requeued,
+        EventKind::Rescued,
+        EventKind::HandedBack,
+        EventKind::Waiting,
+    ];
+    events
+        .iter()
+        .filter(|e| e.seq > claim)
+        .find(|e| ENDS.iter().any(|k| k.as_str() == e.kind))
+        .map(|e| e.at)
+}
+
 /// How long a task ran (or has run so far); nothing before it starts.
 fn row_duration(task: &orchestrator_store::Task) -> String {
     match (task.started_at, task.finished_at) {
@@ -545,6 +564,7 @@ pub(crate) async fn read(
                                 "Attempt " (attempt)
                                 // A wait for a person does not spend the attempt: it goes on.
                                 @if events.iter().take_while(|x| x.seq < e.seq).any(|x| x.kind == EventKind::Claimed.as_str() && x.data.get("attempt").and_then(|a| a.as_i64()) == Some(attempt)) { ", resumed" }
+                                @if let Some(end) = attempt_end(&events, e.seq) { span.muted { " · " (duration(end - e.at)) } }
                             }
                         }
                     }

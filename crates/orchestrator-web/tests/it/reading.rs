@@ -48,7 +48,7 @@ async fn the_timeline_says_what_happened_in_words_attempt_by_attempt() {
     }
     assert!(
         page.contains(
-            "<tr class=\"attempt\" data-attempt=\"1\"><td colspan=\"4\">Attempt 1</td></tr>"
+            "<tr class=\"attempt\" data-attempt=\"1\"><td colspan=\"4\">Attempt 1<span class=\"muted\"> · "
         ),
         "a row opens each attempt: {page}"
     );
