@@ -189,4 +189,16 @@ mod tests {
             Some(EventKind::GithubWrite)
         );
     }
+
+    /// The store's rows carry milliseconds and the API sends RFC 3339: both read as one instant.
+    #[test]
+    fn an_events_time_reads_from_milliseconds_or_rfc3339() {
+        let stored = r#"{"task_id":1,"seq":1,"at":1764122400000,"kind":"created","data":{}}"#;
+        let sent = r#"{"task_id":1,"seq":1,"at":"2025-11-26T02:00:00.000Z","kind":"created","data":{}}"#;
+        let a: TaskEvent = serde_json::from_str(stored).unwrap();
+        let b: TaskEvent = serde_json::from_str(sent).unwrap();
+        assert_eq!(a.at, b.at);
+        let bad = r#"{"task_id":1,"seq":1,"at":"yesterday","kind":"created","data":{}}"#;
+        assert!(serde_json::from_str::<TaskEvent>(bad).is_err());
+    }
 }

@@ -52,6 +52,28 @@ pub fn parse_time(input: &str, now: i64) -> Result<i64> {
     }
 }
 
+/// Reads a time given as Unix milliseconds or as an RFC 3339 string (what the API sends), for
+/// `#[serde(deserialize_with)]`.
+pub(crate) fn millis_or_rfc3339<'de, D>(deserializer: D) -> std::result::Result<i64, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Millis(i64),
+        Text(String),
+    }
+    match <Either as serde::Deserialize>::deserialize(deserializer)? {
+        Either::Millis(ms) => Ok(ms),
+        Either::Text(text) => DateTime::parse_from_rfc3339(&text)
+            .map(|t| t.timestamp_millis())
+            .map_err(|e| {
+                serde::de::Error::custom(format!("{text:?} is not an RFC 3339 time: {e}"))
+            }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,27 +103,5 @@ mod tests {
     #[test]
     fn formats_in_utc_with_millis() {
         assert_eq!(format_millis(1_500), "1970-01-01T00:00:01.500Z");
-    }
-}
-
-/// Reads a time given as Unix milliseconds or as an RFC 3339 string (what the API sends), for
-/// `#[serde(deserialize_with)]`.
-pub(crate) fn millis_or_rfc3339<'de, D>(deserializer: D) -> std::result::Result<i64, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    #[derive(serde::Deserialize)]
-    #[serde(untagged)]
-    enum Either {
-        Millis(i64),
-        Text(String),
-    }
-    match <Either as serde::Deserialize>::deserialize(deserializer)? {
-        Either::Millis(ms) => Ok(ms),
-        Either::Text(text) => DateTime::parse_from_rfc3339(&text)
-            .map(|t| t.timestamp_millis())
-            .map_err(|e| {
-                serde::de::Error::custom(format!("{text:?} is not an RFC 3339 time: {e}"))
-            }),
     }
 }

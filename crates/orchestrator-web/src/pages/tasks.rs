@@ -206,7 +206,7 @@ pub(crate) async fn list(
     layout(&viewer, "Tasks", content)
 }
 
-/// Where a task works and what made it, for its row: "octo/widgets · automation nightly · queue
+/// Where a task works and what made it, for its row: "/src/widgets · automation nightly · queue
 /// default".
 fn row_origin(
     task: &orchestrator_store::Task,
