@@ -1,6 +1,7 @@
 //! The benchmarks behind DESIGN.md's "Targets" section, run by the `orchestrator-bench` binary:
 //! the queue (src/queue/), the agent loop's own overhead (agent.rs), the sandbox's start-up cost
-//! (sandbox.rs), compaction over a long run (context.rs), and the chaos soak (src/soak/), which
+//! (sandbox.rs), compaction over a long run (context.rs), a gigabyte gate watched and not
+//! (gate_output.rs), and the chaos soak (src/soak/), which
 //! counts what random SIGKILLs of several daemons lost or repeated.
 //!
 //! Each benchmark measures orchestrator through the same code a deployment runs (the store, the
@@ -24,6 +25,7 @@
 
 pub mod agent;
 pub mod context;
+pub mod gate_output;
 pub mod queue;
 pub mod sandbox;
 pub mod sandbox_gate;

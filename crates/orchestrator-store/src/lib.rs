@@ -23,6 +23,7 @@ mod exec;
 mod gates;
 mod identity;
 mod leases;
+mod live_logs;
 mod migrate;
 mod shell_jobs;
 mod slots;
@@ -45,6 +46,9 @@ pub use deliveries::{
 };
 pub use error::{Error, Result};
 pub use gates::GateRun;
+pub use live_logs::{
+    GateLog, JobLog, LiveLog, LiveLogHandle, LiveLogStart, live_source, log_state,
+};
 pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts};
 pub use shell_jobs::{ShellJob, job_status};
 pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};

@@ -287,6 +287,7 @@ pub(crate) async fn read(
         web.store.tool_calls(id),
         web.store.task_artifacts(id),
         web.store.events_of_kind(id, EventKind::GithubWrite),
+        web.store.live_logs(id),
     );
     let (
         task,
@@ -300,6 +301,7 @@ pub(crate) async fn read(
         calls,
         artifacts,
         writes,
+        live_logs,
     ) = match found {
         Ok(found) => found,
         Err(e) => return store_error(e),
@@ -339,6 +341,13 @@ pub(crate) async fn read(
             }
         }
         h2 { "Gates" }
+        // The output of each gate while it runs: filled by the script from the log stream, and a
+        // panel added for each gate that starts while the page is open.
+        div.gate-panels data-gate-panels=(task.id.0) data-live=(live) {
+            @for log in live_logs.iter().filter(|l| live && l.source == orchestrator_store::live_source::GATE && l.attempt == task.attempt) {
+                (gate_panel(task.id, log.source_key, &log.name))
+            }
+        }
         @if gates.is_empty() {
             p.muted { @if task.gates.is_empty() { "No gates." } @else { (task.gates.len()) " gates, none run yet." } }
         } @else {
@@ -354,7 +363,9 @@ pub(crate) async fn read(
                             td { (g.duration_ms) " ms" }
                             td { (g.summary) }
                             td {
+                                a data-log-link href=(format!("/tasks/{}/gates/{}/log", task.id.0, g.position)) { "view" }
                                 @if let Some(log) = g.log_artifact {
+                                    " · "
                                     a href=(format!("/api/v1/artifacts/{}/content?tail=65536", log.0)) { "tail" }
                                     " · "
                                     a href=(format!("/api/v1/artifacts/{}/content?download=1", log.0)) { "download" }
@@ -461,6 +472,21 @@ pub(crate) async fn read(
         @if live { pre.live-reply data-live-reply hidden {} }
     };
     layout(&viewer, &format!("Task {}", task.id.0), content)
+}
+
+/// A running gate's output on the task page, followed by the script; the script makes the same
+/// for a gate that starts while the page is open.
+fn gate_panel(task: TaskId, position: i64, name: &str) -> maud::Markup {
+    html! {
+        div.card.gate-panel data-gate-panel=(position) {
+            p {
+                "Gate " a href=(format!("/tasks/{}/gates/{position}/log", task.0)) { (name) }
+                " " span.live data-gate-status { "running" }
+            }
+            div.log.log-tail data-log-view data-stream=(format!("/api/v1/tasks/{}/gates/{position}/log/stream", task.0))
+                data-next="0" data-lines="0" data-live="true" data-follow-now {}
+        }
+    }
 }
 
 fn confirm(viewer: &Viewer, task: &orchestrator_store::Task, verb: &str, action: &str) -> Response {

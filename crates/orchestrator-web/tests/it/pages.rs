@@ -8,13 +8,13 @@ use orchestrator_types::{AutomationSpec, GateSpec, NewTask, TaskId, now_millis};
 use serde_json::json;
 
 /// A logged-in browser: its cookie and the CSRF token its pages carry.
-struct Browser<'a> {
+pub(crate) struct Browser<'a> {
     api: &'a Api,
     cookie: String,
 }
 
 impl<'a> Browser<'a> {
-    async fn login(api: &'a Api) -> Browser<'a> {
+    pub(crate) async fn login(api: &'a Api) -> Browser<'a> {
         let response = api
             .client
             .post(format!("{}/login", api.base))
@@ -37,7 +37,7 @@ impl<'a> Browser<'a> {
         Browser { api, cookie }
     }
 
-    async fn get(&self, path: &str) -> (u16, String, reqwest::header::HeaderMap) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, String, reqwest::header::HeaderMap) {
         let response = self
             .api
             .client

@@ -8,8 +8,10 @@
 //! - `process`: the command in its own process group, timeouts and cancellation, bounded output.
 //! - `summary`: what the test runner printed, by known formats matched on whole lines.
 //! - `git`: the tree the gate ran on, so a later step can prove it passed on exactly this tree.
+//! - `live`: the output while it runs, written to the store's live log for followers.
 
 mod git;
+pub mod live;
 mod process;
 mod summary;
 
@@ -20,6 +22,7 @@ use orchestrator_sandbox::Jail;
 use orchestrator_types::{
     Captured, FailureKind, GateEvidence, GateSpec, GateSummary, GitTree, Verdict, now_millis,
 };
+use live::LiveTap;
 use process::{Ending, Run};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -53,6 +56,18 @@ pub async fn run_gate(
     log_cap_bytes: usize,
     jail: &Jail,
 ) -> GateOutput {
+    run_gate_live(spec, workspace, cancel, log_cap_bytes, jail, &LiveTap::off()).await
+}
+
+/// [`run_gate`], with the output also handed to `live` as it is read (see [`live`]).
+pub async fn run_gate_live(
+    spec: &GateSpec,
+    workspace: &Path,
+    cancel: &CancellationToken,
+    log_cap_bytes: usize,
+    jail: &Jail,
+    live: &LiveTap,
+) -> GateOutput {
     let started_at = now_millis();
     let clock = Instant::now();
     let not_run = |verdict, text: String, git: Option<GitTree>| {
@@ -71,7 +86,7 @@ pub async fn run_gate(
     }
     let git = git_tree(&dir).await;
     let timeout = Duration::from_secs(spec.timeout_secs);
-    match process::run(jail, &spec.command, &dir, timeout, cancel, log_cap_bytes).await {
+    match process::run(jail, &spec.command, &dir, timeout, cancel, log_cap_bytes, live).await {
         Ok(run) => finished(spec, run, git, started_at, clock),
         Err(err) => not_run(
             Verdict::Error,
