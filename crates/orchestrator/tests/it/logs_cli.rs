@@ -121,7 +121,9 @@ fn a_gate_is_followed_line_by_line_while_it_runs_and_the_follow_ends_with_its_ve
     // Read again once ended: the recorded log, whole, as JSON.
     let read = env.json(&["task", "logs", &tail, "--json"]);
     assert_eq!(read["gate"], "true", "without --gate: the last gate that ran");
-    let first = env.json(&["task", "logs", &tail, "--gate", GATE, "--json"]);
+    // A gate's name is its command, shortened when long.
+    let name = gate["name"].as_str().unwrap().to_owned();
+    let first = env.json(&["task", "logs", &tail, "--gate", &name, "--json"]);
     assert_eq!(first["state"], "finished");
     assert_eq!(first["verdict"], "passed");
     assert!(first["text"].as_str().unwrap().starts_with("line 1\nline 2\n"));
