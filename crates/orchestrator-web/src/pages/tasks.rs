@@ -306,6 +306,7 @@ pub(crate) async fn read(
         Ok(found) => found,
         Err(e) => return store_error(e),
     };
+    let running = running_gates(&events, &live_logs, task.attempt);
     let checks = preflights(&calls);
     let pulls = pulls(&writes);
     let turns = crate::turns::turns(messages, calls);
@@ -344,8 +345,10 @@ pub(crate) async fn read(
         // The output of each gate while it runs: filled by the script from the log stream, and a
         // panel added for each gate that starts while the page is open.
         div.gate-panels data-gate-panels=(task.id.0) data-live=(live) {
-            @for log in live_logs.iter().filter(|l| live && l.source == orchestrator_store::live_source::GATE && l.attempt == task.attempt) {
-                (gate_panel(task.id, log.source_key, &log.name))
+            @if live {
+                @for (position, name) in &running {
+                    (gate_panel(task.id, *position, name))
+                }
             }
         }
         @if gates.is_empty() {
@@ -472,6 +475,40 @@ pub(crate) async fn read(
         @if live { pre.live-reply data-live-reply hidden {} }
     };
     layout(&viewer, &format!("Task {}", task.id.0), content)
+}
+
+/// The gates of this attempt that run now: those with a live log, and those whose start the
+/// timeline shows without their end (the live log may not be written yet; the panel's stream
+/// waits for it).
+fn running_gates(
+    events: &[orchestrator_types::TaskEvent],
+    live_logs: &[orchestrator_store::LiveLog],
+    attempt: i64,
+) -> Vec<(i64, String)> {
+    let mut running: Vec<(i64, String)> = live_logs
+        .iter()
+        .filter(|l| l.source == orchestrator_store::live_source::GATE && l.attempt == attempt)
+        .map(|l| (l.source_key, l.name.clone()))
+        .collect();
+    let mut started: Vec<(i64, String)> = Vec::new();
+    for event in events {
+        let position = event.data["position"].as_i64();
+        match (event.kind.as_str(), position) {
+            ("claimed", _) => started.clear(),
+            ("gate_started", Some(position)) => started.push((
+                position,
+                event.data["gate"].as_str().unwrap_or_default().to_owned(),
+            )),
+            ("gate_finished", Some(position)) => started.retain(|(p, _)| *p != position),
+            _ => {}
+        }
+    }
+    for (position, name) in started {
+        if !running.iter().any(|(p, _)| *p == position) {
+            running.push((position, name));
+        }
+    }
+    running
 }
 
 /// A running gate's output on the task page, followed by the script; the script makes the same

@@ -199,6 +199,8 @@ async function gateRunning(id) {
 
 test("a running gate's output shows on its task page line by line", async () => {
   const { context, page } = await loggedIn();
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(error.message));
   const task = await createGate("prints a line a second",
     "for i in 1 2 3 4 5 6; do echo \"tick $i\"; sleep 1; done");
   await page.goto(`${BASE}/tasks/${task.id}`);
@@ -206,7 +208,8 @@ test("a running gate's output shows on its task page line by line", async () => 
   const panel = page.locator('[data-gate-panel="0"]');
   // Each line shows while the task still runs, before the next is printed.
   for (const n of [1, 2, 3]) {
-    await panel.locator(`.line:has-text("tick ${n}")`).waitFor({ timeout: 30000 });
+    await panel.locator(`.line:has-text("tick ${n}")`).waitFor({ timeout: 30000 })
+      .catch((e) => { throw new Error(`${e.message}; page errors: ${errors.join("; ")}`); });
     assert.equal(await page.getAttribute("[data-state]", "data-state"), "running", `tick ${n} came while it ran`);
     assert.equal(await panel.locator(`.line:has-text("tick ${n + 2}")`).count(), 0, `tick ${n} came before tick ${n + 2}`);
   }
