@@ -55,9 +55,13 @@ fn command(bin: &Path, home: &Path, args: &[&str]) -> Command {
 fn follower(bin: PathBuf, home: PathBuf) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         for _ in 0..400 {
-            let out = command(&bin, &home, &["task", "logs", "1", "--gate", "0", "--follow"])
-                .stderr(Stdio::null())
-                .output();
+            let out = command(
+                &bin,
+                &home,
+                &["task", "logs", "1", "--gate", "0", "--follow"],
+            )
+            .stderr(Stdio::null())
+            .output();
             match out {
                 Ok(out) if out.status.success() => return out.stdout.len() as u64,
                 _ => std::thread::sleep(Duration::from_millis(25)),
@@ -116,7 +120,10 @@ fn median(mut values: Vec<i64>) -> i64 {
 }
 
 /// Prints one line per kind (without and with a follower) and one comparing them.
-pub fn run(config: &GateOutputConfig, print: impl Fn(&str) -> anyhow::Result<()>) -> anyhow::Result<()> {
+pub fn run(
+    config: &GateOutputConfig,
+    print: impl Fn(&str) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let mut alone = Vec::new();
     let mut watched = Vec::new();
     for run in 0..config.runs.max(1) {

@@ -46,10 +46,10 @@ pub use deliveries::{
 };
 pub use error::{Error, Result};
 pub use gates::GateRun;
+pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts};
 pub use live_logs::{
     GateLog, JobLog, LiveLog, LiveLogHandle, LiveLogStart, live_source, log_state,
 };
-pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts};
 pub use shell_jobs::{ShellJob, job_status};
 pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
 pub use tasks::{CancelOutcome, Task, TaskFilter, TaskPage};

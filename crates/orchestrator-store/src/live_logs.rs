@@ -153,7 +153,12 @@ pub struct JobLog {
 }
 
 /// Deletes the live log of one command, in the transaction that records its final log.
-pub(crate) async fn delete_live_log(tx: &mut Tx, task: TaskId, source: &str, key: i64) -> Result<()> {
+pub(crate) async fn delete_live_log(
+    tx: &mut Tx,
+    task: TaskId,
+    source: &str,
+    key: i64,
+) -> Result<()> {
     let stmt = Query::delete()
         .from_table(LiveLogs::Table)
         .and_where(Expr::col(LiveLogs::TaskId).eq(task.0))
@@ -472,7 +477,9 @@ impl Store {
             .ok_or(Error::ShellJobNotFound { task, job })?;
         let captured = match record.log_artifact_id {
             Some(id) => {
-                let artifact = self.get_artifact(orchestrator_types::ArtifactId(id)).await?;
+                let artifact = self
+                    .get_artifact(orchestrator_types::ArtifactId(id))
+                    .await?;
                 Captured::from_kept(
                     &artifact.bytes,
                     to_u64(artifact.meta.original_bytes),

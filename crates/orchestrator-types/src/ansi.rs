@@ -89,7 +89,12 @@ fn escape_at(rest: &str) -> (usize, Option<&str>) {
                 .position(|b| (0x40..=0x7e).contains(b))
                 .map(|p| p + 2);
             match end {
-                Some(end) if bytes[end] == b'm' && bytes[2..end].iter().all(|b| b.is_ascii_digit() || *b == b';') => {
+                Some(end)
+                    if bytes[end] == b'm'
+                        && bytes[2..end]
+                            .iter()
+                            .all(|b| b.is_ascii_digit() || *b == b';') =>
+                {
                     (end + 1, Some(&rest[2..end]))
                 }
                 Some(end) => (end + 1, None),
@@ -168,8 +173,15 @@ mod tests {
             "plain \x1b[31mred \x1b[1;92mbold green\x1b[0m \x1b]0;title\x07\x1b[2Kend",
             &mut style,
         );
-        let red = Style { fg: Some(1), ..Style::default() };
-        let green = Style { fg: Some(10), bold: true, ..Style::default() };
+        let red = Style {
+            fg: Some(1),
+            ..Style::default()
+        };
+        let green = Style {
+            fg: Some(10),
+            bold: true,
+            ..Style::default()
+        };
         assert_eq!(
             runs,
             vec![

@@ -165,11 +165,8 @@ mod tests {
             assert_eq!(read.bytes, captured.to_bytes(), "cap {cap}");
             assert_eq!(read.cut, captured.cut);
             assert_eq!(read.next, data.len() as u64);
-            let back = Captured::from_kept(
-                &captured.to_bytes(),
-                captured.original_len(),
-                captured.cut,
-            );
+            let back =
+                Captured::from_kept(&captured.to_bytes(), captured.original_len(), captured.cut);
             assert_eq!(back.as_ref(), Some(&captured), "cap {cap}");
         }
     }
@@ -214,7 +211,11 @@ mod tests {
         // A follower inside the gap is told how much it missed.
         let inside = slice(&pieces, 109, 50, false);
         assert_eq!(inside.cut, 54);
-        assert!(String::from_utf8(inside.bytes).unwrap().contains("54 bytes cut"));
+        assert!(
+            String::from_utf8(inside.bytes)
+                .unwrap()
+                .contains("54 bytes cut")
+        );
     }
 
     #[test]

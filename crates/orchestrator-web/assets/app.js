@@ -139,6 +139,8 @@
       var piece;
       try { piece = JSON.parse(event.data); } catch (e) { return; }
       self.view.setAttribute("data-next", String(piece.next));
+      var bytes = document.querySelector(".log-page [data-log-bytes]");
+      if (bytes && self.view.closest(".log-page")) { bytes.textContent = String(piece.total_bytes); }
       self.append(piece.text);
       if (status) { status.textContent = "following"; }
     });

@@ -189,7 +189,14 @@ pub(crate) async fn gate_stream(
 ) -> ApiResult {
     let params = query(params)?;
     let task = TaskId(parse_id(&id)?);
-    follow(web, task, Source::Gate(parse_position(&n)?), &headers, &params).await
+    follow(
+        web,
+        task,
+        Source::Gate(parse_position(&n)?),
+        &headers,
+        &params,
+    )
+    .await
 }
 
 pub(crate) async fn job_stream(
@@ -237,7 +244,8 @@ impl Follower {
             if !std::mem::take(&mut self.first) {
                 tokio::time::sleep(POLL).await;
             }
-            let read = match read(&self.store, self.task, self.source, self.next, self.limit).await {
+            let read = match read(&self.store, self.task, self.source, self.next, self.limit).await
+            {
                 Ok(read) => read,
                 Err(e) => {
                     // The store failed (or the gate is gone): say so and end; the client

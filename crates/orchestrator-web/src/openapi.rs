@@ -395,8 +395,10 @@ fn logs(doc: &mut Value) {
             .map(|f| f.keys().cloned().collect())
             .unwrap_or_default()
     };
-    let gate_log = json!({"type": "object", "required": required(&gate_fields), "properties": gate_fields});
-    let job_log = json!({"type": "object", "required": required(&job_fields), "properties": job_fields});
+    let gate_log =
+        json!({"type": "object", "required": required(&gate_fields), "properties": gate_fields});
+    let job_log =
+        json!({"type": "object", "required": required(&job_fields), "properties": job_fields});
     let stream = |summary: &str, params: Vec<Value>| {
         json!({"get": {
             "summary": summary,
@@ -422,7 +424,13 @@ fn logs(doc: &mut Value) {
     )});
     doc["paths"]["/api/v1/tasks/{id}/gates/{n}/log/stream"] = stream(
         "A gate's output followed as Server-Sent Events: `log` events (id: the offset after them; data: from, next, cut_bytes, total_bytes, state, text) as it prints, then a last `end` event whose data is the GateLog without text, with the verdict, when it ends. Resume with Last-Event-ID.",
-        vec![id_param("task"), position, after.clone(), limit.clone(), last_event.clone()],
+        vec![
+            id_param("task"),
+            position,
+            after.clone(),
+            limit.clone(),
+            last_event.clone(),
+        ],
     );
     doc["paths"]["/api/v1/tasks/{id}/jobs/{job}/log"] = json!({"get": op(
         "A shell job's output after a byte offset: live while it runs, its recorded log once it ended.",

@@ -120,7 +120,7 @@ pub(crate) async fn gate(
                 @if let Some(attempt) = log.attempt { " · attempt " (attempt) }
             }
             p.muted {
-                (log.total_bytes) " bytes"
+                span data-log-bytes { (log.total_bytes) } " bytes"
                 @if log.slice.cut > 0 { " (" (log.slice.cut) " cut from the middle)" }
                 @if let Some(at) = log.updated_at { " · written " (time(at)) }
                 @if let Some(artifact) = gate.and_then(|g| g.log_artifact) {
@@ -165,8 +165,14 @@ mod tests {
         );
         let html = markup.into_string();
         assert_eq!((count, held, failure), (2, 7, Some(2)));
-        assert!(html.contains(r##"<a class="ln" href="#L2">2</a>"##), "{html}");
-        assert!(html.contains(r#"<span class="fg-1">test b ... FAILED</span>"#), "{html}");
+        assert!(
+            html.contains(r##"<a class="ln" href="#L2">2</a>"##),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"<span class="fg-1">test b ... FAILED</span>"#),
+            "{html}"
+        );
         assert!(!html.contains("partial"));
         // Markup in the output is text, never markup.
         let (markup, count, _, _) = lines("<script>alert(1)</script>", true, None);

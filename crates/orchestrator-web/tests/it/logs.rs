@@ -9,7 +9,10 @@ use orchestrator_types::{
     Captured, GateEvidence, GateSummary, NewTask, TaskId, Verdict, now_millis,
 };
 
-async fn running_gate(api: &Api, gate: &str) -> (TaskId, orchestrator_store::Task, orchestrator_store::Lease) {
+async fn running_gate(
+    api: &Api,
+    gate: &str,
+) -> (TaskId, orchestrator_store::Task, orchestrator_store::Lease) {
     let mut new = NewTask::new("watched").with_gate(gate);
     new.workspace = Some(api.ws.clone());
     let id = api.store.create_task(&new).await.unwrap();
@@ -60,7 +63,10 @@ async fn a_running_gate_is_read_by_offset_and_followed_until_its_verdict() {
     let path = format!("/api/v1/tasks/{}/gates/0/log", id.0);
     let (status, empty) = api.get(&path).await;
     assert_eq!(status, 200, "{empty}");
-    assert_eq!((empty["state"].as_str(), empty["text"].as_str()), (Some("running"), Some("")));
+    assert_eq!(
+        (empty["state"].as_str(), empty["text"].as_str()),
+        (Some("running"), Some(""))
+    );
 
     // A follower joins, then lines arrive one by one while the gate runs.
     let mut stream = Stream::open_at(&api.client, &api.base, &format!("{path}/stream"), None).await;
@@ -69,7 +75,11 @@ async fn a_running_gate_is_read_by_offset_and_followed_until_its_verdict() {
         let line = format!("line {n}\n");
         assert!(
             api.store
-                .live_log_append(&log, &[(offset, line.as_bytes())], offset + line.len() as u64)
+                .live_log_append(
+                    &log,
+                    &[(offset, line.as_bytes())],
+                    offset + line.len() as u64
+                )
                 .await
                 .unwrap()
         );
@@ -79,7 +89,11 @@ async fn a_running_gate_is_read_by_offset_and_followed_until_its_verdict() {
         let piece = data(&event);
         assert_eq!(piece["text"], line.as_str());
         assert_eq!(piece["state"], "running");
-        assert_eq!(event.0.as_deref(), Some(offset.to_string().as_str()), "the id is the offset");
+        assert_eq!(
+            event.0.as_deref(),
+            Some(offset.to_string().as_str()),
+            "the id is the offset"
+        );
     }
     // A read from an offset gives what follows it.
     let (_, after) = api.get(&format!("{path}?after=7")).await;
@@ -102,7 +116,10 @@ async fn a_running_gate_is_read_by_offset_and_followed_until_its_verdict() {
         .unwrap();
     let rest = stream.next().await;
     assert_eq!(rest.1, "log");
-    assert_eq!(data(&rest)["text"], "\u{1b}[31mtest b ... FAILED\u{1b}[0m\n");
+    assert_eq!(
+        data(&rest)["text"],
+        "\u{1b}[31mtest b ... FAILED\u{1b}[0m\n"
+    );
     let end = stream.next().await;
     assert_eq!(end.1, "end", "{end:?}");
     let end = data(&end);
@@ -127,13 +144,21 @@ async fn a_running_gate_is_read_by_offset_and_followed_until_its_verdict() {
     assert!(finished["log_artifact"].as_i64().is_some());
 
     // Bad addresses are named.
-    let (status, body) = api.get(&format!("/api/v1/tasks/{}/gates/5/log", id.0)).await;
+    let (status, body) = api
+        .get(&format!("/api/v1/tasks/{}/gates/5/log", id.0))
+        .await;
     assert_eq!((status, code(&body)), (404, "not_found"), "{body}");
-    let (status, body) = api.get(&format!("/api/v1/tasks/{}/gates/x/log", id.0)).await;
+    let (status, body) = api
+        .get(&format!("/api/v1/tasks/{}/gates/x/log", id.0))
+        .await;
     assert_eq!((status, code(&body)), (400, "bad_request"), "{body}");
     let (status, _) = api.get("/api/v1/tasks/999/gates/0/log").await;
     assert_eq!(status, 404);
-    assert_eq!(api.stream_status("/api/v1/tasks/999/gates/0/log/stream", None).await, 404);
+    assert_eq!(
+        api.stream_status("/api/v1/tasks/999/gates/0/log/stream", None)
+            .await,
+        404
+    );
     let (status, body) = api.get(&format!("/api/v1/tasks/{}/jobs/3/log", id.0)).await;
     assert_eq!((status, code(&body)), (404, "not_found"), "{body}");
 }
@@ -142,7 +167,8 @@ async fn a_running_gate_is_read_by_offset_and_followed_until_its_verdict() {
 async fn the_log_view_numbers_lines_colours_them_and_links_the_first_failure() {
     let api = Api::start(false).await;
     let (id, task, lease) = running_gate(&api, "cargo test").await;
-    let whole = b"running 3 tests\ntest a ... ok\n\x1b[31mtest b ... FAILED\x1b[0m\n<b>not markup</b>\n";
+    let whole =
+        b"running 3 tests\ntest a ... ok\n\x1b[31mtest b ... FAILED\x1b[0m\n<b>not markup</b>\n";
     api.store
         .record_gate(&GateRun {
             lease: &lease,
@@ -157,15 +183,27 @@ async fn the_log_view_numbers_lines_colours_them_and_links_the_first_failure() {
     let browser = Browser::login(&api).await;
     let (status, page, _) = browser.get(&format!("/tasks/{}/gates/0/log", id.0)).await;
     assert_eq!(status, 200, "{page}");
-    assert!(page.contains(r##"<a class="ln" href="#L3">3</a>"##), "{page}");
-    assert!(page.contains(r#"<span class="fg-1">test b ... FAILED</span>"#), "{page}");
+    assert!(
+        page.contains(r##"<a class="ln" href="#L3">3</a>"##),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"<span class="fg-1">test b ... FAILED</span>"#),
+        "{page}"
+    );
     assert!(page.contains("&lt;b&gt;not markup&lt;/b&gt;"), "{page}");
     assert!(page.contains(r##"data-log-failure href="#L3""##), "{page}");
     assert!(page.contains("data-log-search"), "{page}");
-    assert!(page.contains("?download=1"), "the raw download stays: {page}");
+    assert!(
+        page.contains("?download=1"),
+        "the raw download stays: {page}"
+    );
     // The task page links each gate to its log view.
     let (_, task_page, _) = browser.get(&format!("/tasks/{}", id.0)).await;
-    assert!(task_page.contains(&format!("/tasks/{}/gates/0/log", id.0)), "{task_page}");
+    assert!(
+        task_page.contains(&format!("/tasks/{}/gates/0/log", id.0)),
+        "{task_page}"
+    );
     // An unknown gate is a page that says so.
     let (status, _, _) = browser.get(&format!("/tasks/{}/gates/9/log", id.0)).await;
     assert_eq!(status, 404);

@@ -121,12 +121,7 @@ impl LiveWriter {
         };
         let tap = LiveTap::new(start.head_cap);
         let stop = CancellationToken::new();
-        let task = tokio::spawn(write_loop(
-            store.clone(),
-            handle,
-            tap.clone(),
-            stop.clone(),
-        ));
+        let task = tokio::spawn(write_loop(store.clone(), handle, tap.clone(), stop.clone()));
         LiveWriter {
             tap,
             stop,

@@ -18,11 +18,11 @@ mod summary;
 pub use git::git_tree;
 pub use summary::summarize;
 
+use live::LiveTap;
 use orchestrator_sandbox::Jail;
 use orchestrator_types::{
     Captured, FailureKind, GateEvidence, GateSpec, GateSummary, GitTree, Verdict, now_millis,
 };
-use live::LiveTap;
 use process::{Ending, Run};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -56,7 +56,15 @@ pub async fn run_gate(
     log_cap_bytes: usize,
     jail: &Jail,
 ) -> GateOutput {
-    run_gate_live(spec, workspace, cancel, log_cap_bytes, jail, &LiveTap::off()).await
+    run_gate_live(
+        spec,
+        workspace,
+        cancel,
+        log_cap_bytes,
+        jail,
+        &LiveTap::off(),
+    )
+    .await
 }
 
 /// [`run_gate`], with the output also handed to `live` as it is read (see [`live`]).
@@ -86,7 +94,17 @@ pub async fn run_gate_live(
     }
     let git = git_tree(&dir).await;
     let timeout = Duration::from_secs(spec.timeout_secs);
-    match process::run(jail, &spec.command, &dir, timeout, cancel, log_cap_bytes, live).await {
+    match process::run(
+        jail,
+        &spec.command,
+        &dir,
+        timeout,
+        cancel,
+        log_cap_bytes,
+        live,
+    )
+    .await
+    {
         Ok(run) => finished(spec, run, git, started_at, clock),
         Err(err) => not_run(
             Verdict::Error,

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Five lines, 0.6 s apart: long enough that a follower sees each before the next, short enough
 /// for a test.
-const GATE: &str = "for i in 1 2 3 4 5; do echo \"line $i\"; sleep 0.6; done; echo '\x1b[32mdone\x1b[0m'";
+const GATE: &str =
+    "for i in 1 2 3 4 5; do echo \"line $i\"; sleep 0.6; done; echo '\x1b[32mdone\x1b[0m'";
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -78,7 +79,12 @@ fn a_gate_is_followed_line_by_line_while_it_runs_and_the_follow_ends_with_its_ve
         assert!(started.elapsed() < PATIENCE, "the follow never ended");
         std::thread::sleep(Duration::from_millis(50));
     };
-    follower.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    follower
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(status.success(), "{status:?}: {err}\n{}", serve.log());
 
     let task = env.wait_finished(id);
@@ -89,28 +95,49 @@ fn a_gate_is_followed_line_by_line_while_it_runs_and_the_follow_ends_with_its_ve
     let texts: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
     assert_eq!(
         texts,
-        ["line 1", "line 2", "line 3", "line 4", "line 5", "\x1b[32mdone\x1b[0m"],
+        [
+            "line 1",
+            "line 2",
+            "line 3",
+            "line 4",
+            "line 5",
+            "\x1b[32mdone\x1b[0m"
+        ],
         "a pipe gets the bytes as printed"
     );
     // Every line but the last two (printed within the last flush of the gate's end) arrived
     // while the gate ran, and the lines did not come all at once.
     for (at, line) in &lines[..4] {
-        assert!(*at < finished_at, "{line:?} came at {at}, after the gate ended at {finished_at}");
+        assert!(
+            *at < finished_at,
+            "{line:?} came at {at}, after the gate ended at {finished_at}"
+        );
     }
-    assert!(lines[3].0 - lines[0].0 >= 1000, "the lines came together: {lines:?}");
+    assert!(
+        lines[3].0 - lines[0].0 >= 1000,
+        "the lines came together: {lines:?}"
+    );
     assert!(
         err.contains("[gate") && err.contains("passed (exit 0)"),
         "the follow ends with the verdict: {err}"
     );
 
     // The other daemon's stream had them too, as they came, and ended with the verdict.
-    wait_for(|| api.lock().unwrap().iter().any(|(_, l)| l.starts_with("event: end")));
+    wait_for(|| {
+        api.lock()
+            .unwrap()
+            .iter()
+            .any(|(_, l)| l.starts_with("event: end"))
+    });
     let api = api.lock().unwrap().clone();
     let first = api
         .iter()
         .find(|(_, l)| l.contains("line 1"))
         .expect("the other daemon streamed line 1");
-    assert!(first.0 < finished_at, "line 1 reached the other daemon's follower only at the end");
+    assert!(
+        first.0 < finished_at,
+        "line 1 reached the other daemon's follower only at the end"
+    );
     let end = api
         .iter()
         .skip_while(|(_, l)| !l.starts_with("event: end"))
@@ -120,21 +147,37 @@ fn a_gate_is_followed_line_by_line_while_it_runs_and_the_follow_ends_with_its_ve
 
     // Read again once ended: the recorded log, whole, as JSON.
     let read = env.json(&["task", "logs", &tail, "--json"]);
-    assert_eq!(read["gate"], "true", "without --gate: the last gate that ran");
+    assert_eq!(
+        read["gate"], "true",
+        "without --gate: the last gate that ran"
+    );
     // A gate's name is its command, shortened when long.
     let name = gate["name"].as_str().unwrap().to_owned();
     let first = env.json(&["task", "logs", &tail, "--gate", &name, "--json"]);
     assert_eq!(first["state"], "finished");
     assert_eq!(first["verdict"], "passed");
-    assert!(first["text"].as_str().unwrap().starts_with("line 1\nline 2\n"));
+    assert!(
+        first["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("line 1\nline 2\n")
+    );
 
     // Bad ids and gate names are named.
     let out = env.run(&["task", "logs", &tail, "--gate", "nope"]);
     assert_eq!(out.status.code(), Some(3));
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("no gate named \"nope\"") && said.contains("its gates:"), "{said}");
+    assert!(
+        said.contains("no gate named \"nope\"") && said.contains("its gates:"),
+        "{said}"
+    );
     let out = env.run(&["task", "logs", "999999"]);
-    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = env.run(&["task", "logs", "x"]);
     assert_ne!(out.status.code(), Some(0));
     drop(other);

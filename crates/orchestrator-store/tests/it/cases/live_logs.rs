@@ -28,7 +28,10 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
         .unwrap();
     // Before it runs: pending, named by the spec; a position it does not have is not found.
     let pending = store.gate_log(id, 1, 0, usize::MAX).await.unwrap();
-    assert_eq!((pending.state, pending.name.as_str()), (log_state::PENDING, "second"));
+    assert_eq!(
+        (pending.state, pending.name.as_str()),
+        (log_state::PENDING, "second")
+    );
     assert!(matches!(
         store.gate_log(id, 7, 0, usize::MAX).await,
         Err(Error::GateNotFound { position: 7, .. })
@@ -43,22 +46,43 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
         .await
         .unwrap();
     let running = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
-    assert_eq!((running.state, running.total_bytes), (log_state::RUNNING, 0));
+    assert_eq!(
+        (running.state, running.total_bytes),
+        (log_state::RUNNING, 0)
+    );
 
     // Lines arrive; a follower gets what came after what it saw.
-    assert!(store.live_log_append(&log, &[(0, b"one\n")], 4).await.unwrap());
+    assert!(
+        store
+            .live_log_append(&log, &[(0, b"one\n")], 4)
+            .await
+            .unwrap()
+    );
     let first = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
     assert_eq!(text(&first.slice.bytes), "one\n");
     assert_eq!((first.slice.next, first.total_bytes), (4, 4));
-    assert!(store.live_log_append(&log, &[(4, b"two\n")], 8).await.unwrap());
-    let second = store.gate_log(id, 0, first.slice.next, usize::MAX).await.unwrap();
+    assert!(
+        store
+            .live_log_append(&log, &[(4, b"two\n")], 8)
+            .await
+            .unwrap()
+    );
+    let second = store
+        .gate_log(id, 0, first.slice.next, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(text(&second.slice.bytes), "two\n");
 
     // Past the head (8 bytes) only the chunks that reach into the last 8 bytes are kept: the
     // chunks between go, and a reader from the start gets a marker for them.
     for (at, piece) in [(8u64, &b"three\n"[..]), (14, b"four\n"), (19, b"five\n")] {
         let total = at + piece.len() as u64;
-        assert!(store.live_log_append(&log, &[(at, piece)], total).await.unwrap());
+        assert!(
+            store
+                .live_log_append(&log, &[(at, piece)], total)
+                .await
+                .unwrap()
+        );
     }
     let whole = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
     assert_eq!(whole.total_bytes, 24);
@@ -88,11 +112,19 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
         .unwrap();
     assert!(store.live_logs(id).await.unwrap().is_empty());
     // A late write of the stopped runner finds no log and writes nothing.
-    assert!(!store.live_log_append(&log, &[(24, b"late\n")], 29).await.unwrap());
+    assert!(
+        !store
+            .live_log_append(&log, &[(24, b"late\n")], 29)
+            .await
+            .unwrap()
+    );
     let finished = store.gate_log(id, 0, 19, usize::MAX).await.unwrap();
     assert_eq!(finished.state, log_state::FINISHED);
     assert_eq!(text(&finished.slice.bytes), "five\n");
-    assert_eq!(finished.gate.as_ref().map(|g| g.verdict), Some(Verdict::Passed));
+    assert_eq!(
+        finished.gate.as_ref().map(|g| g.verdict),
+        Some(Verdict::Passed)
+    );
     let from_start = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
     assert_eq!(from_start.slice.bytes, full);
 }
@@ -112,7 +144,10 @@ pub async fn a_live_log_is_fenced_and_abandoned_with_its_attempt(db: &TestStore)
         .live_log_start(&start(&old, live_source::GATE, 0, task.attempt))
         .await
         .unwrap();
-    store.live_log_append(&log, &[(0, b"half")], 4).await.unwrap();
+    store
+        .live_log_append(&log, &[(0, b"half")], 4)
+        .await
+        .unwrap();
     // The worker is gone: its lease expires and the task is queued again.
     store
         .rescue_expired(now_millis() + 10 * LEASE, 100, |_| 0)
@@ -135,7 +170,10 @@ pub async fn a_live_log_is_fenced_and_abandoned_with_its_attempt(db: &TestStore)
         .unwrap();
     let fresh = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
     assert_eq!(fresh.state, log_state::RUNNING);
-    assert_eq!((fresh.attempt, fresh.total_bytes), (Some(task.attempt + 1), 0));
+    assert_eq!(
+        (fresh.attempt, fresh.total_bytes),
+        (Some(task.attempt + 1), 0)
+    );
     assert_eq!(store.live_logs(id).await.unwrap().len(), 1);
 }
 
@@ -167,7 +205,10 @@ pub async fn a_shell_jobs_output_is_live_until_it_ends(db: &TestStore) {
         .await
         .unwrap();
     let live = store.job_log(id, job, 0, usize::MAX).await.unwrap();
-    assert_eq!((live.state.as_str(), text(&live.slice.bytes).as_str()), ("running", "compiling\n"));
+    assert_eq!(
+        (live.state.as_str(), text(&live.slice.bytes).as_str()),
+        ("running", "compiling\n")
+    );
     store
         .shell_job_finished(
             job,
@@ -180,7 +221,10 @@ pub async fn a_shell_jobs_output_is_live_until_it_ends(db: &TestStore) {
         .await
         .unwrap();
     let ended = store.job_log(id, job, 10, usize::MAX).await.unwrap();
-    assert_eq!((ended.state.as_str(), text(&ended.slice.bytes).as_str()), ("exited", "built\n"));
+    assert_eq!(
+        (ended.state.as_str(), text(&ended.slice.bytes).as_str()),
+        ("exited", "built\n")
+    );
     assert!(store.live_logs(id).await.unwrap().is_empty());
     assert!(matches!(
         store.job_log(id, job + 100, 0, 10).await,
