@@ -24,6 +24,9 @@ use orchestrator_types::{
 use sea_query::{Expr, ExprTrait, Iden, Order, Query};
 use serde::Serialize;
 
+/// Bytes of output one chunk row holds at most.
+const CHUNK_BYTES: usize = 256 * 1024;
+
 /// What a live log is the output of.
 pub mod live_source {
     /// A gate; the key is its position.
@@ -251,27 +254,29 @@ impl Store {
         if tx.execute(&touch).await? == 0 {
             return Ok(false);
         }
-        let mut insert = Query::insert()
-            .into_table(LiveLogChunks::Table)
-            .columns([
-                LiveLogChunks::LiveLogId,
-                LiveLogChunks::StartOffset,
-                LiveLogChunks::EndOffset,
-                LiveLogChunks::Data,
-            ])
-            .to_owned();
-        let mut any = false;
-        for (offset, bytes) in pieces.iter().filter(|(_, b)| !b.is_empty()) {
-            insert.values([
-                log.id.into(),
-                to_i64(*offset).into(),
-                to_i64(offset + bytes.len() as u64).into(),
-                bytes.to_vec().into(),
-            ])?;
-            any = true;
-        }
-        if any {
-            tx.execute(&insert).await?;
+        // One statement per chunk of at most CHUNK_BYTES: a statement copies its values (into
+        // the query's arguments, then the driver's), so a big write made in one statement would
+        // cost a running gate's process several times its size in memory at once.
+        for (offset, bytes) in pieces {
+            for (i, chunk) in bytes.chunks(CHUNK_BYTES).enumerate() {
+                let start = offset + (i * CHUNK_BYTES) as u64;
+                let insert = Query::insert()
+                    .into_table(LiveLogChunks::Table)
+                    .columns([
+                        LiveLogChunks::LiveLogId,
+                        LiveLogChunks::StartOffset,
+                        LiveLogChunks::EndOffset,
+                        LiveLogChunks::Data,
+                    ])
+                    .values([
+                        log.id.into(),
+                        to_i64(start).into(),
+                        to_i64(start + chunk.len() as u64).into(),
+                        chunk.to_vec().into(),
+                    ])?
+                    .to_owned();
+                tx.execute(&insert).await?;
+            }
         }
         if let Some(window_start) = total.checked_sub(log.tail_cap) {
             let trim = Query::delete()

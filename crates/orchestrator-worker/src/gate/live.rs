@@ -2,11 +2,13 @@
 //! person on any node can follow it before the log artifact exists.
 //!
 //! The pipe's reader hands every read to a [`LiveTap`] (a copy into a bounded buffer under a lock
-//! held for that copy only); a [`LiveWriter`] task takes what gathered every [`FLUSH_EVERY`] and
-//! writes it as one transaction of chunks. The reader never waits for the store: a slow store
-//! means fewer, larger writes, and output that arrives faster than a write may carry
-//! ([`FLUSH_TAIL_BYTES`] past the head) is skipped in the live log and reads as a marker there,
-//! never in the final artifact, which the reader keeps on its own. When the gate ends, its
+//! held for that copy only); a [`LiveWriter`] task takes what gathered every [`FLUSH_EVERY`], or
+//! as soon as [`HEAD_FLUSH_BYTES`] of the log's head wait, and writes it as one transaction of
+//! chunks. The reader never waits for the store: a slow store means fewer, larger writes, and
+//! output that arrives faster than a write may carry ([`PENDING_HEAD_BYTES`] of the head,
+//! [`FLUSH_TAIL_BYTES`] past it) is skipped in the live log and reads as a marker there, never in
+//! the final artifact, which the reader keeps on its own. The buffer is small on purpose: the
+//! gate-memory target (1 GiB of output under 64 MiB) holds with the live log. When the gate ends, its
 //! recorded log replaces the live one (`record_gate` deletes it in its transaction).
 
 use orchestrator_store::{LiveLogHandle, LiveLogStart, Store};
@@ -20,12 +22,19 @@ use tokio_util::sync::CancellationToken;
 /// writes a running gate makes per second.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(250);
 /// Bytes past the head one write carries at most: the newest ones, when more arrived.
-pub const FLUSH_TAIL_BYTES: usize = 256 * 1024;
+pub const FLUSH_TAIL_BYTES: usize = 128 * 1024;
+/// Bytes of the log's head that wake the writer before its time: the head is written as fast as
+/// the store takes it, so it is whole in the live log unless the store falls far behind.
+pub const HEAD_FLUSH_BYTES: usize = 128 * 1024;
+/// Bytes of the head the buffer holds at most between two writes.
+pub const PENDING_HEAD_BYTES: usize = 512 * 1024;
 
 /// Where the pipe's reader puts what it read, for the live log; a tap that is off keeps nothing.
 #[derive(Clone, Default)]
 pub struct LiveTap {
     pending: Option<Arc<Mutex<Pending>>>,
+    /// Wakes the writer when enough of the head waits.
+    wake: Arc<tokio::sync::Notify>,
 }
 
 struct Pending {
@@ -45,7 +54,7 @@ pub struct Gathered {
 
 fn pending_capture(head_cap: u64, offset: u64) -> Capture {
     let head_left = usize::try_from(head_cap.saturating_sub(offset)).unwrap_or(usize::MAX);
-    Capture::with_caps(head_left, FLUSH_TAIL_BYTES)
+    Capture::with_caps(head_left.min(PENDING_HEAD_BYTES), FLUSH_TAIL_BYTES)
 }
 
 impl LiveTap {
@@ -57,6 +66,7 @@ impl LiveTap {
                 offset: 0,
                 head_cap,
             }))),
+            wake: Arc::default(),
         }
     }
 
@@ -69,7 +79,14 @@ impl LiveTap {
         if let Some(pending) = &self.pending {
             // A poisoned lock only means a writer panicked mid-copy; the bytes are still bytes.
             let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
+            let before = pending.capture.total();
             pending.capture.push(bytes);
+            let in_head = pending.head_cap.saturating_sub(pending.offset);
+            let head_waiting = pending.capture.total().min(in_head);
+            drop(pending);
+            if head_waiting >= HEAD_FLUSH_BYTES as u64 && before < in_head {
+                self.wake.notify_one();
+            }
         }
     }
 
@@ -155,6 +172,7 @@ async fn write_loop(store: Store, log: LiveLogHandle, tap: LiveTap, stop: Cancel
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(FLUSH_EVERY) => {}
+            () = tap.wake.notified() => {}
         }
         let Some(gathered) = tap.take() else { continue };
         let pieces: Vec<(u64, &[u8])> = gathered
