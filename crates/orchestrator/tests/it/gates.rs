@@ -199,9 +199,15 @@ fn the_gate_output_benchmark_runs_with_and_without_a_follower() {
     let lines = lines.into_inner().unwrap();
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert_eq!(lines[0]["follower"], "none");
-    assert!(lines[0]["gate_ms_median"].as_i64().unwrap() > 0, "{lines:?}");
+    assert!(
+        lines[0]["gate_ms_median"].as_i64().unwrap() > 0,
+        "{lines:?}"
+    );
     assert_eq!(lines[1]["follower"], "task logs --follow");
     let followed = lines[1]["follower_bytes"][0].as_u64().unwrap();
-    assert!(followed > 1024 * 1024, "the follower printed {followed} bytes");
+    assert!(
+        followed > 1024 * 1024,
+        "the follower printed {followed} bytes"
+    );
     assert!(lines[2]["followed_to_alone"].as_f64().unwrap() > 0.0);
 }
