@@ -22,6 +22,7 @@ use crate::output;
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
+    /// The task's id.
     pub id: String,
     /// The gate, by name (or by position, 0 for the first). Default: the gate running now, else
     /// the last one that ran, else the first.
