@@ -36,6 +36,12 @@ pub enum Command {
     /// A long agent run against a server with a small context window, with compaction and
     /// without: tokens_per_request, compactions, oversized, cached_prefix_share, turns_ratio.
     Context(ContextArgs),
+    /// The gate-memory benchmark's gate (1 GiB of output) through `orchestrator run`, alone and
+    /// followed by `task logs --follow`, alternating: gate_ms_median, mib_per_s,
+    /// peak_rss_mib_median per kind, and followed_to_alone.
+    ///
+    /// Example: `cargo build --release -p orchestrator && orchestrator-bench gate-output`
+    GateOutput(GateOutputArgs),
     /// The chaos soak: several `serve` processes of the real binary on one store, a mixed workload
     /// (gate and agent tasks, approvals, a per-second automation, signed webhook deliveries) and
     /// SIGKILL of a random daemon at a random moment, cycle after cycle. Prints, per backend:
@@ -149,6 +155,37 @@ impl SoakArgs {
             config.validate()?;
         }
         Ok(configs)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct GateOutputArgs {
+    /// Bytes the gate prints.
+    #[arg(long, default_value_t = orchestrator_bench::gate_output::DEFAULT_BYTES)]
+    pub bytes: u64,
+    /// Runs of each kind (alone, followed), alternating.
+    #[arg(long, default_value_t = orchestrator_bench::gate_output::DEFAULT_RUNS)]
+    pub runs: usize,
+    /// The `orchestrator` binary (default: the one next to this program).
+    #[arg(long)]
+    pub bin: Option<std::path::PathBuf>,
+}
+
+impl GateOutputArgs {
+    pub fn into_config(self) -> Result<orchestrator_bench::gate_output::GateOutputConfig> {
+        let bin = match self.bin {
+            Some(bin) => bin,
+            None => std::env::current_exe()?
+                .parent()
+                .map(|dir| dir.join("orchestrator"))
+                .ok_or_else(|| anyhow::anyhow!("cannot tell where this program is"))?,
+        };
+        anyhow::ensure!(bin.exists(), "no orchestrator binary at {}", bin.display());
+        Ok(orchestrator_bench::gate_output::GateOutputConfig {
+            bin,
+            bytes: self.bytes,
+            runs: self.runs.max(1),
+        })
     }
 }
 

@@ -1,8 +1,8 @@
 //! The benchmarks behind DESIGN.md's "Targets" section, run by the `orchestrator-bench` binary:
 //! the queue (src/queue/), the agent loop's own overhead (agent.rs), the sandbox's start-up cost
-//! (sandbox.rs), compaction over a long run (context.rs), the drain of a webhook backlog against a
-//! slow GitHub (drain.rs), and the chaos soak (src/soak/), which counts what random SIGKILLs of
-//! several daemons lost or repeated.
+//! (sandbox.rs), compaction over a long run (context.rs), a gigabyte gate watched and not
+//! (gate_output.rs), the drain of a webhook backlog against a slow GitHub (drain.rs), and the chaos
+//! soak (src/soak/), which counts what random SIGKILLs of several daemons lost or repeated.
 //!
 //! Each benchmark measures orchestrator through the same code a deployment runs (the store, the
 //! worker pool) and, in the same run and on the same disk, the two yardsticks that make its
@@ -26,6 +26,7 @@
 pub mod agent;
 pub mod context;
 pub mod drain;
+pub mod gate_output;
 pub mod queue;
 pub mod sandbox;
 pub mod sandbox_gate;

@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         cli::Command::Sandbox(args) => Ok(Bench::Sandbox(args.runs)),
         cli::Command::Soak(args) => return soak(args),
         cli::Command::Drain(args) => return drain(args),
+        cli::Command::GateOutput(args) => return gate_output(args),
         cli::Command::Context(args) => Ok(Bench::Context(
             orchestrator_bench::context::ContextBenchConfig {
                 turns: args.turns.max(1),
@@ -88,6 +89,24 @@ fn main() -> ExitCode {
 
 /// The soak drives processes and makes its own runtime, so it runs outside the one the other
 /// benchmarks share. One JSON line per backend; exit code 1 when a figure is not zero.
+fn gate_output(args: cli::GateOutputArgs) -> ExitCode {
+    let config = match args.into_config() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    match orchestrator_bench::gate_output::run(&config, print_line) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(FAILURE)
+        }
+    }
+}
+
 fn soak(args: cli::SoakArgs) -> ExitCode {
     let configs = match args.into_configs() {
         Ok(configs) => configs,

@@ -54,6 +54,13 @@ pub enum Error {
     /// No approval has this id. Not retryable.
     #[error("approval {0} not found")]
     ApprovalNotFound(i64),
+    /// The task has no gate at this position, neither in its spec nor among those it ran. Not
+    /// retryable.
+    #[error("task {task} has no gate {position}")]
+    GateNotFound { task: TaskId, position: i64 },
+    /// The task has no shell job with this id. Not retryable.
+    #[error("task {task} has no shell job {job}")]
+    ShellJobNotFound { task: TaskId, job: i64 },
     /// No PR attempt has this id. Not retryable.
     #[error("attempt {0} not found")]
     AttemptNotFound(i64),

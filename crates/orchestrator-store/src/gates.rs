@@ -153,6 +153,14 @@ impl Store {
         // fence taken first would hold it through the log's and the gate's inserts, which on a
         // slow link is long enough for the lease to lapse under a healthy worker. A stale lease
         // still writes nothing: the transaction is dropped with its inserts.
+        // The final log replaces the live one: a reader finds one or the other, never both.
+        crate::live_logs::delete_live_log(
+            &mut tx,
+            run.lease.task_id,
+            crate::live_source::GATE,
+            run.position,
+        )
+        .await?;
         let seq = next_seq_fenced(&mut tx, run.lease, now)
             .await?
             .ok_or(Error::StaleLease {

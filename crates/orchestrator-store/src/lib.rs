@@ -23,6 +23,7 @@ mod exec;
 mod gates;
 mod identity;
 mod leases;
+mod live_logs;
 mod migrate;
 mod shell_jobs;
 mod slots;
@@ -46,6 +47,9 @@ pub use deliveries::{
 pub use error::{Error, Result};
 pub use gates::GateRun;
 pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts};
+pub use live_logs::{
+    GateLog, JobLog, LiveLog, LiveLogHandle, LiveLogStart, live_source, log_state,
+};
 pub use shell_jobs::{ShellJob, job_status};
 pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
 pub use tasks::{CancelOutcome, Task, TaskFilter, TaskPage};

@@ -147,6 +147,8 @@ impl Store {
             .and_where(Expr::col(ShellJobs::Id).eq(id))
             .to_owned();
         tx.execute(&stmt).await?;
+        // The final log replaces the live one.
+        crate::live_logs::delete_live_log(&mut tx, task, crate::live_source::SHELL_JOB, id).await?;
         tx.commit().await?;
         Ok(artifact)
     }

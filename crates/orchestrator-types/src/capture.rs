@@ -25,9 +25,15 @@ pub struct Captured {
 impl Capture {
     pub fn new(cap: usize) -> Self {
         let head_cap = cap / 2;
+        Capture::with_caps(head_cap, cap - head_cap)
+    }
+
+    /// A head of `head_cap` bytes and a tail of `tail_cap`, for a capture that is not a log's
+    /// whole story (a live log's pending bytes, whose head is what is left of the log's head).
+    pub fn with_caps(head_cap: usize, tail_cap: usize) -> Self {
         Capture {
             head_cap,
-            tail_cap: cap - head_cap,
+            tail_cap,
             head: Vec::new(),
             tail: Vec::new(),
             total: 0,

@@ -194,7 +194,8 @@ mod tests {
     #[test]
     fn an_events_time_reads_from_milliseconds_or_rfc3339() {
         let stored = r#"{"task_id":1,"seq":1,"at":1764122400000,"kind":"created","data":{}}"#;
-        let sent = r#"{"task_id":1,"seq":1,"at":"2025-11-26T02:00:00.000Z","kind":"created","data":{}}"#;
+        let sent =
+            r#"{"task_id":1,"seq":1,"at":"2025-11-26T02:00:00.000Z","kind":"created","data":{}}"#;
         let a: TaskEvent = serde_json::from_str(stored).unwrap();
         let b: TaskEvent = serde_json::from_str(sent).unwrap();
         assert_eq!(a.at, b.at);

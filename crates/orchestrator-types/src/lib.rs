@@ -3,6 +3,7 @@
 //! Architecture Invariant: this crate does no IO. It knows nothing of databases, processes or HTTP;
 //! every other crate speaks in its words, so a change here is a change of the language.
 
+mod ansi;
 mod automation;
 mod capture;
 mod chat;
@@ -11,12 +12,14 @@ mod error;
 mod event;
 mod gate;
 mod id;
+mod log_slice;
 mod sandbox;
 mod spec;
 mod state;
 mod time;
 mod visible;
 
+pub use ansi::{Style, keep_colours, styled};
 pub use automation::{
     AutomationSpec, AutomationStatus, CatchUp, DEFAULT_CATCH_UP_CAP, DEFAULT_CATCH_UP_WINDOW_SECS,
     MAX_JITTER_SECS, Overlap, SlotKind, SlotStatus, TaskTemplate, gates_or_commands, validate_name,
@@ -31,6 +34,7 @@ pub use error::{Error, Result};
 pub use event::{EventKind, TaskEvent};
 pub use gate::{FailureKind, GateEvidence, GateRecord, GateSummary, GitTree, Verdict};
 pub use id::{ArtifactId, TaskId};
+pub use log_slice::{LogSlice, slice_after};
 pub use sandbox::SandboxMode;
 pub use spec::{
     AgentOptions, AgentRole, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_GATE_TIMEOUT_SECS,

@@ -59,6 +59,292 @@
   };
   showTimes();
   window.setInterval(showTimes, 30000);
+  // Logs (the log view and the task page's gate panels): numbered lines, each a link to itself,
+  // in the colours the output's SGR sequences ask for (as classes: the rule of orchestrator-types'
+  // `styled`); other escape sequences are dropped and other control characters written out.
+  var applySgr = function (style, params) {
+    var codes = params === "" ? [0] : params.split(";").map(function (p) { return Number(p) || 0; });
+    for (var i = 0; i < codes.length; i++) {
+      var c = codes[i];
+      if (c === 0) { style = {}; }
+      else if (c === 1) { style.b = true; } else if (c === 2) { style.dim = true; }
+      else if (c === 3) { style.i = true; } else if (c === 4) { style.u = true; }
+      else if (c === 22) { style.b = false; style.dim = false; }
+      else if (c === 23) { style.i = false; } else if (c === 24) { style.u = false; }
+      else if (c >= 30 && c <= 37) { style.fg = c - 30; } else if (c >= 90 && c <= 97) { style.fg = c - 82; }
+      else if (c === 39) { style.fg = null; }
+      else if (c >= 40 && c <= 47) { style.bg = c - 40; } else if (c >= 100 && c <= 107) { style.bg = c - 92; }
+      else if (c === 49) { style.bg = null; }
+      else if (c === 38 || c === 48) {
+        var basic = null;
+        if (codes[i + 1] === 5) { basic = codes[i + 2] < 16 ? codes[i + 2] : null; i += 2; }
+        else if (codes[i + 1] === 2) { i += 4; }
+        if (c === 38) { style.fg = basic; } else { style.bg = basic; }
+      }
+    }
+    return style;
+  };
+  var copyStyle = function (style) { return Object.assign({}, style); };
+  var styleClass = function (style) {
+    var names = [];
+    if (style.fg !== null && style.fg !== undefined) { names.push("fg-" + style.fg); }
+    if (style.bg !== null && style.bg !== undefined) { names.push("bg-" + style.bg); }
+    ["b", "dim", "i", "u"].forEach(function (name) { if (style[name]) { names.push(name); } });
+    return names.join(" ");
+  };
+  // ESC [ params m (kept as a style), other CSI sequences, OSC up to BEL or ESC \, other ESC x.
+  var escapes = /\x1b(?:\[([0-9;]*)m|\[[\x20-\x3f]*[\x40-\x7e]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[\x20-\x7e]?)/g;
+  // Fills `into` with the runs of one line; returns the style the line ends with.
+  var renderLine = function (into, text, style) {
+    style = copyStyle(style);
+    var last = 0;
+    var push = function (chunk) {
+      if (!chunk) { return; }
+      var cls = styleClass(style);
+      if (cls) {
+        var span = document.createElement("span");
+        span.className = cls;
+        span.textContent = visible(chunk);
+        into.appendChild(span);
+      } else {
+        into.appendChild(document.createTextNode(visible(chunk)));
+      }
+    };
+    text.replace(escapes, function (match, params, offset) {
+      push(text.slice(last, offset));
+      last = offset + match.length;
+      if (params !== undefined) { style = applySgr(style, params); }
+      return match;
+    });
+    push(text.slice(last));
+    return style;
+  };
+  var LogView = function (view) {
+    this.view = view;
+    this.lines = Number(view.getAttribute("data-lines")) || 0;
+    this.partial = "";
+    this.partialLine = null;
+    this.style = {};
+    this.query = "";
+    this.onLine = null;
+  };
+  LogView.prototype.makeLine = function (number) {
+    var line = document.createElement("div");
+    line.className = "line";
+    line.id = "L" + number;
+    line.setAttribute("data-line", String(number));
+    var link = document.createElement("a");
+    link.className = "ln";
+    link.href = "#L" + number;
+    link.textContent = String(number);
+    var text = document.createElement("span");
+    text.className = "text";
+    line.appendChild(link);
+    line.appendChild(text);
+    return line;
+  };
+  LogView.prototype.append = function (text) {
+    var parts = (this.partial + text).split("\n");
+    this.partial = parts.pop();
+    var self = this;
+    var scroller = this.view.classList.contains("log-tail") ? this.view : document.scrollingElement;
+    var atEnd = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 40;
+    parts.forEach(function (whole) {
+      var line = self.partialLine || self.makeLine(self.lines + 1);
+      self.partialLine = null;
+      var into = line.querySelector(".text");
+      into.textContent = "";
+      self.style = renderLine(into, whole, self.style);
+      self.lines += 1;
+      if (!line.parentNode) { self.view.appendChild(line); }
+      if (self.onLine) { self.onLine(line); }
+    });
+    if (this.partial) {
+      if (!this.partialLine) {
+        this.partialLine = this.makeLine(this.lines + 1);
+        this.view.appendChild(this.partialLine);
+      }
+      var into = this.partialLine.querySelector(".text");
+      into.textContent = "";
+      renderLine(into, this.partial, this.style);
+    }
+    this.view.setAttribute("data-lines", String(this.lines));
+    if (this.following && atEnd) { scroller.scrollTop = scroller.scrollHeight; }
+  };
+  // Follows the log's stream from the offset the page ends at; `done(end)` gets the end's data.
+  LogView.prototype.follow = function (status, done) {
+    var self = this;
+    if (this.source) { return; }
+    this.following = true;
+    var next = this.view.getAttribute("data-next") || "0";
+    var source = new EventSource(this.view.getAttribute("data-stream") + "?after=" + next);
+    this.source = source;
+    source.addEventListener("log", function (event) {
+      var piece;
+      try { piece = JSON.parse(event.data); } catch (e) { return; }
+      self.view.setAttribute("data-next", String(piece.next));
+      var bytes = document.querySelector(".log-page [data-log-bytes]");
+      if (bytes && self.view.closest(".log-page")) { bytes.textContent = String(piece.total_bytes); }
+      self.append(piece.text);
+      if (status) { status.textContent = "following"; }
+    });
+    source.addEventListener("end", function (event) {
+      source.close();
+      self.source = null;
+      self.following = false;
+      if (self.partial) { self.append("\n"); }
+      var end = {};
+      try { end = JSON.parse(event.data); } catch (e) { end = {}; }
+      if (done) { done(end); }
+    });
+    source.addEventListener("error", function () {
+      if (status && self.source) { status.textContent = "reconnecting"; }
+    });
+  };
+  LogView.prototype.stop = function () {
+    if (this.source) { this.source.close(); this.source = null; }
+    this.following = false;
+  };
+  var verdictText = function (end) {
+    if (end.verdict) { return end.verdict + (end.summary ? ": " + end.summary : ""); }
+    return end.state || "ended";
+  };
+  // The log view page: search, follow.
+  var logView = document.querySelector(".log-page [data-log-view]");
+  if (logView) {
+    var view = new LogView(logView);
+    var search = document.querySelector("[data-log-search]");
+    var matchesLabel = document.querySelector("[data-log-matches]");
+    var prev = document.querySelector("[data-log-prev]");
+    var nextButton = document.querySelector("[data-log-next]");
+    var matches = [];
+    var current = -1;
+    var show = function (index) {
+      if (matches.length === 0) { return; }
+      if (current >= 0 && matches[current]) { matches[current].classList.remove("current"); }
+      current = (index + matches.length) % matches.length;
+      matches[current].classList.add("current");
+      matches[current].scrollIntoView({ block: "center" });
+      matchesLabel.textContent = (current + 1) + " of " + matches.length;
+    };
+    var matchesQuery = function (line) {
+      var text = line.querySelector(".text").textContent.toLowerCase();
+      return view.query !== "" && text.indexOf(view.query) >= 0;
+    };
+    var runSearch = function () {
+      view.query = search.value.toLowerCase();
+      matches.forEach(function (line) { line.classList.remove("match", "current"); });
+      matches = [];
+      current = -1;
+      if (view.query !== "") {
+        logView.querySelectorAll(".line").forEach(function (line) {
+          if (matchesQuery(line)) { line.classList.add("match"); matches.push(line); }
+        });
+      }
+      prev.hidden = nextButton.hidden = matches.length === 0;
+      matchesLabel.textContent = view.query === "" ? "" : matches.length === 0 ? "no line matches" : matches.length + " lines match";
+      if (matches.length > 0) { show(0); }
+    };
+    view.onLine = function (line) {
+      if (matchesQuery(line)) {
+        line.classList.add("match");
+        matches.push(line);
+        prev.hidden = nextButton.hidden = false;
+        matchesLabel.textContent = (current + 1) + " of " + matches.length;
+      }
+    };
+    search.addEventListener("input", runSearch);
+    search.addEventListener("keydown", function (event) {
+      if (event.key === "Enter") { event.preventDefault(); show(event.shiftKey ? current - 1 : current + 1); }
+    });
+    prev.addEventListener("click", function () { show(current - 1); });
+    nextButton.addEventListener("click", function () { show(current + 1); });
+    var failure = document.querySelector("[data-log-failure]");
+    var markTarget = function () {
+      document.querySelectorAll(".line.target").forEach(function (line) { line.classList.remove("target"); });
+      var target = location.hash && document.getElementById(location.hash.slice(1));
+      if (target) { target.classList.add("target"); }
+    };
+    window.addEventListener("hashchange", markTarget);
+    markTarget();
+    if (failure) { failure.addEventListener("click", function () { setTimeout(markTarget, 0); }); }
+    var followButton = document.querySelector("[data-log-follow]");
+    var logStatus = document.querySelector("[data-log-status]");
+    var state = document.querySelector("[data-log-state]");
+    if (followButton && logView.getAttribute("data-live") === "true") {
+      followButton.hidden = false;
+      var ended = function (end) {
+        followButton.hidden = true;
+        if (state) { state.textContent = end.state || "finished"; state.setAttribute("data-log-state", end.state || "finished"); }
+        if (logStatus) {
+          logStatus.textContent = verdictText(end);
+          logStatus.setAttribute("data-log-verdict", end.verdict || end.state || "");
+        }
+      };
+      var start = function () {
+        view.follow(logStatus, ended);
+        followButton.textContent = "Stop following";
+        followButton.setAttribute("data-following", "true");
+        if (logStatus) { logStatus.textContent = "following"; }
+      };
+      followButton.addEventListener("click", function () {
+        if (view.source) {
+          view.stop();
+          followButton.textContent = "Follow";
+          followButton.setAttribute("data-following", "false");
+          if (logStatus) { logStatus.textContent = "paused"; }
+        } else {
+          start();
+        }
+      });
+      start();
+    }
+  }
+  // The task page's gate panels: each follows its gate's output until the gate ends.
+  var panels = document.querySelector("[data-gate-panels]");
+  var followPanel = function (panel) {
+    var view = new LogView(panel.querySelector("[data-log-view]"));
+    var status = panel.querySelector("[data-gate-status]");
+    view.follow(null, function (end) {
+      if (status) {
+        status.textContent = verdictText(end);
+        status.setAttribute("data-gate-verdict", end.verdict || end.state || "");
+        status.className = "verdict-" + (end.verdict || "none");
+      }
+    });
+  };
+  var openPanel = function (position, name) {
+    if (!panels || panels.querySelector('[data-gate-panel="' + position + '"]')) { return; }
+    var task = panels.getAttribute("data-gate-panels");
+    var panel = document.createElement("div");
+    panel.className = "card gate-panel";
+    panel.setAttribute("data-gate-panel", String(position));
+    var head = document.createElement("p");
+    head.appendChild(document.createTextNode("Gate "));
+    var link = document.createElement("a");
+    link.href = "/tasks/" + task + "/gates/" + position + "/log";
+    link.textContent = visible(name);
+    head.appendChild(link);
+    head.appendChild(document.createTextNode(" "));
+    var status = document.createElement("span");
+    status.className = "live";
+    status.setAttribute("data-gate-status", "");
+    status.textContent = "running";
+    head.appendChild(status);
+    var log = document.createElement("div");
+    log.className = "log log-tail";
+    log.setAttribute("data-log-view", "");
+    log.setAttribute("data-stream", "/api/v1/tasks/" + task + "/gates/" + position + "/log/stream");
+    log.setAttribute("data-next", "0");
+    log.setAttribute("data-lines", "0");
+    panel.appendChild(head);
+    panel.appendChild(log);
+    panels.appendChild(panel);
+    followPanel(panel);
+  };
+  if (panels && panels.getAttribute("data-live") === "true") {
+    panels.querySelectorAll("[data-gate-panel]").forEach(followPanel);
+  }
   // A task page while the task runs: new events are appended to the timeline as they arrive, and
   // the state in the header follows them; at the end the stream closes and the header shows the
   // final state (gates and evidence appear on the next load).
@@ -87,6 +373,12 @@
       document.querySelectorAll('[data-action="cancel"]').forEach(function (link) { link.remove(); });
     });
     source.onmessage = null;
+    // A gate that starts gets a panel with its output as it prints.
+    source.addEventListener("gate_started", function (event) {
+      var data;
+      try { data = JSON.parse(event.data); } catch (e) { return; }
+      if (data && data.data) { openPanel(data.data.position, String(data.data.gate)); }
+    });
     source.addEventListener("error", function () {
       if (status) { status.textContent = "reconnecting"; }
     });

@@ -58,6 +58,8 @@ impl From<orchestrator_store::Error> for ApiError {
         let (status, code) = match &e {
             S::TaskNotFound(_)
             | S::ArtifactNotFound(_)
+            | S::GateNotFound { .. }
+            | S::ShellJobNotFound { .. }
             | S::AutomationNotFound(_)
             | S::ApprovalNotFound(_)
             | S::AttemptNotFound(_) => (StatusCode::NOT_FOUND, "not_found"),

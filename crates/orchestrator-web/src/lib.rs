@@ -15,6 +15,8 @@
 //! - automations: list, create, read (next fire times, recent slots), replace, pause, resume, run
 //!   now, and the next fire times of any expression;
 //! - artifacts: what one is, and its bytes (a `Range`, or the tail of a log);
+//! - logs: a gate's or a shell job's output, live while it runs and recorded after, read from a
+//!   byte offset or followed as Server-Sent Events until it ends with its verdict;
 //! - approvals: list, read, approve, deny, answer, and the inbox's changes as they happen;
 //! - GitHub: PR attempts of a task or group, webhook and poller deliveries;
 //! - health.
@@ -26,6 +28,7 @@ pub mod bulk;
 pub mod error;
 pub mod filter;
 mod github;
+pub mod logs;
 mod openapi;
 mod origin;
 pub mod pages;
@@ -124,7 +127,7 @@ pub fn app(web: Web) -> Router {
 }
 
 /// Every route: method and path, as the OpenAPI document names them.
-pub const ROUTES: [(&str, &str); 35] = [
+pub const ROUTES: [(&str, &str); 39] = [
     ("GET", "/api/v1/health"),
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/api/v1/tasks"),
@@ -136,6 +139,10 @@ pub const ROUTES: [(&str, &str); 35] = [
     ("GET", "/api/v1/tasks/{id}/events/stream"),
     ("GET", "/api/v1/tasks/{id}/turns"),
     ("GET", "/api/v1/tasks/{id}/artifacts"),
+    ("GET", "/api/v1/tasks/{id}/gates/{n}/log"),
+    ("GET", "/api/v1/tasks/{id}/gates/{n}/log/stream"),
+    ("GET", "/api/v1/tasks/{id}/jobs/{job}/log"),
+    ("GET", "/api/v1/tasks/{id}/jobs/{job}/log/stream"),
     ("POST", "/api/v1/tasks/{id}/cancel"),
     ("POST", "/api/v1/tasks/{id}/retry"),
     ("GET", "/api/v1/automations"),
@@ -181,6 +188,10 @@ pub fn router(web: Web) -> Router {
         .route("/tasks/{id}/events/stream", get(stream::task_events))
         .route("/tasks/{id}/turns", get(turns::api))
         .route("/tasks/{id}/artifacts", get(artifacts::of_task))
+        .route("/tasks/{id}/gates/{n}/log", get(logs::gate))
+        .route("/tasks/{id}/gates/{n}/log/stream", get(logs::gate_stream))
+        .route("/tasks/{id}/jobs/{job}/log", get(logs::job))
+        .route("/tasks/{id}/jobs/{job}/log/stream", get(logs::job_stream))
         .route("/tasks/{id}/cancel", post(tasks::cancel))
         .route("/tasks/{id}/retry", post(tasks::retry))
         .route(

@@ -417,8 +417,138 @@ pub fn document() -> Value {
         "200",
         list_of("artifacts"),
     )});
+    logs(&mut doc);
     // A schedule that cannot fire is the request's fault, named as such.
     doc["paths"]["/api/v1/schedule-preview"]["get"]["responses"]["422"] =
         json!({"$ref": "#/components/responses/Error"});
     doc
+}
+
+/// The logs of gates and shell jobs: a read, and a stream that follows.
+fn logs(doc: &mut Value) {
+    let after = param(
+        "after",
+        "query",
+        json!({"type": "integer", "minimum": 0}),
+        "Bytes of the output already seen: the read starts after them (default 0). A previous read's next.",
+    );
+    let limit = param(
+        "limit",
+        "query",
+        json!({"type": "integer", "minimum": 1, "maximum": 8 * 1024 * 1024}),
+        "At most this many bytes of the output in one read or event (default 1 MiB).",
+    );
+    let position = param(
+        "n",
+        "path",
+        json!({"type": "integer", "minimum": 0}),
+        "The gate's position: its place in the task's gates from 0, or 1000 and up for checks an agent ran with commands of its own.",
+    );
+    let job = param(
+        "job",
+        "path",
+        json!({"type": "integer", "minimum": 1}),
+        "The shell job's id.",
+    );
+    let last_event = param(
+        "Last-Event-ID",
+        "header",
+        json!({"type": "integer", "minimum": 0}),
+        "The last offset a reconnecting client got (an event's id); wins over after.",
+    );
+    let read_fields = json!({
+        "total_bytes": {"type": "integer", "minimum": 0, "description": "Bytes the command printed so far (all of them once it ended), kept or not."},
+        "from": {"type": "integer", "minimum": 0, "description": "The offset this read starts at."},
+        "next": {"type": "integer", "minimum": 0, "description": "The offset to ask from next."},
+        "cut_bytes": {"type": "integer", "minimum": 0, "description": "Bytes between from and next that were not kept; the text has a marker for each gap."},
+        "text": {"type": "string", "description": "The output from from to next, as UTF-8 (invalid bytes replaced); ANSI escapes as printed."},
+        "exit_code": {"type": ["integer", "null"]},
+        "summary": {"type": ["string", "null"]},
+        "log_artifact": {"type": ["integer", "null"], "description": "The recorded log, once it ended."},
+    });
+    let mut gate_fields = read_fields.clone();
+    if let (Some(fields), Some(extra)) = (
+        gate_fields.as_object_mut(),
+        json!({
+            "task_id": {"type": "integer"},
+            "position": {"type": "integer", "minimum": 0},
+            "gate": {"type": "string", "description": "The gate's name."},
+            "state": {"type": "string", "enum": ["pending", "running", "finished", "abandoned"], "description": "pending: not started; running: live output; finished: the recorded log; abandoned: its attempt ended without a verdict."},
+            "attempt": {"type": ["integer", "null"]},
+            "verdict": {"type": ["string", "null"], "enum": ["passed", "failed", "timed_out", "error", "canceled", null]},
+            "duration_ms": {"type": ["integer", "null"]},
+            "first_failure": {"type": ["string", "null"], "description": "What the gate's summary names as its first failure (a failing test), to find in the text."},
+            "updated_at": {"anyOf": [time(), {"type": "null"}], "description": "When the live output was last written (RFC 3339, UTC)."},
+        })
+        .as_object(),
+    ) {
+        fields.extend(extra.clone());
+    }
+    let mut job_fields = read_fields;
+    if let (Some(fields), Some(extra)) = (
+        job_fields.as_object_mut(),
+        json!({
+            "task_id": {"type": "integer"},
+            "job": {"type": "integer"},
+            "command": {"type": "string"},
+            "state": {"type": "string", "description": "running, or how the job ended: exited, killed, timed_out, stale."},
+        })
+        .as_object(),
+    ) {
+        fields.extend(extra.clone());
+    }
+    let required = |fields: &Value| -> Vec<String> {
+        fields
+            .as_object()
+            .map(|f| f.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let gate_log =
+        json!({"type": "object", "required": required(&gate_fields), "properties": gate_fields});
+    let job_log =
+        json!({"type": "object", "required": required(&job_fields), "properties": job_fields});
+    let stream = |summary: &str, params: Vec<Value>| {
+        json!({"get": {
+            "summary": summary,
+            "security": [{"bearer": []}],
+            "parameters": params,
+            "responses": {
+                "200": {"description": "The stream.", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                "400": {"$ref": "#/components/responses/Error"},
+                "401": {"$ref": "#/components/responses/Error"},
+                "404": {"$ref": "#/components/responses/Error"},
+                "503": {"$ref": "#/components/responses/Error"},
+            }
+        }})
+    };
+    doc["components"]["schemas"]["GateLog"] = gate_log;
+    doc["components"]["schemas"]["JobLog"] = job_log;
+    doc["paths"]["/api/v1/tasks/{id}/gates/{n}/log"] = json!({"get": op(
+        "A gate's output after a byte offset: live while it runs (written every 250 ms), its recorded log once it ended (the newest attempt's), with the verdict.",
+        vec![id_param("task"), position.clone(), after.clone(), limit.clone()],
+        None,
+        "200",
+        json!({"$ref": "#/components/schemas/GateLog"}),
+    )});
+    doc["paths"]["/api/v1/tasks/{id}/gates/{n}/log/stream"] = stream(
+        "A gate's output followed as Server-Sent Events: `log` events (id: the offset after them; data: from, next, cut_bytes, total_bytes, state, text) as it prints, then a last `end` event whose data is the GateLog without text, with the verdict, when it ends. Resume with Last-Event-ID.",
+        vec![
+            id_param("task"),
+            position,
+            after.clone(),
+            limit.clone(),
+            last_event.clone(),
+        ],
+    );
+    doc["paths"]["/api/v1/tasks/{id}/jobs/{job}/log"] = json!({"get": op(
+        "A shell job's output after a byte offset: live while it runs, its recorded log once it ended.",
+        vec![id_param("task"), job.clone(), after.clone(), limit.clone()],
+        None,
+        "200",
+        json!({"$ref": "#/components/schemas/JobLog"}),
+    )});
+    doc["paths"]["/api/v1/tasks/{id}/jobs/{job}/log/stream"] = stream(
+        "A shell job's output followed as Server-Sent Events, like a gate's: `log` events, then `end` with the JobLog without text.",
+        vec![id_param("task"), job, after, limit, last_event],
+    );
 }

@@ -173,7 +173,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     }
 }
 
-fn sse<S>(events: S) -> ApiResult
+pub(crate) fn sse<S>(events: S) -> ApiResult
 where
     S: futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static,
 {

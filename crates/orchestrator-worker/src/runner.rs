@@ -303,7 +303,29 @@ pub async fn run_attempt(
                 Err(error) => return Ok(failed(error)),
             }
         };
-        let output = gate::run_gate(spec, workspace, stop.token(), ctx.log_cap_bytes, &jail).await;
+        let live = gate::live::LiveWriter::start(
+            &ctx.store,
+            &orchestrator_store::LiveLogStart {
+                lease,
+                source: orchestrator_store::live_source::GATE,
+                key: position as i64,
+                attempt: task.attempt,
+                name: &spec.name,
+                head_cap: (ctx.log_cap_bytes / 2) as u64,
+                tail_cap: (ctx.log_cap_bytes - ctx.log_cap_bytes / 2) as u64,
+            },
+        )
+        .await;
+        let output = gate::run_gate_live(
+            spec,
+            workspace,
+            stop.token(),
+            ctx.log_cap_bytes,
+            &jail,
+            &live.tap(),
+        )
+        .await;
+        live.finish().await;
         ctx.metrics.observe_gate(output.evidence.duration_ms);
         let run = orchestrator_store::GateRun {
             lease,

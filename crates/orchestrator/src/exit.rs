@@ -67,6 +67,8 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
             return match e {
                 S::TaskNotFound(_)
                 | S::ArtifactNotFound(_)
+                | S::GateNotFound { .. }
+                | S::ShellJobNotFound { .. }
                 | S::AutomationNotFound(_)
                 | S::ApprovalNotFound(_)
                 | S::AttemptNotFound(_) => NOT_FOUND,

@@ -9,6 +9,7 @@
 
 mod approvals;
 mod automations;
+mod logs;
 mod overview;
 mod tasks;
 
@@ -39,6 +40,7 @@ pub fn router(web: Web) -> Router {
         .route("/overview", get(overview::page))
         .route("/bulk", get(tasks::confirm_bulk).post(tasks::bulk))
         .route("/tasks/{id}", get(tasks::read))
+        .route("/tasks/{id}/gates/{n}/log", get(logs::gate))
         .route(
             "/tasks/{id}/cancel",
             get(tasks::confirm_cancel).post(tasks::cancel),

@@ -385,6 +385,7 @@ pub(crate) async fn read(
         web.store.tool_calls(id),
         web.store.task_artifacts(id),
         web.store.events_of_kind(id, EventKind::GithubWrite),
+        web.store.live_logs(id),
     );
     let (
         task,
@@ -398,10 +399,12 @@ pub(crate) async fn read(
         calls,
         artifacts,
         writes,
+        live_logs,
     ) = match found {
         Ok(found) => found,
         Err(e) => return store_error(e),
     };
+    let running = running_gates(&events, &live_logs, task.attempt);
     let checks = preflights(&calls);
     let pulls = pulls(&writes);
     let turns = crate::turns::turns(messages, calls);
@@ -443,6 +446,15 @@ pub(crate) async fn read(
             }
         }
         h2 { "Gates" }
+        // The output of each gate while it runs: filled by the script from the log stream, and a
+        // panel added for each gate that starts while the page is open.
+        div.gate-panels data-gate-panels=(task.id.0) data-live=(live) {
+            @if live {
+                @for (position, name) in &running {
+                    (gate_panel(task.id, *position, name))
+                }
+            }
+        }
         @if gates.is_empty() {
             p.muted { @if task.gates.is_empty() { "No gates." } @else { (task.gates.len()) " gates, none run yet." } }
         } @else {
@@ -458,7 +470,9 @@ pub(crate) async fn read(
                             td { (duration(g.duration_ms)) }
                             td { (g.summary) }
                             td {
+                                a data-log-link href=(format!("/tasks/{}/gates/{}/log", task.id.0, g.position)) { "view" }
                                 @if let Some(log) = g.log_artifact {
+                                    " · "
                                     a href=(format!("/api/v1/artifacts/{}/content?tail=65536", log.0)) { "tail" }
                                     " · "
                                     a href=(format!("/api/v1/artifacts/{}/content?download=1", log.0)) { "download" }
@@ -582,6 +596,55 @@ pub(crate) async fn read(
         @if live { pre.live-reply data-live-reply hidden {} }
     };
     layout(&viewer, &format!("Task {}", task.id.0), content)
+}
+
+/// The gates of this attempt that run now: those with a live log, and those whose start the
+/// timeline shows without their end (the live log may not be written yet; the panel's stream
+/// waits for it).
+fn running_gates(
+    events: &[orchestrator_types::TaskEvent],
+    live_logs: &[orchestrator_store::LiveLog],
+    attempt: i64,
+) -> Vec<(i64, String)> {
+    let mut running: Vec<(i64, String)> = live_logs
+        .iter()
+        .filter(|l| l.source == orchestrator_store::live_source::GATE && l.attempt == attempt)
+        .map(|l| (l.source_key, l.name.clone()))
+        .collect();
+    let mut started: Vec<(i64, String)> = Vec::new();
+    for event in events {
+        let position = event.data["position"].as_i64();
+        match (event.kind.as_str(), position) {
+            ("claimed", _) => started.clear(),
+            ("gate_started", Some(position)) => started.push((
+                position,
+                event.data["gate"].as_str().unwrap_or_default().to_owned(),
+            )),
+            ("gate_finished", Some(position)) => started.retain(|(p, _)| *p != position),
+            _ => {}
+        }
+    }
+    for (position, name) in started {
+        if !running.iter().any(|(p, _)| *p == position) {
+            running.push((position, name));
+        }
+    }
+    running
+}
+
+/// A running gate's output on the task page, followed by the script; the script makes the same
+/// for a gate that starts while the page is open.
+fn gate_panel(task: TaskId, position: i64, name: &str) -> maud::Markup {
+    html! {
+        div.card.gate-panel data-gate-panel=(position) {
+            p {
+                "Gate " a href=(format!("/tasks/{}/gates/{position}/log", task.0)) { (name) }
+                " " span.live data-gate-status { "running" }
+            }
+            div.log.log-tail data-log-view data-stream=(format!("/api/v1/tasks/{}/gates/{position}/log/stream", task.0))
+                data-next="0" data-lines="0" data-live="true" data-follow-now {}
+        }
+    }
 }
 
 fn confirm(viewer: &Viewer, task: &orchestrator_store::Task, verb: &str, action: &str) -> Response {

@@ -14,6 +14,7 @@ mod access;
 mod automations;
 mod change_streams;
 mod live;
+mod logs;
 mod pages;
 mod reading;
 mod records;
@@ -145,7 +146,10 @@ fn code(value: &Value) -> &str {
 
 /// A route's path with its parameters filled in.
 fn concrete(path: &str) -> String {
-    path.replace("{id}", "1").replace("{name}", "nightly")
+    path.replace("{id}", "1")
+        .replace("{name}", "nightly")
+        .replace("{n}", "0")
+        .replace("{job}", "1")
 }
 
 /// One Server-Sent Event: its id, its event name, its data.

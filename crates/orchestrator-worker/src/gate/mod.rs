@@ -8,14 +8,17 @@
 //! - `process`: the command in its own process group, timeouts and cancellation, bounded output.
 //! - `summary`: what the test runner printed, by known formats matched on whole lines.
 //! - `git`: the tree the gate ran on, so a later step can prove it passed on exactly this tree.
+//! - `live`: the output while it runs, written to the store's live log for followers.
 
 mod git;
+pub mod live;
 mod process;
 mod summary;
 
 pub use git::git_tree;
 pub use summary::summarize;
 
+use live::LiveTap;
 use orchestrator_sandbox::Jail;
 use orchestrator_types::{
     Captured, FailureKind, GateEvidence, GateSpec, GateSummary, GitTree, Verdict, now_millis,
@@ -53,6 +56,26 @@ pub async fn run_gate(
     log_cap_bytes: usize,
     jail: &Jail,
 ) -> GateOutput {
+    run_gate_live(
+        spec,
+        workspace,
+        cancel,
+        log_cap_bytes,
+        jail,
+        &LiveTap::off(),
+    )
+    .await
+}
+
+/// [`run_gate`], with the output also handed to `live` as it is read (see [`live`]).
+pub async fn run_gate_live(
+    spec: &GateSpec,
+    workspace: &Path,
+    cancel: &CancellationToken,
+    log_cap_bytes: usize,
+    jail: &Jail,
+    live: &LiveTap,
+) -> GateOutput {
     let started_at = now_millis();
     let clock = Instant::now();
     let not_run = |verdict, text: String, git: Option<GitTree>| {
@@ -71,7 +94,17 @@ pub async fn run_gate(
     }
     let git = git_tree(&dir).await;
     let timeout = Duration::from_secs(spec.timeout_secs);
-    match process::run(jail, &spec.command, &dir, timeout, cancel, log_cap_bytes).await {
+    match process::run(
+        jail,
+        &spec.command,
+        &dir,
+        timeout,
+        cancel,
+        log_cap_bytes,
+        live,
+    )
+    .await
+    {
         Ok(run) => finished(spec, run, git, started_at, clock),
         Err(err) => not_run(
             Verdict::Error,

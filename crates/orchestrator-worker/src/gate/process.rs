@@ -12,6 +12,7 @@
 //! output pipe open and outlive the gate. Only a process that left the group (`setsid`) escapes, and
 //! for that case reading the output after the end is bounded too.
 
+use super::live::LiveTap;
 use super::summary::SummaryParser;
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
@@ -70,6 +71,7 @@ pub async fn run(
     timeout: Duration,
     cancel: &CancellationToken,
     log_cap: usize,
+    live: &LiveTap,
 ) -> io::Result<Run> {
     let sh = jail.shell(command, dir, false).map_err(io::Error::other)?;
     let (reader, writer) = io::pipe()?;
@@ -101,6 +103,7 @@ pub async fn run(
         receiver,
         Capture::new(log_cap),
         SummaryParser::new(),
+        live.clone(),
         stop_reading.clone(),
     ));
 
@@ -162,6 +165,7 @@ async fn read_output(
     mut receiver: pipe::Receiver,
     mut capture: Capture,
     mut parser: SummaryParser,
+    live: LiveTap,
     stop: CancellationToken,
 ) -> (Capture, SummaryParser) {
     let mut buf = vec![0u8; READ_BYTES];
@@ -175,6 +179,7 @@ async fn read_output(
                 Ok(n) => {
                     capture.push(&buf[..n]);
                     parser.push(&buf[..n]);
+                    live.push(&buf[..n]);
                 }
             },
         }
@@ -329,6 +334,7 @@ mod tests {
             timeout,
             cancel,
             1024 * 1024,
+            &LiveTap::off(),
         )
         .await
         .expect("the shell runs")
@@ -490,6 +496,7 @@ mod tests {
             Duration::from_secs(3600),
             &CancellationToken::new(),
             cap,
+            &LiveTap::off(),
         )
         .await
         .expect("runs");
@@ -514,6 +521,7 @@ mod tests {
             Duration::from_secs(5),
             &CancellationToken::new(),
             1024,
+            &LiveTap::off(),
         )
         .await;
         assert!(result.is_err());

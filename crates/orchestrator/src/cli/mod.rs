@@ -16,6 +16,7 @@ mod run;
 mod sandbox;
 mod serve;
 mod task;
+mod task_logs;
 mod task_read;
 mod tool;
 mod views;

@@ -39,6 +39,15 @@ Examples:
         after_help = "Examples:\n  orchestrator task events 42\n  orchestrator task events 42 --follow --json\n  orchestrator task events 42 --follow --server http://127.0.0.1:7411"
     )]
     Events(EventsArgs),
+    /// Print a gate's output: live while it runs (from any daemon), its recorded log once it
+    /// ended; with --follow, keep printing until the gate ends, then print its verdict.
+    #[command(after_help = "\
+Examples:
+  orchestrator task logs 42                      the running gate, else the last that ran
+  orchestrator task logs 42 --gate 'cargo test' --follow
+  orchestrator task logs 42 --gate 1 --json | jq -r .text
+  orchestrator task logs 42 --job 3 --follow     a shell job an agent started")]
+    Logs(super::task_logs::LogsArgs),
     /// Cancel a task: a queued one at once, a running one by killing its gate's process group.
     #[command(after_help = "Example:\n  orchestrator task cancel 42")]
     Cancel(IdArgs),
@@ -223,6 +232,7 @@ pub async fn run(global: &GlobalArgs, command: TaskCommand) -> anyhow::Result<Ex
         TaskCommand::List(args) => list(global, args).await,
         TaskCommand::Read(args) => read(global, args).await,
         TaskCommand::Events(args) => events(global, args).await,
+        TaskCommand::Logs(args) => super::task_logs::run(global, args).await,
         TaskCommand::Cancel(args) => cancel(global, args).await,
         TaskCommand::Retry(args) => retry(global, args).await,
     }

@@ -171,7 +171,7 @@ fn dashboard_journeys_in_a_real_browser() {
         serve.log()
     );
     assert!(
-        report.contains("# pass 5") && report.contains("# fail 0"),
+        report.contains("# pass 7") && report.contains("# fail 0"),
         "{report}"
     );
     for shot in [
@@ -181,6 +181,8 @@ fn dashboard_journeys_in_a_real_browser() {
         "approvals-after-approve.png",
         "approved-task.png",
         "automation-run-now.png",
+        "task-gate-live.png",
+        "log-view.png",
     ] {
         let bytes = std::fs::read(shots.join(shot)).unwrap_or_default();
         assert!(bytes.starts_with(b"\x89PNG"), "no screenshot {shot}");

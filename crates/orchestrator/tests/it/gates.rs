@@ -176,3 +176,38 @@ fn a_task_created_with_clone_from_runs_in_its_own_clone() {
     assert_eq!(code, Some(2), "{text}");
     assert_eq!(env.tasks().len(), 1, "nothing else was stored");
 }
+
+/// The gate-output benchmark at a tiny size: alone and followed, it runs end to end, and the
+/// follower got the gate's output (head, marker and tail).
+#[test]
+fn the_gate_output_benchmark_runs_with_and_without_a_follower() {
+    use orchestrator_bench::gate_output::{GateOutputConfig, run};
+    let config = GateOutputConfig {
+        bin: crate::support::BIN.into(),
+        bytes: 4 * 1024 * 1024,
+        runs: 1,
+    };
+    let lines = std::sync::Mutex::new(Vec::new());
+    run(&config, |line| {
+        lines
+            .lock()
+            .unwrap()
+            .push(serde_json::from_str::<serde_json::Value>(line)?);
+        Ok(())
+    })
+    .unwrap();
+    let lines = lines.into_inner().unwrap();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0]["follower"], "none");
+    assert!(
+        lines[0]["gate_ms_median"].as_i64().unwrap() > 0,
+        "{lines:?}"
+    );
+    assert_eq!(lines[1]["follower"], "task logs --follow");
+    let followed = lines[1]["follower_bytes"][0].as_u64().unwrap();
+    assert!(
+        followed > 1024 * 1024,
+        "the follower printed {followed} bytes"
+    );
+    assert!(lines[2]["followed_to_alone"].as_f64().unwrap() > 0.0);
+}

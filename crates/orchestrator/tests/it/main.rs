@@ -19,6 +19,7 @@ mod gates;
 mod github;
 mod http_limits;
 mod images;
+mod logs_cli;
 mod lsp;
 mod mcp_servers;
 mod permissions;

@@ -188,3 +188,79 @@ test("a logged-in browser never reaches an agent's listener, and another port ca
   await page.close();
   await context.close();
 });
+
+/// Creates a task through the API with one gate command.
+async function createGate(title, gate) {
+  const response = await fetch(`${BASE}/api/v1/tasks`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ title, gates: [gate], workspace: WORKSPACE }),
+  });
+  assert.equal(response.status, 201);
+  return response.json();
+}
+
+/// Waits until the API says the task's first gate runs.
+async function gateRunning(id) {
+  for (let i = 0; i < 600; i++) {
+    const response = await fetch(`${BASE}/api/v1/tasks/${id}/gates/0/log?limit=1`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    if (response.ok && (await response.json()).state === "running") { return; }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  assert.fail("the gate never ran");
+}
+
+test("a running gate's output shows on its task page line by line", async () => {
+  const { context, page } = await loggedIn();
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(error.message));
+  const task = await createGate("prints a line a second",
+    "for i in 1 2 3 4 5 6; do echo \"tick $i\"; sleep 1; done");
+  await page.goto(`${BASE}/tasks/${task.id}`);
+  await markDocument(page);
+  const panel = page.locator('[data-gate-panel="0"]');
+  // Each line shows while the task still runs, before the next is printed.
+  for (const n of [1, 2, 3]) {
+    await panel.locator(`.line:has-text("tick ${n}")`).waitFor({ timeout: 30000 })
+      .catch((e) => { throw new Error(`${e.message}; page errors: ${errors.join("; ")}`); });
+    assert.equal(await page.getAttribute("[data-state]", "data-state"), "running", `tick ${n} came while it ran`);
+    assert.equal(await panel.locator(`.line:has-text("tick ${n + 2}")`).count(), 0, `tick ${n} came before tick ${n + 2}`);
+  }
+  await page.screenshot({ path: `${SHOTS}/task-gate-live.png`, fullPage: true });
+  // The follow ends with the verdict.
+  await page.waitForSelector('[data-gate-panel="0"] [data-gate-verdict="passed"]', { timeout: 60000 });
+  assert.equal(await panel.locator(".line").count(), 6);
+  assert.equal(await sameDocument(page), true, "the lines came without a reload");
+  await context.close();
+});
+
+test("the log view: search finds a line, follow appends, colours are colours", async () => {
+  const { context, page } = await loggedIn();
+  const task = await createGate("a log to read",
+    "printf 'compiling\\n\\033[31mred alert\\033[0m <b>not bold</b>\\n'; for i in 1 2 3 4 5; do echo \"step $i\"; sleep 1; done");
+  await gateRunning(task.id);
+  await page.goto(`${BASE}/tasks/${task.id}/gates/0/log`);
+  await markDocument(page);
+  // Colours are classes around text, and markup in the output is text.
+  await page.waitForSelector('.log .line .fg-1:text-is("red alert")', { timeout: 30000 });
+  assert.equal(await page.locator(".log b").count(), 0, "no markup from the output");
+  // Search finds the line, numbered and linked.
+  await page.fill("[data-log-search]", "RED ALERT");
+  await page.waitForSelector(".line.current");
+  assert.equal(await page.textContent("[data-log-matches]"), "1 of 1");
+  const line = await page.getAttribute(".line.current", "data-line");
+  assert.equal(await page.getAttribute(".line.current .ln", "href"), `#L${line}`);
+  // Follow appends the lines as the gate prints them.
+  assert.equal(await page.getAttribute("[data-log-follow]", "data-following"), "true");
+  const before = await page.locator(".log .line").count();
+  await page.waitForSelector('.log .line:has-text("step 4")', { timeout: 30000 });
+  assert.ok(await page.locator(".log .line").count() > before, "lines were appended");
+  await page.screenshot({ path: `${SHOTS}/log-view.png`, fullPage: true });
+  await page.waitForSelector('[data-log-verdict="passed"]', { timeout: 60000 });
+  assert.equal(await page.getAttribute("[data-log-state]", "data-log-state"), "finished");
+  assert.equal(await page.locator('.log .line:has-text("step 5")').count(), 1, "each line once");
+  assert.equal(await sameDocument(page), true, "followed without a reload");
+  await context.close();
+});

@@ -17,6 +17,7 @@ mod automations;
 mod changes;
 mod github;
 mod leases;
+mod live_logs;
 mod records;
 mod tasks;
 
@@ -25,6 +26,7 @@ pub use automations::*;
 pub use changes::*;
 pub use github::*;
 pub use leases::*;
+pub use live_logs::*;
 pub use records::*;
 pub use tasks::*;
 

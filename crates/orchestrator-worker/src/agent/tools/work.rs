@@ -199,7 +199,22 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                         .map_err(|e| refuse(e.to_string()))?;
                     &person_jail
                 };
-                let output = gate::run_gate(&spec, &dir, &session.stop, cap, jail).await;
+                let live = gate::live::LiveWriter::start(
+                    &session.store,
+                    &orchestrator_store::LiveLogStart {
+                        lease: &session.lease,
+                        source: orchestrator_store::live_source::GATE,
+                        key: position,
+                        attempt: session.attempt(),
+                        name: &spec.name,
+                        head_cap: (cap / 2) as u64,
+                        tail_cap: (cap - cap / 2) as u64,
+                    },
+                )
+                .await;
+                let output =
+                    gate::run_gate_live(&spec, &dir, &session.stop, cap, jail, &live.tap()).await;
+                live.finish().await;
                 let (gate_id, log) = session
                     .store
                     .record_gate(&GateRun {
@@ -277,8 +292,23 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 );
                 let store = session.store.clone();
                 let task = session.task_id();
+                let live = gate::live::LiveWriter::start(
+                    &session.store,
+                    &orchestrator_store::LiveLogStart {
+                        lease: &session.lease,
+                        source: orchestrator_store::live_source::SHELL_JOB,
+                        key: id,
+                        attempt: session.attempt(),
+                        name: &spec.command,
+                        head_cap: (cap / 2) as u64,
+                        tail_cap: (cap - cap / 2) as u64,
+                    },
+                )
+                .await;
                 tokio::spawn(async move {
-                    let output = gate::run_gate(&spec, &dir, &kill, cap, &jail).await;
+                    let output =
+                        gate::run_gate_live(&spec, &dir, &kill, cap, &jail, &live.tap()).await;
+                    live.finish().await;
                     let evidence = &output.evidence;
                     let summary = format!(
                         "{} (exit {}) in {} ms: {}",

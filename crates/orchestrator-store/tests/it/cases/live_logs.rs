@@ -1,0 +1,233 @@
+//! Live logs: a running gate's output, written in chunks and read by offset, replaced by its
+//! recorded log in the transaction that records the gate.
+
+use super::*;
+use orchestrator_store::{LiveLogStart, job_status, live_source, log_state};
+
+fn start<'a>(lease: &'a Lease, source: &'a str, key: i64, attempt: i64) -> LiveLogStart<'a> {
+    LiveLogStart {
+        lease,
+        source,
+        key,
+        attempt,
+        name: "slow",
+        head_cap: 8,
+        tail_cap: 8,
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store
+        .create_task(&NewTask::new("t").with_gate("slow").with_gate("second"))
+        .await
+        .unwrap();
+    // Before it runs: pending, named by the spec; a position it does not have is not found.
+    let pending = store.gate_log(id, 1, 0, usize::MAX).await.unwrap();
+    assert_eq!(
+        (pending.state, pending.name.as_str()),
+        (log_state::PENDING, "second")
+    );
+    assert!(matches!(
+        store.gate_log(id, 7, 0, usize::MAX).await,
+        Err(Error::GateNotFound { position: 7, .. })
+    ));
+    let (task, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    let log = store
+        .live_log_start(&start(&lease, live_source::GATE, 0, task.attempt))
+        .await
+        .unwrap();
+    let running = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
+    assert_eq!(
+        (running.state, running.total_bytes),
+        (log_state::RUNNING, 0)
+    );
+
+    // Lines arrive; a follower gets what came after what it saw.
+    assert!(
+        store
+            .live_log_append(&log, &[(0, b"one\n")], 4)
+            .await
+            .unwrap()
+    );
+    let first = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
+    assert_eq!(text(&first.slice.bytes), "one\n");
+    assert_eq!((first.slice.next, first.total_bytes), (4, 4));
+    assert!(
+        store
+            .live_log_append(&log, &[(4, b"two\n")], 8)
+            .await
+            .unwrap()
+    );
+    let second = store
+        .gate_log(id, 0, first.slice.next, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(text(&second.slice.bytes), "two\n");
+
+    // Past the head (8 bytes) only the chunks that reach into the last 8 bytes are kept: the
+    // chunks between go, and a reader from the start gets a marker for them.
+    for (at, piece) in [(8u64, &b"three\n"[..]), (14, b"four\n"), (19, b"five\n")] {
+        let total = at + piece.len() as u64;
+        assert!(
+            store
+                .live_log_append(&log, &[(at, piece)], total)
+                .await
+                .unwrap()
+        );
+    }
+    let whole = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
+    assert_eq!(whole.total_bytes, 24);
+    assert_eq!(whole.slice.cut, 6, "three left the window");
+    let shown = text(&whole.slice.bytes);
+    assert!(shown.starts_with("one\ntwo\n\n[... 6 bytes cut"), "{shown}");
+    assert!(shown.ends_with("five\n"), "{shown}");
+    // A follower that saw "two" is told what it missed.
+    let behind = store.gate_log(id, 0, 8, usize::MAX).await.unwrap();
+    assert_eq!(behind.slice.cut, 6);
+    assert!(text(&behind.slice.bytes).ends_with("four\nfive\n"));
+    assert_eq!(behind.slice.next, 24);
+
+    // The gate is recorded: its log replaces the live one, in the same transaction.
+    let full = b"one\ntwo\nthree\nfour\nfive\n";
+    let captured = Captured::from_bytes(full, 1024);
+    store
+        .record_gate(&GateRun {
+            lease: &lease,
+            attempt: task.attempt,
+            position: 0,
+            spec: &task.gates[0],
+            evidence: &evidence(Verdict::Passed),
+            log: &captured,
+        })
+        .await
+        .unwrap();
+    assert!(store.live_logs(id).await.unwrap().is_empty());
+    // A late write of the stopped runner finds no log and writes nothing.
+    assert!(
+        !store
+            .live_log_append(&log, &[(24, b"late\n")], 29)
+            .await
+            .unwrap()
+    );
+    let finished = store.gate_log(id, 0, 19, usize::MAX).await.unwrap();
+    assert_eq!(finished.state, log_state::FINISHED);
+    assert_eq!(text(&finished.slice.bytes), "five\n");
+    assert_eq!(
+        finished.gate.as_ref().map(|g| g.verdict),
+        Some(Verdict::Passed)
+    );
+    let from_start = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
+    assert_eq!(from_start.slice.bytes, full);
+}
+
+pub async fn a_live_log_is_fenced_and_abandoned_with_its_attempt(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store
+        .create_task(&NewTask::new("t").with_gate("slow"))
+        .await
+        .unwrap();
+    let (task, old) = store
+        .claim("w1", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    let log = store
+        .live_log_start(&start(&old, live_source::GATE, 0, task.attempt))
+        .await
+        .unwrap();
+    store
+        .live_log_append(&log, &[(0, b"half")], 4)
+        .await
+        .unwrap();
+    // The worker is gone: its lease expires and the task is queued again.
+    store
+        .rescue_expired(now_millis() + 10 * LEASE, 100, |_| 0)
+        .await
+        .unwrap();
+    let abandoned = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
+    assert_eq!(abandoned.state, log_state::ABANDONED);
+    assert_eq!(text(&abandoned.slice.bytes), "half");
+    // The stale worker cannot start another; the next attempt's replaces the abandoned one.
+    assert!(matches!(
+        store
+            .live_log_start(&start(&old, live_source::GATE, 0, task.attempt))
+            .await,
+        Err(Error::StaleLease { .. })
+    ));
+    let (_, new) = store.claim_task("w2", id, LEASE).await.unwrap().unwrap();
+    store
+        .live_log_start(&start(&new, live_source::GATE, 0, task.attempt + 1))
+        .await
+        .unwrap();
+    let fresh = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
+    assert_eq!(fresh.state, log_state::RUNNING);
+    assert_eq!(
+        (fresh.attempt, fresh.total_bytes),
+        (Some(task.attempt + 1), 0)
+    );
+    assert_eq!(store.live_logs(id).await.unwrap().len(), 1);
+}
+
+pub async fn a_shell_jobs_output_is_live_until_it_ends(db: &TestStore) {
+    let store = db.store.clone();
+    let mut spec = NewTask::agent("jobs", "do it");
+    spec.workspace = Some("/tmp".into());
+    let id = store.create_task(&spec).await.unwrap();
+    let (task, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    let job = store
+        .shell_job_started(&lease, "w", "make", "/tmp")
+        .await
+        .unwrap();
+    let log = store
+        .live_log_start(&LiveLogStart {
+            name: "make",
+            head_cap: 1024,
+            tail_cap: 1024,
+            ..start(&lease, live_source::SHELL_JOB, job, task.attempt)
+        })
+        .await
+        .unwrap();
+    store
+        .live_log_append(&log, &[(0, b"compiling\n")], 10)
+        .await
+        .unwrap();
+    let live = store.job_log(id, job, 0, usize::MAX).await.unwrap();
+    assert_eq!(
+        (live.state.as_str(), text(&live.slice.bytes).as_str()),
+        ("running", "compiling\n")
+    );
+    store
+        .shell_job_finished(
+            job,
+            id,
+            job_status::EXITED,
+            Some(0),
+            "exit 0",
+            &Captured::from_bytes(b"compiling\nbuilt\n", 1024),
+        )
+        .await
+        .unwrap();
+    let ended = store.job_log(id, job, 10, usize::MAX).await.unwrap();
+    assert_eq!(
+        (ended.state.as_str(), text(&ended.slice.bytes).as_str()),
+        ("exited", "built\n")
+    );
+    assert!(store.live_logs(id).await.unwrap().is_empty());
+    assert!(matches!(
+        store.job_log(id, job + 100, 0, 10).await,
+        Err(Error::ShellJobNotFound { .. })
+    ));
+}

@@ -1,0 +1,210 @@
+//! A gate's log over the API and the log view: read by offset while it runs, followed as
+//! Server-Sent Events until it ends with its verdict, and shown with line numbers and colours.
+
+use crate::live::{Stream, data};
+use crate::pages::Browser;
+use crate::{Api, code};
+use orchestrator_store::{GateRun, LiveLogStart, live_source};
+use orchestrator_types::{
+    Captured, GateEvidence, GateSummary, NewTask, TaskId, Verdict, now_millis,
+};
+
+async fn running_gate(
+    api: &Api,
+    gate: &str,
+) -> (TaskId, orchestrator_store::Task, orchestrator_store::Lease) {
+    let mut new = NewTask::new("watched").with_gate(gate);
+    new.workspace = Some(api.ws.clone());
+    let id = api.store.create_task(&new).await.unwrap();
+    let (task, lease) = api
+        .store
+        .claim_task("web-test", id, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    (id, task, lease)
+}
+
+fn evidence(verdict: Verdict, failing: &[&str]) -> GateEvidence {
+    GateEvidence {
+        verdict,
+        failure_kind: None,
+        exit_code: Some(if verdict == Verdict::Passed { 0 } else { 101 }),
+        signal: None,
+        duration_ms: 1200,
+        summary: GateSummary {
+            text: "2 passed, 1 failed (cargo-test)".into(),
+            failing_tests: failing.iter().map(|t| (*t).to_owned()).collect(),
+            ..GateSummary::default()
+        },
+        git: None,
+        started_at: now_millis(),
+        finished_at: now_millis(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_gate_is_read_by_offset_and_followed_until_its_verdict() {
+    let api = Api::start(false).await;
+    let (id, task, lease) = running_gate(&api, "slow").await;
+    let log = api
+        .store
+        .live_log_start(&LiveLogStart {
+            lease: &lease,
+            source: live_source::GATE,
+            key: 0,
+            attempt: task.attempt,
+            name: "slow",
+            head_cap: 1 << 20,
+            tail_cap: 1 << 20,
+        })
+        .await
+        .unwrap();
+    let path = format!("/api/v1/tasks/{}/gates/0/log", id.0);
+    let (status, empty) = api.get(&path).await;
+    assert_eq!(status, 200, "{empty}");
+    assert_eq!(
+        (empty["state"].as_str(), empty["text"].as_str()),
+        (Some("running"), Some(""))
+    );
+
+    // A follower joins, then lines arrive one by one while the gate runs.
+    let mut stream = Stream::open_at(&api.client, &api.base, &format!("{path}/stream"), None).await;
+    let mut offset = 0u64;
+    for n in 1..=3 {
+        let line = format!("line {n}\n");
+        assert!(
+            api.store
+                .live_log_append(
+                    &log,
+                    &[(offset, line.as_bytes())],
+                    offset + line.len() as u64
+                )
+                .await
+                .unwrap()
+        );
+        offset += line.len() as u64;
+        let event = stream.next().await;
+        assert_eq!(event.1, "log", "{event:?}");
+        let piece = data(&event);
+        assert_eq!(piece["text"], line.as_str());
+        assert_eq!(piece["state"], "running");
+        assert_eq!(
+            event.0.as_deref(),
+            Some(offset.to_string().as_str()),
+            "the id is the offset"
+        );
+    }
+    // A read from an offset gives what follows it.
+    let (_, after) = api.get(&format!("{path}?after=7")).await;
+    assert_eq!(after["text"], "line 2\nline 3\n");
+    assert_eq!(after["next"], offset);
+
+    // The gate ends: the recorded log replaces the live one; the follower gets the rest and the
+    // verdict, and the stream closes.
+    let whole = b"line 1\nline 2\nline 3\n\x1b[31mtest b ... FAILED\x1b[0m\n";
+    api.store
+        .record_gate(&GateRun {
+            lease: &lease,
+            attempt: task.attempt,
+            position: 0,
+            spec: &task.gates[0],
+            evidence: &evidence(Verdict::Failed, &["test b"]),
+            log: &Captured::from_bytes(whole, 1 << 20),
+        })
+        .await
+        .unwrap();
+    let rest = stream.next().await;
+    assert_eq!(rest.1, "log");
+    assert_eq!(
+        data(&rest)["text"],
+        "\u{1b}[31mtest b ... FAILED\u{1b}[0m\n"
+    );
+    let end = stream.next().await;
+    assert_eq!(end.1, "end", "{end:?}");
+    let end = data(&end);
+    assert_eq!(end["verdict"], "failed");
+    assert_eq!(end["state"], "finished");
+    assert_eq!(end["first_failure"], "test b");
+    assert!(end.get("text").is_none(), "{end}");
+
+    // A reconnection after the end, with the last offset, gets the end at once.
+    let mut again = Stream::open_at(
+        &api.client,
+        &api.base,
+        &format!("{path}/stream"),
+        Some(&whole.len().to_string()),
+    )
+    .await;
+    assert_eq!(again.next().await.1, "end");
+
+    let (status, finished) = api.get(&path).await;
+    assert_eq!(status, 200);
+    assert_eq!(finished["text"], String::from_utf8_lossy(whole).as_ref());
+    assert!(finished["log_artifact"].as_i64().is_some());
+
+    // Bad addresses are named.
+    let (status, body) = api
+        .get(&format!("/api/v1/tasks/{}/gates/5/log", id.0))
+        .await;
+    assert_eq!((status, code(&body)), (404, "not_found"), "{body}");
+    let (status, body) = api
+        .get(&format!("/api/v1/tasks/{}/gates/x/log", id.0))
+        .await;
+    assert_eq!((status, code(&body)), (400, "bad_request"), "{body}");
+    let (status, _) = api.get("/api/v1/tasks/999/gates/0/log").await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        api.stream_status("/api/v1/tasks/999/gates/0/log/stream", None)
+            .await,
+        404
+    );
+    let (status, body) = api.get(&format!("/api/v1/tasks/{}/jobs/3/log", id.0)).await;
+    assert_eq!((status, code(&body)), (404, "not_found"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_view_numbers_lines_colours_them_and_links_the_first_failure() {
+    let api = Api::start(false).await;
+    let (id, task, lease) = running_gate(&api, "cargo test").await;
+    let whole =
+        b"running 3 tests\ntest a ... ok\n\x1b[31mtest b ... FAILED\x1b[0m\n<b>not markup</b>\n";
+    api.store
+        .record_gate(&GateRun {
+            lease: &lease,
+            attempt: task.attempt,
+            position: 0,
+            spec: &task.gates[0],
+            evidence: &evidence(Verdict::Failed, &["test b"]),
+            log: &Captured::from_bytes(whole, 1 << 20),
+        })
+        .await
+        .unwrap();
+    let browser = Browser::login(&api).await;
+    let (status, page, _) = browser.get(&format!("/tasks/{}/gates/0/log", id.0)).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(r##"<a class="ln" href="#L3">3</a>"##),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"<span class="fg-1">test b ... FAILED</span>"#),
+        "{page}"
+    );
+    assert!(page.contains("&lt;b&gt;not markup&lt;/b&gt;"), "{page}");
+    assert!(page.contains(r##"data-log-failure href="#L3""##), "{page}");
+    assert!(page.contains("data-log-search"), "{page}");
+    assert!(
+        page.contains("?download=1"),
+        "the raw download stays: {page}"
+    );
+    // The task page links each gate to its log view.
+    let (_, task_page, _) = browser.get(&format!("/tasks/{}", id.0)).await;
+    assert!(
+        task_page.contains(&format!("/tasks/{}/gates/0/log", id.0)),
+        "{task_page}"
+    );
+    // An unknown gate is a page that says so.
+    let (status, _, _) = browser.get(&format!("/tasks/{}/gates/9/log", id.0)).await;
+    assert_eq!(status, 404);
+}

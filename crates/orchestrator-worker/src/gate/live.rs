@@ -1,0 +1,231 @@
+//! A gate's output while it runs, written to the store's live log a few times a second, so a
+//! person on any node can follow it before the log artifact exists.
+//!
+//! The pipe's reader hands every read to a [`LiveTap`] (a copy into a bounded buffer under a lock
+//! held for that copy only); a [`LiveWriter`] task takes what gathered every [`FLUSH_EVERY`], or
+//! as soon as [`HEAD_FLUSH_BYTES`] of the log's head wait, and writes it as one transaction of
+//! chunks. The reader never waits for the store: a slow store means fewer, larger writes, and
+//! output that arrives faster than a write may carry ([`PENDING_HEAD_BYTES`] of the head,
+//! [`FLUSH_TAIL_BYTES`] past it) is skipped in the live log and reads as a marker there, never in
+//! the final artifact, which the reader keeps on its own. The buffer is small on purpose: the
+//! gate-memory target (1 GiB of output under 64 MiB) holds with the live log. When the gate ends, its
+//! recorded log replaces the live one (`record_gate` deletes it in its transaction).
+
+use orchestrator_store::{LiveLogHandle, LiveLogStart, Store};
+use orchestrator_types::Capture;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How often gathered output is written: what a follower waits at most for a line, and the most
+/// writes a running gate makes per second.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(250);
+/// Bytes past the head one write carries at most: the newest ones, when more arrived.
+pub const FLUSH_TAIL_BYTES: usize = 128 * 1024;
+/// Bytes of the log's head that wake the writer before its time: the head is written as fast as
+/// the store takes it, so it is whole in the live log unless the store falls far behind.
+pub const HEAD_FLUSH_BYTES: usize = 128 * 1024;
+/// Bytes of the head the buffer holds at most between two writes.
+pub const PENDING_HEAD_BYTES: usize = 512 * 1024;
+
+/// Where the pipe's reader puts what it read, for the live log; a tap that is off keeps nothing.
+#[derive(Clone, Default)]
+pub struct LiveTap {
+    pending: Option<Arc<Mutex<Pending>>>,
+    /// Wakes the writer when enough of the head waits.
+    wake: Arc<tokio::sync::Notify>,
+}
+
+struct Pending {
+    /// What arrived since the last take: the rest of the log's head, and the newest bytes.
+    capture: Capture,
+    /// Where in the output `capture` starts.
+    offset: u64,
+    head_cap: u64,
+}
+
+/// What a take found: chunks at their offsets in the output, and the output's length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gathered {
+    pub pieces: Vec<(u64, Vec<u8>)>,
+    pub total: u64,
+}
+
+fn pending_capture(head_cap: u64, offset: u64) -> Capture {
+    let head_left = usize::try_from(head_cap.saturating_sub(offset)).unwrap_or(usize::MAX);
+    Capture::with_caps(head_left.min(PENDING_HEAD_BYTES), FLUSH_TAIL_BYTES)
+}
+
+impl LiveTap {
+    /// A tap whose output's first `head_cap` bytes are all kept.
+    pub fn new(head_cap: u64) -> LiveTap {
+        LiveTap {
+            pending: Some(Arc::new(Mutex::new(Pending {
+                capture: pending_capture(head_cap, 0),
+                offset: 0,
+                head_cap,
+            }))),
+            wake: Arc::default(),
+        }
+    }
+
+    /// A tap that keeps nothing.
+    pub fn off() -> LiveTap {
+        LiveTap::default()
+    }
+
+    pub(crate) fn push(&self, bytes: &[u8]) {
+        if let Some(pending) = &self.pending {
+            // A poisoned lock only means a writer panicked mid-copy; the bytes are still bytes.
+            let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
+            let before = pending.capture.total();
+            pending.capture.push(bytes);
+            let in_head = pending.head_cap.saturating_sub(pending.offset);
+            let head_waiting = pending.capture.total().min(in_head);
+            drop(pending);
+            if head_waiting >= HEAD_FLUSH_BYTES as u64 && before < in_head {
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    /// What arrived since the last take, if anything did.
+    pub fn take(&self) -> Option<Gathered> {
+        let pending = self.pending.as_ref()?;
+        let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.capture.total() == 0 {
+            return None;
+        }
+        let offset = pending.offset;
+        let next = offset + pending.capture.total();
+        let fresh = pending_capture(pending.head_cap, next);
+        let captured = std::mem::replace(&mut pending.capture, fresh).finish();
+        pending.offset = next;
+        drop(pending);
+        let tail_at = offset + captured.head.len() as u64 + captured.cut;
+        Some(Gathered {
+            pieces: [(offset, captured.head), (tail_at, captured.tail)]
+                .into_iter()
+                .filter(|(_, bytes)| !bytes.is_empty())
+                .collect(),
+            total: next,
+        })
+    }
+}
+
+/// Writes one command's live log while it runs.
+pub struct LiveWriter {
+    tap: LiveTap,
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl LiveWriter {
+    /// Starts the live log and its writer. A store that cannot start it costs the live view only:
+    /// the command runs and its final log is kept as always.
+    pub async fn start(store: &Store, start: &LiveLogStart<'_>) -> LiveWriter {
+        let handle = match store.live_log_start(start).await {
+            Ok(handle) => handle,
+            Err(err) => {
+                tracing::warn!(task = %start.lease.task_id, name = start.name, %err, "no live log for this run");
+                return LiveWriter {
+                    tap: LiveTap::off(),
+                    stop: CancellationToken::new(),
+                    task: None,
+                };
+            }
+        };
+        let tap = LiveTap::new(start.head_cap);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(write_loop(store.clone(), handle, tap.clone(), stop.clone()));
+        LiveWriter {
+            tap,
+            stop,
+            task: Some(task),
+        }
+    }
+
+    /// Where the command's reader puts its output.
+    pub fn tap(&self) -> LiveTap {
+        self.tap.clone()
+    }
+
+    /// Stops writing (the command ended; its final log is recorded next and replaces this one).
+    pub async fn finish(mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            task.await.ok();
+        }
+    }
+}
+
+impl Drop for LiveWriter {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn write_loop(store: Store, log: LiveLogHandle, tap: LiveTap, stop: CancellationToken) {
+    let mut warned = false;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(FLUSH_EVERY) => {}
+            () = tap.wake.notified() => {}
+        }
+        let Some(gathered) = tap.take() else { continue };
+        let pieces: Vec<(u64, &[u8])> = gathered
+            .pieces
+            .iter()
+            .map(|(offset, bytes)| (*offset, bytes.as_slice()))
+            .collect();
+        match store.live_log_append(&log, &pieces, gathered.total).await {
+            Ok(true) => {}
+            // Replaced or recorded: nobody reads this log any more.
+            Ok(false) => return,
+            // Lost bytes read as a marker in the live log; the final log has them.
+            Err(err) if !warned => {
+                warned = true;
+                tracing::warn!(live_log = log.id, %err, "could not write a live log; trying on");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_carry_the_head_whole_and_the_newest_bytes() {
+        let tap = LiveTap::new(10);
+        assert_eq!(tap.take(), None);
+        tap.push(b"0123456");
+        let first = tap.take().expect("bytes");
+        assert_eq!(first.pieces, vec![(0, b"0123456".to_vec())]);
+        assert_eq!(first.total, 7);
+        assert_eq!(tap.take(), None);
+        // The head's last 3 bytes, then more than one take carries past the head.
+        let flood = vec![b'x'; FLUSH_TAIL_BYTES + 1003];
+        tap.push(b"789");
+        tap.push(&flood);
+        let second = tap.take().expect("bytes");
+        assert_eq!(second.total, 10 + flood.len() as u64);
+        assert_eq!(second.pieces[0], (7, b"789".to_vec()));
+        let (tail_at, tail) = &second.pieces[1];
+        assert_eq!(tail.len(), FLUSH_TAIL_BYTES);
+        assert_eq!(*tail_at, second.total - FLUSH_TAIL_BYTES as u64);
+        tap.push(b"end");
+        let third = tap.take().expect("bytes");
+        assert_eq!(third.pieces, vec![(second.total, b"end".to_vec())]);
+    }
+
+    #[test]
+    fn a_tap_that_is_off_keeps_nothing() {
+        let tap = LiveTap::off();
+        tap.push(b"anything");
+        assert_eq!(tap.take(), None);
+    }
+}

@@ -1,0 +1,189 @@
+//! `task logs` and the gate log API through `serve`, with real processes: a gate that prints a
+//! line at a time is followed while it runs, by the CLI (reading the store) and by another
+//! daemon's API (which never ran the gate), each line arriving before the gate ends; the follow
+//! ends with the verdict.
+
+use crate::support::{Env, PATIENCE, wait_for};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Five lines, 0.6 s apart: long enough that a follower sees each before the next, short enough
+/// for a test.
+const GATE: &str =
+    "for i in 1 2 3 4 5; do echo \"line $i\"; sleep 0.6; done; echo '\x1b[32mdone\x1b[0m'";
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Lines a reader thread saw, with the time each arrived.
+type Seen = Arc<Mutex<Vec<(i64, String)>>>;
+
+fn read_lines(from: impl Read + Send + 'static) -> Seen {
+    let seen: Seen = Arc::default();
+    let writer = seen.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines() {
+            let Ok(line) = line else { break };
+            writer.lock().unwrap().push((now_ms(), line));
+        }
+    });
+    seen
+}
+
+/// Opens a gate's log stream on a daemon's API over plain HTTP and reads its `data:` lines.
+fn follow_api(addr: &str, token: &str, path: &str) -> Seen {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    read_lines(stream)
+}
+
+#[test]
+fn a_gate_is_followed_line_by_line_while_it_runs_and_the_follow_ends_with_its_verdict() {
+    let env = Env::sqlite();
+    let ws = env.workspace();
+    let serve = env.serve(&[]);
+    // A second daemon on the same store that takes no work: its API shows what the first runs.
+    let other = env.serve(&["--queue", "nobody-else"]);
+    let id = env.create("prints slowly", &[GATE, "true"], &ws);
+    let tail = id.to_string();
+
+    let mut follower = env
+        .cmd(&["task", "logs", &tail, "--gate", "0", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = read_lines(follower.stdout.take().unwrap());
+    let mut err = String::new();
+    let api = follow_api(
+        &other.addr,
+        &other.token(),
+        &format!("/api/v1/tasks/{id}/gates/0/log/stream"),
+    );
+
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = follower.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < PATIENCE, "the follow never ended");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    follower
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{status:?}: {err}\n{}", serve.log());
+
+    let task = env.wait_finished(id);
+    assert_eq!(task["state"], "succeeded", "{task}");
+    let gate = &task["gates"][0];
+    let finished_at = chrono_ms(gate["finished_at"].as_str().unwrap());
+    let lines = out.lock().unwrap().clone();
+    let texts: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            "line 1",
+            "line 2",
+            "line 3",
+            "line 4",
+            "line 5",
+            "\x1b[32mdone\x1b[0m"
+        ],
+        "a pipe gets the bytes as printed"
+    );
+    // Every line but the last two (printed within the last flush of the gate's end) arrived
+    // while the gate ran, and the lines did not come all at once.
+    for (at, line) in &lines[..4] {
+        assert!(
+            *at < finished_at,
+            "{line:?} came at {at}, after the gate ended at {finished_at}"
+        );
+    }
+    assert!(
+        lines[3].0 - lines[0].0 >= 1000,
+        "the lines came together: {lines:?}"
+    );
+    assert!(
+        err.contains("[gate") && err.contains("passed (exit 0)"),
+        "the follow ends with the verdict: {err}"
+    );
+
+    // The other daemon's stream had them too, as they came, and ended with the verdict.
+    wait_for(|| {
+        api.lock()
+            .unwrap()
+            .iter()
+            .any(|(_, l)| l.starts_with("event: end"))
+    });
+    let api = api.lock().unwrap().clone();
+    let first = api
+        .iter()
+        .find(|(_, l)| l.contains("line 1"))
+        .expect("the other daemon streamed line 1");
+    assert!(
+        first.0 < finished_at,
+        "line 1 reached the other daemon's follower only at the end"
+    );
+    let end = api
+        .iter()
+        .skip_while(|(_, l)| !l.starts_with("event: end"))
+        .find(|(_, l)| l.starts_with("data:"))
+        .unwrap();
+    assert!(end.1.contains(r#""verdict":"passed""#), "{}", end.1);
+
+    // Read again once ended: the recorded log, whole, as JSON.
+    let read = env.json(&["task", "logs", &tail, "--json"]);
+    assert_eq!(
+        read["gate"], "true",
+        "without --gate: the last gate that ran"
+    );
+    // A gate's name is its command, shortened when long.
+    let name = gate["name"].as_str().unwrap().to_owned();
+    let first = env.json(&["task", "logs", &tail, "--gate", &name, "--json"]);
+    assert_eq!(first["state"], "finished");
+    assert_eq!(first["verdict"], "passed");
+    assert!(
+        first["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("line 1\nline 2\n")
+    );
+
+    // Bad ids and gate names are named.
+    let out = env.run(&["task", "logs", &tail, "--gate", "nope"]);
+    assert_eq!(out.status.code(), Some(3));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("no gate named \"nope\"") && said.contains("its gates:"),
+        "{said}"
+    );
+    let out = env.run(&["task", "logs", "999999"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = env.run(&["task", "logs", "x"]);
+    assert_ne!(out.status.code(), Some(0));
+    drop(other);
+}
+
+/// An RFC 3339 time as Unix milliseconds.
+fn chrono_ms(text: &str) -> i64 {
+    orchestrator_types::parse_time(text, 0).unwrap()
+}
