@@ -1,7 +1,8 @@
 //! Helpers shared by the test suites: a fresh store on SQLite or PostgreSQL, temporary git
 //! repositories, a scripted model server (`model_server`) and a fake GitHub REST API
 //! (`github_server`), and for the store's fault tests a PostgreSQL cluster a test may stop and restart
-//! (`PrivateCluster`) and a TCP proxy that adds latency (`LatencyProxy`).
+//! (`PrivateCluster`) and a TCP proxy that adds latency (`LatencyProxy`), and `programs`, which
+//! fails a test whose program is missing with the command that installs it.
 //!
 //! PostgreSQL tests use `ORCHESTRATOR_TEST_DATABASE_URL`, or the local default
 //! `postgres://postgres@127.0.0.1:5432/test`. Each test gets its own new database on that server, so
@@ -17,9 +18,11 @@ mod http_server;
 mod latency_proxy;
 pub mod model_server;
 mod private_postgres;
+pub mod programs;
 
 pub use latency_proxy::LatencyProxy;
 pub use private_postgres::PrivateCluster;
+pub use programs::{Program, require};
 
 use orchestrator_store::{Store, StoreOptions};
 use std::path::{Path, PathBuf};
@@ -158,6 +161,7 @@ pub async fn postgres_store() -> Option<TestStore> {
 
 /// Runs git in `dir`, panicking with its output on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
+    require(Program::Git);
     let out = Command::new("git")
         .args(args)
         .current_dir(dir)
