@@ -23,6 +23,7 @@ pub enum Program {
     Curl,
     Npm,
     Pdftotext,
+    Jq,
     /// rust-analyzer with the standard library's source.
     RustAnalyzer,
     /// schemathesis 4 (the `st` command).
@@ -49,6 +50,7 @@ impl Program {
             Program::Curl => "curl",
             Program::Npm => "npm",
             Program::Pdftotext => "pdftotext",
+            Program::Jq => "jq",
             Program::RustAnalyzer => "rust-analyzer",
             Program::Schemathesis => "schemathesis 4 (st)",
             Program::PythonMcp => "the Python package mcp",
@@ -71,6 +73,7 @@ impl Program {
             Program::Curl => "apt-get install curl",
             Program::Npm => "apt-get install npm",
             Program::Pdftotext => "apt-get install poppler-utils",
+            Program::Jq => "apt-get install jq",
             Program::RustAnalyzer => "rustup component add rust-analyzer rust-src",
             Program::Schemathesis => "python3 -m pip install 'schemathesis>=4,<5'",
             Program::PythonMcp => "python3 -m pip install mcp",
@@ -95,6 +98,7 @@ impl Program {
             Program::Curl => answers("curl", &["--version"]),
             Program::Npm => answers("npm", &["--version"]),
             Program::Pdftotext => answers("pdftotext", &["-v"]),
+            Program::Jq => answers("jq", &["--version"]),
             Program::RustAnalyzer => answers("rust-analyzer", &["--version"]),
             Program::Schemathesis => Command::new("st")
                 .arg("--version")
@@ -197,6 +201,7 @@ mod tests {
             Program::Curl,
             Program::Npm,
             Program::Pdftotext,
+            Program::Jq,
             Program::RustAnalyzer,
             Program::Schemathesis,
             Program::PythonMcp,
