@@ -77,11 +77,13 @@ impl ServerProcess {
     }
 }
 
-/// What to do when the sandbox could not find the server's program (bubblewrap says `execvp
-/// PROGRAM: No such file or directory`): the sandbox shows its own view of the machine, so a
-/// program on the person's PATH may not be there.
+/// What to do when the sandbox could not find the server's program (`PROGRAM: No such file or
+/// directory`, or bubblewrap's `execvp PROGRAM: ...`): the sandbox shows its own view of the
+/// machine, so a program on the person's PATH may not be there.
 pub(crate) fn not_found_hint(program: &str, stderr: &str) -> String {
-    if !(stderr.contains("execvp") && stderr.contains("No such file")) {
+    if program.is_empty()
+        || !stderr.contains(&format!("{program}: No such file or directory"))
+    {
         return String::new();
     }
     let temp = std::env::temp_dir();
@@ -507,5 +509,13 @@ mod tests {
         let hidden = not_found_hint("/home/ann/bin/srv", "bwrap: execvp /home/ann/bin/srv: No such file or directory");
         assert!(hidden.contains("not visible in the sandbox"), "{hidden}");
         assert_eq!(not_found_hint("srv", "listening on stdio"), "");
+        // As the sandbox's own launcher says it.
+        let said = "srv: No such file or directory (os error 2)";
+        assert!(not_found_hint("srv", said).contains("not on the sandbox's PATH"));
+        // A file the server itself cannot find is not the server missing.
+        assert_eq!(
+            not_found_hint("srv", "config.json: No such file or directory"),
+            ""
+        );
     }
 }

@@ -11,17 +11,19 @@ use orchestrator_types::{
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct AgentFlags {
-    /// The model agent turns talk to (default: [model] in the config file).
-    #[arg(long, env = "ORCHESTRATOR_MODEL", value_name = "NAME")]
+    /// The model agent turns talk to (default: ORCHESTRATOR_MODEL, else [model] in the config
+    /// file).
+    #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
-    /// The OpenAI-compatible API root, e.g. http://127.0.0.1:8080/v1 (default: the config file's,
-    /// else https://api.openai.com/v1).
-    #[arg(long, env = "ORCHESTRATOR_BASE_URL", value_name = "URL")]
+    /// The OpenAI-compatible API root, e.g. http://127.0.0.1:8080/v1 (default:
+    /// ORCHESTRATOR_BASE_URL, else the config file's, else https://api.openai.com/v1).
+    #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// The environment variable that holds the API key (read by the process that runs the task;
     /// the key itself is never stored). Default: the config's `[model] api_key_env` for the
     /// config's server, OPENAI_API_KEY for api.openai.com, else none; '' for none.
-    #[arg(long, env = "ORCHESTRATOR_API_KEY_ENV", value_name = "VAR")]
+    /// ORCHESTRATOR_API_KEY_ENV stands for the flag.
+    #[arg(long, value_name = "VAR")]
     pub api_key_env: Option<String>,
     /// Ask for streamed replies: on (default) or off, for servers that cannot stream.
     #[arg(long, value_name = "on|off", value_parser = parse_switch)]
@@ -134,9 +136,33 @@ impl AgentFlags {
             || !self.mcp.is_empty()
     }
 
-    /// The model: flags and environment first, then the config file. `None` when neither names a
-    /// model (a worker's default model may still apply).
+    /// The model of a person's task: flags, then the environment (ORCHESTRATOR_MODEL,
+    /// ORCHESTRATOR_BASE_URL, ORCHESTRATOR_API_KEY_ENV), then the config file. `None` when none
+    /// names a model (a worker's default model may still apply).
+    ///
+    /// The variables are read here, for an agent task, rather than by clap: a person who exports
+    /// them for agent tasks still creates gate-only tasks, which would otherwise seem to carry
+    /// agent flags.
     pub fn model_spec(&self, config: &Config) -> anyhow::Result<Option<ModelSpec>> {
+        let from_env = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+        let flags = AgentFlags {
+            model: self.model.clone().or_else(|| from_env("ORCHESTRATOR_MODEL")),
+            base_url: self
+                .base_url
+                .clone()
+                .or_else(|| from_env("ORCHESTRATOR_BASE_URL")),
+            api_key_env: self
+                .api_key_env
+                .clone()
+                .or_else(|| std::env::var("ORCHESTRATOR_API_KEY_ENV").ok()),
+            ..self.clone()
+        };
+        flags.configured_model(config)
+    }
+
+    /// The model the flags and the config file name, without the environment: `serve`'s default
+    /// for tasks that name none.
+    pub fn configured_model(&self, config: &Config) -> anyhow::Result<Option<ModelSpec>> {
         let Some(model) = self.model.clone().or_else(|| config.model.model.clone()) else {
             if self.base_url.is_some() || self.api_key_env.is_some() || !self.settings().is_empty()
             {
@@ -270,7 +296,7 @@ mod tests {
     }
 
     fn key_env(flags: &AgentFlags, config: &Config) -> Option<String> {
-        flags.model_spec(config).unwrap().unwrap().api_key_env
+        flags.configured_model(config).unwrap().unwrap().api_key_env
     }
 
     #[test]

@@ -88,7 +88,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     // Agent tasks that name no model use the config file's; flags and the environment name one
     // per task instead (`task create --model`).
     pool.agent.default_model =
-        super::agent_flags::AgentFlags::default().model_spec(&file_config)?;
+        super::agent_flags::AgentFlags::default().configured_model(&file_config)?;
     pool.slots = args.workers;
     pool.queues = args.queues.clone();
     pool.shutdown_grace = Duration::from_secs(args.shutdown_grace_seconds);

@@ -375,3 +375,33 @@ fn completions_and_manual_pages_are_generated_from_the_command_line() {
     assert!(readme.contains("orchestrator completions bash >"));
     assert!(readme.contains("orchestrator man --out"));
 }
+
+#[test]
+fn the_model_variables_exported_for_agents_leave_gate_only_tasks_alone() {
+    let env = Env::sqlite();
+    let ws = env.workspace().display().to_string();
+    let out = env
+        .cmd(&[
+            "task", "create", "--title", "t", "--gate", "true", "--workspace", &ws,
+        ])
+        .env("ORCHESTRATOR_MODEL", "llama3")
+        .env("ORCHESTRATOR_BASE_URL", "http://127.0.0.1:8080/v1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // And an agent task takes them.
+    let out = env
+        .cmd(&[
+            "task", "create", "--title", "a", "--prompt", "p", "--workspace", &ws, "--json",
+        ])
+        .env("ORCHESTRATOR_MODEL", "llama3")
+        .env("ORCHESTRATOR_BASE_URL", "http://127.0.0.1:8080/v1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    let task = env.task(id);
+    assert_eq!(task["task"]["model"]["model"].as_str(), Some("llama3"), "{task}");
+}

@@ -13,6 +13,8 @@
 //!   host named `db`; here none exists, so the line must fail saying the server cannot be reached
 //!   (exit 5), not that the URL is bad.
 //! - Where a person would wait (for the agent to ask before `approval approve`), the test waits.
+//! - `orchestrator mcp` is a server for an MCP client on its stdin; the test is that client: it
+//!   sends `initialize` and `tools/list` and expects the tools back.
 //! - RUSTUP_HOME and CARGO_HOME keep naming the real toolchain, since HOME is a new directory.
 
 use crate::support::{BIN, PATIENCE};
@@ -116,10 +118,20 @@ impl Shell {
         }
     }
 
-    /// Runs `line` (its stdin closed, so `orchestrator mcp` sees the end of its input) and
-    /// returns its exit status and output.
+    /// Runs `line` in this shell (so `cd` and `export` last) with its stdin closed, and returns
+    /// its exit status and output.
     fn run(&mut self, line: &str) -> (i32, String) {
-        writeln!(self.stdin, "{{ {line}\n}} </dev/null\necho \"@@exit $?\"").unwrap();
+        self.send(&format!("{{ {line}\n}} </dev/null"))
+    }
+
+    /// Runs `line` with what `feed` (a shell command) writes on its stdin.
+    fn run_fed(&mut self, line: &str, feed: &str) -> (i32, String) {
+        self.send(&format!("{{ {feed}; }} | {{ {line}\n}}"))
+    }
+
+    fn send(&mut self, script: &str) -> (i32, String) {
+        let line = script;
+        writeln!(self.stdin, "{script}\necho \"@@exit $?\"").unwrap();
         self.stdin.flush().unwrap();
         let started = Instant::now();
         let mut out = String::new();
@@ -263,7 +275,14 @@ fn the_readme_tour_runs_as_written_on_a_fresh_home() {
         if line.starts_with("orchestrator approval approve") {
             wait_for_an_approval(&mut shell);
         }
-        let (code, out) = shell.run(&line);
+        let (code, out) = if line.starts_with("orchestrator mcp ") {
+            shell.run_fed(&line, MCP_CLIENT)
+        } else {
+            shell.run(&line)
+        };
+        if line.starts_with("orchestrator mcp ") {
+            assert!(out.contains("\"grep_files\""), "`{line}` listed no tools: {out}");
+        }
         if line.contains("postgres://orchestrator@db/") {
             let said = shell.stderr_text();
             assert_eq!(code, 5, "`{line}` exited {code}: {said}");
@@ -285,14 +304,19 @@ fn the_readme_tour_runs_as_written_on_a_fresh_home() {
         }
     }
     // What the tour said it would find.
-    let (_, read) = shell.run("orchestrator task read 4 --json");
+    let (_, read) = shell.run("orchestrator task read 5 --json");
     let task: serde_json::Value = serde_json::from_str(&read).unwrap();
     assert_eq!(task["task"]["title"].as_str(), Some("changelog"), "{task}");
-    let (_, read) = shell.run("orchestrator task read 3 --json");
+    assert_eq!(task["task"]["state"].as_str(), Some("succeeded"), "{task}");
+    let (_, read) = shell.run("orchestrator task read 4 --json");
     let run: serde_json::Value = serde_json::from_str(&read).unwrap();
     assert!(run.to_string().contains("Fix the failing test"), "{run}");
     drop(serve);
 }
+
+/// An MCP client's first words: initialize, then list the tools, then (after a moment for the
+/// answer) the end of its input.
+const MCP_CLIENT: &str = r#"printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"tour","version":"1"}}}' '{"jsonrpc":"2.0","method":"notifications/initialized"}' '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'; sleep 2"#;
 
 /// Waits, as a person would, until the agent's request is there to approve.
 fn wait_for_an_approval(shell: &mut Shell) {
