@@ -401,7 +401,9 @@ fn connect_error(url: &str, options: &PgConnectOptions, error: &sqlx::Error) -> 
                     options.get_host(),
                     options.get_port()
                 ),
-                Some("28P01") => "; check the password in the URL (or the server's pg_hba.conf)".to_owned(),
+                Some("28P01") => {
+                    "; check the password in the URL (or the server's pg_hba.conf)".to_owned()
+                }
                 Some("28000") => {
                     "; the server's pg_hba.conf has no entry that lets this role connect from here"
                         .to_owned()

@@ -184,7 +184,10 @@ mod tests {
     fn a_missing_program_names_the_script_and_its_own_install_command() {
         let message = Program::Bubblewrap.missing_message();
         assert!(message.starts_with("bubblewrap (bwrap) is not installed: run `scripts/test`"));
-        assert!(message.contains("`apt-get install bubblewrap`"), "{message}");
+        assert!(
+            message.contains("`apt-get install bubblewrap`"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -214,8 +217,7 @@ mod tests {
             let last = program
                 .install()
                 .split(['&', ' '])
-                .filter(|w| !w.is_empty())
-                .next_back()
+                .rfind(|w| !w.is_empty())
                 .unwrap()
                 .trim_matches('\'');
             let last = last.split(['>', '<', '@']).next().unwrap();

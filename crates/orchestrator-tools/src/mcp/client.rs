@@ -72,7 +72,10 @@ impl ServerProcess {
         if text.is_empty() {
             String::new()
         } else {
-            format!(" (its stderr: {text}){}", not_found_hint(&self.program, &text))
+            format!(
+                " (its stderr: {text}){}",
+                not_found_hint(&self.program, &text)
+            )
         }
     }
 }
@@ -81,9 +84,7 @@ impl ServerProcess {
 /// directory`, or bubblewrap's `execvp PROGRAM: ...`): the sandbox shows its own view of the
 /// machine, so a program on the person's PATH may not be there.
 pub(crate) fn not_found_hint(program: &str, stderr: &str) -> String {
-    if program.is_empty()
-        || !stderr.contains(&format!("{program}: No such file or directory"))
-    {
+    if program.is_empty() || !stderr.contains(&format!("{program}: No such file or directory")) {
         return String::new();
     }
     let temp = std::env::temp_dir();
@@ -504,9 +505,15 @@ mod tests {
             on_path.contains("orchestrator sandbox -- mcp-server-docs"),
             "{on_path}"
         );
-        let in_tmp = not_found_hint("/tmp/srv/server.py", "bwrap: execvp /tmp/srv/server.py: No such file or directory");
+        let in_tmp = not_found_hint(
+            "/tmp/srv/server.py",
+            "bwrap: execvp /tmp/srv/server.py: No such file or directory",
+        );
         assert!(in_tmp.contains("a /tmp of its own"), "{in_tmp}");
-        let hidden = not_found_hint("/home/ann/bin/srv", "bwrap: execvp /home/ann/bin/srv: No such file or directory");
+        let hidden = not_found_hint(
+            "/home/ann/bin/srv",
+            "bwrap: execvp /home/ann/bin/srv: No such file or directory",
+        );
         assert!(hidden.contains("not visible in the sandbox"), "{hidden}");
         assert_eq!(not_found_hint("srv", "listening on stdio"), "");
         // As the sandbox's own launcher says it.

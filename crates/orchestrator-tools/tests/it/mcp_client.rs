@@ -6,13 +6,13 @@
 //! process of a server is left.
 
 use crate::{Harness, assert_error, assert_ok};
+use orchestrator_test_support::programs::on_path;
+use orchestrator_test_support::{Program, require};
 use orchestrator_tools::mcp::{McpManager, McpServerConfig, ServerStatus, qualify};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
-use orchestrator_test_support::programs::on_path;
-use orchestrator_test_support::{Program, require};
 
 /// A fixture of this crate's tests; the scripted servers among them are Python programs.
 fn fixture(name: &str) -> String {

@@ -146,7 +146,10 @@ impl AgentFlags {
     pub fn model_spec(&self, config: &Config) -> anyhow::Result<Option<ModelSpec>> {
         let from_env = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
         let flags = AgentFlags {
-            model: self.model.clone().or_else(|| from_env("ORCHESTRATOR_MODEL")),
+            model: self
+                .model
+                .clone()
+                .or_else(|| from_env("ORCHESTRATOR_MODEL")),
             base_url: self
                 .base_url
                 .clone()

@@ -193,9 +193,6 @@ pub fn build_task(
                 )
                 .into());
             }
-            if let Some(var) = task.model.as_ref().and_then(|m| m.api_key_env.as_deref()) {
-                require_key(var)?;
-            }
             task.agent = flags
                 .agent
                 .options(orchestrator_tools::Policy::allow_all())?;
@@ -217,6 +214,9 @@ pub fn build_task(
     }
     task.workspace = Some(super::workspace_dir(flags.workspace)?);
     task.validate()?;
+    if let Some(var) = task.model.as_ref().and_then(|m| m.api_key_env.as_deref()) {
+        require_key(var)?;
+    }
     Ok(task)
 }
 

@@ -213,9 +213,7 @@ impl From<orchestrator_store::Error> for ApiError {
             | S::Migration(_)
             | S::Database(_)
             | S::DiskFull(_)
-            | S::Query(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            | S::Query(_) => StatusCode::SERVICE_UNAVAILABLE,
             // A row the store cannot read back is a bug or damage, not an outage.
             S::Corrupt { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         };

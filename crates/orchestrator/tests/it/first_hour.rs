@@ -11,7 +11,12 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn repo_file(rel: &str) -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)).unwrap()
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(rel),
+    )
+    .unwrap()
 }
 
 fn stderr(out: &Output) -> String {
@@ -128,7 +133,11 @@ fn an_agent_task_whose_key_is_not_set_is_refused_when_it_is_created() {
         "{}",
         stderr(&out)
     );
-    assert!(stderr(&out).contains("--api-key-env ''"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--api-key-env ''"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(env.tasks().len(), 0, "nothing was created");
 }
 
@@ -202,7 +211,11 @@ async fn a_missing_role_or_database_is_named_with_the_command_that_makes_it() {
         ),
         (
             format!("postgres://{user}@{host}/orch_no_such_database"),
-            vec!["refused the connection", "orch_no_such_database", "createdb"],
+            vec![
+                "refused the connection",
+                "orch_no_such_database",
+                "createdb",
+            ],
         ),
     ] {
         let out = env
@@ -286,15 +299,23 @@ fn refusals_to_a_person_name_the_commands_and_flags_a_person_has() {
         "attempt", "record", "--task", &id, "--label", "a", "--group", "g", "--json",
     ]);
     let attempt = recorded["id"].as_i64().unwrap().to_string();
-    env.json(&["attempt", "record", "--task", &id, "--label", "b", "--group", "g", "--json"]);
+    env.json(&[
+        "attempt", "record", "--task", &id, "--label", "b", "--group", "g", "--json",
+    ]);
     for _ in 0..2 {
         let out = github(&["attempt", "open-pr", &attempt, "--repo", "acme/widgets"]);
         let said = stderr(&out);
         assert_eq!(out.status.code(), Some(4), "{said}");
         for tool in ["pr_attempt_select", "task_gate_run", "pr_attempt_record"] {
-            assert!(!said.contains(tool), "a person is told to use {tool}: {said}");
+            assert!(
+                !said.contains(tool),
+                "a person is told to use {tool}: {said}"
+            );
         }
-        assert!(said.contains("orchestrator attempt") || said.contains("orchestrator task"), "{said}");
+        assert!(
+            said.contains("orchestrator attempt") || said.contains("orchestrator task"),
+            "{said}"
+        );
         env.json(&["attempt", "select", &attempt, "--json"]);
     }
 }
@@ -310,11 +331,7 @@ fn an_mcp_server_the_sandbox_cannot_find_gets_a_hint() {
         .unwrap();
     let server = dir.path().join("server");
     std::fs::write(&server, "#!/bin/sh\nexit 0\n").unwrap();
-    std::fs::set_permissions(
-        &server,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     std::fs::write(
         env.home().join("config.toml"),
         format!(
@@ -324,11 +341,7 @@ fn an_mcp_server_the_sandbox_cannot_find_gets_a_hint() {
     )
     .unwrap();
     let out = env.run(&["mcp-servers", "check", "missing", "intmp"]);
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        stderr(&out)
-    );
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("not on the sandbox's PATH"), "{said}");
     assert!(said.contains("a /tmp of its own"), "{said}");
@@ -347,12 +360,21 @@ fn completions_and_manual_pages_are_generated_from_the_command_line() {
     let checked = Command::new("bash").arg("-n").arg(&bash).output().unwrap();
     assert!(checked.status.success(), "bash -n: {}", stderr(&checked));
     let text = std::fs::read_to_string(&bash).unwrap();
-    for word in ["task", "automation", "approval", "--workspace", "completions"] {
+    for word in [
+        "task",
+        "automation",
+        "approval",
+        "--workspace",
+        "completions",
+    ] {
         assert!(text.contains(word), "the bash completion lacks {word}");
     }
     // Sourced, it registers a completion for the command.
     let sourced = Command::new("bash")
-        .args(["-c", &format!("source {} && complete -p orchestrator", bash.display())])
+        .args([
+            "-c",
+            &format!("source {} && complete -p orchestrator", bash.display()),
+        ])
         .output()
         .unwrap();
     assert!(sourced.status.success(), "{}", stderr(&sourced));
@@ -365,10 +387,17 @@ fn completions_and_manual_pages_are_generated_from_the_command_line() {
     assert!(page.contains("serve"), "{page}");
     let out = dir.path().join("man1");
     run(&["man", "--out", out.to_str().unwrap()]);
-    for name in ["orchestrator.1", "orchestrator-task.1", "orchestrator-task-create.1"] {
-        let page = std::fs::read_to_string(out.join(name))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(page.starts_with(".ie") || page.contains(".TH"), "{name}: {page}");
+    for name in [
+        "orchestrator.1",
+        "orchestrator-task.1",
+        "orchestrator-task-create.1",
+    ] {
+        let page =
+            std::fs::read_to_string(out.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            page.starts_with(".ie") || page.contains(".TH"),
+            "{name}: {page}"
+        );
     }
     // The README says how to install them.
     let readme = repo_file("README.md");
@@ -382,7 +411,14 @@ fn the_model_variables_exported_for_agents_leave_gate_only_tasks_alone() {
     let ws = env.workspace().display().to_string();
     let out = env
         .cmd(&[
-            "task", "create", "--title", "t", "--gate", "true", "--workspace", &ws,
+            "task",
+            "create",
+            "--title",
+            "t",
+            "--gate",
+            "true",
+            "--workspace",
+            &ws,
         ])
         .env("ORCHESTRATOR_MODEL", "llama3")
         .env("ORCHESTRATOR_BASE_URL", "http://127.0.0.1:8080/v1")
@@ -392,7 +428,15 @@ fn the_model_variables_exported_for_agents_leave_gate_only_tasks_alone() {
     // And an agent task takes them.
     let out = env
         .cmd(&[
-            "task", "create", "--title", "a", "--prompt", "p", "--workspace", &ws, "--json",
+            "task",
+            "create",
+            "--title",
+            "a",
+            "--prompt",
+            "p",
+            "--workspace",
+            &ws,
+            "--json",
         ])
         .env("ORCHESTRATOR_MODEL", "llama3")
         .env("ORCHESTRATOR_BASE_URL", "http://127.0.0.1:8080/v1")
@@ -403,5 +447,9 @@ fn the_model_variables_exported_for_agents_leave_gate_only_tasks_alone() {
         .as_i64()
         .unwrap();
     let task = env.task(id);
-    assert_eq!(task["task"]["model"]["model"].as_str(), Some("llama3"), "{task}");
+    assert_eq!(
+        task["task"]["model"]["model"].as_str(),
+        Some("llama3"),
+        "{task}"
+    );
 }

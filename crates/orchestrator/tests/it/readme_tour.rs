@@ -180,11 +180,14 @@ fn the_readme_tour_runs_as_written_on_a_fresh_home() {
     require(Program::Bubblewrap);
     require(Program::Git);
     require(Program::Jq);
-    let readme = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
-    )
-    .unwrap();
-    let tour = commands_between(&readme, "## A short tour", "The model is configured per task");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let tour = commands_between(
+        &readme,
+        "## A short tour",
+        "The model is configured per task",
+    );
     assert!(
         tour.len() > 15,
         "the tour's commands were not found: {tour:?}"
@@ -265,7 +268,11 @@ fn the_readme_tour_runs_as_written_on_a_fresh_home() {
             "serve did not start: {}",
             std::fs::read_to_string(&serve_log).unwrap_or_default()
         );
-        assert!(serve.0.try_wait().unwrap().is_none(), "serve exited: {}", std::fs::read_to_string(&serve_log).unwrap_or_default());
+        assert!(
+            serve.0.try_wait().unwrap().is_none(),
+            "serve exited: {}",
+            std::fs::read_to_string(&serve_log).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 
@@ -281,7 +288,10 @@ fn the_readme_tour_runs_as_written_on_a_fresh_home() {
             shell.run(&line)
         };
         if line.starts_with("orchestrator mcp ") {
-            assert!(out.contains("\"grep_files\""), "`{line}` listed no tools: {out}");
+            assert!(
+                out.contains("\"grep_files\""),
+                "`{line}` listed no tools: {out}"
+            );
         }
         if line.contains("postgres://orchestrator@db/") {
             let said = shell.stderr_text();
@@ -326,10 +336,7 @@ fn wait_for_an_approval(shell: &mut Shell) {
         if out.contains("\"id\"") {
             return;
         }
-        assert!(
-            started.elapsed() < PATIENCE,
-            "no approval appeared: {out}"
-        );
+        assert!(started.elapsed() < PATIENCE, "no approval appeared: {out}");
         std::thread::sleep(Duration::from_millis(200));
     }
 }
