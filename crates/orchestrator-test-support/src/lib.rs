@@ -119,13 +119,29 @@ pub async fn fresh_postgres_url() -> String {
              the SQLite half."
             )
         });
-    let name = format!("orch_test_{:016x}", rand::random::<u64>());
+    let name = format!("{}_{:016x}", database_prefix(), rand::random::<u64>());
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut conn)
         .await
         .unwrap();
     conn.close().await.ok();
     replace_database(&server, &name)
+}
+
+/// How this run's databases begin: `ORCHESTRATOR_TEST_DATABASE_PREFIX` (lower-case letters,
+/// digits and `_`, at most 40), which `scripts/test` sets to its run's own name so that it drops
+/// only the databases of its run, never those of another run on the same server; else
+/// `orch_test`.
+fn database_prefix() -> String {
+    std::env::var("ORCHESTRATOR_TEST_DATABASE_PREFIX")
+        .ok()
+        .filter(|p| {
+            !p.is_empty()
+                && p.len() <= 40
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        })
+        .unwrap_or_else(|| "orch_test".to_owned())
 }
 
 fn replace_database(url: &str, name: &str) -> String {

@@ -175,6 +175,46 @@ fn toolchain_env() -> Vec<(String, String)> {
     env
 }
 
+/// What a person's terminal on a fresh machine would not have: this machine's orchestrator
+/// settings, tokens and keys, and the build's own target directory.
+const REMOVED: [&str; 13] = [
+    "ORCHESTRATOR_HOME",
+    "ORCHESTRATOR_CONFIG",
+    "ORCHESTRATOR_DATABASE_URL",
+    "ORCHESTRATOR_API_TOKEN",
+    "ORCHESTRATOR_MODEL",
+    "ORCHESTRATOR_BASE_URL",
+    "ORCHESTRATOR_API_KEY_ENV",
+    "ORCHESTRATOR_GITHUB_API_URL",
+    "XDG_DATA_HOME",
+    "CARGO_TARGET_DIR",
+    "GITHUB_TOKEN",
+    "GH_TOKEN",
+    "OPENAI_API_KEY",
+];
+
+/// A new HOME under `base`, and the variables of a terminal on it: this build's `orchestrator`
+/// first on PATH, the toolchain where it is.
+fn fresh_home(base: &Path) -> (PathBuf, Vec<(String, String)>) {
+    let home = base.join("home");
+    let bin = base.join("bin");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(BIN, bin.join("orchestrator")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut env = vec![
+        ("HOME".to_owned(), home.display().to_string()),
+        ("PATH".to_owned(), path),
+        ("ORCHESTRATOR_LOG".to_owned(), "warn".to_owned()),
+    ];
+    env.extend(toolchain_env());
+    (home, env)
+}
+
 #[test]
 fn the_readme_tour_runs_as_written_on_a_fresh_home() {
     require(Program::Bubblewrap);
@@ -211,36 +251,9 @@ fn the_readme_tour_runs_as_written_on_a_fresh_home() {
     });
 
     let base = tempfile::tempdir().unwrap();
-    let home = base.path().join("home");
-    let bin = base.path().join("bin");
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(BIN, bin.join("orchestrator")).unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let mut env = vec![
-        ("HOME".to_owned(), home.display().to_string()),
-        ("PATH".to_owned(), path),
-        ("ORCHESTRATOR_BASE_URL".to_owned(), model.base_url()),
-        ("ORCHESTRATOR_LOG".to_owned(), "warn".to_owned()),
-    ];
-    env.extend(toolchain_env());
-    let remove = [
-        "ORCHESTRATOR_HOME",
-        "ORCHESTRATOR_CONFIG",
-        "ORCHESTRATOR_DATABASE_URL",
-        "ORCHESTRATOR_API_TOKEN",
-        "ORCHESTRATOR_MODEL",
-        "ORCHESTRATOR_API_KEY_ENV",
-        "XDG_DATA_HOME",
-        "CARGO_TARGET_DIR",
-        "GITHUB_TOKEN",
-        "GH_TOKEN",
-        "OPENAI_API_KEY",
-    ];
+    let (home, mut env) = fresh_home(base.path());
+    env.push(("ORCHESTRATOR_BASE_URL".to_owned(), model.base_url()));
+    let remove = REMOVED;
 
     // `serve`, as the README's first command starts it (on a free port).
     let mut serve = Command::new(BIN);
@@ -357,4 +370,91 @@ fn comments_and_continuations_are_read_as_a_person_types_them() {
         commands_between(doc, "## A", "## B"),
         vec!["orchestrator a --x '#1'", "orchestrator b --c d"]
     );
+}
+
+/// docs/github-workflow.md's "By hand" commands as written, on a fresh home, against the GitHub
+/// stand-in (`ORCHESTRATOR_GITHUB_API_URL` points at it, as at GitHub Enterprise). What the
+/// section assumes is made first: `~/widgets`, a clone of acme/widgets (a small crate) with the
+/// fix made and not committed, and issue 7.
+#[test]
+fn the_github_workflow_by_hand_runs_as_written() {
+    use orchestrator_test_support::github_server::FakeGitHub;
+    require(Program::Bubblewrap);
+    require(Program::Git);
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/github-workflow.md"),
+    )
+    .unwrap();
+    let commands = commands_between(&doc, "## By hand", "`run` is the task whose gate");
+    assert_eq!(commands.len(), 6, "{commands:?}");
+
+    let base = tempfile::tempdir().unwrap();
+    let (home, mut env) = fresh_home(base.path());
+    let widgets = home.join("widgets");
+    let git = |args: &[&str]| orchestrator_test_support::git(&widgets, args);
+    std::fs::create_dir_all(widgets.join("src")).unwrap();
+    std::fs::write(
+        widgets.join("Cargo.toml"),
+        "[package]\nname = \"widgets\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::write(widgets.join(".gitignore"), "/target\n/Cargo.lock\n").unwrap();
+    let lib = |answer: u32| {
+        format!(
+            "pub fn answer() -> u32 {{\n    {answer}\n}}\n\n#[test]\nfn it_answers() {{\n    assert!(answer() > 0);\n}}\n"
+        )
+    };
+    std::fs::write(widgets.join("src/lib.rs"), lib(41)).unwrap();
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&[
+        "-c",
+        "user.name=T",
+        "-c",
+        "user.email=t@example.com",
+        "commit",
+        "-q",
+        "-m",
+        "widgets",
+    ]);
+    let fake = FakeGitHub::start_blocking();
+    fake.set_viewer("orchestrator-bot");
+    fake.seed_git("acme/widgets", &widgets);
+    fake.add_issue(
+        "acme/widgets",
+        7,
+        "The answer is wrong",
+        "It says 41.",
+        "carol",
+    );
+    std::fs::write(widgets.join("src/lib.rs"), lib(42)).unwrap();
+
+    env.push(("GITHUB_TOKEN".to_owned(), "ghp_by_hand".to_owned()));
+    env.push(("ORCHESTRATOR_GITHUB_API_URL".to_owned(), fake.url()));
+    let mut shell = Shell::start(&env, &REMOVED, &home, base.path().join("shell.err"));
+    let mut outputs = Vec::new();
+    for line in &commands {
+        let (code, out) = shell.run(line);
+        assert_eq!(
+            code,
+            0,
+            "`{line}` exited {code}: {out}\nstderr: {}",
+            shell.stderr_text()
+        );
+        outputs.push(out);
+    }
+    let pulls = fake.pulls("acme/widgets");
+    assert_eq!(
+        pulls.len(),
+        1,
+        "one pull request, found again the second time"
+    );
+    // The second open-pr answers with the first one's pull request.
+    assert!(
+        outputs[4].contains(&pulls[0].number.to_string()),
+        "{}",
+        outputs[4]
+    );
+    let comments = fake.comments("acme/widgets", 7);
+    assert_eq!(comments.len(), 1, "{comments:?}");
 }
