@@ -429,7 +429,10 @@ fn the_github_workflow_by_hand_runs_as_written() {
     );
     std::fs::write(widgets.join("src/lib.rs"), lib(42)).unwrap();
 
-    env.push(("GITHUB_TOKEN".to_owned(), "ghp_by_hand".to_owned()));
+    env.push((
+        "GITHUB_TOKEN".to_owned(),
+        orchestrator_test_support::github_server::FAKE_TOKEN.to_owned(),
+    ));
     env.push(("ORCHESTRATOR_GITHUB_API_URL".to_owned(), fake.url()));
     let mut shell = Shell::start(&env, &REMOVED, &home, base.path().join("shell.err"));
     let mut outputs = Vec::new();
