@@ -12,9 +12,9 @@ lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# The test suite (SQLite and PostgreSQL halves), as in the README.
-test:
-    cargo test --workspace
+# The test suite (SQLite and PostgreSQL halves), as in the README: installs what the tests drive first.
+test *ARGS:
+    scripts/test {{ARGS}}
 
 # Everything CI does, including starting PostgreSQL.
 ci:

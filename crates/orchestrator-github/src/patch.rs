@@ -144,9 +144,9 @@ fn resolve_commit(repo: &Repository, base: &str) -> Result<Oid> {
     repo.revparse_single(base)
         .and_then(|object| object.peel_to_commit())
         .map(|commit| commit.id())
-        .map_err(|source| Error::UnknownBase {
+        .map_err(|cause| Error::UnknownBase {
             base: base.to_owned(),
-            source,
+            cause,
         })
 }
 

@@ -81,9 +81,9 @@ pub fn prepare_tree(repo_dir: &Path, base_commit: &str, patch: &[u8]) -> Result<
     let base = repo
         .revparse_single(base_commit)
         .and_then(|o| o.peel_to_commit())
-        .map_err(|source| Error::UnknownBase {
+        .map_err(|cause| Error::UnknownBase {
             base: base_commit.to_owned(),
-            source,
+            cause,
         })?;
     let base_tree = base.tree()?;
     let diff = git2::Diff::from_buffer(patch).map_err(Error::MalformedPatch)?;

@@ -169,12 +169,9 @@ impl Store {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.connect_timeout)
-            .connect_with(connect)
+            .connect_with(connect.clone())
             .await
-            .map_err(|e| Error::BadUrl {
-                url: redact(url),
-                message: format!("cannot connect: {e}"),
-            })?;
+            .map_err(|e| connect_error(url, &connect, &e))?;
         Self::finish(Pool::Postgres(pool)).await
     }
 
@@ -379,6 +376,59 @@ fn create_private(path: &Path) -> Result<()> {
             url: path.display().to_string(),
             message: format!("cannot create the SQLite file: {e}"),
         }),
+    }
+}
+
+/// A failed first connection to PostgreSQL, said as what to do about it: an address where nothing
+/// answers is not a bad URL, and a missing role or database is named with the command that makes
+/// it (the server's own message, without the line of its C source that sqlx appends).
+fn connect_error(url: &str, options: &PgConnectOptions, error: &sqlx::Error) -> Error {
+    let url = redact(url);
+    let host = format!("{}:{}", options.get_host(), options.get_port());
+    let user = options.get_username();
+    let database = options.get_database().unwrap_or(user);
+    match error {
+        sqlx::Error::Database(db) => {
+            let said = db.message();
+            let hint = match db.code().as_deref() {
+                Some("3D000") => format!(
+                    "; create it: `createdb -h {} -p {} -U postgres -O {user} {database}` (or CREATE DATABASE {database} OWNER {user})",
+                    options.get_host(),
+                    options.get_port()
+                ),
+                Some("28000") if said.contains("role") => format!(
+                    "; create the role: `createuser -h {} -p {} -U postgres --createdb {user}` (or CREATE ROLE {user} LOGIN CREATEDB)",
+                    options.get_host(),
+                    options.get_port()
+                ),
+                Some("28P01") => {
+                    "; check the password in the URL (or the server's pg_hba.conf)".to_owned()
+                }
+                Some("28000") => {
+                    "; the server's pg_hba.conf has no entry that lets this role connect from here"
+                        .to_owned()
+                }
+                _ => String::new(),
+            };
+            Error::ConnectRefused {
+                url,
+                message: format!("{said}{hint}"),
+            }
+        }
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => {
+            Error::Unreachable {
+                url,
+                message: format!(
+                    "{error}; is PostgreSQL running and listening on {host}? (`pg_isready -h {} -p {}` checks)",
+                    options.get_host(),
+                    options.get_port()
+                ),
+            }
+        }
+        other => Error::BadUrl {
+            url,
+            message: format!("cannot connect: {other}"),
+        },
     }
 }
 

@@ -19,6 +19,14 @@ pub enum Error {
     /// The database URL cannot be used. Not retryable: fix the URL.
     #[error("bad database URL {url:?}: {message}")]
     BadUrl { url: String, message: String },
+    /// No database server answered at the URL's address (nothing listens there, a host name that
+    /// does not resolve, a timeout). Retryable: a server that starts is reached.
+    #[error("cannot reach the database server of {url}: {message}")]
+    Unreachable { url: String, message: String },
+    /// The server answered and refused the connection: a role or a database that does not exist,
+    /// a wrong password. Not retryable: the message says what to create or fix.
+    #[error("the database server of {url} refused the connection: {message}")]
+    ConnectRefused { url: String, message: String },
     /// A migration failed or the database is newer than this binary. Not retryable.
     #[error("migration failed: {0}")]
     Migration(String),
@@ -121,7 +129,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         let e = match self {
             Error::Database(e) => e,
-            Error::DiskFull(_) => return true,
+            Error::DiskFull(_) | Error::Unreachable { .. } => return true,
             _ => return false,
         };
         match e {

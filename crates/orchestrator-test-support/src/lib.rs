@@ -1,7 +1,8 @@
 //! Helpers shared by the test suites: a fresh store on SQLite or PostgreSQL, temporary git
 //! repositories, a scripted model server (`model_server`) and a fake GitHub REST API
 //! (`github_server`), and for the store's fault tests a PostgreSQL cluster a test may stop and restart
-//! (`PrivateCluster`) and a TCP proxy that adds latency (`LatencyProxy`).
+//! (`PrivateCluster`) and a TCP proxy that adds latency (`LatencyProxy`), and `programs`, which
+//! fails a test whose program is missing with the command that installs it.
 //!
 //! PostgreSQL tests use `ORCHESTRATOR_TEST_DATABASE_URL`, or the local default
 //! `postgres://postgres@127.0.0.1:5432/test`. Each test gets its own new database on that server, so
@@ -17,9 +18,11 @@ mod http_server;
 mod latency_proxy;
 pub mod model_server;
 mod private_postgres;
+pub mod programs;
 
 pub use latency_proxy::LatencyProxy;
 pub use private_postgres::PrivateCluster;
+pub use programs::{Program, require};
 
 use orchestrator_store::{Store, StoreOptions};
 use std::path::{Path, PathBuf};
@@ -116,13 +119,29 @@ pub async fn fresh_postgres_url() -> String {
              the SQLite half."
             )
         });
-    let name = format!("orch_test_{:016x}", rand::random::<u64>());
+    let name = format!("{}_{:016x}", database_prefix(), rand::random::<u64>());
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut conn)
         .await
         .unwrap();
     conn.close().await.ok();
     replace_database(&server, &name)
+}
+
+/// How this run's databases begin: `ORCHESTRATOR_TEST_DATABASE_PREFIX` (lower-case letters,
+/// digits and `_`, at most 40), which `scripts/test` sets to its run's own name so that it drops
+/// only the databases of its run, never those of another run on the same server; else
+/// `orch_test`.
+fn database_prefix() -> String {
+    std::env::var("ORCHESTRATOR_TEST_DATABASE_PREFIX")
+        .ok()
+        .filter(|p| {
+            !p.is_empty()
+                && p.len() <= 40
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        })
+        .unwrap_or_else(|| "orch_test".to_owned())
 }
 
 fn replace_database(url: &str, name: &str) -> String {
@@ -158,6 +177,7 @@ pub async fn postgres_store() -> Option<TestStore> {
 
 /// Runs git in `dir`, panicking with its output on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
+    require(Program::Git);
     let out = Command::new("git")
         .args(args)
         .current_dir(dir)

@@ -73,6 +73,11 @@ fn bin_dir() -> Option<PathBuf> {
     versions.pop()
 }
 
+/// Whether a PostgreSQL server's programs are installed.
+pub(crate) fn installed() -> bool {
+    bin_dir().is_some()
+}
+
 fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
@@ -98,10 +103,10 @@ impl PrivateCluster {
     /// cluster cannot be made.
     pub fn new() -> Result<PrivateCluster, String> {
         let bin = bin_dir().ok_or_else(|| {
-            "PostgreSQL is not installed, so no private test cluster can be made: install it \
-             (`apt-get install postgresql` on Debian and Ubuntu), or point \
-             ORCHESTRATOR_TEST_DATABASE_URL at a server"
-                .to_owned()
+            format!(
+                "{}; or point ORCHESTRATOR_TEST_DATABASE_URL at a server",
+                crate::Program::Postgres.missing_message()
+            )
         })?;
         let root = is_root();
         let dir = std::env::temp_dir().join(format!(

@@ -71,9 +71,13 @@ impl From<orchestrator_store::Error> for ApiError {
             S::InvalidAnswer(_) | S::Invalid(_) => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable")
             }
-            S::BadUrl { .. } | S::Migration(_) | S::Database(_) | S::DiskFull(_) | S::Query(_) => {
-                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
-            }
+            S::BadUrl { .. }
+            | S::Unreachable { .. }
+            | S::ConnectRefused { .. }
+            | S::Migration(_)
+            | S::Database(_)
+            | S::DiskFull(_)
+            | S::Query(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             // A row the store cannot read back is a bug or damage, not an outage.
             S::Corrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };

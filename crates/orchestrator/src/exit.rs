@@ -78,7 +78,12 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
                 | S::ApprovalDecided { .. }
                 | S::DeliveryNotClaimed { .. } => CONFLICT,
                 S::InvalidAnswer(_) => INVALID,
-                S::BadUrl { .. } | S::Migration(_) | S::Database(_) | S::DiskFull(_) => UNAVAILABLE,
+                S::BadUrl { .. }
+                | S::Unreachable { .. }
+                | S::ConnectRefused { .. }
+                | S::Migration(_)
+                | S::Database(_)
+                | S::DiskFull(_) => UNAVAILABLE,
                 S::Invalid(_) => INVALID,
                 S::Query(_) | S::Corrupt { .. } => FAILURE,
             };

@@ -46,6 +46,7 @@ fn sandbox(w: &World) -> Sandbox {
     let mut settings = SandboxSettings::hiding(&w.home);
     settings.writable_roots = vec![w.cache.clone()];
     settings.net_bridge = Some(vec![env!("CARGO_BIN_EXE_orchestrator-net-bridge").into()]);
+    orchestrator_test_support::require(orchestrator_test_support::Program::Bubblewrap);
     let sandbox = Sandbox::new(settings);
     assert!(
         matches!(sandbox.availability(), Availability::Ready { .. }),
@@ -391,6 +392,8 @@ fn projects(w: &World) {
 
 #[tokio::test]
 async fn cargo_test_pytest_and_npm_test_work_for_agents_and_for_a_persons_gates() {
+    orchestrator_test_support::require(orchestrator_test_support::Program::Pytest);
+    orchestrator_test_support::require(orchestrator_test_support::Program::Npm);
     let w = world();
     projects(&w);
     let sb = sandbox(&w);

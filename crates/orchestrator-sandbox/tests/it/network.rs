@@ -74,6 +74,7 @@ async fn reported(log: &Log, n: usize) -> Vec<Connection> {
 /// keeps loopback addresses (the jail's own) away from the proxy, and the host's loopback is what
 /// these tests stand a listed host on.
 fn curl(extra: &str, url: &str) -> String {
+    orchestrator_test_support::require(orchestrator_test_support::Program::Curl);
     format!("curl -sS --max-time 20 --noproxy '' {extra} {url}; echo \" exit=$?\"")
 }
 

@@ -49,6 +49,8 @@ struct ServerProcess {
     stderr: Arc<std::sync::Mutex<String>>,
     /// The task reading stderr; it ends when the pipe closes.
     stderr_reader: Option<tokio::task::JoinHandle<()>>,
+    /// The command as the config names it, for the hint of a server the sandbox cannot find.
+    program: String,
 }
 
 impl ServerProcess {
@@ -70,8 +72,41 @@ impl ServerProcess {
         if text.is_empty() {
             String::new()
         } else {
-            format!(" (its stderr: {text})")
+            format!(
+                " (its stderr: {text}){}",
+                not_found_hint(&self.program, &text)
+            )
         }
+    }
+}
+
+/// What to do when the sandbox could not find the server's program (`PROGRAM: No such file or
+/// directory`, or bubblewrap's `execvp PROGRAM: ...`): the sandbox shows its own view of the
+/// machine, so a program on the person's PATH may not be there.
+pub(crate) fn not_found_hint(program: &str, stderr: &str) -> String {
+    if program.is_empty() || !stderr.contains(&format!("{program}: No such file or directory")) {
+        return String::new();
+    }
+    let temp = std::env::temp_dir();
+    let check = format!("`orchestrator sandbox -- {program} --help` shows what the sandbox finds");
+    if Path::new(program).starts_with("/tmp") || Path::new(program).starts_with(&temp) {
+        format!(
+            ". The sandbox has a /tmp of its own, so {program} is not there: install the server \
+             outside /tmp (under /usr/local, the workspace, or the home's ~/.local/bin or \
+             toolchains); {check}"
+        )
+    } else if program.contains('/') {
+        format!(
+            ". {program} is not visible in the sandbox, which shows the system, the workspace and \
+             the home's toolchains (~/.local/bin, ~/.cargo, ~/.npm, ...; `[sandbox] home_visible` \
+             adds more) and hides the rest; {check}"
+        )
+    } else {
+        format!(
+            ". {program} is not on the sandbox's PATH: install it system-wide (npm install -g, \
+             pip, apt) or into the home's ~/.local/bin, or name it by a path the sandbox shows; \
+             {check}"
+        )
     }
 }
 
@@ -450,8 +485,44 @@ fn spawn(
             _tracked: tracked,
             stderr,
             stderr_reader,
+            program: program.to_owned(),
         },
         stdout,
         stdin,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_found_hint;
+
+    #[test]
+    fn a_server_the_sandbox_cannot_find_gets_a_hint_for_where_it_is() {
+        let said = "bwrap: execvp mcp-server-docs: No such file or directory";
+        let on_path = not_found_hint("mcp-server-docs", said);
+        assert!(on_path.contains("not on the sandbox's PATH"), "{on_path}");
+        assert!(
+            on_path.contains("orchestrator sandbox -- mcp-server-docs"),
+            "{on_path}"
+        );
+        let in_tmp = not_found_hint(
+            "/tmp/srv/server.py",
+            "bwrap: execvp /tmp/srv/server.py: No such file or directory",
+        );
+        assert!(in_tmp.contains("a /tmp of its own"), "{in_tmp}");
+        let hidden = not_found_hint(
+            "/home/ann/bin/srv",
+            "bwrap: execvp /home/ann/bin/srv: No such file or directory",
+        );
+        assert!(hidden.contains("not visible in the sandbox"), "{hidden}");
+        assert_eq!(not_found_hint("srv", "listening on stdio"), "");
+        // As the sandbox's own launcher says it.
+        let said = "srv: No such file or directory (os error 2)";
+        assert!(not_found_hint("srv", said).contains("not on the sandbox's PATH"));
+        // A file the server itself cannot find is not the server missing.
+        assert_eq!(
+            not_found_hint("srv", "config.json: No such file or directory"),
+            ""
+        );
+    }
 }

@@ -7,11 +7,15 @@ use std::process::Command;
 use serde_json::json;
 
 use crate::{Harness, assert_ok};
+use orchestrator_test_support::{Program, require};
 
 fn rg(dir: &std::path::Path, args: &[&str]) -> BTreeSet<String> {
-    let out = Command::new("rg").args(args).current_dir(dir).output().unwrap_or_else(|e| {
-        panic!("ripgrep (rg) is required for the grep parity test and could not be run ({e}); install it with `apt-get install -y ripgrep`")
-    });
+    require(Program::Ripgrep);
+    let out = Command::new("rg")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
     assert!(
         out.status.code() == Some(0) || out.status.code() == Some(1),
         "rg failed: {}",

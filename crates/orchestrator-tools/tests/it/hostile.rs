@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::json;
 
 use crate::{Harness, assert_ok};
+use orchestrator_test_support::{Program, require};
 
 /// Swaps `a` and `b` (a directory and a symlink) with `renameat2(RENAME_EXCHANGE)` until told to
 /// stop, as a sandboxed loop of an agent's can.
@@ -117,13 +118,7 @@ async fn the_skill_listing_does_not_follow_a_committed_symlink_out() {
 
 #[tokio::test]
 async fn the_syntax_check_after_an_edit_imports_nothing_from_the_workspace() {
-    assert!(
-        std::process::Command::new("python3")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "python3 is needed: apt-get install python3"
-    );
+    require(Program::Python3);
     let h = Harness::new();
     // A module of the checker's name next to the file, and one in the workspace's root: run as
     // `python3 -m py_compile` from the file's directory, either would be imported and run.
@@ -149,6 +144,7 @@ async fn the_syntax_check_after_an_edit_imports_nothing_from_the_workspace() {
 
 /// Runs real git in `dir` (a test's own setup, as a person or a `full`-mode agent would).
 fn git(dir: &Path, args: &[&str]) {
+    require(Program::Git);
     let out = std::process::Command::new("git")
         .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
         .args(args)

@@ -14,14 +14,7 @@ const LIB: &str =
 /// A harness whose workspace is a crate, with rust-analyzer configured. rust-analyzer must be
 /// installed: the test fails, not skips, without it.
 fn crate_with_rust_analyzer() -> Harness {
-    let found = std::process::Command::new("rust-analyzer")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found,
-        "rust-analyzer is not installed: `rustup component add rust-analyzer rust-src` (.ci/run does)"
-    );
+    orchestrator_test_support::require(orchestrator_test_support::Program::RustAnalyzer);
     let mut h = Harness::new();
     h.write(
         "Cargo.toml",

@@ -39,7 +39,9 @@ impl Default for Harness {
 }
 
 impl Harness {
+    /// Its commands run in the sandbox, so bubblewrap must be installed.
     pub fn new() -> Self {
+        orchestrator_test_support::require(orchestrator_test_support::Program::Bubblewrap);
         let ws = tempfile::tempdir().unwrap();
         let home = tempfile::tempdir().unwrap();
         let ctx = ToolContext::new(ws.path(), home.path()).unwrap();

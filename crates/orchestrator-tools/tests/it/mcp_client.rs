@@ -6,13 +6,17 @@
 //! process of a server is left.
 
 use crate::{Harness, assert_error, assert_ok};
+use orchestrator_test_support::programs::on_path;
+use orchestrator_test_support::{Program, require};
 use orchestrator_tools::mcp::{McpManager, McpServerConfig, ServerStatus, qualify};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+/// A fixture of this crate's tests; the scripted servers among them are Python programs.
 fn fixture(name: &str) -> String {
+    require(Program::Python3);
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
@@ -20,18 +24,10 @@ fn fixture(name: &str) -> String {
         .to_string()
 }
 
-/// A reference server's entry point, installed by `.ci/run` (`npm install -g`).
+/// A reference server's entry point, installed by `scripts/test` (`npm install -g`).
 fn npm_server(bin: &str) -> String {
-    let out = std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {bin}")])
-        .output()
-        .unwrap();
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    assert!(
-        !path.is_empty(),
-        "{bin} is not installed: `npm install -g @modelcontextprotocol/server-everything @modelcontextprotocol/server-filesystem` (.ci/run does it)"
-    );
-    path
+    require(Program::McpReferenceServers);
+    on_path(bin).unwrap().display().to_string()
 }
 
 /// Digits that make a `sleep` duration no other process on the machine uses.
@@ -307,6 +303,7 @@ async fn hard_servers_end_in_states_not_hangs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_sdk_server_over_streamable_http() {
+    require(Program::PythonMcp);
     let h = Harness::new();
     let port_file = h.home.path().join("port");
     let mut server = tokio::process::Command::new("python3")

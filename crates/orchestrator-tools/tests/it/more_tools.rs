@@ -11,6 +11,7 @@ use orchestrator_tools::Policy;
 use crate::{Harness, assert_error, assert_ok};
 
 fn git(dir: &std::path::Path, args: &[&str]) {
+    orchestrator_test_support::require(orchestrator_test_support::Program::Git);
     let ok = Command::new("git")
         .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
         .args(args)

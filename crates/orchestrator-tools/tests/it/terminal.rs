@@ -22,6 +22,7 @@ async fn gone(marker: &str) -> bool {
 
 #[tokio::test]
 async fn a_python_repl_is_driven_line_by_line_and_interrupted() {
+    orchestrator_test_support::require(orchestrator_test_support::Program::Python3);
     let h = Harness::new();
     let r = h
         .call(
@@ -118,6 +119,7 @@ async fn a_prompt_that_needs_a_terminal_is_answered() {
 
 #[tokio::test]
 async fn a_terminals_buffer_is_bounded_and_says_what_it_dropped() {
+    orchestrator_test_support::require(orchestrator_test_support::Program::Python3);
     let h = Harness::new();
     // Three megabytes through the terminal; the session keeps its last megabyte.
     let r = h

@@ -11,16 +11,19 @@ use orchestrator_types::{
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct AgentFlags {
-    /// The model agent turns talk to (default: [model] in the config file).
-    #[arg(long, env = "ORCHESTRATOR_MODEL", value_name = "NAME")]
+    /// The model agent turns talk to (default: ORCHESTRATOR_MODEL, else [model] in the config
+    /// file).
+    #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
-    /// The OpenAI-compatible API root, e.g. http://127.0.0.1:8080/v1 (default: the config file's,
-    /// else https://api.openai.com/v1).
-    #[arg(long, env = "ORCHESTRATOR_BASE_URL", value_name = "URL")]
+    /// The OpenAI-compatible API root, e.g. http://127.0.0.1:8080/v1 (default:
+    /// ORCHESTRATOR_BASE_URL, else the config file's, else https://api.openai.com/v1).
+    #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// The environment variable that holds the API key (read by the process that runs the task;
-    /// the key itself is never stored). Default: OPENAI_API_KEY for api.openai.com, else none.
-    #[arg(long, env = "ORCHESTRATOR_API_KEY_ENV", value_name = "VAR")]
+    /// the key itself is never stored). Default: the config's `[model] api_key_env` for the
+    /// config's server, OPENAI_API_KEY for api.openai.com, else none; '' for none.
+    /// ORCHESTRATOR_API_KEY_ENV stands for the flag.
+    #[arg(long, value_name = "VAR")]
     pub api_key_env: Option<String>,
     /// Ask for streamed replies: on (default) or off, for servers that cannot stream.
     #[arg(long, value_name = "on|off", value_parser = parse_switch)]
@@ -44,7 +47,10 @@ pub struct AgentFlags {
     /// The model takes images: on (view_image shows it image files) or off (default).
     #[arg(long, value_name = "on|off", value_parser = parse_switch)]
     pub images: Option<bool>,
-    /// Tool profile: minimal (read and search), coding (plus edit, shell, git), full (plus fetch_url).
+    /// Tool profile: minimal (read and search, the skills), coding (the default: plus editing, the
+    /// shell, git, diagnostics, the checklist, gates and questions to a person), full (plus
+    /// sub-agents, tasks, plans, durable shell jobs, PR attempts, automations, fetch_url and
+    /// web_search). `orchestrator tool list --profile P` lists each profile's tools.
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<String>,
     /// Model turns before the agent is stopped (default 50). Budgets count per run: from the
@@ -130,9 +136,36 @@ impl AgentFlags {
             || !self.mcp.is_empty()
     }
 
-    /// The model: flags and environment first, then the config file. `None` when neither names a
-    /// model (a worker's default model may still apply).
+    /// The model of a person's task: flags, then the environment (ORCHESTRATOR_MODEL,
+    /// ORCHESTRATOR_BASE_URL, ORCHESTRATOR_API_KEY_ENV), then the config file. `None` when none
+    /// names a model (a worker's default model may still apply).
+    ///
+    /// The variables are read here, for an agent task, rather than by clap: a person who exports
+    /// them for agent tasks still creates gate-only tasks, which would otherwise seem to carry
+    /// agent flags.
     pub fn model_spec(&self, config: &Config) -> anyhow::Result<Option<ModelSpec>> {
+        let from_env = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+        let flags = AgentFlags {
+            model: self
+                .model
+                .clone()
+                .or_else(|| from_env("ORCHESTRATOR_MODEL")),
+            base_url: self
+                .base_url
+                .clone()
+                .or_else(|| from_env("ORCHESTRATOR_BASE_URL")),
+            api_key_env: self
+                .api_key_env
+                .clone()
+                .or_else(|| std::env::var("ORCHESTRATOR_API_KEY_ENV").ok()),
+            ..self.clone()
+        };
+        flags.configured_model(config)
+    }
+
+    /// The model the flags and the config file name, without the environment: `serve`'s default
+    /// for tasks that name none.
+    pub fn configured_model(&self, config: &Config) -> anyhow::Result<Option<ModelSpec>> {
         let Some(model) = self.model.clone().or_else(|| config.model.model.clone()) else {
             if self.base_url.is_some() || self.api_key_env.is_some() || !self.settings().is_empty()
             {
@@ -150,10 +183,23 @@ impl AgentFlags {
             .clone()
             .or_else(|| config.model.base_url.clone())
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        // The config's key belongs to the config's server: a `--base-url` naming another server
+        // (a local one that wants no key, say) does not inherit it, and is never sent it.
+        let config_server = config
+            .model
+            .base_url
+            .as_deref()
+            .unwrap_or(DEFAULT_BASE_URL)
+            .trim_end_matches('/');
+        let same_server = base_url.trim_end_matches('/') == config_server;
         let api_key_env = self
             .api_key_env
             .clone()
-            .or_else(|| config.model.api_key_env.clone())
+            .or_else(|| {
+                same_server
+                    .then(|| config.model.api_key_env.clone())
+                    .flatten()
+            })
             .or_else(|| (base_url == DEFAULT_BASE_URL).then(|| DEFAULT_API_KEY_ENV.to_owned()))
             .filter(|v| !v.is_empty());
         // Settings, lowest first: `[model]`'s when it is that model, `[models.NAME]`, the flags.
@@ -241,5 +287,48 @@ impl AgentFlags {
         }
         options.validate()?;
         Ok(options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        toml::from_str(text).unwrap()
+    }
+
+    fn key_env(flags: &AgentFlags, config: &Config) -> Option<String> {
+        flags.configured_model(config).unwrap().unwrap().api_key_env
+    }
+
+    #[test]
+    fn the_configs_key_goes_only_to_the_configs_server() {
+        let hosted = config(
+            "[model]\nbase_url = \"https://api.example.com/v1\"\nmodel = \"big\"\napi_key_env = \"EXAMPLE_KEY\"\n",
+        );
+        let mut flags = AgentFlags::default();
+        assert_eq!(key_env(&flags, &hosted).as_deref(), Some("EXAMPLE_KEY"));
+        flags.base_url = Some("https://api.example.com/v1/".into());
+        assert_eq!(key_env(&flags, &hosted).as_deref(), Some("EXAMPLE_KEY"));
+        // A local server named on the command line needs no key and is sent none.
+        flags.base_url = Some("http://127.0.0.1:8080/v1".into());
+        flags.model = Some("llama3".into());
+        assert_eq!(key_env(&flags, &hosted), None);
+        flags.api_key_env = Some("LOCAL_KEY".into());
+        assert_eq!(key_env(&flags, &hosted).as_deref(), Some("LOCAL_KEY"));
+        // '' says: no key, also for the config's own server.
+        let mut none = AgentFlags {
+            api_key_env: Some(String::new()),
+            ..AgentFlags::default()
+        };
+        assert_eq!(key_env(&none, &hosted), None);
+        none.api_key_env = None;
+        // OpenAI's server keeps its default variable.
+        let openai = config("[model]\nmodel = \"gpt-4.1\"\n");
+        assert_eq!(
+            key_env(&none, &openai).as_deref(),
+            Some(DEFAULT_API_KEY_ENV)
+        );
     }
 }

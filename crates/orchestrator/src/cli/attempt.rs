@@ -514,12 +514,28 @@ async fn open_pr(global: &GlobalArgs, args: OpenPrArgs) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-/// The guard's refusals exit 4 with their reason; GitHub's answers keep their own codes.
+/// The guard's refusals exit 4 with their reason, said with the commands a person runs (the
+/// worker's own wording names the agent's tools); GitHub's answers keep their own codes.
 fn pull_error(e: PullError) -> anyhow::Error {
-    match e {
-        PullError::Store(e) => e.into(),
-        PullError::Api(e) => super::github::api(e),
-        PullError::Attempt(e) => attempt_error(e),
-        refused => CliError::Refused(format!("the pull request was not opened: {refused}")).into(),
-    }
+    let refused = match e {
+        PullError::Store(e) => return e.into(),
+        PullError::Api(e) => return super::github::api(e),
+        PullError::Attempt(e) => return attempt_error(e),
+        PullError::NotSelected(id) => format!(
+            "attempt {id} is not the selected attempt of its group; select it first: `orchestrator attempt select {id}`"
+        ),
+        PullError::GatesNotPassed {
+            task,
+            attempt,
+            missing,
+        } => format!(
+            "not every gate of task {task} passed on the tree of attempt {attempt}: {missing}. \
+             The task's own gates must have passed on exactly that tree: `orchestrator task read \
+             {task}` shows the HEAD and dirtiness each gate ran on; record the attempt from that \
+             tree (`orchestrator attempt record --task {task}`) and select it, or have the task \
+             run its gates again (`orchestrator task retry {task}`, for a failed or canceled task)"
+        ),
+        refused => refused.to_string(),
+    };
+    CliError::Refused(format!("the pull request was not opened: {refused}")).into()
 }

@@ -287,6 +287,25 @@ async fn close(global: &GlobalArgs, args: CloseArgs) -> anyhow::Result<ExitCode>
                 anyhow::Error::new(CliError::Invalid(e.to_string()))
             }
             orchestrator_worker::github::CloseRefused::Store(_) => anyhow::anyhow!(e),
+            // Said with the flag and the commands a person has (the worker's wording is the
+            // agent's).
+            orchestrator_worker::github::CloseRefused::Dirty => {
+                anyhow::Error::new(CliError::Refused(format!(
+                    "{issue} was not closed: the worktree has uncommitted changes; commit them and \
+                     run the task's gates again, or pass --allow-dirty to vouch for the dirty tree \
+                     the gates passed on"
+                )))
+            }
+            orchestrator_worker::github::CloseRefused::GatesNotPassed {
+                head,
+                dirty,
+                missing,
+            } => anyhow::Error::new(CliError::Refused(format!(
+                "{issue} was not closed: not every gate of task {task_id} passed on the current \
+                 tree (HEAD {head}{dirty}): {missing}. `orchestrator task read {task_id}` shows the \
+                 tree each gate ran on; have the task run its gates on this tree \
+                 (`orchestrator task retry {task_id}`, for a failed or canceled task)"
+            ))),
             other => anyhow::Error::new(CliError::Refused(format!(
                 "{issue} was not closed: {other}"
             ))),

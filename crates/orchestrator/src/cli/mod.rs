@@ -8,8 +8,10 @@ mod approval;
 mod artifact;
 mod attempt;
 mod automation;
+mod completions;
 mod follow;
 mod github;
+mod man;
 mod mcp;
 mod mcp_servers;
 mod run;
@@ -46,6 +48,8 @@ Examples:
   orchestrator attempt record --task 12 --label 'cache in the parser'   a PR attempt from the worktree
   orchestrator attempt show 3 --patch | git apply
   orchestrator github issue acme/widgets#12        an issue as an agent reads it (GITHUB_TOKEN)
+  orchestrator completions bash > ~/.local/share/bash-completion/completions/orchestrator
+  orchestrator man --out ~/.local/share/man/man1   the manual pages, one per command
 
 Exit codes: 0 success; 1 failure (or the task failed); 2 usage; 3 not found; 4 conflict with the
 task's state (or a duplicate automation name); 5 store unavailable; 6 invalid input; 7 the task was
@@ -117,6 +121,10 @@ pub enum Command {
     McpServers(mcp_servers::McpServersCommand),
     /// Run one command in an agent's sandbox, to see what a mode allows; --check for availability.
     Sandbox(sandbox::SandboxArgs),
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsArgs),
+    /// Print the manual page, or write one per command into a directory (--out DIR).
+    Man(man::ManArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -134,6 +142,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Mcp(args) => mcp::run(&global, args).await,
         Command::McpServers(command) => mcp_servers::run(&global, command).await,
         Command::Sandbox(args) => sandbox::run(&global, args).await,
+        Command::Completions(args) => completions::run(&args),
+        Command::Man(args) => man::run(&args),
     }
 }
 

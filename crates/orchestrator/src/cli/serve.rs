@@ -64,6 +64,18 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     }
     let home = global.home()?;
     let file_config = global.config()?;
+    // Which file the settings came from, said first: a config copied to a place the daemon does
+    // not read would otherwise be ignored in silence.
+    let config_file = crate::config::path(&home, global.config.as_ref());
+    let config_read = global.config.is_some() || config_file.is_file();
+    if config_read {
+        eprintln!("orchestrator serve: config file {}", config_file.display());
+    } else {
+        eprintln!(
+            "orchestrator serve: no config file ({} does not exist; --config FILE names another)",
+            config_file.display()
+        );
+    }
     let token = match file_config.api_token.as_deref().map(str::trim) {
         Some(token) if std::env::var("ORCHESTRATOR_API_TOKEN").is_err() && !token.is_empty() => {
             Arc::from(token)
@@ -76,7 +88,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     // Agent tasks that name no model use the config file's; flags and the environment name one
     // per task instead (`task create --model`).
     pool.agent.default_model =
-        super::agent_flags::AgentFlags::default().model_spec(&file_config)?;
+        super::agent_flags::AgentFlags::default().configured_model(&file_config)?;
     pool.slots = args.workers;
     pool.queues = args.queues.clone();
     pool.shutdown_grace = Duration::from_secs(args.shutdown_grace_seconds);
@@ -180,6 +192,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             "dashboard": format!("http://{address}/login"),
             "dashboard_once": format!("http://{address}/login?once={once}"),
             "read_only": args.read_only,
+            "config": config_read.then(|| config_file.display().to_string()),
         }))?;
     }
     eprintln!(

@@ -223,7 +223,24 @@ pub fn build_task(
     }
     task.workspace = Some(super::workspace_dir(flags.workspace)?);
     task.validate()?;
+    if let Some(var) = task.model.as_ref().and_then(|m| m.api_key_env.as_deref()) {
+        require_key(var)?;
+    }
     Ok(task)
+}
+
+/// Refuses an agent task whose model key is not in this environment, before it is created: it
+/// would otherwise be queued, claimed and failed. The process that runs it reads the same
+/// variable, and is normally started from the same shell or service environment.
+fn require_key(var: &str) -> anyhow::Result<()> {
+    if std::env::var(var).is_ok_and(|v| !v.trim().is_empty()) {
+        return Ok(());
+    }
+    Err(CliError::Invalid(format!(
+        "the model's API key variable {var} is not set or is empty: export {var}=... here and \
+         where the task runs (`serve`), or pass --api-key-env '' for a server that needs no key"
+    ))
+    .into())
 }
 
 pub async fn run(global: &GlobalArgs, command: TaskCommand) -> anyhow::Result<ExitCode> {

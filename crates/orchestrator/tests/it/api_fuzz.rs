@@ -1,7 +1,7 @@
 //! The `/api/v1` contract fuzzed by schemathesis (PyPI), which nobody here wrote: it reads the
 //! daemon's OpenAPI document and sends every operation generated input, valid and not, with the
 //! token. No answer may be a 5xx, and every status and content type must be one the document
-//! declares. `.ci/run` installs it; without it this test fails and says how to install it.
+//! declares. `scripts/test` installs it; without it this test fails and says how to install it.
 //!
 //! The daemon's workers take only a queue nobody can guess, so a task the fuzzer manages to create
 //! (with generated gates, in a generated directory) never runs. The live event stream is left out:
@@ -12,14 +12,7 @@ use std::process::Command;
 
 #[test]
 fn schemathesis_finds_no_server_error_and_no_undocumented_answer() {
-    let found = Command::new("st")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found,
-        "schemathesis is not installed: `python3 -m pip install 'schemathesis>=4,<5'` (.ci/run does)"
-    );
+    orchestrator_test_support::require(orchestrator_test_support::Program::Schemathesis);
     let env = Env::sqlite();
     let queue = format!("fuzz-{}", unique_sleep());
     let serve = env.serve(&["--queue", &queue]);

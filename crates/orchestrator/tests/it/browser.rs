@@ -1,7 +1,7 @@
 //! Journeys through the dashboard in a real browser: Debian's chromium driven by playwright-core
 //! (npm) under node's test runner, against this binary's `serve` with a real store, real gates
 //! and an agent on the scripted model. The journeys are in tests/journeys/dashboard.test.cjs; each
-//! saves a screenshot under this test's output folder. `.ci/run` installs chromium and
+//! saves a screenshot under this test's output folder. `scripts/test` installs chromium and
 //! playwright-core; without them this test fails and says how to install them.
 
 use crate::support::Env;
@@ -51,8 +51,8 @@ fn dashboard_journeys_in_a_real_browser() {
         .is_some_and(|r| Path::new(r).join("playwright-core").is_dir());
     assert!(
         chromium.is_some() && playwright,
-        "the browser journeys need Debian's chromium and playwright-core: `apt-get install chromium` \
-         and `PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install -g playwright-core@1` (.ci/run does)"
+        "{}",
+        orchestrator_test_support::Program::ChromiumPlaywright.missing_message()
     );
 
     // An agent that runs one command, which its policy asks a person about.

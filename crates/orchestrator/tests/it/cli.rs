@@ -202,7 +202,10 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
 fn unreachable_or_malformed_database_urls_are_reported() {
     let env = Env::sqlite();
     let cases: &[(&str, &str)] = &[
-        ("postgres://nobody@127.0.0.1:1/none", "cannot connect"),
+        (
+            "postgres://nobody@127.0.0.1:1/none",
+            "cannot reach the database server",
+        ),
         ("postgres://[not-a-host/x", "bad database URL"),
         ("mysql://root@127.0.0.1/x", "unsupported scheme"),
         ("sqlite:///nonexistent-dir/x.db", "does not exist"),

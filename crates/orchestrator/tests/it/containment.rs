@@ -162,6 +162,7 @@ fn quote(path: &Path) -> String {
 
 #[test]
 fn an_agent_is_contained_on_every_route() {
+    orchestrator_test_support::require(orchestrator_test_support::Program::Python3);
     let w = world();
     let home = w.env.home().to_owned();
     let port = w.listener.local_addr().unwrap().port();

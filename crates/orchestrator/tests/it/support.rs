@@ -26,7 +26,9 @@ impl Drop for Env {
 }
 
 impl Env {
+    /// Tasks' gates and commands run in the sandbox, so bubblewrap must be installed.
     pub fn sqlite() -> Env {
+        orchestrator_test_support::require(orchestrator_test_support::Program::Bubblewrap);
         Env {
             home: tempfile::tempdir().unwrap(),
             database_url: None,
@@ -35,6 +37,7 @@ impl Env {
 
     /// A fresh PostgreSQL database, or `None` when the PostgreSQL half is explicitly skipped.
     pub async fn postgres() -> Option<Env> {
+        orchestrator_test_support::require(orchestrator_test_support::Program::Bubblewrap);
         if orchestrator_test_support::postgres_skipped() {
             eprintln!("ORCHESTRATOR_TEST_SKIP_POSTGRES=1: PostgreSQL half not run");
             return None;

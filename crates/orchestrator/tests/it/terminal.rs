@@ -7,6 +7,7 @@ use serde_json::json;
 
 #[test]
 fn an_agent_drives_a_repl_and_its_sessions_end_with_the_task() {
+    orchestrator_test_support::require(orchestrator_test_support::Program::Python3);
     let killed = unique_sleep();
     let left = unique_sleep();
     let (kill_me, leave_me) = (format!("sleep {killed}"), format!("sleep {left}"));

@@ -4,6 +4,7 @@
 
 use std::process::Command;
 
+use orchestrator_test_support::Program;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_orchestrator");
@@ -296,15 +297,8 @@ fn tool_run_success_and_errors_have_distinct_exit_codes() {
 
 #[test]
 fn official_python_mcp_client_lists_and_calls_tools() {
-    let probe = Command::new("python3").args(["-c", "import mcp"]).output();
-    match probe {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => panic!(
-            "the MCP interoperability test needs the official Python package 'mcp' (pip install mcp): {}",
-            String::from_utf8_lossy(&o.stderr)
-        ),
-        Err(e) => panic!("the MCP interoperability test needs python3: {e}"),
-    }
+    orchestrator_test_support::require(Program::Python3);
+    orchestrator_test_support::require(Program::PythonMcp);
     let home = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("hello.txt"), "hello from the workspace\n").unwrap();

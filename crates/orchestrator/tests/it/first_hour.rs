@@ -1,0 +1,455 @@
+//! What a newcomer meets in the first hour, each as the README and the docs promise it: the config
+//! file the docs name is the one `serve` reads (and `serve` says which), a model key that is
+//! missing is said at `task create`, errors say what to do (an unreachable database, a missing role
+//! or database, a repository with no commit, a refused pull request or close, an MCP server the
+//! sandbox cannot find), and shell completions and manual pages come from the command line.
+
+use crate::support::{BIN, Env, PATIENCE};
+use orchestrator_test_support::{Program, require};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo_file(rel: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(rel),
+    )
+    .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `serve` started with HOME set to `home` and no ORCHESTRATOR_HOME: what it printed up to the
+/// line with its address.
+fn serve_start_lines(home: &Path) -> String {
+    let log = home.join("serve.log");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("HOME", home)
+        .env_remove("ORCHESTRATOR_HOME")
+        .env_remove("ORCHESTRATOR_CONFIG")
+        .env_remove("ORCHESTRATOR_DATABASE_URL")
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("GITHUB_TOKEN")
+        .env_remove("GH_TOKEN")
+        .env_remove("ORCHESTRATOR_GITHUB_WEBHOOK_SECRET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("http://") {
+            break text;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("serve exited ({status}): {text}");
+        }
+        assert!(started.elapsed() < PATIENCE, "serve did not start: {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    text
+}
+
+#[test]
+fn the_docs_name_the_config_file_serve_reads_and_serve_says_which_it_read() {
+    require(Program::Bubblewrap);
+    let path = "~/.local/share/orchestrator/config.toml";
+    let workflow = repo_file("docs/github-workflow.md");
+    let example = repo_file("examples/github-workflow.toml");
+    for (name, text) in [
+        ("docs/github-workflow.md", &workflow),
+        ("examples/github-workflow.toml", &example),
+    ] {
+        assert!(text.contains(path), "{name} does not name {path}");
+        assert!(
+            !text.contains("~/.orchestrator"),
+            "{name} names ~/.orchestrator, which nothing reads"
+        );
+    }
+
+    // The example copied where the docs say, on a fresh machine's HOME.
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join(".local/share/orchestrator/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, &example).unwrap();
+    let said = serve_start_lines(home.path());
+    assert!(
+        said.contains(&format!("config file {}", config.display())),
+        "{said}"
+    );
+
+    let bare = tempfile::tempdir().unwrap();
+    let said = serve_start_lines(bare.path());
+    assert!(said.contains("no config file ("), "{said}");
+    assert!(
+        said.contains(
+            &bare
+                .path()
+                .join(".local/share/orchestrator/config.toml")
+                .display()
+                .to_string()
+        ),
+        "{said}"
+    );
+}
+
+#[test]
+fn an_agent_task_whose_key_is_not_set_is_refused_when_it_is_created() {
+    let env = Env::sqlite();
+    let ws = env.workspace();
+    let ws = ws.display().to_string();
+    let out = env
+        .cmd(&[
+            "task",
+            "create",
+            "--title",
+            "t",
+            "--prompt",
+            "p",
+            "--workspace",
+            &ws,
+            "--model",
+            "m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--api-key-env",
+            "ORCH_FIRST_HOUR_NO_KEY",
+        ])
+        .env_remove("ORCH_FIRST_HOUR_NO_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("ORCH_FIRST_HOUR_NO_KEY is not set or is empty"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("--api-key-env ''"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(env.tasks().len(), 0, "nothing was created");
+}
+
+#[test]
+fn a_server_named_on_the_command_line_does_not_inherit_the_configs_key() {
+    let env = Env::sqlite();
+    std::fs::write(
+        env.home().join("config.toml"),
+        "[model]\nbase_url = \"https://api.example.com/v1\"\nmodel = \"big\"\napi_key_env = \"ORCH_FIRST_HOUR_HOSTED_KEY\"\n",
+    )
+    .unwrap();
+    let ws = env.workspace().display().to_string();
+    let created = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "local",
+        "--prompt",
+        "p",
+        "--workspace",
+        &ws,
+        "--model",
+        "llama3",
+        "--base-url",
+        "http://127.0.0.1:8080/v1",
+        "--json",
+    ]);
+    let id = created["id"].as_i64().unwrap();
+    let task = env.task(id);
+    assert!(
+        !task.to_string().contains("ORCH_FIRST_HOUR_HOSTED_KEY"),
+        "the local server's task names the hosted key: {task}"
+    );
+}
+
+#[test]
+fn an_unreachable_database_is_not_called_a_bad_url() {
+    let env = Env::sqlite();
+    let out = env
+        .cmd(&["task", "list"])
+        .env(
+            "ORCHESTRATOR_DATABASE_URL",
+            "postgres://postgres@127.0.0.1:1/orchestrator",
+        )
+        .output()
+        .unwrap();
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{said}");
+    assert!(said.contains("cannot reach the database server"), "{said}");
+    assert!(said.contains("is PostgreSQL running"), "{said}");
+    assert!(!said.contains("bad database URL"), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_role_or_database_is_named_with_the_command_that_makes_it() {
+    if orchestrator_test_support::postgres_skipped() {
+        eprintln!("ORCHESTRATOR_TEST_SKIP_POSTGRES=1: PostgreSQL half not run");
+        return;
+    }
+    // A database of our own first, so the server is there (a private one when none is).
+    let url = orchestrator_test_support::fresh_postgres_url().await;
+    let (scheme_user, rest) = url.split_once('@').unwrap();
+    let host = rest.split('/').next().unwrap();
+    let user = scheme_user.trim_start_matches("postgres://");
+    let user = user.split(':').next().unwrap();
+    let env = Env::sqlite();
+    for (target, needles) in [
+        (
+            format!("postgres://orch_no_such_role@{host}/postgres"),
+            vec!["refused the connection", "orch_no_such_role", "createuser"],
+        ),
+        (
+            format!("postgres://{user}@{host}/orch_no_such_database"),
+            vec![
+                "refused the connection",
+                "orch_no_such_database",
+                "createdb",
+            ],
+        ),
+    ] {
+        let out = env
+            .cmd(&["task", "list"])
+            .env("ORCHESTRATOR_DATABASE_URL", &target)
+            .output()
+            .unwrap();
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(5), "{said}");
+        for needle in needles {
+            assert!(said.contains(needle), "{needle:?} missing: {said}");
+        }
+        assert!(!said.contains(" at line "), "{said}");
+    }
+}
+
+/// A git repository at `dir` (with one commit when `commit`).
+fn git_repo(dir: &Path, commit: bool) {
+    orchestrator_test_support::git(dir, &["init", "-q", "-b", "main"]);
+    orchestrator_test_support::git(dir, &["config", "user.name", "T"]);
+    orchestrator_test_support::git(dir, &["config", "user.email", "t@example.com"]);
+    if commit {
+        std::fs::write(dir.join("a.txt"), "one\n").unwrap();
+        orchestrator_test_support::git(dir, &["add", "-A"]);
+        orchestrator_test_support::git(dir, &["commit", "-q", "-m", "one"]);
+    }
+}
+
+#[test]
+fn attempt_errors_say_what_to_do_without_libgit2s_internals() {
+    let env = Env::sqlite();
+    let ws = env.workspace();
+    git_repo(&ws, false);
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    let id = env.create("t", &["true"], &ws).to_string();
+    let out = env.run(&["attempt", "record", "--task", &id, "--label", "first"]);
+    let said = stderr(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(!said.contains("class="), "{said}");
+    assert!(!said.contains("code="), "{said}");
+    assert!(said.contains("no commit yet"), "{said}");
+}
+
+#[test]
+fn refusals_to_a_person_name_the_commands_and_flags_a_person_has() {
+    let env = Env::sqlite();
+    let ws = env.workspace();
+    git_repo(&ws, true);
+    std::fs::write(ws.join("a.txt"), "two\n").unwrap();
+    let ws_s = ws.display().to_string();
+    let created = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "fix",
+        "--gate",
+        "true",
+        "--accept",
+        "the tests pass",
+        "--workspace",
+        &ws_s,
+        "--json",
+    ]);
+    let id = created["id"].as_i64().unwrap().to_string();
+    let github = |args: &[&str]| {
+        env.cmd(args)
+            .env("GITHUB_TOKEN", "ghp_first_hour")
+            .env("ORCHESTRATOR_GITHUB_API_URL", "http://127.0.0.1:1")
+            .output()
+            .unwrap()
+    };
+
+    // A dirty tree: the flag that allows it is named.
+    let out = github(&["github", "close", "acme/widgets#1", "--task", &id]);
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{said}");
+    assert!(said.contains("--allow-dirty"), "{said}");
+
+    // An attempt whose gates never ran on its tree: what a person runs, not an agent's tools.
+    let recorded = env.json(&[
+        "attempt", "record", "--task", &id, "--label", "a", "--group", "g", "--json",
+    ]);
+    let attempt = recorded["id"].as_i64().unwrap().to_string();
+    env.json(&[
+        "attempt", "record", "--task", &id, "--label", "b", "--group", "g", "--json",
+    ]);
+    for _ in 0..2 {
+        let out = github(&["attempt", "open-pr", &attempt, "--repo", "acme/widgets"]);
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(4), "{said}");
+        for tool in ["pr_attempt_select", "task_gate_run", "pr_attempt_record"] {
+            assert!(
+                !said.contains(tool),
+                "a person is told to use {tool}: {said}"
+            );
+        }
+        assert!(
+            said.contains("orchestrator attempt") || said.contains("orchestrator task"),
+            "{said}"
+        );
+        env.json(&["attempt", "select", &attempt, "--json"]);
+    }
+}
+
+#[test]
+fn an_mcp_server_the_sandbox_cannot_find_gets_a_hint() {
+    require(Program::Bubblewrap);
+    let env = Env::sqlite();
+    // A server program in the host's /tmp, which the sandbox replaces with its own.
+    let dir = tempfile::Builder::new()
+        .prefix("orch-first-hour-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let server = dir.path().join("server");
+    std::fs::write(&server, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(
+        env.home().join("config.toml"),
+        format!(
+            "[mcp_servers.missing]\ncommand = \"orch-first-hour-no-such-server\"\n\n[mcp_servers.intmp]\ncommand = \"{}\"\n",
+            server.display()
+        ),
+    )
+    .unwrap();
+    let out = env.run(&["mcp-servers", "check", "missing", "intmp"]);
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("not on the sandbox's PATH"), "{said}");
+    assert!(said.contains("a /tmp of its own"), "{said}");
+}
+
+#[test]
+fn completions_and_manual_pages_are_generated_from_the_command_line() {
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        out.stdout
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bash = dir.path().join("orchestrator.bash");
+    std::fs::write(&bash, run(&["completions", "bash"])).unwrap();
+    let checked = Command::new("bash").arg("-n").arg(&bash).output().unwrap();
+    assert!(checked.status.success(), "bash -n: {}", stderr(&checked));
+    let text = std::fs::read_to_string(&bash).unwrap();
+    for word in [
+        "task",
+        "automation",
+        "approval",
+        "--workspace",
+        "completions",
+    ] {
+        assert!(text.contains(word), "the bash completion lacks {word}");
+    }
+    // Sourced, it registers a completion for the command.
+    let sourced = Command::new("bash")
+        .args([
+            "-c",
+            &format!("source {} && complete -p orchestrator", bash.display()),
+        ])
+        .output()
+        .unwrap();
+    assert!(sourced.status.success(), "{}", stderr(&sourced));
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        assert!(!run(&["completions", shell]).is_empty(), "{shell}");
+    }
+
+    let page = String::from_utf8(run(&["man"])).unwrap();
+    assert!(page.contains(".TH orchestrator"), "{page}");
+    assert!(page.contains("serve"), "{page}");
+    let out = dir.path().join("man1");
+    run(&["man", "--out", out.to_str().unwrap()]);
+    for name in [
+        "orchestrator.1",
+        "orchestrator-task.1",
+        "orchestrator-task-create.1",
+    ] {
+        let page =
+            std::fs::read_to_string(out.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            page.starts_with(".ie") || page.contains(".TH"),
+            "{name}: {page}"
+        );
+    }
+    // The README says how to install them.
+    let readme = repo_file("README.md");
+    assert!(readme.contains("orchestrator completions bash >"));
+    assert!(readme.contains("orchestrator man --out"));
+}
+
+#[test]
+fn the_model_variables_exported_for_agents_leave_gate_only_tasks_alone() {
+    let env = Env::sqlite();
+    let ws = env.workspace().display().to_string();
+    let out = env
+        .cmd(&[
+            "task",
+            "create",
+            "--title",
+            "t",
+            "--gate",
+            "true",
+            "--workspace",
+            &ws,
+        ])
+        .env("ORCHESTRATOR_MODEL", "llama3")
+        .env("ORCHESTRATOR_BASE_URL", "http://127.0.0.1:8080/v1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // And an agent task takes them.
+    let out = env
+        .cmd(&[
+            "task",
+            "create",
+            "--title",
+            "a",
+            "--prompt",
+            "p",
+            "--workspace",
+            &ws,
+            "--json",
+        ])
+        .env("ORCHESTRATOR_MODEL", "llama3")
+        .env("ORCHESTRATOR_BASE_URL", "http://127.0.0.1:8080/v1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    let task = env.task(id);
+    assert_eq!(
+        task["task"]["model"]["model"].as_str(),
+        Some("llama3"),
+        "{task}"
+    );
+}
