@@ -73,6 +73,9 @@ enum Step {
     Launch,
     Detach,
     Serve,
+    /// A warm jail's supervisor (supervisor.rs): the bridge's listeners, if any, and then the
+    /// commands the daemon sends on stdin.
+    Supervise,
 }
 
 #[derive(Debug)]
@@ -90,6 +93,7 @@ fn parse(args: Vec<OsString>) -> Result<Args, String> {
         match arg.to_str() {
             Some("--serve") => step = Step::Serve,
             Some("--detach") => step = Step::Detach,
+            Some("--supervise") => step = Step::Supervise,
             Some("--forward") => {
                 let value = iter.next().ok_or("--forward needs PORT=SOCKET")?;
                 forwards.push(
@@ -130,6 +134,7 @@ pub fn run(this: &[OsString], args: Vec<OsString>) -> i32 {
         Step::Serve => serve(&args.forwards),
         Step::Detach => detach(this, &args.forwards),
         Step::Launch => launch(this, &args.forwards, &args.program),
+        Step::Supervise => crate::supervisor::run(&args.forwards),
     }
 }
 
@@ -221,33 +226,45 @@ fn serve(forwards: &[Forward]) -> i32 {
     if let Err(e) = keyboard.thread_block() {
         eprintln!("orchestrator network bridge: cannot block the keyboard's signals: {e}");
     }
-    let mut listeners = Vec::new();
-    for forward in forwards {
-        match TcpListener::bind((Ipv4Addr::LOCALHOST, forward.port)) {
-            Ok(listener) => listeners.push((listener, forward.socket.clone())),
-            Err(e) => {
-                eprintln!(
-                    "orchestrator network bridge: cannot listen on 127.0.0.1:{}: {e}",
-                    forward.port
-                );
-                return BRIDGE_FAILED;
-            }
+    let listeners = match listen(forwards) {
+        Ok(listeners) => listeners,
+        Err(e) => {
+            eprintln!("orchestrator network bridge: {e}");
+            return BRIDGE_FAILED;
         }
-    }
+    };
     {
         let mut out = std::io::stdout().lock();
         if writeln!(out, "ready").and_then(|()| out.flush()).is_err() {
             return BRIDGE_FAILED;
         }
     }
-    let mut threads = Vec::new();
-    for (listener, socket) in listeners {
-        threads.push(std::thread::spawn(move || accept(&listener, &socket)));
-    }
-    for thread in threads {
+    for thread in forward_all(listeners) {
         let _ = thread.join();
     }
     0
+}
+
+/// Binds every forwarded port on the jail's loopback.
+pub(crate) fn listen(forwards: &[Forward]) -> Result<Vec<(TcpListener, PathBuf)>, String> {
+    let mut listeners = Vec::new();
+    for forward in forwards {
+        match TcpListener::bind((Ipv4Addr::LOCALHOST, forward.port)) {
+            Ok(listener) => listeners.push((listener, forward.socket.clone())),
+            Err(e) => return Err(format!("cannot listen on 127.0.0.1:{}: {e}", forward.port)),
+        }
+    }
+    Ok(listeners)
+}
+
+/// Serves each listener on a thread of its own, for as long as the process lives.
+pub(crate) fn forward_all(
+    listeners: Vec<(TcpListener, PathBuf)>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    listeners
+        .into_iter()
+        .map(|(listener, socket)| std::thread::spawn(move || accept(&listener, &socket)))
+        .collect()
 }
 
 fn accept(listener: &TcpListener, socket: &std::path::Path) {

@@ -18,10 +18,15 @@ pub mod bridge;
 mod bwrap;
 pub mod env;
 mod error;
+mod group;
 mod jail;
 mod orphans;
 mod probe;
+mod process;
 pub mod proxy;
+mod supervisor;
+mod warm;
+mod wire;
 
 pub use env::{EnvRule, is_secret_name};
 pub use error::{Error, Result};
@@ -29,6 +34,7 @@ pub use jail::{Confinement, Jail, sweep_stale_tmp};
 pub use orchestrator_types::SandboxMode;
 pub use orphans::{GroupLedger, Reaped, TrackedGroup};
 pub use probe::Availability;
+pub use process::{Group, Io, Process, Spawn};
 pub use proxy::{Connection, ConnectionLog, Protocol};
 
 use std::ffi::OsString;
