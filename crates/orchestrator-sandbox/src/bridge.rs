@@ -19,6 +19,10 @@
 //! exits bwrap's init exits and the kernel ends the rest of the pid namespace, the server with it.
 //! A bridge that cannot listen stops the command before the program runs (exit 125), rather than
 //! running it with a network that does not work.
+//!
+//! The same program has a fourth step, `--supervise`: a warm jail's supervisor (supervisor.rs),
+//! which opens the same listeners in its own process and then starts the jail's commands, so one
+//! helper program bound into the jail serves both.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Write};
