@@ -19,6 +19,10 @@
 //! exits bwrap's init exits and the kernel ends the rest of the pid namespace, the server with it.
 //! A bridge that cannot listen stops the command before the program runs (exit 125), rather than
 //! running it with a network that does not work.
+//!
+//! The same program has a fourth step, `--supervise`: a warm jail's supervisor (supervisor.rs),
+//! which opens the same listeners in its own process and then starts the jail's commands, so one
+//! helper program bound into the jail serves both.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Write};
@@ -73,6 +77,9 @@ enum Step {
     Launch,
     Detach,
     Serve,
+    /// A warm jail's supervisor (supervisor.rs): the bridge's listeners, if any, and then the
+    /// commands the daemon sends on stdin.
+    Supervise,
 }
 
 #[derive(Debug)]
@@ -90,6 +97,7 @@ fn parse(args: Vec<OsString>) -> Result<Args, String> {
         match arg.to_str() {
             Some("--serve") => step = Step::Serve,
             Some("--detach") => step = Step::Detach,
+            Some("--supervise") => step = Step::Supervise,
             Some("--forward") => {
                 let value = iter.next().ok_or("--forward needs PORT=SOCKET")?;
                 forwards.push(
@@ -130,6 +138,7 @@ pub fn run(this: &[OsString], args: Vec<OsString>) -> i32 {
         Step::Serve => serve(&args.forwards),
         Step::Detach => detach(this, &args.forwards),
         Step::Launch => launch(this, &args.forwards, &args.program),
+        Step::Supervise => crate::supervisor::run(&args.forwards),
     }
 }
 
@@ -221,33 +230,45 @@ fn serve(forwards: &[Forward]) -> i32 {
     if let Err(e) = keyboard.thread_block() {
         eprintln!("orchestrator network bridge: cannot block the keyboard's signals: {e}");
     }
-    let mut listeners = Vec::new();
-    for forward in forwards {
-        match TcpListener::bind((Ipv4Addr::LOCALHOST, forward.port)) {
-            Ok(listener) => listeners.push((listener, forward.socket.clone())),
-            Err(e) => {
-                eprintln!(
-                    "orchestrator network bridge: cannot listen on 127.0.0.1:{}: {e}",
-                    forward.port
-                );
-                return BRIDGE_FAILED;
-            }
+    let listeners = match listen(forwards) {
+        Ok(listeners) => listeners,
+        Err(e) => {
+            eprintln!("orchestrator network bridge: {e}");
+            return BRIDGE_FAILED;
         }
-    }
+    };
     {
         let mut out = std::io::stdout().lock();
         if writeln!(out, "ready").and_then(|()| out.flush()).is_err() {
             return BRIDGE_FAILED;
         }
     }
-    let mut threads = Vec::new();
-    for (listener, socket) in listeners {
-        threads.push(std::thread::spawn(move || accept(&listener, &socket)));
-    }
-    for thread in threads {
+    for thread in forward_all(listeners) {
         let _ = thread.join();
     }
     0
+}
+
+/// Binds every forwarded port on the jail's loopback.
+pub(crate) fn listen(forwards: &[Forward]) -> Result<Vec<(TcpListener, PathBuf)>, String> {
+    let mut listeners = Vec::new();
+    for forward in forwards {
+        match TcpListener::bind((Ipv4Addr::LOCALHOST, forward.port)) {
+            Ok(listener) => listeners.push((listener, forward.socket.clone())),
+            Err(e) => return Err(format!("cannot listen on 127.0.0.1:{}: {e}", forward.port)),
+        }
+    }
+    Ok(listeners)
+}
+
+/// Serves each listener on a thread of its own, for as long as the process lives.
+pub(crate) fn forward_all(
+    listeners: Vec<(TcpListener, PathBuf)>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    listeners
+        .into_iter()
+        .map(|(listener, socket)| std::thread::spawn(move || accept(&listener, &socket)))
+        .collect()
 }
 
 fn accept(listener: &TcpListener, socket: &std::path::Path) {

@@ -28,9 +28,9 @@ pub(crate) struct Plan<'a> {
     /// The directory of the jail's network proxy sockets, when the network is granted; it is
     /// bound read-only at [`PROXY_DIR`]. The network namespace is always a new one.
     pub proxy: Option<&'a Path>,
-    /// The network bridge's program on the host, bound read-only at [`BRIDGE_PATH`] with the
-    /// proxy: where it lives (under `/tmp`, which the jail replaces, or under a hidden home) may
-    /// be out of the jail's sight.
+    /// The helper program on the host (the network bridge, which is also a warm jail's
+    /// supervisor), bound read-only at [`BRIDGE_PATH`] when given: where it lives (under `/tmp`,
+    /// which the jail replaces, or under a hidden home) may be out of the jail's sight.
     pub bridge: Option<&'a Path>,
     pub workspace: &'a Path,
     /// The task's private directory on the host, seen as `/tmp` inside.
@@ -109,13 +109,13 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
             proxy.as_os_str().to_owned(),
             PROXY_DIR.into(),
         ]);
-        if let Some(bridge) = plan.bridge {
-            out.extend([
-                "--ro-bind".into(),
-                bridge.as_os_str().to_owned(),
-                BRIDGE_PATH.into(),
-            ]);
-        }
+    }
+    if let Some(bridge) = plan.bridge {
+        out.extend([
+            "--ro-bind".into(),
+            bridge.as_os_str().to_owned(),
+            BRIDGE_PATH.into(),
+        ]);
     }
     out.push("--bind".into());
     out.push(plan.tmp.as_os_str().to_owned());
@@ -138,11 +138,16 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
             std::iter::once(plan.workspace).chain(plan.writable_roots.iter().map(|r| r.as_path()))
         {
             let git = root.join(".git");
-            // A directory, a gitlink file or a symlink: whatever is there is kept as it is.
-            if std::fs::symlink_metadata(&git).is_ok() {
-                git_dirs.push((git, Op::ReadOnly));
-            } else if root == plan.workspace {
-                git_dirs.push((git, Op::EmptyReadOnly));
+            // A directory, a gitlink file or a symlink: whatever is there is kept as it is. An
+            // empty directory (the mount point an earlier jail left) is the same as none: an
+            // empty read-only one either way, and one plan for both, so that a warm jail's plan
+            // does not change under it after its first start (warm.rs).
+            let empty_dir = || std::fs::read_dir(&git).is_ok_and(|mut d| d.next().is_none());
+            match std::fs::symlink_metadata(&git) {
+                Ok(meta) if meta.is_dir() && empty_dir() => git_dirs.push((git, Op::EmptyReadOnly)),
+                Ok(_) => git_dirs.push((git, Op::ReadOnly)),
+                Err(_) if root == plan.workspace => git_dirs.push((git, Op::EmptyReadOnly)),
+                Err(_) => {}
             }
         }
     }

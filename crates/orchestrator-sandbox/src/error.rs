@@ -19,6 +19,10 @@ pub enum Error {
     /// no tokio runtime). Retryable.
     #[error("the sandbox's network proxy could not be started: {0}")]
     Proxy(#[source] io::Error),
+    /// The command could not be started: its program or directory is missing, or descriptors
+    /// or processes ran out. Retryable when the cause is a passing shortage.
+    #[error("the command could not be started: {0}")]
+    Spawn(#[source] io::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

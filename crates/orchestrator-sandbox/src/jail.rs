@@ -1,33 +1,58 @@
 //! One task's confinement: the mode, the network, the workspace, a private temporary directory and
-//! the environment, and the commands built under them.
+//! the environment, and the commands started under them.
 //!
-//! A confined command is `bwrap ARGS -- PROGRAM ...`, and like an unconfined one it is the leader of
-//! a new process group whose id is its pid, set before it runs, so the callers' "kill the whole
-//! group" reaches it from the first instant. Inside, `--new-session` puts the program in a session
-//! without a controlling terminal (so it cannot push keystrokes into the terminal of a person
-//! running `orchestrator run`), which takes it out of that group; what still reaches it is the pid
-//! namespace: when bwrap dies (a signal to the group kills it), every process inside is killed.
-//! The price is that a sandboxed command gets SIGKILL where an unconfined one gets SIGTERM first.
-//! (Running `setsid` in front of bwrap would keep SIGTERM, but leaves a moment after the spawn in
-//! which the new group does not exist yet and a cancel finds nothing to signal.)
+//! A jail starts a command in one of three ways, and the callers see the same [`Process`] (its
+//! pipes, its status, its [`crate::Group`]) whichever it is:
+//!
+//! - Warm ([`Jail::spawn`] in a confined jail, the usual way): the jail keeps one bubblewrap
+//!   running, started with its first command, whose supervisor (supervisor.rs) starts every
+//!   command inside it (warm.rs). The command is the leader of a new process group whose id is
+//!   its pid in the jail's pid namespace, set by the supervisor before it runs, so a signal to the
+//!   group (sent by the supervisor on the caller's behalf: SIGTERM, then SIGKILL, as for an
+//!   unconfined command) reaches it from the first instant, with its children and grandchildren.
+//!   There is no controlling terminal to reach: bubblewrap's `--new-session` took the supervisor
+//!   off the daemon's, and the commands are its children. What leaves the group (`setsid`) is
+//!   not reached by the group's signal; it is killed with the jail, when the jail is dropped, as
+//!   is everything else in it, since the jail's pid namespace ends with its supervisor. A
+//!   [`Process`] dropped before it ended kills its group (the supervisor does it when the
+//!   command's connection closes).
+//! - Cold ([`Jail::command`], or [`Jail::spawn`] where no warm jail can run): `bwrap ARGS --
+//!   PROGRAM ...`, like an unconfined command the leader of a new process group whose id is its
+//!   pid, set before it runs. Inside, `--new-session` puts the program in a session without a
+//!   controlling terminal (so it cannot push keystrokes into the terminal of a person running
+//!   `orchestrator run`), which takes it out of that group; what still reaches it is the pid
+//!   namespace: when bwrap dies (a signal to the group kills it), every process inside is killed,
+//!   `setsid` or not. The price is that a cold command gets SIGKILL where an unconfined one gets
+//!   SIGTERM first. (Running `setsid` in front of bwrap would keep SIGTERM, but leaves a moment
+//!   after the spawn in which the new group does not exist yet and a cancel finds nothing to
+//!   signal.)
+//! - Unconfined (`full`, or no sandbox and `allow_unsandboxed`): the daemon's own child, leader
+//!   of a new process group, written down in the daemon's process ledger (orphans.rs).
 //!
 //! A jail whose policy grants the network owns a running proxy (proxy.rs) for as long as it
-//! lives, and its commands are `bwrap ARGS -- BRIDGE --forward ... -- PROGRAM ...`: the bridge
-//! (bridge.rs) starts listening on the jail's loopback and then becomes the program by `exec`,
-//! so the process bwrap waits for, signals and exit status are the program's as before.
+//! lives. A warm jail's supervisor offers it on the jail's loopback before it says it is ready;
+//! a cold command is `bwrap ARGS -- BRIDGE --forward ... -- PROGRAM ...`: the bridge (bridge.rs)
+//! starts listening on the jail's loopback and then becomes the program by `exec`, so the process
+//! bwrap waits for, signals and exit status are the program's as before.
 
 use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::Arc;
 
 use orchestrator_types::SandboxMode;
 use tempfile::TempDir;
+use tokio::net::unix::pipe;
 use tokio::process::Command;
 
 use crate::bridge::{Forward, HTTP_PORT, SOCKS_PORT};
 use crate::bwrap::{self, PROXY_DIR, Plan};
 use crate::env::{EnvInputs, EnvRule, child_env, proxy_env};
+use crate::process::{Group, GroupKind, Io, Process, Spawn, State};
 use crate::proxy::{ConnectionLog, HTTP_SOCKET, Proxy, SOCKS_SOCKET};
+use crate::warm::{SpawnError, Supervisor};
+use crate::wire::Request;
 use crate::{Availability, Error, Result, Sandbox, canonical};
 
 /// What an agent task's processes are confined to, from its policy.
@@ -67,6 +92,19 @@ struct Inner {
     env: Vec<(OsString, OsString)>,
     /// The running proxy of a confined jail with the network; dropped (stopped) with the jail.
     proxy: Option<Proxy>,
+    /// The warm jail that starts this jail's commands (warm.rs), once the first one asked.
+    warm: tokio::sync::Mutex<Warmth>,
+}
+
+/// Whether a jail's commands start in a warm jail.
+#[derive(Debug)]
+enum Warmth {
+    /// None was started yet (or the last one ended).
+    Cold,
+    Up(Arc<Supervisor>),
+    /// One could not be started here (no helper program, a helper without the supervisor): every
+    /// command is a bubblewrap of its own, as before.
+    Unavailable,
 }
 
 /// The prefix of every private temporary directory, followed by the label and `p<pid>-`, so that
@@ -232,6 +270,7 @@ impl Sandbox {
                 tmp: Some(tmp),
                 env,
                 proxy,
+                warm: tokio::sync::Mutex::new(Warmth::Cold),
             }),
         })
     }
@@ -327,67 +366,30 @@ impl Jail {
 
     /// `program args...` in `cwd`, confined by this jail, with this jail's environment and a
     /// process group of its own whose id is the child's pid. Callers must not set another process
-    /// group on it.
+    /// group on it. This is a cold command, a bubblewrap of its own; [`Jail::spawn`] starts one in
+    /// the jail's warm jail instead, and is what one-shot commands use.
     pub fn command<I, S>(&self, program: impl AsRef<OsStr>, args: I, cwd: &Path) -> Result<Command>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
         let inner = &self.inner;
-        let settings = inner.sandbox.settings();
-        let confine = inner.mode != SandboxMode::Full;
-        let ready = match inner.sandbox.availability() {
-            Availability::Ready { bwrap } => Some(bwrap),
-            Availability::Missing { reason } => {
-                if confine && !settings.allow_unsandboxed {
-                    return Err(Error::Unavailable {
-                        mode: inner.mode.to_string(),
-                        reason: reason.clone(),
-                    });
-                }
-                None
-            }
-        };
-        let mut cmd = match ready {
-            Some(bwrap) if confine => {
-                let cwd = canonical(cwd);
-                let tmp = self.tmp_dir().unwrap_or(Path::new("/tmp"));
-                let proxy = inner.proxy.as_ref().map(Proxy::dir);
-                let bridge = inner.sandbox.net_bridge();
-                let bridge_program = bridge
-                    .and_then(|b| b.first())
-                    .map(|p| crate::canonical(Path::new(p)));
-                let plan = Plan {
-                    mode: inner.mode,
-                    proxy,
-                    bridge: bridge_program.as_deref(),
-                    workspace: &inner.workspace,
-                    tmp,
-                    writable_roots: &settings.writable_roots,
-                    hidden: &settings.hidden,
-                    home: settings.home.as_deref(),
-                    home_visible: &settings.home_visible,
-                    cwd: &cwd,
-                };
+        let mut cmd = match self.bubblewrap()? {
+            Some(bwrap) => {
                 let mut cmd = Command::new(bwrap);
-                cmd.args(bwrap::args(&plan)).arg("--");
-                if let (Some(_), Some(bridge)) = (proxy, bridge) {
+                let proxy = inner.proxy.is_some();
+                cmd.args(self.plan_args(&canonical(cwd), proxy)).arg("--");
+                if proxy {
                     // The program as the jail sees it (bound at BRIDGE_PATH), then its arguments.
-                    cmd.arg(crate::bwrap::BRIDGE_PATH).args(&bridge[1..]);
-                    let inside = Path::new(PROXY_DIR);
-                    for (port, socket) in [(HTTP_PORT, HTTP_SOCKET), (SOCKS_PORT, SOCKS_SOCKET)] {
-                        let forward = Forward {
-                            port,
-                            socket: inside.join(socket),
-                        };
-                        cmd.arg("--forward").arg(forward.arg());
+                    if let Some(bridge) = inner.sandbox.net_bridge() {
+                        cmd.arg(crate::bwrap::BRIDGE_PATH).args(&bridge[1..]);
+                        cmd.args(forward_args()).arg("--");
                     }
-                    cmd.arg("--");
                 }
                 cmd.arg(program).args(args);
                 cmd
             }
-            _ => {
+            None => {
                 let mut cmd = Command::new(program);
                 cmd.args(args);
                 cmd
@@ -400,14 +402,209 @@ impl Jail {
         Ok(cmd)
     }
 
+    /// The bubblewrap program when this jail's commands are confined; `None` when they run
+    /// unconfined (`full`, or no sandbox and `allow_unsandboxed`); `Err` when they may not run.
+    fn bubblewrap(&self) -> Result<Option<&Path>> {
+        let inner = &self.inner;
+        let confine = inner.mode != SandboxMode::Full;
+        match inner.sandbox.availability() {
+            Availability::Ready { bwrap } if confine => Ok(Some(bwrap)),
+            Availability::Ready { .. } => Ok(None),
+            Availability::Missing { reason } => {
+                if confine && !inner.sandbox.settings().allow_unsandboxed {
+                    return Err(Error::Unavailable {
+                        mode: inner.mode.to_string(),
+                        reason: reason.clone(),
+                    });
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// The bubblewrap arguments for this jail, up to the `--`, starting in `cwd`; with the helper
+    /// program bound in when `helper` is true.
+    fn plan_args(&self, cwd: &Path, helper: bool) -> Vec<OsString> {
+        let inner = &self.inner;
+        let settings = inner.sandbox.settings();
+        let tmp = self.tmp_dir().unwrap_or(Path::new("/tmp"));
+        let helper_program = helper
+            .then(|| inner.sandbox.net_bridge().and_then(|b| b.first()))
+            .flatten()
+            .map(|p| crate::canonical(Path::new(p)));
+        let plan = Plan {
+            mode: inner.mode,
+            proxy: inner.proxy.as_ref().map(Proxy::dir),
+            bridge: helper_program.as_deref(),
+            workspace: &inner.workspace,
+            tmp,
+            writable_roots: &settings.writable_roots,
+            hidden: &settings.hidden,
+            home: settings.home.as_deref(),
+            home_visible: &settings.home_visible,
+            cwd,
+        };
+        bwrap::args(&plan)
+    }
+
     /// `sh -c command` (bash when `bash` is true and installed) under [`Jail::command`].
     pub fn shell(&self, command: &str, cwd: &Path, bash: bool) -> Result<Command> {
-        let shell = if bash && Path::new("/bin/bash").exists() {
-            "/bin/bash"
-        } else {
-            "/bin/sh"
-        };
-        self.command(shell, ["-c", command], cwd)
+        self.command(shell_program(bash), ["-c", command], cwd)
+    }
+
+    /// Starts `spawn` confined by this jail, with this jail's environment (and the variables
+    /// `spawn` adds) and a process group of its own.
+    ///
+    /// A confined jail starts its commands in its warm jail: one bubblewrap per jail, started
+    /// with the first command (which pays for it) and kept until the jail is dropped, whose
+    /// supervisor starts each command inside it (warm.rs). A warm jail that died (killed from
+    /// outside, or by a command of its own) is started again by the next command. Where no warm
+    /// jail can run (no helper program), each command is a bubblewrap of its own, as
+    /// [`Jail::command`] builds it; an unconfined jail starts its commands itself.
+    pub async fn spawn(&self, spawn: Spawn) -> Result<Process> {
+        let Spawn {
+            program,
+            args,
+            cwd,
+            env,
+            stdin,
+            stdout,
+            stderr,
+        } = spawn;
+        let confined = self.bubblewrap()?.is_some();
+        let (stdin_child, stdin_ours) = input(stdin)?;
+        let (stdout_child, stdout_ours) = output(stdout)?;
+        let (stderr_child, stderr_ours) = output(stderr)?;
+        if confined {
+            let mut all_env = self.inner.env.clone();
+            all_env.extend(env.iter().cloned());
+            let request = Request {
+                program: program.clone(),
+                args: args.clone(),
+                cwd: canonical(&cwd),
+                env: all_env,
+            };
+            // Twice at most: a jail found dead as the command is handed over is started again.
+            for _ in 0..2 {
+                let Some(supervisor) = self.supervisor().await else {
+                    break;
+                };
+                let streams = [&stdin_child, &stdout_child, &stderr_child]
+                    .map(|fd| fd.as_ref().map(|fd| fd.as_fd()));
+                match supervisor.spawn(&request, streams).await {
+                    Ok(started) => {
+                        return Ok(Process {
+                            stdin: stdin_ours,
+                            stdout: stdout_ours,
+                            stderr: stderr_ours,
+                            pgid: started.pgid,
+                            group: Group {
+                                kind: GroupKind::Warm(started.connection),
+                            },
+                            state: State::Warm {
+                                status: started.status,
+                                _supervisor: supervisor,
+                            },
+                            _tracked: None,
+                        });
+                    }
+                    Err(SpawnError::Gone(e)) => {
+                        tracing::info!(error = %e, "the sandbox's warm jail was gone; starting it again");
+                        self.retire(&supervisor).await;
+                    }
+                    Err(SpawnError::Failed(e)) => return Err(Error::Spawn(e)),
+                }
+            }
+        }
+        let mut cmd = self.command(&program, &args, &cwd)?;
+        cmd.envs(env);
+        let stdio = |fd: Option<OwnedFd>| fd.map_or_else(Stdio::null, Stdio::from);
+        cmd.stdin(stdio(stdin_child))
+            .stdout(stdio(stdout_child))
+            .stderr(stdio(stderr_child));
+        let child = cmd.spawn().map_err(Error::Spawn)?;
+        // Our copies of the child's ends close here, so its output reaches end-of-file when the
+        // command's processes are gone.
+        drop(cmd);
+        let pgid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .unwrap_or(0);
+        Ok(Process {
+            stdin: stdin_ours,
+            stdout: stdout_ours,
+            stderr: stderr_ours,
+            pgid,
+            group: Group {
+                kind: GroupKind::Host(pgid),
+            },
+            state: State::Child(child),
+            _tracked: self.track(pgid as u32),
+        })
+    }
+
+    /// The jail's warm jail, started if there is none, or a new one if it died or its plan
+    /// changed; `None` where none can run.
+    async fn supervisor(&self) -> Option<Arc<Supervisor>> {
+        let inner = &self.inner;
+        let bridge = inner.sandbox.net_bridge()?;
+        let bwrap = self.bubblewrap().ok().flatten()?;
+        let plan = self.plan_args(&inner.workspace, true);
+        let mut warmth = inner.warm.lock().await;
+        match &*warmth {
+            Warmth::Unavailable => return None,
+            Warmth::Up(supervisor) if supervisor.alive() && supervisor.plan == plan => {
+                return Some(supervisor.clone());
+            }
+            // A jail whose paths changed keeps running for the commands it has; new ones go to a
+            // new jail.
+            Warmth::Up(_) | Warmth::Cold => {}
+        }
+        let mut cmd = Command::new(bwrap);
+        cmd.args(&plan)
+            .arg("--")
+            .arg(crate::bwrap::BRIDGE_PATH)
+            .args(&bridge[1..])
+            .arg("--supervise");
+        if inner.proxy.is_some() {
+            cmd.args(forward_args());
+        }
+        // The supervisor's own environment is the commands' (it holds no secret to read in
+        // /proc), and it starts where they usually do.
+        cmd.current_dir(&inner.workspace)
+            .env_clear()
+            .envs(inner.env.iter().map(|(k, v)| (k, v)));
+        match Supervisor::start(cmd, plan, |pid| self.track(pid)).await {
+            Ok(supervisor) => {
+                let supervisor = Arc::new(supervisor);
+                *warmth = Warmth::Up(supervisor.clone());
+                Some(supervisor)
+            }
+            Err(reason) => {
+                tracing::warn!(
+                    %reason,
+                    "the sandbox's warm jail could not be started; this jail's commands each start a bubblewrap of their own"
+                );
+                *warmth = Warmth::Unavailable;
+                None
+            }
+        }
+    }
+
+    /// Forgets `supervisor` if it is still the jail's, so the next command starts a new one.
+    async fn retire(&self, supervisor: &Arc<Supervisor>) {
+        let mut warmth = self.inner.warm.lock().await;
+        if matches!(&*warmth, Warmth::Up(current) if Arc::ptr_eq(current, supervisor)) {
+            *warmth = Warmth::Cold;
+        }
+    }
+
+    /// The pid of the warm jail's bubblewrap, while one runs: for tests and diagnostics.
+    pub async fn warm_pid(&self) -> Option<u32> {
+        match &*self.inner.warm.lock().await {
+            Warmth::Up(supervisor) if supervisor.alive() => supervisor.pid(),
+            _ => None,
+        }
     }
 
     /// Writes down the process group a command of this jail leads (its pid, as the command is
@@ -416,5 +613,57 @@ impl Jail {
     /// ledger (a test, a one-off tool run).
     pub fn track(&self, pgid: u32) -> Option<crate::TrackedGroup> {
         self.inner.sandbox.track(pgid)
+    }
+}
+
+/// The shell: `/bin/bash` when asked for and installed, `/bin/sh` otherwise.
+pub(crate) fn shell_program(bash: bool) -> &'static str {
+    if bash && Path::new("/bin/bash").exists() {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    }
+}
+
+/// The bridge's `--forward` arguments: the jail's loopback ports to the proxy's sockets as the
+/// jail sees them.
+fn forward_args() -> Vec<OsString> {
+    let inside = Path::new(PROXY_DIR);
+    let mut out = Vec::new();
+    for (port, socket) in [(HTTP_PORT, HTTP_SOCKET), (SOCKS_PORT, SOCKS_SOCKET)] {
+        let forward = Forward {
+            port,
+            socket: inside.join(socket),
+        };
+        out.push("--forward".into());
+        out.push(forward.arg());
+    }
+    out
+}
+
+/// A command's stdin as given: the child's end, and ours when it is a new pipe.
+fn input(io: Io) -> Result<(Option<OwnedFd>, Option<pipe::Sender>)> {
+    match io {
+        Io::Null => Ok((None, None)),
+        Io::Fd(fd) => Ok((Some(fd), None)),
+        Io::Piped => {
+            let (reader, writer) = std::io::pipe().map_err(Error::Spawn)?;
+            let ours = pipe::Sender::from_owned_fd(OwnedFd::from(writer)).map_err(Error::Spawn)?;
+            Ok((Some(OwnedFd::from(reader)), Some(ours)))
+        }
+    }
+}
+
+/// A command's stdout or stderr as given: the child's end, and ours when it is a new pipe.
+fn output(io: Io) -> Result<(Option<OwnedFd>, Option<pipe::Receiver>)> {
+    match io {
+        Io::Null => Ok((None, None)),
+        Io::Fd(fd) => Ok((Some(fd), None)),
+        Io::Piped => {
+            let (reader, writer) = std::io::pipe().map_err(Error::Spawn)?;
+            let ours =
+                pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(Error::Spawn)?;
+            Ok((Some(OwnedFd::from(writer)), Some(ours)))
+        }
     }
 }

@@ -4,8 +4,10 @@
 //! passed variables) and whether bubblewrap works on this machine, probed once. A [`Jail`] is one
 //! task's part: a mode, whether the network is granted, the workspace, a private temporary
 //! directory that lives as long as the jail, and the child environment. Every process the
-//! orchestrator starts on someone's behalf is built by [`Jail::command`], so the rule of which
-//! processes are confined lives here and nowhere else. docs/security.md states the model.
+//! orchestrator starts on someone's behalf is started by [`Jail::spawn`] (in the jail's warm
+//! jail, one bubblewrap per jail whose supervisor starts each command inside it) or built by
+//! [`Jail::command`] (a bubblewrap of its own), so the rule of which processes are confined lives
+//! here and nowhere else. docs/security.md states the model.
 //!
 //! A jail whose policy grants the network still has a network namespace of its own; its way out is
 //! the proxy the daemon runs for it ([`proxy`]), reached through a bridge on the jail's loopback
@@ -18,10 +20,15 @@ pub mod bridge;
 mod bwrap;
 pub mod env;
 mod error;
+mod group;
 mod jail;
 mod orphans;
 mod probe;
+mod process;
 pub mod proxy;
+mod supervisor;
+mod warm;
+mod wire;
 
 pub use env::{EnvRule, is_secret_name};
 pub use error::{Error, Result};
@@ -29,6 +36,7 @@ pub use jail::{Confinement, Jail, sweep_stale_tmp};
 pub use orchestrator_types::SandboxMode;
 pub use orphans::{GroupLedger, Reaped, TrackedGroup};
 pub use probe::Availability;
+pub use process::{Group, Io, Process, Spawn};
 pub use proxy::{Connection, ConnectionLog, Protocol};
 
 use std::ffi::OsString;

@@ -4,12 +4,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly by design.
 
 mod network;
+mod warm;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use orchestrator_sandbox::{
-    Availability, Confinement, Jail, Sandbox, SandboxMode, SandboxSettings,
+    Availability, Confinement, Io, Jail, Sandbox, SandboxMode, SandboxSettings, Spawn,
 };
 
 struct World {
@@ -71,12 +72,57 @@ fn jail(sandbox: &Sandbox, w: &World, mode: SandboxMode, network: bool) -> Jail 
         .unwrap()
 }
 
-async fn sh(jail: &Jail, cwd: &Path, script: &str) -> Output {
-    jail.shell(script, cwd, false)
-        .unwrap()
-        .output()
+/// How a test's command is started: a bubblewrap of its own (`Jail::command`), or in the jail's
+/// warm jail (`Jail::spawn`). Every containment check runs both ways: a command the supervisor
+/// starts must be confined exactly as one started by a fresh bubblewrap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Cold,
+    Warm,
+}
+
+const WAYS: [Way; 2] = [Way::Cold, Way::Warm];
+
+async fn sh(way: Way, jail: &Jail, cwd: &Path, script: &str) -> Output {
+    match way {
+        Way::Cold => jail
+            .shell(script, cwd, false)
+            .unwrap()
+            .output()
+            .await
+            .unwrap(),
+        Way::Warm => warm_output(jail, Spawn::shell(script, cwd, false)).await,
+    }
+}
+
+/// Runs `spawn` through [`Jail::spawn`] with its output piped, and checks that a confined jail
+/// really started it in its warm jail.
+async fn warm_output(jail: &Jail, spawn: Spawn) -> Output {
+    use tokio::io::AsyncReadExt;
+    let mut process = jail
+        .spawn(spawn.stdout(Io::Piped).stderr(Io::Piped))
         .await
-        .unwrap()
+        .unwrap();
+    assert_eq!(
+        process.warm(),
+        jail.confined(),
+        "a confined jail starts its commands warm"
+    );
+    let mut out = process.stdout.take().unwrap();
+    let mut err = process.stderr.take().unwrap();
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let (a, b, status) = tokio::join!(
+        out.read_to_end(&mut stdout),
+        err.read_to_end(&mut stderr),
+        process.wait()
+    );
+    a.unwrap();
+    b.unwrap();
+    Output {
+        status: status.unwrap(),
+        stdout,
+        stderr,
+    }
 }
 
 fn text(out: &Output) -> String {
@@ -89,63 +135,73 @@ fn text(out: &Output) -> String {
 
 #[tokio::test]
 async fn workspace_write_writes_the_workspace_tmp_and_roots_only() {
-    let w = world();
-    let sb = sandbox(&w);
-    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
-    let script = format!(
-        "echo a > in-ws && echo b > \"$TMPDIR/t\" && echo c > {cache}/c && cat \"$TMPDIR/t\"; echo x > {out}/x; echo $? ; echo y > /etc/orchestrator-test; echo $?",
-        cache = w.cache.display(),
-        out = w.outside.display()
-    );
-    let out = sh(&j, &w.workspace, &script).await;
-    let said = text(&out);
-    assert_eq!(
-        std::fs::read_to_string(w.workspace.join("in-ws")).unwrap(),
-        "a\n"
-    );
-    assert_eq!(std::fs::read_to_string(w.cache.join("c")).unwrap(), "c\n");
-    assert!(!w.outside.join("x").exists(), "{said}");
-    assert!(!Path::new("/etc/orchestrator-test").exists());
-    assert!(said.contains("Read-only file system"), "{said}");
-    // The private /tmp is the jail's own directory on the host.
-    assert_eq!(
-        std::fs::read_to_string(j.tmp_dir().unwrap().join("t")).unwrap(),
-        "b\n"
-    );
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let w = world();
+        let sb = sandbox(&w);
+        let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+        let script = format!(
+            "echo a > in-ws && echo b > \"$TMPDIR/t\" && echo c > {cache}/c && cat \"$TMPDIR/t\"; echo x > {out}/x; echo $? ; echo y > /etc/orchestrator-test; echo $?",
+            cache = w.cache.display(),
+            out = w.outside.display()
+        );
+        let out = sh(way, &j, &w.workspace, &script).await;
+        let said = text(&out);
+        assert_eq!(
+            std::fs::read_to_string(w.workspace.join("in-ws")).unwrap(),
+            "a\n"
+        );
+        assert_eq!(std::fs::read_to_string(w.cache.join("c")).unwrap(), "c\n");
+        assert!(!w.outside.join("x").exists(), "{said}");
+        assert!(!Path::new("/etc/orchestrator-test").exists());
+        assert!(said.contains("Read-only file system"), "{said}");
+        // The private /tmp is the jail's own directory on the host.
+        assert_eq!(
+            std::fs::read_to_string(j.tmp_dir().unwrap().join("t")).unwrap(),
+            "b\n"
+        );
+    }
 }
 
 #[tokio::test]
 async fn the_home_is_hidden_and_cannot_be_uncovered() {
-    let w = world();
-    let sb = sandbox(&w);
-    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
-    let home = w.home.display();
-    let script = format!(
-        "cat {home}/api-token; ls -a {home}; umount {home}; cat {home}/api-token; unshare -Urm true; echo tried > {home}/planted; true"
-    );
-    let out = sh(&j, &w.workspace, &script).await;
-    let said = text(&out);
-    assert!(!said.contains("tok-4242-secret"), "{said}");
-    assert!(!said.contains("orchestrator.db"), "{said}");
-    assert!(!w.home.join("planted").exists());
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let w = world();
+        let sb = sandbox(&w);
+        let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+        let home = w.home.display();
+        let script = format!(
+            "cat {home}/api-token; ls -a {home}; umount {home}; cat {home}/api-token; unshare -Urm true; echo tried > {home}/planted; true"
+        );
+        let out = sh(way, &j, &w.workspace, &script).await;
+        let said = text(&out);
+        assert!(!said.contains("tok-4242-secret"), "{said}");
+        assert!(!said.contains("orchestrator.db"), "{said}");
+        assert!(!w.home.join("planted").exists());
+    }
 }
 
 #[tokio::test]
 async fn read_only_writes_nothing_but_its_tmp() {
-    let w = world();
-    let sb = sandbox(&w);
-    let j = jail(&sb, &w, SandboxMode::ReadOnly, false);
-    std::fs::write(w.workspace.join("README"), "hello").unwrap();
-    let out = sh(
-        &j,
-        &w.workspace,
-        "cat README; echo x > new; echo t > /tmp/t && cat /tmp/t",
-    )
-    .await;
-    let said = text(&out);
-    assert!(said.starts_with("hello"), "{said}");
-    assert!(said.contains("t\n"), "{said}");
-    assert!(!w.workspace.join("new").exists(), "{said}");
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let w = world();
+        let sb = sandbox(&w);
+        let j = jail(&sb, &w, SandboxMode::ReadOnly, false);
+        std::fs::write(w.workspace.join("README"), "hello").unwrap();
+        let out = sh(
+            way,
+            &j,
+            &w.workspace,
+            "cat README; echo x > new; echo t > /tmp/t && cat /tmp/t",
+        )
+        .await;
+        let said = text(&out);
+        assert!(said.starts_with("hello"), "{said}");
+        assert!(said.contains("t\n"), "{said}");
+        assert!(!w.workspace.join("new").exists(), "{said}");
+    }
 }
 
 /// A real `git status` run by a person in `dir`, after the agent's commands; true when it ran
@@ -161,128 +217,142 @@ fn persons_git_status_runs_planted_command(dir: &Path, marker_dir: &Path) -> boo
 
 #[tokio::test]
 async fn the_whole_git_directory_is_read_only_and_cannot_be_replaced() {
-    let w = world();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(&w.workspace)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
-    git(&["init", "-q"]);
-    std::fs::write(w.workspace.join("a.txt"), "a\n").unwrap();
-    let config_before = std::fs::read_to_string(w.workspace.join(".git/config")).unwrap();
-    let sb = sandbox(&w);
-    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
-    let marker = w.workspace.display().to_string();
-    let evil_config = format!(
-        "[core]\\n\\tfsmonitor = \\\"touch {marker}/PWNED\\\"\\n\\trepositoryformatversion = 0\\n"
-    );
-    // Every way the review found: the config, a hook, a planted commondir, and renaming or
-    // removing .git to put another in its place.
-    let attacks = [
-        format!("printf '{evil_config}' >> .git/config"),
-        "echo 'touch PWNED' > .git/hooks/post-index-change; chmod +x .git/hooks/post-index-change"
-            .to_owned(),
-        format!(
-            "mkdir -p evil && printf '{evil_config}' > evil/config && echo \"$PWD/evil\" > .git/commondir"
-        ),
-        format!(
-            "mv .git .git-old && mkdir -p .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD && printf '{evil_config}' > .git/config"
-        ),
-        format!(
-            "rm -rf .git; mkdir -p .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD && printf '{evil_config}' > .git/config"
-        ),
-    ];
-    for attack in &attacks {
-        let out = sh(&j, &w.workspace, attack).await;
-        assert!(
-            !out.status.success(),
-            "`{attack}` should have been refused: {}",
-            text(&out)
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let w = world();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(args)
+                .current_dir(&w.workspace)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        git(&["init", "-q"]);
+        std::fs::write(w.workspace.join("a.txt"), "a\n").unwrap();
+        let config_before = std::fs::read_to_string(w.workspace.join(".git/config")).unwrap();
+        let sb = sandbox(&w);
+        let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+        let marker = w.workspace.display().to_string();
+        let evil_config = format!(
+            "[core]\\n\\tfsmonitor = \\\"touch {marker}/PWNED\\\"\\n\\trepositoryformatversion = 0\\n"
         );
+        // Every way the review found: the config, a hook, a planted commondir, and renaming or
+        // removing .git to put another in its place.
+        let attacks = [
+            format!("printf '{evil_config}' >> .git/config"),
+            "echo 'touch PWNED' > .git/hooks/post-index-change; chmod +x .git/hooks/post-index-change"
+                .to_owned(),
+            format!(
+                "mkdir -p evil && printf '{evil_config}' > evil/config && echo \"$PWD/evil\" > .git/commondir"
+            ),
+            format!(
+                "mv .git .git-old && mkdir -p .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD && printf '{evil_config}' > .git/config"
+            ),
+            format!(
+                "rm -rf .git; mkdir -p .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD && printf '{evil_config}' > .git/config"
+            ),
+        ];
+        for attack in &attacks {
+            let out = sh(way, &j, &w.workspace, attack).await;
+            assert!(
+                !out.status.success(),
+                "`{attack}` should have been refused: {}",
+                text(&out)
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(w.workspace.join(".git/config")).unwrap(),
+            config_before
+        );
+        assert!(!w.workspace.join(".git/commondir").exists());
+        assert!(!w.workspace.join(".git-old").exists());
+        assert!(!w.workspace.join(".git/hooks/post-index-change").exists());
+        assert!(!persons_git_status_runs_planted_command(
+            &w.workspace,
+            &w.workspace
+        ));
+        // The workspace itself stays writable.
+        let out = sh(way, &j, &w.workspace, "echo b > b.txt").await;
+        assert!(out.status.success(), "{}", text(&out));
     }
-    assert_eq!(
-        std::fs::read_to_string(w.workspace.join(".git/config")).unwrap(),
-        config_before
-    );
-    assert!(!w.workspace.join(".git/commondir").exists());
-    assert!(!w.workspace.join(".git-old").exists());
-    assert!(!w.workspace.join(".git/hooks/post-index-change").exists());
-    assert!(!persons_git_status_runs_planted_command(
-        &w.workspace,
-        &w.workspace
-    ));
-    // The workspace itself stays writable.
-    let out = sh(&j, &w.workspace, "echo b > b.txt").await;
-    assert!(out.status.success(), "{}", text(&out));
 }
 
 #[tokio::test]
 async fn a_workspace_without_git_cannot_be_given_one() {
-    let w = world();
-    let sb = sandbox(&w);
-    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
-    let marker = w.workspace.display().to_string();
-    let out = sh(
-        &j,
-        &w.workspace,
-        &format!("git init -q . && git config core.fsmonitor 'touch {marker}/PWNED'"),
-    )
-    .await;
-    assert!(!out.status.success(), "{}", text(&out));
-    assert!(!persons_git_status_runs_planted_command(
-        &w.workspace,
-        &w.workspace
-    ));
-    let git = w.workspace.join(".git");
-    assert!(
-        std::fs::read_dir(&git).map_or(true, |mut d| d.next().is_none()),
-        "at most an empty .git is left"
-    );
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let w = world();
+        let sb = sandbox(&w);
+        let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+        let marker = w.workspace.display().to_string();
+        let out = sh(
+            way,
+            &j,
+            &w.workspace,
+            &format!("git init -q . && git config core.fsmonitor 'touch {marker}/PWNED'"),
+        )
+        .await;
+        assert!(!out.status.success(), "{}", text(&out));
+        assert!(!persons_git_status_runs_planted_command(
+            &w.workspace,
+            &w.workspace
+        ));
+        let git = w.workspace.join(".git");
+        assert!(
+            std::fs::read_dir(&git).map_or(true, |mut d| d.next().is_none()),
+            "at most an empty .git is left"
+        );
+    }
 }
 
 #[tokio::test]
 async fn the_hosts_network_is_out_of_reach_granted_or_not() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let w = world();
-    let sb = sandbox(&w);
-    let probe = format!(
-        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=5); print(\"connected\")'"
-    );
-    for network in [false, true] {
-        let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, network);
-        let said = text(&sh(&j, &w.workspace, &probe).await);
-        assert!(
-            !said.contains("connected"),
-            "network {network}: a direct connection to the host's loopback: {said}"
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let w = world();
+        let sb = sandbox(&w);
+        let probe = format!(
+            "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=5); print(\"connected\")'"
         );
+        for network in [false, true] {
+            let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, network);
+            let said = text(&sh(way, &j, &w.workspace, &probe).await);
+            assert!(
+                !said.contains("connected"),
+                "network {network}: a direct connection to the host's loopback: {said}"
+            );
+        }
     }
 }
 
 #[tokio::test]
 async fn processes_see_no_secrets_and_not_the_daemon() {
-    let w = world();
-    let sb = sandbox(&w);
-    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
-    // The test process stands in for the daemon: its environment is what a leak would show.
-    let daemon_pid = std::process::id();
-    let out = sh(
-        &j,
-        &w.workspace,
-        &format!("env; cat /proc/{daemon_pid}/environ; ls /proc | grep -c '^[0-9]'"),
-    )
-    .await;
-    let said = text(&out);
-    for (name, _) in std::env::vars() {
-        if orchestrator_sandbox::is_secret_name(&name, &[]) {
-            assert!(!said.contains(&format!("{name}=")), "{name} leaked: {said}");
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let w = world();
+        let sb = sandbox(&w);
+        let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+        // The test process stands in for the daemon: its environment is what a leak would show.
+        let daemon_pid = std::process::id();
+        let out = sh(
+            way,
+            &j,
+            &w.workspace,
+            &format!("env; cat /proc/{daemon_pid}/environ; ls /proc | grep -c '^[0-9]'"),
+        )
+        .await;
+        let said = text(&out);
+        for (name, _) in std::env::vars() {
+            if orchestrator_sandbox::is_secret_name(&name, &[]) {
+                assert!(!said.contains(&format!("{name}=")), "{name} leaked: {said}");
+            }
         }
+        assert!(said.contains("TMPDIR=/tmp"), "{said}");
+        assert!(said.contains("PATH="), "{said}");
     }
-    assert!(said.contains("TMPDIR=/tmp"), "{said}");
-    assert!(said.contains("PATH="), "{said}");
 }
 
 #[tokio::test]
@@ -321,47 +391,54 @@ async fn killing_the_group_ends_everything_inside() {
 
 #[tokio::test]
 async fn full_mode_is_unconfined_but_still_scrubbed() {
-    let w = world();
-    let sb = sandbox(&w);
-    let j = jail(&sb, &w, SandboxMode::Full, false);
-    let out = sh(
-        &j,
-        &w.workspace,
-        &format!("cat {}/api-token; echo; env", w.home.display()),
-    )
-    .await;
-    let said = text(&out);
-    assert!(
-        said.contains("tok-4242-secret"),
-        "full mode reads what the user can: {said}"
-    );
-    assert!(!said.contains("ORCHESTRATOR_"), "{said}");
-    assert!(!j.confined());
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let w = world();
+        let sb = sandbox(&w);
+        let j = jail(&sb, &w, SandboxMode::Full, false);
+        let out = sh(
+            way,
+            &j,
+            &w.workspace,
+            &format!("cat {}/api-token; echo; env", w.home.display()),
+        )
+        .await;
+        let said = text(&out);
+        assert!(
+            said.contains("tok-4242-secret"),
+            "full mode reads what the user can: {said}"
+        );
+        assert!(!said.contains("ORCHESTRATOR_"), "{said}");
+        assert!(!j.confined());
+    }
 }
 
 #[tokio::test]
 async fn without_bubblewrap_commands_are_refused_unless_allowed() {
-    let w = world();
-    let mut settings = SandboxSettings::hiding(&w.home);
-    settings.bwrap = Some(PathBuf::from("/nonexistent/bwrap"));
-    let missing = Sandbox::new(settings.clone());
-    let j = jail(&missing, &w, SandboxMode::WorkspaceWrite, false);
-    let err = j
-        .shell("true", &w.workspace, false)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("allow_unsandboxed"), "{err}");
-    assert!(err.contains("workspace_write"), "{err}");
-    // Full mode needs no sandbox, so it still runs.
-    let full = jail(&missing, &w, SandboxMode::Full, false);
-    assert!(full.shell("true", &w.workspace, false).is_ok());
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let w = world();
+        let mut settings = SandboxSettings::hiding(&w.home);
+        settings.bwrap = Some(PathBuf::from("/nonexistent/bwrap"));
+        let missing = Sandbox::new(settings.clone());
+        let j = jail(&missing, &w, SandboxMode::WorkspaceWrite, false);
+        let err = j
+            .shell("true", &w.workspace, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("allow_unsandboxed"), "{err}");
+        assert!(err.contains("workspace_write"), "{err}");
+        // Full mode needs no sandbox, so it still runs.
+        let full = jail(&missing, &w, SandboxMode::Full, false);
+        assert!(full.shell("true", &w.workspace, false).is_ok());
 
-    settings.allow_unsandboxed = true;
-    let allowed = Sandbox::new(settings);
-    let j = jail(&allowed, &w, SandboxMode::WorkspaceWrite, false);
-    let out = sh(&j, &w.workspace, "echo ran").await;
-    assert_eq!(text(&out), "ran\n");
-    assert!(allowed.describe().contains("UNCONFINED"));
+        settings.allow_unsandboxed = true;
+        let allowed = Sandbox::new(settings);
+        let j = jail(&allowed, &w, SandboxMode::WorkspaceWrite, false);
+        let out = sh(way, &j, &w.workspace, "echo ran").await;
+        assert_eq!(text(&out), "ran\n");
+        assert!(allowed.describe().contains("UNCONFINED"));
+    }
 }
 
 /// A tiny Rust crate, Python project and npm package with one passing test each, in the
@@ -394,146 +471,157 @@ fn projects(w: &World) {
 async fn cargo_test_pytest_and_npm_test_work_for_agents_and_for_a_persons_gates() {
     orchestrator_test_support::require(orchestrator_test_support::Program::Pytest);
     orchestrator_test_support::require(orchestrator_test_support::Program::Npm);
-    let w = world();
-    projects(&w);
-    let sb = sandbox(&w);
-    let agent = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
-    let person = sb.person_gate_jail(&w.workspace, &[]).unwrap();
-    for (who, j) in [("agent", &agent), ("person", &person)] {
-        for command in [
-            "cargo test --offline -q",
-            "python3 -m pytest -q -p no:cacheprovider test_tiny.py",
-            "npm test --silent",
-        ] {
-            let out = sh(j, &w.workspace, command).await;
-            assert!(
-                out.status.success(),
-                "{who}: `{command}` failed: {}",
-                text(&out)
-            );
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let w = world();
+        projects(&w);
+        let sb = sandbox(&w);
+        let agent = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+        let person = sb.person_gate_jail(&w.workspace, &[]).unwrap();
+        for (who, j) in [("agent", &agent), ("person", &person)] {
+            for command in [
+                "cargo test --offline -q",
+                "python3 -m pytest -q -p no:cacheprovider test_tiny.py",
+                "npm test --silent",
+            ] {
+                let out = sh(way, j, &w.workspace, command).await;
+                assert!(
+                    out.status.success(),
+                    "{who}: `{command}` failed: {}",
+                    text(&out)
+                );
+            }
         }
     }
 }
 
 #[tokio::test]
 async fn the_home_is_hidden_but_for_its_toolchains() {
-    let w = world();
-    let home = w.outside.join("user");
-    let files = [
-        (".pgpass", "pg-secret"),
-        (".config/git/credentials", "git-secret"),
-        (".claude/.credentials.json", "claude-secret"),
-        (".Xauthority", "x-secret"),
-        (".cargo/credentials.toml", "cargo-secret"),
-        (".cargo/bin/tool", "toolchain-ok"),
-    ];
-    for (rel, content) in files {
-        let path = home.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, content).unwrap();
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let w = world();
+        let home = w.outside.join("user");
+        let files = [
+            (".pgpass", "pg-secret"),
+            (".config/git/credentials", "git-secret"),
+            (".claude/.credentials.json", "claude-secret"),
+            (".Xauthority", "x-secret"),
+            (".cargo/credentials.toml", "cargo-secret"),
+            (".cargo/bin/tool", "toolchain-ok"),
+        ];
+        for (rel, content) in files {
+            let path = home.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, content).unwrap();
+        }
+        let workspace = home.join("src/app");
+        std::fs::create_dir_all(&workspace).unwrap();
+        let mut settings = SandboxSettings::hiding(&w.home);
+        settings.hidden.push(home.join(".cargo/credentials.toml"));
+        settings.home = Some(home.clone());
+        settings.home_visible = vec![home.join(".cargo"), home.join(".absent")];
+        let sb = Sandbox::new(settings);
+        let j = sb
+            .agent_jail(Confinement {
+                mode: SandboxMode::WorkspaceWrite,
+                network: false,
+                workspace: workspace.clone(),
+                env: vec![],
+                secrets: vec![],
+                label: "home".into(),
+                network_hosts: vec![],
+                connections: None,
+            })
+            .unwrap();
+        let script = files
+            .iter()
+            .map(|(rel, _)| format!("cat {}/{rel} 2>/dev/null; echo", home.display()))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let out = sh(
+            way,
+            &j,
+            &workspace,
+            &format!(
+                "{script}; echo made > here.txt; touch {}/planted",
+                home.display()
+            ),
+        )
+        .await;
+        let said = text(&out);
+        for (_, content) in &files[..5] {
+            assert!(!said.contains(content), "{content} was readable: {said}");
+        }
+        assert!(
+            said.contains("toolchain-ok"),
+            "the toolchain stays readable: {said}"
+        );
+        assert!(
+            workspace.join("here.txt").exists(),
+            "the workspace below the home stays writable"
+        );
+        assert!(
+            !home.join("planted").exists(),
+            "nothing is written into the home"
+        );
+        // A person's gate is confined the same way by default.
+        let gate = sb.person_gate_jail(&workspace, &[]).unwrap();
+        assert!(
+            gate.confined(),
+            "a person's gates run in the sandbox by default"
+        );
+        let out = sh(
+            way,
+            &gate,
+            &workspace,
+            &format!(
+                "cat {}/.pgpass; cat {}/api-token; echo gate > g.txt",
+                home.display(),
+                w.home.display()
+            ),
+        )
+        .await;
+        let said = text(&out);
+        assert!(
+            !said.contains("pg-secret") && !said.contains("tok-4242"),
+            "{said}"
+        );
+        assert!(workspace.join("g.txt").exists(), "{said}");
     }
-    let workspace = home.join("src/app");
-    std::fs::create_dir_all(&workspace).unwrap();
-    let mut settings = SandboxSettings::hiding(&w.home);
-    settings.hidden.push(home.join(".cargo/credentials.toml"));
-    settings.home = Some(home.clone());
-    settings.home_visible = vec![home.join(".cargo"), home.join(".absent")];
-    let sb = Sandbox::new(settings);
-    let j = sb
-        .agent_jail(Confinement {
-            mode: SandboxMode::WorkspaceWrite,
-            network: false,
-            workspace: workspace.clone(),
-            env: vec![],
-            secrets: vec![],
-            label: "home".into(),
-            network_hosts: vec![],
-            connections: None,
-        })
-        .unwrap();
-    let script = files
-        .iter()
-        .map(|(rel, _)| format!("cat {}/{rel} 2>/dev/null; echo", home.display()))
-        .collect::<Vec<_>>()
-        .join("; ");
-    let out = sh(
-        &j,
-        &workspace,
-        &format!(
-            "{script}; echo made > here.txt; touch {}/planted",
-            home.display()
-        ),
-    )
-    .await;
-    let said = text(&out);
-    for (_, content) in &files[..5] {
-        assert!(!said.contains(content), "{content} was readable: {said}");
-    }
-    assert!(
-        said.contains("toolchain-ok"),
-        "the toolchain stays readable: {said}"
-    );
-    assert!(
-        workspace.join("here.txt").exists(),
-        "the workspace below the home stays writable"
-    );
-    assert!(
-        !home.join("planted").exists(),
-        "nothing is written into the home"
-    );
-    // A person's gate is confined the same way by default.
-    let gate = sb.person_gate_jail(&workspace, &[]).unwrap();
-    assert!(
-        gate.confined(),
-        "a person's gates run in the sandbox by default"
-    );
-    let out = sh(
-        &gate,
-        &workspace,
-        &format!(
-            "cat {}/.pgpass; cat {}/api-token; echo gate > g.txt",
-            home.display(),
-            w.home.display()
-        ),
-    )
-    .await;
-    let said = text(&out);
-    assert!(
-        !said.contains("pg-secret") && !said.contains("tok-4242"),
-        "{said}"
-    );
-    assert!(workspace.join("g.txt").exists(), "{said}");
 }
 
 #[tokio::test]
 async fn a_persons_gate_cannot_read_what_the_agents_code_would_steal() {
-    // The agent wrote check.sh; the person's gate is `sh check.sh`: it runs confined, so the
-    // token is not in its output, and it writes nothing outside the workspace.
-    let w = world();
-    std::fs::write(
-        w.workspace.join("check.sh"),
-        format!(
-            "cat {}/api-token; echo pwned > {}/x; exit 0\n",
-            w.home.display(),
-            w.outside.display()
-        ),
-    )
-    .unwrap();
-    let sb = sandbox(&w);
-    let gate = sb.person_gate_jail(&w.workspace, &[]).unwrap();
-    let out = sh(&gate, &w.workspace, "sh check.sh").await;
-    let said = text(&out);
-    assert!(!said.contains("tok-4242"), "{said}");
-    assert!(!w.outside.join("x").exists());
-    assert!(
-        sb.describe()
-            .contains("a person's gates run in the workspace_write sandbox"),
-        "{}",
-        sb.describe()
-    );
-    let mut settings = SandboxSettings::hiding(&w.home);
-    settings.person_gates = SandboxMode::Full;
-    assert!(Sandbox::new(settings).describe().contains("UNSANDBOXED"));
+    for way in WAYS {
+        eprintln!("{way:?}");
+        // The agent wrote check.sh; the person's gate is `sh check.sh`: it runs confined, so the
+        // token is not in its output, and it writes nothing outside the workspace.
+        let w = world();
+        std::fs::write(
+            w.workspace.join("check.sh"),
+            format!(
+                "cat {}/api-token; echo pwned > {}/x; exit 0\n",
+                w.home.display(),
+                w.outside.display()
+            ),
+        )
+        .unwrap();
+        let sb = sandbox(&w);
+        let gate = sb.person_gate_jail(&w.workspace, &[]).unwrap();
+        let out = sh(way, &gate, &w.workspace, "sh check.sh").await;
+        let said = text(&out);
+        assert!(!said.contains("tok-4242"), "{said}");
+        assert!(!w.outside.join("x").exists());
+        assert!(
+            sb.describe()
+                .contains("a person's gates run in the workspace_write sandbox"),
+            "{}",
+            sb.describe()
+        );
+        let mut settings = SandboxSettings::hiding(&w.home);
+        settings.person_gates = SandboxMode::Full;
+        assert!(Sandbox::new(settings).describe().contains("UNSANDBOXED"));
+    }
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use orchestrator_sandbox::{Confinement, Connection, ConnectionLog, Jail, Sandbox, SandboxMode};
 
-use super::{World, sandbox, sh, text, world};
+use super::{WAYS, World, sandbox, sh, text, world};
 
 /// A one-page HTTP server on the host's loopback, answering `hello from the host` to everything.
 fn host_server() -> u16 {
@@ -80,108 +80,119 @@ fn curl(extra: &str, url: &str) -> String {
 
 #[tokio::test]
 async fn a_listed_host_is_reached_through_the_proxy_and_an_unlisted_one_is_refused() {
-    let port = host_server();
-    let w = world();
-    let sb = sandbox(&w);
-    let url = format!("http://127.0.0.1:{port}/page");
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let port = host_server();
+        let w = world();
+        let sb = sandbox(&w);
+        let url = format!("http://127.0.0.1:{port}/page");
 
-    let (listed, log) = net_jail(&sb, &w, &[format!("127.0.0.1:{port}")]);
-    // Forwarded as an absolute-URI request, then tunnelled with CONNECT (-p), as https would be.
-    for extra in ["", "-p"] {
-        let said = text(&sh(&listed, &w.workspace, &curl(extra, &url)).await);
-        assert!(
-            said.contains("hello from the host") && said.contains("exit=0"),
-            "curl {extra}: {said}"
-        );
-    }
-    let seen = reported(&log, 2).await;
-    assert_eq!(seen.len(), 2, "{seen:?}");
-    for c in &seen {
-        assert!(c.allowed && c.reason.is_none(), "{c:?}");
-        assert_eq!((c.host.as_str(), c.port), ("127.0.0.1", port));
-        assert_eq!(c.address, Some(SocketAddr::from(([127, 0, 0, 1], port))));
-        assert!(c.bytes_down > 0, "{c:?}");
-    }
+        let (listed, log) = net_jail(&sb, &w, &[format!("127.0.0.1:{port}")]);
+        // Forwarded as an absolute-URI request, then tunnelled with CONNECT (-p), as https would be.
+        for extra in ["", "-p"] {
+            let said = text(&sh(way, &listed, &w.workspace, &curl(extra, &url)).await);
+            assert!(
+                said.contains("hello from the host") && said.contains("exit=0"),
+                "curl {extra}: {said}"
+            );
+        }
+        let seen = reported(&log, 2).await;
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        for c in &seen {
+            assert!(c.allowed && c.reason.is_none(), "{c:?}");
+            assert_eq!((c.host.as_str(), c.port), ("127.0.0.1", port));
+            assert_eq!(c.address, Some(SocketAddr::from(([127, 0, 0, 1], port))));
+            assert!(c.bytes_down > 0, "{c:?}");
+        }
 
-    let (unlisted, log) = net_jail(&sb, &w, &[]);
-    let said = text(&sh(&unlisted, &w.workspace, &curl("-i", &url)).await);
-    assert!(said.contains("403"), "{said}");
-    assert!(said.contains("network_hosts"), "{said}");
-    assert!(!said.contains("hello from the host"), "{said}");
-    let said = text(&sh(&unlisted, &w.workspace, &curl("-p", &url)).await);
-    assert!(!said.contains("hello from the host"), "{said}");
-    assert!(!said.contains("exit=0"), "{said}");
-    let seen = reported(&log, 2).await;
-    assert_eq!(seen.len(), 2, "{seen:?}");
-    for c in &seen {
-        assert!(!c.allowed, "{c:?}");
-        assert!(
-            c.reason.as_deref().unwrap_or("").contains("loopback"),
-            "{c:?}"
-        );
-    }
-    // Other spellings of the same place are refused too.
-    for other in [
-        format!("http://localhost:{port}/"),
-        format!("http://[::ffff:127.0.0.1]:{port}/"),
-        "http://169.254.169.254/latest/meta-data/".to_owned(),
-        "http://metadata.google.internal/".to_owned(),
-    ] {
-        let said = text(&sh(&unlisted, &w.workspace, &curl("-i", &other)).await);
-        assert!(said.contains("403"), "{other}: {said}");
+        let (unlisted, log) = net_jail(&sb, &w, &[]);
+        let said = text(&sh(way, &unlisted, &w.workspace, &curl("-i", &url)).await);
+        assert!(said.contains("403"), "{said}");
+        assert!(said.contains("network_hosts"), "{said}");
+        assert!(!said.contains("hello from the host"), "{said}");
+        let said = text(&sh(way, &unlisted, &w.workspace, &curl("-p", &url)).await);
+        assert!(!said.contains("hello from the host"), "{said}");
+        assert!(!said.contains("exit=0"), "{said}");
+        let seen = reported(&log, 2).await;
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        for c in &seen {
+            assert!(!c.allowed, "{c:?}");
+            assert!(
+                c.reason.as_deref().unwrap_or("").contains("loopback"),
+                "{c:?}"
+            );
+        }
+        // Other spellings of the same place are refused too.
+        for other in [
+            format!("http://localhost:{port}/"),
+            format!("http://[::ffff:127.0.0.1]:{port}/"),
+            "http://169.254.169.254/latest/meta-data/".to_owned(),
+            "http://metadata.google.internal/".to_owned(),
+        ] {
+            let said = text(&sh(way, &unlisted, &w.workspace, &curl("-i", &other)).await);
+            assert!(said.contains("403"), "{other}: {said}");
+        }
     }
 }
 
 #[tokio::test]
 async fn an_interrupt_for_the_program_leaves_the_bridge_running() {
-    let port = host_server();
-    let w = world();
-    let sb = sandbox(&w);
-    let (j, _log) = net_jail(&sb, &w, &[format!("127.0.0.1:{port}")]);
-    // What a terminal session's interrupt does: SIGINT to every process of the jail (here from
-    // inside: all but the shell itself and the jail's init).
-    let script = format!(
-        "kill -INT -1; kill -QUIT -1; kill -HUP -1; sleep 0.2; {}",
-        curl("", &format!("http://127.0.0.1:{port}/"))
-    );
-    let said = text(&sh(&j, &w.workspace, &script).await);
-    assert!(said.contains("hello from the host"), "{said}");
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let port = host_server();
+        let w = world();
+        let sb = sandbox(&w);
+        let (j, _log) = net_jail(&sb, &w, &[format!("127.0.0.1:{port}")]);
+        // What a terminal session's interrupt does: SIGINT to every process of the jail (here from
+        // inside: all but the shell itself and the jail's init).
+        let script = format!(
+            "kill -INT -1; kill -QUIT -1; kill -HUP -1; sleep 0.2; {}",
+            curl("", &format!("http://127.0.0.1:{port}/"))
+        );
+        let said = text(&sh(way, &j, &w.workspace, &script).await);
+        assert!(said.contains("hello from the host"), "{said}");
+    }
 }
 
 #[tokio::test]
 async fn a_listed_name_is_resolved_by_the_proxy() {
-    let port = host_server();
-    let w = world();
-    let sb = sandbox(&w);
-    // `localhost` resolves through the host's /etc/hosts, outside the jail, where the proxy
-    // resolves every name; the jail itself has no resolver that reaches anything.
-    let (j, log) = net_jail(&sb, &w, &[format!("localhost:{port}")]);
-    let said = text(
-        &sh(
-            &j,
-            &w.workspace,
-            &curl("-p", &format!("http://localhost:{port}/")),
-        )
-        .await,
-    );
-    assert!(said.contains("hello from the host"), "{said}");
-    let seen = reported(&log, 1).await;
-    assert!(seen[0].allowed, "{seen:?}");
-    assert_eq!(seen[0].host, "localhost");
-    assert!(
-        seen[0].address.is_some_and(|a| a.ip().is_loopback()),
-        "{seen:?}"
-    );
-    // The list names the name, not every spelling of its address.
-    let said = text(
-        &sh(
-            &j,
-            &w.workspace,
-            &curl("-i", &format!("http://127.0.0.1:{port}/")),
-        )
-        .await,
-    );
-    assert!(said.contains("403"), "{said}");
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let port = host_server();
+        let w = world();
+        let sb = sandbox(&w);
+        // `localhost` resolves through the host's /etc/hosts, outside the jail, where the proxy
+        // resolves every name; the jail itself has no resolver that reaches anything.
+        let (j, log) = net_jail(&sb, &w, &[format!("localhost:{port}")]);
+        let said = text(
+            &sh(
+                way,
+                &j,
+                &w.workspace,
+                &curl("-p", &format!("http://localhost:{port}/")),
+            )
+            .await,
+        );
+        assert!(said.contains("hello from the host"), "{said}");
+        let seen = reported(&log, 1).await;
+        assert!(seen[0].allowed, "{seen:?}");
+        assert_eq!(seen[0].host, "localhost");
+        assert!(
+            seen[0].address.is_some_and(|a| a.ip().is_loopback()),
+            "{seen:?}"
+        );
+        // The list names the name, not every spelling of its address.
+        let said = text(
+            &sh(
+                way,
+                &j,
+                &w.workspace,
+                &curl("-i", &format!("http://127.0.0.1:{port}/")),
+            )
+            .await,
+        );
+        assert!(said.contains("403"), "{said}");
+    }
 }
 
 #[tokio::test]
@@ -224,24 +235,33 @@ async fn what_a_jail_listens_on_is_not_reachable_from_the_host() {
 
 #[tokio::test]
 async fn the_programs_exit_status_and_environment_pass_through_the_bridge() {
-    let w = world();
-    let sb = sandbox(&w);
-    let (j, _log) = net_jail(&sb, &w, &[]);
-    let out = sh(&j, &w.workspace, "echo \"$HTTPS_PROXY $ALL_PROXY\"; exit 7").await;
-    assert_eq!(out.status.code(), Some(7), "{}", text(&out));
-    assert_eq!(
-        text(&out),
-        "http://127.0.0.1:3128 socks5h://127.0.0.1:1080\n"
-    );
-    assert!(j.limits_note().unwrap().contains("proxy"));
-    // A program that is not there fails as a shell says so, not as a bridge failure.
-    let out = j
-        .command("/nonexistent/program", ["x"], &w.workspace)
-        .unwrap()
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(out.status.code(), Some(127), "{}", text(&out));
+    for way in WAYS {
+        eprintln!("{way:?}");
+        let w = world();
+        let sb = sandbox(&w);
+        let (j, _log) = net_jail(&sb, &w, &[]);
+        let out = sh(
+            way,
+            &j,
+            &w.workspace,
+            "echo \"$HTTPS_PROXY $ALL_PROXY\"; exit 7",
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(7), "{}", text(&out));
+        assert_eq!(
+            text(&out),
+            "http://127.0.0.1:3128 socks5h://127.0.0.1:1080\n"
+        );
+        assert!(j.limits_note().unwrap().contains("proxy"));
+        // A program that is not there fails as a shell says so, not as a bridge failure.
+        let out = j
+            .command("/nonexistent/program", ["x"], &w.workspace)
+            .unwrap()
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(127), "{}", text(&out));
+    }
 }
 
 /// A SOCKS5 exchange on the proxy's socket: greeting, then CONNECT to `address` (already encoded

@@ -235,22 +235,25 @@ async fn run_checker(
     let neutral = Path::new("/");
     let mut argv: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
     argv.push(abs.as_os_str().to_owned());
-    let mut command = ctx.jail().command(program, &argv, neutral).ok()?;
-    command
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    let child = command.spawn().ok()?;
-    let output = tokio::time::timeout(FAST_TIMEOUT, child.wait_with_output())
-        .await
-        .ok()?
-        .ok()?;
+    // Started in the session's warm jail (after every edit, so its start-up counts); a check
+    // that runs out of time is dropped, which kills its process group.
+    let spawn = orchestrator_sandbox::Spawn::new(program, &argv, neutral)
+        .stderr(orchestrator_sandbox::Io::Piped);
+    let mut child = ctx.jail().spawn(spawn).await.ok()?;
+    let mut stderr = child.stderr.take()?;
+    let run = async {
+        use tokio::io::AsyncReadExt;
+        let mut said = Vec::new();
+        let (read, status) = tokio::join!(stderr.read_to_end(&mut said), child.wait());
+        read.ok()?;
+        Some((status.ok()?, said))
+    };
+    let (status, said) = tokio::time::timeout(FAST_TIMEOUT, run).await.ok()??;
     let name = program.to_owned();
-    if output.status.success() {
+    if status.success() {
         return Some((name, Vec::new()));
     }
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&said);
     Some((name, checker_errors(&stderr, abs)))
 }
 

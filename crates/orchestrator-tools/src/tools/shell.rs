@@ -5,11 +5,12 @@
 //! is merged (stdout and stderr in arrival order, as in a terminal) and held in bounded buffers: a
 //! foreground command keeps its first and last [`FG_KEEP`] bytes, a background job a ring of its last
 //! [`JOB_BUFFER`] bytes, whatever the command prints. Jobs belong to the [`ToolContext`] that started
-//! them and die with it. Every command is built by the context's jail, so it runs in the session's
-//! sandbox with an environment that holds none of the daemon's secrets.
+//! them and die with it. Every command is started by the context's jail ([`Jail::spawn`]), so it
+//! runs in the session's sandbox (its warm jail, when confined) with an environment that holds
+//! none of the daemon's secrets, and its group is signalled through the jail's [`Group`]
+//! wherever it lives.
 
 use std::collections::{HashMap, VecDeque};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,7 +20,8 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use orchestrator_sandbox::Jail;
+use nix::sys::signal::Signal;
+use orchestrator_sandbox::{Group, Io, Jail, Process, Spawn};
 
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
@@ -271,57 +273,41 @@ where
     })
 }
 
-/// Kills a foreground command's process group when the call is dropped before the command ended.
-struct GroupGuard {
-    pgid: i32,
-    armed: bool,
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            signal_group(self.pgid, nix::sys::signal::Signal::SIGKILL);
-        }
-    }
-}
-
-/// Sends `signal` to the process group `pgid`.
-pub(super) fn signal_group(pgid: i32, signal: nix::sys::signal::Signal) {
-    if pgid > 0 {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), signal);
-    }
-}
-
-fn group_alive(pgid: i32) -> bool {
-    pgid > 0 && nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok()
-}
-
-pub(super) async fn terminate_group(pgid: i32) {
-    signal_group(pgid, nix::sys::signal::Signal::SIGTERM);
+/// Ends a command's process group: SIGTERM, up to [`KILL_GRACE`] for it to go, then SIGKILL.
+pub(super) async fn terminate_group(group: &Group) {
+    group.signal(Signal::SIGTERM);
     let deadline = Instant::now() + KILL_GRACE;
-    while group_alive(pgid) && Instant::now() < deadline {
+    while group.alive().await && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
+    group.signal(Signal::SIGKILL);
 }
 
-/// `bash -c command` in `cwd`, built by the session's jail (its sandbox, its environment, a process
-/// group of its own), with pagers and colours off because they are noise for a model.
-pub(super) fn shell_command(
-    jail: &Jail,
-    command: &str,
-    cwd: &std::path::Path,
-) -> Result<tokio::process::Command, crate::result::ToolFailure> {
-    let mut cmd = jail
-        .shell(command, cwd, true)
-        .map_err(|e| refuse(format!("exec_shell: {e}")))?;
-    cmd.env("PAGER", "cat")
+/// `bash -c command` in `cwd`, with pagers and colours off because they are noise for a model,
+/// and its stdout and stderr piped.
+pub(super) fn shell_spawn(command: &str, cwd: &std::path::Path) -> Spawn {
+    Spawn::shell(command, cwd, true)
+        .env("PAGER", "cat")
         .env("GIT_PAGER", "cat")
         .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    Ok(cmd)
+        .stdout(Io::Piped)
+        .stderr(Io::Piped)
+}
+
+/// Starts `spawn` in the session's jail (its sandbox, its environment, a process group of its
+/// own); `what` names it in the refusal when it cannot start.
+pub(super) async fn start_in(
+    jail: &Jail,
+    spawn: Spawn,
+    tool: &str,
+    what: &str,
+) -> Result<Process, crate::result::ToolFailure> {
+    jail.spawn(spawn).await.map_err(|e| match e {
+        orchestrator_sandbox::Error::Spawn(e) => {
+            refuse(format!("{tool}: could not start {what}: {e}"))
+        }
+        e => refuse(format!("{tool}: {e}")),
+    })
 }
 
 /// The sandbox's rules, appended to the result of a command that failed in it, so that the model
@@ -365,18 +351,13 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
             "exec_shell: timeout {timeout_secs} s is over the maximum of {MAX_TIMEOUT_SECS} s; for longer commands use background=true and exec_shell_wait"
         )));
     }
-    let mut cmd = shell_command(&ctx.jail, &args.command, &cwd.abs)?;
-    cmd.stdin(Stdio::null());
+    let spawn = shell_spawn(&args.command, &cwd.abs).stdin(Io::Null);
     let started = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| refuse(format!("exec_shell: could not start the shell: {e}")))?;
-    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    // Dropping this call (a cancel, a lost lease, a shutdown) must end the command's children too
-    // (cargo, npm, test binaries), not only the shell that `kill_on_drop` reaches.
-    let mut group = GroupGuard { pgid, armed: true };
-    // Written down until the call is over, for the next daemon if this one is killed first.
-    let _tracked = ctx.jail.track(pgid as u32);
+    // Dropping this call (a cancel, a lost lease, a shutdown) drops the process, which ends the
+    // command's children too (cargo, npm, test binaries), not only the shell; the jail writes
+    // the group down until then, for the next daemon if this one is killed first.
+    let mut child = start_in(&ctx.jail, spawn, "exec_shell", "the shell").await?;
+    let group = child.group();
     let out = Arc::new(Mutex::new(HeadTail::default()));
     let readers = [
         child.stdout.take().map(|s| pump(s, out.clone())),
@@ -391,7 +372,7 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
             )));
         }
         Err(_) => {
-            terminate_group(pgid).await;
+            terminate_group(&group).await;
             let status = child.wait().await.ok().map(|s| exit_info(s, started));
             (status, true)
         }
@@ -406,8 +387,7 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
         }
     };
     let _ = tokio::time::timeout(DRAIN_GRACE, drain).await;
-    signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
-    group.armed = false;
+    group.signal(Signal::SIGKILL);
     let text = out.lock().map(|o| o.render()).unwrap_or_default();
     let elapsed = started.elapsed().as_secs_f64();
     if timed_out {
@@ -449,15 +429,18 @@ pub(super) struct Job {
     pub(super) command: String,
     pub(super) cwd: String,
     pub(super) started: Instant,
+    /// The process group's id, as the jail that runs it sees it (for the model to read).
     pub(super) pgid: i32,
+    pub(super) group: Group,
+    /// Whether the job runs in the session's warm jail (its pids are the jail's, not the
+    /// daemon's).
+    pub(super) warm: bool,
     /// Where what is written goes: the job's stdin pipe, or its terminal. `None` once closed.
     pub(super) input: tokio::sync::Mutex<Option<Box<dyn AsyncWrite + Send + Unpin>>>,
     pub(super) output: Arc<Mutex<Ring>>,
     pub(super) status: watch::Receiver<Option<ExitInfo>>,
     /// Whether the job runs on a terminal of its own (pty_open) rather than pipes.
     pub(super) terminal: bool,
-    /// The group written down for the next daemon, as long as the job is known.
-    pub(super) _tracked: Option<orchestrator_sandbox::TrackedGroup>,
 }
 
 impl Job {
@@ -510,7 +493,7 @@ impl Drop for JobTable {
         if let Ok(jobs) = self.jobs.lock() {
             for job in jobs.values() {
                 if job.status.borrow().is_none() {
-                    signal_group(job.pgid, nix::sys::signal::Signal::SIGKILL);
+                    job.group.signal(Signal::SIGKILL);
                 }
             }
         }
@@ -523,11 +506,11 @@ pub(super) struct JobParts<'a> {
     pub(super) command: &'a str,
     pub(super) cwd: &'a str,
     pub(super) started: Instant,
-    pub(super) child: tokio::process::Child,
+    /// The started process, which also keeps its group written down for the next daemon.
+    pub(super) child: Process,
     pub(super) input: Option<Box<dyn AsyncWrite + Send + Unpin>>,
     pub(super) output: Arc<Mutex<Ring>>,
     pub(super) terminal: bool,
-    pub(super) tracked: Option<orchestrator_sandbox::TrackedGroup>,
 }
 
 impl JobTable {
@@ -557,9 +540,10 @@ impl JobTable {
             input,
             output,
             terminal,
-            tracked,
         } = parts;
-        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        let pgid = child.pgid();
+        let group = child.group();
+        let warm = child.warm();
         let (tx, rx) = watch::channel(None);
         tokio::spawn(async move {
             let info = match child.wait().await {
@@ -571,8 +555,8 @@ impl JobTable {
                 },
             };
             // The job is its process: what it left in its group ends with it, as a sandbox's pid
-            // namespace would end it (see `exec`).
-            signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
+            // namespace would end it (see `exec`); dropping the process does that.
+            drop(child);
             let _ = tx.send(Some(info));
         });
         let id = format!("{prefix}-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
@@ -582,11 +566,12 @@ impl JobTable {
             cwd: cwd.to_owned(),
             started,
             pgid,
+            group,
+            warm,
             input: tokio::sync::Mutex::new(input),
             output,
             status: rx,
             terminal,
-            _tracked: tracked,
         });
         if let Ok(mut jobs) = self.jobs.lock() {
             jobs.insert(id.clone(), job);
@@ -628,14 +613,10 @@ impl JobTable {
         cwd_rel: &str,
     ) -> ToolOutcome {
         self.check_room()?;
-        let mut cmd = shell_command(jail, command, cwd)?;
-        cmd.stdin(Stdio::piped());
+        let spawn = shell_spawn(command, cwd).stdin(Io::Piped);
         let started = Instant::now();
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| refuse(format!("exec_shell: could not start the shell: {e}")))?;
-        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-        let tracked = jail.track(pgid as u32);
+        let mut child = start_in(jail, spawn, "exec_shell", "the shell").await?;
+        let pgid = child.pgid();
         let output = Arc::new(Mutex::new(Ring::default()));
         if let Some(s) = child.stdout.take() {
             pump(s, output.clone());
@@ -656,7 +637,6 @@ impl JobTable {
             input,
             output,
             terminal: false,
-            tracked,
         });
         Ok(ToolResult::text(format!(
             "Started background job {id} (process group {pgid}) in {cwd_rel}: `{command}`. Use exec_shell_wait with {{\"job_id\": \"{id}\"}} for its output and status, exec_shell_interact to write to its stdin, exec_shell_cancel to stop it."
@@ -694,7 +674,7 @@ impl JobTable {
             .unwrap_or_default();
         for job in jobs {
             if job.status.borrow().is_none() {
-                terminate_group(job.pgid).await;
+                terminate_group(&job.group).await;
             }
         }
     }
@@ -758,7 +738,7 @@ async fn interact(args: InteractArgs, ctx: ToolContext) -> ToolOutcome {
 async fn cancel(args: CancelArgs, ctx: ToolContext) -> ToolOutcome {
     let job = ctx.jobs.get(&args.job_id)?;
     if job.status.borrow().is_none() {
-        terminate_group(job.pgid).await;
+        terminate_group(&job.group).await;
         wait_exit(&job, Duration::from_secs(5)).await;
     }
     Ok(job.report(take_output(&job)))

@@ -27,13 +27,15 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::shell::{
-    JobParts, MAX_TIMEOUT_SECS, Ring, shell_command, take_output, terminate_group, wait_exit,
+    JobParts, MAX_TIMEOUT_SECS, Ring, shell_spawn, start_in, take_output, terminate_group,
+    wait_exit,
 };
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
 use crate::registry::asynchronous;
 use crate::result::{ToolFailure, ToolOutcome, ToolResult, refuse};
+use orchestrator_sandbox::Io;
 
 /// The terminal's size: wide enough that ordinary output does not wrap.
 const ROWS: u16 = 50;
@@ -350,23 +352,18 @@ async fn open(args: OpenArgs, ctx: ToolContext) -> ToolOutcome {
     }
     ctx.jobs.check_room()?;
     let (master, slave) = new_terminal()?;
-    let mut cmd = shell_command(&ctx.jail, &args.command, &cwd.abs)?;
     let stdio = |fd: &OwnedFd| fd.try_clone().map_err(|e| io_refusal("pty_open", e));
-    cmd.env("TERM", "dumb")
+    let spawn = shell_spawn(&args.command, &cwd.abs)
+        .env("TERM", "dumb")
         .env("COLUMNS", COLUMNS.to_string())
         .env("LINES", ROWS.to_string())
-        .stdin(stdio(&slave)?)
-        .stdout(stdio(&slave)?)
-        .stderr(slave);
+        .stdin(Io::Fd(stdio(&slave)?))
+        .stdout(Io::Fd(stdio(&slave)?))
+        .stderr(Io::Fd(slave));
     let started = Instant::now();
-    let child = cmd
-        .spawn()
-        .map_err(|e| refuse(format!("pty_open: could not start the program: {e}")))?;
-    // The daemon's copies of the terminal's slave side close here, so that the master reads end
-    // of file once the program and everything it started are gone.
-    drop(cmd);
-    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    let tracked = ctx.jail.track(pgid as u32);
+    // The daemon's copies of the terminal's slave side are gone once the program started, so that
+    // the master reads end of file once the program and everything it started are gone.
+    let child = start_in(&ctx.jail, spawn, "pty_open", "the program").await?;
     let output = Arc::new(Mutex::new(Ring::default()));
     tokio::spawn(pump(master.clone(), output.clone()));
     let id = ctx.jobs.insert(JobParts {
@@ -378,7 +375,6 @@ async fn open(args: OpenArgs, ctx: ToolContext) -> ToolOutcome {
         input: Some(Box::new(MasterWriter(master))),
         output,
         terminal: true,
-        tracked,
     });
     let job = ctx.jobs.get(&id)?;
     settle(&job, args.wait_ms, args.until.as_deref()).await;
@@ -441,7 +437,12 @@ async fn write(args: WriteArgs, ctx: ToolContext) -> ToolOutcome {
         )));
     }
     if args.interrupt.unwrap_or(false) {
-        interrupt(job.pgid);
+        if job.warm {
+            // The program leads its group in the warm jail, as a terminal's foreground job.
+            job.group.signal(nix::sys::signal::Signal::SIGINT);
+        } else {
+            interrupt(job.pgid);
+        }
     }
     if let Some(input) = &args.input {
         let mut writer = job.input.lock().await;
@@ -493,7 +494,7 @@ async fn list(_args: ListArgs, ctx: ToolContext) -> ToolOutcome {
 async fn kill(args: KillArgs, ctx: ToolContext) -> ToolOutcome {
     let job = session(&ctx, &args.session_id)?;
     if job.status.borrow().is_none() {
-        terminate_group(job.pgid).await;
+        terminate_group(&job.group).await;
         wait_exit(&job, Duration::from_secs(MAX_TIMEOUT_SECS.min(5))).await;
     }
     Ok(job.report(take_output(&job)))

@@ -10,23 +10,23 @@
 //! runners' children and grandchildren die with it. When the command ends by itself, whatever it left
 //! running in its group is ended the same way: a background server it forgot would otherwise hold the
 //! output pipe open and outlive the gate. Only a process that left the group (`setsid`) escapes, and
-//! for that case reading the output after the end is bounded too.
+//! for that case reading the output after the end is bounded too. The jail starts the shell
+//! ([`Jail::spawn`]: in the jail's warm jail when it is confined, whose supervisor signals the
+//! group for us), and the group is reached through its [`orchestrator_sandbox::Group`] wherever
+//! it lives.
 
 use super::live::LiveTap;
 use super::summary::SummaryParser;
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
-use orchestrator_sandbox::Jail;
+use nix::sys::signal::Signal;
+use orchestrator_sandbox::{Io, Jail, Process, Spawn};
 use orchestrator_types::{Capture, Captured};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
-use tokio::process::Child;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -73,28 +73,19 @@ pub async fn run(
     log_cap: usize,
     live: &LiveTap,
 ) -> io::Result<Run> {
-    let sh = jail.shell(command, dir, false).map_err(io::Error::other)?;
     let (reader, writer) = io::pipe()?;
     let receiver = pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?;
-    let mut child = {
-        // The jail made the shell the leader of its own process group.
-        let mut sh = sh;
-        sh.stdin(Stdio::null())
-            .stdout(writer.try_clone()?)
-            .stderr(writer);
-        sh.spawn()?
-        // `sh` drops here with our copies of the write end, so the pipe reaches end-of-file when
-        // the last process holding it is gone.
-    };
-    let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) else {
-        return Err(io::Error::other("the gate's shell has no process id"));
-    };
-    let mut group = GroupGuard {
-        pgid: Pid::from_raw(pid),
-        ended: false,
-    };
-    // Written down until the group is ended, for the next daemon if this one is killed first.
-    let _tracked = jail.track(pid as u32);
+    let writer = OwnedFd::from(writer);
+    let sh = Spawn::shell(command, dir, false)
+        .stdin(Io::Null)
+        .stdout(Io::Fd(writer.try_clone()?))
+        .stderr(Io::Fd(writer));
+    // The jail makes the shell the leader of its own process group, writes the group down for
+    // the next daemon if it must, and kills the group if this future is dropped half-way. Our
+    // copies of the write end are gone once it returns, so the pipe reaches end-of-file when the
+    // last process holding it is gone.
+    let mut child = jail.spawn(sh).await.map_err(io::Error::other)?;
+    let pid = child.pgid();
 
     let stop_reading = CancellationToken::new();
     // If this future is dropped half-way, the reader must not outlive it either.
@@ -120,12 +111,10 @@ pub async fn run(
     };
     if let Some(Err(err)) = waited {
         // The machinery failed, not the command: still leave no process behind.
-        end_group(group.pgid, &mut child).await.ok();
-        group.ended = true;
+        end_group(&mut child).await.ok();
         return Err(err);
     }
-    let ended = end_group(group.pgid, &mut child).await;
-    group.ended = true;
+    let ended = end_group(&mut child).await;
     let Ended {
         status,
         killed_leftovers,
@@ -197,24 +186,27 @@ struct Ended {
 
 /// Ends the process group: nothing to do if the shell exited and took everything with it;
 /// otherwise SIGTERM to the group, up to [`KILL_GRACE`] for it to go, then SIGKILL.
-async fn end_group(pgid: Pid, child: &mut Child) -> io::Result<Ended> {
+async fn end_group(child: &mut Process) -> io::Result<Ended> {
+    let group = child.group();
     let mut status = child.try_wait()?;
     // The shell must be reaped before the group looks empty: a zombie still belongs to it.
     if let Some(status) = status
-        && !group_alive(pgid)
+        && !group.alive().await
     {
         return Ok(Ended {
             status,
             killed_leftovers: false,
         });
     }
-    signal_group(pgid, Signal::SIGTERM);
+    group.signal(Signal::SIGTERM);
     let deadline = Instant::now() + KILL_GRACE;
     loop {
         if status.is_none() {
             status = child.try_wait()?;
         }
-        if let (Some(status), false) = (status, group_alive(pgid)) {
+        if let Some(status) = status
+            && !group.alive().await
+        {
             return Ok(Ended {
                 status,
                 killed_leftovers: true,
@@ -225,20 +217,20 @@ async fn end_group(pgid: Pid, child: &mut Child) -> io::Result<Ended> {
         }
         tokio::time::sleep(POLL).await;
     }
-    signal_group(pgid, Signal::SIGKILL);
+    group.signal(Signal::SIGKILL);
     let status = match status {
         Some(status) => status,
         None => {
-            // The shell is killed by its pid too, so the wait below cannot hang even if signalling
+            // The shell is killed by itself too, so the wait below cannot hang even if signalling
             // the group failed.
-            child.start_kill().ok();
+            child.kill();
             child.wait().await?
         }
     };
     // SIGKILL cannot be ignored, but the kernel takes a moment to tear processes down; wait for it
     // (bounded: a process stuck in uninterruptible IO is beyond our reach).
     let deadline = Instant::now() + KILL_GRACE;
-    while group_alive(pgid) && Instant::now() < deadline {
+    while group.alive().await && Instant::now() < deadline {
         tokio::time::sleep(POLL).await;
     }
     Ok(Ended {
@@ -247,20 +239,13 @@ async fn end_group(pgid: Pid, child: &mut Child) -> io::Result<Ended> {
     })
 }
 
-fn signal_group(pgid: Pid, signal: Signal) {
-    match killpg(pgid, signal) {
-        Ok(()) | Err(Errno::ESRCH) => {}
-        Err(err) => {
-            tracing::warn!(pgid = pgid.as_raw(), %signal, %err, "could not signal a gate's process group")
-        }
-    }
-}
-
-/// Whether any process of the group is still running. Zombies do not count: an orphan's zombie
+/// Whether any process of the group is still running, for the tests' look at what a gate left
+/// (the gate itself asks its [`orchestrator_sandbox::Group`]). Zombies do not count: an orphan's zombie
 /// waits for init to reap it, and in containers whose init never reaps, it waits forever.
-pub fn group_alive(pgid: Pid) -> bool {
-    match killpg(pgid, None) {
-        Err(Errno::ESRCH) => false,
+#[cfg(test)]
+pub fn group_alive(pgid: nix::unistd::Pid) -> bool {
+    match nix::sys::signal::killpg(pgid, None) {
+        Err(nix::errno::Errno::ESRCH) => false,
         // Something answers to the group id; ask /proc whether it is more than zombies. Without
         // /proc, trust the signal.
         _ => live_members_in_proc(pgid.as_raw()).unwrap_or(true),
@@ -268,6 +253,7 @@ pub fn group_alive(pgid: Pid) -> bool {
 }
 
 /// Scans `/proc/<pid>/stat` for a process of the group that is not a zombie; `None` without /proc.
+#[cfg(test)]
 fn live_members_in_proc(pgid: i32) -> Option<bool> {
     let entries = std::fs::read_dir("/proc").ok()?;
     for entry in entries.flatten() {
@@ -293,24 +279,10 @@ fn live_members_in_proc(pgid: i32) -> Option<bool> {
     Some(false)
 }
 
-/// Kills the group if the run is abandoned before it ended the group itself (the future was
-/// dropped), so no gate outlives the worker that ran it.
-struct GroupGuard {
-    pgid: Pid,
-    ended: bool,
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if !self.ended {
-            signal_group(self.pgid, Signal::SIGKILL);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::unistd::Pid;
     use std::os::unix::process::ExitStatusExt;
 
     /// A person's gate with `person_gates = "full"`: the unconfined process-group behaviour
