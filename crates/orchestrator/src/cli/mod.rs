@@ -8,6 +8,7 @@ mod approval;
 mod artifact;
 mod attempt;
 mod automation;
+mod doctor;
 mod follow;
 mod github;
 mod mcp;
@@ -45,6 +46,7 @@ Examples:
   orchestrator attempt record --task 12 --label 'cache in the parser'   a PR attempt from the worktree
   orchestrator attempt show 3 --patch | git apply
   orchestrator github issue acme/widgets#12        an issue as an agent reads it (GITHUB_TOKEN)
+  orchestrator doctor                              check the setup, with a fix for each problem
 
 Exit codes: 0 success; 1 failure (or the task failed); 2 usage; 3 not found; 4 conflict with the
 task's state (or a duplicate automation name); 5 store unavailable; 6 invalid input; 7 the task was
@@ -116,6 +118,9 @@ pub enum Command {
     McpServers(mcp_servers::McpServersCommand),
     /// Run one command in an agent's sandbox, to see what a mode allows; --check for availability.
     Sandbox(sandbox::SandboxArgs),
+    /// Check the setup: config, store, sandbox, git, model server, GitHub, MCP and language
+    /// servers, each with its fix.
+    Doctor(doctor::DoctorArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -133,6 +138,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Mcp(args) => mcp::run(&global, args).await,
         Command::McpServers(command) => mcp_servers::run(&global, command).await,
         Command::Sandbox(args) => sandbox::run(&global, args).await,
+        Command::Doctor(args) => doctor::run(&global, args).await,
     }
 }
 
