@@ -218,7 +218,7 @@ fn check_config(global: &GlobalArgs, path: &Path) -> (Config, Check) {
                 ),
             )
             .with_fix(format!(
-                "to set a model, GitHub or MCP servers, write {} (README: Configuration)",
+                "to set a model, GitHub or MCP servers, write {} (README: Settings)",
                 path.display()
             )),
         ),
