@@ -134,6 +134,11 @@ struct Inner {
     base_url: String,
     token: String,
     viewer: String,
+    /// What `x-oauth-scopes` says on every answer, as GitHub says it to a classic token; `None`
+    /// sends no such header, as for a fine-grained or an app's token.
+    scopes: Option<String>,
+    /// Repositories the token may read but not push to (`permissions.push` false).
+    read_only: std::collections::BTreeSet<String>,
     repos: BTreeMap<String, FakeRepo>,
     next_id: u64,
     faults: Vec<Fault>,
@@ -178,6 +183,8 @@ impl FakeGitHub {
             base_url: format!("http://{addr}"),
             token: FAKE_TOKEN.to_owned(),
             viewer: "orchestrator-bot".to_owned(),
+            scopes: Some("repo, workflow".to_owned()),
+            read_only: Default::default(),
             repos: BTreeMap::new(),
             next_id: 1000,
             faults: Vec::new(),
@@ -204,6 +211,19 @@ impl FakeGitHub {
 
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
         f(&mut self.inner.lock().unwrap())
+    }
+
+    /// The token's scopes as `x-oauth-scopes` lists them (default `repo, workflow`), or `None`
+    /// for a token whose scopes GitHub does not report (fine-grained, an app's).
+    pub fn set_scopes(&self, scopes: Option<&str>) {
+        self.with(|i| i.scopes = scopes.map(str::to_owned));
+    }
+
+    /// Makes the token read-only on `repo`: `GET /repos/{repo}` says `push: false`.
+    pub fn set_read_only(&self, repo: &str) {
+        self.with(|i| {
+            i.read_only.insert(repo.to_owned());
+        });
     }
 
     /// The login of the token's user (the bot).

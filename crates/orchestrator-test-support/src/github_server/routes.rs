@@ -221,6 +221,9 @@ fn answer(
     a.hold = hold;
     a.headers
         .push(("x-ratelimit-remaining".into(), "4999".into()));
+    if let Some(scopes) = &inner.scopes {
+        a.headers.push(("x-oauth-scopes".into(), scopes.clone()));
+    }
     a
 }
 
@@ -414,6 +417,13 @@ fn route(
                     "private": false,
                     "html_url": format!("https://github.com/{repo}"),
                     "default_branch": r.git.default_branch.clone().unwrap_or_else(|| "main".to_owned()),
+                    "permissions": {
+                        "admin": false,
+                        "maintain": false,
+                        "push": !inner.read_only.contains(&repo),
+                        "triage": !inner.read_only.contains(&repo),
+                        "pull": true,
+                    },
                 }),
             )
         }

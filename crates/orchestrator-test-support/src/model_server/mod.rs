@@ -270,6 +270,8 @@ struct Shared {
     oversized: std::sync::atomic::AtomicUsize,
     /// `METHOD /path` of every request to another path than the completions endpoint.
     probes: Mutex<Vec<String>>,
+    /// The models `GET /v1/models` lists; `None` answers it 404, as before it was set.
+    models: Mutex<Option<Vec<String>>>,
 }
 
 /// The tokens of the prefix `request` shares with `previous`: the tools when they are the same
@@ -369,9 +371,11 @@ impl ScriptedModel {
             received: Mutex::new(Vec::new()),
             oversized: std::sync::atomic::AtomicUsize::new(0),
             probes: Mutex::new(Vec::new()),
+            models: Mutex::new(None),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
+            .route("/v1/models", axum::routing::get(list_models))
             .route("/props", axum::routing::get(props))
             .route("/api/version", axum::routing::get(ollama_version))
             .route("/api/show", post(ollama_show))
@@ -420,6 +424,13 @@ impl ScriptedModel {
         self.shared.received.lock().unwrap().len()
     }
 
+    /// Makes `GET /v1/models` list these models, as OpenAI, llama.cpp and vLLM do (without it the
+    /// server answers that path 404, as a server that lists nothing does).
+    pub fn list_models(&self, models: &[&str]) {
+        *self.shared.models.lock().unwrap() =
+            Some(models.iter().map(|m| (*m).to_owned()).collect());
+    }
+
     /// `METHOD /path` of every request to another path than `/v1/chat/completions` (discovery of
     /// the context window, Ollama's endpoints, ...), in order of arrival.
     pub fn probes(&self) -> Vec<String> {
@@ -461,6 +472,24 @@ async fn not_found() -> Response {
             "invalid_request_error",
         ),
     )
+}
+
+/// `GET /v1/models` in OpenAI's shape, when [`ScriptedModel::list_models`] gave the list.
+async fn list_models(State(shared): State<Arc<Shared>>) -> Response {
+    let models = shared.models.lock().unwrap().clone();
+    match models {
+        Some(models) => {
+            let data: Vec<Value> = models
+                .iter()
+                .map(|id| json!({"id": id, "object": "model", "created": 1_700_000_000u64, "owned_by": "scripted"}))
+                .collect();
+            json_response(
+                StatusCode::OK,
+                json!({"object": "list", "data": data}).to_string(),
+            )
+        }
+        None => not_found().await,
+    }
 }
 
 /// llama.cpp's `GET /props`, when the server has a `context_window`.

@@ -120,6 +120,14 @@ impl ModelClient {
         &self.config
     }
 
+    /// Whether a request that carries tools is still asked for a streamed reply: false when the
+    /// configuration turns streaming off, and once the server answered such a request with an
+    /// empty body and the same request unstreamed with its reply (llama-cpp-python does), which
+    /// every client sharing this configuration then remembers.
+    pub fn streams_tools(&self) -> bool {
+        self.config.stream && self.config.servers.streams(&self.base_url, true)
+    }
+
     /// Asks the model for its next message. Pieces of the reply go to `deltas` as they arrive (a
     /// non-streamed reply sends its text and each tool call as one piece each); after a retry the
     /// pieces of the new attempt follow a `Delta::Retrying`, repeating what the cut attempt sent.

@@ -9,6 +9,7 @@ mod artifact;
 mod attempt;
 mod automation;
 mod completions;
+mod doctor;
 mod follow;
 mod github;
 mod man;
@@ -50,6 +51,7 @@ Examples:
   orchestrator github issue acme/widgets#12        an issue as an agent reads it (GITHUB_TOKEN)
   orchestrator completions bash > ~/.local/share/bash-completion/completions/orchestrator
   orchestrator man --out ~/.local/share/man/man1   the manual pages, one per command
+  orchestrator doctor                              check the setup, with a fix for each problem
 
 Exit codes: 0 success; 1 failure (or the task failed); 2 usage; 3 not found; 4 conflict with the
 task's state (or a duplicate automation name); 5 store unavailable; 6 invalid input; 7 the task was
@@ -125,6 +127,9 @@ pub enum Command {
     Completions(completions::CompletionsArgs),
     /// Print the manual page, or write one per command into a directory (--out DIR).
     Man(man::ManArgs),
+    /// Check the setup: config, store, sandbox, git, model server, GitHub, MCP and language
+    /// servers, each with its fix.
+    Doctor(doctor::DoctorArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -144,6 +149,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sandbox(args) => sandbox::run(&global, args).await,
         Command::Completions(args) => completions::run(&args),
         Command::Man(args) => man::run(&args),
+        Command::Doctor(args) => doctor::run(&global, args).await,
     }
 }
 

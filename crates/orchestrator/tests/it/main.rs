@@ -13,6 +13,7 @@ mod browser;
 mod cli;
 mod containment;
 mod crash;
+mod doctor;
 mod drain;
 mod first_hour;
 mod follow;

@@ -1,0 +1,1141 @@
+//! `orchestrator doctor`: checks what a first run needs (the config file, the store, the sandbox,
+//! git, the model server, GitHub, the MCP and language servers of the config) and says, for each
+//! one that is wrong, the one command or setting that fixes it.
+//!
+//! Each check is a result, never an `Err`: a store that cannot be opened is a failed check with a
+//! hint, and the checks after it still run, so one run shows everything to fix. Checks that need
+//! something not configured are skipped with how to configure it. Every check that talks to
+//! another process or server is bounded by a timeout, so the command ends even when a server
+//! hangs. Secrets are never printed: a token or a key is shown as set or unset, by the name of its
+//! variable, and a database URL without its password.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use orchestrator_sandbox::Availability;
+use orchestrator_store::{Store, StoreOptions};
+use orchestrator_tools::mcp::{McpManager, ServerStatus};
+use orchestrator_types::{ChatMessage, ModelSpec, SandboxMode};
+use orchestrator_worker::model::{ClientConfig, ModelClient, ToolDefinition, WindowSource};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::GlobalArgs;
+use super::agent_flags::AgentFlags;
+use crate::config::Config;
+use crate::output::say;
+
+const AFTER_HELP: &str = "\
+Examples:
+  orchestrator doctor                                  check this machine and the config
+  orchestrator doctor --json                           the same as JSON, one entry per check
+  orchestrator doctor --model qwen2.5-coder --base-url http://127.0.0.1:8080/v1
+  ORCHESTRATOR_DATABASE_URL=postgres://orch@db/orch orchestrator doctor
+
+Checks, in order: the config file; the store (opened and migrated; for PostgreSQL the role and
+the database); the sandbox of agents' processes; git; the model server (reachable, the model
+listed, its context window, and whether a streamed reply carries a tool call, which
+llama-cpp-python's does not); GitHub (the token and its scopes, each repository of [github]
+poll and triggers, the webhook secret); each enabled [mcp_servers] entry (started in the sandbox
+and its tools listed, then stopped) and each [lsp_servers] entry (its program found). The model
+check sends one short request with one tool, which a hosted provider counts as usage.
+
+Each line is ok, WARN, FAIL or skip, with a fix under the ones that need one. Tokens and keys
+are shown as set or unset, never printed. Exit codes: 0 when no check failed (warnings and
+skipped checks included), 1 when one did.";
+
+/// How long a PostgreSQL server may take to accept a connection.
+const STORE_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The whole of opening the store, migrations included.
+const STORE_TIMEOUT: Duration = Duration::from_secs(30);
+/// One request to list the models, or to ask GitHub about a token or a repository.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The request with a tool, from sending it to the last piece of the reply: long enough for a
+/// local server on a CPU to write a short call, short enough that the command ends.
+const TOOL_CALL_TIMEOUT: Duration = Duration::from_secs(90);
+/// Tokens the request with a tool may write: a call is a few dozen.
+const TOOL_CALL_MAX_TOKENS: u64 = 512;
+/// The whole of `git --version` and a `git config --get`.
+const GIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The name of the tool offered to the model: no real tool has it.
+const PROBE_TOOL: &str = "doctor_echo";
+
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct DoctorArgs {
+    /// The model to check (default: [model] in the config file).
+    #[arg(long, env = "ORCHESTRATOR_MODEL", value_name = "NAME")]
+    pub model: Option<String>,
+    /// The model server's API root, e.g. http://127.0.0.1:8080/v1 (default: the config file's).
+    #[arg(long, env = "ORCHESTRATOR_BASE_URL", value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The variable that holds the model server's API key.
+    #[arg(long, env = "ORCHESTRATOR_API_KEY_ENV", value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// The directory the MCP servers start in (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+    Skipped,
+}
+
+impl Status {
+    fn mark(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+            Status::Skipped => "skip",
+        }
+    }
+}
+
+/// One check's outcome: what it found, and what fixes it when it is not ok.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub status: Status,
+    pub detail: String,
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn new(name: impl Into<String>, status: Status, detail: impl Into<String>) -> Check {
+        Check {
+            name: name.into(),
+            status,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+
+    fn ok(name: impl Into<String>, detail: impl Into<String>) -> Check {
+        Check::new(name, Status::Ok, detail)
+    }
+
+    fn warn(name: impl Into<String>, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check::new(name, Status::Warn, detail).with_fix(fix)
+    }
+
+    fn fail(name: impl Into<String>, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check::new(name, Status::Fail, detail).with_fix(fix)
+    }
+
+    fn skipped(
+        name: impl Into<String>,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Check {
+        Check::new(name, Status::Skipped, detail).with_fix(fix)
+    }
+
+    fn with_fix(mut self, fix: impl Into<String>) -> Check {
+        let fix = fix.into();
+        self.fix = (!fix.is_empty()).then_some(fix);
+        self
+    }
+}
+
+pub async fn run(global: &GlobalArgs, args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let home = global.home()?;
+    let config_path = crate::config::path(&home, global.config.as_ref());
+    let mut checks = Vec::new();
+    let (config, config_check) = check_config(global, &config_path);
+    checks.push(config_check);
+    checks.push(check_store(global).await);
+    checks.push(check_sandbox(global, &config));
+    checks.push(check_git().await);
+    checks.extend(check_model(&args, &config, &config_path).await);
+    checks.extend(check_github(&config, &config_path).await);
+    checks.extend(check_mcp_servers(global, &args, &config, &config_path).await);
+    checks.extend(check_lsp_servers(&config, &config_path));
+
+    let count = |status: Status| checks.iter().filter(|c| c.status == status).count();
+    let summary = json!({
+        "ok": count(Status::Ok),
+        "warn": count(Status::Warn),
+        "fail": count(Status::Fail),
+        "skipped": count(Status::Skipped),
+    });
+    if args.json {
+        crate::output::json(&json!({"checks": checks, "summary": summary}))?;
+    } else {
+        let width = checks
+            .iter()
+            .map(|c| c.name.chars().count())
+            .max()
+            .unwrap_or(0);
+        for check in &checks {
+            say!(
+                "{:<4}  {:<width$}  {}",
+                check.status.mark(),
+                check.name,
+                check.detail
+            );
+            if let Some(fix) = &check.fix {
+                say!("{:<4}  {:<width$}  fix: {fix}", "", "");
+            }
+        }
+        let plural =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        say!(
+            "{} ok, {}, {} failed, {} skipped",
+            count(Status::Ok),
+            plural(count(Status::Warn), "warning", "warnings"),
+            count(Status::Fail),
+            count(Status::Skipped)
+        );
+    }
+    Ok(if count(Status::Fail) > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The config file: absent (the defaults apply), read, or refused with the reason. A refused file
+/// leaves the other checks the defaults, so they still run.
+fn check_config(global: &GlobalArgs, path: &Path) -> (Config, Check) {
+    match global.config() {
+        Ok(config) if !path.exists() => (
+            config,
+            Check::ok(
+                "config",
+                format!(
+                    "absent: no file at {}, so the built-in defaults apply",
+                    path.display()
+                ),
+            )
+            .with_fix(format!(
+                "to set a model, GitHub or MCP servers, write {} (README: Settings)",
+                path.display()
+            )),
+        ),
+        Ok(config) => (
+            config,
+            Check::ok("config", format!("read {}", path.display())),
+        ),
+        Err(e) => (
+            Config::default(),
+            Check::fail(
+                "config",
+                format!("{e:#}"),
+                format!(
+                    "correct {} (the other checks ran with the built-in defaults)",
+                    path.display()
+                ),
+            ),
+        ),
+    }
+}
+
+/// Opening the store as every command does: connected, migrated, and its id read.
+async fn check_store(global: &GlobalArgs) -> Check {
+    let url = match global.store_url() {
+        Ok(url) => url,
+        Err(e) => {
+            return Check::fail("store", format!("{e:#}"), "set --home or ORCHESTRATOR_HOME");
+        }
+    };
+    let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    let shown = orchestrator_store::redact_url(&url);
+    let options = StoreOptions {
+        connect_timeout: STORE_CONNECT_TIMEOUT,
+        ..StoreOptions::default()
+    };
+    let opened = tokio::time::timeout(STORE_TIMEOUT, async {
+        let store = Store::open(&url, &options).await?;
+        let id = store.identity().await?;
+        Ok::<(Store, String), orchestrator_store::Error>((store, id))
+    })
+    .await;
+    let kind = if postgres { "PostgreSQL" } else { "SQLite" };
+    match opened {
+        Ok(Ok((_store, id))) => Check::ok(
+            "store",
+            format!("{kind} {shown}: opened, migrations applied (store id {id})"),
+        ),
+        Ok(Err(e)) => {
+            let message = e.to_string();
+            let fix = if postgres {
+                postgres_fix(&url, &message)
+            } else {
+                format!(
+                    "make the directory of {shown} exist and writable, or point --database-url \
+                     (ORCHESTRATOR_DATABASE_URL) at another store"
+                )
+            };
+            Check::fail("store", message, fix)
+        }
+        Err(_) => Check::fail(
+            "store",
+            format!(
+                "{kind} {shown}: not opened within {}s",
+                STORE_TIMEOUT.as_secs()
+            ),
+            if postgres {
+                "check that PostgreSQL runs and accepts connections from this host".to_owned()
+            } else {
+                "another process may hold the SQLite file locked: stop it or use another store"
+                    .to_owned()
+            },
+        ),
+    }
+}
+
+/// The one command that fixes a PostgreSQL store that would not open, from the server's words.
+fn postgres_fix(url: &str, message: &str) -> String {
+    let parsed = reqwest::Url::parse(url).ok();
+    let host = parsed
+        .as_ref()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .unwrap_or_else(|| "localhost".to_owned());
+    let port = parsed.as_ref().and_then(|u| u.port()).unwrap_or(5432);
+    let user = parsed
+        .as_ref()
+        .map(|u| u.username().to_owned())
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| std::env::var("USER").unwrap_or_else(|_| "postgres".to_owned()));
+    let database = parsed
+        .as_ref()
+        .map(|u| u.path().trim_start_matches('/').to_owned())
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| user.clone());
+    let lower = message.to_lowercase();
+    if lower.contains("role \"") && lower.contains("does not exist") {
+        format!(
+            "create the role, as a superuser: createuser -h {host} -p {port} -U postgres \
+             --createdb {user}"
+        )
+    } else if lower.contains("database \"") && lower.contains("does not exist") {
+        format!("create the database: createdb -h {host} -p {port} -U {user} {database}")
+    } else if lower.contains("password authentication failed") {
+        format!("give the right password for {user} in the URL or in ~/.pgpass")
+    } else if lower.contains("permission denied") {
+        format!(
+            "let {user} create tables, as the database's owner: psql -h {host} -p {port} -d \
+             {database} -c 'GRANT CREATE ON SCHEMA public TO {user}'"
+        )
+    } else if lower.contains("newer") {
+        "this store was migrated by a newer orchestrator: run that version".to_owned()
+    } else {
+        format!(
+            "start PostgreSQL on {host}:{port}, or point --database-url (ORCHESTRATOR_DATABASE_URL) \
+             at a server that runs"
+        )
+    }
+}
+
+/// Whether agents' processes can be confined here, as `serve` says at its start.
+fn check_sandbox(global: &GlobalArgs, config: &Config) -> Check {
+    let sandbox = match global.sandbox(config) {
+        Ok(sandbox) => sandbox,
+        Err(e) => {
+            return Check::fail(
+                "sandbox",
+                format!("{e:#}"),
+                "correct [sandbox] in the config",
+            );
+        }
+    };
+    match sandbox.availability() {
+        Availability::Ready { .. } => Check::ok("sandbox", sandbox.describe()),
+        Availability::Missing { .. } => {
+            let fix = "install bubblewrap (apt install bubblewrap, dnf install bubblewrap) and \
+                       allow unprivileged user namespaces; `orchestrator sandbox --check` says \
+                       what is missing";
+            if config.sandbox.allow_unsandboxed {
+                Check::warn("sandbox", sandbox.describe(), fix)
+            } else {
+                Check::fail("sandbox", sandbox.describe(), fix)
+            }
+        }
+    }
+}
+
+/// git: found, and an identity for the commits agents and PR attempts make.
+async fn check_git() -> Check {
+    let git = |args: Vec<&'static str>| async move {
+        let run = tokio::process::Command::new("git")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        match tokio::time::timeout(GIT_TIMEOUT, run).await {
+            Ok(Ok(out)) => Ok((
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            )),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {}s", GIT_TIMEOUT.as_secs())),
+        }
+    };
+    let version = match git(vec!["--version"]).await {
+        Ok((true, version)) => version,
+        Ok((false, _)) | Err(_) => {
+            return Check::fail(
+                "git",
+                "git is not found on PATH",
+                "install git (apt install git, dnf install git, brew install git)",
+            );
+        }
+    };
+    let mut missing = Vec::new();
+    for key in ["user.name", "user.email"] {
+        let set = matches!(git(vec!["config", "--get", key]).await, Ok((true, v)) if !v.is_empty());
+        if !set {
+            missing.push(key);
+        }
+    }
+    if missing.is_empty() {
+        Check::ok("git", version)
+    } else {
+        Check::warn(
+            "git",
+            format!(
+                "{version}; no {} set, so commits in a workspace without its own fail",
+                missing.join(" or ")
+            ),
+            missing
+                .iter()
+                .map(|key| format!("git config --global {key} '...'"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    }
+}
+
+/// The model server: reachable with the key, the model listed, its window, and a streamed tool
+/// call. Skipped when no model is configured.
+async fn check_model(args: &DoctorArgs, config: &Config, config_path: &Path) -> Vec<Check> {
+    let flags = AgentFlags {
+        model: args.model.clone(),
+        base_url: args.base_url.clone(),
+        api_key_env: args.api_key_env.clone(),
+        ..AgentFlags::default()
+    };
+    let spec = match flags.model_spec(config) {
+        Ok(Some(spec)) => spec,
+        Ok(None) => {
+            return vec![Check::skipped(
+                "model",
+                "no model configured: agent tasks need one, gate-only tasks do not",
+                format!(
+                    "set model and base_url in [model] of {}, or pass --model and --base-url",
+                    config_path.display()
+                ),
+            )];
+        }
+        Err(e) => {
+            return vec![Check::fail(
+                "model",
+                format!("{e:#}"),
+                format!("correct [model] in {}", config_path.display()),
+            )];
+        }
+    };
+    let key = match &spec.api_key_env {
+        None => None,
+        Some(var) => match std::env::var(var).ok().filter(|k| !k.trim().is_empty()) {
+            Some(key) => Some(key),
+            None => {
+                return vec![Check::fail(
+                    "model.server",
+                    format!("the API key variable {var} is unset"),
+                    format!(
+                        "export {var}=... (or set api_key_env in [model] to the variable that \
+                         holds the key)"
+                    ),
+                )];
+            }
+        },
+    };
+    let key_said = match &spec.api_key_env {
+        Some(var) => format!("key {var} set"),
+        None => "no key".to_owned(),
+    };
+    let mut checks = vec![list_models(&spec, key.as_deref(), &key_said).await];
+    if checks[0].status == Status::Fail {
+        for name in ["model.window", "model.tool_calls"] {
+            checks.push(Check::skipped(name, "the model server did not answer", ""));
+        }
+        return checks;
+    }
+    let client = match ModelClient::with_key(
+        &probe_spec(&spec),
+        key,
+        ClientConfig {
+            max_retries: 0,
+            ..ClientConfig::default()
+        },
+    ) {
+        Ok(client) => client,
+        Err(e) => {
+            checks.push(Check::fail(
+                "model.window",
+                e.to_string(),
+                format!("correct [model] in {}", config_path.display()),
+            ));
+            return checks;
+        }
+    };
+    checks.push(check_window(&client, &spec, config_path).await);
+    checks.push(check_tool_call(&client, &spec, config_path).await);
+    checks
+}
+
+/// The spec of the probing request: the user's, with no retries (a failure shows at once) and a
+/// small cap on what the model writes.
+fn probe_spec(spec: &ModelSpec) -> ModelSpec {
+    let mut spec = spec.clone();
+    spec.settings.max_retries = Some(0);
+    spec.settings.max_output_tokens = Some(
+        spec.settings
+            .max_output_tokens
+            .map_or(TOOL_CALL_MAX_TOKENS, |n| n.min(TOOL_CALL_MAX_TOKENS)),
+    );
+    spec
+}
+
+/// `GET {base_url}/models`: the server answers, takes the key, and lists the model.
+async fn list_models(spec: &ModelSpec, key: Option<&str>, key_said: &str) -> Check {
+    let name = "model.server";
+    let url = format!("{}/models", spec.base_url);
+    let http = match reqwest::Client::builder().timeout(HTTP_TIMEOUT).build() {
+        Ok(http) => http,
+        Err(e) => return Check::fail(name, format!("no HTTP client: {e}"), ""),
+    };
+    let mut request = http.get(&url);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(e) => {
+            let why = if e.is_timeout() {
+                format!("no answer within {}s", HTTP_TIMEOUT.as_secs())
+            } else {
+                error_chain(&e)
+            };
+            return Check::fail(
+                name,
+                format!("cannot reach {}: {why}", spec.base_url),
+                "start the model server, or set base_url in [model] to where it listens",
+            );
+        }
+    };
+    let status = response.status();
+    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+        let fix = match &spec.api_key_env {
+            Some(var) => format!("set {var} to a key this server takes"),
+            None => "set api_key_env in [model] to the variable that holds the key".to_owned(),
+        };
+        return Check::fail(
+            name,
+            format!(
+                "{} refused the request ({status}; {key_said})",
+                spec.base_url
+            ),
+            fix,
+        );
+    }
+    if !status.is_success() {
+        return Check::warn(
+            name,
+            format!(
+                "{} answers ({key_said}) but lists no models ({status} to GET /models), so \
+                 whether it serves {} is not known",
+                spec.base_url, spec.model
+            ),
+            "check the model's name with the server's own tools",
+        );
+    }
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    let ids: Vec<String> = body["data"]
+        .as_array()
+        .or_else(|| body["models"].as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            m["id"]
+                .as_str()
+                .or_else(|| m["name"].as_str())
+                .map(str::to_owned)
+        })
+        .collect();
+    if ids.iter().any(|id| id == &spec.model) {
+        Check::ok(
+            name,
+            format!(
+                "{} answers ({key_said}) and lists {} among {} model{}",
+                spec.base_url,
+                spec.model,
+                ids.len(),
+                if ids.len() == 1 { "" } else { "s" }
+            ),
+        )
+    } else {
+        let shown: Vec<&str> = ids.iter().take(8).map(String::as_str).collect();
+        Check::warn(
+            name,
+            format!(
+                "{} answers ({key_said}) but does not list {}; it lists {}",
+                spec.base_url,
+                spec.model,
+                if shown.is_empty() {
+                    "none".to_owned()
+                } else {
+                    shown.join(", ")
+                }
+            ),
+            match ids.first() {
+                Some(first) => format!("set model = \"{first}\" in [model] (or --model {first})"),
+                None => "load the model on the server".to_owned(),
+            },
+        )
+    }
+}
+
+/// The context window the worker will assume, and where it came from.
+async fn check_window(client: &ModelClient, spec: &ModelSpec, config_path: &Path) -> Check {
+    let window = client.window().await;
+    let detail = format!("{} tokens ({})", window.tokens, window.source.as_str());
+    if window.source == WindowSource::Default {
+        Check::warn(
+            "model.window",
+            format!("{detail}: neither the config, the server nor the table of known models says"),
+            format!(
+                "set context_window = N in [models.\"{}\"] of {} (the server's context size)",
+                spec.model,
+                config_path.display()
+            ),
+        )
+    } else {
+        Check::ok("model.window", detail)
+    }
+}
+
+/// One request with one tool, streamed as agent turns are: does a tool call come back, and does
+/// it come back streamed (llama-cpp-python answers a streamed request that carries tools with an
+/// empty body; the client then asks again unstreamed, which it notes).
+async fn check_tool_call(client: &ModelClient, spec: &ModelSpec, config_path: &Path) -> Check {
+    let name = "model.tool_calls";
+    let streamed = client.streams_tools();
+    let tool = ToolDefinition::new(
+        PROBE_TOOL,
+        "Echoes a word back. Call it whenever you are asked to.",
+        json!({
+            "type": "object",
+            "properties": {"word": {"type": "string", "description": "the word to echo"}},
+            "required": ["word"],
+        }),
+    );
+    let messages = [
+        ChatMessage::system("You are testing a tool. Answer only with a call of the tool."),
+        ChatMessage::user(format!(
+            "Call the tool {PROBE_TOOL} with the word \"ready\". Write nothing else."
+        )),
+    ];
+    let reply = tokio::time::timeout(
+        TOOL_CALL_TIMEOUT,
+        client.complete(&messages, std::slice::from_ref(&tool), None),
+    )
+    .await;
+    let reply = match reply {
+        Err(_) => {
+            return Check::fail(
+                name,
+                format!(
+                    "no reply to a request with a tool within {}s",
+                    TOOL_CALL_TIMEOUT.as_secs()
+                ),
+                "check that the server is not busy and that the model is loaded",
+            );
+        }
+        Ok(Err(e)) => {
+            return Check::fail(
+                name,
+                format!("a request with a tool failed: {e}"),
+                "check the server's log; a server that takes no tools cannot run agent tasks",
+            );
+        }
+        Ok(Ok(reply)) => reply,
+    };
+    let called = reply
+        .message
+        .tool_calls
+        .iter()
+        .any(|call| call.name == PROBE_TOOL);
+    if !called {
+        let said = reply
+            .message
+            .content
+            .as_deref()
+            .map(|t| crate::output::clip(t.trim(), 80))
+            .unwrap_or_default();
+        return Check::warn(
+            name,
+            format!(
+                "the model answered without calling the tool offered (finish reason {}): {said:?}",
+                reply.finish_reason.as_deref().unwrap_or("none")
+            ),
+            "serve the model with tool calling on (llama.cpp: --jinja; llama-cpp-python: \
+             --chat_format chatml-function-calling), or choose a model trained for tools",
+        );
+    }
+    if !streamed {
+        return Check::ok(
+            name,
+            "the model called the tool (asked unstreamed: stream = false in the config)",
+        );
+    }
+    if client.streams_tools() {
+        Check::ok(name, "the model called the tool in a streamed reply")
+    } else {
+        Check::warn(
+            name,
+            "the server answered the streamed request with a tool with an empty body, and the \
+             same request unstreamed with the call (llama-cpp-python does): workers fall back \
+             by themselves, one wasted request per daemon",
+            format!(
+                "set stream = false in [models.\"{}\"] of {}",
+                spec.model,
+                config_path.display()
+            ),
+        )
+    }
+}
+
+/// GitHub: the token and its scopes, each configured repository, and the webhook secret.
+async fn check_github(config: &Config, config_path: &Path) -> Vec<Check> {
+    let github = &config.github;
+    let token_var = github.token_env.clone().unwrap_or_else(|| {
+        if std::env::var("GITHUB_TOKEN").is_ok_and(|v| !v.trim().is_empty()) {
+            "GITHUB_TOKEN".to_owned()
+        } else if std::env::var("GH_TOKEN").is_ok_and(|v| !v.trim().is_empty()) {
+            "GH_TOKEN".to_owned()
+        } else {
+            "GITHUB_TOKEN".to_owned()
+        }
+    });
+    let mut repos: Vec<String> = github
+        .poll
+        .iter()
+        .cloned()
+        .chain(
+            github
+                .triggers
+                .iter()
+                .flat_map(|t| t.repos.iter().cloned())
+                .filter(|r| r != "*"),
+        )
+        .collect();
+    repos.sort();
+    repos.dedup();
+    let mut checks = Vec::new();
+    let api = github.api_url();
+    match github.token() {
+        None => {
+            checks.push(Check::skipped(
+                "github.token",
+                format!("{token_var} unset: the GitHub tools and triggers are off"),
+                format!(
+                    "export {token_var}=... (a token with the repo scope), or name another \
+                     variable in token_env of [github] in {}",
+                    config_path.display()
+                ),
+            ));
+            if !repos.is_empty() {
+                checks.push(Check::fail(
+                    "github.repos",
+                    format!(
+                        "{} named in [github] but no token to reach them",
+                        repos.join(", ")
+                    ),
+                    format!("export {token_var}=..."),
+                ));
+            }
+        }
+        Some(token) => {
+            let http = reqwest::Client::builder()
+                .timeout(HTTP_TIMEOUT)
+                .user_agent(concat!("orchestrator/", env!("CARGO_PKG_VERSION")))
+                .build();
+            match http {
+                Err(e) => checks.push(Check::fail(
+                    "github.token",
+                    format!("no HTTP client: {e}"),
+                    "",
+                )),
+                Ok(http) => {
+                    let reached = check_token(&http, &api, &token, &token_var).await;
+                    let token_failed = reached.status == Status::Fail;
+                    checks.push(reached);
+                    if !token_failed {
+                        for repo in &repos {
+                            checks.push(check_repo(&http, &api, &token, repo).await);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let secret_var = github
+        .webhook_secret_env
+        .clone()
+        .unwrap_or_else(|| crate::config::GITHUB_WEBHOOK_SECRET_ENV.to_owned());
+    let secret_fix = format!(
+        "export {secret_var}=... (the secret of the repositories' webhook), then serve \
+         answers POST /webhooks/github"
+    );
+    checks.push(match github.webhook_secret() {
+        Some(_) => Check::ok(
+            "github.webhook_secret",
+            format!("{secret_var} set: serve takes webhook deliveries"),
+        ),
+        None if !github.triggers.is_empty() && github.poll.is_empty() => Check::warn(
+            "github.webhook_secret",
+            format!(
+                "{secret_var} unset and no repository polled: the triggers get no events, \
+                 since webhook deliveries are taken only with a secret"
+            ),
+            format!("{secret_fix}; or list the repositories in poll of [github]"),
+        ),
+        None => Check::skipped(
+            "github.webhook_secret",
+            format!("{secret_var} unset: webhook deliveries are not taken"),
+            secret_fix,
+        ),
+    });
+    checks
+}
+
+/// `GET /user`: the token is taken, whose it is, and its scopes (`x-oauth-scopes`, which GitHub
+/// sends for classic tokens only).
+async fn check_token(http: &reqwest::Client, api: &str, token: &str, var: &str) -> Check {
+    let name = "github.token";
+    let response = match http
+        .get(format!("{}/user", api.trim_end_matches('/')))
+        .bearer_auth(token)
+        .header(reqwest::header::ACCEPT, "application/vnd.github+json")
+        .send()
+        .await
+    {
+        Ok(response) => response,
+        Err(e) => {
+            return Check::fail(
+                name,
+                format!("cannot reach {api}: {}", error_chain(&e)),
+                format!(
+                    "check the network, or api_url of [github] (or {})",
+                    crate::config::GITHUB_API_URL_ENV
+                ),
+            );
+        }
+    };
+    let status = response.status();
+    let scopes: Option<Vec<String>> = response
+        .headers()
+        .get("x-oauth-scopes")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        });
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        return Check::fail(
+            name,
+            format!(
+                "GitHub refused the token in {var} ({})",
+                body["message"].as_str().unwrap_or("401")
+            ),
+            format!("make a new token and export {var}=..."),
+        );
+    }
+    if !status.is_success() {
+        return Check::warn(
+            name,
+            format!(
+                "{var} set; GET /user answered {status}: {} (an app's installation token \
+                 cannot ask; set bot_login in [github])",
+                body["message"].as_str().unwrap_or("")
+            ),
+            "",
+        );
+    }
+    let login = body["login"].as_str().unwrap_or("?");
+    match scopes {
+        None => Check::ok(
+            name,
+            format!(
+                "{var} set, the token of {login}; its scopes are not reported (a fine-grained \
+                 or app token): each repository is checked below"
+            ),
+        ),
+        Some(scopes) if scopes.iter().any(|s| s == "repo" || s == "public_repo") => Check::ok(
+            name,
+            format!(
+                "{var} set, the token of {login}; scopes: {}",
+                scopes.join(", ")
+            ),
+        ),
+        Some(scopes) => Check::warn(
+            name,
+            format!(
+                "{var} set, the token of {login}; scopes: {}, without repo or public_repo",
+                if scopes.is_empty() {
+                    "none".to_owned()
+                } else {
+                    scopes.join(", ")
+                }
+            ),
+            "give the token the repo scope (public_repo for public repositories only)",
+        ),
+    }
+}
+
+/// `GET /repos/{owner}/{name}`: the token sees the repository, and may push to it (closing issues
+/// and opening pull requests need that).
+async fn check_repo(http: &reqwest::Client, api: &str, token: &str, repo: &str) -> Check {
+    let name = format!("github.repo {repo}");
+    let response = match http
+        .get(format!("{}/repos/{repo}", api.trim_end_matches('/')))
+        .bearer_auth(token)
+        .header(reqwest::header::ACCEPT, "application/vnd.github+json")
+        .send()
+        .await
+    {
+        Ok(response) => response,
+        Err(e) => {
+            return Check::fail(name, format!("cannot reach {api}: {}", error_chain(&e)), "");
+        }
+    };
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Check::fail(
+            name,
+            "not found, or not visible with this token",
+            format!(
+                "give the token access to {repo} (fine-grained: add the repository; classic: \
+                 the repo scope), or correct its name in [github]"
+            ),
+        );
+    }
+    if !status.is_success() {
+        return Check::fail(
+            name,
+            format!(
+                "GitHub answered {status}: {}",
+                body["message"].as_str().unwrap_or("")
+            ),
+            "",
+        );
+    }
+    match body["permissions"]["push"].as_bool() {
+        Some(true) => Check::ok(name, "visible, and the token may push"),
+        Some(false) => Check::warn(
+            name,
+            "visible, but the token may not push: closing issues and opening pull requests fail",
+            format!("give the token write access to {repo}"),
+        ),
+        None => Check::ok(name, "visible"),
+    }
+}
+
+/// Each enabled MCP server of the config, started in an agent's sandbox and stopped again, as
+/// `mcp-servers check` does.
+async fn check_mcp_servers(
+    global: &GlobalArgs,
+    args: &DoctorArgs,
+    config: &Config,
+    config_path: &Path,
+) -> Vec<Check> {
+    let names: Vec<String> = config
+        .mcp_servers
+        .iter()
+        .filter(|(_, s)| s.enabled)
+        .map(|(name, _)| name.clone())
+        .collect();
+    if names.is_empty() {
+        return vec![Check::skipped(
+            "mcp",
+            "no enabled [mcp_servers] in the config",
+            format!(
+                "to give agents another server's tools, add [mcp_servers.NAME] to {}",
+                config_path.display()
+            ),
+        )];
+    }
+    let workspace = match &args.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+    };
+    let ctx = match global.tool_context(&workspace, SandboxMode::WorkspaceWrite) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            return names
+                .iter()
+                .map(|name| {
+                    Check::fail(
+                        format!("mcp {name}"),
+                        format!("cannot start it: {e:#}"),
+                        "pass --workspace DIR",
+                    )
+                })
+                .collect();
+        }
+    };
+    let manager = McpManager::start(&config.mcp_servers, &names, ctx.jail(), &workspace).await;
+    manager.shutdown().await;
+    manager
+        .states()
+        .iter()
+        .map(|state| {
+            let name = format!("mcp {}", state.name);
+            match &state.status {
+                ServerStatus::Ready { tools } => Check::ok(
+                    name,
+                    format!(
+                        "ready ({}, {} ms), {} tool{}",
+                        state.transport,
+                        state.elapsed_ms,
+                        tools.len(),
+                        if tools.len() == 1 { "" } else { "s" }
+                    ),
+                ),
+                ServerStatus::Failed { error } => Check::fail(
+                    name,
+                    format!("failed after {} ms: {error}", state.elapsed_ms),
+                    format!(
+                        "orchestrator mcp-servers check {} -v shows more; correct \
+                         [mcp_servers.{}] or set enabled = false",
+                        state.name, state.name
+                    ),
+                ),
+                ServerStatus::Disabled => Check::skipped(name, "disabled", ""),
+            }
+        })
+        .collect()
+}
+
+/// Each language server of the config: is its program found?
+fn check_lsp_servers(config: &Config, config_path: &Path) -> Vec<Check> {
+    let servers = config.lsp_servers();
+    if servers.is_empty() {
+        return vec![Check::skipped(
+            "lsp",
+            "no [lsp_servers] in the config: edits report no compiler errors",
+            format!(
+                "add [lsp_servers.rust-analyzer] (or pyright, gopls, typescript-language-server) \
+                 to {}",
+                config_path.display()
+            ),
+        )];
+    }
+    servers
+        .iter()
+        .map(|server| {
+            let name = format!("lsp {}", server.name);
+            match find_program(&server.command) {
+                Some(path) => Check::ok(name, format!("{} found", path.display())),
+                None => Check::warn(
+                    name,
+                    format!(
+                        "{} is not found on PATH: the lsp tool and edits' errors are off for \
+                         .{}",
+                        server.command,
+                        server.extensions.join(", .")
+                    ),
+                    format!(
+                        "install {} or set command in [lsp_servers.{}]",
+                        server.command, server.name
+                    ),
+                ),
+            }
+        })
+        .collect()
+}
+
+/// A program as the shell would find it: a path as is, a bare name on PATH; executable only.
+fn find_program(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = crate::config::expand_home(program);
+        return executable(&path).then_some(path);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| executable(candidate))
+}
+
+/// An error and its causes on one line: reqwest's own message says only "error sending request".
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_postgres_failure_gets_the_command_that_fixes_it() {
+        let url = "postgres://orch:secret@db.lan:6543/orch_main";
+        let cases = [
+            (
+                r#"error returned from database: database "orch_main" does not exist"#,
+                "createdb -h db.lan -p 6543 -U orch orch_main",
+            ),
+            (
+                r#"error returned from database: role "orch" does not exist"#,
+                "createuser -h db.lan -p 6543 -U postgres --createdb orch",
+            ),
+            (
+                "password authentication failed for user \"orch\"",
+                "~/.pgpass",
+            ),
+            (
+                "Connection refused (os error 111)",
+                "start PostgreSQL on db.lan:6543",
+            ),
+        ];
+        for (message, expected) in cases {
+            let fix = postgres_fix(url, message);
+            assert!(fix.contains(expected), "{message}: {fix}");
+            assert!(!fix.contains("secret"), "{fix}");
+        }
+    }
+
+    #[test]
+    fn programs_are_found_on_path_or_by_path() {
+        assert!(find_program("sh").is_some());
+        assert!(find_program("/bin/sh").is_some());
+        assert!(find_program("no-such-program-anywhere").is_none());
+        assert!(find_program("/no/such/program").is_none());
+    }
+}
