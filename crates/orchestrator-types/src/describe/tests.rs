@@ -1,3 +1,5 @@
+//! Every event kind read in words: a sample of each as the daemon writes it, and what its line must say.
+
 use serde_json::{Value, json};
 
 use super::*;

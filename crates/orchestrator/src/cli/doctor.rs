@@ -425,8 +425,22 @@ async fn check_model(args: &DoctorArgs, config: &Config, config_path: &Path) -> 
         api_key_env: args.api_key_env.clone(),
         ..AgentFlags::default()
     };
+    // A server without a model's name (ORCHESTRATOR_BASE_URL exported for agent tasks that pass
+    // --model, say) names no model: there is nothing to check, as with no model at all.
+    let named =
+        args.model.as_deref().is_some_and(|m| !m.trim().is_empty()) || config.model.model.is_some();
     let spec = match flags.model_spec(config) {
         Ok(Some(spec)) => spec,
+        Err(_) if !named => {
+            return vec![Check::skipped(
+                "model",
+                "no model named (a server URL alone names none): agent tasks need one, gate-only tasks do not",
+                format!(
+                    "set model and base_url in [model] of {}, or pass --model and --base-url",
+                    config_path.display()
+                ),
+            )];
+        }
         Ok(None) => {
             return vec![Check::skipped(
                 "model",

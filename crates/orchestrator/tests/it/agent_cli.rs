@@ -605,7 +605,7 @@ fn task_read_and_metrics_show_the_window_the_tokens_the_cache_and_compactions() 
     );
     assert!(text.contains("compaction 1 at turn"), "{text}");
     let events = String::from_utf8(env.run(&["task", "events", &id.to_string()]).stdout).unwrap();
-    assert!(events.contains("compaction 1 ("), "{events}");
+    assert!(events.contains("conversation compacted ("), "{events}");
 
     let (status, metrics) = http_get(&serve.addr, "/metrics", Some(&serve.token()));
     assert_eq!(status, 200);
