@@ -65,15 +65,17 @@ pub struct Preflight {
 }
 
 /// Records the staged, unstaged and untracked (not ignored) changes of the worktree at `repo_dir`
-/// against `base`, any commit-ish (`HEAD`, a branch, a sha).
+/// against `base`, any commit-ish (`HEAD`, a branch, a sha), leaving out the untracked files named
+/// in `leave_out` (paths from the top of the worktree, as git names them; a tracked path there is
+/// kept, since only untracked files are left out).
 ///
 /// The worktree state becomes a tree through a copy of the index held in memory, so the repository's
 /// own index file stays as it was; the patch is the diff from the base's tree to that tree.
-pub fn record(repo_dir: &Path, base: &str) -> Result<RecordedPatch> {
+pub fn record(repo_dir: &Path, base: &str, leave_out: &[String]) -> Result<RecordedPatch> {
     let repo = open_worktree(repo_dir)?;
     let base_commit = resolve_commit(&repo, base)?;
     let base_tree = repo.find_commit(base_commit)?.tree()?;
-    let tree_id = worktree_tree(&repo)?;
+    let tree_id = worktree_tree(&repo, leave_out)?;
     let tree = repo.find_tree(tree_id)?;
 
     // Full ids in the index lines: `git apply` refuses a binary hunk without them, and they let
@@ -153,7 +155,7 @@ fn resolve_commit(repo: &Repository, base: &str) -> Result<Oid> {
 /// Writes the worktree's current state (tracked files as they are on disk, untracked files that
 /// .gitignore does not exclude, deletions) as a tree, the way `git add -A && git write-tree` would
 /// with a scratch copy of the index.
-fn worktree_tree(repo: &Repository) -> Result<Oid> {
+fn worktree_tree(repo: &Repository, leave_out: &[String]) -> Result<Oid> {
     let real = repo.index()?;
     if real.has_conflicts() {
         return Err(Error::Unmerged);
@@ -167,6 +169,7 @@ fn worktree_tree(repo: &Repository) -> Result<Oid> {
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok());
+    let tracked: std::collections::HashSet<Vec<u8>> = real.iter().map(|entry| entry.path).collect();
     let mut scratch = Index::new()?;
     for mut entry in real.iter() {
         let entry_time = (i64::from(entry.mtime.seconds()), entry.mtime.nanoseconds());
@@ -190,6 +193,11 @@ fn worktree_tree(repo: &Repository) -> Result<Oid> {
     // untracked files, honouring .gitignore (no FORCE), as `git add -A` does.
     scratch.update_all(["*"], None)?;
     scratch.add_all(["*"], IndexAddOption::DEFAULT, None)?;
+    for path in leave_out {
+        if !tracked.contains(path.as_bytes()) {
+            scratch.remove_path(Path::new(path))?;
+        }
+    }
     Ok(scratch.write_tree_to(repo)?)
 }
 

@@ -12,7 +12,7 @@ use crate::events::{EventInsert, insert_events};
 use crate::exec::Tx;
 use crate::tasks::{Tasks, next_seq};
 use crate::{Error, Result, Store};
-use orchestrator_types::{EventKind, TaskId, now_millis};
+use orchestrator_types::{Byproducts, EventKind, TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query, SelectStatement};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -36,13 +36,14 @@ enum PrAttempts {
     PatchSha256,
     Files,
     Gates,
+    LeftOut,
     Selected,
     CreatedAt,
     SelectedAt,
 }
 
 /// Every column but the patch, which only `attempt_patch` reads.
-const COLUMNS: [PrAttempts; 14] = [
+const COLUMNS: [PrAttempts; 15] = [
     PrAttempts::Id,
     PrAttempts::TaskId,
     PrAttempts::GroupName,
@@ -54,6 +55,7 @@ const COLUMNS: [PrAttempts; 14] = [
     PrAttempts::PatchSha256,
     PrAttempts::Files,
     PrAttempts::Gates,
+    PrAttempts::LeftOut,
     PrAttempts::Selected,
     PrAttempts::CreatedAt,
     PrAttempts::SelectedAt,
@@ -79,6 +81,9 @@ pub struct NewAttempt<'a> {
     pub files: Value,
     /// A JSON array: the gates run on the attempt and their verdicts.
     pub gates: Value,
+    /// Untracked files the worktree held that the patch does not: gates' byproducts whose content
+    /// was still the gate's.
+    pub left_out: Byproducts,
 }
 
 /// A recorded attempt, without its patch (see [`Store::attempt_patch`]).
@@ -97,6 +102,9 @@ pub struct Attempt {
     pub patch_sha256: String,
     pub files: Value,
     pub gates: Value,
+    /// What the patch left out of the worktree (see [`NewAttempt::left_out`]).
+    #[serde(skip_serializing_if = "Byproducts::is_empty")]
+    pub left_out: Byproducts,
     pub selected: bool,
     pub created_at: i64,
     pub selected_at: Option<i64>,
@@ -115,6 +123,7 @@ struct AttemptRow {
     patch_sha256: String,
     files: String,
     gates: String,
+    left_out: Option<String>,
     selected: bool,
     created_at: i64,
     selected_at: Option<i64>,
@@ -132,6 +141,12 @@ impl TryFrom<AttemptRow> for Attempt {
         Ok(Attempt {
             files: json("pr_attempts.files", &row.files)?,
             gates: json("pr_attempts.gates", &row.gates)?,
+            left_out: crate::gates::parse_byproducts(row.left_out.as_deref()).map_err(|e| {
+                Error::Corrupt {
+                    what: "pr_attempts.left_out",
+                    message: format!("attempt {}: {e}", row.id),
+                }
+            })?,
             id: row.id,
             task_id: TaskId(row.task_id),
             group: row.group_name,
@@ -201,6 +216,7 @@ impl Store {
                 what: "patch compression",
                 message: e.to_string(),
             })?;
+        let left_out = crate::gates::byproducts_json(&new.left_out)?;
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         self.check_fence(&mut tx, now).await?;
@@ -220,6 +236,7 @@ impl Store {
                 PrAttempts::PatchSha256,
                 PrAttempts::Files,
                 PrAttempts::Gates,
+                PrAttempts::LeftOut,
                 PrAttempts::Selected,
                 PrAttempts::CreatedAt,
             ])
@@ -235,6 +252,7 @@ impl Store {
                 patch_sha256.as_str().into(),
                 new.files.to_string().into(),
                 new.gates.to_string().into(),
+                left_out.into(),
                 false.into(),
                 now.into(),
             ])?
@@ -245,6 +263,16 @@ impl Store {
             .await?
             .ok_or_else(|| Error::Migration("attempt insert returned no id".into()))?;
         let files = new.files.as_array().map_or(0, Vec::len);
+        let mut data = json!({
+            "attempt": id,
+            "group": new.group,
+            "label": new.label,
+            "files": files,
+            "patch_bytes": patch_bytes,
+        });
+        if !new.left_out.is_empty() {
+            data["left_out"] = json!(new.left_out.files.len() as u64 + new.left_out.omitted);
+        }
         insert_events(
             &mut tx,
             &[EventInsert {
@@ -252,13 +280,7 @@ impl Store {
                 seq,
                 at: now,
                 kind: EventKind::AttemptRecorded,
-                data: json!({
-                    "attempt": id,
-                    "group": new.group,
-                    "label": new.label,
-                    "files": files,
-                    "patch_bytes": patch_bytes,
-                }),
+                data,
             }],
         )
         .await?;
@@ -275,6 +297,7 @@ impl Store {
             patch_sha256,
             files: new.files.clone(),
             gates: new.gates.clone(),
+            left_out: new.left_out.clone(),
             selected: false,
             created_at: now,
             selected_at: None,

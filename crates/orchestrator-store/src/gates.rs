@@ -8,8 +8,8 @@ use crate::events::{EventInsert, insert_events};
 use crate::leases::{Lease, next_seq_fenced};
 use crate::{Error, Result, Store};
 use orchestrator_types::{
-    ArtifactId, Captured, EventKind, FailureKind, GateEvidence, GateRecord, GateSpec, TaskId,
-    Verdict, now_millis,
+    ArtifactId, Byproducts, Captured, EventKind, FailureKind, GateEvidence, GateRecord, GateSpec,
+    TaskId, Verdict, now_millis,
 };
 use sea_query::{Expr, ExprTrait, Iden, Order, Query};
 use serde_json::json;
@@ -35,6 +35,7 @@ pub(crate) enum Gates {
     GitHead,
     GitDirty,
     DiffHash,
+    Byproducts,
     StartedAt,
     FinishedAt,
 }
@@ -55,6 +56,7 @@ struct GateRow {
     git_head: Option<String>,
     git_dirty: Option<bool>,
     diff_hash: Option<String>,
+    byproducts: Option<String>,
     started_at: i64,
     finished_at: i64,
 }
@@ -98,6 +100,7 @@ impl Store {
             what: "gate summary",
             message: e.to_string(),
         })?;
+        let byproducts = byproducts_json(&evidence.byproducts)?;
         let stmt = Query::insert()
             .into_table(Gates::Table)
             .columns([
@@ -118,6 +121,7 @@ impl Store {
                 Gates::GitHead,
                 Gates::GitDirty,
                 Gates::DiffHash,
+                Gates::Byproducts,
                 Gates::StartedAt,
                 Gates::FinishedAt,
             ])
@@ -139,6 +143,7 @@ impl Store {
                 git.head.clone().into(),
                 evidence.git.as_ref().map(|g| g.dirty).into(),
                 git.diff_hash.clone().into(),
+                byproducts.into(),
                 evidence.started_at.into(),
                 evidence.finished_at.into(),
             ])?
@@ -211,6 +216,7 @@ impl Store {
                 Gates::GitHead,
                 Gates::GitDirty,
                 Gates::DiffHash,
+                Gates::Byproducts,
                 Gates::StartedAt,
                 Gates::FinishedAt,
             ])
@@ -247,10 +253,33 @@ impl Store {
                     git_head: row.git_head.clone(),
                     git_dirty: row.git_dirty,
                     diff_hash: row.diff_hash.clone(),
+                    byproducts: parse_byproducts(row.byproducts.as_deref()).map_err(|e| {
+                        Error::Corrupt {
+                            what: "gates",
+                            message: format!("gate {}: byproducts: {e}", row.id),
+                        }
+                    })?,
                     started_at: row.started_at,
                     finished_at: row.finished_at,
                 })
             })
             .collect()
     }
+}
+
+/// The byproducts column: `NULL` for none, else their JSON.
+pub(crate) fn byproducts_json(byproducts: &Byproducts) -> Result<Option<String>> {
+    if byproducts.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(byproducts)
+        .map(Some)
+        .map_err(|e| Error::Corrupt {
+            what: "gate byproducts",
+            message: e.to_string(),
+        })
+}
+
+pub(crate) fn parse_byproducts(text: Option<&str>) -> serde_json::Result<Byproducts> {
+    text.map_or(Ok(Byproducts::default()), serde_json::from_str)
 }

@@ -256,12 +256,16 @@ pub fn describe(kind: &str, data: &Value) -> Described {
         EventKind::GithubWrite => github_write(&d),
         EventKind::AttemptRecorded => (
             format!(
-                "attempt {} recorded{}{}: {} files, {} bytes of patch",
+                "attempt {} recorded{}{}: {} files, {} bytes of patch{}",
                 d.int("attempt").unwrap_or(0),
                 group(&d),
                 label(&d),
                 d.int("files").unwrap_or(0),
-                d.int("patch_bytes").unwrap_or(0)
+                d.int("patch_bytes").unwrap_or(0),
+                match d.int("left_out") {
+                    Some(n) if n > 0 => format!(" ({n} files the gates created left out)"),
+                    _ => String::new(),
+                }
             ),
             Tone::Info,
         ),

@@ -163,8 +163,42 @@ pub struct GateEvidence {
     pub summary: GateSummary,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<GitTree>,
+    /// The untracked files the gate's own run created (`__pycache__/*.pyc`, coverage data), so an
+    /// attempt can leave them out unless the agent wrote them too.
+    #[serde(default, skip_serializing_if = "Byproducts::is_empty")]
+    pub byproducts: Byproducts,
     pub started_at: i64,
     pub finished_at: i64,
+}
+
+/// Untracked files a gate's run created: each by its path in the work tree and a digest of its
+/// content, so a later change to the file (the agent writing it) is told apart from the gate's copy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Byproducts {
+    /// At most a bounded number of files, in path order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<CreatedFile>,
+    /// Files created past the bound, which are not listed (and so never left out of an attempt).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted: u64,
+}
+
+impl Byproducts {
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.omitted == 0
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One file in the work tree, by path (relative to the top of the work tree, `/`-separated, as git
+/// names it) and the SHA-256 of its kind and bytes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CreatedFile {
+    pub path: String,
+    pub sha256: String,
 }
 
 /// A gate as the store keeps it: its spec, the attempt it ran in and its evidence.
@@ -184,6 +218,9 @@ pub struct GateRecord {
     pub git_head: Option<String>,
     pub git_dirty: Option<bool>,
     pub diff_hash: Option<String>,
+    /// The untracked files this run created (see [`GateEvidence::byproducts`]).
+    #[serde(default, skip_serializing_if = "Byproducts::is_empty")]
+    pub byproducts: Byproducts,
     pub started_at: i64,
     pub finished_at: i64,
 }

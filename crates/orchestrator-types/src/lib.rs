@@ -32,7 +32,9 @@ pub use chat::{
 pub use describe::{Described, Tone, describe, format_duration, format_relative};
 pub use error::{Error, Result};
 pub use event::{EventKind, TaskEvent};
-pub use gate::{FailureKind, GateEvidence, GateRecord, GateSummary, GitTree, Verdict};
+pub use gate::{
+    Byproducts, CreatedFile, FailureKind, GateEvidence, GateRecord, GateSummary, GitTree, Verdict,
+};
 pub use id::{ArtifactId, TaskId};
 pub use log_slice::{LogSlice, slice_after};
 pub use sandbox::SandboxMode;

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 
 use orchestrator_github::{ChangedFile, FileStatus, Preflight, RecordedPatch};
 use orchestrator_store::{Attempt, NewAttempt, Store};
-use orchestrator_types::{GateRecord, GitTree, TaskId, Verdict, format_millis};
+use orchestrator_types::{Byproducts, GateRecord, GitTree, TaskId, Verdict, format_millis};
 use serde_json::{Value, json};
 
-use crate::gate::git_tree;
+use crate::gate::{KnownByproducts, read_tree};
 
 /// The group an attempt joins when none is named.
 pub const DEFAULT_GROUP: &str = "default";
@@ -90,13 +90,19 @@ pub async fn record_attempt(
         }
     }
     let top = repository_of(workspace).await?;
-    let before = git_tree(&top)
+    // The task's gates, read first: what they left in the worktree (`__pycache__`, coverage data)
+    // is set aside while it still holds the gate's content, so the patch carries the agent's work
+    // and the tree matches the gates that ran on it.
+    let records = store.gates(task).await?;
+    let known = KnownByproducts::of_gates(&records);
+    let before = read_tree(&top, &known)
         .await
         .ok_or_else(|| AttemptError::NotAWorktree(workspace.display().to_string()))?;
+    let leave_out: Vec<String> = before.set_aside.iter().map(|f| f.path.clone()).collect();
     let recorded = blocking({
         let top = top.clone();
         let base = base.to_owned();
-        move || orchestrator_github::record(&top, &base)
+        move || orchestrator_github::record(&top, &base, &leave_out)
     })
     .await?;
     if recorded.patch.is_empty() {
@@ -104,14 +110,12 @@ pub async fn record_attempt(
             base: base.to_owned(),
         });
     }
-    if git_tree(&top).await.as_ref() != Some(&before) {
+    if read_tree(&top, &known).await.as_ref() != Some(&before) {
         return Err(AttemptError::Moved);
     }
-    let gates: Vec<GateRecord> = store
-        .gates(task)
-        .await?
+    let gates: Vec<GateRecord> = records
         .into_iter()
-        .filter(|g| ran_on(g, &before))
+        .filter(|g| ran_on(g, &before.tree))
         .collect();
     let RecordedPatch {
         patch,
@@ -119,17 +123,22 @@ pub async fn record_attempt(
         changed_files,
         ..
     } = recorded;
+    let left_out = Byproducts {
+        files: before.set_aside.clone(),
+        omitted: 0,
+    };
     let attempt = store
         .record_attempt(&NewAttempt {
             task,
             group,
             label,
             base: &base_commit,
-            head: before.head.as_deref(),
-            diff_hash: before.diff_hash.as_deref(),
+            head: before.tree.head.as_deref(),
+            diff_hash: before.tree.diff_hash.as_deref(),
             patch: &patch,
             files: files_json(&changed_files),
             gates: gates_json(&gates),
+            left_out,
         })
         .await?;
     Ok(Recorded {
@@ -212,6 +221,15 @@ pub fn describe(attempt: &Attempt) -> String {
                     .and_then(Value::as_i64)
                     .unwrap_or_default(),
             ));
+        }
+    }
+    if !attempt.left_out.files.is_empty() {
+        out.push_str(&format!(
+            "left out ({}): untracked files a gate created and nothing changed since\n",
+            attempt.left_out.files.len()
+        ));
+        for file in &attempt.left_out.files {
+            out.push_str(&format!("  {}\n", file.path));
         }
     }
     out

@@ -12,7 +12,7 @@ use orchestrator_github::{
 use orchestrator_store::{Store, Task};
 use orchestrator_types::{Captured, GateRecord, GateSpec, GitTree, Verdict};
 
-use crate::gate::{AD_HOC_GATE_POSITION, git_tree};
+use crate::gate::{AD_HOC_GATE_POSITION, KnownByproducts, read_tree};
 
 /// Bodies and comments longer than this (in bytes) are cut in the context and kept whole as an
 /// artifact.
@@ -144,17 +144,19 @@ pub async fn close_guard(
         return Err(CloseRefused::NoGates);
     }
     let workspace = task.workspace.as_deref().ok_or(CloseRefused::NoWorkspace)?;
-    let tree = git_tree(Path::new(workspace))
+    let records = store
+        .gates(task.id)
         .await
+        .map_err(|e| CloseRefused::Store(e.to_string()))?;
+    // What the gates themselves left (`__pycache__`) does not make the tree dirty or another tree.
+    let tree = read_tree(Path::new(workspace), &KnownByproducts::of_gates(&records))
+        .await
+        .map(|read| read.tree)
         .filter(|t| t.head.is_some())
         .ok_or_else(|| CloseRefused::NotGit(workspace.to_owned()))?;
     if tree.dirty && !allow_dirty {
         return Err(CloseRefused::Dirty);
     }
-    let records = store
-        .gates(task.id)
-        .await
-        .map_err(|e| CloseRefused::Store(e.to_string()))?;
     let on_tree = |g: &GateRecord| {
         g.git_head == tree.head && g.git_dirty == Some(tree.dirty) && g.diff_hash == tree.diff_hash
     };

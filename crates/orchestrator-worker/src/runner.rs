@@ -269,6 +269,15 @@ pub async fn run_attempt(
     };
 
     let mut person_jail: Option<orchestrator_sandbox::Jail> = None;
+    // What earlier gates of the task (in any attempt: the workspace outlives them) left behind,
+    // so each gate's tree sets it aside and records what it creates itself.
+    let mut byproducts = match workspace {
+        Some(_) => match with_retries(|| ctx.store.gates(task.id)).await {
+            Ok(records) => gate::KnownByproducts::of_gates(&records),
+            Err(e) => return lost_or(FenceError::Store(e)),
+        },
+        None => gate::KnownByproducts::default(),
+    };
     let mut passed = 0usize;
     let mut failures: Vec<String> = Vec::new();
     let mut infra_error: Option<String> = None;
@@ -323,9 +332,11 @@ pub async fn run_attempt(
             ctx.log_cap_bytes,
             &jail,
             &live.tap(),
+            Some(&byproducts),
         )
         .await;
         live.finish().await;
+        byproducts.add(&output.evidence.byproducts);
         ctx.metrics.observe_gate(output.evidence.duration_ms);
         let run = orchestrator_store::GateRun {
             lease,

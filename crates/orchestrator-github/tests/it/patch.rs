@@ -147,7 +147,7 @@ fn record_reproduces_the_worktree_exactly_through_git_apply() {
     let (repo, base) = repo_with_every_kind_of_change();
     let before = repo_state(&repo);
 
-    let recorded = record(&repo.path, "HEAD").unwrap();
+    let recorded = record(&repo.path, "HEAD", &[]).unwrap();
 
     assert_eq!(repo_state(&repo), before, "record changed the repository");
     assert_eq!(recorded.base_commit, base);
@@ -182,7 +182,7 @@ fn record_reproduces_the_worktree_exactly_through_git_apply() {
 #[test]
 fn record_lists_every_changed_file_with_its_status() {
     let (repo, _) = repo_with_every_kind_of_change();
-    let mut files = record(&repo.path, "main").unwrap().changed_files;
+    let mut files = record(&repo.path, "main", &[]).unwrap().changed_files;
     files.sort_by(|a, b| a.path.cmp(&b.path));
 
     let file = |path: &str, status: FileStatus, binary: bool| ChangedFile {
@@ -219,7 +219,7 @@ fn record_lists_every_changed_file_with_its_status() {
 fn a_clean_worktree_records_an_empty_patch_of_the_base_tree() {
     let (repo, base) = repo_with_every_kind_of_change();
     repo.checkout_clean(&base);
-    let recorded = record(&repo.path, &base[..12]).unwrap();
+    let recorded = record(&repo.path, &base[..12], &[]).unwrap();
     assert!(recorded.patch.is_empty());
     assert!(recorded.changed_files.is_empty());
     assert_eq!(recorded.tree_id, repo.git(&["rev-parse", "HEAD^{tree}"]));
@@ -230,7 +230,7 @@ fn record_against_an_older_base_includes_the_commits_since() {
     let (repo, base) = repo_with_every_kind_of_change();
     repo.commit_all("second");
     repo.write("after.txt", b"after the second commit\n");
-    let recorded = record(&repo.path, &base).unwrap();
+    let recorded = record(&repo.path, &base, &[]).unwrap();
     assert_eq!(recorded.base_commit, base);
     let (_, applied_tree) = apply_in_clone(&repo, &base, &recorded.patch);
     assert_eq!(applied_tree, recorded.tree_id);
@@ -241,12 +241,12 @@ fn record_against_an_older_base_includes_the_commits_since() {
 fn an_unknown_base_or_a_missing_repository_is_an_error() {
     let (repo, _) = repo_with_every_kind_of_change();
     assert!(matches!(
-        record(&repo.path, "no-such-branch"),
+        record(&repo.path, "no-such-branch", &[]),
         Err(Error::UnknownBase { .. })
     ));
     let empty = tempfile::tempdir().unwrap();
     assert!(matches!(
-        record(empty.path(), "HEAD"),
+        record(empty.path(), "HEAD", &[]),
         Err(Error::NotAWorktree { .. })
     ));
 }

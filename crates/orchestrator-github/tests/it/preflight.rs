@@ -75,7 +75,7 @@ fn fixture() -> Fixture {
     let mut patch = |name: &'static str, change: &dyn Fn(&TempRepo)| {
         repo.checkout_clean(&base);
         change(&repo);
-        patches.push((name, record(&repo.path, &base).unwrap().patch));
+        patches.push((name, record(&repo.path, &base, &[]).unwrap().patch));
     };
     patch("edit line 5", &|r| {
         r.write("f.txt", replace_line(&f, 5, "mine").as_bytes())

@@ -112,8 +112,11 @@ fn sample(kind: EventKind) -> Option<(Value, &'static [&'static str])> {
             ],
         ),
         EventKind::AttemptRecorded => (
-            json!({"attempt": 4, "group": "fix", "label": "first try", "files": 3, "patch_bytes": 1200}),
-            &["attempt 4 recorded in group fix \"first try\": 3 files, 1200 bytes of patch"],
+            json!({"attempt": 4, "group": "fix", "label": "first try", "files": 3, "patch_bytes": 1200, "left_out": 2}),
+            &[
+                "attempt 4 recorded in group fix \"first try\": 3 files, 1200 bytes of patch",
+                "(2 files the gates created left out)",
+            ],
         ),
         EventKind::AttemptSelected => (
             json!({"attempt": 4, "group": "fix", "label": "first try", "unselected": [5]}),

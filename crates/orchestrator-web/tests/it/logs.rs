@@ -38,6 +38,7 @@ fn evidence(verdict: Verdict, failing: &[&str]) -> GateEvidence {
             ..GateSummary::default()
         },
         git: None,
+        byproducts: Default::default(),
         started_at: now_millis(),
         finished_at: now_millis(),
     }

@@ -676,6 +676,7 @@ async fn a_tasks_pr_attempts_show_on_its_page_and_in_the_api() {
             patch: b"diff --git a/src/lib.rs b/src/lib.rs\n",
             files: json!(["src/lib.rs"]),
             gates: json!([]),
+            left_out: Default::default(),
         })
         .await
         .unwrap();

@@ -419,6 +419,7 @@ async fn tasks_are_filtered_by_repository_and_verdict_and_their_turns_are_read()
                 duration_ms: 60_000,
                 summary: GateSummary::default(),
                 git: None,
+                byproducts: Default::default(),
                 started_at: now_millis() - 60_000,
                 finished_at: now_millis(),
             },

@@ -10,8 +10,9 @@
 //! `GIT_OPTIONAL_LOCKS=0` keeps `git status` from taking the index lock, which would race with an
 //! agent committing in the same work tree.
 
-use orchestrator_types::GitTree;
+use orchestrator_types::{Byproducts, CreatedFile, GateRecord, GitTree};
 use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use tokio::io::AsyncReadExt;
@@ -20,11 +21,75 @@ use tokio::process::Command;
 /// Read size for streaming git output and untracked files into the hash.
 const CHUNK_BYTES: usize = 64 * 1024;
 
+/// Byproducts one gate run lists; past this many, the rest are counted, not named (and so stay in
+/// any attempt, which errs towards sending a file rather than losing one).
+pub const MAX_BYPRODUCTS: usize = 2_000;
+
 /// The git tree of a directory (HEAD, dirty, diff hash), or `None` when it is not a git work tree.
 ///
 /// Also `None` when git fails half-way (say the repository is corrupt): evidence that cannot name its
 /// tree exactly must not claim a tree.
 pub async fn git_tree(dir: &Path) -> Option<GitTree> {
+    read_tree(dir, &KnownByproducts::default())
+        .await
+        .map(|read| read.tree)
+}
+
+/// The byproducts a task's gates left: for each path, the digests of the copies gates made. An
+/// untracked file at such a path with such a digest is still the gate's, not the agent's.
+#[derive(Debug, Clone, Default)]
+pub struct KnownByproducts(HashMap<String, HashSet<String>>);
+
+impl KnownByproducts {
+    /// The byproducts of every recorded gate run of a task.
+    pub fn of_gates<'a>(gates: impl IntoIterator<Item = &'a GateRecord>) -> Self {
+        let mut known = Self::default();
+        for gate in gates {
+            known.add(&gate.byproducts);
+        }
+        known
+    }
+
+    /// Adds one run's byproducts, so the next gate of the same attempt knows them.
+    pub fn add(&mut self, byproducts: &Byproducts) {
+        for file in &byproducts.files {
+            self.0
+                .entry(file.path.clone())
+                .or_default()
+                .insert(file.sha256.clone());
+        }
+    }
+
+    fn has_path(&self, path: &str) -> bool {
+        self.0.contains_key(path)
+    }
+
+    fn has(&self, path: &str, sha256: &str) -> bool {
+        self.0
+            .get(path)
+            .is_some_and(|digests| digests.contains(sha256))
+    }
+}
+
+/// A work tree read for evidence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeRead {
+    /// The tree, without the byproducts set aside: what the agent (or a person) left in it.
+    pub tree: GitTree,
+    /// Untracked files whose content is still a gate's byproduct, in path order. They are not part
+    /// of `tree`, and an attempt leaves them out of its patch.
+    pub set_aside: Vec<CreatedFile>,
+    /// The top of the work tree.
+    top: PathBuf,
+    /// The untracked paths `tree` holds, as git names them.
+    kept_untracked: HashSet<Vec<u8>>,
+}
+
+/// Reads the tree of `dir` as [`git_tree`] does, with the untracked files that `known` names at
+/// their gate's content set aside: a gate's `__pycache__` neither makes a clean tree dirty nor
+/// changes which tree a later gate ran on. A tracked file a gate changed is never set aside: that
+/// is a change to the source, which the evidence must show.
+pub async fn read_tree(dir: &Path, known: &KnownByproducts) -> Option<TreeRead> {
     // Work from the top of the work tree: `ls-files --others` only lists below the current directory,
     // and a gate may run in a subdirectory.
     let top = git_stdout(dir, &["rev-parse", "--show-toplevel"]).await?;
@@ -34,27 +99,103 @@ pub async fn git_tree(dir: &Path) -> Option<GitTree> {
         .await
         .map(|out| String::from_utf8_lossy(trim_newline(&out)).into_owned());
     let status = git_stdout(&top, &["status", "--porcelain", "--untracked-files=normal"]).await?;
+    let clean = |top: PathBuf, head, set_aside| {
+        Some(TreeRead {
+            tree: GitTree {
+                head,
+                dirty: false,
+                diff_hash: None,
+            },
+            set_aside,
+            top,
+            kept_untracked: HashSet::new(),
+        })
+    };
     if status.is_empty() {
-        return Some(GitTree {
-            head,
-            dirty: false,
-            diff_hash: None,
-        });
+        return clean(top, head, Vec::new());
     }
-    let diff_hash = diff_hash(&top, head.is_some()).await;
+    // Porcelain quotes a path with a newline in it, so each line is one entry.
+    let tracked_dirty = status
+        .split(|&b| b == b'\n')
+        .any(|line| !line.is_empty() && !line.starts_with(b"??"));
+    let mut kept = Vec::new();
+    let mut set_aside = Vec::new();
+    for path in untracked(&top).await? {
+        let by_gate = match std::str::from_utf8(&path) {
+            Ok(name) if known.has_path(name) => {
+                let sha256 = file_digest(&top.join(os_path(&path))).await;
+                known.has(name, &sha256).then(|| CreatedFile {
+                    path: name.to_owned(),
+                    sha256,
+                })
+            }
+            _ => None,
+        };
+        match by_gate {
+            Some(file) => set_aside.push(file),
+            None => kept.push(path),
+        }
+    }
+    if !tracked_dirty && kept.is_empty() && !set_aside.is_empty() {
+        return clean(top, head, set_aside);
+    }
+    let diff_hash = diff_hash(&top, head.is_some(), &kept).await;
     if diff_hash.is_none() {
         tracing::warn!(dir = %top.display(), "git diff failed; the gate's tree is not recorded");
     }
-    Some(GitTree {
-        head,
-        dirty: true,
-        diff_hash: Some(diff_hash?),
+    Some(TreeRead {
+        tree: GitTree {
+            head,
+            dirty: true,
+            diff_hash: Some(diff_hash?),
+        },
+        set_aside,
+        top,
+        kept_untracked: kept.into_iter().collect(),
     })
 }
 
-/// SHA-256 over the tracked changes and the untracked files. Each part is framed by a label and
-/// lengths, so moving bytes between a path and its content cannot produce the same hash.
-async fn diff_hash(top: &Path, has_head: bool) -> Option<String> {
+/// The untracked files that appeared since `before` was read, or that were a gate's byproduct
+/// then, with their content now: what a gate created during its run. Files the agent had left
+/// untracked before the gate are never counted, even if the gate rewrote them.
+pub async fn created_since(before: &TreeRead) -> Byproducts {
+    let Some(now) = untracked(&before.top).await else {
+        return Byproducts::default();
+    };
+    let mut created = Byproducts::default();
+    for path in now {
+        if before.kept_untracked.contains(&path) {
+            continue;
+        }
+        match std::str::from_utf8(&path) {
+            // A name that is not UTF-8 cannot be stored as text, so it is counted, never left out.
+            Ok(name) if created.files.len() < MAX_BYPRODUCTS => {
+                created.files.push(CreatedFile {
+                    path: name.to_owned(),
+                    sha256: file_digest(&before.top.join(os_path(&path))).await,
+                });
+            }
+            _ => created.omitted += 1,
+        }
+    }
+    created
+}
+
+/// The untracked files that are not ignored, in byte order of their names.
+async fn untracked(top: &Path) -> Option<Vec<Vec<u8>>> {
+    let listing = git_stdout(top, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
+    let mut paths: Vec<Vec<u8>> = listing
+        .split(|&b| b == 0)
+        .filter(|p| !p.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    paths.sort_unstable();
+    Some(paths)
+}
+
+/// SHA-256 over the tracked changes and the untracked files in `untracked`. Each part is framed by
+/// a label and lengths, so moving bytes between a path and its content cannot produce the same hash.
+async fn diff_hash(top: &Path, has_head: bool, untracked: &[Vec<u8>]) -> Option<String> {
     let mut hasher = Sha256::new();
     // Options that user configuration could otherwise change: colour and the `a/` `b/` prefixes
     // (external diff drivers and text conversion are off in every git command).
@@ -80,12 +221,6 @@ async fn diff_hash(top: &Path, has_head: bool) -> Option<String> {
         args.extend(diff_options);
         stream_git(top, &args, &mut hasher).await?;
     }
-    let listing = git_stdout(top, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
-    let mut untracked: Vec<&[u8]> = listing
-        .split(|&b| b == 0)
-        .filter(|p| !p.is_empty())
-        .collect();
-    untracked.sort_unstable();
     for path in untracked {
         hasher.update(b"\0untracked\0");
         hasher.update((path.len() as u64).to_le_bytes());
@@ -93,6 +228,13 @@ async fn diff_hash(top: &Path, has_head: bool) -> Option<String> {
         hash_file(&top.join(os_path(path)), &mut hasher).await;
     }
     Some(hex::encode(hasher.finalize()))
+}
+
+/// One file's digest by the rules of [`hash_file`], lowercase hex.
+async fn file_digest(path: &Path) -> String {
+    let mut hasher = Sha256::new();
+    hash_file(path, &mut hasher).await;
+    hex::encode(hasher.finalize())
 }
 
 /// Hashes a file's kind and bytes. A symbolic link is hashed by its target, not followed, because
@@ -120,9 +262,24 @@ async fn hash_file(path: &Path, hasher: &mut Sha256) {
     }
     hasher.update(b"file\0");
     hasher.update(meta.len().to_le_bytes());
-    let Ok(mut file) = tokio::fs::File::open(path).await else {
-        hasher.update(b"unreadable\0");
-        return;
+    // The work tree is the agent's: between the look above and this open, the file could become a
+    // link or a FIFO. Not following a last link and not blocking on a FIFO, then checking the
+    // opened file is the regular file we looked at, keeps the hash from reading anything else.
+    let opened = tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .await;
+    let same_file = |file: &std::fs::Metadata| {
+        use std::os::unix::fs::MetadataExt;
+        file.is_file() && file.dev() == meta.dev() && file.ino() == meta.ino()
+    };
+    let mut file = match opened {
+        Ok(file) if file.metadata().await.is_ok_and(|m| same_file(&m)) => file,
+        _ => {
+            hasher.update(b"unreadable\0");
+            return;
+        }
     };
     let mut buf = vec![0u8; CHUNK_BYTES];
     loop {

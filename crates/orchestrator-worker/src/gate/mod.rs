@@ -15,13 +15,14 @@ pub mod live;
 mod process;
 mod summary;
 
-pub use git::git_tree;
+pub use git::{KnownByproducts, MAX_BYPRODUCTS, TreeRead, created_since, git_tree, read_tree};
 pub use summary::summarize;
 
 use live::LiveTap;
 use orchestrator_sandbox::Jail;
 use orchestrator_types::{
-    Captured, FailureKind, GateEvidence, GateSpec, GateSummary, GitTree, Verdict, now_millis,
+    Byproducts, Captured, FailureKind, GateEvidence, GateSpec, GateSummary, GitTree, Verdict,
+    now_millis,
 };
 use process::{Ending, Run};
 use std::os::unix::process::ExitStatusExt;
@@ -63,11 +64,16 @@ pub async fn run_gate(
         log_cap_bytes,
         jail,
         &LiveTap::off(),
+        Some(&KnownByproducts::default()),
     )
     .await
 }
 
 /// [`run_gate`], with the output also handed to `live` as it is read (see [`live`]).
+///
+/// With `byproducts` (what earlier gates of the task left, see [`KnownByproducts`]), the tree is
+/// read with those set aside and the untracked files the run created are listed in the evidence;
+/// without, as for an agent's shell job, whose files are the agent's own work, nothing is listed.
 pub async fn run_gate_live(
     spec: &GateSpec,
     workspace: &Path,
@@ -75,6 +81,7 @@ pub async fn run_gate_live(
     log_cap_bytes: usize,
     jail: &Jail,
     live: &LiveTap,
+    byproducts: Option<&KnownByproducts>,
 ) -> GateOutput {
     let started_at = now_millis();
     let clock = Instant::now();
@@ -92,9 +99,10 @@ pub async fn run_gate_live(
             None,
         );
     }
-    let git = git_tree(&dir).await;
+    let before = read_tree(&dir, byproducts.unwrap_or(&KnownByproducts::default())).await;
+    let git = before.as_ref().map(|read| read.tree.clone());
     let timeout = Duration::from_secs(spec.timeout_secs);
-    match process::run(
+    let mut output = match process::run(
         jail,
         &spec.command,
         &dir,
@@ -106,12 +114,18 @@ pub async fn run_gate_live(
     .await
     {
         Ok(run) => finished(spec, run, git, started_at, clock),
-        Err(err) => not_run(
-            Verdict::Error,
-            format!("could not run `sh -c` in {}: {err}", dir.display()),
-            git,
-        ),
+        Err(err) => {
+            return not_run(
+                Verdict::Error,
+                format!("could not run `sh -c` in {}: {err}", dir.display()),
+                git,
+            );
+        }
+    };
+    if let (Some(before), Some(_)) = (&before, byproducts) {
+        output.evidence.byproducts = created_since(before).await;
     }
+    output
 }
 
 /// Evidence for a command that ran, whatever became of it.
@@ -160,6 +174,7 @@ fn finished(
             duration_ms: elapsed_ms(clock),
             summary,
             git,
+            byproducts: Byproducts::default(),
             started_at,
             finished_at: now_millis(),
         },
@@ -193,6 +208,7 @@ fn not_run(
                 ..GateSummary::default()
             },
             git,
+            byproducts: Byproducts::default(),
             started_at,
             finished_at: now_millis(),
         },

@@ -326,6 +326,7 @@ async fn attempts_are_recorded_compared_checked_and_selected() {
             patch: &patch,
             files: attempt.files.clone(),
             gates: json!([]),
+            left_out: Default::default(),
         })
         .await
         .unwrap();
@@ -446,4 +447,124 @@ async fn recording_needs_a_git_worktree_and_a_label() {
         .await;
     assert!(text.contains("is not inside a git worktree"), "{text}");
     assert!(db.store.attempts(None, None).await.unwrap().is_empty());
+}
+
+/// The paths an attempt's patch touches, from its `diff --git a/... b/...` lines.
+async fn patch_paths(store: &Store, attempt: i64) -> Vec<String> {
+    let patch = store.attempt_patch(attempt).await.unwrap();
+    let mut paths: Vec<String> = String::from_utf8_lossy(&patch)
+        .lines()
+        .filter_map(|l| l.strip_prefix("diff --git a/"))
+        .map(|l| l.split(" b/").next().unwrap().to_owned())
+        .collect();
+    paths.sort();
+    paths
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_a_gate_created_stay_out_of_attempts_unless_the_agent_wrote_them() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let store = &db.store;
+    let home = tempfile::tempdir().unwrap();
+    let (_dir, repo) = git_repo(&[("app.py", "def answer():\n    return 41\n")]);
+    let agent = Agent::start(store, "byproducts", &repo, home.path()).await;
+    let pyc = "__pycache__/app.cpython-311.pyc";
+    // What running the tests leaves behind, as Python and coverage do: bytecode of the module
+    // (whose bytes follow the source) and a data file.
+    let gate = json!({
+        "name": "pytest",
+        "command": "mkdir -p __pycache__ && sha256sum app.py > __pycache__/app.cpython-311.pyc && echo run >> .coverage"
+    });
+
+    // The agent's work: a change and a new file of its own, left untracked.
+    std::fs::write(repo.join("app.py"), "def answer():\n    return 42\n").unwrap();
+    std::fs::write(repo.join("test_app.py"), "from app import answer\n").unwrap();
+    agent.ok("task_gate_run", gate.clone()).await;
+    assert!(repo.join(pyc).exists(), "the gate wrote its bytecode");
+    let records = store.gates(agent.task).await.unwrap();
+    let created: Vec<&str> = records[0]
+        .byproducts
+        .files
+        .iter()
+        .map(|f| f.path.as_str())
+        .collect();
+    assert_eq!(
+        created,
+        [".coverage", pyc],
+        "the gate's evidence names what it created"
+    );
+
+    let text = agent
+        .ok("pr_attempt_record", json!({"label": "answer 42"}))
+        .await;
+    let one = recorded_id(&text);
+    assert!(text.contains("2 files changed"), "{text}");
+    assert!(
+        text.contains("Gates that ran on this tree: \"pytest\" passed"),
+        "the gate ran on the agent's tree, whatever it left in it: {text}"
+    );
+    assert!(text.contains("Left out: 2 untracked files"), "{text}");
+    assert!(text.contains(pyc), "{text}");
+    assert_eq!(patch_paths(store, one).await, ["app.py", "test_app.py"]);
+    let attempt = store.attempt(one).await.unwrap();
+    let left: Vec<&str> = attempt
+        .left_out
+        .files
+        .iter()
+        .map(|f| f.path.as_str())
+        .collect();
+    assert_eq!(left, [".coverage", pyc]);
+    let shown = orchestrator_worker::attempts::describe(&attempt);
+    assert!(
+        shown.contains("left out (2)") && shown.contains(&format!("  {pyc}\n")),
+        "{shown}"
+    );
+
+    // Another edit, and the gate again: it rewrites files that were only the first run's
+    // byproducts. They are still the gates', and the new run's tree is the agent's tree.
+    std::fs::write(repo.join("app.py"), "def answer():\n    return 43\n").unwrap();
+    agent.ok("task_gate_run", gate.clone()).await;
+    let text = agent
+        .ok("pr_attempt_record", json!({"label": "answer 43"}))
+        .await;
+    let two = recorded_id(&text);
+    assert!(text.contains("\"pytest\" passed"), "{text}");
+    assert!(text.contains("Left out: 2 untracked files"), "{text}");
+    assert_eq!(patch_paths(store, two).await, ["app.py", "test_app.py"]);
+
+    // The agent writes the bytecode file itself: now it is the agent's, and it goes in. The
+    // gates did not run on that tree.
+    std::fs::write(repo.join(pyc), b"the agent's own\n").unwrap();
+    let text = agent
+        .ok("pr_attempt_record", json!({"label": "with pyc"}))
+        .await;
+    let three = recorded_id(&text);
+    assert!(text.contains("Left out: 1 untracked file"), "{text}");
+    assert!(
+        text.contains("No gate of this task ran on this tree"),
+        "{text}"
+    );
+    assert_eq!(
+        patch_paths(store, three).await,
+        [pyc, "app.py", "test_app.py"]
+    );
+
+    // A file the agent had made before a gate ran is the agent's, even when the gate rewrites it.
+    std::fs::remove_file(repo.join(pyc)).unwrap();
+    std::fs::write(repo.join("notes.txt"), "mine\n").unwrap();
+    agent
+        .ok(
+            "task_gate_run",
+            json!({"name": "touch notes", "command": "echo gate >> notes.txt"}),
+        )
+        .await;
+    let text = agent
+        .ok("pr_attempt_record", json!({"label": "notes"}))
+        .await;
+    let four = recorded_id(&text);
+    assert_eq!(
+        patch_paths(store, four).await,
+        ["app.py", "notes.txt", "test_app.py"]
+    );
+    assert!(!text.contains(pyc), "the bytecode file is gone: {text}");
 }

@@ -10,7 +10,7 @@ use orchestrator_store::{ApprovalDecision, ApprovalFilter, Store, approval_statu
 use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
 use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
 use orchestrator_tools::{Decision, Policy};
-use orchestrator_types::{EventKind, GateSpec, ModelSpec, NewTask, TaskId, TaskState};
+use orchestrator_types::{EventKind, GateSpec, ModelSpec, NewTask, TaskId, TaskState, Verdict};
 use orchestrator_worker::model::ClientConfig;
 use orchestrator_worker::{Metrics, PoolConfig, WorkerPool};
 use serde_json::{Value, json};
@@ -570,6 +570,49 @@ async fn the_close_guard_wants_the_newest_run_of_every_own_gate_on_the_tree_to_h
     let why = refused(guard().await);
     assert!(why.contains("\"check\" last ran on HEAD"), "{why}");
     assert!(why.contains("\"lint\" last ran on HEAD"), "{why}");
+
+    // Gates that leave a cache behind (an untracked file nobody ignored) pass on the clean tree:
+    // what they created neither makes it dirty nor another tree. Each gate knows what the ones
+    // before it left, as the runner tells it.
+    let mut known = orchestrator_worker::gate::KnownByproducts::default();
+    for (position, name) in [(0, "check"), (1, "lint")] {
+        let jail = orchestrator_worker::Sandbox::new(Default::default())
+            .person_gate_jail(&ws, &[])
+            .unwrap();
+        let caching = GateSpec::from_command("mkdir -p cache && echo built > cache/out.bin");
+        let output = orchestrator_worker::gate::run_gate_live(
+            &caching,
+            &ws,
+            &stop,
+            1 << 20,
+            &jail,
+            &orchestrator_worker::gate::live::LiveTap::off(),
+            Some(&known),
+        )
+        .await;
+        assert_eq!(output.evidence.verdict, Verdict::Passed);
+        known.add(&output.evidence.byproducts);
+        db.store
+            .record_gate(&GateRun {
+                lease: &lease,
+                attempt: task.attempt,
+                position,
+                spec: &own_gate(name),
+                evidence: &output.evidence,
+                log: &output.log,
+            })
+            .await
+            .unwrap();
+    }
+    assert!(ws.join("cache/out.bin").exists());
+    let evidence = guard()
+        .await
+        .expect("the gates passed on the committed tree");
+    assert_eq!(evidence.gates.len(), 2);
+    // Once someone else writes the file, it is a change like any other.
+    std::fs::write(ws.join("cache/out.bin"), "edited\n").unwrap();
+    let why = refused(guard().await);
+    assert!(why.contains("uncommitted"), "{why}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

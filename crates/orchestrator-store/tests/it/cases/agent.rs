@@ -701,6 +701,7 @@ pub async fn an_agents_writes_are_fenced_by_its_lease(db: &TestStore) {
         patch: b"diff --git a/x b/x\n",
         files: json!(["x"]),
         gates: json!([]),
+        left_out: Default::default(),
     };
     fn stale<T>(r: &Result<T, Error>) -> bool {
         matches!(r, Err(Error::StaleLease { .. }))

@@ -20,6 +20,7 @@ fn new_attempt<'a>(
         patch,
         files: json!(["src/lib.rs", "README.md"]),
         gates: json!([{"name": "test", "verdict": "passed"}]),
+        left_out: Default::default(),
     }
 }
 

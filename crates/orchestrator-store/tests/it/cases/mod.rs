@@ -58,6 +58,7 @@ fn evidence(verdict: Verdict) -> GateEvidence {
             ..Default::default()
         },
         git: None,
+        byproducts: Default::default(),
         started_at: now_millis(),
         finished_at: now_millis(),
     }

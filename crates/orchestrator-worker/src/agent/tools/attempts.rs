@@ -192,6 +192,20 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
                         out.push_str(" None of them passed: fix the tree, run the gates again and record it again before selecting it.");
                     }
                 }
+                if !attempt.left_out.files.is_empty() {
+                    let names: Vec<&str> = attempt
+                        .left_out
+                        .files
+                        .iter()
+                        .map(|f| f.path.as_str())
+                        .collect();
+                    out.push_str(&format!(
+                        "\nLeft out: {} untracked file{} a gate created and nothing changed since ({}). To send one, change it or add it to git.",
+                        names.len(),
+                        if names.len() == 1 { "" } else { "s" },
+                        clip_list(&names, 10)
+                    ));
+                }
                 text(out)
             },
         ),
@@ -378,4 +392,18 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
             },
         ),
     ]
+}
+
+/// Names joined by commas, at most `max` of them, then how many more.
+fn clip_list(names: &[&str], max: usize) -> String {
+    let mut text = names
+        .iter()
+        .take(max)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > max {
+        text.push_str(&format!(" and {} more", names.len() - max));
+    }
+    text
 }

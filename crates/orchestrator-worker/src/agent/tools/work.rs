@@ -171,14 +171,16 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
             session,
             move |session, args: GateRunArgs, ctx| async move {
                 let dir = workspace(&session)?;
-                let recorded = session
+                let records = session
                     .store
                     .gates(session.task_id())
                     .await
-                    .map_err(store_failure)?
+                    .map_err(store_failure)?;
+                let recorded = records
                     .iter()
                     .filter(|g| g.position >= AD_HOC_POSITION)
                     .count() as i64;
+                let known = gate::KnownByproducts::of_gates(&records);
                 let (spec, position) = gate_to_run(&session, args, recorded)?;
                 // The agent's own command runs in its jail, like its exec_shell; one of the task's
                 // gates runs as the runner would run it, because a person wrote it.
@@ -212,8 +214,16 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                     },
                 )
                 .await;
-                let output =
-                    gate::run_gate_live(&spec, &dir, &session.stop, cap, jail, &live.tap()).await;
+                let output = gate::run_gate_live(
+                    &spec,
+                    &dir,
+                    &session.stop,
+                    cap,
+                    jail,
+                    &live.tap(),
+                    Some(&known),
+                )
+                .await;
                 live.finish().await;
                 let (gate_id, log) = session
                     .store
@@ -307,7 +317,8 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 .await;
                 tokio::spawn(async move {
                     let output =
-                        gate::run_gate_live(&spec, &dir, &kill, cap, &jail, &live.tap()).await;
+                        gate::run_gate_live(&spec, &dir, &kill, cap, &jail, &live.tap(), None)
+                            .await;
                     live.finish().await;
                     let evidence = &output.evidence;
                     let summary = format!(
