@@ -34,6 +34,7 @@ mod compaction;
 pub mod context;
 mod mcp;
 mod model_call;
+mod on_demand;
 mod opening;
 pub(crate) mod policy;
 mod prompt;
@@ -50,7 +51,7 @@ use std::time::{Duration, Instant};
 use context::Limits;
 use orchestrator_store::{Lease, Task};
 use orchestrator_tools::{Profile, Registry};
-use orchestrator_types::{ModelSpec, Usage};
+use orchestrator_types::{ModelSpec, ToolCallRequest, Usage};
 use tokio::sync::broadcast;
 
 use crate::model::{ClientConfig, Delta, ModelClient, ToolDefinition};
@@ -66,25 +67,15 @@ const EVENT_TEXT_CHARS: usize = 2000;
 /// bytes of the request body to a token, [`crate::model::estimate_tokens`]), with or without a
 /// GitHub configured. Minimal and coding are DESIGN.md's targets, so that an 8k-context model has
 /// room to work; full, for which the design names none, gets the same share of a 16k window as
-/// coding has of an 8k one. The agent bench prints the figures and a worker test fails past them
-/// (past [`FIRST_REQUEST_GITHUB_CEILINGS`] instead for coding and full with a GitHub).
+/// coding has of an 8k one, with a GitHub configured or not: the tools few turns need (terminals,
+/// GitHub, PR attempts) are offered on demand (`on_demand.rs`), not sent. The agent bench prints
+/// the figures and a worker test fails past them.
 pub const FIRST_REQUEST_TARGETS: [(Profile, u64); 3] = [
     (Profile::Minimal, 1_500),
     (Profile::Coding, 4_000),
     (Profile::Full, 8_000),
 ];
 
-/// A ratchet, not a design target: the most tokens the first request of coding and full may carry
-/// with a GitHub configured, which adds the four github_* tools and pr_open (and to coding
-/// pr_attempt_record and pr_attempt_select) and misses [`FIRST_REQUEST_TARGETS`]. Without a GitHub both profiles
-/// are under their targets (coding about 3,970, full about 7,750); with one, coding is about
-/// 5,090 (about 1,090 over 4,000) and full about 8,590 (about 590 over 8,000). Trimming text cannot
-/// close that gap: the JSON structure of coding's 43 schemas alone is about 3,000 tokens, so
-/// meeting the targets with a GitHub needs fewer or merged tools, or tools offered on demand.
-/// Each ceiling is the figure when it was set rounded up to the next 100, so the request cannot
-/// grow unnoticed; lower it whenever the figure drops, and never raise it to make a test pass.
-pub const FIRST_REQUEST_GITHUB_CEILINGS: [(Profile, u64); 2] =
-    [(Profile::Coding, 5_100), (Profile::Full, 8_600)];
 /// A piece of live output of a task, for whoever follows it in this process.
 #[derive(Debug, Clone)]
 pub struct LiveDelta {
@@ -245,6 +236,19 @@ pub async fn run_agent(
         .map(|t| ToolDefinition::new(t.name, t.description, t.input_schema))
         .collect();
     definitions.sort_by(|a, b| a.name.cmp(&b.name));
+    // Groups few turns need go out only once the model loads them (on_demand.rs).
+    let (mut definitions, on_demand) = on_demand::OnDemand::split(definitions);
+    if let Some(loader) = on_demand.spec() {
+        definitions.push(ToolDefinition::new(
+            loader.name.clone(),
+            loader.description.clone(),
+            loader.input_schema.clone(),
+        ));
+        definitions.sort_by(|a, b| a.name.cmp(&b.name));
+        if let Err(e) = registry.register(loader) {
+            return Err(crate::Error::Config(format!("tool registration: {e}")));
+        }
+    }
     let window = client.window().await;
     let limits = Limits::new(
         window,
@@ -261,6 +265,7 @@ pub async fn run_agent(
         tool_ctx,
         client,
         definitions,
+        on_demand,
         limits,
         compaction_turns: Vec::new(),
         reads: std::collections::HashMap::new(),
@@ -284,7 +289,10 @@ struct Agent<'a> {
     registry: Registry,
     tool_ctx: orchestrator_tools::ToolContext,
     client: ModelClient,
+    /// The tools sent with every request: those sent from the start, then the ones loaded since.
     definitions: Vec<ToolDefinition>,
+    /// The tools held back until the model loads them.
+    on_demand: on_demand::OnDemand,
     /// The model's window and where compaction starts.
     limits: Limits,
     /// The turn of each compaction of the task so far.
@@ -324,6 +332,14 @@ impl From<orchestrator_store::Error> for Halt {
 }
 
 impl Agent<'_> {
+    /// Adds to the requests the tools that `load_tools` calls among `calls` asked for.
+    fn load_on_demand<'c>(&mut self, calls: impl IntoIterator<Item = &'c ToolCallRequest>) {
+        for call in calls {
+            let loaded = self.on_demand.take(call);
+            self.definitions.extend(loaded);
+        }
+    }
+
     /// Saves a user message the loop adds at `turn` (a parent's input, what failed gates said),
     /// with its `message` event carrying `event` besides the turn, the role and the clipped text.
     async fn save_user_message(

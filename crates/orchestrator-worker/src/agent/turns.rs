@@ -24,6 +24,12 @@ impl Agent<'_> {
         if saved.is_empty() {
             saved = self.open_conversation(prompt, workspace).await?;
         }
+        // The groups of tools loaded in earlier turns go with the requests again.
+        let calls_made: Vec<orchestrator_types::ToolCallRequest> = saved
+            .iter()
+            .flat_map(|m| m.message.tool_calls.iter().cloned())
+            .collect();
+        self.load_on_demand(&calls_made);
         // After a compaction the conversation is the rows it wrote and what followed them.
         let compactions = self
             .ctx
@@ -309,6 +315,7 @@ impl Agent<'_> {
             if let Some(stall) = self.note_reads(turn, &message.tool_calls) {
                 return Ok(AgentEnd::Failed(stall));
             }
+            self.load_on_demand(&message.tool_calls);
             let calls_started = Instant::now();
             if let Some(end) = self
                 .run_calls(

@@ -478,9 +478,33 @@ async fn a_task_sends_exactly_its_profiles_tools_and_github_ones_only_with_a_git
             let id = db.store.create_task(&task).await.unwrap();
             let task = wait_state(&db.store, id, ENDS).await;
             assert_eq!(task.state, TaskState::Succeeded, "{:?}", task.last_error);
-            let sent = model.received()[before].tool_names();
-            let mut sent_sorted = sent.clone();
+            let request = &model.received()[before];
+            let sent = request.tool_names();
+            // What the task can call: the tools sent, and those its load_tools offers.
+            let loader = request.body["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["function"]["name"] == "load_tools")
+                .map(|t| t["function"]["description"].as_str().unwrap().to_owned());
+            let mut sent_sorted: Vec<String> = sent
+                .iter()
+                .filter(|n| *n != "load_tools")
+                .cloned()
+                .chain(
+                    loader
+                        .iter()
+                        .flat_map(|d| d.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+                        .filter(|w| w.contains('_'))
+                        .map(str::to_owned),
+                )
+                .collect();
             sent_sorted.sort();
+            assert_eq!(
+                loader.is_some(),
+                name != "minimal",
+                "coding and full have terminals: {sent:?}"
+            );
             let listed: Vec<String> = catalog(profile, github)
                 .await
                 .unwrap()
@@ -488,8 +512,12 @@ async fn a_task_sends_exactly_its_profiles_tools_and_github_ones_only_with_a_git
                 .map(|t| t.name)
                 .collect();
             assert_eq!(sent_sorted, listed, "{name}, github {github}");
-            let has_github = sent.iter().any(|n| n.starts_with("github_"));
+            let has_github = sent_sorted.iter().any(|n| n.starts_with("github_"));
             assert_eq!(has_github, github && name != "minimal", "{name}: {sent:?}");
+            assert!(
+                !sent.iter().any(|n| n.starts_with("github_")),
+                "on demand: {sent:?}"
+            );
         }
         shutdown.cancel();
         running.await.unwrap().unwrap();
