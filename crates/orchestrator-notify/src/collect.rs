@@ -14,7 +14,9 @@
 //! catches up from its cursor when it starts.
 
 use crate::message::{clip, summarize_arguments};
-use orchestrator_store::{Approval, ChangeCursor, NewNotice, Store, approval_kind, approval_status};
+use orchestrator_store::{
+    Approval, ChangeCursor, NewNotice, Store, approval_kind, approval_status,
+};
 use orchestrator_types::{EventKind, NoticeKind, TaskState, describe};
 use serde_json::json;
 

@@ -175,7 +175,10 @@ impl SinkConfig {
         let misplaced: &[(&str, bool)] = &[
             ("url", self.url.is_some() && !http),
             ("url_env", self.url_env.is_some() && !http),
-            ("secret_env", self.secret_env.is_some() && self.kind != SinkKind::Webhook),
+            (
+                "secret_env",
+                self.secret_env.is_some() && self.kind != SinkKind::Webhook,
+            ),
             ("smtp", self.smtp.is_some() && !email),
             ("user_env", self.user_env.is_some() && !email),
             ("password_env", self.password_env.is_some() && !email),
@@ -191,8 +194,10 @@ impl SinkConfig {
         if http {
             match (&self.url, &self.url_env) {
                 (Some(_), Some(_)) => return bad("give url or url_env, not both".into()),
-                (None, None) => return bad("a url (or url_env naming its variable) is needed".into()),
-                (Some(url), None) => check_http_url(url).or_else(|m| bad(m))?,
+                (None, None) => {
+                    return bad("a url (or url_env naming its variable) is needed".into());
+                }
+                (Some(url), None) => check_http_url(url).or_else(bad)?,
                 (None, Some(_)) => {}
             }
         }
@@ -282,7 +287,9 @@ mod tests {
         struct File {
             notify: NotifyConfig,
         }
-        toml_free_parse(text, |v| serde_json::from_value::<File>(v).map(|f| f.notify))
+        toml_free_parse(text, |v| {
+            serde_json::from_value::<File>(v).map(|f| f.notify)
+        })
     }
 
     /// The config is TOML in the binary; here the same shape is written as JSON, which needs no

@@ -163,7 +163,11 @@ impl Message {
     /// Slack's incoming-webhook body: the title in bold, the sentence, and the link. Slack reads
     /// `&`, `<` and `>` as markup, so they are escaped in what others wrote.
     pub fn slack(&self) -> Value {
-        let mut text = format!("*{}*\n{}", slack_escape(&self.title), slack_escape(&self.text));
+        let mut text = format!(
+            "*{}*\n{}",
+            slack_escape(&self.title),
+            slack_escape(&self.text)
+        );
         if let Some(link) = &self.link {
             text.push_str(&format!("\n<{}|Open in the dashboard>", slack_escape(link)));
         }

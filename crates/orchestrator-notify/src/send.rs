@@ -132,7 +132,10 @@ async fn mail(name: &str, sink: &SinkConfig, message: &Message) -> Result<String
     use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 
     let config = |what: String| Error::Config(format!("notify.sinks.{name}: {what}"));
-    let smtp = sink.smtp.as_deref().ok_or_else(|| config("no smtp".into()))?;
+    let smtp = sink
+        .smtp
+        .as_deref()
+        .ok_or_else(|| config("no smtp".into()))?;
     let mut transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(smtp)
         .map_err(|e| config(format!("smtp {smtp:?}: {e}")))?
         .timeout(Some(sink.timeout()));
@@ -153,7 +156,11 @@ async fn mail(name: &str, sink: &SinkConfig, message: &Message) -> Result<String
             message
                 .delivery
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '.' })
+                .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '.'
+                })
                 .collect::<String>()
         )))
         .header(ContentType::TEXT_PLAIN);

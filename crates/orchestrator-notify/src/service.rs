@@ -171,15 +171,18 @@ impl Notifier {
                     if !kind.is_some_and(|k| sink.wants(k)) {
                         continue;
                     }
-                    let delivery = format!("{}.{}.{name}", &identity[..12.min(identity.len())], notice.key);
+                    let delivery = format!(
+                        "{}.{}.{name}",
+                        &identity[..12.min(identity.len())],
+                        notice.key
+                    );
                     let message = compose(&notice, &self.config.dashboard_url, delivery.clone());
                     rows.push(NewNotification {
                         sink: name.clone(),
                         sink_kind: sink.kind.as_str().to_owned(),
                         delivery_key: delivery,
-                        payload: serde_json::to_value(&message).map_err(|e| {
-                            Error::Config(format!("cannot write the message: {e}"))
-                        })?,
+                        payload: serde_json::to_value(&message)
+                            .map_err(|e| Error::Config(format!("cannot write the message: {e}")))?,
                         next_attempt_at: now + delay,
                     });
                 }
@@ -260,9 +263,7 @@ mod tests {
     #[test]
     fn backoff_doubles_then_caps_with_jitter_around_it() {
         let (base, cap) = (Duration::from_secs(2), Duration::from_secs(60));
-        let middle: Vec<i64> = (1..=7)
-            .map(|a| backoff_millis(base, cap, a, 0.5))
-            .collect();
+        let middle: Vec<i64> = (1..=7).map(|a| backoff_millis(base, cap, a, 0.5)).collect();
         assert_eq!(
             middle,
             [2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000]

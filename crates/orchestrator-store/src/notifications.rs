@@ -216,7 +216,11 @@ pub(crate) async fn insert_notice(tx: &mut Tx, notice: &NewNotice) -> Result<boo
             notice.at.into(),
             notice.data.to_string().into(),
         ])?
-        .on_conflict(OnConflict::column(NotifyEvents::Key).do_nothing().to_owned())
+        .on_conflict(
+            OnConflict::column(NotifyEvents::Key)
+                .do_nothing()
+                .to_owned(),
+        )
         .to_owned();
     Ok(tx.execute(&stmt).await? > 0)
 }

@@ -66,7 +66,9 @@ impl Receiver {
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("?")
                         .to_owned();
-                    keep.lock().unwrap().push((uri.path().to_owned(), event, body));
+                    keep.lock()
+                        .unwrap()
+                        .push((uri.path().to_owned(), event, body));
                     (StatusCode::from_u16(status).unwrap(), "answer")
                 }
             },
@@ -184,13 +186,27 @@ async fn what_happened_is_told_once_to_the_sinks_that_want_it(db: &TestStore) {
         })),
     );
     // What happened before the first notifier of the store is not news.
-    ended(store, "old", Outcome::Failed { error: "old".into() }).await;
+    ended(
+        store,
+        "old",
+        Outcome::Failed {
+            error: "old".into(),
+        },
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let first = notifier.run_once().await.unwrap();
     assert!(first.leased);
     assert_eq!((first.collected, first.sent), (0, 0));
 
-    let failed = ended(store, "breaks", Outcome::Failed { error: "gate 1 failed".into() }).await;
+    let failed = ended(
+        store,
+        "breaks",
+        Outcome::Failed {
+            error: "gate 1 failed".into(),
+        },
+    )
+    .await;
     ended(store, "works", Outcome::Succeeded).await;
     let approval = waiting(store, "cleans", approval_kind::TOOL).await;
     waiting(store, "asks", approval_kind::QUESTION).await;
@@ -217,11 +233,19 @@ async fn what_happened_is_told_once_to_the_sinks_that_want_it(db: &TestStore) {
     all.sort();
     assert_eq!(
         all,
-        ["approval_waiting", "question_waiting", "task_failed", "task_succeeded"]
+        [
+            "approval_waiting",
+            "question_waiting",
+            "task_failed",
+            "task_succeeded"
+        ]
     );
     let mut defaults = receiver.events_at("/defaults");
     defaults.sort();
-    assert_eq!(defaults, ["approval_waiting", "question_waiting", "task_failed"]);
+    assert_eq!(
+        defaults,
+        ["approval_waiting", "question_waiting", "task_failed"]
+    );
 
     // Later passes, and the same changes again (the task retried and failed the same way is a
     // new end; a change to a row already told is not), tell nothing twice.
@@ -231,7 +255,14 @@ async fn what_happened_is_told_once_to_the_sinks_that_want_it(db: &TestStore) {
     }
     store.retry_task(failed).await.unwrap();
     let lease = claim_one(store, failed).await;
-    end(store, lease, Outcome::Failed { error: "still".into() }).await;
+    end(
+        store,
+        lease,
+        Outcome::Failed {
+            error: "still".into(),
+        },
+    )
+    .await;
     let pass = notifier.run_once().await.unwrap();
     assert_eq!((pass.collected, pass.sent), (1, 2));
 
@@ -278,7 +309,10 @@ async fn a_receiver_that_fails_is_retried_then_given_up_on(db: &TestStore) {
     notify.max_attempts = Some(3);
     let notifier = notifier(store, "d1", notify);
     store
-        .queue_notice(&orchestrator_notify::degraded("d1", "bubblewrap is missing"))
+        .queue_notice(&orchestrator_notify::degraded(
+            "d1",
+            "bubblewrap is missing",
+        ))
         .await
         .unwrap();
     let first = notifier.run_once().await.unwrap();
@@ -290,7 +324,11 @@ async fn a_receiver_that_fails_is_retried_then_given_up_on(db: &TestStore) {
     assert_eq!(refused.len(), 1, "a 404 is not tried again");
     assert_eq!(refused[0].sink, "refuses");
     assert!(
-        refused[0].last_error.as_deref().unwrap().contains("HTTP 404"),
+        refused[0]
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("HTTP 404"),
         "{refused:?}"
     );
     // Not due yet: the next pass does not try it.

@@ -247,10 +247,7 @@ fn guarded_task(env: &Env, model: &ScriptedModel, ws: &Path) -> i64 {
 
 fn asks_for_a_shell() -> ScriptedModel {
     ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
-        0 => Reply::ToolCalls(vec![call(
-            "exec_shell",
-            json!({"command": "rm -rf build"}),
-        )]),
+        0 => Reply::ToolCalls(vec![call("exec_shell", json!({"command": "rm -rf build"}))]),
         _ => Reply::Text("done".into()),
     })
 }
@@ -290,14 +287,20 @@ fn assert_told_once(hooks: &Receiver, smtp: &Smtp, task: i64, approval: i64) {
         post.header("x-orchestrator-delivery"),
         body["delivery"].as_str()
     );
-    assert_eq!(post.header("x-orchestrator-event"), Some("approval_waiting"));
+    assert_eq!(
+        post.header("x-orchestrator-event"),
+        Some("approval_waiting")
+    );
     chrono::DateTime::parse_from_rfc3339(body["at"].as_str().unwrap()).unwrap();
 
     let slack = hooks.at("/slack");
     assert_eq!(slack.len(), 1, "{slack:?}");
     let text = slack[0].json()["text"].as_str().unwrap().to_owned();
     assert!(text.contains("waits for approval of exec_shell"), "{text}");
-    assert!(text.contains(&format!("{link}|Open in the dashboard>")), "{text}");
+    assert!(
+        text.contains(&format!("{link}|Open in the dashboard>")),
+        "{text}"
+    );
     assert_ne!(
         slack[0].header("x-orchestrator-delivery"),
         post.header("x-orchestrator-delivery"),
@@ -307,7 +310,10 @@ fn assert_told_once(hooks: &Receiver, smtp: &Smtp, task: i64, approval: i64) {
     let mails = smtp.mails();
     assert_eq!(mails.len(), 1, "{mails:?}");
     let mail = &mails[0];
-    assert!(mail.contains("Subject: [orchestrator] Approval waiting: exec_shell"), "{mail}");
+    assert!(
+        mail.contains("Subject: [orchestrator] Approval waiting: exec_shell"),
+        "{mail}"
+    );
     assert!(mail.contains("To: me@example.com"), "{mail}");
     assert!(mail.contains(&link), "{mail}");
     assert!(mail.contains("Message-ID: <"), "{mail}");
@@ -364,7 +370,9 @@ fn a_daemon_killed_between_queueing_and_sending_leaves_each_message_to_be_sent_o
     let id = guarded_task(&env, &model, ws.path());
     let first = serve(&env, &hooks);
     env.wait_task(id, "waiting", |t| t["state"] == "waiting");
-    wait_until("three queued messages", Some(&first), || outbox(&env).len() == 3);
+    wait_until("three queued messages", Some(&first), || {
+        outbox(&env).len() == 3
+    });
     first.signal(Signal::SIGKILL);
     let mut first = first;
     first.wait();
@@ -386,7 +394,8 @@ fn a_daemon_killed_between_queueing_and_sending_leaves_each_message_to_be_sent_o
     let rows = outbox(&env);
     assert_eq!(rows.len(), 3, "no second message was queued: {rows:?}");
     assert!(
-        rows.iter().all(|r| r["status"] == "sent" && r["attempts"] == 1),
+        rows.iter()
+            .all(|r| r["status"] == "sent" && r["attempts"] == 1),
         "{rows:?}"
     );
     drop(second);
@@ -445,7 +454,10 @@ url = "{defaults}"
         defaults[0]
     );
     // Without a secret the body is not signed.
-    assert_eq!(hooks.at("/defaults")[0].header("x-orchestrator-signature-256"), None);
+    assert_eq!(
+        hooks.at("/defaults")[0].header("x-orchestrator-signature-256"),
+        None
+    );
 }
 
 #[test]
@@ -475,13 +487,19 @@ fn notify_test_sends_a_sample_and_says_what_went_wrong() {
     assert!(post.json()["title"].as_str().unwrap().starts_with("Test: "));
     assert_eq!(hooks.at("/slack").len(), 1);
     assert_eq!(smtp.mails().len(), 1);
-    assert!(outbox(&env).is_empty(), "a test does not go through the outbox");
+    assert!(
+        outbox(&env).is_empty(),
+        "a test does not go through the outbox"
+    );
 
     // An unknown sink names the ones there are.
     let out = with_env(&["notify", "test", "nope"]);
     assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("no sink named \"nope\"") && err.contains("hook, me, team"), "{err}");
+    assert!(
+        err.contains("no sink named \"nope\"") && err.contains("hook, me, team"),
+        "{err}"
+    );
 
     // A variable that is not set.
     let out = env.run(&["notify", "test", "team"]);
@@ -496,7 +514,10 @@ fn notify_test_sends_a_sample_and_says_what_went_wrong() {
     };
     let out = env
         .cmd(&["notify", "test", "team", "--json"])
-        .env("ORCH_TEST_SLACK_URL", format!("http://127.0.0.1:{closed}/x"))
+        .env(
+            "ORCH_TEST_SLACK_URL",
+            format!("http://127.0.0.1:{closed}/x"),
+        )
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -504,7 +525,10 @@ fn notify_test_sends_a_sample_and_says_what_went_wrong() {
     assert_eq!(report["sent"], false);
     assert_eq!(report["retryable"], true);
     assert!(
-        report["error"].as_str().unwrap().contains("cannot reach the receiver"),
+        report["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot reach the receiver"),
         "{report}"
     );
 }
@@ -513,10 +537,9 @@ fn notify_test_sends_a_sample_and_says_what_went_wrong() {
 /// are not set.
 #[test]
 fn the_readmes_notification_config_loads_and_doctor_checks_its_variables() {
-    let readme = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
-    )
-    .unwrap();
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
     let section = readme
         .split("\n### Notifications")
         .nth(1)
@@ -536,9 +559,8 @@ fn the_readmes_notification_config_loads_and_doctor_checks_its_variables() {
         .env_remove("SMTP_PASSWORD")
         .output()
         .unwrap();
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr))
-    });
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     let checks = report["checks"].as_array().unwrap();
     let notify: Vec<&Value> = checks
         .iter()
@@ -548,7 +570,10 @@ fn the_readmes_notification_config_loads_and_doctor_checks_its_variables() {
     for check in &notify {
         assert_eq!(check["status"], "fail", "{check}");
         assert!(
-            check["fix"].as_str().unwrap().contains("in the environment of `orchestrator serve`"),
+            check["fix"]
+                .as_str()
+                .unwrap()
+                .contains("in the environment of `orchestrator serve`"),
             "{check}"
         );
     }
@@ -556,12 +581,21 @@ fn the_readmes_notification_config_loads_and_doctor_checks_its_variables() {
         .iter()
         .find(|c| c["detail"].as_str().unwrap().starts_with("slack"))
         .unwrap();
-    assert!(slack["detail"].as_str().unwrap().contains("SLACK_WEBHOOK_URL"), "{slack}");
+    assert!(
+        slack["detail"]
+            .as_str()
+            .unwrap()
+            .contains("SLACK_WEBHOOK_URL"),
+        "{slack}"
+    );
     // Set, the same sinks pass.
     let out = env
         .cmd(&["doctor", "--json"])
         .env("ORCH_NOTIFY_SECRET", "s")
-        .env("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T/B/x")
+        .env(
+            "SLACK_WEBHOOK_URL",
+            "https://hooks.slack.com/services/T/B/x",
+        )
         .env("SMTP_USER", "me")
         .env("SMTP_PASSWORD", "pw")
         .output()
@@ -574,4 +608,41 @@ fn the_readmes_notification_config_loads_and_doctor_checks_its_variables() {
         .filter(|c| c["name"].as_str().unwrap().starts_with("notify ") && c["status"] == "ok")
         .count();
     assert_eq!(passed, 3, "{report}");
+}
+
+/// A daemon that starts without a sandbox for agents' processes says so to the sinks, once per
+/// start.
+#[test]
+fn a_daemon_started_without_a_sandbox_is_told() {
+    let hooks = Receiver::start();
+    let env = Env::sqlite();
+    let config = format!(
+        r#"
+[sandbox]
+bwrap = "/nonexistent/bwrap"
+
+[notify.sinks.hook]
+kind = "webhook"
+url = "{hook}"
+"#,
+        hook = hooks.url("/hook"),
+    );
+    std::fs::write(env.home().join("config.toml"), config).unwrap();
+    let serve = env.serve(&[]);
+    wait_until("the degraded notice", Some(&serve), || {
+        !hooks.at("/hook").is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let posts = hooks.at("/hook");
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    let body = posts[0].json();
+    assert_eq!(body["event"], "degraded", "{body}");
+    assert!(
+        body["text"]
+            .as_str()
+            .unwrap()
+            .contains("started in a degraded mode: no sandbox for agents' processes"),
+        "{body}"
+    );
+    assert_eq!(body["link"], Value::Null);
 }

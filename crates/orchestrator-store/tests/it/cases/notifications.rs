@@ -52,7 +52,11 @@ pub async fn notices_are_written_once_with_the_cursor_that_found_them(db: &TestS
     assert_eq!(store.notify_cursor("tasks").await.unwrap(), None);
     let first = ChangeCursor { change: 7, id: 3 };
     let written = store
-        .record_notices("tasks", first, &[notice("task_failed:1:10"), notice("task_failed:2:11")])
+        .record_notices(
+            "tasks",
+            first,
+            &[notice("task_failed:1:10"), notice("task_failed:2:11")],
+        )
         .await
         .unwrap();
     assert_eq!(written, 2);
@@ -63,7 +67,11 @@ pub async fn notices_are_written_once_with_the_cursor_that_found_them(db: &TestS
     // cursor moves on.
     let second = ChangeCursor { change: 9, id: 1 };
     let written = store
-        .record_notices("tasks", second, &[notice("task_failed:2:11"), notice("task_failed:3:12")])
+        .record_notices(
+            "tasks",
+            second,
+            &[notice("task_failed:2:11"), notice("task_failed:3:12")],
+        )
         .await
         .unwrap();
     assert_eq!(written, 1);
@@ -80,9 +88,15 @@ pub async fn notices_are_written_once_with_the_cursor_that_found_them(db: &TestS
         .into_iter()
         .map(|n| n.key)
         .collect();
-    assert_eq!(keys, ["task_failed:1:10", "task_failed:2:11", "task_failed:3:12"]);
+    assert_eq!(
+        keys,
+        ["task_failed:1:10", "task_failed:2:11", "task_failed:3:12"]
+    );
     assert!(
-        !store.queue_notice(&notice("task_failed:1:10")).await.unwrap(),
+        !store
+            .queue_notice(&notice("task_failed:1:10"))
+            .await
+            .unwrap(),
         "a key is written once"
     );
     assert!(store.queue_notice(&notice("degraded:w1")).await.unwrap());
@@ -118,15 +132,29 @@ pub async fn outbox_rows_are_claimed_retried_and_ended(db: &TestStore) {
     queued(store, "n", 2).await;
     let claimed = store.claim_notifications("a", 10, 60_000).await.unwrap();
     assert_eq!(claimed.len(), 2);
-    assert!(claimed.iter().all(|n| n.attempts == 1 && n.claimed_by.as_deref() == Some("a")));
     assert!(
-        store.claim_notifications("b", 10, 60_000).await.unwrap().is_empty(),
+        claimed
+            .iter()
+            .all(|n| n.attempts == 1 && n.claimed_by.as_deref() == Some("a"))
+    );
+    assert!(
+        store
+            .claim_notifications("b", 10, 60_000)
+            .await
+            .unwrap()
+            .is_empty(),
         "a running claim is the claimer's"
     );
     let (sent, retried) = (&claimed[0], &claimed[1]);
-    assert!(!store.notification_sent(sent.id, "b").await.unwrap(), "b has no claim");
+    assert!(
+        !store.notification_sent(sent.id, "b").await.unwrap(),
+        "b has no claim"
+    );
     assert!(store.notification_sent(sent.id, "a").await.unwrap());
-    assert!(!store.notification_sent(sent.id, "a").await.unwrap(), "sent once");
+    assert!(
+        !store.notification_sent(sent.id, "a").await.unwrap(),
+        "sent once"
+    );
 
     // A failed try waits for its next one, then is claimed again with the same key.
     let soon = now_millis() + 200;
@@ -147,7 +175,13 @@ pub async fn outbox_rows_are_claimed_retried_and_ended(db: &TestStore) {
     assert_eq!(waiting.status, notification_status::PENDING);
     assert_eq!(waiting.next_attempt_at, soon);
     assert_eq!(waiting.last_error.as_deref(), Some("HTTP 502"));
-    assert!(store.claim_notifications("b", 10, 60_000).await.unwrap().is_empty());
+    assert!(
+        store
+            .claim_notifications("b", 10, 60_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     let again = store.claim_notifications("b", 10, 60_000).await.unwrap();
     assert_eq!(again.len(), 1);
@@ -236,14 +270,26 @@ pub async fn one_sender_holds_the_lease_until_it_ends(db: &TestStore) {
     let store = &db.store;
     assert!(store.take_notify_sender("a", 60_000).await.unwrap());
     assert!(!store.take_notify_sender("b", 60_000).await.unwrap());
-    assert!(store.take_notify_sender("a", 60_000).await.unwrap(), "renewed");
+    assert!(
+        store.take_notify_sender("a", 60_000).await.unwrap(),
+        "renewed"
+    );
     assert_eq!(store.notify_sender().await.unwrap().unwrap().0, "a");
     store.release_notify_sender("b").await.unwrap();
-    assert!(!store.take_notify_sender("b", 60_000).await.unwrap(), "b cannot release a's");
+    assert!(
+        !store.take_notify_sender("b", 60_000).await.unwrap(),
+        "b cannot release a's"
+    );
     store.release_notify_sender("a").await.unwrap();
-    assert!(store.take_notify_sender("b", 1).await.unwrap(), "a gave it up");
+    assert!(
+        store.take_notify_sender("b", 1).await.unwrap(),
+        "a gave it up"
+    );
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    assert!(store.take_notify_sender("a", 60_000).await.unwrap(), "b's ran out");
+    assert!(
+        store.take_notify_sender("a", 60_000).await.unwrap(),
+        "b's ran out"
+    );
     // Two daemons racing for a lease that ran out: one wins.
     store.release_notify_sender("a").await.unwrap();
     let (x, y) = tokio::join!(
@@ -259,7 +305,9 @@ pub async fn a_parked_automation_and_a_delivery_given_up_on_are_noticed(db: &Tes
     let store = &db.store;
     let mut spec = AutomationSpec::new("nightly", "0 3 * * *");
     spec.workspaces.push("/tmp".into());
-    spec.template.gates.push(orchestrator_types::GateSpec::from_command("true"));
+    spec.template
+        .gates
+        .push(orchestrator_types::GateSpec::from_command("true"));
     let automation = store
         .create_automation(&spec, SOURCE_CLI, None, NextFire::default())
         .await
