@@ -97,6 +97,10 @@ pub struct Notifier {
     store: Store,
     config: NotifierConfig,
     client: reqwest::Client,
+    /// Until when (Unix milliseconds) this daemon's lease is surely its own without renewing
+    /// it: half the lease after the last renewal. Renewing every pass would be a write (and on
+    /// SQLite a sync) twice a second for nothing.
+    held_until: std::sync::Mutex<i64>,
 }
 
 impl Notifier {
@@ -114,17 +118,14 @@ impl Notifier {
             store,
             config,
             client: crate::send::http_client()?,
+            held_until: std::sync::Mutex::new(0),
         })
     }
 
     /// One pass; see the module's comment.
     pub async fn run_once(&self) -> Result<PassCounts> {
-        let lease = i64::try_from(self.config.notify.lease().as_millis()).unwrap_or(i64::MAX);
         let mut counts = PassCounts {
-            leased: self
-                .store
-                .take_notify_sender(&self.config.holder, lease)
-                .await?,
+            leased: self.lease().await?,
             ..PassCounts::default()
         };
         if !counts.leased {
@@ -155,6 +156,29 @@ impl Notifier {
         if let Err(e) = self.store.release_notify_sender(&self.config.holder).await {
             tracing::warn!(error = %e, "cannot give the notification lease up");
         }
+    }
+
+    /// Takes or renews the sender's lease when less than half of it is left.
+    async fn lease(&self) -> Result<bool> {
+        let ttl = i64::try_from(self.config.notify.lease().as_millis()).unwrap_or(i64::MAX);
+        let now = now_millis();
+        let held_until = *self
+            .held_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if now < held_until {
+            return Ok(true);
+        }
+        let leased = self
+            .store
+            .take_notify_sender(&self.config.holder, ttl)
+            .await?;
+        *self
+            .held_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            if leased { now + ttl / 2 } else { 0 };
+        Ok(leased)
     }
 
     async fn fan_out(&self) -> Result<u64> {
