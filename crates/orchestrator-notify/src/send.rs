@@ -103,7 +103,7 @@ async fn post(
     // The URL is not in the errors: a Slack hook's URL is its secret.
     let response = request.send().await.map_err(|e| Error::Send {
         sink: name.to_owned(),
-        message: format!("cannot reach the receiver: {}", chain(&e)),
+        message: format!("cannot reach the receiver: {}", chain(&e.without_url())),
         retryable: true,
     })?;
     let status = response.status();
