@@ -19,15 +19,55 @@ use orchestrator_store::{
 };
 use orchestrator_types::{EventKind, NoticeKind, TaskState, describe};
 use serde_json::json;
+use std::collections::BTreeSet;
 
 pub(crate) const TASKS: &str = "tasks";
 pub(crate) const APPROVALS: &str = "approvals";
 
-/// One page of each table. Returns the notices that were new.
-pub(crate) async fn collect(store: &Store, page: u64) -> orchestrator_store::Result<u64> {
+/// Pages of the order of changes one pass reads at most per table: a notifier that fell behind
+/// (a burst of finished tasks, a daemon that was stopped) catches up this many pages a pass.
+const PAGES_PER_PASS: usize = 10;
+
+/// Reads what changed since the cursors and writes the notices of the kinds some sink wants.
+/// Returns the notices that were new.
+pub(crate) async fn collect(
+    store: &Store,
+    page: u64,
+    wanted: &BTreeSet<NoticeKind>,
+) -> orchestrator_store::Result<u64> {
     let mut written = 0;
-    written += collect_tasks(store, page).await?;
-    written += collect_approvals(store, page).await?;
+    for (name, kinds) in [
+        (TASKS, [NoticeKind::TaskFailed, NoticeKind::TaskSucceeded]),
+        (
+            APPROVALS,
+            [NoticeKind::ApprovalWaiting, NoticeKind::QuestionWaiting],
+        ),
+    ] {
+        let Some((mut after, started)) = cursor(store, name).await? else {
+            continue;
+        };
+        if !kinds.iter().any(|k| wanted.contains(k)) {
+            // Nobody wants these: keep the cursor at "now" instead of reading the changes, so a
+            // sink added later starts from then, not from a backlog.
+            let now = store.change_horizon().await?;
+            if now > after {
+                store.record_notices(name, now, &[]).await?;
+            }
+            continue;
+        }
+        for _ in 0..PAGES_PER_PASS {
+            let (read, next, new) = if name == TASKS {
+                tasks_page(store, after, started, page, wanted).await?
+            } else {
+                approvals_page(store, after, started, page, wanted).await?
+            };
+            written += new;
+            after = next;
+            if read < page {
+                break;
+            }
+        }
+    }
     Ok(written)
 }
 
@@ -47,13 +87,18 @@ async fn cursor(
     Ok(None)
 }
 
-async fn collect_tasks(store: &Store, page: u64) -> orchestrator_store::Result<u64> {
-    let Some((after, started)) = cursor(store, TASKS).await? else {
-        return Ok(0);
-    };
+/// One page of changed tasks: how many were read, where the cursor is now, and how many notices
+/// were new.
+async fn tasks_page(
+    store: &Store,
+    after: ChangeCursor,
+    started: i64,
+    page: u64,
+    wanted: &BTreeSet<NoticeKind>,
+) -> orchestrator_store::Result<(u64, ChangeCursor, u64)> {
     let changed = store.tasks_changed_after(after, page).await?;
     let Some((last, _)) = changed.last() else {
-        return Ok(0);
+        return Ok((0, after, 0));
     };
     let last = *last;
     let mut notices = Vec::new();
@@ -63,16 +108,18 @@ async fn collect_tasks(store: &Store, page: u64) -> orchestrator_store::Result<u
             TaskState::Succeeded => (NoticeKind::TaskSucceeded, EventKind::Succeeded),
             _ => continue,
         };
+        if !wanted.contains(&kind) {
+            continue;
+        }
         let Some(finished) = task.finished_at.filter(|at| *at >= started) else {
             continue;
         };
-        // The ending's own words, as the timeline has them.
+        // The ending in the timeline's own words ("failed: gate 1 (cargo test) failed").
         let said = store
             .events_of_kind(task.id, event)
             .await?
             .last()
             .map(|e| describe(&e.kind, &e.data).text)
-            .or_else(|| task.last_error.clone())
             .unwrap_or_default();
         notices.push(NewNotice {
             // A task ends once per run; a retried task that ends again is a new notice.
@@ -87,16 +134,21 @@ async fn collect_tasks(store: &Store, page: u64) -> orchestrator_store::Result<u
             }),
         });
     }
-    store.record_notices(TASKS, last, &notices).await
+    let new = store.record_notices(TASKS, last, &notices).await?;
+    Ok((changed.len() as u64, last, new))
 }
 
-async fn collect_approvals(store: &Store, page: u64) -> orchestrator_store::Result<u64> {
-    let Some((after, started)) = cursor(store, APPROVALS).await? else {
-        return Ok(0);
-    };
+/// One page of changed approvals, as [`tasks_page`].
+async fn approvals_page(
+    store: &Store,
+    after: ChangeCursor,
+    started: i64,
+    page: u64,
+    wanted: &BTreeSet<NoticeKind>,
+) -> orchestrator_store::Result<(u64, ChangeCursor, u64)> {
     let changed = store.approvals_changed_after(after, page).await?;
     let Some((last, _)) = changed.last() else {
-        return Ok(0);
+        return Ok((0, after, 0));
     };
     let last = *last;
     let mut notices = Vec::new();
@@ -109,9 +161,13 @@ async fn collect_approvals(store: &Store, page: u64) -> orchestrator_store::Resu
             .await
             .map(|t| t.title)
             .unwrap_or_default();
-        notices.push(waiting(approval, &title));
+        let notice = waiting(approval, &title);
+        if wanted.contains(&notice.kind) {
+            notices.push(notice);
+        }
     }
-    store.record_notices(APPROVALS, last, &notices).await
+    let new = store.record_notices(APPROVALS, last, &notices).await?;
+    Ok((changed.len() as u64, last, new))
 }
 
 fn waiting(approval: &Approval, task_title: &str) -> NewNotice {

@@ -83,16 +83,17 @@ pub fn compose(notice: &Notice, dashboard: &str, delivery: String) -> Message {
         }
         Some(NoticeKind::TaskFailed) | Some(NoticeKind::TaskSucceeded) => {
             let failed = kind == Some(NoticeKind::TaskFailed);
-            let mut text = format!(
-                "Task {} \"{task_title}\" {}",
+            // The timeline's words for the ending ("failed: gate 1 (cargo test) failed"), or
+            // the bare state.
+            let said = match text_of("said") {
+                said if said.is_empty() => if failed { "failed" } else { "succeeded" }.to_owned(),
+                said => said,
+            };
+            let text = format!(
+                "Task {} \"{task_title}\" {}.",
                 task.unwrap_or(0),
-                if failed { "failed" } else { "succeeded" }
+                said.trim_end_matches('.')
             );
-            let said = text_of("said");
-            if !said.is_empty() {
-                text.push_str(&format!(": {said}"));
-            }
-            text.push('.');
             (
                 format!(
                     "Task {} {}: {task_title}",
@@ -265,7 +266,7 @@ mod tests {
                 notice(
                     NoticeKind::TaskFailed,
                     Some(5),
-                    json!({"task_title": "tests", "said": "gate 1 failed"}),
+                    json!({"task_title": "tests", "said": "failed: gate 1 failed"}),
                 ),
                 "Task 5 \"tests\" failed: gate 1 failed.",
                 Some("http://127.0.0.1:7411/tasks/5"),

@@ -131,7 +131,11 @@ impl Notifier {
         if !counts.leased {
             return Ok(counts);
         }
-        counts.collected = collect(&self.store, self.config.batch).await?;
+        let wanted = NoticeKind::ALL
+            .into_iter()
+            .filter(|k| self.config.notify.sinks.values().any(|s| s.wants(*k)))
+            .collect();
+        counts.collected = collect(&self.store, self.config.batch, &wanted).await?;
         counts.queued = self.fan_out().await?;
         self.send_due(&mut counts).await?;
         Ok(counts)

@@ -445,6 +445,12 @@ url = "{defaults}"
     assert_eq!(defaults.len(), 1, "success is opt-in: {defaults:?}");
     assert_eq!(defaults[0]["event"], "task_failed");
     assert_eq!(defaults[0]["title"], format!("Task {fails} failed: fails"));
+    let text = defaults[0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with(&format!("Task {fails} \"fails\" failed: "))
+            && !text.contains("failed: failed"),
+        "the timeline's words for the failure: {text}"
+    );
     assert!(
         defaults[0]["link"]
             .as_str()
