@@ -338,15 +338,34 @@ impl Store {
     /// Parks an automation whose slot could not fire (its template fails validation at fire time):
     /// it is paused with `error` shown beside it, and the others keep firing. Resuming it (after a
     /// fix) clears the error.
+    ///
+    /// The same transaction queues an `automation_parked` notice (orchestrator-notify), so a
+    /// person hears of it even if the daemon dies right after.
     pub async fn park_automation(&self, id: i64, error: &str) -> Result<()> {
+        let now = now_millis();
         let stmt = Query::update()
             .table(Automations::Table)
             .value(Automations::Status, AutomationStatus::Paused.as_str())
             .value(Automations::LastError, error)
-            .value(Automations::UpdatedAt, now_millis())
+            .value(Automations::UpdatedAt, now)
             .and_where(Expr::col(Automations::Id).eq(id))
+            .returning(Query::returning().column(Automations::Name))
             .to_owned();
-        self.pool.write(&stmt).await?;
+        let mut tx = self.pool.begin().await?;
+        if let Some((name,)) = tx.fetch_optional::<(String,), _>(&stmt).await? {
+            crate::notifications::insert_notice(
+                &mut tx,
+                &crate::NewNotice {
+                    key: format!("automation_parked:{id}:{now}"),
+                    kind: orchestrator_types::NoticeKind::AutomationParked,
+                    task_id: None,
+                    at: now,
+                    data: serde_json::json!({ "automation": name, "error": error }),
+                },
+            )
+            .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 

@@ -620,8 +620,14 @@ impl Store {
             .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(id))
             .and_where(Expr::col(GithubDeliveries::Status).eq(delivery_status::PROCESSING))
             .and_where(Expr::col(GithubDeliveries::Attempts).eq(token))
+            .returning(
+                Query::returning().columns([GithubDeliveries::Event, GithubDeliveries::Repo]),
+            )
             .to_owned();
-        if tx.execute(&stmt).await? == 0 {
+        let Some((event, repo)) = tx
+            .fetch_optional::<(String, Option<String>), _>(&stmt)
+            .await?
+        else {
             drop(tx);
             let status = self
                 .delivery(id)
@@ -631,6 +637,23 @@ impl Store {
                 id: id.to_owned(),
                 status,
             });
+        };
+        if status == delivery_status::FAILED && retry_at.is_none() {
+            // Nothing tries it again by itself: a person should hear of it (orchestrator-notify),
+            // told by the transaction that gave up on it, so the notice is never lost.
+            crate::notifications::insert_notice(
+                &mut tx,
+                &crate::NewNotice {
+                    key: format!("delivery_failed:{id}:{token}"),
+                    kind: orchestrator_types::NoticeKind::DeliveryFailed,
+                    task_id: None,
+                    at: now,
+                    data: serde_json::json!({
+                        "delivery": id, "event": event, "repo": repo, "error": detail,
+                    }),
+                },
+            )
+            .await?;
         }
         tx.commit().await?;
         Ok(())

@@ -25,6 +25,7 @@ mod identity;
 mod leases;
 mod live_logs;
 mod migrate;
+mod notifications;
 mod shell_jobs;
 mod slots;
 mod tasks;
@@ -50,6 +51,7 @@ pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, Resc
 pub use live_logs::{
     GateLog, JobLog, LiveLog, LiveLogHandle, LiveLogStart, live_source, log_state,
 };
+pub use notifications::{NewNotice, NewNotification, Notice, Notification, notification_status};
 pub use shell_jobs::{ShellJob, job_status};
 pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
 pub use tasks::{CancelOutcome, Task, TaskFilter, TaskPage};

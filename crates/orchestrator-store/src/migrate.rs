@@ -40,6 +40,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(10, "0010_change_in_statement"),
     migration!(11, "0011_live_logs"),
     migration!(12, "0012_gate_byproducts"),
+    migration!(13, "0013_notifications"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

@@ -37,6 +37,8 @@ pub enum Program {
     ChromiumPlaywright,
     /// The PostgreSQL server's programs (`initdb`, `pg_ctl`).
     Postgres,
+    /// The Python package aiosmtpd: a local SMTP server that mail notifications are sent to.
+    Aiosmtpd,
 }
 
 impl Program {
@@ -60,6 +62,7 @@ impl Program {
             }
             Program::ChromiumPlaywright => "chromium with playwright-core",
             Program::Postgres => "PostgreSQL",
+            Program::Aiosmtpd => "the Python package aiosmtpd",
         }
     }
 
@@ -85,6 +88,7 @@ impl Program {
                 "apt-get install chromium && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install -g playwright-core@1"
             }
             Program::Postgres => "apt-get install postgresql",
+            Program::Aiosmtpd => "python3 -m pip install aiosmtpd",
         }
     }
 
@@ -127,6 +131,7 @@ impl Program {
                         })
             }
             Program::Postgres => crate::private_postgres::installed(),
+            Program::Aiosmtpd => answers("python3", &["-c", "import aiosmtpd"]),
         }
     }
 

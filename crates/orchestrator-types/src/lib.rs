@@ -13,6 +13,7 @@ mod event;
 mod gate;
 mod id;
 mod log_slice;
+mod notice;
 mod sandbox;
 mod spec;
 mod state;
@@ -37,6 +38,7 @@ pub use gate::{
 };
 pub use id::{ArtifactId, TaskId};
 pub use log_slice::{LogSlice, slice_after};
+pub use notice::NoticeKind;
 pub use sandbox::SandboxMode;
 pub use spec::{
     AgentOptions, AgentRole, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_GATE_TIMEOUT_SECS,

@@ -86,6 +86,15 @@
 //! instructions = "Review for injection and secrets."  # plan, review, implementer, verifier
 //! profile = "minimal"                      # narrowed to the parent's
 //! model = "big-model"                      # at the parent's endpoint (default: the parent's model)
+//!
+//! [notify]                                 # notifications `serve` sends (orchestrator-notify)
+//! dashboard_url = "https://orch.example.com"  # the links' base (default: serve's address)
+//!
+//! [notify.sinks.ops]                       # also kind = "slack" (url_env) and "email" (smtp)
+//! kind = "webhook"
+//! url = "https://example.com/hook"
+//! secret_env = "ORCH_NOTIFY_SECRET"        # signs the body: X-Orchestrator-Signature-256
+//! events = ["approval_waiting", "task_failed"]   # default: all but task_succeeded
 //! ```
 //!
 //! Secrets are named by the variable that holds them, never written into this file.
@@ -122,6 +131,9 @@ pub struct Config {
     /// Sub-agent roles agent_spawn may give, beside (or replacing) the built-in ones.
     #[serde(default)]
     pub agent_roles: std::collections::BTreeMap<String, orchestrator_worker::agent::roles::RoleDef>,
+    /// `[notify]`: where `serve` sends notifications (webhooks, Slack, mail) and of what.
+    #[serde(default)]
+    pub notify: orchestrator_notify::NotifyConfig,
 }
 
 impl Config {
@@ -471,6 +483,10 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
     orchestrator_tools::lsp::resolve_all(&config.lsp_servers)
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
     orchestrator_worker::agent::roles::validate(&config.agent_roles)
+        .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    config
+        .notify
+        .validate()
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
     let named = config
         .models

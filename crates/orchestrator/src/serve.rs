@@ -28,6 +28,11 @@ pub struct ServeConfig {
     pub read_only: bool,
     /// The dashboard's sessions (and the one-time login link printed at start).
     pub sessions: orchestrator_web::Sessions,
+    /// The notifier, when the config names notification sinks.
+    pub notify: Option<orchestrator_notify::NotifierConfig>,
+    /// Why this daemon runs degraded (no sandbox for agents' processes), if it does: told to the
+    /// notification sinks once at start.
+    pub degraded: Option<String>,
 }
 
 /// Runs until `shutdown`, then: the pool stops claiming and drains (see the worker's pool.rs), the
@@ -94,6 +99,22 @@ pub async fn run(
         ))
     });
 
+    let notifier_task = match config.notify.clone() {
+        Some(notify) => {
+            if let Some(reason) = &config.degraded {
+                // Queued before the notifier starts, in the store like every notice, so the daemon
+                // that holds the sender's lease (this one or another) tells it.
+                let notice = orchestrator_notify::degraded(&notify.holder, reason);
+                if let Err(e) = store.queue_notice(&notice).await {
+                    tracing::warn!(error = %e, "cannot queue the degraded-mode notification");
+                }
+            }
+            let notifier = orchestrator_notify::Notifier::new(store.clone(), notify)?;
+            Some(tokio::spawn(notifier.run(shutdown.clone())))
+        }
+        None => None,
+    };
+
     let pooled = pool.run(shutdown.clone()).await;
     // The pool only returns early on a registration failure; stop the rest either way.
     shutdown.cancel();
@@ -104,6 +125,9 @@ pub async fn run(
     }
     if let Some(processor) = processor_task {
         let _ = processor.await;
+    }
+    if let Some(notifier) = notifier_task {
+        let _ = notifier.await;
     }
     http_stop.cancel();
     if let Err(e) = http.await {

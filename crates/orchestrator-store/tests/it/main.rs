@@ -87,6 +87,13 @@ conformance!(
     a_delivery_without_tasks_is_ignored,
     concurrent_claims_of_a_delivery_have_one_winner,
     poll_cursors_are_upserted,
+    notices_are_written_once_with_the_cursor_that_found_them,
+    a_notice_is_fanned_out_once_per_sink,
+    outbox_rows_are_claimed_retried_and_ended,
+    a_claim_that_ran_out_is_taken_over,
+    concurrent_senders_never_claim_the_same_row,
+    one_sender_holds_the_lease_until_it_ends,
+    a_parked_automation_and_a_delivery_given_up_on_are_noticed,
 );
 
 /// The store holds approvals, policies and conversations: a new SQLite file, and the write-ahead

@@ -160,6 +160,7 @@ pub async fn run(global: &GlobalArgs, args: DoctorArgs) -> anyhow::Result<ExitCo
     checks.extend(check_github(&config, &config_path).await);
     checks.extend(check_mcp_servers(global, &args, &config, &config_path).await);
     checks.extend(check_lsp_servers(&config, &config_path));
+    checks.extend(check_notify(&config, &config_path));
 
     let count = |status: Status| checks.iter().filter(|c| c.status == status).count();
     let summary = json!({
@@ -1080,6 +1081,56 @@ fn check_lsp_servers(config: &Config, config_path: &Path) -> Vec<Check> {
                         server.command, server.name
                     ),
                 ),
+            }
+        })
+        .collect()
+}
+
+/// Each notification sink: the environment variables it reads when `serve` sends (a Slack hook's
+/// URL, a webhook's secret, SMTP credentials) must be set where the daemon runs. Nothing is
+/// sent: `orchestrator notify test SINK` does that.
+fn check_notify(config: &Config, config_path: &Path) -> Vec<Check> {
+    if config.notify.sinks.is_empty() {
+        return vec![Check::skipped(
+            "notify",
+            "no [notify.sinks] in the config: nobody is told of approvals waiting or tasks failed",
+            format!(
+                "add a sink (webhook, slack or email) under [notify.sinks.NAME] in {}; see the \
+                 README's Notifications section",
+                config_path.display()
+            ),
+        )];
+    }
+    config
+        .notify
+        .sinks
+        .iter()
+        .map(|(name, sink)| {
+            let check = format!("notify {name}");
+            let missing: Vec<String> = sink
+                .env_vars()
+                .into_iter()
+                .filter(|(var, _)| std::env::var(var).map_or(true, |v| v.trim().is_empty()))
+                .map(|(var, what)| format!("{var} ({what})"))
+                .collect();
+            if missing.is_empty() {
+                Check::ok(
+                    check,
+                    format!(
+                        "{} sink; its variables are set (`orchestrator notify test {name}` sends a sample)",
+                        sink.kind.as_str()
+                    ),
+                )
+            } else {
+                Check::fail(
+                    check,
+                    format!(
+                        "{} sink: {} not set, so its messages fail",
+                        sink.kind.as_str(),
+                        missing.join(", ")
+                    ),
+                    format!("set {} in the environment of `orchestrator serve`", missing.join(" and ")),
+                )
             }
         })
         .collect()

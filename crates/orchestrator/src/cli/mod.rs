@@ -15,6 +15,7 @@ mod github;
 mod man;
 mod mcp;
 mod mcp_servers;
+mod notify;
 mod run;
 mod sandbox;
 mod serve;
@@ -52,6 +53,7 @@ Examples:
   orchestrator completions bash > ~/.local/share/bash-completion/completions/orchestrator
   orchestrator man --out ~/.local/share/man/man1   the manual pages, one per command
   orchestrator doctor                              check the setup, with a fix for each problem
+  orchestrator notify test ops                     a sample notification to the sink `ops`
 
 Exit codes: 0 success; 1 failure (or the task failed); 2 usage; 3 not found; 4 conflict with the
 task's state (or a duplicate automation name); 5 store unavailable; 6 invalid input; 7 the task was
@@ -130,6 +132,9 @@ pub enum Command {
     /// Check the setup: config, store, sandbox, git, model server, GitHub, MCP and language
     /// servers, each with its fix.
     Doctor(doctor::DoctorArgs),
+    /// Notifications: the outbox `serve` sends from, and a test message to a sink.
+    #[command(subcommand)]
+    Notify(notify::NotifyCommand),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -150,6 +155,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Completions(args) => completions::run(&args),
         Command::Man(args) => man::run(&args),
         Command::Doctor(args) => doctor::run(&global, args).await,
+        Command::Notify(command) => notify::run(&global, command).await,
     }
 }
 

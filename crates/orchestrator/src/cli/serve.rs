@@ -177,6 +177,24 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             eprintln!("orchestrator serve: {error}");
         }
     }
+    let degraded = match pool.sandbox.availability() {
+        orchestrator_sandbox::Availability::Missing { reason } => Some(format!(
+            "no sandbox for agents' processes ({reason}); {}",
+            if pool.sandbox.settings().allow_unsandboxed {
+                "allow_unsandboxed is set, so they run unconfined"
+            } else {
+                "their commands are refused"
+            }
+        )),
+        _ => None,
+    };
+    let notify = (!file_config.notify.sinks.is_empty()).then(|| {
+        orchestrator_notify::NotifierConfig::new(
+            pool.worker_id.clone(),
+            file_config.notify.clone(),
+            &format!("http://{address}"),
+        )
+    });
     let sessions = orchestrator_web::Sessions::default();
     let once = sessions.one_time_code();
     if args.json {
@@ -206,6 +224,20 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         home.join("api-token").display(),
         if args.read_only { " (read-only)" } else { "" },
     );
+    // After the line with the address, which scripts read first.
+    if let Some(notify) = &notify {
+        eprintln!(
+            "orchestrator serve: notifications to {} (links to {})",
+            notify
+                .notify
+                .sinks
+                .iter()
+                .map(|(name, sink)| format!("{name} ({})", sink.kind.as_str()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            notify.dashboard_url
+        );
+    }
     let shutdown = CancellationToken::new();
     tokio::spawn(signals(shutdown.clone()));
     crate::serve::run(
@@ -219,6 +251,8 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             limits: file_config.http.limits(),
             read_only: args.read_only,
             sessions,
+            notify,
+            degraded,
         },
         store,
         listener,

@@ -24,6 +24,7 @@ mod images;
 mod logs_cli;
 mod lsp;
 mod mcp_servers;
+mod notify;
 mod permissions;
 mod readme_tour;
 mod retry;

@@ -88,6 +88,19 @@ fn crates_depend_only_downwards() {
             ],
         ),
         (
+            "orchestrator-notify",
+            &[
+                "orchestrator-worker",
+                "orchestrator-scheduler",
+                "orchestrator-github",
+                "orchestrator-tools",
+                "orchestrator-web",
+                "octocrab",
+                "clap",
+                "axum",
+            ],
+        ),
+        (
             "orchestrator-scheduler",
             &[
                 "orchestrator-worker",

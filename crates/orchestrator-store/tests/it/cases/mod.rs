@@ -18,6 +18,7 @@ mod changes;
 mod github;
 mod leases;
 mod live_logs;
+mod notifications;
 mod records;
 mod tasks;
 
@@ -27,6 +28,7 @@ pub use changes::*;
 pub use github::*;
 pub use leases::*;
 pub use live_logs::*;
+pub use notifications::*;
 pub use records::*;
 pub use tasks::*;
 
