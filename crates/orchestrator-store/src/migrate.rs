@@ -39,6 +39,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(9, "0009_store_identity"),
     migration!(10, "0010_change_in_statement"),
     migration!(11, "0011_live_logs"),
+    migration!(12, "0012_live_log_end"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes
