@@ -535,13 +535,7 @@ impl Store {
         })
     }
 
-    async fn gate_log(
-        &self,
-        task: TaskId,
-        position: i64,
-        from: u64,
-        limit: usize,
-    ) -> Result<Log> {
+    async fn gate_log(&self, task: TaskId, position: i64, from: u64, limit: usize) -> Result<Log> {
         let kind = LogKind::Gate(position);
         let spec = self.get_task(task).await?;
         if let Some(live) = self.live_log(task, live_source::GATE, position).await? {

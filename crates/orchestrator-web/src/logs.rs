@@ -62,9 +62,7 @@ pub fn parse_kind(kind: &str, key: &str) -> Result<LogKind, ApiError> {
         },
         "jobs" => Ok(LogKind::Job(parse_id(key)?)),
         "terminals" => terminal_number(key).map(LogKind::Terminal).ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "{key:?} is not a terminal session (pty-1, or 1)"
-            ))
+            ApiError::bad_request(format!("{key:?} is not a terminal session (pty-1, or 1)"))
         }),
         other => Err(ApiError::not_found(format!(
             "a task has gates, jobs and terminals, not {other:?}"

@@ -571,7 +571,13 @@ fn logs(doc: &mut Value) {
     )});
     doc["paths"]["/api/v1/tasks/{id}/jobs/{job}/log/stream"] = stream(
         "A shell job's output followed as Server-Sent Events, like a gate's: `log` events, then `end` with the JobLog without text.",
-        vec![id_param("task"), job, after.clone(), limit.clone(), last_event.clone()],
+        vec![
+            id_param("task"),
+            job,
+            after.clone(),
+            limit.clone(),
+            last_event.clone(),
+        ],
     );
     doc["paths"]["/api/v1/tasks/{id}/terminals/{terminal}/log"] = json!({"get": op(
         "A terminal session's output (what its program drew, escape sequences and all) after a byte offset: live while it runs, whole once its program exited (its live log is its record, head and tail kept under the log cap).",

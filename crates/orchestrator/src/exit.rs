@@ -69,6 +69,7 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
                 | S::ArtifactNotFound(_)
                 | S::GateNotFound { .. }
                 | S::ShellJobNotFound { .. }
+                | S::TerminalNotFound { .. }
                 | S::AutomationNotFound(_)
                 | S::ApprovalNotFound(_)
                 | S::AttemptNotFound(_) => NOT_FOUND,

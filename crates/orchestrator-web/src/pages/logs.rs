@@ -111,7 +111,9 @@ pub(crate) async fn view(
         return page_error(
             StatusCode::BAD_REQUEST,
             "Bad address",
-            &format!("{id:?} is not a task id, or {kind}/{key} is not a gate, job or terminal of it"),
+            &format!(
+                "{id:?} is not a task id, or {kind}/{key} is not a gate, job or terminal of it"
+            ),
         );
     };
     let task = TaskId(id);
@@ -231,11 +233,16 @@ mod tests {
         let html = markup.into_string();
         assert_eq!(count, 3, "{html}");
         assert!(
-            html.contains(r#"<span class="text">&gt;&gt;&gt; <span class="fg-2 b">ok</span></span>"#),
+            html.contains(
+                r#"<span class="text">&gt;&gt;&gt; <span class="fg-2 b">ok</span></span>"#
+            ),
             "{html}"
         );
         assert!(html.contains(r#"<span class="text">100%</span>"#), "{html}");
-        assert!(!html.contains("50%") && !html.contains("\x1b") && !html.contains('\r'), "{html}");
+        assert!(
+            !html.contains("50%") && !html.contains("\x1b") && !html.contains('\r'),
+            "{html}"
+        );
         assert!(html.contains("&lt;i&gt;"), "{html}");
         assert_eq!(screen_line("a\rb\r"), "b");
     }

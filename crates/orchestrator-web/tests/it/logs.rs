@@ -273,7 +273,11 @@ async fn a_terminal_is_followed_like_a_gate_and_listed_with_the_jobs_on_the_task
     let (status, read) = api.get(&path).await;
     assert_eq!(status, 200, "{read}");
     assert_eq!(
-        (read["kind"].as_str(), read["terminal"].as_str(), read["state"].as_str()),
+        (
+            read["kind"].as_str(),
+            read["terminal"].as_str(),
+            read["state"].as_str()
+        ),
         (Some("terminal"), Some("pty-1"), Some("running"))
     );
     assert_eq!(read["text"], String::from_utf8_lossy(drawn).as_ref());
@@ -306,7 +310,10 @@ async fn a_terminal_is_followed_like_a_gate_and_listed_with_the_jobs_on_the_task
         format!("/api/v1/tasks/{}/terminals/pty-1/log/stream", id.0)
     );
     let listed_job = logs.iter().find(|l| l["kind"] == "shell_job").unwrap();
-    assert_eq!((listed_job["key"].as_i64(), listed_job["state"].as_str()), (Some(job), Some("running")));
+    assert_eq!(
+        (listed_job["key"].as_i64(), listed_job["state"].as_str()),
+        (Some(job), Some("running"))
+    );
 
     // The task page lists the job and the terminal, with a live panel each and a log view link.
     let browser = Browser::login(&api).await;
@@ -370,7 +377,10 @@ async fn a_terminal_is_followed_like_a_gate_and_listed_with_the_jobs_on_the_task
             .unwrap()
     );
     let rest = stream.next().await;
-    assert_eq!((rest.1.as_str(), data(&rest)["text"].as_str()), ("log", Some(">>> ")));
+    assert_eq!(
+        (rest.1.as_str(), data(&rest)["text"].as_str()),
+        ("log", Some(">>> "))
+    );
     let end = stream.next().await;
     assert_eq!(end.1, "end", "{end:?}");
     let end = data(&end);
@@ -378,7 +388,10 @@ async fn a_terminal_is_followed_like_a_gate_and_listed_with_the_jobs_on_the_task
         (end["state"].as_str(), end["exit_code"].as_i64()),
         (Some("finished"), Some(0))
     );
-    assert_eq!(end["end_reason"], "the program ended: exit code 0 after 1.0 s");
+    assert_eq!(
+        end["end_reason"],
+        "the program ended: exit code 0 after 1.0 s"
+    );
 
     // The job ends: its record replaces its live log; the job's log view says how it ended.
     api.store
@@ -396,7 +409,11 @@ async fn a_terminal_is_followed_like_a_gate_and_listed_with_the_jobs_on_the_task
         .get(&format!("/api/v1/tasks/{}/jobs/{job}/log", id.0))
         .await;
     assert_eq!(
-        (job_read["state"].as_str(), job_read["job_status"].as_str(), job_read["exit_code"].as_i64()),
+        (
+            job_read["state"].as_str(),
+            job_read["job_status"].as_str(),
+            job_read["exit_code"].as_i64()
+        ),
         (Some("finished"), Some("exited"), Some(2))
     );
     let (_, view, _) = browser

@@ -2,7 +2,9 @@
 //! recorded log in the transaction that records the gate.
 
 use super::*;
-use orchestrator_store::{LiveLogStart, LogKind, WORKER_STOPPED, job_status, live_source, log_state};
+use orchestrator_store::{
+    LiveLogStart, LogKind, WORKER_STOPPED, job_status, live_source, log_state,
+};
 
 fn start<'a>(lease: &'a Lease, source: &'a str, key: i64, attempt: i64) -> LiveLogStart<'a> {
     LiveLogStart {
@@ -27,7 +29,10 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
         .await
         .unwrap();
     // Before it runs: pending, named by the spec; a position it does not have is not found.
-    let pending = store.log(id, LogKind::Gate(1), 0, usize::MAX).await.unwrap();
+    let pending = store
+        .log(id, LogKind::Gate(1), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(
         (pending.state, pending.name.as_str()),
         (log_state::PENDING, "second")
@@ -45,7 +50,10 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
         .live_log_start(&start(&lease, live_source::GATE, 0, task.attempt))
         .await
         .unwrap();
-    let running = store.log(id, LogKind::Gate(0), 0, usize::MAX).await.unwrap();
+    let running = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(
         (running.state, running.total_bytes),
         (log_state::RUNNING, 0)
@@ -58,7 +66,10 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
             .await
             .unwrap()
     );
-    let first = store.log(id, LogKind::Gate(0), 0, usize::MAX).await.unwrap();
+    let first = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(text(&first.slice.bytes), "one\n");
     assert_eq!((first.slice.next, first.total_bytes), (4, 4));
     assert!(
@@ -84,14 +95,20 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
                 .unwrap()
         );
     }
-    let whole = store.log(id, LogKind::Gate(0), 0, usize::MAX).await.unwrap();
+    let whole = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(whole.total_bytes, 24);
     assert_eq!(whole.slice.cut, 6, "three left the window");
     let shown = text(&whole.slice.bytes);
     assert!(shown.starts_with("one\ntwo\n\n[... 6 bytes cut"), "{shown}");
     assert!(shown.ends_with("five\n"), "{shown}");
     // A follower that saw "two" is told what it missed.
-    let behind = store.log(id, LogKind::Gate(0), 8, usize::MAX).await.unwrap();
+    let behind = store
+        .log(id, LogKind::Gate(0), 8, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(behind.slice.cut, 6);
     assert!(text(&behind.slice.bytes).ends_with("four\nfive\n"));
     assert_eq!(behind.slice.next, 24);
@@ -118,14 +135,20 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
             .await
             .unwrap()
     );
-    let finished = store.log(id, LogKind::Gate(0), 19, usize::MAX).await.unwrap();
+    let finished = store
+        .log(id, LogKind::Gate(0), 19, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(finished.state, log_state::FINISHED);
     assert_eq!(text(&finished.slice.bytes), "five\n");
     assert_eq!(
         finished.gate.as_ref().map(|g| g.verdict),
         Some(Verdict::Passed)
     );
-    let from_start = store.log(id, LogKind::Gate(0), 0, usize::MAX).await.unwrap();
+    let from_start = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(from_start.slice.bytes, full);
 }
 
@@ -153,7 +176,10 @@ pub async fn a_live_log_is_fenced_and_abandoned_with_its_attempt(db: &TestStore)
         .rescue_expired(now_millis() + 10 * LEASE, 100, |_| 0)
         .await
         .unwrap();
-    let abandoned = store.log(id, LogKind::Gate(0), 0, usize::MAX).await.unwrap();
+    let abandoned = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(abandoned.state, log_state::ABANDONED);
     assert_eq!(text(&abandoned.slice.bytes), "half");
     // The stale worker cannot start another; the next attempt's replaces the abandoned one.
@@ -168,7 +194,10 @@ pub async fn a_live_log_is_fenced_and_abandoned_with_its_attempt(db: &TestStore)
         .live_log_start(&start(&new, live_source::GATE, 0, task.attempt + 1))
         .await
         .unwrap();
-    let fresh = store.log(id, LogKind::Gate(0), 0, usize::MAX).await.unwrap();
+    let fresh = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(fresh.state, log_state::RUNNING);
     assert_eq!(
         (fresh.attempt, fresh.total_bytes),
@@ -204,7 +233,10 @@ pub async fn a_shell_jobs_output_is_live_until_it_ends(db: &TestStore) {
         .live_log_append(&log, &[(0, b"compiling\n")], 10)
         .await
         .unwrap();
-    let live = store.log(id, LogKind::Job(job), 0, usize::MAX).await.unwrap();
+    let live = store
+        .log(id, LogKind::Job(job), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(
         (live.state, text(&live.slice.bytes).as_str()),
         (log_state::RUNNING, "compiling\n")
@@ -221,13 +253,20 @@ pub async fn a_shell_jobs_output_is_live_until_it_ends(db: &TestStore) {
         )
         .await
         .unwrap();
-    let ended = store.log(id, LogKind::Job(job), 10, usize::MAX).await.unwrap();
+    let ended = store
+        .log(id, LogKind::Job(job), 10, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(
         (ended.state, text(&ended.slice.bytes).as_str()),
         (log_state::FINISHED, "built\n")
     );
     assert_eq!(
-        (ended.job.as_ref().map(|j| j.status.as_str()), ended.exit_code, ended.passed()),
+        (
+            ended.job.as_ref().map(|j| j.status.as_str()),
+            ended.exit_code,
+            ended.passed()
+        ),
         (Some(job_status::EXITED), Some(0), Some(true))
     );
     assert!(store.live_logs(id).await.unwrap().is_empty());
@@ -261,28 +300,59 @@ pub async fn a_terminals_live_log_is_its_record_and_ends_with_its_program(db: &T
         .await
         .unwrap();
     let drawn = b">>> \x1b[32m42\x1b[0m\r\n";
-    assert!(store.live_log_append(&log, &[(0, drawn)], drawn.len() as u64).await.unwrap());
-    let live = store.log(id, LogKind::Terminal(1), 0, usize::MAX).await.unwrap();
-    assert_eq!((live.state, live.name.as_str()), (log_state::RUNNING, "python3 -q"));
-    assert_eq!(live.slice.bytes, drawn, "escape sequences are kept as drawn");
+    assert!(
+        store
+            .live_log_append(&log, &[(0, drawn)], drawn.len() as u64)
+            .await
+            .unwrap()
+    );
+    let live = store
+        .log(id, LogKind::Terminal(1), 0, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        (live.state, live.name.as_str()),
+        (log_state::RUNNING, "python3 -q")
+    );
+    assert_eq!(
+        live.slice.bytes, drawn,
+        "escape sequences are kept as drawn"
+    );
     assert!(!live.ended(false));
 
     // The program exits: the last bytes and the end in one write; the log stays, finished.
     let total = drawn.len() as u64 + 4;
     assert!(
         store
-            .live_log_end(&log, &[(drawn.len() as u64, b">>> ")], total, "the program ended: exit code 0", Some(0))
+            .live_log_end(
+                &log,
+                &[(drawn.len() as u64, b">>> ")],
+                total,
+                "the program ended: exit code 0",
+                Some(0)
+            )
             .await
             .unwrap()
     );
-    let ended = store.log(id, LogKind::Terminal(1), 0, usize::MAX).await.unwrap();
+    let ended = store
+        .log(id, LogKind::Terminal(1), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(ended.state, log_state::FINISHED);
     assert_eq!((ended.exit_code, ended.passed()), (Some(0), Some(true)));
-    assert_eq!(ended.end_reason.as_deref(), Some("the program ended: exit code 0"));
+    assert_eq!(
+        ended.end_reason.as_deref(),
+        Some("the program ended: exit code 0")
+    );
     assert_eq!(ended.total_bytes, total);
     assert!(ended.ended(false));
     // Nothing more is written to an ended log.
-    assert!(!store.live_log_append(&log, &[(total, b"x")], total + 1).await.unwrap());
+    assert!(
+        !store
+            .live_log_append(&log, &[(total, b"x")], total + 1)
+            .await
+            .unwrap()
+    );
     assert!(
         !store
             .live_log_end(&log, &[], total, "again", None)
@@ -298,7 +368,10 @@ pub async fn a_terminals_live_log_is_its_record_and_ends_with_its_program(db: &T
         }])
         .await
         .unwrap();
-    let kept = store.log(id, LogKind::Terminal(1), 0, usize::MAX).await.unwrap();
+    let kept = store
+        .log(id, LogKind::Terminal(1), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!((kept.state, kept.total_bytes), (log_state::FINISHED, total));
 }
 
@@ -329,7 +402,10 @@ pub async fn the_rescuer_ends_the_live_logs_a_dead_worker_left(db: &TestStore) {
             .live_log_start(&start(&lease, source, key, task.attempt))
             .await
             .unwrap();
-        store.live_log_append(&log, &[(0, b"half")], 4).await.unwrap();
+        store
+            .live_log_append(&log, &[(0, b"half")], 4)
+            .await
+            .unwrap();
         logs.push(log);
     }
     let kinds = [LogKind::Gate(0), LogKind::Job(job), LogKind::Terminal(1)];
@@ -338,10 +414,22 @@ pub async fn the_rescuer_ends_the_live_logs_a_dead_worker_left(db: &TestStore) {
         assert_eq!(log.state, log_state::RUNNING, "{kind:?} before the rescue");
     }
     // Another task's live log is none of the rescuer's business.
-    let other = store.create_task(&NewTask::new("other").with_gate("x")).await.unwrap();
-    let (other_task, other_lease) = store.claim_task("w2", other, 100 * LEASE).await.unwrap().unwrap();
+    let other = store
+        .create_task(&NewTask::new("other").with_gate("x"))
+        .await
+        .unwrap();
+    let (other_task, other_lease) = store
+        .claim_task("w2", other, 100 * LEASE)
+        .await
+        .unwrap()
+        .unwrap();
     store
-        .live_log_start(&start(&other_lease, live_source::GATE, 0, other_task.attempt))
+        .live_log_start(&start(
+            &other_lease,
+            live_source::GATE,
+            0,
+            other_task.attempt,
+        ))
         .await
         .unwrap();
 
@@ -353,7 +441,11 @@ pub async fn the_rescuer_ends_the_live_logs_a_dead_worker_left(db: &TestStore) {
     for kind in kinds {
         let log = store.log(id, kind, 0, usize::MAX).await.unwrap();
         assert_eq!(
-            (log.state, log.end_reason.as_deref(), text(&log.slice.bytes).as_str()),
+            (
+                log.state,
+                log.end_reason.as_deref(),
+                text(&log.slice.bytes).as_str()
+            ),
             (log_state::ABANDONED, Some(WORKER_STOPPED), "half"),
             "{kind:?} after the rescue"
         );
@@ -361,14 +453,26 @@ pub async fn the_rescuer_ends_the_live_logs_a_dead_worker_left(db: &TestStore) {
         assert_eq!(log.passed(), Some(false));
     }
     let rows = store.live_logs(id).await.unwrap();
-    assert!(rows.iter().all(|l| l.ended_at.is_some() && l.end_reason.as_deref() == Some(WORKER_STOPPED)), "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|l| l.ended_at.is_some() && l.end_reason.as_deref() == Some(WORKER_STOPPED)),
+        "{rows:?}"
+    );
     assert_eq!(
         store.shell_job(job).await.unwrap().unwrap().status,
         job_status::STALE
     );
     // The dead worker's writer, should it wake, writes nothing more.
-    assert!(!store.live_log_append(&logs[2], &[(4, b"more")], 8).await.unwrap());
-    let other_log = store.log(other, LogKind::Gate(0), 0, usize::MAX).await.unwrap();
+    assert!(
+        !store
+            .live_log_append(&logs[2], &[(4, b"more")], 8)
+            .await
+            .unwrap()
+    );
+    let other_log = store
+        .log(other, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(other_log.state, log_state::RUNNING);
     assert!(store.live_logs(other).await.unwrap()[0].ended_at.is_none());
 }
@@ -388,7 +492,10 @@ pub async fn a_cancel_that_finds_no_worker_ends_its_live_logs(db: &TestStore) {
         .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     store.cancel_task(id).await.unwrap();
-    let log = store.log(id, LogKind::Gate(0), 0, usize::MAX).await.unwrap();
+    let log = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(
         (log.state, log.end_reason.as_deref()),
         (log_state::ABANDONED, Some(WORKER_STOPPED))
