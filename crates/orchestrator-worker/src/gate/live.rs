@@ -208,10 +208,13 @@ pub struct TerminalLogs {
     pub cap: usize,
 }
 
+/// How a terminal's program ended: in words, and its exit code when it exited.
+type TerminalEnd = (String, Option<i64>);
+
 /// One terminal's tap, and the way to say it ended.
 struct TerminalTap {
     tap: LiveTap,
-    end: Mutex<Option<tokio::sync::oneshot::Sender<(String, Option<i64>)>>>,
+    end: Mutex<Option<tokio::sync::oneshot::Sender<TerminalEnd>>>,
 }
 
 impl orchestrator_tools::TerminalRecorder for TerminalLogs {
@@ -261,7 +264,7 @@ async fn record_loop(
     name: String,
     (head_cap, tail_cap): (u64, u64),
     tap: LiveTap,
-    mut end: tokio::sync::oneshot::Receiver<(String, Option<i64>)>,
+    mut end: tokio::sync::oneshot::Receiver<TerminalEnd>,
 ) {
     let start = LiveLogStart {
         lease: &lease,
