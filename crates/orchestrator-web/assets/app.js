@@ -383,6 +383,8 @@
           var path = entry.kind === "terminal" ? "terminals/" + entry.key : "jobs/" + entry.key;
           var title = entry.kind === "terminal" ? "Terminal " + entry.key : "Shell job " + entry.key;
           makePanel(commandPanels, task, path, title, String(entry.name));
+          var none = document.querySelector("[data-no-commands]");
+          if (none) { none.hidden = true; }
         });
       })
       .catch(function () {});
