@@ -276,8 +276,21 @@ fn wait_child(child: &mut std::process::Child) -> Option<i32> {
 /// ends the log ("the worker running this stopped"), and the follower ends, failing, instead of
 /// waiting forever.
 #[test]
-fn a_follow_ends_when_the_worker_running_its_gate_was_killed() {
-    let env = Env::sqlite();
+fn a_follow_ends_when_the_worker_running_its_gate_was_killed_on_sqlite() {
+    follow_past_a_killed_worker(&Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_ends_when_the_worker_running_its_gate_was_killed_on_postgres() {
+    let Some(env) = Env::postgres().await else {
+        return;
+    };
+    tokio::task::spawn_blocking(move || follow_past_a_killed_worker(&env))
+        .await
+        .unwrap();
+}
+
+fn follow_past_a_killed_worker(env: &Env) {
     let ws = env.workspace();
     let sleep = crate::support::unique_sleep();
     let gate = format!("echo started; sleep {sleep}");
