@@ -539,7 +539,11 @@ impl Store {
         let kind = LogKind::Gate(position);
         let spec = self.get_task(task).await?;
         if let Some(live) = self.live_log(task, live_source::GATE, position).await? {
-            // The gate may have ended since the row was read; its record then tells.
+            // The chunks first: should the gate end meanwhile, its record tells (below), and a
+            // read of chunks already deleted is never taken for a gap.
+            let mut log = self
+                .live_read(task, kind, &live, log_state::RUNNING, from, limit)
+                .await?;
             let current = self.get_task(task).await?;
             let ours = current.state == TaskState::Running
                 && current.attempt == live.attempt
@@ -550,16 +554,11 @@ impl Store {
                     .await?
                     .is_none();
             if !gone {
-                let state = if ours {
-                    log_state::RUNNING
-                } else {
-                    log_state::ABANDONED
-                };
-                let mut log = self
-                    .live_read(task, kind, &live, state, from, limit)
-                    .await?;
-                if !ours && log.end_reason.is_none() {
-                    log.end_reason = Some("its attempt ended without recording it".into());
+                if !ours {
+                    log.state = log_state::ABANDONED;
+                    if log.end_reason.is_none() {
+                        log.end_reason = Some("its attempt ended without recording it".into());
+                    }
                 }
                 return Ok(log);
             }
@@ -664,23 +663,27 @@ impl Store {
             .filter(|j| j.task_id == task.0)
             .ok_or(Error::ShellJobNotFound { task, job })?;
         if let Some(live) = self.live_log(task, live_source::SHELL_JOB, job).await? {
-            // A newer attempt's claim, or the rescuer's mark, says its worker is gone.
-            let current = self.get_task(task).await?;
-            let state = match live.state(current.attempt) {
-                _ if record.status == crate::job_status::STALE => log_state::ABANDONED,
-                // A job's live log is replaced by its record when it ends, never ended by it.
-                log_state::FINISHED => log_state::ABANDONED,
-                state => state,
-            };
-            let abandoned = state == log_state::ABANDONED;
             let mut log = self
-                .live_read(task, kind, &live, state, from, limit)
+                .live_read(task, kind, &live, log_state::RUNNING, from, limit)
                 .await?;
-            if abandoned && log.end_reason.is_none() {
-                log.end_reason = Some(WORKER_STOPPED.to_owned());
+            // The job may have ended since the row was read (its record replaced the chunks);
+            // then the record below tells.
+            let still = self.live_log(task, live_source::SHELL_JOB, job).await?;
+            if let Some(live) = still {
+                // A newer attempt's claim, or the rescuer's mark, says its worker is gone.
+                let current = self.get_task(task).await?;
+                log.state = match live.state(current.attempt) {
+                    _ if record.status == crate::job_status::STALE => log_state::ABANDONED,
+                    // A job's live log is replaced by its record when it ends, never ended by it.
+                    log_state::FINISHED => log_state::ABANDONED,
+                    state => state,
+                };
+                if log.state == log_state::ABANDONED && log.end_reason.is_none() {
+                    log.end_reason = Some(WORKER_STOPPED.to_owned());
+                }
+                log.job = Some(record);
+                return Ok(log);
             }
-            log.job = Some(record);
-            return Ok(log);
         }
         // Read again: it may have ended since the first read.
         let record = self
