@@ -69,6 +69,10 @@ pub enum Error {
     /// The task has no shell job with this id. Not retryable.
     #[error("task {task} has no shell job {job}")]
     ShellJobNotFound { task: TaskId, job: i64 },
+    /// The task has no terminal session with this number (pty-N) that was ever written down.
+    /// Not retryable.
+    #[error("task {task} has no terminal pty-{terminal}")]
+    TerminalNotFound { task: TaskId, terminal: i64 },
     /// No PR attempt has this id. Not retryable.
     #[error("attempt {0} not found")]
     AttemptNotFound(i64),

@@ -595,6 +595,10 @@ impl Store {
             });
         }
         close_approvals_of_ended(&mut tx, &events, now).await?;
+        // The worker of each rescued attempt is gone: its live logs end and its jobs are stale,
+        // so followers stop waiting for output that will never come.
+        let rescued: Vec<i64> = events.iter().map(|e| e.task_id).collect();
+        crate::live_logs::end_abandoned(&mut tx, &rescued, now).await?;
         insert_events(&mut tx, &events).await?;
         if counts.requeued > 0 {
             tx.notify_task_available().await?;

@@ -49,7 +49,7 @@ pub use error::{Error, Result};
 pub use gates::GateRun;
 pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts};
 pub use live_logs::{
-    GateLog, JobLog, LiveLog, LiveLogHandle, LiveLogStart, live_source, log_state,
+    LiveLog, LiveLogHandle, LiveLogStart, Log, LogKind, WORKER_STOPPED, live_source, log_state,
 };
 pub use notifications::{NewNotice, NewNotification, Notice, Notification, notification_status};
 pub use shell_jobs::{ShellJob, job_status};

@@ -1,5 +1,5 @@
-//! The `live_logs` and `live_log_chunks` tables: what a gate or a shell job has printed so far,
-//! while it runs, readable from any node by byte offset.
+//! The `live_logs` and `live_log_chunks` tables: what a gate, a shell job or a terminal has
+//! printed so far, while it runs, readable from any node by byte offset.
 //!
 //! The runner writes a command's output in chunks, a few times a second at most (never per line),
 //! each chunk at its offset in the output. The head (the first `head_cap` bytes) is kept whole and
@@ -9,10 +9,14 @@
 //! ([`orchestrator_types::slice_after`]); bytes it missed because they were deleted (or never
 //! written, when the command printed faster than a flush may carry) come as the artifact's marker.
 //!
-//! When the command's final log is recorded (`record_gate`, `shell_job_finished`), its live log is
-//! deleted in the same transaction, so a reader finds exactly one of the two. A live log whose
-//! attempt ended without recording its gate (the worker died) is `abandoned`: it stays until the
-//! same gate starts again.
+//! When a gate's or a job's final log is recorded (`record_gate`, `shell_job_finished`), its live
+//! log is deleted in the same transaction, so a reader finds exactly one of the two. A terminal
+//! has no other record: its live log is kept, and ended (`live_log_end`) with its program's exit.
+//! A live log whose worker died is ended by the rescuer that takes the task back, or by a cancel
+//! that finds no worker ([`end_abandoned`]), "the worker running this stopped", so followers end
+//! instead of waiting; it reads `abandoned` and stays until the same command starts again.
+//!
+//! [`Store::log`] is the one reader: any [`LogKind`] of a task, live or recorded, from an offset.
 
 use crate::exec::Tx;
 use crate::gates::Gates;
@@ -33,15 +37,21 @@ pub mod live_source {
     pub const GATE: &str = "gate";
     /// A shell job an agent started; the key is the job's id.
     pub const SHELL_JOB: &str = "shell_job";
+    /// A terminal session an agent opened (pty_open); the key is N of its id `pty-N`.
+    pub const TERMINAL: &str = "terminal";
 }
 
-/// How a gate's log reads now.
+/// Why a live log ended when its worker did not end it.
+pub const WORKER_STOPPED: &str = "the worker running this stopped";
+
+/// How a log reads now.
 pub mod log_state {
     /// The gate is in the task's spec but has not started (in this attempt, or ever).
     pub const PENDING: &str = "pending";
     /// It runs: the log is its live output so far.
     pub const RUNNING: &str = "running";
-    /// It ended: the log is its recorded artifact, and the gate record has the verdict.
+    /// It ended: a gate's or a job's recorded log (with the verdict or the job's status), or a
+    /// terminal's whole output once its program exited.
     pub const FINISHED: &str = "finished";
     /// Its attempt ended without recording it (the worker stopped): the output so far, no verdict.
     pub const ABANDONED: &str = "abandoned";
@@ -61,6 +71,9 @@ enum LiveLogs {
     TotalBytes,
     StartedAt,
     UpdatedAt,
+    EndedAt,
+    EndReason,
+    ExitCode,
 }
 
 #[derive(Iden, Clone, Copy)]
@@ -107,9 +120,13 @@ pub struct LiveLog {
     pub total_bytes: i64,
     pub started_at: i64,
     pub updated_at: i64,
+    /// When it ended without being replaced by a recorded log (a terminal's exit, a worker gone).
+    pub ended_at: Option<i64>,
+    pub end_reason: Option<String>,
+    pub exit_code: Option<i64>,
 }
 
-const COLUMNS: [LiveLogs; 11] = [
+const COLUMNS: [LiveLogs; 14] = [
     LiveLogs::Id,
     LiveLogs::TaskId,
     LiveLogs::Source,
@@ -121,38 +138,125 @@ const COLUMNS: [LiveLogs; 11] = [
     LiveLogs::TotalBytes,
     LiveLogs::StartedAt,
     LiveLogs::UpdatedAt,
+    LiveLogs::EndedAt,
+    LiveLogs::EndReason,
+    LiveLogs::ExitCode,
 ];
 
-/// A gate's log as it reads now: live while it runs, its artifact once it ended.
+/// Which log of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LogKind {
+    /// A gate, by its position (from 0 in the spec; 1000 and up for an agent's own checks).
+    Gate(i64),
+    /// A shell job an agent started (task_shell_start), by its id.
+    Job(i64),
+    /// A terminal session an agent opened (pty_open), by N of its id `pty-N`.
+    Terminal(i64),
+}
+
+impl LogKind {
+    /// The `live_logs.source` of this kind.
+    pub fn source(self) -> &'static str {
+        match self {
+            LogKind::Gate(_) => live_source::GATE,
+            LogKind::Job(_) => live_source::SHELL_JOB,
+            LogKind::Terminal(_) => live_source::TERMINAL,
+        }
+    }
+
+    /// The `live_logs.source_key`: the position, the job's id or the terminal's number.
+    pub fn key(self) -> i64 {
+        match self {
+            LogKind::Gate(k) | LogKind::Job(k) | LogKind::Terminal(k) => k,
+        }
+    }
+
+    /// The kind of a live log's row.
+    pub fn of(log: &LiveLog) -> Option<LogKind> {
+        match log.source.as_str() {
+            live_source::GATE => Some(LogKind::Gate(log.source_key)),
+            live_source::SHELL_JOB => Some(LogKind::Job(log.source_key)),
+            live_source::TERMINAL => Some(LogKind::Terminal(log.source_key)),
+            _ => None,
+        }
+    }
+}
+
+/// A log as it reads now: live while its command runs, its record once it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GateLog {
+pub struct Log {
     pub task_id: TaskId,
-    pub position: i64,
+    pub kind: LogKind,
+    /// The gate's name, the job's or the terminal's command.
     pub name: String,
     /// One of [`log_state`].
     pub state: &'static str,
     /// The attempt the log is of; `None` while pending.
     pub attempt: Option<i64>,
-    /// Bytes the gate has printed so far (all of them once it ended), kept or not.
+    /// Bytes the command has printed so far (all of them once it ended), kept or not.
     pub total_bytes: u64,
     /// What the reader asked for: the bytes after its offset.
     pub slice: LogSlice,
-    /// The record, with the verdict, once it ended.
+    /// A gate's record, with the verdict, once it ended.
     pub gate: Option<GateRecord>,
-    /// What the gate's summary names as its first failure (a failing test), for a reader to find.
+    /// What a gate's summary names as its first failure (a failing test), for a reader to find.
     pub first_failure: Option<String>,
+    /// A job's row (its status: running, exited, killed, timed_out, stale).
+    pub job: Option<crate::ShellJob>,
+    /// Why it ended, in words, when it ended without a verdict: a terminal's exit, a stopped worker.
+    pub end_reason: Option<String>,
+    /// The exit code of a job's or a terminal's program, once it exited.
+    pub exit_code: Option<i64>,
     /// When the live log was last written; `None` unless running or abandoned.
     pub updated_at: Option<i64>,
 }
 
-/// A shell job's log as it reads now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobLog {
-    pub job: crate::ShellJob,
-    /// `running` with the live output, or the job's own status with its recorded log.
-    pub state: String,
-    pub total_bytes: u64,
-    pub slice: LogSlice,
+impl Log {
+    /// Whether nothing more will come after what was read: it ended and all of it was read.
+    /// A pending gate of a task that is over never starts: the caller passes `task_over`.
+    pub fn ended(&self, task_over: bool) -> bool {
+        match self.state {
+            log_state::FINISHED | log_state::ABANDONED => self.slice.next >= self.total_bytes,
+            log_state::PENDING => task_over,
+            _ => false,
+        }
+    }
+
+    /// Whether it ended well: a gate that passed, a job or a terminal whose program exited 0.
+    /// `None` while it may still change.
+    pub fn passed(&self) -> Option<bool> {
+        match self.state {
+            log_state::FINISHED => Some(match self.kind {
+                LogKind::Gate(_) => self
+                    .gate
+                    .as_ref()
+                    .is_some_and(|g| g.verdict == orchestrator_types::Verdict::Passed),
+                LogKind::Job(_) => {
+                    self.job
+                        .as_ref()
+                        .is_some_and(|j| j.status == crate::job_status::EXITED)
+                        && self.exit_code == Some(0)
+                }
+                LogKind::Terminal(_) => self.exit_code == Some(0),
+            }),
+            log_state::ABANDONED => Some(false),
+            _ => None,
+        }
+    }
+}
+
+impl LiveLog {
+    /// How a job's or a terminal's live log reads while the task's attempt is `task_attempt`:
+    /// ended by its worker (a terminal's program exited) is finished; ended by the rescuer, or
+    /// left by an attempt a newer one replaced, is abandoned; else it runs.
+    pub fn state(&self, task_attempt: i64) -> &'static str {
+        match self.end_reason.as_deref() {
+            Some(WORKER_STOPPED) => log_state::ABANDONED,
+            Some(_) => log_state::FINISHED,
+            None if task_attempt > self.attempt => log_state::ABANDONED,
+            None => log_state::RUNNING,
+        }
+    }
 }
 
 /// Deletes the live log of one command, in the transaction that records its final log.
@@ -170,6 +274,25 @@ pub(crate) async fn delete_live_log(
         .to_owned();
     // The chunks go with it (ON DELETE CASCADE; SQLite's foreign keys are on).
     tx.execute(&stmt).await?;
+    Ok(())
+}
+
+/// Ends the live logs of `tasks` that are still open, and marks their running shell jobs stale:
+/// their worker stopped (the rescuer took the tasks back, or a cancel found no worker), so
+/// nothing will write to them again. Runs in the transaction that takes the tasks.
+pub(crate) async fn end_abandoned(tx: &mut Tx, tasks: &[i64], now: i64) -> Result<()> {
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    let logs = Query::update()
+        .table(LiveLogs::Table)
+        .value(LiveLogs::EndedAt, now)
+        .value(LiveLogs::EndReason, WORKER_STOPPED)
+        .and_where(Expr::col(LiveLogs::TaskId).is_in(tasks.iter().copied()))
+        .and_where(Expr::col(LiveLogs::EndedAt).is_null())
+        .to_owned();
+    tx.execute(&logs).await?;
+    crate::shell_jobs::stale_of(tx, tasks, now).await?;
     Ok(())
 }
 
@@ -233,24 +356,56 @@ impl Store {
 
     /// Adds the chunks a runner gathered since its last write (each at its offset in the output;
     /// in order) and the output's length so far, then deletes the chunks that left the tail
-    /// window. `false` when the live log is gone (its final log was recorded, or another attempt
-    /// replaced it): the runner stops writing.
+    /// window. `false` when the live log is gone or ended (its final log was recorded, another
+    /// attempt replaced it, or the rescuer ended it): the runner stops writing.
     pub async fn live_log_append(
         &self,
         log: &LiveLogHandle,
         pieces: &[(u64, &[u8])],
         total: u64,
     ) -> Result<bool> {
+        self.live_log_write(log, pieces, total, None).await
+    }
+
+    /// The last write of a live log that has no other record (a terminal's): its last chunks,
+    /// and its end, `reason` in words and the program's exit code. `false` as for
+    /// [`Store::live_log_append`].
+    pub async fn live_log_end(
+        &self,
+        log: &LiveLogHandle,
+        pieces: &[(u64, &[u8])],
+        total: u64,
+        reason: &str,
+        exit_code: Option<i64>,
+    ) -> Result<bool> {
+        self.live_log_write(log, pieces, total, Some((reason, exit_code)))
+            .await
+    }
+
+    async fn live_log_write(
+        &self,
+        log: &LiveLogHandle,
+        pieces: &[(u64, &[u8])],
+        total: u64,
+        end: Option<(&str, Option<i64>)>,
+    ) -> Result<bool> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         // The row first: it locks the log against its deletion until this commits, and says
         // whether there is a log to write to at all.
-        let touch = Query::update()
+        let mut touch = Query::update()
             .table(LiveLogs::Table)
             .value(LiveLogs::TotalBytes, to_i64(total))
             .value(LiveLogs::UpdatedAt, now)
             .and_where(Expr::col(LiveLogs::Id).eq(log.id))
+            .and_where(Expr::col(LiveLogs::EndedAt).is_null())
             .to_owned();
+        if let Some((reason, exit_code)) = end {
+            touch
+                .value(LiveLogs::EndedAt, now)
+                .value(LiveLogs::EndReason, reason)
+                .value(LiveLogs::ExitCode, exit_code);
+        }
         if tx.execute(&touch).await? == 0 {
             return Ok(false);
         }
@@ -337,47 +492,75 @@ impl Store {
         let pieces = chunks
             .iter()
             .map(|(start, data)| (to_u64(*start), data.as_slice()));
-        Ok((slice_after(pieces, total, from, limit, false), total))
+        let ended = log.ended_at.is_some();
+        Ok((slice_after(pieces, total, from, limit, ended), total))
     }
 
-    /// The log of the gate at `position` of a task: its live output while it runs, its recorded
-    /// log once it ended (the newest attempt's), from byte `from`, at most `limit` bytes.
-    /// `GateNotFound` when the task has no such gate at all.
-    pub async fn gate_log(
+    /// A log of a task (a gate's, a shell job's or a terminal's) as it reads now, from byte
+    /// `from`, at most `limit` bytes: its live output while it runs, its record once it ended.
+    /// `GateNotFound`, `ShellJobNotFound` or `TerminalNotFound` when the task has no such one.
+    pub async fn log(&self, task: TaskId, kind: LogKind, from: u64, limit: usize) -> Result<Log> {
+        match kind {
+            LogKind::Gate(position) => self.gate_log(task, position, from, limit).await,
+            LogKind::Job(job) => self.job_log(task, job, from, limit).await,
+            LogKind::Terminal(n) => self.terminal_log(task, n, from, limit).await,
+        }
+    }
+
+    /// A live log read as it is now: `Log` without the kind's own record.
+    async fn live_read(
         &self,
         task: TaskId,
-        position: i64,
+        kind: LogKind,
+        live: &LiveLog,
+        state: &'static str,
         from: u64,
         limit: usize,
-    ) -> Result<GateLog> {
+    ) -> Result<Log> {
+        let (slice, total) = self.live_log_read(live, from, limit).await?;
+        Ok(Log {
+            task_id: task,
+            kind,
+            name: live.name.clone(),
+            state,
+            attempt: Some(live.attempt),
+            total_bytes: total,
+            slice,
+            gate: None,
+            first_failure: None,
+            job: None,
+            end_reason: live.end_reason.clone(),
+            exit_code: live.exit_code,
+            updated_at: Some(live.updated_at),
+        })
+    }
+
+    async fn gate_log(&self, task: TaskId, position: i64, from: u64, limit: usize) -> Result<Log> {
+        let kind = LogKind::Gate(position);
         let spec = self.get_task(task).await?;
         if let Some(live) = self.live_log(task, live_source::GATE, position).await? {
-            let (slice, total) = self.live_log_read(&live, from, limit).await?;
-            // The gate may have ended since the row was read; its record then tells.
+            // The chunks first: should the gate end meanwhile, its record tells (below), and a
+            // read of chunks already deleted is never taken for a gap.
+            let mut log = self
+                .live_read(task, kind, &live, log_state::RUNNING, from, limit)
+                .await?;
             let current = self.get_task(task).await?;
-            let ours = current.state == TaskState::Running && current.attempt == live.attempt;
+            let ours = current.state == TaskState::Running
+                && current.attempt == live.attempt
+                && live.ended_at.is_none();
             let gone = !ours
                 && self
                     .live_log(task, live_source::GATE, position)
                     .await?
                     .is_none();
             if !gone {
-                return Ok(GateLog {
-                    task_id: task,
-                    position,
-                    name: live.name.clone(),
-                    state: if ours {
-                        log_state::RUNNING
-                    } else {
-                        log_state::ABANDONED
-                    },
-                    attempt: Some(live.attempt),
-                    total_bytes: total,
-                    slice,
-                    gate: None,
-                    first_failure: None,
-                    updated_at: Some(live.updated_at),
-                });
+                if !ours {
+                    log.state = log_state::ABANDONED;
+                    if log.end_reason.is_none() {
+                        log.end_reason = Some("its attempt ended without recording it".into());
+                    }
+                }
+                return Ok(log);
             }
         }
         let recorded = self
@@ -389,16 +572,7 @@ impl Store {
         if let Some(gate) = recorded {
             let (captured, total) = match gate.log_artifact {
                 Some(id) => {
-                    let artifact = self.get_artifact(id).await?;
-                    let original = to_u64(artifact.meta.original_bytes);
-                    let cut = to_u64(artifact.meta.cut_bytes);
-                    let captured = Captured::from_kept(&artifact.bytes, original, cut)
-                        .unwrap_or_else(|| Captured {
-                            // Not a capture's shape: show what is stored, whole.
-                            head: artifact.bytes.clone(),
-                            tail: Vec::new(),
-                            cut: 0,
-                        });
+                    let captured = self.captured(id).await?;
                     let total = captured.original_len();
                     (captured, total)
                 }
@@ -406,16 +580,19 @@ impl Store {
             };
             let slice = slice_after(captured.pieces(), total, from, limit, true);
             let first_failure = self.first_failure(gate.id, &gate).await?;
-            return Ok(GateLog {
+            return Ok(Log {
                 task_id: task,
-                position,
+                kind,
                 name: gate.name.clone(),
                 state: log_state::FINISHED,
                 attempt: Some(gate.attempt),
                 total_bytes: total,
                 slice,
+                exit_code: gate.exit_code.map(i64::from),
                 gate: Some(gate),
                 first_failure,
+                job: None,
+                end_reason: None,
                 updated_at: None,
             });
         }
@@ -425,9 +602,9 @@ impl Store {
         else {
             return Err(Error::GateNotFound { task, position });
         };
-        Ok(GateLog {
+        Ok(Log {
             task_id: task,
-            position,
+            kind,
             name: spec_gate.name.clone(),
             state: log_state::PENDING,
             attempt: None,
@@ -435,8 +612,26 @@ impl Store {
             slice: LogSlice::default(),
             gate: None,
             first_failure: None,
+            job: None,
+            end_reason: None,
+            exit_code: None,
             updated_at: None,
         })
+    }
+
+    /// An artifact's bytes as the capture they were kept from (head, cut, tail).
+    async fn captured(&self, id: orchestrator_types::ArtifactId) -> Result<Captured> {
+        let artifact = self.get_artifact(id).await?;
+        let original = to_u64(artifact.meta.original_bytes);
+        let cut = to_u64(artifact.meta.cut_bytes);
+        Ok(
+            Captured::from_kept(&artifact.bytes, original, cut).unwrap_or_else(|| Captured {
+                // Not a capture's shape: show what is stored, whole.
+                head: artifact.bytes.clone(),
+                tail: Vec::new(),
+                cut: 0,
+            }),
+        )
     }
 
     /// The first failing test a failed gate's summary names; else, for a gate that did not pass,
@@ -460,20 +655,35 @@ impl Store {
     }
 
     /// The log of a task's shell job: live while it runs, its recorded log once it ended.
-    pub async fn job_log(&self, task: TaskId, job: i64, from: u64, limit: usize) -> Result<JobLog> {
+    async fn job_log(&self, task: TaskId, job: i64, from: u64, limit: usize) -> Result<Log> {
+        let kind = LogKind::Job(job);
         let record = self
             .shell_job(job)
             .await?
             .filter(|j| j.task_id == task.0)
             .ok_or(Error::ShellJobNotFound { task, job })?;
         if let Some(live) = self.live_log(task, live_source::SHELL_JOB, job).await? {
-            let (slice, total) = self.live_log_read(&live, from, limit).await?;
-            return Ok(JobLog {
-                job: record,
-                state: crate::job_status::RUNNING.to_owned(),
-                total_bytes: total,
-                slice,
-            });
+            let mut log = self
+                .live_read(task, kind, &live, log_state::RUNNING, from, limit)
+                .await?;
+            // The job may have ended since the row was read (its record replaced the chunks);
+            // then the record below tells.
+            let still = self.live_log(task, live_source::SHELL_JOB, job).await?;
+            if let Some(live) = still {
+                // A newer attempt's claim, or the rescuer's mark, says its worker is gone.
+                let current = self.get_task(task).await?;
+                log.state = match live.state(current.attempt) {
+                    _ if record.status == crate::job_status::STALE => log_state::ABANDONED,
+                    // A job's live log is replaced by its record when it ends, never ended by it.
+                    log_state::FINISHED => log_state::ABANDONED,
+                    state => state,
+                };
+                if log.state == log_state::ABANDONED && log.end_reason.is_none() {
+                    log.end_reason = Some(WORKER_STOPPED.to_owned());
+                }
+                log.job = Some(record);
+                return Ok(log);
+            }
         }
         // Read again: it may have ended since the first read.
         let record = self
@@ -481,30 +691,49 @@ impl Store {
             .await?
             .ok_or(Error::ShellJobNotFound { task, job })?;
         let captured = match record.log_artifact_id {
-            Some(id) => {
-                let artifact = self
-                    .get_artifact(orchestrator_types::ArtifactId(id))
-                    .await?;
-                Captured::from_kept(
-                    &artifact.bytes,
-                    to_u64(artifact.meta.original_bytes),
-                    to_u64(artifact.meta.cut_bytes),
-                )
-                .unwrap_or(Captured {
-                    head: artifact.bytes,
-                    tail: Vec::new(),
-                    cut: 0,
-                })
-            }
+            Some(id) => self.captured(orchestrator_types::ArtifactId(id)).await?,
             None => Captured::default(),
         };
         let total = captured.original_len();
-        let ended = record.status != crate::job_status::RUNNING;
-        Ok(JobLog {
-            state: record.status.clone(),
-            job: record,
+        let (state, end_reason) = match record.status.as_str() {
+            crate::job_status::RUNNING => (log_state::RUNNING, None),
+            crate::job_status::STALE => (log_state::ABANDONED, Some(WORKER_STOPPED.to_owned())),
+            _ => (log_state::FINISHED, None),
+        };
+        let ended = state != log_state::RUNNING;
+        Ok(Log {
+            task_id: task,
+            kind,
+            name: record.command.clone(),
+            state,
+            attempt: None,
             total_bytes: total,
             slice: slice_after(captured.pieces(), total, from, limit, ended),
+            gate: None,
+            first_failure: None,
+            end_reason,
+            exit_code: record.exit_code,
+            job: Some(record),
+            updated_at: None,
         })
+    }
+
+    /// The log of a task's terminal session `pty-N`: its live log, whole once its program exited
+    /// (a terminal has no other record).
+    async fn terminal_log(&self, task: TaskId, n: i64, from: u64, limit: usize) -> Result<Log> {
+        let kind = LogKind::Terminal(n);
+        let live = self
+            .live_log(task, live_source::TERMINAL, n)
+            .await?
+            .ok_or(Error::TerminalNotFound { task, terminal: n })?;
+        let current = self.get_task(task).await?;
+        let state = live.state(current.attempt);
+        let mut log = self
+            .live_read(task, kind, &live, state, from, limit)
+            .await?;
+        if state == log_state::ABANDONED && log.end_reason.is_none() {
+            log.end_reason = Some(WORKER_STOPPED.to_owned());
+        }
+        Ok(log)
     }
 }

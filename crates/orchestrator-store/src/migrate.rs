@@ -41,6 +41,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(11, "0011_live_logs"),
     migration!(12, "0012_gate_byproducts"),
     migration!(13, "0013_notifications"),
+    migration!(14, "0014_live_log_end"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

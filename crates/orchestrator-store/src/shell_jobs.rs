@@ -70,6 +70,20 @@ const COLUMNS: [ShellJobs; 12] = [
     ShellJobs::FinishedAt,
 ];
 
+/// Marks the running jobs of `tasks` stale, in the transaction that takes the tasks from a
+/// worker that stopped (see `live_logs::end_abandoned`).
+pub(crate) async fn stale_of(tx: &mut crate::exec::Tx, tasks: &[i64], now: i64) -> Result<()> {
+    let stmt = Query::update()
+        .table(ShellJobs::Table)
+        .value(ShellJobs::Status, job_status::STALE)
+        .value(ShellJobs::FinishedAt, now)
+        .and_where(Expr::col(ShellJobs::TaskId).is_in(tasks.iter().copied()))
+        .and_where(Expr::col(ShellJobs::Status).eq(job_status::RUNNING))
+        .to_owned();
+    tx.execute(&stmt).await?;
+    Ok(())
+}
+
 impl Store {
     /// Records a job about to start for the attempt of `lease`.
     pub async fn shell_job_started(

@@ -362,6 +362,10 @@ async fn cancel_at_once(
         .to_owned();
     tx.execute(&stmt).await?;
     crate::approvals::close_pending(tx, id, now).await?;
+    if orphaned {
+        // No worker holds it: what its last worker was writing ends here.
+        crate::live_logs::end_abandoned(tx, &[id.0], now).await?;
+    }
     insert_events(
         tx,
         &[EventInsert {

@@ -41,6 +41,25 @@ pub struct ToolContext {
     /// Whether the model of this session takes images; `None` outside an agent (a tool run by
     /// hand, an MCP client), where images are returned as they are.
     pub(crate) images: Option<Arc<ModelImages>>,
+    /// Where terminals' output is kept as it comes, for people to watch; `None` keeps only the
+    /// model's buffer (a tool run by hand, an MCP session).
+    pub(crate) terminals: Option<Arc<dyn TerminalRecorder>>,
+}
+
+/// Keeps what a terminal session draws as it comes, beside the buffer the model reads: the worker
+/// writes it to the store's live log (`orchestrator-worker`'s `gate::live`), so a person can
+/// follow a terminal from the CLI or the dashboard, escape sequences and all.
+pub trait TerminalRecorder: Send + Sync {
+    /// Terminal `pty-{number}` opened, running `command`: where its output goes.
+    fn open(&self, number: u64, command: &str) -> Arc<dyn TerminalTap>;
+}
+
+/// One terminal's recording.
+pub trait TerminalTap: Send + Sync {
+    /// Bytes the program drew, as read. Called on the terminal's reader: it must not wait.
+    fn push(&self, bytes: &[u8]);
+    /// The program is gone: why, in words, and its exit code when it exited.
+    fn end(&self, reason: String, exit_code: Option<i64>);
 }
 
 /// The model a session talks to, and whether it takes images (view_image).
@@ -81,6 +100,7 @@ impl ToolContext {
             web_search: None,
             lsp: Arc::new(crate::lsp::LspManager::default()),
             images: None,
+            terminals: None,
         })
     }
 
@@ -139,6 +159,12 @@ impl ToolContext {
         config: Option<Arc<crate::tools::web_search::WebSearchConfig>>,
     ) -> Self {
         self.web_search = config;
+        self
+    }
+
+    /// Where the session's terminals are recorded as they draw.
+    pub fn with_terminal_recorder(mut self, recorder: Arc<dyn TerminalRecorder>) -> Self {
+        self.terminals = Some(recorder);
         self
     }
 

@@ -119,8 +119,16 @@
     push(text.slice(last));
     return style;
   };
+  // A terminal's line as its screen ends it: the \r of \r\n gone, and a carriage return starts
+  // the line again (the rule of the log view page's `screen_line`).
+  var screenLine = function (line) {
+    line = line.replace(/\r+$/, "");
+    var cr = line.lastIndexOf("\r");
+    return cr >= 0 ? line.slice(cr + 1) : line;
+  };
   var LogView = function (view) {
     this.view = view;
+    this.terminal = view.getAttribute("data-terminal") === "true";
     this.lines = Number(view.getAttribute("data-lines")) || 0;
     this.partial = "";
     this.partialLine = null;
@@ -154,7 +162,7 @@
       self.partialLine = null;
       var into = line.querySelector(".text");
       into.textContent = "";
-      self.style = renderLine(into, whole, self.style);
+      self.style = renderLine(into, self.terminal ? screenLine(whole) : whole, self.style);
       self.lines += 1;
       if (!line.parentNode) { self.view.appendChild(line); }
       if (self.onLine) { self.onLine(line); }
@@ -166,7 +174,7 @@
       }
       var into = this.partialLine.querySelector(".text");
       into.textContent = "";
-      renderLine(into, this.partial, this.style);
+      renderLine(into, this.terminal ? screenLine(this.partial) : this.partial, this.style);
     }
     this.view.setAttribute("data-lines", String(this.lines));
     if (this.following && atEnd) { scroller.scrollTop = scroller.scrollHeight; }
@@ -205,8 +213,14 @@
     if (this.source) { this.source.close(); this.source = null; }
     this.following = false;
   };
+  // How a log ended, in words: a gate's verdict, a job's status, a terminal's exit, or why it
+  // was abandoned.
   var verdictText = function (end) {
     if (end.verdict) { return end.verdict + (end.summary ? ": " + end.summary : ""); }
+    if (end.job_status && end.state !== "abandoned") {
+      return end.job_status + (end.exit_code !== null && end.exit_code !== undefined ? " (exit " + end.exit_code + ")" : "");
+    }
+    if (end.end_reason) { return (end.state || "ended") + ": " + end.end_reason; }
     return end.state || "ended";
   };
   // The log view page: search, follow.
@@ -308,21 +322,23 @@
     view.follow(null, function (end) {
       if (status) {
         status.textContent = verdictText(end);
-        status.setAttribute("data-gate-verdict", end.verdict || end.state || "");
+        status.setAttribute("data-gate-verdict", end.verdict || (end.state === "finished" && end.job_status) || end.state || "");
         status.className = "verdict-" + (end.verdict || "none");
       }
     });
   };
-  var openPanel = function (position, name) {
-    if (!panels || panels.querySelector('[data-gate-panel="' + position + '"]')) { return; }
-    var task = panels.getAttribute("data-gate-panels");
+  // A panel that follows one running command's output: `path` is gates/N, jobs/N or
+  // terminals/pty-N, `title` what it is ("Gate", "Shell job 3", "Terminal pty-2").
+  var makePanel = function (into, task, path, title, name) {
+    if (!into || into.querySelector('[data-log-panel="' + path + '"]')) { return; }
     var panel = document.createElement("div");
     panel.className = "card gate-panel";
-    panel.setAttribute("data-gate-panel", String(position));
+    panel.setAttribute("data-log-panel", path);
+    if (path.indexOf("gates/") === 0) { panel.setAttribute("data-gate-panel", path.slice(6)); }
     var head = document.createElement("p");
-    head.appendChild(document.createTextNode("Gate "));
+    head.appendChild(document.createTextNode(title + " "));
     var link = document.createElement("a");
-    link.href = "/tasks/" + task + "/gates/" + position + "/log";
+    link.href = "/tasks/" + task + "/" + path + "/log";
     link.textContent = visible(name);
     head.appendChild(link);
     head.appendChild(document.createTextNode(" "));
@@ -334,17 +350,45 @@
     var log = document.createElement("div");
     log.className = "log log-tail";
     log.setAttribute("data-log-view", "");
-    log.setAttribute("data-stream", "/api/v1/tasks/" + task + "/gates/" + position + "/log/stream");
+    log.setAttribute("data-stream", "/api/v1/tasks/" + task + "/" + path + "/log/stream");
     log.setAttribute("data-next", "0");
     log.setAttribute("data-lines", "0");
+    if (path.indexOf("terminals/") === 0) { log.setAttribute("data-terminal", "true"); }
     panel.appendChild(head);
     panel.appendChild(log);
-    panels.appendChild(panel);
+    into.appendChild(panel);
     followPanel(panel);
+  };
+  var openPanel = function (position, name) {
+    if (!panels) { return; }
+    makePanel(panels, panels.getAttribute("data-gate-panels"), "gates/" + position, "Gate", name);
   };
   if (panels && panels.getAttribute("data-live") === "true") {
     panels.querySelectorAll("[data-gate-panel]").forEach(followPanel);
   }
+  // Shell jobs and terminals: the page's running ones are followed; after each tool call the
+  // task's logs are read again and one that started since gets a panel.
+  var commandPanels = document.querySelector("[data-log-panels]");
+  if (commandPanels && commandPanels.getAttribute("data-live") === "true") {
+    commandPanels.querySelectorAll("[data-log-panel]").forEach(followPanel);
+  }
+  var lookForCommands = function () {
+    if (!commandPanels) { return; }
+    var task = commandPanels.getAttribute("data-log-panels");
+    fetch("/api/v1/tasks/" + task + "/logs", { credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : { logs: [] }; })
+      .then(function (body) {
+        (body.logs || []).forEach(function (entry) {
+          if (entry.kind === "gate" || entry.state !== "running") { return; }
+          var path = entry.kind === "terminal" ? "terminals/" + entry.key : "jobs/" + entry.key;
+          var title = entry.kind === "terminal" ? "Terminal " + entry.key : "Shell job " + entry.key;
+          makePanel(commandPanels, task, path, title, String(entry.name));
+          var none = document.querySelector("[data-no-commands]");
+          if (none) { none.hidden = true; }
+        });
+      })
+      .catch(function () {});
+  };
   // A task page while the task runs: new events are appended to the timeline as they arrive, and
   // the state in the header follows them; at the end the stream closes and the header shows the
   // final state (gates and evidence appear on the next load).
@@ -373,6 +417,8 @@
       document.querySelectorAll('[data-action="cancel"]').forEach(function (link) { link.remove(); });
     });
     source.onmessage = null;
+    // A shell job or a terminal starts with a tool call: look for new ones after each.
+    source.addEventListener("tool_call", lookForCommands);
     // A gate that starts gets a panel with its output as it prints.
     source.addEventListener("gate_started", function (event) {
       var data;
@@ -576,9 +622,19 @@
     }, null);
   }
   // Forms that change something ask first.
+  // A confirm dialog as a shortcut for a form that, without the script, lands on a page that
+  // asks: on yes, the field that page's button carries (`data-confirm-field`) is added.
   document.querySelectorAll("form[data-confirm]").forEach(function (form) {
     form.addEventListener("submit", function (event) {
-      if (!window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); }
+      if (!window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); return; }
+      var name = form.getAttribute("data-confirm-field");
+      if (name && !form.querySelector('input[name="' + name + '"]')) {
+        var field = document.createElement("input");
+        field.type = "hidden";
+        field.name = name;
+        field.value = "yes";
+        form.appendChild(field);
+      }
     });
   });
 })();

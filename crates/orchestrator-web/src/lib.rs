@@ -127,7 +127,7 @@ pub fn app(web: Web) -> Router {
 }
 
 /// Every route: method and path, as the OpenAPI document names them.
-pub const ROUTES: [(&str, &str); 39] = [
+pub const ROUTES: [(&str, &str); 42] = [
     ("GET", "/api/v1/health"),
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/api/v1/tasks"),
@@ -143,6 +143,9 @@ pub const ROUTES: [(&str, &str); 39] = [
     ("GET", "/api/v1/tasks/{id}/gates/{n}/log/stream"),
     ("GET", "/api/v1/tasks/{id}/jobs/{job}/log"),
     ("GET", "/api/v1/tasks/{id}/jobs/{job}/log/stream"),
+    ("GET", "/api/v1/tasks/{id}/terminals/{terminal}/log"),
+    ("GET", "/api/v1/tasks/{id}/terminals/{terminal}/log/stream"),
+    ("GET", "/api/v1/tasks/{id}/logs"),
     ("POST", "/api/v1/tasks/{id}/cancel"),
     ("POST", "/api/v1/tasks/{id}/retry"),
     ("GET", "/api/v1/automations"),
@@ -188,10 +191,10 @@ pub fn router(web: Web) -> Router {
         .route("/tasks/{id}/events/stream", get(stream::task_events))
         .route("/tasks/{id}/turns", get(turns::api))
         .route("/tasks/{id}/artifacts", get(artifacts::of_task))
-        .route("/tasks/{id}/gates/{n}/log", get(logs::gate))
-        .route("/tasks/{id}/gates/{n}/log/stream", get(logs::gate_stream))
-        .route("/tasks/{id}/jobs/{job}/log", get(logs::job))
-        .route("/tasks/{id}/jobs/{job}/log/stream", get(logs::job_stream))
+        .route("/tasks/{id}/logs", get(logs::list))
+        // gates/{n}, jobs/{job} and terminals/{t}: one reader over the kind of log.
+        .route("/tasks/{id}/{kind}/{key}/log", get(logs::log))
+        .route("/tasks/{id}/{kind}/{key}/log/stream", get(logs::stream))
         .route("/tasks/{id}/cancel", post(tasks::cancel))
         .route("/tasks/{id}/retry", post(tasks::retry))
         .route(

@@ -1,14 +1,19 @@
-//! A gate's (or a shell job's) log while it runs and after: `GET /api/v1/tasks/{id}/gates/{n}/log`
-//! and `/api/v1/tasks/{id}/jobs/{job}/log`, each with a `/stream` that follows it.
+//! A task's logs while they run and after, one reader over the kind of log: a gate's
+//! (`GET /api/v1/tasks/{id}/gates/{n}/log`), a shell job's (`/jobs/{job}/log`) and a terminal
+//! session's (`/terminals/{t}/log`), each with a `/stream` that follows it; and the list of a
+//! task's logs (`/api/v1/tasks/{id}/logs`), which the task page asks for when a job or a terminal
+//! starts.
 //!
 //! `{n}` is the gate's position: its place in the task's spec from 0, or 1000 and up for the
-//! checks an agent ran with commands of its own. A read gives the bytes after `after` (a byte
-//! offset in the gate's output) as text, and `next`, the offset to ask from next; while the gate
-//! runs that is its live log (the store's `live_logs`), once it ended its recorded log, so a
-//! follower never sees a seam. The stream sends each new piece as a `log` event whose id is its
-//! `next` (so a reconnection with `Last-Event-ID` resumes where it was), and when the gate ends,
-//! the rest and an `end` event with the verdict. It reads the store every [`POLL`], which is what
-//! makes it work for a gate another daemon runs.
+//! checks an agent ran with commands of its own; `{job}` a shell job's id; `{t}` a terminal's id
+//! (`pty-2`, or `2`). A read gives the bytes after `after` (a byte offset in the output) as text,
+//! and `next`, the offset to ask from next; while the command runs that is its live log (the
+//! store's `live_logs`), once it ended its recorded log (a terminal's live log is its record), so
+//! a follower never sees a seam. The stream sends each new piece as a `log` event whose id is its
+//! `next` (so a reconnection with `Last-Event-ID` resumes where it was), and when the command
+//! ends, the rest and an `end` event with the verdict (or the job's status, the terminal's exit,
+//! or why it was abandoned). It reads the store every [`POLL`], which is what makes it work for
+//! a command another daemon runs.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -17,7 +22,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::Event;
-use orchestrator_store::{GateLog, JobLog, Store, log_state};
+use orchestrator_store::{Log, LogKind, Store, log_state};
 use orchestrator_types::TaskId;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -37,37 +42,67 @@ pub(crate) struct LogQuery {
     limit: Option<u64>,
 }
 
-/// Which log of a task.
-#[derive(Debug, Clone, Copy)]
-enum Source {
-    Gate(i64),
-    Job(i64),
+/// One read of a log: its JSON (with `text`), where to read next, and whether it is over
+/// (nothing more will come).
+pub struct LogRead {
+    pub log: Log,
+    pub json: Value,
+    pub next: u64,
+    pub ended: bool,
 }
 
-/// One read of a log: its JSON (with `text`), and whether it is over (nothing more will come).
-struct Read {
-    json: Value,
-    next: u64,
-    ended: bool,
-}
-
-/// A gate position in a path: 0 and up.
-fn parse_position(text: &str) -> Result<i64, ApiError> {
-    match text.parse::<i64>() {
-        Ok(n) if n >= 0 => Ok(n),
-        _ => Err(ApiError::bad_request(format!(
-            "{text:?} is not a gate position (0 for the first gate)"
+/// The kind of log a path names: `gates/0`, `jobs/3`, `terminals/pty-2` (or `terminals/2`).
+pub fn parse_kind(kind: &str, key: &str) -> Result<LogKind, ApiError> {
+    match kind {
+        "gates" => match key.parse::<i64>() {
+            Ok(n) if n >= 0 => Ok(LogKind::Gate(n)),
+            _ => Err(ApiError::bad_request(format!(
+                "{key:?} is not a gate position (0 for the first gate)"
+            ))),
+        },
+        "jobs" => Ok(LogKind::Job(parse_id(key)?)),
+        "terminals" => terminal_number(key).map(LogKind::Terminal).ok_or_else(|| {
+            ApiError::bad_request(format!("{key:?} is not a terminal session (pty-1, or 1)"))
+        }),
+        other => Err(ApiError::not_found(format!(
+            "a task has gates, jobs and terminals, not {other:?}"
         ))),
     }
 }
 
-/// A gate's log as the API, the pages and the CLI's `--json` show it.
-pub fn gate_log_json(log: &GateLog) -> Value {
+/// N of a terminal's id `pty-N` (or N alone).
+pub fn terminal_number(text: &str) -> Option<i64> {
+    let n = text.strip_prefix("pty-").unwrap_or(text);
+    n.parse::<i64>().ok().filter(|n| *n > 0)
+}
+
+/// Where a log is in the API and on the pages: `gates/0`, `jobs/3`, `terminals/pty-2`.
+pub fn kind_path(kind: LogKind) -> String {
+    match kind {
+        LogKind::Gate(n) => format!("gates/{n}"),
+        LogKind::Job(n) => format!("jobs/{n}"),
+        LogKind::Terminal(n) => format!("terminals/pty-{n}"),
+    }
+}
+
+/// What a person calls a log: `gate "cargo test"`, `shell job 3`, `terminal pty-2`.
+pub fn kind_label(log: &Log) -> String {
+    match log.kind {
+        LogKind::Gate(_) => format!("gate {:?}", log.name),
+        LogKind::Job(n) => format!("shell job {n}"),
+        LogKind::Terminal(n) => format!("terminal pty-{n}"),
+    }
+}
+
+/// A log as the API, the pages and the CLI's `--json` show it: the same fields for every kind,
+/// and each kind's own (a gate's position and verdict, a job's id and status, a terminal's id).
+pub fn log_json(log: &Log) -> Value {
     let gate = log.gate.as_ref();
-    json!({
+    let job = log.job.as_ref();
+    let mut json = json!({
         "task_id": log.task_id.0,
-        "position": log.position,
-        "gate": log.name,
+        "kind": log.kind.source(),
+        "name": log.name,
         "state": log.state,
         "attempt": log.attempt,
         "total_bytes": log.total_bytes,
@@ -76,64 +111,52 @@ pub fn gate_log_json(log: &GateLog) -> Value {
         "cut_bytes": log.slice.cut,
         "text": String::from_utf8_lossy(&log.slice.bytes),
         "verdict": gate.map(|g| g.verdict),
-        "exit_code": gate.and_then(|g| g.exit_code),
+        "exit_code": log.exit_code,
         "duration_ms": gate.map(|g| g.duration_ms),
-        "summary": gate.map(|g| g.summary.clone()),
-        "log_artifact": gate.and_then(|g| g.log_artifact).map(|a| a.0),
+        "summary": gate.map(|g| g.summary.clone()).or_else(|| job.and_then(|j| j.summary.clone())),
+        "log_artifact": gate.and_then(|g| g.log_artifact).map(|a| a.0).or_else(|| job.and_then(|j| j.log_artifact_id)),
         "first_failure": log.first_failure,
+        "end_reason": log.end_reason,
         "updated_at": log.updated_at.map(orchestrator_types::format_millis),
-    })
-}
-
-/// A shell job's log as the API and the CLI's `--json` show it.
-pub fn job_log_json(log: &JobLog) -> Value {
-    json!({
-        "task_id": log.job.task_id,
-        "job": log.job.id,
-        "command": log.job.command,
-        "state": log.state,
-        "total_bytes": log.total_bytes,
-        "from": log.slice.from,
-        "next": log.slice.next,
-        "cut_bytes": log.slice.cut,
-        "text": String::from_utf8_lossy(&log.slice.bytes),
-        "exit_code": log.job.exit_code,
-        "summary": log.job.summary,
-        "log_artifact": log.job.log_artifact_id,
-    })
-}
-
-async fn read(
-    store: &Store,
-    task: TaskId,
-    source: Source,
-    from: u64,
-    limit: usize,
-) -> Result<Read, orchestrator_store::Error> {
-    match source {
-        Source::Gate(position) => {
-            let log = store.gate_log(task, position, from, limit).await?;
-            let ended = match log.state {
-                log_state::FINISHED | log_state::ABANDONED => log.slice.next >= log.total_bytes,
-                log_state::PENDING => store.get_task(task).await?.state.is_terminal(),
-                _ => false,
-            };
-            Ok(Read {
-                json: gate_log_json(&log),
-                next: log.slice.next,
-                ended,
-            })
-        }
-        Source::Job(job) => {
-            let log = store.job_log(task, job, from, limit).await?;
-            Ok(Read {
-                json: job_log_json(&log),
-                next: log.slice.next,
-                ended: log.state != orchestrator_store::job_status::RUNNING
-                    && log.slice.next >= log.total_bytes,
-            })
+    });
+    if let Some(object) = json.as_object_mut() {
+        match log.kind {
+            LogKind::Gate(position) => {
+                object.insert("position".into(), json!(position));
+                object.insert("gate".into(), json!(log.name));
+            }
+            LogKind::Job(id) => {
+                object.insert("job".into(), json!(id));
+                object.insert("command".into(), json!(log.name));
+                object.insert("job_status".into(), json!(job.map(|j| j.status.clone())));
+            }
+            LogKind::Terminal(n) => {
+                object.insert("terminal".into(), json!(format!("pty-{n}")));
+                object.insert("command".into(), json!(log.name));
+            }
         }
     }
+    json
+}
+
+/// Reads a log from `from`: the one reader behind the API, the streams, the pages and `task
+/// logs`.
+pub async fn read(
+    store: &Store,
+    task: TaskId,
+    kind: LogKind,
+    from: u64,
+    limit: usize,
+) -> Result<LogRead, orchestrator_store::Error> {
+    let log = store.log(task, kind, from, limit).await?;
+    // A gate that has not started never will once its task is over.
+    let over = log.state == log_state::PENDING && store.get_task(task).await?.state.is_terminal();
+    Ok(LogRead {
+        json: log_json(&log),
+        next: log.slice.next,
+        ended: log.ended(over),
+        log,
+    })
 }
 
 fn limit_of(params: &LogQuery) -> usize {
@@ -143,18 +166,19 @@ fn limit_of(params: &LogQuery) -> usize {
         .clamp(1, MAX_READ)
 }
 
-pub(crate) async fn gate(
+/// `GET /api/v1/tasks/{id}/{gates|jobs|terminals}/{key}/log`.
+pub(crate) async fn log(
     State(web): State<Web>,
-    Path((id, n)): Path<(String, String)>,
+    Path((id, kind, key)): Path<(String, String, String)>,
     params: Result<Query<LogQuery>, QueryRejection>,
 ) -> ApiResult {
     let params = query(params)?;
     let task = TaskId(parse_id(&id)?);
-    let source = Source::Gate(parse_position(&n)?);
+    let kind = parse_kind(&kind, &key)?;
     let read = read(
         &web.store,
         task,
-        source,
+        kind,
         params.after.unwrap_or(0),
         limit_of(&params),
     )
@@ -162,52 +186,121 @@ pub(crate) async fn gate(
     ok(&read.json)
 }
 
-pub(crate) async fn job(
+/// `GET /api/v1/tasks/{id}/{gates|jobs|terminals}/{key}/log/stream`.
+pub(crate) async fn stream(
     State(web): State<Web>,
-    Path((id, job)): Path<(String, String)>,
-    params: Result<Query<LogQuery>, QueryRejection>,
-) -> ApiResult {
-    let params = query(params)?;
-    let task = TaskId(parse_id(&id)?);
-    let source = Source::Job(parse_id(&job)?);
-    let read = read(
-        &web.store,
-        task,
-        source,
-        params.after.unwrap_or(0),
-        limit_of(&params),
-    )
-    .await?;
-    ok(&read.json)
-}
-
-pub(crate) async fn gate_stream(
-    State(web): State<Web>,
-    Path((id, n)): Path<(String, String)>,
+    Path((id, kind, key)): Path<(String, String, String)>,
     headers: HeaderMap,
     params: Result<Query<LogQuery>, QueryRejection>,
 ) -> ApiResult {
     let params = query(params)?;
     let task = TaskId(parse_id(&id)?);
-    follow(
-        web,
-        task,
-        Source::Gate(parse_position(&n)?),
-        &headers,
-        &params,
-    )
-    .await
+    let kind = parse_kind(&kind, &key)?;
+    follow(web, task, kind, &headers, &params).await
 }
 
-pub(crate) async fn job_stream(
-    State(web): State<Web>,
-    Path((id, job)): Path<(String, String)>,
-    headers: HeaderMap,
-    params: Result<Query<LogQuery>, QueryRejection>,
-) -> ApiResult {
-    let params = query(params)?;
+/// One log of a task, as the list names it.
+#[derive(Debug, Clone)]
+pub struct LogEntry {
+    pub kind: LogKind,
+    /// The gate's name, the job's or the terminal's command.
+    pub name: String,
+    /// One of `log_state`.
+    pub state: &'static str,
+    /// A job's status (exited, killed, timed_out, stale), a terminal's end, a gate's nothing.
+    pub detail: Option<String>,
+    pub attempt: Option<i64>,
+}
+
+impl LogEntry {
+    pub fn json(&self, task: TaskId) -> Value {
+        let path = kind_path(self.kind);
+        json!({
+            "kind": self.kind.source(),
+            "key": match self.kind {
+                LogKind::Terminal(n) => json!(format!("pty-{n}")),
+                kind => json!(kind.key()),
+            },
+            "name": self.name,
+            "state": self.state,
+            "detail": self.detail,
+            "attempt": self.attempt,
+            "log": format!("/api/v1/tasks/{}/{path}/log", task.0),
+            "stream": format!("/api/v1/tasks/{}/{path}/log/stream", task.0),
+            "page": format!("/tasks/{}/{path}/log", task.0),
+        })
+    }
+}
+
+/// A task's shell jobs and terminal sessions with their states, oldest first, read from the
+/// rows alone (no log's bytes): what the task page lists and `/api/v1/tasks/{id}/logs` returns
+/// beside the gates with a live log.
+pub async fn entries(
+    store: &Store,
+    task: TaskId,
+) -> Result<Vec<LogEntry>, orchestrator_store::Error> {
+    let current = store.get_task(task).await?;
+    let (jobs, live) = tokio::try_join!(store.shell_jobs(task), store.live_logs(task))?;
+    let mut entries = Vec::new();
+    for live in live.iter().filter(|l| {
+        matches!(
+            LogKind::of(l),
+            Some(LogKind::Gate(_) | LogKind::Terminal(_))
+        )
+    }) {
+        let Some(kind) = LogKind::of(live) else {
+            continue;
+        };
+        let state = match kind {
+            LogKind::Gate(_)
+                if current.state == orchestrator_types::TaskState::Running
+                    && current.attempt == live.attempt
+                    && live.ended_at.is_none() =>
+            {
+                log_state::RUNNING
+            }
+            LogKind::Gate(_) => log_state::ABANDONED,
+            _ => live.state(current.attempt),
+        };
+        entries.push(LogEntry {
+            kind,
+            name: live.name.clone(),
+            state,
+            detail: live.end_reason.clone(),
+            attempt: Some(live.attempt),
+        });
+    }
+    for job in &jobs {
+        let running_live = live.iter().find(|l| {
+            l.source == orchestrator_store::live_source::SHELL_JOB && l.source_key == job.id
+        });
+        let state = match (job.status.as_str(), running_live) {
+            (orchestrator_store::job_status::RUNNING, Some(live)) => live.state(current.attempt),
+            (orchestrator_store::job_status::RUNNING, None) => log_state::RUNNING,
+            (orchestrator_store::job_status::STALE, _) => log_state::ABANDONED,
+            _ => log_state::FINISHED,
+        };
+        entries.push(LogEntry {
+            kind: LogKind::Job(job.id),
+            name: job.command.clone(),
+            state,
+            detail: Some(match job.exit_code {
+                Some(code) => format!("{} (exit {code})", job.status),
+                None => job.status.clone(),
+            }),
+            attempt: None,
+        });
+    }
+    Ok(entries)
+}
+
+/// `GET /api/v1/tasks/{id}/logs`: the task's gates that have a live log, its shell jobs and its
+/// terminals, each with its state and where to read and follow it.
+pub(crate) async fn list(State(web): State<Web>, Path(id): Path<String>) -> ApiResult {
     let task = TaskId(parse_id(&id)?);
-    follow(web, task, Source::Job(parse_id(&job)?), &headers, &params).await
+    let entries = entries(&web.store, task).await?;
+    let items: Vec<Value> = entries.iter().map(|e| e.json(task)).collect();
+    ok(&json!({ "logs": items }))
 }
 
 /// The offset a reconnecting client last got.
@@ -227,7 +320,7 @@ fn last_offset(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 struct Follower {
     store: Store,
     task: TaskId,
-    source: Source,
+    kind: LogKind,
     next: u64,
     limit: usize,
     done: bool,
@@ -244,11 +337,10 @@ impl Follower {
             if !std::mem::take(&mut self.first) {
                 tokio::time::sleep(POLL).await;
             }
-            let read = match read(&self.store, self.task, self.source, self.next, self.limit).await
-            {
+            let read = match read(&self.store, self.task, self.kind, self.next, self.limit).await {
                 Ok(read) => read,
                 Err(e) => {
-                    // The store failed (or the gate is gone): say so and end; the client
+                    // The store failed (or the log is gone): say so and end; the client
                     // reconnects from its last offset.
                     self.done = true;
                     return Some(Event::default().event("error").data(e.to_string()));
@@ -290,18 +382,18 @@ impl Follower {
 async fn follow(
     web: Web,
     task: TaskId,
-    source: Source,
+    kind: LogKind,
     headers: &HeaderMap,
     params: &LogQuery,
 ) -> ApiResult {
     let from = last_offset(headers)?.or(params.after).unwrap_or(0);
     let limit = limit_of(params);
     // A log that does not exist is a 404 before the stream starts, not an empty stream.
-    read(&web.store, task, source, from, 1).await?;
+    read(&web.store, task, kind, from, 1).await?;
     let follower = Follower {
         store: web.store.clone(),
         task,
-        source,
+        kind,
         next: from,
         limit,
         done: false,

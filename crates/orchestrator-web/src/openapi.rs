@@ -424,7 +424,8 @@ pub fn document() -> Value {
     doc
 }
 
-/// The logs of gates and shell jobs: a read, and a stream that follows.
+/// The logs of gates, shell jobs and terminals: a read, and a stream that follows; and the list
+/// of a task's logs.
 fn logs(doc: &mut Value) {
     let after = param(
         "after",
@@ -450,6 +451,12 @@ fn logs(doc: &mut Value) {
         json!({"type": "integer", "minimum": 1}),
         "The shell job's id.",
     );
+    let terminal = param(
+        "terminal",
+        "path",
+        json!({"type": "string", "pattern": "^(pty-)?[1-9][0-9]*$"}),
+        "The terminal session's id as the agent knows it: pty-1 (or 1).",
+    );
     let last_event = param(
         "Last-Event-ID",
         "header",
@@ -462,36 +469,49 @@ fn logs(doc: &mut Value) {
         "next": {"type": "integer", "minimum": 0, "description": "The offset to ask from next."},
         "cut_bytes": {"type": "integer", "minimum": 0, "description": "Bytes between from and next that were not kept; the text has a marker for each gap."},
         "text": {"type": "string", "description": "The output from from to next, as UTF-8 (invalid bytes replaced); ANSI escapes as printed."},
+        "kind": {"type": "string", "enum": ["gate", "shell_job", "terminal"]},
+        "name": {"type": "string", "description": "The gate's name, the job's or the terminal's command."},
+        "state": {"type": "string", "enum": ["pending", "running", "finished", "abandoned"], "description": "pending: a gate not started; running: live output; finished: the recorded log (a terminal's whole output once its program exited); abandoned: the worker running it stopped (the rescuer, or a cancel that found no worker, ended it), no verdict."},
+        "attempt": {"type": ["integer", "null"]},
         "exit_code": {"type": ["integer", "null"]},
         "summary": {"type": ["string", "null"]},
-        "log_artifact": {"type": ["integer", "null"], "description": "The recorded log, once it ended."},
+        "log_artifact": {"type": ["integer", "null"], "description": "The recorded log, once it ended (gates and jobs; a terminal's live log is its record)."},
+        "end_reason": {"type": ["string", "null"], "description": "Why it ended without a verdict, in words: a terminal's program's end, or \"the worker running this stopped\"."},
+        "updated_at": {"anyOf": [time(), {"type": "null"}], "description": "When the live output was last written (RFC 3339, UTC)."},
+        "verdict": {"type": ["string", "null"], "enum": ["passed", "failed", "timed_out", "error", "canceled", null]},
+        "duration_ms": {"type": ["integer", "null"]},
+        "first_failure": {"type": ["string", "null"], "description": "What a gate's summary names as its first failure (a failing test), to find in the text."},
+        "task_id": {"type": "integer"},
     });
     let mut gate_fields = read_fields.clone();
     if let (Some(fields), Some(extra)) = (
         gate_fields.as_object_mut(),
         json!({
-            "task_id": {"type": "integer"},
             "position": {"type": "integer", "minimum": 0},
             "gate": {"type": "string", "description": "The gate's name."},
-            "state": {"type": "string", "enum": ["pending", "running", "finished", "abandoned"], "description": "pending: not started; running: live output; finished: the recorded log; abandoned: its attempt ended without a verdict."},
-            "attempt": {"type": ["integer", "null"]},
-            "verdict": {"type": ["string", "null"], "enum": ["passed", "failed", "timed_out", "error", "canceled", null]},
-            "duration_ms": {"type": ["integer", "null"]},
-            "first_failure": {"type": ["string", "null"], "description": "What the gate's summary names as its first failure (a failing test), to find in the text."},
-            "updated_at": {"anyOf": [time(), {"type": "null"}], "description": "When the live output was last written (RFC 3339, UTC)."},
         })
         .as_object(),
     ) {
         fields.extend(extra.clone());
     }
-    let mut job_fields = read_fields;
+    let mut job_fields = read_fields.clone();
     if let (Some(fields), Some(extra)) = (
         job_fields.as_object_mut(),
         json!({
-            "task_id": {"type": "integer"},
             "job": {"type": "integer"},
             "command": {"type": "string"},
-            "state": {"type": "string", "description": "running, or how the job ended: exited, killed, timed_out, stale."},
+            "job_status": {"type": ["string", "null"], "description": "The job's own status: running, exited, killed, timed_out, stale (its worker stopped)."},
+        })
+        .as_object(),
+    ) {
+        fields.extend(extra.clone());
+    }
+    let mut terminal_fields = read_fields;
+    if let (Some(fields), Some(extra)) = (
+        terminal_fields.as_object_mut(),
+        json!({
+            "terminal": {"type": "string", "description": "Its id: pty-N."},
+            "command": {"type": "string"},
         })
         .as_object(),
     ) {
@@ -507,6 +527,7 @@ fn logs(doc: &mut Value) {
         json!({"type": "object", "required": required(&gate_fields), "properties": gate_fields});
     let job_log =
         json!({"type": "object", "required": required(&job_fields), "properties": job_fields});
+    let terminal_log = json!({"type": "object", "required": required(&terminal_fields), "properties": terminal_fields});
     let stream = |summary: &str, params: Vec<Value>| {
         json!({"get": {
             "summary": summary,
@@ -523,6 +544,7 @@ fn logs(doc: &mut Value) {
     };
     doc["components"]["schemas"]["GateLog"] = gate_log;
     doc["components"]["schemas"]["JobLog"] = job_log;
+    doc["components"]["schemas"]["TerminalLog"] = terminal_log;
     doc["paths"]["/api/v1/tasks/{id}/gates/{n}/log"] = json!({"get": op(
         "A gate's output after a byte offset: live while it runs (written every 250 ms), its recorded log once it ended (the newest attempt's), with the verdict.",
         vec![id_param("task"), position.clone(), after.clone(), limit.clone()],
@@ -549,6 +571,41 @@ fn logs(doc: &mut Value) {
     )});
     doc["paths"]["/api/v1/tasks/{id}/jobs/{job}/log/stream"] = stream(
         "A shell job's output followed as Server-Sent Events, like a gate's: `log` events, then `end` with the JobLog without text.",
-        vec![id_param("task"), job, after, limit, last_event],
+        vec![
+            id_param("task"),
+            job,
+            after.clone(),
+            limit.clone(),
+            last_event.clone(),
+        ],
     );
+    doc["paths"]["/api/v1/tasks/{id}/terminals/{terminal}/log"] = json!({"get": op(
+        "A terminal session's output (what its program drew, escape sequences and all) after a byte offset: live while it runs, whole once its program exited (its live log is its record, head and tail kept under the log cap).",
+        vec![id_param("task"), terminal.clone(), after.clone(), limit.clone()],
+        None,
+        "200",
+        json!({"$ref": "#/components/schemas/TerminalLog"}),
+    )});
+    doc["paths"]["/api/v1/tasks/{id}/terminals/{terminal}/log/stream"] = stream(
+        "A terminal session's output followed as Server-Sent Events, like a gate's: `log` events, then `end` with the TerminalLog without text (its end_reason and exit_code) when its program exits or its worker stops.",
+        vec![id_param("task"), terminal, after, limit, last_event],
+    );
+    let entry = json!({"type": "object", "required": ["kind", "key", "name", "state", "detail", "attempt", "log", "stream", "page"], "properties": {
+        "kind": {"type": "string", "enum": ["gate", "shell_job", "terminal"]},
+        "key": {"type": ["integer", "string"], "description": "The gate's position, the job's id, or the terminal's id (pty-N)."},
+        "name": {"type": "string"},
+        "state": {"type": "string", "enum": ["running", "finished", "abandoned"]},
+        "detail": {"type": ["string", "null"], "description": "A job's status (with its exit code), a terminal's end."},
+        "attempt": {"type": ["integer", "null"]},
+        "log": {"type": "string", "description": "Its read in this API."},
+        "stream": {"type": "string", "description": "Its stream in this API."},
+        "page": {"type": "string", "description": "Its log view on the dashboard."},
+    }});
+    doc["paths"]["/api/v1/tasks/{id}/logs"] = json!({"get": op(
+        "A task's logs, oldest first: the gates that have a live log, its shell jobs and its terminal sessions, with their states and where to read and follow them (no bytes).",
+        vec![id_param("task")],
+        None,
+        "200",
+        json!({"type": "object", "required": ["logs"], "properties": {"logs": {"type": "array", "items": entry}}}),
+    )});
 }

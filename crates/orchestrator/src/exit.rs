@@ -4,7 +4,8 @@
 use std::process::ExitCode;
 
 pub const SUCCESS: u8 = 0;
-/// A generic failure, or (for `run`) the task failed.
+/// A generic failure, or (for `run`) the task failed, or (for `task logs --follow`) the log
+/// ended without passing.
 pub const FAILURE: u8 = 1;
 /// The command line was wrong (clap exits with it).
 #[allow(dead_code)]
@@ -19,7 +20,7 @@ pub const CONFLICT: u8 = 4;
 pub const UNAVAILABLE: u8 = 5;
 /// Input that cannot become a task: empty gate, malformed time, bad workspace.
 pub const INVALID: u8 = 6;
-/// (`run`) the task was canceled.
+/// (`run`) the task was canceled; (`task logs --follow`) the gate was canceled or the job killed.
 pub const CANCELED: u8 = 7;
 
 /// A failure the CLI itself detected, with its exit code.
@@ -69,6 +70,7 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
                 | S::ArtifactNotFound(_)
                 | S::GateNotFound { .. }
                 | S::ShellJobNotFound { .. }
+                | S::TerminalNotFound { .. }
                 | S::AutomationNotFound(_)
                 | S::ApprovalNotFound(_)
                 | S::AttemptNotFound(_) => NOT_FOUND,

@@ -152,7 +152,12 @@ pub(super) struct ExitInfo {
 }
 
 impl ExitInfo {
-    fn describe(&self) -> String {
+    /// The exit code, when the program exited (not killed by a signal).
+    pub(super) fn code(&self) -> Option<i32> {
+        self.code
+    }
+
+    pub(super) fn describe(&self) -> String {
         match (self.code, self.signal) {
             (Some(c), _) => format!("exit code {c} after {:.1} s", self.elapsed.as_secs_f64()),
             (None, Some(s)) => format!(
@@ -503,6 +508,8 @@ impl Drop for JobTable {
 /// What a job is made of once its process runs.
 pub(super) struct JobParts<'a> {
     pub(super) prefix: &'static str,
+    /// The number the job's id carries, when it was taken before (see [`JobTable::reserve`]).
+    pub(super) number: Option<u64>,
     pub(super) command: &'a str,
     pub(super) cwd: &'a str,
     pub(super) started: Instant,
@@ -529,10 +536,17 @@ impl JobTable {
         Ok(())
     }
 
+    /// The number of a job about to start, for what must know its id before it is kept (a
+    /// terminal's recording, which starts with its first output).
+    pub(super) fn reserve(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
     /// Keeps a started job, watching for its exit; its id (`PREFIX-N`).
     pub(super) fn insert(&self, parts: JobParts<'_>) -> String {
         let JobParts {
             prefix,
+            number,
             command,
             cwd,
             started,
@@ -559,7 +573,8 @@ impl JobTable {
             drop(child);
             let _ = tx.send(Some(info));
         });
-        let id = format!("{prefix}-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
+        let number = number.unwrap_or_else(|| self.reserve());
+        let id = format!("{prefix}-{number}");
         let job = Arc::new(Job {
             id: id.clone(),
             command: command.to_owned(),
@@ -630,6 +645,7 @@ impl JobTable {
             .map(|pipe| Box::new(pipe) as Box<dyn AsyncWrite + Send + Unpin>);
         let id = self.insert(JobParts {
             prefix: "job",
+            number: None,
             command,
             cwd: cwd_rel,
             started,

@@ -9,6 +9,10 @@
 //! backspaces applied), since a model reads text, not a screen. Input is written to the master, so
 //! the terminal echoes it as a person would see it.
 //!
+//! When the session's context has a [`TerminalRecorder`] (an agent's, in the worker), the bytes
+//! the program draws also go to it as they are read, escape sequences and all, and its end when
+//! the program is gone: that is the terminal's live log, which a person follows like a gate's.
+//!
 //! The program is not the terminal's controlling process (the sandbox starts it in a new session),
 //! so a Ctrl-C typed as a character raises nothing; `interrupt` sends SIGINT to the program's
 //! process group instead, which is what the terminal would have done. A Ctrl-D (`\u0004`) at the
@@ -31,7 +35,7 @@ use super::shell::{
     wait_exit,
 };
 use super::{ToolDef, schema};
-use crate::context::ToolContext;
+use crate::context::{TerminalTap, ToolContext};
 use crate::policy::ApprovalClass;
 use crate::registry::asynchronous;
 use crate::result::{ToolFailure, ToolOutcome, ToolResult, refuse};
@@ -225,8 +229,8 @@ impl AsyncWrite for MasterWriter {
 }
 
 /// Reads what the program draws into `output`, as text, until every process on the terminal has
-/// closed it (the master then reads end of file or EIO).
-async fn pump(master: Master, output: Arc<Mutex<Ring>>) {
+/// closed it (the master then reads end of file or EIO); the bytes as read go to `tap` too.
+async fn pump(master: Master, output: Arc<Mutex<Ring>>, tap: Option<Arc<dyn TerminalTap>>) {
     let mut parser = anstyle_parse::Parser::<anstyle_parse::DefaultCharAccumulator>::new();
     let mut text = Text::default();
     let mut buf = vec![0u8; 16 * 1024];
@@ -240,6 +244,9 @@ async fn pump(master: Master, output: Arc<Mutex<Ring>>) {
             Ok(Ok(n)) => n,
             Err(_would_block) => continue,
         };
+        if let Some(tap) = &tap {
+            tap.push(&buf[..n]);
+        }
         for byte in &buf[..n] {
             parser.advance(&mut text, *byte);
         }
@@ -365,9 +372,15 @@ async fn open(args: OpenArgs, ctx: ToolContext) -> ToolOutcome {
     // the master reads end of file once the program and everything it started are gone.
     let child = start_in(&ctx.jail, spawn, "pty_open", "the program").await?;
     let output = Arc::new(Mutex::new(Ring::default()));
-    tokio::spawn(pump(master.clone(), output.clone()));
+    let number = ctx.jobs.reserve();
+    let tap = ctx
+        .terminals
+        .as_ref()
+        .map(|recorder| recorder.open(number, &args.command));
+    let pumping = tokio::spawn(pump(master.clone(), output.clone(), tap.clone()));
     let id = ctx.jobs.insert(JobParts {
         prefix: "pty",
+        number: Some(number),
         command: &args.command,
         cwd: &cwd.rel,
         started,
@@ -377,6 +390,9 @@ async fn open(args: OpenArgs, ctx: ToolContext) -> ToolOutcome {
         terminal: true,
     });
     let job = ctx.jobs.get(&id)?;
+    if let Some(tap) = tap {
+        tokio::spawn(record_end(job.status.clone(), pumping, tap));
+    }
     settle(&job, args.wait_ms, args.until.as_deref()).await;
     let mut result = job.report(take_output(&job));
     if let Some(crate::result::Content::Text { text }) = result.content.first_mut() {
@@ -387,6 +403,32 @@ async fn open(args: OpenArgs, ctx: ToolContext) -> ToolOutcome {
     }
     Ok(result)
 }
+
+/// Ends a terminal's recording once its program is gone and what it drew last was read (the
+/// reader ends when every process closed the terminal; one the program left behind holding it
+/// open is not waited for past [`DRAIN_GRACE`]).
+async fn record_end(
+    mut status: tokio::sync::watch::Receiver<Option<super::shell::ExitInfo>>,
+    pumping: tokio::task::JoinHandle<()>,
+    tap: Arc<dyn TerminalTap>,
+) {
+    let info = status
+        .wait_for(|s| s.is_some())
+        .await
+        .ok()
+        .and_then(|s| (*s).clone());
+    let _ = tokio::time::timeout(DRAIN_GRACE, pumping).await;
+    match info {
+        Some(info) => tap.end(
+            format!("the program ended: {}", info.describe()),
+            info.code().map(i64::from),
+        ),
+        None => tap.end("the session ended".to_owned(), None),
+    }
+}
+
+/// How long a terminal's end waits for its last output after its program exited.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 /// A terminal session of this context, refused for a pipe job (exec_shell's tools take those).
 fn session(ctx: &ToolContext, id: &str) -> Result<Arc<super::shell::Job>, ToolFailure> {

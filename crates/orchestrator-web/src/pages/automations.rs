@@ -1,5 +1,11 @@
 //! The automations page: schedule and time zone, status and why one was parked, next fire time,
 //! and run now, pause and resume.
+//!
+//! Run now asks first, without the script too: the button's form (and a GET of
+//! `/automations/{name}/run`) lands on a page that says what will run (the automation, its task
+//! template, and whether a slot of it still runs, with what its overlap policy will then do),
+//! whose button posts with `confirmed=yes`. The script's confirm dialog is a shortcut that adds
+//! the same field.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -10,7 +16,7 @@ use orchestrator_scheduler::{
     AutomationView, DEFAULT_PREVIEW_COUNT, SlotView, in_zone, manage, next_fires, run_now,
 };
 use orchestrator_store::SlotResult;
-use orchestrator_types::{AutomationStatus, now_millis};
+use orchestrator_types::{AutomationStatus, Overlap, now_millis};
 
 use super::{Viewer, field, form, layout, page_error, store_error, time};
 use crate::Web;
@@ -64,7 +70,9 @@ fn actions(viewer: &Viewer, v: &AutomationView) -> Markup {
     };
     html! {
         @if !viewer.read_only {
-            form.inline method="post" action=(format!("/automations/{}/run", v.name)) data-confirm=(format!("Run {} now?", v.name)) {
+            // Without `confirmed` the post lands on the confirmation page; the script's confirm
+            // dialog adds it.
+            form.inline method="post" action=(format!("/automations/{}/run", v.name)) data-confirm=(format!("Run {} now?", v.name)) data-confirm-field="confirmed" {
                 (viewer.csrf_field()) button type="submit" { "Run now" }
             }
             " "
@@ -139,6 +147,93 @@ pub(crate) async fn read(
     layout(&viewer, &format!("Automation {}", view.name), content)
 }
 
+/// The tasks of an automation's recent slots that have not ended: what "a slot still runs" means.
+async fn unfinished(web: &Web, automation_id: i64) -> Result<Vec<(i64, String)>, Response> {
+    let slots = web
+        .store
+        .slots(automation_id, SLOTS)
+        .await
+        .map_err(store_error)?;
+    Ok(slots
+        .iter()
+        .map(SlotView::new)
+        .flat_map(|s| s.tasks)
+        .filter(|t| matches!(t.state.as_str(), "queued" | "running" | "waiting"))
+        .map(|t| (t.id, t.state))
+        .collect())
+}
+
+/// What a run started now does beside a slot that still runs, by overlap policy.
+fn overlap_words(overlap: Overlap) -> &'static str {
+    match overlap {
+        Overlap::Skip => "this run will be skipped while it runs (nothing is made)",
+        Overlap::BufferOne => "this run's task waits until it ends (one waits at most)",
+        Overlap::Allow => "both will run at once",
+        Overlap::CancelPrevious => "it will be canceled and this run's task takes its place",
+    }
+}
+
+/// `GET /automations/{name}/run`, and a run-now post without `confirmed`: what will run, and the
+/// button that runs it.
+pub(crate) async fn confirm(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    Path((name, action)): Path<(String, String)>,
+) -> Response {
+    if action != "run" {
+        // Pause and resume are posted from the automation's own forms; there is nothing to ask.
+        return Redirect::to(&format!("/automations/{name}")).into_response();
+    }
+    let viewer = Viewer::of(&web, &headers).await;
+    confirm_run(&web, &viewer, &name).await
+}
+
+async fn confirm_run(web: &Web, viewer: &Viewer, name: &str) -> Response {
+    let automation = match web.store.automation(name).await {
+        Ok(a) => a,
+        Err(e) => return store_error(e),
+    };
+    let running = match unfinished(web, automation.id).await {
+        Ok(running) => running,
+        Err(page) => return page,
+    };
+    let view = AutomationView::new(&automation);
+    let content = html! {
+        h1 { "Run " (view.name) " now?" }
+        div.card data-run-confirm=(view.name) {
+            p { "It runs on its schedule " strong data-words { (view.schedule_words) } " (" code { (view.schedule) } ") in " (view.timezone) "; this run is one more, now." }
+            @if view.status == AutomationStatus::Paused { p.muted { "It is paused: this run goes ahead all the same, and the schedule stays paused." } }
+            h2 { "What it makes" }
+            p data-template-title { "A task titled " strong { (view.title.clone().unwrap_or_else(|| view.name.clone())) } " in queue " (view.queue) ", " (view.max_attempts) " attempts at most." }
+            @for w in &view.workspaces { p.muted { "workspace " code { (w) } } }
+            @if let Some(prompt) = &view.prompt { p { "The agent is asked:" } pre data-template-prompt { (prompt) } }
+            @for g in &view.gates { p data-template-gate { "gate " code { (g.command) } } }
+            @if view.gates.is_empty() && view.prompt.is_none() { p.muted { "Its template has neither a prompt nor gates." } }
+            h2 { "What runs now" }
+            @if running.is_empty() {
+                p data-running-slot="none" { "No task of it is running or waiting." }
+            } @else {
+                p data-running-slot=(running.len()) {
+                    "A slot of it has not ended: "
+                    @for (id, state) in &running { a href=(format!("/tasks/{id}")) { "task " (id) } " (" (state) ") " }
+                    "· its overlap policy is " code { (view.overlap.to_string()) } ", so " (overlap_words(automation.spec.overlap)) "."
+                }
+            }
+            @if viewer.read_only {
+                p.muted { "This dashboard is read-only." }
+            } @else {
+                form method="post" action=(format!("/automations/{}/run", view.name)) {
+                    (viewer.csrf_field())
+                    input type="hidden" name="confirmed" value="yes";
+                    button.danger type="submit" { "Run now" }
+                    " " a href="/automations" { "Back" }
+                }
+            }
+        }
+    };
+    layout(viewer, &format!("Run {} now?", view.name), content)
+}
+
 pub(crate) async fn act(
     State(web): State<Web>,
     headers: HeaderMap,
@@ -149,6 +244,11 @@ pub(crate) async fn act(
         Ok(fields) => fields,
         Err(refused) => return refused.into_response(),
     };
+    if action == "run" && field(&fields, "confirmed") != Some("yes") {
+        // A run-now that was not confirmed (the form without the script) asks first.
+        let viewer = Viewer::of(&web, &headers).await;
+        return confirm_run(&web, &viewer, &name).await;
+    }
     let now = now_millis();
     let done = match action.as_str() {
         "pause" | "resume" => {

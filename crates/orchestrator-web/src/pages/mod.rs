@@ -40,7 +40,7 @@ pub fn router(web: Web) -> Router {
         .route("/overview", get(overview::page))
         .route("/bulk", get(tasks::confirm_bulk).post(tasks::bulk))
         .route("/tasks/{id}", get(tasks::read))
-        .route("/tasks/{id}/gates/{n}/log", get(logs::gate))
+        .route("/tasks/{id}/{kind}/{key}/log", get(logs::view))
         .route(
             "/tasks/{id}/cancel",
             get(tasks::confirm_cancel).post(tasks::cancel),
@@ -53,7 +53,10 @@ pub fn router(web: Web) -> Router {
         .route("/approvals/{id}/{decision}", post(approvals::decide))
         .route("/automations", get(automations::list))
         .route("/automations/{name}", get(automations::read))
-        .route("/automations/{name}/{action}", post(automations::act))
+        .route(
+            "/automations/{name}/{action}",
+            get(automations::confirm).post(automations::act),
+        )
         .route("/logout", post(logout))
         .layer(axum::middleware::from_fn_with_state(web.clone(), signed_in));
     Router::new()

@@ -8,7 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
-use orchestrator_store::ApprovalFilter;
+use orchestrator_store::{ApprovalFilter, LogKind, log_state};
 use orchestrator_types::{EventKind, TaskId, TaskState};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -386,6 +386,7 @@ pub(crate) async fn read(
         web.store.task_artifacts(id),
         web.store.events_of_kind(id, EventKind::GithubWrite),
         web.store.live_logs(id),
+        crate::logs::entries(&web.store, id),
     );
     let (
         task,
@@ -400,11 +401,17 @@ pub(crate) async fn read(
         artifacts,
         writes,
         live_logs,
+        logs,
     ) = match found {
         Ok(found) => found,
         Err(e) => return store_error(e),
     };
     let running = running_gates(&events, &live_logs, task.attempt);
+    // Shell jobs and terminals: a panel follows each that runs, and each links to its log view.
+    let commands: Vec<&crate::logs::LogEntry> = logs
+        .iter()
+        .filter(|e| !matches!(e.kind, LogKind::Gate(_)))
+        .collect();
     let checks = preflights(&calls);
     let pulls = pulls(&writes);
     let turns = crate::turns::turns(messages, calls);
@@ -451,7 +458,7 @@ pub(crate) async fn read(
         div.gate-panels data-gate-panels=(task.id.0) data-live=(live) {
             @if live {
                 @for (position, name) in &running {
-                    (gate_panel(task.id, *position, name))
+                    (log_panel(task.id, LogKind::Gate(*position), "Gate", name))
                 }
             }
         }
@@ -478,6 +485,35 @@ pub(crate) async fn read(
                                     a href=(format!("/api/v1/artifacts/{}/content?download=1", log.0)) { "download" }
                                 }
                             }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Shell jobs and terminals" }
+        // Each running one's output, followed by the script; the script adds a panel for one that
+        // starts while the page is open (it asks /api/v1/tasks/ID/logs after each tool call).
+        div.gate-panels data-log-panels=(task.id.0) data-live=(live) {
+            @if live {
+                @for e in commands.iter().filter(|e| e.state == log_state::RUNNING) {
+                    (log_panel(task.id, e.kind, kind_title(e.kind), &e.name))
+                }
+            }
+        }
+        @if commands.is_empty() {
+            p.muted data-no-commands { "The agent started no shell job and opened no terminal." }
+        } @else {
+            table data-commands {
+                thead { tr { th { "" } th { "command" } th { "state" } th { "how it ended" } th { "log" } } }
+                tbody {
+                    @for e in &commands {
+                        @let path = crate::logs::kind_path(e.kind);
+                        tr data-command=(path) {
+                            td { (kind_title(e.kind)) " " (command_id(e.kind)) }
+                            td { code { (e.name) } }
+                            td { span class=(format!("state state-{}", e.state)) data-log-state=(e.state) { (e.state) } }
+                            td.muted { (e.detail.clone().unwrap_or_default()) }
+                            td { a data-log-link href=(format!("/tasks/{}/{path}/log", task.id.0)) { "view" } }
                         }
                     }
                 }
@@ -632,17 +668,42 @@ fn running_gates(
     running
 }
 
-/// A running gate's output on the task page, followed by the script; the script makes the same
-/// for a gate that starts while the page is open.
-fn gate_panel(task: TaskId, position: i64, name: &str) -> maud::Markup {
+/// What a kind of log is called on the page.
+fn kind_title(kind: LogKind) -> &'static str {
+    match kind {
+        LogKind::Gate(_) => "Gate",
+        LogKind::Job(_) => "Shell job",
+        LogKind::Terminal(_) => "Terminal",
+    }
+}
+
+/// A job's or a terminal's id as the agent knows it.
+fn command_id(kind: LogKind) -> String {
+    match kind {
+        LogKind::Terminal(n) => format!("pty-{n}"),
+        kind => kind.key().to_string(),
+    }
+}
+
+/// A running command's output on the task page (a gate's, a job's, a terminal's), followed by
+/// the script; the script makes the same for one that starts while the page is open.
+fn log_panel(task: TaskId, kind: LogKind, title: &str, name: &str) -> maud::Markup {
+    let path = crate::logs::kind_path(kind);
+    let terminal = matches!(kind, LogKind::Terminal(_));
+    let gate = match kind {
+        LogKind::Gate(position) => Some(position),
+        _ => None,
+    };
     html! {
-        div.card.gate-panel data-gate-panel=(position) {
+        div.card.gate-panel data-gate-panel=[gate] data-log-panel=(path) {
             p {
-                "Gate " a href=(format!("/tasks/{}/gates/{position}/log", task.0)) { (name) }
+                (title) " "
+                @if gate.is_none() { (command_id(kind)) " " }
+                a href=(format!("/tasks/{}/{path}/log", task.0)) { (name) }
                 " " span.live data-gate-status { "running" }
             }
-            div.log.log-tail data-log-view data-stream=(format!("/api/v1/tasks/{}/gates/{position}/log/stream", task.0))
-                data-next="0" data-lines="0" data-live="true" data-follow-now {}
+            div.log.log-tail data-log-view data-stream=(format!("/api/v1/tasks/{}/{path}/log/stream", task.0))
+                data-next="0" data-lines="0" data-live="true" data-terminal=(terminal) data-follow-now {}
         }
     }
 }

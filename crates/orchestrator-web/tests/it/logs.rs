@@ -209,3 +209,223 @@ async fn the_log_view_numbers_lines_colours_them_and_links_the_first_failure() {
     let (status, _, _) = browser.get(&format!("/tasks/{}/gates/9/log", id.0)).await;
     assert_eq!(status, 404);
 }
+
+/// An agent task: claimed, with a shell job and a terminal session that print.
+async fn agent_with_commands(
+    api: &Api,
+) -> (
+    TaskId,
+    orchestrator_store::Task,
+    orchestrator_store::Lease,
+    i64,
+) {
+    let mut new = NewTask::agent("works", "build it");
+    new.workspace = Some(api.ws.clone());
+    let id = api.store.create_task(&new).await.unwrap();
+    let (task, lease) = api
+        .store
+        .claim_task("web-test", id, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let job = api
+        .store
+        .shell_job_started(&lease, "web-test", "make all", ".")
+        .await
+        .unwrap();
+    (id, task, lease, job)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_is_followed_like_a_gate_and_listed_with_the_jobs_on_the_task_page() {
+    let api = Api::start(false).await;
+    let (id, task, lease, job) = agent_with_commands(&api).await;
+    let start = |source, key, name| LiveLogStart {
+        lease: &lease,
+        source,
+        key,
+        attempt: task.attempt,
+        name,
+        head_cap: 1 << 20,
+        tail_cap: 1 << 20,
+    };
+    let job_log = api
+        .store
+        .live_log_start(&start(live_source::SHELL_JOB, job, "make all"))
+        .await
+        .unwrap();
+    api.store
+        .live_log_append(&job_log, &[(0, b"cc main.c\n")], 10)
+        .await
+        .unwrap();
+    let pty = api
+        .store
+        .live_log_start(&start(live_source::TERMINAL, 1, "python3 -q"))
+        .await
+        .unwrap();
+    let drawn = b">>> \x1b[1;32m42\x1b[0m\x1b[2K\r\n<b>\r\n";
+    api.store
+        .live_log_append(&pty, &[(0, drawn)], drawn.len() as u64)
+        .await
+        .unwrap();
+
+    // Read by offset, as `pty-1` or `1`, with escape sequences as drawn.
+    let path = format!("/api/v1/tasks/{}/terminals/pty-1/log", id.0);
+    let (status, read) = api.get(&path).await;
+    assert_eq!(status, 200, "{read}");
+    assert_eq!(
+        (
+            read["kind"].as_str(),
+            read["terminal"].as_str(),
+            read["state"].as_str()
+        ),
+        (Some("terminal"), Some("pty-1"), Some("running"))
+    );
+    assert_eq!(read["text"], String::from_utf8_lossy(drawn).as_ref());
+    let (_, same) = api
+        .get(&format!("/api/v1/tasks/{}/terminals/1/log?after=4", id.0))
+        .await;
+    assert_eq!(same["from"], 4);
+    let (status, body) = api
+        .get(&format!("/api/v1/tasks/{}/terminals/pty-2/log", id.0))
+        .await;
+    assert_eq!((status, code(&body)), (404, "not_found"), "{body}");
+    let (status, body) = api
+        .get(&format!("/api/v1/tasks/{}/terminals/tty/log", id.0))
+        .await;
+    assert_eq!((status, code(&body)), (400, "bad_request"), "{body}");
+    let (status, body) = api
+        .get(&format!("/api/v1/tasks/{}/windows/1/log", id.0))
+        .await;
+    assert_eq!((status, code(&body)), (404, "not_found"), "{body}");
+
+    // The list names both, running, with where to follow them.
+    let (status, list) = api.get(&format!("/api/v1/tasks/{}/logs", id.0)).await;
+    assert_eq!(status, 200, "{list}");
+    let logs = list["logs"].as_array().unwrap();
+    let terminal = logs.iter().find(|l| l["kind"] == "terminal").unwrap();
+    assert_eq!(terminal["key"], "pty-1");
+    assert_eq!(terminal["state"], "running");
+    assert_eq!(
+        terminal["stream"],
+        format!("/api/v1/tasks/{}/terminals/pty-1/log/stream", id.0)
+    );
+    let listed_job = logs.iter().find(|l| l["kind"] == "shell_job").unwrap();
+    assert_eq!(
+        (listed_job["key"].as_i64(), listed_job["state"].as_str()),
+        (Some(job), Some("running"))
+    );
+
+    // The task page lists the job and the terminal, with a live panel each and a log view link.
+    let browser = Browser::login(&api).await;
+    let (_, page, _) = browser.get(&format!("/tasks/{}", id.0)).await;
+    for path in [format!("jobs/{job}"), "terminals/pty-1".to_owned()] {
+        assert!(
+            page.contains(&format!(r#"data-log-panel="{path}""#)),
+            "a live panel for {path}: {page}"
+        );
+        assert!(
+            page.contains(&format!(r#"href="/tasks/{}/{path}/log""#, id.0)),
+            "a link to {path}'s log view: {page}"
+        );
+        assert!(
+            page.contains(&format!(
+                r#"data-stream="/api/v1/tasks/{}/{path}/log/stream""#,
+                id.0
+            )),
+            "{page}"
+        );
+    }
+    assert!(page.contains("<code>make all</code>") && page.contains("<code>python3 -q</code>"));
+
+    // The log view shows the terminal's colours as classes, its text escaped, its cursor moves
+    // and carriage returns gone.
+    let (status, view, _) = browser
+        .get(&format!("/tasks/{}/terminals/pty-1/log", id.0))
+        .await;
+    assert_eq!(status, 200, "{view}");
+    assert!(view.contains("terminal pty-1"), "{view}");
+    assert!(
+        view.contains(r#"<span class="fg-2 b">42</span>"#),
+        "colours as classes: {view}"
+    );
+    assert!(view.contains("&lt;b&gt;"), "text escaped: {view}");
+    assert!(
+        !view.contains("\\x1b") && !view.contains("\\x0d"),
+        "no escape sequence or carriage return is left: {view}"
+    );
+    assert!(view.contains(r#"data-terminal="true""#), "{view}");
+
+    // A follower joins; the program exits: the rest, then the end with its exit.
+    let mut stream = Stream::open_at(
+        &api.client,
+        &api.base,
+        &format!("{path}/stream"),
+        Some(&drawn.len().to_string()),
+    )
+    .await;
+    let total = drawn.len() as u64 + 4;
+    assert!(
+        api.store
+            .live_log_end(
+                &pty,
+                &[(drawn.len() as u64, b">>> ")],
+                total,
+                "the program ended: exit code 0 after 1.0 s",
+                Some(0)
+            )
+            .await
+            .unwrap()
+    );
+    let rest = stream.next().await;
+    assert_eq!(
+        (rest.1.as_str(), data(&rest)["text"].as_str()),
+        ("log", Some(">>> "))
+    );
+    let end = stream.next().await;
+    assert_eq!(end.1, "end", "{end:?}");
+    let end = data(&end);
+    assert_eq!(
+        (end["state"].as_str(), end["exit_code"].as_i64()),
+        (Some("finished"), Some(0))
+    );
+    assert_eq!(
+        end["end_reason"],
+        "the program ended: exit code 0 after 1.0 s"
+    );
+
+    // The job ends: its record replaces its live log; the job's log view says how it ended.
+    api.store
+        .shell_job_finished(
+            job,
+            id,
+            orchestrator_store::job_status::EXITED,
+            Some(2),
+            "failed (exit 2)",
+            &Captured::from_bytes(b"cc main.c\nerror\n", 1 << 20),
+        )
+        .await
+        .unwrap();
+    let (_, job_read) = api
+        .get(&format!("/api/v1/tasks/{}/jobs/{job}/log", id.0))
+        .await;
+    assert_eq!(
+        (
+            job_read["state"].as_str(),
+            job_read["job_status"].as_str(),
+            job_read["exit_code"].as_i64()
+        ),
+        (Some("finished"), Some("exited"), Some(2))
+    );
+    let (_, view, _) = browser
+        .get(&format!("/tasks/{}/jobs/{job}/log", id.0))
+        .await;
+    assert!(view.contains(r#"data-job-status="exited""#), "{view}");
+    assert!(view.contains("error"), "{view}");
+    let (_, page, _) = browser.get(&format!("/tasks/{}", id.0)).await;
+    assert!(
+        !page.contains("data-log-panel=\"jobs/") && !page.contains("data-log-panel=\"terminals/"),
+        "no panel for what ended: {page}"
+    );
+    assert!(page.contains(r#"data-log-state="finished""#), "{page}");
+}

@@ -150,6 +150,7 @@ fn concrete(path: &str) -> String {
         .replace("{name}", "nightly")
         .replace("{n}", "0")
         .replace("{job}", "1")
+        .replace("{terminal}", "pty-1")
 }
 
 /// One Server-Sent Event: its id, its event name, its data.

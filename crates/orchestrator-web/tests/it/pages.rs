@@ -482,16 +482,81 @@ async fn automations_run_now_pause_and_resume_from_their_page() {
         "the schedule in words: {page}"
     );
     let csrf = browser.csrf().await;
-    let (status, _, location) = browser
+    let slots = |api: &'_ Api| {
+        let store = api.store.clone();
+        async move {
+            let automation = store.automation("nightly").await.unwrap();
+            store.slots(automation.id, 100).await.unwrap().len()
+        }
+    };
+    // Run now asks first, without the script: the list's form posts without `confirmed`, and
+    // lands on a page that says what will run, with the button that runs it.
+    assert!(
+        page.contains(r#"data-confirm-field="confirmed""#),
+        "the script's dialog adds the field: {page}"
+    );
+    let (status, confirm, location) = browser
         .post("/automations/nightly/run", &[("csrf", &csrf)])
+        .await;
+    assert_eq!((status, location), (200, None), "{confirm}");
+    assert_eq!(slots(&api).await, 0, "nothing ran before the confirmation");
+    for page in [confirm, browser.get("/automations/nightly/run").await.1] {
+        assert!(page.contains("Run nightly now?"), "{page}");
+        assert!(
+            page.contains("<p data-template-gate>gate <code>true</code></p>"),
+            "its template: {page}"
+        );
+        assert!(page.contains(&api.ws), "its workspace: {page}");
+        assert!(page.contains(r#"data-running-slot="none""#), "{page}");
+        assert!(
+            page.contains(r#"<input type="hidden" name="confirmed" value="yes">"#)
+                && page.contains(r#"action="/automations/nightly/run""#)
+                && page.contains(&format!(r#"name="csrf" value="{csrf}""#)),
+            "a post button with the session's token: {page}"
+        );
+    }
+    // The confirmed post still needs the session's CSRF token.
+    let (status, _, _) = browser
+        .post("/automations/nightly/run", &[("confirmed", "yes")])
+        .await;
+    assert_eq!(status, 403);
+    assert_eq!(slots(&api).await, 0);
+    let (status, _, location) = browser
+        .post(
+            "/automations/nightly/run",
+            &[("csrf", &csrf), ("confirmed", "yes")],
+        )
         .await;
     assert_eq!(status, 303);
     let task = location.unwrap();
     assert!(task.starts_with("/tasks/"), "to the task it made: {task}");
+    // Now a slot of it has not ended: the page says so, and what the overlap policy will do.
+    let (_, page, _) = browser.get("/automations/nightly/run").await;
+    assert!(page.contains(r#"data-running-slot="1""#), "{page}");
+    assert!(page.contains(&format!(r#"href="{task}""#)), "{page}");
+    assert!(
+        page.contains("<code>skip</code>, so this run will be skipped"),
+        "{page}"
+    );
     let (status, page, _) = browser
-        .post("/automations/nightly/run", &[("csrf", &csrf)])
+        .post(
+            "/automations/nightly/run",
+            &[("csrf", &csrf), ("confirmed", "yes")],
+        )
         .await;
     assert_eq!(status, 409, "the overlap policy skips it: {page}");
+    // Without a session the confirmation page is behind the login, and comes back after it.
+    let response = api
+        .client
+        .get(format!("{}/automations/nightly/run", api.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 303);
+    assert_eq!(
+        response.headers()["location"],
+        "/login?next=%2Fautomations%2Fnightly%2Frun"
+    );
     let (status, _, _) = browser
         .post(
             "/automations/nightly/pause",

@@ -205,7 +205,13 @@ pub async fn run_agent(
             .with_jail(jail.clone())
             .with_web_search(ctx.agent.web_search.clone())
             .with_lsp(ctx.agent.lsp_servers.clone())
-            .with_model_images(client.model(), client.config().images),
+            .with_model_images(client.model(), client.config().images)
+            .with_terminal_recorder(Arc::new(crate::gate::live::TerminalLogs {
+                store: ctx.store.clone(),
+                lease: lease.clone(),
+                attempt: session.attempt(),
+                cap: ctx.log_cap_bytes,
+            })),
         Err(e) => {
             return Ok(AgentEnd::Failed(format!(
                 "the workspace {workspace} cannot be used: {e}"

@@ -10,8 +10,12 @@
 //! the final artifact, which the reader keeps on its own. The buffer is small on purpose: the
 //! gate-memory target (1 GiB of output under 64 MiB) holds with the live log. When the gate ends, its
 //! recorded log replaces the live one (`record_gate` deletes it in its transaction).
+//!
+//! A terminal session of an agent ([`TerminalLogs`]) is written the same way, with one
+//! difference: its live log is its only record, so its end is a last write (the last chunks and
+//! the program's exit, `live_log_end`) rather than a deletion.
 
-use orchestrator_store::{LiveLogHandle, LiveLogStart, Store};
+use orchestrator_store::{Lease, LiveLogHandle, LiveLogStart, Store, live_source};
 use orchestrator_types::Capture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -190,6 +194,134 @@ async fn write_loop(store: Store, log: LiveLogHandle, tap: LiveTap, stop: Cancel
                 tracing::warn!(live_log = log.id, %err, "could not write a live log; trying on");
             }
             Err(_) => {}
+        }
+    }
+}
+
+/// Records an agent's terminal sessions in the store's live logs (a
+/// [`orchestrator_tools::TerminalRecorder`] for the attempt of `lease`).
+pub struct TerminalLogs {
+    pub store: Store,
+    pub lease: Lease,
+    pub attempt: i64,
+    /// The log cap: half of it is the head kept whole, half the tail.
+    pub cap: usize,
+}
+
+/// How a terminal's program ended: in words, and its exit code when it exited.
+type TerminalEnd = (String, Option<i64>);
+
+/// One terminal's tap, and the way to say it ended.
+struct TerminalTap {
+    tap: LiveTap,
+    end: Mutex<Option<tokio::sync::oneshot::Sender<TerminalEnd>>>,
+}
+
+impl orchestrator_tools::TerminalRecorder for TerminalLogs {
+    fn open(&self, number: u64, command: &str) -> Arc<dyn orchestrator_tools::TerminalTap> {
+        let head_cap = (self.cap / 2) as u64;
+        let tap = LiveTap::new(head_cap);
+        let (end_tx, end_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(record_loop(
+            self.store.clone(),
+            self.lease.clone(),
+            self.attempt,
+            i64::try_from(number).unwrap_or(i64::MAX),
+            command.to_owned(),
+            (head_cap, (self.cap - self.cap / 2) as u64),
+            tap.clone(),
+            end_rx,
+        ));
+        Arc::new(TerminalTap {
+            tap,
+            end: Mutex::new(Some(end_tx)),
+        })
+    }
+}
+
+impl orchestrator_tools::TerminalTap for TerminalTap {
+    fn push(&self, bytes: &[u8]) {
+        self.tap.push(bytes);
+    }
+
+    fn end(&self, reason: String, exit_code: Option<i64>) {
+        let sender = self.end.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(sender) = sender {
+            let _ = sender.send((reason, exit_code));
+        }
+    }
+}
+
+/// Starts a terminal's live log, writes what gathered every [`FLUSH_EVERY`] like a gate's, and
+/// at the end writes the rest with the end. Output that came before the log started waits in
+/// the tap, so nothing the program drew first is lost to the start's round trip.
+#[allow(clippy::too_many_arguments)]
+async fn record_loop(
+    store: Store,
+    lease: Lease,
+    attempt: i64,
+    key: i64,
+    name: String,
+    (head_cap, tail_cap): (u64, u64),
+    tap: LiveTap,
+    mut end: tokio::sync::oneshot::Receiver<TerminalEnd>,
+) {
+    let start = LiveLogStart {
+        lease: &lease,
+        source: live_source::TERMINAL,
+        key,
+        attempt,
+        name: &name,
+        head_cap,
+        tail_cap,
+    };
+    let log = match store.live_log_start(&start).await {
+        Ok(log) => log,
+        Err(err) => {
+            tracing::warn!(task = %lease.task_id, terminal = key, %err, "no live log for this terminal");
+            return;
+        }
+    };
+    let mut total = 0;
+    let mut warned = false;
+    loop {
+        let ended = tokio::select! {
+            ended = &mut end => Some(ended.unwrap_or_else(|_| ("the session ended".to_owned(), None))),
+            () = tokio::time::sleep(FLUSH_EVERY) => None,
+            () = tap.wake.notified() => None,
+        };
+        let gathered = tap.take();
+        if let Some(gathered) = &gathered {
+            total = gathered.total;
+        }
+        let pieces: Vec<(u64, &[u8])> = gathered
+            .iter()
+            .flat_map(|g| g.pieces.iter())
+            .map(|(offset, bytes)| (*offset, bytes.as_slice()))
+            .collect();
+        let written = match &ended {
+            Some((reason, exit_code)) => {
+                store
+                    .live_log_end(&log, &pieces, total, reason, *exit_code)
+                    .await
+            }
+            None if pieces.is_empty() => continue,
+            None => store.live_log_append(&log, &pieces, total).await,
+        };
+        match written {
+            Ok(true) if ended.is_none() => {}
+            // Ended, replaced, or ended by the rescuer: nothing more to write.
+            Ok(_) => return,
+            Err(err) => {
+                if !warned {
+                    warned = true;
+                    tracing::warn!(live_log = log.id, %err, "could not write a terminal's live log");
+                }
+                // The end is said once; what a failed last write carried is lost to the view.
+                if ended.is_some() {
+                    return;
+                }
+            }
         }
     }
 }

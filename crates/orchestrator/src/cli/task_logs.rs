@@ -1,23 +1,24 @@
-//! `task logs ID [--gate NAME | --job ID] [--follow] [--json]`: a gate's (or a shell job's)
-//! output, live while it runs and recorded after, read from the store, so it works for a gate any
-//! daemon runs.
+//! `task logs ID [--gate NAME | --job ID | --terminal NAME] [--follow] [--json]`: a gate's, a
+//! shell job's or a terminal's output, live while it runs and recorded after, read from the
+//! store, so it works for a command any daemon runs.
 //!
-//! The output goes to stdout: as it was printed when stdout is a file or a pipe; on a terminal
-//! with colours kept and every other control character written out (the output is the code's,
-//! which an agent may have written). With `--follow` it keeps reading every 250 ms (the live log
-//! is written as often) and ends when the gate does, with the verdict on stderr.
+//! The output goes to stdout: as it was printed when stdout is a file or a pipe (a terminal's
+//! escape sequences and all); on a terminal with colours kept and every other control character
+//! written out (the output is the code's, which an agent may have written). With `--follow` it
+//! keeps reading every 250 ms (the live log is written as often) and ends when the command does,
+//! with the verdict on stderr and in the exit status.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Args;
-use orchestrator_store::{GateLog, Store, live_source, log_state};
+use orchestrator_store::{LogKind, Store, live_source};
 use orchestrator_types::TaskId;
-use orchestrator_web::logs::{DEFAULT_READ, POLL, gate_log_json, job_log_json};
+use orchestrator_web::logs::{DEFAULT_READ, LogRead, POLL, read, terminal_number};
 use serde_json::json;
 
 use super::GlobalArgs;
-use crate::exit::CliError;
+use crate::exit::{self, CliError};
 use crate::output;
 
 #[derive(Debug, Args)]
@@ -26,12 +27,16 @@ pub struct LogsArgs {
     pub id: String,
     /// The gate, by name (or by position, 0 for the first). Default: the gate running now, else
     /// the last one that ran, else the first.
-    #[arg(long, value_name = "NAME", conflicts_with = "job")]
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["job", "terminal"])]
     pub gate: Option<String>,
-    /// A shell job of the task (its id, from `task read`) instead of a gate.
-    #[arg(long, value_name = "ID")]
+    /// A shell job of the task (its id, from `task read` or the task page) instead of a gate.
+    #[arg(long, value_name = "ID", conflicts_with = "terminal")]
     pub job: Option<i64>,
-    /// Keep printing the output as it comes, until the gate ends; then print its verdict.
+    /// A terminal session the agent opened (pty_open), by its id: pty-1 (or 1).
+    #[arg(long, value_name = "NAME")]
+    pub terminal: Option<String>,
+    /// Keep printing the output as it comes, until the command ends; then print its verdict and
+    /// exit with it (see below).
     #[arg(long, short)]
     pub follow: bool,
     /// JSON: one object with the log's text and state (the verdict once it ended); with --follow,
@@ -40,33 +45,25 @@ pub struct LogsArgs {
     pub json: bool,
 }
 
-/// Which log.
-#[derive(Clone, Copy)]
-enum Source {
-    Gate(i64),
-    Job(i64),
-}
-
-/// One read: its JSON, its text, where to read next, and whether it is over.
-struct Read {
-    json: serde_json::Value,
-    bytes: Vec<u8>,
-    next: u64,
-    ended: bool,
-}
-
 pub async fn run(global: &GlobalArgs, args: LogsArgs) -> anyhow::Result<ExitCode> {
     let task = super::task::parse_id(&args.id)?;
     let store = global.open_store().await?;
-    let source = match (args.job, &args.gate) {
-        (Some(job), _) => Source::Job(job),
-        (None, Some(name)) => Source::Gate(gate_named(&store, task, name).await?),
-        (None, None) => Source::Gate(default_gate(&store, task).await?),
+    let kind = match (args.job, &args.terminal, &args.gate) {
+        (Some(job), _, _) => LogKind::Job(job),
+        (None, Some(terminal), _) => {
+            LogKind::Terminal(terminal_number(terminal).ok_or_else(|| {
+                CliError::Invalid(format!(
+                    "{terminal:?} is not a terminal session: pty-1, or 1"
+                ))
+            })?)
+        }
+        (None, None, Some(name)) => LogKind::Gate(gate_named(&store, task, name).await?),
+        (None, None, None) => LogKind::Gate(default_gate(&store, task).await?),
     };
     let mut out = Printer::new(args.json, args.follow);
     let mut next = 0;
     let last = loop {
-        let read = read(&store, task, source, next).await?;
+        let read = read(&store, task, kind, next, DEFAULT_READ).await?;
         let moved = read.next != next;
         next = read.next;
         if moved {
@@ -80,42 +77,29 @@ pub async fn run(global: &GlobalArgs, args: LogsArgs) -> anyhow::Result<ExitCode
         }
     };
     out.end(&last)?;
-    Ok(ExitCode::SUCCESS)
+    if !args.follow {
+        return Ok(ExitCode::SUCCESS);
+    }
+    Ok(ExitCode::from(exit_status(&last)))
 }
 
-async fn read(store: &Store, task: TaskId, source: Source, from: u64) -> anyhow::Result<Read> {
-    Ok(match source {
-        Source::Gate(position) => {
-            let log = store.gate_log(task, position, from, DEFAULT_READ).await?;
-            let ended = ended(store, task, &log).await?;
-            Read {
-                json: gate_log_json(&log),
-                next: log.slice.next,
-                bytes: log.slice.bytes,
-                ended,
-            }
-        }
-        Source::Job(job) => {
-            let log = store.job_log(task, job, from, DEFAULT_READ).await?;
-            Read {
-                json: job_log_json(&log),
-                next: log.slice.next,
-                ended: log.state != orchestrator_store::job_status::RUNNING
-                    && log.slice.next >= log.total_bytes,
-                bytes: log.slice.bytes,
-            }
-        }
-    })
-}
-
-/// Whether nothing more will come: the gate ended and all of it was read, or it never started
-/// and its task is over.
-async fn ended(store: &Store, task: TaskId, log: &GateLog) -> anyhow::Result<bool> {
-    Ok(match log.state {
-        log_state::FINISHED | log_state::ABANDONED => log.slice.next >= log.total_bytes,
-        log_state::PENDING => store.get_task(task).await?.state.is_terminal(),
-        _ => false,
-    })
+/// The exit status a follow ends with: the log's verdict.
+fn exit_status(last: &LogRead) -> u8 {
+    let log = &last.log;
+    let canceled = log
+        .gate
+        .as_ref()
+        .is_some_and(|g| g.verdict == orchestrator_types::Verdict::Canceled)
+        || log
+            .job
+            .as_ref()
+            .is_some_and(|j| j.status == orchestrator_store::job_status::KILLED);
+    match log.passed() {
+        Some(true) => exit::SUCCESS,
+        _ if canceled => exit::CANCELED,
+        // Failed, abandoned, or a gate that never ran before its task ended.
+        _ => exit::FAILURE,
+    }
 }
 
 /// The position of the gate called `name` (the spec's first, else a recorded or running one's),
@@ -196,7 +180,7 @@ impl Printer {
         }
     }
 
-    fn piece(&mut self, read: &Read) -> anyhow::Result<()> {
+    fn piece(&mut self, read: &LogRead) -> anyhow::Result<()> {
         if self.json && self.follow {
             let json = &read.json;
             return output::json_line(&json!({
@@ -208,7 +192,7 @@ impl Printer {
             }));
         }
         if self.json {
-            self.text.extend_from_slice(&read.bytes);
+            self.text.extend_from_slice(&read.log.slice.bytes);
             if self.from.is_none() {
                 self.from = Some(read.json["from"].clone());
             }
@@ -216,16 +200,16 @@ impl Printer {
         }
         let mut out = std::io::stdout().lock();
         if self.terminal {
-            let text = String::from_utf8_lossy(&read.bytes);
+            let text = String::from_utf8_lossy(&read.log.slice.bytes);
             out.write_all(orchestrator_types::keep_colours(&text).as_bytes())?;
         } else {
-            out.write_all(&read.bytes)?;
+            out.write_all(&read.log.slice.bytes)?;
         }
         out.flush()?;
         Ok(())
     }
 
-    fn end(&mut self, last: &Read) -> anyhow::Result<()> {
+    fn end(&mut self, last: &LogRead) -> anyhow::Result<()> {
         let mut end = last.json.clone();
         if self.json {
             let Some(object) = end.as_object_mut() else {
@@ -252,6 +236,7 @@ fn status_line(log: &serde_json::Value) -> String {
         .as_str()
         .map(|g| format!("gate {g:?}"))
         .or_else(|| log["job"].as_i64().map(|j| format!("shell job {j}")))
+        .or_else(|| log["terminal"].as_str().map(|t| format!("terminal {t}")))
         .unwrap_or_default();
     let name = orchestrator_types::visible(&name).into_owned();
     let state = log["state"].as_str().unwrap_or_default();
@@ -269,13 +254,22 @@ fn status_line(log: &serde_json::Value) -> String {
             log["total_bytes"].as_u64().unwrap_or(0)
         ),
         ("pending", None) => format!("{name} has not started"),
-        ("abandoned", None) => {
-            format!("{name} was abandoned: its attempt ended without a verdict")
-        }
-        (state, None) => format!(
-            "{name} {state}: {}",
-            log["summary"].as_str().unwrap_or_default()
+        ("abandoned", None) => format!(
+            "{name} was abandoned: {}",
+            log["end_reason"]
+                .as_str()
+                .unwrap_or("its attempt ended without a verdict")
         ),
+        (_, None) => match log["job_status"].as_str() {
+            Some(status) => format!(
+                "{name} {status}: {}",
+                log["summary"].as_str().unwrap_or_default()
+            ),
+            None => format!(
+                "{name} {state}: {}",
+                log["end_reason"].as_str().unwrap_or_default()
+            ),
+        },
     };
     format!("[{}]", orchestrator_types::visible(&line))
 }

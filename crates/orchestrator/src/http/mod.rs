@@ -200,6 +200,7 @@ impl From<orchestrator_store::Error> for ApiError {
             | S::ArtifactNotFound(_)
             | S::GateNotFound { .. }
             | S::ShellJobNotFound { .. }
+            | S::TerminalNotFound { .. }
             | S::AutomationNotFound(_)
             | S::ApprovalNotFound(_)
             | S::AttemptNotFound(_) => StatusCode::NOT_FOUND,

@@ -64,6 +64,25 @@ fn dashboard_journeys_in_a_real_browser() {
             )]),
             _ => Reply::Text("Done.".into()),
         });
+    // An agent that starts a shell job and opens a terminal, each printing a line a second, and
+    // waits for the terminal's program to end: the journey watches both on the task page.
+    let watched = ScriptedModel::start_blocking(|request: &Request| {
+        match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "task_shell_start",
+                json!({"command": "for i in 1 2 3 4 5 6 7 8; do echo job-tick-$i; sleep 1; done"}),
+            )]),
+            1 => Reply::ToolCalls(vec![call(
+                "pty_open",
+                json!({"command": "for i in 1 2 3 4 5 6 7 8; do printf '\\033[32mpty-tick-%s\\033[0m\\033[K\\n' $i; sleep 1; done", "wait_ms": 200}),
+            )]),
+            2 => Reply::ToolCalls(vec![call(
+                "pty_poll",
+                json!({"session_id": "pty-1", "wait_ms": 20000}),
+            )]),
+            _ => Reply::Text("Both ran.".into()),
+        }
+    });
     let env = Env::sqlite();
     let ws = tempfile::tempdir().unwrap();
     let workspace = ws.path().display().to_string();
@@ -151,6 +170,7 @@ fn dashboard_journeys_in_a_real_browser() {
         .env("WAITING_TASK", waiting.to_string())
         .env("AUTOMATION", "nightly")
         .env("AGENT_PORT", agent_port.to_string())
+        .env("WATCH_MODEL", watched.base_url())
         .output()
         .unwrap();
     let _ = agent.kill();
@@ -171,7 +191,7 @@ fn dashboard_journeys_in_a_real_browser() {
         serve.log()
     );
     assert!(
-        report.contains("# pass 7") && report.contains("# fail 0"),
+        report.contains("# pass 8") && report.contains("# fail 0"),
         "{report}"
     );
     for shot in [
@@ -183,6 +203,7 @@ fn dashboard_journeys_in_a_real_browser() {
         "automation-run-now.png",
         "task-gate-live.png",
         "log-view.png",
+        "task-job-terminal-live.png",
     ] {
         let bytes = std::fs::read(shots.join(shot)).unwrap_or_default();
         assert!(bytes.starts_with(b"\x89PNG"), "no screenshot {shot}");

@@ -187,3 +187,169 @@ fn a_gate_is_followed_line_by_line_while_it_runs_and_the_follow_ends_with_its_ve
 fn chrono_ms(text: &str) -> i64 {
     orchestrator_types::parse_time(text, 0).unwrap()
 }
+
+/// Runs `task logs ID --follow` to its end: its exit code and what it said on stderr.
+fn follow_to_end(env: &Env, id: i64) -> (Option<i32>, String) {
+    let out = env
+        .cmd(&["task", "logs", &id.to_string(), "--gate", "0", "--follow"])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_follow_exits_with_the_gates_verdict() {
+    let env = Env::sqlite();
+    let ws = env.workspace();
+    let _serve = env.serve(&[]);
+    let passes = env.create("passes", &["sleep 0.5; echo fine"], &ws);
+    let fails = env.create("fails", &["sleep 0.5; echo boom; exit 3"], &ws);
+    let (code, said) = follow_to_end(&env, passes);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("passed (exit 0)"), "{said}");
+    let (code, said) = follow_to_end(&env, fails);
+    assert_eq!(code, Some(1), "a failed gate: {said}");
+    assert!(said.contains("failed (exit 3)"), "{said}");
+
+    // A gate canceled while it is followed: the follow ends with the cancel's status.
+    let sleep = crate::support::unique_sleep();
+    let canceled = env.create("canceled", &[&format!("echo started; sleep {sleep}")], &ws);
+    let mut follower = env
+        .cmd(&[
+            "task",
+            "logs",
+            &canceled.to_string(),
+            "--gate",
+            "0",
+            "--follow",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = read_lines(follower.stdout.take().unwrap());
+    wait_for(|| out.lock().unwrap().iter().any(|(_, l)| l == "started"));
+    let cancel = env.run(&["task", "cancel", &canceled.to_string()]);
+    assert!(
+        cancel.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cancel.stderr)
+    );
+    assert_eq!(
+        wait_child(&mut follower),
+        Some(7),
+        "a canceled gate exits 7"
+    );
+
+    // Without --follow the read itself succeeded: 0, whatever the verdict.
+    let out = env.run(&["task", "logs", &fails.to_string()]);
+    assert_eq!(out.status.code(), Some(0));
+    // The help says so.
+    let help = env.run(&["task", "logs", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("Exit status with --follow: 0 when the gate passed"),
+        "{help}"
+    );
+}
+
+/// Waits for a child to exit (at most `PATIENCE`) and returns its exit code.
+fn wait_child(child: &mut std::process::Child) -> Option<i32> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        if started.elapsed() > PATIENCE {
+            let _ = child.kill();
+            panic!("the follow never ended");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `serve` is killed with SIGKILL while a gate prints and a follower waits for more: nothing will
+/// ever write that gate's live log again. When another daemon's rescuer takes the task back, it
+/// ends the log ("the worker running this stopped"), and the follower ends, failing, instead of
+/// waiting forever.
+#[test]
+fn a_follow_ends_when_the_worker_running_its_gate_was_killed_on_sqlite() {
+    follow_past_a_killed_worker(&Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_ends_when_the_worker_running_its_gate_was_killed_on_postgres() {
+    let Some(env) = Env::postgres().await else {
+        return;
+    };
+    tokio::task::spawn_blocking(move || follow_past_a_killed_worker(&env))
+        .await
+        .unwrap();
+}
+
+fn follow_past_a_killed_worker(env: &Env) {
+    let ws = env.workspace();
+    let sleep = crate::support::unique_sleep();
+    let gate = format!("echo started; sleep {sleep}");
+    let created = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "dies with its daemon",
+        "--gate",
+        &gate,
+        "--workspace",
+        &ws.display().to_string(),
+        "--max-attempts",
+        "1",
+        "--json",
+    ]);
+    let id = created["id"].as_i64().unwrap();
+    let serve = env.serve(&["--lease-seconds", "2"]);
+    let mut follower = env
+        .cmd(&["task", "logs", &id.to_string(), "--gate", "0", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = read_lines(follower.stdout.take().unwrap());
+    let err = read_lines(follower.stderr.take().unwrap());
+    wait_for(|| out.lock().unwrap().iter().any(|(_, l)| l == "started"));
+    serve.signal(nix::sys::signal::Signal::SIGKILL);
+    drop(serve);
+    // Nobody rescues the task yet: the follower waits, as it should (the worker might be slow).
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        follower.try_wait().unwrap().is_none(),
+        "the follow ended before anything said the worker stopped"
+    );
+
+    let _rescuer = env.serve(&["--lease-seconds", "2"]);
+    let code = wait_child(&mut follower);
+    let said: Vec<String> = err.lock().unwrap().iter().map(|(_, l)| l.clone()).collect();
+    assert_eq!(
+        code,
+        Some(1),
+        "an abandoned gate fails the follow: {said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|l| l.contains("was abandoned: the worker running this stopped")),
+        "{said:?}"
+    );
+    let task = env.wait_finished(id);
+    assert_eq!(task["state"], "failed", "{task}");
+    let log = env.json(&["task", "logs", &id.to_string(), "--json"]);
+    assert_eq!(log["state"], "abandoned", "{log}");
+    assert_eq!(
+        log["end_reason"], "the worker running this stopped",
+        "{log}"
+    );
+    assert_eq!(
+        log["text"], "started\n",
+        "what it printed before is kept: {log}"
+    );
+}

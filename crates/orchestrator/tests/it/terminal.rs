@@ -85,4 +85,49 @@ fn an_agent_drives_a_repl_and_its_sessions_end_with_the_task() {
     assert_no_process_with(&killed);
     assert_no_process_with(&left);
     assert!(processes_with(&left).is_empty());
+
+    // Each terminal was recorded as it drew, in the store, for a person: `task logs --terminal`
+    // reads it, raw to a pipe (the terminal's own \r\n kept), and says how it ended.
+    let tail = id.to_string();
+    let log_of =
+        |terminal: &str| env.json(&["task", "logs", &tail, "--terminal", terminal, "--json"]);
+    // The sessions the task's end killed are ended by their recorder just after it.
+    crate::support::wait_for(|| {
+        ["pty-1", "pty-2", "pty-3"]
+            .iter()
+            .all(|t| log_of(t)["state"] == "finished")
+    });
+    let repl = log_of("pty-1");
+    assert_eq!(repl["command"], "python3 -q", "{repl}");
+    let text = repl["text"].as_str().unwrap();
+    assert!(
+        text.contains(">>> ") && text.contains("print(6 * 7)") && text.contains("42\r\n"),
+        "what the REPL drew, as drawn: {text:?}"
+    );
+    let killed_log = log_of("pty-2");
+    assert!(
+        killed_log["end_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("killed by signal")),
+        "{killed_log}"
+    );
+    assert_eq!(killed_log["exit_code"], serde_json::Value::Null);
+    let raw = env.run(&["task", "logs", &tail, "--terminal", "1", "--follow"]);
+    assert!(
+        raw.stdout.windows(4).any(|w| w == b"42\r\n"),
+        "a pipe gets the bytes as drawn: {:?}",
+        String::from_utf8_lossy(&raw.stdout)
+    );
+    assert_eq!(
+        raw.status.code(),
+        Some(1),
+        "a REPL killed with its task did not exit 0"
+    );
+    let stderr = String::from_utf8_lossy(&raw.stderr);
+    assert!(
+        stderr.contains("[terminal pty-1 finished: the program ended: killed by signal"),
+        "{stderr}"
+    );
+    let missing = env.run(&["task", "logs", &tail, "--terminal", "pty-9"]);
+    assert_eq!(missing.status.code(), Some(3));
 }

@@ -14,6 +14,7 @@ const WORKSPACE = process.env.WORKSPACE;
 const WAITING = process.env.WAITING_TASK;
 const AUTOMATION = process.env.AUTOMATION;
 const AGENT_PORT = process.env.AGENT_PORT;
+const WATCH_MODEL = process.env.WATCH_MODEL;
 
 let browser;
 
@@ -262,5 +263,58 @@ test("the log view: search finds a line, follow appends, colours are colours", a
   assert.equal(await page.getAttribute("[data-log-state]", "data-log-state"), "finished");
   assert.equal(await page.locator('.log .line:has-text("step 5")').count(), 1, "each line once");
   assert.equal(await sameDocument(page), true, "followed without a reload");
+  await context.close();
+});
+
+test("an agent's shell job and terminal show on its task page as they print", async () => {
+  const { context, page } = await loggedIn();
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(error.message));
+  // The agent (a scripted model) starts a job and opens a terminal, each printing a line a second.
+  const response = await fetch(`${BASE}/api/v1/tasks`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({
+      title: "runs a job and a terminal", prompt: "Run them.", workspace: WORKSPACE,
+      model: { base_url: WATCH_MODEL, model: "scripted" },
+      // task_shell_start is a tool of the full profile.
+      agent: { profile: "full" },
+    }),
+  });
+  assert.equal(response.status, 201);
+  const task = await response.json();
+  await page.goto(`${BASE}/tasks/${task.id}`);
+  await markDocument(page);
+  const job = page.locator('[data-log-panels] [data-log-panel^="jobs/"]');
+  const terminal = page.locator('[data-log-panel="terminals/pty-1"]');
+  const api = async (path) => (await fetch(`${BASE}/api/v1${path}`, { headers: { authorization: `Bearer ${TOKEN}` } })).text();
+  const seen = async (panel, line) => panel.locator(line).first().waitFor({ timeout: 30000 })
+    .catch(async (e) => {
+      throw new Error(`${e.message}; page errors: ${errors.join("; ")}; logs: ${await api(`/tasks/${task.id}/logs`)}; `
+        + `events: ${await api(`/tasks/${task.id}/events`)}`);
+    });
+  // Lines arrive while the task runs: the job's as printed, the terminal's in its colours, with
+  // its escape sequences gone and its text escaped.
+  await seen(job, '.line:has-text("job-tick-3")');
+  await seen(terminal, '.line .fg-2:text-is("pty-tick-2")');
+  assert.equal(await page.getAttribute("[data-state]", "data-state"), "running", "they came while it ran");
+  assert.equal(await terminal.locator('.line:has-text("pty-tick-8")').count(), 0, "before the end");
+  const drawn = await terminal.locator(".line .text").allTextContents();
+  assert.ok(drawn.every((text) => !text.includes("\\x1b") && !text.includes("\\x0d")), drawn.join("|"));
+  assert.equal(await page.locator("[data-no-commands]:visible").count(), 0, "no 'none' beside the panels");
+  await page.screenshot({ path: `${SHOTS}/task-job-terminal-live.png`, fullPage: true });
+  // Each follow ends with how its command ended.
+  await page.waitForSelector('[data-log-panel="terminals/pty-1"] [data-gate-verdict="finished"]', { timeout: 60000 });
+  await page.waitForSelector('[data-log-panels] [data-log-panel^="jobs/"] [data-gate-verdict="exited"]', { timeout: 60000 });
+  assert.equal(await job.locator(".line").count(), 8);
+  assert.equal(await terminal.locator(".line").count(), 8);
+  assert.equal(await sameDocument(page), true, "the lines came without a reload");
+  // Once the task ended, the page lists both with a link to each one's log view.
+  await page.waitForSelector('[data-state="succeeded"]', { timeout: 60000 });
+  await page.reload();
+  const link = page.locator('[data-command="terminals/pty-1"] a[data-log-link]');
+  await Promise.all([page.waitForURL(/\/terminals\/pty-1\/log$/), link.click()]);
+  await page.waitForSelector('.log .line .fg-2:text-is("pty-tick-8")');
+  assert.equal(await page.getAttribute("[data-log-state]", "data-log-state"), "finished");
   await context.close();
 });

@@ -2,7 +2,9 @@
 //! recorded log in the transaction that records the gate.
 
 use super::*;
-use orchestrator_store::{LiveLogStart, job_status, live_source, log_state};
+use orchestrator_store::{
+    LiveLogStart, LogKind, WORKER_STOPPED, job_status, live_source, log_state,
+};
 
 fn start<'a>(lease: &'a Lease, source: &'a str, key: i64, attempt: i64) -> LiveLogStart<'a> {
     LiveLogStart {
@@ -27,13 +29,16 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
         .await
         .unwrap();
     // Before it runs: pending, named by the spec; a position it does not have is not found.
-    let pending = store.gate_log(id, 1, 0, usize::MAX).await.unwrap();
+    let pending = store
+        .log(id, LogKind::Gate(1), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(
         (pending.state, pending.name.as_str()),
         (log_state::PENDING, "second")
     );
     assert!(matches!(
-        store.gate_log(id, 7, 0, usize::MAX).await,
+        store.log(id, LogKind::Gate(7), 0, usize::MAX).await,
         Err(Error::GateNotFound { position: 7, .. })
     ));
     let (task, lease) = store
@@ -45,7 +50,10 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
         .live_log_start(&start(&lease, live_source::GATE, 0, task.attempt))
         .await
         .unwrap();
-    let running = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
+    let running = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(
         (running.state, running.total_bytes),
         (log_state::RUNNING, 0)
@@ -58,7 +66,10 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
             .await
             .unwrap()
     );
-    let first = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
+    let first = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(text(&first.slice.bytes), "one\n");
     assert_eq!((first.slice.next, first.total_bytes), (4, 4));
     assert!(
@@ -68,7 +79,7 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
             .unwrap()
     );
     let second = store
-        .gate_log(id, 0, first.slice.next, usize::MAX)
+        .log(id, LogKind::Gate(0), first.slice.next, usize::MAX)
         .await
         .unwrap();
     assert_eq!(text(&second.slice.bytes), "two\n");
@@ -84,14 +95,20 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
                 .unwrap()
         );
     }
-    let whole = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
+    let whole = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(whole.total_bytes, 24);
     assert_eq!(whole.slice.cut, 6, "three left the window");
     let shown = text(&whole.slice.bytes);
     assert!(shown.starts_with("one\ntwo\n\n[... 6 bytes cut"), "{shown}");
     assert!(shown.ends_with("five\n"), "{shown}");
     // A follower that saw "two" is told what it missed.
-    let behind = store.gate_log(id, 0, 8, usize::MAX).await.unwrap();
+    let behind = store
+        .log(id, LogKind::Gate(0), 8, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(behind.slice.cut, 6);
     assert!(text(&behind.slice.bytes).ends_with("four\nfive\n"));
     assert_eq!(behind.slice.next, 24);
@@ -118,14 +135,20 @@ pub async fn a_running_gates_output_is_read_by_offset_until_its_log_replaces_it(
             .await
             .unwrap()
     );
-    let finished = store.gate_log(id, 0, 19, usize::MAX).await.unwrap();
+    let finished = store
+        .log(id, LogKind::Gate(0), 19, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(finished.state, log_state::FINISHED);
     assert_eq!(text(&finished.slice.bytes), "five\n");
     assert_eq!(
         finished.gate.as_ref().map(|g| g.verdict),
         Some(Verdict::Passed)
     );
-    let from_start = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
+    let from_start = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(from_start.slice.bytes, full);
 }
 
@@ -153,7 +176,10 @@ pub async fn a_live_log_is_fenced_and_abandoned_with_its_attempt(db: &TestStore)
         .rescue_expired(now_millis() + 10 * LEASE, 100, |_| 0)
         .await
         .unwrap();
-    let abandoned = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
+    let abandoned = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(abandoned.state, log_state::ABANDONED);
     assert_eq!(text(&abandoned.slice.bytes), "half");
     // The stale worker cannot start another; the next attempt's replaces the abandoned one.
@@ -168,7 +194,10 @@ pub async fn a_live_log_is_fenced_and_abandoned_with_its_attempt(db: &TestStore)
         .live_log_start(&start(&new, live_source::GATE, 0, task.attempt + 1))
         .await
         .unwrap();
-    let fresh = store.gate_log(id, 0, 0, usize::MAX).await.unwrap();
+    let fresh = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(fresh.state, log_state::RUNNING);
     assert_eq!(
         (fresh.attempt, fresh.total_bytes),
@@ -204,11 +233,15 @@ pub async fn a_shell_jobs_output_is_live_until_it_ends(db: &TestStore) {
         .live_log_append(&log, &[(0, b"compiling\n")], 10)
         .await
         .unwrap();
-    let live = store.job_log(id, job, 0, usize::MAX).await.unwrap();
+    let live = store
+        .log(id, LogKind::Job(job), 0, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(
-        (live.state.as_str(), text(&live.slice.bytes).as_str()),
-        ("running", "compiling\n")
+        (live.state, text(&live.slice.bytes).as_str()),
+        (log_state::RUNNING, "compiling\n")
     );
+    assert_eq!(live.passed(), None);
     store
         .shell_job_finished(
             job,
@@ -220,14 +253,251 @@ pub async fn a_shell_jobs_output_is_live_until_it_ends(db: &TestStore) {
         )
         .await
         .unwrap();
-    let ended = store.job_log(id, job, 10, usize::MAX).await.unwrap();
+    let ended = store
+        .log(id, LogKind::Job(job), 10, usize::MAX)
+        .await
+        .unwrap();
     assert_eq!(
-        (ended.state.as_str(), text(&ended.slice.bytes).as_str()),
-        ("exited", "built\n")
+        (ended.state, text(&ended.slice.bytes).as_str()),
+        (log_state::FINISHED, "built\n")
+    );
+    assert_eq!(
+        (
+            ended.job.as_ref().map(|j| j.status.as_str()),
+            ended.exit_code,
+            ended.passed()
+        ),
+        (Some(job_status::EXITED), Some(0), Some(true))
     );
     assert!(store.live_logs(id).await.unwrap().is_empty());
     assert!(matches!(
-        store.job_log(id, job + 100, 0, 10).await,
+        store.log(id, LogKind::Job(job + 100), 0, 10).await,
         Err(Error::ShellJobNotFound { .. })
     ));
+}
+
+pub async fn a_terminals_live_log_is_its_record_and_ends_with_its_program(db: &TestStore) {
+    let store = db.store.clone();
+    let mut spec = NewTask::agent("repl", "use python");
+    spec.workspace = Some("/tmp".into());
+    let id = store.create_task(&spec).await.unwrap();
+    let (task, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(matches!(
+        store.log(id, LogKind::Terminal(1), 0, usize::MAX).await,
+        Err(Error::TerminalNotFound { terminal: 1, .. })
+    ));
+    let log = store
+        .live_log_start(&LiveLogStart {
+            name: "python3 -q",
+            head_cap: 1024,
+            tail_cap: 1024,
+            ..start(&lease, live_source::TERMINAL, 1, task.attempt)
+        })
+        .await
+        .unwrap();
+    let drawn = b">>> \x1b[32m42\x1b[0m\r\n";
+    assert!(
+        store
+            .live_log_append(&log, &[(0, drawn)], drawn.len() as u64)
+            .await
+            .unwrap()
+    );
+    let live = store
+        .log(id, LogKind::Terminal(1), 0, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        (live.state, live.name.as_str()),
+        (log_state::RUNNING, "python3 -q")
+    );
+    assert_eq!(
+        live.slice.bytes, drawn,
+        "escape sequences are kept as drawn"
+    );
+    assert!(!live.ended(false));
+
+    // The program exits: the last bytes and the end in one write; the log stays, finished.
+    let total = drawn.len() as u64 + 4;
+    assert!(
+        store
+            .live_log_end(
+                &log,
+                &[(drawn.len() as u64, b">>> ")],
+                total,
+                "the program ended: exit code 0",
+                Some(0)
+            )
+            .await
+            .unwrap()
+    );
+    let ended = store
+        .log(id, LogKind::Terminal(1), 0, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(ended.state, log_state::FINISHED);
+    assert_eq!((ended.exit_code, ended.passed()), (Some(0), Some(true)));
+    assert_eq!(
+        ended.end_reason.as_deref(),
+        Some("the program ended: exit code 0")
+    );
+    assert_eq!(ended.total_bytes, total);
+    assert!(ended.ended(false));
+    // Nothing more is written to an ended log.
+    assert!(
+        !store
+            .live_log_append(&log, &[(total, b"x")], total + 1)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .live_log_end(&log, &[], total, "again", None)
+            .await
+            .unwrap()
+    );
+    // The task's end does not remove it: it is the terminal's record.
+    store
+        .complete(&[Completion {
+            lease: lease.clone(),
+            outcome: Outcome::Succeeded,
+            details: serde_json::Value::Null,
+        }])
+        .await
+        .unwrap();
+    let kept = store
+        .log(id, LogKind::Terminal(1), 0, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!((kept.state, kept.total_bytes), (log_state::FINISHED, total));
+}
+
+/// A worker that dies leaves a gate's, a job's and a terminal's live log behind: the rescuer
+/// that takes its task back ends them all (and marks the job stale), so a follower ends.
+pub async fn the_rescuer_ends_the_live_logs_a_dead_worker_left(db: &TestStore) {
+    let store = db.store.clone();
+    let mut spec = NewTask::agent("dies", "work").with_gate("slow");
+    spec.workspace = Some("/tmp".into());
+    spec.max_attempts = 1;
+    let id = store.create_task(&spec).await.unwrap();
+    let (task, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    let job = store
+        .shell_job_started(&lease, "w", "make", "/tmp")
+        .await
+        .unwrap();
+    let mut logs = Vec::new();
+    for (source, key) in [
+        (live_source::GATE, 0),
+        (live_source::SHELL_JOB, job),
+        (live_source::TERMINAL, 1),
+    ] {
+        let log = store
+            .live_log_start(&start(&lease, source, key, task.attempt))
+            .await
+            .unwrap();
+        store
+            .live_log_append(&log, &[(0, b"half")], 4)
+            .await
+            .unwrap();
+        logs.push(log);
+    }
+    let kinds = [LogKind::Gate(0), LogKind::Job(job), LogKind::Terminal(1)];
+    for kind in kinds {
+        let log = store.log(id, kind, 0, usize::MAX).await.unwrap();
+        assert_eq!(log.state, log_state::RUNNING, "{kind:?} before the rescue");
+    }
+    // Another task's live log is none of the rescuer's business.
+    let other = store
+        .create_task(&NewTask::new("other").with_gate("x"))
+        .await
+        .unwrap();
+    let (other_task, other_lease) = store
+        .claim_task("w2", other, 100 * LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .live_log_start(&start(
+            &other_lease,
+            live_source::GATE,
+            0,
+            other_task.attempt,
+        ))
+        .await
+        .unwrap();
+
+    let counts = store
+        .rescue_expired(now_millis() + 10 * LEASE, 100, |_| 0)
+        .await
+        .unwrap();
+    assert_eq!(counts.failed, 1, "no attempt left: {counts:?}");
+    for kind in kinds {
+        let log = store.log(id, kind, 0, usize::MAX).await.unwrap();
+        assert_eq!(
+            (
+                log.state,
+                log.end_reason.as_deref(),
+                text(&log.slice.bytes).as_str()
+            ),
+            (log_state::ABANDONED, Some(WORKER_STOPPED), "half"),
+            "{kind:?} after the rescue"
+        );
+        assert!(log.ended(false), "{kind:?}: a follower ends");
+        assert_eq!(log.passed(), Some(false));
+    }
+    let rows = store.live_logs(id).await.unwrap();
+    assert!(
+        rows.iter()
+            .all(|l| l.ended_at.is_some() && l.end_reason.as_deref() == Some(WORKER_STOPPED)),
+        "{rows:?}"
+    );
+    assert_eq!(
+        store.shell_job(job).await.unwrap().unwrap().status,
+        job_status::STALE
+    );
+    // The dead worker's writer, should it wake, writes nothing more.
+    assert!(
+        !store
+            .live_log_append(&logs[2], &[(4, b"more")], 8)
+            .await
+            .unwrap()
+    );
+    let other_log = store
+        .log(other, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(other_log.state, log_state::RUNNING);
+    assert!(store.live_logs(other).await.unwrap()[0].ended_at.is_none());
+}
+
+/// A cancel that finds the task's worker gone (its lease expired, no rescuer ran yet) ends the
+/// task at once, and what that worker was writing with it.
+pub async fn a_cancel_that_finds_no_worker_ends_its_live_logs(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store
+        .create_task(&NewTask::new("t").with_gate("slow"))
+        .await
+        .unwrap();
+    let (task, lease) = store.claim_task("w", id, 1).await.unwrap().unwrap();
+    store
+        .live_log_start(&start(&lease, live_source::GATE, 0, task.attempt))
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    store.cancel_task(id).await.unwrap();
+    let log = store
+        .log(id, LogKind::Gate(0), 0, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        (log.state, log.end_reason.as_deref()),
+        (log_state::ABANDONED, Some(WORKER_STOPPED))
+    );
 }
