@@ -56,8 +56,13 @@ running it stopped); 7 when it was canceled or killed; 3 when the task or the lo
 exist. Without --follow it is 0 whenever the log was read.")]
     Logs(super::task_logs::LogsArgs),
     /// Cancel a task: a queued one at once, a running one by killing its gate's process group.
-    #[command(after_help = "Example:\n  orchestrator task cancel 42")]
-    Cancel(IdArgs),
+    ///
+    /// A running task is stopped by the worker running it; the command waits until it is
+    /// canceled (at most --wait seconds), so a `task retry` right after finds it canceled.
+    #[command(
+        after_help = "Examples:\n  orchestrator task cancel 42\n  orchestrator task cancel 42 --wait 0      return as soon as the cancel is requested"
+    )]
+    Cancel(CancelArgs),
     /// Queue a failed or canceled task again.
     #[command(after_help = "Example:\n  orchestrator task retry 42")]
     Retry(IdArgs),
@@ -116,6 +121,16 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct IdArgs {
     pub id: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    pub id: String,
+    /// Seconds to wait for the worker of a running task to stop it; 0 returns at once.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub wait: u64,
     #[arg(long)]
     pub json: bool,
 }
@@ -411,19 +426,40 @@ async fn events(global: &GlobalArgs, args: EventsArgs) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cancel(global: &GlobalArgs, args: IdArgs) -> anyhow::Result<ExitCode> {
+async fn cancel(global: &GlobalArgs, args: CancelArgs) -> anyhow::Result<ExitCode> {
     let id = parse_id(&args.id)?;
     let store = global.open_store().await?;
     let outcome = store.cancel_task(id).await?;
+    // A running task ends when its worker has stopped it: wait for that, so the next command
+    // (a retry, a read) sees it ended.
+    let mut state = None;
+    if outcome == CancelOutcome::Requested && args.wait > 0 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(args.wait);
+        loop {
+            let task = store.get_task(id).await?;
+            if task.state.is_terminal() || std::time::Instant::now() >= deadline {
+                state = Some(task.state);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
     if args.json {
-        output::json(&serde_json::json!({ "id": id.0, "outcome": outcome }))?;
+        output::json(&serde_json::json!({ "id": id.0, "outcome": outcome, "state": state }))?;
     } else {
-        match outcome {
-            CancelOutcome::Canceled => println!("task {id} canceled"),
-            CancelOutcome::Requested => {
+        match (outcome, state) {
+            (CancelOutcome::Canceled, _) => println!("task {id} canceled"),
+            (CancelOutcome::Requested, Some(state)) if state.is_terminal() => {
+                println!("task {id} stopped by its worker: {state}")
+            }
+            (CancelOutcome::Requested, Some(_)) => println!(
+                "task {id} is still stopping after {} s: its worker will mark it canceled",
+                args.wait
+            ),
+            (CancelOutcome::Requested, None) => {
                 println!("task {id} is running: its worker will stop it and mark it canceled")
             }
-            CancelOutcome::AlreadyCanceled => println!("task {id} was already canceled"),
+            (CancelOutcome::AlreadyCanceled, _) => println!("task {id} was already canceled"),
         }
     }
     Ok(ExitCode::SUCCESS)
