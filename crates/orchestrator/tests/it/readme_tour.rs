@@ -75,7 +75,7 @@ fn without_comment(line: &str) -> &str {
 }
 
 /// One bash, fed a line at a time; each line's exit status comes back on a marker line.
-struct Shell {
+pub(crate) struct Shell {
     child: Child,
     stdin: ChildStdin,
     lines: mpsc::Receiver<String>,
@@ -83,7 +83,12 @@ struct Shell {
 }
 
 impl Shell {
-    fn start(env: &[(String, String)], remove: &[&str], cwd: &Path, stderr: PathBuf) -> Shell {
+    pub(crate) fn start(
+        env: &[(String, String)],
+        remove: &[&str],
+        cwd: &Path,
+        stderr: PathBuf,
+    ) -> Shell {
         let mut command = Command::new("bash");
         command
             .arg("--noprofile")
@@ -120,7 +125,7 @@ impl Shell {
 
     /// Runs `line` in this shell (so `cd` and `export` last) with its stdin closed, and returns
     /// its exit status and output.
-    fn run(&mut self, line: &str) -> (i32, String) {
+    pub(crate) fn run(&mut self, line: &str) -> (i32, String) {
         self.send(&format!("{{ {line}\n}} </dev/null"))
     }
 
@@ -151,7 +156,7 @@ impl Shell {
         }
     }
 
-    fn stderr_text(&self) -> String {
+    pub(crate) fn stderr_text(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 }
@@ -177,7 +182,7 @@ fn toolchain_env() -> Vec<(String, String)> {
 
 /// What a person's terminal on a fresh machine would not have: this machine's orchestrator
 /// settings, tokens and keys, and the build's own target directory.
-const REMOVED: [&str; 13] = [
+pub(crate) const REMOVED: [&str; 13] = [
     "ORCHESTRATOR_HOME",
     "ORCHESTRATOR_CONFIG",
     "ORCHESTRATOR_DATABASE_URL",
@@ -195,7 +200,7 @@ const REMOVED: [&str; 13] = [
 
 /// A new HOME under `base`, and the variables of a terminal on it: this build's `orchestrator`
 /// first on PATH, the toolchain where it is.
-fn fresh_home(base: &Path) -> (PathBuf, Vec<(String, String)>) {
+pub(crate) fn fresh_home(base: &Path) -> (PathBuf, Vec<(String, String)>) {
     let home = base.join("home");
     let bin = base.join("bin");
     std::fs::create_dir_all(&home).unwrap();
@@ -256,38 +261,8 @@ fn the_readme_tour_runs_as_written_on_a_fresh_home() {
     let remove = REMOVED;
 
     // `serve`, as the README's first command starts it (on a free port).
-    let mut serve = Command::new(BIN);
-    serve
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .current_dir(&home)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(base.path().join("serve.log")).unwrap());
-    for name in remove {
-        serve.env_remove(name);
-    }
-    for (k, v) in &env {
-        serve.env(k, v);
-    }
-    let mut serve = KillOnDrop(serve.spawn().unwrap());
     let serve_log = base.path().join("serve.log");
-    let started = Instant::now();
-    while !std::fs::read_to_string(&serve_log)
-        .unwrap_or_default()
-        .contains("http://")
-    {
-        assert!(
-            started.elapsed() < PATIENCE,
-            "serve did not start: {}",
-            std::fs::read_to_string(&serve_log).unwrap_or_default()
-        );
-        assert!(
-            serve.0.try_wait().unwrap().is_none(),
-            "serve exited: {}",
-            std::fs::read_to_string(&serve_log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let serve = start_serve(&home, &env, &serve_log);
 
     let mut shell = Shell::start(&env, &remove, &home, base.path().join("shell.err"));
     for line in &tour {
@@ -340,6 +315,39 @@ fn the_readme_tour_runs_as_written_on_a_fresh_home() {
     drop(serve);
 }
 
+/// `serve` on a free port, started in `home` with the terminal's variables `env` (and none of
+/// [`REMOVED`]), once it printed its address; its stderr goes to `log`.
+pub(crate) fn start_serve(home: &Path, env: &[(String, String)], log: &Path) -> KillOnDrop {
+    let mut serve = Command::new(BIN);
+    serve
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    for name in REMOVED {
+        serve.env_remove(name);
+    }
+    for (k, v) in env {
+        serve.env(k, v);
+    }
+    let mut serve = KillOnDrop(serve.spawn().unwrap());
+    let started = Instant::now();
+    while !std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .contains("http://")
+    {
+        let said = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(started.elapsed() < PATIENCE, "serve did not start: {said}");
+        assert!(
+            serve.0.try_wait().unwrap().is_none(),
+            "serve exited: {said}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    serve
+}
+
 /// An MCP client's first words: initialize, then list the tools, then (after a moment for the
 /// answer) the end of its input.
 const MCP_CLIENT: &str = r#"printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"tour","version":"1"}}}' '{"jsonrpc":"2.0","method":"notifications/initialized"}' '{"jsonrpc":"2.0","id":2,"method":"tools/list"}'; sleep 2"#;
@@ -357,7 +365,7 @@ fn wait_for_an_approval(shell: &mut Shell) {
     }
 }
 
-struct KillOnDrop(Child);
+pub(crate) struct KillOnDrop(pub(crate) Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
