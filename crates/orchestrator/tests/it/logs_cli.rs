@@ -355,7 +355,8 @@ fn follow_past_a_killed_worker(env: &Env) {
 }
 
 /// Ten lines, 0.2 s apart, then exit 3: a background job long enough to be watched.
-const TICKS: &str = "for i in $(seq 1 10); do echo \"tick $i\"; sleep 0.2; done; echo bye >&2; exit 3";
+const TICKS: &str =
+    "for i in $(seq 1 10); do echo \"tick $i\"; sleep 0.2; done; echo bye >&2; exit 3";
 
 /// A background job an agent starts with exec_shell is followed by `task logs --background`
 /// through `serve` while it runs, line by line, and the follow ends with the program's exit; the
@@ -485,7 +486,12 @@ fn follow_a_background_job(env: &Env) {
         "{read}"
     );
     assert_eq!(read["command"], TICKS);
-    assert!(read["text"].as_str().unwrap().starts_with("tick 1\ntick 2\n"));
+    assert!(
+        read["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("tick 1\ntick 2\n")
+    );
     let (code, body) = crate::support::http_get(
         &serve.addr,
         &format!("/api/v1/tasks/{id}/logs"),
