@@ -276,7 +276,7 @@ mod tests {
 
     #[test]
     fn nothing_held_back_means_no_loader() {
-        let (sent, on_demand) = OnDemand::split(["read_file"].map(definition).to_vec());
+        let (sent, on_demand) = OnDemand::split(vec![definition("read_file")]);
         assert_eq!(names(&sent), ["read_file"]);
         assert!(on_demand.spec().is_none());
     }
