@@ -73,6 +73,10 @@ pub enum Error {
     /// Not retryable.
     #[error("task {task} has no terminal pty-{terminal}")]
     TerminalNotFound { task: TaskId, terminal: i64 },
+    /// The task has no background job of exec_shell with this number (job-N) that was ever
+    /// written down. Not retryable.
+    #[error("task {task} has no background job job-{job}")]
+    BackgroundJobNotFound { task: TaskId, job: i64 },
     /// No PR attempt has this id. Not retryable.
     #[error("attempt {0} not found")]
     AttemptNotFound(i64),

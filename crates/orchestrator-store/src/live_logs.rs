@@ -1,5 +1,6 @@
-//! The `live_logs` and `live_log_chunks` tables: what a gate, a shell job or a terminal has
-//! printed so far, while it runs, readable from any node by byte offset.
+//! The `live_logs` and `live_log_chunks` tables: what a gate, a shell job, a terminal or a
+//! background job of exec_shell has printed so far, while it runs, readable from any node by
+//! byte offset.
 //!
 //! The runner writes a command's output in chunks, a few times a second at most (never per line),
 //! each chunk at its offset in the output. The head (the first `head_cap` bytes) is kept whole and
@@ -11,7 +12,8 @@
 //!
 //! When a gate's or a job's final log is recorded (`record_gate`, `shell_job_finished`), its live
 //! log is deleted in the same transaction, so a reader finds exactly one of the two. A terminal
-//! has no other record: its live log is kept, and ended (`live_log_end`) with its program's exit.
+//! and a background job of exec_shell have no other record: their live log is kept, and ended
+//! (`live_log_end`) with the program's exit.
 //! A live log whose worker died is ended by the rescuer that takes the task back, or by a cancel
 //! that finds no worker ([`end_abandoned`]), "the worker running this stopped", so followers end
 //! instead of waiting; it reads `abandoned` and stays until the same command starts again.
@@ -39,6 +41,9 @@ pub mod live_source {
     pub const SHELL_JOB: &str = "shell_job";
     /// A terminal session an agent opened (pty_open); the key is N of its id `pty-N`.
     pub const TERMINAL: &str = "terminal";
+    /// A background job an agent started with exec_shell (background=true); the key is N of its
+    /// id `job-N`.
+    pub const BACKGROUND_JOB: &str = "background_job";
 }
 
 /// Why a live log ended when its worker did not end it.
@@ -51,7 +56,7 @@ pub mod log_state {
     /// It runs: the log is its live output so far.
     pub const RUNNING: &str = "running";
     /// It ended: a gate's or a job's recorded log (with the verdict or the job's status), or a
-    /// terminal's whole output once its program exited.
+    /// terminal's or a background job's whole output once its program exited.
     pub const FINISHED: &str = "finished";
     /// Its attempt ended without recording it (the worker stopped): the output so far, no verdict.
     pub const ABANDONED: &str = "abandoned";
@@ -152,6 +157,9 @@ pub enum LogKind {
     Job(i64),
     /// A terminal session an agent opened (pty_open), by N of its id `pty-N`.
     Terminal(i64),
+    /// A background job an agent started with exec_shell (background=true), by N of its id
+    /// `job-N`.
+    Background(i64),
 }
 
 impl LogKind {
@@ -161,13 +169,15 @@ impl LogKind {
             LogKind::Gate(_) => live_source::GATE,
             LogKind::Job(_) => live_source::SHELL_JOB,
             LogKind::Terminal(_) => live_source::TERMINAL,
+            LogKind::Background(_) => live_source::BACKGROUND_JOB,
         }
     }
 
-    /// The `live_logs.source_key`: the position, the job's id or the terminal's number.
+    /// The `live_logs.source_key`: the position, the job's id, the terminal's or the background
+    /// job's number.
     pub fn key(self) -> i64 {
         match self {
-            LogKind::Gate(k) | LogKind::Job(k) | LogKind::Terminal(k) => k,
+            LogKind::Gate(k) | LogKind::Job(k) | LogKind::Terminal(k) | LogKind::Background(k) => k,
         }
     }
 
@@ -177,6 +187,7 @@ impl LogKind {
             live_source::GATE => Some(LogKind::Gate(log.source_key)),
             live_source::SHELL_JOB => Some(LogKind::Job(log.source_key)),
             live_source::TERMINAL => Some(LogKind::Terminal(log.source_key)),
+            live_source::BACKGROUND_JOB => Some(LogKind::Background(log.source_key)),
             _ => None,
         }
     }
@@ -222,7 +233,8 @@ impl Log {
         }
     }
 
-    /// Whether it ended well: a gate that passed, a job or a terminal whose program exited 0.
+    /// Whether it ended well: a gate that passed, a job, a terminal or a background job whose
+    /// program exited 0.
     /// `None` while it may still change.
     pub fn passed(&self) -> Option<bool> {
         match self.state {
@@ -237,7 +249,7 @@ impl Log {
                         .is_some_and(|j| j.status == crate::job_status::EXITED)
                         && self.exit_code == Some(0)
                 }
-                LogKind::Terminal(_) => self.exit_code == Some(0),
+                LogKind::Terminal(_) | LogKind::Background(_) => self.exit_code == Some(0),
             }),
             log_state::ABANDONED => Some(false),
             _ => None,
@@ -246,7 +258,7 @@ impl Log {
 }
 
 impl LiveLog {
-    /// How a job's or a terminal's live log reads while the task's attempt is `task_attempt`:
+    /// How a job's, a terminal's or a background job's live log reads while the task's attempt is `task_attempt`:
     /// ended by its worker (a terminal's program exited) is finished; ended by the rescuer, or
     /// left by an attempt a newer one replaced, is abandoned; else it runs.
     pub fn state(&self, task_attempt: i64) -> &'static str {
@@ -367,7 +379,8 @@ impl Store {
         self.live_log_write(log, pieces, total, None).await
     }
 
-    /// The last write of a live log that has no other record (a terminal's): its last chunks,
+    /// The last write of a live log that has no other record (a terminal's, a background job's):
+    /// its last chunks,
     /// and its end, `reason` in words and the program's exit code. `false` as for
     /// [`Store::live_log_append`].
     pub async fn live_log_end(
@@ -496,14 +509,22 @@ impl Store {
         Ok((slice_after(pieces, total, from, limit, ended), total))
     }
 
-    /// A log of a task (a gate's, a shell job's or a terminal's) as it reads now, from byte
-    /// `from`, at most `limit` bytes: its live output while it runs, its record once it ended.
-    /// `GateNotFound`, `ShellJobNotFound` or `TerminalNotFound` when the task has no such one.
+    /// A log of a task (a gate's, a shell job's, a terminal's or a background job's) as it reads
+    /// now, from byte `from`, at most `limit` bytes: its live output while it runs, its record
+    /// once it ended. `GateNotFound`, `ShellJobNotFound`, `TerminalNotFound` or
+    /// `BackgroundJobNotFound` when the task has no such one.
     pub async fn log(&self, task: TaskId, kind: LogKind, from: u64, limit: usize) -> Result<Log> {
         match kind {
             LogKind::Gate(position) => self.gate_log(task, position, from, limit).await,
             LogKind::Job(job) => self.job_log(task, job, from, limit).await,
-            LogKind::Terminal(n) => self.terminal_log(task, n, from, limit).await,
+            LogKind::Terminal(n) => {
+                let missing = Error::TerminalNotFound { task, terminal: n };
+                self.process_log(task, kind, missing, from, limit).await
+            }
+            LogKind::Background(n) => {
+                let missing = Error::BackgroundJobNotFound { task, job: n };
+                self.process_log(task, kind, missing, from, limit).await
+            }
         }
     }
 
@@ -718,14 +739,21 @@ impl Store {
         })
     }
 
-    /// The log of a task's terminal session `pty-N`: its live log, whole once its program exited
-    /// (a terminal has no other record).
-    async fn terminal_log(&self, task: TaskId, n: i64, from: u64, limit: usize) -> Result<Log> {
-        let kind = LogKind::Terminal(n);
+    /// The log of a background process of a task's agent (a terminal session `pty-N`, a
+    /// background job `job-N`): its live log, whole once its program exited (it has no other
+    /// record); `missing` when there is none.
+    async fn process_log(
+        &self,
+        task: TaskId,
+        kind: LogKind,
+        missing: Error,
+        from: u64,
+        limit: usize,
+    ) -> Result<Log> {
         let live = self
-            .live_log(task, live_source::TERMINAL, n)
+            .live_log(task, kind.source(), kind.key())
             .await?
-            .ok_or(Error::TerminalNotFound { task, terminal: n })?;
+            .ok_or(missing)?;
         let current = self.get_task(task).await?;
         let state = live.state(current.attempt);
         let mut log = self

@@ -41,22 +41,33 @@ pub struct ToolContext {
     /// Whether the model of this session takes images; `None` outside an agent (a tool run by
     /// hand, an MCP client), where images are returned as they are.
     pub(crate) images: Option<Arc<ModelImages>>,
-    /// Where terminals' output is kept as it comes, for people to watch; `None` keeps only the
-    /// model's buffer (a tool run by hand, an MCP session).
-    pub(crate) terminals: Option<Arc<dyn TerminalRecorder>>,
+    /// Where the output of background processes (terminals, exec_shell's background jobs) is
+    /// kept as it comes, for people to watch; `None` keeps only the model's buffer (a tool run by
+    /// hand, an MCP session).
+    pub(crate) recorder: Option<Arc<dyn OutputRecorder>>,
 }
 
-/// Keeps what a terminal session draws as it comes, beside the buffer the model reads: the worker
-/// writes it to the store's live log (`orchestrator-worker`'s `gate::live`), so a person can
-/// follow a terminal from the CLI or the dashboard, escape sequences and all.
-pub trait TerminalRecorder: Send + Sync {
-    /// Terminal `pty-{number}` opened, running `command`: where its output goes.
-    fn open(&self, number: u64, command: &str) -> Arc<dyn TerminalTap>;
+/// A background process of a session, whose output outlives the call that started it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Background {
+    /// A terminal session, `pty-N` (pty_open).
+    Terminal(u64),
+    /// A background job, `job-N` (exec_shell with background=true).
+    Job(u64),
 }
 
-/// One terminal's recording.
-pub trait TerminalTap: Send + Sync {
-    /// Bytes the program drew, as read. Called on the terminal's reader: it must not wait.
+/// Keeps what a background process prints as it comes, beside the buffer the model reads: the
+/// worker writes it to the store's live log (`orchestrator-worker`'s `gate::live`), so a person
+/// can follow a terminal or a dev server from the CLI or the dashboard, escape sequences and all.
+pub trait OutputRecorder: Send + Sync {
+    /// `process` started, running `command`: where its output goes.
+    fn open(&self, process: Background, command: &str) -> Arc<dyn OutputTap>;
+}
+
+/// One background process's recording.
+pub trait OutputTap: Send + Sync {
+    /// Bytes the program printed or drew, as read. Called on the process's reader: it must not
+    /// wait.
     fn push(&self, bytes: &[u8]);
     /// The program is gone: why, in words, and its exit code when it exited.
     fn end(&self, reason: String, exit_code: Option<i64>);
@@ -100,7 +111,7 @@ impl ToolContext {
             web_search: None,
             lsp: Arc::new(crate::lsp::LspManager::default()),
             images: None,
-            terminals: None,
+            recorder: None,
         })
     }
 
@@ -162,9 +173,9 @@ impl ToolContext {
         self
     }
 
-    /// Where the session's terminals are recorded as they draw.
-    pub fn with_terminal_recorder(mut self, recorder: Arc<dyn TerminalRecorder>) -> Self {
-        self.terminals = Some(recorder);
+    /// Where the session's terminals and background jobs are recorded as they print.
+    pub fn with_output_recorder(mut self, recorder: Arc<dyn OutputRecorder>) -> Self {
+        self.recorder = Some(recorder);
         self
     }
 

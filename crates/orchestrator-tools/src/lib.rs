@@ -31,7 +31,7 @@ mod server_process;
 pub mod tools;
 pub mod workspace;
 
-pub use context::{ModelImages, TerminalRecorder, TerminalTap, ToolContext};
+pub use context::{Background, ModelImages, OutputRecorder, OutputTap, ToolContext};
 pub use error::{Error, Result};
 pub use mcp::serve_stdio as serve_mcp_stdio;
 pub use output::{HomeDirSink, Limits, MemorySink, ResultSink};

@@ -327,8 +327,9 @@
       }
     });
   };
-  // A panel that follows one running command's output: `path` is gates/N, jobs/N or
-  // terminals/pty-N, `title` what it is ("Gate", "Shell job 3", "Terminal pty-2").
+  // A panel that follows one running command's output: `path` is gates/N, jobs/N,
+  // terminals/pty-N or background-jobs/job-N, `title` what it is ("Gate", "Shell job 3",
+  // "Terminal pty-2", "Background job job-4").
   var makePanel = function (into, task, path, title, name) {
     if (!into || into.querySelector('[data-log-panel="' + path + '"]')) { return; }
     var panel = document.createElement("div");
@@ -366,8 +367,8 @@
   if (panels && panels.getAttribute("data-live") === "true") {
     panels.querySelectorAll("[data-gate-panel]").forEach(followPanel);
   }
-  // Shell jobs and terminals: the page's running ones are followed; after each tool call the
-  // task's logs are read again and one that started since gets a panel.
+  // Shell jobs, terminals and background jobs: the page's running ones are followed; after each
+  // tool call the task's logs are read again and one that started since gets a panel.
   var commandPanels = document.querySelector("[data-log-panels]");
   if (commandPanels && commandPanels.getAttribute("data-live") === "true") {
     commandPanels.querySelectorAll("[data-log-panel]").forEach(followPanel);
@@ -380,8 +381,15 @@
       .then(function (body) {
         (body.logs || []).forEach(function (entry) {
           if (entry.kind === "gate" || entry.state !== "running") { return; }
-          var path = entry.kind === "terminal" ? "terminals/" + entry.key : "jobs/" + entry.key;
-          var title = entry.kind === "terminal" ? "Terminal " + entry.key : "Shell job " + entry.key;
+          var kinds = {
+            terminal: ["terminals/", "Terminal "],
+            background_job: ["background-jobs/", "Background job "],
+            shell_job: ["jobs/", "Shell job "]
+          };
+          var kind = kinds[entry.kind];
+          if (!kind) { return; }
+          var path = kind[0] + entry.key;
+          var title = kind[1] + entry.key;
           makePanel(commandPanels, task, path, title, String(entry.name));
           var none = document.querySelector("[data-no-commands]");
           if (none) { none.hidden = true; }

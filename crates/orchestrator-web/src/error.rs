@@ -61,6 +61,7 @@ impl From<orchestrator_store::Error> for ApiError {
             | S::GateNotFound { .. }
             | S::ShellJobNotFound { .. }
             | S::TerminalNotFound { .. }
+            | S::BackgroundJobNotFound { .. }
             | S::AutomationNotFound(_)
             | S::ApprovalNotFound(_)
             | S::AttemptNotFound(_) => (StatusCode::NOT_FOUND, "not_found"),

@@ -127,7 +127,7 @@ pub fn app(web: Web) -> Router {
 }
 
 /// Every route: method and path, as the OpenAPI document names them.
-pub const ROUTES: [(&str, &str); 42] = [
+pub const ROUTES: [(&str, &str); 44] = [
     ("GET", "/api/v1/health"),
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/api/v1/tasks"),
@@ -145,6 +145,14 @@ pub const ROUTES: [(&str, &str); 42] = [
     ("GET", "/api/v1/tasks/{id}/jobs/{job}/log/stream"),
     ("GET", "/api/v1/tasks/{id}/terminals/{terminal}/log"),
     ("GET", "/api/v1/tasks/{id}/terminals/{terminal}/log/stream"),
+    (
+        "GET",
+        "/api/v1/tasks/{id}/background-jobs/{background_job}/log",
+    ),
+    (
+        "GET",
+        "/api/v1/tasks/{id}/background-jobs/{background_job}/log/stream",
+    ),
     ("GET", "/api/v1/tasks/{id}/logs"),
     ("POST", "/api/v1/tasks/{id}/cancel"),
     ("POST", "/api/v1/tasks/{id}/retry"),
@@ -192,7 +200,8 @@ pub fn router(web: Web) -> Router {
         .route("/tasks/{id}/turns", get(turns::api))
         .route("/tasks/{id}/artifacts", get(artifacts::of_task))
         .route("/tasks/{id}/logs", get(logs::list))
-        // gates/{n}, jobs/{job} and terminals/{t}: one reader over the kind of log.
+        // gates/{n}, jobs/{job}, terminals/{t} and background-jobs/{b}: one reader over the kind
+        // of log.
         .route("/tasks/{id}/{kind}/{key}/log", get(logs::log))
         .route("/tasks/{id}/{kind}/{key}/log/stream", get(logs::stream))
         .route("/tasks/{id}/cancel", post(tasks::cancel))

@@ -1,12 +1,13 @@
 //! A task's logs while they run and after, one reader over the kind of log: a gate's
-//! (`GET /api/v1/tasks/{id}/gates/{n}/log`), a shell job's (`/jobs/{job}/log`) and a terminal
-//! session's (`/terminals/{t}/log`), each with a `/stream` that follows it; and the list of a
-//! task's logs (`/api/v1/tasks/{id}/logs`), which the task page asks for when a job or a terminal
+//! (`GET /api/v1/tasks/{id}/gates/{n}/log`), a shell job's (`/jobs/{job}/log`), a terminal
+//! session's (`/terminals/{t}/log`) and a background job's of exec_shell
+//! (`/background-jobs/{b}/log`), each with a `/stream` that follows it; and the list of a task's
+//! logs (`/api/v1/tasks/{id}/logs`), which the task page asks for when a job or a terminal
 //! starts.
 //!
 //! `{n}` is the gate's position: its place in the task's spec from 0, or 1000 and up for the
 //! checks an agent ran with commands of its own; `{job}` a shell job's id; `{t}` a terminal's id
-//! (`pty-2`, or `2`). A read gives the bytes after `after` (a byte offset in the output) as text,
+//! (`pty-2`, or `2`); `{b}` a background job's id (`job-3`, or `3`). A read gives the bytes after `after` (a byte offset in the output) as text,
 //! and `next`, the offset to ask from next; while the command runs that is its live log (the
 //! store's `live_logs`), once it ended its recorded log (a terminal's live log is its record), so
 //! a follower never sees a seam. The stream sends each new piece as a `log` event whose id is its
@@ -51,7 +52,8 @@ pub struct LogRead {
     pub ended: bool,
 }
 
-/// The kind of log a path names: `gates/0`, `jobs/3`, `terminals/pty-2` (or `terminals/2`).
+/// The kind of log a path names: `gates/0`, `jobs/3`, `terminals/pty-2` (or `terminals/2`),
+/// `background-jobs/job-4` (or `background-jobs/4`).
 pub fn parse_kind(kind: &str, key: &str) -> Result<LogKind, ApiError> {
     match kind {
         "gates" => match key.parse::<i64>() {
@@ -64,8 +66,15 @@ pub fn parse_kind(kind: &str, key: &str) -> Result<LogKind, ApiError> {
         "terminals" => terminal_number(key).map(LogKind::Terminal).ok_or_else(|| {
             ApiError::bad_request(format!("{key:?} is not a terminal session (pty-1, or 1)"))
         }),
+        "background-jobs" => background_number(key)
+            .map(LogKind::Background)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "{key:?} is not a background job of exec_shell (job-1, or 1)"
+                ))
+            }),
         other => Err(ApiError::not_found(format!(
-            "a task has gates, jobs and terminals, not {other:?}"
+            "a task has gates, jobs, terminals and background-jobs, not {other:?}"
         ))),
     }
 }
@@ -76,26 +85,37 @@ pub fn terminal_number(text: &str) -> Option<i64> {
     n.parse::<i64>().ok().filter(|n| *n > 0)
 }
 
-/// Where a log is in the API and on the pages: `gates/0`, `jobs/3`, `terminals/pty-2`.
+/// N of a background job's id `job-N` (or N alone).
+pub fn background_number(text: &str) -> Option<i64> {
+    let n = text.strip_prefix("job-").unwrap_or(text);
+    n.parse::<i64>().ok().filter(|n| *n > 0)
+}
+
+/// Where a log is in the API and on the pages: `gates/0`, `jobs/3`, `terminals/pty-2`,
+/// `background-jobs/job-4`.
 pub fn kind_path(kind: LogKind) -> String {
     match kind {
         LogKind::Gate(n) => format!("gates/{n}"),
         LogKind::Job(n) => format!("jobs/{n}"),
         LogKind::Terminal(n) => format!("terminals/pty-{n}"),
+        LogKind::Background(n) => format!("background-jobs/job-{n}"),
     }
 }
 
-/// What a person calls a log: `gate "cargo test"`, `shell job 3`, `terminal pty-2`.
+/// What a person calls a log: `gate "cargo test"`, `shell job 3`, `terminal pty-2`,
+/// `background job job-4`.
 pub fn kind_label(log: &Log) -> String {
     match log.kind {
         LogKind::Gate(_) => format!("gate {:?}", log.name),
         LogKind::Job(n) => format!("shell job {n}"),
         LogKind::Terminal(n) => format!("terminal pty-{n}"),
+        LogKind::Background(n) => format!("background job job-{n}"),
     }
 }
 
 /// A log as the API, the pages and the CLI's `--json` show it: the same fields for every kind,
-/// and each kind's own (a gate's position and verdict, a job's id and status, a terminal's id).
+/// and each kind's own (a gate's position and verdict, a job's id and status, a terminal's or a
+/// background job's id).
 pub fn log_json(log: &Log) -> Value {
     let gate = log.gate.as_ref();
     let job = log.job.as_ref();
@@ -134,6 +154,10 @@ pub fn log_json(log: &Log) -> Value {
                 object.insert("terminal".into(), json!(format!("pty-{n}")));
                 object.insert("command".into(), json!(log.name));
             }
+            LogKind::Background(n) => {
+                object.insert("background_job".into(), json!(format!("job-{n}")));
+                object.insert("command".into(), json!(log.name));
+            }
         }
     }
     json
@@ -166,7 +190,7 @@ fn limit_of(params: &LogQuery) -> usize {
         .clamp(1, MAX_READ)
 }
 
-/// `GET /api/v1/tasks/{id}/{gates|jobs|terminals}/{key}/log`.
+/// `GET /api/v1/tasks/{id}/{gates|jobs|terminals|background-jobs}/{key}/log`.
 pub(crate) async fn log(
     State(web): State<Web>,
     Path((id, kind, key)): Path<(String, String, String)>,
@@ -186,7 +210,7 @@ pub(crate) async fn log(
     ok(&read.json)
 }
 
-/// `GET /api/v1/tasks/{id}/{gates|jobs|terminals}/{key}/log/stream`.
+/// `GET /api/v1/tasks/{id}/{gates|jobs|terminals|background-jobs}/{key}/log/stream`.
 pub(crate) async fn stream(
     State(web): State<Web>,
     Path((id, kind, key)): Path<(String, String, String)>,
@@ -207,7 +231,8 @@ pub struct LogEntry {
     pub name: String,
     /// One of `log_state`.
     pub state: &'static str,
-    /// A job's status (exited, killed, timed_out, stale), a terminal's end, a gate's nothing.
+    /// A job's status (exited, killed, timed_out, stale), a terminal's or a background job's
+    /// end, a gate's nothing.
     pub detail: Option<String>,
     pub attempt: Option<i64>,
 }
@@ -219,6 +244,7 @@ impl LogEntry {
             "kind": self.kind.source(),
             "key": match self.kind {
                 LogKind::Terminal(n) => json!(format!("pty-{n}")),
+                LogKind::Background(n) => json!(format!("job-{n}")),
                 kind => json!(kind.key()),
             },
             "name": self.name,
@@ -232,9 +258,9 @@ impl LogEntry {
     }
 }
 
-/// A task's shell jobs and terminal sessions with their states, oldest first, read from the
-/// rows alone (no log's bytes): what the task page lists and `/api/v1/tasks/{id}/logs` returns
-/// beside the gates with a live log.
+/// A task's shell jobs, terminal sessions and background jobs with their states, oldest first,
+/// read from the rows alone (no log's bytes): what the task page lists and
+/// `/api/v1/tasks/{id}/logs` returns beside the gates with a live log.
 pub async fn entries(
     store: &Store,
     task: TaskId,
@@ -245,7 +271,7 @@ pub async fn entries(
     for live in live.iter().filter(|l| {
         matches!(
             LogKind::of(l),
-            Some(LogKind::Gate(_) | LogKind::Terminal(_))
+            Some(LogKind::Gate(_) | LogKind::Terminal(_) | LogKind::Background(_))
         )
     }) {
         let Some(kind) = LogKind::of(live) else {
@@ -294,8 +320,8 @@ pub async fn entries(
     Ok(entries)
 }
 
-/// `GET /api/v1/tasks/{id}/logs`: the task's gates that have a live log, its shell jobs and its
-/// terminals, each with its state and where to read and follow it.
+/// `GET /api/v1/tasks/{id}/logs`: the task's gates that have a live log, its shell jobs, its
+/// terminals and its background jobs, each with its state and where to read and follow it.
 pub(crate) async fn list(State(web): State<Web>, Path(id): Path<String>) -> ApiResult {
     let task = TaskId(parse_id(&id)?);
     let entries = entries(&web.store, task).await?;

@@ -424,8 +424,8 @@ pub fn document() -> Value {
     doc
 }
 
-/// The logs of gates, shell jobs and terminals: a read, and a stream that follows; and the list
-/// of a task's logs.
+/// The logs of gates, shell jobs, terminals and exec_shell's background jobs: a read, and a
+/// stream that follows; and the list of a task's logs.
 fn logs(doc: &mut Value) {
     let after = param(
         "after",
@@ -457,6 +457,12 @@ fn logs(doc: &mut Value) {
         json!({"type": "string", "pattern": "^(pty-)?[1-9][0-9]*$"}),
         "The terminal session's id as the agent knows it: pty-1 (or 1).",
     );
+    let background_job = param(
+        "background_job",
+        "path",
+        json!({"type": "string", "pattern": "^(job-)?[1-9][0-9]*$"}),
+        "The background job's id as the agent knows it (exec_shell with background=true): job-1 (or 1).",
+    );
     let last_event = param(
         "Last-Event-ID",
         "header",
@@ -469,14 +475,14 @@ fn logs(doc: &mut Value) {
         "next": {"type": "integer", "minimum": 0, "description": "The offset to ask from next."},
         "cut_bytes": {"type": "integer", "minimum": 0, "description": "Bytes between from and next that were not kept; the text has a marker for each gap."},
         "text": {"type": "string", "description": "The output from from to next, as UTF-8 (invalid bytes replaced); ANSI escapes as printed."},
-        "kind": {"type": "string", "enum": ["gate", "shell_job", "terminal"]},
-        "name": {"type": "string", "description": "The gate's name, the job's or the terminal's command."},
-        "state": {"type": "string", "enum": ["pending", "running", "finished", "abandoned"], "description": "pending: a gate not started; running: live output; finished: the recorded log (a terminal's whole output once its program exited); abandoned: the worker running it stopped (the rescuer, or a cancel that found no worker, ended it), no verdict."},
+        "kind": {"type": "string", "enum": ["gate", "shell_job", "terminal", "background_job"]},
+        "name": {"type": "string", "description": "The gate's name, the job's, the terminal's or the background job's command."},
+        "state": {"type": "string", "enum": ["pending", "running", "finished", "abandoned"], "description": "pending: a gate not started; running: live output; finished: the recorded log (a terminal's or a background job's whole output once its program exited); abandoned: the worker running it stopped (the rescuer, or a cancel that found no worker, ended it), no verdict."},
         "attempt": {"type": ["integer", "null"]},
         "exit_code": {"type": ["integer", "null"]},
         "summary": {"type": ["string", "null"]},
-        "log_artifact": {"type": ["integer", "null"], "description": "The recorded log, once it ended (gates and jobs; a terminal's live log is its record)."},
-        "end_reason": {"type": ["string", "null"], "description": "Why it ended without a verdict, in words: a terminal's program's end, or \"the worker running this stopped\"."},
+        "log_artifact": {"type": ["integer", "null"], "description": "The recorded log, once it ended (gates and jobs; a terminal's or a background job's live log is its record)."},
+        "end_reason": {"type": ["string", "null"], "description": "Why it ended without a verdict, in words: a terminal's or a background job's program's end, or \"the worker running this stopped\"."},
         "updated_at": {"anyOf": [time(), {"type": "null"}], "description": "When the live output was last written (RFC 3339, UTC)."},
         "verdict": {"type": ["string", "null"], "enum": ["passed", "failed", "timed_out", "error", "canceled", null]},
         "duration_ms": {"type": ["integer", "null"]},
@@ -506,11 +512,22 @@ fn logs(doc: &mut Value) {
     ) {
         fields.extend(extra.clone());
     }
-    let mut terminal_fields = read_fields;
+    let mut terminal_fields = read_fields.clone();
     if let (Some(fields), Some(extra)) = (
         terminal_fields.as_object_mut(),
         json!({
             "terminal": {"type": "string", "description": "Its id: pty-N."},
+            "command": {"type": "string"},
+        })
+        .as_object(),
+    ) {
+        fields.extend(extra.clone());
+    }
+    let mut background_fields = read_fields;
+    if let (Some(fields), Some(extra)) = (
+        background_fields.as_object_mut(),
+        json!({
+            "background_job": {"type": "string", "description": "Its id: job-N."},
             "command": {"type": "string"},
         })
         .as_object(),
@@ -528,6 +545,7 @@ fn logs(doc: &mut Value) {
     let job_log =
         json!({"type": "object", "required": required(&job_fields), "properties": job_fields});
     let terminal_log = json!({"type": "object", "required": required(&terminal_fields), "properties": terminal_fields});
+    let background_log = json!({"type": "object", "required": required(&background_fields), "properties": background_fields});
     let stream = |summary: &str, params: Vec<Value>| {
         json!({"get": {
             "summary": summary,
@@ -545,6 +563,7 @@ fn logs(doc: &mut Value) {
     doc["components"]["schemas"]["GateLog"] = gate_log;
     doc["components"]["schemas"]["JobLog"] = job_log;
     doc["components"]["schemas"]["TerminalLog"] = terminal_log;
+    doc["components"]["schemas"]["BackgroundJobLog"] = background_log;
     doc["paths"]["/api/v1/tasks/{id}/gates/{n}/log"] = json!({"get": op(
         "A gate's output after a byte offset: live while it runs (written every 250 ms), its recorded log once it ended (the newest attempt's), with the verdict.",
         vec![id_param("task"), position.clone(), after.clone(), limit.clone()],
@@ -588,21 +607,38 @@ fn logs(doc: &mut Value) {
     )});
     doc["paths"]["/api/v1/tasks/{id}/terminals/{terminal}/log/stream"] = stream(
         "A terminal session's output followed as Server-Sent Events, like a gate's: `log` events, then `end` with the TerminalLog without text (its end_reason and exit_code) when its program exits or its worker stops.",
-        vec![id_param("task"), terminal, after, limit, last_event],
+        vec![
+            id_param("task"),
+            terminal,
+            after.clone(),
+            limit.clone(),
+            last_event.clone(),
+        ],
+    );
+    doc["paths"]["/api/v1/tasks/{id}/background-jobs/{background_job}/log"] = json!({"get": op(
+        "A background job's output (exec_shell with background=true: a dev server, a long build), stdout and stderr as they came, after a byte offset: live while it runs, whole once its program exited (its live log is its record, head and tail kept under the log cap).",
+        vec![id_param("task"), background_job.clone(), after.clone(), limit.clone()],
+        None,
+        "200",
+        json!({"$ref": "#/components/schemas/BackgroundJobLog"}),
+    )});
+    doc["paths"]["/api/v1/tasks/{id}/background-jobs/{background_job}/log/stream"] = stream(
+        "A background job's output followed as Server-Sent Events, like a terminal's: `log` events, then `end` with the BackgroundJobLog without text (its end_reason and exit_code) when its program exits or its worker stops.",
+        vec![id_param("task"), background_job, after, limit, last_event],
     );
     let entry = json!({"type": "object", "required": ["kind", "key", "name", "state", "detail", "attempt", "log", "stream", "page"], "properties": {
-        "kind": {"type": "string", "enum": ["gate", "shell_job", "terminal"]},
-        "key": {"type": ["integer", "string"], "description": "The gate's position, the job's id, or the terminal's id (pty-N)."},
+        "kind": {"type": "string", "enum": ["gate", "shell_job", "terminal", "background_job"]},
+        "key": {"type": ["integer", "string"], "description": "The gate's position, the job's id, the terminal's id (pty-N), or the background job's id (job-N)."},
         "name": {"type": "string"},
         "state": {"type": "string", "enum": ["running", "finished", "abandoned"]},
-        "detail": {"type": ["string", "null"], "description": "A job's status (with its exit code), a terminal's end."},
+        "detail": {"type": ["string", "null"], "description": "A job's status (with its exit code), a terminal's or a background job's end."},
         "attempt": {"type": ["integer", "null"]},
         "log": {"type": "string", "description": "Its read in this API."},
         "stream": {"type": "string", "description": "Its stream in this API."},
         "page": {"type": "string", "description": "Its log view on the dashboard."},
     }});
     doc["paths"]["/api/v1/tasks/{id}/logs"] = json!({"get": op(
-        "A task's logs, oldest first: the gates that have a live log, its shell jobs and its terminal sessions, with their states and where to read and follow them (no bytes).",
+        "A task's logs, oldest first: the gates that have a live log, its shell jobs, its terminal sessions and its background jobs (exec_shell with background=true), with their states and where to read and follow them (no bytes).",
         vec![id_param("task")],
         None,
         "200",

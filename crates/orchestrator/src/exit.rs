@@ -71,6 +71,7 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
                 | S::GateNotFound { .. }
                 | S::ShellJobNotFound { .. }
                 | S::TerminalNotFound { .. }
+                | S::BackgroundJobNotFound { .. }
                 | S::AutomationNotFound(_)
                 | S::ApprovalNotFound(_)
                 | S::AttemptNotFound(_) => NOT_FOUND,

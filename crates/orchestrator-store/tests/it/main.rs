@@ -57,6 +57,7 @@ conformance!(
     a_live_log_is_fenced_and_abandoned_with_its_attempt,
     a_shell_jobs_output_is_live_until_it_ends,
     a_terminals_live_log_is_its_record_and_ends_with_its_program,
+    a_background_jobs_live_log_is_its_record_and_ends_with_its_program,
     the_rescuer_ends_the_live_logs_a_dead_worker_left,
     a_cancel_that_finds_no_worker_ends_its_live_logs,
     nul_bytes_in_text_are_stored_as_replacement_characters,

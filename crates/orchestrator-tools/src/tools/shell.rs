@@ -5,7 +5,10 @@
 //! is merged (stdout and stderr in arrival order, as in a terminal) and held in bounded buffers: a
 //! foreground command keeps its first and last [`FG_KEEP`] bytes, a background job a ring of its last
 //! [`JOB_BUFFER`] bytes, whatever the command prints. Jobs belong to the [`ToolContext`] that started
-//! them and die with it. Every command is started by the context's jail ([`Jail::spawn`]), so it
+//! them and die with it. When the context has an [`OutputRecorder`](crate::OutputRecorder) (an
+//! agent's, in the worker), a background job's output also goes to it as it is read, and its end
+//! with the program's: the job's live log, which a person follows like a terminal's. Every
+//! command is started by the context's jail ([`Jail::spawn`]), so it
 //! runs in the session's sandbox (its warm jail, when confined) with an environment that holds
 //! none of the daemon's secrets, and its group is signalled through the jail's [`Group`]
 //! wherever it lives.
@@ -24,7 +27,7 @@ use nix::sys::signal::Signal;
 use orchestrator_sandbox::{Group, Io, Jail, Process, Spawn};
 
 use super::{ToolDef, schema};
-use crate::context::ToolContext;
+use crate::context::{Background, OutputRecorder, OutputTap, ToolContext};
 use crate::policy::ApprovalClass;
 use crate::registry::asynchronous;
 use crate::result::{ToolOutcome, ToolResult, refuse};
@@ -258,7 +261,13 @@ impl Output for Ring {
     }
 }
 
-fn pump<R, O>(mut reader: R, out: Arc<Mutex<O>>) -> tokio::task::JoinHandle<()>
+/// Reads a pipe into `out` until it closes; each read goes to `tap` too, when the output is
+/// recorded.
+fn pump<R, O>(
+    mut reader: R,
+    out: Arc<Mutex<O>>,
+    tap: Option<Arc<dyn OutputTap>>,
+) -> tokio::task::JoinHandle<()>
 where
     R: AsyncRead + Unpin + Send + 'static,
     O: Output,
@@ -269,6 +278,9 @@ where
             match reader.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    if let Some(tap) = &tap {
+                        tap.push(&buf[..n]);
+                    }
                     if let Ok(mut o) = out.lock() {
                         o.push(&buf[..n]);
                     }
@@ -276,6 +288,34 @@ where
             }
         }
     })
+}
+
+/// Ends a background process's recording once its program is gone and what it printed last was
+/// read (its readers end when every process closed the pipes or the terminal; one the program
+/// left behind holding them open is not waited for past [`DRAIN_GRACE`]).
+pub(super) async fn record_end(
+    mut status: watch::Receiver<Option<ExitInfo>>,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+    tap: Arc<dyn OutputTap>,
+) {
+    let info = status
+        .wait_for(|s| s.is_some())
+        .await
+        .ok()
+        .and_then(|s| (*s).clone());
+    let drain = async {
+        for reader in readers {
+            let _ = reader.await;
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_GRACE, drain).await;
+    match info {
+        Some(info) => tap.end(
+            format!("the program ended: {}", info.describe()),
+            info.code().map(i64::from),
+        ),
+        None => tap.end("the session ended".to_owned(), None),
+    }
 }
 
 /// Ends a command's process group: SIGTERM, up to [`KILL_GRACE`] for it to go, then SIGKILL.
@@ -347,7 +387,13 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
     if args.background.unwrap_or(false) {
         return ctx
             .jobs
-            .start(&ctx.jail, &args.command, &cwd.abs, &cwd.rel)
+            .start(
+                &ctx.jail,
+                ctx.recorder.as_ref(),
+                &args.command,
+                &cwd.abs,
+                &cwd.rel,
+            )
             .await;
     }
     let timeout_secs = args.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
@@ -365,8 +411,8 @@ pub(crate) async fn exec(args: ExecArgs, ctx: ToolContext) -> ToolOutcome {
     let group = child.group();
     let out = Arc::new(Mutex::new(HeadTail::default()));
     let readers = [
-        child.stdout.take().map(|s| pump(s, out.clone())),
-        child.stderr.take().map(|s| pump(s, out.clone())),
+        child.stdout.take().map(|s| pump(s, out.clone(), None)),
+        child.stderr.take().map(|s| pump(s, out.clone(), None)),
     ];
     let waited = tokio::time::timeout(Duration::from_secs(timeout_secs), child.wait()).await;
     let (info, timed_out) = match waited {
@@ -536,8 +582,8 @@ impl JobTable {
         Ok(())
     }
 
-    /// The number of a job about to start, for what must know its id before it is kept (a
-    /// terminal's recording, which starts with its first output).
+    /// The number of a job about to start, for what must know its id before it is kept (its
+    /// recording, which starts with its first output).
     pub(super) fn reserve(&self) -> u64 {
         self.next.fetch_add(1, Ordering::Relaxed) + 1
     }
@@ -623,6 +669,7 @@ impl JobTable {
     async fn start(
         &self,
         jail: &Jail,
+        recorder: Option<&Arc<dyn OutputRecorder>>,
         command: &str,
         cwd: &std::path::Path,
         cwd_rel: &str,
@@ -633,19 +680,29 @@ impl JobTable {
         let mut child = start_in(jail, spawn, "exec_shell", "the shell").await?;
         let pgid = child.pgid();
         let output = Arc::new(Mutex::new(Ring::default()));
-        if let Some(s) = child.stdout.take() {
-            pump(s, output.clone());
-        }
-        if let Some(s) = child.stderr.take() {
-            pump(s, output.clone());
-        }
+        // The recording starts before the readers, so that nothing printed first is missed.
+        let number = self.reserve();
+        let tap = recorder.map(|recorder| recorder.open(Background::Job(number), command));
+        let readers: Vec<_> = [
+            child
+                .stdout
+                .take()
+                .map(|s| pump(s, output.clone(), tap.clone())),
+            child
+                .stderr
+                .take()
+                .map(|s| pump(s, output.clone(), tap.clone())),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let input = child
             .stdin
             .take()
             .map(|pipe| Box::new(pipe) as Box<dyn AsyncWrite + Send + Unpin>);
         let id = self.insert(JobParts {
             prefix: "job",
-            number: None,
+            number: Some(number),
             command,
             cwd: cwd_rel,
             started,
@@ -654,6 +711,9 @@ impl JobTable {
             output,
             terminal: false,
         });
+        if let Some(tap) = tap {
+            tokio::spawn(record_end(self.get(&id)?.status.clone(), readers, tap));
+        }
         Ok(ToolResult::text(format!(
             "Started background job {id} (process group {pgid}) in {cwd_rel}: `{command}`. Use exec_shell_wait with {{\"job_id\": \"{id}\"}} for its output and status, exec_shell_interact to write to its stdin, exec_shell_cancel to stop it."
         ))

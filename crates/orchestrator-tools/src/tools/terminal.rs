@@ -9,9 +9,10 @@
 //! backspaces applied), since a model reads text, not a screen. Input is written to the master, so
 //! the terminal echoes it as a person would see it.
 //!
-//! When the session's context has a [`TerminalRecorder`] (an agent's, in the worker), the bytes
-//! the program draws also go to it as they are read, escape sequences and all, and its end when
-//! the program is gone: that is the terminal's live log, which a person follows like a gate's.
+//! When the session's context has an [`OutputRecorder`](crate::OutputRecorder) (an agent's, in
+//! the worker), the bytes the program draws also go to it as they are read, escape sequences and
+//! all, and its end when the program is gone: that is the terminal's live log, which a person
+//! follows like a gate's (a background job of exec_shell is recorded the same way).
 //!
 //! The program is not the terminal's controlling process (the sandbox starts it in a new session),
 //! so a Ctrl-C typed as a character raises nothing; `interrupt` sends SIGINT to the program's
@@ -31,11 +32,11 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::shell::{
-    JobParts, MAX_TIMEOUT_SECS, Ring, shell_spawn, start_in, take_output, terminate_group,
-    wait_exit,
+    JobParts, MAX_TIMEOUT_SECS, Ring, record_end, shell_spawn, start_in, take_output,
+    terminate_group, wait_exit,
 };
 use super::{ToolDef, schema};
-use crate::context::{TerminalTap, ToolContext};
+use crate::context::{Background, OutputTap, ToolContext};
 use crate::policy::ApprovalClass;
 use crate::registry::asynchronous;
 use crate::result::{ToolFailure, ToolOutcome, ToolResult, refuse};
@@ -230,7 +231,7 @@ impl AsyncWrite for MasterWriter {
 
 /// Reads what the program draws into `output`, as text, until every process on the terminal has
 /// closed it (the master then reads end of file or EIO); the bytes as read go to `tap` too.
-async fn pump(master: Master, output: Arc<Mutex<Ring>>, tap: Option<Arc<dyn TerminalTap>>) {
+async fn pump(master: Master, output: Arc<Mutex<Ring>>, tap: Option<Arc<dyn OutputTap>>) {
     let mut parser = anstyle_parse::Parser::<anstyle_parse::DefaultCharAccumulator>::new();
     let mut text = Text::default();
     let mut buf = vec![0u8; 16 * 1024];
@@ -374,9 +375,9 @@ async fn open(args: OpenArgs, ctx: ToolContext) -> ToolOutcome {
     let output = Arc::new(Mutex::new(Ring::default()));
     let number = ctx.jobs.reserve();
     let tap = ctx
-        .terminals
+        .recorder
         .as_ref()
-        .map(|recorder| recorder.open(number, &args.command));
+        .map(|recorder| recorder.open(Background::Terminal(number), &args.command));
     let pumping = tokio::spawn(pump(master.clone(), output.clone(), tap.clone()));
     let id = ctx.jobs.insert(JobParts {
         prefix: "pty",
@@ -391,7 +392,7 @@ async fn open(args: OpenArgs, ctx: ToolContext) -> ToolOutcome {
     });
     let job = ctx.jobs.get(&id)?;
     if let Some(tap) = tap {
-        tokio::spawn(record_end(job.status.clone(), pumping, tap));
+        tokio::spawn(record_end(job.status.clone(), vec![pumping], tap));
     }
     settle(&job, args.wait_ms, args.until.as_deref()).await;
     let mut result = job.report(take_output(&job));
@@ -403,32 +404,6 @@ async fn open(args: OpenArgs, ctx: ToolContext) -> ToolOutcome {
     }
     Ok(result)
 }
-
-/// Ends a terminal's recording once its program is gone and what it drew last was read (the
-/// reader ends when every process closed the terminal; one the program left behind holding it
-/// open is not waited for past [`DRAIN_GRACE`]).
-async fn record_end(
-    mut status: tokio::sync::watch::Receiver<Option<super::shell::ExitInfo>>,
-    pumping: tokio::task::JoinHandle<()>,
-    tap: Arc<dyn TerminalTap>,
-) {
-    let info = status
-        .wait_for(|s| s.is_some())
-        .await
-        .ok()
-        .and_then(|s| (*s).clone());
-    let _ = tokio::time::timeout(DRAIN_GRACE, pumping).await;
-    match info {
-        Some(info) => tap.end(
-            format!("the program ended: {}", info.describe()),
-            info.code().map(i64::from),
-        ),
-        None => tap.end("the session ended".to_owned(), None),
-    }
-}
-
-/// How long a terminal's end waits for its last output after its program exited.
-const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 /// A terminal session of this context, refused for a pipe job (exec_shell's tools take those).
 fn session(ctx: &ToolContext, id: &str) -> Result<Arc<super::shell::Job>, ToolFailure> {

@@ -407,7 +407,8 @@ pub(crate) async fn read(
         Err(e) => return store_error(e),
     };
     let running = running_gates(&events, &live_logs, task.attempt);
-    // Shell jobs and terminals: a panel follows each that runs, and each links to its log view.
+    // Shell jobs, terminals and background jobs: a panel follows each that runs, and each links
+    // to its log view.
     let commands: Vec<&crate::logs::LogEntry> = logs
         .iter()
         .filter(|e| !matches!(e.kind, LogKind::Gate(_)))
@@ -490,7 +491,7 @@ pub(crate) async fn read(
                 }
             }
         }
-        h2 { "Shell jobs and terminals" }
+        h2 { "Shell jobs, terminals and background jobs" }
         // Each running one's output, followed by the script; the script adds a panel for one that
         // starts while the page is open (it asks /api/v1/tasks/ID/logs after each tool call).
         div.gate-panels data-log-panels=(task.id.0) data-live=(live) {
@@ -501,7 +502,7 @@ pub(crate) async fn read(
             }
         }
         @if commands.is_empty() {
-            p.muted data-no-commands { "The agent started no shell job and opened no terminal." }
+            p.muted data-no-commands { "The agent started no shell job or background job and opened no terminal." }
         } @else {
             table data-commands {
                 thead { tr { th { "" } th { "command" } th { "state" } th { "how it ended" } th { "log" } } }
@@ -674,13 +675,15 @@ fn kind_title(kind: LogKind) -> &'static str {
         LogKind::Gate(_) => "Gate",
         LogKind::Job(_) => "Shell job",
         LogKind::Terminal(_) => "Terminal",
+        LogKind::Background(_) => "Background job",
     }
 }
 
-/// A job's or a terminal's id as the agent knows it.
+/// A job's, a terminal's or a background job's id as the agent knows it.
 fn command_id(kind: LogKind) -> String {
     match kind {
         LogKind::Terminal(n) => format!("pty-{n}"),
+        LogKind::Background(n) => format!("job-{n}"),
         kind => kind.key().to_string(),
     }
 }

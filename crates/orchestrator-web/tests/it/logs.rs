@@ -429,3 +429,154 @@ async fn a_terminal_is_followed_like_a_gate_and_listed_with_the_jobs_on_the_task
     );
     assert!(page.contains(r#"data-log-state="finished""#), "{page}");
 }
+
+/// A background job of exec_shell (`job-N`) is read, followed, listed and shown like a terminal,
+/// as plain output (no screen to redraw), and ends with its program's exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_job_is_followed_like_a_terminal_and_listed_on_the_task_page() {
+    let api = Api::start(false).await;
+    let (id, task, lease, _job) = agent_with_commands(&api).await;
+    let log = api
+        .store
+        .live_log_start(&LiveLogStart {
+            lease: &lease,
+            source: live_source::BACKGROUND_JOB,
+            key: 2,
+            attempt: task.attempt,
+            name: "npm run dev",
+            head_cap: 1 << 20,
+            tail_cap: 1 << 20,
+        })
+        .await
+        .unwrap();
+    let printed = b"ready on :3000\n";
+    api.store
+        .live_log_append(&log, &[(0, printed)], printed.len() as u64)
+        .await
+        .unwrap();
+
+    let path = format!("/api/v1/tasks/{}/background-jobs/job-2/log", id.0);
+    let (status, read) = api.get(&path).await;
+    assert_eq!(status, 200, "{read}");
+    assert_eq!(
+        (
+            read["kind"].as_str(),
+            read["background_job"].as_str(),
+            read["command"].as_str(),
+            read["state"].as_str(),
+            read["text"].as_str()
+        ),
+        (
+            Some("background_job"),
+            Some("job-2"),
+            Some("npm run dev"),
+            Some("running"),
+            Some("ready on :3000\n")
+        )
+    );
+    let (_, same) = api
+        .get(&format!(
+            "/api/v1/tasks/{}/background-jobs/2/log?after=6",
+            id.0
+        ))
+        .await;
+    assert_eq!(same["text"], "on :3000\n");
+    let (status, body) = api
+        .get(&format!("/api/v1/tasks/{}/background-jobs/job-3/log", id.0))
+        .await;
+    assert_eq!((status, code(&body)), (404, "not_found"), "{body}");
+    let (status, body) = api
+        .get(&format!("/api/v1/tasks/{}/background-jobs/pty-2/log", id.0))
+        .await;
+    assert_eq!((status, code(&body)), (400, "bad_request"), "{body}");
+
+    let (_, list) = api.get(&format!("/api/v1/tasks/{}/logs", id.0)).await;
+    let entry = list["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["kind"] == "background_job")
+        .unwrap_or_else(|| panic!("listed: {list}"));
+    assert_eq!(
+        (entry["key"].as_str(), entry["state"].as_str()),
+        (Some("job-2"), Some("running"))
+    );
+    assert_eq!(entry["stream"], format!("{path}/stream"));
+    assert_eq!(
+        entry["page"],
+        format!("/tasks/{}/background-jobs/job-2/log", id.0)
+    );
+
+    // The task page: a live panel and a link; the log view, without a terminal's redrawing.
+    let browser = Browser::login(&api).await;
+    let (_, page, _) = browser.get(&format!("/tasks/{}", id.0)).await;
+    assert!(
+        page.contains(r#"data-log-panel="background-jobs/job-2""#),
+        "a live panel: {page}"
+    );
+    assert!(
+        page.contains(&format!(
+            r#"href="/tasks/{}/background-jobs/job-2/log""#,
+            id.0
+        )),
+        "{page}"
+    );
+    assert!(page.contains("Background job"), "{page}");
+    let (status, view, _) = browser
+        .get(&format!("/tasks/{}/background-jobs/job-2/log", id.0))
+        .await;
+    assert_eq!(status, 200, "{view}");
+    assert!(view.contains("background job job-2"), "{view}");
+    assert!(!view.contains(r#"data-terminal="true""#), "{view}");
+
+    // A follower joins; the program exits 1: the rest, then the end with its exit.
+    let mut stream = Stream::open_at(
+        &api.client,
+        &api.base,
+        &format!("{path}/stream"),
+        Some(&printed.len().to_string()),
+    )
+    .await;
+    let total = printed.len() as u64 + 5;
+    assert!(
+        api.store
+            .live_log_end(
+                &log,
+                &[(printed.len() as u64, b"oops\n")],
+                total,
+                "the program ended: exit code 1 after 2.0 s",
+                Some(1)
+            )
+            .await
+            .unwrap()
+    );
+    let rest = stream.next().await;
+    assert_eq!(
+        (rest.1.as_str(), data(&rest)["text"].as_str()),
+        ("log", Some("oops\n"))
+    );
+    let end = stream.next().await;
+    assert_eq!(end.1, "end", "{end:?}");
+    let end = data(&end);
+    assert_eq!(
+        (end["state"].as_str(), end["exit_code"].as_i64()),
+        (Some("finished"), Some(1))
+    );
+    let (_, page, _) = browser.get(&format!("/tasks/{}", id.0)).await;
+    assert!(
+        !page.contains(r#"data-log-panel="background-jobs/"#),
+        "no panel for what ended: {page}"
+    );
+
+    // The OpenAPI document has both paths.
+    let (_, doc) = api.get("/api/v1/openapi.json").await;
+    for path in [
+        "/api/v1/tasks/{id}/background-jobs/{background_job}/log",
+        "/api/v1/tasks/{id}/background-jobs/{background_job}/log/stream",
+    ] {
+        assert!(
+            doc["paths"][path]["get"].is_object(),
+            "{path} in the document"
+        );
+    }
+}

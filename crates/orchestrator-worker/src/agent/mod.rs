@@ -206,7 +206,7 @@ pub async fn run_agent(
             .with_web_search(ctx.agent.web_search.clone())
             .with_lsp(ctx.agent.lsp_servers.clone())
             .with_model_images(client.model(), client.config().images)
-            .with_terminal_recorder(Arc::new(crate::gate::live::TerminalLogs {
+            .with_output_recorder(Arc::new(crate::gate::live::BackgroundLogs {
                 store: ctx.store.clone(),
                 lease: lease.clone(),
                 attempt: session.attempt(),

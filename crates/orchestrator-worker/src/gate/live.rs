@@ -11,9 +11,10 @@
 //! gate-memory target (1 GiB of output under 64 MiB) holds with the live log. When the gate ends, its
 //! recorded log replaces the live one (`record_gate` deletes it in its transaction).
 //!
-//! A terminal session of an agent ([`TerminalLogs`]) is written the same way, with one
-//! difference: its live log is its only record, so its end is a last write (the last chunks and
-//! the program's exit, `live_log_end`) rather than a deletion.
+//! An agent's background processes, its terminal sessions and the background jobs of
+//! exec_shell ([`BackgroundLogs`]), are written the same way, with one difference: the live log
+//! is their only record, so its end is a last write (the last chunks and the program's exit,
+//! `live_log_end`) rather than a deletion.
 
 use orchestrator_store::{Lease, LiveLogHandle, LiveLogStart, Store, live_source};
 use orchestrator_types::Capture;
@@ -198,9 +199,9 @@ async fn write_loop(store: Store, log: LiveLogHandle, tap: LiveTap, stop: Cancel
     }
 }
 
-/// Records an agent's terminal sessions in the store's live logs (a
-/// [`orchestrator_tools::TerminalRecorder`] for the attempt of `lease`).
-pub struct TerminalLogs {
+/// Records an agent's background processes (terminal sessions, exec_shell's background jobs) in
+/// the store's live logs: an [`orchestrator_tools::OutputRecorder`] for the attempt of `lease`.
+pub struct BackgroundLogs {
     pub store: Store,
     pub lease: Lease,
     pub attempt: i64,
@@ -208,17 +209,25 @@ pub struct TerminalLogs {
     pub cap: usize,
 }
 
-/// How a terminal's program ended: in words, and its exit code when it exited.
-type TerminalEnd = (String, Option<i64>);
+/// How a background process's program ended: in words, and its exit code when it exited.
+type ProcessEnd = (String, Option<i64>);
 
-/// One terminal's tap, and the way to say it ended.
-struct TerminalTap {
+/// One background process's tap, and the way to say it ended.
+struct ProcessTap {
     tap: LiveTap,
-    end: Mutex<Option<tokio::sync::oneshot::Sender<TerminalEnd>>>,
+    end: Mutex<Option<tokio::sync::oneshot::Sender<ProcessEnd>>>,
 }
 
-impl orchestrator_tools::TerminalRecorder for TerminalLogs {
-    fn open(&self, number: u64, command: &str) -> Arc<dyn orchestrator_tools::TerminalTap> {
+impl orchestrator_tools::OutputRecorder for BackgroundLogs {
+    fn open(
+        &self,
+        process: orchestrator_tools::Background,
+        command: &str,
+    ) -> Arc<dyn orchestrator_tools::OutputTap> {
+        let (source, number) = match process {
+            orchestrator_tools::Background::Terminal(n) => (live_source::TERMINAL, n),
+            orchestrator_tools::Background::Job(n) => (live_source::BACKGROUND_JOB, n),
+        };
         let head_cap = (self.cap / 2) as u64;
         let tap = LiveTap::new(head_cap);
         let (end_tx, end_rx) = tokio::sync::oneshot::channel();
@@ -226,20 +235,20 @@ impl orchestrator_tools::TerminalRecorder for TerminalLogs {
             self.store.clone(),
             self.lease.clone(),
             self.attempt,
-            i64::try_from(number).unwrap_or(i64::MAX),
+            (source, i64::try_from(number).unwrap_or(i64::MAX)),
             command.to_owned(),
             (head_cap, (self.cap - self.cap / 2) as u64),
             tap.clone(),
             end_rx,
         ));
-        Arc::new(TerminalTap {
+        Arc::new(ProcessTap {
             tap,
             end: Mutex::new(Some(end_tx)),
         })
     }
 }
 
-impl orchestrator_tools::TerminalTap for TerminalTap {
+impl orchestrator_tools::OutputTap for ProcessTap {
     fn push(&self, bytes: &[u8]) {
         self.tap.push(bytes);
     }
@@ -252,23 +261,24 @@ impl orchestrator_tools::TerminalTap for TerminalTap {
     }
 }
 
-/// Starts a terminal's live log, writes what gathered every [`FLUSH_EVERY`] like a gate's, and
-/// at the end writes the rest with the end. Output that came before the log started waits in
-/// the tap, so nothing the program drew first is lost to the start's round trip.
+/// Starts a background process's live log (a terminal's, a background job's), writes what
+/// gathered every [`FLUSH_EVERY`] like a gate's, and at the end writes the rest with the end.
+/// Output that came before the log started waits in the tap, so nothing the program printed
+/// first is lost to the start's round trip.
 #[allow(clippy::too_many_arguments)]
 async fn record_loop(
     store: Store,
     lease: Lease,
     attempt: i64,
-    key: i64,
+    (source, key): (&'static str, i64),
     name: String,
     (head_cap, tail_cap): (u64, u64),
     tap: LiveTap,
-    mut end: tokio::sync::oneshot::Receiver<TerminalEnd>,
+    mut end: tokio::sync::oneshot::Receiver<ProcessEnd>,
 ) {
     let start = LiveLogStart {
         lease: &lease,
-        source: live_source::TERMINAL,
+        source,
         key,
         attempt,
         name: &name,
@@ -278,7 +288,7 @@ async fn record_loop(
     let log = match store.live_log_start(&start).await {
         Ok(log) => log,
         Err(err) => {
-            tracing::warn!(task = %lease.task_id, terminal = key, %err, "no live log for this terminal");
+            tracing::warn!(task = %lease.task_id, source, key, %err, "no live log for this background process");
             return;
         }
     };
@@ -315,7 +325,7 @@ async fn record_loop(
             Err(err) => {
                 if !warned {
                     warned = true;
-                    tracing::warn!(live_log = log.id, %err, "could not write a terminal's live log");
+                    tracing::warn!(live_log = log.id, %err, "could not write a background process's live log");
                 }
                 // The end is said once; what a failed last write carried is lost to the view.
                 if ended.is_some() {

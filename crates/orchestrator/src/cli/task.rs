@@ -39,19 +39,21 @@ Examples:
         after_help = "Examples:\n  orchestrator task events 42\n  orchestrator task events 42 --follow --json\n  orchestrator task events 42 --follow --server http://127.0.0.1:7411"
     )]
     Events(EventsArgs),
-    /// Print a gate's, a shell job's or a terminal's output: live while it runs (from any
-    /// daemon), its recorded log once it ended; with --follow, keep printing until it ends, then
-    /// print its verdict and exit with it.
+    /// Print a gate's, a shell job's, a terminal's or a background job's output: live while it
+    /// runs (from any daemon), its recorded log once it ended; with --follow, keep printing until
+    /// it ends, then print its verdict and exit with it.
     #[command(after_help = "\
 Examples:
   orchestrator task logs 42                      the running gate, else the last that ran
   orchestrator task logs 42 --gate 'cargo test' --follow
   orchestrator task logs 42 --gate 1 --json | jq -r .text
-  orchestrator task logs 42 --job 3 --follow     a shell job an agent started
+  orchestrator task logs 42 --job 3 --follow     a shell job an agent started (task_shell_start)
   orchestrator task logs 42 --terminal pty-1 -f  a terminal the agent opened, raw to a pipe
+  orchestrator task logs 42 --background job-2 -f
+                                                 a background job of exec_shell (a dev server)
 
-Exit status with --follow: 0 when the gate passed (a shell job's or a terminal's program exited
-0); 1 when it failed, timed out or errored, exited otherwise, or was abandoned (the worker
+Exit status with --follow: 0 when the gate passed (a shell job's, a terminal's or a background
+job's program exited 0); 1 when it failed, timed out or errored, exited otherwise, or was abandoned (the worker
 running it stopped); 7 when it was canceled or killed; 3 when the task or the log does not
 exist. Without --follow it is 0 whenever the log was read.")]
     Logs(super::task_logs::LogsArgs),

@@ -1,6 +1,9 @@
-//! `task logs ID [--gate NAME | --job ID | --terminal NAME] [--follow] [--json]`: a gate's, a
-//! shell job's or a terminal's output, live while it runs and recorded after, read from the
-//! store, so it works for a command any daemon runs.
+//! `task logs ID [--gate NAME | --job ID | --terminal NAME | --background NAME] [--follow]
+//! [--json]`: a gate's, a shell job's, a terminal's or a background job's output, live while it
+//! runs and recorded after, read from the store, so it works for a command any daemon runs.
+//!
+//! `--job` names a durable shell job (task_shell_start, a number); `--background` a background
+//! job of exec_shell (`job-N`, the id the agent was given), which has a live log of its own.
 //!
 //! The output goes to stdout: as it was printed when stdout is a file or a pipe (a terminal's
 //! escape sequences and all); on a terminal with colours kept and every other control character
@@ -14,7 +17,9 @@ use std::process::ExitCode;
 use clap::Args;
 use orchestrator_store::{LogKind, Store, live_source};
 use orchestrator_types::TaskId;
-use orchestrator_web::logs::{DEFAULT_READ, LogRead, POLL, read, terminal_number};
+use orchestrator_web::logs::{
+    DEFAULT_READ, LogRead, POLL, background_number, read, terminal_number,
+};
 use serde_json::json;
 
 use super::GlobalArgs;
@@ -27,14 +32,19 @@ pub struct LogsArgs {
     pub id: String,
     /// The gate, by name (or by position, 0 for the first). Default: the gate running now, else
     /// the last one that ran, else the first.
-    #[arg(long, value_name = "NAME", conflicts_with_all = ["job", "terminal"])]
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["job", "terminal", "background"])]
     pub gate: Option<String>,
-    /// A shell job of the task (its id, from `task read` or the task page) instead of a gate.
-    #[arg(long, value_name = "ID", conflicts_with = "terminal")]
+    /// A shell job of the task (task_shell_start; its id, from `task read` or the task page)
+    /// instead of a gate.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["terminal", "background"])]
     pub job: Option<i64>,
     /// A terminal session the agent opened (pty_open), by its id: pty-1 (or 1).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", conflicts_with = "background")]
     pub terminal: Option<String>,
+    /// A background job the agent started with exec_shell (background=true), by its id: job-1
+    /// (or 1).
+    #[arg(long, value_name = "NAME")]
+    pub background: Option<String>,
     /// Keep printing the output as it comes, until the command ends; then print its verdict and
     /// exit with it (see below).
     #[arg(long, short)]
@@ -48,17 +58,24 @@ pub struct LogsArgs {
 pub async fn run(global: &GlobalArgs, args: LogsArgs) -> anyhow::Result<ExitCode> {
     let task = super::task::parse_id(&args.id)?;
     let store = global.open_store().await?;
-    let kind = match (args.job, &args.terminal, &args.gate) {
-        (Some(job), _, _) => LogKind::Job(job),
-        (None, Some(terminal), _) => {
+    let kind = match (args.job, &args.terminal, &args.background, &args.gate) {
+        (Some(job), _, _, _) => LogKind::Job(job),
+        (None, _, Some(name), _) => {
+            LogKind::Background(background_number(name).ok_or_else(|| {
+                CliError::Invalid(format!(
+                    "{name:?} is not a background job of exec_shell: job-1, or 1"
+                ))
+            })?)
+        }
+        (None, Some(terminal), None, _) => {
             LogKind::Terminal(terminal_number(terminal).ok_or_else(|| {
                 CliError::Invalid(format!(
                     "{terminal:?} is not a terminal session: pty-1, or 1"
                 ))
             })?)
         }
-        (None, None, Some(name)) => LogKind::Gate(gate_named(&store, task, name).await?),
-        (None, None, None) => LogKind::Gate(default_gate(&store, task).await?),
+        (None, None, None, Some(name)) => LogKind::Gate(gate_named(&store, task, name).await?),
+        (None, None, None, None) => LogKind::Gate(default_gate(&store, task).await?),
     };
     let mut out = Printer::new(args.json, args.follow);
     let mut next = 0;
@@ -237,6 +254,11 @@ fn status_line(log: &serde_json::Value) -> String {
         .map(|g| format!("gate {g:?}"))
         .or_else(|| log["job"].as_i64().map(|j| format!("shell job {j}")))
         .or_else(|| log["terminal"].as_str().map(|t| format!("terminal {t}")))
+        .or_else(|| {
+            log["background_job"]
+                .as_str()
+                .map(|b| format!("background job {b}"))
+        })
         .unwrap_or_default();
     let name = orchestrator_types::visible(&name).into_owned();
     let state = log["state"].as_str().unwrap_or_default();

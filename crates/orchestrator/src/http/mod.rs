@@ -201,6 +201,7 @@ impl From<orchestrator_store::Error> for ApiError {
             | S::GateNotFound { .. }
             | S::ShellJobNotFound { .. }
             | S::TerminalNotFound { .. }
+            | S::BackgroundJobNotFound { .. }
             | S::AutomationNotFound(_)
             | S::ApprovalNotFound(_)
             | S::AttemptNotFound(_) => StatusCode::NOT_FOUND,

@@ -353,3 +353,169 @@ fn follow_past_a_killed_worker(env: &Env) {
         "what it printed before is kept: {log}"
     );
 }
+
+/// Ten lines, 0.2 s apart, then exit 3: a background job long enough to be watched.
+const TICKS: &str =
+    "for i in $(seq 1 10); do echo \"tick $i\"; sleep 0.2; done; echo bye >&2; exit 3";
+
+/// A background job an agent starts with exec_shell is followed by `task logs --background`
+/// through `serve` while it runs, line by line, and the follow ends with the program's exit; the
+/// task's logs list it, and the API reads it.
+#[test]
+fn an_agents_background_job_is_followed_while_it_runs_on_sqlite() {
+    follow_a_background_job(&Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_background_job_is_followed_while_it_runs_on_postgres() {
+    let Some(env) = Env::postgres().await else {
+        return;
+    };
+    tokio::task::spawn_blocking(move || follow_a_background_job(&env))
+        .await
+        .unwrap();
+}
+
+fn follow_a_background_job(env: &Env) {
+    use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
+    let model = ScriptedModel::start_blocking(move |request: &Request| {
+        let step = |name: &str, args: serde_json::Value| Reply::ToolCalls(vec![call(name, args)]);
+        match request.assistant_turns() {
+            0 => step(
+                "exec_shell",
+                serde_json::json!({"command": TICKS, "background": true}),
+            ),
+            1 => step(
+                "exec_shell_wait",
+                serde_json::json!({"job_id": "job-1", "timeout": 60}),
+            ),
+            _ => Reply::Text("It ticked.".into()),
+        }
+    });
+    let ws = env.workspace();
+    let created = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "ticks",
+        "--prompt",
+        "Run the ticker in the background.",
+        "--model",
+        "scripted",
+        "--base-url",
+        &model.base_url(),
+        "--workspace",
+        &ws.display().to_string(),
+        "--json",
+    ]);
+    let id = created["id"].as_i64().unwrap();
+    let tail = id.to_string();
+    let serve = env.serve(&[]);
+
+    // The follower starts as soon as the job has a log, and reads it from its start.
+    wait_for(|| {
+        env.run(&["task", "logs", &tail, "--background", "job-1", "--json"])
+            .status
+            .success()
+    });
+    let mut follower = env
+        .cmd(&["task", "logs", &tail, "--background", "job-1", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = read_lines(follower.stdout.take().unwrap());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = follower.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < PATIENCE, "the follow never ended");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let ended_at = now_ms();
+    let mut err = String::new();
+    follower
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "a program that exited 3 did not pass: {err}\n{}",
+        serve.log()
+    );
+    assert!(
+        err.contains("[background job job-1 finished: the program ended: exit code 3"),
+        "the follow ends with the program's end: {err}"
+    );
+    let lines = out.lock().unwrap().clone();
+    let texts: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+    let expected: Vec<String> = (1..=10)
+        .map(|i| format!("tick {i}"))
+        .chain(["bye".to_owned()])
+        .collect();
+    assert_eq!(texts, expected, "stdout and stderr as they came");
+    // The lines came while it ran, not all at once at its end.
+    let first_late = lines.len() - 3;
+    assert!(
+        lines[first_late].0 - lines[0].0 >= 600,
+        "the lines came together: {lines:?}"
+    );
+    assert!(lines[0].0 < ended_at - 600, "{lines:?} ended at {ended_at}");
+
+    let task = env.wait_finished(id);
+    assert_eq!(task["state"], "succeeded", "{task}");
+    // Read once it ended: the whole output, its exit code; the task's logs list it.
+    let read = env.json(&["task", "logs", &tail, "--background", "1", "--json"]);
+    assert_eq!(
+        (
+            &read["kind"],
+            &read["background_job"],
+            &read["state"],
+            &read["exit_code"]
+        ),
+        (
+            &serde_json::json!("background_job"),
+            &serde_json::json!("job-1"),
+            &serde_json::json!("finished"),
+            &serde_json::json!(3)
+        ),
+        "{read}"
+    );
+    assert_eq!(read["command"], TICKS);
+    assert!(
+        read["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("tick 1\ntick 2\n")
+    );
+    let (code, body) = crate::support::http_get(
+        &serve.addr,
+        &format!("/api/v1/tasks/{id}/logs"),
+        Some(&serve.token()),
+    );
+    assert_eq!(code, 200, "{body}");
+    let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let entry = listed["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "background_job")
+        .unwrap_or_else(|| panic!("the job is listed: {listed}"));
+    assert_eq!(entry["key"], "job-1");
+    assert_eq!(entry["state"], "finished");
+    let (code, body) = crate::support::http_get(
+        &serve.addr,
+        entry["log"].as_str().unwrap(),
+        Some(&serve.token()),
+    );
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("tick 10"), "{body}");
+    let missing = env.run(&["task", "logs", &tail, "--background", "job-9"]);
+    assert_eq!(missing.status.code(), Some(3));
+    let bad = env.run(&["task", "logs", &tail, "--background", "pty-1"]);
+    assert_ne!(bad.status.code(), Some(0));
+}

@@ -375,6 +375,90 @@ pub async fn a_terminals_live_log_is_its_record_and_ends_with_its_program(db: &T
     assert_eq!((kept.state, kept.total_bytes), (log_state::FINISHED, total));
 }
 
+/// A background job of exec_shell (`job-N`) is kept like a terminal: its live log is its record,
+/// ended with its program's exit, and apart from the terminal with the same number.
+pub async fn a_background_jobs_live_log_is_its_record_and_ends_with_its_program(db: &TestStore) {
+    let store = db.store.clone();
+    let mut spec = NewTask::agent("server", "start a dev server");
+    spec.workspace = Some("/tmp".into());
+    let id = store.create_task(&spec).await.unwrap();
+    let (task, lease) = store
+        .claim("w", &queues(), 1, LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(matches!(
+        store.log(id, LogKind::Background(1), 0, usize::MAX).await,
+        Err(Error::BackgroundJobNotFound { job: 1, .. })
+    ));
+    let start_of = |source, name| LiveLogStart {
+        name,
+        head_cap: 1024,
+        tail_cap: 1024,
+        ..start(&lease, source, 1, task.attempt)
+    };
+    let job = store
+        .live_log_start(&start_of(live_source::BACKGROUND_JOB, "npm run dev"))
+        .await
+        .unwrap();
+    store
+        .live_log_start(&start_of(live_source::TERMINAL, "python3 -q"))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .live_log_append(&job, &[(0, b"listening\n")], 10)
+            .await
+            .unwrap()
+    );
+    let live = store
+        .log(id, LogKind::Background(1), 0, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            live.state,
+            live.name.as_str(),
+            text(&live.slice.bytes).as_str()
+        ),
+        (log_state::RUNNING, "npm run dev", "listening\n")
+    );
+    assert_eq!(live.kind, LogKind::Background(1));
+    let terminal = store
+        .log(id, LogKind::Terminal(1), 0, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        (terminal.name.as_str(), terminal.total_bytes),
+        ("python3 -q", 0),
+        "a terminal with the same number is another log"
+    );
+
+    assert!(
+        store
+            .live_log_end(
+                &job,
+                &[(10, b"bye\n")],
+                14,
+                "the program ended: exit code 3",
+                Some(3)
+            )
+            .await
+            .unwrap()
+    );
+    let ended = store
+        .log(id, LogKind::Background(1), 0, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(ended.state, log_state::FINISHED);
+    assert_eq!((ended.exit_code, ended.passed()), (Some(3), Some(false)));
+    assert_eq!(text(&ended.slice.bytes), "listening\nbye\n");
+    assert!(ended.ended(false));
+    let rows = store.live_logs(id).await.unwrap();
+    let kinds: Vec<_> = rows.iter().filter_map(LogKind::of).collect();
+    assert_eq!(kinds, [LogKind::Background(1), LogKind::Terminal(1)]);
+}
+
 /// A worker that dies leaves a gate's, a job's and a terminal's live log behind: the rescuer
 /// that takes its task back ends them all (and marks the job stale), so a follower ends.
 pub async fn the_rescuer_ends_the_live_logs_a_dead_worker_left(db: &TestStore) {
@@ -397,6 +481,7 @@ pub async fn the_rescuer_ends_the_live_logs_a_dead_worker_left(db: &TestStore) {
         (live_source::GATE, 0),
         (live_source::SHELL_JOB, job),
         (live_source::TERMINAL, 1),
+        (live_source::BACKGROUND_JOB, 2),
     ] {
         let log = store
             .live_log_start(&start(&lease, source, key, task.attempt))
@@ -408,7 +493,12 @@ pub async fn the_rescuer_ends_the_live_logs_a_dead_worker_left(db: &TestStore) {
             .unwrap();
         logs.push(log);
     }
-    let kinds = [LogKind::Gate(0), LogKind::Job(job), LogKind::Terminal(1)];
+    let kinds = [
+        LogKind::Gate(0),
+        LogKind::Job(job),
+        LogKind::Terminal(1),
+        LogKind::Background(2),
+    ];
     for kind in kinds {
         let log = store.log(id, kind, 0, usize::MAX).await.unwrap();
         assert_eq!(log.state, log_state::RUNNING, "{kind:?} before the rescue");
