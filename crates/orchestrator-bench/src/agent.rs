@@ -168,14 +168,42 @@ pub async fn run(
     config.validate()?;
     let mut summary = crate::queue::Summary::default();
     eprintln!("[agent] the first request of each profile");
-    let first = first_request_tokens(config).await?;
-    emit(&json!({
-        "bench": "agent",
-        "first_request_prompt_tokens": first.iter().map(|(p, n)| (p.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-        "targets": FIRST_REQUEST_TARGETS.iter().map(|(p, n)| (format!("{p:?}").to_lowercase(), json!(n))).collect::<serde_json::Map<_, _>>(),
-        "estimate": "four bytes of the request body to a token",
-    })
-    .to_string())?;
+    let first = first_request_tokens(config, false).await?;
+    let with_github = first_request_tokens(config, true).await?;
+    let targets: HashMap<String, u64> = FIRST_REQUEST_TARGETS
+        .iter()
+        .map(|(p, n)| (format!("{p:?}").to_lowercase(), *n))
+        .collect();
+    let figures = |measured: &[(&'static str, u64)]| -> serde_json::Map<String, Value> {
+        measured
+            .iter()
+            .map(|(p, n)| (p.to_string(), json!(n)))
+            .collect()
+    };
+    let ratios = |measured: &[(&'static str, u64)]| -> serde_json::Map<String, Value> {
+        measured
+            .iter()
+            .map(|(p, n)| {
+                let target = targets.get(*p).copied().unwrap_or(1).max(1);
+                (
+                    p.to_string(),
+                    json!((*n as f64 / target as f64 * 100.0).round() / 100.0),
+                )
+            })
+            .collect()
+    };
+    emit(
+        &json!({
+            "bench": "agent",
+            "first_request_prompt_tokens": figures(&first),
+            "first_request_prompt_tokens_with_github": figures(&with_github),
+            "targets": targets,
+            "ratio_to_target": ratios(&first),
+            "ratio_to_target_with_github": ratios(&with_github),
+            "estimate": "four bytes of the request body to a token",
+        })
+        .to_string(),
+    )?;
     eprintln!("[agent] timing {TOOL} alone: {TOOL_SAMPLES} calls");
     let tool_run_ms = time_tool().await?;
     for &backend in &config.backends {
@@ -219,7 +247,12 @@ pub async fn run(
 /// The prompt tokens of the first request an agent task of each profile sends, from the request
 /// body the model server received: what a small local model must fit before any work starts. The
 /// targets are the worker's `FIRST_REQUEST_TARGETS`, which its test `first_request` enforces.
-async fn first_request_tokens(config: &AgentBenchConfig) -> Result<Vec<(&'static str, u64)>> {
+/// With `github`, the pool has a GitHub configured (never called: the first request is all that
+/// is read), which brings the GitHub and PR tools, offered on demand.
+async fn first_request_tokens(
+    config: &AgentBenchConfig,
+    github: bool,
+) -> Result<Vec<(&'static str, u64)>> {
     let dir = tempfile::tempdir()?;
     let store = Store::open_sqlite(&dir.path().join("first.db"), &StoreOptions::default()).await?;
     let model = ScriptedModel::start(|_: &Request| Reply::Text("Done.".into())).await;
@@ -245,7 +278,19 @@ async fn first_request_tokens(config: &AgentBenchConfig) -> Result<Vec<(&'static
         slots: 1,
         ..config.clone()
     };
-    run_pool(&store, &one_slot, &spec, &ids).await?;
+    let has_github = github;
+    let github = if github {
+        Some(
+            orchestrator_github::GitHub::new(orchestrator_github::ClientConfig::new(
+                "http://127.0.0.1:9",
+                None,
+            ))
+            .context("configuring a GitHub client")?,
+        )
+    } else {
+        None
+    };
+    run_pool_with(&store, &one_slot, &spec, &ids, github).await?;
     let received = model.received();
     let mut out = Vec::new();
     for profile in profiles {
@@ -258,7 +303,8 @@ async fn first_request_tokens(config: &AgentBenchConfig) -> Result<Vec<(&'static
             .with_context(|| format!("no request of the {profile} task"))?;
         let tokens = orchestrator_worker::model::estimate_tokens(request.body.to_string().len());
         eprintln!(
-            "[agent] first request, {profile}: about {tokens} prompt tokens ({} tools)",
+            "[agent] first request, {profile}{}: about {tokens} prompt tokens ({} tools)",
+            if has_github { " with a GitHub" } else { "" },
             request.tool_names().len()
         );
         out.push((profile, tokens));
@@ -517,10 +563,21 @@ async fn run_pool(
     spec: &ModelSpec,
     ids: &[TaskId],
 ) -> Result<()> {
+    run_pool_with(store, config, spec, ids, None).await
+}
+
+async fn run_pool_with(
+    store: &Store,
+    config: &AgentBenchConfig,
+    spec: &ModelSpec,
+    ids: &[TaskId],
+    github: Option<orchestrator_github::GitHub>,
+) -> Result<()> {
     let mut pool_config = PoolConfig::new(new_worker_id());
     pool_config.slots = config.slots;
     pool_config.agent.default_model = Some(spec.clone());
     pool_config.agent.client = ClientConfig::default();
+    pool_config.agent.github = github;
     let metrics = Arc::new(Metrics::default());
     let pool = WorkerPool::new(store.clone(), pool_config, metrics.clone())
         .context("configuring the worker pool")?;
