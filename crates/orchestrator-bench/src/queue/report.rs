@@ -10,10 +10,14 @@ use super::{QueueConfig, RunFigures};
 use orchestrator_store::Backend;
 use serde_json::{Value, json};
 
-/// DESIGN.md's targets, as the issue states them.
+/// DESIGN.md's targets, as the speed issue restates them: half the raw batched figure, at least
+/// 3x the peer (apalis), and enqueue to start under 1 ms at p50 on SQLite (4 ms on PostgreSQL)
+/// and under 5 ms at p99 on both.
 pub const TARGET_RATIO: f64 = 0.5;
-pub const TARGET_START_P50_MS: f64 = 2.0;
-pub const TARGET_START_P99_MS: f64 = 10.0;
+pub const TARGET_PEER_RATIO: f64 = 3.0;
+pub const TARGET_START_P50_MS: f64 = 1.0;
+pub const TARGET_START_P50_MS_POSTGRES: f64 = 4.0;
+pub const TARGET_START_P99_MS: f64 = 5.0;
 
 /// A JSON object whose keys keep the order they were pushed in.
 #[derive(Debug, Clone, Default)]
@@ -161,18 +165,23 @@ pub fn line(backend: Backend, config: &QueueConfig, runs: &[RunFigures]) -> Line
     );
     if peer_configured {
         targets.insert("ahead_of_peer".into(), json!(ahead.map(|r| r > 1.0)));
-    }
-    // The latency targets are stated for SQLite in one process, which is what this measures.
-    if backend == Backend::Sqlite {
         targets.insert(
-            "start_p50_under_2ms".into(),
-            json!(p50.map(|p| p < TARGET_START_P50_MS)),
-        );
-        targets.insert(
-            "start_p99_under_10ms".into(),
-            json!(p99.map(|p| p < TARGET_START_P99_MS)),
+            "at_least_3x_peer".into(),
+            json!(ahead.map(|r| r >= TARGET_PEER_RATIO)),
         );
     }
+    let p50_target = match backend {
+        Backend::Sqlite => TARGET_START_P50_MS,
+        Backend::Postgres => TARGET_START_P50_MS_POSTGRES,
+    };
+    targets.insert(
+        format!("start_p50_under_{p50_target}ms"),
+        json!(p50.map(|p| p < p50_target)),
+    );
+    targets.insert(
+        format!("start_p99_under_{TARGET_START_P99_MS}ms"),
+        json!(p99.map(|p| p < TARGET_START_P99_MS)),
+    );
     line.push("targets_met", Value::Object(targets));
     line
 }
