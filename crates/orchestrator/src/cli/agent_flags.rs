@@ -170,8 +170,10 @@ impl AgentFlags {
             if self.base_url.is_some() || self.api_key_env.is_some() || !self.settings().is_empty()
             {
                 return Err(CliError::Invalid(
-                    "--base-url, --api-key-env and the model's settings (--stream, \
-                     --idle-timeout, ...) need --model NAME"
+                    "a model server is named (--base-url or ORCHESTRATOR_BASE_URL, --api-key-env \
+                     or ORCHESTRATOR_API_KEY_ENV, or the model's settings: --stream, \
+                     --idle-timeout, ...) but no model: give --model NAME (or \
+                     ORCHESTRATOR_MODEL, or `model` under [model] in the config file)"
                         .into(),
                 )
                 .into());

@@ -453,3 +453,31 @@ fn the_model_variables_exported_for_agents_leave_gate_only_tasks_alone() {
         "{task}"
     );
 }
+
+/// A server named only through the environment, without a model, is refused with words that name
+/// where each value can come from, not only the flags.
+#[test]
+fn a_server_without_a_model_names_the_variables_too() {
+    let env = Env::sqlite();
+    let out = env
+        .cmd(&[
+            "run",
+            "say hello",
+            "--workspace",
+            &env.workspace().display().to_string(),
+        ])
+        .env_remove("ORCHESTRATOR_MODEL")
+        .env("ORCHESTRATOR_BASE_URL", "http://127.0.0.1:8080/v1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = stderr(&out);
+    for words in [
+        "ORCHESTRATOR_BASE_URL",
+        "--model NAME",
+        "ORCHESTRATOR_MODEL",
+        "[model]",
+    ] {
+        assert!(said.contains(words), "{words:?} in {said}");
+    }
+}
