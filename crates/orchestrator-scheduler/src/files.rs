@@ -61,6 +61,9 @@ struct FileTask {
     agent: orchestrator_types::AgentOptions,
     #[serde(default)]
     acceptance: Vec<String>,
+    /// Labels a worker must have to run the tasks (`serve --label`).
+    #[serde(default)]
+    require_labels: Vec<String>,
 }
 
 /// A gate as a command string, or as a table with a name, a cwd and a timeout.
@@ -171,6 +174,7 @@ pub fn load_file(path: &Path) -> Result<FileAutomation> {
                 .task
                 .max_attempts
                 .unwrap_or(orchestrator_types::DEFAULT_MAX_ATTEMPTS),
+            require_labels: file.task.require_labels,
         },
         workspaces: file
             .workspaces

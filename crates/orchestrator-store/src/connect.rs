@@ -68,6 +68,9 @@ pub struct Store {
     listener: Arc<tokio::sync::OnceCell<()>>,
     /// The lease every write of this handle checks in its own transaction: see [`Store::fenced`].
     fence: Option<crate::Lease>,
+    /// Where this process's machine stands among others; tasks it creates on a workspace path
+    /// require it (see `orchestrator_types::placement`). None: tasks run anywhere.
+    placement: Option<Arc<orchestrator_types::Placement>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -184,6 +187,7 @@ impl Store {
             wakeup,
             listener: Arc::new(tokio::sync::OnceCell::new()),
             fence: None,
+            placement: None,
         })
     }
 
@@ -197,6 +201,20 @@ impl Store {
             fence: Some(lease.clone()),
             ..self.clone()
         }
+    }
+
+    /// This handle, creating tasks placed by `placement`: a task on a workspace path then
+    /// requires this machine's host (or the shared directory that holds the path).
+    pub fn with_placement(self, placement: orchestrator_types::Placement) -> Store {
+        Store {
+            placement: Some(Arc::new(placement)),
+            ..self
+        }
+    }
+
+    /// The placement tasks created through this handle get, if one was given.
+    pub fn placement(&self) -> Option<&orchestrator_types::Placement> {
+        self.placement.as_deref()
     }
 
     /// One write statement of this handle: on its own in the writer queue, or, on a fenced

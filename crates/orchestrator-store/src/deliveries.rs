@@ -400,7 +400,7 @@ impl Store {
         let ids = if tasks.is_empty() {
             Vec::new()
         } else {
-            insert_tasks(&mut tx, tasks, now, None).await?
+            insert_tasks(&mut tx, tasks, now, None, self.placement()).await?
         };
         let (status, detail) = if ids.is_empty() {
             (delivery_status::IGNORED, Some(NO_RULE_MATCHED))

@@ -303,7 +303,7 @@ mod tests {
         spec.template.gates.push(GateSpec::from_command("true"));
         let next = NextFire::default();
         let s = &store;
-        behind_a_long_write(s, "register_worker", s.register_worker("w", "h", 1, 2)).await;
+        behind_a_long_write(s, "register_worker", s.register_worker("w", "h", 1, 2, &[])).await;
         behind_a_long_write(s, "worker_heartbeat", s.worker_heartbeat("w")).await;
         behind_a_long_write(s, "worker_stopped", s.worker_stopped("w")).await;
         let created = behind_a_long_write(

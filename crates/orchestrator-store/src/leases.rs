@@ -112,6 +112,26 @@ fn leases_match<'a>(leases: impl Iterator<Item = &'a Lease> + Clone) -> Cond {
         .add(Expr::col(Tasks::Epoch).eq(Into::<Expr>::into(epochs.finally(-1i64))))
 }
 
+/// True for a task without requirements, or whose every requirement is among `offers`: each
+/// offered `,word,` is removed from the stored `,a,b,` form, and what is left is `,` exactly when
+/// nothing was missing. `replace` reads the same on SQLite and PostgreSQL. A task without
+/// requirements (NULL) is decided by the first test alone.
+fn requirements_met(offers: &[String]) -> Expr {
+    if offers.is_empty() {
+        return Expr::col(Tasks::Requires).is_null();
+    }
+    let mut left = Expr::col(Tasks::Requires);
+    for offer in offers {
+        let word = format!(",{},", orchestrator_types::placement::escape_word(offer));
+        left = sea_query::Func::cust(sea_query::Alias::new("replace"))
+            .arg(left)
+            .arg(word)
+            .arg(",")
+            .into();
+    }
+    Expr::col(Tasks::Requires).is_null().or(left.eq(","))
+}
+
 /// Bumps the task's event counter if `lease` still holds the running task, returning the number for
 /// the next event. `None` means the lease is stale.
 pub(crate) async fn next_seq_fenced(tx: &mut Tx, lease: &Lease, now: i64) -> Result<Option<i64>> {
@@ -204,6 +224,21 @@ impl Store {
         limit: u64,
         lease_ms: i64,
     ) -> Result<Vec<(Task, Lease)>> {
+        self.claim_offering(owner, queues, &[], limit, lease_ms)
+            .await
+    }
+
+    /// [`Store::claim`] by a worker that offers `offers` (its labels, host and shared directories,
+    /// see `orchestrator_types::placement`): it takes tasks without requirements and those whose
+    /// every requirement it offers, and leaves the rest for a worker that can run them.
+    pub async fn claim_offering(
+        &self,
+        owner: &str,
+        queues: &[String],
+        offers: &[String],
+        limit: u64,
+        lease_ms: i64,
+    ) -> Result<Vec<(Task, Lease)>> {
         if limit == 0 || queues.is_empty() {
             return Ok(Vec::new());
         }
@@ -214,6 +249,7 @@ impl Store {
                 .and_where(state_is(TaskState::Queued))
                 .and_where(Expr::col(Tasks::Queue).is_in(queues.iter().map(String::as_str)))
                 .and_where(Expr::col(Tasks::RunAfter).lte(now))
+                .and_where(requirements_met(offers))
                 .order_by(Tasks::Priority, Order::Desc)
                 .order_by(Tasks::Id, Order::Asc)
                 .limit(limit)
@@ -646,11 +682,17 @@ impl Store {
         // One transaction: a crash between creating and claiming would leave a queued task that no
         // daemon takes (its run_after is out of reach) and no foreground process runs.
         let mut tx = self.pool.begin().await?;
-        let id = crate::tasks::insert_tasks(&mut tx, std::slice::from_ref(&hidden), now, None)
-            .await?
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Migration("insert returned no id".into()))?;
+        let id = crate::tasks::insert_tasks(
+            &mut tx,
+            std::slice::from_ref(&hidden),
+            now,
+            None,
+            self.placement(),
+        )
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Migration("insert returned no id".into()))?;
         let cond = Expr::col(Tasks::Id)
             .eq(id.0)
             .and(state_is(TaskState::Queued));

@@ -56,4 +56,4 @@ pub use shell_jobs::{ShellJob, job_status};
 pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
 pub use tasks::{CancelOutcome, Task, TaskFilter, TaskPage};
 pub use wake::Wakeup;
-pub use workers::WorkerRow;
+pub use workers::{LIVE_WITHIN_MS, WorkerRow, unmet};

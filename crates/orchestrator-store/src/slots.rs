@@ -238,6 +238,7 @@ async fn record_slot(
     plan: &SlotPlan,
     scheduler: &str,
     now: i64,
+    placement: Option<&orchestrator_types::Placement>,
 ) -> Result<SlotResult> {
     let (status, reason) = match &plan.decision {
         SlotDecision::Fire { .. } => (SlotStatus::Fired, None),
@@ -331,7 +332,7 @@ async fn record_slot(
         automation_id: plan.automation_id,
         slot_at: plan.slot_at,
     };
-    let ids = insert_tasks(tx, tasks, now, Some(origin)).await?;
+    let ids = insert_tasks(tx, tasks, now, Some(origin), placement).await?;
     Ok(SlotResult::Fired { tasks: ids })
 }
 
@@ -358,7 +359,7 @@ impl Store {
         self.check_fence(&mut tx, now).await?;
         let mut results = Vec::with_capacity(plans.len());
         for plan in plans {
-            results.push(record_slot(&mut tx, plan, scheduler, now).await?);
+            results.push(record_slot(&mut tx, plan, scheduler, now, self.placement()).await?);
         }
         for advance in advances {
             let stmt = Query::update()
@@ -458,7 +459,7 @@ impl Store {
             automation_id: slot.automation_id,
             slot_at: slot.slot_at,
         };
-        let ids = insert_tasks(&mut tx, tasks, now, Some(origin)).await?;
+        let ids = insert_tasks(&mut tx, tasks, now, Some(origin), self.placement()).await?;
         tx.notify_task_available().await?;
         tx.commit().await?;
         self.wake.wake();

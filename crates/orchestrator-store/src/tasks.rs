@@ -8,12 +8,14 @@
 use crate::events::{EventInsert, insert_events};
 use crate::exec::Tx;
 use crate::{Error, Result, Store};
+use orchestrator_types::placement::{self, Placement};
 use orchestrator_types::{
     AgentOptions, EventKind, GateSpec, ModelSpec, NewTask, TaskId, TaskState, Verdict, now_millis,
 };
 use sea_query::{Expr, ExprTrait, Iden, Order, Query, SelectStatement};
 use serde::Serialize;
 use serde_json::json;
+use std::borrow::Cow;
 
 #[derive(Iden, Clone, Copy)]
 pub(crate) enum Tasks {
@@ -43,6 +45,9 @@ pub(crate) enum Tasks {
     SlotAt,
     ParentId,
     Repository,
+    /// What a worker must offer to claim the task, in the stored form of
+    /// `orchestrator_types::placement` (`,a,b,`); NULL when anything may claim it.
+    Requires,
     /// The last change's place in commit order (see changes.rs).
     ChangeId,
 }
@@ -144,6 +149,10 @@ pub struct Task {
     /// What made the task when not a person or an automation (a trigger rule), in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// What a worker must offer to claim the task (labels, `host:<id>`, `shared:<dir>`); empty:
+    /// any worker may.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<String>,
 }
 
 impl TryFrom<TaskRow> for Task {
@@ -187,6 +196,7 @@ impl TryFrom<TaskRow> for Task {
             agent: spec.agent,
             acceptance: spec.acceptance,
             origin: spec.origin,
+            requires: spec.requires,
         })
     }
 }
@@ -380,6 +390,36 @@ async fn cancel_at_once(
     Ok(CancelOutcome::Canceled)
 }
 
+/// The tasks with the placement word a workspace path needs added to their requirements: a path
+/// is a directory of the machine that creates the task (or of a directory it shares), so only a
+/// worker that sees it may run the task. Borrowed as they are when nothing is added, which is
+/// always the case without a placement (benchmarks, tests) and for tasks without a workspace.
+fn place<'a>(new: &'a [NewTask], placement: Option<&Placement>) -> Cow<'a, [NewTask]> {
+    let Some(placement) = placement else {
+        return Cow::Borrowed(new);
+    };
+    let unplaced = |task: &NewTask| {
+        task.workspace.is_some()
+            && !task.requires.iter().any(|w| {
+                w.starts_with(placement::HOST_PREFIX) || w.starts_with(placement::SHARED_PREFIX)
+            })
+    };
+    if !new.iter().any(unplaced) {
+        return Cow::Borrowed(new);
+    }
+    Cow::Owned(
+        new.iter()
+            .map(|task| {
+                let mut placed = task.clone();
+                if let Some(workspace) = task.workspace.as_deref().filter(|_| unplaced(task)) {
+                    placed.requires.push(placement.requirement_for(workspace));
+                }
+                placed
+            })
+            .collect(),
+    )
+}
+
 /// Inserts validated tasks in `tx`, each with its `created` event, and returns their ids in order.
 /// Shared by `create_tasks` and by the scheduler's slot writes, which must create a slot's tasks in
 /// the same transaction as the slot row.
@@ -388,7 +428,10 @@ pub(crate) async fn insert_tasks(
     new: &[NewTask],
     now: i64,
     origin: Option<TaskOrigin>,
+    placement: Option<&Placement>,
 ) -> Result<Vec<TaskId>> {
+    let placed = place(new, placement);
+    let new: &[NewTask] = &placed;
     let mut ids = Vec::with_capacity(new.len());
     // Chunks keep each statement under SQLite's limit of bound parameters.
     for chunk in new.chunks(500) {
@@ -411,6 +454,7 @@ pub(crate) async fn insert_tasks(
                 Tasks::SlotAt,
                 Tasks::ParentId,
                 Tasks::Repository,
+                Tasks::Requires,
             ])
             .returning_col(Tasks::Id)
             .to_owned();
@@ -439,6 +483,7 @@ pub(crate) async fn insert_tasks(
                     .clone()
                     .or_else(|| task.workspace.clone())
                     .into(),
+                placement::encode_words(task.requires.iter().map(String::as_str)).into(),
             ])?;
         }
         let mut rows: Vec<(i64,)> = tx.fetch_all(&stmt).await?;
@@ -493,7 +538,7 @@ impl Store {
         }
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
-        let ids = insert_tasks(&mut tx, new, now, None).await?;
+        let ids = insert_tasks(&mut tx, new, now, None, self.placement()).await?;
         tx.notify_task_available().await?;
         tx.commit().await?;
         self.wake.wake();
@@ -508,15 +553,85 @@ impl Store {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         crate::leases::check_lease(&mut tx, lease, now).await?;
-        let id = insert_tasks(&mut tx, std::slice::from_ref(new), now, None)
-            .await?
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Migration("insert returned no id".into()))?;
+        let id = insert_tasks(
+            &mut tx,
+            std::slice::from_ref(new),
+            now,
+            None,
+            self.placement(),
+        )
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Migration("insert returned no id".into()))?;
         tx.notify_task_available().await?;
         tx.commit().await?;
         self.wake.wake();
         Ok(id)
+    }
+
+    /// Ties the task that `lease` holds to the machine of `requirement` (a `host:<id>` word):
+    /// from now on only a worker offering it claims the task, because something of the task (its
+    /// workspace, too large to checkpoint) exists only there. Fenced by the lease, with a
+    /// `pinned` event saying why. Adding a word the task already requires changes nothing.
+    pub async fn pin_task(
+        &self,
+        lease: &crate::Lease,
+        requirement: &str,
+        reason: &str,
+    ) -> Result<()> {
+        placement::validate_requirement(requirement)?;
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let seq = crate::leases::next_seq_fenced(&mut tx, lease, now)
+            .await?
+            .ok_or(Error::StaleLease {
+                task: lease.task_id,
+                epoch: lease.epoch,
+            })?;
+        let read = Query::select()
+            .column(Tasks::Spec)
+            .from(Tasks::Table)
+            .and_where(Expr::col(Tasks::Id).eq(lease.task_id.0))
+            .to_owned();
+        let (spec,): (String,) = tx
+            .fetch_optional(&read)
+            .await?
+            .ok_or(Error::TaskNotFound(lease.task_id))?;
+        let mut spec: NewTask = serde_json::from_str(&spec).map_err(|e| Error::Corrupt {
+            what: "tasks.spec",
+            message: format!("task {}: {e}", lease.task_id),
+        })?;
+        if !spec.requires.iter().any(|w| w == requirement) {
+            spec.requires.push(requirement.to_owned());
+        }
+        let text = serde_json::to_string(&spec).map_err(|e| Error::Corrupt {
+            what: "task spec",
+            message: e.to_string(),
+        })?;
+        let write = Query::update()
+            .table(Tasks::Table)
+            .value(Tasks::Spec, text)
+            .value(
+                Tasks::Requires,
+                placement::encode_words(spec.requires.iter().map(String::as_str)),
+            )
+            .and_where(Expr::col(Tasks::Id).eq(lease.task_id.0))
+            .to_owned();
+        tx.execute(&write).await?;
+        insert_events(
+            &mut tx,
+            &[EventInsert {
+                task_id: lease.task_id.0,
+                seq,
+                at: now,
+                kind: EventKind::Pinned,
+                data: json!({ "requirement": requirement, "reason": reason }),
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     pub async fn get_task(&self, id: TaskId) -> Result<Task> {

@@ -16,7 +16,12 @@ enum Workers {
     StartedAt,
     HeartbeatAt,
     StoppedAt,
+    Offers,
 }
+
+/// A worker whose last heartbeat is older than this is not counted as live when a task's wait
+/// for a worker is explained. Workers beat every third of their lease (10 s by default).
+pub const LIVE_WITHIN_MS: i64 = 60_000;
 
 /// A worker process as registered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
@@ -28,6 +33,63 @@ pub struct WorkerRow {
     pub started_at: i64,
     pub heartbeat_at: i64,
     pub stopped_at: Option<i64>,
+    /// What it offers to tasks' requirements (labels, host, shared directories), stored as
+    /// `,a,b,`; listed as words.
+    #[serde(serialize_with = "words")]
+    pub offers: Option<String>,
+}
+
+impl WorkerRow {
+    /// The words this worker offers.
+    pub fn offered(&self) -> Vec<String> {
+        self.offers
+            .as_deref()
+            .map(orchestrator_types::placement::decode_words)
+            .unwrap_or_default()
+    }
+}
+
+fn words<S: serde::Serializer>(stored: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    let words = stored
+        .as_deref()
+        .map(orchestrator_types::placement::decode_words)
+        .unwrap_or_default();
+    serde::Serialize::serialize(&words, s)
+}
+
+/// See [`Store::unmet_requirements`].
+pub fn unmet(requires: &[String], live: &[WorkerRow]) -> Option<String> {
+    use orchestrator_types::placement::describe_requirement;
+    let offers: Vec<Vec<String>> = live.iter().map(WorkerRow::offered).collect();
+    if offers
+        .iter()
+        .any(|offered| requires.iter().all(|w| offered.contains(w)))
+    {
+        return None;
+    }
+    let missing: Vec<&String> = requires
+        .iter()
+        .filter(|w| !offers.iter().any(|offered| offered.contains(w)))
+        .collect();
+    Some(if missing.is_empty() {
+        format!(
+            "no live worker offers all of: {}",
+            requires
+                .iter()
+                .map(|w| describe_requirement(w))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    } else {
+        format!(
+            "no live worker with {}",
+            missing
+                .iter()
+                .map(|w| describe_requirement(w))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
 }
 
 impl Store {
@@ -37,6 +99,7 @@ impl Store {
         hostname: &str,
         pid: u32,
         slots: u32,
+        offers: &[String],
     ) -> Result<()> {
         let now = now_millis();
         let stmt = Query::insert()
@@ -48,6 +111,7 @@ impl Store {
                 Workers::Slots,
                 Workers::StartedAt,
                 Workers::HeartbeatAt,
+                Workers::Offers,
             ])
             .values([
                 id.into(),
@@ -56,10 +120,12 @@ impl Store {
                 i64::from(slots).into(),
                 now.into(),
                 now.into(),
+                orchestrator_types::placement::encode_words(offers.iter().map(String::as_str))
+                    .into(),
             ])?
             .on_conflict(
                 OnConflict::column(Workers::Id)
-                    .update_columns([Workers::HeartbeatAt])
+                    .update_columns([Workers::HeartbeatAt, Workers::Offers])
                     .to_owned(),
             )
             .to_owned();
@@ -98,11 +164,45 @@ impl Store {
                 Workers::StartedAt,
                 Workers::HeartbeatAt,
                 Workers::StoppedAt,
+                Workers::Offers,
             ])
             .from(Workers::Table)
             .order_by(Workers::StartedAt, Order::Desc)
             .limit(limit)
             .to_owned();
         self.pool.fetch_all(&stmt).await
+    }
+
+    /// Workers that have not stopped and beat within [`LIVE_WITHIN_MS`] of `now`.
+    pub async fn live_workers(&self, now: i64) -> Result<Vec<WorkerRow>> {
+        let stmt = Query::select()
+            .columns([
+                Workers::Id,
+                Workers::Hostname,
+                Workers::Pid,
+                Workers::Slots,
+                Workers::StartedAt,
+                Workers::HeartbeatAt,
+                Workers::StoppedAt,
+                Workers::Offers,
+            ])
+            .from(Workers::Table)
+            .and_where(Expr::col(Workers::StoppedAt).is_null())
+            .and_where(Expr::col(Workers::HeartbeatAt).gte(now - LIVE_WITHIN_MS))
+            .order_by(Workers::StartedAt, Order::Desc)
+            .limit(1000)
+            .to_owned();
+        self.pool.fetch_all(&stmt).await
+    }
+
+    /// Why `requires` keeps a task waiting: `None` when some live worker offers every word of
+    /// it; otherwise the words no live worker offers (or, when each is offered by some worker
+    /// but no one offers them all, every word), said for a person.
+    pub async fn unmet_requirements(&self, requires: &[String]) -> Result<Option<String>> {
+        if requires.is_empty() {
+            return Ok(None);
+        }
+        let live = self.live_workers(now_millis()).await?;
+        Ok(unmet(requires, &live))
     }
 }

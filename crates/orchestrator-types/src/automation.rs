@@ -142,6 +142,10 @@ pub struct TaskTemplate {
     pub queue: String,
     #[serde(default = "default_max_attempts")]
     pub max_attempts: i64,
+    /// Labels a worker must have to run the tasks (`serve --label gpu`); they wait, saying so,
+    /// while no live worker has them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub require_labels: Vec<String>,
 }
 
 /// Gates as people write them: each a command (`"cargo test"`, named after itself) or a table
@@ -210,6 +214,7 @@ impl Default for TaskTemplate {
             priority: 0,
             queue: default_queue(),
             max_attempts: default_max_attempts(),
+            require_labels: Vec::new(),
         }
     }
 }
@@ -306,6 +311,7 @@ impl AutomationSpec {
         task.priority = self.template.priority;
         task.queue = self.template.queue.clone();
         task.max_attempts = self.template.max_attempts;
+        task.requires = self.template.require_labels.clone();
         task.run_after = run_after;
         task
     }

@@ -318,6 +318,17 @@ pub fn describe(kind: &str, data: &Value) -> Described {
         }
         EventKind::McpServer => mcp_server(&d),
         EventKind::NetworkConnection => network(&d),
+        EventKind::Pinned => (
+            format!(
+                "kept on {}: {}",
+                d.str("requirement").map_or_else(
+                    || "this machine".to_owned(),
+                    crate::placement::describe_requirement
+                ),
+                d.str("reason").unwrap_or("its workspace cannot move")
+            ),
+            Tone::Wait,
+        ),
     };
     Described { text, tone }
 }

@@ -67,10 +67,13 @@ pub enum EventKind {
     /// A connection a sandboxed process asked the jail's network proxy for: host, port, the
     /// address connected to, whether it was allowed and why not, and the bytes each way.
     NetworkConnection,
+    /// The task was tied to the machine running it (its `requires` gained `host:<id>`), with the
+    /// reason: its workspace cannot move to another machine.
+    Pinned,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 31] = [
+    pub const ALL: [EventKind; 32] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -102,6 +105,7 @@ impl EventKind {
         EventKind::Compacted,
         EventKind::McpServer,
         EventKind::NetworkConnection,
+        EventKind::Pinned,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -137,6 +141,7 @@ impl EventKind {
             EventKind::McpServer => "mcp_server",
             EventKind::Compacted => "compacted",
             EventKind::NetworkConnection => "network_connection",
+            EventKind::Pinned => "pinned",
         }
     }
 

@@ -14,6 +14,7 @@ mod gate;
 mod id;
 mod log_slice;
 mod notice;
+pub mod placement;
 mod sandbox;
 mod spec;
 mod state;
@@ -39,6 +40,7 @@ pub use gate::{
 pub use id::{ArtifactId, TaskId};
 pub use log_slice::{LogSlice, slice_after};
 pub use notice::NoticeKind;
+pub use placement::Placement;
 pub use sandbox::SandboxMode;
 pub use spec::{
     AgentOptions, AgentRole, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_GATE_TIMEOUT_SECS,

@@ -269,6 +269,11 @@ pub struct NewTask {
     /// own fields): `trigger triage on octo/widgets#12`. Lists and pages show it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// What a worker must offer to claim the task: labels a person requires (`gpu`), and the
+    /// placement the store adds for a workspace that is a path on one machine (`host:<id>`) or
+    /// under a shared directory (`shared:<dir>`). See [`crate::placement`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<String>,
 }
 
 impl NewTask {
@@ -288,6 +293,7 @@ impl NewTask {
             acceptance: Vec::new(),
             parent: None,
             origin: None,
+            requires: Vec::new(),
         }
     }
 
@@ -356,6 +362,9 @@ impl NewTask {
                     ),
                 ));
             }
+        }
+        for word in &self.requires {
+            crate::placement::validate_requirement(word)?;
         }
         if self.acceptance.iter().any(|c| c.trim().is_empty()) {
             return Err(Error::invalid(

@@ -118,7 +118,8 @@ fn task() -> Value {
             "model": nullable(json!({"type": "object"})),
             "agent": {"type": "object"},
             "acceptance": {"type": "array", "items": text},
-            "origin": {"type": "string", "description": "What made it, when not a person or an automation (a trigger rule)."}
+            "origin": {"type": "string", "description": "What made it, when not a person or an automation (a trigger rule)."},
+            "requires": {"type": "array", "items": text, "description": "What a worker must offer to claim it: labels, host:<id> for a workspace path on one machine, shared:<dir>."}
         }
     })
 }
@@ -218,7 +219,8 @@ pub fn document() -> Value {
             "max_attempts": {"type": "integer", "minimum": 1},
             "model": {"type": "object"},
             "agent": {"type": "object"},
-            "acceptance": {"type": "array", "items": {"type": "string"}}
+            "acceptance": {"type": "array", "items": {"type": "string"}},
+            "require_labels": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"}, "description": "Labels the worker that runs it must have (serve --label)."}
         }
     });
     let verdict =

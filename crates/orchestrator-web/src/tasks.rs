@@ -90,6 +90,9 @@ pub(crate) struct CreateBody {
     agent: Option<AgentOptions>,
     #[serde(default)]
     acceptance: Vec<String>,
+    /// Labels the worker that runs it must have.
+    #[serde(default)]
+    require_labels: Vec<String>,
 }
 
 pub(crate) async fn create(State(web): State<Web>, bytes: Bytes) -> ApiResult {
@@ -119,6 +122,11 @@ pub(crate) async fn create(State(web): State<Web>, bytes: Bytes) -> ApiResult {
         task.agent = agent;
     }
     task.acceptance = request.acceptance;
+    for label in &request.require_labels {
+        orchestrator_types::placement::validate_label(label)
+            .map_err(|e| ApiError::unprocessable(e.to_string()))?;
+    }
+    task.requires = request.require_labels;
     task.validate()
         .map_err(|e| ApiError::unprocessable(e.to_string()))?;
     let id = web.store.create_task(&task).await?;

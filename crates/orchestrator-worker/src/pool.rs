@@ -48,6 +48,10 @@ pub struct PoolConfig {
     pub worker_id: String,
     pub slots: usize,
     pub queues: Vec<String>,
+    /// What this worker offers to tasks' requirements: its labels, and its machine's host and
+    /// shared directories (see `orchestrator_types::placement`). Tasks requiring a word not here
+    /// are left for another worker.
+    pub offers: Vec<String>,
     pub lease: Duration,
     /// How often leases are extended; a third of the lease by default.
     pub heartbeat_interval: Duration,
@@ -82,6 +86,7 @@ impl PoolConfig {
             worker_id: worker_id.into(),
             slots: DEFAULT_SLOTS,
             queues: vec![DEFAULT_QUEUE.to_owned()],
+            offers: Vec::new(),
             lease: DEFAULT_LEASE,
             heartbeat_interval: DEFAULT_LEASE / 3,
             poll_interval: DEFAULT_POLL_INTERVAL,
@@ -208,6 +213,7 @@ impl WorkerPool {
                 &hostname,
                 std::process::id(),
                 config.slots as u32,
+                &config.offers,
             )
             .await?;
         let active: Active = Arc::default();
@@ -260,9 +266,10 @@ impl WorkerPool {
             let want = free.min(config.claim_batch);
             let asked = Instant::now();
             let claimed = match store
-                .claim(
+                .claim_offering(
                     &config.worker_id,
                     &config.queues,
+                    &config.offers,
                     want as u64,
                     config.lease_ms(),
                 )

@@ -134,6 +134,84 @@ pub struct Config {
     /// `[notify]`: where `serve` sends notifications (webhooks, Slack, mail) and of what.
     #[serde(default)]
     pub notify: orchestrator_notify::NotifyConfig,
+    /// `[worker]`: this machine's labels, its id among machines, and the directories it shares.
+    #[serde(default)]
+    pub worker: WorkerConfig,
+}
+
+/// `[worker]`: where this daemon stands among others sharing one store. A task on a workspace
+/// path runs only where that path is (this host, or any daemon that lists a shared directory
+/// holding it); a task requiring labels runs only on a daemon that has them.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Labels this daemon's workers offer (`serve --label` adds more).
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// This machine's id among machines; default: the host name and the start of
+    /// /etc/machine-id. Two daemons on one machine that must not run each other's path tasks
+    /// (separate containers, say) give different ids.
+    pub host: Option<String>,
+    /// Absolute directories every machine that lists them sees at the same place (a network
+    /// mount): a task whose workspace lies under one may run on any daemon that lists it.
+    #[serde(default)]
+    pub shared_paths: Vec<String>,
+}
+
+impl WorkerConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        for label in &self.labels {
+            orchestrator_types::placement::validate_label(label)
+                .map_err(|e| format!("[worker] labels: {e}"))?;
+        }
+        if let Some(host) = &self.host
+            && (host.trim().is_empty() || host.contains(['\n', '\r', '\0']))
+        {
+            return Err(format!(
+                "[worker] host {host:?} must be a non-empty single line"
+            ));
+        }
+        for dir in &self.shared_paths {
+            if !dir.starts_with('/') || dir.contains(['\n', '\r', '\0']) {
+                return Err(format!(
+                    "[worker] shared_paths: {dir:?} must be an absolute directory"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// This machine's placement: its id and shared directories.
+    pub fn placement(&self) -> orchestrator_types::Placement {
+        orchestrator_types::Placement {
+            host: self.host.clone().unwrap_or_else(machine_id),
+            shared: self.shared_paths.clone(),
+        }
+    }
+
+    /// Everything this daemon's workers offer: its labels, `extra` labels (from flags), its host
+    /// and its shared directories.
+    pub fn offers(&self, extra: &[String]) -> Vec<String> {
+        let mut offers: Vec<String> = self.labels.iter().chain(extra).cloned().collect();
+        offers.extend(self.placement().offers());
+        offers.sort();
+        offers.dedup();
+        offers
+    }
+}
+
+/// The host name and the first eight characters of /etc/machine-id (the host name alone where
+/// there is none): a host name is readable, and the id tells apart machines that share one.
+pub fn machine_id() -> String {
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    match std::fs::read_to_string("/etc/machine-id") {
+        Ok(id) if id.trim().len() >= 8 => format!("{hostname}-{}", &id.trim()[..8]),
+        _ => hostname,
+    }
 }
 
 impl Config {
@@ -486,6 +564,10 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
     config
         .notify
+        .validate()
+        .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    config
+        .worker
         .validate()
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
     let named = config

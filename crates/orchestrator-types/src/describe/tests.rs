@@ -147,6 +147,12 @@ fn sample(kind: EventKind) -> Option<(Value, &'static [&'static str])> {
                    "allowed": false, "reason": "link-local address", "bytes_up": 0, "bytes_down": 0}),
             &["network: http connection to 169.254.169.254:80 refused: link-local address"],
         ),
+        EventKind::Pinned => (
+            json!({"requirement": "host:build-1", "reason": "its checkpoint is over the cap"}),
+            &[
+                "kept on host build-1 (its workspace is a path on that machine): its checkpoint is over the cap",
+            ],
+        ),
     })
 }
 

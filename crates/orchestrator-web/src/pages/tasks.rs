@@ -99,12 +99,13 @@ pub(crate) async fn list(
         task: None,
         limit: Some(200),
     };
-    let (mut tasks, counts, repositories, automations, pending) = match tokio::try_join!(
+    let (mut tasks, counts, repositories, automations, pending, live) = match tokio::try_join!(
         web.store.task_page(&page),
         web.store.count_by_state(),
         web.store.repositories(REPOSITORIES),
         web.store.list_automations(),
         web.store.list_approvals(&pending),
+        web.store.live_workers(orchestrator_types::now_millis()),
     ) {
         Ok(found) => found,
         Err(e) => return store_error(e),
@@ -175,7 +176,7 @@ pub(crate) async fn list(
                             td { a href=(format!("/tasks/{}", t.id.0)) { (t.id.0) } }
                             td {
                                 span class=(state_class(t.state.as_str())) data-row-state=(t.state.as_str()) { (t.state.as_str()) }
-                                @if let Some(why) = row_reason(t, &pending) { div.muted.why data-row-why { (orchestrator_types::visible(&why)) } }
+                                @if let Some(why) = row_reason(t, &pending, &live) { div.muted.why data-row-why { (orchestrator_types::visible(&why)) } }
                             }
                             td {
                                 a href=(format!("/tasks/{}", t.id.0)) { (t.title) }
@@ -235,7 +236,13 @@ fn row_origin(
 fn row_reason(
     task: &orchestrator_store::Task,
     pending: &[orchestrator_store::Approval],
+    live: &[orchestrator_store::WorkerRow],
 ) -> Option<String> {
+    if task.state == TaskState::Queued
+        && let Some(unmet) = orchestrator_store::unmet(&task.requires, live)
+    {
+        return Some(format!("waiting: {unmet}"));
+    }
     match task.state {
         TaskState::Waiting => {
             let asked = pending
@@ -407,6 +414,15 @@ pub(crate) async fn read(
         Err(e) => return store_error(e),
     };
     let running = running_gates(&events, &live_logs, task.attempt);
+    // Where it can run, and while it is queued, whether some live worker can run it.
+    let waiting_for = if task.state == TaskState::Queued {
+        web.store
+            .unmet_requirements(&task.requires)
+            .await
+            .unwrap_or_default()
+    } else {
+        None
+    };
     // Shell jobs, terminals and background jobs: a panel follows each that runs, and each links
     // to its log view.
     let commands: Vec<&crate::logs::LogEntry> = logs
@@ -437,6 +453,13 @@ pub(crate) async fn read(
             }
             @if let Some(error) = &task.last_error { p.error { (error) } }
             @if let Some(workspace) = &task.workspace { p.muted { "workspace " code { (workspace) } } }
+            @if !task.requires.is_empty() {
+                p.muted data-requires {
+                    "runs on a worker with "
+                    (task.requires.iter().map(|w| orchestrator_types::placement::describe_requirement(w)).collect::<Vec<_>>().join(", "))
+                }
+            }
+            @if let Some(waiting) = &waiting_for { p.warn data-waiting-for { "waiting: " (waiting) } }
             @if !viewer.read_only {
                 p {
                     @if !task.state.is_terminal() { a data-action="cancel" href=(format!("/tasks/{}/cancel", task.id.0)) { "Cancel…" } " " }

@@ -289,7 +289,10 @@ impl GlobalArgs {
 
     pub async fn open_store_with(&self, options: &StoreOptions) -> anyhow::Result<Store> {
         let url = self.store_url()?;
-        Ok(Store::open(&url, options).await?)
+        // Tasks this process creates on a workspace path are placed on this machine (or the
+        // shared directory that holds the path), so another machine never takes them.
+        let placement = self.config()?.worker.placement();
+        Ok(Store::open(&url, options).await?.with_placement(placement))
     }
 }
 

@@ -21,6 +21,7 @@ const SQLITE_POLL_INTERVAL: Duration = Duration::from_millis(200);
 Examples:
   orchestrator serve
   orchestrator serve --workers 8 --listen 127.0.0.1:9000
+  orchestrator serve --label gpu --label linux
   orchestrator --database-url postgres://orchestrator@db/orchestrator serve --workers 16
 
 On SIGINT or SIGTERM the daemon stops claiming, lets running gates finish for the grace period,
@@ -53,6 +54,11 @@ pub struct ServeArgs {
     /// task, deciding an approval, pausing or running an automation) is refused with 403.
     #[arg(long)]
     pub read_only: bool,
+    /// A label this daemon's workers offer, beside the config's `[worker] labels`; tasks that
+    /// require a label (`task create --require-label gpu`) run only where it is offered. Repeat
+    /// for several.
+    #[arg(long = "label", value_name = "LABEL")]
+    pub labels: Vec<String>,
 }
 
 pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -91,6 +97,11 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         super::agent_flags::AgentFlags::default().configured_model(&file_config)?;
     pool.slots = args.workers;
     pool.queues = args.queues.clone();
+    for label in &args.labels {
+        orchestrator_types::placement::validate_label(label)
+            .map_err(|e| CliError::Invalid(format!("--label: {e}")))?;
+    }
+    pool.offers = file_config.worker.offers(&args.labels);
     pool.shutdown_grace = Duration::from_secs(args.shutdown_grace_seconds);
     if store.backend() == orchestrator_store::Backend::Sqlite {
         // Other processes (the CLI) add tasks without a way to signal this one, and an idle claim on
@@ -205,6 +216,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             "workers": args.workers,
             "queues": args.queues,
             "worker_id": pool.worker_id,
+            "offers": pool.offers,
             "token_file": home.join("api-token"),
             "lease_seconds": args.lease_seconds,
             "dashboard": format!("http://{address}/login"),
@@ -225,6 +237,14 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         if args.read_only { " (read-only)" } else { "" },
     );
     // After the line with the address, which scripts read first.
+    eprintln!(
+        "orchestrator serve: runs tasks that require nothing or only: {}",
+        pool.offers
+            .iter()
+            .map(|w| orchestrator_types::placement::describe_requirement(w))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     if let Some(notify) = &notify {
         eprintln!(
             "orchestrator serve: notifications to {} (links to {})",

@@ -21,7 +21,11 @@ Examples:
   orchestrator task create --title 'unit tests' --gate 'cargo test' --workspace ~/src/app
   orchestrator task create --title 'nightly' --gate 'make check' --run-after 2h --priority 5 --json
   orchestrator task create --title 'fix #7' --prompt 'Fix issue 7' --gate 'cargo test' \\
-      --clone-from ~/src/app --workspace ~/clones/app-7")]
+      --clone-from ~/src/app --workspace ~/clones/app-7
+  orchestrator task create --title 'train' --gate 'make train' --require-label gpu
+
+A task on a --workspace path runs only on this machine (config [worker] host), or on any daemon
+that lists a [worker] shared_paths directory holding the path.")]
     Create(Box<CreateArgs>),
     /// List tasks, newest first.
     #[command(
@@ -104,6 +108,10 @@ pub struct CreateArgs {
     /// Not before this time: RFC 3339 (2026-11-22T03:00:00Z), `now`, or a delay (90s, 15m, 2h, 1d).
     #[arg(long, value_name = "TIME")]
     pub run_after: Option<String>,
+    /// A label the worker that runs the task must have (`serve --label gpu`); the task waits,
+    /// saying so, while no live worker has it. Repeat for several.
+    #[arg(long = "require-label", value_name = "LABEL")]
+    pub require_labels: Vec<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -302,6 +310,11 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
     if let Some(text) = &args.run_after {
         task.run_after = Some(parse_time(text, now_millis())?);
     }
+    for label in &args.require_labels {
+        orchestrator_types::placement::validate_label(label)
+            .map_err(|e| CliError::Invalid(format!("--require-label: {e}")))?;
+    }
+    task.requires = args.require_labels;
     task.validate()?;
     let store = global.open_store().await?;
     let id = store.create_task(&task).await?;

@@ -250,6 +250,17 @@ impl Report {
         );
         output::say!("attempt    {} of {}", view.attempt, view.max_attempts);
         output::say!("queue      {} (priority {})", view.queue, view.priority);
+        if !view.requires.is_empty() {
+            let words: Vec<String> = view
+                .requires
+                .iter()
+                .map(|w| orchestrator_types::placement::describe_requirement(w))
+                .collect();
+            output::say!("runs on    a worker with {}", words.join(", "));
+        }
+        if let Some(waiting) = &view.waiting_for {
+            output::say!("waiting    {waiting}");
+        }
         if let Some(ws) = &view.workspace {
             output::say!("workspace  {ws}");
             if let Some(source) = &view.worktree_of {

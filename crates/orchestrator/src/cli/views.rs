@@ -36,6 +36,12 @@ pub struct TaskView {
     pub automation_id: Option<i64>,
     /// That slot's time.
     pub slot: Option<String>,
+    /// What a worker must offer to run the task: labels, `host:<id>`, `shared:<dir>`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<String>,
+    /// Why a queued task waits for a worker: no live worker offers what it requires.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 #[derive(Debug, Serialize, Clone)]
@@ -86,7 +92,11 @@ impl TaskView {
     /// The task with every gate result, for `task read`.
     pub async fn full(store: &Store, task: &Task) -> anyhow::Result<TaskView> {
         let records = store.gates(task.id).await?;
-        Ok(TaskView::build(task, &records))
+        let mut view = TaskView::build(task, &records);
+        if task.state == orchestrator_types::TaskState::Queued {
+            view.waiting_for = store.unmet_requirements(&task.requires).await?;
+        }
+        Ok(view)
     }
 
     fn build(task: &Task, records: &[GateRecord]) -> TaskView {
@@ -144,6 +154,8 @@ impl TaskView {
             gate_runs: records.iter().map(GateView::from_record).collect(),
             automation_id: task.automation_id,
             slot: task.slot_at.map(format_millis),
+            requires: task.requires.clone(),
+            waiting_for: None,
         }
     }
 }

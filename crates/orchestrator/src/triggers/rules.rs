@@ -246,6 +246,7 @@ pub(super) fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewT
     task.model = t.model.clone();
     task.acceptance = t.acceptance.clone();
     task.agent = t.agent.clone();
+    task.requires = t.require_labels.clone();
     task.origin = Some(if vars["number"].is_empty() {
         format!("trigger {} on {}", rule.name, vars["repo"])
     } else {

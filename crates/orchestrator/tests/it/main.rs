@@ -26,6 +26,7 @@ mod lsp;
 mod mcp_servers;
 mod notify;
 mod permissions;
+mod placement;
 mod readme_sections;
 mod readme_tour;
 mod retry;

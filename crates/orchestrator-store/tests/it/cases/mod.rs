@@ -19,6 +19,7 @@ mod github;
 mod leases;
 mod live_logs;
 mod notifications;
+mod placement;
 mod records;
 mod tasks;
 
@@ -29,6 +30,7 @@ pub use github::*;
 pub use leases::*;
 pub use live_logs::*;
 pub use notifications::*;
+pub use placement::*;
 pub use records::*;
 pub use tasks::*;
 
