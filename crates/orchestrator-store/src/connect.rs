@@ -1,7 +1,8 @@
 //! Opening a store: choosing the backend from the URL, the SQLite durability settings, migrations,
 //! and the PostgreSQL listener that turns NOTIFY into wake-ups.
 
-use crate::exec::Pool;
+use crate::exec::{Pool, WriterQueue};
+use crate::lease_line::LeaseLine;
 use crate::wake::{self, WakeSender, Wakeup};
 use crate::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
@@ -63,6 +64,8 @@ impl Default for StoreOptions {
 #[derive(Clone)]
 pub struct Store {
     pub(crate) pool: Pool,
+    /// The lease heartbeat's own connection, ahead of the pool's work (see lease_line.rs).
+    pub(crate) lease_line: Arc<LeaseLine>,
     pub(crate) wake: WakeSender,
     wakeup: Wakeup,
     listener: Arc<tokio::sync::OnceCell<()>>,
@@ -161,7 +164,9 @@ impl Store {
                 }
             }
         };
-        Self::finish(Pool::Sqlite(pool, Arc::default())).await
+        let writer = Arc::new(WriterQueue::default());
+        let line = LeaseLine::sqlite(connect, writer.clone(), options.connect_timeout);
+        Self::finish(Pool::Sqlite(pool, writer), line).await
     }
 
     async fn open_postgres(url: &str, options: &StoreOptions) -> Result<Store> {
@@ -175,14 +180,16 @@ impl Store {
             .connect_with(connect.clone())
             .await
             .map_err(|e| connect_error(url, &connect, &e))?;
-        Self::finish(Pool::Postgres(pool)).await
+        let line = LeaseLine::postgres(connect, options.connect_timeout);
+        Self::finish(Pool::Postgres(pool), line).await
     }
 
-    async fn finish(pool: Pool) -> Result<Store> {
+    async fn finish(pool: Pool, lease_line: LeaseLine) -> Result<Store> {
         crate::migrate::migrate(&pool).await?;
         let (wake, wakeup) = wake::channel();
         Ok(Store {
             pool,
+            lease_line: Arc::new(lease_line),
             wake,
             wakeup,
             listener: Arc::new(tokio::sync::OnceCell::new()),
@@ -297,8 +304,9 @@ impl Store {
         Ok(())
     }
 
-    /// Closes the pool, waiting for connections to be returned.
+    /// Closes the pool, waiting for connections to be returned, and the heartbeat's connection.
     pub async fn close(&self) {
+        self.lease_line.close().await;
         match &self.pool {
             Pool::Sqlite(pool, _) => pool.close().await,
             Pool::Postgres(pool) => pool.close().await,

@@ -7,8 +7,9 @@ use sea_query_sqlx::SqlxBinder;
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, FromRow, PgPool, Postgres, Sqlite, SqlitePool};
+use std::collections::VecDeque;
 use std::sync::Arc;
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::oneshot;
 
 /// A row type that decodes from either backend.
 pub(crate) trait AnyRow:
@@ -20,19 +21,123 @@ impl<T> AnyRow for T where
 {
 }
 
-/// A pool on one backend. On SQLite it carries the process's writer lock: SQLite admits one writer
-/// at a time, and when two of our own connections race for it the loser sleeps in SQLite's busy
-/// handler for milliseconds while the winner needs a fraction of one. Queueing our writers here, in
-/// tokio, leaves the busy handler to arbitrate only between processes.
+/// A pool on one backend. On SQLite it carries the process's writer queue: SQLite admits one
+/// writer at a time, and when two of our own connections race for it the loser sleeps in SQLite's
+/// busy handler for milliseconds while the winner needs a fraction of one. Queueing our writers
+/// here, in tokio, leaves the busy handler to arbitrate only between processes.
 #[derive(Clone)]
 pub(crate) enum Pool {
-    Sqlite(SqlitePool, Arc<Mutex<()>>),
+    Sqlite(SqlitePool, Arc<WriterQueue>),
     Postgres(PgPool),
 }
 
 pub(crate) enum Tx {
-    Sqlite(sqlx::Transaction<'static, Sqlite>, OwnedMutexGuard<()>),
+    Sqlite(sqlx::Transaction<'static, Sqlite>, WriterTurn),
     Postgres(sqlx::Transaction<'static, Postgres>),
+}
+
+/// Which line of the writer queue a write waits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Every write but one: in the order they asked.
+    Ordinary,
+    /// A lease heartbeat: before every ordinary write still waiting. A lease lapses when its
+    /// extension waits longer than the lease, and behind a queue of ordinary writes (a burst of
+    /// completions, a gate's live log, a large artifact) it would wait for all of them; here it
+    /// waits for the write that holds the turn at most.
+    Lease,
+}
+
+/// The writer queue of an SQLite store in this process: one write transaction at a time, handed
+/// on first to the waiting lease heartbeats, then to the other writes in the order they asked.
+#[derive(Default)]
+pub(crate) struct WriterQueue {
+    state: std::sync::Mutex<QueueState>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    held: bool,
+    lease: VecDeque<oneshot::Sender<WriterTurn>>,
+    ordinary: VecDeque<oneshot::Sender<WriterTurn>>,
+}
+
+/// A turn to write, held until dropped; dropping it hands the turn to the next in line.
+pub(crate) struct WriterTurn {
+    queue: Option<Arc<WriterQueue>>,
+}
+
+impl WriterQueue {
+    fn state(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        // A poisoned lock only means a holder panicked between two lines of bookkeeping that
+        // cannot panic; the queue is still whole.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits for this process's turn to write, in `lane`.
+    pub(crate) async fn turn(self: &Arc<Self>, lane: Lane) -> WriterTurn {
+        loop {
+            let waiting = {
+                let mut state = self.state();
+                if !state.held {
+                    state.held = true;
+                    return WriterTurn {
+                        queue: Some(self.clone()),
+                    };
+                }
+                let (sender, waiting) = oneshot::channel();
+                match lane {
+                    Lane::Lease => state.lease.push_back(sender),
+                    Lane::Ordinary => state.ordinary.push_back(sender),
+                }
+                waiting
+            };
+            // A sender is only dropped unsent by a queue that found its waiter gone, which is
+            // not this one; ask again rather than trust that.
+            if let Ok(turn) = waiting.await {
+                return turn;
+            }
+        }
+    }
+
+    /// Writes waiting for a turn (not the one that holds it).
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        let state = self.state();
+        state.lease.len() + state.ordinary.len()
+    }
+}
+
+impl Drop for WriterTurn {
+    fn drop(&mut self) {
+        let Some(queue) = self.queue.take() else {
+            return;
+        };
+        let mut state = queue.state();
+        loop {
+            let next = match state.lease.pop_front() {
+                Some(next) => next,
+                None => match state.ordinary.pop_front() {
+                    Some(next) => next,
+                    None => {
+                        state.held = false;
+                        return;
+                    }
+                },
+            };
+            let turn = WriterTurn {
+                queue: Some(queue.clone()),
+            };
+            match next.send(turn) {
+                Ok(()) => return,
+                // Its waiter gave up (its future was dropped): the turn goes to the next one, and
+                // this copy must not hand it on a second time.
+                Err(mut unsent) => unsent.queue = None,
+            }
+        }
+    }
 }
 
 /// Runs `$body` with `$sql`/`$values` built for whichever backend `$conn` is, binding the
@@ -59,7 +164,7 @@ macro_rules! dispatch {
 /// would be abandoned and rescued again and again. Every text bound to a statement passes here, on
 /// both backends so they store the same thing: a NUL becomes U+FFFD, visibly replaced. JSON columns
 /// are not affected, since serde_json writes a NUL as the escape `\u0000`.
-fn clean_text(values: &mut sea_query_sqlx::SqlxValues) {
+pub(crate) fn clean_text(values: &mut sea_query_sqlx::SqlxValues) {
     for value in &mut (values.0).0 {
         if let sea_query::Value::String(Some(text)) = value
             && text.contains('\0')
@@ -115,7 +220,7 @@ impl Pool {
     pub(crate) async fn begin(&self) -> Result<Tx> {
         Ok(match self {
             Pool::Sqlite(pool, writer) => {
-                let turn = writer.clone().lock_owned().await;
+                let turn = writer.turn(Lane::Ordinary).await;
                 Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?, turn)
             }
             Pool::Postgres(pool) => Tx::Postgres(pool.begin().await?),
@@ -144,48 +249,11 @@ impl Pool {
 
     /// This process's turn to write, on SQLite; nothing to wait for on PostgreSQL, whose row locks
     /// put writers in line.
-    async fn turn(&self) -> Option<OwnedMutexGuard<()>> {
+    async fn turn(&self) -> Option<WriterTurn> {
         match self {
-            Pool::Sqlite(_, writer) => Some(writer.clone().lock_owned().await),
+            Pool::Sqlite(_, writer) => Some(writer.turn(Lane::Ordinary).await),
             Pool::Postgres(_) => None,
         }
-    }
-}
-
-impl Pool {
-    /// Runs the writes `build(now)` makes and returns the rows they all return, with `now` read
-    /// only once a connection is ours, so time spent waiting for one (behind other writers, or on
-    /// a slow network) is not taken from what the writes grant (a lease's length). On SQLite they
-    /// run in one transaction, in the writer queue. On PostgreSQL each is a statement of its own:
-    /// a transaction would cost two more round trips and keep the writes from other sessions until
-    /// its commit; callers use this only for writes that stand alone, row by row.
-    pub(crate) async fn write_each_at<T: AnyRow, S: SqlxBinder>(
-        &self,
-        build: impl FnOnce(i64) -> Vec<S>,
-    ) -> Result<Vec<T>> {
-        let mut rows = Vec::new();
-        match self {
-            Pool::Sqlite(..) => {
-                let mut tx = self.begin().await?;
-                for stmt in build(orchestrator_types::now_millis()) {
-                    rows.extend(tx.fetch_all::<T, S>(&stmt).await?);
-                }
-                tx.commit().await?;
-            }
-            Pool::Postgres(pool) => {
-                let mut conn = pool.acquire().await?;
-                for stmt in build(orchestrator_types::now_millis()) {
-                    let (sql, mut values) = stmt.build_sqlx(PostgresQueryBuilder);
-                    clean_text(&mut values);
-                    rows.extend(
-                        sqlx::query_as_with::<_, T, _>(AssertSqlSafe(sql), values)
-                            .fetch_all(&mut *conn)
-                            .await?,
-                    );
-                }
-            }
-        }
-        Ok(rows)
     }
 }
 

@@ -22,6 +22,7 @@ mod events;
 mod exec;
 mod gates;
 mod identity;
+mod lease_line;
 mod leases;
 mod live_logs;
 mod migrate;

@@ -8,9 +8,12 @@ pub struct Capture {
     head_cap: usize,
     tail_cap: usize,
     head: Vec<u8>,
-    /// The last bytes seen; may hold up to twice `tail_cap` before it is compacted, so that
-    /// keeping the tail costs one `memmove` per `tail_cap` bytes instead of work per byte.
+    /// The last bytes seen, at most `tail_cap`: filled in order, then a ring whose oldest byte is
+    /// at `tail_start`, overwritten in place. The tail never holds more than its cap, so a
+    /// capture costs its cap in memory and no `memmove` (an earlier tail grew to twice its cap
+    /// and was compacted, which made a gate's log cost half as much again as it keeps).
     tail: Vec<u8>,
+    tail_start: usize,
     total: u64,
 }
 
@@ -36,6 +39,7 @@ impl Capture {
             tail_cap,
             head: Vec::new(),
             tail: Vec::new(),
+            tail_start: 0,
             total: 0,
         }
     }
@@ -51,13 +55,29 @@ impl Capture {
             self.tail.clear();
             self.tail
                 .extend_from_slice(&bytes[bytes.len() - self.tail_cap..]);
+            self.tail_start = 0;
             return;
         }
-        self.tail.extend_from_slice(bytes);
-        if self.tail.len() > 2 * self.tail_cap {
-            let excess = self.tail.len() - self.tail_cap;
-            self.tail.drain(..excess);
+        if self.tail.len() < self.tail_cap {
+            let fill = bytes.len().min(self.tail_cap - self.tail.len());
+            // Grown by doubling as a Vec grows, but never past the cap.
+            let want = (self.tail.len() + fill)
+                .max(self.tail.capacity() * 2)
+                .min(self.tail_cap);
+            self.tail.reserve_exact(want - self.tail.len());
+            self.tail.extend_from_slice(&bytes[..fill]);
+            bytes = &bytes[fill..];
         }
+        if bytes.is_empty() {
+            return;
+        }
+        // The ring is full: the new bytes overwrite the oldest, up to the end and then from the
+        // start (fewer than `tail_cap` of them, so they wrap at most once).
+        let first = bytes.len().min(self.tail_cap - self.tail_start);
+        self.tail[self.tail_start..self.tail_start + first].copy_from_slice(&bytes[..first]);
+        let rest = &bytes[first..];
+        self.tail[..rest.len()].copy_from_slice(rest);
+        self.tail_start = (self.tail_start + bytes.len()) % self.tail_cap;
     }
 
     /// Bytes pushed so far, kept or not.
@@ -67,9 +87,7 @@ impl Capture {
 
     pub fn finish(self) -> Captured {
         let mut tail = self.tail;
-        if tail.len() > self.tail_cap {
-            tail.drain(..tail.len() - self.tail_cap);
-        }
+        tail.rotate_left(self.tail_start);
         let kept = (self.head.len() + tail.len()) as u64;
         Captured {
             head: self.head,
@@ -94,16 +112,27 @@ impl Captured {
 
     /// Head, a marker line naming how many bytes were cut (only when some were), and tail.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.head.len() + self.tail.len() + 80);
+        let joint = self.joint();
+        let mut out = Vec::with_capacity(self.head.len() + joint.len() + self.tail.len());
         out.extend_from_slice(&self.head);
-        if self.cut > 0 {
-            if !self.head.ends_with(b"\n") && !self.head.is_empty() {
-                out.push(b'\n');
-            }
-            out.extend_from_slice(Self::marker(self.cut).as_bytes());
-        }
+        out.extend_from_slice(joint.as_bytes());
         out.extend_from_slice(&self.tail);
         out
+    }
+
+    /// What [`Captured::to_bytes`] puts between head and tail: nothing when nothing was cut, else
+    /// the marker, after a line break that ends the head's last line. For a writer that streams
+    /// the three parts rather than copy them into one buffer.
+    pub fn joint(&self) -> String {
+        if self.cut == 0 {
+            return String::new();
+        }
+        let mut joint = String::new();
+        if !self.head.ends_with(b"\n") && !self.head.is_empty() {
+            joint.push('\n');
+        }
+        joint.push_str(&Self::marker(self.cut));
+        joint
     }
 
     pub fn marker(cut: u64) -> String {
@@ -128,7 +157,7 @@ mod tests {
     #[test]
     fn long_streams_keep_head_and_tail_in_any_chunking() {
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-        for chunk in [1, 7, 64, 999, 10_000] {
+        for chunk in [1, 7, 64, 333, 499, 500, 501, 999, 10_000] {
             let mut capture = Capture::new(1000);
             for part in data.chunks(chunk) {
                 capture.push(part);
@@ -141,5 +170,23 @@ mod tests {
             let text = String::from_utf8_lossy(&captured.to_bytes()).into_owned();
             assert!(text.contains("9000 bytes cut"), "chunk {chunk}");
         }
+    }
+
+    #[test]
+    fn the_tail_never_holds_more_than_its_cap() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 241) as u8).collect();
+        let mut capture = Capture::with_caps(10, 1000);
+        for part in data.chunks(97) {
+            capture.push(part);
+            assert!(capture.tail.len() <= 1000);
+            assert!(
+                capture.tail.capacity() <= 1024,
+                "{}",
+                capture.tail.capacity()
+            );
+        }
+        let captured = capture.finish();
+        assert_eq!(captured.head, data[..10]);
+        assert_eq!(captured.tail, data[data.len() - 1000..]);
     }
 }
