@@ -9,7 +9,7 @@ use crate::events::{EventInsert, insert_events};
 use crate::exec::Tx;
 use crate::{Error, Result, Store};
 use orchestrator_types::{
-    AgentOptions, EventKind, GateSpec, ModelSpec, NewTask, TaskId, TaskState, Verdict, now_millis,
+    AgentOptions, EventKind, GateSpec, ModelSpec, NewTask, RepositoryRef, TaskId, TaskState, Verdict, now_millis,
 };
 use sea_query::{Expr, ExprTrait, Iden, Order, Query, SelectStatement};
 use serde::Serialize;
@@ -112,6 +112,10 @@ pub struct Task {
     pub workspace: Option<String>,
     /// The checkout the workspace is cloned from when the task first runs (a tree of its own).
     pub worktree_of: Option<String>,
+    /// The repository the worker makes the workspace from, when the task names one instead of a
+    /// path; `workspace` is then `None` here (each worker that runs it has its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repository: Option<RepositoryRef>,
     pub state: TaskState,
     pub queue: String,
     pub priority: i64,
@@ -164,6 +168,7 @@ impl TryFrom<TaskRow> for Task {
             gates: spec.gates,
             workspace: row.workspace,
             worktree_of: spec.worktree_of,
+            repository: spec.repository,
             state,
             queue: row.queue,
             priority: row.priority,
@@ -435,8 +440,10 @@ pub(crate) async fn insert_tasks(
                 origin.map(|o| o.automation_id).into(),
                 origin.map(|o| o.slot_at).into(),
                 task.parent.map(|p| p.0).into(),
-                task.worktree_of
-                    .clone()
+                task.repository
+                    .as_ref()
+                    .map(|r| r.url.clone())
+                    .or_else(|| task.worktree_of.clone())
                     .or_else(|| task.workspace.clone())
                     .into(),
             ])?;

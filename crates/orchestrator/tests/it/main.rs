@@ -28,6 +28,7 @@ mod notify;
 mod permissions;
 mod readme_sections;
 mod readme_tour;
+mod repositories;
 mod retry;
 mod roles;
 mod serve;
