@@ -71,6 +71,7 @@ pub async fn run(config: &WorkspaceBenchConfig, print: impl Fn(&str) -> Result<(
             dir: place.path().join(format!("workspaces-{round}")),
             mirrors: place.path().join(format!("mirrors-{round}")),
             repositories: Default::default(),
+            budget: None,
         });
         let plain = place.path().join(format!("plain-{round}"));
         std::fs::create_dir_all(&plain)?;

@@ -9,7 +9,8 @@ use crate::events::{EventInsert, insert_events};
 use crate::exec::Tx;
 use crate::{Error, Result, Store};
 use orchestrator_types::{
-    AgentOptions, EventKind, GateSpec, ModelSpec, NewTask, RepositoryRef, TaskId, TaskState, Verdict, now_millis,
+    AgentOptions, EventKind, GateSpec, ModelSpec, NewTask, RepositoryRef, TaskId, TaskState,
+    Verdict, now_millis,
 };
 use sea_query::{Expr, ExprTrait, Iden, Order, Query, SelectStatement};
 use serde::Serialize;

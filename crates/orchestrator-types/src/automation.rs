@@ -437,6 +437,33 @@ mod tests {
     }
 
     #[test]
+    fn an_automation_on_a_repository_makes_one_task_a_slot_and_names_no_workspaces() {
+        let mut spec = spec();
+        spec.template.repository = Some(crate::RepositoryRef::new("/srv/git/widgets"));
+        spec.template.git_ref = Some("main".into());
+        let err = spec.validate().unwrap_err().to_string();
+        assert!(err.contains("names no workspaces"), "{err}");
+        spec.workspaces.clear();
+        spec.validate().unwrap();
+        let tasks = spec.slot_tasks("03:00");
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(tasks[0].workspace, None);
+        let repository = tasks[0].repository.clone().unwrap();
+        assert_eq!(repository.url, "/srv/git/widgets");
+        assert_eq!(repository.git_ref.as_deref(), Some("main"));
+        // Written as a URL, kept as a table: both read back.
+        let written: TaskTemplate =
+            serde_json::from_str(r#"{"repository": "/srv/git/widgets", "ref": "v1"}"#).unwrap();
+        assert_eq!(
+            written.repository_ref().unwrap().git_ref.as_deref(),
+            Some("v1")
+        );
+        let kept: TaskTemplate =
+            serde_json::from_str(&serde_json::to_string(&spec.template).unwrap()).unwrap();
+        assert_eq!(kept, spec.template);
+    }
+
+    #[test]
     fn policies_parse_and_print_the_same_words() {
         for word in ["skip", "buffer_one", "allow", "cancel_previous"] {
             assert_eq!(word.parse::<Overlap>().unwrap().as_str(), word);

@@ -281,7 +281,10 @@ pub fn describe(kind: &str, data: &Value) -> Described {
         EventKind::WorkspacePrepared => {
             // A clone of a checkout names its source and head; a repository task's workspace its
             // repository, ref and base.
-            let head = d.str("base").map(str::to_owned).unwrap_or_else(|| d.text("head"));
+            let head = d
+                .str("base")
+                .map(str::to_owned)
+                .unwrap_or_else(|| d.text("head"));
             let source = match (d.str("repository"), d.str("ref")) {
                 (Some(url), Some(r)) => format!("{url} {r}"),
                 (Some(url), None) => url.to_owned(),

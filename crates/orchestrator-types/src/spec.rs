@@ -293,7 +293,8 @@ impl RepositoryRef {
             if let Some((userinfo, _)) = authority.rsplit_once('@') {
                 // ssh names its user there (`ssh://git@host/...`), which is no secret; a password,
                 // or any user of http (GitHub reads a token there), is one.
-                let http = scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https");
+                let http =
+                    scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https");
                 if http || userinfo.contains(':') {
                     return Err(Error::invalid(
                         "repository",
@@ -610,7 +611,10 @@ mod tests {
             task.repository = Some(RepositoryRef::new(bad));
             let err = task.validate().unwrap_err().to_string();
             assert!(err.contains(says), "{bad}: {err}");
-            assert!(!err.contains("hunter2") && !err.contains("ghp_abc"), "{err}");
+            assert!(
+                !err.contains("hunter2") && !err.contains("ghp_abc"),
+                "{err}"
+            );
         }
         let mut repo = RepositoryRef::new("/srv/git/widgets");
         repo.git_ref = Some("--upload-pack=x".into());

@@ -183,7 +183,8 @@ pub async fn run_attempt(
         };
         if prepared.cloned
             && let Some(settings) = &ctx.agent.workspaces
-            && let Err(e) = workspace::cleanup::record_clone(&settings.dir, task.id, Path::new(workspace))
+            && let Err(e) =
+                workspace::cleanup::record_clone(&settings.dir, task.id, Path::new(workspace))
         {
             // Without the record the clone is only left in place when the task ends.
             tracing::warn!(task = %task.id, error = %e, "cannot record a clone for its cleanup");
@@ -473,7 +474,10 @@ async fn prepare_repository(
                 }
             } else {
                 Outcome::Failed {
-                    error: format!("{error} (attempt {} of {})", task.attempt, task.max_attempts),
+                    error: format!(
+                        "{error} (attempt {} of {})",
+                        task.attempt, task.max_attempts
+                    ),
                 }
             };
             return Err(Ok(AttemptEnd {
@@ -519,7 +523,12 @@ fn recorded_base(events: &[orchestrator_types::TaskEvent], url: &str) -> Option<
         .iter()
         .rev()
         .filter(|e| e.data.get("repository").and_then(|r| r.as_str()) == Some(url))
-        .find_map(|e| e.data.get("base").and_then(|b| b.as_str()).map(str::to_owned))
+        .find_map(|e| {
+            e.data
+                .get("base")
+                .and_then(|b| b.as_str())
+                .map(str::to_owned)
+        })
 }
 
 /// The outcome of an attempt stopped before its work began.

@@ -195,7 +195,11 @@ impl Config {
             reference
                 .validate()
                 .map_err(|e| format!("[repositories.{name}]: {e}"))?;
-            if repo.token_env.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            if repo
+                .token_env
+                .as_deref()
+                .is_some_and(|v| v.trim().is_empty())
+            {
                 return Err(format!("[repositories.{name}]: token_env is empty"));
             }
         }
@@ -250,9 +254,17 @@ impl Config {
             (None, Some(dir)) => expand_home(dir),
             (None, None) => orchestrator_worker::workspace::default_dir(home),
         };
+        let mirrors = home.join("mirrors");
+        let budget = self.workspaces.disk_budget_mb.map(|mb| {
+            orchestrator_worker::workspace::Budget::new(
+                Some(mb.saturating_mul(1024 * 1024)),
+                vec![dir.clone(), mirrors.clone()],
+            )
+        });
         orchestrator_worker::workspace::WorkspaceSettings {
             dir,
-            mirrors: home.join("mirrors"),
+            mirrors,
+            budget,
             repositories: self
                 .repositories
                 .iter()
@@ -736,6 +748,63 @@ mod tests {
         )
         .unwrap();
         module_doc.github.validate().unwrap();
+    }
+
+    #[test]
+    fn repositories_resolve_by_name_and_workspaces_sit_beside_the_home() {
+        let readme = include_str!("../../../README.md");
+        let start = readme
+            .find("```toml\n[repositories.widgets]")
+            .expect("the example")
+            + "```toml\n".len();
+        let end = start + readme[start..].find("```").expect("its end");
+        let config: Config = toml::from_str(&readme[start..end]).unwrap();
+        config.validate_workspaces().unwrap();
+        let by_name = config.repository_ref("widgets", None);
+        assert_eq!(by_name.url, "https://github.com/acme/widgets.git");
+        assert_eq!(by_name.git_ref.as_deref(), Some("main"));
+        assert_eq!(by_name.name.as_deref(), Some("widgets"));
+        let pinned = config.repository_ref("widgets", Some("v2".into()));
+        assert_eq!(pinned.git_ref.as_deref(), Some("v2"));
+        let by_url = config.repository_ref("/srv/git/other", None);
+        assert_eq!((by_url.url.as_str(), by_url.name), ("/srv/git/other", None));
+        let home = Path::new("/var/lib/orch");
+        let settings = config.workspace_settings(home, None);
+        assert_eq!(settings.dir, Path::new("/srv/orchestrator-workspaces"));
+        assert_eq!(settings.mirrors, Path::new("/var/lib/orch/mirrors"));
+        assert_eq!(
+            settings.budget.map(|b| b.limit_bytes()),
+            Some(Some(20000 * 1024 * 1024))
+        );
+        assert_eq!(
+            settings.repositories["widgets"].token_env.as_deref(),
+            Some("WIDGETS_TOKEN")
+        );
+        let flag = config.workspace_settings(home, Some(Path::new("/tmp/w")));
+        assert_eq!(flag.dir, Path::new("/tmp/w"));
+        let bare: Config = toml::from_str("").unwrap();
+        assert_eq!(
+            bare.workspace_settings(home, None).dir,
+            Path::new("/var/lib/orch-workspaces"),
+            "beside the home, which agents cannot see"
+        );
+        assert_eq!(
+            bare.keep_failed(),
+            std::time::Duration::from_secs(3 * 86_400)
+        );
+        for bad in [
+            "[repositories.x]\nurl = \"https://u:p@example.com/x\"\n",
+            "[repositories.x]\nurl = \"relative\"\n",
+            "[workspaces]\nkeep_failed_days = -1\n",
+            "[workspaces]\ndisk_budget_mb = 0\n",
+            "[workspaces]\ndir = \"relative\"\n",
+        ] {
+            let config: Config = toml::from_str(bad).unwrap();
+            assert!(config.validate_workspaces().is_err(), "{bad}");
+        }
+        assert!(
+            toml::from_str::<Config>("[repositories.x]\nurl = \"/x\"\ntoken = \"t\"\n").is_err()
+        );
     }
 
     #[test]

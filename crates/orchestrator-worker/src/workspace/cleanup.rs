@@ -93,7 +93,12 @@ fn parse(name: &str) -> Option<Entry> {
 }
 
 /// Whether a task in this state, ended at `finished_at`, has its workspace removed at `now`.
-fn due(state: TaskState, finished_at: Option<i64>, now: i64, keep_failed: Duration) -> Option<bool> {
+fn due(
+    state: TaskState,
+    finished_at: Option<i64>,
+    now: i64,
+    keep_failed: Duration,
+) -> Option<bool> {
     match state {
         TaskState::Succeeded | TaskState::Canceled => Some(true),
         TaskState::Failed => {
@@ -105,7 +110,11 @@ fn due(state: TaskState, finished_at: Option<i64>, now: i64, keep_failed: Durati
 }
 
 impl Cleaner {
-    pub fn new(store: Store, settings: Arc<WorkspaceSettings>, config: CleanerConfig) -> Result<Self> {
+    pub fn new(
+        store: Store,
+        settings: Arc<WorkspaceSettings>,
+        config: CleanerConfig,
+    ) -> Result<Self> {
         if config.interval.is_zero() {
             return Err(Error::Config(
                 "the cleanup interval must be positive".into(),
@@ -194,16 +203,17 @@ impl Cleaner {
         };
         let records: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
         for record in records {
-            let Some(Entry::Workspace(task)) = record
-                .file_name()
-                .and_then(|n| parse(&n.to_string_lossy()))
+            let Some(Entry::Workspace(task)) =
+                record.file_name().and_then(|n| parse(&n.to_string_lossy()))
             else {
                 continue;
             };
             let Ok(bytes) = std::fs::read(&record) else {
                 continue;
             };
-            let path = PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(bytes));
+            let path = PathBuf::from(
+                <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(bytes),
+            );
             let t = match self.store.get_task(task).await {
                 Ok(t) => t,
                 Err(orchestrator_store::Error::TaskNotFound(_)) => {
@@ -232,8 +242,7 @@ impl Cleaner {
                 .iter()
                 .any(|e| {
                     e.data.get("outcome").and_then(|o| o.as_str()) == Some("cloned")
-                        && e.data.get("workspace").and_then(|w| w.as_str())
-                            == path.to_str()
+                        && e.data.get("workspace").and_then(|w| w.as_str()) == path.to_str()
                 });
             if named && cloned_there && path.is_absolute() {
                 self.remove(&path, counts);
@@ -269,7 +278,10 @@ mod tests {
 
     #[test]
     fn names_and_due_times() {
-        assert!(matches!(parse("task-12"), Some(Entry::Workspace(TaskId(12)))));
+        assert!(matches!(
+            parse("task-12"),
+            Some(Entry::Workspace(TaskId(12)))
+        ));
         assert!(matches!(
             parse(".task-12.partial-99-0000abcd"),
             Some(Entry::Partial(TaskId(12)))
@@ -279,10 +291,7 @@ mod tests {
         assert_eq!(due(TaskState::Succeeded, Some(0), 0, day), Some(true));
         assert_eq!(due(TaskState::Canceled, None, 0, day), Some(true));
         assert_eq!(due(TaskState::Failed, Some(0), 1000, day), Some(false));
-        assert_eq!(
-            due(TaskState::Failed, Some(0), 86_400_000, day),
-            Some(true)
-        );
+        assert_eq!(due(TaskState::Failed, Some(0), 86_400_000, day), Some(true));
         for state in [TaskState::Queued, TaskState::Running, TaskState::Waiting] {
             assert_eq!(due(state, None, i64::MAX, day), None);
         }

@@ -132,9 +132,7 @@ pub async fn ensure(mirror: &Path, want: &Want<'_>) -> Result<(String, MirrorSta
         state = MirrorState::Created;
     }
     // A commit asked for by its id that the mirror already holds cannot have changed.
-    let pinned = want
-        .base
-        .or(want.git_ref.filter(|r| is_full_commit_id(r)));
+    let pinned = want.base.or(want.git_ref.filter(|r| is_full_commit_id(r)));
     if let Some(commit) = pinned {
         if state == MirrorState::Warm && has_commit(mirror, commit).await {
             return Ok((commit.to_owned(), state));
@@ -184,7 +182,11 @@ fn is_full_commit_id(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-async fn clone_mirror(mirror: &Path, url: &str, config: &[(&str, &str)]) -> Result<(), MirrorError> {
+async fn clone_mirror(
+    mirror: &Path,
+    url: &str,
+    config: &[(&str, &str)],
+) -> Result<(), MirrorError> {
     let (Some(parent), Some(name)) = (mirror.parent(), mirror.file_name()) else {
         return Err(MirrorError::Fetch(format!(
             "{} has no parent directory",
@@ -220,7 +222,10 @@ async fn clone_mirror(mirror: &Path, url: &str, config: &[(&str, &str)]) -> Resu
     }
     std::fs::rename(&scratch, mirror).map_err(|e| {
         let _ = super::remove_tree(&scratch);
-        MirrorError::Fetch(format!("cannot move the mirror into {}: {e}", mirror.display()))
+        MirrorError::Fetch(format!(
+            "cannot move the mirror into {}: {e}",
+            mirror.display()
+        ))
     })
 }
 
@@ -241,7 +246,12 @@ async fn fetch(
     git_with(mirror, &args, config)
         .await
         .map(drop)
-        .map_err(|e| MirrorError::Fetch(format!("fetching into the mirror {}: {e}", mirror.display())))
+        .map_err(|e| {
+            MirrorError::Fetch(format!(
+                "fetching into the mirror {}: {e}",
+                mirror.display()
+            ))
+        })
 }
 
 async fn has_commit(repo: &Path, commit: &str) -> bool {

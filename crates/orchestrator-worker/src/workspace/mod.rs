@@ -26,7 +26,7 @@ pub mod worktree;
 
 pub use budget::Budget;
 pub use cleanup::{Cleaner, CleanerConfig, CleanupCounts};
-pub use repository::{Prepared, Preparation, PrepareError, prepare};
+pub use repository::{Preparation, PrepareError, Prepared, prepare};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,6 +58,9 @@ pub struct WorkspaceSettings {
     pub mirrors: PathBuf,
     /// The config's repositories by name: their URL and the variable that holds their token.
     pub repositories: BTreeMap<String, RepositoryAccess>,
+    /// The disk budget of `dir` and `mirrors`, which the claim asks before taking a repository
+    /// task; `None` is no budget.
+    pub budget: Option<Budget>,
 }
 
 /// What the daemon's own git needs to fetch a configured repository.
@@ -77,11 +80,7 @@ impl WorkspaceSettings {
             .as_ref()
             .and_then(|n| self.repositories.get(n))
             .filter(|a| a.url == repository.url)
-            .or_else(|| {
-                self.repositories
-                    .values()
-                    .find(|a| a.url == repository.url)
-            })?;
+            .or_else(|| self.repositories.values().find(|a| a.url == repository.url))?;
         let var = access.token_env.as_deref()?;
         std::env::var(var).ok().filter(|t| !t.trim().is_empty())
     }

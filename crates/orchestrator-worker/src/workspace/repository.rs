@@ -175,9 +175,12 @@ async fn clone_at(
         .await
         .map_err(|e| PrepareError::Retryable(format!("cloning the mirror failed: {e}")))?;
         let object = format!("{base}^{{commit}}");
-        if git(&scratch, &["cat-file".as_ref(), "-e".as_ref(), object.as_ref()])
-            .await
-            .is_err()
+        if git(
+            &scratch,
+            &["cat-file".as_ref(), "-e".as_ref(), object.as_ref()],
+        )
+        .await
+        .is_err()
         {
             // The base is in the mirror but on no ref (fetched by its id): ask for it by id, which
             // the mirror's upload-pack allows for this one call.
@@ -193,7 +196,9 @@ async fn clone_at(
                 ],
             )
             .await
-            .map_err(|e| PrepareError::Final(format!("the commit {base} is not in the mirror: {e}")))?;
+            .map_err(|e| {
+                PrepareError::Final(format!("the commit {base} is not in the mirror: {e}"))
+            })?;
         }
         let branch = format!("orchestrator/task-{}", task.0);
         git(

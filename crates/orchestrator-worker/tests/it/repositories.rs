@@ -25,11 +25,16 @@ fn settings(place: &Path) -> Arc<WorkspaceSettings> {
         dir: place.join("workspaces"),
         mirrors: place.join("home/mirrors"),
         repositories: Default::default(),
+        budget: None,
     })
 }
 
 /// Runs the pool (one slot, so tasks run one after the other) until `n` tasks have ended.
-async fn run_until_ended(store: &orchestrator_store::Store, settings: &Arc<WorkspaceSettings>, n: usize) {
+async fn run_until_ended(
+    store: &orchestrator_store::Store,
+    settings: &Arc<WorkspaceSettings>,
+    n: usize,
+) {
     let mut config = PoolConfig::new("repositories-test");
     config.slots = 1;
     config.agent.workspaces = Some(settings.clone());
@@ -87,7 +92,13 @@ async fn repository_tasks_run_in_workspaces_made_from_one_mirror() {
     // The served repository is a bare clone of the source, which the test moves on later.
     git(
         served.path(),
-        &["clone", "-q", "--bare", source.to_str().unwrap(), "widgets.git"],
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            source.to_str().unwrap(),
+            "widgets.git",
+        ],
     );
     let daemon = GitDaemon::serve(served.path());
     let url = daemon.url("widgets.git");
@@ -108,7 +119,10 @@ async fn repository_tasks_run_in_workspaces_made_from_one_mirror() {
     run_until_ended(&db.store, &settings, 1).await;
     let task = db.store.get_task(first).await.unwrap();
     assert_eq!(task.state, TaskState::Succeeded, "{:?}", task.last_error);
-    assert!(task.workspace.is_none(), "the store keeps no machine's path");
+    assert!(
+        task.workspace.is_none(),
+        "the store keeps no machine's path"
+    );
     let data = prepared(&db.store, first).await;
     let ws = place.path().join(format!("workspaces/task-{}", first.0));
     assert_eq!(data["repository"], url);
@@ -118,7 +132,9 @@ async fn repository_tasks_run_in_workspaces_made_from_one_mirror() {
     assert_eq!(data["outcome"], "cloned");
     assert_eq!(data["mirror"], "created");
     assert_eq!(
-        std::fs::read_to_string(ws.join("seen-head.txt")).unwrap().trim(),
+        std::fs::read_to_string(ws.join("seen-head.txt"))
+            .unwrap()
+            .trim(),
         first_commit,
         "the gate ran in the workspace at the ref's commit"
     );
@@ -201,7 +217,12 @@ async fn an_unknown_ref_fails_with_its_name_and_an_unreachable_repository_is_ret
     let url = format!("file://{}", source.display());
     let unknown = db
         .store
-        .create_task(&repository_task("unknown", &url, Some("no-such-branch"), "true"))
+        .create_task(&repository_task(
+            "unknown",
+            &url,
+            Some("no-such-branch"),
+            "true",
+        ))
         .await
         .unwrap();
     let mut gone = repository_task(
@@ -219,13 +240,24 @@ async fn an_unknown_ref_fails_with_its_name_and_an_unreachable_repository_is_ret
     let error = task.last_error.unwrap_or_default();
     assert!(error.contains("no-such-branch"), "{error}");
     assert_eq!(task.attempt, 1, "an unknown ref is not retried");
-    assert!(!place.path().join(format!("workspaces/task-{}", unknown.0)).exists());
+    assert!(
+        !place
+            .path()
+            .join(format!("workspaces/task-{}", unknown.0))
+            .exists()
+    );
 
     let task = db.store.get_task(gone).await.unwrap();
     assert_eq!(task.state, TaskState::Failed);
-    assert_eq!(task.attempt, 2, "a repository that cannot be fetched is tried again");
+    assert_eq!(
+        task.attempt, 2,
+        "a repository that cannot be fetched is tried again"
+    );
     let error = task.last_error.unwrap_or_default();
-    assert!(error.contains("cloning") && error.contains("missing"), "{error}");
+    assert!(
+        error.contains("cloning") && error.contains("missing"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
@@ -321,8 +353,12 @@ async fn the_cleaner_removes_what_is_due_and_never_follows_a_link() {
     db.store.cancel_task(canceled).await.unwrap();
     // A half-made clone of the queued task is its clone in progress: kept. One of an ended task
     // is a leftover: removed. So is a name the store does not know: kept.
-    let partial_queued = settings.dir.join(format!(".task-{}.partial-1-0000abcd", queued.0));
-    let partial_ended = settings.dir.join(format!(".task-{}.partial-1-0000abcd", succeeded.0));
+    let partial_queued = settings
+        .dir
+        .join(format!(".task-{}.partial-1-0000abcd", queued.0));
+    let partial_ended = settings
+        .dir
+        .join(format!(".task-{}.partial-1-0000abcd", succeeded.0));
     std::fs::create_dir_all(&partial_queued).unwrap();
     std::fs::create_dir_all(&partial_ended).unwrap();
     let unknown = settings.dir.join("task-999999");
@@ -343,15 +379,24 @@ async fn the_cleaner_removes_what_is_due_and_never_follows_a_link() {
     let day = 86_400_000;
     let counts = cleaner.run_once(1000 + day).await.unwrap();
     assert_eq!(counts.removed, 3, "{counts:?}");
-    assert!(!workspaces[0].exists(), "a succeeded task's workspace goes at once");
-    assert!(workspaces[1].exists(), "a failed one is kept for its keep time");
+    assert!(
+        !workspaces[0].exists(),
+        "a succeeded task's workspace goes at once"
+    );
+    assert!(
+        workspaces[1].exists(),
+        "a failed one is kept for its keep time"
+    );
     assert!(workspaces[2].exists(), "a queued one is never touched");
     assert!(
         std::fs::symlink_metadata(&workspaces[3]).is_err(),
         "a canceled one goes (here: a link, unlinked)"
     );
     assert!(partial_queued.exists() && !partial_ended.exists());
-    assert!(unknown.exists(), "a task the store does not know is left alone");
+    assert!(
+        unknown.exists(),
+        "a task the store does not know is left alone"
+    );
     assert_eq!(
         std::fs::read_to_string(outside.join("keep.txt")).unwrap(),
         "mine\n",
@@ -360,7 +405,10 @@ async fn the_cleaner_removes_what_is_due_and_never_follows_a_link() {
 
     let counts = cleaner.run_once(1000 + 3 * day).await.unwrap();
     assert_eq!(counts.removed, 1, "{counts:?}");
-    assert!(!workspaces[1].exists(), "the failed one goes after its keep time");
+    assert!(
+        !workspaces[1].exists(),
+        "the failed one goes after its keep time"
+    );
     assert!(workspaces[2].exists());
     assert!(outside.join("keep.txt").exists());
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
@@ -385,11 +433,18 @@ async fn a_clone_of_a_checkout_is_removed_when_its_task_succeeds() {
     assert!(clone.join("a.txt").exists());
     cleanup::record_clone(&settings.dir, other, &source).unwrap();
 
-    let cleaner = Cleaner::new(db.store.clone(), settings.clone(), CleanerConfig::default()).unwrap();
-    let counts = cleaner.run_once(orchestrator_types::now_millis()).await.unwrap();
+    let cleaner =
+        Cleaner::new(db.store.clone(), settings.clone(), CleanerConfig::default()).unwrap();
+    let counts = cleaner
+        .run_once(orchestrator_types::now_millis())
+        .await
+        .unwrap();
     assert_eq!(counts.removed, 1, "{counts:?}");
     assert!(!clone.exists(), "the clone this daemon made is gone");
-    assert!(source.join("a.txt").exists(), "the checkout is never removed");
+    assert!(
+        source.join("a.txt").exists(),
+        "the checkout is never removed"
+    );
     assert_eq!(
         std::fs::read_dir(settings.dir.join(cleanup::CLONES_DIR))
             .unwrap()

@@ -271,7 +271,9 @@ impl Report {
             );
             match (&repo.base, &repo.workspace) {
                 (Some(base), Some(ws)) => output::say!("base       {base} (workspace {ws})"),
-                _ => output::say!("base       not yet: the workspace is made when a daemon claims the task"),
+                _ => output::say!(
+                    "base       not yet: the workspace is made when a daemon claims the task"
+                ),
             }
         }
         if task.prompt.is_some() {

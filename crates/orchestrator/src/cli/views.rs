@@ -110,7 +110,13 @@ impl TaskView {
                 .events_of_kind(task.id, orchestrator_types::EventKind::WorkspacePrepared)
                 .await?;
             if let Some(latest) = prepared.iter().rev().find(|e| e.data.get("base").is_some()) {
-                let text = |key: &str| latest.data.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+                let text = |key: &str| {
+                    latest
+                        .data
+                        .get(key)
+                        .and_then(|v| v.as_str())
+                        .map(str::to_owned)
+                };
                 repository.base = text("base");
                 repository.workspace = text("workspace");
             }

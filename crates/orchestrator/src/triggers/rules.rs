@@ -144,7 +144,8 @@ impl TriggerRule {
                 self.name
             ));
         }
-        if self.task.prompt.is_some() && self.workspace.is_none() && self.task.repository.is_none() {
+        if self.task.prompt.is_some() && self.workspace.is_none() && self.task.repository.is_none()
+        {
             return Err(format!(
                 "trigger {:?}: an agent task needs a workspace",
                 self.name

@@ -40,13 +40,27 @@ fn a_url_with_a_credential_is_refused_at_creation() {
     ]);
     assert_eq!(out.status.code(), Some(6));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("credential") && stderr.contains("token_env"), "{stderr}");
+    assert!(
+        stderr.contains("credential") && stderr.contains("token_env"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("hunter2"), "{stderr}");
     let out = env.run(&[
-        "task", "create", "--title", "both", "--gate", "true", "--repository", "/srv/x",
-        "--workspace", "/tmp",
+        "task",
+        "create",
+        "--title",
+        "both",
+        "--gate",
+        "true",
+        "--repository",
+        "/srv/x",
+        "--workspace",
+        "/tmp",
     ]);
-    assert!(!out.status.success(), "a repository and a workspace are one too many");
+    assert!(
+        !out.status.success(),
+        "a repository and a workspace are one too many"
+    );
 }
 
 #[test]
@@ -56,7 +70,13 @@ fn serve_makes_the_workspace_from_the_repository_and_keeps_the_token_to_itself()
     let (_src, source) = git_repo(&[("answer.txt", "42\n")]);
     git(
         served.path(),
-        &["clone", "-q", "--bare", source.to_str().unwrap(), "widgets.git"],
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            source.to_str().unwrap(),
+            "widgets.git",
+        ],
     );
     let commit = git(&source, &["rev-parse", "HEAD"]).trim().to_owned();
     let daemon = GitDaemon::serve(served.path());
@@ -97,15 +117,29 @@ fn serve_makes_the_workspace_from_the_repository_and_keeps_the_token_to_itself()
     assert!(task["workspace"].is_null(), "{task}");
     // By URL, with an explicit ref.
     let by_url = env.json(&[
-        "task", "create", "--title", "by url", "--repository", &url, "--ref", &commit, "--gate",
-        "test -f answer.txt", "--json",
+        "task",
+        "create",
+        "--title",
+        "by url",
+        "--repository",
+        &url,
+        "--ref",
+        &commit,
+        "--gate",
+        "test -f answer.txt",
+        "--json",
     ]);
     let by_url = by_url["id"].as_i64().unwrap();
 
     let workspaces = env.workspace().join("daemon");
     // One slot: the tasks run in the order they were made, the first making the mirror.
     let mut serve = env.serve_with_env(
-        &["--workspaces", workspaces.to_str().unwrap(), "--workers", "1"],
+        &[
+            "--workspaces",
+            workspaces.to_str().unwrap(),
+            "--workers",
+            "1",
+        ],
         &[("WIDGETS_TOKEN", TOKEN)],
     );
     let done = env.wait_finished(id);
@@ -148,9 +182,16 @@ fn serve_makes_the_workspace_from_the_repository_and_keeps_the_token_to_itself()
         prepared["data"]["mirror"], "warm",
         "the second task on the repository found its commit in the mirror"
     );
-    assert_eq!(daemon.fetches("widgets.git"), 1, "one clone, no second download");
+    assert_eq!(
+        daemon.fetches("widgets.git"),
+        1,
+        "one clone, no second download"
+    );
     let human = env.run(&["task", "read", &id.to_string()]);
     let human = String::from_utf8_lossy(&human.stdout);
-    assert!(human.contains(&format!("repository {url} (widgets) at main")), "{human}");
+    assert!(
+        human.contains(&format!("repository {url} (widgets) at main")),
+        "{human}"
+    );
     assert!(human.contains(&format!("base       {commit}")), "{human}");
 }
