@@ -57,6 +57,35 @@ pub enum Command {
     ///
     /// Example: `cargo build --release -p orchestrator -p orchestrator-bench && orchestrator-bench drain`
     Drain(DrainArgs),
+    /// A task on a repository, from its claim to its first model request: with the mirror cold
+    /// (cloned first), warm (fetched), and a plain directory as the yardstick: cold_ms, warm_ms,
+    /// path_ms (median, p90, runs), mirror_bytes.
+    ///
+    /// Example: `orchestrator-bench workspace --repository . --runs 5`
+    Workspace(WorkspaceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WorkspaceArgs {
+    /// The repository the tasks name (default: the checkout this runs in).
+    #[arg(long)]
+    pub repository: Option<std::path::PathBuf>,
+    /// Rounds; each makes a new mirror.
+    #[arg(long, default_value_t = orchestrator_bench::workspace::DEFAULT_RUNS)]
+    pub runs: usize,
+}
+
+impl WorkspaceArgs {
+    pub fn into_config(self) -> Result<orchestrator_bench::workspace::WorkspaceBenchConfig> {
+        let repository = match self.repository {
+            Some(path) => path,
+            None => orchestrator_bench::workspace::current_repository()?,
+        };
+        Ok(orchestrator_bench::workspace::WorkspaceBenchConfig {
+            repository,
+            runs: self.runs.max(1),
+        })
+    }
 }
 
 #[derive(Debug, Args)]

@@ -2,7 +2,8 @@
 //! the queue (src/queue/), the agent loop's own overhead (agent.rs), the sandbox's start-up cost
 //! (sandbox.rs), compaction over a long run (context.rs), a gigabyte gate watched and not
 //! (gate_output.rs), the drain of a webhook backlog against a slow GitHub (drain.rs), and the chaos
-//! soak (src/soak/), which counts what random SIGKILLs of several daemons lost or repeated.
+//! soak (src/soak/), which counts what random SIGKILLs of several daemons lost or repeated, and
+//! the time from claim to first turn of a task on a repository, mirror cold and warm (workspace.rs).
 //!
 //! Each benchmark measures orchestrator through the same code a deployment runs (the store, the
 //! worker pool) and, in the same run and on the same disk, the two yardsticks that make its
@@ -31,3 +32,4 @@ pub mod queue;
 pub mod sandbox;
 pub mod sandbox_gate;
 pub mod soak;
+pub mod workspace;

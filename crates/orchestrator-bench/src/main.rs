@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         cli::Command::Sandbox(args) => Ok(Bench::Sandbox(args.runs)),
         cli::Command::Soak(args) => return soak(args),
         cli::Command::Drain(args) => return drain(args),
+        cli::Command::Workspace(args) => args.into_config().map(Bench::Workspace),
         cli::Command::GateOutput(args) => return gate_output(args),
         cli::Command::Context(args) => Ok(Bench::Context(
             orchestrator_bench::context::ContextBenchConfig {
@@ -52,6 +53,13 @@ fn main() -> ExitCode {
             Bench::Queue(config) => orchestrator_bench::queue::run(config, print_line).await,
             Bench::Agent(config) => orchestrator_bench::agent::run(config, print_line).await,
             Bench::Context(config) => orchestrator_bench::context::run(config, print_line)
+                .await
+                .map(|()| orchestrator_bench::queue::Summary {
+                    measured: 1,
+                    unreachable: 0,
+                    failed: 0,
+                }),
+            Bench::Workspace(config) => orchestrator_bench::workspace::run(config, print_line)
                 .await
                 .map(|()| orchestrator_bench::queue::Summary {
                     measured: 1,
@@ -172,6 +180,7 @@ enum Bench {
     Agent(orchestrator_bench::agent::AgentBenchConfig),
     Sandbox(usize),
     Context(orchestrator_bench::context::ContextBenchConfig),
+    Workspace(orchestrator_bench::workspace::WorkspaceBenchConfig),
 }
 
 /// Prints one JSON line and flushes it, so that a reader sees each backend as soon as it is done.

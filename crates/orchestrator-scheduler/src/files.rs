@@ -56,6 +56,11 @@ struct FileTask {
     max_attempts: Option<i64>,
     /// The agent's model: `{ base_url = "...", model = "...", api_key_env = "..." }`.
     model: Option<orchestrator_types::ModelSpec>,
+    /// A repository (URL, or a name in the config's `[repositories]`) the tasks work on, instead
+    /// of the file's workspaces.
+    repository: Option<String>,
+    #[serde(rename = "ref")]
+    git_ref: Option<String>,
     /// Profile, policy and budgets of the agent (see `AgentOptions`).
     #[serde(default)]
     agent: orchestrator_types::AgentOptions,
@@ -118,8 +123,30 @@ fn resolve_workspace(raw: &str, dir: &Path) -> String {
     }
 }
 
+/// How a repository named in a file becomes a task's repository: the config's names resolve to
+/// their URL and default ref; anything else is taken as a URL.
+pub type ResolveRepository<'a> =
+    &'a dyn Fn(&str, Option<String>) -> orchestrator_types::RepositoryRef;
+
+/// A repository as written, without names to resolve.
+pub fn repository_as_written(
+    url: &str,
+    git_ref: Option<String>,
+) -> orchestrator_types::RepositoryRef {
+    orchestrator_types::RepositoryRef {
+        url: url.to_owned(),
+        git_ref,
+        name: None,
+    }
+}
+
 /// Reads and validates one schedules file.
 pub fn load_file(path: &Path) -> Result<FileAutomation> {
+    load_file_with(path, &repository_as_written)
+}
+
+/// [`load_file`], with the config's repository names.
+pub fn load_file_with(path: &Path, resolve: ResolveRepository<'_>) -> Result<FileAutomation> {
     let text = std::fs::read_to_string(path).map_err(|e| file_error(path, e.to_string()))?;
     let file: FileSpec = toml::from_str(&text).map_err(|e| file_error(path, e.to_string()))?;
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -175,6 +202,12 @@ pub fn load_file(path: &Path) -> Result<FileAutomation> {
                 .max_attempts
                 .unwrap_or(orchestrator_types::DEFAULT_MAX_ATTEMPTS),
             require_labels: file.task.require_labels,
+            repository: file
+                .task
+                .repository
+                .as_deref()
+                .map(|r| resolve(r, file.task.git_ref.clone())),
+            git_ref: None,
         },
         workspaces: file
             .workspaces
@@ -216,6 +249,11 @@ pub fn validate_spec(spec: &AutomationSpec) -> Result<Schedule> {
 /// Reads every `*.toml` in `dir`, in name order. Two files with the same automation name are both
 /// refused, since neither can be said to win.
 pub fn load_dir(dir: &Path) -> Result<DirLoad> {
+    load_dir_with(dir, &repository_as_written)
+}
+
+/// [`load_dir`], with the config's repository names.
+pub fn load_dir_with(dir: &Path, resolve: ResolveRepository<'_>) -> Result<DirLoad> {
     let entries = std::fs::read_dir(dir).map_err(|e| file_error(dir, e.to_string()))?;
     let mut paths: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -227,7 +265,7 @@ pub fn load_dir(dir: &Path) -> Result<DirLoad> {
         ..DirLoad::default()
     };
     for path in paths {
-        match load_file(&path) {
+        match load_file_with(&path, resolve) {
             Ok(a) => load.automations.push(a),
             Err(e) => load.errors.push(e),
         }

@@ -31,13 +31,11 @@ pub fn next_fire(spec: &AutomationSpec, after: i64) -> Result<NextFire> {
     })
 }
 
-/// The tasks one slot creates: one per workspace, titled with the slot's local time.
+/// The tasks one slot creates: one per workspace (or one on the template's repository), titled
+/// with the slot's local time.
 pub fn slot_tasks(spec: &AutomationSpec, schedule: &Schedule, slot_at: i64) -> Vec<NewTask> {
     let label = schedule.local_label(slot_at);
-    spec.workspaces
-        .iter()
-        .map(|workspace| spec.task_for(workspace, &label, None))
-        .collect()
+    spec.slot_tasks(&label)
 }
 
 /// The slots of `automation` due at `now`, each with its decision, and how to move the automation

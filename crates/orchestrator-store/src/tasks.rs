@@ -10,7 +10,8 @@ use crate::exec::Tx;
 use crate::{Error, Result, Store};
 use orchestrator_types::placement::{self, Placement};
 use orchestrator_types::{
-    AgentOptions, EventKind, GateSpec, ModelSpec, NewTask, TaskId, TaskState, Verdict, now_millis,
+    AgentOptions, EventKind, GateSpec, ModelSpec, NewTask, RepositoryRef, TaskId, TaskState,
+    Verdict, now_millis,
 };
 use sea_query::{Expr, ExprTrait, Iden, Order, Query, SelectStatement};
 use serde::Serialize;
@@ -117,6 +118,10 @@ pub struct Task {
     pub workspace: Option<String>,
     /// The checkout the workspace is cloned from when the task first runs (a tree of its own).
     pub worktree_of: Option<String>,
+    /// The repository the worker makes the workspace from, when the task names one instead of a
+    /// path; `workspace` is then `None` here (each worker that runs it has its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repository: Option<RepositoryRef>,
     pub state: TaskState,
     pub queue: String,
     pub priority: i64,
@@ -173,6 +178,7 @@ impl TryFrom<TaskRow> for Task {
             gates: spec.gates,
             workspace: row.workspace,
             worktree_of: spec.worktree_of,
+            repository: spec.repository,
             state,
             queue: row.queue,
             priority: row.priority,
@@ -395,8 +401,26 @@ async fn cancel_at_once(
 /// worker that sees it may run the task. Borrowed as they are when nothing is added, which is
 /// always the case without a placement (benchmarks, tests) and for tasks without a workspace.
 fn place<'a>(new: &'a [NewTask], placement: Option<&Placement>) -> Cow<'a, [NewTask]> {
+    // A repository task needs a daemon that can make its workspace, wherever it is created.
+    let new = if new.iter().any(|t| {
+        t.repository.is_some() && !t.requires.iter().any(|w| w == placement::REPOSITORY_WORD)
+    }) {
+        let mut owned = new.to_vec();
+        for task in owned.iter_mut().filter(|t| t.repository.is_some()) {
+            if !task
+                .requires
+                .iter()
+                .any(|w| w == placement::REPOSITORY_WORD)
+            {
+                task.requires.push(placement::REPOSITORY_WORD.to_owned());
+            }
+        }
+        Cow::Owned(owned)
+    } else {
+        Cow::Borrowed(new)
+    };
     let Some(placement) = placement else {
-        return Cow::Borrowed(new);
+        return new;
     };
     let unplaced = |task: &NewTask| {
         task.workspace.is_some()
@@ -405,7 +429,7 @@ fn place<'a>(new: &'a [NewTask], placement: Option<&Placement>) -> Cow<'a, [NewT
             })
     };
     if !new.iter().any(unplaced) {
-        return Cow::Borrowed(new);
+        return new;
     }
     Cow::Owned(
         new.iter()
@@ -479,8 +503,10 @@ pub(crate) async fn insert_tasks(
                 origin.map(|o| o.automation_id).into(),
                 origin.map(|o| o.slot_at).into(),
                 task.parent.map(|p| p.0).into(),
-                task.worktree_of
-                    .clone()
+                task.repository
+                    .as_ref()
+                    .map(|r| r.url.clone())
+                    .or_else(|| task.worktree_of.clone())
                     .or_else(|| task.workspace.clone())
                     .into(),
                 placement::encode_words(task.requires.iter().map(String::as_str)).into(),

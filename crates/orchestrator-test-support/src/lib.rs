@@ -2,7 +2,8 @@
 //! repositories, a scripted model server (`model_server`) and a fake GitHub REST API
 //! (`github_server`), and for the store's fault tests a PostgreSQL cluster a test may stop and restart
 //! (`PrivateCluster`) and a TCP proxy that adds latency (`LatencyProxy`), and `programs`, which
-//! fails a test whose program is missing with the command that installs it.
+//! fails a test whose program is missing with the command that installs it; `GitDaemon` serves
+//! repositories over git:// on 127.0.0.1.
 //!
 //! PostgreSQL tests use `ORCHESTRATOR_TEST_DATABASE_URL`, or the local default
 //! `postgres://postgres@127.0.0.1:5432/test`. Each test gets its own new database on that server, so
@@ -13,6 +14,7 @@
 //! run only SQLite.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod git_daemon;
 pub mod github_server;
 mod http_server;
 mod latency_proxy;
@@ -20,6 +22,7 @@ pub mod model_server;
 mod private_postgres;
 pub mod programs;
 
+pub use git_daemon::GitDaemon;
 pub use latency_proxy::LatencyProxy;
 pub use private_postgres::PrivateCluster;
 pub use programs::{Program, require};

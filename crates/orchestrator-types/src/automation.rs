@@ -146,6 +146,52 @@ pub struct TaskTemplate {
     /// while no live worker has them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub require_labels: Vec<String>,
+    /// A repository the tasks work on instead of a workspace path: a URL (`repository = "..."`)
+    /// or, in the config's files, a name in `[repositories]`, resolved to its URL when the file is
+    /// read. An automation with one names no workspaces; each slot creates one task.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "repository_or_url"
+    )]
+    pub repository: Option<crate::RepositoryRef>,
+    /// The ref of `repository` when it is written as a plain URL or name.
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
+}
+
+impl TaskTemplate {
+    /// The repository of the template's tasks, with the template's `ref` where the repository
+    /// names none.
+    pub fn repository_ref(&self) -> Option<crate::RepositoryRef> {
+        self.repository.clone().map(|mut r| {
+            if r.git_ref.is_none() {
+                r.git_ref = self.git_ref.clone();
+            }
+            r
+        })
+    }
+}
+
+/// A repository as people write it (a URL or a name) or as the store keeps it (a table).
+fn repository_or_url<'de, D>(
+    deserializer: D,
+) -> std::result::Result<Option<crate::RepositoryRef>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repository {
+        Url(String),
+        Full(crate::RepositoryRef),
+    }
+    Ok(
+        Option::<Repository>::deserialize(deserializer)?.map(|r| match r {
+            Repository::Url(url) => crate::RepositoryRef::new(url),
+            Repository::Full(full) => full,
+        }),
+    )
 }
 
 /// Gates as people write them: each a command (`"cargo test"`, named after itself) or a table
@@ -215,6 +261,8 @@ impl Default for TaskTemplate {
             queue: default_queue(),
             max_attempts: default_max_attempts(),
             require_labels: Vec::new(),
+            repository: None,
+            git_ref: None,
         }
     }
 }
@@ -262,11 +310,22 @@ impl AutomationSpec {
         if self.schedule.trim().is_empty() {
             return Err(Error::invalid("schedule", "the cron expression is empty"));
         }
-        if self.workspaces.is_empty() {
-            return Err(Error::invalid(
-                "workspace",
-                "an automation needs at least one workspace; each slot creates one task per workspace",
-            ));
+        match (&self.template.repository, self.workspaces.is_empty()) {
+            (None, true) => {
+                return Err(Error::invalid(
+                    "workspace",
+                    "an automation needs at least one workspace (each slot creates one task per \
+                     workspace), or a repository in its task",
+                ));
+            }
+            (Some(_), false) => {
+                return Err(Error::invalid(
+                    "workspace",
+                    "an automation on a repository names no workspaces: the daemon that runs \
+                     each task makes its workspace",
+                ));
+            }
+            _ => {}
         }
         if self.template.gates.is_empty() && self.template.prompt.is_none() {
             return Err(Error::invalid(
@@ -276,8 +335,8 @@ impl AutomationSpec {
         }
         // The task every slot will create must be valid today, or the automation would fail at
         // 03:00 instead of now.
-        for workspace in &self.workspaces {
-            self.task_for(workspace, "", None).validate()?;
+        for task in self.slot_tasks("") {
+            task.validate()?;
         }
         if self.catch_up == CatchUp::All && self.catch_up_cap == 0 {
             return Err(Error::invalid(
@@ -292,6 +351,23 @@ impl AutomationSpec {
             ));
         }
         Ok(())
+    }
+
+    /// The tasks one slot creates: one per workspace, or one on the template's repository.
+    pub fn slot_tasks(&self, slot_label: &str) -> Vec<NewTask> {
+        match self.template.repository_ref() {
+            Some(repository) => {
+                let mut task = self.task_for("", slot_label, None);
+                task.workspace = None;
+                task.repository = Some(repository);
+                vec![task]
+            }
+            None => self
+                .workspaces
+                .iter()
+                .map(|workspace| self.task_for(workspace, slot_label, None))
+                .collect(),
+        }
     }
 
     /// The task one slot creates in `workspace`; `slot_label` (the slot's local time) ends its title.
@@ -364,6 +440,33 @@ mod tests {
         spec.workspaces.push("/tmp".into());
         spec.template.gates.push(GateSpec::from_command("true"));
         spec
+    }
+
+    #[test]
+    fn an_automation_on_a_repository_makes_one_task_a_slot_and_names_no_workspaces() {
+        let mut spec = spec();
+        spec.template.repository = Some(crate::RepositoryRef::new("/srv/git/widgets"));
+        spec.template.git_ref = Some("main".into());
+        let err = spec.validate().unwrap_err().to_string();
+        assert!(err.contains("names no workspaces"), "{err}");
+        spec.workspaces.clear();
+        spec.validate().unwrap();
+        let tasks = spec.slot_tasks("03:00");
+        assert_eq!(tasks.len(), 1);
+        assert_eq!(tasks[0].workspace, None);
+        let repository = tasks[0].repository.clone().unwrap();
+        assert_eq!(repository.url, "/srv/git/widgets");
+        assert_eq!(repository.git_ref.as_deref(), Some("main"));
+        // Written as a URL, kept as a table: both read back.
+        let written: TaskTemplate =
+            serde_json::from_str(r#"{"repository": "/srv/git/widgets", "ref": "v1"}"#).unwrap();
+        assert_eq!(
+            written.repository_ref().unwrap().git_ref.as_deref(),
+            Some("v1")
+        );
+        let kept: TaskTemplate =
+            serde_json::from_str(&serde_json::to_string(&spec.template).unwrap()).unwrap();
+        assert_eq!(kept, spec.template);
     }
 
     #[test]

@@ -279,13 +279,27 @@ pub fn describe(kind: &str, data: &Value) -> Described {
             Tone::Good,
         ),
         EventKind::WorkspacePrepared => {
-            let head = d.text("head");
+            // A clone of a checkout names its source and head; a repository task's workspace its
+            // repository, ref and base.
+            let head = d
+                .str("base")
+                .map(str::to_owned)
+                .unwrap_or_else(|| d.text("head"));
+            let source = match (d.str("repository"), d.str("ref")) {
+                (Some(url), Some(r)) => format!("{url} {r}"),
+                (Some(url), None) => url.to_owned(),
+                _ => d.text("source"),
+            };
+            let mirror = d
+                .str("mirror")
+                .map(|m| format!(", mirror {m}"))
+                .unwrap_or_default();
             (
                 format!(
-                    "workspace {} at {} from {} ({})",
+                    "workspace {} at {} from {} ({}{mirror})",
                     d.str("outcome").unwrap_or("prepared"),
                     d.text("workspace"),
-                    d.text("source"),
+                    source,
                     head.get(..12).unwrap_or(&head)
                 ),
                 Tone::Info,

@@ -24,6 +24,9 @@ use std::path::Path;
 pub const HOST_PREFIX: &str = "host:";
 /// The prefix of the word that ties a task to a directory shared between machines.
 pub const SHARED_PREFIX: &str = "shared:";
+/// The word every repository task requires: a worker offers it while its daemon can make
+/// workspaces (it has a workspaces directory and is under its disk budget).
+pub const REPOSITORY_WORD: &str = "repository";
 /// The longest label a person may give.
 pub const MAX_LABEL_CHARS: usize = 64;
 
@@ -142,6 +145,8 @@ pub fn describe_requirement(word: &str) -> String {
         format!("host {host} (its workspace is a path on that machine)")
     } else if let Some(dir) = word.strip_prefix(SHARED_PREFIX) {
         format!("shared directory {dir}")
+    } else if word == REPOSITORY_WORD {
+        "room for repository workspaces (a daemon under its disk budget)".to_owned()
     } else {
         format!("label {word}")
     }

@@ -229,6 +229,144 @@ impl AgentOptions {
     }
 }
 
+/// The transports a repository's URL may name. Others are refused, `ext::` above all: git runs
+/// a command for it.
+const REPOSITORY_SCHEMES: &[&str] = &["file", "git", "http", "https", "ssh", "git+ssh", "ssh+git"];
+
+/// A repository a task works on: the worker clones its workspace from a mirror of `url`, at
+/// `ref`'s commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepositoryRef {
+    /// What git fetches: an absolute path, `file://`, `git://`, `https://`, `ssh://`, or
+    /// `user@host:path`. Never with a credential in it: the daemon's config names a variable
+    /// that holds the token (`[repositories.NAME] token_env`).
+    pub url: String,
+    /// A branch, a tag, a full ref (`refs/pull/12/head`) or a commit; `None` is the repository's
+    /// default branch (its HEAD).
+    #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
+    /// The name in the config's `[repositories]` the task was created from, which the worker
+    /// looks up for the credential of its fetches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl RepositoryRef {
+    pub fn new(url: impl Into<String>) -> Self {
+        RepositoryRef {
+            url: url.into(),
+            git_ref: None,
+            name: None,
+        }
+    }
+
+    /// Checks the URL and the ref without IO: a form git fetches, no credential in it, nothing git
+    /// would read as an option.
+    pub fn validate(&self) -> Result<()> {
+        let url = self.url.trim();
+        if url.is_empty() {
+            return Err(Error::invalid("repository", "the URL is empty"));
+        }
+        if url != self.url || url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(Error::invalid(
+                "repository",
+                format!("{:?} holds spaces or control characters", self.url),
+            ));
+        }
+        if url.starts_with('-') {
+            return Err(Error::invalid(
+                "repository",
+                format!("{url:?} starts with '-', which git would read as an option"),
+            ));
+        }
+        if let Some((scheme, rest)) = url.split_once("://") {
+            if !REPOSITORY_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str()) {
+                return Err(Error::invalid(
+                    "repository",
+                    format!(
+                        "{url:?}: the transport {scheme:?} is not one of {}",
+                        REPOSITORY_SCHEMES.join(", ")
+                    ),
+                ));
+            }
+            let authority = rest.split('/').next().unwrap_or("");
+            if let Some((userinfo, _)) = authority.rsplit_once('@') {
+                // ssh names its user there (`ssh://git@host/...`), which is no secret; a password,
+                // or any user of http (GitHub reads a token there), is one.
+                let http =
+                    scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https");
+                if http || userinfo.contains(':') {
+                    return Err(Error::invalid(
+                        "repository",
+                        format!(
+                            "{}: the URL holds a credential; give the plain URL and name the \
+                             variable that holds the token in the config's [repositories.NAME] \
+                             token_env, so it stays in the daemon",
+                            redact_userinfo(url)
+                        ),
+                    ));
+                }
+            }
+        } else if url.contains("::") {
+            return Err(Error::invalid(
+                "repository",
+                format!("{url:?}: remote helpers (transport::address) are not accepted"),
+            ));
+        } else if !url.starts_with('/') && !scp_like(url) {
+            return Err(Error::invalid(
+                "repository",
+                format!(
+                    "{url:?} is neither an absolute path nor a URL (file://, git://, https://, \
+                     ssh://, user@host:path)"
+                ),
+            ));
+        }
+        if let Some(git_ref) = &self.git_ref {
+            let bad = git_ref.is_empty()
+                || git_ref.starts_with('-')
+                || git_ref.contains("..")
+                || git_ref.ends_with('/')
+                || git_ref
+                    .chars()
+                    .any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(c));
+            if bad {
+                return Err(Error::invalid(
+                    "ref",
+                    format!("{git_ref:?} is not a branch, tag, ref or commit name"),
+                ));
+            }
+        }
+        if let Some(name) = &self.name
+            && name.trim().is_empty()
+        {
+            return Err(Error::invalid("repository name", "the name is empty"));
+        }
+        Ok(())
+    }
+}
+
+/// `host:path` or `user@host:path`, the form git reads as ssh: a colon before any slash.
+fn scp_like(url: &str) -> bool {
+    match url.split_once(':') {
+        Some((host, path)) => !host.is_empty() && !host.contains('/') && !path.is_empty(),
+        None => false,
+    }
+}
+
+/// The URL with whatever stands before an `@` in its authority replaced, for error messages.
+fn redact_userinfo(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            match authority.rsplit_once('@') {
+                Some((_, host)) => format!("{scheme}://***@{host}{path}"),
+                None => url.to_owned(),
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// A task as a user creates it, before the store gives it an id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewTask {
@@ -246,6 +384,11 @@ pub struct NewTask {
     /// made once; a resumed or retried task finds it and goes on where it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree_of: Option<String>,
+    /// A repository the worker that claims the task makes the workspace from (a clone of its own
+    /// mirror, at the ref's commit), instead of a path: the task can then run on any machine.
+    /// Such a task names no `workspace` and no `worktree_of`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<RepositoryRef>,
     /// Higher runs first; ties run in creation order.
     #[serde(default)]
     pub priority: i64,
@@ -284,6 +427,7 @@ impl NewTask {
             gates: Vec::new(),
             workspace: None,
             worktree_of: None,
+            repository: None,
             priority: 0,
             queue: DEFAULT_QUEUE.to_owned(),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
@@ -326,16 +470,26 @@ impl NewTask {
             if prompt.trim().is_empty() {
                 return Err(Error::invalid("prompt", "the prompt is empty"));
             }
-            if self.workspace.is_none() {
+            if self.workspace.is_none() && self.repository.is_none() {
                 return Err(Error::invalid(
                     "workspace",
-                    "an agent task needs a workspace to work in; give --workspace",
+                    "an agent task needs a workspace to work in; give --workspace or --repository",
                 ));
             }
             if let Some(model) = &self.model {
                 model.validate()?;
             }
             self.agent.validate()?;
+        }
+        if let Some(repository) = &self.repository {
+            repository.validate()?;
+            if self.workspace.is_some() || self.worktree_of.is_some() {
+                return Err(Error::invalid(
+                    "repository",
+                    "a task on a repository names no workspace and no worktree_of: the worker \
+                     that runs it makes its workspace from the repository",
+                ));
+            }
         }
         if let Some(source) = &self.worktree_of {
             let Some(workspace) = &self.workspace else {
@@ -432,6 +586,54 @@ mod tests {
         assert!(task.model.is_none() && task.parent.is_none());
         // Defaults are not written back, so a verification task's spec stays as it was.
         assert!(!serde_json::to_string(&task).unwrap().contains("agent"));
+    }
+
+    #[test]
+    fn repository_tasks_name_no_path_and_no_credential() {
+        let mut task = NewTask::agent("t", "fix it");
+        task.repository = Some(RepositoryRef::new("https://example.com/acme/widgets.git"));
+        task.validate().unwrap();
+        task.workspace = Some("/tmp/w".into());
+        let err = task.validate().unwrap_err().to_string();
+        assert!(err.contains("no workspace"), "{err}");
+        task.workspace = None;
+        for good in [
+            "/srv/git/widgets",
+            "file:///srv/git/widgets",
+            "git://127.0.0.1:9418/widgets",
+            "ssh://git@example.com/acme/widgets",
+            "git@example.com:acme/widgets.git",
+        ] {
+            task.repository = Some(RepositoryRef::new(good));
+            task.validate().unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        for (bad, says) in [
+            ("https://me:hunter2@example.com/a/b", "credential"),
+            ("https://ghp_abc@example.com/a/b", "credential"),
+            ("ssh://me:pw@example.com/a/b", "credential"),
+            ("ext::sh -c touch% /tmp/pwned", "spaces"),
+            ("ext::sh", "remote helpers"),
+            ("relative/path", "absolute path"),
+            ("-uhelp", "option"),
+            ("ftp://example.com/a", "transport"),
+        ] {
+            task.repository = Some(RepositoryRef::new(bad));
+            let err = task.validate().unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+            assert!(
+                !err.contains("hunter2") && !err.contains("ghp_abc"),
+                "{err}"
+            );
+        }
+        let mut repo = RepositoryRef::new("/srv/git/widgets");
+        repo.git_ref = Some("--upload-pack=x".into());
+        task.repository = Some(repo);
+        assert!(task.validate().is_err());
+        // The spec names the ref `ref`, and an old spec without a repository still reads.
+        let mut repo = RepositoryRef::new("/srv/git/widgets");
+        repo.git_ref = Some("main".into());
+        let json = serde_json::to_string(&repo).unwrap();
+        assert!(json.contains(r#""ref":"main""#), "{json}");
     }
 
     #[test]

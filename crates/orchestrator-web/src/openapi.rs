@@ -96,6 +96,8 @@ fn task() -> Value {
             "gates": {"type": "array", "items": {"type": "object", "required": ["name", "command"], "properties": {"name": text, "command": text}}},
             "workspace": nullable(text.clone()),
             "worktree_of": nullable(text.clone()),
+            "repository": {"type": "object", "required": ["url"], "properties": {
+                "url": text, "ref": text, "name": text}},
             "state": {"type": "string", "enum": ["queued", "running", "waiting", "succeeded", "failed", "canceled"]},
             "queue": text,
             "priority": int,

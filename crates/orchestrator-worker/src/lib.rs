@@ -18,7 +18,7 @@ pub mod pool;
 pub mod pulls;
 pub mod rescuer;
 pub mod runner;
-pub mod worktree;
+pub mod workspace;
 
 pub use agent::{AgentConfig, LiveDelta};
 pub use backoff::Backoff;

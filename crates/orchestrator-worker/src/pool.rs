@@ -81,6 +81,23 @@ impl std::fmt::Debug for StartHook {
 }
 
 impl PoolConfig {
+    /// What this worker offers at this moment: its configured offers, and room for repository
+    /// workspaces while it has a workspaces directory under its disk budget (a daemon over it
+    /// leaves new repository tasks to others).
+    pub fn offers_now(&self) -> std::borrow::Cow<'_, [String]> {
+        let room = self.agent.workspaces.as_ref().is_some_and(|w| {
+            w.budget
+                .as_ref()
+                .is_none_or(|b| b.allows_new_repository_tasks())
+        });
+        if !room {
+            return std::borrow::Cow::Borrowed(&self.offers);
+        }
+        let mut offers = self.offers.clone();
+        offers.push(orchestrator_types::placement::REPOSITORY_WORD.to_owned());
+        std::borrow::Cow::Owned(offers)
+    }
+
     pub fn new(worker_id: impl Into<String>) -> Self {
         PoolConfig {
             worker_id: worker_id.into(),
@@ -213,7 +230,7 @@ impl WorkerPool {
                 &hostname,
                 std::process::id(),
                 config.slots as u32,
-                &config.offers,
+                &config.offers_now(),
             )
             .await?;
         let active: Active = Arc::default();
@@ -265,11 +282,12 @@ impl WorkerPool {
             wakeup.mark_seen();
             let want = free.min(config.claim_batch);
             let asked = Instant::now();
+            let offers = config.offers_now();
             let claimed = match store
                 .claim_offering(
                     &config.worker_id,
                     &config.queues,
-                    &config.offers,
+                    &offers,
                     want as u64,
                     config.lease_ms(),
                 )

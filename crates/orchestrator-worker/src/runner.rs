@@ -6,7 +6,7 @@ use crate::backoff::Backoff;
 use crate::containment;
 use crate::gate;
 use crate::metrics::Metrics;
-use crate::worktree;
+use crate::workspace::{self, worktree};
 use crate::{Error, Result};
 use orchestrator_store::{Lease, Outcome, Store, Task};
 use orchestrator_types::{EventKind, Verdict, now_millis};
@@ -181,6 +181,14 @@ pub async fn run_attempt(
             Ok(prepared) => prepared,
             Err(error) => return Ok(failed(error)),
         };
+        if prepared.cloned
+            && let Some(settings) = &ctx.agent.workspaces
+            && let Err(e) =
+                workspace::cleanup::record_clone(&settings.dir, task.id, Path::new(workspace))
+        {
+            // Without the record the clone is only left in place when the task ends.
+            tracing::warn!(task = %task.id, error = %e, "cannot record a clone for its cleanup");
+        }
         let recorded = with_retries(|| {
             ctx.store.append_event(
                 lease,
@@ -198,6 +206,20 @@ pub async fn run_attempt(
             return lost_or(e);
         }
     }
+    // A repository task runs on a copy of itself whose workspace is the one made here.
+    let prepared_task;
+    let task = match &task.repository {
+        Some(repository) if !stop.token().is_cancelled() => {
+            match prepare_repository(ctx, task, lease, repository, stop).await {
+                Ok(prepared) => {
+                    prepared_task = prepared;
+                    &prepared_task
+                }
+                Err(end) => return end,
+            }
+        }
+        _ => task,
+    };
     let agent_jail = match agent_jail(ctx, task, lease) {
         Ok(jail) => jail,
         Err(error) => return Ok(failed(error)),
@@ -400,6 +422,126 @@ pub async fn run_attempt(
         }),
     };
     Ok(AttemptEnd { outcome, details })
+}
+
+/// Makes (or finds) a repository task's workspace and records it as a `workspace_prepared`
+/// event, the base among its facts; returns the task with `workspace` set to it, or how the
+/// attempt ends when that cannot be done.
+///
+/// The seam for checkpoints: when `workspace::prepare` answers
+/// `Preparation::ClonedAtRecordedBase`, the workspace is fresh at the recorded base and the
+/// task's last checkpoint is to be applied to it here, before the agent resumes.
+async fn prepare_repository(
+    ctx: &RunContext,
+    task: &Task,
+    lease: &Lease,
+    repository: &orchestrator_types::RepositoryRef,
+    stop: &Stop,
+) -> std::result::Result<Task, Result<AttemptEnd>> {
+    let Some(settings) = ctx.agent.workspaces.clone() else {
+        return Err(Ok(failed(
+            "this daemon has no workspaces directory, so it cannot make a workspace from a \
+             repository"
+                .into(),
+        )));
+    };
+    let recorded = match with_retries(|| {
+        ctx.store
+            .events_of_kind(task.id, EventKind::WorkspacePrepared)
+    })
+    .await
+    {
+        Ok(events) => recorded_base(&events, &repository.url),
+        Err(e) => return Err(lost_or(FenceError::Store(e))),
+    };
+    let prepared = tokio::select! {
+        prepared = workspace::prepare(&settings, task.id, repository, recorded.as_deref()) => prepared,
+        // Stopped: the git processes are killed as their futures drop; the outcome follows from
+        // the stop reason below, as for a stopped agent.
+        () = stop.token().cancelled() => {
+            return Err(Ok(AttemptEnd { outcome: stopped_outcome(stop), details: json!({}) }));
+        }
+    };
+    let prepared = match prepared {
+        Ok(prepared) => prepared,
+        Err(workspace::PrepareError::Final(error)) => return Err(Ok(failed(error))),
+        Err(workspace::PrepareError::Retryable(error)) => {
+            let outcome = if task.attempt < task.max_attempts {
+                Outcome::Requeue {
+                    run_after: now_millis() + ctx.backoff.delay_millis(task.attempt),
+                    error: Some(error),
+                    refund: false,
+                }
+            } else {
+                Outcome::Failed {
+                    error: format!(
+                        "{error} (attempt {} of {})",
+                        task.attempt, task.max_attempts
+                    ),
+                }
+            };
+            return Err(Ok(AttemptEnd {
+                outcome: Some(outcome),
+                details: json!({}),
+            }));
+        }
+    };
+    let path = prepared.path.to_string_lossy().into_owned();
+    let recorded = with_retries(|| {
+        ctx.store.append_event(
+            lease,
+            EventKind::WorkspacePrepared,
+            json!({
+                "repository": repository.url,
+                "ref": repository.git_ref,
+                "base": prepared.base,
+                "workspace": path,
+                "outcome": prepared.preparation.outcome(),
+                "mirror": prepared.mirror.map(|m| m.as_str()),
+                "from": match prepared.preparation {
+                    workspace::Preparation::ClonedAtRecordedBase => "recorded_base",
+                    workspace::Preparation::Found => "workspace",
+                    workspace::Preparation::Cloned => "ref",
+                },
+            }),
+        )
+    })
+    .await;
+    if let Err(e) = fenced(recorded) {
+        return Err(lost_or(e));
+    }
+    Ok(Task {
+        workspace: Some(path),
+        ..task.clone()
+    })
+}
+
+/// The base the task's latest workspace on `url` was made at, from its `workspace_prepared`
+/// events: where a workspace made again (on another machine) must start.
+fn recorded_base(events: &[orchestrator_types::TaskEvent], url: &str) -> Option<String> {
+    events
+        .iter()
+        .rev()
+        .filter(|e| e.data.get("repository").and_then(|r| r.as_str()) == Some(url))
+        .find_map(|e| {
+            e.data
+                .get("base")
+                .and_then(|b| b.as_str())
+                .map(str::to_owned)
+        })
+}
+
+/// The outcome of an attempt stopped before its work began.
+fn stopped_outcome(stop: &Stop) -> Option<Outcome> {
+    match stop.reason() {
+        Some(StopReason::LeaseLost) | None => None,
+        Some(StopReason::Canceled) => Some(Outcome::Canceled),
+        Some(StopReason::Shutdown) => Some(Outcome::Requeue {
+            run_after: now_millis(),
+            error: None,
+            refund: true,
+        }),
+    }
 }
 
 /// Tries a fenced write a few times when the store fails in a way that can pass (a dropped

@@ -87,6 +87,16 @@
 //! profile = "minimal"                      # narrowed to the parent's
 //! model = "big-model"                      # at the parent's endpoint (default: the parent's model)
 //!
+//! [repositories.widgets]                   # `task create --repository widgets`
+//! url = "https://github.com/acme/widgets.git"   # any URL git fetches, never with a credential
+//! default_ref = "main"                     # the ref of tasks that name none (default: its HEAD)
+//! token_env = "WIDGETS_TOKEN"              # a token for the daemon's own fetches only
+//!
+//! [workspaces]                             # where repository tasks' workspaces are made
+//! dir = "/srv/orchestrator-workspaces"     # default: beside the home, HOME-workspaces
+//! keep_failed_days = 3                     # a failed task's workspace is kept this long
+//! disk_budget_mb = 20000                   # workspaces + mirrors; over it, no new repository task
+//!
 //! [notify]                                 # notifications `serve` sends (orchestrator-notify)
 //! dashboard_url = "https://orch.example.com"  # the links' base (default: serve's address)
 //!
@@ -134,6 +144,13 @@ pub struct Config {
     /// `[notify]`: where `serve` sends notifications (webhooks, Slack, mail) and of what.
     #[serde(default)]
     pub notify: orchestrator_notify::NotifyConfig,
+    /// `[repositories.NAME]`: repositories tasks may name by NAME, with their default ref and the
+    /// variable holding their token.
+    #[serde(default)]
+    pub repositories: std::collections::BTreeMap<String, RepositoryConfig>,
+    /// `[workspaces]`: where the workspaces of repository tasks go, and how long they stay.
+    #[serde(default)]
+    pub workspaces: WorkspacesConfig,
     /// `[worker]`: this machine's labels, its id among machines, and the directories it shares.
     #[serde(default)]
     pub worker: WorkerConfig,
@@ -211,6 +228,145 @@ pub fn machine_id() -> String {
     match std::fs::read_to_string("/etc/machine-id") {
         Ok(id) if id.trim().len() >= 8 => format!("{hostname}-{}", &id.trim()[..8]),
         _ => hostname,
+    }
+}
+
+/// `[repositories.NAME]`: a repository tasks name by NAME.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepositoryConfig {
+    /// What git fetches; never with a credential in it (`token_env` names one).
+    pub url: String,
+    /// The ref of a task that names none; without it, the repository's default branch.
+    pub default_ref: Option<String>,
+    /// The environment variable that holds a token for the daemon's own fetches of this
+    /// repository (sent as an `http.extraHeader`); agents and workspaces never see it.
+    pub token_env: Option<String>,
+}
+
+/// A failed task's workspace is kept this many days unless the config says otherwise.
+pub const DEFAULT_KEEP_FAILED_DAYS: f64 = 3.0;
+
+/// `[workspaces]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspacesConfig {
+    /// Where workspaces are made; default `<home>-workspaces`, beside the home (agents' sandboxes
+    /// hide the home).
+    pub dir: Option<String>,
+    /// Days a failed task's workspace is kept for a person to look at (fractions allowed).
+    pub keep_failed_days: Option<f64>,
+    /// Megabytes the workspaces directory and the mirrors may use together; at or over it the
+    /// daemon takes no new repository task until cleanup frees space. Default: no limit.
+    pub disk_budget_mb: Option<u64>,
+}
+
+impl Config {
+    /// Checks the repositories and the workspaces table.
+    pub fn validate_workspaces(&self) -> Result<(), String> {
+        for (name, repo) in &self.repositories {
+            let reference = orchestrator_types::RepositoryRef {
+                url: repo.url.clone(),
+                git_ref: repo.default_ref.clone(),
+                name: Some(name.clone()),
+            };
+            reference
+                .validate()
+                .map_err(|e| format!("[repositories.{name}]: {e}"))?;
+            if repo
+                .token_env
+                .as_deref()
+                .is_some_and(|v| v.trim().is_empty())
+            {
+                return Err(format!("[repositories.{name}]: token_env is empty"));
+            }
+        }
+        if let Some(days) = self.workspaces.keep_failed_days
+            && !(days >= 0.0 && days.is_finite())
+        {
+            return Err(format!(
+                "[workspaces] keep_failed_days is {days}; give a number of days, 0 or more"
+            ));
+        }
+        if self.workspaces.disk_budget_mb == Some(0) {
+            return Err("[workspaces] disk_budget_mb is 0; leave it out for no limit".into());
+        }
+        if let Some(dir) = &self.workspaces.dir
+            && !expand_home(dir).is_absolute()
+        {
+            return Err(format!("[workspaces] dir {dir:?} must be an absolute path"));
+        }
+        Ok(())
+    }
+
+    /// A repository as a task names it: a config name (its URL and default ref, the name kept so
+    /// the worker finds the credential), or a URL. An explicit `git_ref` wins over the default.
+    pub fn repository_ref(
+        &self,
+        name_or_url: &str,
+        git_ref: Option<String>,
+    ) -> orchestrator_types::RepositoryRef {
+        match self.repositories.get(name_or_url) {
+            Some(repo) => orchestrator_types::RepositoryRef {
+                url: repo.url.clone(),
+                git_ref: git_ref.or_else(|| repo.default_ref.clone()),
+                name: Some(name_or_url.to_owned()),
+            },
+            None => orchestrator_types::RepositoryRef {
+                url: name_or_url.to_owned(),
+                git_ref,
+                name: None,
+            },
+        }
+    }
+
+    /// The worker's settings for workspaces: the directory (`flag` over the file over the
+    /// default), the mirrors under the home, and the repositories' credentials by name.
+    pub fn workspace_settings(
+        &self,
+        home: &Path,
+        flag: Option<&Path>,
+    ) -> orchestrator_worker::workspace::WorkspaceSettings {
+        let dir = match (flag, &self.workspaces.dir) {
+            (Some(dir), _) => dir.to_owned(),
+            (None, Some(dir)) => expand_home(dir),
+            (None, None) => orchestrator_worker::workspace::default_dir(home),
+        };
+        let mirrors = home.join("mirrors");
+        let budget = self.workspaces.disk_budget_mb.map(|mb| {
+            orchestrator_worker::workspace::Budget::new(
+                Some(mb.saturating_mul(1024 * 1024)),
+                vec![dir.clone(), mirrors.clone()],
+            )
+        });
+        orchestrator_worker::workspace::WorkspaceSettings {
+            dir,
+            mirrors,
+            budget,
+            repositories: self
+                .repositories
+                .iter()
+                .map(|(name, repo)| {
+                    (
+                        name.clone(),
+                        orchestrator_worker::workspace::RepositoryAccess {
+                            url: repo.url.clone(),
+                            token_env: repo.token_env.clone(),
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// How long a failed task's workspace is kept.
+    pub fn keep_failed(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(
+            self.workspaces
+                .keep_failed_days
+                .unwrap_or(DEFAULT_KEEP_FAILED_DAYS)
+                * 86_400.0,
+        )
     }
 }
 
@@ -570,6 +726,9 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
         .worker
         .validate()
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    config
+        .validate_workspaces()
+        .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
     let named = config
         .models
         .iter()
@@ -671,6 +830,63 @@ mod tests {
         )
         .unwrap();
         module_doc.github.validate().unwrap();
+    }
+
+    #[test]
+    fn repositories_resolve_by_name_and_workspaces_sit_beside_the_home() {
+        let readme = include_str!("../../../README.md");
+        let start = readme
+            .find("```toml\n[repositories.widgets]")
+            .expect("the example")
+            + "```toml\n".len();
+        let end = start + readme[start..].find("```").expect("its end");
+        let config: Config = toml::from_str(&readme[start..end]).unwrap();
+        config.validate_workspaces().unwrap();
+        let by_name = config.repository_ref("widgets", None);
+        assert_eq!(by_name.url, "https://github.com/acme/widgets.git");
+        assert_eq!(by_name.git_ref.as_deref(), Some("main"));
+        assert_eq!(by_name.name.as_deref(), Some("widgets"));
+        let pinned = config.repository_ref("widgets", Some("v2".into()));
+        assert_eq!(pinned.git_ref.as_deref(), Some("v2"));
+        let by_url = config.repository_ref("/srv/git/other", None);
+        assert_eq!((by_url.url.as_str(), by_url.name), ("/srv/git/other", None));
+        let home = Path::new("/var/lib/orch");
+        let settings = config.workspace_settings(home, None);
+        assert_eq!(settings.dir, Path::new("/srv/orchestrator-workspaces"));
+        assert_eq!(settings.mirrors, Path::new("/var/lib/orch/mirrors"));
+        assert_eq!(
+            settings.budget.map(|b| b.limit_bytes()),
+            Some(Some(20000 * 1024 * 1024))
+        );
+        assert_eq!(
+            settings.repositories["widgets"].token_env.as_deref(),
+            Some("WIDGETS_TOKEN")
+        );
+        let flag = config.workspace_settings(home, Some(Path::new("/tmp/w")));
+        assert_eq!(flag.dir, Path::new("/tmp/w"));
+        let bare: Config = toml::from_str("").unwrap();
+        assert_eq!(
+            bare.workspace_settings(home, None).dir,
+            Path::new("/var/lib/orch-workspaces"),
+            "beside the home, which agents cannot see"
+        );
+        assert_eq!(
+            bare.keep_failed(),
+            std::time::Duration::from_secs(3 * 86_400)
+        );
+        for bad in [
+            "[repositories.x]\nurl = \"https://u:p@example.com/x\"\n",
+            "[repositories.x]\nurl = \"relative\"\n",
+            "[workspaces]\nkeep_failed_days = -1\n",
+            "[workspaces]\ndisk_budget_mb = 0\n",
+            "[workspaces]\ndir = \"relative\"\n",
+        ] {
+            let config: Config = toml::from_str(bad).unwrap();
+            assert!(config.validate_workspaces().is_err(), "{bad}");
+        }
+        assert!(
+            toml::from_str::<Config>("[repositories.x]\nurl = \"/x\"\ntoken = \"t\"\n").is_err()
+        );
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub struct ServeConfig {
     /// Why this daemon runs degraded (no sandbox for agents' processes), if it does: told to the
     /// notification sinks once at start.
     pub degraded: Option<String>,
+    /// The cleaner of the workspaces this daemon makes (its settings are the pool's).
+    pub cleanup: orchestrator_worker::workspace::CleanerConfig,
 }
 
 /// Runs until `shutdown`, then: the pool stops claiming and drains (see the worker's pool.rs), the
@@ -115,6 +117,18 @@ pub async fn run(
         None => None,
     };
 
+    let cleaner_task = match &config.pool.agent.workspaces {
+        Some(settings) => {
+            let cleaner = orchestrator_worker::workspace::Cleaner::new(
+                store.clone(),
+                settings.clone(),
+                config.cleanup.clone(),
+            )?;
+            Some(tokio::spawn(cleaner.run(shutdown.clone())))
+        }
+        None => None,
+    };
+
     let pooled = pool.run(shutdown.clone()).await;
     // The pool only returns early on a registration failure; stop the rest either way.
     shutdown.cancel();
@@ -128,6 +142,9 @@ pub async fn run(
     }
     if let Some(notifier) = notifier_task {
         let _ = notifier.await;
+    }
+    if let Some(cleaner) = cleaner_task {
+        let _ = cleaner.await;
     }
     http_stop.cancel();
     if let Err(e) = http.await {

@@ -694,3 +694,31 @@ async fn futures_join<F: std::future::Future>(futures: impl Iterator<Item = F>) 
     out.push(rc);
     out
 }
+
+/// A schedules file may name a repository (by a name the resolver knows, here) instead of
+/// workspaces: each slot then makes one task on it.
+#[test]
+fn a_schedules_file_may_name_a_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lint.toml");
+    std::fs::write(
+        &path,
+        "schedule = \"0 3 * * *\"\n[task]\ngates = [\"make lint\"]\nrepository = \"widgets\"\n",
+    )
+    .unwrap();
+    let resolve = |name: &str, git_ref: Option<String>| orchestrator_types::RepositoryRef {
+        url: format!("/srv/git/{name}"),
+        git_ref: git_ref.or(Some("main".into())),
+        name: Some(name.to_owned()),
+    };
+    let loaded = files::load_file_with(&path, &resolve).unwrap();
+    let tasks = loaded.spec.slot_tasks("03:00");
+    assert_eq!(tasks.len(), 1);
+    let repository = tasks[0].repository.clone().unwrap();
+    assert_eq!(repository.url, "/srv/git/widgets");
+    assert_eq!(repository.git_ref.as_deref(), Some("main"));
+    assert_eq!(repository.name.as_deref(), Some("widgets"));
+    // Without the config's names, a name is no URL, and the file is refused saying so.
+    let err = files::load_file(&path).unwrap_err().to_string();
+    assert!(err.contains("absolute path"), "{err}");
+}

@@ -207,6 +207,22 @@ pub(crate) async fn list(
     layout(&viewer, "Tasks", content)
 }
 
+/// The base and the workspace of a repository task's latest `workspace_prepared` event.
+fn prepared_base(events: &[orchestrator_types::TaskEvent]) -> Option<(String, String)> {
+    let prepared = events.iter().rev().find(|e| {
+        e.kind == EventKind::WorkspacePrepared.as_str() && e.data.get("base").is_some()
+    })?;
+    let text = |key: &str| {
+        prepared
+            .data
+            .get(key)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    Some((text("base"), text("workspace")))
+}
+
 /// Where a task works and what made it, for its row: "/src/widgets · automation nightly · queue
 /// default".
 fn row_origin(
@@ -214,7 +230,9 @@ fn row_origin(
     automations: &[orchestrator_store::Automation],
 ) -> String {
     let mut parts = Vec::new();
-    if let Some(workspace) = task.worktree_of.as_ref().or(task.workspace.as_ref()) {
+    if let Some(repository) = &task.repository {
+        parts.push(repository.url.clone());
+    } else if let Some(workspace) = task.worktree_of.as_ref().or(task.workspace.as_ref()) {
         parts.push(workspace.clone());
     }
     if let Some(id) = task.automation_id {
@@ -460,6 +478,17 @@ pub(crate) async fn read(
                 }
             }
             @if let Some(waiting) = &waiting_for { p.warn data-waiting-for { "waiting: " (waiting) } }
+            @if let Some(repository) = &task.repository {
+                p.muted data-repository=(repository.url) {
+                    "repository " code { (repository.url) }
+                    @if let Some(name) = &repository.name { " (" (name) ")" }
+                    " at " code { (repository.git_ref.as_deref().unwrap_or("its default branch")) }
+                    @match prepared_base(&events) {
+                        Some((base, workspace)) => { " · base " code data-base=(base) { (base) } " · workspace " code { (workspace) } }
+                        None => { " · workspace not made yet (the daemon that claims the task makes it)" }
+                    }
+                }
+            }
             @if !viewer.read_only {
                 p {
                     @if !task.state.is_terminal() { a data-action="cancel" href=(format!("/tasks/{}/cancel", task.id.0)) { "Cancel…" } " " }

@@ -104,6 +104,9 @@ pub struct AgentConfig {
     pub lsp_servers: Vec<orchestrator_tools::lsp::LspServer>,
     /// The config's `[agent_roles]`, beside the built-in roles of agent_spawn.
     pub roles: Arc<std::collections::BTreeMap<String, roles::RoleDef>>,
+    /// Where repository tasks' workspaces and the mirrors go, and the repositories' credentials;
+    /// `None` when the daemon has none, and repository tasks then fail saying so.
+    pub workspaces: Option<Arc<crate::workspace::WorkspaceSettings>>,
 }
 
 /// How the agent part of an attempt ended.

@@ -14,6 +14,7 @@ mod github;
 mod model;
 mod pulls;
 mod real_servers;
+mod repositories;
 mod worktree;
 
 use orchestrator_store::{Store, TaskFilter};

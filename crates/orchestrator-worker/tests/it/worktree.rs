@@ -4,7 +4,7 @@
 
 use orchestrator_test_support::{git, git_repo};
 use orchestrator_types::{EventKind, NewTask, TaskState};
-use orchestrator_worker::worktree::ensure;
+use orchestrator_worker::workspace::worktree::ensure;
 use orchestrator_worker::{Metrics, PoolConfig, WorkerPool};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

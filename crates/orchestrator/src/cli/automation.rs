@@ -636,8 +636,13 @@ fn schedules_dir(global: &GlobalArgs, dir: Option<PathBuf>) -> anyhow::Result<Pa
 }
 
 /// Applies a schedules directory to the store (used by `automation apply` and by `serve` at start).
-pub async fn apply_dir(store: &Store, dir: &Path) -> anyhow::Result<ApplyReport> {
-    let load = files::load_dir(dir).map_err(input_error)?;
+pub async fn apply_dir(
+    store: &Store,
+    dir: &Path,
+    config: &crate::config::Config,
+) -> anyhow::Result<ApplyReport> {
+    let resolve = |name: &str, git_ref: Option<String>| config.repository_ref(name, git_ref);
+    let load = files::load_dir_with(dir, &resolve).map_err(input_error)?;
     files::apply(store, &load, now_millis())
         .await
         .map_err(input_error)
@@ -669,7 +674,7 @@ fn print_report(report: &ApplyReport, json: bool) -> anyhow::Result<()> {
 async fn apply(global: &GlobalArgs, args: DirArgs) -> anyhow::Result<ExitCode> {
     let dir = schedules_dir(global, args.dir)?;
     let store = global.open_store().await?;
-    let report = apply_dir(&store, &dir).await?;
+    let report = apply_dir(&store, &dir, &global.config()?).await?;
     print_report(&report, args.json)?;
     Ok(if report.errors.is_empty() {
         ExitCode::SUCCESS
@@ -680,7 +685,9 @@ async fn apply(global: &GlobalArgs, args: DirArgs) -> anyhow::Result<ExitCode> {
 
 async fn validate(global: &GlobalArgs, args: DirArgs) -> anyhow::Result<ExitCode> {
     let dir = schedules_dir(global, args.dir)?;
-    let load = files::load_dir(&dir).map_err(input_error)?;
+    let config = global.config()?;
+    let resolve = |name: &str, git_ref: Option<String>| config.repository_ref(name, git_ref);
+    let load = files::load_dir_with(&dir, &resolve).map_err(input_error)?;
     let errors: Vec<String> = load.errors.iter().map(ToString::to_string).collect();
     if args.json {
         output::json(&serde_json::json!({

@@ -214,6 +214,7 @@ impl GlobalArgs {
             config.github.webhook_secret_env.clone(),
         ]
         .into_iter()
+        .chain(config.repositories.values().map(|r| r.token_env.clone()))
         .flatten()
         .collect();
         Ok(Sandbox::new(config.sandbox.settings(hidden, secret_env)?))

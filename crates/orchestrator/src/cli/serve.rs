@@ -59,6 +59,11 @@ pub struct ServeArgs {
     /// for several.
     #[arg(long = "label", value_name = "LABEL")]
     pub labels: Vec<String>,
+    /// Directory where this daemon makes the workspaces of repository tasks (`task-<id>`).
+    /// Default: `[workspaces] dir` in the config, else a sibling of the home named
+    /// `<home>-workspaces`. Several daemons on one machine each need their own.
+    #[arg(long, value_name = "DIR")]
+    pub workspaces: Option<std::path::PathBuf>,
 }
 
 pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -121,6 +126,26 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     pool.agent.lsp_servers = file_config.lsp_servers();
     pool.agent.roles = Arc::new(file_config.agent_roles.clone());
     pool.sandbox = global.tracked_sandbox(&file_config, "orchestrator serve")?;
+    if let Some(dir) = &args.workspaces
+        && !dir.is_absolute()
+    {
+        return Err(CliError::Invalid(format!(
+            "--workspaces {} must be an absolute path",
+            dir.display()
+        ))
+        .into());
+    }
+    let workspaces = file_config.workspace_settings(&home, args.workspaces.as_deref());
+    eprintln!(
+        "orchestrator serve: workspaces of repository tasks in {}, mirrors in {}",
+        workspaces.dir.display(),
+        workspaces.mirrors.display()
+    );
+    pool.agent.workspaces = Some(Arc::new(workspaces));
+    let cleanup = orchestrator_worker::workspace::CleanerConfig {
+        keep_failed: file_config.keep_failed(),
+        ..Default::default()
+    };
     // Whether agents' processes will be confined, said once where the person starting the daemon
     // reads it, rather than discovered at the first command an agent runs.
     eprintln!("orchestrator serve: {}", pool.sandbox.describe());
@@ -132,7 +157,21 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             secret: webhook_secret.map(|s| Arc::from(s.into_bytes())),
             triggers: Arc::new(crate::triggers::Triggers {
                 store: store.clone(),
-                rules: file_config.github.triggers.clone(),
+                rules: file_config
+                    .github
+                    .triggers
+                    .iter()
+                    .cloned()
+                    .map(|mut rule| {
+                        // A rule's repository may be a name of the config: resolved here, where
+                        // the config is at hand.
+                        if let Some(repo) = rule.task.repository.take() {
+                            rule.task.repository =
+                                Some(file_config.repository_ref(&repo.url, repo.git_ref));
+                        }
+                        rule
+                    })
+                    .collect(),
                 github: github.clone(),
                 bot_login: file_config.github.bot_login.clone(),
                 mention: file_config.github.mention.clone(),
@@ -170,7 +209,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     // daemon that fails to start writes nothing to the store.
     if let Some(dir) = &schedules {
         // A broken file is reported and skipped; the daemon still starts (the other files applied).
-        let report = super::automation::apply_dir(&store, dir).await?;
+        let report = super::automation::apply_dir(&store, dir, &file_config).await?;
         eprintln!(
             "orchestrator serve: schedules in {}: {} created, {} updated, {} unchanged, {} removed, {} error{}",
             dir.display(),
@@ -273,6 +312,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             sessions,
             notify,
             degraded,
+            cleanup,
         },
         store,
         listener,

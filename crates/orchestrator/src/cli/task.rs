@@ -23,6 +23,12 @@ Examples:
   orchestrator task create --title 'fix #7' --prompt 'Fix issue 7' --gate 'cargo test' \\
       --clone-from ~/src/app --workspace ~/clones/app-7
   orchestrator task create --title 'train' --gate 'make train' --require-label gpu
+  orchestrator task create --title 'fix #8' --prompt 'Fix issue 8' --gate 'cargo test' \\
+      --repository https://github.com/acme/widgets.git --ref main
+  orchestrator task create --title 'lint' --gate 'make lint' --repository widgets   (a name in [repositories])
+
+With --repository, the daemon that runs the task makes its workspace: a clone of its own mirror of
+the repository at the ref's commit, in its workspaces directory. Such a task can run on any machine.
 
 A task on a --workspace path runs only on this machine (config [worker] host), or on any daemon
 that lists a [worker] shared_paths directory holding the path.")]
@@ -92,6 +98,15 @@ pub struct CreateArgs {
     /// first runs and kept for its retries; the checkout itself is never edited.
     #[arg(long, value_name = "CHECKOUT", requires = "workspace")]
     pub clone_from: Option<PathBuf>,
+    /// Work in a workspace the daemon makes from this repository: a URL git fetches (a path,
+    /// file://, git://, https://, ssh://) or a name in the config's [repositories]. Never with a
+    /// credential in the URL: the config's `token_env` names the variable that holds one.
+    #[arg(long, value_name = "URL|NAME", conflicts_with_all = ["workspace", "clone_from"])]
+    pub repository: Option<String>,
+    /// The branch, tag, ref or commit of --repository (default: the config's default_ref for a
+    /// name, else the repository's default branch).
+    #[arg(long = "ref", value_name = "REF", requires = "repository")]
+    pub git_ref: Option<String>,
     /// Instructions for an agent: the model works on them with the tools, then the gates decide.
     #[arg(long)]
     pub prompt: Option<String>,
@@ -292,6 +307,7 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
         (Some(source), Some(workspace)) => Some(prepare_clone_target(source, workspace)?),
         _ => None,
     };
+    let config = global.config()?;
     let mut task = build_task(
         &TaskFlags {
             title: &args.title,
@@ -301,9 +317,14 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
             prompt: args.prompt.as_ref(),
             agent: &args.agent,
         },
-        &global.config()?,
+        &config,
     )?;
     task.worktree_of = source;
+    if let Some(repository) = &args.repository {
+        // The daemon that runs it makes the workspace; the current directory is not it.
+        task.workspace = None;
+        task.repository = Some(config.repository_ref(repository, args.git_ref.clone()));
+    }
     task.priority = args.priority;
     task.queue = args.queue;
     task.max_attempts = args.max_attempts;

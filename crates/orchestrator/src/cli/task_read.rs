@@ -267,6 +267,26 @@ impl Report {
                 output::say!("clone of   {source}");
             }
         }
+        if let Some(repo) = &view.repository {
+            output::say!(
+                "repository {}{}{}",
+                repo.url,
+                repo.name
+                    .as_ref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default(),
+                repo.git_ref
+                    .as_ref()
+                    .map(|r| format!(" at {r}"))
+                    .unwrap_or_else(|| " at its default branch".to_owned())
+            );
+            match (&repo.base, &repo.workspace) {
+                (Some(base), Some(ws)) => output::say!("base       {base} (workspace {ws})"),
+                _ => output::say!(
+                    "base       not yet: the workspace is made when a daemon claims the task"
+                ),
+            }
+        }
         if task.prompt.is_some() {
             let model = match &task.model {
                 Some(m) => format!(

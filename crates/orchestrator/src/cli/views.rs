@@ -18,6 +18,10 @@ pub struct TaskView {
     /// The checkout the workspace is cloned from, for a task that works in a clone of its own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worktree_of: Option<String>,
+    /// The repository the daemon that runs the task makes its workspace from, with the base and
+    /// the workspace once one was prepared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repository: Option<RepositoryView>,
     pub prompt: Option<String>,
     pub run_after: String,
     pub lease_owner: Option<String>,
@@ -42,6 +46,20 @@ pub struct TaskView {
     /// Why a queued task waits for a worker: no live worker offers what it requires.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+}
+
+/// A repository task's repository, as `task read` shows it.
+#[derive(Debug, Serialize, Clone)]
+pub struct RepositoryView {
+    pub url: String,
+    #[serde(rename = "ref")]
+    pub git_ref: Option<String>,
+    /// The config's name for it, when the task was created by name.
+    pub name: Option<String>,
+    /// The commit the latest workspace was made at (from its `workspace_prepared` event).
+    pub base: Option<String>,
+    /// Where that workspace is, on the machine of the daemon that made it.
+    pub workspace: Option<String>,
 }
 
 #[derive(Debug, Serialize, Clone)]
@@ -96,6 +114,22 @@ impl TaskView {
         if task.state == orchestrator_types::TaskState::Queued {
             view.waiting_for = store.unmet_requirements(&task.requires).await?;
         }
+        if let Some(repository) = &mut view.repository {
+            let prepared = store
+                .events_of_kind(task.id, orchestrator_types::EventKind::WorkspacePrepared)
+                .await?;
+            if let Some(latest) = prepared.iter().rev().find(|e| e.data.get("base").is_some()) {
+                let text = |key: &str| {
+                    latest
+                        .data
+                        .get(key)
+                        .and_then(|v| v.as_str())
+                        .map(str::to_owned)
+                };
+                repository.base = text("base");
+                repository.workspace = text("workspace");
+            }
+        }
         Ok(view)
     }
 
@@ -140,6 +174,13 @@ impl TaskView {
             priority: task.priority,
             workspace: task.workspace.clone(),
             worktree_of: task.worktree_of.clone(),
+            repository: task.repository.as_ref().map(|r| RepositoryView {
+                url: r.url.clone(),
+                git_ref: r.git_ref.clone(),
+                name: r.name.clone(),
+                base: None,
+                workspace: None,
+            }),
             prompt: task.prompt.clone(),
             run_after: format_millis(task.run_after),
             lease_owner: task.lease_owner.clone(),

@@ -137,7 +137,15 @@ impl TriggerRule {
         for repo in self.repos.iter().filter(|r| *r != ANY_REPO) {
             RepoRef::parse(repo).map_err(|e| format!("trigger {:?}: {e}", self.name))?;
         }
-        if self.task.prompt.is_some() && self.workspace.is_none() {
+        if self.task.repository.is_some() && (self.workspace.is_some() || self.worktree) {
+            return Err(format!(
+                "trigger {:?}: a rule on a repository names no workspace (and no worktree): \
+                 the daemon that runs each task makes its workspace",
+                self.name
+            ));
+        }
+        if self.task.prompt.is_some() && self.workspace.is_none() && self.task.repository.is_none()
+        {
             return Err(format!(
                 "trigger {:?}: an agent task needs a workspace",
                 self.name
@@ -239,6 +247,12 @@ pub(super) fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewT
     {
         task.worktree_of = rule.workspace.clone();
         task.workspace = Some(clone);
+    }
+    if let Some(mut repository) = t.repository_ref() {
+        // `https://github.com/{repo}.git`: the repository of the event.
+        repository.url = fill(&repository.url, vars);
+        task.workspace = None;
+        task.repository = Some(repository);
     }
     task.priority = t.priority;
     task.queue = t.queue.clone();

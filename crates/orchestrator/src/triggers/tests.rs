@@ -770,3 +770,28 @@ async fn a_hung_github_call_holds_up_only_its_own_issue() {
     stop.cancel();
     processor.await.unwrap();
 }
+
+#[test]
+fn a_rule_may_name_the_events_repository_instead_of_a_workspace() {
+    let head =
+        "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nrepos = [\"*\"]\n";
+    let on_repo = rule(&format!(
+        "{head}task = {{ prompt = \"Fix it\", repository = \"https://github.com/{{repo}}.git\", ref = \"main\" }}\n"
+    ));
+    assert!(on_repo.validate().is_ok(), "{:?}", on_repo.validate());
+    let mut vars = BTreeMap::new();
+    vars.insert("repo", "acme/widgets".to_owned());
+    vars.insert("number", "7".to_owned());
+    vars.insert("title", "Crash".to_owned());
+    vars.insert("delivery", "d-1".to_owned());
+    let task = task_of(&on_repo, &vars);
+    assert_eq!(task.workspace, None);
+    let repository = task.repository.clone().unwrap();
+    assert_eq!(repository.url, "https://github.com/acme/widgets.git");
+    assert_eq!(repository.git_ref.as_deref(), Some("main"));
+    task.validate().unwrap();
+    let both = rule(&format!(
+        "{head}workspace = \"/srv/w\"\ntask = {{ prompt = \"Fix it\", repository = \"/srv/git/w\" }}\n"
+    ));
+    assert!(both.validate().unwrap_err().contains("names no workspace"));
+}

@@ -29,6 +29,7 @@ mod permissions;
 mod placement;
 mod readme_sections;
 mod readme_tour;
+mod repositories;
 mod retry;
 mod roles;
 mod serve;

@@ -9,8 +9,8 @@
 //! copied, not hard-linked: a hard link shares the file with the source, so a sandboxed process
 //! that changed one would change the person's repository too.
 
+use super::git;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 /// What [`ensure`] found or made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,36 +134,4 @@ async fn head_of(workspace: &Path) -> Result<String, String> {
         .await
         .map(|out| out.trim().to_owned())
         .map_err(|e| format!("reading the HEAD of {}: {e}", workspace.display()))
-}
-
-/// Runs git with no prompt, no hooks and no inherited repository variables; its stdout, or its
-/// stderr as the error.
-async fn git(dir: &Path, args: &[&std::ffi::OsStr]) -> Result<String, String> {
-    let output = tokio::process::Command::new("git")
-        .args([
-            "-c",
-            "core.hooksPath=/dev/null",
-            "-c",
-            "core.fsmonitor=false",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_INDEX_FILE")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|e| format!("git could not be started: {e}"))?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        Err(match stderr.trim() {
-            "" => format!("git exited with {}", output.status),
-            text => text.to_owned(),
-        })
-    }
 }
