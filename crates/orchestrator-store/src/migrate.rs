@@ -42,6 +42,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(12, "0012_gate_byproducts"),
     migration!(13, "0013_notifications"),
     migration!(14, "0014_live_log_end"),
+    migration!(16, "0016_checkpoints"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

@@ -67,10 +67,18 @@ pub enum EventKind {
     /// A connection a sandboxed process asked the jail's network proxy for: host, port, the
     /// address connected to, whether it was allowed and why not, and the bytes each way.
     NetworkConnection,
+    /// A checkpoint of the workspace (its difference from the task's base) was saved after a
+    /// turn: the turn, the patch's size and hash, never its bytes.
+    CheckpointSaved,
+    /// A checkpoint could not be saved (larger than the cap, or the workspace could not be read):
+    /// the task's workspace exists only on this machine, so the task cannot move to another.
+    CheckpointNotSaved,
+    /// A rescued task's workspace was made again from its base and its last checkpoint.
+    CheckpointRestored,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 31] = [
+    pub const ALL: [EventKind; 34] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -102,6 +110,9 @@ impl EventKind {
         EventKind::Compacted,
         EventKind::McpServer,
         EventKind::NetworkConnection,
+        EventKind::CheckpointSaved,
+        EventKind::CheckpointNotSaved,
+        EventKind::CheckpointRestored,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -137,6 +148,9 @@ impl EventKind {
             EventKind::McpServer => "mcp_server",
             EventKind::Compacted => "compacted",
             EventKind::NetworkConnection => "network_connection",
+            EventKind::CheckpointSaved => "checkpoint_saved",
+            EventKind::CheckpointNotSaved => "checkpoint_not_saved",
+            EventKind::CheckpointRestored => "checkpoint_restored",
         }
     }
 

@@ -147,6 +147,18 @@ fn sample(kind: EventKind) -> Option<(Value, &'static [&'static str])> {
                    "allowed": false, "reason": "link-local address", "bytes_up": 0, "bytes_down": 0}),
             &["network: http connection to 169.254.169.254:80 refused: link-local address"],
         ),
+        EventKind::CheckpointSaved => (
+            json!({"turn": 4, "bytes": 2048, "sha256": "ab", "base": "0123"}),
+            &["checkpoint after turn 4: 2048 bytes"],
+        ),
+        EventKind::CheckpointNotSaved => (
+            json!({"turn": 5, "bytes": 40000000, "cap": 33554432, "reason": "40000000 bytes, over the cap of 33554432"}),
+            &["checkpoint after turn 5 not saved: 40000000 bytes, over the cap of 33554432; the task cannot move to another machine"],
+        ),
+        EventKind::CheckpointRestored => (
+            json!({"turn": 4, "bytes": 2048, "files": 3}),
+            &["workspace restored from the checkpoint after turn 4 (2048 bytes, 3 files)"],
+        ),
     })
 }
 
