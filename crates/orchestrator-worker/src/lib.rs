@@ -18,6 +18,7 @@ pub mod pool;
 pub mod pulls;
 pub mod rescuer;
 pub mod runner;
+pub mod workspace;
 pub mod worktree;
 
 pub use agent::{AgentConfig, LiveDelta};

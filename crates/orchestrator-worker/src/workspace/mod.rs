@@ -1,0 +1,3 @@
+//! Per-task workspaces.
+
+pub mod checkpoint;
