@@ -153,7 +153,9 @@ fn sample(kind: EventKind) -> Option<(Value, &'static [&'static str])> {
         ),
         EventKind::CheckpointNotSaved => (
             json!({"turn": 5, "bytes": 40000000, "cap": 33554432, "reason": "40000000 bytes, over the cap of 33554432"}),
-            &["checkpoint after turn 5 not saved: 40000000 bytes, over the cap of 33554432; the task cannot move to another machine"],
+            &[
+                "checkpoint after turn 5 not saved: 40000000 bytes, over the cap of 33554432; the task cannot move to another machine",
+            ],
         ),
         EventKind::CheckpointRestored => (
             json!({"turn": 4, "bytes": 2048, "files": 3}),

@@ -59,8 +59,7 @@ impl Agent<'_> {
         let mut lines = Vec::new();
         for job in store.shell_jobs(task).await? {
             let earlier = job.epoch != self.lease.epoch && job.started_at >= since;
-            if !earlier || !matches!(job.status.as_str(), job_status::RUNNING | job_status::STALE)
-            {
+            if !earlier || !matches!(job.status.as_str(), job_status::RUNNING | job_status::STALE) {
                 continue;
             }
             if job.status == job_status::RUNNING {

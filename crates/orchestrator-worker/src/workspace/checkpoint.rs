@@ -114,7 +114,9 @@ pub struct Patch {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Captured {
     /// The workspace holds the base exactly (its tree is the base's, `tree`).
-    Clean { tree: String },
+    Clean {
+        tree: String,
+    },
     /// The workspace's tree is the one the caller named as the last it saved.
     Unchanged,
     Changed(Patch),
@@ -331,8 +333,8 @@ fn open_repository(workspace: &Path) -> Result<Repository> {
     }
     let pinned =
         orchestrator_tools::git_command::pin(workspace).map_err(CheckpointError::Refused)?;
-    let git_dir = std::fs::canonicalize(&dot_git)
-        .map_err(|e| io_error(dot_git.as_os_str().as_bytes(), e))?;
+    let git_dir =
+        std::fs::canonicalize(&dot_git).map_err(|e| io_error(dot_git.as_os_str().as_bytes(), e))?;
     if pinned.work_tree != workspace || pinned.git_dir != git_dir {
         return Err(CheckpointError::Refused(format!(
             "the repository found for {} is not its own",
@@ -366,7 +368,10 @@ fn open_repository(workspace: &Path) -> Result<Repository> {
 
 /// What one file of the workspace is.
 enum Kind {
-    File { exec: bool, stat: FileStat },
+    File {
+        exec: bool,
+        stat: FileStat,
+    },
     Link(Vec<u8>),
     /// A submodule the base tracks: kept at the base's commit.
     Gitlink(Oid),
@@ -436,7 +441,9 @@ struct Walk<'a> {
 
 impl Walk<'_> {
     fn ignored(&self, path: &[u8]) -> Result<bool> {
-        Ok(self.repo.is_path_ignored(Path::new(OsStr::from_bytes(path)))?)
+        Ok(self
+            .repo
+            .is_path_ignored(Path::new(OsStr::from_bytes(path)))?)
     }
 
     /// Adds the files below the directory `rel` ("" for the workspace).
@@ -601,14 +608,11 @@ fn open_beneath(root: &OwnedFd, rel: &[u8], flags: OFlag, mode: Mode) -> Result<
     } else {
         OFlag::O_CLOEXEC | OFlag::O_NOCTTY
     };
-    let how = OpenHow::new()
-        .flags(flags | extra)
-        .mode(mode)
-        .resolve(
-            ResolveFlag::RESOLVE_BENEATH
-                | ResolveFlag::RESOLVE_NO_SYMLINKS
-                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
-        );
+    let how = OpenHow::new().flags(flags | extra).mode(mode).resolve(
+        ResolveFlag::RESOLVE_BENEATH
+            | ResolveFlag::RESOLVE_NO_SYMLINKS
+            | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+    );
     openat2(root.as_fd(), OsStr::from_bytes(path), how).map_err(|e| match e {
         Errno::ELOOP | Errno::EXDEV => CheckpointError::Refused(format!(
             "{} leads through a symlink or out of the workspace",
@@ -780,8 +784,13 @@ fn parent_of<'p>(root: &OwnedFd, path: &'p [u8], create: bool) -> Result<(OwnedF
     if create && !dir.is_empty() {
         let mut at = Vec::new();
         for part in dir.split(|b| *b == b'/') {
-            let parent = open_beneath(root, &at, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())?;
-            match nix::sys::stat::mkdirat(&parent, OsStr::from_bytes(part), Mode::from_bits_truncate(0o777)) {
+            let parent =
+                open_beneath(root, &at, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())?;
+            match nix::sys::stat::mkdirat(
+                &parent,
+                OsStr::from_bytes(part),
+                Mode::from_bits_truncate(0o777),
+            ) {
                 Ok(()) | Err(Errno::EEXIST) => {}
                 Err(e) => return Err(io_error(&join(&at, part), e)),
             }
@@ -885,10 +894,12 @@ pub async fn task_base(store: &Store, task: TaskId) -> orchestrator_store::Resul
     let events = store
         .events_of_kind(task, EventKind::WorkspacePrepared)
         .await?;
-    Ok(events
-        .iter()
-        .rev()
-        .find_map(|e| e.data.get("base").and_then(|b| b.as_str()).map(str::to_owned)))
+    Ok(events.iter().rev().find_map(|e| {
+        e.data
+            .get("base")
+            .and_then(|b| b.as_str())
+            .map(str::to_owned)
+    }))
 }
 
 /// What one [`Saver::after_turn`] did, for the loop's logs and the bench.

@@ -66,7 +66,12 @@ fn fresh_clone(source: &Path, base: &str) -> (tempfile::TempDir, PathBuf) {
     let ws = dir.path().join("ws");
     git(
         dir.path(),
-        &["clone", "-q", source.to_str().unwrap(), ws.to_str().unwrap()],
+        &[
+            "clone",
+            "-q",
+            source.to_str().unwrap(),
+            ws.to_str().unwrap(),
+        ],
     );
     git(&ws, &["checkout", "-q", "--detach", base]);
     (dir, ws)
@@ -143,13 +148,21 @@ fn a_workspace_round_trips_byte_for_byte_onto_a_fresh_clone() {
     let (_b, fresh) = fresh_clone(&source, &base);
     let restored = restore(&fresh, &base, &patch.bytes).unwrap();
     assert_eq!(restored.tree, patch.tree);
-    assert_eq!(tree(&fresh), tree(&ws), "the restored files are the captured ones");
+    assert_eq!(
+        tree(&fresh),
+        tree(&ws),
+        "the restored files are the captured ones"
+    );
     assert!(!fresh.join("target").exists());
     assert_eq!(
         std::fs::read(fresh.join("crlf.txt")).unwrap(),
         b"one\r\ntwo\r\n"
     );
-    assert_eq!(head(&fresh), base, "history is not carried: HEAD stays at the base");
+    assert_eq!(
+        head(&fresh),
+        base,
+        "history is not carried: HEAD stays at the base"
+    );
 }
 
 #[test]
@@ -183,7 +196,12 @@ fn a_hostile_patch_is_refused_and_writes_nothing() {
     git(&source, &["add", "out"]);
     git(&source, &["commit", "-q", "-m", "link"]);
     let base = head(&source);
-    for path in ["../escape.txt", ".git/hooks/post-checkout", "a/.GIT/config", "out/evil.txt"] {
+    for path in [
+        "../escape.txt",
+        ".git/hooks/post-checkout",
+        "a/.GIT/config",
+        "out/evil.txt",
+    ] {
         let (_b, fresh) = fresh_clone(&source, &base);
         let before = tree(&fresh);
         let result = restore(&fresh, &base, &adding(path));
@@ -293,7 +311,10 @@ async fn a_saver_saves_changed_turns_only_and_restore_latest_brings_them_back() 
         .await
         .unwrap();
     assert_eq!(
-        saved.iter().map(|e| e.data["turn"].as_i64().unwrap()).collect::<Vec<_>>(),
+        saved
+            .iter()
+            .map(|e| e.data["turn"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
         [2, 4]
     );
     // Over the cap: one event says the task cannot move, not one per turn.
@@ -345,7 +366,10 @@ async fn a_saver_saves_changed_turns_only_and_restore_latest_brings_them_back() 
     // A checkpoint is never applied to a workspace made at another base.
     let (_c, other) = fresh_clone(&source, &base);
     let wrong = restore_latest(&db.store, &next, &other, &"0".repeat(40)).await;
-    assert!(matches!(wrong, Err(CheckpointError::Refused(_))), "{wrong:?}");
+    assert!(
+        matches!(wrong, Err(CheckpointError::Refused(_))),
+        "{wrong:?}"
+    );
 }
 
 const RESUMED: &str = "[orchestrator] This attempt resumed the task";
@@ -402,7 +426,12 @@ async fn a_rescued_agent_resumes_with_its_files_and_is_told_its_job_is_lost() {
     let ws = place.path().join("task-ws");
     git(
         place.path(),
-        &["clone", "-q", source.to_str().unwrap(), ws.to_str().unwrap()],
+        &[
+            "clone",
+            "-q",
+            source.to_str().unwrap(),
+            ws.to_str().unwrap(),
+        ],
     );
     let mut new = NewTask::agent("edit", "Write the notes.")
         .with_gate("grep -q 'first turn' notes.txt && grep -q 'third turn' src/new.rs");
@@ -434,7 +463,10 @@ async fn a_rescued_agent_resumes_with_its_files_and_is_told_its_job_is_lost() {
     });
     let started = Instant::now();
     while model.request_count() < 4 {
-        assert!(started.elapsed() < Duration::from_secs(60), "the turns never ran");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the turns never ran"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     first.abort();
@@ -447,7 +479,10 @@ async fn a_rescued_agent_resumes_with_its_files_and_is_told_its_job_is_lost() {
         .await
         .unwrap();
     assert_eq!(
-        saved.iter().map(|e| e.data["turn"].as_i64().unwrap()).collect::<Vec<_>>(),
+        saved
+            .iter()
+            .map(|e| e.data["turn"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
         [1, 3],
         "the turn that only started a job changed no file and saved nothing"
     );
@@ -460,7 +495,12 @@ async fn a_rescued_agent_resumes_with_its_files_and_is_told_its_job_is_lost() {
     std::fs::remove_dir_all(&ws).unwrap();
     git(
         place.path(),
-        &["clone", "-q", source.to_str().unwrap(), ws.to_str().unwrap()],
+        &[
+            "clone",
+            "-q",
+            source.to_str().unwrap(),
+            ws.to_str().unwrap(),
+        ],
     );
     assert!(!ws.join("notes.txt").exists());
     let (task, lease) = db
@@ -494,19 +534,20 @@ async fn a_rescued_agent_resumes_with_its_files_and_is_told_its_job_is_lost() {
         .collect();
     assert!(!told.is_empty());
     let text = &told[0];
-    assert!(text.contains("shell job") && text.contains("sleep 600"), "{text}");
+    assert!(
+        text.contains("shell job") && text.contains("sleep 600"),
+        "{text}"
+    );
     assert!(text.contains("checkpoint saved after turn 3"), "{text}");
     let jobs = db.store.shell_jobs(id).await.unwrap();
     assert!(
-        jobs.iter().all(|j| j.status != orchestrator_store::job_status::RUNNING),
+        jobs.iter()
+            .all(|j| j.status != orchestrator_store::job_status::RUNNING),
         "{jobs:?}"
     );
     // No turn was asked twice: four replies before the death, one after.
     assert_eq!(
-        requests
-            .iter()
-            .filter(|r| r.assistant_turns() == 3)
-            .count(),
+        requests.iter().filter(|r| r.assistant_turns() == 3).count(),
         2,
         "the hung fourth request and its answer after the resume"
     );

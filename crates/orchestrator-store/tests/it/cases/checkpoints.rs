@@ -29,7 +29,11 @@ pub async fn a_checkpoint_is_the_latest_per_task_byte_exact_and_fenced(db: &Test
     new.workspace = Some("/tmp".into());
     let id = store.create_task(&new).await.unwrap();
     let other = store.create_task(&new).await.unwrap();
-    let (_, lease) = store.claim_task("host-a", id, LEASE).await.unwrap().unwrap();
+    let (_, lease) = store
+        .claim_task("host-a", id, LEASE)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(store.latest_checkpoint(id).await.unwrap(), None);
     store
         .append_messages(
@@ -62,7 +66,10 @@ pub async fn a_checkpoint_is_the_latest_per_task_byte_exact_and_fenced(db: &Test
     assert_eq!(one.worker, "host-a");
     let (read, bytes) = store.latest_checkpoint(id).await.unwrap().unwrap();
     assert_eq!(read, one);
-    assert!(bytes == first, "the patch changed on its way through the store");
+    assert!(
+        bytes == first,
+        "the patch changed on its way through the store"
+    );
 
     // A second save replaces the first: one row per task, the newest.
     let big: Vec<u8> = (0..512 * 1024u32)
@@ -88,7 +95,11 @@ pub async fn a_checkpoint_is_the_latest_per_task_byte_exact_and_fenced(db: &Test
     assert_eq!(events.len(), 2);
     assert_eq!(events[1].data["turn"], 4);
     assert_eq!(events[1].data["bytes"], big.len() as i64);
-    assert!(events[1].data.to_string().len() < 1000, "{}", events[1].data);
+    assert!(
+        events[1].data.to_string().len() < 1000,
+        "{}",
+        events[1].data
+    );
 
     // Over the cap: not saved, an event says the task cannot move, the last checkpoint stays.
     let refused = store
@@ -119,22 +130,20 @@ pub async fn a_checkpoint_is_the_latest_per_task_byte_exact_and_fenced(db: &Test
     let stale = store
         .save_checkpoint(&lease, &checkpoint(b"late", 9), 1 << 20)
         .await;
-    assert!(
-        matches!(stale, Err(Error::StaleLease { .. })),
-        "{stale:?}"
-    );
+    assert!(matches!(stale, Err(Error::StaleLease { .. })), "{stale:?}");
     let stale = store
         .save_checkpoint(&lease, &checkpoint(&big, 9), 16)
         .await;
-    assert!(
-        matches!(stale, Err(Error::StaleLease { .. })),
-        "{stale:?}"
-    );
+    assert!(matches!(stale, Err(Error::StaleLease { .. })), "{stale:?}");
     assert_eq!(kinds(&store, id).await, events_before);
     assert_eq!(store.latest_checkpoint(id).await.unwrap().unwrap().0, two);
 
     // The next attempt's lease saves again.
-    let (_, next) = store.claim_task("host-b", id, LEASE).await.unwrap().unwrap();
+    let (_, next) = store
+        .claim_task("host-b", id, LEASE)
+        .await
+        .unwrap()
+        .unwrap();
     let three = saved(
         store
             .save_checkpoint(
