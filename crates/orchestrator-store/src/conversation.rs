@@ -15,7 +15,7 @@ use sea_query::{Expr, ExprTrait, Func, Iden, Order, Query};
 use serde::Serialize;
 
 #[derive(Iden, Clone, Copy)]
-enum TaskMessages {
+pub(crate) enum TaskMessages {
     Table,
     TaskId,
     Seq,

@@ -14,6 +14,7 @@ mod attempts;
 mod automations;
 mod changes;
 mod checklist;
+mod checkpoints;
 mod connect;
 mod conversation;
 mod deliveries;
@@ -41,6 +42,9 @@ pub use attempts::{Attempt, NewAttempt};
 pub use automations::{Automation, NextFire, SOURCE_AGENT, SOURCE_CLI, SOURCE_FILE};
 pub use changes::ChangeCursor;
 pub use checklist::ChecklistItem;
+pub use checkpoints::{
+    Checkpoint, CheckpointSave, DEFAULT_CHECKPOINT_CAP, NewCheckpoint, patch_sha256,
+};
 pub use connect::{Backend, SqliteSync, Store, StoreOptions, redact_url};
 pub use conversation::{NewMessage, SavedMessage, ToolCallEnd, ToolCallRecord, call_status};
 pub use deliveries::{

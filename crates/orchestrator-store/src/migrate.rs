@@ -43,6 +43,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(13, "0013_notifications"),
     migration!(14, "0014_live_log_end"),
     migration!(15, "0015_placement"),
+    migration!(16, "0016_checkpoints"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

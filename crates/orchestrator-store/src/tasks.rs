@@ -660,6 +660,17 @@ impl Store {
         Ok(())
     }
 
+    /// Pins the lease's task to this process's host (see [`Store::pin_task`]) when the handle
+    /// knows its placement; a handle without one (tests, benchmarks) runs everything anywhere
+    /// and pins nothing.
+    pub async fn pin_to_this_host(&self, lease: &crate::Lease, reason: &str) -> Result<()> {
+        let Some(placement) = self.placement() else {
+            return Ok(());
+        };
+        let word = format!("{}{}", placement::HOST_PREFIX, placement.host);
+        self.pin_task(lease, &word, reason).await
+    }
+
     pub async fn get_task(&self, id: TaskId) -> Result<Task> {
         let mut stmt = select_tasks();
         stmt.and_where(Expr::col(Tasks::Id).eq(id.0));

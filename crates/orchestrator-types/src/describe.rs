@@ -343,6 +343,31 @@ pub fn describe(kind: &str, data: &Value) -> Described {
             ),
             Tone::Wait,
         ),
+        EventKind::CheckpointSaved => (
+            format!(
+                "checkpoint after turn {}: {} bytes",
+                d.int("turn").unwrap_or(0),
+                d.int("bytes").unwrap_or(0)
+            ),
+            Tone::Info,
+        ),
+        EventKind::CheckpointNotSaved => (
+            format!(
+                "checkpoint after turn {} not saved: {}; the task cannot move to another machine",
+                d.int("turn").unwrap_or(0),
+                d.str("reason").unwrap_or("unknown reason")
+            ),
+            Tone::Bad,
+        ),
+        EventKind::CheckpointRestored => (
+            format!(
+                "workspace restored from the checkpoint after turn {} ({} bytes, {} files)",
+                d.int("turn").unwrap_or(0),
+                d.int("bytes").unwrap_or(0),
+                d.int("files").unwrap_or(0)
+            ),
+            Tone::Info,
+        ),
     };
     Described { text, tone }
 }

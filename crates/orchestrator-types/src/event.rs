@@ -70,10 +70,18 @@ pub enum EventKind {
     /// The task was tied to the machine running it (its `requires` gained `host:<id>`), with the
     /// reason: its workspace cannot move to another machine.
     Pinned,
+    /// A checkpoint of the workspace (its difference from the task's base) was saved after a
+    /// turn: the turn, the patch's size and hash, never its bytes.
+    CheckpointSaved,
+    /// A checkpoint could not be saved (larger than the cap, or the workspace could not be read):
+    /// the task's workspace exists only on this machine, so the task cannot move to another.
+    CheckpointNotSaved,
+    /// A rescued task's workspace was made again from its base and its last checkpoint.
+    CheckpointRestored,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 32] = [
+    pub const ALL: [EventKind; 35] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -106,6 +114,9 @@ impl EventKind {
         EventKind::McpServer,
         EventKind::NetworkConnection,
         EventKind::Pinned,
+        EventKind::CheckpointSaved,
+        EventKind::CheckpointNotSaved,
+        EventKind::CheckpointRestored,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -142,6 +153,9 @@ impl EventKind {
             EventKind::Compacted => "compacted",
             EventKind::NetworkConnection => "network_connection",
             EventKind::Pinned => "pinned",
+            EventKind::CheckpointSaved => "checkpoint_saved",
+            EventKind::CheckpointNotSaved => "checkpoint_not_saved",
+            EventKind::CheckpointRestored => "checkpoint_restored",
         }
     }
 

@@ -510,6 +510,29 @@ async fn prepare_repository(
     if let Err(e) = fenced(recorded) {
         return Err(lost_or(e));
     }
+    // A workspace made again at the recorded base (another machine took the task over, or this
+    // one lost it) gets the files the agent had at its last saved turn.
+    if prepared.preparation == workspace::Preparation::ClonedAtRecordedBase {
+        match workspace::checkpoint::restore_latest(
+            &ctx.store,
+            lease,
+            Path::new(&path),
+            &prepared.base,
+        )
+        .await
+        {
+            Ok(_) => {}
+            Err(workspace::checkpoint::CheckpointError::Store(
+                orchestrator_store::Error::StaleLease { .. },
+            )) => return Err(lost_or(FenceError::Lost)),
+            Err(e) => {
+                return Err(Ok(failed(format!(
+                    "the workspace was made again at its base {}, but its last checkpoint could                      not be restored: {e}",
+                    prepared.base
+                ))));
+            }
+        }
+    }
     Ok(Task {
         workspace: Some(path),
         ..task.clone()

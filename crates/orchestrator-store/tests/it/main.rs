@@ -85,6 +85,7 @@ conformance!(
     foreground_tasks_are_invisible_to_claims,
     concurrent_retries_queue_a_task_once,
     attempt_patches_round_trip_exactly,
+    a_checkpoint_is_the_latest_per_task_byte_exact_and_fenced,
     attempts_are_listed_and_selected_within_their_group,
     unknown_attempts_and_bad_input_are_refused,
     a_delivery_creates_its_tasks_once,

@@ -153,6 +153,20 @@ fn sample(kind: EventKind) -> Option<(Value, &'static [&'static str])> {
                 "kept on host build-1 (its workspace is a path on that machine): its checkpoint is over the cap",
             ],
         ),
+        EventKind::CheckpointSaved => (
+            json!({"turn": 4, "bytes": 2048, "sha256": "ab", "base": "0123"}),
+            &["checkpoint after turn 4: 2048 bytes"],
+        ),
+        EventKind::CheckpointNotSaved => (
+            json!({"turn": 5, "bytes": 40000000, "cap": 33554432, "reason": "40000000 bytes, over the cap of 33554432"}),
+            &[
+                "checkpoint after turn 5 not saved: 40000000 bytes, over the cap of 33554432; the task cannot move to another machine",
+            ],
+        ),
+        EventKind::CheckpointRestored => (
+            json!({"turn": 4, "bytes": 2048, "files": 3}),
+            &["workspace restored from the checkpoint after turn 4 (2048 bytes, 3 files)"],
+        ),
     })
 }
 

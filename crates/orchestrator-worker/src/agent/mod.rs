@@ -32,6 +32,7 @@ mod budget;
 mod calls;
 mod compaction;
 pub mod context;
+mod lost;
 mod mcp;
 mod model_call;
 mod on_demand;
@@ -107,6 +108,9 @@ pub struct AgentConfig {
     /// Where repository tasks' workspaces and the mirrors go, and the repositories' credentials;
     /// `None` when the daemon has none, and repository tasks then fail saying so.
     pub workspaces: Option<Arc<crate::workspace::WorkspaceSettings>>,
+    /// The largest workspace checkpoint saved, in bytes of patch; `None` for
+    /// [`orchestrator_store::DEFAULT_CHECKPOINT_CAP`].
+    pub checkpoint_cap_bytes: Option<u64>,
 }
 
 /// How the agent part of an attempt ended.
@@ -258,6 +262,22 @@ pub async fn run_agent(
             return Err(crate::Error::Config(format!("tool registration: {e}")));
         }
     }
+    // Checkpoints only for a workspace made from a repository at a recorded base; a task on a
+    // plain path does no checkpoint work on its turns.
+    let checkpoints = match crate::workspace::checkpoint::Saver::start(
+        &ctx.store,
+        task.id,
+        std::path::Path::new(&workspace),
+        ctx.agent
+            .checkpoint_cap_bytes
+            .unwrap_or(orchestrator_store::DEFAULT_CHECKPOINT_CAP),
+        &ctx.worker_id,
+    )
+    .await
+    {
+        Ok(saver) => saver,
+        Err(e) => return Ok(AgentEnd::Retryable(e.to_string())),
+    };
     let window = client.window().await;
     let limits = Limits::new(
         window,
@@ -279,6 +299,7 @@ pub async fn run_agent(
         compaction_turns: Vec::new(),
         reads: std::collections::HashMap::new(),
         tool_usage: Usage::default(),
+        checkpoints,
     };
     let end = agent.run(&prompt, &workspace).await;
     agent.tool_ctx.shutdown().await;
@@ -310,6 +331,8 @@ struct Agent<'a> {
     reads: std::collections::HashMap<String, Vec<i64>>,
     /// Model tokens tool calls spent since the budget last counted them (llm_query_batched).
     tool_usage: Usage,
+    /// Saves the workspace after the turns that change it; `None` for a workspace without a base.
+    checkpoints: Option<crate::workspace::checkpoint::Saver>,
 }
 
 /// Adds a model call's tokens to this process's counters.
@@ -341,6 +364,33 @@ impl From<orchestrator_store::Error> for Halt {
 }
 
 impl Agent<'_> {
+    /// Saves a checkpoint of the workspace after `turn`, when the task takes checkpoints and the
+    /// turn changed the workspace. Right after the turn's messages are saved, fenced by the lease.
+    async fn checkpoint(&mut self, turn: i64) -> Result<(), Halt> {
+        if let Some(saver) = self.checkpoints.as_mut() {
+            saver
+                .after_turn(&self.ctx.store, self.lease, self.task.attempt, turn)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Before an attempt ends in the middle of a turn's calls: a pause for a person (the task
+    /// waits without a lease, and any machine may take it up) or a stop (a hand-back on
+    /// shutdown), the workspace as those calls left it is saved too. A save that fails changes
+    /// nothing about how the attempt ends.
+    async fn checkpoint_before(&mut self, end: AgentEnd, turn: i64) -> AgentEnd {
+        if matches!(end, AgentEnd::Wait { .. } | AgentEnd::Stopped)
+            && let Some(saver) = self.checkpoints.as_mut()
+            && let Err(e) = saver
+                .after_turn(&self.ctx.store, self.lease, self.task.attempt, turn)
+                .await
+        {
+            tracing::debug!(task = %self.task.id, "no checkpoint as the attempt ends: {e}");
+        }
+        end
+    }
+
     /// Adds to the requests the tools that `load_tools` calls among `calls` asked for.
     fn load_on_demand<'c>(&mut self, calls: impl IntoIterator<Item = &'c ToolCallRequest>) {
         for call in calls {

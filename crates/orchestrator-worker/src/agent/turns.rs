@@ -20,6 +20,7 @@ pub(super) const FINISH_LENGTH: &str = "length";
 
 impl Agent<'_> {
     pub(super) async fn turns(&mut self, prompt: &str, workspace: &str) -> Result<AgentEnd, Halt> {
+        let started = orchestrator_types::now_millis();
         let mut saved = self.ctx.store.messages(self.task.id).await?;
         if saved.is_empty() {
             saved = self.open_conversation(prompt, workspace).await?;
@@ -125,9 +126,12 @@ impl Agent<'_> {
                 .run_calls(reply_turn, &calls, &mut conversation, true)
                 .await?
             {
-                return Ok(end);
+                return Ok(self.checkpoint_before(end, reply_turn).await);
             }
+            self.checkpoint(reply_turn).await?;
         }
+        self.report_lost(turn, &saved, started, &mut conversation)
+            .await?;
 
         let mut input_seen = saved
             .iter()
@@ -331,9 +335,10 @@ impl Agent<'_> {
                 )
                 .await?
             {
-                return Ok(end);
+                return Ok(self.checkpoint_before(end, turn).await);
             }
             budget.work_ms += millis_since(calls_started);
+            self.checkpoint(turn).await?;
         }
     }
 

@@ -11,6 +11,8 @@
 //!   one), with `origin` set to the public URL.
 //! - [`cleanup`]: the background service that removes the workspaces this daemon made once their
 //!   task has ended (failed ones after `keep_failed_days`).
+//! - [`checkpoint`]: the difference of a repository task's workspace from its base, saved after
+//!   each turn that changed it and restored when another machine takes the task over.
 //! - [`budget`]: whether the workspaces and mirrors are within the daemon's disk budget, asked
 //!   before a repository task is claimed.
 //!
@@ -19,6 +21,7 @@
 //! command line, in a file, in a workspace, in an event or in an agent's environment.
 
 pub mod budget;
+pub mod checkpoint;
 pub mod cleanup;
 pub mod mirror;
 pub mod repository;

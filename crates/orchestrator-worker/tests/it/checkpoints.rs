@@ -1,0 +1,564 @@
+//! Checkpoints of a workspace with real git repositories: captured and restored onto a fresh
+//! clone byte for byte (text, binary, CRLF under `text=auto`, new files in new directories,
+//! deletions, the executable bit, symlinks, odd names); hostile patches and workspaces refused;
+//! saved after the agent's turns and restored when another process takes the task over, the model
+//! told where its files come from.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use orchestrator_store::Store;
+use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
+use orchestrator_test_support::{git, git_repo};
+use orchestrator_types::{EventKind, ModelSpec, NewTask, TaskState};
+use orchestrator_worker::model::ClientConfig;
+use orchestrator_worker::workspace::checkpoint::{
+    CheckpointError, Saver, TurnCheckpoint, capture, restore, restore_latest,
+};
+use orchestrator_worker::{Metrics, PoolConfig, run_claimed};
+use serde_json::json;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// What a workspace holds, as bytes: files with their executable bit, symlinks with their
+/// target; `.git` and the ignored `target/` left out.
+#[derive(Debug, PartialEq, Eq)]
+enum Node {
+    File { bytes: Vec<u8>, exec: bool },
+    Link(PathBuf),
+}
+
+fn tree(root: &Path) -> BTreeMap<PathBuf, Node> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Node>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let rel = path.strip_prefix(root).unwrap().to_owned();
+            if rel == Path::new(".git") || rel == Path::new("target") {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.file_type().is_symlink() {
+                out.insert(rel, Node::Link(std::fs::read_link(&path).unwrap()));
+            } else if meta.is_dir() {
+                walk(root, &path, out);
+            } else {
+                out.insert(
+                    rel,
+                    Node::File {
+                        bytes: std::fs::read(&path).unwrap(),
+                        exec: meta.permissions().mode() & 0o100 != 0,
+                    },
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// A fresh clone of `source` at `base` in a new directory, as a rescuing machine makes it.
+fn fresh_clone(source: &Path, base: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    git(
+        dir.path(),
+        &[
+            "clone",
+            "-q",
+            source.to_str().unwrap(),
+            ws.to_str().unwrap(),
+        ],
+    );
+    git(&ws, &["checkout", "-q", "--detach", base]);
+    (dir, ws)
+}
+
+fn head(repo: &Path) -> String {
+    git(repo, &["rev-parse", "HEAD"])
+}
+
+/// A repository with what the round trip changes: text, binary, a file to delete, a script, a
+/// `text=auto` rule, and an ignore rule.
+fn source_repo() -> (tempfile::TempDir, PathBuf) {
+    let (dir, source) = git_repo(&[
+        ("src/lib.rs", "pub fn one() -> u32 { 1 }\n"),
+        ("gone.txt", "to be deleted\n"),
+        ("run.sh", "#!/bin/sh\necho run\n"),
+        (".gitignore", "target/\n"),
+        (".gitattributes", "* text=auto\n"),
+    ]);
+    std::fs::write(source.join("data.bin"), [0u8, 1, 2, 255, 254, 0, 10, 13]).unwrap();
+    git(&source, &["add", "data.bin"]);
+    git(&source, &["commit", "-q", "-m", "binary"]);
+    (dir, source)
+}
+
+#[test]
+fn a_workspace_round_trips_byte_for_byte_onto_a_fresh_clone() {
+    let (_src, source) = source_repo();
+    let base = head(&source);
+    let (_a, ws) = fresh_clone(&source, &base);
+    assert_eq!(capture(&ws, &base).unwrap(), None, "a fresh clone is clean");
+
+    std::fs::write(ws.join("src/lib.rs"), "pub fn one() -> u32 { 2 }\n").unwrap();
+    let binary: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 256) as u8).collect();
+    std::fs::write(ws.join("data.bin"), &binary).unwrap();
+    std::fs::create_dir_all(ws.join("new/deeper")).unwrap();
+    std::fs::write(ws.join("new/deeper/file.txt"), "untracked\n").unwrap();
+    std::fs::remove_file(ws.join("gone.txt")).unwrap();
+    std::fs::set_permissions(ws.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("src/lib.rs", ws.join("lib-link")).unwrap();
+    std::fs::create_dir_all(ws.join("dir with space")).unwrap();
+    std::fs::write(ws.join("dir with space/ünï côdé ✓.txt"), "odd name\n").unwrap();
+    // Under `text=auto`, git's own add would store this with LF; a checkpoint keeps the CRs.
+    std::fs::write(ws.join("crlf.txt"), "one\r\ntwo\r\n").unwrap();
+    // A commit of the agent's: its files are carried, not its history.
+    std::fs::write(ws.join("committed.txt"), "in a commit\n").unwrap();
+    git(&ws, &["add", "committed.txt"]);
+    git(
+        &ws,
+        &[
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "commit",
+            "-q",
+            "-m",
+            "agent",
+        ],
+    );
+    // Ignored: not carried.
+    std::fs::create_dir_all(ws.join("target")).unwrap();
+    std::fs::write(ws.join("target/out.o"), "build output").unwrap();
+
+    let patch = capture(&ws, &base).unwrap().expect("the workspace changed");
+    assert!(
+        !patch.bytes.windows(12).any(|w| w == b"build output"),
+        "ignored files are not carried"
+    );
+    assert_eq!(patch.files, 9, "{}", String::from_utf8_lossy(&patch.bytes));
+    // Captured again with nothing changed: the same tree, the same bytes.
+    assert_eq!(capture(&ws, &base).unwrap().as_ref(), Some(&patch));
+
+    let (_b, fresh) = fresh_clone(&source, &base);
+    let restored = restore(&fresh, &base, &patch.bytes).unwrap();
+    assert_eq!(restored.tree, patch.tree);
+    assert_eq!(
+        tree(&fresh),
+        tree(&ws),
+        "the restored files are the captured ones"
+    );
+    assert!(!fresh.join("target").exists());
+    assert_eq!(
+        std::fs::read(fresh.join("crlf.txt")).unwrap(),
+        b"one\r\ntwo\r\n"
+    );
+    assert_eq!(
+        head(&fresh),
+        base,
+        "history is not carried: HEAD stays at the base"
+    );
+}
+
+#[test]
+fn a_workspace_back_at_its_base_captures_nothing_and_an_empty_patch_restores_the_base() {
+    let (_src, source) = source_repo();
+    let base = head(&source);
+    let (_a, ws) = fresh_clone(&source, &base);
+    std::fs::write(ws.join("src/lib.rs"), "changed\n").unwrap();
+    assert!(capture(&ws, &base).unwrap().is_some());
+    git(&ws, &["checkout", "--", "src/lib.rs"]);
+    assert_eq!(capture(&ws, &base).unwrap(), None);
+    let (_b, fresh) = fresh_clone(&source, &base);
+    restore(&fresh, &base, b"").unwrap();
+    assert_eq!(tree(&fresh), tree(&ws));
+}
+
+/// A hand-written patch adding `path` with one line.
+fn adding(path: &str) -> Vec<u8> {
+    format!(
+        "diff --git a/{path} b/{path}\nnew file mode 100644\nindex 0000000..ce01362\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+hello\n"
+    )
+    .into_bytes()
+}
+
+#[test]
+fn a_hostile_patch_is_refused_and_writes_nothing() {
+    let outside = tempfile::tempdir().unwrap();
+    let (_src, source) = git_repo(&[("README", "hi\n")]);
+    // The base itself holds a symlink to a directory outside.
+    std::os::unix::fs::symlink(outside.path(), source.join("out")).unwrap();
+    git(&source, &["add", "out"]);
+    git(&source, &["commit", "-q", "-m", "link"]);
+    let base = head(&source);
+    for path in ["../escape.txt", ".git/hooks/post-checkout", "a/.GIT/config"] {
+        let (_b, fresh) = fresh_clone(&source, &base);
+        let before = tree(&fresh);
+        let result = restore(&fresh, &base, &adding(path));
+        assert!(result.is_err(), "{path}: {result:?}");
+        if !path.starts_with("../") {
+            assert!(
+                matches!(result, Err(CheckpointError::Refused(_))),
+                "{path}: {result:?}"
+            );
+        }
+        assert_eq!(tree(&fresh), before, "{path}: something was written");
+        assert!(!fresh.join(".git/hooks/post-checkout").exists());
+        assert!(!fresh.parent().unwrap().join("escape.txt").exists());
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            0,
+            "{path}: written through the symlink"
+        );
+    }
+}
+
+#[test]
+fn a_patch_through_a_symlink_of_the_base_replaces_the_link_and_writes_nothing_outside() {
+    let outside = tempfile::tempdir().unwrap();
+    let (_src, source) = git_repo(&[("README", "hi\n")]);
+    std::os::unix::fs::symlink(outside.path(), source.join("out")).unwrap();
+    git(&source, &["add", "out"]);
+    git(&source, &["commit", "-q", "-m", "link"]);
+    let base = head(&source);
+    let (_b, fresh) = fresh_clone(&source, &base);
+    // Applied to the base's tree, the link becomes a directory: the file lands inside.
+    restore(&fresh, &base, &adding("out/evil.txt")).unwrap();
+    assert!(
+        std::fs::symlink_metadata(fresh.join("out"))
+            .unwrap()
+            .is_dir()
+    );
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_workspace_whose_git_directory_lies_elsewhere_is_refused() {
+    let (_src, source) = git_repo(&[("README", "hi\n")]);
+    let base = head(&source);
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ws.path().join(".git"),
+        format!("gitdir: {}\n", source.join(".git").display()),
+    )
+    .unwrap();
+    let result = capture(ws.path(), &base);
+    assert!(
+        matches!(result, Err(CheckpointError::Refused(_))),
+        "{result:?}"
+    );
+    // A base that is a name the workspace's refs could move is refused too.
+    let (_a, clone) = fresh_clone(&source, &base);
+    assert!(matches!(
+        capture(&clone, "HEAD"),
+        Err(CheckpointError::Refused(_))
+    ));
+}
+
+/// Records the `workspace_prepared` event a repository task's worker writes, with its base.
+async fn prepared(store: &Store, task: orchestrator_types::TaskId, ws: &Path, base: &str) {
+    store
+        .record_event(
+            task,
+            EventKind::WorkspacePrepared,
+            json!({"workspace": ws.display().to_string(), "base": base, "repository": "test"}),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saver_saves_changed_turns_only_and_restore_latest_brings_them_back() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (_src, source) = source_repo();
+    let base = head(&source);
+    let (_a, ws) = fresh_clone(&source, &base);
+    let mut new = NewTask::agent("edit", "edit");
+    new.workspace = Some(ws.display().to_string());
+    let plain = db.store.create_task(&new).await.unwrap();
+    let id = db.store.create_task(&new).await.unwrap();
+    // A task on a plain path takes no checkpoints.
+    assert!(
+        Saver::start(&db.store, plain, &ws, 1 << 20, "host-a")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    prepared(&db.store, id, &ws, &base).await;
+    let (_, lease) = db
+        .store
+        .claim_task("host-a", id, 30_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut saver = Saver::start(&db.store, id, &ws, 1 << 20, "host-a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        saver.after_turn(&db.store, &lease, 1, 1).await.unwrap(),
+        TurnCheckpoint::Unchanged,
+        "a clean workspace with no checkpoint has nothing to save"
+    );
+    std::fs::write(ws.join("src/lib.rs"), "turn two\n").unwrap();
+    assert!(matches!(
+        saver.after_turn(&db.store, &lease, 1, 2).await.unwrap(),
+        TurnCheckpoint::Saved { files: 1, .. }
+    ));
+    assert_eq!(
+        saver.after_turn(&db.store, &lease, 1, 3).await.unwrap(),
+        TurnCheckpoint::Unchanged
+    );
+    std::fs::write(ws.join("notes.md"), "turn four\n").unwrap();
+    assert!(matches!(
+        saver.after_turn(&db.store, &lease, 1, 4).await.unwrap(),
+        TurnCheckpoint::Saved { files: 2, .. }
+    ));
+    let saved = db
+        .store
+        .events_of_kind(id, EventKind::CheckpointSaved)
+        .await
+        .unwrap();
+    assert_eq!(
+        saved
+            .iter()
+            .map(|e| e.data["turn"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
+        [2, 4]
+    );
+    // Over the cap: one event says the task cannot move, not one per turn.
+    let mut small = Saver::start(&db.store, id, &ws, 16, "host-a")
+        .await
+        .unwrap()
+        .unwrap();
+    std::fs::write(ws.join("notes.md"), "turn five\n").unwrap();
+    for turn in [5, 6] {
+        assert!(matches!(
+            small.after_turn(&db.store, &lease, 1, turn).await.unwrap(),
+            TurnCheckpoint::NotSaved(_)
+        ));
+    }
+    let not_saved = db
+        .store
+        .events_of_kind(id, EventKind::CheckpointNotSaved)
+        .await
+        .unwrap();
+    assert_eq!(not_saved.len(), 1);
+    std::fs::write(ws.join("notes.md"), "turn four\n").unwrap();
+
+    // The machine is gone; another makes a fresh clone at the base and restores.
+    db.store
+        .rescue_expired(orchestrator_types::now_millis() + 300_000, 10, |_| 0)
+        .await
+        .unwrap();
+    let (_, next) = db
+        .store
+        .claim_task("host-b", id, 30_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let (_b, fresh) = fresh_clone(&source, &base);
+    let info = restore_latest(&db.store, &next, &fresh, &base)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((info.turn, info.worker.as_str()), (4, "host-a"));
+    assert_eq!(tree(&fresh), tree(&ws));
+    assert_eq!(
+        db.store
+            .events_of_kind(id, EventKind::CheckpointRestored)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // A checkpoint is never applied to a workspace made at another base.
+    let (_c, other) = fresh_clone(&source, &base);
+    let wrong = restore_latest(&db.store, &next, &other, &"0".repeat(40)).await;
+    assert!(
+        matches!(wrong, Err(CheckpointError::Refused(_))),
+        "{wrong:?}"
+    );
+}
+
+const RESUMED: &str = "[orchestrator] This attempt resumed the task";
+
+/// Three turns of edits and a background job, then a model that does not answer (the machine dies
+/// while it waits); after the resume, an answer.
+fn rescue_script(request: &Request) -> Reply {
+    match request.assistant_turns() {
+        0 => Reply::ToolCalls(vec![call(
+            "write_file",
+            json!({"path": "notes.txt", "content": "first turn\n"}),
+        )]),
+        1 => Reply::ToolCalls(vec![call(
+            "task_shell_start",
+            json!({"command": "sleep 600"}),
+        )]),
+        2 => Reply::ToolCalls(vec![call(
+            "write_file",
+            json!({"path": "src/new.rs", "content": "// third turn\n"}),
+        )]),
+        _ if request
+            .last_user_text()
+            .is_some_and(|t| t.starts_with(RESUMED)) =>
+        {
+            Reply::Text("Resumed and done.".into())
+        }
+        _ => Reply::Hang,
+    }
+}
+
+fn config(worker: &str, base_url: &str) -> PoolConfig {
+    let mut config = PoolConfig::new(worker);
+    config.agent.client = ClientConfig {
+        max_retries: 0,
+        idle_timeout: Duration::from_secs(600),
+        ..ClientConfig::default()
+    };
+    config.agent.default_model = Some(ModelSpec {
+        base_url: base_url.to_owned(),
+        model: "scripted".into(),
+        api_key_env: None,
+        settings: Default::default(),
+    });
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rescued_agent_resumes_with_its_files_and_is_told_where_they_come_from() {
+    let model = ScriptedModel::start(rescue_script).await;
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (_src, source) = source_repo();
+    let base = head(&source);
+    let place = tempfile::tempdir().unwrap();
+    let ws = place.path().join("task-ws");
+    git(
+        place.path(),
+        &[
+            "clone",
+            "-q",
+            source.to_str().unwrap(),
+            ws.to_str().unwrap(),
+        ],
+    );
+    let mut new = NewTask::agent("edit", "Write the notes.")
+        .with_gate("grep -q 'first turn' notes.txt && grep -q 'third turn' src/new.rs");
+    new.workspace = Some(ws.display().to_string());
+    let id = db.store.create_task(&new).await.unwrap();
+    prepared(&db.store, id, &ws, &base).await;
+
+    // The first machine: three turns, then it dies while the model is asked the fourth.
+    let (task, lease) = db
+        .store
+        .claim_task("host-a", id, 30_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let first = tokio::spawn({
+        let store = db.store.clone();
+        let config = config("host-a", &model.base_url());
+        async move {
+            run_claimed(
+                &store,
+                task,
+                lease,
+                &config,
+                Arc::new(Metrics::default()),
+                CancellationToken::new(),
+            )
+            .await
+        }
+    });
+    let started = Instant::now();
+    while model.request_count() < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the turns never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.abort();
+    let _ = first.await;
+    let checkpoint = db.store.checkpoint_info(id).await.unwrap().unwrap();
+    assert_eq!(checkpoint.turn, 3);
+    let saved = db
+        .store
+        .events_of_kind(id, EventKind::CheckpointSaved)
+        .await
+        .unwrap();
+    assert_eq!(
+        saved
+            .iter()
+            .map(|e| e.data["turn"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
+        [1, 3],
+        "the turn that only started a job changed no file and saved nothing"
+    );
+
+    // The second machine: the lease lapses, a fresh clone at the base, the checkpoint restored.
+    db.store
+        .rescue_expired(orchestrator_types::now_millis() + 300_000, 10, |_| 0)
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(&ws).unwrap();
+    git(
+        place.path(),
+        &[
+            "clone",
+            "-q",
+            source.to_str().unwrap(),
+            ws.to_str().unwrap(),
+        ],
+    );
+    assert!(!ws.join("notes.txt").exists());
+    let (task, lease) = db
+        .store
+        .claim_task("host-b", id, 30_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let info = restore_latest(&db.store, &lease, &ws, &base)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.turn, 3);
+    let ended = run_claimed(
+        &db.store,
+        task,
+        lease,
+        &config("host-b", &model.base_url()),
+        Arc::new(Metrics::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ended.state, TaskState::Succeeded, "{:?}", ended.last_error);
+    // The model was told, once, that the job is gone and where the files come from.
+    let requests = model.received();
+    let told: Vec<String> = requests
+        .iter()
+        .filter_map(|r| r.last_user_text())
+        .filter(|t| t.starts_with(RESUMED))
+        .collect();
+    assert!(!told.is_empty());
+    let text = &told[0];
+    assert!(text.contains("checkpoint saved after turn 3"), "{text}");
+    let jobs = db.store.shell_jobs(id).await.unwrap();
+    assert!(
+        jobs.iter()
+            .all(|j| j.status != orchestrator_store::job_status::RUNNING),
+        "{jobs:?}"
+    );
+    // No turn was asked twice: four replies before the death, one after.
+    assert_eq!(
+        requests.iter().filter(|r| r.assistant_turns() == 3).count(),
+        2,
+        "the hung fourth request and its answer after the resume"
+    );
+}
