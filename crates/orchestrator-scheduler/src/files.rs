@@ -25,6 +25,7 @@ struct FileSpec {
     schedule: String,
     #[serde(default = "utc")]
     timezone: String,
+    #[serde(default)]
     workspaces: Vec<String>,
     #[serde(default)]
     catch_up: Option<String>,
