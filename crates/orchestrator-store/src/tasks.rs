@@ -396,52 +396,47 @@ async fn cancel_at_once(
     Ok(CancelOutcome::Canceled)
 }
 
-/// The tasks with the placement word a workspace path needs added to their requirements: a path
-/// is a directory of the machine that creates the task (or of a directory it shares), so only a
-/// worker that sees it may run the task. Borrowed as they are when nothing is added, which is
-/// always the case without a placement (benchmarks, tests) and for tasks without a workspace.
+/// The tasks with the words they need added to their requirements: `repository` for a task on
+/// a repository (a daemon that can make its workspace), and for a task on a workspace path, the
+/// placement's host or shared directory (only a worker that sees the path may run it). Borrowed as
+/// they are when nothing is added, which is always the case for tasks without a workspace or a
+/// repository, and for paths without a placement (benchmarks, tests).
 fn place<'a>(new: &'a [NewTask], placement: Option<&Placement>) -> Cow<'a, [NewTask]> {
-    // A repository task needs a daemon that can make its workspace, wherever it is created.
-    let new = if new.iter().any(|t| {
-        t.repository.is_some() && !t.requires.iter().any(|w| w == placement::REPOSITORY_WORD)
-    }) {
-        let mut owned = new.to_vec();
-        for task in owned.iter_mut().filter(|t| t.repository.is_some()) {
-            if !task
-                .requires
-                .iter()
-                .any(|w| w == placement::REPOSITORY_WORD)
-            {
-                task.requires.push(placement::REPOSITORY_WORD.to_owned());
-            }
-        }
-        Cow::Owned(owned)
-    } else {
-        Cow::Borrowed(new)
-    };
-    let Some(placement) = placement else {
-        return new;
-    };
-    let unplaced = |task: &NewTask| {
-        task.workspace.is_some()
-            && !task.requires.iter().any(|w| {
-                w.starts_with(placement::HOST_PREFIX) || w.starts_with(placement::SHARED_PREFIX)
-            })
-    };
-    if !new.iter().any(unplaced) {
-        return new;
+    if !new
+        .iter()
+        .any(|task| added(task, placement) != [None, None])
+    {
+        return Cow::Borrowed(new);
     }
     Cow::Owned(
         new.iter()
             .map(|task| {
                 let mut placed = task.clone();
-                if let Some(workspace) = task.workspace.as_deref().filter(|_| unplaced(task)) {
-                    placed.requires.push(placement.requirement_for(workspace));
-                }
+                placed
+                    .requires
+                    .extend(added(task, placement).into_iter().flatten());
                 placed
             })
             .collect(),
     )
+}
+
+/// The words [`place`] adds to one task.
+fn added(task: &NewTask, placement: Option<&Placement>) -> [Option<String>; 2] {
+    let has = |test: &dyn Fn(&str) -> bool| task.requires.iter().any(|w| test(w));
+    let repository = (task.repository.is_some() && !has(&|w| w == placement::REPOSITORY_WORD))
+        .then(|| placement::REPOSITORY_WORD.to_owned());
+    let path = match (placement, task.workspace.as_deref()) {
+        (Some(placement), Some(workspace))
+            if !has(&|w| {
+                w.starts_with(placement::HOST_PREFIX) || w.starts_with(placement::SHARED_PREFIX)
+            }) =>
+        {
+            Some(placement.requirement_for(workspace))
+        }
+        _ => None,
+    };
+    [repository, path]
 }
 
 /// Inserts validated tasks in `tx`, each with its `created` event, and returns their ids in order.

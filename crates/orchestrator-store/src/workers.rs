@@ -92,6 +92,23 @@ pub fn unmet(requires: &[String], live: &[WorkerRow]) -> Option<String> {
     })
 }
 
+/// A select of every column of [`WorkerRow`].
+fn select_workers() -> sea_query::SelectStatement {
+    Query::select()
+        .columns([
+            Workers::Id,
+            Workers::Hostname,
+            Workers::Pid,
+            Workers::Slots,
+            Workers::StartedAt,
+            Workers::HeartbeatAt,
+            Workers::StoppedAt,
+            Workers::Offers,
+        ])
+        .from(Workers::Table)
+        .to_owned()
+}
+
 impl Store {
     pub async fn register_worker(
         &self,
@@ -155,18 +172,7 @@ impl Store {
 
     /// Workers, most recently started first.
     pub async fn workers(&self, limit: u64) -> Result<Vec<WorkerRow>> {
-        let stmt = Query::select()
-            .columns([
-                Workers::Id,
-                Workers::Hostname,
-                Workers::Pid,
-                Workers::Slots,
-                Workers::StartedAt,
-                Workers::HeartbeatAt,
-                Workers::StoppedAt,
-                Workers::Offers,
-            ])
-            .from(Workers::Table)
+        let stmt = select_workers()
             .order_by(Workers::StartedAt, Order::Desc)
             .limit(limit)
             .to_owned();
@@ -175,18 +181,7 @@ impl Store {
 
     /// Workers that have not stopped and beat within [`LIVE_WITHIN_MS`] of `now`.
     pub async fn live_workers(&self, now: i64) -> Result<Vec<WorkerRow>> {
-        let stmt = Query::select()
-            .columns([
-                Workers::Id,
-                Workers::Hostname,
-                Workers::Pid,
-                Workers::Slots,
-                Workers::StartedAt,
-                Workers::HeartbeatAt,
-                Workers::StoppedAt,
-                Workers::Offers,
-            ])
-            .from(Workers::Table)
+        let stmt = select_workers()
             .and_where(Expr::col(Workers::StoppedAt).is_null())
             .and_where(Expr::col(Workers::HeartbeatAt).gte(now - LIVE_WITHIN_MS))
             .order_by(Workers::StartedAt, Order::Desc)
