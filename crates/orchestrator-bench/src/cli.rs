@@ -63,6 +63,35 @@ pub enum Command {
     ///
     /// Example: `orchestrator-bench workspace --repository . --runs 5`
     Workspace(WorkspaceArgs),
+    /// Checkpoints of a task's workspace on a real repository, after each of a series of edited
+    /// turns: each turn's bytes, files and save time (capture and write to SQLite), save_ms
+    /// (median, p90), last_bytes, and restore_ms onto a fresh clone.
+    ///
+    /// Example: `orchestrator-bench checkpoint --repository . --turns 20`
+    Checkpoint(CheckpointArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckpointArgs {
+    /// The repository the workspace is cloned from (default: the checkout this runs in).
+    #[arg(long)]
+    pub repository: Option<std::path::PathBuf>,
+    /// Turns of edits, each followed by a checkpoint.
+    #[arg(long, default_value_t = orchestrator_bench::checkpoint::DEFAULT_TURNS)]
+    pub turns: usize,
+}
+
+impl CheckpointArgs {
+    pub fn into_config(self) -> Result<orchestrator_bench::checkpoint::CheckpointBenchConfig> {
+        let repository = match self.repository {
+            Some(path) => path,
+            None => orchestrator_bench::workspace::current_repository()?,
+        };
+        Ok(orchestrator_bench::checkpoint::CheckpointBenchConfig {
+            repository,
+            turns: self.turns.max(1),
+        })
+    }
 }
 
 #[derive(Debug, Args)]

@@ -25,6 +25,7 @@
 //! A baseline written with the store's own query builder would inherit whatever the store gets wrong.
 
 pub mod agent;
+pub mod checkpoint;
 pub mod context;
 pub mod drain;
 pub mod gate_output;

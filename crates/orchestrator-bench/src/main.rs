@@ -23,6 +23,7 @@ fn main() -> ExitCode {
         cli::Command::Soak(args) => return soak(args),
         cli::Command::Drain(args) => return drain(args),
         cli::Command::Workspace(args) => args.into_config().map(Bench::Workspace),
+        cli::Command::Checkpoint(args) => args.into_config().map(Bench::Checkpoint),
         cli::Command::GateOutput(args) => return gate_output(args),
         cli::Command::Context(args) => Ok(Bench::Context(
             orchestrator_bench::context::ContextBenchConfig {
@@ -60,6 +61,13 @@ fn main() -> ExitCode {
                     failed: 0,
                 }),
             Bench::Workspace(config) => orchestrator_bench::workspace::run(config, print_line)
+                .await
+                .map(|()| orchestrator_bench::queue::Summary {
+                    measured: 1,
+                    unreachable: 0,
+                    failed: 0,
+                }),
+            Bench::Checkpoint(config) => orchestrator_bench::checkpoint::run(config, print_line)
                 .await
                 .map(|()| orchestrator_bench::queue::Summary {
                     measured: 1,
@@ -181,6 +189,7 @@ enum Bench {
     Sandbox(usize),
     Context(orchestrator_bench::context::ContextBenchConfig),
     Workspace(orchestrator_bench::workspace::WorkspaceBenchConfig),
+    Checkpoint(orchestrator_bench::checkpoint::CheckpointBenchConfig),
 }
 
 /// Prints one JSON line and flushes it, so that a reader sees each backend as soon as it is done.

@@ -50,6 +50,9 @@ pub struct AutomationView {
     pub source: String,
     pub source_path: Option<String>,
     pub workspaces: Vec<String>,
+    /// The repository the tasks work on, when they name no workspace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repository: Option<orchestrator_types::RepositoryRef>,
     pub title: Option<String>,
     /// The agent's instructions, for an automation whose tasks are agent tasks.
     pub prompt: Option<String>,
@@ -122,6 +125,7 @@ impl AutomationView {
             source: a.source.clone(),
             source_path: a.source_path.clone(),
             workspaces: spec.workspaces.clone(),
+            repository: spec.template.repository_ref(),
             title: spec.template.title.clone(),
             prompt: spec.template.prompt.clone(),
             gates: spec.template.gates.clone(),

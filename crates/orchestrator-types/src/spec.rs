@@ -260,6 +260,19 @@ impl RepositoryRef {
         }
     }
 
+    /// How a person reads it: `URL (name) at REF`, or `at its default branch`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}{} at {}",
+            self.url,
+            self.name
+                .as_deref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default(),
+            self.git_ref.as_deref().unwrap_or("its default branch")
+        )
+    }
+
     /// Checks the URL and the ref without IO: a form git fetches, no credential in it, nothing git
     /// would read as an option.
     pub fn validate(&self) -> Result<()> {

@@ -406,6 +406,12 @@ async fn run_slot(
     if completions.send((completion, reply)).await.is_ok() {
         let _ = result.await;
     }
+    // Its workspace, when this daemon made one, is removed now rather than at the next pass.
+    if (task.repository.is_some() || task.worktree_of.is_some())
+        && let Some(settings) = &ctx.agent.workspaces
+    {
+        settings.task_ended.notify_one();
+    }
 }
 
 async fn hand_back(completions: &mpsc::Sender<CompletionRequest>, lease: Lease) {

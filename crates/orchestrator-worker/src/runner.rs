@@ -527,7 +527,8 @@ async fn prepare_repository(
             )) => return Err(lost_or(FenceError::Lost)),
             Err(e) => {
                 return Err(Ok(failed(format!(
-                    "the workspace was made again at its base {}, but its last checkpoint could                      not be restored: {e}",
+                    "the workspace was made again at its base {}, but its last checkpoint could \
+                     not be restored: {e}",
                     prepared.base
                 ))));
             }

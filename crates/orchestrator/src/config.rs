@@ -95,6 +95,7 @@
 //! [workspaces]                             # where repository tasks' workspaces are made
 //! dir = "/srv/orchestrator-workspaces"     # default: beside the home, HOME-workspaces
 //! keep_failed_days = 3                     # a failed task's workspace is kept this long
+//! keep_mirrors_days = 14                   # a mirror no task used this long is removed
 //! disk_budget_mb = 20000                   # workspaces + mirrors; over it, no new repository task
 //!
 //! [notify]                                 # notifications `serve` sends (orchestrator-notify)
@@ -246,6 +247,7 @@ pub struct RepositoryConfig {
 
 /// A failed task's workspace is kept this many days unless the config says otherwise.
 pub const DEFAULT_KEEP_FAILED_DAYS: f64 = 3.0;
+pub const DEFAULT_KEEP_MIRRORS_DAYS: f64 = 14.0;
 
 /// `[workspaces]`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -256,6 +258,9 @@ pub struct WorkspacesConfig {
     pub dir: Option<String>,
     /// Days a failed task's workspace is kept for a person to look at (fractions allowed).
     pub keep_failed_days: Option<f64>,
+    /// Days a repository's mirror is kept after the last task that used it (fractions allowed);
+    /// a later task on it clones it again.
+    pub keep_mirrors_days: Option<f64>,
     /// Megabytes the workspaces directory and the mirrors may use together; at or over it the
     /// daemon takes no new repository task until cleanup frees space. Default: no limit.
     pub disk_budget_mb: Option<u64>,
@@ -281,12 +286,17 @@ impl Config {
                 return Err(format!("[repositories.{name}]: token_env is empty"));
             }
         }
-        if let Some(days) = self.workspaces.keep_failed_days
-            && !(days >= 0.0 && days.is_finite())
-        {
-            return Err(format!(
-                "[workspaces] keep_failed_days is {days}; give a number of days, 0 or more"
-            ));
+        for (key, days) in [
+            ("keep_failed_days", self.workspaces.keep_failed_days),
+            ("keep_mirrors_days", self.workspaces.keep_mirrors_days),
+        ] {
+            if let Some(days) = days
+                && !(days >= 0.0 && days.is_finite())
+            {
+                return Err(format!(
+                    "[workspaces] {key} is {days}; give a number of days, 0 or more"
+                ));
+            }
         }
         if self.workspaces.disk_budget_mb == Some(0) {
             return Err("[workspaces] disk_budget_mb is 0; leave it out for no limit".into());
@@ -343,6 +353,7 @@ impl Config {
             dir,
             mirrors,
             budget,
+            task_ended: Default::default(),
             repositories: self
                 .repositories
                 .iter()
@@ -365,6 +376,16 @@ impl Config {
             self.workspaces
                 .keep_failed_days
                 .unwrap_or(DEFAULT_KEEP_FAILED_DAYS)
+                * 86_400.0,
+        )
+    }
+
+    /// How long a mirror no task uses is kept.
+    pub fn keep_mirrors(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(
+            self.workspaces
+                .keep_mirrors_days
+                .unwrap_or(DEFAULT_KEEP_MIRRORS_DAYS)
                 * 86_400.0,
         )
     }
@@ -874,10 +895,15 @@ mod tests {
             bare.keep_failed(),
             std::time::Duration::from_secs(3 * 86_400)
         );
+        assert_eq!(
+            bare.keep_mirrors(),
+            std::time::Duration::from_secs(14 * 86_400)
+        );
         for bad in [
             "[repositories.x]\nurl = \"https://u:p@example.com/x\"\n",
             "[repositories.x]\nurl = \"relative\"\n",
             "[workspaces]\nkeep_failed_days = -1\n",
+            "[workspaces]\nkeep_mirrors_days = -1\n",
             "[workspaces]\ndisk_budget_mb = 0\n",
             "[workspaces]\ndir = \"relative\"\n",
         ] {

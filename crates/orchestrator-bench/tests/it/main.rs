@@ -2,5 +2,6 @@
 //! here (no thresholds: timed tests are flaky tests); these tests run them at tiny sizes to prove they
 //! still measure what they claim, end to end, and print the fields the README promises.
 
+mod checkpoint;
 mod context;
 mod queue;

@@ -9,6 +9,10 @@
 //!   `workspace_prepared` events say it was cloned at exactly that path, and the task still names
 //!   it as its workspace.
 //!
+//! Mirrors (`<home>/mirrors/*.git`) go when no preparation has used one for `keep_mirrors` (the
+//! time of its lock file, which every preparation sets) and none holds its lock: a later task on
+//! the repository clones it again.
+//!
 //! When: at once for a task that succeeded or was canceled; `keep_failed` after it ended for a
 //! failed one, for a person to look at; never for a task that is queued, running or waiting (it
 //! may run here again), nor for one the store does not know (this is not the store it belongs
@@ -28,6 +32,8 @@ use tokio_util::sync::CancellationToken;
 pub const DEFAULT_CLEANUP_INTERVAL: Duration = Duration::from_secs(60);
 /// How long a failed task's workspace is kept by default.
 pub const DEFAULT_KEEP_FAILED: Duration = Duration::from_secs(3 * 24 * 60 * 60);
+/// How long a mirror no task uses is kept by default.
+pub const DEFAULT_KEEP_MIRRORS: Duration = Duration::from_secs(14 * 24 * 60 * 60);
 /// The folder of the workspaces directory that records `worktree_of` clones.
 pub const CLONES_DIR: &str = ".clones";
 
@@ -35,6 +41,7 @@ pub const CLONES_DIR: &str = ".clones";
 pub struct CleanerConfig {
     pub interval: Duration,
     pub keep_failed: Duration,
+    pub keep_mirrors: Duration,
 }
 
 impl Default for CleanerConfig {
@@ -42,6 +49,7 @@ impl Default for CleanerConfig {
         CleanerConfig {
             interval: DEFAULT_CLEANUP_INTERVAL,
             keep_failed: DEFAULT_KEEP_FAILED,
+            keep_mirrors: DEFAULT_KEEP_MIRRORS,
         }
     }
 }
@@ -57,6 +65,8 @@ pub struct CleanupCounts {
     pub active: u64,
     /// Removals that failed (logged; tried again next pass).
     pub errors: u64,
+    /// Mirrors removed, unused for their keep time.
+    pub mirrors_removed: u64,
 }
 
 #[derive(Debug)]
@@ -164,9 +174,11 @@ impl Cleaner {
             }
         }
         self.clean_clones(now, &mut counts).await?;
-        if counts.removed > 0 || counts.errors > 0 {
+        self.clean_mirrors(now, &mut counts).await;
+        if counts.removed > 0 || counts.errors > 0 || counts.mirrors_removed > 0 {
             tracing::info!(
                 removed = counts.removed,
+                mirrors_removed = counts.mirrors_removed,
                 kept = counts.kept,
                 errors = counts.errors,
                 "workspaces of ended tasks cleaned"
@@ -192,6 +204,45 @@ impl Cleaner {
                 counts.errors += 1;
                 tracing::warn!(path = %path.display(), error = %e, "cannot remove a workspace");
             }
+        }
+    }
+
+    /// Mirrors unused for their keep time that no preparation holds.
+    async fn clean_mirrors(&self, now: i64, counts: &mut CleanupCounts) {
+        let mirrors = self.settings.mirrors.clone();
+        let keep = self.config.keep_mirrors.as_millis() as i64;
+        let pass = tokio::task::spawn_blocking(move || {
+            let mut removed = 0;
+            let mut errors = 0;
+            let Ok(entries) = std::fs::read_dir(&mirrors) else {
+                return (removed, errors);
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let is_mirror = path.extension().is_some_and(|e| e == "git")
+                    && entry.file_type().is_ok_and(|t| t.is_dir());
+                // A mirror without a lock file was never used by a preparation: left alone.
+                let idle = super::mirror::last_used(&path).is_some_and(|used| used + keep <= now);
+                if !is_mirror || !idle {
+                    continue;
+                }
+                // Held: a preparation is cloning, fetching or reading it right now.
+                let Some(_lock) = super::mirror::try_lock(&path) else {
+                    continue;
+                };
+                match remove_tree(&path) {
+                    Ok(()) => removed += 1,
+                    Err(e) => {
+                        errors += 1;
+                        tracing::warn!(path = %path.display(), error = %e, "cannot remove a mirror");
+                    }
+                }
+            }
+            (removed, errors)
+        });
+        if let Ok((removed, errors)) = pass.await {
+            counts.mirrors_removed += removed;
+            counts.errors += errors;
         }
     }
 
@@ -258,7 +309,8 @@ impl Cleaner {
         Ok(())
     }
 
-    /// Passes every `interval` until `shutdown`. Failures are logged and the next pass retries.
+    /// Passes every `interval`, and whenever a task of this daemon ends, until `shutdown`.
+    /// Failures are logged and the next pass retries.
     pub async fn run(self, shutdown: CancellationToken) {
         loop {
             if let Err(e) = self.run_once(now_millis()).await {
@@ -267,6 +319,7 @@ impl Cleaner {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(self.config.interval) => {}
+                () = self.settings.task_ended.notified() => {}
             }
         }
     }

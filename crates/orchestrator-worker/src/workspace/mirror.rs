@@ -84,7 +84,8 @@ pub struct MirrorLock {
     _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
-/// Takes the mirror's lock, waiting for whoever holds it (off the async threads).
+/// Takes the mirror's lock, waiting for whoever holds it (off the async threads). The lock file's
+/// modification time is set to now: it is when the mirror was last used, which the cleaner reads.
 pub async fn lock(mirror: &Path) -> Result<MirrorLock, String> {
     let path = mirror.with_extension("lock");
     tokio::task::spawn_blocking(move || {
@@ -98,12 +99,36 @@ pub async fn lock(mirror: &Path) -> Result<MirrorLock, String> {
             .write(true)
             .open(&path)
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-            .map(|lock| MirrorLock { _lock: lock })
-            .map_err(|(_, e)| format!("cannot lock {}: {e}", path.display()))
+        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| format!("cannot lock {}: {e}", path.display()))?;
+        // A time that cannot be set only makes the mirror look older to the cleaner, which
+        // never removes one that is locked.
+        let _ = lock.set_modified(std::time::SystemTime::now());
+        Ok(MirrorLock { _lock: lock })
     })
     .await
     .map_err(|e| format!("the lock of the mirror was not taken: {e}"))?
+}
+
+/// The mirror's lock if no one holds it now, without waiting; `None` when it is held (or its lock
+/// file cannot be opened). Blocking.
+pub fn try_lock(mirror: &Path) -> Option<MirrorLock> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(mirror.with_extension("lock"))
+        .ok()?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .ok()
+        .map(|lock| MirrorLock { _lock: lock })
+}
+
+/// When the mirror was last used, in Unix milliseconds: its lock file's modification time.
+pub fn last_used(mirror: &Path) -> Option<i64> {
+    let modified = std::fs::metadata(mirror.with_extension("lock"))
+        .and_then(|m| m.modified())
+        .ok()?;
+    let since = modified.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some(since.as_millis() as i64)
 }
 
 /// What a preparation asks of the mirror.

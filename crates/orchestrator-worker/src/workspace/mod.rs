@@ -34,6 +34,7 @@ pub use repository::{Preparation, PrepareError, Prepared, prepare};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 
 /// Where this daemon's workspaces made from repositories go, when the config names no directory:
 /// a sibling of the home (`<home>-workspaces`), not inside it, because agents' sandboxes hide the
@@ -64,6 +65,9 @@ pub struct WorkspaceSettings {
     /// The disk budget of `dir` and `mirrors`, which the claim asks before taking a repository
     /// task; `None` is no budget.
     pub budget: Option<Budget>,
+    /// Woken when a task that ran here ends, so the cleaner removes its workspace at once
+    /// instead of at its next pass.
+    pub task_ended: Arc<tokio::sync::Notify>,
 }
 
 /// What the daemon's own git needs to fetch a configured repository.

@@ -26,6 +26,7 @@ fn settings(place: &Path) -> Arc<WorkspaceSettings> {
         mirrors: place.join("home/mirrors"),
         repositories: Default::default(),
         budget: None,
+        task_ended: Default::default(),
     })
 }
 
@@ -453,4 +454,61 @@ async fn a_clone_of_a_checkout_is_removed_when_its_task_succeeds() {
         "the records are gone"
     );
     let _ = id;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_unused_for_its_keep_time_is_removed_unless_a_preparation_holds_it() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (_src, source) = git_repo(&[("a.txt", "one\n")]);
+    let place = tempfile::tempdir().unwrap();
+    let settings = settings(place.path());
+    let repository = RepositoryRef::new(format!("file://{}", source.display()));
+    let made = workspace::prepare(&settings, TaskId(1), &repository, None)
+        .await
+        .unwrap();
+    assert_eq!(made.mirror, Some(MirrorState::Created));
+    let mirror = workspace::mirror::mirror_path(&settings.mirrors, &repository.url);
+    assert!(mirror.join("HEAD").is_file());
+    let used = workspace::mirror::last_used(&mirror).expect("the preparation set its time");
+    let cleaner = Cleaner::new(
+        db.store.clone(),
+        settings.clone(),
+        CleanerConfig {
+            keep_mirrors: Duration::from_secs(14 * 86_400),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let day = 86_400_000;
+
+    // Used within its keep time: kept.
+    let counts = cleaner.run_once(used + 13 * day).await.unwrap();
+    assert_eq!(counts.mirrors_removed, 0, "{counts:?}");
+    assert!(mirror.join("HEAD").is_file());
+
+    // Past it, but a preparation holds it: kept.
+    let held = workspace::mirror::lock(&mirror).await.unwrap();
+    let counts = cleaner.run_once(used + 15 * day).await.unwrap();
+    assert_eq!(counts.mirrors_removed, 0, "{counts:?}");
+    assert!(mirror.join("HEAD").is_file());
+    drop(held);
+
+    // Taking the lock was a use: the keep time starts again from it.
+    let again = workspace::mirror::last_used(&mirror).unwrap();
+    assert!(again >= used, "{again} < {used}");
+    let counts = cleaner.run_once(again + 13 * day).await.unwrap();
+    assert_eq!(counts.mirrors_removed, 0, "{counts:?}");
+
+    // Unused and free: removed; the next task on the repository clones it again.
+    let counts = cleaner.run_once(again + 15 * day).await.unwrap();
+    assert_eq!(counts.mirrors_removed, 1, "{counts:?}");
+    assert!(!mirror.exists());
+    assert!(
+        made.path.join("a.txt").exists(),
+        "a workspace is not a mirror"
+    );
+    let remade = workspace::prepare(&settings, TaskId(2), &repository, None)
+        .await
+        .unwrap();
+    assert_eq!(remade.mirror, Some(MirrorState::Created));
 }

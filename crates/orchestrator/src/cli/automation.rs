@@ -27,6 +27,8 @@ Examples:
       --gate 'cargo test' --workspace ~/src/app
   orchestrator automation create --name lint --schedule '*/30 9-18 * * 1-5' --tz America/New_York \\
       --gate 'cargo clippy' --overlap cancel_previous --jitter 120 --json
+  orchestrator automation create --name deps --schedule '0 6 * * 1' --tz UTC \
+      --repository widgets --ref main --prompt 'Update the dependencies' --gate 'cargo test'
 
 Schedules are cron expressions: 5 fields (minute hour day-of-month month day-of-week), or 6/7 with
 seconds first and a year last. Sunday is 0 or 7. Daylight-saving changes follow Vixie cron: a job at
@@ -109,6 +111,15 @@ pub struct SpecFlags {
     /// A directory to run in; repeat for several (one task per workspace per slot).
     #[arg(long = "workspace", value_name = "DIR")]
     pub workspaces: Vec<PathBuf>,
+    /// Work on a repository instead of a directory: each slot creates one task, whose workspace
+    /// the daemon that runs it makes (a URL git fetches, or a name in the config's
+    /// [repositories]; never with a credential in the URL).
+    #[arg(long, value_name = "URL|NAME", conflicts_with = "workspaces")]
+    pub repository: Option<String>,
+    /// The branch, tag, ref or commit of --repository (default: the config's default_ref for a
+    /// name, else the repository's default branch).
+    #[arg(long = "ref", value_name = "REF", requires = "repository")]
+    pub git_ref: Option<String>,
     /// Slots missed while no scheduler ran: skip, latest (the most recent one) or all.
     #[arg(long, value_name = "POLICY")]
     pub catch_up: Option<String>,
@@ -296,6 +307,14 @@ fn apply_flags(
             .iter()
             .map(|w| super::workspace_dir(Some(w)))
             .collect::<anyhow::Result<_>>()?;
+        // Directories given: the tasks run in them, not on a repository.
+        spec.template.repository = None;
+        spec.template.git_ref = None;
+    }
+    if let Some(repository) = &flags.repository {
+        spec.template.repository = Some(config.repository_ref(repository, flags.git_ref.clone()));
+        spec.template.git_ref = None;
+        spec.workspaces.clear();
     }
     if let Some(word) = &flags.catch_up {
         spec.catch_up = word.parse()?;
@@ -358,7 +377,7 @@ fn print_automation(view: &AutomationView, json: bool, verb: &str) -> anyhow::Re
 
 async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCode> {
     let mut spec = AutomationSpec::new(args.name.trim(), args.schedule.trim());
-    let defaults_to_cwd = args.flags.workspaces.is_empty();
+    let defaults_to_cwd = args.flags.workspaces.is_empty() && args.flags.repository.is_none();
     apply_flags(&mut spec, &args.flags, &global.config()?)?;
     if defaults_to_cwd {
         spec.workspaces = vec![super::workspace_dir(None)?];
@@ -458,6 +477,9 @@ async fn read(global: &GlobalArgs, args: ReadArgs) -> anyhow::Result<ExitCode> {
     );
     for workspace in &view.workspaces {
         println!("workspace  {workspace}");
+    }
+    if let Some(repository) = &view.repository {
+        println!("repository {}", repository.describe());
     }
     for gate in &view.gates {
         println!("gate       {}", gate.command);

@@ -144,6 +144,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     pool.agent.workspaces = Some(Arc::new(workspaces));
     let cleanup = orchestrator_worker::workspace::CleanerConfig {
         keep_failed: file_config.keep_failed(),
+        keep_mirrors: file_config.keep_mirrors(),
         ..Default::default()
     };
     // Whether agents' processes will be confined, said once where the person starting the daemon

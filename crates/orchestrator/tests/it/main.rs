@@ -23,6 +23,7 @@ mod http_limits;
 mod images;
 mod logs_cli;
 mod lsp;
+mod machine_loss;
 mod mcp_servers;
 mod notify;
 mod permissions;

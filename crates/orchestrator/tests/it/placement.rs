@@ -2,54 +2,15 @@
 //! only by a daemon of the machine that sees the path, and a task requiring a label waits,
 //! saying so, until a daemon with the label runs it.
 
-use crate::support::Env;
+use crate::support::{Env, claimed_by, configure, worker_id};
 use serde_json::Value;
-
-/// Another home on the same store: a second daemon (a second machine) and its own CLI.
-fn sibling(env: &Env) -> Env {
-    let database_url = env
-        .database_url
-        .clone()
-        .unwrap_or_else(|| env.home().join("orchestrator.db").display().to_string());
-    Env {
-        home: tempfile::tempdir().unwrap(),
-        database_url: Some(database_url),
-    }
-}
-
-fn configure(env: &Env, config: &str) {
-    std::fs::write(env.home().join("config.toml"), config).unwrap();
-}
-
-/// The worker that ran the task's last claim, from its `claimed` event.
-fn claimed_by(env: &Env, id: i64) -> String {
-    env.events(id)
-        .iter()
-        .rev()
-        .find(|e| e["kind"] == "claimed")
-        .map(|e| e["data"]["worker"].as_str().unwrap().to_owned())
-        .unwrap_or_default()
-}
-
-fn worker_id(serve: &crate::support::Serve) -> String {
-    let log = serve.log();
-    let at = log
-        .find("worker id ")
-        .expect("the start line names the worker id");
-    log[at + "worker id ".len()..]
-        .split(';')
-        .next()
-        .unwrap()
-        .trim()
-        .to_owned()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_path_task_is_never_claimed_by_a_daemon_that_does_not_see_the_path() {
     let Some(a) = Env::postgres().await else {
         return;
     };
-    let b = sibling(&a);
+    let b = a.sibling();
     configure(&a, "[worker]\nhost = \"machine-a\"\n");
     configure(&b, "[worker]\nhost = \"machine-b\"\n");
 
@@ -92,7 +53,7 @@ async fn a_path_task_is_never_claimed_by_a_daemon_that_does_not_see_the_path() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_path_under_a_shared_directory_runs_on_any_daemon_that_lists_it() {
     let a = Env::sqlite();
-    let b = sibling(&a);
+    let b = a.sibling();
     // Both "machines" list the same directory as shared (here a directory both can read).
     let shared = a.workspace();
     let config = |host: &str| {

@@ -195,3 +195,94 @@ fn serve_makes_the_workspace_from_the_repository_and_keeps_the_token_to_itself()
     );
     assert!(human.contains(&format!("base       {commit}")), "{human}");
 }
+
+#[test]
+fn an_automation_on_a_repository_creates_one_task_a_slot_on_it() {
+    let env = Env::sqlite();
+    std::fs::write(
+        env.home().join("config.toml"),
+        "[repositories.widgets]\nurl = \"git://127.0.0.1:9/widgets.git\"\ndefault_ref = \"main\"\n",
+    )
+    .unwrap();
+    let created = env.json(&[
+        "automation",
+        "create",
+        "--name",
+        "deps",
+        "--schedule",
+        "0 6 * * 1",
+        "--tz",
+        "UTC",
+        "--repository",
+        "widgets",
+        "--ref",
+        "release",
+        "--gate",
+        "true",
+        "--json",
+    ]);
+    assert_eq!(
+        created["repository"],
+        serde_json::json!({"url": "git://127.0.0.1:9/widgets.git", "ref": "release", "name": "widgets"})
+    );
+    assert_eq!(created["workspaces"], serde_json::json!([]), "{created}");
+    let human = env.run(&["automation", "read", "deps"]);
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        human.contains("repository git://127.0.0.1:9/widgets.git (widgets) at release"),
+        "{human}"
+    );
+
+    let run = env.json(&["automation", "run", "deps", "--json"]);
+    let tasks = run["result"]["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1, "{run}");
+    let task = env.task(tasks[0].as_i64().unwrap());
+    assert_eq!(task["repository"]["url"], "git://127.0.0.1:9/widgets.git");
+    assert_eq!(task["repository"]["ref"], "release");
+    assert!(task["workspace"].is_null(), "{task}");
+    assert_eq!(
+        task["requires"],
+        serde_json::json!(["repository"]),
+        "{task}"
+    );
+
+    // Moved to a directory, the repository goes; a credential in a URL is refused, saying how.
+    let ws = env.workspace().display().to_string();
+    let moved = env.json(&["automation", "update", "deps", "--workspace", &ws, "--json"]);
+    assert!(moved.get("repository").is_none(), "{moved}");
+    assert_eq!(moved["workspaces"], serde_json::json!([ws]));
+    let out = env.run(&[
+        "automation",
+        "create",
+        "--name",
+        "leaky",
+        "--schedule",
+        "0 6 * * 1",
+        "--repository",
+        "https://me:hunter2@example.com/acme/widgets.git",
+        "--gate",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(6));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("token_env"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    let out = env.run(&[
+        "automation",
+        "create",
+        "--name",
+        "both",
+        "--schedule",
+        "0 6 * * 1",
+        "--repository",
+        "widgets",
+        "--workspace",
+        &ws,
+        "--gate",
+        "true",
+    ]);
+    assert!(
+        !out.status.success(),
+        "a repository and a workspace are one too many"
+    );
+}

@@ -52,6 +52,18 @@ impl Env {
         self.home.path()
     }
 
+    /// Another home on the same store: a second daemon (a second machine) with its own CLI.
+    pub fn sibling(&self) -> Env {
+        let database_url = self
+            .database_url
+            .clone()
+            .unwrap_or_else(|| self.home().join("orchestrator.db").display().to_string());
+        Env {
+            home: tempfile::tempdir().unwrap(),
+            database_url: Some(database_url),
+        }
+    }
+
     /// A workspace for this environment's tasks, beside the home rather than in it: the sandbox
     /// hides the orchestrator's home from gates and agents alike, so a workspace inside it would
     /// be an empty, unreadable directory to them. Removed with the environment.
@@ -206,6 +218,35 @@ impl Env {
             token_file: self.home().join("api-token"),
         }
     }
+}
+
+/// Writes the home's `config.toml`.
+pub fn configure(env: &Env, config: &str) {
+    std::fs::write(env.home().join("config.toml"), config).unwrap();
+}
+
+/// The worker that ran the task's last claim, from its `claimed` event.
+pub fn claimed_by(env: &Env, id: i64) -> String {
+    env.events(id)
+        .iter()
+        .rev()
+        .find(|e| e["kind"] == "claimed")
+        .map(|e| e["data"]["worker"].as_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// The worker id a `serve` named in its start line.
+pub fn worker_id(serve: &Serve) -> String {
+    let log = serve.log();
+    let at = log
+        .find("worker id ")
+        .expect("the start line names the worker id");
+    log[at + "worker id ".len()..]
+        .split(';')
+        .next()
+        .unwrap()
+        .trim()
+        .to_owned()
 }
 
 pub struct Serve {
