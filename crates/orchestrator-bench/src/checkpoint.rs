@@ -76,7 +76,7 @@ fn edit(workspace: &Path, files: &[PathBuf], turn: usize) -> Result<bool> {
         text.push_str(&format!("\n// changed in turn {turn}\n"));
         std::fs::write(&path, text)?;
     }
-    if turn % 3 == 0 {
+    if turn.is_multiple_of(3) {
         let dir = workspace.join("notes");
         std::fs::create_dir_all(&dir)?;
         let body: String = (0..100)
@@ -117,10 +117,10 @@ pub async fn run(
         })
         .filter_map(|f| {
             let meta = std::fs::symlink_metadata(workspace.join(&f)).ok()?;
-            meta.is_file().then(|| (meta.len(), f))
+            meta.is_file().then_some((meta.len(), f))
         })
         .collect();
-    files.sort_by(|a, b| b.0.cmp(&a.0));
+    files.sort_by_key(|f| std::cmp::Reverse(f.0));
     let files: Vec<PathBuf> = files.into_iter().take(40).map(|(_, f)| f).collect();
     anyhow::ensure!(
         !files.is_empty(),
