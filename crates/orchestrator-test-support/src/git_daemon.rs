@@ -68,6 +68,27 @@ impl GitDaemon {
         );
     }
 
+    /// Serves, from `base`, a bare clone of the repository at `source` named `name`
+    /// (`widgets.git`); returns the daemon and the clone's URL.
+    pub fn serve_clone(base: &Path, source: &Path, name: &str) -> (GitDaemon, String) {
+        let out = Command::new("git")
+            .args(["clone", "-q", "--bare"])
+            .arg(source)
+            .arg(name)
+            .current_dir(base)
+            .output()
+            .expect("git clone runs");
+        assert!(
+            out.status.success(),
+            "git clone --bare {}: {}",
+            source.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let daemon = GitDaemon::serve(base);
+        let url = daemon.url(name);
+        (daemon, url)
+    }
+
     /// The URL of the repository `name` under the base.
     pub fn url(&self, name: &str) -> String {
         format!("git://127.0.0.1:{}/{name}", self.port)

@@ -91,18 +91,7 @@ async fn repository_tasks_run_in_workspaces_made_from_one_mirror() {
     let (_src, source) = git_repo(&[("answer.txt", "41\n")]);
     git(&source, &["branch", "-q", "release"]);
     // The served repository is a bare clone of the source, which the test moves on later.
-    git(
-        served.path(),
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            source.to_str().unwrap(),
-            "widgets.git",
-        ],
-    );
-    let daemon = GitDaemon::serve(served.path());
-    let url = daemon.url("widgets.git");
+    let (daemon, url) = GitDaemon::serve_clone(served.path(), &source, "widgets.git");
     let place = tempfile::tempdir().unwrap();
     let settings = settings(place.path());
     let first_commit = head(&source, "HEAD");

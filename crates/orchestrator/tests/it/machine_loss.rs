@@ -145,19 +145,8 @@ fn the_others_take_over(a: Env) {
     let model = ScriptedModel::start_blocking(script(&sleep));
     let served = tempfile::tempdir().unwrap();
     let (_src, source) = git_repo(&[("README.md", "a draft\n"), ("src/lib.txt", "the code\n")]);
-    git(
-        served.path(),
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            source.to_str().unwrap(),
-            "widgets.git",
-        ],
-    );
     let base = git(&source, &["rev-parse", "HEAD"]);
-    let daemon = GitDaemon::serve(served.path());
-    let url = daemon.url("widgets.git");
+    let (_daemon, url) = GitDaemon::serve_clone(served.path(), &source, "widgets.git");
 
     let b = a.sibling();
     let c = a.sibling();

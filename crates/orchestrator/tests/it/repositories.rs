@@ -68,19 +68,8 @@ fn serve_makes_the_workspace_from_the_repository_and_keeps_the_token_to_itself()
     let env = Env::sqlite();
     let served = tempfile::tempdir().unwrap();
     let (_src, source) = git_repo(&[("answer.txt", "42\n")]);
-    git(
-        served.path(),
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            source.to_str().unwrap(),
-            "widgets.git",
-        ],
-    );
     let commit = git(&source, &["rev-parse", "HEAD"]).trim().to_owned();
-    let daemon = GitDaemon::serve(served.path());
-    let url = daemon.url("widgets.git");
+    let (daemon, url) = GitDaemon::serve_clone(served.path(), &source, "widgets.git");
     std::fs::write(
         env.home().join("config.toml"),
         format!(
