@@ -27,7 +27,7 @@ Examples:
       --gate 'cargo test' --workspace ~/src/app
   orchestrator automation create --name lint --schedule '*/30 9-18 * * 1-5' --tz America/New_York \\
       --gate 'cargo clippy' --overlap cancel_previous --jitter 120 --json
-  orchestrator automation create --name deps --schedule '0 6 * * 1' --tz UTC \
+  orchestrator automation create --name deps --schedule '0 6 * * 1' --tz UTC \\
       --repository widgets --ref main --prompt 'Update the dependencies' --gate 'cargo test'
 
 Schedules are cron expressions: 5 fields (minute hour day-of-month month day-of-week), or 6/7 with
