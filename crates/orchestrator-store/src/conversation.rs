@@ -114,6 +114,18 @@ pub struct ToolCallEnd {
     pub usage: Option<Usage>,
     /// The `tool_call` event's data.
     pub event: serde_json::Value,
+    /// The call's start when no `tool_call_started` recorded it (a quick read-only call): the row
+    /// is then inserted whole here, in the one transaction.
+    pub unrecorded_start: Option<ToolCallStart>,
+}
+
+/// What `tool_call_started` would have recorded.
+#[derive(Debug, Clone)]
+pub struct ToolCallStart {
+    pub position: i64,
+    pub name: String,
+    pub arguments: String,
+    pub started_at: i64,
 }
 
 type MessageRow = (
@@ -420,17 +432,57 @@ impl Store {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         let seq = fence(&mut tx, lease, now).await?;
-        let update = Query::update()
-            .table(ToolCalls::Table)
-            .value(ToolCalls::Status, end.status)
-            .value(ToolCalls::Summary, end.summary.as_str())
-            .value(ToolCalls::ArtifactId, end.artifact_id.map(|a| a.0))
-            .value(ToolCalls::DurationMs, end.duration_ms)
-            .value(ToolCalls::FinishedAt, now)
-            .and_where(Expr::col(ToolCalls::TaskId).eq(lease.task_id.0))
-            .and_where(Expr::col(ToolCalls::CallId).eq(end.call_id.as_str()))
-            .to_owned();
-        tx.execute(&update).await?;
+        match &end.unrecorded_start {
+            None => {
+                let update = Query::update()
+                    .table(ToolCalls::Table)
+                    .value(ToolCalls::Status, end.status)
+                    .value(ToolCalls::Summary, end.summary.as_str())
+                    .value(ToolCalls::ArtifactId, end.artifact_id.map(|a| a.0))
+                    .value(ToolCalls::DurationMs, end.duration_ms)
+                    .value(ToolCalls::FinishedAt, now)
+                    .and_where(Expr::col(ToolCalls::TaskId).eq(lease.task_id.0))
+                    .and_where(Expr::col(ToolCalls::CallId).eq(end.call_id.as_str()))
+                    .to_owned();
+                tx.execute(&update).await?;
+            }
+            Some(start) => {
+                let insert = Query::insert()
+                    .into_table(ToolCalls::Table)
+                    .columns([
+                        ToolCalls::TaskId,
+                        ToolCalls::CallId,
+                        ToolCalls::Turn,
+                        ToolCalls::Position,
+                        ToolCalls::Name,
+                        ToolCalls::Arguments,
+                        ToolCalls::Status,
+                        ToolCalls::Attempt,
+                        ToolCalls::StartedAt,
+                        ToolCalls::Summary,
+                        ToolCalls::ArtifactId,
+                        ToolCalls::DurationMs,
+                        ToolCalls::FinishedAt,
+                    ])
+                    .values([
+                        lease.task_id.0.into(),
+                        end.call_id.as_str().into(),
+                        end.turn.into(),
+                        start.position.into(),
+                        start.name.as_str().into(),
+                        start.arguments.as_str().into(),
+                        end.status.into(),
+                        attempt.into(),
+                        start.started_at.into(),
+                        end.summary.as_str().into(),
+                        end.artifact_id.map(|a| a.0).into(),
+                        end.duration_ms.into(),
+                        now.into(),
+                    ])?
+                    .to_owned();
+                tx.execute(&insert).await?;
+            }
+        }
         insert_messages(
             &mut tx,
             lease.task_id,

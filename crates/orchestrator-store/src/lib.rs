@@ -46,7 +46,9 @@ pub use checkpoints::{
     Checkpoint, CheckpointSave, DEFAULT_CHECKPOINT_CAP, NewCheckpoint, patch_sha256,
 };
 pub use connect::{Backend, SqliteSync, Store, StoreOptions, redact_url};
-pub use conversation::{NewMessage, SavedMessage, ToolCallEnd, ToolCallRecord, call_status};
+pub use conversation::{
+    NewMessage, SavedMessage, ToolCallEnd, ToolCallRecord, ToolCallStart, call_status,
+};
 pub use deliveries::{
     Accepted, Delivery, DeliveryClaim, DeliveryInfo, DueDelivery, delivery_source, delivery_status,
 };

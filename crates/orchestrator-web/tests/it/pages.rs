@@ -772,6 +772,7 @@ async fn a_tasks_pr_attempts_show_on_its_page_and_in_the_api() {
                 message: orchestrator_types::ChatMessage::tool("p1", "applies"),
                 usage: None,
                 event: json!({"call_id": "p1"}),
+                unrecorded_start: None,
             },
         )
         .await

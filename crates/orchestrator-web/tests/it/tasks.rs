@@ -400,6 +400,7 @@ async fn tasks_are_filtered_by_repository_and_verdict_and_their_turns_are_read()
                 message: ChatMessage::tool("c1", "one\ntwo\nthree"),
                 usage: None,
                 event: json!({"call_id": "c1"}),
+                unrecorded_start: None,
             },
         )
         .await

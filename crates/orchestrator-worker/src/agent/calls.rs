@@ -1,10 +1,18 @@
 //! One tool call of a reply: recorded before it runs, dispatched through the registry with its
 //! guarantees and this call's approver and sink, recorded with its result after.
+//!
+//! A read-only call is recorded as started only once it has run for [`QUIET_START`] (or when it
+//! waits for a person): most end sooner, and their row is then written whole with their result,
+//! one transaction instead of two. One that a dead worker left unrecorded is simply run again
+//! by the next attempt, which a call that changes nothing allows; a call that may change
+//! something is always recorded first, so that it is reported as interrupted instead.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use orchestrator_store::{DEFAULT_ARTIFACT_CAP, ToolCallEnd, ToolCallRecord, call_status};
+use orchestrator_store::{
+    DEFAULT_ARTIFACT_CAP, ToolCallEnd, ToolCallRecord, ToolCallStart, call_status,
+};
 use orchestrator_tools::{Content, Registry, ToolContext, ToolResult};
 use orchestrator_types::{Captured, ChatMessage, ImagePart, ToolCallRequest, Usage};
 use serde_json::json;
@@ -16,12 +24,17 @@ use crate::runner::{RunContext, Stop};
 /// Longest summary of a call kept on its row and event.
 const SUMMARY_CHARS: usize = 200;
 
+/// How long a read-only call runs before it is recorded as started, so that the task's page shows
+/// it running.
+const QUIET_START: std::time::Duration = std::time::Duration::from_millis(50);
+
 pub(crate) enum CallEnd {
     /// The call has its result message, and the model tokens it spent (llm_query_batched).
     Answered(ChatMessage, Option<Usage>),
     /// The call waits on a person.
     Paused,
-    /// The attempt was stopped while the call ran; its row stays `started`.
+    /// The attempt was stopped while the call ran; its row stays `started` (a quick read-only
+    /// call has none yet, and runs again).
     Stopped,
 }
 
@@ -74,14 +87,15 @@ pub(crate) async fn run_call(
                         "status": call_status::INTERRUPTED,
                         "started_in_attempt": record.attempt,
                     }),
+                    unrecorded_start: None,
                 },
             )
             .await?;
         return Ok(CallEnd::Answered(message, None));
     }
 
-    store
-        .tool_call_started(
+    let record_start = || {
+        store.tool_call_started(
             lease,
             attempt,
             turn,
@@ -90,7 +104,14 @@ pub(crate) async fn run_call(
             &call.name,
             &call.arguments,
         )
-        .await?;
+    };
+    // A call with a row already (one that waited for a person) updates it.
+    let mut start_recorded = record.is_some();
+    if !start_recorded && !registry.is_read_only(&call.name) {
+        record_start().await?;
+        start_recorded = true;
+    }
+    let started_at = orchestrator_types::now_millis();
     let call_ctx = tool_ctx
         .for_call(&call.id)
         .with_approver(Arc::new(CallApprover {
@@ -102,14 +123,27 @@ pub(crate) async fn run_call(
             call_id: call.id.clone(),
         }));
     let started = Instant::now();
-    let outcome = tokio::select! {
-        outcome = registry.call(&call.name, &call.arguments, &call_ctx) => outcome,
-        () = stop.token().cancelled() => return Ok(CallEnd::Stopped),
+    let running = registry.call(&call.name, &call.arguments, &call_ctx);
+    tokio::pin!(running);
+    let quiet = tokio::time::sleep(QUIET_START);
+    tokio::pin!(quiet);
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut running => break outcome,
+            () = &mut quiet, if !start_recorded => {
+                record_start().await?;
+                start_recorded = true;
+            }
+            () = stop.token().cancelled() => return Ok(CallEnd::Stopped),
+        }
     };
     let duration_ms = millis_since(started);
     if let Some(Pause::Waiting { call_id, .. }) = session.pause()
         && call_id == call.id
     {
+        if !start_recorded {
+            record_start().await?;
+        }
         store.tool_call_waiting(lease, &call.id).await?;
         return Ok(CallEnd::Paused);
     }
@@ -184,6 +218,12 @@ pub(crate) async fn run_call(
                     "duration_ms": duration_ms,
                     "summary": summary,
                     "artifact": artifact_id,
+                }),
+                unrecorded_start: (!start_recorded).then(|| ToolCallStart {
+                    position,
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                    started_at,
                 }),
             },
         )

@@ -762,3 +762,83 @@ async fn budgets_stop_an_agent_that_never_finishes() {
     shutdown.cancel();
     running.await.unwrap().unwrap();
 }
+
+/// A read-only call that outlasts its quiet start is shown running (its row `started`) while it
+/// waits; a quick one is written once, whole, with its end; both end up with the same record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_read_only_call_shows_running_and_a_quick_one_is_recorded_whole() {
+    let model = ScriptedModel::start(|request: &Request| match request.assistant_turns() {
+        0 => Reply::ToolCalls(vec![call(
+            "exec_shell",
+            json!({"command": "until test -f go; do sleep 0.02; done; echo waited", "background": true}),
+        )]),
+        1 => Reply::ToolCalls(vec![
+            call("read_file", json!({"path": "notes.txt"})),
+            call("exec_shell_wait", json!({"job_id": "job-1", "timeout": 60})),
+        ]),
+        _ => Reply::Text("done".into()),
+    })
+    .await;
+    let db = orchestrator_test_support::sqlite_store().await;
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("notes.txt"), "a note\n").unwrap();
+    let id = db
+        .store
+        .create_task(&agent_task(ws.path(), "Wait for the job"))
+        .await
+        .unwrap();
+    let (pool, shutdown) = pool(&db.store, &model.base_url(), 1);
+    let running = tokio::spawn(pool.run(shutdown.clone()));
+
+    // The wait shows as running while the job runs; the quick read beside it was written whole.
+    let start = Instant::now();
+    let calls = loop {
+        let calls = db.store.tool_calls(id).await.unwrap();
+        if calls.iter().any(|c| c.name == "exec_shell_wait") {
+            break calls;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the wait was never shown running: {calls:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let wait = calls.iter().find(|c| c.name == "exec_shell_wait").unwrap();
+    assert_eq!(wait.status, call_status::STARTED, "{calls:?}");
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.status != call_status::STARTED || c.name == "exec_shell_wait"),
+        "{calls:?}"
+    );
+    std::fs::write(ws.path().join("go"), "").unwrap();
+
+    let task = wait_state(&db.store, id, &[TaskState::Succeeded, TaskState::Failed]).await;
+    assert_eq!(task.state, TaskState::Succeeded, "{:?}", task.last_error);
+    let calls = db.store.tool_calls(id).await.unwrap();
+    let summary: Vec<(&str, i64, i64, &str)> = calls
+        .iter()
+        .map(|c| (c.name.as_str(), c.turn, c.position, c.status.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("exec_shell", 1, 0, call_status::SUCCEEDED),
+            ("read_file", 2, 0, call_status::SUCCEEDED),
+            ("exec_shell_wait", 2, 1, call_status::SUCCEEDED),
+        ]
+    );
+    let read = &calls[1];
+    assert_eq!(read.arguments, json!({"path": "notes.txt"}).to_string());
+    assert!(read.finished_at.is_some_and(|at| at >= read.started_at));
+    assert!(
+        model.received()[2]
+            .last_tool_results()
+            .iter()
+            .any(|r| r.contains("waited")),
+        "{:?}",
+        model.received()[2].last_tool_results()
+    );
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}

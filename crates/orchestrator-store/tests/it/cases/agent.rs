@@ -114,6 +114,7 @@ pub async fn conversation_is_saved_whole_and_fenced(db: &TestStore) {
                 message: ChatMessage::tool("c1", "hello"),
                 usage: None,
                 event: json!({"call_id": "c1"}),
+                unrecorded_start: None,
             },
         )
         .await
@@ -131,6 +132,51 @@ pub async fn conversation_is_saved_whole_and_fenced(db: &TestStore) {
         kinds(&store, id).await,
         ["created", "claimed", "message", "message", "tool_call"]
     );
+
+    // A quick read-only call never recorded as started: its row is written whole with its end.
+    store
+        .tool_call_finished(
+            &lease,
+            1,
+            &ToolCallEnd {
+                call_id: "c2".into(),
+                turn: 1,
+                status: call_status::SUCCEEDED,
+                summary: "2 files".into(),
+                artifact_id: None,
+                duration_ms: 3,
+                message: ChatMessage::tool("c2", "a\nb"),
+                usage: None,
+                event: json!({"call_id": "c2"}),
+                unrecorded_start: Some(orchestrator_store::ToolCallStart {
+                    position: 1,
+                    name: "list_dir".into(),
+                    arguments: "{}".into(),
+                    started_at: 1_000,
+                }),
+            },
+        )
+        .await
+        .unwrap();
+    let calls = store.tool_calls(id).await.unwrap();
+    assert_eq!(calls.len(), 2);
+    let quick = &calls[1];
+    assert_eq!(
+        (
+            quick.call_id.as_str(),
+            quick.name.as_str(),
+            quick.position,
+            quick.turn
+        ),
+        ("c2", "list_dir", 1, 1)
+    );
+    assert_eq!(quick.status, call_status::SUCCEEDED);
+    assert_eq!(quick.arguments, "{}");
+    assert_eq!(quick.attempt, 1);
+    assert_eq!(quick.started_at, 1_000);
+    assert_eq!(quick.duration_ms, Some(3));
+    assert!(quick.finished_at.is_some_and(|at| at >= 1_000));
+    assert_eq!(store.messages(id).await.unwrap().len(), 5);
 
     // A stale lease writes nothing.
     let stale = Lease {
@@ -158,8 +204,8 @@ pub async fn conversation_is_saved_whole_and_fenced(db: &TestStore) {
             .await,
         Err(Error::StaleLease { .. })
     ));
-    assert_eq!(store.messages(id).await.unwrap().len(), 4);
-    assert_eq!(store.tool_calls(id).await.unwrap().len(), 1);
+    assert_eq!(store.messages(id).await.unwrap().len(), 5);
+    assert_eq!(store.tool_calls(id).await.unwrap().len(), 2);
 }
 
 pub async fn checklist_is_replaced_whole(db: &TestStore) {

@@ -160,6 +160,7 @@ pub async fn nul_bytes_in_text_are_stored_as_replacement_characters(db: &TestSto
                 message: orchestrator_types::ChatMessage::tool("c1", "./a\0./b"),
                 usage: None,
                 event: json!({"summary": "./a\0./b"}),
+                unrecorded_start: None,
             },
         )
         .await
