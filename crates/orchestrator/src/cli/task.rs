@@ -95,7 +95,9 @@ pub struct CreateArgs {
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
     /// Work in a clone of this git checkout, made in --workspace (absent or empty) when the task
-    /// first runs and kept for its retries; the checkout itself is never edited.
+    /// first runs and kept for its retries; the checkout itself is never edited. The daemon
+    /// removes the clone once the task succeeds or is canceled (a failed one's after
+    /// [workspaces] keep_failed_days).
     #[arg(long, value_name = "CHECKOUT", requires = "workspace")]
     pub clone_from: Option<PathBuf>,
     /// Work in a workspace the daemon makes from this repository: a URL git fetches (a path,
