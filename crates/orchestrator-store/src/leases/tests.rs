@@ -1,0 +1,176 @@
+//! The lease heartbeat's own connection under load: a heartbeat lands while every pooled
+//! connection is held or writes queue ahead of it, and extends the lease from when it runs.
+
+use super::*;
+use crate::exec::Pool;
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+
+/// The task's lease expiry as a write of the pool's reads it inside its own transaction.
+async fn expiry_in(tx: &mut Tx, id: TaskId) -> i64 {
+    let stmt = Query::select()
+        .column(Tasks::LeaseExpiresAt)
+        .from(Tasks::Table)
+        .and_where(Expr::col(Tasks::Id).eq(id.0))
+        .to_owned();
+    let (expires,): (i64,) = tx.fetch_optional(&stmt).await.unwrap().unwrap();
+    expires
+}
+
+/// An ordinary write of the pool that, once its transaction has begun, holds it until
+/// `release` lets it go, and says which lease expiry it saw there.
+fn held_write(
+    store: &Store,
+    id: TaskId,
+    release: &Arc<Semaphore>,
+    begun: &tokio::sync::mpsc::UnboundedSender<()>,
+) -> tokio::task::JoinHandle<i64> {
+    let (store, release, begun) = (store.clone(), release.clone(), begun.clone());
+    tokio::spawn(async move {
+        let mut tx = store.pool.begin().await.unwrap();
+        begun.send(()).unwrap();
+        release.acquire().await.unwrap().forget();
+        let seen = expiry_in(&mut tx, id).await;
+        let touch = Query::update()
+            .table(Tasks::Table)
+            .value(Tasks::UpdatedAt, now_millis())
+            .and_where(Expr::col(Tasks::Id).eq(id.0))
+            .to_owned();
+        tx.execute(&touch).await.unwrap();
+        tx.commit().await.unwrap();
+        seen
+    })
+}
+
+/// On SQLite the writer queue is full of ordinary writes, one holding the turn and four
+/// waiting, for as long as anyone cares to wait, and the pool has no connection left: a lease
+/// heartbeat asked after all of them lands next after the write holding the turn, ahead of
+/// the four that asked before it (each sees the extended lease in its own transaction), on a
+/// connection of its own. Through the queue it came after all of them, and so after the
+/// lease it was to keep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_goes_ahead_of_the_writes_waiting_in_the_writer_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = crate::StoreOptions {
+        max_connections: 2,
+        ..crate::StoreOptions::default()
+    };
+    let store = Store::open_sqlite(&dir.path().join("o.db"), &options)
+        .await
+        .unwrap();
+    let Pool::Sqlite(pool, writer) = &store.pool else {
+        unreachable!("an SQLite store")
+    };
+    let id = store.create_task(&NewTask::new("kept")).await.unwrap();
+    let (task, lease) = store
+        .claim_task("keeper", id, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let claimed_until = task.lease_expires_at.unwrap();
+
+    let release = Arc::new(Semaphore::new(0));
+    let (begun, mut begun_rx) = tokio::sync::mpsc::unbounded_channel();
+    let first = held_write(&store, id, &release, &begun);
+    begun_rx.recv().await.unwrap();
+    let queued: Vec<_> = (0..4)
+        .map(|_| held_write(&store, id, &release, &begun))
+        .collect();
+    while writer.waiting() < 4 {
+        tokio::task::yield_now().await;
+    }
+    // The pool's other connection is taken too, as by a long read.
+    let reading = pool.acquire().await.unwrap();
+    let heartbeat = tokio::spawn({
+        let (store, lease) = (store.clone(), lease.clone());
+        async move { store.heartbeat(&[lease], 600_000).await }
+    });
+    while writer.waiting() < 5 {
+        tokio::task::yield_now().await;
+    }
+    release.add_permits(5);
+    assert_eq!(first.await.unwrap(), claimed_until);
+    let status = heartbeat.await.unwrap().unwrap();
+    assert!(status[0].held, "{status:?}");
+    for (n, write) in queued.into_iter().enumerate() {
+        let seen = write.await.unwrap();
+        assert!(
+            seen > claimed_until,
+            "write {n}, queued before the heartbeat, went before it (saw the lease at {seen}, \
+             as claimed)"
+        );
+    }
+    drop(reading);
+}
+
+/// On PostgreSQL every connection of the pool is held by a transaction that ends only after
+/// the heartbeat: the heartbeat still extends the lease, on its connection of its own. Through
+/// the pool it waited for a connection until the pool gave up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_lands_while_every_connection_of_the_pool_is_held() {
+    if orchestrator_test_support::postgres_skipped() {
+        return;
+    }
+    let url = orchestrator_test_support::fresh_postgres_url().await;
+    let options = crate::StoreOptions {
+        max_connections: 2,
+        connect_timeout: std::time::Duration::from_secs(2),
+        ..crate::StoreOptions::default()
+    };
+    let store = Store::open(&url, &options).await.unwrap();
+    let id = store.create_task(&NewTask::new("kept")).await.unwrap();
+    let (task, lease) = store
+        .claim_task("keeper", id, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let claimed_until = task.lease_expires_at.unwrap();
+
+    let release = Arc::new(Semaphore::new(0));
+    let (begun, mut begun_rx) = tokio::sync::mpsc::unbounded_channel();
+    let holders: Vec<_> = (0..2)
+        .map(|_| held_write(&store, id, &release, &begun))
+        .collect();
+    for _ in 0..2 {
+        begun_rx.recv().await.unwrap();
+    }
+    let status = store.heartbeat(std::slice::from_ref(&lease), 600_000).await;
+    release.add_permits(2);
+    for holder in holders {
+        holder.await.unwrap();
+    }
+    let status = status.expect("the heartbeat waited for the pool");
+    assert!(status[0].held, "{status:?}");
+    let task = store.get_task(id).await.unwrap();
+    assert!(task.lease_expires_at.unwrap() > claimed_until);
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_behind_a_long_write_extends_from_when_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_sqlite(&dir.path().join("o.db"), &crate::StoreOptions::default())
+        .await
+        .unwrap();
+    let id = store.create_task(&NewTask::new("kept")).await.unwrap();
+    let (_, lease) = store.claim_task("keeper", id, 300).await.unwrap().unwrap();
+    // Another writer of this process holds the write lock longer than the lease lasts.
+    let holding = store.pool.begin().await.unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        holding.commit().await.unwrap();
+    });
+    let status = store
+        .heartbeat(std::slice::from_ref(&lease), 300)
+        .await
+        .unwrap();
+    release.await.unwrap();
+    assert!(status[0].held);
+    let task = store.get_task(id).await.unwrap();
+    let expires = task.lease_expires_at.unwrap();
+    assert!(
+        expires > now_millis(),
+        "the lease was extended to a moment already past ({} ms ago)",
+        now_millis() - expires
+    );
+}
