@@ -34,6 +34,12 @@ bench-agent:
 bench-context:
     cargo run --release -p orchestrator-bench -- context
 
+# A task on a repository from its claim to its first model request (mirror cold and warm, against a
+# plain directory), then the checkpoint of each of 20 edited turns on this repository.
+bench-workspace:
+    cargo run --release -p orchestrator-bench -- workspace
+    cargo run --release -p orchestrator-bench -- checkpoint
+
 # The property tests with many more cases than CI runs (CASES each).
 fuzz CASES="20000":
     PROPTEST_CASES={{CASES}} cargo test --workspace --lib --bins -- --test-threads 2 \
