@@ -11,6 +11,7 @@ mod approvals;
 mod automations;
 mod logs;
 mod overview;
+mod task_actions;
 mod tasks;
 
 use axum::Router;
@@ -38,16 +39,19 @@ pub fn router(web: Web) -> Router {
     let pages = Router::new()
         .route("/", get(tasks::list))
         .route("/overview", get(overview::page))
-        .route("/bulk", get(tasks::confirm_bulk).post(tasks::bulk))
+        .route(
+            "/bulk",
+            get(task_actions::confirm_bulk).post(task_actions::bulk),
+        )
         .route("/tasks/{id}", get(tasks::read))
         .route("/tasks/{id}/{kind}/{key}/log", get(logs::view))
         .route(
             "/tasks/{id}/cancel",
-            get(tasks::confirm_cancel).post(tasks::cancel),
+            get(task_actions::confirm_cancel).post(task_actions::cancel),
         )
         .route(
             "/tasks/{id}/retry",
-            get(tasks::confirm_retry).post(tasks::retry),
+            get(task_actions::confirm_retry).post(task_actions::retry),
         )
         .route("/approvals", get(approvals::inbox))
         .route("/approvals/{id}/{decision}", post(approvals::decide))
