@@ -119,6 +119,66 @@ pub struct ToolCallEnd {
     pub unrecorded_start: Option<ToolCallStart>,
 }
 
+/// A tool call's row as it starts.
+struct CallRow<'a> {
+    task: TaskId,
+    call_id: &'a str,
+    turn: i64,
+    position: i64,
+    name: &'a str,
+    arguments: &'a str,
+    status: &'a str,
+    attempt: i64,
+    started_at: i64,
+}
+
+impl CallRow<'_> {
+    /// Its insert; with `end` (and when it ended), the row is written whole.
+    fn insert(&self, end: Option<(&ToolCallEnd, i64)>) -> Result<sea_query::InsertStatement> {
+        let mut columns = vec![
+            ToolCalls::TaskId,
+            ToolCalls::CallId,
+            ToolCalls::Turn,
+            ToolCalls::Position,
+            ToolCalls::Name,
+            ToolCalls::Arguments,
+            ToolCalls::Status,
+            ToolCalls::Attempt,
+            ToolCalls::StartedAt,
+        ];
+        let mut values: Vec<Expr> = vec![
+            self.task.0.into(),
+            self.call_id.into(),
+            self.turn.into(),
+            self.position.into(),
+            self.name.into(),
+            self.arguments.into(),
+            self.status.into(),
+            self.attempt.into(),
+            self.started_at.into(),
+        ];
+        if let Some((end, finished_at)) = end {
+            columns.extend([
+                ToolCalls::Summary,
+                ToolCalls::ArtifactId,
+                ToolCalls::DurationMs,
+                ToolCalls::FinishedAt,
+            ]);
+            values.extend([
+                end.summary.as_str().into(),
+                end.artifact_id.map(|a| a.0).into(),
+                end.duration_ms.into(),
+                finished_at.into(),
+            ]);
+        }
+        Ok(Query::insert()
+            .into_table(ToolCalls::Table)
+            .columns(columns)
+            .values(values)?
+            .to_owned())
+    }
+}
+
 /// What `tool_call_started` would have recorded.
 #[derive(Debug, Clone)]
 pub struct ToolCallStart {
@@ -391,32 +451,18 @@ impl Store {
             .and_where(Expr::col(ToolCalls::CallId).eq(call_id))
             .to_owned();
         if tx.execute(&update).await? == 0 {
-            let insert = Query::insert()
-                .into_table(ToolCalls::Table)
-                .columns([
-                    ToolCalls::TaskId,
-                    ToolCalls::CallId,
-                    ToolCalls::Turn,
-                    ToolCalls::Position,
-                    ToolCalls::Name,
-                    ToolCalls::Arguments,
-                    ToolCalls::Status,
-                    ToolCalls::Attempt,
-                    ToolCalls::StartedAt,
-                ])
-                .values([
-                    lease.task_id.0.into(),
-                    call_id.into(),
-                    turn.into(),
-                    position.into(),
-                    name.into(),
-                    arguments.into(),
-                    call_status::STARTED.into(),
-                    attempt.into(),
-                    now.into(),
-                ])?
-                .to_owned();
-            tx.execute(&insert).await?;
+            let row = CallRow {
+                task: lease.task_id,
+                call_id,
+                turn,
+                position,
+                name,
+                arguments,
+                status: call_status::STARTED,
+                attempt,
+                started_at: now,
+            };
+            tx.execute(&row.insert(None)?).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -447,40 +493,18 @@ impl Store {
                 tx.execute(&update).await?;
             }
             Some(start) => {
-                let insert = Query::insert()
-                    .into_table(ToolCalls::Table)
-                    .columns([
-                        ToolCalls::TaskId,
-                        ToolCalls::CallId,
-                        ToolCalls::Turn,
-                        ToolCalls::Position,
-                        ToolCalls::Name,
-                        ToolCalls::Arguments,
-                        ToolCalls::Status,
-                        ToolCalls::Attempt,
-                        ToolCalls::StartedAt,
-                        ToolCalls::Summary,
-                        ToolCalls::ArtifactId,
-                        ToolCalls::DurationMs,
-                        ToolCalls::FinishedAt,
-                    ])
-                    .values([
-                        lease.task_id.0.into(),
-                        end.call_id.as_str().into(),
-                        end.turn.into(),
-                        start.position.into(),
-                        start.name.as_str().into(),
-                        start.arguments.as_str().into(),
-                        end.status.into(),
-                        attempt.into(),
-                        start.started_at.into(),
-                        end.summary.as_str().into(),
-                        end.artifact_id.map(|a| a.0).into(),
-                        end.duration_ms.into(),
-                        now.into(),
-                    ])?
-                    .to_owned();
-                tx.execute(&insert).await?;
+                let row = CallRow {
+                    task: lease.task_id,
+                    call_id: &end.call_id,
+                    turn: end.turn,
+                    position: start.position,
+                    name: &start.name,
+                    arguments: &start.arguments,
+                    status: end.status,
+                    attempt,
+                    started_at: start.started_at,
+                };
+                tx.execute(&row.insert(Some((end, now)))?).await?;
             }
         }
         insert_messages(

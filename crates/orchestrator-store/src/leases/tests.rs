@@ -6,6 +6,17 @@ use crate::exec::Pool;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
+/// A task claimed for a minute: its id, the lease and when the claim said it expires.
+async fn claimed(store: &Store) -> (TaskId, Lease, i64) {
+    let id = store.create_task(&NewTask::new("kept")).await.unwrap();
+    let (task, lease) = store
+        .claim_task("keeper", id, 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    (id, lease, task.lease_expires_at.unwrap())
+}
+
 /// The task's lease expiry as a write of the pool's reads it inside its own transaction.
 async fn expiry_in(tx: &mut Tx, id: TaskId) -> i64 {
     let stmt = Query::select()
@@ -61,13 +72,7 @@ async fn a_heartbeat_goes_ahead_of_the_writes_waiting_in_the_writer_queue() {
     let Pool::Sqlite(pool, writer) = &store.pool else {
         unreachable!("an SQLite store")
     };
-    let id = store.create_task(&NewTask::new("kept")).await.unwrap();
-    let (task, lease) = store
-        .claim_task("keeper", id, 60_000)
-        .await
-        .unwrap()
-        .unwrap();
-    let claimed_until = task.lease_expires_at.unwrap();
+    let (id, lease, claimed_until) = claimed(&store).await;
 
     let release = Arc::new(Semaphore::new(0));
     let (begun, mut begun_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -118,13 +123,7 @@ async fn a_heartbeat_lands_while_every_connection_of_the_pool_is_held() {
         ..crate::StoreOptions::default()
     };
     let store = Store::open(&url, &options).await.unwrap();
-    let id = store.create_task(&NewTask::new("kept")).await.unwrap();
-    let (task, lease) = store
-        .claim_task("keeper", id, 60_000)
-        .await
-        .unwrap()
-        .unwrap();
-    let claimed_until = task.lease_expires_at.unwrap();
+    let (id, lease, claimed_until) = claimed(&store).await;
 
     let release = Arc::new(Semaphore::new(0));
     let (begun, mut begun_rx) = tokio::sync::mpsc::unbounded_channel();
