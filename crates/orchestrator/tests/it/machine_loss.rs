@@ -124,17 +124,23 @@ impl Machine {
             "--workers",
             WORKERS,
             "--lease-seconds",
-            "2",
+            "4",
             "--workspaces",
             self.workspaces.to_str().unwrap(),
         ])
     }
 
     /// Lets every task waiting in its second turn here go on.
+    ///
+    /// A workspace may be removed between the look and the write, when its task, released by an
+    /// earlier pass, has ended meanwhile: that is not an error.
     fn release_parked(&self) {
         for dir in workspaces_in(&self.workspaces).values() {
             if dir.join(PARKED).exists() && !dir.join(RELEASE).exists() {
-                std::fs::write(dir.join(RELEASE), "").unwrap();
+                match std::fs::write(dir.join(RELEASE), "") {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    written => written.unwrap(),
+                }
             }
         }
     }
