@@ -137,6 +137,9 @@ impl Store {
                 SqliteSync::Normal => SqliteSynchronous::Normal,
             })
             .foreign_keys(true)
+            // The statement journal of an UPDATE that fires triggers, and the sorts of reads,
+            // in memory rather than in a temporary file: each such write wrote a file.
+            .pragma("temp_store", "memory")
             .busy_timeout(options.busy_timeout);
         // Opening sets WAL mode, and SQLite may answer that with "database is locked" at once,
         // without its busy handler, while another process (a busy `serve`) checkpoints: a CLI

@@ -320,14 +320,18 @@ impl WorkerPool {
                 let ctx = ctx.clone();
                 let completions = completions.clone();
                 let on_start = config.on_start.clone();
-                running.spawn(async move {
+                let slot = async move {
                     let _permit = permit;
                     let _guard = guard;
                     if let Some(hook) = on_start {
                         (hook.0)(&task);
                     }
-                    run_slot(&ctx, &task, &lease, &stop, &completions).await;
-                });
+                    // The attempt's future is large (an agent's loop, gates, a repository's
+                    // preparation): made in its box here, it is not copied on its way into
+                    // the runtime as part of this one.
+                    Box::pin(run_slot(&ctx, &task, &lease, &stop, &completions)).await;
+                };
+                running.spawn(slot);
             }
             if slow_claim {
                 renew_now.notify_one();

@@ -177,7 +177,7 @@ pub async fn run_attempt(
     if let (Some(source), Some(workspace)) = (&task.worktree_of, &task.workspace)
         && !stop.token().is_cancelled()
     {
-        let prepared = match worktree::ensure(Path::new(source), Path::new(workspace)).await {
+        let prepared = match Box::pin(worktree::ensure(Path::new(source), Path::new(workspace))).await {
             Ok(prepared) => prepared,
             Err(error) => return Ok(failed(error)),
         };
@@ -210,7 +210,7 @@ pub async fn run_attempt(
     let prepared_task;
     let task = match &task.repository {
         Some(repository) if !stop.token().is_cancelled() => {
-            match prepare_repository(ctx, task, lease, repository, stop).await {
+            match Box::pin(prepare_repository(ctx, task, lease, repository, stop)).await {
                 Ok(prepared) => {
                     prepared_task = prepared;
                     &prepared_task
@@ -225,7 +225,7 @@ pub async fn run_attempt(
         Err(error) => return Ok(failed(error)),
     };
     if task.prompt.is_some() && !stop.token().is_cancelled() {
-        let end = match run_agent(ctx, task, lease, stop, agent_jail.as_ref()).await? {
+        let end = match Box::pin(run_agent(ctx, task, lease, stop, agent_jail.as_ref())).await? {
             AgentEnd::Finished => None,
             AgentEnd::Stopped => Some(None),
             AgentEnd::LeaseLost => {
@@ -347,7 +347,7 @@ pub async fn run_attempt(
             },
         )
         .await;
-        let output = gate::run_gate_live(
+        let output = Box::pin(gate::run_gate_live(
             spec,
             workspace,
             stop.token(),
@@ -355,7 +355,7 @@ pub async fn run_attempt(
             &jail,
             &live.tap(),
             Some(&byproducts),
-        )
+        ))
         .await;
         live.finish().await;
         byproducts.add(&output.evidence.byproducts);
