@@ -234,7 +234,9 @@ impl WorkerPool {
             )
             .await?;
         let active: Active = Arc::default();
-        let ctx = RunContext {
+        // Shared by every slot: a deep copy per claimed task (the agent's settings, the language
+        // servers, the GitHub client) was a cost on the queue's path for nothing.
+        let ctx = Arc::new(RunContext {
             store: store.clone(),
             metrics: metrics.clone(),
             backoff: config.backoff,
@@ -242,7 +244,7 @@ impl WorkerPool {
             worker_id: config.worker_id.clone(),
             agent: config.agent.clone(),
             sandbox: config.sandbox.clone(),
-        };
+        });
         let (completions, completion_rx) = mpsc::channel::<CompletionRequest>(4 * COMPLETION_BATCH);
         let completer = tokio::spawn(completer(
             store.clone(),

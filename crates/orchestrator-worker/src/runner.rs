@@ -177,10 +177,11 @@ pub async fn run_attempt(
     if let (Some(source), Some(workspace)) = (&task.worktree_of, &task.workspace)
         && !stop.token().is_cancelled()
     {
-        let prepared = match Box::pin(worktree::ensure(Path::new(source), Path::new(workspace))).await {
-            Ok(prepared) => prepared,
-            Err(error) => return Ok(failed(error)),
-        };
+        let prepared =
+            match Box::pin(worktree::ensure(Path::new(source), Path::new(workspace))).await {
+                Ok(prepared) => prepared,
+                Err(error) => return Ok(failed(error)),
+            };
         if prepared.cloned
             && let Some(settings) = &ctx.agent.workspaces
             && let Err(e) =
