@@ -137,8 +137,9 @@ impl Store {
                 SqliteSync::Normal => SqliteSynchronous::Normal,
             })
             .foreign_keys(true)
-            // The statement journal of an UPDATE that fires triggers, and the sorts of reads,
-            // in memory rather than in a temporary file: each such write wrote a file.
+            // Statement journals (an UPDATE that fires triggers keeps one, spilled to a file past
+            // 64 KiB, as a batch of a few hundred rows is) and the sorts of reads, in memory
+            // rather than in temporary files.
             .pragma("temp_store", "memory")
             .busy_timeout(options.busy_timeout);
         // Opening sets WAL mode, and SQLite may answer that with "database is locked" at once,

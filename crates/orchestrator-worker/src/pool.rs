@@ -319,21 +319,17 @@ impl WorkerPool {
                 };
                 let stop = Stop::default();
                 let guard = track(&active, &lease, &stop, asked);
-                let ctx = ctx.clone();
-                let completions = completions.clone();
-                let on_start = config.on_start.clone();
-                let slot = async move {
-                    let _permit = permit;
-                    let _guard = guard;
-                    if let Some(hook) = on_start {
-                        (hook.0)(&task);
-                    }
-                    // The attempt's future is large (an agent's loop, gates, a repository's
-                    // preparation): made in its box here, it is not copied on its way into
-                    // the runtime as part of this one.
-                    Box::pin(run_slot(&ctx, &task, &lease, &stop, &completions)).await;
-                };
-                running.spawn(slot);
+                running.spawn(slot(
+                    Slot {
+                        ctx: ctx.clone(),
+                        task,
+                        lease,
+                        stop,
+                        completions: completions.clone(),
+                        on_start: config.on_start.clone(),
+                    },
+                    (permit, guard),
+                ));
             }
             if slow_claim {
                 renew_now.notify_one();
@@ -380,6 +376,38 @@ impl WorkerPool {
         }
         Ok(())
     }
+}
+
+/// What one slot runs with: a claimed task, its lease and stop switch, and the pool's shared parts.
+struct Slot {
+    ctx: Arc<RunContext>,
+    task: Task,
+    lease: Lease,
+    stop: Stop,
+    completions: mpsc::Sender<CompletionRequest>,
+    on_start: Option<StartHook>,
+}
+
+/// The future spawned for each claimed task: it holds the slot's permit and its place among the
+/// active leases until the attempt's end is written.
+///
+/// It is kept small (see the test): the attempt's own future is large (an agent's loop, gates, a
+/// repository's preparation), and made inside the spawned future it would be copied into the
+/// runtime with it on every claim. Made in its own box when the slot starts, it is not.
+async fn slot(parts: Slot, held: (tokio::sync::OwnedSemaphorePermit, ActiveGuard)) {
+    let _held = held;
+    let Slot {
+        ctx,
+        task,
+        lease,
+        stop,
+        completions,
+        on_start,
+    } = parts;
+    if let Some(hook) = on_start {
+        (hook.0)(&task);
+    }
+    Box::pin(run_slot(&ctx, &task, &lease, &stop, &completions)).await;
 }
 
 async fn run_slot(
@@ -691,4 +719,71 @@ pub async fn run_claimed(
             .await?;
     }
     Ok(store.get_task(id).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The most bytes the future spawned for a claimed task may take. It was 17.9 KB while it held
+    /// the attempt's future inline, copied into the runtime on every claim.
+    const SLOT_FUTURE_CEILING: usize = 4096;
+
+    #[tokio::test]
+    async fn the_future_spawned_per_claimed_task_does_not_hold_the_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_sqlite(&dir.path().join("o.db"), &Default::default())
+            .await
+            .unwrap();
+        let id = store
+            .create_task(&orchestrator_types::NewTask::new("sized"))
+            .await
+            .unwrap();
+        let (task, lease) = store
+            .claim_task("sizer", id, 60_000)
+            .await
+            .unwrap()
+            .unwrap();
+        let ctx = Arc::new(RunContext {
+            store: store.clone(),
+            metrics: Arc::new(Metrics::default()),
+            backoff: Backoff::default(),
+            log_cap_bytes: 1 << 20,
+            worker_id: "sizer".into(),
+            agent: crate::AgentConfig::default(),
+            sandbox: crate::Sandbox::new(Default::default()),
+        });
+        let (completions, _ends) = mpsc::channel(1);
+        let stop = Stop::default();
+
+        let attempt = run_slot(&ctx, &task, &lease, &stop, &completions);
+        let attempt_bytes = std::mem::size_of_val(&attempt);
+        drop(attempt);
+
+        let active: Active = Arc::default();
+        let guard = track(&active, &lease, &stop, Instant::now());
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        let spawned = slot(
+            Slot {
+                ctx,
+                task,
+                lease,
+                stop,
+                completions,
+                on_start: None,
+            },
+            (permit, guard),
+        );
+        let spawned_bytes = std::mem::size_of_val(&spawned);
+        assert!(
+            spawned_bytes <= SLOT_FUTURE_CEILING,
+            "the slot's future is {spawned_bytes} bytes (the attempt's is {attempt_bytes})"
+        );
+        // Held inline, the attempt would make the slot at least its size: the ceiling means
+        // something only while the attempt is larger than it.
+        assert!(
+            attempt_bytes > SLOT_FUTURE_CEILING,
+            "the attempt's future is {attempt_bytes} bytes"
+        );
+    }
 }
