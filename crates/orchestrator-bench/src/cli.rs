@@ -24,7 +24,8 @@ pub struct Cli {
 pub enum Command {
     /// No-op tasks through the real worker path, against raw batched SQL and apalis, on SQLite and
     /// PostgreSQL: tasks_per_s, raw_batched_per_s, ratio, start_p50_ms, start_p99_ms,
-    /// peer_tasks_per_s, ratio_to_peer.
+    /// peer_tasks_per_s, ratio_to_peer, and cpu_us_per_task (this process's CPU time per task in
+    /// the concurrent phase, steadier than the rate on a shared machine).
     Queue(QueueArgs),
     /// The agent loop's own overhead against a model server that answers at once, on SQLite and
     /// PostgreSQL: turn_overhead_ms (p50, p90, p99), tool_call_overhead_ms, payload_bytes_per_turn,

@@ -321,6 +321,13 @@ async fn measure_ours(
         concurrent.tasks,
         concurrent.elapsed,
     ));
+    if let Some(cpu) = concurrent.cpu {
+        progress(&format!(
+            "real path CPU: {:.3} s, {:.1} µs per task (this process, all threads)",
+            cpu.as_secs_f64(),
+            cpu_us_per_task(cpu, concurrent.tasks)
+        ));
+    }
     progress("real path, split: enqueue, then drain");
     let split = real_path::split(store, config).await?;
     progress(&format!(
@@ -339,6 +346,11 @@ async fn measure_ours(
         latency.p99_ms().unwrap_or(f64::NAN)
     ));
     Ok((concurrent, split, latency))
+}
+
+/// CPU microseconds per task.
+pub fn cpu_us_per_task(cpu: Duration, tasks: u64) -> f64 {
+    cpu.as_secs_f64() * 1e6 / tasks.max(1) as f64
 }
 
 /// An error and its causes on one line, without the repetition of sqlx errors, whose message

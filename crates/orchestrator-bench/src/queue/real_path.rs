@@ -42,6 +42,26 @@ pub struct Concurrent {
     pub elapsed: Duration,
     /// From the first create to the return of the last one.
     pub enqueue: Duration,
+    /// CPU time this process spent in that span (all its threads, user and system): steadier than
+    /// the rate on a shared machine, though it leaves out a PostgreSQL server's own processes.
+    pub cpu: Option<Duration>,
+}
+
+/// The CPU time this process has used so far, all threads, user and system (`/proc/self/stat`).
+/// `None` where there is no such file.
+pub(crate) fn process_cpu() -> Option<Duration> {
+    cpu_of_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)
+}
+
+/// The user and system time of a `/proc/<pid>/stat` line. The command name, in parentheses, may
+/// hold spaces and parentheses itself, so the fields are counted from the last `)`: `utime` and
+/// `stime` are the 12th and 13th after it, in clock ticks of 1/100 s (Linux's USER_HZ).
+fn cpu_of_stat(stat: &str) -> Option<Duration> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((user + system) * 10))
 }
 
 /// The split phase's figures.
@@ -161,15 +181,21 @@ pub async fn concurrent(store: &Store, config: &QueueConfig) -> Result<Concurren
     let pool = RunningPool::start(store, config, None)?;
     tokio::time::sleep(SETTLE).await;
     let measured = async {
+        let cpu_before = process_cpu();
         let started = Instant::now();
         enqueue(store, &tasks, config.enqueue_batch).await?;
         let enqueued = started.elapsed();
         pool.wait_succeeded(config.tasks, started + PHASE_TIMEOUT)
             .await?;
+        let elapsed = started.elapsed();
+        let cpu = process_cpu()
+            .zip(cpu_before)
+            .map(|(after, before)| after.saturating_sub(before));
         Ok::<_, anyhow::Error>(Concurrent {
             tasks: config.tasks,
-            elapsed: started.elapsed(),
+            elapsed,
             enqueue: enqueued,
+            cpu,
         })
     }
     .await;
@@ -202,4 +228,36 @@ pub async fn split(store: &Store, config: &QueueConfig) -> Result<Split> {
         enqueue: enqueued,
         drain,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_is_read_after_the_command_name_whatever_it_holds() {
+        // A name with spaces and parentheses; utime 250 and stime 37 ticks.
+        let stat = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 800 0 0 0 250 37 0 0 20 0 9 0 100 \
+                    0 0";
+        assert_eq!(cpu_of_stat(stat), Some(Duration::from_millis(2870)));
+        assert_eq!(cpu_of_stat("4242 (cut) S 1 2"), None);
+        assert_eq!(cpu_of_stat("no parenthesis"), None);
+    }
+
+    #[test]
+    fn the_cpu_time_of_this_process_grows_as_it_works() {
+        let before = process_cpu().expect("/proc/self/stat on Linux");
+        // Work until the next clock tick is counted: on a loaded machine that may take a while
+        // of wall time, which is why the bound is generous.
+        let start = Instant::now();
+        let mut x = 0u64;
+        let mut after = before;
+        while after == before && start.elapsed() < Duration::from_secs(30) {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            after = process_cpu().unwrap();
+        }
+        assert!(after > before, "{before:?} then {after:?}");
+    }
 }

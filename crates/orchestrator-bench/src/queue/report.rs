@@ -138,6 +138,17 @@ pub fn line(backend: Backend, config: &QueueConfig, runs: &[RunFigures]) -> Line
         figure(med(runs, |r| Some(r.concurrent.enqueue.as_secs_f64())), 3),
     );
     line.push(
+        "cpu_us_per_task",
+        figure(
+            med(runs, |r| {
+                r.concurrent
+                    .cpu
+                    .map(|cpu| super::cpu_us_per_task(cpu, r.concurrent.tasks))
+            }),
+            1,
+        ),
+    );
+    line.push(
         "enqueue_per_s",
         figure(med(runs, |r| per_second(r.split.tasks, r.split.enqueue)), 1),
     );

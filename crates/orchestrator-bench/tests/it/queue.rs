@@ -88,6 +88,11 @@ async fn a_tiny_sqlite_run_measures_every_phase_and_every_task_succeeds() {
             "{field} in {line}"
         );
     }
+    // Counted in clock ticks of 10 ms, a tiny run's CPU may round to nothing, but it is read.
+    assert!(
+        json["cpu_us_per_task"].as_f64().is_some_and(|v| v >= 0.0),
+        "cpu_us_per_task in {line}"
+    );
     assert!(json.get("peer").is_none(), "the peer was skipped: {line}");
     assert!(json["targets_met"].is_object(), "{line}");
 }
