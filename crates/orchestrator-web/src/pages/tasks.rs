@@ -431,6 +431,17 @@ pub(crate) async fn read(
         Ok(found) => found,
         Err(e) => return store_error(e),
     };
+    // The reads above run side by side: the task's row may have been read before an event that
+    // the timeline holds (a claim between the two). The page follows only the events after its
+    // timeline, so it would show the older state until the next change of state; the row read
+    // again is at least as new as the timeline.
+    let task = match events.last() {
+        Some(last) if last.seq > task.event_seq => match web.store.get_task(id).await {
+            Ok(newer) => newer,
+            Err(e) => return store_error(e),
+        },
+        _ => task,
+    };
     let running = running_gates(&events, &live_logs, task.attempt);
     // Where it can run, and while it is queued, whether some live worker can run it.
     let waiting_for = if task.state == TaskState::Queued {
