@@ -2,7 +2,8 @@
 //! [`Pool`] or [`Tx`], which build the statement for the right dialect and run it with sqlx.
 
 use crate::Result;
-use sea_query::{PostgresQueryBuilder, SqliteQueryBuilder};
+use crate::sqlite_sql::SqliteSql;
+use sea_query::PostgresQueryBuilder;
 use sea_query_sqlx::SqlxBinder;
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
@@ -146,7 +147,7 @@ macro_rules! dispatch {
     ($self:expr, $stmt:expr, |$c:ident, $sql:ident, $values:ident| $body:expr) => {
         match $self {
             Self::Sqlite($c, ..) => {
-                let ($sql, mut $values) = $stmt.build_sqlx(SqliteQueryBuilder);
+                let ($sql, mut $values) = $stmt.build_sqlx(SqliteSql);
                 clean_text(&mut $values);
                 $body
             }

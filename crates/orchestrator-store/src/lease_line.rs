@@ -16,7 +16,8 @@
 
 use crate::Result;
 use crate::exec::{AnyRow, Lane, WriterQueue, clean_text};
-use sea_query::{PostgresQueryBuilder, SqliteQueryBuilder};
+use crate::sqlite_sql::SqliteSql;
+use sea_query::PostgresQueryBuilder;
 use sea_query_sqlx::SqlxBinder;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::SqliteConnectOptions;
@@ -103,7 +104,7 @@ impl LeaseLine {
                 let _turn = writer.turn(Lane::Lease).await;
                 let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
                 for stmt in build(orchestrator_types::now_millis()) {
-                    let (sql, mut values) = stmt.build_sqlx(SqliteQueryBuilder);
+                    let (sql, mut values) = stmt.build_sqlx(SqliteSql);
                     clean_text(&mut values);
                     rows.extend(
                         sqlx::query_as_with::<_, T, _>(AssertSqlSafe(sql), values)

@@ -30,6 +30,7 @@ mod migrate;
 mod notifications;
 mod shell_jobs;
 mod slots;
+mod sqlite_sql;
 mod tasks;
 mod wake;
 mod workers;
