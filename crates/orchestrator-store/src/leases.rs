@@ -290,7 +290,8 @@ impl Store {
         lease_ms: i64,
         cond: impl FnOnce(i64) -> Expr,
     ) -> Result<Vec<(Task, Lease)>> {
-        let mut tx = self.pool.begin().await?;
+        // On a connection of its own, whose commits do not wait for the disk: see `claim_pool`.
+        let mut tx = self.claims.begin().await?;
         let now = now_millis();
         let claimed = claim_in(&mut tx, owner, cond(now), lease_ms, now).await?;
         tx.commit().await?;
