@@ -248,6 +248,17 @@ impl Pool {
         self.fetch_optional(stmt).await
     }
 
+    /// [`Pool::write`] of the statement `build(now)` returning rows, with `now` read once the turn
+    /// to write is ours, so that a wait in the writer queue is not taken from what it grants.
+    pub(crate) async fn write_fetch_all_at<T: AnyRow, S: SqlxBinder>(
+        &self,
+        build: impl FnOnce(i64) -> S,
+    ) -> Result<Vec<T>> {
+        let _turn = self.turn().await;
+        let stmt = build(orchestrator_types::now_millis());
+        self.fetch_all(&stmt).await
+    }
+
     /// This process's turn to write, on SQLite; nothing to wait for on PostgreSQL, whose row locks
     /// put writers in line.
     async fn turn(&self) -> Option<WriterTurn> {
@@ -256,6 +267,14 @@ impl Pool {
             Pool::Postgres(_) => None,
         }
     }
+}
+
+/// [`Tx::change_mark`] on SQLite, also right for a statement that is a transaction of its own.
+pub(crate) fn sqlite_change_mark() -> sea_query::Expr {
+    sea_query::Expr::cust(
+        "1 + max(IFNULL((SELECT MAX(change_id) FROM tasks), 0), \
+         IFNULL((SELECT MAX(change_id) FROM approvals), 0))",
+    )
 }
 
 impl Tx {
@@ -315,13 +334,10 @@ impl Tx {
     /// statement moved the number). On SQLite the subqueries are uncorrelated, so SQLite reads
     /// them once per statement: every row of a batch gets the same number, one above the largest.
     pub(crate) fn change_mark(&self) -> sea_query::Expr {
-        sea_query::Expr::cust(match self {
-            Tx::Sqlite(..) => {
-                "1 + max(IFNULL((SELECT MAX(change_id) FROM tasks), 0), \
-                 IFNULL((SELECT MAX(change_id) FROM approvals), 0))"
-            }
-            Tx::Postgres(_) => "pg_current_xact_id()::text::bigint",
-        })
+        match self {
+            Tx::Sqlite(..) => sqlite_change_mark(),
+            Tx::Postgres(_) => sea_query::Expr::cust("pg_current_xact_id()::text::bigint"),
+        }
     }
 
     pub(crate) async fn commit(self) -> Result<()> {

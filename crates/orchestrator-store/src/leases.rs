@@ -5,7 +5,7 @@
 //! refused, which is what makes a worker that lost its lease harmless.
 
 use crate::events::{EventInsert, insert_events};
-use crate::exec::Tx;
+use crate::exec::{Pool, Tx, sqlite_change_mark};
 use crate::tasks::{COLUMNS, Task, TaskRow, Tasks, state_is};
 use crate::{Error, Result, Store};
 use orchestrator_types::{EventKind, NewTask, TaskId, TaskState, now_millis};
@@ -284,13 +284,27 @@ impl Store {
 
     /// Claims the rows `cond(now)` matches. The time is read once the transaction has begun, so
     /// a slow round trip to the database or a wait for the writer lock is not taken from the lease.
+    ///
+    /// On SQLite the claim is one statement, a transaction of its own, on the claims' connection
+    /// (see `claim_pool`); the `claimed` events are written by a trigger of the same statement
+    /// (migration 0017). Each statement is a round trip to the connection's thread, and a claim
+    /// in a transaction was four of them: this is most of what is left of the time from a task's
+    /// creation to its start once the claim's commit does not wait for the disk.
     async fn claim_where(
         &self,
         owner: &str,
         lease_ms: i64,
         cond: impl FnOnce(i64) -> Expr,
     ) -> Result<Vec<(Task, Lease)>> {
-        // On a connection of its own, whose commits do not wait for the disk: see `claim_pool`.
+        if let Pool::Sqlite(..) = &self.claims {
+            let rows: Vec<TaskRow> = self
+                .claims
+                .write_fetch_all_at(|now| {
+                    claim_statement(owner, cond(now), lease_ms, now, sqlite_change_mark())
+                })
+                .await?;
+            return claimed_from(rows);
+        }
         let mut tx = self.claims.begin().await?;
         let now = now_millis();
         let claimed = claim_in(&mut tx, owner, cond(now), lease_ms, now).await?;
@@ -712,7 +726,9 @@ impl Store {
     }
 }
 
-/// Claims the queued rows `cond` matches, with their `claimed` events, inside `tx`.
+/// Claims the queued rows `cond` matches, with their `claimed` events, inside `tx`. On SQLite
+/// the events are the trigger's (migration 0017), on PostgreSQL a statement of their own: a row
+/// trigger there is a PL/pgSQL call per claimed row, dearer than one insert of the whole batch.
 async fn claim_in(
     tx: &mut Tx,
     owner: &str,
@@ -720,7 +736,40 @@ async fn claim_in(
     lease_ms: i64,
     now: i64,
 ) -> Result<Vec<(Task, Lease)>> {
-    let stmt = Query::update()
+    let stmt = claim_statement(owner, cond, lease_ms, now, tx.change_mark());
+    let rows: Vec<TaskRow> = tx.fetch_all(&stmt).await?;
+    let claimed = claimed_from(rows)?;
+    if let Tx::Postgres(_) = tx {
+        let events: Vec<EventInsert> = claimed
+            .iter()
+            .map(|(task, _)| EventInsert {
+                task_id: task.id.0,
+                seq: task.event_seq,
+                at: now,
+                kind: EventKind::Claimed,
+                data: claimed_data(task.attempt, task.epoch, owner),
+            })
+            .collect();
+        insert_events(tx, &events).await?;
+    }
+    Ok(claimed)
+}
+
+/// The `claimed` event's data. SQLite's trigger writes the same object (`json_object`), keys in
+/// the same order; a test holds the two to the same text.
+fn claimed_data(attempt: i64, epoch: i64, owner: &str) -> serde_json::Value {
+    json!({ "attempt": attempt, "epoch": epoch, "worker": owner })
+}
+
+/// The claim of the queued rows `cond` matches, at `now`, returning them whole.
+fn claim_statement(
+    owner: &str,
+    cond: Expr,
+    lease_ms: i64,
+    now: i64,
+    change_mark: Expr,
+) -> sea_query::UpdateStatement {
+    Query::update()
         .table(Tasks::Table)
         .value(Tasks::State, TaskState::Running.as_str())
         .value(Tasks::LeaseOwner, owner)
@@ -728,7 +777,7 @@ async fn claim_in(
         .value(Tasks::Epoch, Expr::col(Tasks::Epoch).add(1))
         .value(Tasks::Attempt, Expr::col(Tasks::Attempt).add(1))
         .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
-        .value(Tasks::ChangeId, tx.change_mark())
+        .value(Tasks::ChangeId, change_mark)
         .value(Tasks::StartedAt, Expr::col(Tasks::StartedAt).if_null(now))
         // Foreground tasks are created with a run_after no daemon reaches (see
         // `create_foreground`); once claimed, the row should say when it really ran.
@@ -739,27 +788,16 @@ async fn claim_in(
         .value(Tasks::UpdatedAt, now)
         .and_where(cond)
         .returning(Query::returning().columns(COLUMNS))
-        .to_owned();
-    let rows: Vec<TaskRow> = tx.fetch_all(&stmt).await?;
-    if rows.is_empty() {
-        return Ok(Vec::new());
-    }
+        .to_owned()
+}
+
+/// The claimed rows as tasks and their leases, highest priority first.
+fn claimed_from(rows: Vec<TaskRow>) -> Result<Vec<(Task, Lease)>> {
     let mut claimed = rows
         .into_iter()
         .map(Task::try_from)
         .collect::<Result<Vec<_>>>()?;
     claimed.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
-    let events: Vec<EventInsert> = claimed
-        .iter()
-        .map(|task| EventInsert {
-            task_id: task.id.0,
-            seq: task.event_seq,
-            at: now,
-            kind: EventKind::Claimed,
-            data: json!({ "attempt": task.attempt, "epoch": task.epoch, "worker": owner }),
-        })
-        .collect();
-    insert_events(tx, &events).await?;
     Ok(claimed
         .into_iter()
         .map(|task| {

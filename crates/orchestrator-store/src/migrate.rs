@@ -44,6 +44,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(14, "0014_live_log_end"),
     migration!(15, "0015_placement"),
     migration!(16, "0016_checkpoints"),
+    migration!(17, "0017_claimed_event_trigger"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

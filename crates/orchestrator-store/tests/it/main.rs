@@ -50,6 +50,7 @@ conformance!(
     invalid_input_changes_nothing,
     claim_order_queues_and_run_after,
     concurrent_claims_are_exclusive,
+    each_claim_writes_one_claimed_event_with_its_attempt_epoch_and_worker,
     stale_epoch_is_fenced_everywhere,
     rescue_requeues_fails_and_cancels,
     cancel_and_retry,

@@ -67,6 +67,73 @@ pub async fn claim_order_queues_and_run_after(db: &TestStore) {
     );
 }
 
+/// Every claim writes one `claimed` event with the attempt, the epoch and the worker, at the
+/// claim's time, numbered after the task's last event: a batch claim, a claim again after a
+/// requeue, and a foreground claim alike (SQLite writes it by a trigger, PostgreSQL by a statement).
+pub async fn each_claim_writes_one_claimed_event_with_its_attempt_epoch_and_worker(db: &TestStore) {
+    let store = db.store.clone();
+    let owner = "worker \"one\" \\ ünïcode";
+    let ids = store
+        .create_tasks(&[NewTask::new("a"), NewTask::new("b"), NewTask::new("c")])
+        .await
+        .unwrap();
+    let before = now_millis();
+    let claimed = store.claim(owner, &queues(), 10, LEASE).await.unwrap();
+    assert_eq!(claimed.len(), 3);
+    for (task, _) in &claimed {
+        let events = store.events(task.id, 0, 100).await.unwrap();
+        let names: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(names, ["created", "claimed"]);
+        let event = &events[1];
+        assert_eq!(event.seq, 2);
+        assert_eq!(task.event_seq, 2);
+        assert_eq!(event.at, task.lease_expires_at.unwrap() - LEASE);
+        assert!(event.at >= before);
+        assert_eq!(
+            event.data,
+            json!({ "attempt": 1, "epoch": 1, "worker": owner })
+        );
+    }
+
+    // Requeued and claimed again: the next attempt and epoch, the next number.
+    let (task, lease) = claimed[0].clone();
+    let done = store
+        .complete(&[Completion {
+            lease,
+            outcome: Outcome::Requeue {
+                run_after: 0,
+                error: Some("again".into()),
+                refund: false,
+            },
+            details: json!({}),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(done, [CompletionResult::Applied]);
+    let again = store
+        .claim_task("w2", task.id, LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.0.attempt, again.1.epoch), (2, 2));
+    let events = store.events(task.id, 0, 100).await.unwrap();
+    let names: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(names, ["created", "claimed", "requeued", "claimed"]);
+    assert_eq!(events[3].seq, again.0.event_seq);
+    assert_eq!(
+        events[3].data,
+        json!({ "attempt": 2, "epoch": 2, "worker": "w2" })
+    );
+
+    // A foreground task is created and claimed in one transaction, with one `claimed` event.
+    let (fg, _) = store
+        .create_foreground(&NewTask::new("fg"), "fg-owner", LEASE)
+        .await
+        .unwrap();
+    assert_eq!(kinds(&store, fg.id).await, ["created", "claimed"]);
+    assert!(ids.contains(&task.id));
+}
+
 pub async fn concurrent_claims_are_exclusive(db: &TestStore) {
     let store = db.store.clone();
     const N: usize = 300;
