@@ -249,13 +249,14 @@ impl Pool {
     }
 
     /// [`Pool::write`] of the statement `build(now)` returning rows, with `now` read once the turn
-    /// to write is ours, so that a wait in the writer queue is not taken from what it grants.
+    /// to write is ours, so that a wait in the writer queue is not taken from what it grants (nor
+    /// does a time go in after a later one).
     pub(crate) async fn write_fetch_all_at<T: AnyRow, S: SqlxBinder>(
         &self,
-        build: impl FnOnce(i64) -> S,
+        build: impl FnOnce(i64) -> Result<S>,
     ) -> Result<Vec<T>> {
         let _turn = self.turn().await;
-        let stmt = build(orchestrator_types::now_millis());
+        let stmt = build(orchestrator_types::now_millis())?;
         self.fetch_all(&stmt).await
     }
 

@@ -300,7 +300,13 @@ impl Store {
             let rows: Vec<TaskRow> = self
                 .claims
                 .write_fetch_all_at(|now| {
-                    claim_statement(owner, cond(now), lease_ms, now, sqlite_change_mark())
+                    Ok(claim_statement(
+                        owner,
+                        cond(now),
+                        lease_ms,
+                        now,
+                        sqlite_change_mark(),
+                    ))
                 })
                 .await?;
             return claimed_from(rows);
@@ -757,7 +763,7 @@ async fn claim_in(
 
 /// The `claimed` event's data. SQLite's trigger writes the same object (`json_object`), keys in
 /// the same order; a test holds the two to the same text.
-fn claimed_data(attempt: i64, epoch: i64, owner: &str) -> serde_json::Value {
+pub(crate) fn claimed_data(attempt: i64, epoch: i64, owner: &str) -> serde_json::Value {
     json!({ "attempt": attempt, "epoch": epoch, "worker": owner })
 }
 

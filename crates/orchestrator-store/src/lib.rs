@@ -19,6 +19,8 @@ mod connect;
 mod conversation;
 mod deliveries;
 mod error;
+#[cfg(test)]
+mod event_text_tests;
 mod events;
 mod exec;
 mod gates;

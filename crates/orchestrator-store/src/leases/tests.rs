@@ -173,35 +173,3 @@ async fn a_heartbeat_behind_a_long_write_extends_from_when_it_runs() {
         now_millis() - expires
     );
 }
-
-/// SQLite's trigger writes the `claimed` event's data as the same text the store writes on
-/// PostgreSQL (`claimed_data`), not only the same JSON value, so a reader comparing text (an export,
-/// a diff of two timelines) sees no difference between the backends.
-#[tokio::test]
-async fn the_claimed_events_text_on_sqlite_is_what_the_store_writes_elsewhere() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_sqlite(&dir.path().join("s.db"), &crate::StoreOptions::default())
-        .await
-        .unwrap();
-    let owner = "w \"1\" \\ é\n";
-    let id = store.create_task(&NewTask::new("t")).await.unwrap();
-    let (task, _) = store
-        .claim(owner, &["default".to_owned()], 1, 60_000)
-        .await
-        .unwrap()
-        .pop()
-        .unwrap();
-    let Pool::Sqlite(pool, _) = &store.pool else {
-        panic!("not SQLite")
-    };
-    let text: String =
-        sqlx::query_scalar("SELECT data FROM task_events WHERE task_id = ? AND kind = 'claimed'")
-            .bind(id.0)
-            .fetch_one(pool)
-            .await
-            .unwrap();
-    assert_eq!(
-        text,
-        super::claimed_data(task.attempt, task.epoch, owner).to_string()
-    );
-}

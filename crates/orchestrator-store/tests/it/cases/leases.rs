@@ -84,6 +84,12 @@ pub async fn each_claim_writes_one_claimed_event_with_its_attempt_epoch_and_work
         let events = store.events(task.id, 0, 100).await.unwrap();
         let names: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(names, ["created", "claimed"]);
+        assert_eq!(events[0].seq, 1);
+        assert_eq!(events[0].at, task.created_at);
+        assert_eq!(
+            events[0].data,
+            json!({ "title": task.title, "queue": "default", "gates": 0 })
+        );
         let event = &events[1];
         assert_eq!(event.seq, 2);
         assert_eq!(task.event_seq, 2);
