@@ -518,10 +518,11 @@
     }
   }
   // A stream of changes to a list, that can be paused: `handlers` maps event names to functions
-  // of the parsed data. Resuming asks for what changed since the last change seen.
-  var follow = function (url, handlers, toggle) {
+  // of the parsed data. It starts after the change `after` (where the page read what it shows),
+  // when the page says; resuming asks for what changed since the last change seen.
+  var follow = function (url, handlers, toggle, after) {
     var source = null;
-    var last = null;
+    var last = after === undefined ? null : after;
     var open = function () {
       source = new EventSource(last === null ? url : url + "?after=" + last);
       Object.keys(handlers).forEach(function (name) {
@@ -610,7 +611,7 @@
         if (all) { all.textContent = String(total); }
       },
       reset: function () { look(); }
-    }, document.querySelector("[data-live-toggle]"));
+    }, document.querySelector("[data-live-toggle]"), fresh.getAttribute("data-after") || undefined);
   }
   // The navigation's count of what waits for a person, kept current on every page.
   var badge = document.querySelector("[data-pending]");

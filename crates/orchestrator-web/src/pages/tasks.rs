@@ -99,6 +99,13 @@ pub(crate) async fn list(
         task: None,
         limit: Some(200),
     };
+    // Where the rows are read in the order of changes, taken before them: the page's script
+    // follows the changes from there, so one that commits after the rows were read and before
+    // its stream opens is not missed (every change after this point is after it).
+    let horizon = match web.store.change_horizon().await {
+        Ok(horizon) => horizon.change,
+        Err(e) => return store_error(e),
+    };
     let (mut tasks, counts, repositories, automations, pending, live) = match tokio::try_join!(
         web.store.task_page(&page),
         web.store.count_by_state(),
@@ -160,7 +167,7 @@ pub(crate) async fn list(
         // reader's cursor. Live updates can be paused.
         @if filters.before.is_none() {
             p { button type="button" data-live-toggle hidden { "Pause live updates" } }
-            p.live data-new-tasks data-newest=(tasks.first().map_or(0, |t| t.id.0))
+            p.live data-new-tasks data-newest=(tasks.first().map_or(0, |t| t.id.0)) data-after=(horizon)
                 data-poll=(format!("/api/v1/tasks?limit=200&{}", filters.link(current, None).trim_start_matches('/').trim_start_matches('?'))) hidden {
                 a href=(filters.link(current, None)) { span data-new-count { "0" } " new: show them" }
             }

@@ -146,6 +146,32 @@ async fn the_tasks_stream_tells_each_change_and_the_counts_and_resumes_after_a_r
     assert_eq!(anonymous.status(), 401);
 }
 
+/// The tasks list page says where in the order of changes its rows were read (`data-after`,
+/// taken before them), and its script opens the change stream from there. A change that commits
+/// between the page's read and the stream's start (a claim, an end) then still reaches the page;
+/// opened from "now", the stream never told it, and the row kept its old state until the task
+/// changed again, which for a task that ended is never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_between_the_list_pages_read_and_its_stream_reaches_the_page() {
+    let api = Api::start(false).await;
+    let id = api.task("listed").await;
+    let browser = crate::pages::Browser::login(&api).await;
+    let (status, html, _) = browser.get("/").await;
+    assert_eq!(status, 200);
+    assert!(html.contains(&format!("data-task=\"{id}\"")), "{html}");
+    let after = html
+        .split("data-after=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the list page says where its rows were read");
+    after.parse::<i64>().expect("a change's number");
+
+    // The task ends after the page was read, before its script opens the stream.
+    api.store.cancel_task(TaskId(id)).await.unwrap();
+    let mut stream = Stream::open(&api, &format!("/api/v1/tasks/stream?after={after}"), None).await;
+    stream.until(task_in(id, "canceled")).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_approvals_stream_tells_what_is_asked_and_decided_and_how_many_wait() {
     let api = Api::start(false).await;
