@@ -340,9 +340,13 @@ impl Store {
     /// Closes the pool, waiting for connections to be returned, and the heartbeat's connection.
     pub async fn close(&self) {
         self.lease_line.close().await;
-        match &self.pool {
-            Pool::Sqlite(pool, _) => pool.close().await,
-            Pool::Postgres(pool) => pool.close().await,
+        // The claims' pool is the store's own pool on PostgreSQL (closing it twice is nothing),
+        // and a connection of its own on SQLite, whose close ends its use of the WAL too.
+        for pool in [&self.claims, &self.pool] {
+            match pool {
+                Pool::Sqlite(pool, _) => pool.close().await,
+                Pool::Postgres(pool) => pool.close().await,
+            }
         }
     }
 }
@@ -542,6 +546,14 @@ mod tests {
         // NORMAL is 1, FULL is 2.
         assert_eq!(synchronous(&store.claims).await, 1);
         assert_eq!(synchronous(&store.pool).await, 2);
+        // Closing the store closes the claims' connection too.
+        store.close().await;
+        for pool in [&store.claims, &store.pool] {
+            let Pool::Sqlite(pool, _) = pool else {
+                panic!("not SQLite")
+            };
+            assert!(pool.is_closed());
+        }
 
         // A store opened with NORMAL throughout needs no connection of its own for claims.
         let normal = StoreOptions {
