@@ -29,28 +29,26 @@ pub(crate) struct SqliteSql;
 impl QueryBuilder for SqliteSql {
     fn prepare_select_limit_offset(&self, select: &SelectStatement, sql: &mut impl SqlWriter) {
         // `SelectStatement` keeps its limit private; the statement is asked for it through the
-        // default writer, which binds it, and the bound value is written here instead.
+        // default writer, which binds it, and the bound value is written here instead. (The
+        // writers are strings in memory, whose writes cannot fail; sea-query's own builders
+        // unwrap them.)
         let mut probe = SqlWriterValues::new("?", false);
         SqliteQueryBuilder.prepare_select_limit_offset(select, &mut probe);
         let (text, values) = probe.into_parts();
-        let mut values = values.0.into_iter();
         let mut rest = text.as_str();
-        while let Some(at) = rest.find('?') {
+        for value in values.0 {
+            let Some(at) = rest.find('?') else { break };
             let clause = &rest[..at];
-            sql.write_str(clause).unwrap();
-            let value = values
-                .next()
-                .expect("a placeholder of LIMIT/OFFSET has its value");
-            if clause.trim_end().ends_with("LIMIT")
-                && let Value::BigUnsigned(Some(limit)) = value
-            {
-                write!(sql, "{limit}").unwrap();
-            } else {
-                sql.push_param(value, self);
+            let _ = sql.write_str(clause);
+            match value {
+                Value::BigUnsigned(Some(limit)) if clause.trim_end().ends_with("LIMIT") => {
+                    let _ = write!(sql, "{limit}");
+                }
+                value => sql.push_param(value, self),
             }
             rest = &rest[at + 1..];
         }
-        sql.write_str(rest).unwrap();
+        let _ = sql.write_str(rest);
     }
 
     fn prepare_query_statement(&self, query: &SubQueryStatement, sql: &mut impl SqlWriter) {
@@ -69,7 +67,7 @@ impl QueryBuilder for SqliteSql {
         select_statement: &SelectStatement,
         sql: &mut impl SqlWriter,
     ) {
-        sql.write_str(match union_type {
+        let _ = sql.write_str(match union_type {
             UnionType::Intersect => " INTERSECT ",
             UnionType::Distinct => " UNION ",
             UnionType::Except => " EXCEPT ",
@@ -78,8 +76,7 @@ impl QueryBuilder for SqliteSql {
             other => {
                 return SqliteQueryBuilder.prepare_union_statement(other, select_statement, sql);
             }
-        })
-        .unwrap();
+        });
         self.prepare_select_statement(select_statement, sql);
     }
 
