@@ -1,7 +1,7 @@
 -- A claim's `claimed` event, written by the claim's own statement. The claim is one UPDATE that is a
 -- transaction of its own, with no second statement to insert its events: each statement is a round
--- trip to the connection's thread, and those round trips were most of the time between a task's
--- creation and its start. The data is the object the store wrote before, keys in the same order
+-- trip to the connection's thread, each on the way from a task's creation to its start. The
+-- data is the object the store wrote before, keys in the same order
 -- (leases.rs `claimed_data`); `at` is the claim's time, which the claim writes to `updated_at`.
 -- Only a claim moves a task from `queued` to `running`.
 CREATE TRIGGER tasks_claimed_event AFTER UPDATE OF state ON tasks

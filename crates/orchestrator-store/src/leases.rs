@@ -288,8 +288,7 @@ impl Store {
     /// On SQLite the claim is one statement, a transaction of its own, on the claims' connection
     /// (see `claim_pool`); the `claimed` events are written by a trigger of the same statement
     /// (migration 0017). Each statement is a round trip to the connection's thread, and a claim
-    /// in a transaction was four of them: this is most of what is left of the time from a task's
-    /// creation to its start once the claim's commit does not wait for the disk.
+    /// in a transaction was four of them (about 0.05 ms of an idle claim, in the queue bench).
     async fn claim_where(
         &self,
         owner: &str,
