@@ -1,0 +1,282 @@
+//! Creating tasks: one, a batch, or one on behalf of an attempt (fenced by its lease), each with
+//! its `created` event; where a task may run (placement), and pinning a task to one machine.
+
+use super::*;
+
+/// The slot a task was created for, kept on the task so `task read` can say where it came from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TaskOrigin {
+    pub automation_id: i64,
+    pub slot_at: i64,
+}
+
+/// The tasks with the words they need added to their requirements: `repository` for a task on
+/// a repository (a daemon that can make its workspace), and for a task on a workspace path, the
+/// placement's host or shared directory (only a worker that sees the path may run it). Borrowed as
+/// they are when nothing is added, which is always the case for tasks without a workspace or a
+/// repository, and for paths without a placement (benchmarks, tests).
+fn place<'a>(new: &'a [NewTask], placement: Option<&Placement>) -> Cow<'a, [NewTask]> {
+    if !new
+        .iter()
+        .any(|task| added(task, placement) != [None, None])
+    {
+        return Cow::Borrowed(new);
+    }
+    Cow::Owned(
+        new.iter()
+            .map(|task| {
+                let mut placed = task.clone();
+                placed
+                    .requires
+                    .extend(added(task, placement).into_iter().flatten());
+                placed
+            })
+            .collect(),
+    )
+}
+
+/// The words [`place`] adds to one task.
+fn added(task: &NewTask, placement: Option<&Placement>) -> [Option<String>; 2] {
+    let has = |test: &dyn Fn(&str) -> bool| task.requires.iter().any(|w| test(w));
+    let repository = (task.repository.is_some() && !has(&|w| w == placement::REPOSITORY_WORD))
+        .then(|| placement::REPOSITORY_WORD.to_owned());
+    let path = match (placement, task.workspace.as_deref()) {
+        (Some(placement), Some(workspace))
+            if !has(&|w| {
+                w.starts_with(placement::HOST_PREFIX) || w.starts_with(placement::SHARED_PREFIX)
+            }) =>
+        {
+            Some(placement.requirement_for(workspace))
+        }
+        _ => None,
+    };
+    [repository, path]
+}
+
+/// Inserts validated tasks in `tx`, each with its `created` event, and returns their ids in order.
+/// Shared by `create_tasks` and by the scheduler's slot writes, which must create a slot's tasks in
+/// the same transaction as the slot row.
+pub(crate) async fn insert_tasks(
+    tx: &mut Tx,
+    new: &[NewTask],
+    now: i64,
+    origin: Option<TaskOrigin>,
+    placement: Option<&Placement>,
+) -> Result<Vec<TaskId>> {
+    let placed = place(new, placement);
+    let new: &[NewTask] = &placed;
+    let mut ids = Vec::with_capacity(new.len());
+    // Chunks keep each statement under SQLite's limit of bound parameters.
+    for chunk in new.chunks(500) {
+        let mut stmt = Query::insert()
+            .into_table(Tasks::Table)
+            .columns([
+                Tasks::Title,
+                Tasks::Prompt,
+                Tasks::Spec,
+                Tasks::Workspace,
+                Tasks::State,
+                Tasks::Queue,
+                Tasks::Priority,
+                Tasks::MaxAttempts,
+                Tasks::RunAfter,
+                Tasks::EventSeq,
+                Tasks::CreatedAt,
+                Tasks::UpdatedAt,
+                Tasks::AutomationId,
+                Tasks::SlotAt,
+                Tasks::ParentId,
+                Tasks::Repository,
+                Tasks::Requires,
+            ])
+            .returning_col(Tasks::Id)
+            .to_owned();
+        for task in chunk {
+            let spec = serde_json::to_string(task).map_err(|e| Error::Corrupt {
+                what: "task spec",
+                message: e.to_string(),
+            })?;
+            stmt.values([
+                task.title.trim().into(),
+                task.prompt.clone().into(),
+                spec.into(),
+                task.workspace.clone().into(),
+                TaskState::Queued.as_str().into(),
+                task.queue.clone().into(),
+                task.priority.into(),
+                task.max_attempts.into(),
+                task.run_after.unwrap_or(now).into(),
+                1i64.into(),
+                now.into(),
+                now.into(),
+                origin.map(|o| o.automation_id).into(),
+                origin.map(|o| o.slot_at).into(),
+                task.parent.map(|p| p.0).into(),
+                task.repository
+                    .as_ref()
+                    .map(|r| r.url.clone())
+                    .or_else(|| task.worktree_of.clone())
+                    .or_else(|| task.workspace.clone())
+                    .into(),
+                placement::encode_words(task.requires.iter().map(String::as_str)).into(),
+            ])?;
+        }
+        let mut rows: Vec<(i64,)> = tx.fetch_all(&stmt).await?;
+        // RETURNING follows insertion order on both backends, but sorting costs nothing and
+        // makes the pairing with `chunk` independent of that.
+        rows.sort_unstable();
+        let events: Vec<EventInsert> = rows
+            .iter()
+            .zip(chunk)
+            .map(|((id,), task)| EventInsert {
+                task_id: *id,
+                seq: 1,
+                at: now,
+                kind: EventKind::Created,
+                data: match origin {
+                    None => match &task.origin {
+                        None => json!({ "title": task.title.trim(), "queue": task.queue, "gates": task.gates.len() }),
+                        Some(made_by) => json!({ "title": task.title.trim(), "queue": task.queue, "gates": task.gates.len(), "origin": made_by }),
+                    },
+                    Some(o) => json!({
+                        "title": task.title.trim(),
+                        "queue": task.queue,
+                        "gates": task.gates.len(),
+                        "automation_id": o.automation_id,
+                        "slot_at": o.slot_at,
+                    }),
+                },
+            })
+            .collect();
+        insert_events(tx, &events).await?;
+        ids.extend(rows.into_iter().map(|(id,)| TaskId(id)));
+    }
+    Ok(ids)
+}
+
+impl Store {
+    /// Creates one task in state `queued`, with its `created` event.
+    pub async fn create_task(&self, new: &NewTask) -> Result<TaskId> {
+        let ids = self.create_tasks(std::slice::from_ref(new)).await?;
+        ids.into_iter()
+            .next()
+            .ok_or_else(|| Error::Migration("insert returned no id".into()))
+    }
+
+    /// Creates tasks in one transaction (one commit, one wake-up), in order.
+    pub async fn create_tasks(&self, new: &[NewTask]) -> Result<Vec<TaskId>> {
+        if new.is_empty() {
+            return Ok(Vec::new());
+        }
+        for task in new {
+            task.validate()?;
+        }
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let ids = insert_tasks(&mut tx, new, now, None, self.placement()).await?;
+        tx.notify_task_available().await?;
+        tx.commit().await?;
+        self.wake.wake();
+        Ok(ids)
+    }
+
+    /// Creates a task on behalf of the attempt that holds `lease` (a sub-agent, a task an agent
+    /// made), in one transaction with the check that the lease still holds: a worker that lost its
+    /// lease creates nothing.
+    pub async fn create_task_under(&self, lease: &crate::Lease, new: &NewTask) -> Result<TaskId> {
+        new.validate()?;
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        crate::leases::check_lease(&mut tx, lease, now).await?;
+        let id = insert_tasks(
+            &mut tx,
+            std::slice::from_ref(new),
+            now,
+            None,
+            self.placement(),
+        )
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Migration("insert returned no id".into()))?;
+        tx.notify_task_available().await?;
+        tx.commit().await?;
+        self.wake.wake();
+        Ok(id)
+    }
+
+    /// Ties the task that `lease` holds to the machine of `requirement` (a `host:<id>` word):
+    /// from now on only a worker offering it claims the task, because something of the task (its
+    /// workspace, too large to checkpoint) exists only there. Fenced by the lease, with a
+    /// `pinned` event saying why. Adding a word the task already requires changes nothing.
+    pub async fn pin_task(
+        &self,
+        lease: &crate::Lease,
+        requirement: &str,
+        reason: &str,
+    ) -> Result<()> {
+        placement::validate_requirement(requirement)?;
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let seq = crate::leases::next_seq_fenced(&mut tx, lease, now)
+            .await?
+            .ok_or(Error::StaleLease {
+                task: lease.task_id,
+                epoch: lease.epoch,
+            })?;
+        let read = Query::select()
+            .column(Tasks::Spec)
+            .from(Tasks::Table)
+            .and_where(Expr::col(Tasks::Id).eq(lease.task_id.0))
+            .to_owned();
+        let (spec,): (String,) = tx
+            .fetch_optional(&read)
+            .await?
+            .ok_or(Error::TaskNotFound(lease.task_id))?;
+        let mut spec: NewTask = serde_json::from_str(&spec).map_err(|e| Error::Corrupt {
+            what: "tasks.spec",
+            message: format!("task {}: {e}", lease.task_id),
+        })?;
+        if !spec.requires.iter().any(|w| w == requirement) {
+            spec.requires.push(requirement.to_owned());
+        }
+        let text = serde_json::to_string(&spec).map_err(|e| Error::Corrupt {
+            what: "task spec",
+            message: e.to_string(),
+        })?;
+        let write = Query::update()
+            .table(Tasks::Table)
+            .value(Tasks::Spec, text)
+            .value(
+                Tasks::Requires,
+                placement::encode_words(spec.requires.iter().map(String::as_str)),
+            )
+            .and_where(Expr::col(Tasks::Id).eq(lease.task_id.0))
+            .to_owned();
+        tx.execute(&write).await?;
+        insert_events(
+            &mut tx,
+            &[EventInsert {
+                task_id: lease.task_id.0,
+                seq,
+                at: now,
+                kind: EventKind::Pinned,
+                data: json!({ "requirement": requirement, "reason": reason }),
+            }],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Pins the lease's task to this process's host (see [`Store::pin_task`]) when the handle
+    /// knows its placement; a handle without one (tests, benchmarks) runs everything anywhere
+    /// and pins nothing.
+    pub async fn pin_to_this_host(&self, lease: &crate::Lease, reason: &str) -> Result<()> {
+        let Some(placement) = self.placement() else {
+            return Ok(());
+        };
+        let word = format!("{}{}", placement::HOST_PREFIX, placement.host);
+        self.pin_task(lease, &word, reason).await
+    }
+}

@@ -1,0 +1,269 @@
+//! Reading tasks: one, the lists and keyset pages of the API and the dashboard (filters, title
+//! search), the counts, the repositories, and a task's children.
+
+use super::*;
+
+/// Which tasks `list_tasks` returns, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter {
+    pub state: Option<TaskState>,
+    pub queue: Option<String>,
+    pub limit: Option<u64>,
+}
+
+/// A page of tasks for the API and the dashboard, newest first: filters, and a keyset (`before`,
+/// the last id of the previous page) instead of an offset, so a page costs the same however deep
+/// it is and a task created meanwhile does not shift the next page.
+#[derive(Debug, Clone, Default)]
+pub struct TaskPage {
+    pub state: Option<TaskState>,
+    pub queue: Option<String>,
+    /// Only the tasks this automation's slots created.
+    pub automation: Option<i64>,
+    /// Text the title contains, compared without regard to case (ASCII letters).
+    pub title_contains: Option<String>,
+    /// Only tasks older (smaller id) than this one.
+    pub before: Option<TaskId>,
+    pub limit: u64,
+    /// Only tasks on this checkout: the one their workspace was cloned from, else their
+    /// workspace (exactly; see [`Store::repositories`]).
+    pub repository: Option<String>,
+    /// Only tasks with a gate (of any attempt) that ended with this verdict.
+    pub gate_verdict: Option<Verdict>,
+}
+
+/// Fewer rows than this passing a filter make it rare (see `Store::rare`).
+const RARE: u64 = 2_000;
+
+/// `text` as a LIKE pattern that matches it anywhere, lower-cased, with `%`, `_` and the escape
+/// character itself escaped, so a search for `50%` finds "50%", not everything after "50".
+fn contains_pattern(text: &str) -> String {
+    let mut pattern = String::from("%");
+    for c in text.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
+impl Store {
+    pub async fn get_task(&self, id: TaskId) -> Result<Task> {
+        let mut stmt = select_tasks();
+        stmt.and_where(Expr::col(Tasks::Id).eq(id.0));
+        self.pool
+            .fetch_optional::<TaskRow, _>(&stmt)
+            .await?
+            .ok_or(Error::TaskNotFound(id))?
+            .try_into()
+    }
+
+    /// Tasks matching `filter`, newest first.
+    pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
+        let mut stmt = select_tasks();
+        if let Some(state) = filter.state {
+            stmt.and_where(state_is(state));
+        }
+        if let Some(queue) = &filter.queue {
+            stmt.and_where(Expr::col(Tasks::Queue).eq(queue.as_str()));
+        }
+        stmt.order_by(Tasks::Id, Order::Desc)
+            .limit(filter.limit.unwrap_or(100));
+        self.fetch_tasks(&stmt).await
+    }
+
+    async fn fetch_tasks(&self, stmt: &SelectStatement) -> Result<Vec<Task>> {
+        self.pool
+            .fetch_all::<TaskRow, _>(stmt)
+            .await?
+            .into_iter()
+            .map(Task::try_from)
+            .collect()
+    }
+
+    /// Whether fewer than [`RARE`] rows answer `matches` (a select of anything, unlimited): then
+    /// reading those few through an index is cheaper than walking the tasks newest first until a
+    /// page is full, which is what a filter most tasks pass does well. Planners cannot tell the
+    /// two apart from a parameter, so the store asks.
+    async fn rare(&self, mut matches: SelectStatement) -> Result<bool> {
+        matches.limit(RARE);
+        let probe = Query::select()
+            .expr(Expr::cust("count(*)"))
+            .from_subquery(matches, sea_query::Alias::new("m"))
+            .to_owned();
+        let (found,): (i64,) = self.pool.fetch_optional(&probe).await?.unwrap_or((0,));
+        Ok(found < RARE as i64)
+    }
+
+    /// The title filter: the lower-cased title contains `text`. On SQLite a rare text is found
+    /// through the titles' trigram index (`tasks_title`), a common one by walking the tasks.
+    async fn title_filter(&self, stmt: &mut SelectStatement, text: &str) -> Result<()> {
+        stmt.and_where(
+            Expr::expr(sea_query::Func::lower(Expr::col(Tasks::Title)))
+                .like(sea_query::LikeExpr::new(contains_pattern(text)).escape('\\')),
+        );
+        // PostgreSQL's planner chooses between the pg_trgm index and a walk by id by itself, from
+        // its statistics of the indexed expression (gathered by autovacuum's ANALYZE). A trigram
+        // index knows nothing of texts shorter than a trigram.
+        if self.backend() != crate::Backend::Sqlite || text.chars().count() < 3 {
+            return Ok(());
+        }
+        let phrase = format!("\"{}\"", text.replace('"', "\"\""));
+        let candidates = Query::select()
+            .expr(Expr::cust("rowid"))
+            .from(sea_query::Alias::new("tasks_title"))
+            .and_where(Expr::cust_with_values(
+                "tasks_title MATCH ?",
+                [phrase.clone()],
+            ))
+            .to_owned();
+        if self.rare(candidates).await? {
+            // Only the few candidates the index names are read; the LIKE decides.
+            stmt.and_where(Expr::cust_with_values(
+                "\"id\" IN (SELECT rowid FROM tasks_title WHERE tasks_title MATCH ?)",
+                [phrase],
+            ));
+        }
+        Ok(())
+    }
+
+    /// The gate verdict filter: a task with a gate that ended so. A rare verdict is found through
+    /// the gates' index by verdict, a common one by walking the tasks.
+    async fn verdict_filter(&self, stmt: &mut SelectStatement, verdict: Verdict) -> Result<()> {
+        use crate::gates::Gates;
+        let with_verdict = Query::select()
+            .column(Gates::TaskId)
+            .from(Gates::Table)
+            .and_where(Expr::col(Gates::Verdict).eq(verdict.as_str()))
+            .to_owned();
+        if self.rare(with_verdict.clone()).await? {
+            stmt.and_where(Expr::col(Tasks::Id).in_subquery(with_verdict));
+        } else {
+            stmt.and_where(Expr::exists(
+                Query::select()
+                    .expr(Expr::val(1))
+                    .from(Gates::Table)
+                    .and_where(
+                        Expr::col((Gates::Table, Gates::TaskId)).equals((Tasks::Table, Tasks::Id)),
+                    )
+                    .and_where(Expr::col((Gates::Table, Gates::Verdict)).eq(verdict.as_str()))
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A page of tasks, newest first: see [`TaskPage`].
+    pub async fn task_page(&self, page: &TaskPage) -> Result<Vec<Task>> {
+        let mut stmt = select_tasks();
+        if let Some(state) = page.state {
+            stmt.and_where(state_is(state));
+        }
+        if let Some(queue) = &page.queue {
+            stmt.and_where(Expr::col(Tasks::Queue).eq(queue.as_str()));
+        }
+        if let Some(automation) = page.automation {
+            stmt.and_where(Expr::col(Tasks::AutomationId).eq(automation));
+        }
+        if let Some(text) = &page.title_contains {
+            self.title_filter(&mut stmt, text).await?;
+        }
+        if let Some(repository) = &page.repository {
+            stmt.and_where(Expr::col(Tasks::Repository).eq(repository.as_str()));
+        }
+        if let Some(verdict) = page.gate_verdict {
+            self.verdict_filter(&mut stmt, verdict).await?;
+        }
+        if let Some(before) = page.before {
+            stmt.and_where(Expr::col(Tasks::Id).lt(before.0));
+        }
+        stmt.order_by(Tasks::Id, Order::Desc)
+            .limit(Ord::max(page.limit, 1));
+        self.fetch_tasks(&stmt).await
+    }
+
+    /// The checkouts tasks work on, most recently used first, at most `limit`: what the
+    /// repository filter offers.
+    pub async fn repositories(&self, limit: u64) -> Result<Vec<String>> {
+        let stmt = Query::select()
+            .column(Tasks::Repository)
+            .expr(Expr::col(Tasks::Id).max())
+            .from(Tasks::Table)
+            .and_where(Expr::col(Tasks::Repository).is_not_null())
+            .group_by_col(Tasks::Repository)
+            .order_by_expr(Expr::col(Tasks::Id).max(), Order::Desc)
+            .limit(limit)
+            .to_owned();
+        let rows: Vec<(String, i64)> = self.pool.fetch_all(&stmt).await?;
+        Ok(rows.into_iter().map(|(repository, _)| repository).collect())
+    }
+
+    /// Tasks that ended at or after `since` (Unix milliseconds), per final state: the overview's
+    /// throughput and failures.
+    pub async fn finished_since(&self, since: i64) -> Result<Vec<(TaskState, i64)>> {
+        let stmt = Query::select()
+            .column(Tasks::State)
+            .expr(Expr::col(Tasks::Id).count())
+            .from(Tasks::Table)
+            .and_where(Expr::col(Tasks::FinishedAt).gte(since))
+            .group_by_col(Tasks::State)
+            .to_owned();
+        let rows: Vec<(String, i64)> = self.pool.fetch_all(&stmt).await?;
+        rows.into_iter()
+            .map(|(state, n)| {
+                let state = state.parse::<TaskState>().map_err(|e| Error::Corrupt {
+                    what: "tasks.state",
+                    message: e.to_string(),
+                })?;
+                Ok((state, n))
+            })
+            .collect()
+    }
+
+    /// Queued tasks per queue, deepest first: the overview's queue depth.
+    pub async fn queued_by_queue(&self) -> Result<Vec<(String, i64)>> {
+        let stmt = Query::select()
+            .column(Tasks::Queue)
+            .expr(Expr::col(Tasks::Id).count())
+            .from(Tasks::Table)
+            .and_where(state_is(TaskState::Queued))
+            .group_by_col(Tasks::Queue)
+            .to_owned();
+        let mut rows: Vec<(String, i64)> = self.pool.fetch_all(&stmt).await?;
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Ok(rows)
+    }
+
+    /// Number of tasks in each state; states without tasks are listed with 0.
+    pub async fn count_by_state(&self) -> Result<Vec<(TaskState, i64)>> {
+        let stmt = Query::select()
+            .column(Tasks::State)
+            .expr(Expr::col(Tasks::Id).count())
+            .from(Tasks::Table)
+            .group_by_col(Tasks::State)
+            .to_owned();
+        let rows: Vec<(String, i64)> = self.pool.fetch_all(&stmt).await?;
+        Ok(TaskState::ALL
+            .into_iter()
+            .map(|state| {
+                let n = rows
+                    .iter()
+                    .find(|(s, _)| s == state.as_str())
+                    .map(|(_, n)| *n)
+                    .unwrap_or(0);
+                (state, n)
+            })
+            .collect())
+    }
+
+    /// The children of a task (sub-agents it spawned), oldest first.
+    pub async fn children(&self, parent: TaskId) -> Result<Vec<Task>> {
+        let mut stmt = select_tasks();
+        stmt.and_where(Expr::col(Tasks::ParentId).eq(parent.0))
+            .order_by(Tasks::Id, Order::Asc);
+        let rows: Vec<TaskRow> = self.pool.fetch_all(&stmt).await?;
+        rows.into_iter().map(Task::try_from).collect()
+    }
+}
