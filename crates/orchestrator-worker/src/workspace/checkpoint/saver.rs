@@ -1,0 +1,189 @@
+//! The per-turn saver: after each turn that may have changed the workspace, a capture (on a
+//! blocking thread, with a deadline) and its save in the store, fenced by the lease.
+
+use super::*;
+
+/// What one [`Saver::after_turn`] did, for the loop's logs and the bench.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnCheckpoint {
+    /// The workspace's tree was the one saved last: nothing written.
+    Unchanged,
+    /// A checkpoint was saved.
+    Saved { bytes: i64, files: usize },
+    /// It was not saved (over the cap, or the workspace could not be read); an event says so.
+    NotSaved(String),
+}
+/// The longest a capture may take before the attempt gives up on checkpoints.
+const CAPTURE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// Saves a checkpoint of an attempt's workspace after each turn that changed it. One per
+/// attempt, made at its start.
+#[derive(Debug)]
+pub struct Saver {
+    capturer: Option<Capturer>,
+    base: String,
+    /// The tree of the task's saved checkpoint (the base's when it was saved clean).
+    last_tree: Option<String>,
+    /// The last turn's save failed and said so: the next failure is not said again.
+    refused: bool,
+    cap: u64,
+    worker: String,
+}
+impl Saver {
+    /// A saver for the task's workspace, or `None` when the task has no base (its workspace is a
+    /// plain path): then the turn path does no checkpoint work at all.
+    pub async fn start(
+        store: &Store,
+        task: TaskId,
+        workspace: &Path,
+        cap: u64,
+        worker: &str,
+    ) -> orchestrator_store::Result<Option<Saver>> {
+        let Some(base) = task_base(store, task).await? else {
+            return Ok(None);
+        };
+        let last_tree = store
+            .checkpoint_info(task)
+            .await?
+            .filter(|c| c.base.eq_ignore_ascii_case(&base))
+            .map(|c| c.tree);
+        let capturer = {
+            let workspace = workspace.to_owned();
+            let base = base.clone();
+            tokio::task::spawn_blocking(move || Capturer::new(&workspace, &base))
+                .await
+                .map_err(|e| CheckpointError::Interrupted(e.to_string()))
+                .and_then(|r| r)
+        };
+        Ok(Some(Saver {
+            refused: false,
+            capturer: capturer
+                .inspect_err(|e| tracing::warn!(%task, "checkpoints are off for this attempt: {e}"))
+                .ok(),
+            base,
+            last_tree,
+            cap,
+            worker: worker.to_owned(),
+        }))
+    }
+
+    /// Captures the workspace after `turn` and saves it fenced by `lease` when it changed since
+    /// the last save. A workspace that cannot be read, or a patch over the cap, is not saved, and
+    /// an event says the task cannot move (once, until a save succeeds again). Only the store's
+    /// errors are errors (a stale lease among them).
+    pub async fn after_turn(
+        &mut self,
+        store: &Store,
+        lease: &Lease,
+        attempt: i64,
+        turn: i64,
+    ) -> orchestrator_store::Result<TurnCheckpoint> {
+        let started = Instant::now();
+        let captured = match self.capturer.take() {
+            None => Err("the workspace is not a repository a checkpoint may read".to_owned()),
+            Some(mut capturer) => {
+                let last = self.last_tree.clone();
+                let capture = tokio::task::spawn_blocking(move || {
+                    let captured = capturer.capture(last.as_deref());
+                    (capturer, captured)
+                });
+                // A capture that does not end (a file system that hangs) must not hold the agent:
+                // the task goes on without checkpoints, and says so.
+                match tokio::time::timeout(CAPTURE_TIMEOUT, capture).await {
+                    Ok(Ok((capturer, captured))) => {
+                        self.capturer = Some(capturer);
+                        captured.map_err(|e| e.to_string())
+                    }
+                    Ok(Err(e)) => Err(format!("the capture stopped unexpectedly: {e}")),
+                    Err(_) => Err(format!(
+                        "the capture did not end within {} s",
+                        CAPTURE_TIMEOUT.as_secs()
+                    )),
+                }
+            }
+        };
+        let patch = match captured {
+            Ok(Captured::Unchanged) => return Ok(TurnCheckpoint::Unchanged),
+            // Back to the base with no checkpoint saved: nothing to restore either.
+            Ok(Captured::Clean { .. }) if self.last_tree.is_none() => {
+                return Ok(TurnCheckpoint::Unchanged);
+            }
+            Ok(Captured::Clean { tree }) => Patch {
+                bytes: Vec::new(),
+                tree,
+                files: 0,
+            },
+            Ok(Captured::Changed(patch)) => patch,
+            Err(reason) => return self.not_saved(store, lease, turn, reason).await,
+        };
+        if self.refused && patch.bytes.len() as u64 > self.cap {
+            // Said already; the timeline gets one event, not one a turn.
+            return Ok(TurnCheckpoint::NotSaved(format!(
+                "{} bytes, over the cap of {}",
+                patch.bytes.len(),
+                self.cap
+            )));
+        }
+        let capture_ms = started.elapsed().as_millis();
+        let saved = store
+            .save_checkpoint(
+                lease,
+                &NewCheckpoint {
+                    base: &self.base,
+                    turn,
+                    tree: &patch.tree,
+                    files: patch.files as i64,
+                    patch: &patch.bytes,
+                    attempt,
+                    worker: &self.worker,
+                },
+                self.cap,
+            )
+            .await?;
+        match saved {
+            CheckpointSave::Saved(checkpoint) => {
+                tracing::debug!(
+                    task = %lease.task_id,
+                    turn,
+                    bytes = checkpoint.patch_bytes,
+                    capture_ms,
+                    total_ms = started.elapsed().as_millis(),
+                    "checkpoint saved"
+                );
+                self.last_tree = Some(checkpoint.tree);
+                self.refused = false;
+                Ok(TurnCheckpoint::Saved {
+                    bytes: checkpoint.patch_bytes,
+                    files: patch.files,
+                })
+            }
+            // The store said so in the task's timeline already.
+            CheckpointSave::TooLarge { bytes, cap } => {
+                self.refused = true;
+                Ok(TurnCheckpoint::NotSaved(format!(
+                    "{bytes} bytes, over the cap of {cap}"
+                )))
+            }
+        }
+    }
+
+    async fn not_saved(
+        &mut self,
+        store: &Store,
+        lease: &Lease,
+        turn: i64,
+        reason: String,
+    ) -> orchestrator_store::Result<TurnCheckpoint> {
+        if !self.refused {
+            store
+                .append_event(
+                    lease,
+                    EventKind::CheckpointNotSaved,
+                    json!({"turn": turn, "reason": reason, "base": self.base}),
+                )
+                .await?;
+            store.pin_to_this_host(lease, &reason).await?;
+            self.refused = true;
+        }
+        Ok(TurnCheckpoint::NotSaved(reason))
+    }
+}
