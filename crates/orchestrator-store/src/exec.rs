@@ -253,10 +253,10 @@ impl Pool {
     /// does a time go in after a later one).
     pub(crate) async fn write_fetch_all_at<T: AnyRow, S: SqlxBinder>(
         &self,
-        build: impl FnOnce(i64) -> Result<S>,
+        build: impl FnOnce(i64) -> S,
     ) -> Result<Vec<T>> {
         let _turn = self.turn().await;
-        let stmt = build(orchestrator_types::now_millis())?;
+        let stmt = build(orchestrator_types::now_millis());
         self.fetch_all(&stmt).await
     }
 

@@ -299,13 +299,7 @@ impl Store {
             let rows: Vec<TaskRow> = self
                 .claims
                 .write_fetch_all_at(|now| {
-                    Ok(claim_statement(
-                        owner,
-                        cond(now),
-                        lease_ms,
-                        now,
-                        sqlite_change_mark(),
-                    ))
+                    claim_statement(owner, cond(now), lease_ms, now, sqlite_change_mark())
                 })
                 .await?;
             return claimed_from(rows);
