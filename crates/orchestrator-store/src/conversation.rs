@@ -7,7 +7,8 @@
 //! the attempt's lease and carries its event, in one transaction.
 
 use crate::events::{EventInsert, insert_events};
-use crate::exec::Tx;
+use crate::exec::{Pool, Tx};
+use crate::fenced;
 use crate::leases::{Lease, next_seq_fenced};
 use crate::{Error, Result, Store};
 use orchestrator_types::{ArtifactId, ChatMessage, EventKind, TaskId, Usage, now_millis};
@@ -133,8 +134,8 @@ struct CallRow<'a> {
 }
 
 impl CallRow<'_> {
-    /// Its insert; with `end` (and when it ended), the row is written whole.
-    fn insert(&self, end: Option<(&ToolCallEnd, i64)>) -> Result<sea_query::InsertStatement> {
+    /// Its columns and values; with `end` (and when it ended), the row's whole.
+    fn columns_values(&self, end: Option<(&ToolCallEnd, i64)>) -> (Vec<ToolCalls>, Vec<Expr>) {
         let mut columns = vec![
             ToolCalls::TaskId,
             ToolCalls::CallId,
@@ -171,11 +172,55 @@ impl CallRow<'_> {
                 finished_at.into(),
             ]);
         }
+        (columns, values)
+    }
+
+    /// Its insert, as it starts.
+    fn insert(&self) -> Result<sea_query::InsertStatement> {
+        let (columns, values) = self.columns_values(None);
         Ok(Query::insert()
             .into_table(ToolCalls::Table)
             .columns(columns)
             .values(values)?
             .to_owned())
+    }
+}
+
+impl ToolCallEnd {
+    /// The update that ends the call's row, recorded when it started.
+    fn update(&self, task: TaskId, now: i64) -> sea_query::UpdateStatement {
+        Query::update()
+            .table(ToolCalls::Table)
+            .value(ToolCalls::Status, self.status)
+            .value(ToolCalls::Summary, self.summary.as_str())
+            .value(ToolCalls::ArtifactId, self.artifact_id.map(|a| a.0))
+            .value(ToolCalls::DurationMs, self.duration_ms)
+            .value(ToolCalls::FinishedAt, now)
+            .and_where(Expr::col(ToolCalls::TaskId).eq(task.0))
+            .and_where(Expr::col(ToolCalls::CallId).eq(self.call_id.as_str()))
+            .to_owned()
+    }
+
+    /// The columns and values of the call's whole row, when no start recorded it.
+    fn row(
+        &self,
+        task: TaskId,
+        start: &ToolCallStart,
+        attempt: i64,
+        now: i64,
+    ) -> (Vec<ToolCalls>, Vec<Expr>) {
+        CallRow {
+            task,
+            call_id: &self.call_id,
+            turn: self.turn,
+            position: start.position,
+            name: &start.name,
+            arguments: &start.arguments,
+            status: self.status,
+            attempt,
+            started_at: start.started_at,
+        }
+        .columns_values(Some((self, now)))
     }
 }
 
@@ -199,6 +244,61 @@ type MessageRow = (
     i64,
 );
 
+/// `SELECT COALESCE(MAX(seq), 0) AS n`: the number of the task's last message, 0 before the first.
+pub(crate) fn last_seq_of(task: i64) -> sea_query::SelectStatement {
+    Query::select()
+        .expr_as(
+            Func::coalesce([
+                Func::max(Expr::col(TaskMessages::Seq)).into(),
+                Expr::val(0i64),
+            ]),
+            sea_query::Alias::new("n"),
+        )
+        .from(TaskMessages::Table)
+        .and_where(Expr::col(TaskMessages::TaskId).eq(task))
+        .to_owned()
+}
+
+/// The columns of a message's row, in the order of [`message_row`].
+pub(crate) const MESSAGE_COLUMNS: [TaskMessages; 10] = [
+    TaskMessages::TaskId,
+    TaskMessages::Seq,
+    TaskMessages::Turn,
+    TaskMessages::Role,
+    TaskMessages::Message,
+    TaskMessages::PromptTokens,
+    TaskMessages::CompletionTokens,
+    TaskMessages::ModelMs,
+    TaskMessages::Attempt,
+    TaskMessages::CreatedAt,
+];
+
+/// The values of message `m`'s row, numbered `seq`.
+pub(crate) fn message_row(
+    task: i64,
+    seq: Expr,
+    attempt: i64,
+    m: &NewMessage,
+    now: i64,
+) -> Result<Vec<Expr>> {
+    let text = serde_json::to_string(&m.message).map_err(|e| Error::Corrupt {
+        what: "message",
+        message: e.to_string(),
+    })?;
+    Ok(vec![
+        task.into(),
+        seq,
+        m.turn.into(),
+        m.message.role.as_str().into(),
+        text.into(),
+        m.usage.map(|u| u.prompt_tokens as i64).into(),
+        m.usage.map(|u| u.completion_tokens as i64).into(),
+        m.model_ms.into(),
+        attempt.into(),
+        now.into(),
+    ])
+}
+
 /// Fences a write: bumps the event counter if the lease holds, or refuses with `StaleLease`.
 async fn fence(tx: &mut Tx, lease: &Lease, now: i64) -> Result<i64> {
     next_seq_fenced(tx, lease, now)
@@ -219,50 +319,22 @@ async fn insert_messages(
     if messages.is_empty() {
         return Ok(());
     }
-    let max = Query::select()
-        .expr(Func::coalesce([
-            Func::max(Expr::col(TaskMessages::Seq)).into(),
-            Expr::val(0i64),
-        ]))
-        .from(TaskMessages::Table)
-        .and_where(Expr::col(TaskMessages::TaskId).eq(task.0))
-        .to_owned();
     let (last,): (i64,) = tx
-        .fetch_optional(&max)
+        .fetch_optional(&last_seq_of(task.0))
         .await?
         .ok_or_else(|| Error::Migration("max(seq) returned no row".into()))?;
     let mut stmt = Query::insert()
         .into_table(TaskMessages::Table)
-        .columns([
-            TaskMessages::TaskId,
-            TaskMessages::Seq,
-            TaskMessages::Turn,
-            TaskMessages::Role,
-            TaskMessages::Message,
-            TaskMessages::PromptTokens,
-            TaskMessages::CompletionTokens,
-            TaskMessages::ModelMs,
-            TaskMessages::Attempt,
-            TaskMessages::CreatedAt,
-        ])
+        .columns(MESSAGE_COLUMNS)
         .to_owned();
     for (i, m) in messages.iter().enumerate() {
-        let text = serde_json::to_string(&m.message).map_err(|e| Error::Corrupt {
-            what: "message",
-            message: e.to_string(),
-        })?;
-        stmt.values([
-            task.0.into(),
+        stmt.values(message_row(
+            task.0,
             (last + 1 + i as i64).into(),
-            m.turn.into(),
-            m.message.role.as_str().into(),
-            text.into(),
-            m.usage.map(|u| u.prompt_tokens as i64).into(),
-            m.usage.map(|u| u.completion_tokens as i64).into(),
-            m.model_ms.into(),
-            attempt.into(),
-            now.into(),
-        ])?;
+            attempt,
+            m,
+            now,
+        )?)?;
     }
     tx.execute(&stmt).await?;
     Ok(())
@@ -303,6 +375,22 @@ impl Store {
         event: (EventKind, serde_json::Value),
     ) -> Result<()> {
         let now = now_millis();
+        if let Pool::Postgres(_) = &self.pool {
+            let written = fenced::write(
+                &self.pool,
+                lease,
+                now,
+                attempt,
+                messages,
+                Vec::new(),
+                event.0,
+                &event.1,
+            )
+            .await?;
+            if !fenced::collided(written, lease)? {
+                return Ok(());
+            }
+        }
         let mut tx = self.pool.begin().await?;
         let seq = fence(&mut tx, lease, now).await?;
         insert_messages_with_event(&mut tx, lease, seq, now, attempt, messages, event).await?;
@@ -462,7 +550,7 @@ impl Store {
                 attempt,
                 started_at: now,
             };
-            tx.execute(&row.insert(None)?).await?;
+            tx.execute(&row.insert()?).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -476,47 +564,65 @@ impl Store {
         end: &ToolCallEnd,
     ) -> Result<()> {
         let now = now_millis();
+        let message = NewMessage {
+            turn: end.turn,
+            message: end.message.clone(),
+            usage: end.usage,
+            model_ms: None,
+        };
+        if let Pool::Postgres(_) = &self.pool {
+            let call = match &end.unrecorded_start {
+                None => end
+                    .update(lease.task_id, now)
+                    .and_where(Expr::exists(fenced::fence_held()))
+                    .to_owned()
+                    .into(),
+                Some(start) => {
+                    let (columns, values) = end.row(lease.task_id, start, attempt, now);
+                    Query::insert()
+                        .into_table(ToolCalls::Table)
+                        .columns(columns)
+                        .select_from(fenced::from_fence(values))?
+                        .to_owned()
+                        .into()
+                }
+            };
+            let written = fenced::write(
+                &self.pool,
+                lease,
+                now,
+                attempt,
+                std::slice::from_ref(&message),
+                vec![call],
+                EventKind::ToolCall,
+                &end.event,
+            )
+            .await?;
+            if !fenced::collided(written, lease)? {
+                return Ok(());
+            }
+        }
         let mut tx = self.pool.begin().await?;
         let seq = fence(&mut tx, lease, now).await?;
         match &end.unrecorded_start {
             None => {
-                let update = Query::update()
-                    .table(ToolCalls::Table)
-                    .value(ToolCalls::Status, end.status)
-                    .value(ToolCalls::Summary, end.summary.as_str())
-                    .value(ToolCalls::ArtifactId, end.artifact_id.map(|a| a.0))
-                    .value(ToolCalls::DurationMs, end.duration_ms)
-                    .value(ToolCalls::FinishedAt, now)
-                    .and_where(Expr::col(ToolCalls::TaskId).eq(lease.task_id.0))
-                    .and_where(Expr::col(ToolCalls::CallId).eq(end.call_id.as_str()))
-                    .to_owned();
-                tx.execute(&update).await?;
+                tx.execute(&end.update(lease.task_id, now)).await?;
             }
             Some(start) => {
-                let row = CallRow {
-                    task: lease.task_id,
-                    call_id: &end.call_id,
-                    turn: end.turn,
-                    position: start.position,
-                    name: &start.name,
-                    arguments: &start.arguments,
-                    status: end.status,
-                    attempt,
-                    started_at: start.started_at,
-                };
-                tx.execute(&row.insert(Some((end, now)))?).await?;
+                let (columns, values) = end.row(lease.task_id, start, attempt, now);
+                let insert = Query::insert()
+                    .into_table(ToolCalls::Table)
+                    .columns(columns)
+                    .values(values)?
+                    .to_owned();
+                tx.execute(&insert).await?;
             }
         }
         insert_messages(
             &mut tx,
             lease.task_id,
             attempt,
-            &[NewMessage {
-                turn: end.turn,
-                message: end.message.clone(),
-                usage: end.usage,
-                model_ms: None,
-            }],
+            std::slice::from_ref(&message),
             now,
         )
         .await?;

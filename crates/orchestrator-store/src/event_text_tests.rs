@@ -1,7 +1,7 @@
-//! On SQLite a claim's `claimed` events are written by a trigger (migration 0017), on PostgreSQL by
-//! the store. This holds SQLite's text to the store's own, not only the same JSON value, so that a
-//! reader comparing text (an export, a diff of two timelines) sees no difference between the
-//! backends; the conformance suite holds the values alike on both.
+//! A claim's `claimed` events are written by SQL: on SQLite by a trigger (migration 0017), on
+//! PostgreSQL by the claim's own statement. This holds that text to the store's own JSON text, not
+//! only the same JSON value, so that a reader comparing text (an export, a diff of two timelines)
+//! sees no difference; the conformance suite holds the values alike on both backends.
 
 use crate::exec::Pool;
 use crate::{Store, StoreOptions};
@@ -14,15 +14,24 @@ async fn sqlite_store(dir: &tempfile::TempDir) -> Store {
 }
 
 async fn event_text(store: &Store, id: TaskId, kind: &str) -> String {
-    let Pool::Sqlite(pool, _) = &store.pool else {
-        panic!("not SQLite")
-    };
-    sqlx::query_scalar("SELECT data FROM task_events WHERE task_id = ? AND kind = ?")
-        .bind(id.0)
-        .bind(kind)
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    match &store.pool {
+        Pool::Sqlite(pool, _) => {
+            sqlx::query_scalar("SELECT data FROM task_events WHERE task_id = ? AND kind = ?")
+                .bind(id.0)
+                .bind(kind)
+                .fetch_one(pool)
+                .await
+                .unwrap()
+        }
+        Pool::Postgres(pool) => {
+            sqlx::query_scalar("SELECT data FROM task_events WHERE task_id = $1 AND kind = $2")
+                .bind(id.0)
+                .bind(kind)
+                .fetch_one(pool)
+                .await
+                .unwrap()
+        }
+    }
 }
 
 /// Text that JSON must escape, and text it must not.
@@ -43,4 +52,25 @@ async fn the_claimed_events_text_on_sqlite_is_what_the_store_writes_elsewhere() 
         event_text(&store, id, "claimed").await,
         crate::leases::claimed_data(task.attempt, task.epoch, AWKWARD).to_string()
     );
+}
+
+#[tokio::test]
+async fn the_claimed_events_text_on_postgresql_is_what_the_store_writes_elsewhere() {
+    if orchestrator_test_support::postgres_skipped() {
+        return;
+    }
+    let url = orchestrator_test_support::fresh_postgres_url().await;
+    let store = Store::open(&url, &StoreOptions::default()).await.unwrap();
+    let id = store.create_task(&NewTask::new("t")).await.unwrap();
+    let (task, _) = store
+        .claim(AWKWARD, &["default".to_owned()], 1, 60_000)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(
+        event_text(&store, id, "claimed").await,
+        crate::leases::claimed_data(task.attempt, task.epoch, AWKWARD).to_string()
+    );
+    store.close().await;
 }

@@ -3,7 +3,8 @@
 //! Events are only inserted in the transaction that makes the change they describe (see tasks.rs);
 //! this module reads them and offers a fenced append for progress that changes no state.
 
-use crate::exec::Tx;
+use crate::exec::{Pool, Tx};
+use crate::fenced::{self, Written};
 use crate::leases::{Lease, next_seq_fenced};
 use crate::{Error, Result, Store};
 use orchestrator_types::{EventKind, TaskEvent, TaskId, TaskState, now_millis};
@@ -187,6 +188,15 @@ impl Store {
         data: serde_json::Value,
     ) -> Result<i64> {
         let now = now_millis();
+        if let Pool::Postgres(_) = &self.pool {
+            let written =
+                fenced::write(&self.pool, lease, now, 0, &[], Vec::new(), kind, &data).await?;
+            if let Written::Event(seq) = written {
+                return Ok(seq);
+            }
+            // Stale; a collision needs a message, and would be written below.
+            fenced::collided(written, lease)?;
+        }
         let mut tx = self.pool.begin().await?;
         let seq = next_seq_fenced(&mut tx, lease, now)
             .await?

@@ -278,6 +278,12 @@ pub(crate) fn sqlite_change_mark() -> sea_query::Expr {
     )
 }
 
+/// [`Tx::change_mark`] on PostgreSQL: the transaction's id, also right for a statement that is a
+/// transaction of its own.
+pub(crate) fn postgres_change_mark() -> sea_query::Expr {
+    sea_query::Expr::cust("pg_current_xact_id()::text::bigint")
+}
+
 impl Tx {
     pub(crate) async fn execute<S: SqlxBinder>(&mut self, stmt: &S) -> Result<u64> {
         dispatch!(self, stmt, |tx, sql, values| Ok(sqlx::query_with(
@@ -337,7 +343,7 @@ impl Tx {
     pub(crate) fn change_mark(&self) -> sea_query::Expr {
         match self {
             Tx::Sqlite(..) => sqlite_change_mark(),
-            Tx::Postgres(_) => sea_query::Expr::cust("pg_current_xact_id()::text::bigint"),
+            Tx::Postgres(_) => postgres_change_mark(),
         }
     }
 

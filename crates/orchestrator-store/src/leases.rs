@@ -4,8 +4,8 @@
 //! Every write of an attempt names its lease; a write whose epoch is no longer the task's is
 //! refused, which is what makes a worker that lost its lease harmless.
 
-use crate::events::{EventInsert, insert_events};
-use crate::exec::{Pool, Tx, sqlite_change_mark};
+use crate::events::{EventInsert, TaskEvents, insert_events};
+use crate::exec::{Pool, Tx, postgres_change_mark, sqlite_change_mark};
 use crate::tasks::{COLUMNS, Task, TaskRow, Tasks, state_is};
 use crate::{Error, Result, Store};
 use orchestrator_types::{EventKind, NewTask, TaskId, TaskState, now_millis};
@@ -135,15 +135,23 @@ fn requirements_met(offers: &[String]) -> Expr {
 /// Bumps the task's event counter if `lease` still holds the running task, returning the number for
 /// the next event. `None` means the lease is stale.
 pub(crate) async fn next_seq_fenced(tx: &mut Tx, lease: &Lease, now: i64) -> Result<Option<i64>> {
-    let stmt = Query::update()
+    Ok(tx
+        .fetch_optional::<(i64,), _>(&fence_statement(lease, now))
+        .await?
+        .map(|(s,)| s))
+}
+
+/// The fence: bumps the event counter of the task `lease` holds, running, returning the new number;
+/// no row when the lease is stale.
+pub(crate) fn fence_statement(lease: &Lease, now: i64) -> sea_query::UpdateStatement {
+    Query::update()
         .table(Tasks::Table)
         .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
         .value(Tasks::UpdatedAt, now)
         .cond_where(lease_matches(lease))
         .and_where(state_is(TaskState::Running))
         .returning_col(Tasks::EventSeq)
-        .to_owned();
-    Ok(tx.fetch_optional::<(i64,), _>(&stmt).await?.map(|(s,)| s))
+        .to_owned()
 }
 
 /// Applies a `Wait` end: the task waits, its attempt refunded, unless a cancel was requested (it
@@ -282,13 +290,15 @@ impl Store {
             .next())
     }
 
-    /// Claims the rows `cond(now)` matches. The time is read once the transaction has begun, so
-    /// a slow round trip to the database or a wait for the writer lock is not taken from the lease.
+    /// Claims the rows `cond(now)` matches. On SQLite the time is read once it is the claim's turn
+    /// to write, so a wait for the writer lock is not taken from the lease.
     ///
-    /// On SQLite the claim is one statement, a transaction of its own, on the claims' connection
-    /// (see `claim_pool`); the `claimed` events are written by a trigger of the same statement
-    /// (migration 0017). Each statement is a round trip to the connection's thread, and a claim
-    /// in a transaction was four of them (about 0.05 ms of an idle claim, in the queue bench).
+    /// The claim is one statement, a transaction of its own. On SQLite it runs on the claims'
+    /// connection (see `claim_pool`) and a trigger of the same statement writes the `claimed`
+    /// events (migration 0017); each statement is a round trip to the connection's thread, and a
+    /// claim in a transaction was four of them (about 0.05 ms of an idle claim, in the queue
+    /// bench). On PostgreSQL the events' insert rides in the statement's WITH clause
+    /// (`claim_with_events`): there each statement is a round trip to the server.
     async fn claim_where(
         &self,
         owner: &str,
@@ -304,11 +314,14 @@ impl Store {
                 .await?;
             return claimed_from(rows);
         }
-        let mut tx = self.claims.begin().await?;
+        // On PostgreSQL one statement too, its events written by a data-modifying WITH: a
+        // transaction of the claim and the events' insert was four round trips to the server.
         let now = now_millis();
-        let claimed = claim_in(&mut tx, owner, cond(now), lease_ms, now).await?;
-        tx.commit().await?;
-        Ok(claimed)
+        let rows: Vec<TaskRow> = self
+            .claims
+            .fetch_all(&claim_with_events(owner, cond(now), lease_ms, now)?)
+            .await?;
+        claimed_from(rows)
     }
 
     /// Extends the leases that are still held by `lease_ms` from now, and reports for each lease
@@ -758,6 +771,59 @@ async fn claim_in(
 /// the same order; a test holds the two to the same text.
 pub(crate) fn claimed_data(attempt: i64, epoch: i64, owner: &str) -> serde_json::Value {
     json!({ "attempt": attempt, "epoch": epoch, "worker": owner })
+}
+
+/// PostgreSQL's claim in one statement: the claim, and the insert of its rows' `claimed` events in a
+/// WITH, their text built by the statement as `claimed_data` would write it (keys in the same
+/// order, the worker's name as the store's own JSON text of it, bound).
+fn claim_with_events(
+    owner: &str,
+    cond: Expr,
+    lease_ms: i64,
+    now: i64,
+) -> Result<sea_query::WithQuery> {
+    let claimed = sea_query::Alias::new("claimed");
+    let update = claim_statement(owner, cond, lease_ms, now, postgres_change_mark());
+    let worker = serde_json::Value::from(owner).to_string();
+    let data = Expr::cust_with_values(
+        r#"'{"attempt":' || "attempt" || ',"epoch":' || "epoch" || ',"worker":' || $1 || '}'"#,
+        [worker],
+    );
+    let events = Query::insert()
+        .into_table(TaskEvents::Table)
+        .columns([
+            TaskEvents::TaskId,
+            TaskEvents::Seq,
+            TaskEvents::At,
+            TaskEvents::Kind,
+            TaskEvents::Data,
+        ])
+        .select_from(
+            Query::select()
+                .column(Tasks::Id)
+                .column(Tasks::EventSeq)
+                .expr(Expr::val(now))
+                .expr(Expr::val(EventKind::Claimed.as_str()))
+                .expr(data)
+                .from(claimed.clone())
+                .to_owned(),
+        )?
+        .to_owned();
+    Ok(sea_query::WithClause::new()
+        .cte(
+            sea_query::CommonTableExpression::new()
+                .query(update)
+                .table_name(claimed.clone())
+                .to_owned(),
+        )
+        .cte(
+            sea_query::CommonTableExpression::new()
+                .query(events)
+                .table_name(sea_query::Alias::new("claimed_events"))
+                .to_owned(),
+        )
+        .to_owned()
+        .query(Query::select().columns(COLUMNS).from(claimed).to_owned()))
 }
 
 /// The claim of the queued rows `cond` matches, at `now`, returning them whole.

@@ -23,6 +23,7 @@ mod error;
 mod event_text_tests;
 mod events;
 mod exec;
+mod fenced;
 mod gates;
 mod identity;
 mod lease_line;

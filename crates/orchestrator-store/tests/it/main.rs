@@ -43,6 +43,7 @@ conformance!(
     approvals_close_when_their_task_ends_on_every_path,
     children_and_shell_jobs_are_fenced_by_the_lease,
     an_agents_writes_are_fenced_by_its_lease,
+    ends_of_calls_are_fenced_and_concurrent_ends_all_land,
     questions_take_text_answers,
     canceling_a_parent_cancels_its_children,
     shell_jobs_end_or_go_stale,

@@ -777,3 +777,75 @@ pub async fn an_agents_writes_are_fenced_by_its_lease(db: &TestStore) {
     // A person's input is not a worker's write: no lease to check.
     store.post_input(child, "from a person").await.unwrap();
 }
+
+/// A call's end under a stale lease writes nothing (its row, its message, its event), whether a
+/// start recorded the call or not; the ends of one reply's calls that land together are all saved,
+/// their messages and events numbered without a gap.
+pub async fn ends_of_calls_are_fenced_and_concurrent_ends_all_land(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&agent_task("calls")).await.unwrap();
+    let (_, lease) = claim_one(&store).await;
+    let end = |call_id: &str, unrecorded: bool| ToolCallEnd {
+        call_id: call_id.into(),
+        turn: 1,
+        status: call_status::SUCCEEDED,
+        summary: "read".into(),
+        artifact_id: None,
+        duration_ms: 1,
+        message: ChatMessage::tool(call_id, "text"),
+        usage: None,
+        event: json!({"call_id": call_id}),
+        unrecorded_start: unrecorded.then(|| orchestrator_store::ToolCallStart {
+            position: 0,
+            name: "read_file".into(),
+            arguments: "{}".into(),
+            started_at: 1_000,
+        }),
+    };
+    store
+        .tool_call_started(&lease, 1, 1, 0, "recorded", "exec_shell", "{}")
+        .await
+        .unwrap();
+    let events_before = store.events(id, 0, 100).await.unwrap().len();
+    let stale = Lease {
+        task_id: id,
+        epoch: lease.epoch + 1,
+    };
+    for (call_id, unrecorded) in [("recorded", false), ("quick", true)] {
+        let err = store
+            .tool_call_finished(&stale, 1, &end(call_id, unrecorded))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::StaleLease { .. }), "{err}");
+    }
+    let calls = store.tool_calls(id).await.unwrap();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].status, call_status::STARTED);
+    assert_eq!(calls[0].finished_at, None);
+    assert!(store.messages(id).await.unwrap().is_empty());
+    assert_eq!(store.events(id, 0, 100).await.unwrap().len(), events_before);
+
+    let ends: Vec<_> = (0..8)
+        .map(|n| {
+            let store = store.clone();
+            let (lease, end) = (lease.clone(), end(&format!("c{n}"), true));
+            tokio::spawn(async move { store.tool_call_finished(&lease, 1, &end).await })
+        })
+        .collect();
+    for end in ends {
+        end.await.unwrap().unwrap();
+    }
+    let seqs: Vec<i64> = store
+        .messages(id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+    assert_eq!(seqs, (1..=8).collect::<Vec<_>>());
+    assert_eq!(store.tool_calls(id).await.unwrap().len(), 9);
+    let events = store.events(id, 0, 100).await.unwrap();
+    let numbers: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(numbers, (1..=numbers.len() as i64).collect::<Vec<_>>());
+    assert_eq!(events.iter().filter(|e| e.kind == "tool_call").count(), 8);
+}
