@@ -580,4 +580,41 @@ mod tests {
             "postgres://bob@db/x?sslmode=disable&password=***"
         );
     }
+
+    /// A task created by another process of a shared PostgreSQL store wakes this one's idle
+    /// claimers (the creation's NOTIFY, sent by its one statement), not only its poll.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_created_elsewhere_wakes_the_claimers_on_postgresql() {
+        use std::time::Duration;
+        if orchestrator_test_support::postgres_skipped() {
+            return;
+        }
+        let url = orchestrator_test_support::fresh_postgres_url().await;
+        let here = Store::open(&url, &StoreOptions::default()).await.unwrap();
+        let elsewhere = Store::open(&url, &StoreOptions::default()).await.unwrap();
+        let mut wakeup = here.wakeup().await;
+        // The listener wakes once when its LISTEN is in place; from then on every NOTIFY counts.
+        let listening = tokio::time::timeout(
+            Duration::from_secs(60),
+            wakeup.wait(Duration::from_secs(3600)),
+        )
+        .await;
+        assert!(listening.is_ok(), "the LISTEN connection never came up");
+        wakeup.mark_seen();
+        elsewhere
+            .create_task(&NewTask::new("anywhere"))
+            .await
+            .unwrap();
+        let woken = tokio::time::timeout(
+            Duration::from_secs(60),
+            wakeup.wait(Duration::from_secs(3600)),
+        )
+        .await;
+        assert!(
+            woken.is_ok(),
+            "the creation's NOTIFY never reached the other store"
+        );
+        here.close().await;
+        elsewhere.close().await;
+    }
 }

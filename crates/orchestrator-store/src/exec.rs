@@ -278,6 +278,10 @@ pub(crate) fn sqlite_change_mark() -> sea_query::Expr {
     )
 }
 
+/// The notice to the claimers waiting on PostgreSQL (`LISTEN orchestrator_tasks`) that a task may
+/// be ready; sent when its transaction commits.
+pub(crate) const NOTIFY_TASKS: &str = "pg_notify('orchestrator_tasks', '')";
+
 /// [`Tx::change_mark`] on PostgreSQL: the transaction's id, also right for a statement that is a
 /// transaction of its own.
 pub(crate) fn postgres_change_mark() -> sea_query::Expr {
@@ -328,7 +332,7 @@ impl Tx {
     /// where the in-process notifier is used after commit instead.
     pub(crate) async fn notify_task_available(&mut self) -> Result<()> {
         if let Tx::Postgres(tx) = self {
-            sqlx::query("SELECT pg_notify('orchestrator_tasks', '')")
+            sqlx::query(AssertSqlSafe(format!("SELECT {NOTIFY_TASKS}")))
                 .execute(&mut **tx)
                 .await?;
         }

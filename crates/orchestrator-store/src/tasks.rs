@@ -9,7 +9,7 @@
 //! numbers gap-free and unique, and an event can never describe a change that did not commit.
 
 use crate::events::{EventInsert, insert_events};
-use crate::exec::Tx;
+use crate::exec::{Pool, Tx};
 use crate::{Error, Result, Store};
 use orchestrator_types::placement::{self, Placement};
 use orchestrator_types::{
