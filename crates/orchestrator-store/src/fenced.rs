@@ -263,16 +263,20 @@ mod tests {
                 .await
         });
         // Once the statement waits for the lock, its snapshot is taken without the other's row.
+        // Watched from a connection outside any transaction: inside one, PostgreSQL keeps the
+        // first read of pg_stat_activity for the rest of the transaction.
+        let mut watcher = sqlx::PgConnection::connect(&url).await.unwrap();
         let started = Instant::now();
         loop {
             let (waiting,): (i64,) = sqlx::query_as(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND query LIKE 'WITH \"fence\"%'",
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND query LIKE 'WITH \"fence\"%'",
             )
-            .fetch_one(&mut other)
+            .fetch_one(&mut watcher)
             .await
             .unwrap();
-            if waiting == 1 {
+            // Only this test uses its database; other tests' statements wait in theirs.
+            if waiting > 0 {
                 break;
             }
             assert!(
