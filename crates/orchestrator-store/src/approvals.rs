@@ -244,6 +244,36 @@ pub(crate) async fn resume_if_answered(tx: &mut Tx, task: TaskId, now: i64) -> R
     Ok(resumed)
 }
 
+/// The status and answer `decision` gives `approval`, or why it cannot be given.
+fn decided(
+    approval: &Approval,
+    decision: &ApprovalDecision,
+) -> Result<(&'static str, Option<String>)> {
+    if approval.status != approval_status::PENDING {
+        return Err(Error::ApprovalDecided {
+            id: approval.id,
+            status: approval.status.clone(),
+        });
+    }
+    match (decision, approval.kind.as_str()) {
+        (ApprovalDecision::Approve, approval_kind::TOOL) => Ok((approval_status::APPROVED, None)),
+        (ApprovalDecision::Deny { reason }, _) => Ok((approval_status::DENIED, reason.clone())),
+        (ApprovalDecision::Answer(text), approval_kind::QUESTION) => {
+            // Options are suggestions: free text is always a valid answer, an empty one is not.
+            if text.trim().is_empty() {
+                return Err(Error::InvalidAnswer("the answer is empty".into()));
+            }
+            Ok((approval_status::ANSWERED, Some(text.clone())))
+        }
+        (ApprovalDecision::Approve, _) => Err(Error::InvalidAnswer(
+            "this is a question: answer it with a text (approval answer ID TEXT)".into(),
+        )),
+        (ApprovalDecision::Answer(_), _) => Err(Error::InvalidAnswer(
+            "this is a tool approval: approve or deny it".into(),
+        )),
+    }
+}
+
 /// Locks the task row (PostgreSQL; SQLite's write lock covers it) so a decision and the worker's
 /// pause are ordered.
 async fn lock_task(tx: &mut Tx, task: TaskId) -> Result<Option<String>> {
@@ -430,31 +460,13 @@ impl Store {
         let before = fetch(&mut tx, id).await?;
         lock_task(&mut tx, before.task_id).await?;
         let approval = fetch(&mut tx, id).await?;
-        if approval.status != approval_status::PENDING {
-            return Err(Error::ApprovalDecided {
-                id,
-                status: approval.status,
-            });
-        }
-        let (status, answer) = match (decision, approval.kind.as_str()) {
-            (ApprovalDecision::Approve, approval_kind::TOOL) => (approval_status::APPROVED, None),
-            (ApprovalDecision::Deny { reason }, _) => (approval_status::DENIED, reason.clone()),
-            (ApprovalDecision::Answer(text), approval_kind::QUESTION) => {
-                // Options are suggestions: free text is always a valid answer, an empty one is not.
-                if text.trim().is_empty() {
-                    return Err(Error::InvalidAnswer("the answer is empty".into()));
-                }
-                (approval_status::ANSWERED, Some(text.clone()))
-            }
-            (ApprovalDecision::Approve, _) => {
-                return Err(Error::InvalidAnswer(
-                    "this is a question: answer it with a text (approval answer ID TEXT)".into(),
-                ));
-            }
-            (ApprovalDecision::Answer(_), _) => {
-                return Err(Error::InvalidAnswer(
-                    "this is a tool approval: approve or deny it".into(),
-                ));
+        let (status, answer) = match decided(&approval, decision) {
+            Ok(decided) => decided,
+            Err(refused) => {
+                // Not left to the dropped transaction: its lock on the task row would outlive
+                // this call, and a claim meanwhile would pass the task over.
+                tx.rollback().await?;
+                return Err(refused);
             }
         };
         let stmt = Query::update()

@@ -358,6 +358,17 @@ impl Tx {
         }
         Ok(())
     }
+
+    /// Ends the transaction without writing, before returning. A transaction merely dropped is
+    /// rolled back later, when the driver next uses its connection: until then it keeps its locks
+    /// (a task row a claim's `SKIP LOCKED` then passes over; on SQLite, the write lock).
+    pub(crate) async fn rollback(self) -> Result<()> {
+        match self {
+            Tx::Sqlite(tx, _turn) => tx.rollback().await?,
+            Tx::Postgres(tx) => tx.rollback().await?,
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

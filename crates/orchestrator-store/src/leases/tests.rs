@@ -173,3 +173,76 @@ async fn a_heartbeat_behind_a_long_write_extends_from_when_it_runs() {
         now_millis() - expires
     );
 }
+
+/// Whether another connection finds `id`'s row locked (`FOR UPDATE NOWAIT` refused).
+async fn row_locked(other: &mut sqlx::PgConnection, id: TaskId) -> bool {
+    sqlx::query("SELECT id FROM tasks WHERE id = $1 FOR UPDATE NOWAIT")
+        .bind(id.0)
+        .execute(&mut *other)
+        .await
+        .is_err()
+}
+
+/// A refused decision (the approval was decided already) and a refused retry (the task is
+/// queued) end their transactions before they return. Dropped, a transaction is rolled back only
+/// when the driver next uses its connection, and until then its lock on the task row made a claim
+/// (`SKIP LOCKED`) pass over a queued task. On one runtime thread the check below runs before the
+/// driver could do that.
+#[tokio::test]
+async fn a_refused_decision_or_retry_leaves_the_task_unlocked() {
+    if orchestrator_test_support::postgres_skipped() {
+        return;
+    }
+    use crate::{ApprovalDecision, NewApproval, approval_kind};
+    use sqlx::Connection;
+    let url = orchestrator_test_support::fresh_postgres_url().await;
+    let store = Store::open(&url, &crate::StoreOptions::default())
+        .await
+        .unwrap();
+    let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+    let id = store.create_task(&NewTask::new("asks")).await.unwrap();
+    let (_, lease) = store.claim_task("w", id, 60_000).await.unwrap().unwrap();
+    let approval = store
+        .request_approval(
+            &lease,
+            &NewApproval {
+                call_id: "c1".into(),
+                kind: approval_kind::TOOL,
+                tool: "exec_shell".into(),
+                arguments: serde_json::json!({}),
+                reason: "asked".into(),
+                options: None,
+                expires_at: now_millis() + 60_000,
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .decide_approval(approval.id, &ApprovalDecision::Approve, "ann")
+        .await
+        .unwrap();
+    assert!(!row_locked(&mut other, id).await);
+    let refused = store
+        .decide_approval(approval.id, &ApprovalDecision::Approve, "bob")
+        .await;
+    assert!(
+        matches!(refused, Err(Error::ApprovalDecided { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        !row_locked(&mut other, id).await,
+        "the refused decision left the task row locked"
+    );
+
+    let queued = store.create_task(&NewTask::new("queued")).await.unwrap();
+    let refused = store.retry_task(queued).await;
+    assert!(
+        matches!(refused, Err(Error::WrongState { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        !row_locked(&mut other, queued).await,
+        "the refused retry left the task row locked"
+    );
+    store.close().await;
+}

@@ -133,6 +133,9 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let task = fetch_task_tx(&mut tx, id).await?;
         if !matches!(task.state, TaskState::Failed | TaskState::Canceled) {
+            // Ended here, not when dropped: the row's lock would outlive the call, and a claim of
+            // the queued task meanwhile would pass it over.
+            tx.rollback().await?;
             return Err(Error::WrongState {
                 task: id,
                 state: task.state.to_string(),
