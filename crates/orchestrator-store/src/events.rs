@@ -28,18 +28,21 @@ pub(crate) struct EventInsert {
     pub data: serde_json::Value,
 }
 
+/// The columns of an event's row, in the order its inserts give them and its reads take them.
+pub(crate) const EVENT_COLUMNS: [TaskEvents; 5] = [
+    TaskEvents::TaskId,
+    TaskEvents::Seq,
+    TaskEvents::At,
+    TaskEvents::Kind,
+    TaskEvents::Data,
+];
+
 /// Inserts events with one statement per few hundred rows.
 pub(crate) async fn insert_events(tx: &mut Tx, events: &[EventInsert]) -> Result<()> {
     for chunk in events.chunks(150) {
         let mut stmt = Query::insert()
             .into_table(TaskEvents::Table)
-            .columns([
-                TaskEvents::TaskId,
-                TaskEvents::Seq,
-                TaskEvents::At,
-                TaskEvents::Kind,
-                TaskEvents::Data,
-            ])
+            .columns(EVENT_COLUMNS)
             .to_owned();
         for event in chunk {
             stmt.values([
@@ -75,13 +78,7 @@ impl Store {
         limit: u64,
     ) -> Result<Vec<TaskEvent>> {
         let mut stmt = Query::select()
-            .columns([
-                TaskEvents::TaskId,
-                TaskEvents::Seq,
-                TaskEvents::At,
-                TaskEvents::Kind,
-                TaskEvents::Data,
-            ])
+            .columns(EVENT_COLUMNS)
             .from(TaskEvents::Table)
             .and_where(Expr::col(TaskEvents::TaskId).eq(task.0))
             .and_where(Expr::col(TaskEvents::Seq).gt(after))

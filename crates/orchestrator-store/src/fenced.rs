@@ -28,7 +28,7 @@
 //! own `RETURNING`, which PostgreSQL evaluates on the row as it is once the lock is granted.
 
 use crate::conversation::{MESSAGE_COLUMNS, NewMessage, TaskMessages, last_seq_of, message_row};
-use crate::events::TaskEvents;
+use crate::events::{EVENT_COLUMNS, TaskEvents};
 use crate::exec::Pool;
 use crate::leases::{Lease, fence_statement};
 use crate::{Error, Result};
@@ -166,13 +166,7 @@ fn statement(
     }
     let event = Query::insert()
         .into_table(TaskEvents::Table)
-        .columns([
-            TaskEvents::TaskId,
-            TaskEvents::Seq,
-            TaskEvents::At,
-            TaskEvents::Kind,
-            TaskEvents::Data,
-        ])
+        .columns(EVENT_COLUMNS)
         .select_from(from_fence(vec![
             Expr::val(task),
             Expr::col((Alias::new(FENCE), crate::tasks::Tasks::EventSeq)),

@@ -4,7 +4,7 @@
 //! Every write of an attempt names its lease; a write whose epoch is no longer the task's is
 //! refused, which is what makes a worker that lost its lease harmless.
 
-use crate::events::{EventInsert, TaskEvents, insert_events};
+use crate::events::{EVENT_COLUMNS, EventInsert, TaskEvents, insert_events};
 use crate::exec::{Pool, Tx, postgres_change_mark, sqlite_change_mark};
 use crate::tasks::{COLUMNS, Task, TaskRow, Tasks, state_is};
 use crate::{Error, Result, Store};
@@ -791,13 +791,7 @@ fn claim_with_events(
     );
     let events = Query::insert()
         .into_table(TaskEvents::Table)
-        .columns([
-            TaskEvents::TaskId,
-            TaskEvents::Seq,
-            TaskEvents::At,
-            TaskEvents::Kind,
-            TaskEvents::Data,
-        ])
+        .columns(EVENT_COLUMNS)
         .select_from(
             Query::select()
                 .column(Tasks::Id)

@@ -150,13 +150,7 @@ fn create_one_statement(
     let insert = insert_statement(&placed, now, None)?;
     let event = Query::insert()
         .into_table(crate::events::TaskEvents::Table)
-        .columns([
-            crate::events::TaskEvents::TaskId,
-            crate::events::TaskEvents::Seq,
-            crate::events::TaskEvents::At,
-            crate::events::TaskEvents::Kind,
-            crate::events::TaskEvents::Data,
-        ])
+        .columns(crate::events::EVENT_COLUMNS)
         .select_from(
             Query::select()
                 .column(Tasks::Id)
