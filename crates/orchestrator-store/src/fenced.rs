@@ -11,7 +11,7 @@
 //! ```sql
 //! WITH fence AS (UPDATE tasks SET event_seq = event_seq + 1 ... RETURNING event_seq),
 //!      last AS (SELECT COALESCE(MAX(seq), 0) AS n FROM task_messages WHERE task_id = $1),
-//!      m1 AS (INSERT INTO task_messages (...) SELECT $1, last.n + 1, ... FROM fence, last),
+//!      m0 AS (INSERT INTO task_messages (...) SELECT $1, last.n + 1, ... FROM fence, last),
 //!      e AS (INSERT INTO task_events (...) SELECT $1, fence.event_seq, ... FROM fence)
 //! SELECT event_seq FROM fence
 //! ```
