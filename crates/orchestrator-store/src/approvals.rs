@@ -325,12 +325,7 @@ impl Store {
         }
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
-        let seq = next_seq_fenced(&mut tx, lease, now)
-            .await?
-            .ok_or(Error::StaleLease {
-                task: lease.task_id,
-                epoch: lease.epoch,
-            })?;
+        let seq = next_seq_fenced(&mut tx, lease, now).await?;
         let options = match &new.options {
             Some(o) => Some(serde_json::to_string(o).map_err(|e| Error::Corrupt {
                 what: "approval options",

@@ -6,7 +6,7 @@
 
 use crate::events::{EventInsert, insert_events};
 use crate::leases::{Lease, next_seq_fenced};
-use crate::{Error, Result, Store};
+use crate::{Result, Store};
 use orchestrator_types::{EventKind, TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query};
 use serde::{Deserialize, Serialize};
@@ -42,12 +42,7 @@ impl Store {
     ) -> Result<Vec<ChecklistItem>> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
-        let seq = next_seq_fenced(&mut tx, lease, now)
-            .await?
-            .ok_or(Error::StaleLease {
-                task: lease.task_id,
-                epoch: lease.epoch,
-            })?;
+        let seq = next_seq_fenced(&mut tx, lease, now).await?;
         let delete = Query::delete()
             .from_table(ChecklistItems::Table)
             .and_where(Expr::col(ChecklistItems::TaskId).eq(lease.task_id.0))

@@ -161,12 +161,7 @@ impl Store {
             })?;
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
-        let seq = next_seq_fenced(&mut tx, lease, now)
-            .await?
-            .ok_or(Error::StaleLease {
-                task: lease.task_id,
-                epoch: lease.epoch,
-            })?;
+        let seq = next_seq_fenced(&mut tx, lease, now).await?;
         // The task's row is locked by the fence, so no message of this attempt lands in between.
         let last = Query::select()
             .expr(Expr::col(crate::conversation::TaskMessages::Seq).max())

@@ -299,16 +299,6 @@ pub(crate) fn message_row(
     ])
 }
 
-/// Fences a write: bumps the event counter if the lease holds, or refuses with `StaleLease`.
-async fn fence(tx: &mut Tx, lease: &Lease, now: i64) -> Result<i64> {
-    next_seq_fenced(tx, lease, now)
-        .await?
-        .ok_or(Error::StaleLease {
-            task: lease.task_id,
-            epoch: lease.epoch,
-        })
-}
-
 async fn insert_messages(
     tx: &mut Tx,
     task: TaskId,
@@ -392,7 +382,7 @@ impl Store {
             }
         }
         let mut tx = self.pool.begin().await?;
-        let seq = fence(&mut tx, lease, now).await?;
+        let seq = next_seq_fenced(&mut tx, lease, now).await?;
         insert_messages_with_event(&mut tx, lease, seq, now, attempt, messages, event).await?;
         tx.commit().await?;
         Ok(())
@@ -412,7 +402,7 @@ impl Store {
     ) -> Result<Option<ArtifactId>> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
-        let seq = fence(&mut tx, lease, now).await?;
+        let seq = next_seq_fenced(&mut tx, lease, now).await?;
         let artifact = match summary {
             Some(text) => {
                 let captured = orchestrator_types::Captured::from_bytes(
@@ -603,7 +593,7 @@ impl Store {
             }
         }
         let mut tx = self.pool.begin().await?;
-        let seq = fence(&mut tx, lease, now).await?;
+        let seq = next_seq_fenced(&mut tx, lease, now).await?;
         match &end.unrecorded_start {
             None => {
                 tx.execute(&end.update(lease.task_id, now)).await?;

@@ -195,12 +195,7 @@ impl Store {
             fenced::collided(written, lease)?;
         }
         let mut tx = self.pool.begin().await?;
-        let seq = next_seq_fenced(&mut tx, lease, now)
-            .await?
-            .ok_or(Error::StaleLease {
-                task: lease.task_id,
-                epoch: lease.epoch,
-            })?;
+        let seq = next_seq_fenced(&mut tx, lease, now).await?;
         insert_events(
             &mut tx,
             &[EventInsert {

@@ -166,12 +166,7 @@ impl Store {
             run.position,
         )
         .await?;
-        let seq = next_seq_fenced(&mut tx, run.lease, now)
-            .await?
-            .ok_or(Error::StaleLease {
-                task: run.lease.task_id,
-                epoch: run.lease.epoch,
-            })?;
+        let seq = next_seq_fenced(&mut tx, run.lease, now).await?;
         insert_events(
             &mut tx,
             &[EventInsert {

@@ -133,12 +133,15 @@ fn requirements_met(offers: &[String]) -> Expr {
 }
 
 /// Bumps the task's event counter if `lease` still holds the running task, returning the number for
-/// the next event. `None` means the lease is stale.
-pub(crate) async fn next_seq_fenced(tx: &mut Tx, lease: &Lease, now: i64) -> Result<Option<i64>> {
-    Ok(tx
-        .fetch_optional::<(i64,), _>(&fence_statement(lease, now))
+/// the next event; `StaleLease` if it does not.
+pub(crate) async fn next_seq_fenced(tx: &mut Tx, lease: &Lease, now: i64) -> Result<i64> {
+    tx.fetch_optional::<(i64,), _>(&fence_statement(lease, now))
         .await?
-        .map(|(s,)| s))
+        .map(|(s,)| s)
+        .ok_or(Error::StaleLease {
+            task: lease.task_id,
+            epoch: lease.epoch,
+        })
 }
 
 /// The fence: bumps the event counter of the task `lease` holds, running, returning the new number;

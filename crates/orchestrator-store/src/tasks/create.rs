@@ -299,12 +299,7 @@ impl Store {
         placement::validate_requirement(requirement)?;
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
-        let seq = crate::leases::next_seq_fenced(&mut tx, lease, now)
-            .await?
-            .ok_or(Error::StaleLease {
-                task: lease.task_id,
-                epoch: lease.epoch,
-            })?;
+        let seq = crate::leases::next_seq_fenced(&mut tx, lease, now).await?;
         let read = Query::select()
             .column(Tasks::Spec)
             .from(Tasks::Table)
