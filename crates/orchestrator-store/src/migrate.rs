@@ -45,6 +45,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(15, "0015_placement"),
     migration!(16, "0016_checkpoints"),
     migration!(17, "0017_claimed_event_trigger"),
+    migration!(18, "0018_lighter_task_writes"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

@@ -97,34 +97,54 @@ impl Store {
         Ok(found < RARE as i64)
     }
 
-    /// The title filter: the lower-cased title contains `text`. On SQLite a rare text is found
-    /// through the titles' trigram index (`tasks_title`), a common one by walking the tasks.
+    /// The title filter: the lower-cased title contains `text`. A rare text is found through the
+    /// titles' trigram index, which each backend keeps in a table of its own, written when a task
+    /// is created and never at its claim or end: SQLite's `tasks_title` (FTS5, migration 0007) and
+    /// PostgreSQL's `task_titles` (pg_trgm, migration 0018). A common text is found by walking the
+    /// tasks. Either way the LIKE on `tasks` decides; the index only names candidates. A trigram
+    /// index knows nothing of texts shorter than a trigram.
     async fn title_filter(&self, stmt: &mut SelectStatement, text: &str) -> Result<()> {
+        let pattern = contains_pattern(text);
         stmt.and_where(
             Expr::expr(sea_query::Func::lower(Expr::col(Tasks::Title)))
-                .like(sea_query::LikeExpr::new(contains_pattern(text)).escape('\\')),
+                .like(sea_query::LikeExpr::new(pattern.clone()).escape('\\')),
         );
-        // PostgreSQL's planner chooses between the pg_trgm index and a walk by id by itself, from
-        // its statistics of the indexed expression (gathered by autovacuum's ANALYZE). A trigram
-        // index knows nothing of texts shorter than a trigram.
-        if self.backend() != crate::Backend::Sqlite || text.chars().count() < 3 {
+        if text.chars().count() < 3 {
             return Ok(());
         }
-        let phrase = format!("\"{}\"", text.replace('"', "\"\""));
-        let candidates = Query::select()
-            .expr(Expr::cust("rowid"))
-            .from(sea_query::Alias::new("tasks_title"))
-            .and_where(Expr::cust_with_values(
-                "tasks_title MATCH ?",
-                [phrase.clone()],
-            ))
-            .to_owned();
+        let (candidates, among) = match self.backend() {
+            crate::Backend::Sqlite => {
+                let phrase = format!("\"{}\"", text.replace('"', "\"\""));
+                (
+                    Query::select()
+                        .expr(Expr::cust("rowid"))
+                        .from(sea_query::Alias::new("tasks_title"))
+                        .and_where(Expr::cust_with_values(
+                            "tasks_title MATCH ?",
+                            [phrase.clone()],
+                        ))
+                        .to_owned(),
+                    Expr::cust_with_values(
+                        "\"id\" IN (SELECT rowid FROM tasks_title WHERE tasks_title MATCH ?)",
+                        [phrase],
+                    ),
+                )
+            }
+            crate::Backend::Postgres => {
+                let titles = Query::select()
+                    .column(sea_query::Alias::new("task_id"))
+                    .from(sea_query::Alias::new("task_titles"))
+                    .and_where(
+                        Expr::col(sea_query::Alias::new("title"))
+                            .like(sea_query::LikeExpr::new(pattern).escape('\\')),
+                    )
+                    .to_owned();
+                (titles.clone(), Expr::col(Tasks::Id).in_subquery(titles))
+            }
+        };
         if self.rare(candidates).await? {
             // Only the few candidates the index names are read; the LIKE decides.
-            stmt.and_where(Expr::cust_with_values(
-                "\"id\" IN (SELECT rowid FROM tasks_title WHERE tasks_title MATCH ?)",
-                [phrase],
-            ));
+            stmt.and_where(among);
         }
         Ok(())
     }

@@ -238,6 +238,78 @@ async fn a_postgres_store_holding_a_nul_escape_in_a_spec_upgrades_through_0007()
     );
     let kept = store.get_task(orchestrator_types::TaskId(1)).await.unwrap();
     assert_eq!(kept.title, "pasted output");
+    // Migration 0018 moved title search to a table of its own: the titles already there are in it.
+    let found = store
+        .task_page(&orchestrator_store::TaskPage {
+            title_contains: Some("PASTED out".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(found.iter().map(|t| t.id.0).collect::<Vec<_>>(), [1]);
+    store.close().await;
+}
+
+/// On PostgreSQL an event's task is not a foreign key (migration 0018): a task deleted by hand
+/// still takes its events with it, and its title, as the foreign key's cascade did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_deleted_on_postgresql_takes_its_events_and_title() {
+    use sqlx::Connection;
+    if orchestrator_test_support::postgres_skipped() {
+        return;
+    }
+    let url = orchestrator_test_support::fresh_postgres_url().await;
+    let store = Store::open(&url, &orchestrator_store::StoreOptions::default())
+        .await
+        .unwrap();
+    let gone = store
+        .create_task(&orchestrator_types::NewTask::new("deleted by hand"))
+        .await
+        .unwrap();
+    let kept = store
+        .create_task(&orchestrator_types::NewTask::new("kept"))
+        .await
+        .unwrap();
+    store.cancel_task(gone).await.unwrap();
+    let mut raw = sqlx::PgConnection::connect(&url).await.unwrap();
+    let rows = |table: &'static str, id: i64| {
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {table} WHERE task_id = {id}"
+        )))
+    };
+    assert_eq!(
+        rows("task_events", gone.0)
+            .fetch_one(&mut raw)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        rows("task_titles", gone.0)
+            .fetch_one(&mut raw)
+            .await
+            .unwrap(),
+        1
+    );
+    sqlx::query("DELETE FROM tasks WHERE id = $1")
+        .bind(gone.0)
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    for table in ["task_events", "task_titles"] {
+        assert_eq!(
+            rows(table, gone.0).fetch_one(&mut raw).await.unwrap(),
+            0,
+            "{table}"
+        );
+        assert_eq!(
+            rows(table, kept.0).fetch_one(&mut raw).await.unwrap(),
+            1,
+            "{table}"
+        );
+    }
+    raw.close().await.unwrap();
     store.close().await;
 }
 

@@ -561,6 +561,24 @@ pub async fn title_search_is_the_same_for_common_and_rare_texts(db: &TestStore) 
     );
     let found = store.task_page(&search(r#""HI" to"#, 50)).await.unwrap();
     assert_eq!(found.iter().map(|t| t.id).collect::<Vec<_>>(), [quoted]);
+    // Every way a task is created feeds the index: a foreground run's task, and a task an
+    // attempt creates under its own (a rare text is found only through the index's candidates).
+    let (_, lease) = store
+        .create_foreground(&NewTask::new("Foreground Errand"), "cli", 30_000)
+        .await
+        .unwrap();
+    let child = store
+        .create_task_under(&lease, &NewTask::new("child ERRAND of the run"))
+        .await
+        .unwrap();
+    assert_eq!(
+        titles(store.task_page(&search("errand", 50)).await.unwrap()),
+        ["child ERRAND of the run", "Foreground Errand"]
+    );
+    assert_eq!(
+        store.task_page(&search("ERRAND of", 50)).await.unwrap()[0].id,
+        child
+    );
     assert!(
         store
             .task_page(&search("no such title", 50))
