@@ -7,7 +7,9 @@
 -- index on `tasks` was given a new entry per trigram of the title at every claim and every end,
 -- for a title that never changes. The store's search reads candidates here and decides with the
 -- same LIKE on `tasks`, as SQLite's `tasks_title` does. `title` is the lower-cased title, as the
--- search compares.
+-- search compares. New entries wait in the index's pending list, which every search reads through
+-- until a vacuum or a full list merges it; 256 kB instead of the default 4 MB keeps that read under
+-- a millisecond (a full 4 MB list made a rare search of 100,000 titles 6 ms instead of 0.1 ms).
 CREATE TABLE task_titles (
     task_id BIGINT PRIMARY KEY,
     title TEXT NOT NULL
@@ -17,7 +19,8 @@ DROP INDEX IF EXISTS tasks_by_title;
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') THEN
-        CREATE INDEX task_titles_trigrams ON task_titles USING gin (title gin_trgm_ops);
+        CREATE INDEX task_titles_trigrams ON task_titles USING gin (title gin_trgm_ops)
+            WITH (gin_pending_list_limit = 256);
     END IF;
 END
 $$;

@@ -112,25 +112,31 @@ impl Store {
         if text.chars().count() < 3 {
             return Ok(());
         }
-        let (candidates, among) = match self.backend() {
+        match self.backend() {
             crate::Backend::Sqlite => {
                 let phrase = format!("\"{}\"", text.replace('"', "\"\""));
-                (
-                    Query::select()
-                        .expr(Expr::cust("rowid"))
-                        .from(sea_query::Alias::new("tasks_title"))
-                        .and_where(Expr::cust_with_values(
-                            "tasks_title MATCH ?",
-                            [phrase.clone()],
-                        ))
-                        .to_owned(),
-                    Expr::cust_with_values(
+                let candidates = Query::select()
+                    .expr(Expr::cust("rowid"))
+                    .from(sea_query::Alias::new("tasks_title"))
+                    .and_where(Expr::cust_with_values(
+                        "tasks_title MATCH ?",
+                        [phrase.clone()],
+                    ))
+                    .to_owned();
+                if self.rare(candidates).await? {
+                    // Only the few candidates the index names are read; the LIKE decides.
+                    stmt.and_where(Expr::cust_with_values(
                         "\"id\" IN (SELECT rowid FROM tasks_title WHERE tasks_title MATCH ?)",
                         [phrase],
-                    ),
-                )
+                    ));
+                }
             }
             crate::Backend::Postgres => {
+                // The candidates themselves, not their count: the index is read once. They go
+                // back as one array, so the page's statement has one shape whatever their number
+                // (a list of values would be a statement per count in each connection's cache). A
+                // subquery in their place was planned well only when the text was rare, since
+                // `tasks` has no statistics of its lower-cased titles since 0018.
                 let titles = Query::select()
                     .column(sea_query::Alias::new("task_id"))
                     .from(sea_query::Alias::new("task_titles"))
@@ -138,13 +144,17 @@ impl Store {
                         Expr::col(sea_query::Alias::new("title"))
                             .like(sea_query::LikeExpr::new(pattern).escape('\\')),
                     )
+                    .limit(RARE)
                     .to_owned();
-                (titles.clone(), Expr::col(Tasks::Id).in_subquery(titles))
+                let candidates: Vec<(i64,)> = self.pool.fetch_all(&titles).await?;
+                if candidates.len() < RARE as usize {
+                    let ids: Vec<String> = candidates.iter().map(|(id,)| id.to_string()).collect();
+                    stmt.and_where(Expr::cust_with_values(
+                        "\"id\" = ANY(CAST($1 AS BIGINT[]))",
+                        [format!("{{{}}}", ids.join(","))],
+                    ));
+                }
             }
-        };
-        if self.rare(candidates).await? {
-            // Only the few candidates the index names are read; the LIKE decides.
-            stmt.and_where(among);
         }
         Ok(())
     }
