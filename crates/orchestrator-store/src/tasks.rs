@@ -2,7 +2,7 @@
 //! modules share (the state predicate, the event counter, the read that holds a row). Creation
 //! and placement are in `create`, the reads, lists and pages in `read`, cancel and retry in
 //! `cancel`. Claims, heartbeats, completion and rescue, everything that goes through a lease, live
-//! in leases.rs.
+//! in leases.rs (the claims in `leases/claim.rs`).
 //!
 //! Every state change appends its event to `task_events` in the same transaction, numbered from the
 //! task's `event_seq` counter: the counter's row lock (PostgreSQL) or the write lock (SQLite) makes the

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::exec::Pool;
+use orchestrator_types::NewTask;
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 
