@@ -1,7 +1,8 @@
 -- A task's row is written three times on its way through the queue (created, claimed, ended), and
 -- its claim and end change indexed columns, so PostgreSQL adds an entry to every index of the table
--- at each. Two costs rode on that path without being needed there; together they were a third of
--- the server's work per task in the queue benchmark (docs/ARCHITECTURE.md has the figures).
+-- at each. Two costs rode on that path without being needed there: together about a fifth of the
+-- server's CPU in a profile of the queue benchmark, which ran 1.4 to 1.5 times as many tasks a
+-- second with both taken off (docs/ARCHITECTURE.md has the figures).
 
 -- 1. Title search moves to a table of its own, written once per task, at its creation. A trigram
 -- index on `tasks` was given a new entry per trigram of the title at every claim and every end,
