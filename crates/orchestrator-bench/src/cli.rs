@@ -18,6 +18,13 @@ use std::time::Duration;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// An earlier run's standard output (its JSON lines): each line printed now gains `previous`,
+    /// the earlier line's figures for the same measurement (bench, backend, shape...), and
+    /// `ratio_to_previous`, this run's figure over that one (above 1 is more: better for a rate,
+    /// worse for a time). Example: `orchestrator-bench queue > before.json`, then after a change
+    /// `orchestrator-bench queue --previous before.json`.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub previous: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

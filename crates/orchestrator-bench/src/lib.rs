@@ -4,6 +4,7 @@
 //! (gate_output.rs), the drain of a webhook backlog against a slow GitHub (drain.rs), and the chaos
 //! soak (src/soak/), which counts what random SIGKILLs of several daemons lost or repeated, and
 //! the time from claim to first turn of a task on a repository, mirror cold and warm (workspace.rs).
+//! Any of them can be set beside an earlier run's output (`--previous`, previous.rs).
 //!
 //! Each benchmark measures orchestrator through the same code a deployment runs (the store, the
 //! worker pool) and, in the same run and on the same disk, the two yardsticks that make its
@@ -29,6 +30,7 @@ pub mod checkpoint;
 pub mod context;
 pub mod drain;
 pub mod gate_output;
+pub mod previous;
 pub mod queue;
 pub mod sandbox;
 pub mod sandbox_gate;

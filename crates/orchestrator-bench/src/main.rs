@@ -16,6 +16,17 @@ const USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    if let Some(path) = &cli.previous {
+        match orchestrator_bench::previous::Previous::load(path) {
+            Ok(previous) => {
+                let _ = PREVIOUS.set(previous);
+            }
+            Err(e) => {
+                eprintln!("error: --previous: {e:#}");
+                return ExitCode::from(USAGE);
+            }
+        }
+    }
     let parsed = match cli.command {
         cli::Command::Queue(args) => args.into_config().map(Bench::Queue),
         cli::Command::Agent(args) => args.into_config().map(Bench::Agent),
@@ -193,7 +204,15 @@ enum Bench {
 }
 
 /// Prints one JSON line and flushes it, so that a reader sees each backend as soon as it is done.
+/// The earlier run given by `--previous`, which every printed line is set beside.
+static PREVIOUS: std::sync::OnceLock<orchestrator_bench::previous::Previous> =
+    std::sync::OnceLock::new();
+
 fn print_line(line: &str) -> anyhow::Result<()> {
+    let line = match PREVIOUS.get() {
+        Some(previous) => std::borrow::Cow::Owned(previous.annotate(line)),
+        None => std::borrow::Cow::Borrowed(line),
+    };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}")?;
     out.flush()?;

@@ -4,4 +4,5 @@
 
 mod checkpoint;
 mod context;
+mod previous;
 mod queue;
