@@ -216,7 +216,7 @@ mod read;
 
 pub use cancel::CancelOutcome;
 pub(crate) use cancel::cancel_task_tx;
-pub(crate) use create::{TaskOrigin, insert_tasks};
+pub(crate) use create::{TaskOrigin, insert_task, insert_tasks};
 pub use read::{TaskFilter, TaskPage};
 
 /// `"state" = 'queued'` with the value inlined. The partial indexes are declared with a literal, and

@@ -157,17 +157,7 @@ impl Store {
         // One transaction: a crash between creating and claiming would leave a queued task that no
         // daemon takes (its run_after is out of reach) and no foreground process runs.
         let mut tx = self.pool.begin().await?;
-        let id = crate::tasks::insert_tasks(
-            &mut tx,
-            std::slice::from_ref(&hidden),
-            now,
-            None,
-            self.placement(),
-        )
-        .await?
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::Migration("insert returned no id".into()))?;
+        let id = crate::tasks::insert_task(&mut tx, &hidden, now, self.placement()).await?;
         let cond = Expr::col(Tasks::Id)
             .eq(id.0)
             .and(state_is(TaskState::Queued));

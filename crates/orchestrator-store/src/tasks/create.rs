@@ -189,6 +189,20 @@ fn create_one_statement(
         ))
 }
 
+/// Inserts one task inside `tx`, as `insert_tasks` does a batch, and returns its id.
+pub(crate) async fn insert_task(
+    tx: &mut Tx,
+    new: &NewTask,
+    now: i64,
+    placement: Option<&Placement>,
+) -> Result<TaskId> {
+    insert_tasks(tx, std::slice::from_ref(new), now, None, placement)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Migration("insert returned no id".into()))
+}
+
 /// Inserts validated tasks in `tx`, each with its `created` event, and returns their ids in order.
 /// Shared by `create_tasks` and by the scheduler's slot writes, which must create a slot's tasks in
 /// the same transaction as the slot row.
@@ -269,17 +283,7 @@ impl Store {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         crate::leases::check_lease(&mut tx, lease, now).await?;
-        let id = insert_tasks(
-            &mut tx,
-            std::slice::from_ref(new),
-            now,
-            None,
-            self.placement(),
-        )
-        .await?
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::Migration("insert returned no id".into()))?;
+        let id = insert_task(&mut tx, new, now, self.placement()).await?;
         tx.notify_task_available().await?;
         tx.commit().await?;
         self.wake.wake();
