@@ -186,8 +186,18 @@ impl Store {
     ) -> Result<i64> {
         let now = now_millis();
         if let Pool::Postgres(_) = &self.pool {
-            let written =
-                fenced::write(&self.pool, lease, now, 0, &[], Vec::new(), kind, &data).await?;
+            let written = fenced::write(
+                &self.pool,
+                lease,
+                now,
+                0,
+                &[],
+                Vec::new(),
+                kind,
+                &data,
+                fenced::Commit::Synced,
+            )
+            .await?;
             if let Written::Event(seq) = written {
                 return Ok(seq);
             }

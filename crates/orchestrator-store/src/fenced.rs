@@ -10,7 +10,7 @@
 //!
 //! ```sql
 //! WITH fence AS (UPDATE tasks SET event_seq = event_seq + 1 ... RETURNING event_seq),
-//!      last AS (SELECT COALESCE(MAX(seq), 0) AS n FROM task_messages WHERE task_id = $1),
+//!      last AS (SELECT orchestrator_last_message_seq($1) AS n FROM fence),
 //!      m0 AS (INSERT INTO task_messages (...) SELECT $1, last.n + 1, ... FROM fence, last),
 //!      e AS (INSERT INTO task_events (...) SELECT $1, fence.event_seq, ... FROM fence)
 //! SELECT event_seq FROM fence
@@ -21,13 +21,19 @@
 //!
 //! One difference from the transaction: the whole statement reads with the snapshot it started
 //! with. A write of the same task that commits while this one waits for the task row's lock (the
-//! read-only calls of one reply end together) is not seen by `last`, and the message insert then
-//! collides with its number: a unique violation of `task_messages_pkey`, which rolls the whole
-//! statement back. [`Written::Collided`] says so, and the caller writes in a transaction instead,
-//! whose read of the last number comes after the lock. The event's number comes from the fence's
+//! read-only calls of one reply end together) is not in that snapshot. So the last message number
+//! is not read by the statement itself but by `orchestrator_last_message_seq` (migration 0019), a
+//! VOLATILE function, which PostgreSQL runs with a snapshot of its own, called from the fence's
+//! row, so once the lock is granted. (Read with the statement's snapshot, the second call's number
+//! was taken, the statement failed, and the write was made again as a transaction: about 2 ms per
+//! extra call of such a reply in the agent benchmark.) The event's number comes from the fence's
 //! own `RETURNING`, which PostgreSQL evaluates on the row as it is once the lock is granted.
+//!
+//! A message written without the task row's lock, which nothing in the store does, can still take
+//! the number: the insert then fails on `task_messages_pkey`, [`Written::Collided`] says so, and the
+//! caller writes in a transaction instead.
 
-use crate::conversation::{MESSAGE_COLUMNS, NewMessage, TaskMessages, last_seq_of, message_row};
+use crate::conversation::{MESSAGE_COLUMNS, NewMessage, TaskMessages, message_row};
 use crate::events::{EVENT_COLUMNS, TaskEvents};
 use crate::exec::Pool;
 use crate::leases::{Lease, fence_statement};
@@ -42,6 +48,8 @@ use sea_query::{
 pub(crate) const FENCE: &str = "fence";
 /// The name of the last message number before the write.
 const LAST: &str = "last";
+/// The name of the setting that makes the commit not wait for the disk.
+const UNSYNCED: &str = "unsynced";
 
 /// What a one-statement write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,8 +58,8 @@ pub(crate) enum Written {
     Event(i64),
     /// The lease no longer holds the running task: nothing was written.
     Stale,
-    /// A concurrent write of the same task took the message number (see the module's header):
-    /// nothing was written, and a transaction must write it.
+    /// A write of the same task that did not lock its row took the message number (see the
+    /// module's header): nothing was written, and a transaction must write it.
     Collided,
 }
 
@@ -86,9 +94,22 @@ pub(crate) fn from_fence(values: Vec<Expr>) -> SelectStatement {
         .to_owned()
 }
 
+/// Whether a write's commit waits until it is on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Commit {
+    /// It does: what the write says survives a power loss once the call returns.
+    Synced,
+    /// It does not (`synchronous_commit` off for this statement's transaction only): the write is
+    /// in the server's log in order, and the next synced commit of any session puts it on disk with
+    /// everything before it. A crash of the server or the machine before then may lose it, and
+    /// everything after it, together; a crash of this process loses nothing.
+    Unsynced,
+}
+
 /// One fenced write: `messages` of `attempt` (numbered after the task's last), the writes of
 /// `also` (each conditioned on the fence by its builder, with [`fence_held`] or [`from_fence`]),
-/// and one event. PostgreSQL only: SQLite allows no write inside a WITH clause.
+/// and one event, committed as `commit` says. PostgreSQL only: SQLite allows no write inside a
+/// WITH clause.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn write(
     pool: &Pool,
@@ -99,8 +120,9 @@ pub(crate) async fn write(
     also: Vec<SubQueryStatement>,
     kind: EventKind,
     data: &serde_json::Value,
+    commit: Commit,
 ) -> Result<Written> {
-    let statement = statement(lease, now, attempt, messages, also, kind, data)?;
+    let statement = statement(lease, now, attempt, messages, also, kind, data, commit)?;
     match pool.fetch_optional::<(i64,), _>(&statement).await {
         Ok(Some((seq,))) => Ok(Written::Event(seq)),
         Ok(None) => Ok(Written::Stale),
@@ -113,6 +135,20 @@ pub(crate) async fn write(
     }
 }
 
+/// `SELECT orchestrator_last_message_seq(task) AS n FROM fence`: the task's last message number,
+/// read once the fence holds the task row's lock, with a snapshot of its own (a VOLATILE function
+/// takes one per query; migration 0019), so a write of the task that committed while this one
+/// waited for the lock is seen.
+fn last_seq_after_fence(task: i64) -> SelectStatement {
+    Query::select()
+        .expr_as(
+            sea_query::Func::cust(Alias::new("orchestrator_last_message_seq")).arg(task),
+            Alias::new("n"),
+        )
+        .from(Alias::new(FENCE))
+        .to_owned()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn statement(
     lease: &Lease,
@@ -122,6 +158,7 @@ fn statement(
     also: Vec<SubQueryStatement>,
     kind: EventKind,
     data: &serde_json::Value,
+    commit: Commit,
 ) -> Result<sea_query::WithQuery> {
     let task = lease.task_id.0;
     let mut with = WithClause::new();
@@ -134,7 +171,7 @@ fn statement(
     if !messages.is_empty() {
         with.cte(
             CommonTableExpression::new()
-                .query(last_seq_of(task))
+                .query(last_seq_after_fence(task))
                 .table_name(Alias::new(LAST))
                 .to_owned(),
         );
@@ -181,12 +218,30 @@ fn statement(
             .table_name(Alias::new("e"))
             .to_owned(),
     );
-    Ok(with.query(
-        Query::select()
-            .column(crate::tasks::Tasks::EventSeq)
-            .from(Alias::new(FENCE))
-            .to_owned(),
-    ))
+    let mut result = Query::select()
+        .column(crate::tasks::Tasks::EventSeq)
+        .from(Alias::new(FENCE))
+        .to_owned();
+    if commit == Commit::Unsynced {
+        // `set_config(..., true)` lasts until the end of the transaction, which is this statement:
+        // the commit reads it, and the pooled connection's next statement has the server's setting
+        // again. A WITH's SELECT runs only when something reads it, hence the join.
+        with.cte(
+            CommonTableExpression::new()
+                .query(
+                    Query::select()
+                        .expr_as(
+                            Expr::cust("set_config('synchronous_commit', 'off', true)"),
+                            Alias::new("setting"),
+                        )
+                        .to_owned(),
+                )
+                .table_name(Alias::new(UNSYNCED))
+                .to_owned(),
+        );
+        result.from(Alias::new(UNSYNCED));
+    }
+    Ok(with.query(result))
 }
 
 #[cfg(test)]
@@ -194,8 +249,8 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::{Store, StoreOptions};
-    use orchestrator_types::{ChatMessage, NewTask};
-    use sqlx::Connection;
+    use orchestrator_types::{ChatMessage, NewTask, TaskId};
+    use sqlx::{Connection, PgConnection};
     use std::time::{Duration, Instant};
 
     fn message(turn: i64, text: &str) -> NewMessage {
@@ -207,14 +262,12 @@ mod tests {
         }
     }
 
-    /// A write of the same task commits while the statement waits for the task row's lock: the
-    /// statement's snapshot misses that write's message, collides with its number, and the write
-    /// is made in a transaction after it, whole and numbered after it.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_write_that_loses_its_message_number_to_another_is_made_after_it() {
-        if orchestrator_test_support::postgres_skipped() {
-            return;
-        }
+    fn json() -> serde_json::Value {
+        serde_json::json!({"role": "assistant"})
+    }
+
+    /// A store on a fresh database with a claimed task whose first message is written.
+    async fn task_with_a_message() -> (String, Store, TaskId, Lease) {
         let url = orchestrator_test_support::fresh_postgres_url().await;
         let store = Store::open(&url, &StoreOptions::default()).await.unwrap();
         let id = store.create_task(&NewTask::new("talks")).await.unwrap();
@@ -228,15 +281,21 @@ mod tests {
             )
             .await
             .unwrap();
+        (url, store, id, lease)
+    }
 
-        // Another writer of the task takes its row's lock and the next message number.
-        let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+    /// Another writer's open transaction, holding message number 2 of task `id` and, when
+    /// `locks_task`, the task row's lock as the store's writers do.
+    async fn other_writer(url: &str, id: TaskId, locks_task: bool) -> PgConnection {
+        let mut other = PgConnection::connect(url).await.unwrap();
         sqlx::query("BEGIN").execute(&mut other).await.unwrap();
-        sqlx::query("UPDATE tasks SET updated_at = updated_at WHERE id = $1")
-            .bind(id.0)
-            .execute(&mut other)
-            .await
-            .unwrap();
+        if locks_task {
+            sqlx::query("UPDATE tasks SET updated_at = updated_at WHERE id = $1")
+                .bind(id.0)
+                .execute(&mut other)
+                .await
+                .unwrap();
+        }
         sqlx::query(
             "INSERT INTO task_messages (task_id, seq, turn, role, message, attempt, created_at) \
              VALUES ($1, 2, 2, 'user', '{\"role\":\"user\",\"content\":\"other\"}', 1, 0)",
@@ -245,6 +304,106 @@ mod tests {
         .execute(&mut other)
         .await
         .unwrap();
+        other
+    }
+
+    /// Returns once a statement of `kind` (the start of its text) waits for a lock in this test's
+    /// database. Watched from a connection outside any transaction: inside one, PostgreSQL keeps
+    /// the first read of pg_stat_activity for the rest of the transaction.
+    async fn until_waiting(url: &str, kind: &str) {
+        let mut watcher = PgConnection::connect(url).await.unwrap();
+        let started = Instant::now();
+        loop {
+            let (waiting,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND starts_with(query, $1)",
+            )
+            .bind(kind)
+            .fetch_one(&mut watcher)
+            .await
+            .unwrap();
+            // Only this test uses its database; other tests' statements wait in theirs.
+            if waiting > 0 {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "no {kind} statement ever waited for a lock"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    async fn texts(store: &Store, id: TaskId) -> Vec<(i64, Option<String>)> {
+        store
+            .messages(id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.seq, m.message.content))
+            .collect()
+    }
+
+    fn three() -> Vec<(i64, Option<String>)> {
+        vec![
+            (1, Some("first".into())),
+            (2, Some("other".into())),
+            (3, Some("mine".into())),
+        ]
+    }
+
+    /// A write of the same task commits while the statement waits for the task row's lock (the
+    /// read-only calls of one reply end together): the statement reads the last message number
+    /// once it holds the lock, so it numbers its message after that write's, in one statement.
+    /// Read with the statement's own snapshot, the number was taken and the write collided.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_waiting_for_the_task_numbers_its_message_after_the_one_before() {
+        if orchestrator_test_support::postgres_skipped() {
+            return;
+        }
+        let (url, store, id, lease) = task_with_a_message().await;
+        let mut other = other_writer(&url, id, true).await;
+        let pool = store.pool.clone();
+        let write = tokio::spawn(async move {
+            write(
+                &pool,
+                &lease,
+                orchestrator_types::now_millis(),
+                1,
+                &[message(3, "mine")],
+                Vec::new(),
+                EventKind::Message,
+                &json(),
+                Commit::Synced,
+            )
+            .await
+        });
+        // Once the statement waits for the lock, its snapshot is taken without the other's row.
+        until_waiting(&url, "WITH \"fence\"").await;
+        sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+        let written = write.await.unwrap().unwrap();
+        assert!(
+            matches!(written, Written::Event(_)),
+            "written in one statement, not {written:?}"
+        );
+        assert_eq!(texts(&store, id).await, three());
+        let events = store.events(id, 0, 100).await.unwrap();
+        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+        assert_eq!(events.iter().filter(|e| e.kind == "message").count(), 2);
+        store.close().await;
+    }
+
+    /// A message written without the task row's lock (nothing in the store does that) and
+    /// committed after the statement read the last number: the statement collides with it, and
+    /// the write is made in a transaction after it, whole and numbered after it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_that_loses_its_message_number_to_another_is_made_after_it() {
+        if orchestrator_test_support::postgres_skipped() {
+            return;
+        }
+        let (url, store, id, lease) = task_with_a_message().await;
+        let mut other = other_writer(&url, id, false).await;
         let writer = store.clone();
         let write = tokio::spawn(async move {
             writer
@@ -256,55 +415,92 @@ mod tests {
                 )
                 .await
         });
-        // Once the statement waits for the lock, its snapshot is taken without the other's row.
-        // Watched from a connection outside any transaction: inside one, PostgreSQL keeps the
-        // first read of pg_stat_activity for the rest of the transaction.
-        let mut watcher = sqlx::PgConnection::connect(&url).await.unwrap();
-        let started = Instant::now();
-        loop {
-            let (waiting,): (i64,) = sqlx::query_as(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND wait_event_type = 'Lock' AND query LIKE 'WITH \"fence\"%'",
-            )
-            .fetch_one(&mut watcher)
-            .await
-            .unwrap();
-            // Only this test uses its database; other tests' statements wait in theirs.
-            if waiting > 0 {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "the one-statement write never waited for the task's lock"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        // The statement's insert of number 2 waits for the other's uncommitted one.
+        until_waiting(&url, "WITH \"fence\"").await;
         sqlx::query("COMMIT").execute(&mut other).await.unwrap();
         write.await.unwrap().expect("written after the other");
-
-        let texts: Vec<(i64, Option<String>)> = store
-            .messages(id)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|m| (m.seq, m.message.content))
-            .collect();
-        assert_eq!(
-            texts,
-            [
-                (1, Some("first".into())),
-                (2, Some("other".into())),
-                (3, Some("mine".into()))
-            ]
-        );
+        assert_eq!(texts(&store, id).await, three());
         let events = store.events(id, 0, 100).await.unwrap();
-        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
-        assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
         assert_eq!(events.iter().filter(|e| e.kind == "message").count(), 2);
         store.close().await;
     }
 
-    fn json() -> serde_json::Value {
-        serde_json::json!({"role": "assistant"})
+    async fn show_sync(conn: &mut PgConnection) -> String {
+        let (setting,): (String,) = sqlx::query_as("SHOW synchronous_commit")
+            .fetch_one(conn)
+            .await
+            .unwrap();
+        setting
+    }
+
+    /// An unsynced write turns the sync off for its own transaction, and only that: the next
+    /// statement on the same connection has the server's setting again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unsynced_write_skips_the_sync_of_its_own_commit_only() {
+        if orchestrator_test_support::postgres_skipped() {
+            return;
+        }
+        let (url, store, id, lease) = task_with_a_message().await;
+        let mut conn = PgConnection::connect(&url).await.unwrap();
+        let server = show_sync(&mut conn).await;
+        assert_ne!(
+            server, "off",
+            "the test needs a server that syncs its commits"
+        );
+        for (commit, during) in [(Commit::Synced, server.as_str()), (Commit::Unsynced, "off")] {
+            let now = orchestrator_types::now_millis();
+            let stmt = statement(
+                &lease,
+                now,
+                1,
+                &[message(2, "reply")],
+                Vec::new(),
+                EventKind::Message,
+                &json(),
+                commit,
+            )
+            .unwrap();
+            let (sql, values) =
+                sea_query_sqlx::SqlxBinder::build_sqlx(&stmt, sea_query::PostgresQueryBuilder);
+            sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+            let row = sqlx::query_with(sqlx::AssertSqlSafe(sql), values)
+                .fetch_optional(&mut conn)
+                .await
+                .unwrap();
+            assert!(row.is_some(), "{commit:?}: the fence held");
+            assert_eq!(show_sync(&mut conn).await, during, "{commit:?}");
+            sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+            assert_eq!(show_sync(&mut conn).await, server, "after {commit:?}");
+        }
+
+        // Through the store, on a pool of one connection: the reply is saved, and the
+        // connection's next statement syncs again.
+        store.close().await;
+        let options = StoreOptions {
+            max_connections: 1,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&url, &options).await.unwrap();
+        store
+            .append_reply(
+                &lease,
+                1,
+                &[message(2, "reply")],
+                (EventKind::Message, json()),
+            )
+            .await
+            .unwrap();
+        let Pool::Postgres(pool) = &store.pool else {
+            panic!("a PostgreSQL store");
+        };
+        let mut pooled = pool.acquire().await.unwrap();
+        assert_eq!(show_sync(&mut pooled).await, server);
+        drop(pooled);
+        let saved: Vec<(i64, Option<String>)> = texts(&store, id).await;
+        assert_eq!(
+            saved,
+            [(1, Some("first".into())), (2, Some("reply".into()))]
+        );
+        store.close().await;
     }
 }

@@ -46,6 +46,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(16, "0016_checkpoints"),
     migration!(17, "0017_claimed_event_trigger"),
     migration!(18, "0018_lighter_task_writes"),
+    migration!(19, "0019_message_number_after_lock"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

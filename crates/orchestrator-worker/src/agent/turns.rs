@@ -289,9 +289,11 @@ impl Agent<'_> {
             } else {
                 cut_in_a_row = 0;
             }
+            // Committed without waiting for the disk: what follows (a changing call's start, a
+            // call's end, the attempt's end) syncs it before anything acts on it.
             self.ctx
                 .store
-                .append_messages(
+                .append_reply(
                     self.lease,
                     self.task.attempt,
                     &batch,
