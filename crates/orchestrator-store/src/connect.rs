@@ -63,6 +63,7 @@ impl Default for StoreOptions {
 /// The one connection claims are written on, on SQLite with `synchronous=FULL`: the same file
 /// and settings, but `synchronous=NORMAL`, so a claim's commit does not wait for the disk (an
 /// fsync: about 0.2 ms of the time from a task's creation to its start, in the queue bench).
+/// An agent's reply is written here too (`Store::append_reply`), for the same reason.
 ///
 /// Why that loses nothing: in WAL mode a commit without a sync is still written to the log in
 /// order, and the next commit with one (the attempt's first record, its completion, any other
@@ -84,8 +85,9 @@ fn claim_pool(connect: &SqliteConnectOptions, options: &StoreOptions) -> sqlx::S
 #[derive(Clone)]
 pub struct Store {
     pub(crate) pool: Pool,
-    /// Where claims are written: on SQLite with `synchronous=FULL`, a connection of its own with
-    /// `synchronous=NORMAL` (see [`claim_pool`]); otherwise `pool` itself.
+    /// Where claims and agents' replies are written: on SQLite with `synchronous=FULL`, a
+    /// connection of its own with `synchronous=NORMAL` (see [`claim_pool`]); otherwise `pool`
+    /// itself.
     pub(crate) claims: Pool,
     /// The lease heartbeat's own connection, ahead of the pool's work (see lease_line.rs).
     pub(crate) lease_line: Arc<LeaseLine>,
