@@ -624,7 +624,7 @@ impl Store {
                 vec![call],
                 EventKind::ToolCall,
                 &end.event,
-                fenced::Commit::Synced,
+                Commit::Synced,
             )
             .await?;
             if !fenced::collided(written, lease)? {
