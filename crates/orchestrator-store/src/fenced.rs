@@ -99,10 +99,11 @@ pub(crate) fn from_fence(values: Vec<Expr>) -> SelectStatement {
 pub(crate) enum Commit {
     /// It does: what the write says survives a power loss once the call returns.
     Synced,
-    /// It does not (`synchronous_commit` off for this statement's transaction only): the write is
-    /// in the server's log in order, and the next synced commit of any session puts it on disk with
-    /// everything before it. A crash of the server or the machine before then may lose it, and
-    /// everything after it, together; a crash of this process loses nothing.
+    /// It does not (here `synchronous_commit` off for this statement's transaction only; on SQLite
+    /// `Store::append_reply` writes on the claims' connection instead): the write is in the log in
+    /// order, and the next synced commit of any session puts it on disk with everything before it.
+    /// A crash of the server or the machine before then may lose it, and everything after it,
+    /// together; a crash of this process loses nothing.
     Unsynced,
 }
 

@@ -107,17 +107,25 @@ pub(super) async fn check_github(config: &Config, config_path: &Path) -> Vec<Che
     checks
 }
 
-/// `GET /user`: the token is taken, whose it is, and its scopes (`x-oauth-scopes`, which GitHub
-/// sends for classic tokens only).
-async fn check_token(http: &reqwest::Client, api: &str, token: &str, var: &str) -> Check {
-    let name = "github.token";
-    let response = match http
-        .get(format!("{}/user", api.trim_end_matches('/')))
+/// `GET {api}{path}` with the token, as GitHub's REST API asks to be called.
+async fn get(
+    http: &reqwest::Client,
+    api: &str,
+    token: &str,
+    path: &str,
+) -> reqwest::Result<reqwest::Response> {
+    http.get(format!("{}{path}", api.trim_end_matches('/')))
         .bearer_auth(token)
         .header(reqwest::header::ACCEPT, "application/vnd.github+json")
         .send()
         .await
-    {
+}
+
+/// `GET /user`: the token is taken, whose it is, and its scopes (`x-oauth-scopes`, which GitHub
+/// sends for classic tokens only).
+async fn check_token(http: &reqwest::Client, api: &str, token: &str, var: &str) -> Check {
+    let name = "github.token";
+    let response = match get(http, api, token, "/user").await {
         Ok(response) => response,
         Err(e) => {
             return Check::fail(
@@ -198,13 +206,7 @@ async fn check_token(http: &reqwest::Client, api: &str, token: &str, var: &str) 
 /// and opening pull requests need that).
 async fn check_repo(http: &reqwest::Client, api: &str, token: &str, repo: &str) -> Check {
     let name = format!("github.repo {repo}");
-    let response = match http
-        .get(format!("{}/repos/{repo}", api.trim_end_matches('/')))
-        .bearer_auth(token)
-        .header(reqwest::header::ACCEPT, "application/vnd.github+json")
-        .send()
-        .await
-    {
+    let response = match get(http, api, token, &format!("/repos/{repo}")).await {
         Ok(response) => response,
         Err(e) => {
             return Check::fail(name, format!("cannot reach {api}: {}", error_chain(&e)), "");
