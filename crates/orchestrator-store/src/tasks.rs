@@ -216,6 +216,8 @@ mod read;
 
 pub use cancel::CancelOutcome;
 pub(crate) use cancel::cancel_task_tx;
+#[cfg(test)]
+pub(crate) use create::created_data;
 pub(crate) use create::{TaskOrigin, insert_task, insert_tasks};
 pub use read::{TaskFilter, TaskPage};
 

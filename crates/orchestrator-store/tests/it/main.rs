@@ -48,6 +48,7 @@ conformance!(
     canceling_a_parent_cancels_its_children,
     shell_jobs_end_or_go_stale,
     create_and_read,
+    each_creation_writes_one_created_event,
     invalid_input_changes_nothing,
     claim_order_queues_and_run_after,
     concurrent_claims_are_exclusive,

@@ -604,3 +604,42 @@ pub async fn title_search_is_the_same_for_common_and_rare_texts(db: &TestStore) 
         .unwrap();
     assert!(canceled_only.is_empty());
 }
+
+/// Every task created gets one `created` event, numbered 1 and dated at its creation, whether it was
+/// made alone, in a batch of one insert or in a batch of several (more than 500 tasks); on SQLite
+/// the event is the insert's trigger's (migration 0020), on PostgreSQL the store's own insert.
+pub async fn each_creation_writes_one_created_event(db: &TestStore) {
+    let store = db.store.clone();
+    let mut made = NewTask::new("  made by a trigger  ").with_gate("true");
+    made.origin = Some("trigger triage on octo/widgets#12".into());
+    let alone = store.create_task(&made).await.unwrap();
+    let small: Vec<NewTask> = (0..3).map(|i| NewTask::new(format!("small {i}"))).collect();
+    let large: Vec<NewTask> = (0..1_201)
+        .map(|i| NewTask::new(format!("large {i}")))
+        .collect();
+    let mut ids = vec![alone];
+    ids.extend(store.create_tasks(&small).await.unwrap());
+    ids.extend(store.create_tasks(&large).await.unwrap());
+    assert_eq!(ids.len(), 1 + 3 + 1_201);
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(sorted, ids, "ids are returned in creation order");
+    for (i, id) in ids.iter().enumerate() {
+        let task = store.get_task(*id).await.unwrap();
+        let events = store.events(*id, 0, 10).await.unwrap();
+        assert_eq!(events.len(), 1, "task {i}: {events:?}");
+        let event = &events[0];
+        assert_eq!((event.kind.as_str(), event.seq, event.at), ("created", 1, task.created_at));
+        assert_eq!(task.event_seq, 1);
+        let expected = match i {
+            0 => json!({
+                "title": "made by a trigger",
+                "queue": "default",
+                "gates": 1,
+                "origin": "trigger triage on octo/widgets#12",
+            }),
+            _ => json!({ "title": task.title, "queue": "default", "gates": 0 }),
+        };
+        assert_eq!(event.data, expected, "task {i}");
+    }
+}
