@@ -73,6 +73,9 @@ impl Default for StoreOptions {
 /// had not been claimed yet: an attempt records what it is about to do (a gate's start, a tool call
 /// that may change something) before doing it, in a commit that syncs its claim too. A process
 /// crash loses nothing at all: the file's writes are the kernel's by then. Opened on first use.
+/// PostgreSQL's claim is unsynced the same way, by its statement (`synchronous_commit` off for its
+/// own transaction): there too the log is written in order and the next synced commit of any
+/// session flushes it up to and including the claim.
 fn claim_pool(connect: &SqliteConnectOptions, options: &StoreOptions) -> sqlx::SqlitePool {
     SqlitePoolOptions::new()
         .max_connections(1)

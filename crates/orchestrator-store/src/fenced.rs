@@ -48,8 +48,6 @@ use sea_query::{
 pub(crate) const FENCE: &str = "fence";
 /// The name of the last message number before the write.
 const LAST: &str = "last";
-/// The name of the setting that makes the commit not wait for the disk.
-const UNSYNCED: &str = "unsynced";
 
 /// What a one-statement write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,23 +222,7 @@ fn statement(
         .from(Alias::new(FENCE))
         .to_owned();
     if commit == Commit::Unsynced {
-        // `set_config(..., true)` lasts until the end of the transaction, which is this statement:
-        // the commit reads it, and the pooled connection's next statement has the server's setting
-        // again. A WITH's SELECT runs only when something reads it, hence the join.
-        with.cte(
-            CommonTableExpression::new()
-                .query(
-                    Query::select()
-                        .expr_as(
-                            Expr::cust("set_config('synchronous_commit', 'off', true)"),
-                            Alias::new("setting"),
-                        )
-                        .to_owned(),
-                )
-                .table_name(Alias::new(UNSYNCED))
-                .to_owned(),
-        );
-        result.from(Alias::new(UNSYNCED));
+        crate::exec::commit_unsynced(&mut with, &mut result);
     }
     Ok(with.query(result))
 }

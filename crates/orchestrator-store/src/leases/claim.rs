@@ -111,6 +111,10 @@ impl Store {
     /// claim in a transaction was four of them (about 0.05 ms of an idle claim, in the queue
     /// bench). On PostgreSQL the events' insert rides in the statement's WITH clause
     /// (`claim_with_events`): there each statement is a round trip to the server.
+    ///
+    /// On both backends the claim's commit does not wait for the disk (see `claim_pool` for why
+    /// that loses nothing): on SQLite its connection has `synchronous=NORMAL`, on PostgreSQL the
+    /// statement turns `synchronous_commit` off for itself.
     async fn claim_where(
         &self,
         owner: &str,
@@ -212,7 +216,9 @@ pub(crate) fn claimed_data(attempt: i64, epoch: i64, owner: &str) -> serde_json:
 
 /// PostgreSQL's claim in one statement: the claim, and the insert of its rows' `claimed` events in a
 /// WITH, their text built by the statement as `claimed_data` would write it (keys in the same
-/// order, the worker's name as the store's own JSON text of it, bound).
+/// order, the worker's name as the store's own JSON text of it, bound). Its commit does not wait
+/// for the server's sync of the log: a claim lost with the server is a task queued again, and the
+/// attempt's first record of what it does syncs the claim with it, as on SQLite (`claim_pool`).
 fn claim_with_events(
     owner: &str,
     cond: Expr,
@@ -240,7 +246,7 @@ fn claim_with_events(
                 .to_owned(),
         )?
         .to_owned();
-    Ok(sea_query::WithClause::new()
+    let mut with = sea_query::WithClause::new()
         .cte(
             sea_query::CommonTableExpression::new()
                 .query(update)
@@ -253,8 +259,10 @@ fn claim_with_events(
                 .table_name(sea_query::Alias::new("claimed_events"))
                 .to_owned(),
         )
-        .to_owned()
-        .query(Query::select().columns(COLUMNS).from(claimed).to_owned()))
+        .to_owned();
+    let mut result = Query::select().columns(COLUMNS).from(claimed).to_owned();
+    crate::exec::commit_unsynced(&mut with, &mut result);
+    Ok(with.query(result))
 }
 
 /// The claim of the queued rows `cond` matches, at `now`, returning them whole.
@@ -304,4 +312,68 @@ fn claimed_from(rows: Vec<TaskRow>) -> Result<Vec<(Task, Lease)>> {
             (task, lease)
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::StoreOptions;
+    use sea_query_sqlx::SqlxBinder;
+    use sqlx::{Connection, PgConnection};
+
+    async fn show_sync(conn: &mut PgConnection) -> String {
+        let (setting,): (String,) = sqlx::query_as("SHOW synchronous_commit")
+            .fetch_one(conn)
+            .await
+            .unwrap();
+        setting
+    }
+
+    /// A claim on PostgreSQL commits without waiting for its sync, as on SQLite (see
+    /// `claim_where`): `synchronous_commit` is off inside its statement's transaction, and only
+    /// there; the connection's next statement has the server's setting again.
+    #[tokio::test]
+    async fn a_claim_on_postgresql_skips_the_sync_of_its_own_commit_only() {
+        if orchestrator_test_support::postgres_skipped() {
+            return;
+        }
+        let url = orchestrator_test_support::fresh_postgres_url().await;
+        let store = Store::open(&url, &StoreOptions::default()).await.unwrap();
+        let id = store.create_task(&NewTask::new("t")).await.unwrap();
+        let mut conn = PgConnection::connect(&url).await.unwrap();
+        let server = show_sync(&mut conn).await;
+        assert_ne!(
+            server, "off",
+            "the test needs a server that syncs its commits"
+        );
+        let stmt =
+            claim_with_events("w", Expr::col(Tasks::Id).eq(id.0), 60_000, now_millis()).unwrap();
+        let (sql, values) = stmt.build_sqlx(sea_query::PostgresQueryBuilder);
+        sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+        let rows = sqlx::query_with(sqlx::AssertSqlSafe(sql), values)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1, "the task is claimed");
+        assert_eq!(show_sync(&mut conn).await, "off", "inside the claim");
+        sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+        assert_eq!(show_sync(&mut conn).await, server, "after the claim");
+
+        // Through the store: the task is claimed with its event, on the store's own pool.
+        let claimed = store
+            .claim("w", &["default".to_owned()], 10, 60_000)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        let kinds: Vec<String> = store
+            .events(id, 0, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(kinds, ["created", "claimed"]);
+        store.close().await;
+    }
 }

@@ -629,7 +629,10 @@ pub async fn each_creation_writes_one_created_event(db: &TestStore) {
         let events = store.events(*id, 0, 10).await.unwrap();
         assert_eq!(events.len(), 1, "task {i}: {events:?}");
         let event = &events[0];
-        assert_eq!((event.kind.as_str(), event.seq, event.at), ("created", 1, task.created_at));
+        assert_eq!(
+            (event.kind.as_str(), event.seq, event.at),
+            ("created", 1, task.created_at)
+        );
         assert_eq!(task.event_seq, 1);
         let expected = match i {
             0 => json!({
