@@ -607,7 +607,8 @@ pub async fn title_search_is_the_same_for_common_and_rare_texts(db: &TestStore) 
 
 /// Every task created gets one `created` event, numbered 1 and dated at its creation, whether it was
 /// made alone, in a batch of one insert or in a batch of several (more than 500 tasks); on SQLite
-/// the event is the insert's trigger's (migration 0020), on PostgreSQL the store's own insert.
+/// the event is the insert's trigger's (migration 0020), on PostgreSQL the store's own insert. The
+/// ids come back in the order of the tasks given.
 pub async fn each_creation_writes_one_created_event(db: &TestStore) {
     let store = db.store.clone();
     let mut made = NewTask::new("  made by a trigger  ").with_gate("true");
@@ -624,8 +625,12 @@ pub async fn each_creation_writes_one_created_event(db: &TestStore) {
     let mut sorted = ids.clone();
     sorted.sort();
     assert_eq!(sorted, ids, "ids are returned in creation order");
+    let titles: Vec<String> = std::iter::once(made.title.trim().to_owned())
+        .chain(small.iter().chain(&large).map(|t| t.title.clone()))
+        .collect();
     for (i, id) in ids.iter().enumerate() {
         let task = store.get_task(*id).await.unwrap();
+        assert_eq!(task.title, titles[i], "the ids pair with the tasks in order");
         let events = store.events(*id, 0, 10).await.unwrap();
         assert_eq!(events.len(), 1, "task {i}: {events:?}");
         let event = &events[0];
