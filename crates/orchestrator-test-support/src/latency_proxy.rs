@@ -3,9 +3,11 @@
 //! together leave together, so a round trip costs twice the delay however many messages it
 //! carries, as on a long network path.
 //!
-//! Tests put it between the daemon and PostgreSQL to see what a slow store does to leases.
+//! Tests put it between the daemon and PostgreSQL to see what a slow store does to leases, and
+//! between a model client and its server to count the connections the client opens.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,6 +22,7 @@ use tokio::time::Instant;
 pub struct LatencyProxy {
     addr: SocketAddr,
     tasks: Arc<Mutex<Vec<AbortHandle>>>,
+    accepted: Arc<AtomicUsize>,
 }
 
 impl LatencyProxy {
@@ -30,11 +33,14 @@ impl LatencyProxy {
         let addr = listener.local_addr().unwrap();
         let tasks: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
         let registry = tasks.clone();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     continue;
                 };
+                counted.fetch_add(1, Ordering::SeqCst);
                 let Ok(server) = TcpStream::connect(upstream).await else {
                     // The server is down: the client sees its connection closed, as it would
                     // without the proxy (a refused connection).
@@ -53,12 +59,21 @@ impl LatencyProxy {
             }
         });
         tasks.lock().unwrap().push(accept.abort_handle());
-        LatencyProxy { addr, tasks }
+        LatencyProxy {
+            addr,
+            tasks,
+            accepted,
+        }
     }
 
     /// Where clients connect instead of the upstream server.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The connections clients have opened through the proxy so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 }
 

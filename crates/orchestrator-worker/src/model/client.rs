@@ -3,7 +3,8 @@
 
 use super::*;
 
-/// A client for one model. Cloning is cheap and clones share the connection pool.
+/// A client for one model. Cloning is cheap; clones, and every client made from clones of one
+/// [`ClientConfig`], share the connection pool (see `KnownServers::http`).
 #[derive(Clone)]
 pub struct ModelClient {
     pub(super) http: reqwest::Client,
@@ -41,6 +42,22 @@ pub fn takes_cache_key(base_url: &str) -> bool {
         .ok()
         .and_then(|u| u.host_str().map(str::to_owned))
         .is_some_and(|host| host == "api.openai.com")
+}
+
+/// Longest wait for the end of a streamed body once `[DONE]` has been read.
+const FINISH_BODY: Duration = Duration::from_millis(100);
+
+/// Reads what is left of a streamed reply's body after `[DONE]`: the end of its chunked encoding,
+/// usually sent with it or just after. A body dropped before its end closes its connection, and
+/// the next request, the next turn's, would open another (to a remote provider, with a TLS
+/// handshake of its own). A server that keeps the stream open after `[DONE]` costs the turn at
+/// most [`FINISH_BODY`] and its connection, as a dropped body did.
+async fn finish_body<S, B>(mut body: S)
+where
+    S: futures_util::Stream<Item = reqwest::Result<B>> + Unpin,
+{
+    let rest = async { while let Some(Ok(_)) = body.next().await {} };
+    let _ = tokio::time::timeout(FINISH_BODY, rest).await;
 }
 
 impl ModelClient {
@@ -82,10 +99,9 @@ impl ModelClient {
                 Some(value)
             }
         };
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .user_agent(concat!("orchestrator/", env!("CARGO_PKG_VERSION")))
-            .build()
+        let http = config
+            .servers
+            .http(config.connect_timeout)
             .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
         let base_url = spec.base_url.trim().trim_end_matches('/').to_owned();
         Ok(ModelClient {
@@ -337,6 +353,7 @@ impl ModelClient {
             };
             for data in events {
                 if self.stream_event(&data, &mut reply, deltas)? == Flow::Done {
+                    finish_body(body).await;
                     return reply.finish();
                 }
             }

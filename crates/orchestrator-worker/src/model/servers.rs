@@ -1,6 +1,7 @@
 //! What the client learns about the servers it talks to, kept while the daemon runs: which servers
 //! answer a streamed request with an empty 200 (llama-cpp-python does with tools), which answer
-//! as Ollama, and the window Ollama gave for a model.
+//! as Ollama, and the window Ollama gave for a model; and the HTTP client whose connections to
+//! them stay open from one task to the next.
 //!
 //! The daemon makes one [`ClientConfig`](super::ClientConfig) and each task's client clones it, so
 //! the `KnownServers` inside is shared by every client of one daemon: a server is probed, and a
@@ -11,6 +12,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
@@ -35,9 +37,29 @@ struct Inner {
     ollama: Mutex<HashMap<String, Once<bool>>>,
     /// By server root and model: the window Ollama's `/api/show` gave, asked once.
     ollama_windows: Mutex<HashMap<RootAndModel, Once<Option<u64>>>>,
+    /// The HTTP clients, by connect timeout (a model's settings may change it): each keeps its
+    /// connections open between requests, whichever task's client sends them.
+    http: Mutex<HashMap<Duration, reqwest::Client>>,
 }
 
 impl KnownServers {
+    /// The HTTP client of requests that give up connecting after `connect_timeout`, made on first
+    /// use and shared by every task's client of this daemon: a task's first request reuses a
+    /// connection an earlier task left open, where a client of its own opened a new one (and, to
+    /// a remote provider, shook hands over TLS again, after loading the trusted roots).
+    pub(super) fn http(&self, connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
+        let mut clients = self.0.http.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(client) = clients.get(&connect_timeout) {
+            return Ok(client.clone());
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .user_agent(concat!("orchestrator/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        clients.insert(connect_timeout, client.clone());
+        Ok(client)
+    }
+
     /// Whether a request to `base_url` (with tools or not) may ask for a streamed reply.
     pub(super) fn streams(&self, base_url: &str, with_tools: bool) -> bool {
         let lock = |set: &Mutex<HashSet<String>>| {

@@ -275,6 +275,56 @@ async fn the_request_has_the_wire_shape() {
     assert!(request.body.get("tools").is_none(), "{}", request.body);
 }
 
+/// A client's turns reuse one connection, streamed or not: a streamed reply's body is read to its
+/// end after `[DONE]`, since a body dropped before its end closes the connection, and each turn
+/// would open another (to a remote provider, with a TLS handshake of its own).
+#[tokio::test]
+async fn a_clients_turns_reuse_its_connection() {
+    let server = ScriptedModel::scripted(vec![]).await;
+    let proxy = orchestrator_test_support::LatencyProxy::start(server.addr(), Duration::ZERO).await;
+    let spec = spec(format!("http://{}/v1", proxy.addr()), None);
+    let config = fast();
+    let client = ModelClient::new(&spec, config.clone()).unwrap();
+    for turn in 0..3 {
+        client.complete(&conversation(), &[], None).await.unwrap();
+        assert_eq!(proxy.connections(), 1, "after streamed turn {turn}");
+    }
+    assert!(server.received().iter().all(|r| r.is_streaming()));
+    let whole = ModelClient::new(
+        &spec,
+        ClientConfig {
+            stream: false,
+            ..config
+        },
+    )
+    .unwrap();
+    for turn in 0..3 {
+        whole.complete(&conversation(), &[], None).await.unwrap();
+        assert_eq!(proxy.connections(), 1, "after whole turn {turn}");
+    }
+}
+
+/// The clients of one configuration (a daemon's tasks, each with its own client) share their
+/// connections to a server: a task's first request reuses the connection an earlier task left
+/// open instead of opening one (and, to a remote provider, shaking hands over TLS) of its own. A
+/// configuration made anew (another daemon) has its own.
+#[tokio::test]
+async fn clients_of_one_configuration_share_their_connections() {
+    let server = ScriptedModel::scripted(vec![]).await;
+    let proxy = orchestrator_test_support::LatencyProxy::start(server.addr(), Duration::ZERO).await;
+    let spec = spec(format!("http://{}/v1", proxy.addr()), None);
+    let daemon = fast();
+    for task in 0..3 {
+        let client = ModelClient::new(&spec, daemon.clone()).unwrap();
+        client.complete(&conversation(), &[], None).await.unwrap();
+        assert_eq!(proxy.connections(), 1, "after task {task}");
+    }
+    let other = ModelClient::new(&spec, fast()).unwrap();
+    other.complete(&conversation(), &[], None).await.unwrap();
+    assert_eq!(proxy.connections(), 2, "another daemon's client");
+    assert_eq!(server.received().len(), 4);
+}
+
 #[tokio::test]
 async fn new_reads_the_key_from_the_named_variable() {
     let server = ScriptedModel::scripted(vec![]).await;

@@ -630,7 +630,10 @@ pub async fn each_creation_writes_one_created_event(db: &TestStore) {
         .collect();
     for (i, id) in ids.iter().enumerate() {
         let task = store.get_task(*id).await.unwrap();
-        assert_eq!(task.title, titles[i], "the ids pair with the tasks in order");
+        assert_eq!(
+            task.title, titles[i],
+            "the ids pair with the tasks in order"
+        );
         let events = store.events(*id, 0, 10).await.unwrap();
         assert_eq!(events.len(), 1, "task {i}: {events:?}");
         let event = &events[0];
