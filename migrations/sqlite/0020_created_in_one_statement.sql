@@ -8,7 +8,9 @@
 -- number of gates. `at` is the creation's time. A test holds the two to the same text.
 --
 -- A table rebuilt by a later migration (a new `tasks` renamed into place) must create this
--- trigger again, or tasks would be created without their first event.
+-- trigger again, or tasks would be created without their first event. Daemons sharing one file are
+-- upgraded together, as for 0017: a daemon started before this migration writes the event itself
+-- too, and its creations fail on the events' key until it is restarted with this version.
 CREATE TRIGGER tasks_created_event AFTER INSERT ON tasks
 BEGIN
     INSERT INTO task_events (task_id, seq, at, kind, data)
@@ -37,16 +39,3 @@ BEGIN
     );
 END;
 
--- The insert sets its own change number (the store's `change_mark`, as the claim and the
--- completion do), so the trigger of 0008 need not update each new row a second time: a rewrite of
--- the row and of its entry in `tasks_by_change`. An insert that leaves the column at its default
--- still gets its number here.
-DROP TRIGGER tasks_change_insert;
-CREATE TRIGGER tasks_change_insert AFTER INSERT ON tasks
-WHEN NEW.change_id = 0
-BEGIN
-    UPDATE tasks SET change_id = 1 + max(
-        IFNULL((SELECT MAX(change_id) FROM tasks), 0),
-        IFNULL((SELECT MAX(change_id) FROM approvals), 0))
-    WHERE id = NEW.id;
-END;

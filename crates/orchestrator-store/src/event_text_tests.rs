@@ -157,14 +157,3 @@ async fn the_created_events_text_on_sqlite_is_what_the_store_writes_elsewhere() 
     let store = sqlite_store(&dir).await;
     created_events_text_is_the_stores_own(&store).await;
 }
-
-#[tokio::test]
-async fn the_created_events_text_on_postgresql_is_the_same() {
-    if orchestrator_test_support::postgres_skipped() {
-        return;
-    }
-    let url = orchestrator_test_support::fresh_postgres_url().await;
-    let store = Store::open(&url, &StoreOptions::default()).await.unwrap();
-    created_events_text_is_the_stores_own(&store).await;
-    store.close().await;
-}

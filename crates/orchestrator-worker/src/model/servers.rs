@@ -37,8 +37,9 @@ struct Inner {
     ollama: Mutex<HashMap<String, Once<bool>>>,
     /// By server root and model: the window Ollama's `/api/show` gave, asked once.
     ollama_windows: Mutex<HashMap<RootAndModel, Once<Option<u64>>>>,
-    /// The HTTP clients, by connect timeout (a model's settings may change it): each keeps its
-    /// connections open between requests, whichever task's client sends them.
+    /// The HTTP clients, by connect timeout (the one setting they are built with besides the user
+    /// agent): each keeps its connections open between requests, whichever task's client sends
+    /// them.
     http: Mutex<HashMap<Duration, reqwest::Client>>,
 }
 
