@@ -282,32 +282,6 @@ pub(crate) fn sqlite_change_mark() -> sea_query::Expr {
 /// be ready; sent when its transaction commits.
 pub(crate) const NOTIFY_TASKS: &str = "pg_notify('orchestrator_tasks', '')";
 
-/// Makes a PostgreSQL statement that is a transaction of its own (`with` and its final `result`)
-/// commit without waiting for its sync: `set_config('synchronous_commit', 'off', true)` lasts
-/// until the end of the transaction, which is this statement, so the commit reads it and the
-/// pooled connection's next statement has the server's setting again. A WITH's SELECT runs only
-/// when something reads it, hence the join of its one row into `result`.
-pub(crate) fn commit_unsynced(
-    with: &mut sea_query::WithClause,
-    result: &mut sea_query::SelectStatement,
-) {
-    const UNSYNCED: &str = "unsynced";
-    with.cte(
-        sea_query::CommonTableExpression::new()
-            .query(
-                sea_query::Query::select()
-                    .expr_as(
-                        sea_query::Expr::cust("set_config('synchronous_commit', 'off', true)"),
-                        sea_query::Alias::new("setting"),
-                    )
-                    .to_owned(),
-            )
-            .table_name(sea_query::Alias::new(UNSYNCED))
-            .to_owned(),
-    );
-    result.from(sea_query::Alias::new(UNSYNCED));
-}
-
 /// [`Tx::change_mark`] on PostgreSQL: the transaction's id, also right for a statement that is a
 /// transaction of its own.
 pub(crate) fn postgres_change_mark() -> sea_query::Expr {

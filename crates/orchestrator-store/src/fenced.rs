@@ -48,6 +48,8 @@ use sea_query::{
 pub(crate) const FENCE: &str = "fence";
 /// The name of the last message number before the write.
 const LAST: &str = "last";
+/// The name of the setting that makes the commit not wait for the disk.
+const UNSYNCED: &str = "unsynced";
 
 /// What a one-statement write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,13 +224,29 @@ fn statement(
         .from(Alias::new(FENCE))
         .to_owned();
     if commit == Commit::Unsynced {
-        crate::exec::commit_unsynced(&mut with, &mut result);
+        // `set_config(..., true)` lasts until the end of the transaction, which is this statement:
+        // the commit reads it, and the pooled connection's next statement has the server's setting
+        // again. A WITH's SELECT runs only when something reads it, hence the join.
+        with.cte(
+            CommonTableExpression::new()
+                .query(
+                    Query::select()
+                        .expr_as(
+                            Expr::cust("set_config('synchronous_commit', 'off', true)"),
+                            Alias::new("setting"),
+                        )
+                        .to_owned(),
+                )
+                .table_name(Alias::new(UNSYNCED))
+                .to_owned(),
+        );
+        result.from(Alias::new(UNSYNCED));
     }
     Ok(with.query(result))
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::{Store, StoreOptions};
@@ -408,7 +426,8 @@ mod tests {
         store.close().await;
     }
 
-    async fn show_sync(conn: &mut PgConnection) -> String {
+    /// The connection's `synchronous_commit`, inside a transaction or out of one.
+    pub(crate) async fn show_sync(conn: &mut PgConnection) -> String {
         let (setting,): (String,) = sqlx::query_as("SHOW synchronous_commit")
             .fetch_one(conn)
             .await

@@ -250,7 +250,7 @@ fn claim_with_events(
                 .to_owned(),
         )?
         .to_owned();
-    let with = sea_query::WithClause::new()
+    Ok(sea_query::WithClause::new()
         .cte(
             sea_query::CommonTableExpression::new()
                 .query(update)
@@ -263,8 +263,8 @@ fn claim_with_events(
                 .table_name(sea_query::Alias::new("claimed_events"))
                 .to_owned(),
         )
-        .to_owned();
-    Ok(with.query(Query::select().columns(COLUMNS).from(claimed).to_owned()))
+        .to_owned()
+        .query(Query::select().columns(COLUMNS).from(claimed).to_owned()))
 }
 
 /// The claim of the queued rows `cond` matches, at `now`, returning them whole.
@@ -321,16 +321,9 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::StoreOptions;
+    use crate::fenced::tests::show_sync;
     use sea_query_sqlx::SqlxBinder;
     use sqlx::{Connection, PgConnection};
-
-    async fn show_sync(conn: &mut PgConnection) -> String {
-        let (setting,): (String,) = sqlx::query_as("SHOW synchronous_commit")
-            .fetch_one(conn)
-            .await
-            .unwrap();
-        setting
-    }
 
     /// A claim on PostgreSQL waits for the server's sync of its commit (see `claim_with_events`:
     /// a claim lost in a crash of the server alone would let two workers hold the same epoch):

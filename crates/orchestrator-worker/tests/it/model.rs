@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use orchestrator_test_support::LatencyProxy;
 use orchestrator_test_support::model_server::{Reply, ScriptedModel, call, error_body};
 use orchestrator_types::{ChatMessage, ModelSpec, Role, ToolCallRequest, Usage};
 use orchestrator_worker::model::{
@@ -275,14 +276,21 @@ async fn the_request_has_the_wire_shape() {
     assert!(request.body.get("tools").is_none(), "{}", request.body);
 }
 
+/// A scripted server, a proxy in front of it that counts the connections clients open, and a model
+/// spec that goes through the proxy.
+async fn behind_a_counting_proxy() -> (ScriptedModel, LatencyProxy, ModelSpec) {
+    let server = ScriptedModel::scripted(vec![]).await;
+    let proxy = LatencyProxy::start(server.addr(), Duration::ZERO).await;
+    let spec = spec(format!("http://{}/v1", proxy.addr()), None);
+    (server, proxy, spec)
+}
+
 /// A client's turns reuse one connection, streamed or not: a streamed reply's body is read to its
 /// end after `[DONE]`, since a body dropped before its end closes the connection, and each turn
 /// would open another (to a remote provider, with a TLS handshake of its own).
 #[tokio::test]
 async fn a_clients_turns_reuse_its_connection() {
-    let server = ScriptedModel::scripted(vec![]).await;
-    let proxy = orchestrator_test_support::LatencyProxy::start(server.addr(), Duration::ZERO).await;
-    let spec = spec(format!("http://{}/v1", proxy.addr()), None);
+    let (server, proxy, spec) = behind_a_counting_proxy().await;
     let config = fast();
     let client = ModelClient::new(&spec, config.clone()).unwrap();
     for turn in 0..3 {
@@ -310,9 +318,7 @@ async fn a_clients_turns_reuse_its_connection() {
 /// configuration made anew (another daemon) has its own.
 #[tokio::test]
 async fn clients_of_one_configuration_share_their_connections() {
-    let server = ScriptedModel::scripted(vec![]).await;
-    let proxy = orchestrator_test_support::LatencyProxy::start(server.addr(), Duration::ZERO).await;
-    let spec = spec(format!("http://{}/v1", proxy.addr()), None);
+    let (server, proxy, spec) = behind_a_counting_proxy().await;
     let daemon = fast();
     for task in 0..3 {
         let client = ModelClient::new(&spec, daemon.clone()).unwrap();
