@@ -73,8 +73,8 @@ impl Default for StoreOptions {
 /// had not been claimed yet: an attempt records what it is about to do (a gate's start, a tool call
 /// that may change something) before doing it, in a commit that syncs its claim too. A process
 /// crash loses nothing at all: the file's writes are the kernel's by then. Opened on first use.
-/// PostgreSQL's claim stays synced: there a crash of the server alone loses an unsynced commit
-/// while the worker that made it runs on (see `leases/claim.rs`, `claim_with_events`).
+/// PostgreSQL's claim and reply stay synced: there a crash of the server alone loses an unsynced
+/// commit while the worker that made it runs on (see `leases/claim.rs`, `claim_with_events`).
 fn claim_pool(connect: &SqliteConnectOptions, options: &StoreOptions) -> sqlx::SqlitePool {
     SqlitePoolOptions::new()
         .max_connections(1)

@@ -8,7 +8,7 @@
 
 use crate::events::{EventInsert, insert_events};
 use crate::exec::{Pool, Tx};
-use crate::fenced::{self, Commit};
+use crate::fenced;
 use crate::leases::{Lease, next_seq_fenced};
 use crate::{Error, Result, Store};
 use orchestrator_types::{ArtifactId, ChatMessage, EventKind, TaskId, Usage, now_millis};
@@ -364,18 +364,21 @@ impl Store {
         messages: &[NewMessage],
         event: (EventKind, serde_json::Value),
     ) -> Result<()> {
-        self.append_committed(lease, attempt, messages, event, Commit::Synced)
+        self.append_on(&self.pool, lease, attempt, messages, event)
             .await
     }
 
-    /// Saves a model's reply, as [`Store::append_messages`] does, with a commit that does not wait
-    /// for the disk: on SQLite on the claims' connection (`synchronous=NORMAL`), on PostgreSQL with
-    /// `synchronous_commit` off for its statement. A reply acts on nothing by itself. What the
-    /// attempt does next commits with a sync, and that sync puts the reply on disk too, before
-    /// anything acts on it: a changing tool call's `started` row, a call's end, the attempt's end.
-    /// A power loss (or a crash of the database server) before then may lose the reply, which the
-    /// resumed attempt asks the model for again; a crash of this process loses nothing. One fsync
-    /// less per agent turn.
+    /// Saves a model's reply, as [`Store::append_messages`] does. On SQLite with
+    /// `synchronous=FULL` it is written on the claims' connection (`synchronous=NORMAL`), whose
+    /// commit does not wait for the disk. A reply acts on nothing by itself. What the attempt does
+    /// next commits with a sync, and that sync puts the reply on disk too, before anything acts on
+    /// it: a changing tool call's `started` row, a call's end, the attempt's end. A power loss
+    /// before then may lose the reply, which the resumed attempt asks the model for again, and
+    /// takes the worker with it; a crash of this process loses nothing. One fsync less per agent
+    /// turn. On PostgreSQL the reply's commit waits for the server's sync like every other: there a
+    /// crash of the server alone can lose an unsynced commit while the attempt runs on, and its
+    /// calls' ends would then be saved after a conversation that lacks the reply that asked for
+    /// them.
     pub async fn append_reply(
         &self,
         lease: &Lease,
@@ -383,17 +386,20 @@ impl Store {
         messages: &[NewMessage],
         event: (EventKind, serde_json::Value),
     ) -> Result<()> {
-        self.append_committed(lease, attempt, messages, event, Commit::Unsynced)
+        // On PostgreSQL (or SQLite with synchronous=NORMAL) the claims' pool is the store's pool.
+        self.append_on(&self.claims, lease, attempt, messages, event)
             .await
     }
 
-    async fn append_committed(
+    /// Saves `messages` with `event`: on PostgreSQL in one statement (see `fenced.rs`), otherwise,
+    /// or if that statement collided, in a transaction on `pool`.
+    async fn append_on(
         &self,
+        pool: &Pool,
         lease: &Lease,
         attempt: i64,
         messages: &[NewMessage],
         event: (EventKind, serde_json::Value),
-        commit: Commit,
     ) -> Result<()> {
         let now = now_millis();
         if let Pool::Postgres(_) = &self.pool {
@@ -406,19 +412,12 @@ impl Store {
                 Vec::new(),
                 event.0,
                 &event.1,
-                commit,
             )
             .await?;
             if !fenced::collided(written, lease)? {
                 return Ok(());
             }
         }
-        // On SQLite with synchronous=FULL, the claims' connection commits without a sync; elsewhere
-        // it is the store's pool. A collided write on PostgreSQL is synced: it is rare.
-        let pool = match commit {
-            Commit::Synced => &self.pool,
-            Commit::Unsynced => &self.claims,
-        };
         let mut tx = pool.begin().await?;
         let seq = next_seq_fenced(&mut tx, lease, now).await?;
         insert_messages_with_event(&mut tx, lease, seq, now, attempt, messages, event).await?;
@@ -624,7 +623,6 @@ impl Store {
                 vec![call],
                 EventKind::ToolCall,
                 &end.event,
-                Commit::Synced,
             )
             .await?;
             if !fenced::collided(written, lease)? {

@@ -186,18 +186,8 @@ impl Store {
     ) -> Result<i64> {
         let now = now_millis();
         if let Pool::Postgres(_) = &self.pool {
-            let written = fenced::write(
-                &self.pool,
-                lease,
-                now,
-                0,
-                &[],
-                Vec::new(),
-                kind,
-                &data,
-                fenced::Commit::Synced,
-            )
-            .await?;
+            let written =
+                fenced::write(&self.pool, lease, now, 0, &[], Vec::new(), kind, &data).await?;
             if let Written::Event(seq) = written {
                 return Ok(seq);
             }

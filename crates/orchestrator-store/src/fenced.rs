@@ -48,8 +48,6 @@ use sea_query::{
 pub(crate) const FENCE: &str = "fence";
 /// The name of the last message number before the write.
 const LAST: &str = "last";
-/// The name of the setting that makes the commit not wait for the disk.
-const UNSYNCED: &str = "unsynced";
 
 /// What a one-statement write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,23 +92,11 @@ pub(crate) fn from_fence(values: Vec<Expr>) -> SelectStatement {
         .to_owned()
 }
 
-/// Whether a write's commit waits until it is on disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Commit {
-    /// It does: what the write says survives a power loss once the call returns.
-    Synced,
-    /// It does not (here `synchronous_commit` off for this statement's transaction only; on SQLite
-    /// `Store::append_reply` writes on the claims' connection instead): the write is in the log in
-    /// order, and the next synced commit of any session puts it on disk with everything before it.
-    /// A crash of the server or the machine before then may lose it, and everything after it,
-    /// together; a crash of this process loses nothing.
-    Unsynced,
-}
-
 /// One fenced write: `messages` of `attempt` (numbered after the task's last), the writes of
 /// `also` (each conditioned on the fence by its builder, with [`fence_held`] or [`from_fence`]),
-/// and one event, committed as `commit` says. PostgreSQL only: SQLite allows no write inside a
-/// WITH clause.
+/// and one event, in a commit that waits for the server's sync like every other (a crash of the
+/// server alone can lose an unsynced commit while the attempt runs on; see
+/// `Store::append_reply`). PostgreSQL only: SQLite allows no write inside a WITH clause.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn write(
     pool: &Pool,
@@ -121,9 +107,8 @@ pub(crate) async fn write(
     also: Vec<SubQueryStatement>,
     kind: EventKind,
     data: &serde_json::Value,
-    commit: Commit,
 ) -> Result<Written> {
-    let statement = statement(lease, now, attempt, messages, also, kind, data, commit)?;
+    let statement = statement(lease, now, attempt, messages, also, kind, data)?;
     match pool.fetch_optional::<(i64,), _>(&statement).await {
         Ok(Some((seq,))) => Ok(Written::Event(seq)),
         Ok(None) => Ok(Written::Stale),
@@ -159,7 +144,6 @@ fn statement(
     also: Vec<SubQueryStatement>,
     kind: EventKind,
     data: &serde_json::Value,
-    commit: Commit,
 ) -> Result<sea_query::WithQuery> {
     let task = lease.task_id.0;
     let mut with = WithClause::new();
@@ -219,29 +203,10 @@ fn statement(
             .table_name(Alias::new("e"))
             .to_owned(),
     );
-    let mut result = Query::select()
+    let result = Query::select()
         .column(crate::tasks::Tasks::EventSeq)
         .from(Alias::new(FENCE))
         .to_owned();
-    if commit == Commit::Unsynced {
-        // `set_config(..., true)` lasts until the end of the transaction, which is this statement:
-        // the commit reads it, and the pooled connection's next statement has the server's setting
-        // again. A WITH's SELECT runs only when something reads it, hence the join.
-        with.cte(
-            CommonTableExpression::new()
-                .query(
-                    Query::select()
-                        .expr_as(
-                            Expr::cust("set_config('synchronous_commit', 'off', true)"),
-                            Alias::new("setting"),
-                        )
-                        .to_owned(),
-                )
-                .table_name(Alias::new(UNSYNCED))
-                .to_owned(),
-        );
-        result.from(Alias::new(UNSYNCED));
-    }
     Ok(with.query(result))
 }
 
@@ -375,7 +340,6 @@ pub(crate) mod tests {
                 Vec::new(),
                 EventKind::Message,
                 &json(),
-                Commit::Synced,
             )
             .await
         });
@@ -435,73 +399,104 @@ pub(crate) mod tests {
         setting
     }
 
-    /// An unsynced write turns the sync off for its own transaction, and only that: the next
-    /// statement on the same connection has the server's setting again.
+    /// Records the `synchronous_commit` each commit that writes a task event runs with, read at
+    /// the commit itself: a deferred trigger fires as the transaction commits, after every
+    /// statement of it, so it sees a setting any of them made for the transaction.
+    async fn record_commit_settings(url: &str) {
+        let mut conn = PgConnection::connect(url).await.unwrap();
+        for ddl in [
+            "CREATE TABLE commit_settings (kind text NOT NULL, setting text NOT NULL)",
+            "CREATE FUNCTION record_commit_setting() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN INSERT INTO commit_settings \
+             VALUES (NEW.kind, current_setting('synchronous_commit')); RETURN NULL; END $$",
+            "CREATE CONSTRAINT TRIGGER record_commit_setting AFTER INSERT ON task_events \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION record_commit_setting()",
+        ] {
+            sqlx::query(ddl).execute(&mut conn).await.unwrap();
+        }
+    }
+
+    /// The commits' settings recorded so far, by the kind of event each wrote, in order.
+    async fn commit_settings(url: &str) -> Vec<(String, String)> {
+        let mut conn = PgConnection::connect(url).await.unwrap();
+        sqlx::query_as("SELECT kind, setting FROM commit_settings ORDER BY ctid")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+    }
+
+    /// Every write of an attempt on PostgreSQL waits for the server's sync of its commit, a
+    /// model's reply too: a crash of the server alone can lose an unsynced commit while the
+    /// attempt runs on, and its calls' ends, synced, would then be saved after a conversation that
+    /// lacks the reply that asked for them (as a lost claim would give two workers one epoch).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_unsynced_write_skips_the_sync_of_its_own_commit_only() {
+    async fn every_write_of_an_attempt_on_postgresql_waits_for_its_sync() {
         if orchestrator_test_support::postgres_skipped() {
             return;
         }
-        let (url, store, id, lease) = task_with_a_message().await;
+        let url = orchestrator_test_support::fresh_postgres_url().await;
         let mut conn = PgConnection::connect(&url).await.unwrap();
         let server = show_sync(&mut conn).await;
         assert_ne!(
             server, "off",
             "the test needs a server that syncs its commits"
         );
-        for (commit, during) in [(Commit::Synced, server.as_str()), (Commit::Unsynced, "off")] {
-            let now = orchestrator_types::now_millis();
-            let stmt = statement(
-                &lease,
-                now,
-                1,
-                &[message(2, "reply")],
-                Vec::new(),
-                EventKind::Message,
-                &json(),
-                commit,
-            )
-            .unwrap();
-            let (sql, values) =
-                sea_query_sqlx::SqlxBinder::build_sqlx(&stmt, sea_query::PostgresQueryBuilder);
-            sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-            let row = sqlx::query_with(sqlx::AssertSqlSafe(sql), values)
-                .fetch_optional(&mut conn)
-                .await
-                .unwrap();
-            assert!(row.is_some(), "{commit:?}: the fence held");
-            assert_eq!(show_sync(&mut conn).await, during, "{commit:?}");
-            sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
-            assert_eq!(show_sync(&mut conn).await, server, "after {commit:?}");
-        }
-
-        // Through the store, on a pool of one connection: the reply is saved, and the
-        // connection's next statement syncs again.
-        store.close().await;
-        let options = StoreOptions {
-            max_connections: 1,
-            ..StoreOptions::default()
-        };
-        let store = Store::open(&url, &options).await.unwrap();
+        let store = Store::open(&url, &StoreOptions::default()).await.unwrap();
+        record_commit_settings(&url).await;
+        let id = store.create_task(&NewTask::new("talks")).await.unwrap();
+        let (_, lease) = store.claim_task("w", id, 600_000).await.unwrap().unwrap();
         store
             .append_reply(
                 &lease,
                 1,
-                &[message(2, "reply")],
+                &[message(1, "reply")],
                 (EventKind::Message, json()),
             )
             .await
             .unwrap();
-        let Pool::Postgres(pool) = &store.pool else {
-            panic!("a PostgreSQL store");
-        };
-        let mut pooled = pool.acquire().await.unwrap();
-        assert_eq!(show_sync(&mut pooled).await, server);
-        drop(pooled);
-        let saved: Vec<(i64, Option<String>)> = texts(&store, id).await;
+        store
+            .append_messages(
+                &lease,
+                1,
+                &[message(1, "result")],
+                (EventKind::Message, json()),
+            )
+            .await
+            .unwrap();
+        store
+            .append_event(&lease, EventKind::Note, json())
+            .await
+            .unwrap();
+        let done = store
+            .complete(&[crate::Completion {
+                lease,
+                outcome: crate::Outcome::Succeeded,
+                details: serde_json::Value::Null,
+            }])
+            .await
+            .unwrap();
+        assert_eq!(done, [crate::CompletionResult::Applied]);
+
+        let recorded = commit_settings(&url).await;
+        let kinds: Vec<&str> = recorded.iter().map(|(kind, _)| kind.as_str()).collect();
         assert_eq!(
-            saved,
-            [(1, Some("first".into())), (2, Some("reply".into()))]
+            kinds,
+            [
+                "created",
+                "claimed",
+                "message",
+                "message",
+                "note",
+                "succeeded"
+            ],
+            "each write's event is recorded at its commit"
+        );
+        for (kind, setting) in &recorded {
+            assert_eq!(setting, &server, "the commit that wrote {kind}");
+        }
+        assert_eq!(
+            texts(&store, id).await,
+            [(1, Some("reply".into())), (2, Some("result".into()))]
         );
         store.close().await;
     }
