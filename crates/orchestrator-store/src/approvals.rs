@@ -205,16 +205,24 @@ pub(crate) async fn close_pending(tx: &mut Tx, task: TaskId, now: i64) -> Result
 /// claim/complete path, for approvals that almost never exist.
 pub(crate) async fn close_pending_of(tx: &mut Tx, tasks: &[i64], now: i64) -> Result<()> {
     for chunk in tasks.chunks(400) {
-        let stmt = Query::update()
-            .table(Approvals::Table)
-            .value(Approvals::Status, approval_status::CANCELED)
-            .value(Approvals::DecidedAt, now)
-            .and_where(Expr::col(Approvals::TaskId).is_in(chunk.iter().copied()))
-            .and_where(is_pending())
-            .to_owned();
+        let stmt = close_pending_where(
+            Expr::col(Approvals::TaskId).is_in(chunk.iter().copied()),
+            now,
+        );
         tx.execute(&stmt).await?;
     }
     Ok(())
+}
+
+/// The close of the pending approvals whose task `tasks` matches (a condition on `task_id`).
+pub(crate) fn close_pending_where(tasks: Expr, now: i64) -> sea_query::UpdateStatement {
+    Query::update()
+        .table(Approvals::Table)
+        .value(Approvals::Status, approval_status::CANCELED)
+        .value(Approvals::DecidedAt, now)
+        .and_where(tasks)
+        .and_where(is_pending())
+        .to_owned()
 }
 
 /// Queues a waiting task again if none of its approvals is pending; returns whether it did.

@@ -6,6 +6,7 @@
 //! refused, which is what makes a worker that lost its lease harmless.
 
 mod claim;
+mod successes;
 
 #[cfg(test)]
 pub(crate) use claim::claimed_data;
@@ -81,6 +82,40 @@ pub struct RescueCounts {
     pub requeued: u64,
     pub failed: u64,
     pub canceled: u64,
+}
+
+/// Most successes ended by one statement.
+const SUCCESS_CHUNK: usize = 400;
+
+/// The end of the running tasks that `leases` hold as successes, at `now`, returning each ended
+/// task's id, event number and state. A cancel requested while the attempt finished wins: the
+/// user asked for it to stop, and a parent's cancel must not leave a child reported as succeeded.
+fn successes_update<'a>(
+    leases: impl Iterator<Item = &'a Lease> + Clone,
+    now: i64,
+    change_mark: Expr,
+) -> sea_query::UpdateStatement {
+    Query::update()
+        .table(Tasks::Table)
+        .value(
+            Tasks::State,
+            Expr::case(
+                Expr::col(Tasks::CancelRequested).eq(true),
+                TaskState::Canceled.as_str(),
+            )
+            .finally(TaskState::Succeeded.as_str()),
+        )
+        .value(Tasks::LeaseOwner, Option::<String>::None)
+        .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
+        .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
+        .value(Tasks::ChangeId, change_mark)
+        .value(Tasks::LastError, Option::<String>::None)
+        .value(Tasks::FinishedAt, now)
+        .value(Tasks::UpdatedAt, now)
+        .cond_where(leases_match(leases))
+        .and_where(state_is(TaskState::Running))
+        .returning(Query::returning().columns([Tasks::Id, Tasks::EventSeq, Tasks::State]))
+        .to_owned()
 }
 
 fn lease_matches(lease: &Lease) -> Cond {
@@ -285,6 +320,9 @@ impl Store {
             return Ok(Vec::new());
         }
         let now = now_millis();
+        if let Some(results) = self.complete_successes(completions, now).await? {
+            return Ok(results);
+        }
         let mut results = vec![CompletionResult::Stale; completions.len()];
         let mut events = Vec::with_capacity(completions.len());
         let mut requeued = false;
@@ -294,31 +332,9 @@ impl Store {
         let successes: Vec<usize> = (0..completions.len())
             .filter(|i| completions[*i].outcome == Outcome::Succeeded)
             .collect();
-        for chunk in successes.chunks(400) {
-            let any = leases_match(chunk.iter().map(|i| &completions[*i].lease));
-            // A cancel requested while the attempt finished wins: the user asked for it to stop,
-            // and a parent's cancel must not leave a child reported as succeeded.
-            let stmt = Query::update()
-                .table(Tasks::Table)
-                .value(
-                    Tasks::State,
-                    Expr::case(
-                        Expr::col(Tasks::CancelRequested).eq(true),
-                        TaskState::Canceled.as_str(),
-                    )
-                    .finally(TaskState::Succeeded.as_str()),
-                )
-                .value(Tasks::LeaseOwner, Option::<String>::None)
-                .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
-                .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
-                .value(Tasks::ChangeId, tx.change_mark())
-                .value(Tasks::LastError, Option::<String>::None)
-                .value(Tasks::FinishedAt, now)
-                .value(Tasks::UpdatedAt, now)
-                .cond_where(any)
-                .and_where(state_is(TaskState::Running))
-                .returning(Query::returning().columns([Tasks::Id, Tasks::EventSeq, Tasks::State]))
-                .to_owned();
+        for chunk in successes.chunks(SUCCESS_CHUNK) {
+            let leases = chunk.iter().map(|i| &completions[*i].lease);
+            let stmt = successes_update(leases, now, tx.change_mark());
             let rows: Vec<(i64, i64, String)> = tx.fetch_all(&stmt).await?;
             for (id, seq, ended) in rows {
                 if let Some(i) = chunk

@@ -41,6 +41,7 @@ conformance!(
     decision_before_the_pause_lands_still_resumes,
     approvals_expire_and_close_with_their_task,
     approvals_close_when_their_task_ends_on_every_path,
+    a_batch_of_successes_ends_each_task_with_its_own_event,
     children_and_shell_jobs_are_fenced_by_the_lease,
     an_agents_writes_are_fenced_by_its_lease,
     ends_of_calls_are_fenced_and_concurrent_ends_all_land,
