@@ -37,7 +37,7 @@ pub const DEFAULT_CANCEL_POLL: Duration = Duration::from_millis(500);
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Most tasks claimed in one transaction.
 pub const DEFAULT_CLAIM_BATCH: usize = 256;
-/// How long a saturated producer waits after the first slot frees, to claim for several at once.
+/// Longest a saturated producer waits after the first slot frees, to claim for several at once.
 const SATURATED_COALESCE: Duration = Duration::from_millis(1);
 /// Most completions written in one transaction.
 const COMPLETION_BATCH: usize = 512;
@@ -278,7 +278,7 @@ impl WorkerPool {
                 // Every slot was busy: the completer ends attempts in batches, so more slots free
                 // up within a moment. Gathering them makes one claim of many instead of many
                 // claims of one, each its own transaction.
-                tokio::time::sleep(SATURATED_COALESCE).await;
+                gather_free_slots(&slots).await;
                 continue;
             }
             wakeup.mark_seen();
@@ -475,6 +475,23 @@ async fn idle_wait(store: &Store, queues: &[String], poll: Duration) -> Duration
             poll.min(Duration::from_millis(wait)).max(MIN_IDLE_WAIT)
         }
         _ => poll,
+    }
+}
+
+/// Returns once the slots freeing together have freed: the completer answers a whole batch at
+/// once, and each slot gives its permit back when its task next runs. Yields to them until two
+/// yields in a row free nothing more (the runtime may resume this task before it has run them
+/// all: it wakes a yielded task after every 61 it polls), for at most `SATURATED_COALESCE`. A
+/// sleep of that long was the whole wait before, on every claim of a saturated pool.
+async fn gather_free_slots(slots: &Semaphore) {
+    let deadline = tokio::time::Instant::now() + SATURATED_COALESCE;
+    let mut free = slots.available_permits();
+    let mut unchanged = 0;
+    while unchanged < 2 && tokio::time::Instant::now() < deadline {
+        tokio::task::yield_now().await;
+        let now_free = slots.available_permits();
+        unchanged = if now_free == free { unchanged + 1 } else { 0 };
+        free = now_free;
     }
 }
 
@@ -724,6 +741,41 @@ pub async fn run_claimed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A saturated pool waits for the slots a completed batch frees together, and no longer: the
+    /// completer answers the whole batch at once, each slot gives its permit back when it next
+    /// runs, and the producer claims once they all have. On a paused clock, the wait takes no
+    /// time at all (a sleep of 1 ms was the whole wait before, on every claim of a saturated pool).
+    #[tokio::test(start_paused = true)]
+    async fn a_saturated_pool_gathers_the_slots_a_batch_frees_without_sleeping() {
+        let slots = Arc::new(Semaphore::new(64));
+        let mut answers = Vec::new();
+        let mut held = JoinSet::new();
+        for _ in 0..64 {
+            let permit = slots.clone().try_acquire_owned().unwrap();
+            let (answer, answered) = oneshot::channel::<()>();
+            answers.push(answer);
+            held.spawn(async move {
+                let _ = answered.await;
+                drop(permit);
+            });
+        }
+        // Every slot is busy, waiting for the completer's answer, which comes for all at once.
+        tokio::task::yield_now().await;
+        assert_eq!(slots.available_permits(), 0);
+        for answer in answers {
+            answer.send(()).unwrap();
+        }
+        let before = tokio::time::Instant::now();
+        gather_free_slots(&slots).await;
+        assert_eq!(
+            slots.available_permits(),
+            64,
+            "every slot of the batch is free before the claim"
+        );
+        assert_eq!(tokio::time::Instant::now(), before, "no time was slept");
+        while held.join_next().await.is_some() {}
+    }
 
     /// The most bytes the future spawned for a claimed task may take. It was 17.9 KB while it held
     /// the attempt's future inline, copied into the runtime on every claim.
