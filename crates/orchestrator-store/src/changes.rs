@@ -27,13 +27,14 @@
 //!
 //! What a change costs the writer: no extra row, statement, round trip or sync. The claim and the
 //! completion, the queue's hot path, set the number in their own UPDATE (`Tx::change_mark`), once
-//! per statement; every other write leaves it to a row trigger, which migration 0010 runs only
+//! per statement, and on SQLite a batch of new tasks carries it from its insert (read once in the
+//! batch's transaction, migration 0021); every other write leaves it to a row trigger, which migration 0010 runs only
 //! when the statement did not set the number itself. On PostgreSQL the trigger is a PL/pgSQL call
 //! per row, about 10 µs of server time (PostgreSQL 15, single-row updates: 21 µs against 11 µs
 //! without it); on SQLite it is a second update of the same row that finds the largest number
 //! through the `(change_id, id)` index, about 2 µs. Either way each changed row adds one entry to
 //! that index, which replaces the update time's index the old look-back read. On SQLite the rows
-//! of one claim or completion share a number; readers walk `(change_id, id)`, so they are told in
+//! of one claim, completion or batch of new tasks share a number; readers walk `(change_id, id)`, so they are told in
 //! id order, and a reader sees all of them or none, since they commit together. A heartbeat,
 //! which moves only a lease's expiry, is not a change.
 

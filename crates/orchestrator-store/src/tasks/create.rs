@@ -56,33 +56,44 @@ fn added(task: &NewTask, placement: Option<&Placement>) -> [Option<String>; 2] {
 /// Most tasks in one insert: it keeps each statement under SQLite's limit of bound parameters.
 const INSERT_CHUNK: usize = 500;
 
+/// Fewest tasks that SQLite creates in a transaction whose insert sets the rows' change number
+/// (migration 0021): the transaction's read of the number and its BEGIN and COMMIT are three more
+/// round trips to the connection's thread than one insert alone, which the insert trigger's second
+/// update of each row outweighs from a few dozen rows on.
+const MARKED_BATCH: usize = 32;
+
 /// The insert of validated, placed tasks, returning their ids.
 fn insert_statement(
     tasks: &[NewTask],
     now: i64,
     origin: Option<TaskOrigin>,
+    change: Option<i64>,
 ) -> Result<sea_query::InsertStatement> {
+    let mut columns = vec![
+        Tasks::Title,
+        Tasks::Prompt,
+        Tasks::Spec,
+        Tasks::Workspace,
+        Tasks::State,
+        Tasks::Queue,
+        Tasks::Priority,
+        Tasks::MaxAttempts,
+        Tasks::RunAfter,
+        Tasks::EventSeq,
+        Tasks::CreatedAt,
+        Tasks::UpdatedAt,
+        Tasks::AutomationId,
+        Tasks::SlotAt,
+        Tasks::ParentId,
+        Tasks::Repository,
+        Tasks::Requires,
+    ];
+    if change.is_some() {
+        columns.push(Tasks::ChangeId);
+    }
     let mut stmt = Query::insert()
         .into_table(Tasks::Table)
-        .columns([
-            Tasks::Title,
-            Tasks::Prompt,
-            Tasks::Spec,
-            Tasks::Workspace,
-            Tasks::State,
-            Tasks::Queue,
-            Tasks::Priority,
-            Tasks::MaxAttempts,
-            Tasks::RunAfter,
-            Tasks::EventSeq,
-            Tasks::CreatedAt,
-            Tasks::UpdatedAt,
-            Tasks::AutomationId,
-            Tasks::SlotAt,
-            Tasks::ParentId,
-            Tasks::Repository,
-            Tasks::Requires,
-        ])
+        .columns(columns)
         .returning_col(Tasks::Id)
         .to_owned();
     for task in tasks {
@@ -90,7 +101,7 @@ fn insert_statement(
             what: "task spec",
             message: e.to_string(),
         })?;
-        stmt.values([
+        let row: [Expr; 17] = [
             task.title.trim().into(),
             task.prompt.clone().into(),
             spec.into(),
@@ -113,7 +124,11 @@ fn insert_statement(
                 .or_else(|| task.workspace.clone())
                 .into(),
             placement::encode_words(task.requires.iter().map(String::as_str)).into(),
-        ])?;
+        ];
+        match change {
+            Some(change) => stmt.values(row.into_iter().chain([change.into()]))?,
+            None => stmt.values(row)?,
+        };
     }
     Ok(stmt)
 }
@@ -151,7 +166,7 @@ fn create_one_statement(
     let created = sea_query::Alias::new("created_task");
     let notified = sea_query::Alias::new("notified");
     let placed = place(std::slice::from_ref(task), placement);
-    let insert = insert_statement(&placed, now, None)?;
+    let insert = insert_statement(&placed, now, None, None)?;
     let event = Query::insert()
         .into_table(crate::events::TaskEvents::Table)
         .columns(crate::events::EVENT_COLUMNS)
@@ -220,8 +235,23 @@ pub(crate) async fn insert_tasks(
     let placed = place(new, placement);
     let new: &[NewTask] = &placed;
     let mut ids = Vec::with_capacity(new.len());
+    // On SQLite a batch's rows carry the transaction's change number from the insert (0021); a
+    // few rows are left to the insert trigger, cheaper than the read of the number.
+    let change = match tx {
+        Tx::Sqlite(..) if new.len() >= MARKED_BATCH => {
+            let mark = Query::select()
+                .expr(crate::exec::sqlite_change_mark())
+                .to_owned();
+            let (mark,): (i64,) = tx
+                .fetch_optional(&mark)
+                .await?
+                .ok_or_else(|| Error::Migration("the change number read no row".into()))?;
+            Some(mark)
+        }
+        _ => None,
+    };
     for chunk in new.chunks(INSERT_CHUNK) {
-        let stmt = insert_statement(chunk, now, origin)?;
+        let stmt = insert_statement(chunk, now, origin, change)?;
         if let Tx::Sqlite(..) = tx {
             // The `created` events are the insert's own, written by its trigger (0020).
             ids.extend(sorted_ids(tx.fetch_all(&stmt).await?));
@@ -283,13 +313,14 @@ impl Store {
             return Ok(vec![TaskId(id)]);
         }
         if let Pool::Sqlite(..) = &self.pool
-            && new.len() <= INSERT_CHUNK
+            && new.len() < MARKED_BATCH
         {
             // One statement, a transaction of its own, its `created` events written by its
             // trigger (0020): as a transaction it was four round trips to the connection's thread,
-            // each on the way from the creation to the task's start.
+            // each on the way from the creation to the task's start. A larger batch is a
+            // transaction whose insert carries the change number (0021, `insert_tasks`).
             let placed = place(new, self.placement());
-            let stmt = insert_statement(&placed, now, None)?;
+            let stmt = insert_statement(&placed, now, None, None)?;
             let rows: Vec<(i64,)> = self.pool.write_fetch_all_at(|_| stmt).await?;
             self.wake.wake();
             return Ok(sorted_ids(rows));

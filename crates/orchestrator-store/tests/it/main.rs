@@ -74,6 +74,7 @@ conformance!(
     task_pages_filter_and_walk_by_keyset,
     overview_counts_what_ended_and_what_waits,
     changed_tasks_are_walked_in_commit_order,
+    a_batch_created_together_is_one_change,
     a_change_is_found_whatever_its_time_and_however_late_it_commits,
     task_pages_filter_by_repository_and_gate_verdict,
     title_search_is_the_same_for_common_and_rare_texts,

@@ -176,6 +176,46 @@ pub async fn changed_tasks_are_walked_in_commit_order(db: &TestStore) {
     assert!(resumed.iter().any(|(at, _)| *at == last));
 }
 
+/// A batch of tasks created together is one change, walked in id order after what came before
+/// and before what comes after, on either backend: on SQLite its insert carries the change number
+/// (0021), small batches and single tasks take theirs from the insert trigger.
+pub async fn a_batch_created_together_is_one_change(db: &TestStore) {
+    let store = db.store.clone();
+    let mut from = ChangeCursor::before(0);
+    let before = store.create_task(&NewTask::new("before")).await.unwrap();
+    let batch: Vec<NewTask> = (0..700).map(|i| NewTask::new(format!("b{i}"))).collect();
+    let ids = store.create_tasks(&batch).await.unwrap();
+    let small: Vec<NewTask> = (0..3).map(|i| NewTask::new(format!("s{i}"))).collect();
+    let small = store.create_tasks(&small).await.unwrap();
+    let after = store.create_task(&NewTask::new("after")).await.unwrap();
+
+    let mut seen = Vec::new();
+    for _ in 0..3_000 {
+        seen.extend(walk(&store, &mut from, 256).await);
+        if seen.len() >= 705 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let order: Vec<TaskId> = seen.iter().map(|(_, t)| t.id).collect();
+    let expected: Vec<TaskId> = std::iter::once(before)
+        .chain(ids.iter().copied())
+        .chain(small.iter().copied())
+        .chain([after])
+        .collect();
+    assert_eq!(order, expected, "each task once, in the order of changes");
+    let changes: std::collections::BTreeSet<i64> =
+        seen[1..701].iter().map(|(at, _)| at.change).collect();
+    assert_eq!(
+        changes.len(),
+        1,
+        "the batch of 700 is one change: {changes:?}"
+    );
+    let batch_change = seen[1].0.change;
+    assert!(seen[0].0.change < batch_change);
+    assert!(seen[701..].iter().all(|(at, _)| at.change > batch_change));
+}
+
 /// What the live inbox follows: approvals asked and decided, in the order they committed.
 pub async fn changed_approvals_are_walked_in_commit_order(db: &TestStore) {
     let store = db.store.clone();
