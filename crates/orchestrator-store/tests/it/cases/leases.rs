@@ -1,6 +1,8 @@
 //! Cases of leases: claims, fencing by epoch, heartbeats, completion, rescue, foreground claims.
 
+use super::agent::{agent_task, ask};
 use super::*;
+use orchestrator_store::approval_status;
 
 pub async fn claim_order_queues_and_run_after(db: &TestStore) {
     let store = db.store.clone();
@@ -348,14 +350,7 @@ pub async fn batch_completion_mixed_outcomes(db: &TestStore) {
     let tasks: Vec<NewTask> = (0..6).map(|i| NewTask::new(format!("t{i}"))).collect();
     let ids = store.create_tasks(&tasks).await.unwrap();
     let claimed = store.claim("w", &queues(), 6, LEASE).await.unwrap();
-    let lease = |i: usize| {
-        claimed
-            .iter()
-            .find(|(t, _)| t.id == ids[i])
-            .unwrap()
-            .1
-            .clone()
-    };
+    let lease = |i: usize| lease_of(&claimed, ids[i]);
     let later = now_millis() + 60_000;
     let stale = Lease {
         task_id: ids[5],
@@ -423,6 +418,74 @@ pub async fn batch_completion_mixed_outcomes(db: &TestStore) {
     assert_eq!(state(&t[5]), TaskState::Running);
     assert_eq!(kinds(&store, ids[4]).await.last().unwrap(), "handed_back");
     assert_eq!(kinds(&store, ids[3]).await.last().unwrap(), "requeued");
+}
+
+/// A batch of successes alone (the queue's hot path, one statement on PostgreSQL) ends each task
+/// with its own event and details: a pending approval is closed, a cancel requested while the
+/// attempt finished wins, and a stale lease writes nothing.
+pub async fn a_batch_of_successes_ends_each_task_with_its_own_event(db: &TestStore) {
+    let store = db.store.clone();
+    let tasks: Vec<NewTask> = (0..4).map(|i| agent_task(&format!("s{i}"))).collect();
+    let ids = store.create_tasks(&tasks).await.unwrap();
+    let claimed = store.claim("w", &queues(), 4, LEASE).await.unwrap();
+    let lease = |i: usize| lease_of(&claimed, ids[i]);
+    let pending = store
+        .request_approval(&lease(0), &ask("c1", now_millis() + 60_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.cancel_task(ids[1]).await.unwrap(),
+        orchestrator_store::CancelOutcome::Requested
+    );
+    let stale = Lease {
+        task_id: ids[2],
+        epoch: lease(2).epoch + 7,
+    };
+    let details = |i: usize| json!({"summary": format!("done {i}"), "n": i});
+    let completions: Vec<Completion> = [lease(0), lease(1), stale, lease(3)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, lease)| Completion {
+            lease,
+            outcome: Outcome::Succeeded,
+            details: details(i),
+        })
+        .collect();
+    let results = store.complete(&completions).await.unwrap();
+    use CompletionResult::*;
+    assert_eq!(results, [Applied, Applied, Stale, Applied]);
+
+    let ended = [
+        (0, TaskState::Succeeded),
+        (1, TaskState::Canceled),
+        (3, TaskState::Succeeded),
+    ];
+    for (i, state) in ended {
+        let task = store.get_task(ids[i]).await.unwrap();
+        assert_eq!(task.state, state, "task {i}");
+        assert_eq!(task.lease_owner, None, "task {i}");
+        let events = store.events(ids[i], 0, 100).await.unwrap();
+        let last = events.last().unwrap();
+        assert_eq!(last.kind, state.as_str(), "task {i}'s last event");
+        assert_eq!(
+            last.data,
+            details(i),
+            "task {i}'s event carries its own details"
+        );
+        assert_eq!(last.seq, task.event_seq, "task {i}");
+        assert_eq!(
+            events.iter().filter(|e| e.kind == state.as_str()).count(),
+            1,
+            "task {i}"
+        );
+    }
+    let untouched = store.get_task(ids[2]).await.unwrap();
+    assert_eq!(untouched.state, TaskState::Running);
+    assert_eq!(kinds(&store, ids[2]).await, ["created", "claimed"]);
+    assert_eq!(
+        store.get_approval(pending.id).await.unwrap().status,
+        approval_status::CANCELED
+    );
 }
 
 async fn futures_like_join(store: &Store, ids: &[TaskId]) -> Vec<orchestrator_store::Task> {

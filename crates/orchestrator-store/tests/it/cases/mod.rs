@@ -42,6 +42,11 @@ fn queues() -> Vec<String> {
     vec!["default".to_owned()]
 }
 
+/// The lease a claim gave on task `id`.
+fn lease_of(claimed: &[(orchestrator_store::Task, Lease)], id: TaskId) -> Lease {
+    claimed.iter().find(|(t, _)| t.id == id).unwrap().1.clone()
+}
+
 async fn kinds(store: &Store, id: TaskId) -> Vec<String> {
     store
         .events(id, 0, 1000)
