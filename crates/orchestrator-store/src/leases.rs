@@ -16,9 +16,10 @@ use crate::exec::Tx;
 use crate::tasks::{Tasks, state_is};
 use crate::{Error, Result, Store};
 use orchestrator_types::{EventKind, TaskId, TaskState, now_millis};
-use sea_query::{Cond, Expr, ExprTrait, Order, Query};
+use sea_query::{Alias, Cond, Expr, ExprTrait, IntoIden, IntoValueTuple, Order, Query, TableRef};
 use serde::Serialize;
 use serde_json::json;
+use std::collections::HashMap;
 
 /// A worker's hold on one attempt of a task. Every write the attempt makes names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -88,14 +89,15 @@ pub struct RescueCounts {
 const SUCCESS_CHUNK: usize = 400;
 
 /// The end of the running tasks that `leases` hold as successes, at `now`, returning each ended
-/// task's id, event number and state. A cancel requested while the attempt finished wins: the
-/// user asked for it to stop, and a parent's cancel must not leave a child reported as succeeded.
+/// task's id, epoch, event number and state. A cancel requested while the attempt finished wins:
+/// the user asked for it to stop, and a parent's cancel must not leave a child reported as
+/// succeeded. `leases` must not be empty.
 fn successes_update<'a>(
-    leases: impl Iterator<Item = &'a Lease> + Clone,
+    leases: impl Iterator<Item = &'a Lease>,
     now: i64,
     change_mark: Expr,
 ) -> sea_query::UpdateStatement {
-    Query::update()
+    let mut stmt = Query::update()
         .table(Tasks::Table)
         .value(
             Tasks::State,
@@ -112,10 +114,16 @@ fn successes_update<'a>(
         .value(Tasks::LastError, Option::<String>::None)
         .value(Tasks::FinishedAt, now)
         .value(Tasks::UpdatedAt, now)
-        .cond_where(leases_match(leases))
         .and_where(state_is(TaskState::Running))
-        .returning(Query::returning().columns([Tasks::Id, Tasks::EventSeq, Tasks::State]))
-        .to_owned()
+        .returning(Query::returning().columns([
+            Tasks::Id,
+            Tasks::Epoch,
+            Tasks::EventSeq,
+            Tasks::State,
+        ]))
+        .to_owned();
+    held_by(&mut stmt, leases);
+    stmt
 }
 
 fn lease_matches(lease: &Lease) -> Cond {
@@ -124,33 +132,26 @@ fn lease_matches(lease: &Lease) -> Cond {
         .add(Expr::col(Tasks::Epoch).eq(lease.epoch))
 }
 
-/// Matches the rows of many leases at once: `id IN (...) AND epoch = CASE WHEN id = .. THEN .. END`.
-/// An OR of `(id = ? AND epoch = ?)` pairs reads the same, but SQLite plans it as a scan of every
-/// running row checked against the whole chain; this form finds the rows by primary key and checks
-/// one epoch each.
-fn leases_match<'a>(leases: impl Iterator<Item = &'a Lease> + Clone) -> Cond {
-    // One task can appear twice (an old attempt and the new one of the same process); a CASE on
-    // the id would only see the first, so such a batch takes the plain OR form.
-    let mut seen = std::collections::HashSet::new();
-    if !leases.clone().all(|l| seen.insert(l.task_id)) {
-        return leases.fold(Cond::any(), |cond, lease| cond.add(lease_matches(lease)));
-    }
-    let mut epochs: Option<sea_query::CaseStatement> = None;
-    for lease in leases.clone() {
-        let when = Expr::col(Tasks::Id).eq(lease.task_id.0);
-        epochs = Some(match epochs {
-            None => Expr::case(when, lease.epoch),
-            Some(case) => case.case(when, lease.epoch),
-        });
-    }
-    let ids: Vec<i64> = leases.map(|l| l.task_id.0).collect();
-    let Some(epochs) = epochs else {
-        // No leases: match nothing.
-        return Cond::all().add(Expr::cust("1 = 0"));
-    };
-    Cond::all()
-        .add(Expr::col(Tasks::Id).is_in(ids))
-        .add(Expr::col(Tasks::Epoch).eq(Into::<Expr>::into(epochs.finally(-1i64))))
+/// The name of a batch's leases inside its statement.
+const LEASES: &str = "leases";
+
+/// Limits `stmt` to the rows `leases` hold: `UPDATE tasks ... FROM (VALUES (id, epoch), ...) AS
+/// leases WHERE tasks.id = leases.column1 AND tasks.epoch = leases.column2`. Both databases read
+/// the list once and find each row by its primary key. The form it replaced, `id IN (...) AND epoch
+/// = CASE WHEN id = .. THEN .. END`, made each row walk the CASE to its own id, so a batch's cost
+/// grew with the square of its size; one task twice (an old attempt and the new one) is one more
+/// row of the list, of which only the current epoch matches. `leases` must not be empty: a `VALUES`
+/// list of no rows is not SQL.
+fn held_by<'a>(stmt: &mut sea_query::UpdateStatement, leases: impl Iterator<Item = &'a Lease>) {
+    let list = Alias::new(LEASES);
+    let rows = leases
+        .map(|lease| (lease.task_id.0, lease.epoch).into_value_tuple())
+        .collect();
+    stmt.from(TableRef::ValuesList(rows, list.clone().into_iden()))
+        .and_where(
+            Expr::col((Tasks::Table, Tasks::Id)).equals((list.clone(), Alias::new("column1"))),
+        )
+        .and_where(Expr::col((Tasks::Table, Tasks::Epoch)).equals((list, Alias::new("column2"))));
 }
 
 /// Bumps the task's event counter if `lease` still holds the running task, returning the number for
@@ -262,31 +263,34 @@ impl Store {
                 leases
                     .chunks(400)
                     .map(|chunk| {
-                        Query::update()
+                        let mut stmt = Query::update()
                             .table(Tasks::Table)
                             .value(Tasks::LeaseExpiresAt, now + lease_ms)
-                            .cond_where(leases_match(chunk.iter()))
                             .and_where(state_is(TaskState::Running))
                             .returning(Query::returning().columns([
                                 Tasks::Id,
                                 Tasks::Epoch,
                                 Tasks::CancelRequested,
                             ]))
-                            .to_owned()
+                            .to_owned();
+                        held_by(&mut stmt, chunk.iter());
+                        stmt
                     })
                     .collect()
             })
             .await?;
+        let held: HashMap<(i64, i64), bool> = held
+            .into_iter()
+            .map(|(id, epoch, cancel)| ((id, epoch), cancel))
+            .collect();
         Ok(leases
             .iter()
             .map(|lease| {
-                let row = held
-                    .iter()
-                    .find(|(id, epoch, _)| *id == lease.task_id.0 && *epoch == lease.epoch);
+                let row = held.get(&(lease.task_id.0, lease.epoch));
                 LeaseStatus {
                     lease: lease.clone(),
                     held: row.is_some(),
-                    cancel_requested: row.is_some_and(|(_, _, c)| *c),
+                    cancel_requested: row.is_some_and(|c| *c),
                 }
             })
             .collect())
@@ -332,16 +336,20 @@ impl Store {
         let successes: Vec<usize> = (0..completions.len())
             .filter(|i| completions[*i].outcome == Outcome::Succeeded)
             .collect();
+        let by_lease: HashMap<(i64, i64), usize> = successes
+            .iter()
+            .map(|&i| {
+                let lease = &completions[i].lease;
+                ((lease.task_id.0, lease.epoch), i)
+            })
+            .collect();
         for chunk in successes.chunks(SUCCESS_CHUNK) {
             let leases = chunk.iter().map(|i| &completions[*i].lease);
             let stmt = successes_update(leases, now, tx.change_mark());
-            let rows: Vec<(i64, i64, String)> = tx.fetch_all(&stmt).await?;
-            for (id, seq, ended) in rows {
-                if let Some(i) = chunk
-                    .iter()
-                    .find(|i| completions[**i].lease.task_id.0 == id)
-                {
-                    results[*i] = CompletionResult::Applied;
+            let rows: Vec<(i64, i64, i64, String)> = tx.fetch_all(&stmt).await?;
+            for (id, epoch, seq, ended) in rows {
+                if let Some(&i) = by_lease.get(&(id, epoch)) {
+                    results[i] = CompletionResult::Applied;
                     events.push(EventInsert {
                         task_id: id,
                         seq,
@@ -351,7 +359,7 @@ impl Store {
                         } else {
                             EventKind::Succeeded
                         },
-                        data: completions[*i].details.clone(),
+                        data: completions[i].details.clone(),
                     });
                 }
             }

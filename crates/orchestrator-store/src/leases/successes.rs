@@ -8,8 +8,10 @@
 //!
 //! ```sql
 //! WITH done AS (UPDATE tasks SET state = CASE WHEN cancel_requested ... END, ...
-//!               WHERE id IN (...) AND epoch = CASE ... END AND state = 'running'
-//!               RETURNING id, event_seq, state),
+//!               FROM (VALUES ($id, $epoch), ...) AS leases
+//!               WHERE tasks.id = leases.column1 AND tasks.epoch = leases.column2
+//!                 AND state = 'running'
+//!               RETURNING id, epoch, event_seq, state),
 //!      closed AS (UPDATE approvals SET status = 'canceled', ...
 //!                 WHERE task_id IN (SELECT id FROM done) AND status = 'pending'),
 //!      events AS (INSERT INTO task_events (...)

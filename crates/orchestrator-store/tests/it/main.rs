@@ -54,6 +54,7 @@ conformance!(
     concurrent_claims_are_exclusive,
     each_claim_writes_one_claimed_event_with_its_attempt_epoch_and_worker,
     stale_epoch_is_fenced_everywhere,
+    a_batch_ending_one_task_twice_applies_the_current_attempt,
     rescue_requeues_fails_and_cancels,
     cancel_and_retry,
     events_are_gap_free_through_a_lifecycle,

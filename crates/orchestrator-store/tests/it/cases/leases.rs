@@ -265,6 +265,66 @@ pub async fn stale_epoch_is_fenced_everywhere(db: &TestStore) {
     );
 }
 
+/// One task can end twice in one batch: an attempt that lost its lease and the attempt that took the
+/// task over, both in one worker. The batch applies the current attempt's end, with its own
+/// details, and reports the stale one stale, in whichever order they come; a heartbeat of both
+/// holds only the current one.
+pub async fn a_batch_ending_one_task_twice_applies_the_current_attempt(db: &TestStore) {
+    let store = db.store.clone();
+    let ids = store
+        .create_tasks(&[NewTask::new("taken over"), NewTask::new("beside it")])
+        .await
+        .unwrap();
+    let claimed = store.claim("w", &queues(), 2, LEASE).await.unwrap();
+    let old = lease_of(&claimed, ids[0]);
+    let beside = lease_of(&claimed, ids[1]);
+    let counts = store
+        .rescue_expired(now_millis() + 10 * LEASE, 100, |_| 0)
+        .await
+        .unwrap();
+    assert_eq!(counts.requeued, 2);
+    let (_, new) = store.claim_task("w", ids[0], LEASE).await.unwrap().unwrap();
+    let (_, beside_now) = store.claim_task("w", ids[1], LEASE).await.unwrap().unwrap();
+    assert_eq!(new.epoch, old.epoch + 1);
+
+    let beat = store
+        .heartbeat(
+            &[old.clone(), new.clone(), beside.clone(), beside_now.clone()],
+            LEASE,
+        )
+        .await
+        .unwrap();
+    let held: Vec<bool> = beat.iter().map(|s| s.held).collect();
+    assert_eq!(held, [false, true, false, true]);
+
+    let end = |lease: &Lease, which: &str| Completion {
+        lease: lease.clone(),
+        outcome: Outcome::Succeeded,
+        details: json!({"attempt": which}),
+    };
+    let results = store
+        .complete(&[
+            end(&old, "stale"),
+            end(&new, "current"),
+            end(&beside_now, "current"),
+            end(&beside, "stale"),
+        ])
+        .await
+        .unwrap();
+    use CompletionResult::*;
+    assert_eq!(results, [Stale, Applied, Applied, Stale]);
+    for id in ids {
+        let events = store.events(id, 0, 100).await.unwrap();
+        let ended: Vec<_> = events.iter().filter(|e| e.kind == "succeeded").collect();
+        assert_eq!(ended.len(), 1, "task {id}: {events:?}");
+        assert_eq!(ended[0].data, json!({"attempt": "current"}), "task {id}");
+        assert_eq!(
+            store.get_task(id).await.unwrap().state,
+            TaskState::Succeeded
+        );
+    }
+}
+
 pub async fn rescue_requeues_fails_and_cancels(db: &TestStore) {
     let store = db.store.clone();
     let mut once = NewTask::new("one attempt");
