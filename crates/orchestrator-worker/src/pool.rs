@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -46,6 +46,8 @@ const COMPLETION_BATCH: usize = 512;
 pub struct PoolConfig {
     /// Names this process's leases.
     pub worker_id: String,
+    /// Most attempts running at once. An attempt's slot is free once its end is handed to the
+    /// completer; the ends waiting to be written are bounded apart, by the completer's channel.
     pub slots: usize,
     pub queues: Vec<String>,
     /// What this worker offers to tasks' requirements: its labels, and its machine's host and
@@ -275,9 +277,9 @@ impl WorkerPool {
                     () = shutdown.cancelled() => break,
                     permit = slots.clone().acquire_owned() => drop(permit),
                 }
-                // Every slot was busy: the completer ends attempts in batches, so more slots free
-                // up within a moment. Gathering them makes one claim of many instead of many
-                // claims of one, each its own transaction.
+                // Every slot was busy: attempts that end together (a claimed batch of short
+                // tasks) free their slots within a moment. Gathering them makes one claim of many
+                // instead of many claims of one, each its own transaction.
                 gather_free_slots(&slots).await;
                 continue;
             }
@@ -388,14 +390,14 @@ struct Slot {
     on_start: Option<StartHook>,
 }
 
-/// The future spawned for each claimed task: it holds the slot's permit and its place among the
-/// active leases until the attempt's end is written.
+/// The future spawned for each claimed task: it holds the slot's permit until the attempt's end is
+/// handed to the completer, and its place among the active leases until that end is written.
 ///
 /// It is kept small (see the test): the attempt's own future is large (an agent's loop, gates, a
 /// repository's preparation), and made inside the spawned future it would be copied into the
 /// runtime with it on every claim. Made in its own box when the slot starts, it is not.
-async fn slot(parts: Slot, held: (tokio::sync::OwnedSemaphorePermit, ActiveGuard)) {
-    let _held = held;
+async fn slot(parts: Slot, held: (OwnedSemaphorePermit, ActiveGuard)) {
+    let (permit, _active) = held;
     let Slot {
         ctx,
         task,
@@ -407,7 +409,7 @@ async fn slot(parts: Slot, held: (tokio::sync::OwnedSemaphorePermit, ActiveGuard
     if let Some(hook) = on_start {
         (hook.0)(&task);
     }
-    Box::pin(run_slot(&ctx, &task, &lease, &stop, &completions)).await;
+    Box::pin(run_slot(&ctx, &task, &lease, &stop, &completions, permit)).await;
 }
 
 async fn run_slot(
@@ -416,6 +418,7 @@ async fn run_slot(
     lease: &Lease,
     stop: &Stop,
     completions: &mpsc::Sender<CompletionRequest>,
+    permit: OwnedSemaphorePermit,
 ) {
     let end = match run_attempt(ctx, task, lease, stop).await {
         Ok(end) => end,
@@ -438,6 +441,10 @@ async fn run_slot(
         details,
     };
     if completions.send((completion, reply)).await.is_ok() {
+        // The attempt runs no more: its slot can take the next task while the end is written (a
+        // saturated pool would otherwise wait a commit per slot count of tasks). The channel's
+        // bound holds back the ends waiting for the completer, and with them further claims.
+        drop(permit);
         let _ = result.await;
     }
     // Its workspace, when this daemon made one, is removed now rather than at the next pass.
@@ -478,11 +485,12 @@ async fn idle_wait(store: &Store, queues: &[String], poll: Duration) -> Duration
     }
 }
 
-/// Returns once the slots freeing together have freed: the completer answers a whole batch at
-/// once, and each slot gives its permit back when its task next runs. Yields to them until two
-/// yields in a row free nothing more (the runtime may resume this task before it has run them
-/// all: it wakes a yielded task after every 61 it polls), for at most `SATURATED_COALESCE`. A
-/// sleep of that long was the whole wait before, on every claim of a saturated pool.
+/// Returns once the slots freeing together have freed: the attempts of a claimed batch of short
+/// tasks end together, and each slot gives its permit back when its task next runs (once its end
+/// is handed to the completer). Yields to them until two yields in a row free nothing more (the
+/// runtime may resume this task before it has run them all: it wakes a yielded task after every
+/// 61 it polls), for at most `SATURATED_COALESCE`. A sleep of that long was the whole wait
+/// before, on every claim of a saturated pool.
 async fn gather_free_slots(slots: &Semaphore) {
     let deadline = tokio::time::Instant::now() + SATURATED_COALESCE;
     let mut free = slots.available_permits();
@@ -777,6 +785,67 @@ mod tests {
         while held.join_next().await.is_some() {}
     }
 
+    /// A slot is free for the next claim once its attempt's end is handed to the completer: the
+    /// attempt runs no more, and the producer need not wait for the end's commit (a round trip
+    /// that bounded a saturated pool to a slot count of tasks per claim and commit). The lease
+    /// stays among the active ones, kept alive by the keeper, until the end is written.
+    #[tokio::test]
+    async fn a_slot_is_free_once_its_end_is_handed_to_the_completer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_sqlite(&dir.path().join("o.db"), &Default::default())
+            .await
+            .unwrap();
+        let id = store
+            .create_task(&orchestrator_types::NewTask::new("no-op"))
+            .await
+            .unwrap();
+        let (task, lease) = store.claim_task("w", id, 60_000).await.unwrap().unwrap();
+        let ctx = Arc::new(RunContext {
+            store: store.clone(),
+            metrics: Arc::new(Metrics::default()),
+            backoff: Backoff::default(),
+            log_cap_bytes: 1 << 20,
+            worker_id: "w".into(),
+            agent: crate::AgentConfig::default(),
+            sandbox: crate::Sandbox::new(Default::default()),
+        });
+        let slots = Arc::new(Semaphore::new(1));
+        let permit = slots.clone().try_acquire_owned().unwrap();
+        let active: Active = Arc::default();
+        let stop = Stop::default();
+        let guard = track(&active, &lease, &stop, Instant::now());
+        let (completions, mut ends) = mpsc::channel(1);
+        let slot = tokio::spawn(slot(
+            Slot {
+                ctx,
+                task,
+                lease: lease.clone(),
+                stop,
+                completions,
+                on_start: None,
+            },
+            (permit, guard),
+        ));
+
+        let (end, answer) = ends.recv().await.unwrap();
+        assert_eq!(end.outcome, Outcome::Succeeded);
+        assert_eq!(
+            slots.available_permits(),
+            1,
+            "the slot is free while its end is written"
+        );
+        assert!(
+            lock(&active).contains_key(&(lease.task_id, lease.epoch)),
+            "the lease is kept alive until its end is written"
+        );
+        answer.send(CompletionResult::Applied).unwrap();
+        slot.await.unwrap();
+        assert!(
+            lock(&active).is_empty(),
+            "the written end leaves the active leases"
+        );
+    }
+
     /// The most bytes the future spawned for a claimed task may take. It was 17.9 KB while it held
     /// the attempt's future inline, copied into the runtime on every claim.
     const SLOT_FUTURE_CEILING: usize = 4096;
@@ -808,7 +877,8 @@ mod tests {
         let (completions, _ends) = mpsc::channel(1);
         let stop = Stop::default();
 
-        let attempt = run_slot(&ctx, &task, &lease, &stop, &completions);
+        let unused = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        let attempt = run_slot(&ctx, &task, &lease, &stop, &completions, unused);
         let attempt_bytes = std::mem::size_of_val(&attempt);
         drop(attempt);
 
