@@ -785,6 +785,29 @@ mod tests {
         while held.join_next().await.is_some() {}
     }
 
+    /// A no-op task claimed by `worker` in a fresh SQLite store under `dir`, with the run context
+    /// a pool of that worker would give its slots.
+    async fn claimed_noop(dir: &std::path::Path, worker: &str) -> (Task, Lease, Arc<RunContext>) {
+        let store = Store::open_sqlite(&dir.join("o.db"), &Default::default())
+            .await
+            .unwrap();
+        let id = store
+            .create_task(&orchestrator_types::NewTask::new("no-op"))
+            .await
+            .unwrap();
+        let (task, lease) = store.claim_task(worker, id, 60_000).await.unwrap().unwrap();
+        let ctx = Arc::new(RunContext {
+            store,
+            metrics: Arc::new(Metrics::default()),
+            backoff: Backoff::default(),
+            log_cap_bytes: 1 << 20,
+            worker_id: worker.into(),
+            agent: crate::AgentConfig::default(),
+            sandbox: crate::Sandbox::new(Default::default()),
+        });
+        (task, lease, ctx)
+    }
+
     /// A slot is free for the next claim once its attempt's end is handed to the completer: the
     /// attempt runs no more, and the producer need not wait for the end's commit (a round trip
     /// that bounded a saturated pool to a slot count of tasks per claim and commit). The lease
@@ -792,23 +815,7 @@ mod tests {
     #[tokio::test]
     async fn a_slot_is_free_once_its_end_is_handed_to_the_completer() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_sqlite(&dir.path().join("o.db"), &Default::default())
-            .await
-            .unwrap();
-        let id = store
-            .create_task(&orchestrator_types::NewTask::new("no-op"))
-            .await
-            .unwrap();
-        let (task, lease) = store.claim_task("w", id, 60_000).await.unwrap().unwrap();
-        let ctx = Arc::new(RunContext {
-            store: store.clone(),
-            metrics: Arc::new(Metrics::default()),
-            backoff: Backoff::default(),
-            log_cap_bytes: 1 << 20,
-            worker_id: "w".into(),
-            agent: crate::AgentConfig::default(),
-            sandbox: crate::Sandbox::new(Default::default()),
-        });
+        let (task, lease, ctx) = claimed_noop(dir.path(), "w").await;
         let slots = Arc::new(Semaphore::new(1));
         let permit = slots.clone().try_acquire_owned().unwrap();
         let active: Active = Arc::default();
@@ -853,27 +860,7 @@ mod tests {
     #[tokio::test]
     async fn the_future_spawned_per_claimed_task_does_not_hold_the_attempt() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open_sqlite(&dir.path().join("o.db"), &Default::default())
-            .await
-            .unwrap();
-        let id = store
-            .create_task(&orchestrator_types::NewTask::new("sized"))
-            .await
-            .unwrap();
-        let (task, lease) = store
-            .claim_task("sizer", id, 60_000)
-            .await
-            .unwrap()
-            .unwrap();
-        let ctx = Arc::new(RunContext {
-            store: store.clone(),
-            metrics: Arc::new(Metrics::default()),
-            backoff: Backoff::default(),
-            log_cap_bytes: 1 << 20,
-            worker_id: "sizer".into(),
-            agent: crate::AgentConfig::default(),
-            sandbox: crate::Sandbox::new(Default::default()),
-        });
+        let (task, lease, ctx) = claimed_noop(dir.path(), "sizer").await;
         let (completions, _ends) = mpsc::channel(1);
         let stop = Stop::default();
 
