@@ -49,6 +49,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(19, "0019_message_number_after_lock"),
     migration!(20, "0020_created_in_one_statement"),
     migration!(21, "0021_marked_batch_creation"),
+    migration!(22, "0022_title_index_without_sizes"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes
