@@ -99,10 +99,10 @@ impl Store {
 
     /// The title filter: the lower-cased title contains `text`. A rare text is found through the
     /// titles' trigram index, which each backend keeps in a table of its own, written when a task
-    /// is created and never at its claim or end: SQLite's `tasks_title` (FTS5, migrations 0007 and 0022) and
-    /// PostgreSQL's `task_titles` (pg_trgm, migration 0018). A common text is found by walking the
-    /// tasks. Either way the LIKE on `tasks` decides; the index only names candidates. A trigram
-    /// index knows nothing of texts shorter than a trigram.
+    /// is created and never at its claim or end: SQLite's `tasks_title` (FTS5, migrations 0007
+    /// and 0022) and PostgreSQL's `task_titles` (pg_trgm, migration 0018). A common text is found
+    /// by walking the tasks. Either way the LIKE on `tasks` decides; the index only names
+    /// candidates. A trigram index knows nothing of texts shorter than a trigram.
     async fn title_filter(&self, stmt: &mut SelectStatement, text: &str) -> Result<()> {
         let pattern = contains_pattern(text);
         stmt.and_where(
