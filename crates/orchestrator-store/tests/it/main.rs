@@ -176,6 +176,11 @@ async fn a_foreground_task_that_cannot_be_claimed_is_not_left_queued() {
     assert!(left.is_empty(), "a task was left behind: {left:?}");
 }
 
+/// The migrations' ledger as every version has made it, for a test that lays down an older
+/// schema by hand.
+const LEDGER: &str = "CREATE TABLE orchestrator_migrations (version BIGINT PRIMARY KEY, \
+                      name TEXT NOT NULL, applied_at BIGINT NOT NULL)";
+
 /// Migration 0007 fills `tasks.repository` from each task's spec. serde_json writes a NUL of a
 /// prompt as the escape `\u0000`, which the store keeps as text, but PostgreSQL's `jsonb` (and
 /// `json`'s operators) refuse it: a store holding one must still upgrade, and keep its task.
@@ -196,13 +201,7 @@ async fn a_postgres_store_holding_a_nul_escape_in_a_spec_upgrades_through_0007()
         include_str!("../../../../migrations/postgres/0005_automation_error.sql"),
         include_str!("../../../../migrations/postgres/0006_delivery_queue.sql"),
     ];
-    sqlx::raw_sql(
-        "CREATE TABLE orchestrator_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, \
-         applied_at BIGINT NOT NULL)",
-    )
-    .execute(&mut raw)
-    .await
-    .unwrap();
+    sqlx::raw_sql(LEDGER).execute(&mut raw).await.unwrap();
     for (n, sql) in before_0007.iter().enumerate() {
         sqlx::raw_sql(sqlx::AssertSqlSafe(*sql))
             .execute(&mut raw)
@@ -348,13 +347,7 @@ async fn a_sqlite_store_finds_its_titles_after_upgrading_through_0022() {
         .collect();
     before_0022.sort();
     assert_eq!(before_0022.len(), 21);
-    sqlx::raw_sql(
-        "CREATE TABLE orchestrator_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, \
-         applied_at BIGINT NOT NULL)",
-    )
-    .execute(&mut raw)
-    .await
-    .unwrap();
+    sqlx::raw_sql(LEDGER).execute(&mut raw).await.unwrap();
     for (n, file) in before_0022.iter().enumerate() {
         let sql = std::fs::read_to_string(file).unwrap();
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
