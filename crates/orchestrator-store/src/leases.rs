@@ -99,14 +99,7 @@ fn successes_update<'a>(
 ) -> sea_query::UpdateStatement {
     let mut stmt = Query::update()
         .table(Tasks::Table)
-        .value(
-            Tasks::State,
-            Expr::case(
-                Expr::col(Tasks::CancelRequested).eq(true),
-                TaskState::Canceled.as_str(),
-            )
-            .finally(TaskState::Succeeded.as_str()),
-        )
+        .value(Tasks::State, unless_canceled(TaskState::Succeeded))
         .value(Tasks::LeaseOwner, Option::<String>::None)
         .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
         .value(Tasks::EventSeq, Expr::col(Tasks::EventSeq).add(1))
@@ -124,6 +117,22 @@ fn successes_update<'a>(
         .to_owned();
     held_by(&mut stmt, leases);
     stmt
+}
+
+/// `state`, unless a cancel was requested while the attempt ended: the cancel wins, so a task
+/// asked to stop is never left queued, waiting or reported as succeeded.
+fn unless_canceled(state: TaskState) -> sea_query::CaseStatement {
+    Expr::case(
+        Expr::col(Tasks::CancelRequested).eq(true),
+        TaskState::Canceled.as_str(),
+    )
+    .finally(state.as_str())
+}
+
+/// The finish time of a task that [`unless_canceled`] may end: `now` if canceled, else none.
+fn finished_if_canceled(now: i64) -> sea_query::CaseStatement {
+    Expr::case(Expr::col(Tasks::CancelRequested).eq(true), now)
+        .finally(Expr::val(Option::<i64>::None))
 }
 
 fn lease_matches(lease: &Lease) -> Cond {
@@ -191,19 +200,8 @@ async fn wait(
 ) -> Result<Option<EventInsert>> {
     let stmt = Query::update()
         .table(Tasks::Table)
-        .value(
-            Tasks::State,
-            Expr::case(
-                Expr::col(Tasks::CancelRequested).eq(true),
-                TaskState::Canceled.as_str(),
-            )
-            .finally(TaskState::Waiting.as_str()),
-        )
-        .value(
-            Tasks::FinishedAt,
-            Expr::case(Expr::col(Tasks::CancelRequested).eq(true), now)
-                .finally(Expr::val(Option::<i64>::None)),
-        )
+        .value(Tasks::State, unless_canceled(TaskState::Waiting))
+        .value(Tasks::FinishedAt, finished_if_canceled(now))
         .value(Tasks::LeaseOwner, Option::<String>::None)
         .value(Tasks::LeaseExpiresAt, Option::<i64>::None)
         .value(Tasks::Attempt, Expr::col(Tasks::Attempt).sub(1))
@@ -407,19 +405,8 @@ impl Store {
                     run_after, refund, ..
                 } => {
                     // A cancel requested while the attempt ended must not be lost in the queue.
-                    stmt.value(
-                        Tasks::State,
-                        Expr::case(
-                            Expr::col(Tasks::CancelRequested).eq(true),
-                            TaskState::Canceled.as_str(),
-                        )
-                        .finally(TaskState::Queued.as_str()),
-                    );
-                    stmt.value(
-                        Tasks::FinishedAt,
-                        Expr::case(Expr::col(Tasks::CancelRequested).eq(true), now)
-                            .finally(Expr::val(Option::<i64>::None)),
-                    );
+                    stmt.value(Tasks::State, unless_canceled(TaskState::Queued));
+                    stmt.value(Tasks::FinishedAt, finished_if_canceled(now));
                     stmt.value(Tasks::RunAfter, *run_after);
                     if *refund {
                         stmt.value(Tasks::Attempt, Expr::col(Tasks::Attempt).sub(1));
