@@ -50,6 +50,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(20, "0020_created_in_one_statement"),
     migration!(21, "0021_marked_batch_creation"),
     migration!(22, "0022_title_index_without_sizes"),
+    migration!(23, "0023_titles_indexed_after_creation"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

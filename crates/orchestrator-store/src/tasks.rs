@@ -213,6 +213,7 @@ impl TryFrom<TaskRow> for Task {
 mod cancel;
 mod create;
 mod read;
+mod titles;
 
 pub use cancel::CancelOutcome;
 pub(crate) use cancel::cancel_task_tx;

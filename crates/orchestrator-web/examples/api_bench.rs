@@ -76,6 +76,9 @@ async fn fill(store: &Store, ws: &str) -> (i64, TaskId) {
             .await
             .unwrap();
     }
+    // A daemon's rescuer writes the titles of new tasks to SQLite's search index within a pass
+    // (5 s); a store that grew over time has them there.
+    store.index_titles().await.unwrap();
     // The statistics a PostgreSQL store that grew over time has: autovacuum gathers them. (A
     // SQLite store has none unless someone runs ANALYZE, and the store never does.)
     if store.backend() == orchestrator_store::Backend::Postgres {

@@ -57,8 +57,10 @@ impl Rescuer {
         })
     }
 
-    /// One pass at time `now`: expired leases are taken back, and approvals and questions that
-    /// nobody answered in time are denied (their tasks resume and the model is told).
+    /// One pass at time `now`: expired leases are taken back, approvals and questions that
+    /// nobody answered in time are denied (their tasks resume and the model is told), and on
+    /// SQLite the titles of the tasks created since the last pass are written to the search index
+    /// (`Store::index_titles`).
     pub async fn run_once(&self, now: i64) -> Result<RescueCounts> {
         let expired = self.store.expire_approvals(now, self.config.batch).await?;
         if expired > 0 {
@@ -80,6 +82,10 @@ impl Rescuer {
                 canceled = counts.canceled,
                 "rescued tasks with expired leases"
             );
+        }
+        let indexed = self.store.index_titles().await?;
+        if indexed > 0 {
+            tracing::debug!(indexed, "titles indexed for search");
         }
         Ok(counts)
     }

@@ -49,6 +49,15 @@ fn contains_pattern(text: &str) -> String {
     pattern
 }
 
+/// On SQLite, the tasks whose titles are not in the title index yet (migration 0023).
+fn not_yet_indexed() -> SelectStatement {
+    Query::select()
+        .column(Tasks::Id)
+        .from(Tasks::Table)
+        .and_where(Expr::cust("\"id\" > (SELECT id FROM tasks_title_upto)"))
+        .to_owned()
+}
+
 impl Store {
     pub async fn get_task(&self, id: TaskId) -> Result<Task> {
         let mut stmt = select_tasks();
@@ -98,11 +107,13 @@ impl Store {
     }
 
     /// The title filter: the lower-cased title contains `text`. A rare text is found through the
-    /// titles' trigram index, which each backend keeps in a table of its own, written when a task
-    /// is created and never at its claim or end: SQLite's `tasks_title` (FTS5, migrations 0007
-    /// and 0022) and PostgreSQL's `task_titles` (pg_trgm, migration 0018). A common text is found
-    /// by walking the tasks. Either way the LIKE on `tasks` decides; the index only names
-    /// candidates. A trigram index knows nothing of texts shorter than a trigram.
+    /// titles' trigram index, which each backend keeps in a table of its own, never written at a
+    /// task's claim or end: SQLite's `tasks_title` (FTS5, migrations 0007, 0022 and 0023),
+    /// written after the task's creation (`Store::index_titles`), so the tasks created since are
+    /// candidates too, and PostgreSQL's `task_titles` (pg_trgm, migration 0018), written with the
+    /// task. A common text is found by walking the tasks. Either way the LIKE on `tasks` decides;
+    /// the index only names candidates. A trigram index knows nothing of texts shorter than a
+    /// trigram.
     async fn title_filter(&self, stmt: &mut SelectStatement, text: &str) -> Result<()> {
         let pattern = contains_pattern(text);
         stmt.and_where(
@@ -118,17 +129,14 @@ impl Store {
                 let candidates = Query::select()
                     .expr(Expr::cust("rowid"))
                     .from(sea_query::Alias::new("tasks_title"))
-                    .and_where(Expr::cust_with_values(
-                        "tasks_title MATCH ?",
-                        [phrase.clone()],
-                    ))
+                    .and_where(Expr::cust_with_values("tasks_title MATCH ?", [phrase]))
+                    .union(sea_query::UnionType::All, not_yet_indexed())
                     .to_owned();
-                if self.rare(candidates).await? {
-                    // Only the few candidates the index names are read; the LIKE decides.
-                    stmt.and_where(Expr::cust_with_values(
-                        "\"id\" IN (SELECT rowid FROM tasks_title WHERE tasks_title MATCH ?)",
-                        [phrase],
-                    ));
+                if self.rare(candidates.clone()).await? {
+                    // Only the few candidates the index names, and the tasks it has not seen yet,
+                    // are read; the LIKE decides. One list of both: with an OR of the two in its
+                    // place, SQLite scans every task.
+                    stmt.and_where(Expr::col(Tasks::Id).in_subquery(candidates));
                 }
             }
             crate::Backend::Postgres => {
