@@ -327,6 +327,24 @@ async fn two_stores_have_two_identities() {
     );
 }
 
+/// The titles of the tasks a title search for `text` finds, sorted.
+async fn found_titles(store: &Store, text: &str) -> Vec<String> {
+    let page = orchestrator_store::TaskPage {
+        title_contains: Some(text.to_owned()),
+        limit: 100,
+        ..Default::default()
+    };
+    let mut titles: Vec<String> = store
+        .task_page(&page)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.title)
+        .collect();
+    titles.sort();
+    titles
+}
+
 /// Migration 0022 rebuilds SQLite's title index without the column sizes nothing reads (a write
 /// less per created task): a store upgrading through it still finds, by a rare text of its title,
 /// a task created before, and one created after.
@@ -389,32 +407,16 @@ async fn a_sqlite_store_finds_its_titles_after_upgrading_through_0022() {
         .create_task(&orchestrator_types::NewTask::new("feed the quokka"))
         .await
         .unwrap();
-    let found = |text: &str| {
-        let store = store.clone();
-        let page = orchestrator_store::TaskPage {
-            title_contains: Some(text.to_owned()),
-            limit: 100,
-            ..Default::default()
-        };
-        async move {
-            let mut titles: Vec<String> = store
-                .task_page(&page)
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|t| t.title)
-                .collect();
-            titles.sort();
-            titles
-        }
-    };
     assert_eq!(
-        found("QUOKKA").await,
+        found_titles(&store, "QUOKKA").await,
         ["feed the quokka", "rotate the quokka keys"]
     );
-    assert_eq!(found("quokka keys").await, ["rotate the quokka keys"]);
     assert_eq!(
-        found("task 4").await.len(),
+        found_titles(&store, "quokka keys").await,
+        ["rotate the quokka keys"]
+    );
+    assert_eq!(
+        found_titles(&store, "task 4").await.len(),
         11,
         "a common text is found too"
     );
@@ -430,4 +432,70 @@ async fn a_sqlite_store_finds_its_titles_after_upgrading_through_0022() {
             .await
             .unwrap();
     assert_eq!(sizes, None);
+}
+
+/// A task's creation leaves its title out of SQLite's index, whose write was a third of the pages
+/// the creation's synced commit wrote (migration 0023); `index_titles` adds it later, and a search
+/// finds the task before and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_title_reaches_the_sqlite_index_after_its_creation_and_is_found_throughout() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("o.db");
+    let store = Store::open(
+        &format!("sqlite://{}", path.display()),
+        &orchestrator_store::StoreOptions::default(),
+    )
+    .await
+    .unwrap();
+    let mut raw = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    // The tasks whose titles the index names for a text (its own rows, not the tasks').
+    let mut in_index = async |text: &str| -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM tasks_title WHERE tasks_title MATCH ?")
+            .bind(format!("\"{text}\""))
+            .fetch_one(&mut raw)
+            .await
+            .unwrap()
+    };
+    let first = store
+        .create_task(&orchestrator_types::NewTask::new("rotate the quokka keys"))
+        .await
+        .unwrap();
+    assert_eq!(in_index("quokka").await, 0, "indexed by its creation");
+    assert_eq!(
+        found_titles(&store, "QUOKKA").await,
+        ["rotate the quokka keys"]
+    );
+
+    assert_eq!(store.index_titles().await.unwrap(), 1);
+    assert_eq!(in_index("quokka").await, 1);
+    assert_eq!(
+        store.index_titles().await.unwrap(),
+        0,
+        "nothing new to index"
+    );
+    // One title in the index and one not yet: both are found.
+    store
+        .create_task(&orchestrator_types::NewTask::new("feed the quokka"))
+        .await
+        .unwrap();
+    assert_eq!(
+        found_titles(&store, "quokka").await,
+        ["feed the quokka", "rotate the quokka keys"]
+    );
+    assert_eq!(in_index("quokka").await, 1);
+
+    // A backlog larger than one transaction's share is indexed whole, and found through the index
+    // alone once it is (the rare path reads only the index's candidates then).
+    let many: Vec<orchestrator_types::NewTask> = (0..12_000)
+        .map(|i| orchestrator_types::NewTask::new(format!("chore {i}")))
+        .collect();
+    store.create_tasks(&many).await.unwrap();
+    assert_eq!(store.index_titles().await.unwrap(), 12_001);
+    assert_eq!(in_index("quokka").await, 2);
+    assert_eq!(in_index("chore 1199").await, 11);
+    assert_eq!(found_titles(&store, "chore 11999").await, ["chore 11999"]);
+    assert!(store.get_task(first).await.is_ok());
 }
