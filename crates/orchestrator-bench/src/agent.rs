@@ -8,14 +8,17 @@
 //! scripted for `turns` turns: every turn but the last asks for `read_file` of a 3-line file in a
 //! temporary workspace, the last answers with text.
 //!
-//! How a turn is timed. The clock that matters is the model server's: its handler records the
-//! `Instant` each request arrives, keyed by the task's prompt (which names the task) and by the
-//! number of replies the conversation already holds. Turn k of a task is the time from the arrival
-//! of request k to the arrival of request k+1. The server answers at once, so that gap is all the
-//! orchestrator's: reading and parsing the streamed reply, saving it, recording and dispatching the
-//! tool call, saving its result, building and sending the next request, plus the tool's own run,
-//! which is measured apart (calling the registry directly, `tool_run_ms`) and subtracted:
-//! `turn_overhead_ms` = gap − calls × tool_run p50. `read_file` of a tiny file takes tens of
+//! How a turn is timed. The clock that matters is the model server's: it notes the `Instant` each
+//! request arrives (its body read, its JSON not yet parsed), keyed by the task's prompt (which
+//! names the task) and by the number of replies the conversation already holds. Turn k of a task is
+//! the time from the arrival of request k to the arrival of request k+1. The server answers at
+//! once, but its own work on request k (parsing about 17 kB of JSON, keeping it, making the
+//! answer: `model_server_ms`, 0.11 to 0.23 ms at p50 here) falls inside that gap and is not the orchestrator's,
+//! so it is subtracted, turn by turn. The rest is the orchestrator's: reading and parsing the
+//! streamed reply, saving it, recording and dispatching the tool call, saving its result, building
+//! and sending the next request, plus the tool's own run, which is measured apart (calling the
+//! registry directly, `tool_run_ms`) and subtracted too: `turn_overhead_ms` = gap − server −
+//! calls × tool_run p50; `turn_wall_p50_ms` is the whole gap. `read_file` of a tiny file takes tens of
 //! microseconds, so the subtraction is small either way. The final turn (text, then the task's
 //! completion) is not a gap between two requests and is left out: it is a task's end, not a turn.
 //!
@@ -29,9 +32,9 @@
 //!
 //! Where the time goes: after the tasks are done, every measured request is replayed through a bare
 //! `ModelClient` (the same conversation, rebuilt from the store, and the same tool definitions) and
-//! timed: `model_call_ms` is what the client and the HTTP round trip to an instant server cost, and
-//! `outside_model_call_ms` = gap − model call − tool run, paired by turn, is the rest: store writes
-//! and dispatch.
+//! timed: `model_call_ms` is what the client and the HTTP round trip to an instant server cost (the
+//! replay's time less the server's own over the replayed request), and `outside_model_call_ms` =
+//! gap − server − model call − tool run, paired by turn, is the rest: store writes and dispatch.
 //!
 //! Bytes: `payload_bytes_per_turn` is what the agent's rows of turns 1.. hold (message JSON, tool call
 //! rows' text, event data), summed from the store's own readers; `payload_bytes_per_task` adds the
@@ -134,7 +137,11 @@ pub struct PhaseFigures {
     pub calls_per_turn: usize,
     /// Request-to-request time of every turn that called tools, in milliseconds.
     pub turn_ms: Vec<f64>,
-    /// The same turns' requests replayed through a bare model client, paired with `turn_ms`.
+    /// The scripted server's own time over the request that opened each turn, paired with
+    /// `turn_ms` (inside its gap, and not the orchestrator's).
+    pub server_ms: Vec<f64>,
+    /// The same turns' requests replayed through a bare model client, paired with `turn_ms`,
+    /// without the server's own time over the replayed request.
     pub model_call_ms: Vec<f64>,
     /// Turns of the measured tasks, the final answers included.
     pub turns: u64,
@@ -389,7 +396,10 @@ struct Arrival {
     key: String,
     /// Replies already in the conversation: request k asks for turn k+1.
     turn: usize,
+    /// When the server began to handle the request, before parsing it.
     at: Instant,
+    /// The request's number at the server, for its handling time.
+    index: usize,
 }
 
 /// What the scripted server's handler shares with the benchmark.
@@ -421,12 +431,12 @@ async fn measure_on(
     let model = ScriptedModel::start_blocking({
         let log = log.clone();
         move |request: &Request| {
-            let at = Instant::now();
             let turn = request.assistant_turns();
             lock(&log.arrivals).push(Arrival {
                 key: request.last_user_text().unwrap_or_default(),
                 turn,
-                at,
+                at: request.arrived_at,
+                index: request.index,
             });
             log.tools.get_or_init(|| request.body["tools"].clone());
             if turn + 1 < turns {
@@ -497,6 +507,9 @@ async fn measure_on(
             figures
                 .turn_ms
                 .push(millis(requests[k + 1].at - requests[k].at));
+            figures
+                .server_ms
+                .push(millis(server_time(&model, requests[k].index)?));
             // Request k held every message of turns 0..=k.
             let conversation: Vec<ChatMessage> = saved
                 .iter()
@@ -508,7 +521,12 @@ async fn measure_on(
                 .complete(&conversation, &definitions, None)
                 .await
                 .map_err(|e| anyhow::anyhow!("replaying {label}'s request {k}: {e}"))?;
-            figures.model_call_ms.push(millis(replay.elapsed()));
+            let elapsed = replay.elapsed();
+            // The replays run one at a time: the last request the server numbered is this one.
+            let replayed = server_time(&model, model.request_count() - 1)?;
+            figures
+                .model_call_ms
+                .push(millis(elapsed.saturating_sub(replayed)));
             ensure!(
                 reply.message.tool_calls.len() == calls,
                 "{label}'s request {k} replayed to a different reply"
@@ -536,6 +554,13 @@ async fn measure_on(
         percentile(&sorted(figures.turn_ms.clone()), 50.0).unwrap_or(f64::NAN)
     ));
     Ok(figures)
+}
+
+/// The scripted server's own time over its request `index`.
+fn server_time(model: &ScriptedModel, index: usize) -> Result<Duration> {
+    model
+        .handling_time(index)
+        .with_context(|| format!("the model server has no handling time for request {index}"))
 }
 
 /// The tool definitions the agent sent, as the model client takes them.
@@ -760,7 +785,8 @@ fn overheads(phase: &PhaseFigures, tool_p50: f64) -> Vec<f64> {
         phase
             .turn_ms
             .iter()
-            .map(|gap| gap - phase.calls_per_turn as f64 * tool_p50)
+            .zip(&phase.server_ms)
+            .map(|(gap, server)| gap - server - phase.calls_per_turn as f64 * tool_p50)
             .collect(),
     )
 }
@@ -795,8 +821,9 @@ pub fn line(backend: Backend, config: &AgentBenchConfig, figures: &AgentFigures)
             .one
             .turn_ms
             .iter()
+            .zip(&figures.one.server_ms)
             .zip(&figures.one.model_call_ms)
-            .map(|(gap, model)| gap - model - tool_p50)
+            .map(|((gap, server), model)| gap - server - model - tool_p50)
             .collect(),
     );
     let per_turn = |bytes: i64, phase: &PhaseFigures| {
@@ -837,6 +864,11 @@ pub fn line(backend: Backend, config: &AgentBenchConfig, figures: &AgentFigures)
         spread(&sorted(figures.one.model_call_ms.clone())),
     );
     line.push("outside_model_call_ms", spread(&outside));
+    // The instrument's own share of each gap, taken off the figures above.
+    line.push(
+        "model_server_ms",
+        spread(&sorted(figures.one.server_ms.clone())),
+    );
     line.push("tool", TOOL);
     line.push("tool_run_ms", spread(&figures.tool_run_ms));
     line.push(
@@ -880,6 +912,7 @@ mod tests {
         PhaseFigures {
             calls_per_turn: calls,
             turn_ms: turn_ms.to_vec(),
+            server_ms: vec![0.25; turn_ms.len()],
             model_call_ms: vec![0.5; turn_ms.len()],
             turns: turn_ms.len() as u64 + 1,
             calls: (turn_ms.len() * calls) as u64,
@@ -893,8 +926,8 @@ mod tests {
     fn the_per_call_cost_is_the_difference_over_the_extra_calls() {
         let figures = AgentFigures {
             tool_run_ms: vec![0.01],
-            one: phase(1, &[1.01, 1.01, 1.01]),
-            wide: phase(WIDE_CALLS, &[1.43, 1.43, 1.43]),
+            one: phase(1, &[1.26, 1.26, 1.26]),
+            wide: phase(WIDE_CALLS, &[1.68, 1.68, 1.68]),
         };
         let json: Value = serde_json::from_str(
             &line(Backend::Sqlite, &AgentBenchConfig::default(), &figures).to_json(),
@@ -903,7 +936,9 @@ mod tests {
         assert_eq!(json["bench"], "agent");
         assert_eq!(json["turn_overhead_ms"]["p50"], 1.0);
         assert_eq!(json["ratio_to_target"], 0.5);
-        // (1.43 - 3 × 0.01) - (1.01 - 0.01) = 0.4 for 2 extra calls.
+        // The server's 0.25 ms of each gap is not the orchestrator's.
+        assert_eq!(json["model_server_ms"]["p50"], 0.25);
+        // (1.68 - 0.25 - 3 × 0.01) - (1.26 - 0.25 - 0.01) = 0.4 for 2 extra calls.
         assert_eq!(json["tool_call_overhead_ms"]["p50"], 0.2);
         assert_eq!(json["outside_model_call_ms"]["p50"], 0.5);
         assert_eq!(json["payload_bytes_per_turn"], 250.0);

@@ -193,6 +193,8 @@ pub struct Request {
     /// Of those, the tokens of the prefix it shares with the request before it (the tools and
     /// the messages both have, byte for byte), which such a server reports as cached.
     pub cached_tokens: Option<u64>,
+    /// When the server began to handle it: its body read, its JSON not yet parsed.
+    pub arrived_at: std::time::Instant,
 }
 
 impl Request {
@@ -265,7 +267,11 @@ type Handler = dyn Fn(&Request) -> Reply + Send + Sync;
 struct Shared {
     handler: Box<Handler>,
     quirks: Quirks,
-    received: Mutex<Vec<Request>>,
+    /// Shared, not copied: a copy of each request's JSON was the server's largest cost per request.
+    received: Mutex<Vec<Arc<Request>>>,
+    /// How long the server took over each completion request, by its index: from its arrival to
+    /// its answer's head and whole body (streamed or not) being ready to send.
+    handling: Mutex<Vec<Option<std::time::Duration>>>,
     /// Requests refused because they did not fit the `context_window` quirk.
     oversized: std::sync::atomic::AtomicUsize,
     /// `METHOD /path` of every request to another path than the completions endpoint.
@@ -369,6 +375,7 @@ impl ScriptedModel {
             handler,
             quirks,
             received: Mutex::new(Vec::new()),
+            handling: Mutex::new(Vec::new()),
             oversized: std::sync::atomic::AtomicUsize::new(0),
             probes: Mutex::new(Vec::new()),
             models: Mutex::new(None),
@@ -410,7 +417,21 @@ impl ScriptedModel {
 
     /// Every request received, with its headers of interest.
     pub fn received(&self) -> Vec<Request> {
-        self.shared.received.lock().unwrap().clone()
+        let received = self.shared.received.lock().unwrap();
+        received.iter().map(|r| Request::clone(r)).collect()
+    }
+
+    /// The server's own time over the completion request of arrival `index` (see
+    /// [`Request::index`]): parsing it, keeping it, asking the handler and making the answer.
+    /// `None` while it is being handled, or if it never was.
+    pub fn handling_time(&self, index: usize) -> Option<std::time::Duration> {
+        self.shared
+            .handling
+            .lock()
+            .unwrap()
+            .get(index)
+            .copied()
+            .flatten()
     }
 
     /// How many requests were refused as too long for the `context_window` quirk.
@@ -531,14 +552,36 @@ async fn completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let body: Value = match serde_json::from_slice(&body) {
+    let arrived_at = std::time::Instant::now();
+    let (index, response) = complete(&shared, &headers, &body, arrived_at).await;
+    if let Some(index) = index {
+        let mut handling = shared.handling.lock().unwrap();
+        if handling.len() <= index {
+            handling.resize(index + 1, None);
+        }
+        handling[index] = Some(arrived_at.elapsed());
+    }
+    response
+}
+
+/// A completion request's answer, and the request's index once it is numbered.
+async fn complete(
+    shared: &Shared,
+    headers: &HeaderMap,
+    body: &[u8],
+    arrived_at: std::time::Instant,
+) -> (Option<usize>, Response) {
+    let body: Value = match serde_json::from_slice(body) {
         Ok(body) => body,
         Err(e) => {
-            return json_response(
-                StatusCode::BAD_REQUEST,
-                error_body(
-                    &format!("the body is not JSON: {e}"),
-                    "invalid_request_error",
+            return (
+                None,
+                json_response(
+                    StatusCode::BAD_REQUEST,
+                    error_body(
+                        &format!("the body is not JSON: {e}"),
+                        "invalid_request_error",
+                    ),
                 ),
             );
         }
@@ -554,6 +597,7 @@ async fn completions(
             index: received.len(),
             counted_tokens: None,
             cached_tokens: None,
+            arrived_at,
         };
         if shared.quirks.context_window.is_some() {
             let size = request.size_tokens();
@@ -565,16 +609,18 @@ async fn completions(
                     .min(size),
             );
         }
+        let request = Arc::new(request);
         received.push(request.clone());
         request
     };
+    let index = Some(request.index);
     if let (Some(n_ctx), Some(tokens)) = (shared.quirks.context_window, request.counted_tokens)
         && tokens > n_ctx
     {
         shared
             .oversized
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        return json_response(
+        return (index, json_response(
             StatusCode::BAD_REQUEST,
             json!({"error": {
                 "code": 400,
@@ -584,21 +630,21 @@ async fn completions(
                 "n_ctx": n_ctx,
             }})
             .to_string(),
-        );
+        ));
     }
     if let Some(refusal) = refuse(shared.quirks, &request) {
-        return refusal;
+        return (index, refusal);
     }
     if shared.quirks.empty_streamed_tools
         && request.is_streaming()
         && !request.tool_names().is_empty()
     {
-        return respond(&request, Reply::EmptyBody, false).await;
+        return (index, respond(&request, Reply::EmptyBody, false).await);
     }
     let reply = (shared.handler)(&request);
     let ignore_tools =
         shared.quirks.ignore_tools_without_tool_choice && request.body.get("tool_choice").is_none();
-    respond(&request, reply, ignore_tools).await
+    (index, respond(&request, reply, ignore_tools).await)
 }
 
 /// The 500 a real server gives to a request it cannot take, when its quirk is on.
@@ -656,5 +702,31 @@ mod tests {
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert!(answer.contains(r#""content":"hello""#), "{answer}");
         assert_eq!(model.request_count(), 1);
+    }
+
+    /// The server's own time over a request is kept by its number, and is part of what the client
+    /// waited for; a request that never came has none.
+    #[test]
+    fn the_server_keeps_its_own_time_over_each_request() {
+        let model = ScriptedModel::scripted_blocking(vec![Reply::Text("hello".into())]);
+        let asked = std::time::Instant::now();
+        let mut stream = std::net::TcpStream::connect(model.addr()).unwrap();
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        use std::io::{Read, Write};
+        write!(
+            stream,
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let waited = asked.elapsed();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let handled = model.handling_time(0).expect("the request's handling time");
+        assert!(handled <= waited, "{handled:?} of {waited:?}");
+        assert!(model.received()[0].arrived_at >= asked);
+        assert_eq!(model.handling_time(1), None);
     }
 }

@@ -357,6 +357,7 @@ mod tests {
             index: 3,
             counted_tokens: None,
             cached_tokens: None,
+            arrived_at: std::time::Instant::now(),
         };
         let answer = Answer::new(
             &request,
