@@ -65,6 +65,8 @@ pub use live_logs::{
 pub use notifications::{NewNotice, NewNotification, Notice, Notification, notification_status};
 pub use shell_jobs::{ShellJob, job_status};
 pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
-pub use tasks::{CancelOutcome, Task, TaskFilter, TaskPage};
+pub use tasks::{
+    CancelOutcome, TRIGRAM_INDEX_SQL, Task, TaskFilter, TaskPage, TitleIndex, Trigrams,
+};
 pub use wake::Wakeup;
 pub use workers::{LIVE_WITHIN_MS, WorkerRow, unmet};

@@ -221,6 +221,7 @@ pub(crate) use cancel::cancel_task_tx;
 pub(crate) use create::created_data;
 pub(crate) use create::{TaskOrigin, insert_task, insert_tasks};
 pub use read::{TaskFilter, TaskPage};
+pub use titles::{TRIGRAM_INDEX_SQL, TitleIndex, Trigrams};
 
 /// `"state" = 'queued'` with the value inlined. The partial indexes are declared with a literal, and
 /// a planner can only use them when the query's predicate is that same literal, not a parameter.

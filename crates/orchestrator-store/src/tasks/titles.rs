@@ -68,3 +68,57 @@ impl Store {
         }
     }
 }
+
+/// What a title search reads to find its candidates (see [`Store::title_index`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TitleIndex {
+    /// SQLite's full-text index (`tasks_title`, FTS5, built into SQLite).
+    FullText,
+    /// PostgreSQL's trigram index of `task_titles` (pg_trgm).
+    Trigrams,
+    /// PostgreSQL without the trigram index: a search reads every title. Migrations 0007 and 0018
+    /// make the index only where pg_trgm could be installed then, and never again later.
+    Missing(Trigrams),
+}
+
+/// Where PostgreSQL's pg_trgm stands in the store's database, when its index is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigrams {
+    /// Installed: only the index is missing.
+    Installed,
+    /// Shipped with the server but not installed in this database.
+    Available,
+    /// Not shipped with the server (its contrib package is not installed).
+    Unavailable,
+}
+
+/// The trigram index of PostgreSQL's titles, as migration 0018 makes it. Concurrently, so that a
+/// running daemon's task creations do not wait for the build.
+pub const TRIGRAM_INDEX_SQL: &str = "CREATE INDEX CONCURRENTLY IF NOT EXISTS task_titles_trigrams \
+     ON task_titles USING gin (title gin_trgm_ops) WITH (gin_pending_list_limit = 256)";
+
+impl Store {
+    /// What a title search reads: an index of the titles, or, on a PostgreSQL server where pg_trgm
+    /// was missing when the store was made, every title (and why). `orchestrator doctor` reports it.
+    pub async fn title_index(&self) -> Result<TitleIndex> {
+        let Pool::Postgres(pool) = &self.pool else {
+            return Ok(TitleIndex::FullText);
+        };
+        let (indexed, installed, available): (bool, bool, bool) = sqlx::query_as(
+            "SELECT \
+                 EXISTS (SELECT 1 FROM pg_indexes \
+                         WHERE schemaname = current_schema() \
+                           AND indexname = 'task_titles_trigrams'), \
+                 EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'), \
+                 EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm')",
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok(match (indexed, installed, available) {
+            (true, _, _) => TitleIndex::Trigrams,
+            (false, true, _) => TitleIndex::Missing(Trigrams::Installed),
+            (false, false, true) => TitleIndex::Missing(Trigrams::Available),
+            (false, false, false) => TitleIndex::Missing(Trigrams::Unavailable),
+        })
+    }
+}

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clap::Args;
 use orchestrator_sandbox::Availability;
-use orchestrator_store::{Store, StoreOptions};
+use orchestrator_store::{Store, StoreOptions, TitleIndex, Trigrams};
 use orchestrator_tools::mcp::{McpManager, ServerStatus};
 use orchestrator_types::{ChatMessage, ModelSpec, SandboxMode};
 use orchestrator_worker::model::{ClientConfig, ModelClient, ToolDefinition, WindowSource};
@@ -158,7 +158,13 @@ pub async fn run(global: &GlobalArgs, args: DoctorArgs) -> anyhow::Result<ExitCo
     let mut checks = Vec::new();
     let (config, config_check) = check_config(global, &config_path);
     checks.push(config_check);
-    checks.push(check_store(global).await);
+    let (store_check, store) = check_store(global).await;
+    checks.push(store_check);
+    let (store, url) = store.unzip();
+    checks.push(check_titles(store.as_ref(), url.as_deref().unwrap_or_default()).await);
+    if let Some(store) = store {
+        store.close().await;
+    }
     checks.push(check_sandbox(global, &config));
     checks.push(check_git().await);
     checks.extend(check_model(&args, &config, &config_path).await);
@@ -246,12 +252,14 @@ fn check_config(global: &GlobalArgs, path: &Path) -> (Config, Check) {
     }
 }
 
-/// Opening the store as every command does: connected, migrated, and its id read.
-async fn check_store(global: &GlobalArgs) -> Check {
+/// Opening the store as every command does: connected, migrated, and its id read. The store
+/// and its URL, when it opened, for the checks that read it.
+async fn check_store(global: &GlobalArgs) -> (Check, Option<(Store, String)>) {
     let url = match global.store_url() {
         Ok(url) => url,
         Err(e) => {
-            return Check::fail("store", format!("{e:#}"), "set --home or ORCHESTRATOR_HOME");
+            let check = Check::fail("store", format!("{e:#}"), "set --home or ORCHESTRATOR_HOME");
+            return (check, None);
         }
     };
     let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
@@ -267,11 +275,14 @@ async fn check_store(global: &GlobalArgs) -> Check {
     })
     .await;
     let kind = if postgres { "PostgreSQL" } else { "SQLite" };
-    match opened {
-        Ok(Ok((_store, id))) => Check::ok(
-            "store",
-            format!("{kind} {shown}: opened, migrations applied (store id {id})"),
-        ),
+    let check = match opened {
+        Ok(Ok((store, id))) => {
+            let check = Check::ok(
+                "store",
+                format!("{kind} {shown}: opened, migrations applied (store id {id})"),
+            );
+            return (check, Some((store, url)));
+        }
         Ok(Err(e)) => {
             let message = e.to_string();
             let fix = if postgres {
@@ -297,27 +308,18 @@ async fn check_store(global: &GlobalArgs) -> Check {
                     .to_owned()
             },
         ),
-    }
+    };
+    (check, None)
 }
 
 /// The one command that fixes a PostgreSQL store that would not open, from the server's words.
 fn postgres_fix(url: &str, message: &str) -> String {
-    let parsed = reqwest::Url::parse(url).ok();
-    let host = parsed
-        .as_ref()
-        .and_then(|u| u.host_str().map(str::to_owned))
-        .unwrap_or_else(|| "localhost".to_owned());
-    let port = parsed.as_ref().and_then(|u| u.port()).unwrap_or(5432);
-    let user = parsed
-        .as_ref()
-        .map(|u| u.username().to_owned())
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| std::env::var("USER").unwrap_or_else(|_| "postgres".to_owned()));
-    let database = parsed
-        .as_ref()
-        .map(|u| u.path().trim_start_matches('/').to_owned())
-        .filter(|d| !d.is_empty())
-        .unwrap_or_else(|| user.clone());
+    let PgTarget {
+        host,
+        port,
+        user,
+        database,
+    } = PgTarget::of(url);
     let lower = message.to_lowercase();
     if lower.contains("role \"") && lower.contains("does not exist") {
         format!(
@@ -340,6 +342,103 @@ fn postgres_fix(url: &str, message: &str) -> String {
             "start PostgreSQL on {host}:{port}, or point --database-url (ORCHESTRATOR_DATABASE_URL) \
              at a server that runs"
         )
+    }
+}
+
+/// The server, role and database a PostgreSQL URL names, with libpq's defaults, for the commands
+/// a fix gives (never the password).
+struct PgTarget {
+    host: String,
+    port: u16,
+    user: String,
+    database: String,
+}
+
+impl PgTarget {
+    fn of(url: &str) -> PgTarget {
+        let parsed = reqwest::Url::parse(url).ok();
+        let host = parsed
+            .as_ref()
+            .and_then(|u| u.host_str().map(str::to_owned))
+            .unwrap_or_else(|| "localhost".to_owned());
+        let port = parsed.as_ref().and_then(|u| u.port()).unwrap_or(5432);
+        let user = parsed
+            .as_ref()
+            .map(|u| u.username().to_owned())
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| std::env::var("USER").unwrap_or_else(|_| "postgres".to_owned()));
+        let database = parsed
+            .as_ref()
+            .map(|u| u.path().trim_start_matches('/').to_owned())
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| user.clone());
+        PgTarget {
+            host,
+            port,
+            user,
+            database,
+        }
+    }
+
+    /// `psql` on this database running `sql`.
+    fn psql(&self, sql: &str) -> String {
+        format!(
+            "psql -h {} -p {} -U {} -d {} -c \"{sql}\"",
+            self.host, self.port, self.user, self.database
+        )
+    }
+}
+
+/// What a title search (`task list --search`, the dashboard's search box) reads: an index of the
+/// titles, or on PostgreSQL, where pg_trgm was missing when the store was made, every title, with
+/// the commands that make the index.
+async fn check_titles(store: Option<&Store>, url: &str) -> Check {
+    const NAME: &str = "title search";
+    let Some(store) = store else {
+        return Check::skipped(NAME, "the store did not open", "");
+    };
+    let index = match store.title_index().await {
+        Ok(index) => index,
+        Err(e) => return Check::fail(NAME, format!("cannot read the store's indexes: {e}"), ""),
+    };
+    let trigrams = match index {
+        TitleIndex::FullText => {
+            return Check::ok(NAME, "SQLite's full-text index of the titles (FTS5)");
+        }
+        TitleIndex::Trigrams => {
+            return Check::ok(NAME, "the trigram index of the titles (pg_trgm)");
+        }
+        TitleIndex::Missing(trigrams) => trigrams,
+    };
+    let slow = "a title search reads every task's title (slow with many tasks)";
+    let target = PgTarget::of(url);
+    let make_index = target.psql(orchestrator_store::TRIGRAM_INDEX_SQL);
+    match trigrams {
+        Trigrams::Installed => Check::warn(
+            NAME,
+            format!("pg_trgm is installed but the titles' trigram index is missing: {slow}"),
+            format!("make the index (the daemon may keep running): {make_index}"),
+        ),
+        Trigrams::Available => Check::warn(
+            NAME,
+            format!("pg_trgm is not installed in {}: {slow}", target.database),
+            format!(
+                "install it (the database's owner can) and make the index: {}; then {make_index}",
+                target.psql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+            ),
+        ),
+        Trigrams::Unavailable => Check::warn(
+            NAME,
+            format!(
+                "the server at {}:{} has no pg_trgm: {slow}",
+                target.host, target.port
+            ),
+            format!(
+                "install PostgreSQL's contrib package on the server (Debian: postgresql-contrib), \
+                 then {}; then {make_index}",
+                target.psql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+            ),
+        ),
     }
 }
 

@@ -88,6 +88,12 @@ fn a_fresh_home_passes_the_store_check_and_reports_the_config_file_absent() {
         "{store}"
     );
     assert!(env.home().join("orchestrator.db").exists());
+    let titles = check(&checks, "title search");
+    assert_eq!(titles["status"], "ok", "{titles}");
+    assert!(
+        titles["detail"].as_str().unwrap().contains("FTS5"),
+        "{titles}"
+    );
     for skipped in [
         "model",
         "github.token",
@@ -166,6 +172,82 @@ async fn a_postgres_database_that_does_not_exist_fails_with_the_command_that_cre
     // The other checks still ran.
     check(&checks, "sandbox");
     check(&checks, "git");
+}
+
+/// On PostgreSQL the title search is indexed only where pg_trgm was there when the store was made.
+/// Without its index (the extension installed later, or never) a search reads every title: the
+/// check warns, and its fix, run as given, makes the index.
+#[tokio::test]
+async fn a_postgres_store_without_the_titles_trigram_index_is_warned_about_with_the_fix() {
+    if orchestrator_test_support::postgres_skipped() {
+        eprintln!("ORCHESTRATOR_TEST_SKIP_POSTGRES=1: PostgreSQL half not run");
+        return;
+    }
+    use sqlx::Connection;
+    let url = orchestrator_test_support::fresh_postgres_url().await;
+    let env = Env {
+        home: tempfile::tempdir().unwrap(),
+        database_url: Some(url.clone()),
+    };
+    let titles = |checks: &[Value]| check(checks, "title search").clone();
+    let (_, checks) = doctor(&env, &[], &[]);
+    let indexed = titles(&checks);
+    assert_eq!(indexed["status"], "ok", "{indexed}");
+    assert!(
+        indexed["detail"].as_str().unwrap().contains("pg_trgm"),
+        "{indexed}"
+    );
+
+    let database = url.rsplit('/').next().unwrap().split('?').next().unwrap();
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql("DROP INDEX task_titles_trigrams")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let (out, checks) = doctor(&env, &[], &[]);
+    assert_eq!(out.status.code(), Some(0), "a warning, not a failure");
+    let missing = titles(&checks);
+    assert_eq!(missing["status"], "warn", "{missing}");
+    assert!(
+        missing["detail"]
+            .as_str()
+            .unwrap()
+            .contains("reads every task's title"),
+        "{missing}"
+    );
+    let fix = missing["fix"].as_str().unwrap();
+    assert!(
+        fix.contains(&format!("-d {database} "))
+            && fix.contains(orchestrator_store::TRIGRAM_INDEX_SQL),
+        "{missing}"
+    );
+    // The fix's SQL, as psql would send it, makes the index the check looks for.
+    sqlx::raw_sql(orchestrator_store::TRIGRAM_INDEX_SQL)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let (_, checks) = doctor(&env, &[], &[]);
+    assert_eq!(titles(&checks)["status"], "ok");
+
+    // Without the extension (its index goes with it), the fix installs it first.
+    sqlx::raw_sql("DROP EXTENSION pg_trgm CASCADE")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let (_, checks) = doctor(&env, &[], &[]);
+    let absent = titles(&checks);
+    assert_eq!(absent["status"], "warn", "{absent}");
+    assert!(
+        absent["detail"]
+            .as_str()
+            .unwrap()
+            .contains("pg_trgm is not installed"),
+        "{absent}"
+    );
+    let fix = absent["fix"].as_str().unwrap();
+    let install = fix.find("CREATE EXTENSION IF NOT EXISTS pg_trgm").unwrap();
+    let index = fix.find("CREATE INDEX CONCURRENTLY").unwrap();
+    assert!(install < index, "{absent}");
 }
 
 fn rand_name() -> u64 {
