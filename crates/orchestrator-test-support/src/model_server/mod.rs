@@ -684,12 +684,11 @@ fn refuse(quirks: Quirks, request: &Request) -> Option<Response> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_blocking_server_answers_without_a_runtime_in_the_caller() {
-        let model = ScriptedModel::scripted_blocking(vec![Reply::Text("hello".into())]);
-        let mut stream = std::net::TcpStream::connect(model.addr()).unwrap();
-        let body = r#"{"model":"m","messages":[]}"#;
+    /// A completion request with `body`, over a plain socket (no runtime in the caller); the
+    /// whole answer, head and body.
+    fn post(model: &ScriptedModel, body: &str) -> String {
         use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(model.addr()).unwrap();
         write!(
             stream,
             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
@@ -699,6 +698,13 @@ mod tests {
         .unwrap();
         let mut answer = String::new();
         stream.read_to_string(&mut answer).unwrap();
+        answer
+    }
+
+    #[test]
+    fn a_blocking_server_answers_without_a_runtime_in_the_caller() {
+        let model = ScriptedModel::scripted_blocking(vec![Reply::Text("hello".into())]);
+        let answer = post(&model, r#"{"model":"m","messages":[]}"#);
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert!(answer.contains(r#""content":"hello""#), "{answer}");
         assert_eq!(model.request_count(), 1);
@@ -710,18 +716,10 @@ mod tests {
     fn the_server_keeps_its_own_time_over_each_request() {
         let model = ScriptedModel::scripted_blocking(vec![Reply::Text("hello".into())]);
         let asked = std::time::Instant::now();
-        let mut stream = std::net::TcpStream::connect(model.addr()).unwrap();
-        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
-        use std::io::{Read, Write};
-        write!(
-            stream,
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).unwrap();
+        let answer = post(
+            &model,
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+        );
         let waited = asked.elapsed();
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         let handled = model.handling_time(0).expect("the request's handling time");
