@@ -270,7 +270,8 @@ struct Shared {
     /// Shared, not copied: a copy of each request's JSON was the server's largest cost per request.
     received: Mutex<Vec<Arc<Request>>>,
     /// How long the server took over each completion request, by its index: from its arrival to
-    /// its answer's head and whole body (streamed or not) being ready to send.
+    /// its answer being handed to the HTTP layer. A scripted reply's pieces are made by then; the
+    /// later pieces of a `Reply::Slow` stream are not counted.
     handling: Mutex<Vec<Option<std::time::Duration>>>,
     /// Requests refused because they did not fit the `context_window` quirk.
     oversized: std::sync::atomic::AtomicUsize,
