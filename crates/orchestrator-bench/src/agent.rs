@@ -13,13 +13,13 @@
 //! names the task) and by the number of replies the conversation already holds. Turn k of a task is
 //! the time from the arrival of request k to the arrival of request k+1. The server answers at
 //! once, but its own work on request k (parsing about 17 kB of JSON, keeping it, making the
-//! answer: `model_server_ms`, 0.11 to 0.23 ms at p50 here) falls inside that gap and is not the orchestrator's,
-//! so it is subtracted, turn by turn. The rest is the orchestrator's: reading and parsing the
-//! streamed reply, saving it, recording and dispatching the tool call, saving its result, building
-//! and sending the next request, plus the tool's own run, which is measured apart (calling the
-//! registry directly, `tool_run_ms`) and subtracted too: `turn_overhead_ms` = gap − server −
-//! calls × tool_run p50; `turn_wall_p50_ms` is the whole gap. `read_file` of a tiny file takes tens of
-//! microseconds, so the subtraction is small either way. The final turn (text, then the task's
+//! answer: `model_server_ms`, 0.11 to 0.23 ms at p50 here) falls inside that gap and is not the
+//! orchestrator's, so it is subtracted, turn by turn. The rest is the orchestrator's: reading and
+//! parsing the streamed reply, saving it, recording and dispatching the tool call, saving its
+//! result, building and sending the next request, plus the tool's own run, which is measured apart
+//! (calling the registry directly, `tool_run_ms`) and subtracted too: `turn_overhead_ms` = gap −
+//! server − calls × tool_run p50; `turn_wall_p50_ms` is the whole gap. `read_file` of a tiny file
+//! takes tens of microseconds, so the subtraction is small either way. The final turn (text, then the task's
 //! completion) is not a gap between two requests and is left out: it is a task's end, not a turn.
 //!
 //! Per tool call. A turn without a tool call ends the task, so there is no 0-call turn to compare

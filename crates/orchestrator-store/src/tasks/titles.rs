@@ -99,7 +99,8 @@ pub const TRIGRAM_INDEX_SQL: &str = "CREATE INDEX CONCURRENTLY IF NOT EXISTS tas
 
 impl Store {
     /// What a title search reads: an index of the titles, or, on a PostgreSQL server where pg_trgm
-    /// was missing when the store was made, every title (and why). `orchestrator doctor` reports it.
+    /// was missing when the store was made, every title (and why). `orchestrator doctor` reports
+    /// it.
     pub async fn title_index(&self) -> Result<TitleIndex> {
         let Pool::Postgres(pool) = &self.pool else {
             return Ok(TitleIndex::FullText);
