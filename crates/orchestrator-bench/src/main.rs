@@ -1,5 +1,5 @@
 //! `orchestrator-bench`: parses the command line, runs the chosen benchmark and maps its outcome to
-//! an exit code. The measurements live in the library (src/queue/, src/agent.rs); this file is glue.
+//! an exit code. The measurements live in the library (src/queue/, src/agent/); this file is glue.
 //!
 //! Exit codes: 0 when every backend was measured (for the soak: when every figure was zero), or when PostgreSQL was merely unreachable (its
 //! line then carries the error, and SQLite's figures still stand); 1 when a measurement failed; 2

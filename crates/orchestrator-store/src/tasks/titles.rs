@@ -1,6 +1,7 @@
-//! SQLite's title index is written after a task's creation, not in it (migration 0023): the
-//! rescuer's pass calls [`Store::index_titles`], and a search reads the titles not yet indexed as
-//! candidates too (`read.rs`, `title_filter`).
+//! The titles' search index. SQLite's is written after a task's creation, not in it (migration
+//! 0023): the rescuer's pass calls [`Store::index_titles`], and a search reads the titles not yet
+//! indexed as candidates too (`read.rs`, `title_filter`). [`Store::title_index`] says what a search
+//! reads, for `orchestrator doctor`: on PostgreSQL the trigram index may be missing.
 
 use super::*;
 
