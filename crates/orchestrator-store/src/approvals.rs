@@ -6,6 +6,7 @@
 //! before it looks at it, and the worker's `Wait` completion re-checks for pending approvals in a
 //! statement of its own, so an answer that races the worker's pause is never lost (see leases.rs).
 
+use crate::batch_rows::json_ids;
 use crate::events::{EventInsert, insert_events};
 use crate::exec::Tx;
 use crate::leases::{Lease, next_seq_fenced};
@@ -200,17 +201,19 @@ pub(crate) async fn close_pending(tx: &mut Tx, task: TaskId, now: i64) -> Result
     Ok(())
 }
 
-/// [`close_pending`] for many tasks with one statement per few hundred: the completer and the
-/// rescuer end tasks in batches, and a statement per task was a round trip per task on the
-/// claim/complete path, for approvals that almost never exist.
+/// [`close_pending`] for many tasks with one statement, whose text is the same for any number of
+/// them (see batch_rows.rs): the completer and the rescuer end tasks in batches, and a statement per
+/// task was a round trip per task on the claim/complete path, for approvals that almost never exist.
 pub(crate) async fn close_pending_of(tx: &mut Tx, tasks: &[i64], now: i64) -> Result<()> {
-    for chunk in tasks.chunks(400) {
-        let stmt = close_pending_where(
-            Expr::col(Approvals::TaskId).is_in(chunk.iter().copied()),
-            now,
-        );
-        tx.execute(&stmt).await?;
+    if tasks.is_empty() {
+        return Ok(());
     }
+    let ids = json_ids(tx.backend(), tasks.iter().copied());
+    tx.execute(&close_pending_where(
+        Expr::col(Approvals::TaskId).in_subquery(ids),
+        now,
+    ))
+    .await?;
     Ok(())
 }
 

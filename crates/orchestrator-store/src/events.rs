@@ -3,12 +3,14 @@
 //! Events are only inserted in the transaction that makes the change they describe (see tasks.rs);
 //! this module reads them and offers a fenced append for progress that changes no state.
 
+use crate::batch_rows::{Column, json_rows};
 use crate::exec::{Pool, Tx};
 use crate::fenced::{self, Written};
 use crate::leases::{Lease, next_seq_fenced};
 use crate::{Error, Result, Store};
 use orchestrator_types::{EventKind, TaskEvent, TaskId, TaskState, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query};
+use serde_json::json;
 
 #[derive(Iden, Clone, Copy)]
 pub(crate) enum TaskEvents {
@@ -37,24 +39,39 @@ pub(crate) const EVENT_COLUMNS: [TaskEvents; 5] = [
     TaskEvents::Data,
 ];
 
-/// Inserts events with one statement per few hundred rows.
+/// The columns of [`EVENT_COLUMNS`] as an insert's list of rows reads them.
+const EVENT_ROW: [Column; 5] = [
+    Column::Int("task_id"),
+    Column::Int("seq"),
+    Column::Int("at"),
+    Column::Text("kind"),
+    Column::Text("data"),
+];
+
+/// Inserts events with one statement, whose text is the same for any number of them (see
+/// batch_rows.rs): the completer and the rescuer write a batch's events at once.
 pub(crate) async fn insert_events(tx: &mut Tx, events: &[EventInsert]) -> Result<()> {
-    for chunk in events.chunks(150) {
-        let mut stmt = Query::insert()
-            .into_table(TaskEvents::Table)
-            .columns(EVENT_COLUMNS)
-            .to_owned();
-        for event in chunk {
-            stmt.values([
-                event.task_id.into(),
-                event.seq.into(),
-                event.at.into(),
-                event.kind.as_str().into(),
-                event.data.to_string().into(),
-            ])?;
-        }
-        tx.execute(&stmt).await?;
+    if events.is_empty() {
+        return Ok(());
     }
+    let rows = events
+        .iter()
+        .map(|event| {
+            json!([
+                event.task_id,
+                event.seq,
+                event.at,
+                event.kind.as_str(),
+                event.data.to_string()
+            ])
+        })
+        .collect();
+    let stmt = Query::insert()
+        .into_table(TaskEvents::Table)
+        .columns(EVENT_COLUMNS)
+        .select_from(json_rows(tx.backend(), &EVENT_ROW, rows))?
+        .to_owned();
+    tx.execute(&stmt).await?;
     Ok(())
 }
 

@@ -339,6 +339,14 @@ impl Tx {
         Ok(())
     }
 
+    /// The database this transaction is on.
+    pub(crate) fn backend(&self) -> crate::Backend {
+        match self {
+            Tx::Sqlite(..) => crate::Backend::Sqlite,
+            Tx::Postgres(_) => crate::Backend::Postgres,
+        }
+    }
+
     /// The `change_id` of a task row this transaction changes (see changes.rs), for an UPDATE to
     /// set itself: the row trigger that would set it otherwise costs a second UPDATE of each row
     /// on SQLite and a PL/pgSQL call per row on PostgreSQL (migration 0010 skips it when the

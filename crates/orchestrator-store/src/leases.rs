@@ -11,12 +11,14 @@ mod successes;
 #[cfg(test)]
 pub(crate) use claim::claimed_data;
 
+use crate::Backend;
+use crate::batch_rows::{Column, json_rows};
 use crate::events::{EventInsert, insert_events};
 use crate::exec::Tx;
 use crate::tasks::{Tasks, state_is};
 use crate::{Error, Result, Store};
 use orchestrator_types::{EventKind, TaskId, TaskState, now_millis};
-use sea_query::{Alias, Cond, Expr, ExprTrait, IntoIden, IntoValueTuple, Order, Query, TableRef};
+use sea_query::{Alias, Cond, Expr, ExprTrait, IntoIden, Order, Query, TableRef};
 use serde::Serialize;
 use serde_json::json;
 use std::collections::HashMap;
@@ -91,8 +93,9 @@ const SUCCESS_CHUNK: usize = 400;
 /// The end of the running tasks that `leases` hold as successes, at `now`, returning each ended
 /// task's id, epoch, event number and state. A cancel requested while the attempt finished wins:
 /// the user asked for it to stop, and a parent's cancel must not leave a child reported as
-/// succeeded. `leases` must not be empty.
+/// succeeded.
 fn successes_update<'a>(
+    backend: Backend,
     leases: impl Iterator<Item = &'a Lease>,
     now: i64,
     change_mark: Expr,
@@ -107,7 +110,6 @@ fn successes_update<'a>(
         .value(Tasks::LastError, Option::<String>::None)
         .value(Tasks::FinishedAt, now)
         .value(Tasks::UpdatedAt, now)
-        .and_where(state_is(TaskState::Running))
         .returning(Query::returning().columns([
             Tasks::Id,
             Tasks::Epoch,
@@ -115,7 +117,7 @@ fn successes_update<'a>(
             Tasks::State,
         ]))
         .to_owned();
-    held_by(&mut stmt, leases);
+    held_by(&mut stmt, backend, leases);
     stmt
 }
 
@@ -144,23 +146,44 @@ fn lease_matches(lease: &Lease) -> Cond {
 /// The name of a batch's leases inside its statement.
 const LEASES: &str = "leases";
 
-/// Limits `stmt` to the rows `leases` hold: `UPDATE tasks ... FROM (VALUES (id, epoch), ...) AS
-/// leases WHERE tasks.id = leases.column1 AND tasks.epoch = leases.column2`. Both databases read
-/// the list once and find each row by its primary key. The form it replaced, `id IN (...) AND epoch
-/// = CASE WHEN id = .. THEN .. END`, made each row walk the CASE to its own id, so a batch's cost
-/// grew with the square of its size; one task twice (an old attempt and the new one) is one more
-/// row of the list, of which only the current epoch matches. `leases` must not be empty: a `VALUES`
-/// list of no rows is not SQL.
-fn held_by<'a>(stmt: &mut sea_query::UpdateStatement, leases: impl Iterator<Item = &'a Lease>) {
+/// Limits `stmt` to the running rows `leases` hold: `UPDATE tasks ... FROM (the leases, bound as
+/// one list) AS leases WHERE tasks.id = leases.held_id AND tasks.epoch = leases.held_epoch AND
+/// state = 'running'`. Both databases read the list once and find each row by its primary key, and the
+/// statement's text is the same for a batch of any size (see batch_rows.rs). The form before it,
+/// `FROM (VALUES (id, epoch), ...)`, was a new statement to compile for each size; the one before
+/// that, `id IN (...) AND epoch = CASE WHEN id = .. THEN .. END`, made each row walk the CASE to
+/// its own id, so a batch's cost grew with the square of its size. One task twice (an old attempt
+/// and the new one) is one more row of the list, of which only the current epoch matches.
+///
+/// On SQLite the state's term is written `+"state" = 'running'`: the unary plus keeps the planner
+/// from reading the running tasks through an index of the state and scanning the list for each of
+/// them (it cannot tell how long the list is), which made a completion cost the product of the
+/// batch and the running tasks. The list then leads, and each of its rows finds its task by id.
+fn held_by<'a>(
+    stmt: &mut sea_query::UpdateStatement,
+    backend: Backend,
+    leases: impl Iterator<Item = &'a Lease>,
+) {
     let list = Alias::new(LEASES);
     let rows = leases
-        .map(|lease| (lease.task_id.0, lease.epoch).into_value_tuple())
+        .map(|lease| json!([lease.task_id.0, lease.epoch]))
         .collect();
-    stmt.from(TableRef::ValuesList(rows, list.clone().into_iden()))
+    // Named apart from the task's own columns, which the statement returns unqualified.
+    let held = json_rows(
+        backend,
+        &[Column::Int("held_id"), Column::Int("held_epoch")],
+        rows,
+    );
+    let running = match backend {
+        Backend::Sqlite => Expr::cust(format!("+\"state\" = '{}'", TaskState::Running.as_str())),
+        Backend::Postgres => state_is(TaskState::Running),
+    };
+    stmt.from(TableRef::SubQuery(held.into(), list.clone().into_iden()))
         .and_where(
-            Expr::col((Tasks::Table, Tasks::Id)).equals((list.clone(), Alias::new("column1"))),
+            Expr::col((Tasks::Table, Tasks::Id)).equals((list.clone(), Alias::new("held_id"))),
         )
-        .and_where(Expr::col((Tasks::Table, Tasks::Epoch)).equals((list, Alias::new("column2"))));
+        .and_where(Expr::col((Tasks::Table, Tasks::Epoch)).equals((list, Alias::new("held_epoch"))))
+        .and_where(running);
 }
 
 /// Bumps the task's event counter if `lease` still holds the running task, returning the number for
@@ -255,6 +278,7 @@ impl Store {
         // queue): a heartbeat that read the clock before waiting behind other writers, or before a
         // slow round trip, would extend a lease to a moment already past, and its keeper would
         // fence itself.
+        let backend = self.backend();
         let held: Vec<(i64, i64, bool)> = self
             .lease_line
             .write_each_at(|now| {
@@ -264,14 +288,13 @@ impl Store {
                         let mut stmt = Query::update()
                             .table(Tasks::Table)
                             .value(Tasks::LeaseExpiresAt, now + lease_ms)
-                            .and_where(state_is(TaskState::Running))
                             .returning(Query::returning().columns([
                                 Tasks::Id,
                                 Tasks::Epoch,
                                 Tasks::CancelRequested,
                             ]))
                             .to_owned();
-                        held_by(&mut stmt, chunk.iter());
+                        held_by(&mut stmt, backend, chunk.iter());
                         stmt
                     })
                     .collect()
@@ -343,7 +366,7 @@ impl Store {
             .collect();
         for chunk in successes.chunks(SUCCESS_CHUNK) {
             let leases = chunk.iter().map(|i| &completions[*i].lease);
-            let stmt = successes_update(leases, now, tx.change_mark());
+            let stmt = successes_update(tx.backend(), leases, now, tx.change_mark());
             let rows: Vec<(i64, i64, i64, String)> = tx.fetch_all(&stmt).await?;
             for (id, epoch, seq, ended) in rows {
                 if let Some(&i) = by_lease.get(&(id, epoch)) {

@@ -12,6 +12,7 @@ mod approvals;
 mod artifacts;
 mod attempts;
 mod automations;
+mod batch_rows;
 mod changes;
 mod checklist;
 mod checkpoints;

@@ -8,31 +8,36 @@
 //!
 //! ```sql
 //! WITH done AS (UPDATE tasks SET state = CASE WHEN cancel_requested ... END, ...
-//!               FROM (VALUES ($id, $epoch), ...) AS leases
-//!               WHERE tasks.id = leases.column1 AND tasks.epoch = leases.column2
+//!               FROM (SELECT ... FROM json_array_elements($leases)) AS leases
+//!               WHERE tasks.id = leases.held_id AND tasks.epoch = leases.held_epoch
 //!                 AND state = 'running'
 //!               RETURNING id, epoch, event_seq, state),
 //!      closed AS (UPDATE approvals SET status = 'canceled', ...
 //!                 WHERE task_id IN (SELECT id FROM done) AND status = 'pending'),
 //!      events AS (INSERT INTO task_events (...)
 //!                 SELECT done.id, done.event_seq, $now, CASE WHEN done.state = 'canceled' ...,
-//!                        details.column2
-//!                 FROM done, (VALUES ($id, $details), ...) AS details
-//!                 WHERE details.column1 = done.id)
+//!                        details.data
+//!                 FROM done, (SELECT ... FROM json_array_elements($details)) AS details
+//!                 WHERE details.id = done.id)
 //! SELECT id, event_seq, state FROM done
 //! ```
 //!
-//! A stale lease matches no row of `done`, so nothing is written for it. Any other batch (a
-//! failure, a requeue, a wait, one task twice, SQLite) is the transaction of `Store::complete`.
+//! The leases and the details are each bound as one JSON list (batch_rows.rs), so the statement's
+//! text is the same for a batch of any size. A stale lease matches no row of `done`, so nothing is
+//! written for it. Any other batch (a failure, a requeue, a wait, one task twice, SQLite) is the
+//! transaction of `Store::complete`.
 
 use super::{Completion, CompletionResult, Outcome, SUCCESS_CHUNK, successes_update};
+use crate::Backend;
 use crate::approvals::{Approvals, close_pending_where};
+use crate::batch_rows::{Column, json_rows};
 use crate::events::{EVENT_COLUMNS, TaskEvents};
 use crate::exec::{Pool, postgres_change_mark};
 use crate::tasks::Tasks;
 use crate::{Result, Store};
 use orchestrator_types::{EventKind, TaskState};
 use sea_query::{Alias, CommonTableExpression, Expr, ExprTrait, Query, WithClause, WithQuery};
+use serde_json::json;
 use std::collections::HashMap;
 
 /// The name of the ended tasks inside the statement.
@@ -82,6 +87,7 @@ fn successes_with_events(completions: &[Completion], now: i64) -> Result<WithQue
     let done = Alias::new(DONE);
     let details = Alias::new(DETAILS);
     let update = successes_update(
+        Backend::Postgres,
         completions.iter().map(|c| &c.lease),
         now,
         postgres_change_mark(),
@@ -101,17 +107,20 @@ fn successes_with_events(completions: &[Completion], now: i64) -> Result<WithQue
         .column((done.clone(), Tasks::EventSeq))
         .expr(Expr::val(now))
         .expr(kind)
-        .expr(Expr::col((details.clone(), Alias::new("column2"))))
+        .expr(Expr::col((details.clone(), Alias::new("data"))))
         .from(done.clone())
-        .from_values(
-            completions
-                .iter()
-                .map(|c| (c.lease.task_id.0, c.details.to_string())),
+        .from_subquery(
+            json_rows(
+                Backend::Postgres,
+                &[Column::Int("id"), Column::Text("data")],
+                completions
+                    .iter()
+                    .map(|c| json!([c.lease.task_id.0, c.details.to_string()]))
+                    .collect(),
+            ),
             details.clone(),
         )
-        .and_where(
-            Expr::col((details.clone(), Alias::new("column1"))).equals((done.clone(), Tasks::Id)),
-        )
+        .and_where(Expr::col((details.clone(), Alias::new("id"))).equals((done.clone(), Tasks::Id)))
         .to_owned();
     let events = Query::insert()
         .into_table(TaskEvents::Table)
