@@ -202,8 +202,9 @@ pub(crate) async fn close_pending(tx: &mut Tx, task: TaskId, now: i64) -> Result
 }
 
 /// [`close_pending`] for many tasks with one statement, whose text is the same for any number of
-/// them (see batch_rows.rs): the completer and the rescuer end tasks in batches, and a statement per
-/// task was a round trip per task on the claim/complete path, for approvals that almost never exist.
+/// them (see batch_rows.rs): the completer and the rescuer end tasks in batches, and a statement
+/// per task was a round trip per task on the claim/complete path, for approvals that almost never
+/// exist.
 pub(crate) async fn close_pending_of(tx: &mut Tx, tasks: &[i64], now: i64) -> Result<()> {
     if tasks.is_empty() {
         return Ok(());

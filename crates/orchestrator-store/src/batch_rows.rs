@@ -1,17 +1,22 @@
 //! A batch of rows bound as one parameter: a JSON array of rows, each an array of values, that the
-//! statement reads as a table (`json_each` on SQLite, `json_array_elements` on PostgreSQL).
+//! statement reads as a table (`jsonb_each` on SQLite, `json_array_elements` on PostgreSQL).
 //!
 //! Why: a statement that lists its batch in its text (`VALUES (?, ?), (?, ?), ...`, `IN (?, ?,
 //! ...)`) is a different statement for every size of batch. The completer's batches take any size
 //! from 1 to hundreds, so each new size was compiled afresh (SQLite's `sqlite3_prepare`, a parse
 //! and a describe on PostgreSQL), and the driver's cache of a hundred statements per connection
 //! turned over all the time: in a profile of the queue bench on SQLite, 7% of the database
-//! threads' time went to compiling the completion's three statements, and sqlx bound each of a
-//! batch's thousand parameters by name. With the batch as one JSON text, each statement has one
-//! text whatever the size, compiled once per connection.
+//! threads' time went to compiling, mostly the completion's three statements, and sqlx bound each
+//! of a batch's thousand parameters by name. With the batch as one JSON text, each statement has
+//! one text whatever the size, compiled once per connection.
 //!
 //! Values are read by position: `value ->> 0` is the row's first. Integers come back as integers
-//! (SQLite's JSON keeps them exact; PostgreSQL casts the text to `bigint`), text as text.
+//! (SQLite's JSON keeps them exact; PostgreSQL casts the text to `bigint`), text as text. On SQLite
+//! `jsonb_each` rather than `json_each`: its `value` of a row is SQLite's binary JSON, which `->>`
+//! reads as it is, where `json_each`'s is text that each `->>` parsed again (twice the cost).
+//!
+//! A task's creation keeps its `VALUES` list for now: its sizes are set by its callers (a task
+//! alone, a request's or an automation's batch), not by the completer's timing.
 
 use crate::connect::Backend;
 use sea_query::{Alias, Expr, ExprTrait, Func, Query, SelectStatement};
@@ -25,7 +30,7 @@ pub(crate) enum Column {
 }
 
 /// `rows` (each a JSON array of values, in `columns`' order) as a table for a `FROM` or an `IN`:
-/// `SELECT value ->> 0 AS a, ... FROM json_each(?)` on SQLite, the same over
+/// `SELECT value ->> 0 AS a, ... FROM jsonb_each(?)` on SQLite, the same over
 /// `json_array_elements(CAST($1 AS json))` on PostgreSQL, with each integer cast to `bigint`.
 pub(crate) fn json_rows(backend: Backend, columns: &[Column], rows: Vec<Value>) -> SelectStatement {
     let list = Value::Array(rows).to_string();

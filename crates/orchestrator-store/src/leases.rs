@@ -148,12 +148,12 @@ const LEASES: &str = "leases";
 
 /// Limits `stmt` to the running rows `leases` hold: `UPDATE tasks ... FROM (the leases, bound as
 /// one list) AS leases WHERE tasks.id = leases.held_id AND tasks.epoch = leases.held_epoch AND
-/// state = 'running'`. Both databases read the list once and find each row by its primary key, and the
-/// statement's text is the same for a batch of any size (see batch_rows.rs). The form before it,
-/// `FROM (VALUES (id, epoch), ...)`, was a new statement to compile for each size; the one before
-/// that, `id IN (...) AND epoch = CASE WHEN id = .. THEN .. END`, made each row walk the CASE to
-/// its own id, so a batch's cost grew with the square of its size. One task twice (an old attempt
-/// and the new one) is one more row of the list, of which only the current epoch matches.
+/// state = 'running'`. Both databases read the list once and find each row by its primary key,
+/// and the statement's text is the same for a batch of any size (see batch_rows.rs). The form
+/// before it, `FROM (VALUES (id, epoch), ...)`, was a new statement to compile for each size; the
+/// one before that, `id IN (...) AND epoch = CASE WHEN id = .. THEN .. END`, made each row walk the
+/// CASE to its own id, so a batch's cost grew with the square of its size. One task twice (an old
+/// attempt and the new one) is one more row of the list, of which only the current epoch matches.
 ///
 /// On SQLite the state's term is written `+"state" = 'running'`: the unary plus keeps the planner
 /// from reading the running tasks through an index of the state and scanning the list for each of
