@@ -47,7 +47,7 @@
 //! the figures, so that connection set-up and first-use caches are not timed as turns. Slots default
 //! to 1: tasks run one after another and a turn never waits for another task's writes.
 
-use crate::queue::{BenchDatabase, describe};
+use crate::queue::BenchDatabase;
 use anyhow::{Context, Result, bail, ensure};
 use orchestrator_store::{Backend, Store, StoreOptions};
 use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
@@ -235,22 +235,12 @@ pub async fn run(
                 }
             }
         }
-        let text = match failure {
-            None => {
-                summary.measured += 1;
-                line(backend, config, &figures).to_json()
-            }
-            Some((unreachable, e)) => {
-                if unreachable {
-                    summary.unreachable += 1;
-                } else {
-                    summary.failed += 1;
-                }
-                let message = describe(&e);
-                eprintln!("{}: {message}", backend.as_str());
-                error_line(backend, config, &message).to_json()
-            }
-        };
+        let text = summary.line_for(
+            backend,
+            failure,
+            || line(backend, config, &figures).to_json(),
+            |message| error_line(backend, config, message).to_json(),
+        );
         emit(&text)?;
     }
     Ok(summary)

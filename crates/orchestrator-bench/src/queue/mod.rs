@@ -163,6 +163,32 @@ pub struct Summary {
     pub failed: usize,
 }
 
+impl Summary {
+    /// Counts how one backend's measurement went and returns its JSON line: `measured`'s when
+    /// nothing failed, else `failed`'s with the error on one line (said on stderr too). A failure
+    /// is `(unreachable, error)`: an unreachable database is reported, not fatal.
+    pub fn line_for(
+        &mut self,
+        backend: Backend,
+        failure: Option<(bool, anyhow::Error)>,
+        measured: impl FnOnce() -> String,
+        failed: impl FnOnce(&str) -> String,
+    ) -> String {
+        let Some((unreachable, e)) = failure else {
+            self.measured += 1;
+            return measured();
+        };
+        if unreachable {
+            self.unreachable += 1;
+        } else {
+            self.failed += 1;
+        }
+        let message = describe(&e);
+        eprintln!("{}: {message}", backend.as_str());
+        failed(&message)
+    }
+}
+
 /// Runs the benchmark on every configured backend, handing each JSON line to `emit` as soon as
 /// its backend is done.
 pub async fn run(
@@ -203,22 +229,12 @@ pub async fn run(
                 }
             }
         }
-        let text = match failure {
-            None => {
-                summary.measured += 1;
-                line(backend, config, &runs).to_json()
-            }
-            Some((unreachable, e)) => {
-                if unreachable {
-                    summary.unreachable += 1;
-                } else {
-                    summary.failed += 1;
-                }
-                let message = describe(&e);
-                eprintln!("{}: {message}", backend.as_str());
-                error_line(backend, config, &message).to_json()
-            }
-        };
+        let text = summary.line_for(
+            backend,
+            failure,
+            || line(backend, config, &runs).to_json(),
+            |message| error_line(backend, config, message).to_json(),
+        );
         emit(&text)?;
     }
     Ok(summary)
