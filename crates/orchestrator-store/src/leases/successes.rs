@@ -8,7 +8,7 @@
 //!
 //! ```sql
 //! WITH done AS (UPDATE tasks SET state = CASE WHEN cancel_requested ... END, ...
-//!               FROM (SELECT ... FROM json_array_elements($leases)) AS leases
+//!               FROM (SELECT ... FROM jsonb_array_elements($leases)) AS leases
 //!               WHERE tasks.id = leases.held_id AND tasks.epoch = leases.held_epoch
 //!                 AND state = 'running'
 //!               RETURNING id, epoch, event_seq, state),
@@ -17,7 +17,7 @@
 //!      events AS (INSERT INTO task_events (...)
 //!                 SELECT done.id, done.event_seq, $now, CASE WHEN done.state = 'canceled' ...,
 //!                        details.data
-//!                 FROM done, (SELECT ... FROM json_array_elements($details)) AS details
+//!                 FROM done, (SELECT ... FROM jsonb_array_elements($details)) AS details
 //!                 WHERE details.id = done.id)
 //! SELECT id, event_seq, state FROM done
 //! ```
