@@ -58,6 +58,55 @@ fn not_yet_indexed() -> SelectStatement {
         .to_owned()
 }
 
+/// The ids of the tasks in `state`, read from its partial index, for the states that have one
+/// ordered otherwise than by id (queued: `tasks_claimable`; running: `tasks_leased`).
+fn in_hot_state(state: TaskState) -> Option<SelectStatement> {
+    matches!(state, TaskState::Queued | TaskState::Running).then(|| {
+        Query::select()
+            .column(Tasks::Id)
+            .from(Tasks::Table)
+            .and_where(state_is(state))
+            .to_owned()
+    })
+}
+
+/// The terms of a list's filter by `state`; `few` when few tasks are in it (see
+/// `Store::state_filter`).
+fn state_terms(state: TaskState, few: bool) -> Vec<Expr> {
+    let mut terms = vec![state_is(state)];
+    if few && let Some(ids) = in_hot_state(state) {
+        terms.push(Expr::col(Tasks::Id).in_subquery(ids));
+    }
+    terms
+}
+
+/// The counts of `Store::count_by_state` in one statement, so that they are of one moment: every
+/// task, then the queued, running, waiting, failed and canceled ones, each counted from its
+/// state's partial index (migration 0024); the succeeded are the rest. A count grouped by state
+/// read an index of every task's state, which each claim and each end had to keep up.
+fn count_by_state_statement() -> SelectStatement {
+    let count = |state: Option<TaskState>| {
+        let mut select = Query::select();
+        select.expr(Expr::cust("COUNT(*)")).from(Tasks::Table);
+        if let Some(state) = state {
+            select.and_where(state_is(state));
+        }
+        Expr::SubQuery(None, Box::new(select.to_owned().into()))
+    };
+    let mut stmt = Query::select();
+    stmt.expr(count(None));
+    for state in [
+        TaskState::Queued,
+        TaskState::Running,
+        TaskState::Waiting,
+        TaskState::Failed,
+        TaskState::Canceled,
+    ] {
+        stmt.expr(count(Some(state)));
+    }
+    stmt.to_owned()
+}
+
 impl Store {
     pub async fn get_task(&self, id: TaskId) -> Result<Task> {
         let mut stmt = select_tasks();
@@ -73,7 +122,7 @@ impl Store {
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
         let mut stmt = select_tasks();
         if let Some(state) = filter.state {
-            stmt.and_where(state_is(state));
+            self.state_filter(&mut stmt, state).await?;
         }
         if let Some(queue) = &filter.queue {
             stmt.and_where(Expr::col(Tasks::Queue).eq(queue.as_str()));
@@ -104,6 +153,24 @@ impl Store {
             .to_owned();
         let (found,): (i64,) = self.pool.fetch_optional(&probe).await?.unwrap_or((0,));
         Ok(found < RARE as i64)
+    }
+
+    /// The state filter of a list (migration 0024). Waiting, failed and canceled tasks have an
+    /// index of their own (`tasks_settled`), which `state = '...'` reaches. Succeeded tasks are
+    /// most of the table, found by walking the tasks newest first. Queued and running tasks are
+    /// in the claim's and the rescuer's partial indexes, which are not ordered by id: when few
+    /// tasks are in the state, their ids are read from that index as a list, which SQLite walks
+    /// newest first (without it, SQLite walked every task to find a page of running ones);
+    /// when many are, walking the tasks finds a page soon.
+    async fn state_filter(&self, stmt: &mut SelectStatement, state: TaskState) -> Result<()> {
+        let few = match in_hot_state(state) {
+            Some(ids) => self.rare(ids).await?,
+            None => false,
+        };
+        for term in state_terms(state, few) {
+            stmt.and_where(term);
+        }
+        Ok(())
     }
 
     /// The title filter: the lower-cased title contains `text`. A rare text is found through the
@@ -197,7 +264,7 @@ impl Store {
     pub async fn task_page(&self, page: &TaskPage) -> Result<Vec<Task>> {
         let mut stmt = select_tasks();
         if let Some(state) = page.state {
-            stmt.and_where(state_is(state));
+            self.state_filter(&mut stmt, state).await?;
         }
         if let Some(queue) = &page.queue {
             stmt.and_where(Expr::col(Tasks::Queue).eq(queue.as_str()));
@@ -276,21 +343,23 @@ impl Store {
 
     /// Number of tasks in each state; states without tasks are listed with 0.
     pub async fn count_by_state(&self) -> Result<Vec<(TaskState, i64)>> {
-        let stmt = Query::select()
-            .column(Tasks::State)
-            .expr(Expr::col(Tasks::Id).count())
-            .from(Tasks::Table)
-            .group_by_col(Tasks::State)
-            .to_owned();
-        let rows: Vec<(String, i64)> = self.pool.fetch_all(&stmt).await?;
+        let (all, queued, running, waiting, failed, canceled): (i64, i64, i64, i64, i64, i64) =
+            self.pool
+                .fetch_optional(&count_by_state_statement())
+                .await?
+                .unwrap_or_default();
+        let succeeded = all - queued - running - waiting - failed - canceled;
         Ok(TaskState::ALL
             .into_iter()
             .map(|state| {
-                let n = rows
-                    .iter()
-                    .find(|(s, _)| s == state.as_str())
-                    .map(|(_, n)| *n)
-                    .unwrap_or(0);
+                let n = match state {
+                    TaskState::Queued => queued,
+                    TaskState::Running => running,
+                    TaskState::Waiting => waiting,
+                    TaskState::Succeeded => succeeded,
+                    TaskState::Failed => failed,
+                    TaskState::Canceled => canceled,
+                };
                 (state, n)
             })
             .collect())
@@ -303,5 +372,74 @@ impl Store {
             .order_by(Tasks::Id, Order::Asc);
         let rows: Vec<TaskRow> = self.pool.fetch_all(&stmt).await?;
         rows.into_iter().map(Task::try_from).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::exec::Pool;
+    use sea_query_sqlx::SqlxBinder;
+
+    /// SQLite's plan of `stmt`, a step a line.
+    async fn plan(pool: &sqlx::SqlitePool, stmt: &SelectStatement) -> Vec<String> {
+        let (sql, values) = stmt.build_sqlx(crate::sqlite_sql::SqliteSql);
+        let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as_with(
+            sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")),
+            values,
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        rows.into_iter().map(|(.., step)| step).collect()
+    }
+
+    /// With no index of every task's state (migration 0024), the counts and the lists by state
+    /// must still read the tasks in that state through an index, not walk every task: a count
+    /// of a large store on every dashboard change, or a page of the few running tasks found by
+    /// reading all the others. Succeeded tasks, most of the table, are the one state a list
+    /// walks. Plans on PostgreSQL follow its statistics; this holds SQLite's, which has none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn counts_and_lists_by_state_read_an_index_on_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_sqlite(&dir.path().join("o.db"), &crate::StoreOptions::default())
+            .await
+            .unwrap();
+        let Pool::Sqlite(pool, _) = &store.pool else {
+            unreachable!("an SQLite store");
+        };
+        let walks = |steps: &[String]| steps.iter().any(|s| s == "SCAN tasks");
+        let counts = plan(pool, &count_by_state_statement()).await;
+        assert!(!walks(&counts), "the counts walk the tasks: {counts:?}");
+        for index in ["tasks_claimable", "tasks_leased", "tasks_settled"] {
+            assert!(
+                counts.iter().any(|s| s.contains(index)),
+                "the counts do not read {index}: {counts:?}"
+            );
+        }
+        for (state, index) in [
+            (TaskState::Queued, "tasks_claimable"),
+            (TaskState::Running, "tasks_leased"),
+            (TaskState::Waiting, "tasks_settled"),
+            (TaskState::Failed, "tasks_settled"),
+            (TaskState::Canceled, "tasks_settled"),
+        ] {
+            let mut list = select_tasks();
+            for term in state_terms(state, true) {
+                list.and_where(term);
+            }
+            list.order_by(Tasks::Id, Order::Desc).limit(50);
+            let steps = plan(pool, &list).await;
+            assert!(
+                !walks(&steps),
+                "{state:?}: the list walks the tasks: {steps:?}"
+            );
+            assert!(
+                steps.iter().any(|s| s.contains(index)),
+                "{state:?}: the list does not read {index}: {steps:?}"
+            );
+        }
+        store.close().await;
     }
 }

@@ -72,6 +72,7 @@ conformance!(
     batch_completion_mixed_outcomes,
     a_batch_of_successes_ends_each_task_with_its_own_event,
     counts_by_state,
+    every_state_is_counted_and_listed,
     task_pages_filter_and_walk_by_keyset,
     overview_counts_what_ended_and_what_waits,
     changed_tasks_are_walked_in_commit_order,

@@ -199,6 +199,86 @@ pub async fn counts_by_state(db: &TestStore) {
     assert_eq!(running[0].id, ids[1]);
 }
 
+/// Each state is counted and listed, newest first, whichever index holds it (migration 0024:
+/// queued and running in the claim's and the rescuer's partial indexes, waiting, failed and
+/// canceled in `tasks_settled`, succeeded as the rest).
+pub async fn every_state_is_counted_and_listed(db: &TestStore) {
+    let store = db.store.clone();
+    let titles = [
+        "canceled",
+        "succeeded",
+        "failed",
+        "waiting",
+        "running",
+        "queued",
+    ];
+    let ids = store
+        .create_tasks(&titles.map(super::agent::agent_task))
+        .await
+        .unwrap();
+    store.cancel_task(ids[0]).await.unwrap();
+    let claimed = store.claim("w", &queues(), 4, LEASE).await.unwrap();
+    let lease = |title: &str| {
+        claimed
+            .iter()
+            .find(|(task, _)| task.title == title)
+            .map(|(_, lease)| lease.clone())
+            .unwrap()
+    };
+    let approval = store
+        .request_approval(
+            &lease("waiting"),
+            &super::agent::ask("c1", now_millis() + 60_000),
+        )
+        .await
+        .unwrap();
+    let ends = [
+        ("succeeded", Outcome::Succeeded),
+        ("failed", Outcome::Failed { error: "no".into() }),
+        (
+            "waiting",
+            Outcome::Wait {
+                reason: "approval".into(),
+            },
+        ),
+    ];
+    for (title, outcome) in ends {
+        let results = store
+            .complete(&[Completion {
+                lease: lease(title),
+                outcome,
+                details: json!({"approval": approval.id}),
+            }])
+            .await
+            .unwrap();
+        assert_eq!(results, [CompletionResult::Applied], "{title}");
+    }
+    let counts = store.count_by_state().await.unwrap();
+    assert_eq!(counts.len(), TaskState::ALL.len());
+    for (state, n) in counts {
+        assert_eq!(n, 1, "{state:?}");
+        let listed = store
+            .list_tasks(&TaskFilter {
+                state: Some(state),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let page = store
+            .task_page(&orchestrator_store::TaskPage {
+                state: Some(state),
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        for tasks in [listed, page] {
+            let found: Vec<&str> = tasks.iter().map(|t| t.title.as_str()).collect();
+            assert_eq!(found, [state.as_str()], "{state:?}");
+        }
+    }
+}
+
 pub async fn migrations_are_idempotent(db: &TestStore) {
     // Opening the same database again finds every migration applied and changes nothing.
     let id = db
