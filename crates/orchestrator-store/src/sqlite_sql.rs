@@ -161,6 +161,24 @@ impl OperLeftAssocDecider for SqliteSql {
     }
 }
 
+/// SQLite's plan of `stmt` as the store builds it (`EXPLAIN QUERY PLAN`), a step a line: for the
+/// tests that hold a statement's plan.
+#[cfg(test)]
+pub(crate) async fn query_plan(
+    pool: &sqlx::SqlitePool,
+    stmt: &impl sea_query_sqlx::SqlxBinder,
+) -> Vec<String> {
+    let (sql, values) = stmt.build_sqlx(SqliteSql);
+    let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as_with(
+        sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")),
+        values,
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_else(|e| panic!("the plan of {sql}: {e}"));
+    rows.into_iter().map(|(.., step)| step).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -256,7 +256,6 @@ async fn a_refused_decision_or_retry_leaves_the_task_unlocked() {
 /// still passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_ends_finds_its_tasks_by_id_on_sqlite() {
-    use sea_query_sqlx::SqlxBinder;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_sqlite(&dir.path().join("o.db"), &crate::StoreOptions::default())
         .await
@@ -284,24 +283,8 @@ async fn a_batch_of_ends_finds_its_tasks_by_id_on_sqlite() {
         held_by(&mut stmt, Backend::Sqlite, leases.iter());
         stmt
     };
-    for (what, (sql, values)) in [
-        (
-            "the successes' update",
-            ends.build_sqlx(crate::sqlite_sql::SqliteSql),
-        ),
-        (
-            "the heartbeat",
-            beats.build_sqlx(crate::sqlite_sql::SqliteSql),
-        ),
-    ] {
-        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as_with(
-            sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")),
-            values,
-        )
-        .fetch_all(pool)
-        .await
-        .unwrap();
-        let steps: Vec<&str> = plan.iter().map(|(.., step)| step.as_str()).collect();
+    for (what, stmt) in [("the successes' update", ends), ("the heartbeat", beats)] {
+        let steps = crate::sqlite_sql::query_plan(pool, &stmt).await;
         assert!(
             steps.first().is_some_and(|s| s.starts_with("SCAN batch")),
             "{what}: the list does not lead: {steps:?}"

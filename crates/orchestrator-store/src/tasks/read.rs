@@ -380,20 +380,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::exec::Pool;
-    use sea_query_sqlx::SqlxBinder;
-
-    /// SQLite's plan of `stmt`, a step a line.
-    async fn plan(pool: &sqlx::SqlitePool, stmt: &SelectStatement) -> Vec<String> {
-        let (sql, values) = stmt.build_sqlx(crate::sqlite_sql::SqliteSql);
-        let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as_with(
-            sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")),
-            values,
-        )
-        .fetch_all(pool)
-        .await
-        .unwrap();
-        rows.into_iter().map(|(.., step)| step).collect()
-    }
+    use crate::sqlite_sql::query_plan as plan;
 
     /// With no index of every task's state (migration 0024), the counts and the lists by state
     /// must still read the tasks in that state through an index, not walk every task: a count
