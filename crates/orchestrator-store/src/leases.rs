@@ -156,9 +156,10 @@ const LEASES: &str = "leases";
 /// attempt and the new one) is one more row of the list, of which only the current epoch matches.
 ///
 /// On SQLite the state's term is written `+"state" = 'running'`: the unary plus keeps the planner
-/// from reading the running tasks through an index of the state and scanning the list for each of
-/// them (it cannot tell how long the list is), which made a completion cost the product of the
-/// batch and the running tasks. The list then leads, and each of its rows finds its task by id.
+/// from reading the running tasks through an index of their state (`tasks_by_state` until
+/// migration 0024; `tasks_leased` is partial on it) and scanning the list for each of them (it
+/// cannot tell how long the list is), which made a completion cost the product of the batch and
+/// the running tasks. The list then leads, and each of its rows finds its task by id.
 fn held_by<'a>(
     stmt: &mut sea_query::UpdateStatement,
     backend: Backend,

@@ -161,13 +161,16 @@ impl OperLeftAssocDecider for SqliteSql {
     }
 }
 
-/// SQLite's plan of `stmt` as the store builds it (`EXPLAIN QUERY PLAN`), a step a line: for the
-/// tests that hold a statement's plan.
+/// SQLite's plan of `stmt` as `store` (an SQLite store) builds it (`EXPLAIN QUERY PLAN`), a step
+/// a line: for the tests that hold a statement's plan.
 #[cfg(test)]
 pub(crate) async fn query_plan(
-    pool: &sqlx::SqlitePool,
+    store: &crate::Store,
     stmt: &impl sea_query_sqlx::SqlxBinder,
 ) -> Vec<String> {
+    let crate::exec::Pool::Sqlite(pool, _) = &store.pool else {
+        unreachable!("the plans are SQLite's");
+    };
     let (sql, values) = stmt.build_sqlx(SqliteSql);
     let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as_with(
         sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")),

@@ -251,7 +251,7 @@ async fn a_refused_decision_or_retry_leaves_the_task_unlocked() {
 
 /// SQLite's plan for a batch of ends: the batch's list leads and each of its rows finds its task
 /// by id. Without the unary plus on the state's term (see `held_by`), SQLite walked the running
-/// tasks through the state's index and scanned the list for each, so that ending a batch cost the
+/// tasks through an index of the state (`tasks_by_state` then) and scanned the list for each, so that ending a batch cost the
 /// batch's size times the running tasks: the queue ran at a third of its rate, and every test
 /// still passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,9 +260,6 @@ async fn a_batch_of_ends_finds_its_tasks_by_id_on_sqlite() {
     let store = Store::open_sqlite(&dir.path().join("o.db"), &crate::StoreOptions::default())
         .await
         .unwrap();
-    let Pool::Sqlite(pool, _) = &store.pool else {
-        unreachable!("an SQLite store");
-    };
     let leases: Vec<Lease> = (1..=3)
         .map(|id| Lease {
             task_id: TaskId(id),
@@ -284,7 +281,7 @@ async fn a_batch_of_ends_finds_its_tasks_by_id_on_sqlite() {
         stmt
     };
     for (what, stmt) in [("the successes' update", ends), ("the heartbeat", beats)] {
-        let steps = crate::sqlite_sql::query_plan(pool, &stmt).await;
+        let steps = crate::sqlite_sql::query_plan(&store, &stmt).await;
         assert!(
             steps.first().is_some_and(|s| s.starts_with("SCAN batch")),
             "{what}: the list does not lead: {steps:?}"

@@ -379,7 +379,6 @@ impl Store {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::exec::Pool;
     use crate::sqlite_sql::query_plan as plan;
 
     /// With no index of every task's state (migration 0024), the counts and the lists by state
@@ -393,11 +392,8 @@ mod tests {
         let store = Store::open_sqlite(&dir.path().join("o.db"), &crate::StoreOptions::default())
             .await
             .unwrap();
-        let Pool::Sqlite(pool, _) = &store.pool else {
-            unreachable!("an SQLite store");
-        };
         let walks = |steps: &[String]| steps.iter().any(|s| s == "SCAN tasks");
-        let counts = plan(pool, &count_by_state_statement()).await;
+        let counts = plan(&store, &count_by_state_statement()).await;
         assert!(!walks(&counts), "the counts walk the tasks: {counts:?}");
         for index in ["tasks_claimable", "tasks_leased", "tasks_settled"] {
             assert!(
@@ -417,7 +413,7 @@ mod tests {
                 list.and_where(term);
             }
             list.order_by(Tasks::Id, Order::Desc).limit(50);
-            let steps = plan(pool, &list).await;
+            let steps = plan(&store, &list).await;
             assert!(
                 !walks(&steps),
                 "{state:?}: the list walks the tasks: {steps:?}"
