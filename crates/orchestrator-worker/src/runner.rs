@@ -162,8 +162,13 @@ fn failed(error: String) -> AttemptEnd {
     }
 }
 
-/// Runs every gate of the attempt and decides its outcome. Store failures other than a stale lease
-/// are returned as `Err`: the caller stops, and the lease runs out and is rescued.
+/// Runs one attempt of a task (its workspace's preparation, its agent, then its gates) and decides
+/// its outcome. Store failures other than a stale lease are returned as `Err`: the caller stops,
+/// and the lease runs out and is rescued.
+///
+/// Each of those parts is a function of its own, boxed when the attempt reaches it: a store
+/// write's future alone is nearly 3 KB (in a test build), and inline they made the attempt's future
+/// 5.5 KB for every task, made and copied into a box whether the task had any of them or not.
 pub async fn run_attempt(
     ctx: &RunContext,
     task: &Task,
@@ -176,36 +181,9 @@ pub async fn run_attempt(
     }
     if let (Some(source), Some(workspace)) = (&task.worktree_of, &task.workspace)
         && !stop.token().is_cancelled()
+        && let Err(end) = Box::pin(prepare_worktree(ctx, task, lease, source, workspace)).await
     {
-        let prepared =
-            match Box::pin(worktree::ensure(Path::new(source), Path::new(workspace))).await {
-                Ok(prepared) => prepared,
-                Err(error) => return Ok(failed(error)),
-            };
-        if prepared.cloned
-            && let Some(settings) = &ctx.agent.workspaces
-            && let Err(e) =
-                workspace::cleanup::record_clone(&settings.dir, task.id, Path::new(workspace))
-        {
-            // Without the record the clone is only left in place when the task ends.
-            tracing::warn!(task = %task.id, error = %e, "cannot record a clone for its cleanup");
-        }
-        let recorded = with_retries(|| {
-            ctx.store.append_event(
-                lease,
-                EventKind::WorkspacePrepared,
-                json!({
-                    "source": source,
-                    "workspace": workspace,
-                    "head": prepared.head,
-                    "outcome": if prepared.cloned { "cloned" } else { "found" },
-                }),
-            )
-        })
-        .await;
-        if let Err(e) = fenced(recorded) {
-            return lost_or(e);
-        }
+        return end;
     }
     // A repository task runs on a copy of itself whose workspace is the one made here.
     let prepared_task;
@@ -278,28 +256,34 @@ pub async fn run_attempt(
             });
         }
     }
-    let workspace = match (&task.workspace, task.gates.is_empty()) {
-        (_, true) => None,
-        (Some(ws), false) => Some(Path::new(ws)),
-        (None, false) => {
-            return Ok(AttemptEnd {
-                outcome: Some(Outcome::Failed {
-                    error: "the task has gates but no workspace to run them in".into(),
-                }),
-                details: json!({}),
-            });
-        }
+    if task.gates.is_empty() {
+        return Ok(gates_end(ctx, task, stop, 0, Vec::new(), None));
+    }
+    // Boxed: the gates' part of the attempt (a gate's live log, its run, its record) is most of
+    // its future's size, which would otherwise be made and moved for every task, gates or not.
+    Box::pin(run_gates(ctx, task, lease, stop, agent_jail.as_ref())).await
+}
+
+/// Runs the task's gates, in order, and decides the attempt's outcome from them.
+async fn run_gates(
+    ctx: &RunContext,
+    task: &Task,
+    lease: &Lease,
+    stop: &Stop,
+    agent_jail: Option<&orchestrator_sandbox::Jail>,
+) -> Result<AttemptEnd> {
+    let Some(workspace) = task.workspace.as_deref().map(Path::new) else {
+        return Ok(failed(
+            "the task has gates but no workspace to run them in".into(),
+        ));
     };
 
     let mut person_jail: Option<orchestrator_sandbox::Jail> = None;
     // What earlier gates of the task (in any attempt: the workspace outlives them) left behind,
     // so each gate's tree sets it aside and records what it creates itself.
-    let mut byproducts = match workspace {
-        Some(_) => match with_retries(|| ctx.store.gates(task.id)).await {
-            Ok(records) => gate::KnownByproducts::of_gates(&records),
-            Err(e) => return lost_or(FenceError::Store(e)),
-        },
-        None => gate::KnownByproducts::default(),
+    let mut byproducts = match with_retries(|| ctx.store.gates(task.id)).await {
+        Ok(records) => gate::KnownByproducts::of_gates(&records),
+        Err(e) => return lost_or(FenceError::Store(e)),
     };
     let mut passed = 0usize;
     let mut failures: Vec<String> = Vec::new();
@@ -308,7 +292,6 @@ pub async fn run_attempt(
         if stop.token().is_cancelled() {
             break;
         }
-        let Some(workspace) = workspace else { break };
         let started = with_retries(|| {
             ctx.store.append_event(
                 lease,
@@ -323,7 +306,7 @@ pub async fn run_attempt(
         // A gate an agent wrote runs like the agent's own commands; a person's in the person-gate
         // jail. Both are made once per attempt.
         let jail = if spec.by_agent {
-            match &agent_jail {
+            match agent_jail {
                 Some(jail) => jail.clone(),
                 None => return Ok(failed("an agent's gate has no jail to run in".into())),
             }
@@ -390,6 +373,19 @@ pub async fn run_attempt(
         }
     }
 
+    Ok(gates_end(ctx, task, stop, passed, failures, infra_error))
+}
+
+/// How an attempt ends once its gates have run (`passed` of them, with `failures` and an
+/// `infra_error` that kept one from running): the stop reason first, then the gates' verdicts.
+fn gates_end(
+    ctx: &RunContext,
+    task: &Task,
+    stop: &Stop,
+    passed: usize,
+    failures: Vec<String>,
+    infra_error: Option<String>,
+) -> AttemptEnd {
     let details = json!({ "gates": task.gates.len(), "passed": passed });
     let outcome = match stop.reason() {
         Some(StopReason::LeaseLost) => None,
@@ -422,7 +418,48 @@ pub async fn run_attempt(
             }
         }),
     };
-    Ok(AttemptEnd { outcome, details })
+    AttemptEnd { outcome, details }
+}
+
+/// Makes (or finds) the worktree a task asks for and records it as a `workspace_prepared` event;
+/// `Err` carries how the attempt ends when that cannot be done. A function of its own, boxed by
+/// its caller: its store write is most of an attempt's future, made and moved for every task.
+async fn prepare_worktree(
+    ctx: &RunContext,
+    task: &Task,
+    lease: &Lease,
+    source: &str,
+    workspace: &str,
+) -> std::result::Result<(), Result<AttemptEnd>> {
+    let prepared = match Box::pin(worktree::ensure(Path::new(source), Path::new(workspace))).await {
+        Ok(prepared) => prepared,
+        Err(error) => return Err(Ok(failed(error))),
+    };
+    if prepared.cloned
+        && let Some(settings) = &ctx.agent.workspaces
+        && let Err(e) =
+            workspace::cleanup::record_clone(&settings.dir, task.id, Path::new(workspace))
+    {
+        // Without the record the clone is only left in place when the task ends.
+        tracing::warn!(task = %task.id, error = %e, "cannot record a clone for its cleanup");
+    }
+    let recorded = with_retries(|| {
+        ctx.store.append_event(
+            lease,
+            EventKind::WorkspacePrepared,
+            json!({
+                "source": source,
+                "workspace": workspace,
+                "head": prepared.head,
+                "outcome": if prepared.cloned { "cloned" } else { "found" },
+            }),
+        )
+    })
+    .await;
+    if let Err(e) = fenced(recorded) {
+        return Err(lost_or(e));
+    }
+    Ok(())
 }
 
 /// Makes (or finds) a repository task's workspace and records it as a `workspace_prepared`
