@@ -251,9 +251,9 @@ async fn a_refused_decision_or_retry_leaves_the_task_unlocked() {
 
 /// SQLite's plan for a batch of ends: the batch's list leads and each of its rows finds its task
 /// by id. Without the unary plus on the state's term (see `held_by`), SQLite walked the running
-/// tasks through an index of the state (`tasks_by_state` then) and scanned the list for each, so that ending a batch cost the
-/// batch's size times the running tasks: the queue ran at a third of its rate, and every test
-/// still passed.
+/// tasks through an index of the state (`tasks_by_state` then) and scanned the list for each, so
+/// that ending a batch cost the batch's size times the running tasks: the queue ran at a third of
+/// its rate, and every test still passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_ends_finds_its_tasks_by_id_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
