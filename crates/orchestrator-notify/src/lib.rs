@@ -25,8 +25,8 @@ pub use config::{NotifyConfig, SinkConfig, SinkKind};
 pub use error::{Error, Result};
 pub use message::{Message, compose};
 pub use service::{
-    DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, DEFAULT_BATCH, DEFAULT_CLAIM, DEFAULT_INTERVAL,
-    DEFAULT_MAX_AGE, Notifier, NotifierConfig, PassCounts, backoff_millis,
+    DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, DEFAULT_BATCH, DEFAULT_INTERVAL, DEFAULT_MAX_AGE,
+    Notifier, NotifierConfig, PassCounts, backoff_millis,
 };
 
 use orchestrator_store::{NewNotice, Notice};

@@ -12,10 +12,15 @@
 //!    timeout, and marks each sent, or schedules its next try with capped exponential backoff and
 //!    jitter, or marks it failed after the last try.
 //!
+//! Each row is marked the moment its own sink answers: the pass's other sinks, slow or hung, hold
+//! up neither the mark nor each other (each try is bounded by its own sink's timeout).
+//!
 //! A daemon killed after a row was claimed and before it was sent leaves a claim that runs out
-//! after `claim` (a minute), and the row is sent then. A daemon killed after the receiver took a
+//! after `claim` (the sender's lease, `lease_secs`, or the slowest sink's timeout and a margin
+//! when that is longer), and the row is sent then. A daemon killed after the receiver took a
 //! message and before the row was marked sent sends it again after the claim runs out, with the
-//! same delivery key: the one duplicate at-least-once leaves, for the receiver to drop.
+//! same delivery key: the one duplicate at-least-once leaves, for the receiver to drop. That
+//! window is the one round trip of the mark, no longer the wait for the pass's slowest sink.
 
 use crate::collect::collect;
 use crate::config::NotifyConfig;
@@ -30,8 +35,6 @@ use tokio_util::sync::CancellationToken;
 
 /// How often a pass runs while nothing wakes it.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
-/// How long a claimed row is the claimer's: longer than any one try.
-pub const DEFAULT_CLAIM: Duration = Duration::from_secs(60);
 /// Rows of the order of changes read per table and pass, and outbox rows sent per pass.
 pub const DEFAULT_BATCH: u64 = 100;
 /// A notice older than this when it is fanned out is not sent (it would be news to nobody).
@@ -64,12 +67,13 @@ impl NotifierConfig {
             .unwrap_or_else(|| dashboard_url.to_owned())
             .trim_end_matches('/')
             .to_owned();
+        let claim = claim_for(&notify);
         NotifierConfig {
             holder: holder.into(),
             notify: Arc::new(notify),
             dashboard_url,
             interval: DEFAULT_INTERVAL,
-            claim: DEFAULT_CLAIM,
+            claim,
             batch: DEFAULT_BATCH,
             max_age: DEFAULT_MAX_AGE,
             backoff_base: DEFAULT_BACKOFF_BASE,
@@ -91,6 +95,13 @@ pub struct PassCounts {
     pub retried: u64,
     /// Rows that failed for good.
     pub failed: u64,
+}
+
+/// What one try of a message came to, once recorded.
+enum Tried {
+    Sent,
+    Retried,
+    Failed,
 }
 
 pub struct Notifier {
@@ -226,35 +237,59 @@ impl Notifier {
             .store
             .claim_notifications(&self.config.holder, self.config.batch, claim)
             .await?;
-        let tries = due.iter().map(|row| self.try_one(row));
-        let results = futures_util::future::join_all(tries).await;
-        for (row, result) in due.iter().zip(results) {
-            match result {
-                Ok(answer) => {
-                    tracing::debug!(id = row.id, sink = %row.sink, %answer, "notification sent");
-                    self.store
-                        .notification_sent(row.id, &self.config.holder)
-                        .await?;
-                    counts.sent += 1;
-                }
+        // Each message is marked the moment its own sink answers, not when the slowest of the
+        // pass has: a daemon killed while one sink is slow must not send again what a fast sink
+        // (Slack, which has no key to drop a repeat) already took.
+        let mut tries: futures_util::stream::FuturesUnordered<_> = due
+            .iter()
+            .map(|row| async move {
+                let result = self.try_one(row).await;
+                (row, self.record(row, result).await)
+            })
+            .collect();
+        let mut first_error = None;
+        while let Some((row, recorded)) = futures_util::StreamExt::next(&mut tries).await {
+            match recorded {
+                Ok(Tried::Sent) => counts.sent += 1,
+                Ok(Tried::Retried) => counts.retried += 1,
+                Ok(Tried::Failed) => counts.failed += 1,
+                // The store is away: the row stays claimed and is tried again when the claim
+                // runs out; the others of the pass are still recorded.
                 Err(e) => {
-                    let last = row.attempts >= self.config.notify.max_attempts();
-                    let retry_at = (!last && e.retryable())
-                        .then(|| now_millis() + self.backoff_millis(row.attempts));
-                    tracing::warn!(id = row.id, sink = %row.sink, attempt = row.attempts,
-                        error = %e, will_retry = retry_at.is_some(), "notification not sent");
-                    self.store
-                        .notification_failed(row.id, &self.config.holder, &e.to_string(), retry_at)
-                        .await?;
-                    if retry_at.is_some() {
-                        counts.retried += 1;
-                    } else {
-                        counts.failed += 1;
-                    }
+                    tracing::warn!(id = row.id, error = %e, "a notification's outcome could not be recorded");
+                    first_error.get_or_insert(e);
                 }
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Records what one try of `row` did, at once.
+    async fn record(&self, row: &Notification, result: Result<String>) -> Result<Tried> {
+        match result {
+            Ok(answer) => {
+                tracing::debug!(id = row.id, sink = %row.sink, %answer, "notification sent");
+                self.store
+                    .notification_sent(row.id, &self.config.holder)
+                    .await?;
+                Ok(Tried::Sent)
+            }
+            Err(e) => {
+                let last = row.attempts >= self.config.notify.max_attempts();
+                let retry_at = (!last && e.retryable())
+                    .then(|| now_millis() + self.backoff_millis(row.attempts));
+                tracing::warn!(id = row.id, sink = %row.sink, attempt = row.attempts,
+                    error = %e, will_retry = retry_at.is_some(), "notification not sent");
+                self.store
+                    .notification_failed(row.id, &self.config.holder, &e.to_string(), retry_at)
+                    .await?;
+                Ok(if retry_at.is_some() {
+                    Tried::Retried
+                } else {
+                    Tried::Failed
+                })
+            }
+        }
     }
 
     async fn try_one(&self, row: &Notification) -> Result<String> {
@@ -274,6 +309,19 @@ impl Notifier {
             rand::random::<f64>(),
         )
     }
+}
+
+/// How long a claimed message stays the claimer's: the sender's lease, but never shorter than
+/// the slowest sink's timeout and a margin (a claim that ran out while its try still waited for
+/// an answer would let another daemon send the message beside it).
+pub fn claim_for(notify: &NotifyConfig) -> Duration {
+    let slowest = notify
+        .sinks
+        .values()
+        .map(|s| s.timeout())
+        .max()
+        .unwrap_or_default();
+    notify.lease().max(slowest + Duration::from_secs(5))
 }
 
 /// The wait before the try after `attempt` (1-based), for a random draw in [0, 1).

@@ -37,6 +37,10 @@ pub(crate) struct Plan<'a> {
     pub tmp: &'a Path,
     pub writable_roots: &'a [PathBuf],
     pub hidden: &'a [PathBuf],
+    /// Directories that hold tasks' workspaces (the daemon's workspaces directory, with its
+    /// records of clones): hidden, but passable to the jail's own workspace below them, so a jail
+    /// sees its own workspace and no other task's.
+    pub task_dirs: &'a [PathBuf],
     /// The home directory to hide, and what of it stays readable.
     pub home: Option<&'a Path>,
     pub home_visible: &'a [PathBuf],
@@ -58,6 +62,10 @@ enum Op {
     /// none: an empty `.git` would be left in each.)
     EmptyReadOnly,
     HideDir,
+    /// A directory of tasks' workspaces: an empty directory that can be passed through (to the
+    /// jail's own workspace, bound below it) but not listed, made read-only once everything
+    /// below is mounted.
+    HideTaskDir,
     HideFile,
 }
 
@@ -174,6 +182,17 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
             Err(_) => {}
         }
     }
+    // Only where the workspace is not the directory itself or above it (a person's task on a
+    // path that holds the workspaces directory sees its own files).
+    let task_dirs: Vec<&PathBuf> = plan
+        .task_dirs
+        .iter()
+        .filter(|dir| dir.components().count() > 1 && !dir.starts_with(plan.workspace))
+        .filter(|dir| dir.is_dir())
+        .collect();
+    for dir in &task_dirs {
+        ops.push((dir, Op::HideTaskDir));
+    }
     ops.sort_by_key(|(path, op)| (path.components().count(), *op));
     for (path, op) in ops {
         let path = path.as_os_str().to_owned();
@@ -190,12 +209,18 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
                 path,
             ]),
             Op::HideDir => out.extend(["--perms".into(), "0000".into(), "--tmpfs".into(), path]),
+            Op::HideTaskDir => {
+                out.extend(["--perms".into(), "0711".into(), "--tmpfs".into(), path])
+            }
             Op::HideFile => out.extend(["--ro-bind".into(), "/dev/null".into(), path]),
         }
     }
     if let Some(home) = hidden_home {
         // Last, so that the mount points below it could still be made.
         out.extend(["--remount-ro".into(), home.as_os_str().to_owned()]);
+    }
+    for dir in task_dirs {
+        out.extend(["--remount-ro".into(), dir.as_os_str().to_owned()]);
     }
     out.push("--chdir".into());
     out.push(plan.cwd.as_os_str().to_owned());
@@ -240,6 +265,7 @@ mod tests {
             tmp: Path::new("/var/tmp/task-1"),
             writable_roots: &roots,
             hidden: &hidden,
+            task_dirs: &[],
             home: None,
             home_visible: &[],
             cwd: &ws,

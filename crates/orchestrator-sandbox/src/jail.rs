@@ -440,6 +440,7 @@ impl Jail {
             tmp,
             writable_roots: &settings.writable_roots,
             hidden: &settings.hidden,
+            task_dirs: &settings.task_dirs,
             home: settings.home.as_deref(),
             home_visible: &settings.home_visible,
             cwd,

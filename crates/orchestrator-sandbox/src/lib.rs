@@ -50,6 +50,10 @@ pub struct SandboxSettings {
     /// Paths no sandboxed process may read or write: the orchestrator's home, its store, its config
     /// file, and the secret paths the config lists.
     pub hidden: Vec<PathBuf>,
+    /// Directories that hold tasks' workspaces (a daemon's workspaces directory): every jail sees
+    /// them empty but for its own workspace, so no task reads another's files, whatever the
+    /// directory's place (`/srv/orchestrator-workspaces` is under no hidden path).
+    pub task_dirs: Vec<PathBuf>,
     /// The user's home directory, hidden from confined processes except for `home_visible`:
     /// credentials live there under names no list can keep up with (`~/.pgpass`,
     /// `~/.config/git/credentials`, `~/.claude/.credentials.json`, `~/.Xauthority`), so the
@@ -120,6 +124,7 @@ impl Sandbox {
     /// made absolute and free of symlinks so that the mounts hide what the settings meant.
     pub fn new(mut settings: SandboxSettings) -> Self {
         settings.hidden = settings.hidden.iter().map(|p| canonical(p)).collect();
+        settings.task_dirs = settings.task_dirs.iter().map(|p| canonical(p)).collect();
         settings.writable_roots = settings
             .writable_roots
             .iter()
@@ -146,6 +151,25 @@ impl Sandbox {
 
     /// The same sandbox, writing down the process group of every command its jails start, so that
     /// the next daemon on this home ends them if this process dies without ending them itself.
+    /// This sandbox with `dirs` hidden from every jail but for each jail's own workspace below
+    /// them (see [`SandboxSettings::task_dirs`]). Relative or missing directories are made
+    /// absolute or created first, so the mount has a place.
+    pub fn with_task_dirs(&self, dirs: Vec<PathBuf>) -> Self {
+        let mut settings = self.inner.settings.clone();
+        for dir in dirs {
+            let _ = std::fs::create_dir_all(&dir);
+            settings.task_dirs.push(canonical(&dir));
+        }
+        Sandbox {
+            inner: Arc::new(Inner {
+                settings,
+                availability: self.inner.availability.clone(),
+                ledger: self.inner.ledger.clone(),
+                bridge: self.inner.bridge.clone(),
+            }),
+        }
+    }
+
     pub fn with_ledger(&self, ledger: GroupLedger) -> Self {
         // A daemon that keeps a ledger is the one that ends what a killed one left running; the
         // private temporary directories such a daemon left behind go with it.

@@ -70,6 +70,7 @@ fn probe_now(bwrap: Option<&Path>) -> Availability {
         tmp: tmp.path(),
         writable_roots: &[],
         hidden: &[],
+        task_dirs: &[],
         home: None,
         home_visible: &[],
         cwd: Path::new("/"),

@@ -6,7 +6,10 @@
 //! would multiply what a task holds (up to the cap each) for nothing a restore reads.
 //!
 //! A save is fenced by the lease: its event's number is taken with the lease check, so a worker
-//! that lost its task writes nothing. A patch over the cap is not kept: the save records a
+//! that lost its task writes nothing. A save also names the checkpoint it follows (the tree of
+//! the one its workspace was verified or restored against, or none), and replaces only that one:
+//! a workspace that does not descend from the task's newest checkpoint (an old workspace found on
+//! a machine the task comes back to) can never overwrite it. A patch over the cap is not kept: the save records a
 //! `checkpoint_not_saved` event instead, and the task's last saved checkpoint (if any) stays, but
 //! no longer describes the workspace; the caller keeps the task on its machine.
 //!
@@ -80,6 +83,10 @@ pub struct NewCheckpoint<'a> {
     pub attempt: i64,
     /// The worker (daemon) that captured it.
     pub worker: &'a str,
+    /// The tree of the task's checkpoint this one follows: the one the attempt's workspace was
+    /// found holding or was restored from, then each one it saved since; `None` when the task had
+    /// none. The save replaces only that checkpoint.
+    pub follows: Option<&'a str>,
 }
 
 /// A saved checkpoint, without its patch.
@@ -109,6 +116,9 @@ pub enum CheckpointSave {
     Saved(Checkpoint),
     /// The patch was over the cap: nothing was saved but a `checkpoint_not_saved` event.
     TooLarge { bytes: u64, cap: u64 },
+    /// The task's checkpoint is not the one the save follows (another attempt saved a newer one,
+    /// `tree`, or removed it): nothing was written, and the newer one stays.
+    Superseded { tree: Option<String> },
 }
 
 /// SHA-256 of a patch, lowercase hex, as the store records it.
@@ -173,6 +183,20 @@ impl Store {
             .await?
             .and_then(|(s,)| s)
             .unwrap_or(0);
+        // The row is read under the fence's lock of the task, so no other save lands in between.
+        let current = Query::select()
+            .column(Checkpoints::Tree)
+            .from(Checkpoints::Table)
+            .and_where(Expr::col(Checkpoints::TaskId).eq(lease.task_id.0))
+            .to_owned();
+        let current = tx
+            .fetch_optional::<(String,), _>(&current)
+            .await?
+            .map(|(t,)| t);
+        if current.as_deref() != new.follows {
+            tx.rollback().await?;
+            return Ok(CheckpointSave::Superseded { tree: current });
+        }
         let checkpoint = Checkpoint {
             task_id: lease.task_id.0,
             base: new.base.to_owned(),

@@ -279,6 +279,18 @@ impl Registry {
 
     /// Whether a call of `name` may run beside others of its batch. Unknown tools count as
     /// read-only: they only produce an error and touch nothing.
+    /// Whether a call of `name` may change the workspace's files: a mutating tool that writes
+    /// files or runs commands (an unknown name: no, it runs nothing).
+    pub fn may_change_files(&self, name: &str) -> bool {
+        match self.lookup(name) {
+            Ok((spec, _)) => {
+                !spec.read_only
+                    && matches!(spec.approval, ApprovalClass::Write | ApprovalClass::Shell)
+            }
+            Err(_) => false,
+        }
+    }
+
     pub fn is_read_only(&self, name: &str) -> bool {
         match self.lookup(name) {
             Ok((spec, _)) => spec.read_only,

@@ -39,10 +39,13 @@ fn random_token() -> String {
     hex::encode(bytes)
 }
 
-/// Compares two secrets in constant time.
+/// Compares two secrets in constant time. An empty secret matches nothing, not even another
+/// empty one: a form with no token, against a daemon whose token was somehow empty, is refused.
 pub fn same(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    !a.is_empty()
+        && a.len() == b.len()
+        && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl std::fmt::Debug for Sessions {

@@ -522,25 +522,7 @@ async fn completer(
     let mut batch: Vec<CompletionRequest> = Vec::with_capacity(COMPLETION_BATCH);
     while rx.recv_many(&mut batch, COMPLETION_BATCH).await > 0 {
         let completions: Vec<Completion> = batch.iter().map(|(c, _)| c.clone()).collect();
-        let mut delay = Duration::from_millis(50);
-        let started = Instant::now();
-        let results = loop {
-            match store.complete(&completions).await {
-                Ok(results) => break results,
-                // A database outage: retry while the leases can still be valid. Past that, these
-                // writes would be refused as stale anyway; the rescuer runs the attempts again.
-                Err(e) if e.is_retryable() && started.elapsed() < give_up_after => {
-                    tracing::warn!(error = %e, count = completions.len(), "completion failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, count = completions.len(),
-                        "completion failed for good; the leases will expire and the tasks be rescued");
-                    break vec![CompletionResult::Stale; completions.len()];
-                }
-            }
-        };
+        let results = write_ends(&store, &completions, give_up_after).await;
         for ((completion, reply), result) in batch.drain(..).zip(results) {
             let counter = match (result, &completion.outcome) {
                 (CompletionResult::Stale, _) => &metrics.stale_completions,
@@ -551,6 +533,66 @@ async fn completer(
             };
             counter.fetch_add(1, Ordering::Relaxed);
             let _ = reply.send(result);
+        }
+    }
+}
+
+/// Writes a batch of attempt ends in one transaction, and answers each. When the batch fails
+/// for a reason that is not the database's state (a broken row, a constraint, a bug), its ends
+/// are written again one at a time, as the scheduler does with its slots: only the end that
+/// cannot be written is lost (its lease expires and the rescuer runs the task again), not every
+/// task that ended beside it. The common path pays nothing for this: a batch is split only after
+/// it failed.
+async fn write_ends(
+    store: &Store,
+    completions: &[Completion],
+    give_up_after: Duration,
+) -> Vec<CompletionResult> {
+    match complete_retrying(store, completions, give_up_after).await {
+        Ok(results) => results,
+        Err(e) if completions.len() > 1 && !e.is_retryable() => {
+            tracing::warn!(error = %e, count = completions.len(),
+                "a batch of attempt ends failed; writing them one at a time");
+            let mut results = Vec::with_capacity(completions.len());
+            for completion in completions {
+                let one =
+                    complete_retrying(store, std::slice::from_ref(completion), give_up_after).await;
+                results.push(match one {
+                    Ok(mut result) => result.pop().unwrap_or(CompletionResult::Stale),
+                    Err(e) => {
+                        tracing::error!(error = %e, task = %completion.lease.task_id,
+                            "the end of an attempt could not be written; its lease will expire and the task be rescued");
+                        CompletionResult::Stale
+                    }
+                });
+            }
+            results
+        }
+        Err(e) => {
+            tracing::error!(error = %e, count = completions.len(),
+                "completion failed for good; the leases will expire and the tasks be rescued");
+            vec![CompletionResult::Stale; completions.len()]
+        }
+    }
+}
+
+/// `store.complete`, retried while the failure is retryable (a database outage) and the leases
+/// can still be valid. Past that, these writes would be refused as stale anyway.
+async fn complete_retrying(
+    store: &Store,
+    completions: &[Completion],
+    give_up_after: Duration,
+) -> orchestrator_store::Result<Vec<CompletionResult>> {
+    let mut delay = Duration::from_millis(50);
+    let started = Instant::now();
+    loop {
+        match store.complete(completions).await {
+            Err(e) if e.is_retryable() && started.elapsed() < give_up_after => {
+                tracing::warn!(error = %e, count = completions.len(), "completion failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            other => return other,
         }
     }
 }

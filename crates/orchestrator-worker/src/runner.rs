@@ -492,15 +492,38 @@ async fn prepare_repository(
         Ok(events) => recorded_base(&events, &repository.url),
         Err(e) => return Err(lost_or(FenceError::Store(e))),
     };
+    let prepare = async {
+        let prepared =
+            workspace::prepare(&settings, task.id, repository, recorded.as_deref()).await?;
+        if prepared.preparation != workspace::Preparation::Found {
+            return Ok((prepared, None));
+        }
+        // Found here: used only when its files are the task's latest checkpoint's (the task may
+        // have run on another machine since this one last held it); else it is made again.
+        match found_is_current(&ctx.store, task.id, &prepared).await {
+            Ok(()) => Ok((prepared, None)),
+            Err(reason) => {
+                tracing::info!(task = %task.id, %reason, "the workspace found is made again");
+                workspace::discard(&prepared.path).map_err(|e| {
+                    workspace::PrepareError::Retryable(format!(
+                        "{reason}, and it cannot be removed: {e}"
+                    ))
+                })?;
+                let remade =
+                    workspace::prepare(&settings, task.id, repository, recorded.as_deref()).await?;
+                Ok((remade, Some(reason)))
+            }
+        }
+    };
     let prepared = tokio::select! {
-        prepared = workspace::prepare(&settings, task.id, repository, recorded.as_deref()) => prepared,
+        prepared = prepare => prepared,
         // Stopped: the git processes are killed as their futures drop; the outcome follows from
         // the stop reason below, as for a stopped agent.
         () = stop.token().cancelled() => {
             return Err(Ok(AttemptEnd { outcome: stopped_outcome(stop), details: json!({}) }));
         }
     };
-    let prepared = match prepared {
+    let (prepared, remade) = match prepared {
         Ok(prepared) => prepared,
         Err(workspace::PrepareError::Final(error)) => return Err(Ok(failed(error))),
         Err(workspace::PrepareError::Retryable(error)) => {
@@ -541,6 +564,10 @@ async fn prepare_repository(
                     workspace::Preparation::Found => "workspace",
                     workspace::Preparation::Cloned => "ref",
                 },
+                "remade": remade,
+                // Which attempt's workspace this is: what the resumed agent is told is lost
+                // (lost.rs) depends on whether this attempt made it again.
+                "epoch": lease.epoch,
             }),
         )
     })
@@ -576,6 +603,61 @@ async fn prepare_repository(
         workspace: Some(path),
         ..task.clone()
     })
+}
+
+/// Whether a workspace found on disk holds what the task's conversation was last saved with:
+/// the latest checkpoint's tree, or the base's when the task saved none. `Err` says why not (or
+/// why it cannot be told), and the caller makes the workspace again and restores the checkpoint.
+///
+/// One exception: a task pinned to this machine because its checkpoint could not be saved (over
+/// the cap, unreadable) has its only copy in this workspace, which is then used as it is.
+async fn found_is_current(
+    store: &orchestrator_store::Store,
+    task: orchestrator_types::TaskId,
+    prepared: &workspace::Prepared,
+) -> std::result::Result<(), String> {
+    let latest = |events: Vec<orchestrator_types::TaskEvent>| {
+        events
+            .into_iter()
+            .filter(|e| e.data.get("pinned").and_then(|p| p.as_bool()) != Some(false))
+            .map(|e| e.seq)
+            .max()
+    };
+    let not_saved = with_retries(|| store.events_of_kind(task, EventKind::CheckpointNotSaved))
+        .await
+        .map_err(|e| format!("the task's checkpoints cannot be read: {e}"))?;
+    let saved = with_retries(|| store.events_of_kind(task, EventKind::CheckpointSaved))
+        .await
+        .map_err(|e| format!("the task's checkpoints cannot be read: {e}"))?;
+    if latest(not_saved) > latest(saved) {
+        return Ok(());
+    }
+    let checkpoint = with_retries(|| store.checkpoint_info(task))
+        .await
+        .map_err(|e| format!("the task's checkpoint cannot be read: {e}"))?
+        .filter(|c| c.base.eq_ignore_ascii_case(&prepared.base));
+    let found = tokio::task::spawn_blocking({
+        let path = prepared.path.clone();
+        let base = prepared.base.clone();
+        move || workspace::checkpoint::tree_of(&path, &base)
+    })
+    .await
+    .map_err(|e| format!("the workspace found could not be read: {e}"))?
+    .map_err(|e| format!("the workspace found could not be read: {e}"))?;
+    match checkpoint {
+        Some(c) if c.tree == found.0 => Ok(()),
+        Some(c) => Err(format!(
+            "the workspace found holds tree {}, not the task's latest checkpoint (turn {}, tree \
+             {}, saved by {})",
+            found.0, c.turn, c.tree, c.worker
+        )),
+        None if found.1 => Ok(()),
+        None => Err(format!(
+            "the workspace found holds tree {}, but the task saved no checkpoint, so its files \
+             are not its base's",
+            found.0
+        )),
+    }
 }
 
 /// The base the task's latest workspace on `url` was made at, from its `workspace_prepared`

@@ -533,6 +533,8 @@ impl SandboxConfig {
             .collect();
         Ok(orchestrator_sandbox::SandboxSettings {
             hidden: all_hidden,
+            // The daemon's workspaces directory, added by `serve` once it knows it.
+            task_dirs: Vec::new(),
             home,
             home_visible,
             writable_roots: self.writable_roots.iter().map(|p| expand_home(p)).collect(),

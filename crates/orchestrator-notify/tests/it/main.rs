@@ -41,6 +41,7 @@ both_backends!(
     what_happened_is_told_once_to_the_sinks_that_want_it,
     a_receiver_that_fails_is_retried_then_given_up_on,
     only_the_lease_holder_sends,
+    a_fast_sinks_message_is_marked_sent_while_a_slow_one_still_waits,
 );
 
 /// A local receiver answering each POST with `status`, keeping the path, the event header and the
@@ -52,6 +53,12 @@ struct Receiver {
 
 impl Receiver {
     async fn start(status: u16) -> Receiver {
+        Receiver::start_hanging(status, 0).await
+    }
+
+    /// A receiver whose first `hang` requests get no answer for a minute (a sink that hangs).
+    async fn start_hanging(status: u16, hang: usize) -> Receiver {
+        let hung = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         use axum::body::Bytes;
         use axum::http::{HeaderMap, StatusCode, Uri};
         let got: Arc<Mutex<Vec<(String, String, Value)>>> = Arc::default();
@@ -59,6 +66,7 @@ impl Receiver {
         let app = axum::Router::new().fallback(axum::routing::post(
             move |uri: Uri, headers: HeaderMap, body: Bytes| {
                 let keep = keep.clone();
+                let hung = hung.clone();
                 async move {
                     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
                     let event = headers
@@ -69,6 +77,9 @@ impl Receiver {
                     keep.lock()
                         .unwrap()
                         .push((uri.path().to_owned(), event, body));
+                    if hung.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < hang {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                    }
                     (StatusCode::from_u16(status).unwrap(), "answer")
                 }
             },
@@ -400,4 +411,74 @@ async fn only_the_lease_holder_sends(db: &TestStore) {
     assert_eq!(taken.sent, 1);
     assert!(!d1.run_once().await.unwrap().leased);
     assert_eq!(receiver.events_at("/hook"), ["degraded"]);
+}
+
+/// A daemon killed while one sink hangs must not send again what another sink already took:
+/// each message is marked sent as its own sink answers. Here the pass is cut off (as a SIGKILL
+/// would) while the slow sink still waits; once the claim runs out, another daemon sends the slow
+/// sink's message and nothing more to the fast one, which got it once.
+async fn a_fast_sinks_message_is_marked_sent_while_a_slow_one_still_waits(db: &TestStore) {
+    let store = &db.store;
+    let fast = Receiver::start(200).await;
+    let slow = Receiver::start_hanging(200, 1).await;
+    let sinks = json!({
+        "fast": {"kind": "webhook", "url": fast.url("/fast")},
+        "slow": {"kind": "webhook", "url": slow.url("/slow"), "timeout_secs": 2},
+    });
+    let mut short = config(sinks.clone());
+    short.lease_secs = Some(1);
+    let d1 = Arc::new(notifier(store, "d1", short.clone()));
+    assert!(d1.run_once().await.unwrap().leased);
+    store
+        .queue_notice(&orchestrator_notify::degraded("d1", "no sandbox"))
+        .await
+        .unwrap();
+    let pass = tokio::spawn({
+        let d1 = d1.clone();
+        async move { passes_until(&d1, |c| c.sent + c.retried > 1).await }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while slow.events_at("/slow").is_empty() || fast.events_at("/fast").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sinks were never tried"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The fast sink answered; its mark is one write away. Then the daemon dies mid-pass.
+    let fast_row_sent = async {
+        loop {
+            let rows = store
+                .notifications(Some(notification_status::SENT), 100)
+                .await
+                .unwrap();
+            if rows
+                .iter()
+                .any(|r| r.sink == "fast" && r.status == notification_status::SENT)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(1), fast_row_sent)
+        .await
+        .expect("the fast sink's message is marked sent while the slow one still waits");
+    pass.abort();
+    let _ = pass.await;
+    drop(d1);
+
+    let d2 = notifier(store, "d2", short);
+    let sum = passes_until(&d2, |c| c.sent >= 1).await;
+    assert_eq!(sum.sent, 1, "{sum:?}");
+    assert_eq!(
+        fast.events_at("/fast"),
+        ["degraded"],
+        "sent to the fast sink once"
+    );
+    assert_eq!(
+        slow.events_at("/slow").len(),
+        2,
+        "the slow sink's message was sent again"
+    );
 }

@@ -119,7 +119,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
     }
     if sample.starts_with(b"%PDF-") {
         file.rewind().map_err(|e| io_refusal("read", &r.rel, &e))?;
-        let text = pdf_text(file, &r.rel)?;
+        let text = pdf_text(ctx, file, &r.rel)?;
         let size = text.len() as u64;
         let page = paginate(BufReader::new(text.as_bytes()), size, offset, limit, &r.rel)?;
         return Ok(page.with_meta("converted_from", json!("pdf")));
@@ -176,17 +176,41 @@ pub(crate) fn image_type(sample: &[u8]) -> Option<&'static str> {
     }
 }
 
-fn pdf_text(pdf: std::fs::File, rel: &str) -> Result<String, crate::result::ToolFailure> {
-    // The file goes in on standard input, opened through the workspace's descriptor: pdftotext
-    // never looks a path up itself.
-    let out = std::process::Command::new("pdftotext")
-        .arg("-layout")
-        .arg("-")
-        .arg("-")
+/// The text of a PDF, from pdftotext run in the session's jail with the agent's environment: a
+/// parser of a hostile file is code execution waiting for its bug, so it gets what the agent's
+/// own commands get (no daemon secret, no network unless granted, the same hidden paths), never
+/// the daemon's. The file goes in on standard input, opened through the workspace's descriptor:
+/// pdftotext never looks a path up itself.
+fn pdf_text(
+    ctx: &ToolContext,
+    pdf: std::fs::File,
+    rel: &str,
+) -> Result<String, crate::result::ToolFailure> {
+    let mut command = ctx
+        .jail()
+        .command("pdftotext", ["-layout", "-", "-"], ctx.workspace.root())
+        .map_err(|e| {
+            refuse(format!(
+                "{rel} is a PDF, and pdftotext has no sandbox to run in: {e}"
+            ))
+        })?;
+    let out = command
+        .as_std_mut()
         .stdin(pdf)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .output();
     match out {
         Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        // bubblewrap (or the shell of an unconfined jail) could not start it.
+        Ok(out)
+            if out.status.code() == Some(127)
+                || String::from_utf8_lossy(&out.stderr).contains("execvp") =>
+        {
+            Err(refuse(format!(
+                "{rel} is a PDF; reading PDFs needs pdftotext, which is not installed (Debian package poppler-utils)"
+            )))
+        }
         Ok(out) => Err(refuse(format!(
             "{rel} is a PDF and pdftotext could not convert it: {}",
             String::from_utf8_lossy(&out.stderr).trim()

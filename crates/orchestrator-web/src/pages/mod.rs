@@ -362,6 +362,13 @@ async fn login(State(web): State<Web>, body: Bytes) -> Response {
     let token = field("token").unwrap_or_default();
     let next = field("next");
     let next = landing(next.as_deref());
+    if token.is_empty() {
+        return login_form(
+            StatusCode::UNAUTHORIZED,
+            Some("Give the daemon's token: it is in the api-token file of its home directory."),
+            next,
+        );
+    }
     if !same(&token, &web.token) {
         return login_form(
             StatusCode::UNAUTHORIZED,

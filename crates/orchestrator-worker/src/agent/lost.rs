@@ -97,34 +97,44 @@ impl Agent<'_> {
             .into_iter()
             .rev()
             .find(|e| e.data["epoch"].as_i64() == Some(self.lease.epoch));
-        let mut workspace = None;
-        if let Some(event) = restored {
-            let after_seq = event.data["after_seq"].as_i64().unwrap_or(0);
-            let checkpoint_turn = event.data["turn"].as_i64().unwrap_or(0);
-            let later: Vec<String> = saved
+        // Made again at the base by this attempt with no checkpoint to restore: every file the
+        // conversation wrote is gone.
+        let remade_bare = restored.is_none()
+            && store
+                .events_of_kind(task, EventKind::WorkspacePrepared)
+                .await?
                 .iter()
-                .filter(|m| m.seq > after_seq && m.message.role == Role::Tool)
-                .filter_map(|m| {
-                    let id = m.message.tool_call_id.as_deref()?;
-                    let name = saved
-                        .iter()
-                        .flat_map(|r| r.message.tool_calls.iter())
-                        .find(|c| c.id == id)
-                        .map_or("?", |c| c.name.as_str());
-                    Some(format!("{id} ({name}, turn {})", m.turn))
-                })
-                .collect();
-            let mut text = format!(
-                "The workspace was made again from the task's base and the checkpoint saved \
-                 after turn {checkpoint_turn}: files are as they were then (ignored files, such as \
-                 build output, are not carried, and any commits you made read as uncommitted \
-                 changes)."
-            );
+                .any(|e| {
+                    e.data["epoch"].as_i64() == Some(self.lease.epoch)
+                        && e.data["from"] == "recorded_base"
+                });
+        let mut workspace = None;
+        if restored.is_some() || remade_bare {
+            let (after_seq, mut text) = match &restored {
+                Some(event) => (
+                    event.data["after_seq"].as_i64().unwrap_or(0),
+                    format!(
+                        "The workspace was made again from the task's base and the checkpoint \
+                         saved after turn {}: files are as they were then (ignored files, such as \
+                         build output, are not carried, and any commits you made read as \
+                         uncommitted changes).",
+                        event.data["turn"].as_i64().unwrap_or(0)
+                    ),
+                ),
+                None => (
+                    0,
+                    "The workspace was made again from the task's base commit, and no checkpoint \
+                     of your files had been saved: every change you made to files is gone."
+                        .to_owned(),
+                ),
+            };
+            let later = self.effects_after(saved, after_seq);
             if !later.is_empty() {
                 text.push_str(&format!(
-                    " What these later tool calls changed in files is not in it: {}. Check the \
-                     files before relying on those results.",
-                    later.join(", ")
+                    " What these tool calls changed in files is not in the workspace now: {}. \
+                     Check the files before relying on those results, and do again what is still \
+                     needed.",
+                    later.join("; ")
                 ));
             }
             workspace = Some(text);
@@ -156,5 +166,84 @@ impl Agent<'_> {
         .await?;
         conversation.push(message);
         Ok(())
+    }
+
+    /// The calls whose results were saved after message `after_seq` and that may have changed
+    /// files (tools that write files or run commands), each by name and the path or command it named.
+    fn effects_after(&self, saved: &[SavedMessage], after_seq: i64) -> Vec<String> {
+        saved
+            .iter()
+            .filter(|m| m.seq > after_seq && m.message.role == Role::Tool)
+            .filter_map(|m| {
+                let id = m.message.tool_call_id.as_deref()?;
+                let call = saved
+                    .iter()
+                    .flat_map(|r| r.message.tool_calls.iter())
+                    .find(|c| c.id == id)?;
+                if !self.registry.may_change_files(&call.name) {
+                    return None;
+                }
+                Some(format!(
+                    "{} {}(turn {}, call {id})",
+                    call.name,
+                    call_target(&call.arguments)
+                        .map(|t| format!("{} ", quoted(&t)))
+                        .unwrap_or_default(),
+                    m.turn
+                ))
+            })
+            .collect()
+    }
+}
+
+/// What a call's arguments name as its target: the path (or paths, for a patch) it writes, or the
+/// command it runs.
+fn call_target(arguments: &str) -> Option<String> {
+    let args: serde_json::Value = serde_json::from_str(arguments).ok()?;
+    for key in ["path", "file_path", "command", "cmd"] {
+        if let Some(text) = args.get(key).and_then(|v| v.as_str()) {
+            return Some(text.to_owned());
+        }
+    }
+    let patch = args
+        .get("patch")
+        .or_else(|| args.get("input"))
+        .and_then(|v| v.as_str())?;
+    let files: Vec<&str> = patch
+        .lines()
+        .filter_map(|l| {
+            [
+                "*** Add File: ",
+                "*** Update File: ",
+                "*** Delete File: ",
+                "+++ b/",
+            ]
+            .iter()
+            .find_map(|p| l.strip_prefix(p))
+        })
+        .collect();
+    (!files.is_empty()).then(|| files.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::call_target;
+
+    #[test]
+    fn a_calls_target_is_its_path_its_command_or_its_patchs_files() {
+        assert_eq!(
+            call_target(r#"{"path": "src/a.rs", "content": "x"}"#).as_deref(),
+            Some("src/a.rs")
+        );
+        assert_eq!(
+            call_target(r#"{"command": "cargo test"}"#).as_deref(),
+            Some("cargo test")
+        );
+        let patch = "*** Begin Patch\n*** Add File: b.txt\n+b\n*** Update File: c.txt\n@@\n-x\n+y\n*** End Patch";
+        assert_eq!(
+            call_target(&serde_json::json!({"input": patch}).to_string()).as_deref(),
+            Some("b.txt, c.txt")
+        );
+        assert_eq!(call_target("not json"), None);
     }
 }

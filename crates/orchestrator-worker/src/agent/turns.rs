@@ -443,6 +443,12 @@ impl Agent<'_> {
                     session::Pause::Broken(message) => AgentEnd::Retryable(message),
                 }));
             }
+            // A call that may have changed files is saved before the next one starts: a long
+            // command after an edit is the common shape, and a machine that dies in it must not
+            // take the edit with it.
+            if j == i + 1 && self.registry.may_change_files(&calls[i].1.name) {
+                self.checkpoint(turn).await?;
+            }
             i = j;
         }
         Ok(None)

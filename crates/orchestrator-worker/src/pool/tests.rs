@@ -151,3 +151,49 @@ async fn the_futures_made_per_claimed_task_are_small() {
         "the attempt's future is {attempt_bytes} bytes"
     );
 }
+
+/// One end the database refuses (a trigger here, as a broken row or a constraint would) costs
+/// only its own task: the batch it came in is written again one end at a time, and the others'
+/// ends stand. Before, the whole batch was answered stale, and every task in it ran again.
+#[tokio::test]
+async fn a_batch_of_ends_with_one_bad_end_loses_only_that_one() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let mut completions = Vec::new();
+    for n in 0..3 {
+        let id = db
+            .store
+            .create_task(&orchestrator_types::NewTask::new(format!("no-op {n}")))
+            .await
+            .unwrap();
+        let (_, lease) = db.store.claim_task("w", id, 60_000).await.unwrap().unwrap();
+        completions.push(Completion {
+            lease,
+            outcome: Outcome::Succeeded,
+            details: serde_json::json!({}),
+        });
+    }
+    let bad = completions[1].lease.task_id;
+    db.raw_sql(&format!(
+        "CREATE TRIGGER refuse_end BEFORE UPDATE ON tasks WHEN NEW.id = {} AND NEW.state = 'succeeded' \
+         BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
+        bad.0
+    ))
+    .await;
+    let results = write_ends(&db.store, &completions, Duration::from_secs(1)).await;
+    assert_eq!(
+        results,
+        [
+            CompletionResult::Applied,
+            CompletionResult::Stale,
+            CompletionResult::Applied
+        ]
+    );
+    for (completion, state) in completions.iter().zip([
+        orchestrator_types::TaskState::Succeeded,
+        orchestrator_types::TaskState::Running,
+        orchestrator_types::TaskState::Succeeded,
+    ]) {
+        let task = db.store.get_task(completion.lease.task_id).await.unwrap();
+        assert_eq!(task.state, state, "task {}", task.id);
+    }
+}

@@ -61,7 +61,7 @@ mod capture;
 mod restore;
 mod saver;
 
-pub use capture::{Capturer, capture};
+pub use capture::{Capturer, capture, tree_of};
 pub use restore::{Restored, RestoredInfo, restore, restore_latest, task_base};
 pub use saver::{Saver, TurnCheckpoint};
 

@@ -4,6 +4,8 @@
 //! sees what this daemon made:
 //! - `task-<id>`: a repository task's workspace;
 //! - `.task-<id>.partial-*`: a clone a killed process left half made;
+//! - `.task-<id>.removing-*`: a workspace taken out of its place to be removed (see
+//!   [`super::discard`]) whose removal a killed process left unfinished: always removed;
 //! - `.clones/task-<id>`: a record of a `worktree_of` clone this daemon made at the path the task
 //!   named (written by the runner when it clones); the clone is removed only when the task's
 //!   `workspace_prepared` events say it was cloned at exactly that path, and the task still names
@@ -19,7 +21,7 @@
 //! to). Removal never follows a symbolic link (see [`super::remove_tree`]) and never leaves the
 //! workspaces directory, but for the recorded clone paths.
 
-use super::{WorkspaceSettings, remove_tree};
+use super::{WorkspaceSettings, discard, remove_tree};
 use crate::{Error, Result};
 use orchestrator_store::Store;
 use orchestrator_types::{EventKind, TaskId, TaskState, now_millis};
@@ -91,6 +93,7 @@ pub fn record_clone(dir: &Path, task: TaskId, workspace: &Path) -> std::io::Resu
 enum Entry {
     Workspace(TaskId),
     Partial(TaskId),
+    Removing,
 }
 
 fn parse(name: &str) -> Option<Entry> {
@@ -98,6 +101,9 @@ fn parse(name: &str) -> Option<Entry> {
         return id.parse().ok().map(|id| Entry::Workspace(TaskId(id)));
     }
     let rest = name.strip_prefix(".task-")?;
+    if rest.contains(".removing-") {
+        return Some(Entry::Removing);
+    }
     let (id, _) = rest.split_once(".partial-")?;
     id.parse().ok().map(|id| Entry::Partial(TaskId(id)))
 }
@@ -164,8 +170,21 @@ impl Cleaner {
             let (task, partial) = match kind {
                 Entry::Workspace(task) => (task, false),
                 Entry::Partial(task) => (task, true),
+                Entry::Removing => {
+                    self.remove(&path, &mut counts);
+                    continue;
+                }
             };
             match self.verdict(task, now).await? {
+                // Taken out of its place first, so a retry of the task claimed meanwhile never
+                // finds its workspace half removed: it makes a new one.
+                Some(true) if !partial => match discard(&path) {
+                    Ok(()) => counts.removed += 1,
+                    Err(e) => {
+                        counts.errors += 1;
+                        tracing::warn!(path = %path.display(), error = %e, "cannot remove a workspace");
+                    }
+                },
                 // A half-made clone of a task that may still run is its clone in progress.
                 Some(true) => self.remove(&path, &mut counts),
                 Some(false) if partial => self.remove(&path, &mut counts),
@@ -338,6 +357,10 @@ mod tests {
         assert!(matches!(
             parse(".task-12.partial-99-0000abcd"),
             Some(Entry::Partial(TaskId(12)))
+        ));
+        assert!(matches!(
+            parse(".task-12.removing-99-0000abcd"),
+            Some(Entry::Removing)
         ));
         assert!(parse("task-x").is_none() && parse("notes").is_none());
         let day = Duration::from_secs(86_400);

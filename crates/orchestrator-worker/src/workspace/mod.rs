@@ -179,6 +179,27 @@ pub fn remove_tree(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Takes a workspace out of its place at once, then removes it: it is renamed to
+/// `.<name>.removing-<pid>-<random>` beside it (one atomic step), so no attempt that comes for
+/// the place meanwhile ever finds it half removed, and a removal a killed process left unfinished
+/// is finished by the cleaner, which removes every `.removing-` name it sees.
+pub fn discard(path: &Path) -> std::io::Result<()> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return remove_tree(path);
+    };
+    let aside = parent.join(format!(
+        ".{}.removing-{}-{:08x}",
+        name.to_string_lossy(),
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    match std::fs::rename(path, &aside) {
+        Ok(()) => remove_tree(&aside),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Gives the owner read, write and search permission on every directory below `path`, without
 /// following links.
 fn make_writable(path: &Path) {

@@ -12,8 +12,11 @@
 //! would let a sandboxed process change the mirror), and its `origin` is set to the public URL:
 //! no credential is in its config, and nothing in it names the mirror.
 //!
-//! A workspace found in place (an earlier attempt on this machine made it) is kept as it is, with
-//! its work, and no git runs in it: it is the agent's, and its `.git` is untrusted.
+//! A workspace found in place (an earlier attempt on this machine made it) is answered as
+//! [`Preparation::Found`] with no git run in it (it is the agent's, and its `.git` is untrusted);
+//! the caller uses it only when its files are the task's latest checkpoint (the task may have run
+//! elsewhere since), else it is discarded and made again. A directory in the place that is not a
+//! checkout (a removal killed halfway) is discarded and the workspace made again.
 
 use super::mirror::{self, MirrorError, MirrorState, Want};
 use super::{WorkspaceSettings, git, remove_tree, task_dir};
@@ -95,13 +98,19 @@ pub async fn prepare(
             mirror: None,
         });
     }
+    // Not a checkout but not empty: what a removal killed halfway left (only this daemon makes
+    // `task-<id>` in its workspaces directory, and only the lease holder uses it), so it goes and
+    // the workspace is made again.
     if let Ok(mut entries) = std::fs::read_dir(&path)
         && entries.next().is_some()
     {
-        return Err(PrepareError::Final(format!(
-            "{} is not empty and not a git checkout, so no workspace is cloned over it",
-            path.display()
-        )));
+        tracing::warn!(%task, path = %path.display(), "a half-removed workspace is removed and made again");
+        super::discard(&path).map_err(|e| {
+            PrepareError::Retryable(format!(
+                "{} is left half removed and cannot be removed: {e}",
+                path.display()
+            ))
+        })?;
     }
     std::fs::create_dir_all(&settings.dir).map_err(|e| {
         PrepareError::Retryable(format!("cannot create {}: {e}", settings.dir.display()))

@@ -89,7 +89,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     }
     let token = match file_config.api_token.as_deref().map(str::trim) {
         Some(token) if std::env::var("ORCHESTRATOR_API_TOKEN").is_err() && !token.is_empty() => {
-            Arc::from(token)
+            given_token(token, "the config file's api_token")?
         }
         _ => api_token(&home)?,
     };
@@ -141,6 +141,9 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         workspaces.dir.display(),
         workspaces.mirrors.display()
     );
+    // Every jail sees the workspaces directory empty but for its own workspace: failed tasks'
+    // workspaces stay there for days, private repositories among them.
+    pool.sandbox = pool.sandbox.with_task_dirs(vec![workspaces.dir.clone()]);
     pool.agent.workspaces = Some(Arc::new(workspaces));
     let cleanup = orchestrator_worker::workspace::CleanerConfig {
         keep_failed: file_config.keep_failed(),
@@ -349,43 +352,101 @@ async fn signals(shutdown: CancellationToken) {
     }
 }
 
+/// The shortest API token `serve` runs with: a token is the whole of the API's and the
+/// dashboard's authentication, so an empty or guessable one is refused, never used.
+const MIN_TOKEN_CHARS: usize = 16;
+
+/// A token given by a person (the environment or the config file), checked for length.
+fn given_token(token: &str, from: &str) -> anyhow::Result<Arc<str>> {
+    let token = token.trim();
+    if token.chars().count() < MIN_TOKEN_CHARS {
+        anyhow::bail!(
+            "the API token from {from} has {} characters; serve refuses a token shorter than \
+             {MIN_TOKEN_CHARS} (leave it unset and serve keeps a random one in the home's \
+             api-token file)",
+            token.chars().count()
+        );
+    }
+    Ok(token.into())
+}
+
 /// The API token: ORCHESTRATOR_API_TOKEN, or the home directory's api-token file, created with a
 /// random token (mode 0600) at first start.
+///
+/// The file is only ever made whole: the token is written to a temporary file, synced, and
+/// renamed into place, under a lock that daemons starting together share, so no daemon reads a
+/// half-written or empty file. A file found empty or too short (a start killed before this
+/// version wrote it, a truncation) is never used: a new token replaces it, and serve says so.
 fn api_token(home: &Path) -> anyhow::Result<Arc<str>> {
     if let Ok(token) = std::env::var("ORCHESTRATOR_API_TOKEN")
         && !token.trim().is_empty()
     {
-        return Ok(token.trim().into());
+        return given_token(&token, "ORCHESTRATOR_API_TOKEN");
     }
     let path = home.join("api-token");
-    match std::fs::read_to_string(&path) {
-        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().into()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    let read = |path: &Path| -> anyhow::Result<Option<String>> {
+        match std::fs::read_to_string(path) {
+            Ok(token) => Ok(Some(token.trim().to_owned())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        }
+    };
+    let usable = |token: &Option<String>| {
+        token
+            .as_deref()
+            .is_some_and(|t| t.chars().count() >= MIN_TOKEN_CHARS)
+    };
+    if let Some(token) = read(&path)?.filter(|t| t.chars().count() >= MIN_TOKEN_CHARS) {
+        return Ok(token.into());
+    }
+    std::fs::create_dir_all(home).with_context(|| format!("cannot create {}", home.display()))?;
+    let lock_path = home.join("api-token.lock");
+    let lock_file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("cannot open {}", lock_path.display()))?;
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", lock_path.display()))?;
+    // Another daemon may have written it while this one waited for the lock.
+    let found = read(&path)?;
+    if usable(&found) {
+        return Ok(found.unwrap_or_default().into());
+    }
+    if let Some(bad) = &found {
+        eprintln!(
+            "orchestrator serve: {} holds {} (not a token); a new token replaces it, and clients \
+             that used the old file must read it again",
+            path.display(),
+            if bad.is_empty() {
+                "nothing".to_owned()
+            } else {
+                format!("only {} characters", bad.chars().count())
+            }
+        );
     }
     let token = hex::encode(rand::random::<[u8; 32]>());
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    // `create_new`: when two daemons start together, one writes the token and the other reads it.
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-    {
-        Ok(mut file) => {
-            writeln!(file, "{token}")?;
-            Ok(token.into())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            std::thread::sleep(Duration::from_millis(50));
-            let token = std::fs::read_to_string(&path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            Ok(token.trim().into())
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot write {}", path.display())),
+    let scratch = home.join(format!(".api-token.{}.tmp", std::process::id()));
+    let written = (|| -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&scratch)?;
+        writeln!(file, "{token}")?;
+        file.sync_all()?;
+        std::fs::rename(&scratch, &path)?;
+        std::fs::File::open(home)?.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&scratch);
+        return Err(e).with_context(|| format!("cannot write {}", path.display()));
     }
+    Ok(token.into())
 }
 
 fn redacted(url: &str) -> String {

@@ -77,6 +77,17 @@ fn world() -> World {
 
 impl World {
     fn run(&self, model: &ScriptedModel, extra: &[&str], gate: &str) -> Output {
+        self.run_with(model, extra, gate, &[])
+    }
+
+    /// `run` with more variables in the daemon's environment.
+    fn run_with(
+        &self,
+        model: &ScriptedModel,
+        extra: &[&str],
+        gate: &str,
+        vars: &[(&str, String)],
+    ) -> Output {
         let mut args: Vec<String> = vec![
             "run".into(),
             "Do as the issue says".into(),
@@ -103,6 +114,7 @@ impl World {
             .env("ORCHESTRATOR_API_TOKEN", API_TOKEN)
             .env("MY_MODEL_CRED", MODEL_KEY)
             .env("DEPLOY_PASSWORD", OTHER_SECRET)
+            .envs(vars.iter().map(|(k, v)| (k, v)))
             .output()
             .unwrap()
     }
@@ -605,4 +617,53 @@ fn granted_network_goes_through_the_proxy_and_each_connection_is_an_event() {
     };
     assert_eq!(allowed(listed), Some(json!(true)), "{connections:#?}");
     assert_eq!(allowed(unlisted), Some(json!(false)), "{connections:#?}");
+}
+
+/// read_file on a PDF starts pdftotext in the task's jail with the agent's environment, never
+/// from the daemon with the daemon's: a converter here prints its environment and tries the
+/// home's token, and neither a secret nor the token reaches the model, while its output does. It
+/// lies in the workspace (on the daemon's PATH), so the jail sees it wherever the checkout lives.
+#[test]
+fn a_pdf_is_converted_in_the_jail_with_the_agents_environment() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    let tools = w.ws.join(".tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    let converter = tools.join("pdftotext");
+    std::fs::write(
+        &converter,
+        format!(
+            "#!/bin/sh\necho CONVERTER-RAN\nenv\ncat {} 2>&1\necho CONVERTER-END\n",
+            quote(&w.env.home().join("api-token"))
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&converter, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(w.ws.join("report.pdf"), "%PDF-1.4\nnot really a pdf\n").unwrap();
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call("read_file", json!({"path": "report.pdf"}))]),
+            _ => Reply::Text("Done.".into()),
+        });
+    let path = format!(
+        "{}:{}",
+        tools.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = w.run_with(&model, &[], "true", &[("PATH", path)]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let results = results(&model);
+    assert_eq!(results.len(), 1, "{results:#?}");
+    assert!(
+        results[0].contains("CONVERTER-RAN") && results[0].contains("CONVERTER-END"),
+        "the converter ran and its text came back: {}",
+        results[0]
+    );
+    assert!(!results[0].contains("ORCHESTRATOR_"), "{}", results[0]);
+    assert_no_secrets(&everything_sent(&model));
 }

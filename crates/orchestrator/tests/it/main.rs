@@ -25,6 +25,7 @@ mod logs_cli;
 mod lsp;
 mod machine_loss;
 mod mcp_servers;
+mod moves;
 mod notify;
 mod permissions;
 mod placement;

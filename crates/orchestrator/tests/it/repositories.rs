@@ -275,3 +275,57 @@ fn an_automation_on_a_repository_creates_one_task_a_slot_on_it() {
         "a repository and a workspace are one too many"
     );
 }
+
+/// The workspaces directory is hidden from every jail but for the jail's own workspace, wherever
+/// it is: here under /var/tmp (not the home, not /tmp, which jails see private anyway), where
+/// another task's workspace holds a private file. The gate (a person's, in its jail) reads its own
+/// files and a file beside the workspaces directory, but nothing of the other task's.
+#[test]
+fn a_jail_sees_its_own_workspace_and_no_other_tasks() {
+    let env = Env::sqlite();
+    let served = tempfile::tempdir().unwrap();
+    let (_src, source) = git_repo(&[("answer.txt", "42\n")]);
+    let (_daemon, url) = GitDaemon::serve_clone(served.path(), &source, "widgets.git");
+    let place = tempfile::Builder::new()
+        .prefix("orchestrator-test-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let workspaces = place.path().join("workspaces");
+    let other = workspaces.join("task-999");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("secret.txt"), "private\n").unwrap();
+    std::fs::write(place.path().join("visible.txt"), "seen\n").unwrap();
+    let gate = format!(
+        "test \"$(cat '{place}/visible.txt')\" = seen && test \"$(cat answer.txt)\" = 42 \
+         && ! test -e '{ws}/task-999' && ! cat '{ws}/task-999/secret.txt' \
+         && ! ls -A '{ws}' 2>/dev/null | grep -q task-999",
+        place = place.path().display(),
+        ws = workspaces.display()
+    );
+    let created = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "nosy",
+        "--repository",
+        &url,
+        "--ref",
+        "main",
+        "--gate",
+        &gate,
+        "--json",
+    ]);
+    let id = created["id"].as_i64().unwrap();
+    let _serve = env.serve(&[
+        "--workspaces",
+        workspaces.to_str().unwrap(),
+        "--workers",
+        "1",
+    ]);
+    let task = env.wait_finished(id);
+    assert_eq!(task["state"], "succeeded", "{}", task["last_error"]);
+    assert!(
+        other.join("secret.txt").exists(),
+        "the other task's files stay"
+    );
+}

@@ -192,3 +192,53 @@ fn serve_answers_api_v1_and_read_only_refuses_writes_everywhere() {
     let (status, _) = http_get(&serve.addr, &link, None);
     assert_eq!(status, 401, "once");
 }
+
+/// An `api-token` file left empty (a first start killed between creating and writing it, a
+/// truncation) is never a token: serve writes a new one in its place, an empty login or bearer
+/// token gets nothing, and a token a person gives that is too short is refused at start.
+#[test]
+fn an_empty_token_file_is_replaced_and_an_empty_token_opens_nothing() {
+    let env = Env::sqlite();
+    std::fs::write(env.home().join("api-token"), "").unwrap();
+    let serve = env.serve(&["--workers", "1"]);
+    let token = serve.token();
+    assert!(token.len() >= 16, "the file holds {token:?}");
+    assert!(
+        serve.log().contains("a new token replaces it"),
+        "serve says the file was replaced: {}",
+        serve.log()
+    );
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    for body in ["token=", "token=+", "next=%2F", ""] {
+        let (status, page) = http_post(&serve.addr, "/login", &form, body.as_bytes());
+        assert_eq!(status, 401, "{body:?} signed in: {page}");
+    }
+    let (status, _) = http_post(
+        &serve.addr,
+        "/login",
+        &form,
+        format!("token={token}").as_bytes(),
+    );
+    assert_eq!(status, 303, "the real token signs in");
+    let (status, _) = http_get(&serve.addr, "/api/v1/tasks", Some(""));
+    assert_eq!(status, 401);
+    drop(serve);
+
+    // Short tokens from the environment or the config file: serve does not start.
+    let out = env
+        .cmd(&["serve", "--listen", "127.0.0.1:0"])
+        .env("ORCHESTRATOR_API_TOKEN", "short")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("refuses a token shorter than"), "{said}");
+    crate::support::configure(&env, "api_token = \"abc\"\n");
+    let out = env
+        .cmd(&["serve", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("api_token"), "{said}");
+}

@@ -4,15 +4,19 @@ use super::*;
 use orchestrator_store::{CheckpointSave, NewCheckpoint, NewMessage, patch_sha256};
 use orchestrator_types::ChatMessage;
 
+const TREE: &str = "89abcdef0123456789abcdef0123456789abcdef";
+
+/// A checkpoint of `TREE`, following the task's last one (of the same tree).
 fn checkpoint<'a>(patch: &'a [u8], turn: i64) -> NewCheckpoint<'a> {
     NewCheckpoint {
         base: "0123456789abcdef0123456789abcdef01234567",
         turn,
-        tree: "89abcdef0123456789abcdef0123456789abcdef",
+        tree: TREE,
         files: 2,
         patch,
         attempt: 1,
         worker: "host-a",
+        follows: Some(TREE),
     }
 }
 
@@ -55,7 +59,14 @@ pub async fn a_checkpoint_is_the_latest_per_task_byte_exact_and_fenced(db: &Test
     let first: Vec<u8> = b"diff --git a/x b/x\r\n+\xff\xfe\x00 new\x80".to_vec();
     let one = saved(
         store
-            .save_checkpoint(&lease, &checkpoint(&first, 3), 1 << 20)
+            .save_checkpoint(
+                &lease,
+                &NewCheckpoint {
+                    follows: None,
+                    ..checkpoint(&first, 3)
+                },
+                1 << 20,
+            )
             .await
             .unwrap(),
     );
@@ -99,6 +110,39 @@ pub async fn a_checkpoint_is_the_latest_per_task_byte_exact_and_fenced(db: &Test
         events[1].data.to_string().len() < 1000,
         "{}",
         events[1].data
+    );
+
+    // A save that follows another checkpoint than the task's own (its workspace does not descend
+    // from the newest one), or none when there is one, replaces nothing and says which is newer.
+    for follows in [Some("ffffffffffffffffffffffffffffffffffffffff"), None] {
+        let stale_tree = store
+            .save_checkpoint(
+                &lease,
+                &NewCheckpoint {
+                    follows,
+                    tree: "0000000000000000000000000000000000000000",
+                    ..checkpoint(b"an old workspace", 7)
+                },
+                1 << 20,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            stale_tree,
+            CheckpointSave::Superseded {
+                tree: Some(TREE.to_owned())
+            }
+        );
+    }
+    assert_eq!(store.latest_checkpoint(id).await.unwrap().unwrap().0, two);
+    assert_eq!(
+        store
+            .events_of_kind(id, EventKind::CheckpointSaved)
+            .await
+            .unwrap()
+            .len(),
+        2,
+        "a superseded save writes no event"
     );
 
     // Over the cap: not saved, an event says the task cannot move, the last checkpoint stays.

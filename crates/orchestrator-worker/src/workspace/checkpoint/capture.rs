@@ -12,6 +12,18 @@ pub fn capture(workspace: &Path, base: &str) -> Result<Option<Patch>> {
         Captured::Clean { .. } | Captured::Unchanged => Ok(None),
     }
 }
+/// The git tree of `workspace`'s files as a capture sees them, and whether that is the base's own
+/// (`base`, a full commit id): what a workspace found on disk is compared with before it is used.
+/// Blocking.
+pub fn tree_of(workspace: &Path, base: &str) -> Result<(String, bool)> {
+    match Capturer::new(workspace, base)?.capture(None)? {
+        Captured::Changed(patch) => Ok((patch.tree, false)),
+        Captured::Clean { tree } => Ok((tree, true)),
+        Captured::Unchanged => Err(CheckpointError::Interrupted(
+            "a capture with no last tree said unchanged".into(),
+        )),
+    }
+}
 /// Identity of a file's content as far as its metadata tells: a file whose key is unchanged since
 /// it was hashed is not read again (git's index does the same).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,6 +23,9 @@ pub struct Saver {
     base: String,
     /// The tree of the task's saved checkpoint (the base's when it was saved clean).
     last_tree: Option<String>,
+    /// The tree of the task's checkpoint as this attempt knows it, whatever its base: the one
+    /// a save replaces (the store refuses to replace any other).
+    follows: Option<String>,
     /// The last turn's save failed and said so: the next failure is not said again.
     refused: bool,
     cap: u64,
@@ -41,9 +44,9 @@ impl Saver {
         let Some(base) = task_base(store, task).await? else {
             return Ok(None);
         };
-        let last_tree = store
-            .checkpoint_info(task)
-            .await?
+        let info = store.checkpoint_info(task).await?;
+        let follows = info.as_ref().map(|c| c.tree.clone());
+        let last_tree = info
             .filter(|c| c.base.eq_ignore_ascii_case(&base))
             .map(|c| c.tree);
         let capturer = {
@@ -61,6 +64,7 @@ impl Saver {
                 .ok(),
             base,
             last_tree,
+            follows,
             cap,
             worker: worker.to_owned(),
         }))
@@ -113,7 +117,7 @@ impl Saver {
                 files: 0,
             },
             Ok(Captured::Changed(patch)) => patch,
-            Err(reason) => return self.not_saved(store, lease, turn, reason).await,
+            Err(reason) => return self.not_saved(store, lease, turn, reason, true).await,
         };
         if self.refused && patch.bytes.len() as u64 > self.cap {
             // Said already; the timeline gets one event, not one a turn.
@@ -135,6 +139,7 @@ impl Saver {
                     patch: &patch.bytes,
                     attempt,
                     worker: &self.worker,
+                    follows: self.follows.as_deref(),
                 },
                 self.cap,
             )
@@ -149,6 +154,7 @@ impl Saver {
                     total_ms = started.elapsed().as_millis(),
                     "checkpoint saved"
                 );
+                self.follows = Some(checkpoint.tree.clone());
                 self.last_tree = Some(checkpoint.tree);
                 self.refused = false;
                 Ok(TurnCheckpoint::Saved {
@@ -163,6 +169,17 @@ impl Saver {
                     "{bytes} bytes, over the cap of {cap}"
                 )))
             }
+            // This workspace does not descend from the task's newest checkpoint: saving it would
+            // throw that one away. Not pinned either: this machine's files are not the task's.
+            CheckpointSave::Superseded { tree } => {
+                let reason = format!(
+                    "the task's checkpoint is now {}, not the {} this attempt's workspace \
+                     follows, so it is not replaced",
+                    tree.as_deref().unwrap_or("none"),
+                    self.follows.as_deref().unwrap_or("none")
+                );
+                self.not_saved(store, lease, turn, reason, false).await
+            }
         }
     }
 
@@ -172,16 +189,19 @@ impl Saver {
         lease: &Lease,
         turn: i64,
         reason: String,
+        pin: bool,
     ) -> orchestrator_store::Result<TurnCheckpoint> {
         if !self.refused {
             store
                 .append_event(
                     lease,
                     EventKind::CheckpointNotSaved,
-                    json!({"turn": turn, "reason": reason, "base": self.base}),
+                    json!({"turn": turn, "reason": reason, "base": self.base, "pinned": pin}),
                 )
                 .await?;
-            store.pin_to_this_host(lease, &reason).await?;
+            if pin {
+                store.pin_to_this_host(lease, &reason).await?;
+            }
             self.refused = true;
         }
         Ok(TurnCheckpoint::NotSaved(reason))
