@@ -114,6 +114,13 @@ pub(crate) async fn git_with(
             "core.hooksPath=/dev/null",
             "-c",
             "core.fsmonitor=false",
+            // The automatic gc (and maintenance) a fetch may start run in the fetch itself, not
+            // detached behind it: a detached one went on removing objects after the mirror's
+            // lock was released, under a workspace's clone of it.
+            "-c",
+            "gc.autoDetach=false",
+            "-c",
+            "maintenance.autoDetach=false",
         ])
         .args(args)
         .current_dir(dir)

@@ -501,3 +501,89 @@ async fn a_mirror_unused_for_its_keep_time_is_removed_unless_a_preparation_holds
         .unwrap();
     assert_eq!(remade.mirror, Some(MirrorState::Created));
 }
+
+/// A workspace a removal left half done (here: files without `.git`, as `remove_dir_all` leaves
+/// them when killed, or as a retry found its canceled task's workspace while the cleaner was
+/// still deleting it) is made again, not a final "not a git checkout" failure; and the cleaner
+/// takes a workspace out of its place before deleting it, finishing what a killed removal left.
+#[tokio::test]
+async fn a_half_removed_workspace_is_made_again_and_removal_never_leaves_one_in_place() {
+    let (_src, source) = git_repo(&[("a.txt", "one\n")]);
+    let place = tempfile::tempdir().unwrap();
+    let settings = settings(place.path());
+    let mut repository = RepositoryRef::new(format!("file://{}", source.display()));
+    repository.git_ref = Some("main".into());
+    let half = settings.dir.join("task-3");
+    std::fs::create_dir_all(half.join("src")).unwrap();
+    std::fs::write(half.join("src/left.txt"), "left over\n").unwrap();
+    let made = workspace::prepare(&settings, TaskId(3), &repository, None)
+        .await
+        .unwrap();
+    assert_eq!(made.preparation, Preparation::Cloned);
+    assert_eq!(
+        std::fs::read_to_string(made.path.join("a.txt")).unwrap(),
+        "one\n"
+    );
+    assert!(!made.path.join("src/left.txt").exists());
+
+    // discard: the place is empty at once, and the cleaner finishes a removal left aside.
+    workspace::discard(&made.path).unwrap();
+    assert!(!made.path.exists());
+    let aside = settings.dir.join(".task-3.removing-1-0000abcd");
+    std::fs::create_dir_all(aside.join("deep")).unwrap();
+    std::fs::write(aside.join("deep/file"), "x").unwrap();
+    let db = orchestrator_test_support::sqlite_store().await;
+    let cleaner = Cleaner::new(db.store.clone(), settings.clone(), CleanerConfig::default()).unwrap();
+    let counts = cleaner.run_once(orchestrator_types::now_millis()).await.unwrap();
+    assert_eq!(counts.removed, 1, "{counts:?}");
+    assert!(!aside.exists());
+}
+
+/// Processes whose working directory is `dir`.
+fn processes_in(dir: &Path) -> Vec<String> {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if std::fs::read_link(entry.path().join("cwd")).ok().as_deref() == Some(dir.as_path()) {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+        }
+    }
+    found
+}
+
+/// The automatic gc or maintenance a fetch into the mirror starts ends before the preparation
+/// lets the mirror's lock go: detached, it went on removing objects while the next workspace's
+/// clone copied them. The mirror is set to want a gc after every fetch (each fetch a pack of its
+/// own, more than one pack too many), and after each preparation no git is left in it.
+#[tokio::test]
+async fn a_fetch_into_the_mirror_ends_its_own_gc_before_the_lock_is_released() {
+    let (_src, source) = git_repo(&[("a.txt", "0\n")]);
+    let place = tempfile::tempdir().unwrap();
+    let settings = settings(place.path());
+    let mut repository = RepositoryRef::new(format!("file://{}", source.display()));
+    repository.git_ref = Some("main".into());
+    workspace::prepare(&settings, TaskId(1), &repository, None)
+        .await
+        .unwrap();
+    let mirror = workspace::mirror::mirror_path(&settings.mirrors, &repository.url);
+    for (key, value) in [
+        ("gc.auto", "1"),
+        ("gc.autoPackLimit", "1"),
+        ("transfer.unpackLimit", "1"),
+        ("maintenance.auto", "true"),
+    ] {
+        git(&mirror, &["config", key, value]);
+    }
+    for n in 2..6 {
+        std::fs::write(source.join("a.txt"), format!("{n}\n")).unwrap();
+        git(&source, &["commit", "-qam", &format!("commit {n}")]);
+        let made = workspace::prepare(&settings, TaskId(n), &repository, None)
+            .await
+            .unwrap();
+        assert_eq!(made.mirror, Some(MirrorState::Fetched));
+        let left = processes_in(&mirror);
+        assert!(left.is_empty(), "git still runs in the mirror: {left:?}");
+        assert!(!mirror.join("gc.pid").exists(), "a gc still holds the mirror");
+    }
+}
