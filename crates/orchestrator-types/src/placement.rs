@@ -30,6 +30,15 @@ pub const REPOSITORY_WORD: &str = "repository";
 /// The longest label a person may give.
 pub const MAX_LABEL_CHARS: usize = 64;
 
+/// The directory of a repository URL that names one on this machine (`/srv/git/app.git`,
+/// `file:///srv/git/app.git`); `None` for a network URL (`https://`, `ssh://`, `git@host:path`).
+pub fn local_repository_path(url: &str) -> Option<&str> {
+    if let Some(path) = url.strip_prefix("file://") {
+        return Some(path);
+    }
+    url.starts_with('/').then_some(url)
+}
+
 /// Checks a label a person gives a worker or requires of one: letters, digits, `.`, `_` and `-`,
 /// so it can never be mistaken for a host or shared-directory word.
 pub fn validate_label(label: &str) -> Result<()> {

@@ -11,8 +11,8 @@ pub(crate) struct TaskOrigin {
 }
 
 /// The tasks with the words they need added to their requirements: `repository` for a task on
-/// a repository (a daemon that can make its workspace), and for a task on a workspace path, the
-/// placement's host or shared directory (only a worker that sees the path may run it). Borrowed as
+/// a repository (a daemon that can make its workspace), and for a task on a workspace path or on
+/// a repository given as a local path, the placement's host or shared directory (only a worker that sees the path may run it). Borrowed as
 /// they are when nothing is added, which is always the case for tasks without a workspace or a
 /// repository, and for paths without a placement (benchmarks, tests).
 fn place<'a>(new: &'a [NewTask], placement: Option<&Placement>) -> Cow<'a, [NewTask]> {
@@ -40,7 +40,13 @@ fn added(task: &NewTask, placement: Option<&Placement>) -> [Option<String>; 2] {
     let has = |test: &dyn Fn(&str) -> bool| task.requires.iter().any(|w| test(w));
     let repository = (task.repository.is_some() && !has(&|w| w == placement::REPOSITORY_WORD))
         .then(|| placement::REPOSITORY_WORD.to_owned());
-    let path = match (placement, task.workspace.as_deref()) {
+    // A repository given as a local path (or a `file://` URL) is a directory of this machine,
+    // like a workspace path: another machine would spend its attempts failing to fetch it.
+    let local = task
+        .repository
+        .as_ref()
+        .and_then(|r| placement::local_repository_path(&r.url));
+    let path = match (placement, task.workspace.as_deref().or(local)) {
         (Some(placement), Some(workspace))
             if !has(&|w| {
                 w.starts_with(placement::HOST_PREFIX) || w.starts_with(placement::SHARED_PREFIX)

@@ -34,6 +34,7 @@ conformance!(
     a_worker_claims_only_the_tasks_whose_requirements_it_offers,
     a_task_waits_saying_what_no_live_worker_offers,
     a_pinned_task_is_claimed_only_on_its_host,
+    a_repository_on_a_local_path_is_placed_on_its_machine,
     conversation_is_saved_whole_and_fenced,
     a_compaction_is_saved_whole_with_its_summary_and_fenced,
     checklist_is_replaced_whole,

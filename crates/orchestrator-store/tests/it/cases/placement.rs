@@ -175,3 +175,52 @@ pub async fn a_pinned_task_is_claimed_only_on_its_host(db: &TestStore) {
     assert!(claim_titles(&store, "b", &["host:b"]).await.is_empty());
     assert_eq!(claim_titles(&store, "a", &["host:a"]).await, ["movable"]);
 }
+
+/// A repository given as a local path or a `file://` URL is a directory of the machine that
+/// creates the task, like a workspace path: the task requires that host (or the shared directory
+/// it lies under) besides `repository`, so no other machine spends its attempts failing to fetch
+/// it. A network URL runs anywhere.
+pub async fn a_repository_on_a_local_path_is_placed_on_its_machine(db: &TestStore) {
+    let store = db.store.clone().with_placement(Placement {
+        host: "a".into(),
+        shared: vec!["/mnt/shared".into()],
+    });
+    let on = |url: &str| {
+        let mut task = NewTask::new(url).with_gate("true");
+        task.repository = Some(orchestrator_types::RepositoryRef::new(url));
+        task
+    };
+    let ids = store
+        .create_tasks(&[
+            on("/srv/git/app.git"),
+            on("file:///srv/git/app.git"),
+            on("file:///mnt/shared/git/app.git"),
+            on("https://example.com/acme/app.git"),
+            on("git@example.com:acme/app.git"),
+        ])
+        .await
+        .unwrap();
+    let mut requires = Vec::new();
+    for id in ids {
+        let mut words = store.get_task(id).await.unwrap().requires;
+        words.sort();
+        requires.push(words);
+    }
+    assert_eq!(
+        requires,
+        [
+            words(&["host:a", "repository"]),
+            words(&["host:a", "repository"]),
+            words(&["repository", "shared:/mnt/shared"]),
+            words(&["repository"]),
+            words(&["repository"]),
+        ]
+    );
+    assert_eq!(
+        claim_titles(&store, "b", &["host:b", "repository"]).await,
+        [
+            "git@example.com:acme/app.git",
+            "https://example.com/acme/app.git"
+        ]
+    );
+}
