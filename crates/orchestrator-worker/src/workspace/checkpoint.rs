@@ -96,6 +96,10 @@ pub enum CheckpointError {
     /// The store failed. Retryable when the store error is.
     #[error(transparent)]
     Store(#[from] orchestrator_store::Error),
+    /// The workspace's changed files are more than a checkpoint reads (the cap): the task stays
+    /// on its machine. Not retryable until the files shrink.
+    #[error("too large: {0}")]
+    TooLarge(String),
     /// The blocking work did not finish (it panicked). Not retryable.
     #[error("the checkpoint work stopped unexpectedly: {0}")]
     Interrupted(String),
@@ -224,8 +228,9 @@ fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     path
 }
 /// The bytes of the regular file `path`, opened beneath the root; `None` when it is gone or no
-/// longer a regular file.
-fn read_file(root: &OwnedFd, path: &[u8]) -> Result<Option<Vec<u8>>> {
+/// longer a regular file. A file longer than `max` (it grew since it was listed) is refused
+/// with [`CheckpointError::TooLarge`] once `max` bytes are read, never read whole.
+fn read_file(root: &OwnedFd, path: &[u8], max: u64) -> Result<Option<Vec<u8>>> {
     let fd = match open_beneath(
         root,
         path,
@@ -244,10 +249,17 @@ fn read_file(root: &OwnedFd, path: &[u8]) -> Result<Option<Vec<u8>>> {
     if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
         return Ok(None);
     }
-    let mut file = std::fs::File::from(fd);
+    let file = std::fs::File::from(fd);
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
         .map_err(|e| io_error(path, e))?;
+    if bytes.len() as u64 > max {
+        return Err(CheckpointError::TooLarge(format!(
+            "{} grew past the {max} bytes a checkpoint may still read",
+            String::from_utf8_lossy(path)
+        )));
+    }
     Ok(Some(bytes))
 }
 fn open_root(workspace: &Path) -> Result<OwnedFd> {

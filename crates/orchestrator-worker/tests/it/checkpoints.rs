@@ -15,7 +15,7 @@ use orchestrator_test_support::{git, git_repo};
 use orchestrator_types::{EventKind, ModelSpec, NewTask, TaskState};
 use orchestrator_worker::model::ClientConfig;
 use orchestrator_worker::workspace::checkpoint::{
-    CheckpointError, Saver, TurnCheckpoint, capture, restore, restore_latest,
+    Captured, Capturer, CheckpointError, Saver, TurnCheckpoint, capture, restore, restore_latest,
 };
 use orchestrator_worker::{Metrics, PoolConfig, run_claimed};
 use serde_json::json;
@@ -560,5 +560,60 @@ async fn a_rescued_agent_resumes_with_its_files_and_is_told_where_they_come_from
         requests.iter().filter(|r| r.assistant_turns() == 3).count(),
         2,
         "the hung fourth request and its answer after the resume"
+    );
+}
+
+/// What an agent's files can make the daemon read is bounded before it reads them: a file over
+/// what is left of the cap (here a 1 GiB sparse file, which costs the disk nothing) is refused by
+/// its size, unread, and so is a set of files that pass it together; under the cap, a capture
+/// goes on as before. A restored file's runs of zeros stay holes.
+#[test]
+fn a_capture_refuses_files_past_its_cap_before_reading_them_and_a_restore_keeps_holes() {
+    use std::os::unix::fs::MetadataExt;
+    let (_src, source) = source_repo();
+    let base = head(&source);
+    let (_a, ws) = fresh_clone(&source, &base);
+    let huge = std::fs::File::create(ws.join("huge.bin")).unwrap();
+    huge.set_len(1 << 30).unwrap();
+    drop(huge);
+    let mut capturer = Capturer::new(&ws, &base).unwrap().with_cap(1 << 20);
+    let refused = capturer.capture(None);
+    match &refused {
+        Err(CheckpointError::TooLarge(reason)) => {
+            assert!(
+                reason.contains("huge.bin") && reason.contains("1073741824"),
+                "{reason}"
+            )
+        }
+        other => panic!("a 1 GiB file was not refused by its size: {other:?}"),
+    }
+    std::fs::remove_file(ws.join("huge.bin")).unwrap();
+
+    // Two files of 600 KiB: each fits, both do not.
+    std::fs::write(ws.join("one.bin"), vec![1u8; 600 << 10]).unwrap();
+    assert!(matches!(capturer.capture(None), Ok(Captured::Changed(_))));
+    std::fs::write(ws.join("two.bin"), vec![2u8; 600 << 10]).unwrap();
+    assert!(matches!(
+        capturer.capture(None),
+        Err(CheckpointError::TooLarge(_))
+    ));
+    std::fs::remove_file(ws.join("two.bin")).unwrap();
+
+    // 8 MiB of zeros with a byte at each end: restored with its middle as a hole.
+    let mut sparse = vec![0u8; 8 << 20];
+    sparse[0] = 1;
+    *sparse.last_mut().unwrap() = 1;
+    std::fs::write(ws.join("sparse.bin"), &sparse).unwrap();
+    let patch = capture(&ws, &base).unwrap().unwrap();
+    let (_b, fresh) = fresh_clone(&source, &base);
+    restore(&fresh, &base, &patch.bytes).unwrap();
+    let restored = std::fs::read(fresh.join("sparse.bin")).unwrap();
+    assert!(restored == sparse, "the bytes are the same");
+    let meta = std::fs::metadata(fresh.join("sparse.bin")).unwrap();
+    assert!(
+        meta.blocks() * 512 < meta.len() / 2,
+        "{} bytes on disk for a file of {}",
+        meta.blocks() * 512,
+        meta.len()
     );
 }

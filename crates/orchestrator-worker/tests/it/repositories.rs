@@ -533,8 +533,12 @@ async fn a_half_removed_workspace_is_made_again_and_removal_never_leaves_one_in_
     std::fs::create_dir_all(aside.join("deep")).unwrap();
     std::fs::write(aside.join("deep/file"), "x").unwrap();
     let db = orchestrator_test_support::sqlite_store().await;
-    let cleaner = Cleaner::new(db.store.clone(), settings.clone(), CleanerConfig::default()).unwrap();
-    let counts = cleaner.run_once(orchestrator_types::now_millis()).await.unwrap();
+    let cleaner =
+        Cleaner::new(db.store.clone(), settings.clone(), CleanerConfig::default()).unwrap();
+    let counts = cleaner
+        .run_once(orchestrator_types::now_millis())
+        .await
+        .unwrap();
     assert_eq!(counts.removed, 1, "{counts:?}");
     assert!(!aside.exists());
 }
@@ -584,6 +588,9 @@ async fn a_fetch_into_the_mirror_ends_its_own_gc_before_the_lock_is_released() {
         assert_eq!(made.mirror, Some(MirrorState::Fetched));
         let left = processes_in(&mirror);
         assert!(left.is_empty(), "git still runs in the mirror: {left:?}");
-        assert!(!mirror.join("gc.pid").exists(), "a gc still holds the mirror");
+        assert!(
+            !mirror.join("gc.pid").exists(),
+            "a gc still holds the mirror"
+        );
     }
 }

@@ -245,3 +245,65 @@ async fn an_edit_before_a_long_command_survives_a_kill_in_that_command() {
         .await
         .unwrap();
 }
+
+/// The peak resident memory of a process, in bytes (VmHWM).
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM in /proc/PID/status");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+/// A 1 GiB sparse file an agent makes (`truncate -s 1G`, nothing on disk) is never read into
+/// the daemon: the checkpoint refuses it by its size, says so with the file's name, and pins the
+/// task to its machine; the task goes on and succeeds, and the daemon's peak memory stays far
+/// below the file's size (it reached 3.18 GB when the file was read whole).
+#[test]
+fn a_huge_sparse_file_pins_the_task_and_is_never_read() {
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "exec_shell",
+                json!({"command": "truncate -s 1G big.bin && echo made"}),
+            )]),
+            1 => Reply::ToolCalls(vec![call(
+                "write_file",
+                json!({"path": "small.txt", "content": "after\n"}),
+            )]),
+            _ => Reply::Text("done".into()),
+        });
+    let served = tempfile::tempdir().unwrap();
+    let (_src, source) = git_repo(&[("README.md", "a draft\n")]);
+    let (_daemon, url) = GitDaemon::serve_clone(served.path(), &source, "widgets.git");
+    let machine = Machine::new(Env::sqlite(), "machine-a");
+    let id = create(&machine.env, &url, &model, "test -f small.txt");
+    let serve = machine.serve();
+    let task = machine.env.wait_finished(id);
+    assert_eq!(task["state"], "succeeded", "{}", task["last_error"]);
+    let peak = peak_memory(serve.child.id());
+    assert!(
+        peak < 512 << 20,
+        "the daemon's peak memory was {peak} bytes with a 1 GiB file in a workspace"
+    );
+    let events = machine.env.events(id);
+    let not_saved = events
+        .iter()
+        .find(|e| e["kind"] == "checkpoint_not_saved")
+        .unwrap_or_else(|| panic!("no checkpoint_not_saved: {events:?}"));
+    let reason = not_saved["data"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("big.bin") && reason.contains("1073741824"),
+        "{reason}"
+    );
+    assert!(
+        events.iter().any(|e| e["kind"] == "pinned"),
+        "the task is pinned to its machine: {events:?}"
+    );
+}

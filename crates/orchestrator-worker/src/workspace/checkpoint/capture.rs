@@ -54,6 +54,10 @@ pub struct Capturer {
     workspace: PathBuf,
     base: Oid,
     cache: HashMap<Vec<u8>, (StatKey, Oid)>,
+    /// The most bytes of changed files one capture reads (each file's size is checked before it
+    /// is opened): what an agent's files can make the daemon hold is bounded by this, whatever
+    /// they are (a 200 MB log, a 1 GiB sparse file).
+    cap: u64,
 }
 impl Capturer {
     /// Checks that `workspace` is a repository the daemon may read and `base` a full commit id.
@@ -66,7 +70,15 @@ impl Capturer {
             workspace,
             base,
             cache: HashMap::new(),
+            cap: orchestrator_store::DEFAULT_CHECKPOINT_CAP,
         })
+    }
+
+    /// The most bytes of changed files a capture reads; past it, the capture is refused with
+    /// [`CheckpointError::TooLarge`] before the file that would pass it is read.
+    pub fn with_cap(mut self, cap: u64) -> Self {
+        self.cap = cap;
+        self
     }
 
     /// Captures the workspace; `Unchanged` when its tree is `last_tree` (the patch is then not
@@ -84,6 +96,7 @@ impl Capturer {
         let root = open_root(&self.workspace)?;
         let snapshot = Snapshot::read(&repo, &base_tree, &root)?;
         let mut seen = HashSet::new();
+        let mut read_bytes: u64 = 0;
         for file in snapshot.files {
             let (oid, mode) = match file.kind {
                 Kind::Gitlink(oid) => (oid, MODE_GITLINK),
@@ -101,10 +114,18 @@ impl Capturer {
                         // is in the repository already.
                         Some(oid) if Some(oid) == base_oid => oid,
                         _ => {
-                            let Some(bytes) = read_file(&root, &file.path)? else {
+                            // Checked before the file is opened: its size as listed, and again as
+                            // read (read_file stops past the cap), against what is left.
+                            let size = u64::try_from(stat.st_size).unwrap_or(0);
+                            let left = self.cap.saturating_sub(read_bytes);
+                            if size > left {
+                                return Err(self.too_large(&file.path, size, read_bytes));
+                            }
+                            let Some(bytes) = read_file(&root, &file.path, left)? else {
                                 // Gone, or no longer a file, since the listing.
                                 continue;
                             };
+                            read_bytes += bytes.len() as u64;
                             let oid = Oid::hash_object(ObjectType::Blob, &bytes)?;
                             if Some(oid) != base_oid {
                                 repo.blob(&bytes)?;
@@ -137,6 +158,16 @@ impl Capturer {
             tree: tree_text,
             files,
         }))
+    }
+}
+impl Capturer {
+    fn too_large(&self, path: &[u8], size: u64, read_before: u64) -> CheckpointError {
+        CheckpointError::TooLarge(format!(
+            "{} is {size} bytes, and a checkpoint reads at most {} bytes of changed files \
+             ({read_before} read before it)",
+            String::from_utf8_lossy(path),
+            self.cap
+        ))
     }
 }
 /// A file hashed in the same second it was last changed may change again without its metadata

@@ -114,8 +114,7 @@ pub fn restore(workspace: &Path, base: &str, patch: &[u8]) -> Result<Restored> {
                     Mode::from_bits_truncate(perm),
                 )
                 .map_err(|e| io_error(path, e))?;
-                let mut file = std::fs::File::from(fd);
-                file.write_all(blob.content())
+                write_sparse(std::fs::File::from(fd), blob.content())
                     .map_err(|e| io_error(path, e))?;
             }
         }
@@ -146,6 +145,22 @@ pub fn restore(workspace: &Path, base: &str, patch: &[u8]) -> Result<Restored> {
         tree: target_id.to_string(),
         files: removed.len() + written.len(),
     })
+}
+/// Writes `bytes` to a new, empty file, leaving its runs of zeros (whole blocks) as holes: a file
+/// the agent made sparse stays sparse, instead of taking its whole size on the disk of every
+/// machine that restores it.
+fn write_sparse(mut file: std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    const BLOCK: usize = 4096;
+    for chunk in bytes.chunks(BLOCK) {
+        if chunk.len() == BLOCK && chunk.iter().all(|b| *b == 0) {
+            file.seek(SeekFrom::Current(BLOCK as i64))?;
+        } else {
+            file.write_all(chunk)?;
+        }
+    }
+    // A file that ends in a hole gets its length.
+    file.set_len(bytes.len() as u64)
 }
 fn path_of(file: &git2::DiffFile<'_>) -> Result<Vec<u8>> {
     file.path_bytes()

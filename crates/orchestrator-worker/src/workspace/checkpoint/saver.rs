@@ -52,10 +52,12 @@ impl Saver {
         let capturer = {
             let workspace = workspace.to_owned();
             let base = base.clone();
-            tokio::task::spawn_blocking(move || Capturer::new(&workspace, &base))
-                .await
-                .map_err(|e| CheckpointError::Interrupted(e.to_string()))
-                .and_then(|r| r)
+            tokio::task::spawn_blocking(move || {
+                Capturer::new(&workspace, &base).map(|c| c.with_cap(cap))
+            })
+            .await
+            .map_err(|e| CheckpointError::Interrupted(e.to_string()))
+            .and_then(|r| r)
         };
         Ok(Some(Saver {
             refused: false,
