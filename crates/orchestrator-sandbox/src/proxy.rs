@@ -21,7 +21,7 @@ mod guard;
 mod http;
 mod socks;
 
-pub use guard::{HostList, forbidden};
+pub use guard::{HostList, LOCAL_REFRESH, forbidden, local_addresses};
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -185,14 +185,67 @@ pub(crate) fn permitted(
 /// Why a jailed process must not connect to `ip` on its own: `Some("a loopback address")`, or
 /// `None` for an address on the public internet. IPv4 addresses carried in IPv6 ones (mapped,
 /// compatible, NAT64, 6to4) are judged as the IPv4 address they reach.
+///
+/// Every address of this machine's own interfaces is refused too, whatever its range (a public
+/// address on `eth0`, a documentation range a test network uses): a service bound to 0.0.0.0 (the
+/// daemon's own listener, a database) answers on it. The list is read again when it is older
+/// than [`LOCAL_REFRESH`], so an address added while the daemon runs is refused within seconds.
 pub fn forbidden(ip: IpAddr) -> Option<&'static str> {
-    match ip {
+    let own = match ip {
         IpAddr::V4(v4) => forbidden_v4(v4),
         IpAddr::V6(v6) => match embedded_v4(v6) {
             Some(v4) => forbidden_v4(v4),
             None => forbidden_v6(v6),
         },
+    };
+    own.or_else(|| {
+        let v4 = match ip {
+            IpAddr::V6(v6) => embedded_v4(v6).map(IpAddr::V4),
+            IpAddr::V4(_) => None,
+        };
+        let locals = local_addresses();
+        (locals.contains(&ip) || v4.is_some_and(|v4| locals.contains(&v4)))
+            .then_some("an address of this machine")
+    })
+}
+
+/// How long the list of this machine's addresses is used before it is read again.
+pub const LOCAL_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The addresses of this machine's interfaces, read at most every [`LOCAL_REFRESH`]. When they
+/// cannot be read, the last list read is kept (empty before the first).
+pub fn local_addresses() -> std::sync::Arc<std::collections::HashSet<IpAddr>> {
+    use std::sync::{Arc, Mutex};
+    type Cached = Option<(std::time::Instant, Arc<std::collections::HashSet<IpAddr>>)>;
+    static CACHE: Mutex<Cached> = Mutex::new(None);
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((read, list)) = cache.as_ref()
+        && read.elapsed() < LOCAL_REFRESH
+    {
+        return list.clone();
     }
+    let list = match nix::ifaddrs::getifaddrs() {
+        Ok(interfaces) => Arc::new(
+            interfaces
+                .filter_map(|i| i.address)
+                .filter_map(|a| {
+                    if let Some(v4) = a.as_sockaddr_in() {
+                        Some(IpAddr::V4(v4.ip()))
+                    } else {
+                        a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+                    }
+                })
+                .collect(),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list this machine's addresses; keeping the last list");
+            cache.as_ref().map(|(_, l)| l.clone()).unwrap_or_default()
+        }
+    };
+    *cache = Some((std::time::Instant::now(), list.clone()));
+    list
 }
 
 fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
@@ -211,6 +264,13 @@ fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
         "a carrier-grade NAT (100.64.0.0/10) address"
     } else if a == 192 && b == 0 && c == 0 {
         "an IETF protocol (192.0.0.0/24) address"
+    } else if (a, b, c) == (192, 0, 2) || (a, b, c) == (198, 51, 100) || (a, b, c) == (203, 0, 113)
+    {
+        "a documentation (TEST-NET) address"
+    } else if a == 198 && (b == 18 || b == 19) {
+        "a benchmarking (198.18.0.0/15) address"
+    } else if (a, b, c) == (192, 88, 99) {
+        "a 6to4 relay anycast (192.88.99.0/24) address"
     } else if ip.is_multicast() {
         "a multicast address"
     } else if a >= 240 {
@@ -234,6 +294,12 @@ fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
         "a site-local address"
     } else if first & 0xff00 == 0xff00 {
         "a multicast address"
+    } else if first == 0x2001 && ip.segments()[1] == 0x0db8 || first & 0xfff0 == 0x3ff0 {
+        "a documentation address"
+    } else if ip.segments()[..4] == [0x0100, 0, 0, 0] {
+        "a discard-only (100::/64) address"
+    } else if first == 0x2001 && ip.segments()[1] < 0x0200 {
+        "an IETF protocol (2001::/23) address"
     } else {
         return None;
     })
@@ -263,6 +329,24 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every address of this machine's interfaces is refused, whatever its range (on the
+    /// machines this is developed on, eth0 holds 192.0.2.2, which only the documentation range
+    /// would catch otherwise), the IPv4 ones also as IPv4-mapped IPv6.
+    #[test]
+    fn every_address_of_this_machine_is_refused() {
+        let locals = local_addresses();
+        assert!(!locals.is_empty(), "no interface address was read");
+        for ip in locals.iter() {
+            assert!(forbidden(*ip).is_some(), "{ip} is this machine's own");
+            if let IpAddr::V4(v4) = ip {
+                assert!(
+                    forbidden(IpAddr::V6(v4.to_ipv6_mapped())).is_some(),
+                    "{ip} mapped"
+                );
+            }
+        }
+    }
 
     #[test]
     fn address_table() {
@@ -308,6 +392,19 @@ mod tests {
             ("2002:7f00:1::", Some("loopback")),
             ("2002:c0a8:101::1", Some("private")),
             ("2002:808:808::1", None),
+            ("192.0.2.2", Some("documentation")),
+            ("198.51.100.7", Some("documentation")),
+            ("203.0.113.1", Some("documentation")),
+            ("198.18.0.1", Some("benchmarking")),
+            ("198.19.255.255", Some("benchmarking")),
+            ("198.20.0.1", None),
+            ("192.88.99.1", Some("6to4 relay")),
+            ("2001:db8::1", Some("documentation")),
+            ("3fff::1", Some("documentation")),
+            ("100::1", Some("discard")),
+            ("2001::1", Some("IETF")),
+            ("2001:4860:4860::8888", None),
+            ("::ffff:198.18.0.1", Some("benchmarking")),
         ];
         for (ip, want) in cases {
             let got = forbidden(ip.parse().unwrap());

@@ -486,4 +486,20 @@ mod tests {
         p.network_hosts = vec!["169.254.169.254".into()];
         assert!(check_url("http://169.254.169.254/", &p).unwrap().listed);
     }
+
+    /// This machine's own interface addresses are refused like loopback, whatever their range: a
+    /// service bound to 0.0.0.0 answers on each of them.
+    #[test]
+    fn this_machines_own_addresses_are_refused() {
+        let p = Policy::allow_all();
+        let locals = orchestrator_sandbox::proxy::local_addresses();
+        assert!(!locals.is_empty());
+        for ip in locals.iter() {
+            let url = match ip {
+                IpAddr::V4(v4) => format!("http://{v4}:8080/"),
+                IpAddr::V6(v6) => format!("http://[{v6}]:8080/"),
+            };
+            assert!(check_url(&url, &p).is_err(), "{url} passed");
+        }
+    }
 }
