@@ -486,3 +486,38 @@ root_markers = ["build.zig"]
             .all(|c| !c["name"].as_str().unwrap().starts_with("github.repo "))
     );
 }
+
+/// A password in a model server's URL is never printed: not in the server check, not in an
+/// HTTP error that names the URL, not in the other model checks, whether the server answers or
+/// not.
+#[test]
+fn a_password_in_the_model_url_is_never_printed() {
+    let model = ScriptedModel::start_blocking(calls_the_tool);
+    model.list_models(&["scripted-coder"]);
+    let env = Env::sqlite();
+    let reachable = model
+        .base_url()
+        .replacen("http://", "http://me:s3cret-pw@", 1);
+    let unreachable = "http://me:s3cret-pw@127.0.0.1:9/v1".to_owned();
+    for url in [reachable, unreachable] {
+        let (out, checks) = doctor(
+            &env,
+            &["--model", "scripted-coder", "--base-url", &url],
+            &[],
+        );
+        let said = format!(
+            "{}{}{checks:?}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!said.contains("s3cret-pw"), "{said}");
+        let server = check(&checks, "model.server");
+        assert!(
+            server["detail"]
+                .as_str()
+                .unwrap()
+                .contains("me:***@127.0.0.1"),
+            "{server}"
+        );
+    }
+}

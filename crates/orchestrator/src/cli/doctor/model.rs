@@ -117,6 +117,9 @@ fn probe_spec(spec: &ModelSpec) -> ModelSpec {
 async fn list_models(spec: &ModelSpec, key: Option<&str>, key_said: &str) -> Check {
     let name = "model.server";
     let url = format!("{}/models", spec.base_url);
+    // A password in the URL (`https://user:secret@host/v1`) is never printed: not in the checks,
+    // not in an HTTP error, which would otherwise name the whole URL.
+    let shown = orchestrator_store::redact_url(&spec.base_url);
     let http = match reqwest::Client::builder().timeout(HTTP_TIMEOUT).build() {
         Ok(http) => http,
         Err(e) => return Check::fail(name, format!("no HTTP client: {e}"), ""),
@@ -131,11 +134,11 @@ async fn list_models(spec: &ModelSpec, key: Option<&str>, key_said: &str) -> Che
             let why = if e.is_timeout() {
                 format!("no answer within {}s", HTTP_TIMEOUT.as_secs())
             } else {
-                error_chain(&e)
+                error_chain(&e.without_url())
             };
             return Check::fail(
                 name,
-                format!("cannot reach {}: {why}", spec.base_url),
+                format!("cannot reach {shown}: {why}"),
                 "start the model server, or set base_url in [model] to where it listens",
             );
         }
@@ -148,10 +151,7 @@ async fn list_models(spec: &ModelSpec, key: Option<&str>, key_said: &str) -> Che
         };
         return Check::fail(
             name,
-            format!(
-                "{} refused the request ({status}; {key_said})",
-                spec.base_url
-            ),
+            format!("{} refused the request ({status}; {key_said})", shown),
             fix,
         );
     }
@@ -161,7 +161,7 @@ async fn list_models(spec: &ModelSpec, key: Option<&str>, key_said: &str) -> Che
             format!(
                 "{} answers ({key_said}) but lists no models ({status} to GET /models), so \
                  whether it serves {} is not known",
-                spec.base_url, spec.model
+                shown, spec.model
             ),
             "check the model's name with the server's own tools",
         );
@@ -184,24 +184,24 @@ async fn list_models(spec: &ModelSpec, key: Option<&str>, key_said: &str) -> Che
             name,
             format!(
                 "{} answers ({key_said}) and lists {} among {} model{}",
-                spec.base_url,
+                shown,
                 spec.model,
                 ids.len(),
                 if ids.len() == 1 { "" } else { "s" }
             ),
         )
     } else {
-        let shown: Vec<&str> = ids.iter().take(8).map(String::as_str).collect();
+        let listed: Vec<&str> = ids.iter().take(8).map(String::as_str).collect();
         Check::warn(
             name,
             format!(
                 "{} answers ({key_said}) but does not list {}; it lists {}",
-                spec.base_url,
+                shown,
                 spec.model,
-                if shown.is_empty() {
+                if listed.is_empty() {
                     "none".to_owned()
                 } else {
-                    shown.join(", ")
+                    listed.join(", ")
                 }
             ),
             match ids.first() {
