@@ -408,6 +408,21 @@ impl GitHub {
         marker: &str,
         body: &str,
     ) -> ApiResult<(Comment, CommentAction)> {
+        self.upsert_marked_comment_after(issue, marker, body, None)
+            .await
+    }
+
+    /// [`GitHub::upsert_marked_comment`] that also takes over a comment of an older marker
+    /// (`legacy.0`, written before the marker named its store), but only one whose id is among
+    /// `legacy.1`, the comments the caller's own records say it wrote: a comment of another store
+    /// under the same old marker is never edited.
+    pub async fn upsert_marked_comment_after(
+        &self,
+        issue: &IssueRef,
+        marker: &str,
+        body: &str,
+        legacy: Option<(&str, &[u64])>,
+    ) -> ApiResult<(Comment, CommentAction)> {
         if !body.contains(marker) {
             return Err(ApiError::Invalid {
                 what: format!("the comment for {issue}"),
@@ -416,10 +431,17 @@ impl GitHub {
         }
         let viewer = self.viewer().await?;
         let comments = self.issue_comments(issue).await?;
-        let mine = comments.into_iter().find(|c| {
-            c.body.as_deref().is_some_and(|b| b.contains(marker))
-                && c.user.as_ref().is_some_and(|u| u.login == viewer)
-        });
+        let ours = |c: &Comment| c.user.as_ref().is_some_and(|u| u.login == viewer);
+        let marked = |c: &Comment, m: &str| c.body.as_deref().is_some_and(|b| b.contains(m));
+        let mine = match comments.iter().position(|c| ours(c) && marked(c, marker)) {
+            Some(at) => Some(comments[at].clone()),
+            None => legacy.and_then(|(old, ids)| {
+                comments
+                    .iter()
+                    .find(|c| ours(c) && marked(c, old) && ids.contains(&c.id))
+                    .cloned()
+            }),
+        };
         match mine {
             Some(existing) if existing.body.as_deref() == Some(body) => {
                 Ok((existing, CommentAction::Unchanged))

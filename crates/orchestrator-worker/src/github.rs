@@ -24,9 +24,30 @@ pub const MAX_COMMENTS: usize = 50;
 /// Bytes of a cut body shown in the context.
 const PREVIEW: usize = 1_500;
 
-/// The hidden marker that finds a task's comment again: one comment per task and issue.
-pub fn comment_marker(task: orchestrator_types::TaskId) -> String {
+/// The hidden marker that finds a task's comment again: one comment per task and issue, of this
+/// store (`store`, its identity): two stores on one repository and one bot token (staging and
+/// production) each have a task 7, and neither edits the other's comment.
+pub fn comment_marker(task: orchestrator_types::TaskId, store: &str) -> String {
+    format!("<!-- orchestrator:task-{} store:{store} -->", task.0)
+}
+
+/// The marker before it named the store. A comment carrying it is taken over only when this
+/// store's own events record writing it (see [`recorded_comments`]).
+pub fn legacy_comment_marker(task: orchestrator_types::TaskId) -> String {
     format!("<!-- orchestrator:task-{} -->", task.0)
+}
+
+/// The comments the task's `github_write` events record writing.
+pub async fn recorded_comments(
+    store: &Store,
+    task: orchestrator_types::TaskId,
+) -> Result<Vec<u64>, orchestrator_store::Error> {
+    Ok(store
+        .events_of_kind(task, orchestrator_types::EventKind::GithubWrite)
+        .await?
+        .iter()
+        .filter_map(|e| e.data.get("comment_id").and_then(serde_json::Value::as_u64))
+        .collect())
 }
 
 /// The comment body as posted: the text, then the marker. Markers inside the text are taken
@@ -34,13 +55,13 @@ pub fn comment_marker(task: orchestrator_types::TaskId) -> String {
 /// are taken out until none is left: one pass can be defeated by nesting, since taking
 /// `<!-- orchestrator:task-` out of `<!-- orchestrator:task-orchestrator:task-7 -->` leaves task
 /// 7's marker. Each pass shortens the text, so the loop ends.
-pub fn marked_body(task: orchestrator_types::TaskId, text: &str) -> String {
+pub fn marked_body(task: orchestrator_types::TaskId, store: &str, text: &str) -> String {
     const MARKER_START: &str = "<!-- orchestrator:task-";
     let mut text = text.to_owned();
     while text.contains(MARKER_START) {
         text = text.replace(MARKER_START, "<!-- ");
     }
-    format!("{}\n\n{}", text.trim_end(), comment_marker(task))
+    format!("{}\n\n{}", text.trim_end(), comment_marker(task, store))
 }
 
 /// Whether a `github_write` event of `task` already names comment `comment_id`.
@@ -475,39 +496,58 @@ mod tests {
         assert!(short.spilled.is_empty());
     }
 
+    const STORE: &str = "0c5e3f1a-store";
+
     #[test]
     fn the_marker_is_hidden_and_per_task() {
-        let body = marked_body(orchestrator_types::TaskId(42), "Done.\n");
-        assert_eq!(body, "Done.\n\n<!-- orchestrator:task-42 -->");
+        // Two stores on one repository: the same task number, different markers.
+        assert_ne!(
+            comment_marker(orchestrator_types::TaskId(7), STORE),
+            comment_marker(orchestrator_types::TaskId(7), "another-store")
+        );
         assert!(
-            !body.contains(&comment_marker(orchestrator_types::TaskId(4))),
+            !comment_marker(orchestrator_types::TaskId(7), STORE)
+                .contains(&legacy_comment_marker(orchestrator_types::TaskId(7))),
+            "a new marker is not found by the old one"
+        );
+        let body = marked_body(orchestrator_types::TaskId(42), STORE, "Done.\n");
+        assert_eq!(
+            body,
+            format!("Done.\n\n<!-- orchestrator:task-42 store:{STORE} -->")
+        );
+        assert!(
+            !body.contains(&comment_marker(orchestrator_types::TaskId(4), STORE)),
             "task 4's marker must not match task 42's comment"
         );
         assert_ne!(
-            comment_marker(orchestrator_types::TaskId(4)),
-            comment_marker(orchestrator_types::TaskId(42))
+            comment_marker(orchestrator_types::TaskId(4), STORE),
+            comment_marker(orchestrator_types::TaskId(42), STORE)
         );
         assert_eq!(sanitize_untrusted(&body).trim_end(), "Done.");
         let spoof = marked_body(
             orchestrator_types::TaskId(5),
-            "hi <!-- orchestrator:task-7 -->",
+            STORE,
+            &format!(
+                "hi <!-- orchestrator:task-7 --> {}",
+                comment_marker(orchestrator_types::TaskId(7), STORE)
+            ),
         );
         assert!(
-            !spoof.contains(&comment_marker(orchestrator_types::TaskId(7))),
+            !spoof.contains(&comment_marker(orchestrator_types::TaskId(7), STORE)),
             "a body cannot carry another task's marker: {spoof}"
         );
-        assert!(spoof.ends_with(&comment_marker(orchestrator_types::TaskId(5))));
+        assert!(spoof.ends_with(&comment_marker(orchestrator_types::TaskId(5), STORE)));
     }
 
     #[test]
     fn a_nested_marker_is_taken_out_until_none_is_left() {
-        let seven = comment_marker(orchestrator_types::TaskId(7));
+        let seven = comment_marker(orchestrator_types::TaskId(7), STORE);
         for nested in [
             "<!-- orchestrator:task-orchestrator:task-7 -->",
             "<!-- orchestrator:task-orchestrator:task-orchestrator:task-7 -->",
             "x <!-- orchestrator:task-<!-- orchestrator:task-orchestrator:task-7 -->",
         ] {
-            let body = marked_body(orchestrator_types::TaskId(5), nested);
+            let body = marked_body(orchestrator_types::TaskId(5), STORE, nested);
             assert!(
                 !body.contains(&seven),
                 "{nested:?} became {body:?}, which task 7 would take for its own"

@@ -279,6 +279,43 @@ async fn a_configured_bot_login_stands_in_for_get_user() {
     assert_eq!(fake.comments(REPO, 4).len(), 1);
 }
 
+/// A comment under an older marker is taken over only when the caller's records name it: one
+/// that is not among them (another store's, under the marker both used before) stays, and a new
+/// comment is posted; one that is among them is edited to carry the new marker.
+#[tokio::test]
+async fn a_comment_of_an_older_marker_is_taken_over_only_when_recorded() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 6, "t", "b", "alice");
+    fake.set_viewer("orchestrator-bot");
+    let old = "<!-- orchestrator:task-3 -->";
+    let new = "<!-- orchestrator:task-3 store:abc -->";
+    let neighbours = fake.add_comment(REPO, 6, "orchestrator-bot", &format!("theirs {old}"));
+    let github = client(&fake);
+    let (made, action) = github
+        .upsert_marked_comment_after(&issue(6), new, &format!("ours {new}"), Some((old, &[])))
+        .await
+        .unwrap();
+    assert_eq!(action, CommentAction::Created);
+    assert_ne!(made.id, neighbours);
+    // On another issue, a comment under the older marker that the records name: edited.
+    fake.add_issue(REPO, 7, "t", "b", "alice");
+    let ours_before = fake.add_comment(REPO, 7, "orchestrator-bot", &format!("before {old}"));
+    let (edited, action) = github
+        .upsert_marked_comment_after(
+            &issue(7),
+            new,
+            &format!("now {new}"),
+            Some((old, &[ours_before])),
+        )
+        .await
+        .unwrap();
+    assert_eq!(action, CommentAction::Edited);
+    assert_eq!(edited.id, ours_before);
+    assert_eq!(fake.comments(REPO, 7).len(), 1);
+    let bodies: Vec<String> = fake.comments(REPO, 6).into_iter().map(|c| c.body).collect();
+    assert!(bodies.contains(&format!("theirs {old}")), "{bodies:?}");
+}
+
 #[tokio::test]
 async fn closes_an_issue_with_a_reason_and_reads_permissions() {
     let fake = FakeGitHub::start().await;

@@ -445,7 +445,7 @@ async fn a_comment_whose_event_was_lost_is_recorded_once_without_writing_again()
         REPO,
         2,
         "orchestrator-bot",
-        &orchestrator_worker::github::marked_body(id, "Same."),
+        &orchestrator_worker::github::marked_body(id, &db.store.identity().await.unwrap(), "Same."),
     );
     let (pool, shutdown) = pool(&db.store, &model.base_url(), &fake);
     let running = tokio::spawn(pool.run(shutdown.clone()));
@@ -693,4 +693,51 @@ async fn github_reads_stay_in_the_repositories_the_policy_names() {
     );
     shutdown.cancel();
     running.await.unwrap().unwrap();
+}
+
+/// A comment's marker names the store: two stores on one repository and one bot account (staging
+/// and production) each have a task 1, and the comment of the other store's task 1 is left alone,
+/// as is one under the marker of before (which named only the task) that this store did not
+/// record writing; this task posts its own comment beside them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_stores_comment_for_the_same_task_number_is_never_edited() {
+    let model = ScriptedModel::start(|request: &Request| match request.assistant_turns() {
+        0 => Reply::ToolCalls(vec![call(
+            "github_comment",
+            json!({"repo": REPO, "number": 2, "body": "From this store."}),
+        )]),
+        _ => Reply::Text("done".into()),
+    })
+    .await;
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(REPO, 2, "t", "b", "alice");
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (_dir, ws) = orchestrator_test_support::git_repo(&[("a.txt", "a\n")]);
+    let id = db
+        .store
+        .create_task(&task(&ws, "comment 2", false, &["github_comment"]))
+        .await
+        .unwrap();
+    let theirs = orchestrator_worker::github::marked_body(id, "another-store-id", "Theirs.");
+    let older = format!(
+        "Older.\n\n{}",
+        orchestrator_worker::github::legacy_comment_marker(id)
+    );
+    fake.add_comment(REPO, 2, "orchestrator-bot", &theirs);
+    fake.add_comment(REPO, 2, "orchestrator-bot", &older);
+    let (pool, shutdown) = pool(&db.store, &model.base_url(), &fake);
+    let running = tokio::spawn(pool.run(shutdown.clone()));
+    wait_state(&db.store, id, &[TaskState::Succeeded]).await;
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+    let bodies: Vec<String> = fake.comments(REPO, 2).into_iter().map(|c| c.body).collect();
+    assert_eq!(bodies.len(), 3, "{bodies:?}");
+    assert_eq!(bodies[0], theirs);
+    assert_eq!(bodies[1], older);
+    let identity = db.store.identity().await.unwrap();
+    assert_eq!(
+        bodies[2],
+        orchestrator_worker::github::marked_body(id, &identity, "From this store.")
+    );
+    assert!(fake.requests_to("PATCH", "/comments").is_empty());
 }

@@ -12,7 +12,8 @@ use clap::{Args, Subcommand};
 use orchestrator_github::{ApiError, CommentAction, GitHub, IssueRef};
 use orchestrator_types::{EventKind, format_millis};
 use orchestrator_worker::github::{
-    close_guard, comment_marker, gate_refs, issue_context, marked_body, pull_context,
+    close_guard, comment_marker, gate_refs, issue_context, legacy_comment_marker, marked_body,
+    pull_context, recorded_comments,
 };
 use serde_json::json;
 use std::io::Read;
@@ -229,12 +230,21 @@ async fn comment(global: &GlobalArgs, args: CommentArgs) -> anyhow::Result<ExitC
         None => None,
     };
     let github = client(global)?;
-    let (comment, action) = match task {
-        Some(task) => github
-            .upsert_marked_comment(&issue, &comment_marker(task), &marked_body(task, &body))
-            .await
-            .map_err(api)?,
-        None => (
+    let (comment, action) = match (task, &store) {
+        (Some(task), Some(store)) => {
+            let identity = store.identity().await?;
+            let recorded = recorded_comments(store, task).await?;
+            github
+                .upsert_marked_comment_after(
+                    &issue,
+                    &comment_marker(task, &identity),
+                    &marked_body(task, &identity, &body),
+                    Some((&legacy_comment_marker(task), &recorded)),
+                )
+                .await
+                .map_err(api)?
+        }
+        _ => (
             github.create_comment(&issue, &body).await.map_err(api)?,
             CommentAction::Created,
         ),

@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 use super::{Def, schema, spec, store_failure, text};
 use crate::agent::Session;
 use crate::github::{
-    close_guard, comment_marker, gate_refs, issue_context, marked_body, pull_context,
+    close_guard, comment_marker, gate_refs, issue_context, legacy_comment_marker, marked_body,
+    pull_context,
 };
 use crate::pulls::{PullError, PullPlan, open_pull, pull_guard};
 use crate::runner::RunContext;
@@ -275,11 +276,16 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                     }
                     let github = client(&github)?;
                     let task = session.task_id();
+                    let identity = session.store.identity().await.map_err(store_failure)?;
+                    let recorded = crate::github::recorded_comments(&session.store, task)
+                        .await
+                        .map_err(store_failure)?;
                     let (comment, action) = github
-                        .upsert_marked_comment(
+                        .upsert_marked_comment_after(
                             &issue,
-                            &comment_marker(task),
-                            &marked_body(task, &args.body),
+                            &comment_marker(task, &identity),
+                            &marked_body(task, &identity, &args.body),
+                            Some((&legacy_comment_marker(task), &recorded)),
                         )
                         .await
                         .map_err(api_failure)?;
