@@ -244,11 +244,32 @@ async fn record_slot(
         SlotDecision::Fire { .. } => (SlotStatus::Fired, None),
         SlotDecision::Skip { reason } => (SlotStatus::Skipped, Some(reason.clone())),
     };
+    // A scheduled slot fires only for an automation that is active as this transaction sees it
+    // under the automation row's lock: a pause that commits while the scheduler's pass planned
+    // the slot either committed before the lock (then the slot is skipped, as paused) or waits
+    // for this transaction (then the slot fired before the pause, in that order). The planner's
+    // read of the status is older than both. A manual run is a person's (or an agent's) explicit
+    // ask, paused or not.
+    let scheduled = plan.kind != SlotKind::Manual;
+    let mut paused = None;
     if let SlotDecision::Fire { overlap, .. } = &plan.decision
-        && *overlap != Overlap::Allow
+        && (*overlap != Overlap::Allow || scheduled)
     {
-        lock_automation(tx, plan.automation_id).await?;
+        let status = lock_automation(tx, plan.automation_id).await?;
+        if scheduled && status.is_some_and(|s| s != AutomationStatus::Active) {
+            paused = status;
+        }
     }
+    let (status, reason) = match paused {
+        Some(now_status) => (
+            SlotStatus::Skipped,
+            Some(format!(
+                "the automation was {} while this slot was being fired",
+                now_status.as_str()
+            )),
+        ),
+        None => (status, reason),
+    };
     let insert = Query::insert()
         .into_table(AutomationSlots::Table)
         .columns([
@@ -286,6 +307,11 @@ async fn record_slot(
             reason: reason.unwrap_or_default(),
         });
     };
+    if paused.is_some() {
+        return Ok(SlotResult::Skipped {
+            reason: reason.unwrap_or_default(),
+        });
+    }
     // `allow` never looks (an automation that allows overlap may have thousands of runs going);
     // `cancel_previous` needs every one; the others only need to know and to name a few.
     let running = match overlap {

@@ -86,6 +86,7 @@ conformance!(
     a_store_has_one_identity_for_life,
     automations_crud_and_unique_names,
     an_agents_automation_writes_are_fenced_by_its_lease,
+    a_pause_that_commits_after_the_plan_stops_its_scheduled_slot,
     a_slot_is_recorded_once_with_its_tasks,
     concurrent_slots_keep_the_skip_policy,
     cancel_is_not_lost_in_a_requeue,

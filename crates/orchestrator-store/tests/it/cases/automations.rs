@@ -333,3 +333,72 @@ pub async fn an_agents_automation_writes_are_fenced_by_its_lease(db: &TestStore)
         .await
         .unwrap();
 }
+
+/// A pause that commits after a scheduler planned a slot (it read the automation as active) and
+/// before it records it: the slot is recorded as skipped, with the reason, and no task is made;
+/// a manual run of the paused automation still fires (a person asked for it).
+pub async fn a_pause_that_commits_after_the_plan_stops_its_scheduled_slot(db: &TestStore) {
+    use orchestrator_store::{NextFire, SOURCE_CLI, SlotDecision, SlotPlan, SlotResult};
+    use orchestrator_types::{AutomationStatus, Overlap, SlotKind, SlotStatus};
+    let store = db.store.clone();
+    let spec = automation_spec("paused-mid-pass");
+    let next = NextFire {
+        slot_at: Some(10_000),
+        fire_at: Some(10_000),
+    };
+    let a = store
+        .create_automation(&spec, SOURCE_CLI, None, next)
+        .await
+        .unwrap();
+    let plan = |slot_at: i64, kind: SlotKind, overlap: Overlap| SlotPlan {
+        automation_id: a.id,
+        slot_at,
+        kind,
+        decision: SlotDecision::Fire {
+            overlap,
+            tasks: vec![spec.task_for("/tmp", "x", None)],
+        },
+    };
+    // Planned while active; the pause commits before the plan is recorded.
+    store
+        .set_automation_status("paused-mid-pass", AutomationStatus::Paused, next, None)
+        .await
+        .unwrap();
+    for (slot_at, overlap) in [(20_000, Overlap::Allow), (30_000, Overlap::Skip)] {
+        let results = store
+            .fire_slots(
+                &[plan(slot_at, SlotKind::Scheduled, overlap)],
+                &[],
+                "s1",
+                now_millis(),
+            )
+            .await
+            .unwrap();
+        match &results[0] {
+            SlotResult::Skipped { reason } => assert!(reason.contains("paused"), "{reason}"),
+            other => panic!("a paused automation's slot fired: {other:?}"),
+        }
+    }
+    let slots = store.slots(a.id, 10).await.unwrap();
+    assert!(
+        slots.iter().all(|s| s.status == SlotStatus::Skipped),
+        "{slots:?}"
+    );
+    assert!(
+        store
+            .list_tasks(&TaskFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let manual = store
+        .fire_slots(
+            &[plan(40_000, SlotKind::Manual, Overlap::Allow)],
+            &[],
+            "s1",
+            now_millis(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(manual[0], SlotResult::Fired { .. }), "{manual:?}");
+}
