@@ -41,6 +41,10 @@ pub(crate) struct Plan<'a> {
     /// records of clones): hidden, but passable to the jail's own workspace below them, so a jail
     /// sees its own workspace and no other task's.
     pub task_dirs: &'a [PathBuf],
+    /// The directory of every jail's private temporary directory and proxy sockets: hidden (this
+    /// jail's own are bound at /tmp and at the proxy's place before it is covered). Not covered
+    /// when it lies under /tmp, which the jail's own /tmp already replaces.
+    pub jails: Option<&'a Path>,
     /// The home directory to hide, and what of it stays readable.
     pub home: Option<&'a Path>,
     pub home_visible: &'a [PathBuf],
@@ -193,6 +197,9 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
     for dir in &task_dirs {
         ops.push((dir, Op::HideTaskDir));
     }
+    if let Some(jails) = plan.jails.filter(|j| !j.starts_with("/tmp") && j.is_dir()) {
+        ops.push((jails, Op::HideDir));
+    }
     ops.sort_by_key(|(path, op)| (path.components().count(), *op));
     for (path, op) in ops {
         let path = path.as_os_str().to_owned();
@@ -266,6 +273,7 @@ mod tests {
             writable_roots: &roots,
             hidden: &hidden,
             task_dirs: &[],
+            jails: None,
             home: None,
             home_visible: &[],
             cwd: &ws,

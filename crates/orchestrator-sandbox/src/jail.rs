@@ -111,10 +111,41 @@ enum Warmth {
 /// the next daemon can tell whose a directory was (see [`sweep_stale_tmp`]).
 const TMP_PREFIX: &str = "orchestrator-";
 
+/// The directory that holds every jail's private temporary directory and proxy sockets:
+/// `<root>/orchestrator-jails-<uid>` (0700), where `root` is the settings' `tmp_root` or the
+/// system's temporary directory. It is hidden from every jail (see [`Jail::plan_args`]): with a
+/// `TMPDIR` other than /tmp, the jails' temporary directories and proxy sockets would otherwise lie
+/// in plain sight of every other jail, which sees the host's file system read-only, and a task
+/// without the network could connect to another task's proxy and use its allowed hosts.
+pub fn jails_dir(root: Option<&Path>) -> Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let root = root.map_or_else(std::env::temp_dir, Path::to_path_buf);
+    let uid = nix::unistd::getuid().as_raw();
+    let dir = root.join(format!("orchestrator-jails-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::TempDir(e)),
+    }
+    // Someone else's directory, or a link in its place: refused, never used.
+    let meta = std::fs::symlink_metadata(&dir).map_err(Error::TempDir)?;
+    if !meta.is_dir() || meta.uid() != uid {
+        return Err(Error::TempDir(std::io::Error::other(format!(
+            "{} is not a directory of this user",
+            dir.display()
+        ))));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(Error::TempDir)?;
+    }
+    Ok(dir)
+}
+
 /// A task's private temporary directory: 0700 (only the daemon's user may enter it; tempfile's
 /// default would be 0755 less nothing, readable by every user of the machine), named after the
-/// label and this process, removed when the jail is dropped.
-fn private_tmp(label: &str) -> Result<TempDir> {
+/// label and this process, in `dir` (the jails' directory), removed when the jail is dropped.
+fn private_tmp(dir: &Path, label: &str) -> Result<TempDir> {
     use std::os::unix::fs::PermissionsExt;
     let safe: String = label
         .chars()
@@ -129,7 +160,7 @@ fn private_tmp(label: &str) -> Result<TempDir> {
     tempfile::Builder::new()
         .prefix(&format!("{TMP_PREFIX}{safe}-p{}-", std::process::id()))
         .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir()
+        .tempdir_in(dir)
         .map_err(Error::TempDir)
 }
 
@@ -168,8 +199,11 @@ impl Sandbox {
     /// The jail of an agent task (or of a session of tools run by hand): its processes get the
     /// agent environment and run in `confinement.mode`.
     pub fn agent_jail(&self, confinement: Confinement) -> Result<Jail> {
-        let tmp = private_tmp(&confinement.label)?;
         let settings = self.settings();
+        let tmp = private_tmp(
+            &jails_dir(settings.tmp_root.as_deref())?,
+            &confinement.label,
+        )?;
         let mut secrets = settings.secret_env.clone();
         secrets.extend(confinement.secrets.iter().cloned());
         let network = confinement.network.then_some(Network {
@@ -197,7 +231,7 @@ impl Sandbox {
     pub fn person_gate_jail(&self, workspace: &Path, secrets: &[String]) -> Result<Jail> {
         let settings = self.settings();
         let mode = settings.person_gates;
-        let tmp = private_tmp("gate")?;
+        let tmp = private_tmp(&jails_dir(settings.tmp_root.as_deref())?, "gate")?;
         let mut all_secrets = settings.secret_env.clone();
         all_secrets.extend(secrets.iter().cloned());
         self.jail(
@@ -234,7 +268,8 @@ impl Sandbox {
         // without a bridge the network namespace stays empty (closed, not open).
         let proxy = match &network {
             Some(net) if confined && self.net_bridge().is_some() => {
-                Some(Proxy::start(net.label, net.hosts, net.log.clone())?)
+                let dir = jails_dir(self.settings().tmp_root.as_deref())?;
+                Some(Proxy::start(&dir, net.label, net.hosts, net.log.clone())?)
             }
             _ => None,
         };
@@ -432,6 +467,7 @@ impl Jail {
             .then(|| inner.sandbox.net_bridge().and_then(|b| b.first()))
             .flatten()
             .map(|p| crate::canonical(Path::new(p)));
+        let jails = jails_dir(settings.tmp_root.as_deref()).ok();
         let plan = Plan {
             mode: inner.mode,
             proxy: inner.proxy.as_ref().map(Proxy::dir),
@@ -441,6 +477,7 @@ impl Jail {
             writable_roots: &settings.writable_roots,
             hidden: &settings.hidden,
             task_dirs: &settings.task_dirs,
+            jails: jails.as_deref(),
             home: settings.home.as_deref(),
             home_visible: &settings.home_visible,
             cwd,

@@ -32,7 +32,7 @@ mod wire;
 
 pub use env::{EnvRule, is_secret_name};
 pub use error::{Error, Result};
-pub use jail::{Confinement, Jail, sweep_stale_tmp};
+pub use jail::{Confinement, Jail, jails_dir, sweep_stale_tmp};
 pub use orchestrator_types::SandboxMode;
 pub use orphans::{GroupLedger, Reaped, TrackedGroup};
 pub use probe::Availability;
@@ -54,6 +54,10 @@ pub struct SandboxSettings {
     /// them empty but for its own workspace, so no task reads another's files, whatever the
     /// directory's place (`/srv/orchestrator-workspaces` is under no hidden path).
     pub task_dirs: Vec<PathBuf>,
+    /// Where the jails' private temporary directories and proxy sockets go (in
+    /// `orchestrator-jails-<uid>` below it, hidden from every jail): the system's temporary
+    /// directory (`TMPDIR`) when unset.
+    pub tmp_root: Option<PathBuf>,
     /// The user's home directory, hidden from confined processes except for `home_visible`:
     /// credentials live there under names no list can keep up with (`~/.pgpass`,
     /// `~/.config/git/credentials`, `~/.claude/.credentials.json`, `~/.Xauthority`), so the
@@ -173,7 +177,11 @@ impl Sandbox {
     pub fn with_ledger(&self, ledger: GroupLedger) -> Self {
         // A daemon that keeps a ledger is the one that ends what a killed one left running; the
         // private temporary directories such a daemon left behind go with it.
-        let swept = sweep_stale_tmp(&std::env::temp_dir());
+        // Where this version puts them, and where versions before put them.
+        let swept = jail::jails_dir(self.inner.settings.tmp_root.as_deref())
+            .map(|dir| sweep_stale_tmp(&dir))
+            .unwrap_or(0)
+            + sweep_stale_tmp(&std::env::temp_dir());
         if swept > 0 {
             tracing::info!(
                 swept,

@@ -71,6 +71,7 @@ fn probe_now(bwrap: Option<&Path>) -> Availability {
         writable_roots: &[],
         hidden: &[],
         task_dirs: &[],
+        jails: None,
         home: None,
         home_visible: &[],
         cwd: Path::new("/"),

@@ -229,17 +229,29 @@ pub(crate) struct Proxy {
 impl Proxy {
     /// Starts the proxy for a jail labelled `label`, allowing what `hosts` lists besides public
     /// addresses, on the tokio runtime of the caller.
-    pub(crate) fn start(label: &str, hosts: &[String], log: Option<ConnectionLog>) -> Result<Self> {
+    pub(crate) fn start(
+        jails: &Path,
+        label: &str,
+        hosts: &[String],
+        log: Option<ConnectionLog>,
+    ) -> Result<Self> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
             Error::Proxy(std::io::Error::other(format!(
                 "the network proxy needs a tokio runtime: {e}"
             )))
         })?;
         // Its own directory (0700, so no other user of the host reaches the sockets), apart from
-        // the jail's /tmp, so that the jailed process cannot replace the sockets.
+        // the jail's /tmp, so that the jailed process cannot replace the sockets; in the jails'
+        // directory, which every jail has hidden, so no other jail reaches them either. Named
+        // with this process's id, so the next daemon removes what a killed one left.
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::Builder::new()
-            .prefix(&format!("orchestrator-{label}-net-"))
-            .tempdir()
+            .prefix(&format!(
+                "orchestrator-{label}-net-p{}-",
+                std::process::id()
+            ))
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir_in(jails)
             .map_err(Error::Proxy)?;
         let rules = Arc::new(Rules {
             hosts: HostList::new(hosts),

@@ -535,6 +535,7 @@ impl SandboxConfig {
             hidden: all_hidden,
             // The daemon's workspaces directory, added by `serve` once it knows it.
             task_dirs: Vec::new(),
+            tmp_root: None,
             home,
             home_visible,
             writable_roots: self.writable_roots.iter().map(|p| expand_home(p)).collect(),

@@ -658,3 +658,57 @@ async fn private_temporary_directories_are_private_and_removed() {
         "a link inside is not followed"
     );
 }
+
+/// With the jails' temporary directories outside /tmp (a `TMPDIR` of /var/tmp here), one jail sees
+/// neither another's private /tmp nor its proxy's sockets: their directory is hidden in every
+/// jail, and each jail still has its own /tmp. Proxy socket directories are 0700.
+#[tokio::test]
+async fn a_jail_sees_no_other_jails_temporary_files_or_proxy_wherever_they_are() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world();
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let mut settings = SandboxSettings::hiding(&w.home);
+    settings.net_bridge = Some(vec![env!("CARGO_BIN_EXE_orchestrator-net-bridge").into()]);
+    settings.tmp_root = Some(root.path().to_owned());
+    let sb = Sandbox::new(settings);
+    let a = jail(&sb, &w, SandboxMode::WorkspaceWrite, true);
+    let b = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+    let jails = orchestrator_sandbox::jails_dir(Some(root.path())).unwrap();
+    let a_tmp = a.tmp_dir().unwrap().to_owned();
+    assert!(a_tmp.starts_with(&jails), "{}", a_tmp.display());
+    let proxy = a
+        .proxy_dir()
+        .expect("a jail with the network has a proxy")
+        .to_owned();
+    assert!(proxy.starts_with(&jails), "{}", proxy.display());
+    let mode = std::fs::metadata(&proxy).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{}", proxy.display());
+    let out = sh(Way::Cold, &a, &w.workspace, "echo private > /tmp/a-secret").await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(a_tmp.join("a-secret").exists());
+    for way in WAYS {
+        let out = sh(
+            way,
+            &b,
+            &w.workspace,
+            &format!(
+                "ls -a '{jails}'; cat '{tmp}/a-secret'; ls '{proxy}'; echo mine > /tmp/b; cat /tmp/b",
+                jails = jails.display(),
+                tmp = a_tmp.display(),
+                proxy = proxy.display()
+            ),
+        )
+        .await;
+        let said = text(&out);
+        assert!(!said.contains("private"), "{way:?}: {said}");
+        assert!(
+            !said.contains("http.sock") && !said.contains("socks"),
+            "{way:?}: {said}"
+        );
+        assert!(
+            !said.lines().any(|l| l.starts_with("orchestrator-")),
+            "{way:?}: the jails' directory was listed: {said}"
+        );
+        assert!(said.contains("mine"), "{way:?}: its own /tmp works: {said}");
+    }
+}
