@@ -12,6 +12,11 @@
 //! while another thread waits for the leader and reports its exit status. When the daemon closes
 //! the connection, the group is killed: a command nobody holds does not run on.
 //!
+//! Before anything else it installs a seccomp filter that every command inherits: no command may
+//! `ptrace`, `pidfd_getfd` or `process_vm_readv`/`writev` another process, so none can take the
+//! control socket from the supervisor (or from bubblewrap's init, which holds a copy) and forge
+//! another command's output or exit status; and it makes itself undumpable.
+//!
 //! Nothing here outlives the jail: the supervisor is the process bubblewrap waits for, so when it
 //! ends (the daemon closed the control socket, or someone killed it with SIGKILL, the one signal
 //! it does not block) bubblewrap's init exits and the kernel kills every process of the jail's
@@ -38,6 +43,18 @@ use crate::wire::{
 
 /// Runs the supervisor until the daemon closes the control socket; returns the exit status.
 pub(crate) fn run(forwards: &[Forward]) -> i32 {
+    // Before any thread starts, so every thread and every command inherits it: no command of the
+    // jail may reach into another process (this one, which holds the control socket, or
+    // bubblewrap's init, which holds a copy of it) to take the socket or read its memory, and
+    // forge another command's output or exit status. Not dumpable either, for the same reason.
+    if let Err(e) = deny_reaching_into_processes() {
+        eprintln!("orchestrator supervisor: cannot confine the jail's commands: {e}");
+        return BRIDGE_FAILED;
+    }
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("orchestrator supervisor: cannot make itself undumpable: {e}");
+        return BRIDGE_FAILED;
+    }
     // A command may signal every process it can see (`kill -INT -1`, what a terminal's interrupt
     // looks like from inside): that must not end the jail under the task's other commands. So
     // the signals that would end or stop the supervisor are caught (and dropped) rather than
@@ -97,6 +114,37 @@ pub(crate) fn run(forwards: &[Forward]) -> i32 {
         let flags = byte[0];
         std::thread::spawn(move || command(flags, fds));
     }
+}
+
+/// The system calls that reach into another process: attaching to it (`ptrace`), taking one of
+/// its descriptors (`pidfd_getfd`), reading or writing its memory (`process_vm_readv`,
+/// `process_vm_writev`). A seccomp filter makes each fail with EPERM for this process and every
+/// process it starts (a debugger or `strace` in the jail fails the same way); every other call
+/// is allowed. The filter checks the architecture first: a call through another ABI (a 32-bit
+/// program on a 64-bit machine) kills the process rather than pass unchecked.
+fn deny_reaching_into_processes() -> Result<(), String> {
+    use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+    let rules = [
+        libc::SYS_ptrace,
+        libc::SYS_pidfd_getfd,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+    ]
+    .into_iter()
+    .map(|call| (call, Vec::new()))
+    .collect();
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    let program: BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+    seccompiler::apply_filter(&program).map_err(|e| e.to_string())
 }
 
 /// One command, from its request to the end of its connection.

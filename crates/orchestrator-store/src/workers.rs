@@ -71,6 +71,36 @@ pub fn unmet(requires: &[String], live: &[WorkerRow]) -> Option<String> {
         .iter()
         .filter(|w| !offers.iter().any(|offered| offered.contains(w)))
         .collect();
+    // No one offers room for a repository's workspace because every daemon that could is over
+    // its disk budget: say that, with each one's figures, rather than "no live worker with ...".
+    if missing
+        .iter()
+        .any(|w| w.as_str() == orchestrator_types::placement::REPOSITORY_WORD)
+    {
+        let full: Vec<String> = live
+            .iter()
+            .filter_map(|worker| {
+                worker.offered().iter().find_map(|w| {
+                    orchestrator_types::placement::over_budget(w)
+                        .map(|(used, limit)| (worker.hostname.clone(), used, limit))
+                })
+            })
+            .map(|(host, used, limit)| {
+                format!(
+                    "{host}: {} GiB free of {} GiB",
+                    gib(limit.saturating_sub(used)),
+                    gib(limit)
+                )
+            })
+            .collect();
+        if !full.is_empty() {
+            return Some(format!(
+                "every worker that makes repository workspaces is over its disk budget ({}); the \
+                 cleaner frees room as tasks end",
+                full.join("; ")
+            ));
+        }
+    }
     Some(if missing.is_empty() {
         format!(
             "no live worker offers all of: {}",
@@ -90,6 +120,11 @@ pub fn unmet(requires: &[String], live: &[WorkerRow]) -> Option<String> {
                 .join(", ")
         )
     })
+}
+
+/// Bytes as GiB with one decimal.
+fn gib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / f64::from(1u32 << 30))
 }
 
 /// A select of every column of [`WorkerRow`].
@@ -150,6 +185,21 @@ impl Store {
         Ok(())
     }
 
+    /// Replaces what a registered worker offers: a daemon whose offers change while it runs
+    /// (its disk budget filled or freed) says so, so a waiting task's reason is current.
+    pub async fn update_worker_offers(&self, id: &str, offers: &[String]) -> Result<()> {
+        let stmt = Query::update()
+            .table(Workers::Table)
+            .value(
+                Workers::Offers,
+                orchestrator_types::placement::encode_words(offers.iter().map(String::as_str)),
+            )
+            .and_where(Expr::col(Workers::Id).eq(id))
+            .to_owned();
+        self.pool.write(&stmt).await?;
+        Ok(())
+    }
+
     pub async fn worker_heartbeat(&self, id: &str) -> Result<()> {
         let stmt = Query::update()
             .table(Workers::Table)
@@ -199,5 +249,45 @@ impl Store {
         }
         let live = self.live_workers(now_millis()).await?;
         Ok(unmet(requires, &live))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(host: &str, offers: &[&str]) -> WorkerRow {
+        WorkerRow {
+            id: format!("{host}-1"),
+            hostname: host.to_owned(),
+            pid: 1,
+            slots: 4,
+            started_at: 0,
+            heartbeat_at: 0,
+            stopped_at: None,
+            offers: orchestrator_types::placement::encode_words(offers.iter().copied()),
+        }
+    }
+
+    /// A repository task that waits because every daemon that makes workspaces is over its disk
+    /// budget says so, with each one's figures; one that waits for a label says that.
+    #[test]
+    fn a_wait_for_room_names_the_disk_budget() {
+        use orchestrator_types::placement::over_budget_word;
+        let full = over_budget_word(21 << 30, 20 << 30);
+        let live = [
+            worker("build-1", &["host:build-1", &full]),
+            worker("build-2", &["host:build-2", "gpu"]),
+        ];
+        let why = unmet(&["repository".to_owned()], &live).unwrap();
+        assert!(
+            why.contains("over its disk budget")
+                && why.contains("build-1: 0.0 GiB free of 20.0 GiB"),
+            "{why}"
+        );
+        let why = unmet(&["linux".to_owned()], &live).unwrap();
+        assert!(why.contains("no live worker with"), "{why}");
+        let room = [worker("build-3", &["repository"])];
+        assert_eq!(unmet(&["repository".to_owned()], &room), None);
     }
 }

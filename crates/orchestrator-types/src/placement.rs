@@ -27,6 +27,24 @@ pub const SHARED_PREFIX: &str = "shared:";
 /// The word every repository task requires: a worker offers it while its daemon can make
 /// workspaces (it has a workspaces directory and is under its disk budget).
 pub const REPOSITORY_WORD: &str = "repository";
+/// The prefix of the word a worker offers beside its others while its disk budget is spent:
+/// `over-budget:<used bytes>:<limit bytes>`. No task requires it; a waiting task's reason reads it.
+pub const OVER_BUDGET_PREFIX: &str = "over-budget:";
+
+/// The word a worker over its disk budget offers (see [`OVER_BUDGET_PREFIX`]). The bytes used
+/// are rounded down to 64 MiB, so the word (and the worker's stored offers) changes only when
+/// they do by that much.
+pub fn over_budget_word(used: u64, limit: u64) -> String {
+    let used = used / (64 << 20) * (64 << 20);
+    format!("{OVER_BUDGET_PREFIX}{used}:{limit}")
+}
+
+/// The used and limit bytes of an [`over_budget_word`].
+pub fn over_budget(word: &str) -> Option<(u64, u64)> {
+    let (used, limit) = word.strip_prefix(OVER_BUDGET_PREFIX)?.split_once(':')?;
+    Some((used.parse().ok()?, limit.parse().ok()?))
+}
+
 /// The longest label a person may give.
 pub const MAX_LABEL_CHARS: usize = 64;
 

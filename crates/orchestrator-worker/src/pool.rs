@@ -86,14 +86,23 @@ impl PoolConfig {
     /// What this worker offers at this moment: its configured offers, and room for repository
     /// workspaces while it has a workspaces directory under its disk budget (a daemon over it
     /// leaves new repository tasks to others).
+    ///
+    /// A daemon over its budget offers, instead, a word that says so with its figures
+    /// ([`orchestrator_types::placement::over_budget_word`]): no task requires it, and a task
+    /// that waits for room says why.
     pub fn offers_now(&self) -> std::borrow::Cow<'_, [String]> {
-        let room = self.agent.workspaces.as_ref().is_some_and(|w| {
-            w.budget
-                .as_ref()
-                .is_none_or(|b| b.allows_new_repository_tasks())
-        });
-        if !room {
+        let Some(workspaces) = self.agent.workspaces.as_ref() else {
             return std::borrow::Cow::Borrowed(&self.offers);
+        };
+        if let Some(budget) = workspaces.budget.as_ref()
+            && !budget.allows_new_repository_tasks()
+        {
+            let mut offers = self.offers.clone();
+            offers.push(orchestrator_types::placement::over_budget_word(
+                budget.used_bytes(),
+                budget.limit_bytes().unwrap_or_default(),
+            ));
+            return std::borrow::Cow::Owned(offers);
         }
         let mut offers = self.offers.clone();
         offers.push(orchestrator_types::placement::REPOSITORY_WORD.to_owned());
@@ -226,13 +235,14 @@ impl WorkerPool {
             metrics,
         } = self;
         let hostname = hostname();
+        let mut registered = config.offers_now().to_vec();
         store
             .register_worker(
                 &config.worker_id,
                 &hostname,
                 std::process::id(),
                 config.slots as u32,
-                &config.offers_now(),
+                &registered,
             )
             .await?;
         let active: Active = Arc::default();
@@ -287,6 +297,14 @@ impl WorkerPool {
             let want = free.min(config.claim_batch);
             let asked = Instant::now();
             let offers = config.offers_now();
+            // What the store says this worker offers follows what it offers now (its disk
+            // budget fills and frees as it runs), so a waiting task's reason is current.
+            if *offers != *registered {
+                match store.update_worker_offers(&config.worker_id, &offers).await {
+                    Ok(()) => registered = offers.to_vec(),
+                    Err(e) => tracing::warn!(error = %e, "cannot record what this worker offers"),
+                }
+            }
             let claimed = match store
                 .claim_offering(
                     &config.worker_id,

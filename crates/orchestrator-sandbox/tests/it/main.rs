@@ -712,3 +712,45 @@ async fn a_jail_sees_no_other_jails_temporary_files_or_proxy_wherever_they_are()
         assert!(said.contains("mine"), "{way:?}: its own /tmp works: {said}");
     }
 }
+
+/// A warm jail's command cannot reach into the supervisor (its parent, which holds the control
+/// socket) or bubblewrap's init (pid 1, which holds a copy of it): taking a descriptor with
+/// `pidfd_getfd`, attaching with `ptrace` and reading memory with `process_vm_readv` all fail,
+/// so no command can take the socket and forge another command's output or exit status.
+#[tokio::test]
+async fn a_command_cannot_reach_into_the_supervisor_or_init() {
+    orchestrator_test_support::require(orchestrator_test_support::Program::Python3);
+    let w = world();
+    let sb = sandbox(&w);
+    let j = jail(&sb, &w, SandboxMode::WorkspaceWrite, false);
+    let probe = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for name, pid in (("supervisor", os.getppid()), ("init", 1)):
+    fd = os.pidfd_open(pid)
+    got = libc.syscall(438, fd, 0, 0)
+    print(name, "pidfd_getfd", got, ctypes.get_errno())
+    got = libc.ptrace(16, pid, 0, 0)
+    print(name, "ptrace", got, ctypes.get_errno())
+    if got == 0:
+        libc.ptrace(17, pid, 0, 0)  # attached: let it go, so the failure is an answer, not a hang
+    buf = ctypes.create_string_buffer(16)
+    local = (ctypes.c_void_p * 2)(ctypes.cast(buf, ctypes.c_void_p), 16)
+    remote = (ctypes.c_void_p * 2)(0x400000, 16)
+    got = libc.process_vm_readv(pid, local, 1, remote, 1, 0)
+    print(name, "process_vm_readv", got, ctypes.get_errno())
+"#;
+    let out = warm_output(&j, Spawn::new("python3", ["-c", probe], &w.workspace)).await;
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 6, "{said}");
+    for line in lines {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            (words[2], words[3]),
+            ("-1", "1"),
+            "refused with EPERM: {line}"
+        );
+    }
+}
