@@ -594,3 +594,52 @@ async fn a_fetch_into_the_mirror_ends_its_own_gc_before_the_lock_is_released() {
         );
     }
 }
+
+/// A daemon whose disk budget is spent while it runs says so in the store (it offered room when
+/// it started): a repository task that waits for room names the budget and the figures, rather
+/// than "no live worker with room for a repository's workspace", and a daemon with room again
+/// offers it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_over_its_disk_budget_says_so_and_a_waiting_task_names_it() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let place = tempfile::tempdir().unwrap();
+    let mut settings = (*settings(place.path())).clone();
+    std::fs::create_dir_all(&settings.dir).unwrap();
+    std::fs::write(settings.dir.join("filler"), vec![7u8; 1 << 20]).unwrap();
+    settings.budget = Some(workspace::Budget::new(
+        Some(4096),
+        vec![settings.dir.clone(), settings.mirrors.clone()],
+    ));
+    let mut config = PoolConfig::new("budget-test");
+    config.slots = 1;
+    config.poll_interval = Duration::from_millis(50);
+    config.agent.workspaces = Some(Arc::new(settings));
+    let pool = WorkerPool::new(db.store.clone(), config, Arc::new(Metrics::default())).unwrap();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(pool.run(shutdown.clone()));
+    let requires = vec![orchestrator_types::placement::REPOSITORY_WORD.to_owned()];
+    let start = std::time::Instant::now();
+    let why = loop {
+        if let Some(why) = db.store.unmet_requirements(&requires).await.unwrap()
+            && why.contains("over its disk budget")
+        {
+            break why;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the worker never said it is over its budget"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(why.contains("GiB free of"), "{why}");
+    let workers = db.store.workers(10).await.unwrap();
+    assert!(
+        workers[0]
+            .offered()
+            .iter()
+            .any(|w| w.starts_with(orchestrator_types::placement::OVER_BUDGET_PREFIX)),
+        "{workers:?}"
+    );
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}
