@@ -617,3 +617,134 @@ fn a_capture_refuses_files_past_its_cap_before_reading_them_and_a_restore_keeps_
         meta.len()
     );
 }
+
+/// A workspace made again at the base when no checkpoint of it had been saved (here every save
+/// was over a cap of one byte): the resumed model is told that its changes to files are gone,
+/// naming the calls that made them by tool and path, so its transcript ("wrote notes.txt") is
+/// not left standing over a workspace without the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_made_again_without_a_checkpoint_names_the_calls_whose_files_are_gone() {
+    let model = ScriptedModel::start(|request: &Request| {
+        let told = request
+            .last_user_text()
+            .is_some_and(|t| t.starts_with(RESUMED));
+        match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "write_file",
+                json!({"path": "notes.txt", "content": "first turn\n"}),
+            )]),
+            _ if told => Reply::Text("Told, and done.".into()),
+            _ => Reply::Hang,
+        }
+    })
+    .await;
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (_src, source) = source_repo();
+    let base = head(&source);
+    let place = tempfile::tempdir().unwrap();
+    let ws = place.path().join("task-ws");
+    git(
+        place.path(),
+        &[
+            "clone",
+            "-q",
+            source.to_str().unwrap(),
+            ws.to_str().unwrap(),
+        ],
+    );
+    let mut new = NewTask::agent("edit", "Write the notes.");
+    new.workspace = Some(ws.display().to_string());
+    let id = db.store.create_task(&new).await.unwrap();
+    prepared(&db.store, id, &ws, &base).await;
+    let (task, lease) = db
+        .store
+        .claim_task("host-a", id, 30_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let first = tokio::spawn({
+        let store = db.store.clone();
+        let mut config = config("host-a", &model.base_url());
+        config.agent.checkpoint_cap_bytes = Some(1);
+        async move {
+            run_claimed(
+                &store,
+                task,
+                lease,
+                &config,
+                Arc::new(Metrics::default()),
+                CancellationToken::new(),
+            )
+            .await
+        }
+    });
+    let started = Instant::now();
+    while model.request_count() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the turn never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.abort();
+    let _ = first.await;
+    assert_eq!(
+        db.store.checkpoint_info(id).await.unwrap(),
+        None,
+        "nothing was saved"
+    );
+
+    // Another machine: the workspace made again at the base, with nothing to restore.
+    db.store
+        .rescue_expired(orchestrator_types::now_millis() + 300_000, 10, |_| 0)
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(&ws).unwrap();
+    git(
+        place.path(),
+        &[
+            "clone",
+            "-q",
+            source.to_str().unwrap(),
+            ws.to_str().unwrap(),
+        ],
+    );
+    let (task, lease) = db
+        .store
+        .claim_task("host-b", id, 30_000)
+        .await
+        .unwrap()
+        .unwrap();
+    db.store
+        .append_event(
+            &lease,
+            EventKind::WorkspacePrepared,
+            json!({"workspace": ws.display().to_string(), "base": base, "repository": "test",
+                   "from": "recorded_base", "outcome": "cloned", "epoch": lease.epoch}),
+        )
+        .await
+        .unwrap();
+    let ended = run_claimed(
+        &db.store,
+        task,
+        lease,
+        &config("host-b", &model.base_url()),
+        Arc::new(Metrics::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ended.state, TaskState::Succeeded, "{:?}", ended.last_error);
+    let told: Vec<String> = model
+        .received()
+        .iter()
+        .filter_map(|r| r.last_user_text())
+        .filter(|t| t.starts_with(RESUMED))
+        .collect();
+    assert!(!told.is_empty(), "the model was not told");
+    assert!(
+        told[0].contains("no checkpoint") && told[0].contains("write_file `notes.txt`"),
+        "{}",
+        told[0]
+    );
+}
