@@ -119,9 +119,8 @@ const TMP_PREFIX: &str = "orchestrator-";
 /// without the network could connect to another task's proxy and use its allowed hosts.
 pub fn jails_dir(root: Option<&Path>) -> Result<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    let root = root.map_or_else(std::env::temp_dir, Path::to_path_buf);
     let uid = nix::unistd::getuid().as_raw();
-    let dir = root.join(format!("orchestrator-jails-{uid}"));
+    let dir = jails_path(root);
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -140,6 +139,16 @@ pub fn jails_dir(root: Option<&Path>) -> Result<PathBuf> {
             .map_err(Error::TempDir)?;
     }
     Ok(dir)
+}
+
+/// Where [`jails_dir`] is, without making or checking it: what a jail's mount plan hides, worked
+/// out before each command of a warm jail, so it costs no system call.
+fn jails_path(root: Option<&Path>) -> PathBuf {
+    let root = root.map_or_else(std::env::temp_dir, Path::to_path_buf);
+    root.join(format!(
+        "orchestrator-jails-{}",
+        nix::unistd::getuid().as_raw()
+    ))
 }
 
 /// A task's private temporary directory: 0700 (only the daemon's user may enter it; tempfile's
@@ -467,7 +476,7 @@ impl Jail {
             .then(|| inner.sandbox.net_bridge().and_then(|b| b.first()))
             .flatten()
             .map(|p| crate::canonical(Path::new(p)));
-        let jails = jails_dir(settings.tmp_root.as_deref()).ok();
+        let jails = jails_path(settings.tmp_root.as_deref());
         let plan = Plan {
             mode: inner.mode,
             proxy: inner.proxy.as_ref().map(Proxy::dir),
@@ -477,7 +486,7 @@ impl Jail {
             writable_roots: &settings.writable_roots,
             hidden: &settings.hidden,
             task_dirs: &settings.task_dirs,
-            jails: jails.as_deref(),
+            jails: Some(&jails),
             home: settings.home.as_deref(),
             home_visible: &settings.home_visible,
             cwd,

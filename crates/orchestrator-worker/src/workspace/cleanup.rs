@@ -178,13 +178,7 @@ impl Cleaner {
             match self.verdict(task, now).await? {
                 // Taken out of its place first, so a retry of the task claimed meanwhile never
                 // finds its workspace half removed: it makes a new one.
-                Some(true) if !partial => match discard(&path) {
-                    Ok(()) => counts.removed += 1,
-                    Err(e) => {
-                        counts.errors += 1;
-                        tracing::warn!(path = %path.display(), error = %e, "cannot remove a workspace");
-                    }
-                },
+                Some(true) if !partial => self.remove_by(discard, &path, &mut counts),
                 // A half-made clone of a task that may still run is its clone in progress.
                 Some(true) => self.remove(&path, &mut counts),
                 Some(false) if partial => self.remove(&path, &mut counts),
@@ -217,7 +211,17 @@ impl Cleaner {
     }
 
     fn remove(&self, path: &Path, counts: &mut CleanupCounts) {
-        match remove_tree(path) {
+        self.remove_by(remove_tree, path, counts);
+    }
+
+    /// Removes `path` with `remove` (deleting it in place, or taking it aside first), counting.
+    fn remove_by(
+        &self,
+        remove: fn(&Path) -> std::io::Result<()>,
+        path: &Path,
+        counts: &mut CleanupCounts,
+    ) {
+        match remove(path) {
             Ok(()) => counts.removed += 1,
             Err(e) => {
                 counts.errors += 1;

@@ -12,7 +12,7 @@
 //! - [`cleanup`]: the background service that removes the workspaces this daemon made once their
 //!   task has ended (failed ones after `keep_failed_days`).
 //! - [`checkpoint`]: the difference of a repository task's workspace from its base, saved after
-//!   each turn that changed it and restored when another machine takes the task over.
+//!   each call and turn that changed it and restored when another machine takes the task over.
 //! - [`budget`]: whether the workspaces and mirrors are within the daemon's disk budget, asked
 //!   before a repository task is claimed.
 //!

@@ -396,8 +396,9 @@ fn api_token(home: &Path) -> anyhow::Result<Arc<str>> {
             .as_deref()
             .is_some_and(|t| t.chars().count() >= MIN_TOKEN_CHARS)
     };
-    if let Some(token) = read(&path)?.filter(|t| t.chars().count() >= MIN_TOKEN_CHARS) {
-        return Ok(token.into());
+    let found = read(&path)?;
+    if usable(&found) {
+        return Ok(found.unwrap_or_default().into());
     }
     std::fs::create_dir_all(home).with_context(|| format!("cannot create {}", home.display()))?;
     let lock_path = home.join("api-token.lock");

@@ -1,5 +1,5 @@
-//! The per-turn saver: after each turn that may have changed the workspace, a capture (on a
-//! blocking thread, with a deadline) and its save in the store, fenced by the lease.
+//! The saver: after each call that may have changed the workspace and after each turn, a capture
+//! (on a blocking thread, with a deadline) and its save in the store, fenced by the lease.
 
 use super::*;
 
