@@ -1,13 +1,19 @@
 //! What checkpoints cost an agent's turns on a real repository (by default the checkout this runs
-//! in). A task's workspace is cloned at the repository's HEAD, its base; then turns edit it the way
-//! an agent does (a line changed in a tracked file, a new file, a deleted file, now and then a turn
-//! that changes nothing), and after each one the agent loop's own [`Saver`] captures the workspace
-//! and saves the checkpoint in a real SQLite store, fenced by the task's lease. A checkpoint is the
-//! whole difference from the base, so it grows with the turns. Last, the latest checkpoint is
-//! restored onto a fresh clone, as a rescuing machine does.
+//! in, or one generated with `--files N`). A task's workspace is cloned at the repository's HEAD,
+//! its base; then turns act on it the way an agent does, in a cycle of four kinds, and after each
+//! one the agent loop's own [`Saver`] captures the workspace and saves the checkpoint in a real
+//! SQLite store, fenced by the task's lease:
 //!
-//! Prints one JSON line: each turn's bytes, files and save time (capture and write), the median
-//! and p90 of the save times, and the restore's time. No assertions: a figure to read.
+//! - `reads`: only read-only calls; the loop tells the saver nothing, and nothing is read;
+//! - `one_file`: one tracked file edited by a call that may change files;
+//! - `command`: a command that changed nothing (the saver must look: a full capture);
+//! - `mixed`: a line changed, a file added or deleted now and then (the old bench's turns).
+//!
+//! A checkpoint is the whole difference from the base, so it grows with the turns. Last, the
+//! latest checkpoint is restored onto a fresh clone, as a rescuing machine does.
+//!
+//! Prints one JSON line: each turn's kind, bytes, files and time (capture and write), the median
+//! and p90 per kind, and the restore's time. No assertions: a figure to read.
 
 use anyhow::{Context, Result};
 use orchestrator_store::{Store, StoreOptions};
@@ -25,8 +31,70 @@ const CAP: u64 = 32 * 1024 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct CheckpointBenchConfig {
+    /// The repository to clone; ignored with `generate`.
     pub repository: PathBuf,
     pub turns: usize,
+    /// Generate a repository of this many files instead (100 per directory).
+    pub generate: Option<usize>,
+}
+
+/// What one turn of the bench does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TurnKind {
+    Reads,
+    OneFile,
+    Command,
+    Mixed,
+}
+
+impl TurnKind {
+    const ALL: [TurnKind; 4] = [
+        TurnKind::OneFile,
+        TurnKind::Reads,
+        TurnKind::Command,
+        TurnKind::Mixed,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            TurnKind::Reads => "reads",
+            TurnKind::OneFile => "one_file",
+            TurnKind::Command => "command",
+            TurnKind::Mixed => "mixed",
+        }
+    }
+}
+
+/// A repository of `files` small source files, 100 per directory, committed once, in `dir`.
+fn generate(dir: &Path, files: usize) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    git(dir, &["init", "-q"])?;
+    for n in 0..files {
+        let sub = dir.join(format!("src/m{:04}", n / 100));
+        if n % 100 == 0 {
+            std::fs::create_dir_all(&sub)?;
+        }
+        std::fs::write(
+            sub.join(format!("f{n}.rs")),
+            format!("// file {n}\npub fn f{n}() -> u64 {{\n    {n}\n}}\n"),
+        )?;
+    }
+    std::fs::write(dir.join(".gitignore"), "target/\n")?;
+    git(dir, &["add", "-A"])?;
+    git(
+        dir,
+        &[
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@localhost",
+            "commit",
+            "-q",
+            "-m",
+            "generated",
+        ],
+    )?;
+    Ok(())
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<String> {
@@ -69,6 +137,7 @@ fn edit(workspace: &Path, files: &[PathBuf], turn: usize) -> Result<bool> {
     }
     let file = &files[turn % files.len()];
     let path = workspace.join(file);
+    let mut changed = path.exists();
     if turn % 5 == 4 && path.exists() {
         std::fs::remove_file(&path)?;
     } else if path.exists() {
@@ -77,6 +146,7 @@ fn edit(workspace: &Path, files: &[PathBuf], turn: usize) -> Result<bool> {
         std::fs::write(&path, text)?;
     }
     if turn.is_multiple_of(3) {
+        changed = true;
         let dir = workspace.join("notes");
         std::fs::create_dir_all(&dir)?;
         let body: String = (0..100)
@@ -84,7 +154,16 @@ fn edit(workspace: &Path, files: &[PathBuf], turn: usize) -> Result<bool> {
             .collect();
         std::fs::write(dir.join(format!("turn-{turn}.md")), body)?;
     }
-    Ok(true)
+    Ok(changed)
+}
+
+/// Appends a line to one tracked file, as an edit call does.
+fn edit_one(workspace: &Path, files: &[PathBuf], turn: usize) -> Result<()> {
+    let path = workspace.join(&files[turn % files.len()]);
+    let mut text = std::fs::read_to_string(&path).unwrap_or_default();
+    text.push_str(&format!("\n// edited in turn {turn}\n"));
+    std::fs::write(&path, text)?;
+    Ok(())
 }
 
 fn figures(mut values: Vec<f64>) -> serde_json::Value {
@@ -100,12 +179,25 @@ pub async fn run(
     config: &CheckpointBenchConfig,
     mut print: impl FnMut(&str) -> Result<()>,
 ) -> Result<()> {
-    let repository = std::fs::canonicalize(&config.repository)
-        .with_context(|| format!("{} cannot be read", config.repository.display()))?;
-    let base = git(&repository, &["rev-parse", "HEAD"])?;
     let place = tempfile::tempdir().context("creating the benchmark's directory")?;
+    let repository = match config.generate {
+        Some(files) => {
+            let dir = place.path().join("generated");
+            let started = Instant::now();
+            generate(&dir, files)?;
+            eprintln!(
+                "[checkpoint] generated a repository of {files} files in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            dir
+        }
+        None => std::fs::canonicalize(&config.repository)
+            .with_context(|| format!("{} cannot be read", config.repository.display()))?,
+    };
+    let base = git(&repository, &["rev-parse", "HEAD"])?;
     let workspace = place.path().join("workspace");
     clone_at(&repository, &base, &workspace)?;
+    let tracked_files = git(&workspace, &["ls-files"])?.lines().count();
     // Text files the turns change: the largest tracked ones, as an agent's edits land in the big
     // source files more often than in the small ones.
     let mut files: Vec<(u64, PathBuf)> = git(&workspace, &["ls-files"])?
@@ -148,11 +240,28 @@ pub async fn run(
         .context("the task has no base")?;
 
     let mut turns = Vec::new();
-    let mut saves = Vec::new();
+    let mut by_kind: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     let mut last_bytes = 0;
-    for turn in 0..config.turns {
-        let changed = edit(&workspace, &files, turn)?;
+    // The first capture of an attempt reads every file (nothing is known yet): timed apart.
+    let started = Instant::now();
+    saver.after_turn(&store, &lease, 1, 0).await?;
+    let first_ms = started.elapsed().as_secs_f64() * 1000.0;
+    for turn in 1..=config.turns {
+        let kind = TurnKind::ALL[(turn - 1) % TurnKind::ALL.len()];
+        let changed = match kind {
+            TurnKind::Reads => false,
+            TurnKind::OneFile => {
+                edit_one(&workspace, &files, turn)?;
+                true
+            }
+            TurnKind::Command => false,
+            TurnKind::Mixed => edit(&workspace, &files, turn)?,
+        };
         let started = Instant::now();
+        // What the agent loop tells the saver: a call that is not read-only ran.
+        if kind != TurnKind::Reads {
+            saver.touched();
+        }
         let saved = saver.after_turn(&store, &lease, 1, turn as i64).await?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         let (bytes, files) = match &saved {
@@ -162,10 +271,11 @@ pub async fn run(
         };
         if let Some(bytes) = bytes {
             last_bytes = bytes;
-            saves.push(ms);
         }
+        by_kind.entry(kind.name()).or_default().push(ms);
         eprintln!(
-            "[checkpoint] turn {turn}: {} in {ms:.1} ms",
+            "[checkpoint] turn {turn} ({}): {} in {ms:.2} ms",
+            kind.name(),
             match (changed, bytes, files) {
                 (_, Some(bytes), Some(files)) => format!("{bytes} bytes, {files} files"),
                 _ => "unchanged, nothing saved".to_owned(),
@@ -173,12 +283,17 @@ pub async fn run(
         );
         turns.push(json!({
             "turn": turn,
+            "kind": kind.name(),
             "changed": changed,
             "bytes": bytes,
             "files": files,
             "ms": (ms * 100.0).round() / 100.0,
         }));
     }
+    let per_kind: serde_json::Map<String, serde_json::Value> = by_kind
+        .into_iter()
+        .map(|(kind, values)| (format!("{kind}_ms"), figures(values)))
+        .collect();
 
     let rescue = place.path().join("rescue");
     clone_at(&repository, &base, &rescue)?;
@@ -187,15 +302,16 @@ pub async fn run(
         .await?
         .context("no checkpoint to restore")?;
     let restore_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let tracked = files.len();
     store.close().await;
     print(
         &json!({
             "bench": "checkpoint",
-            "repository": repository,
-            "tracked_files_edited_from": tracked,
+            "repository": if config.generate.is_some() { json!("generated") } else { json!(repository) },
+            "tracked_files": tracked_files,
+            "first_capture_ms": (first_ms * 100.0).round() / 100.0,
+            "per_kind": per_kind,
+            "target_reads_ms": 5.0,
             "turns": turns,
-            "save_ms": figures(saves),
             "last_bytes": last_bytes,
             "restore_ms": (restore_ms * 100.0).round() / 100.0,
             "restored_files": restored.files,

@@ -71,11 +71,15 @@ pub enum Command {
     ///
     /// Example: `orchestrator-bench workspace --repository . --runs 5`
     Workspace(WorkspaceArgs),
-    /// Checkpoints of a task's workspace on a real repository, after each of a series of edited
-    /// turns: each turn's bytes, files and save time (capture and write to SQLite), save_ms
-    /// (median, p90), last_bytes, and restore_ms onto a fresh clone.
+    /// Checkpoints of a task's workspace on a real repository (or a generated one of --files N),
+    /// after each of a series of turns of four kinds (reads only, one file edited, a command that
+    /// changed nothing, mixed edits): each turn's bytes, files and save time (capture and write to
+    /// SQLite), per_kind (median, p90 of each kind's ms), first_capture_ms, last_bytes, and
+    /// restore_ms onto a fresh clone. A turn of reads only should take under 5 ms on any size.
     ///
     /// Example: `orchestrator-bench checkpoint --repository . --turns 20`
+    ///
+    /// Example: `orchestrator-bench checkpoint --files 100000 --turns 20`
     Checkpoint(CheckpointArgs),
 }
 
@@ -87,6 +91,9 @@ pub struct CheckpointArgs {
     /// Turns of edits, each followed by a checkpoint.
     #[arg(long, default_value_t = orchestrator_bench::checkpoint::DEFAULT_TURNS)]
     pub turns: usize,
+    /// Generate a repository of this many files (100 per directory) instead of cloning one.
+    #[arg(long, conflicts_with = "repository")]
+    pub files: Option<usize>,
 }
 
 impl CheckpointArgs {
@@ -98,6 +105,7 @@ impl CheckpointArgs {
         Ok(orchestrator_bench::checkpoint::CheckpointBenchConfig {
             repository,
             turns: self.turns.max(1),
+            generate: self.files.filter(|n| *n > 0),
         })
     }
 }

@@ -6,7 +6,10 @@
 //! (`Store::record_notices`). A crash before that commit leaves the cursor where it was, and the
 //! page is read again; notices' keys are unique, so a page read twice writes each notice once.
 //! The order of changes misses no committed change on either backend (on PostgreSQL it reads
-//! below the oldest running transaction), so no notice is lost either.
+//! below the oldest running transaction), so no notice is lost either. On PostgreSQL a pass also
+//! reads what committed above that horizon (`Store::tasks_changed_ahead`), so a transaction held
+//! open elsewhere on the server delays no notice; those rows come again once the horizon passes
+//! them, and the notices' keys keep them from being written twice.
 //!
 //! What a cursor sees is each row as it is now, at its latest change: an approval answered before
 //! the notifier looked is not told (nobody waits any more), and a failure that a person retried
@@ -15,7 +18,7 @@
 
 use crate::message::{clip, summarize_arguments};
 use orchestrator_store::{
-    Approval, ChangeCursor, NewNotice, Store, approval_kind, approval_status,
+    AheadMark, Approval, ChangeCursor, NewNotice, Store, Task, approval_kind, approval_status,
 };
 use orchestrator_types::{EventKind, NoticeKind, TaskState, describe};
 use serde_json::json;
@@ -28,12 +31,20 @@ pub(crate) const APPROVALS: &str = "approvals";
 /// (a burst of finished tasks, a daemon that was stopped) catches up this many pages a pass.
 const PAGES_PER_PASS: usize = 10;
 
+/// Where this daemon's notifier read ahead of the horizon (PostgreSQL), per table.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    tasks: AheadMark,
+    approvals: AheadMark,
+}
+
 /// Reads what changed since the cursors and writes the notices of the kinds some sink wants.
 /// Returns the notices that were new.
 pub(crate) async fn collect(
     store: &Store,
     page: u64,
     wanted: &BTreeSet<NoticeKind>,
+    ahead: &mut Ahead,
 ) -> orchestrator_store::Result<u64> {
     let mut written = 0;
     for (name, kinds) in [
@@ -67,6 +78,24 @@ pub(crate) async fn collect(
                 break;
             }
         }
+        // What committed above the horizon: told now, with the cursor where it is.
+        written += if name == TASKS {
+            let changed = store.tasks_changed_ahead(&mut ahead.tasks).await?;
+            let notices = task_notices(store, &changed, started, wanted).await?;
+            if notices.is_empty() {
+                0
+            } else {
+                store.record_notices(TASKS, after, &notices).await?
+            }
+        } else {
+            let changed = store.approvals_changed_ahead(&mut ahead.approvals).await?;
+            let notices = approval_notices(store, &changed, started, wanted).await?;
+            if notices.is_empty() {
+                0
+            } else {
+                store.record_notices(APPROVALS, after, &notices).await?
+            }
+        };
     }
     Ok(written)
 }
@@ -101,8 +130,21 @@ async fn tasks_page(
         return Ok((0, after, 0));
     };
     let last = *last;
+    let notices = task_notices(store, &changed, started, wanted).await?;
+    let new = store.record_notices(TASKS, last, &notices).await?;
+    Ok((changed.len() as u64, last, new))
+}
+
+/// The notices `changed` tasks make: each task that ended (after `started`) in a way some sink
+/// wants told.
+async fn task_notices(
+    store: &Store,
+    changed: &[(ChangeCursor, Task)],
+    started: i64,
+    wanted: &BTreeSet<NoticeKind>,
+) -> orchestrator_store::Result<Vec<NewNotice>> {
     let mut notices = Vec::new();
-    for (_, task) in &changed {
+    for (_, task) in changed {
         let (kind, event) = match task.state {
             TaskState::Failed => (NoticeKind::TaskFailed, EventKind::Failed),
             TaskState::Succeeded => (NoticeKind::TaskSucceeded, EventKind::Succeeded),
@@ -134,8 +176,7 @@ async fn tasks_page(
             }),
         });
     }
-    let new = store.record_notices(TASKS, last, &notices).await?;
-    Ok((changed.len() as u64, last, new))
+    Ok(notices)
 }
 
 /// One page of changed approvals, as [`tasks_page`].
@@ -151,8 +192,20 @@ async fn approvals_page(
         return Ok((0, after, 0));
     };
     let last = *last;
+    let notices = approval_notices(store, &changed, started, wanted).await?;
+    let new = store.record_notices(APPROVALS, last, &notices).await?;
+    Ok((changed.len() as u64, last, new))
+}
+
+/// The notices `changed` approvals make: each still waiting for a person, asked after `started`.
+async fn approval_notices(
+    store: &Store,
+    changed: &[(ChangeCursor, Approval)],
+    started: i64,
+    wanted: &BTreeSet<NoticeKind>,
+) -> orchestrator_store::Result<Vec<NewNotice>> {
     let mut notices = Vec::new();
-    for (_, approval) in &changed {
+    for (_, approval) in changed {
         if approval.status != approval_status::PENDING || approval.requested_at < started {
             continue;
         }
@@ -166,8 +219,7 @@ async fn approvals_page(
             notices.push(notice);
         }
     }
-    let new = store.record_notices(APPROVALS, last, &notices).await?;
-    Ok((changed.len() as u64, last, new))
+    Ok(notices)
 }
 
 fn waiting(approval: &Approval, task_title: &str) -> NewNotice {

@@ -112,6 +112,8 @@ pub struct Notifier {
     /// it: half the lease after the last renewal. Renewing every pass would be a write (and on
     /// SQLite a sync) twice a second for nothing.
     held_until: std::sync::Mutex<i64>,
+    /// Where this daemon's passes read ahead of the order of changes' horizon (PostgreSQL).
+    ahead: tokio::sync::Mutex<crate::collect::Ahead>,
 }
 
 impl Notifier {
@@ -130,6 +132,7 @@ impl Notifier {
             config,
             client: crate::send::http_client()?,
             held_until: std::sync::Mutex::new(0),
+            ahead: tokio::sync::Mutex::new(crate::collect::Ahead::default()),
         })
     }
 
@@ -146,7 +149,10 @@ impl Notifier {
             .into_iter()
             .filter(|k| self.config.notify.sinks.values().any(|s| s.wants(*k)))
             .collect();
-        counts.collected = collect(&self.store, self.config.batch, &wanted).await?;
+        counts.collected = {
+            let mut ahead = self.ahead.lock().await;
+            collect(&self.store, self.config.batch, &wanted, &mut ahead).await?
+        };
         counts.queued = self.fan_out().await?;
         self.send_due(&mut counts).await?;
         Ok(counts)

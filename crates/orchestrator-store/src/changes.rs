@@ -20,10 +20,16 @@
 //!   commit has an id below it. The rows below a horizon are thus final, except that a later
 //!   change moves a row above it (where the reader finds it again, as it is then). Walking them
 //!   in `(change_id, id)` order with a cursor, page by page, passes each committed change once.
-//!   This is the horizon that transactional outboxes read up to. Its price is latency, never a
-//!   miss: a stream tells nothing newer than the oldest transaction still open on the server
-//!   (of any database there), so a transaction held open for a minute holds the lists back a
-//!   minute, and they catch up when it ends.
+//!   This is the horizon that transactional outboxes read up to. Its price would be latency: the
+//!   horizon is the oldest transaction still open on the server (of any database there), so one
+//!   held open for a minute (or a prepared transaction forgotten for good) holds it back. So a
+//!   reader also reads *ahead* of it ([`Store::tasks_changed_ahead`]): the rows whose transaction
+//!   committed although an older one is still open. Those are not in commit order, so a reader
+//!   keeps, instead of a position, the transactions that had not ended when it last looked
+//!   ([`AheadMark`]: the snapshot's `xmax` and its list of running ids), and next time reads only
+//!   rows of those or of later transactions. A row read ahead is read again once the horizon
+//!   passes it; readers tell it once (they remember what they told ahead). Who holds the horizon
+//!   back is [`Store::oldest_open_transaction`], which the live lists log and `doctor` shows.
 //!
 //! What a change costs the writer: no extra row, statement, round trip or sync. The claim and the
 //! completion, the queue's hot path, set the number in their own UPDATE (`Tx::change_mark`), once
@@ -58,6 +64,48 @@ impl ChangeCursor {
     /// `change` resumes (the rest of it may come twice).
     pub fn before(change: i64) -> ChangeCursor {
         ChangeCursor { change, id: 0 }
+    }
+}
+
+/// Where a reader ahead of the horizon left off (PostgreSQL): the transactions that had not ended
+/// when it last looked. Empty at first: the first look reads every committed row at or above the
+/// horizon.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AheadMark {
+    seen: Option<(i64, Vec<i64>)>,
+}
+
+/// The oldest transaction open on the database server that holds the order of changes back.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct OpenTransaction {
+    /// The server process that holds it; `None` for a prepared transaction, which no process holds.
+    pub pid: Option<i32>,
+    /// How long it has been open, in milliseconds.
+    pub age_ms: i64,
+    /// `idle in transaction`, `active`, ... or `prepared`.
+    pub state: String,
+    pub database: Option<String>,
+    /// A prepared transaction's name (`PREPARE TRANSACTION 'name'`).
+    pub prepared: Option<String>,
+}
+
+impl std::fmt::Display for OpenTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.prepared, self.pid) {
+            (Some(gid), _) => write!(f, "the prepared transaction {gid:?}")?,
+            (None, Some(pid)) => write!(f, "the transaction of server process {pid}")?,
+            (None, None) => write!(f, "a transaction")?,
+        }
+        write!(
+            f,
+            " ({}, open for {} s",
+            self.state,
+            Ord::max(self.age_ms, 0) / 1000
+        )?;
+        if let Some(db) = &self.database {
+            write!(f, ", database {db}")?;
+        }
+        write!(f, ")")
     }
 }
 
@@ -140,6 +188,146 @@ impl Store {
                 Ok((at, approval))
             })
             .collect()
+    }
+
+    /// Tasks whose change committed at or above the horizon, which [`Store::tasks_changed_after`]
+    /// does not tell yet: those of transactions that had not ended when `mark` was taken, or
+    /// began after, as they are now. Moves `mark` to now. Always empty on SQLite, whose order
+    /// has no horizon. A task may come again (the next look may read what committed while this
+    /// one read), and once more from `tasks_changed_after` when the horizon passes it.
+    pub async fn tasks_changed_ahead(
+        &self,
+        mark: &mut AheadMark,
+    ) -> Result<Vec<(ChangeCursor, Task)>> {
+        let mut stmt = select_tasks();
+        stmt.column(Tasks::ChangeId);
+        let Some(next) = self
+            .ahead(&mut stmt, Tasks::ChangeId, Tasks::Id, mark)
+            .await?
+        else {
+            return Ok(Vec::new());
+        };
+        let rows: Vec<ChangedTask> = self.pool.fetch_all(&stmt).await?;
+        *mark = next;
+        rows.into_iter()
+            .map(|r| {
+                let task = Task::try_from(r.row)?;
+                let at = ChangeCursor {
+                    change: r.change_id,
+                    id: task.id.0,
+                };
+                Ok((at, task))
+            })
+            .collect()
+    }
+
+    /// Approvals changed ahead of the horizon, as [`Store::tasks_changed_ahead`] finds tasks.
+    pub async fn approvals_changed_ahead(
+        &self,
+        mark: &mut AheadMark,
+    ) -> Result<Vec<(ChangeCursor, Approval)>> {
+        let mut stmt = Query::select()
+            .columns(crate::approvals::COLUMNS)
+            .column(Approvals::ChangeId)
+            .from(Approvals::Table)
+            .to_owned();
+        let Some(next) = self
+            .ahead(&mut stmt, Approvals::ChangeId, Approvals::Id, mark)
+            .await?
+        else {
+            return Ok(Vec::new());
+        };
+        let rows: Vec<ChangedApproval> = self.pool.fetch_all(&stmt).await?;
+        *mark = next;
+        rows.into_iter()
+            .map(|r| {
+                let approval = Approval::try_from(r.row)?;
+                let at = ChangeCursor {
+                    change: r.change_id,
+                    id: approval.id,
+                };
+                Ok((at, approval))
+            })
+            .collect()
+    }
+
+    /// Narrows `stmt` to rows changed at or above the horizon by transactions `mark` did not see
+    /// end, and returns the mark to keep once they are read; `None` on SQLite.
+    async fn ahead(
+        &self,
+        stmt: &mut SelectStatement,
+        change: impl IntoIden + Copy + 'static,
+        id: impl IntoIden + Copy + 'static,
+        mark: &AheadMark,
+    ) -> Result<Option<AheadMark>> {
+        let Some(pool) = self.pool.postgres() else {
+            return Ok(None);
+        };
+        // Taken before the rows are read: whatever had not ended by now is read next time, and
+        // what ends between the two statements may be read twice, never missed.
+        let (xmax, running): (i64, String) = sqlx::query_as(
+            "SELECT pg_snapshot_xmax(s)::text::bigint, \
+                    COALESCE((SELECT string_agg(x::text, ',') FROM pg_snapshot_xip(s) x), '') \
+             FROM pg_current_snapshot() s",
+        )
+        .fetch_one(pool)
+        .await?;
+        let running: Vec<i64> = running.split(',').filter_map(|x| x.parse().ok()).collect();
+        stmt.and_where(Expr::col(change).gte(Expr::cust(
+            "pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
+        )));
+        if let Some((seen_xmax, seen_running)) = &mark.seen {
+            stmt.cond_where(
+                sea_query::Cond::any()
+                    .add(Expr::col(change).gte(*seen_xmax))
+                    .add(Expr::col(change).is_in(seen_running.iter().copied())),
+            );
+        }
+        stmt.order_by(change, Order::Asc).order_by(id, Order::Asc);
+        Ok(Some(AheadMark {
+            seen: Some((xmax, running)),
+        }))
+    }
+
+    /// The oldest transaction open on the PostgreSQL server that holds the order of changes back
+    /// (one that has written, or a prepared one), other than this process's own statement; `None`
+    /// when there is none, and on SQLite.
+    pub async fn oldest_open_transaction(&self) -> Result<Option<OpenTransaction>> {
+        Ok(self.open_transactions(1).await?.into_iter().next())
+    }
+
+    /// The transactions open on the PostgreSQL server that hold the order of changes back, oldest
+    /// first, at most `limit`; empty on SQLite.
+    pub async fn open_transactions(&self, limit: i64) -> Result<Vec<OpenTransaction>> {
+        let Some(pool) = self.pool.postgres() else {
+            return Ok(Vec::new());
+        };
+        let rows: Vec<(Option<i32>, i64, String, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT * FROM ( \
+                   SELECT pid, (extract(epoch FROM now() - xact_start) * 1000)::bigint AS age, \
+                          COALESCE(state, 'unknown') AS state, datname::text AS db, \
+                          NULL::text AS gid \
+                   FROM pg_stat_activity \
+                   WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() \
+                   UNION ALL \
+                   SELECT NULL, (extract(epoch FROM now() - prepared) * 1000)::bigint, \
+                          'prepared', database::text, gid \
+                   FROM pg_prepared_xacts \
+                 ) t ORDER BY age DESC NULLS LAST LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(pid, age_ms, state, database, prepared)| OpenTransaction {
+                pid,
+                age_ms,
+                state,
+                database,
+                prepared,
+            })
+            .collect())
     }
 
     /// Narrows `stmt` to the committed changes after `after`, in order, at most `limit`.

@@ -45,6 +45,7 @@ enum GithubDeliveries {
     UpdatedAt,
     Payload,
     RetryAt,
+    Subject,
 }
 
 #[derive(Iden, Clone, Copy)]
@@ -91,6 +92,9 @@ pub struct DeliveryInfo<'a> {
     pub action: Option<&'a str>,
     /// `owner/name`.
     pub repo: Option<&'a str>,
+    /// The issue or pull request it is about (`owner/name#number`), when it names one: deliveries
+    /// about one subject are processed one at a time, in the order they were received.
+    pub subject: Option<&'a str>,
 }
 
 /// What a claim found, and so what the caller should do.
@@ -107,6 +111,9 @@ pub enum DeliveryClaim {
     },
     /// Another process is on it right now (a concurrent redelivery): do nothing.
     Busy,
+    /// An earlier delivery about the same issue or pull request is not done yet (queued, being
+    /// processed, or failed with a retry to come): nothing was claimed; try again after it.
+    Behind { earlier: String },
 }
 
 impl DeliveryClaim {
@@ -118,7 +125,7 @@ impl DeliveryClaim {
         match self {
             DeliveryClaim::Fresh => Some(1),
             DeliveryClaim::Retry { attempts } => Some(*attempts),
-            DeliveryClaim::Done { .. } | DeliveryClaim::Busy => None,
+            DeliveryClaim::Done { .. } | DeliveryClaim::Busy | DeliveryClaim::Behind { .. } => None,
         }
     }
 }
@@ -157,6 +164,8 @@ pub struct Delivery {
     pub event: String,
     pub action: Option<String>,
     pub repo: Option<String>,
+    /// The issue or pull request it is about (`owner/name#number`), when it names one.
+    pub subject: Option<String>,
     pub status: String,
     /// Claims that processed it (1 unless it failed or its processor died).
     pub attempts: i64,
@@ -177,6 +186,7 @@ struct DeliveryRow {
     event: String,
     action: Option<String>,
     repo: Option<String>,
+    subject: Option<String>,
     status: String,
     attempts: i64,
     task_ids: String,
@@ -208,6 +218,7 @@ impl TryFrom<DeliveryRow> for Delivery {
             event: row.event,
             action: row.action,
             repo: row.repo,
+            subject: row.subject,
             status: row.status,
             attempts: row.attempts,
             detail: row.detail,
@@ -226,6 +237,7 @@ fn select_deliveries() -> SelectStatement {
             GithubDeliveries::Event,
             GithubDeliveries::Action,
             GithubDeliveries::Repo,
+            GithubDeliveries::Subject,
             GithubDeliveries::Status,
             GithubDeliveries::Attempts,
             GithubDeliveries::TaskIds,
@@ -236,6 +248,71 @@ fn select_deliveries() -> SelectStatement {
         ])
         .from(GithubDeliveries::Table)
         .to_owned()
+}
+
+/// The SQL condition on a row `e` of `github_deliveries` that holds back a later delivery about
+/// the same subject, received after it: `e` is not done (queued; being processed by a process that
+/// may be alive, or with a payload that the background processor takes over once stale; failed
+/// with a retry to come). A stale claim of a polled event (no payload) holds nothing back: only
+/// the poller lists it again, and it may never.
+fn pending_condition(stale_before: i64) -> String {
+    format!(
+        "(e.status = '{queued}' \
+          OR (e.status = '{processing}' AND (e.payload IS NOT NULL OR e.updated_at > {stale_before})) \
+          OR (e.status = '{failed}' AND e.retry_at IS NOT NULL))",
+        queued = delivery_status::QUEUED,
+        processing = delivery_status::PROCESSING,
+        failed = delivery_status::FAILED,
+    )
+}
+
+/// The earliest delivery that holds `info` back: about the same subject, received before it (by
+/// time, then id), and not done ([`pending_condition`]). Read in the claim's transaction; a
+/// delivery recorded already is placed by its own `received_at`, a new one by `now`.
+async fn earlier_pending(
+    tx: &mut Tx,
+    info: &DeliveryInfo<'_>,
+    now: i64,
+    stale_after_ms: i64,
+) -> Result<Option<String>> {
+    let own = Query::select()
+        .columns([GithubDeliveries::ReceivedAt, GithubDeliveries::Subject])
+        .from(GithubDeliveries::Table)
+        .and_where(Expr::col(GithubDeliveries::DeliveryId).eq(info.id))
+        .to_owned();
+    let (received_at, subject) = match tx.fetch_optional::<(i64, Option<String>), _>(&own).await? {
+        Some((at, stored)) => (at, stored.or_else(|| info.subject.map(str::to_owned))),
+        None => (now, info.subject.map(str::to_owned)),
+    };
+    let Some(subject) = subject else {
+        return Ok(None);
+    };
+    let e = sea_query::Alias::new("e");
+    let col = |c: GithubDeliveries| Expr::col((e.clone(), c));
+    let stmt = Query::select()
+        .expr(col(GithubDeliveries::DeliveryId))
+        .from_as(GithubDeliveries::Table, e.clone())
+        .and_where(col(GithubDeliveries::Subject).eq(subject))
+        .cond_where(
+            Cond::any()
+                .add(col(GithubDeliveries::ReceivedAt).lt(received_at))
+                .add(
+                    Cond::all()
+                        .add(col(GithubDeliveries::ReceivedAt).eq(received_at))
+                        .add(col(GithubDeliveries::DeliveryId).lt(info.id)),
+                ),
+        )
+        .and_where(Expr::cust(pending_condition(
+            now.saturating_sub(stale_after_ms),
+        )))
+        .order_by((e.clone(), GithubDeliveries::ReceivedAt), Order::Asc)
+        .order_by((e, GithubDeliveries::DeliveryId), Order::Asc)
+        .limit(1)
+        .to_owned();
+    Ok(tx
+        .fetch_optional::<(String,), _>(&stmt)
+        .await?
+        .map(|(id,)| id))
 }
 
 /// How many times a claim looks again when the row changed between its statements (a claim saw
@@ -254,6 +331,10 @@ impl Store {
     ) -> Result<DeliveryClaim> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
+        if let Some(earlier) = earlier_pending(&mut tx, info, now, stale_after_ms).await? {
+            tx.commit().await?;
+            return Ok(DeliveryClaim::Behind { earlier });
+        }
         for _ in 0..CLAIM_PASSES {
             let insert = Query::insert()
                 .into_table(GithubDeliveries::Table)
@@ -268,6 +349,7 @@ impl Store {
                     GithubDeliveries::TaskIds,
                     GithubDeliveries::ReceivedAt,
                     GithubDeliveries::UpdatedAt,
+                    GithubDeliveries::Subject,
                 ])
                 .values([
                     info.id.into(),
@@ -280,6 +362,7 @@ impl Store {
                     "[]".into(),
                     now.into(),
                     now.into(),
+                    info.subject.into(),
                 ])?
                 .on_conflict(
                     OnConflict::column(GithubDeliveries::DeliveryId)
@@ -480,6 +563,7 @@ impl Store {
                 GithubDeliveries::UpdatedAt,
                 GithubDeliveries::Payload,
                 GithubDeliveries::RetryAt,
+                GithubDeliveries::Subject,
             ])
             .values([
                 info.id.into(),
@@ -494,6 +578,7 @@ impl Store {
                 now.into(),
                 payload.into(),
                 now.into(),
+                info.subject.into(),
             ])?
             .on_conflict(
                 OnConflict::column(GithubDeliveries::DeliveryId)
@@ -539,7 +624,9 @@ impl Store {
 
     /// Deliveries to process now, oldest first: queued ones, failed ones whose `retry_at` has
     /// come, and `processing` ones untouched for `stale_after_ms` (their process died). Only those
-    /// with a payload: a polled event is the poller's to list again.
+    /// with a payload: a polled event is the poller's to list again. A delivery behind an earlier
+    /// one about the same issue or pull request that is not done yet is not among them, whichever
+    /// daemon holds that one: it comes due when that one ends or gives up.
     pub async fn due_deliveries(
         &self,
         stale_after_ms: i64,
@@ -576,6 +663,15 @@ impl Store {
                             ),
                     ),
             )
+            .and_where(Expr::cust(format!(
+                "NOT EXISTS (SELECT 1 FROM github_deliveries e \
+                 WHERE e.subject = github_deliveries.subject \
+                 AND (e.received_at < github_deliveries.received_at \
+                      OR (e.received_at = github_deliveries.received_at \
+                          AND e.delivery_id < github_deliveries.delivery_id)) \
+                 AND {})",
+                pending_condition(now.saturating_sub(stale_after_ms))
+            )))
             .order_by(GithubDeliveries::ReceivedAt, Order::Asc)
             .order_by(GithubDeliveries::DeliveryId, Order::Asc)
             .limit(limit)

@@ -260,6 +260,14 @@ impl Pool {
         self.fetch_all(&stmt).await
     }
 
+    /// The PostgreSQL pool, for the statements only PostgreSQL has (its snapshots, its activity).
+    pub(crate) fn postgres(&self) -> Option<&PgPool> {
+        match self {
+            Pool::Postgres(pool) => Some(pool),
+            Pool::Sqlite(..) => None,
+        }
+    }
+
     /// This process's turn to write, on SQLite; nothing to wait for on PostgreSQL, whose row locks
     /// put writers in line.
     async fn turn(&self) -> Option<WriterTurn> {

@@ -45,7 +45,7 @@ pub use approvals::{
 pub use artifacts::{Artifact, ArtifactMeta, DEFAULT_ARTIFACT_CAP};
 pub use attempts::{Attempt, NewAttempt};
 pub use automations::{Automation, NextFire, SOURCE_AGENT, SOURCE_CLI, SOURCE_FILE};
-pub use changes::ChangeCursor;
+pub use changes::{AheadMark, ChangeCursor, OpenTransaction};
 pub use checklist::ChecklistItem;
 pub use checkpoints::{
     Checkpoint, CheckpointSave, DEFAULT_CHECKPOINT_CAP, NewCheckpoint, patch_sha256,

@@ -52,6 +52,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(22, "0022_title_index_without_sizes"),
     migration!(23, "0023_titles_indexed_after_creation"),
     migration!(24, "0024_settled_states_index"),
+    migration!(25, "0025_delivery_subject"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

@@ -382,6 +382,23 @@ async fn catch_up(
             break;
         }
     }
+    // What committed ahead of the horizon (PostgreSQL) is not in that order yet, and the watcher
+    // told it before this stream came back: read now, numbered where the ordered reading stands.
+    if changes.len() <= CATCH_UP {
+        let mut mark = orchestrator_store::AheadMark::default();
+        match list {
+            List::Tasks => {
+                for (_, task) in store.tasks_changed_ahead(&mut mark).await? {
+                    changes.push(Change::Task(from.change, std::sync::Arc::new(task)));
+                }
+            }
+            List::Approvals => {
+                for (_, approval) in store.approvals_changed_ahead(&mut mark).await? {
+                    changes.push(Change::Approval(from.change, std::sync::Arc::new(approval)));
+                }
+            }
+        }
+    }
     if changes.len() > CATCH_UP {
         ready.push_back(Event::default().event("reset").data(""));
     } else {

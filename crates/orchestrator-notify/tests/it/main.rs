@@ -44,6 +44,15 @@ both_backends!(
     a_fast_sinks_message_is_marked_sent_while_a_slow_one_still_waits,
 );
 
+// PostgreSQL only: SQLite has one writer at a time, so nothing there commits past a held
+// transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_held_open_on_the_server_delays_no_notice_on_postgres() {
+    if let Some(db) = orchestrator_test_support::postgres_store().await {
+        a_transaction_held_open_on_the_server_delays_no_notice(&db).await;
+    }
+}
+
 /// A local receiver answering each POST with `status`, keeping the path, the event header and the
 /// body of each.
 struct Receiver {
@@ -481,4 +490,52 @@ async fn a_fast_sinks_message_is_marked_sent_while_a_slow_one_still_waits(db: &T
         2,
         "the slow sink's message was sent again"
     );
+}
+
+/// On PostgreSQL one transaction held open anywhere on the server (here one that took a
+/// transaction id and sits `idle in transaction`) held every notice back until it ended. Now a
+/// failure that commits meanwhile is told while the holder stays open, and told once when it ends.
+async fn a_transaction_held_open_on_the_server_delays_no_notice(db: &TestStore) {
+    use sqlx::Connection;
+    let store = &db.store;
+    let receiver = Receiver::start(200).await;
+    let notifier = notifier(
+        store,
+        "d1",
+        config(
+            json!({"all": {"kind": "webhook", "url": receiver.url("/all"), "events": ["task_failed"]}}),
+        ),
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    notifier.run_once().await.unwrap();
+
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT pg_current_xact_id()")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    ended(
+        store,
+        "breaks while held",
+        Outcome::Failed {
+            error: "gate 1 failed".into(),
+        },
+    )
+    .await;
+    let pass = passes_until(&notifier, |sum| sum.sent >= 1).await;
+    assert_eq!(
+        (pass.collected, pass.sent),
+        (1, 1),
+        "the failure was told while the holder stays open"
+    );
+    assert_eq!(receiver.events_at("/all"), ["task_failed"]);
+
+    sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
+    // Its change comes again in the order of changes once the horizon passes it: told once.
+    for _ in 0..5 {
+        let again = notifier.run_once().await.unwrap();
+        assert_eq!((again.collected, again.sent), (0, 0));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(receiver.events_at("/all"), ["task_failed"]);
 }

@@ -361,3 +361,71 @@ async fn a_writer_whose_clock_is_ahead_hides_nothing_on_postgres() {
         a_writer_whose_clock_is_ahead_hides_nothing(db, other).await;
     }
 }
+
+/// A transaction held open on the server (here, one that changed a task and stays `idle in
+/// transaction`) held every stream back until it ended: the horizon of the order of changes is the
+/// oldest open transaction. Now what commits meanwhile reaches every stream while it stays open,
+/// ids never go back, and its own change comes when it commits.
+async fn a_transaction_held_open_holds_no_stream_back(db: TestStore, other: Store) {
+    let mut world = World::start(db, other).await;
+    let held_task = world
+        .db
+        .store
+        .create_task(&NewTask::new("held"))
+        .await
+        .unwrap();
+    world
+        .expect(&[("created", task_is(held_task, "state", "queued"))], &[])
+        .await;
+    let mut holder = Raw::connect(&world.db).await;
+    holder
+        .run(&format!(
+            "BEGIN; UPDATE tasks SET title = 'held open', event_seq = event_seq + 1 WHERE id = {}",
+            held_task.0
+        ))
+        .await;
+
+    // All of this commits while the holder stays open, through both daemons.
+    let a = world
+        .db
+        .store
+        .create_task(&NewTask::new("a"))
+        .await
+        .unwrap();
+    let b = world.other.create_task(&NewTask::new("b")).await.unwrap();
+    world.other.cancel_task(a).await.unwrap();
+    let asked = world
+        .other
+        .request_approval(&world.lease, &ask("while held"))
+        .await
+        .unwrap()
+        .id;
+    world
+        .expect(
+            &[
+                ("a canceled", task_is(a, "state", "canceled")),
+                ("b created", task_is(b, "state", "queued")),
+            ],
+            &[(
+                "the new approval",
+                approval_is(asked, "status", json!("pending")),
+            )],
+        )
+        .await;
+
+    // The holder is still open (the streams above did not wait for it); it ends now.
+    holder.run("COMMIT").await;
+    world
+        .expect(
+            &[("the held change", task_is(held_task, "title", "held open"))],
+            &[],
+        )
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_held_open_holds_no_stream_back_on_postgres() {
+    if let Some((db, other)) = postgres_pair().await {
+        a_transaction_held_open_holds_no_stream_back(db, other).await;
+    }
+}

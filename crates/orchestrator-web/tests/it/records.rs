@@ -205,6 +205,7 @@ async fn attempts_and_deliveries_are_read() {
                 event: "issues",
                 action: Some("labeled"),
                 repo: Some("acme/widgets"),
+                subject: None,
             },
             r#"{"action": "labeled"}"#,
         )

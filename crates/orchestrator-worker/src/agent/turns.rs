@@ -406,6 +406,13 @@ impl Agent<'_> {
                     j += 1;
                 }
             }
+            // A call that is not read-only may change files: the next checkpoint reads the
+            // workspace (one after turns of reads only costs nothing).
+            if let Some(saver) = self.checkpoints.as_mut()
+                && !self.registry.is_read_only(&calls[i].1.name)
+            {
+                saver.touched();
+            }
             let group = calls[i..j].iter().map(|(position, call)| {
                 let record = records.iter().find(|r| r.call_id == call.id);
                 calls::run_call(

@@ -162,6 +162,8 @@ pub async fn run(global: &GlobalArgs, args: DoctorArgs) -> anyhow::Result<ExitCo
     checks.push(store_check);
     let (store, url) = store.unzip();
     checks.push(check_titles(store.as_ref(), url.as_deref().unwrap_or_default()).await);
+    checks
+        .extend(check_open_transactions(store.as_ref(), url.as_deref().unwrap_or_default()).await);
     if let Some(store) = store {
         store.close().await;
     }
@@ -440,6 +442,51 @@ async fn check_titles(store: Option<&Store>, url: &str) -> Check {
             ),
         ),
     }
+}
+
+/// Transactions held open on the PostgreSQL server longer than this are named.
+const LONG_TRANSACTION_MS: i64 = 60_000;
+
+/// On PostgreSQL: a transaction held open on the server (in any database there), or a prepared
+/// one, is the horizon below which the order of changes is final. The live lists and notices read
+/// ahead of it, but one open for long is almost always a mistake (a session left `idle in
+/// transaction`, a forgotten `PREPARE TRANSACTION`) that also keeps vacuum from cleaning up.
+async fn check_open_transactions(store: Option<&Store>, url: &str) -> Option<Check> {
+    const NAME: &str = "open transactions";
+    let store = store?;
+    if store.backend() != orchestrator_store::Backend::Postgres {
+        return None;
+    }
+    Some(match store.oldest_open_transaction().await {
+        Err(e) => Check::warn(
+            NAME,
+            format!("cannot read the server's open transactions: {e}"),
+            "",
+        ),
+        Ok(Some(holder)) if holder.age_ms >= LONG_TRANSACTION_MS => {
+            let target = PgTarget::of(url);
+            let end = match (&holder.prepared, holder.pid) {
+                (Some(gid), _) => {
+                    target.psql(&format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''")))
+                }
+                (None, Some(pid)) => target.psql(&format!("SELECT pg_terminate_backend({pid})")),
+                (None, None) => "end it on the server".to_owned(),
+            };
+            Check::warn(
+                NAME,
+                format!(
+                    "{holder} holds back the order of changes: the live lists and notices read \
+                     ahead of it, and vacuum cannot clean up behind it"
+                ),
+                format!("end it if nobody needs it: {end}"),
+            )
+        }
+        Ok(Some(holder)) => Check::ok(
+            NAME,
+            format!("the oldest is {}s old", holder.age_ms.max(0) / 1000),
+        ),
+        Ok(None) => Check::ok(NAME, "none holds back the order of changes"),
+    })
 }
 
 /// Whether agents' processes can be confined here, as `serve` says at its start.

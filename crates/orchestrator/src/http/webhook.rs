@@ -138,6 +138,7 @@ pub(super) async fn github_webhook(
     // Accepted into the ledger and answered at once: GitHub gives up after 10 s, and processing
     // asks GitHub's own API (the sender's permission, the bot's login), which may be slower than
     // that. The background processor takes it from the ledger.
+    let subject = crate::triggers::delivery_subject(&payload);
     let info = orchestrator_store::DeliveryInfo {
         id: delivery,
         source: orchestrator_store::delivery_source::WEBHOOK,
@@ -146,6 +147,7 @@ pub(super) async fn github_webhook(
         repo: payload
             .pointer("/repository/full_name")
             .and_then(serde_json::Value::as_str),
+        subject: subject.as_deref(),
     };
     match state
         .store

@@ -34,6 +34,17 @@ pub use process::{DeliveryRetry, process_loop};
 pub use rules::TriggerRule;
 use rules::{MAX_TITLE_PART, mentions, same_login, task_of};
 
+/// `owner/repo#number`: the issue or pull request a delivery's payload is about, when it names
+/// one. Deliveries about one subject are processed one at a time, in the order they came.
+pub fn delivery_subject(payload: &Value) -> Option<String> {
+    let repo = payload.pointer("/repository/full_name")?.as_str()?;
+    let number = payload
+        .pointer("/issue/number")
+        .or_else(|| payload.pointer("/pull_request/number"))?
+        .as_u64()?;
+    Some(format!("{repo}#{number}"))
+}
+
 /// What a delivery came to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -178,7 +189,8 @@ impl Triggers {
         ))
     }
 
-    /// Processes one delivery through the ledger.
+    /// Processes one delivery through the ledger. One behind an earlier delivery about the same
+    /// issue or pull request that is not done yet (on any daemon) is not claimed: `Busy`.
     pub async fn deliver(
         &self,
         id: &str,
@@ -190,12 +202,14 @@ impl Triggers {
         let repo = payload
             .pointer("/repository/full_name")
             .and_then(Value::as_str);
+        let subject = delivery_subject(payload);
         let info = DeliveryInfo {
             id,
             source,
             event,
             action,
             repo,
+            subject: subject.as_deref(),
         };
         let stale_ms = i64::try_from(self.retry.stale_after.as_millis()).unwrap_or(i64::MAX);
         let claim = self.store.claim_delivery(&info, stale_ms).await?;
@@ -204,6 +218,14 @@ impl Triggers {
                 return Ok(Delivered::Duplicate { tasks: task_ids });
             }
             DeliveryClaim::Busy => return Ok(Delivered::Busy),
+            DeliveryClaim::Behind { earlier } => {
+                tracing::debug!(
+                    delivery = id,
+                    earlier,
+                    "a GitHub delivery waits for an earlier one about the same issue or pull request"
+                );
+                return Ok(Delivered::Busy);
+            }
             DeliveryClaim::Fresh | DeliveryClaim::Retry { .. } => claim.token().unwrap_or(1),
         };
         let tasks = tokio::time::timeout(self.retry.deadline, self.tasks_for(id, event, payload))

@@ -152,12 +152,7 @@ pub async fn process_loop(
 /// `owner/repo#number`: the issue or pull request a delivery is about, when it names one.
 fn subject_of(delivery: &orchestrator_store::DueDelivery) -> Option<String> {
     let payload: Value = serde_json::from_str(&delivery.payload).ok()?;
-    let repo = payload.pointer("/repository/full_name")?.as_str()?;
-    let number = payload
-        .pointer("/issue/number")
-        .or_else(|| payload.pointer("/pull_request/number"))?
-        .as_u64()?;
-    Some(format!("{repo}#{number}"))
+    super::delivery_subject(&payload)
 }
 
 async fn process_one(triggers: &Triggers, delivery: orchestrator_store::DueDelivery) {
@@ -175,6 +170,7 @@ async fn process_one(triggers: &Triggers, delivery: orchestrator_store::DueDeliv
                         event: &delivery.event,
                         action: None,
                         repo: None,
+                        subject: None,
                     },
                     i64::try_from(triggers.retry.stale_after.as_millis()).unwrap_or(i64::MAX),
                 )

@@ -258,6 +258,7 @@ async fn the_poller_leaves_its_cursor_at_an_event_in_progress_and_retries_a_fail
         event: "issues",
         action: Some("labeled"),
         repo: Some("acme/widgets"),
+        subject: None,
     };
     assert_eq!(
         db.store
@@ -592,6 +593,7 @@ async fn a_delivery_whose_last_write_fails_is_tried_again(
         event: "issues",
         action: Some("labeled"),
         repo: Some("acme/widgets"),
+        subject: None,
     };
     db.store
         .accept_delivery(&info, &payload.to_string())
@@ -724,6 +726,7 @@ async fn a_hung_github_call_holds_up_only_its_own_issue() {
                 event: "issues",
                 action: Some("labeled"),
                 repo: Some("acme/widgets"),
+                subject: None,
             };
             store
                 .accept_delivery(&info, &payload.to_string())
@@ -794,4 +797,92 @@ fn a_rule_may_name_the_events_repository_instead_of_a_workspace() {
         "{head}workspace = \"/srv/w\"\ntask = {{ prompt = \"Fix it\", repository = \"/srv/git/w\" }}\n"
     ));
     assert!(both.validate().unwrap_err().contains("names no workspace"));
+}
+
+/// A delivery that failed and waits for its retry held up nothing: a later one about the same
+/// issue ran first, and another daemon on the same store never knew about the first at all. Now
+/// the later one waits for the earlier one's retry or end, whichever daemon holds either.
+#[tokio::test]
+async fn a_later_delivery_about_an_issue_waits_for_the_earlier_ones_retry_on_every_daemon() {
+    let db = orchestrator_test_support::sqlite_store().await;
+    let (fake, github) = fake_github().await;
+    // The first delivery's permission check fails with an error that may pass (each of the
+    // client's own tries of the read), once.
+    fake.fail_next("GET", "/collaborators/alice/permission", 502, 3);
+    let daemon = || {
+        let mut t = triggers(
+            db.store.clone(),
+            Some(github.clone()),
+            Some("orchestrator-bot"),
+        );
+        t.retry.first_wait = Duration::from_secs(2);
+        Arc::new(t)
+    };
+    let accept = |id: &'static str, payload: Value| {
+        let store = db.store.clone();
+        async move {
+            let subject = delivery_subject(&payload);
+            let info = DeliveryInfo {
+                id,
+                source: "webhook",
+                event: "issues",
+                action: Some("labeled"),
+                repo: Some("acme/widgets"),
+                subject: subject.as_deref(),
+            };
+            store
+                .accept_delivery(&info, &payload.to_string())
+                .await
+                .unwrap();
+        }
+    };
+    let mut unlabeled = labeled(1);
+    unlabeled["label"]["name"] = json!("question");
+    accept("first", labeled(1)).await;
+    accept("second", unlabeled).await;
+    // Two daemons' processors on one store.
+    let stop = CancellationToken::new();
+    let processors: Vec<_> = (0..2)
+        .map(|_| {
+            let wake = Arc::new(tokio::sync::Notify::new());
+            tokio::spawn(process_loop(daemon(), wake, stop.clone()))
+        })
+        .collect();
+    let row = |id: &'static str| {
+        let store = db.store.clone();
+        async move { store.delivery(id).await.unwrap().unwrap() }
+    };
+    let mut saw_retry_wait = false;
+    let guard = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (first, second) = (row("first").await, row("second").await);
+        if first.status == "failed" && first.retry_at.is_some() {
+            saw_retry_wait = true;
+        }
+        if second.status != "queued" {
+            assert!(
+                first.status == "processed",
+                "the later delivery ran while the earlier one was {}: {first:?}",
+                first.status
+            );
+        }
+        if second.status == "ignored" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < guard,
+            "never drained: {first:?} {second:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        saw_retry_wait,
+        "the first delivery never waited for a retry"
+    );
+    let first = row("first").await;
+    assert_eq!((first.status.as_str(), first.attempts), ("processed", 2));
+    stop.cancel();
+    for p in processors {
+        p.await.unwrap();
+    }
 }

@@ -314,3 +314,102 @@ pub async fn a_change_is_found_whatever_its_time_and_however_late_it_commits(db:
     assert!(rest.contains(&(meanwhile, "meanwhile")), "{rest:?}");
     assert!(walk(&store, &mut from, 1).await.is_empty());
 }
+
+/// A transaction held open holds back the horizon of the order of changes (on PostgreSQL): what
+/// commits meanwhile is read ahead of it, each change once per mark, the holder is named with its
+/// server process, and once it ends the ordered walk finds everything. On SQLite there is no
+/// horizon: nothing is ahead, and nothing holds anything back.
+pub async fn changes_ahead_of_a_transaction_held_open_are_read_at_once(db: &TestStore) {
+    let store = &db.store;
+    let held = store.create_task(&NewTask::new("held")).await.unwrap();
+    let mut from = store.change_horizon().await.unwrap();
+    from = ChangeCursor {
+        change: from.change,
+        id: 0,
+    };
+    walk(store, &mut from, 10).await;
+    let mut mark = orchestrator_store::AheadMark::default();
+    store.tasks_changed_ahead(&mut mark).await.unwrap();
+    if store.backend() == Backend::Sqlite {
+        let a = store.create_task(&NewTask::new("a")).await.unwrap();
+        assert!(
+            store
+                .tasks_changed_ahead(&mut mark)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(store.open_transactions(10).await.unwrap().is_empty());
+        let found = walk(store, &mut from, 10).await;
+        assert!(found.iter().any(|(_, t)| t.id == a));
+        return;
+    }
+
+    let mut holder = Raw::connect(db).await;
+    holder
+        .run(&format!(
+            "BEGIN; UPDATE tasks SET title = 'held open', event_seq = event_seq + 1 WHERE id = {}",
+            held.0
+        ))
+        .await;
+    let Raw::Postgres(conn) = &mut holder else {
+        unreachable!()
+    };
+    let (pid,): (i32,) = sqlx::query_as("SELECT pg_backend_pid()")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+
+    let a = store.create_task(&NewTask::new("a")).await.unwrap();
+    let b = store.create_task(&NewTask::new("b")).await.unwrap();
+    // (Another test's transaction on the server may let `held`'s creation through.)
+    let walked = walk(store, &mut from, 10).await;
+    assert!(
+        !walked.iter().any(|(_, t)| t.id == a || t.id == b),
+        "the ordered walk waits for the holder: {walked:?}"
+    );
+    let ahead = store.tasks_changed_ahead(&mut mark).await.unwrap();
+    let ids: Vec<TaskId> = ahead.iter().map(|(_, t)| t.id).collect();
+    assert!(ids.contains(&a) && ids.contains(&b), "{ids:?}");
+    assert!(
+        !ids.contains(&held),
+        "the holder's own change is not committed"
+    );
+    assert!(
+        store
+            .tasks_changed_ahead(&mut mark)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a change read ahead is not read again from the same mark"
+    );
+    store.cancel_task(a).await.unwrap();
+    let again = store.tasks_changed_ahead(&mut mark).await.unwrap();
+    assert_eq!(
+        again
+            .iter()
+            .map(|(_, t)| (t.id, t.state))
+            .collect::<Vec<_>>(),
+        [(a, orchestrator_types::TaskState::Canceled)]
+    );
+
+    // Other tests share the server: the holder is among the open transactions, if not the oldest.
+    assert!(store.oldest_open_transaction().await.unwrap().is_some());
+    let open = store.open_transactions(1000).await.unwrap();
+    let holder_seen = open
+        .iter()
+        .find(|t| t.pid == Some(pid))
+        .unwrap_or_else(|| panic!("the holder {pid} is not among {open:?}"));
+    assert_eq!(holder_seen.state, "idle in transaction");
+    assert!(
+        holder_seen.to_string().contains(&pid.to_string()),
+        "{holder_seen}"
+    );
+
+    holder.run("COMMIT").await;
+    let found = walk(store, &mut from, 10).await;
+    let walked: Vec<TaskId> = found.iter().map(|(_, t)| t.id).collect();
+    for id in [held, a, b] {
+        assert!(walked.contains(&id), "{id} not walked: {walked:?}");
+    }
+}

@@ -36,6 +36,7 @@ fn webhook(id: &str) -> DeliveryInfo<'_> {
         event: "issues",
         action: Some("labeled"),
         repo: Some("acme/widgets"),
+        subject: None,
     }
 }
 
@@ -439,6 +440,7 @@ pub async fn a_delivery_without_tasks_is_ignored(db: &TestStore) {
         event: "issue_comment",
         action: None,
         repo: None,
+        subject: None,
     };
     assert_eq!(
         store.claim_delivery(&poll, STALE).await.unwrap(),
@@ -654,4 +656,117 @@ pub async fn accepted_deliveries_are_queued_with_their_payload_until_processed(d
         .unwrap();
     assert!(store.due_deliveries(0, 10).await.unwrap().is_empty());
     assert!(!store.retry_delivery(poll.id).await.unwrap());
+}
+
+/// Deliveries about one issue are processed in the order they came, whichever daemon holds them:
+/// a later one is not due, and cannot be claimed, while an earlier one is queued, being processed
+/// or failed with a retry to come; it comes due when that one ends or is given up on.
+pub async fn deliveries_about_one_issue_wait_for_the_earlier_ones_retry_or_end(db: &TestStore) {
+    let store = db.store.clone();
+    let about = |id: &'static str, subject: &'static str| DeliveryInfo {
+        subject: Some(subject),
+        ..webhook(id)
+    };
+    let payload = r#"{"action":"labeled","issue":{"number":7}}"#;
+    for (id, subject) in [
+        ("s-1", "acme/widgets#7"),
+        ("s-2", "acme/widgets#7"),
+        ("s-3", "acme/widgets#8"),
+    ] {
+        store
+            .accept_delivery(&about(id, subject), payload)
+            .await
+            .unwrap();
+    }
+    let due_ids = |due: Vec<orchestrator_store::DueDelivery>| {
+        due.into_iter().map(|d| d.id).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        due_ids(store.due_deliveries(STALE, 10).await.unwrap()),
+        ["s-1", "s-3"],
+        "the second delivery about #7 waits for the first"
+    );
+    assert_eq!(
+        store
+            .delivery("s-2")
+            .await
+            .unwrap()
+            .unwrap()
+            .subject
+            .as_deref(),
+        Some("acme/widgets#7")
+    );
+
+    // The first fails and waits for its retry: the second still waits, on every daemon (a claim
+    // of it, as another daemon's processor or a redelivery would make, is refused).
+    let first = store
+        .claim_delivery(&about("s-1", "acme/widgets#7"), STALE)
+        .await
+        .unwrap();
+    let later = orchestrator_types::now_millis() + 3_600_000;
+    store
+        .fail_delivery_until(
+            "s-1",
+            first.token().unwrap(),
+            "GitHub answered 502",
+            Some(later),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        due_ids(store.due_deliveries(STALE, 10).await.unwrap()),
+        ["s-3"]
+    );
+    assert_eq!(
+        store
+            .claim_delivery(&about("s-2", "acme/widgets#7"), STALE)
+            .await
+            .unwrap(),
+        DeliveryClaim::Behind {
+            earlier: "s-1".to_owned()
+        }
+    );
+    // A polled event about the same issue waits too, and is not recorded until it may run.
+    let polled = DeliveryInfo {
+        source: "poll",
+        ..about("poll:acme/widgets:event:9", "acme/widgets#7")
+    };
+    assert!(matches!(
+        store.claim_delivery(&polled, STALE).await.unwrap(),
+        DeliveryClaim::Behind { .. }
+    ));
+    assert!(store.delivery(polled.id).await.unwrap().is_none());
+    assert_eq!(
+        store.delivery("s-2").await.unwrap().unwrap().status,
+        delivery_status::QUEUED
+    );
+
+    // Its retry comes and ends it: the second comes due.
+    assert!(store.retry_delivery("s-1").await.unwrap());
+    let retry = store
+        .claim_delivery(&about("s-1", "acme/widgets#7"), STALE)
+        .await
+        .unwrap();
+    store
+        .ignore_delivery("s-1", retry.token().unwrap(), "no rule matched")
+        .await
+        .unwrap();
+    assert_eq!(
+        due_ids(store.due_deliveries(STALE, 10).await.unwrap()),
+        ["s-2", "s-3"]
+    );
+
+    // One given up on (failed with no retry to come) holds nothing back.
+    let second = store
+        .claim_delivery(&about("s-2", "acme/widgets#7"), STALE)
+        .await
+        .unwrap();
+    store
+        .fail_delivery_until("s-2", second.token().unwrap(), "forbidden", None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim_delivery(&polled, STALE).await.unwrap(),
+        DeliveryClaim::Fresh
+    ));
 }

@@ -331,6 +331,7 @@ pub async fn a_parked_automation_and_a_delivery_given_up_on_are_noticed(db: &Tes
             event: "issues",
             action: Some("labeled"),
             repo: Some("acme/widgets"),
+            subject: None,
         };
         assert_eq!(
             store.claim_delivery(&info, 120_000).await.unwrap(),

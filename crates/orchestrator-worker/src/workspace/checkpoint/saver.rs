@@ -15,6 +15,10 @@ pub enum TurnCheckpoint {
 }
 /// The longest a capture may take before the attempt gives up on checkpoints.
 const CAPTURE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// A turn whose calls could not have changed a file is not captured, unless the last capture is
+/// older than this: what runs on its own in the workspace (a terminal's program, an MCP server)
+/// can write between calls, and is saved this often at the latest, at a turn's end.
+const CAPTURE_AT_LEAST_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 /// Saves a checkpoint of an attempt's workspace after each turn that changed it. One per
 /// attempt, made at its start.
 #[derive(Debug)]
@@ -30,6 +34,10 @@ pub struct Saver {
     refused: bool,
     cap: u64,
     worker: String,
+    /// A call that may have changed files ran since the last capture (or none was made yet).
+    touched: bool,
+    /// When the last capture ended.
+    captured_at: Option<Instant>,
 }
 impl Saver {
     /// A saver for the task's workspace, or `None` when the task has no base (its workspace is a
@@ -60,6 +68,8 @@ impl Saver {
             .and_then(|r| r)
         };
         Ok(Some(Saver {
+            touched: true,
+            captured_at: None,
             refused: false,
             capturer: capturer
                 .inspect_err(|e| tracing::warn!(%task, "checkpoints are off for this attempt: {e}"))
@@ -72,10 +82,19 @@ impl Saver {
         }))
     }
 
+    /// Says that a call that may change the workspace's files ran (anything but a read-only
+    /// tool): the next [`Saver::after_turn`] captures the workspace. Without it, a turn's end
+    /// costs nothing (see [`CAPTURE_AT_LEAST_EVERY`]).
+    pub fn touched(&mut self) {
+        self.touched = true;
+    }
+
     /// Captures the workspace after `turn` and saves it fenced by `lease` when it changed since
     /// the last save. A workspace that cannot be read, or a patch over the cap, is not saved, and
     /// an event says the task cannot move (once, until a save succeeds again). Only the store's
-    /// errors are errors (a stale lease among them).
+    /// errors are errors (a stale lease among them). When no call that may change files ran
+    /// since the last capture ([`Saver::touched`]), and that capture is recent, nothing is read:
+    /// the workspace is what was saved.
     pub async fn after_turn(
         &mut self,
         store: &Store,
@@ -83,6 +102,12 @@ impl Saver {
         attempt: i64,
         turn: i64,
     ) -> orchestrator_store::Result<TurnCheckpoint> {
+        let recent = self
+            .captured_at
+            .is_some_and(|at| at.elapsed() < CAPTURE_AT_LEAST_EVERY);
+        if !self.touched && recent && self.capturer.is_some() {
+            return Ok(TurnCheckpoint::Unchanged);
+        }
         let started = Instant::now();
         let captured = match self.capturer.take() {
             None => Err("the workspace is not a repository a checkpoint may read".to_owned()),
@@ -97,6 +122,10 @@ impl Saver {
                 match tokio::time::timeout(CAPTURE_TIMEOUT, capture).await {
                     Ok(Ok((capturer, captured))) => {
                         self.capturer = Some(capturer);
+                        if captured.is_ok() {
+                            self.touched = false;
+                            self.captured_at = Some(Instant::now());
+                        }
                         captured.map_err(|e| e.to_string())
                     }
                     Ok(Err(e)) => Err(format!("the capture stopped unexpectedly: {e}")),
