@@ -5,9 +5,10 @@
 //! SQLite store, fenced by the task's lease:
 //!
 //! - `reads`: only read-only calls; the loop tells the saver nothing, and nothing is read;
-//! - `one_file`: one tracked file edited by a call that may change files;
-//! - `command`: a command that changed nothing (the saver must look: a full capture);
-//! - `mixed`: a line changed, a file added or deleted now and then (the old bench's turns).
+//! - `one_file`: one tracked file edited by a file tool, which names it: only it is looked at;
+//! - `command`: a command that changed nothing (the saver must look: the whole workspace);
+//! - `mixed`: a line changed, a file added or deleted now and then, by a command (the whole
+//!   workspace again).
 //!
 //! A checkpoint is the whole difference from the base, so it grows with the turns. Last, the
 //! latest checkpoint is restored onto a fresh clone, as a rescuing machine does.
@@ -157,9 +158,14 @@ fn edit(workspace: &Path, files: &[PathBuf], turn: usize) -> Result<bool> {
     Ok(changed)
 }
 
+/// The tracked file turn `turn` of the `one_file` kind edits, relative to the workspace.
+fn edited_path(files: &[PathBuf], turn: usize) -> String {
+    files[turn % files.len()].display().to_string()
+}
+
 /// Appends a line to one tracked file, as an edit call does.
 fn edit_one(workspace: &Path, files: &[PathBuf], turn: usize) -> Result<()> {
-    let path = workspace.join(&files[turn % files.len()]);
+    let path = workspace.join(edited_path(files, turn));
     let mut text = std::fs::read_to_string(&path).unwrap_or_default();
     text.push_str(&format!("\n// edited in turn {turn}\n"));
     std::fs::write(&path, text)?;
@@ -258,9 +264,12 @@ pub async fn run(
             TurnKind::Mixed => edit(&workspace, &files, turn)?,
         };
         let started = Instant::now();
-        // What the agent loop tells the saver: a call that is not read-only ran.
-        if kind != TurnKind::Reads {
-            saver.touched();
+        // What the agent loop tells the saver: a file tool names what it wrote; a command (or
+        // any other call that may change files) says only that it ran.
+        match kind {
+            TurnKind::Reads => {}
+            TurnKind::OneFile => saver.wrote([edited_path(&files, turn)]),
+            TurnKind::Command | TurnKind::Mixed => saver.touched(),
         }
         let saved = saver.after_turn(&store, &lease, 1, turn as i64).await?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -302,7 +302,9 @@ impl Store {
         let Some(pool) = self.pool.postgres() else {
             return Ok(Vec::new());
         };
-        let rows: Vec<(Option<i32>, i64, String, Option<String>, Option<String>)> = sqlx::query_as(
+        /// pid, age in ms, state, database, prepared name.
+        type Row = (Option<i32>, i64, String, Option<String>, Option<String>);
+        let rows: Vec<Row> = sqlx::query_as(
             "SELECT * FROM ( \
                    SELECT pid, (extract(epoch FROM now() - xact_start) * 1000)::bigint AS age, \
                           COALESCE(state, 'unknown') AS state, datname::text AS db, \

@@ -477,6 +477,36 @@ where
 /// The metadata key under which an editing tool names the files it changed (workspace-relative).
 pub(crate) const CHANGED_FILES: &str = "changed_files";
 
+/// The metadata key under which a tool that writes files names every path it created, changed or
+/// removed, relative to the workspace's root as the file system has it (each under the root's
+/// real path): what the next checkpoint reads instead of walking the whole workspace. A result
+/// without it, from a tool that may change files, makes the next checkpoint walk everything.
+pub const WROTE_PATHS: &str = "wrote_paths";
+
+/// `result` with [`WROTE_PATHS`] naming `written` (the real paths the tool wrote or removed), or
+/// as it is when one of them is not under the workspace's root.
+pub(crate) fn with_wrote<'a>(
+    result: ToolResult,
+    ctx: &ToolContext,
+    written: impl IntoIterator<Item = &'a std::path::Path>,
+) -> ToolResult {
+    let root = ctx.workspace.root();
+    let paths: Option<Vec<String>> = written
+        .into_iter()
+        .map(|p| {
+            p.strip_prefix(root)
+                .ok()
+                .and_then(|rel| rel.to_str())
+                .filter(|rel| !rel.is_empty())
+                .map(str::to_owned)
+        })
+        .collect();
+    match paths {
+        Some(paths) => result.with_meta(WROTE_PATHS, serde_json::json!(paths)),
+        None => result,
+    }
+}
+
 /// Wraps an async handler taking a typed argument struct.
 pub(crate) fn asynchronous<T, Fut>(
     name: &'static str,

@@ -8,14 +8,18 @@ use serde_json::Value;
 
 async fn bench(config: CheckpointBenchConfig) -> Value {
     let mut lines: Vec<Value> = Vec::new();
-    run(&config, |line| {
+    if let Err(e) = run(&config, |line| {
         lines.push(serde_json::from_str(line)?);
         Ok(())
     })
     .await
-    .unwrap();
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    lines.pop().unwrap()
+    {
+        panic!("the bench failed: {e:#}");
+    }
+    match <[Value; 1]>::try_from(lines) {
+        Ok([line]) => line,
+        Err(lines) => panic!("one line, not {lines:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,7 @@ use super::fsutil::{is_crlf, looks_binary, to_eol};
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
-use crate::registry::{CHANGED_FILES, editing};
+use crate::registry::{CHANGED_FILES, editing, with_wrote};
 use crate::result::{ToolOutcome, ToolResult, io_refusal, refuse};
 
 #[derive(Debug, Deserialize)]
@@ -506,6 +506,7 @@ fn run_edit(args: EditArgs, ctx: &ToolContext) -> ToolOutcome {
     ))
     .with_meta("edit", json!({"path": r.rel, "replacements": applied.count, "strategy": applied.strategy, "first_line": applied.first_line}))
     .with_meta(CHANGED_FILES, json!([r.rel])))
+    .map(|result| with_wrote(result, ctx, [r.abs.as_path()]))
 }
 
 fn run_multi(args: MultiArgs, ctx: &ToolContext) -> ToolOutcome {
@@ -547,6 +548,7 @@ fn run_multi(args: MultiArgs, ctx: &ToolContext) -> ToolOutcome {
             .with_meta("edits", json!(report))
             .with_meta(CHANGED_FILES, json!([r.rel])),
     )
+    .map(|result| with_wrote(result, ctx, [r.abs.as_path()]))
 }
 
 #[cfg(test)]

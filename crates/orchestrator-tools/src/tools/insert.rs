@@ -10,7 +10,7 @@ use super::fsutil::{is_crlf, looks_binary, to_eol};
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
-use crate::registry::{CHANGED_FILES, editing};
+use crate::registry::{CHANGED_FILES, editing, with_wrote};
 use crate::result::{ToolOutcome, ToolResult, io_refusal, refuse};
 
 #[derive(Debug, Deserialize)]
@@ -124,4 +124,5 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         json!({"path": r.rel, "after_line": after, "lines": inserted}),
     )
     .with_meta(CHANGED_FILES, json!([r.rel])))
+    .map(|result| with_wrote(result, ctx, [r.abs.as_path()]))
 }

@@ -7,7 +7,7 @@ use serde_json::json;
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
-use crate::registry::{CHANGED_FILES, editing};
+use crate::registry::{CHANGED_FILES, editing, with_wrote};
 use crate::result::{ToolOutcome, ToolResult, io_refusal, refuse};
 
 #[derive(Debug, Deserialize)]
@@ -70,4 +70,5 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
         json!({"path": r.rel, "created": !existed, "bytes": args.content.len()}),
     )
     .with_meta(CHANGED_FILES, json!([r.rel])))
+    .map(|result| with_wrote(result, ctx, [r.abs.as_path()]))
 }

@@ -242,3 +242,58 @@ async fn atomic_writes_do_not_follow_a_planted_temporary_name() {
         .collect();
     assert_eq!(names.len(), 2, "{names:?}");
 }
+
+/// Every tool that writes files names each path it created, changed or removed (what the next
+/// checkpoint looks at instead of the whole workspace): a patch's moved-from file and deleted
+/// file among them, as the file system has them.
+#[tokio::test]
+async fn the_file_tools_name_every_path_they_wrote() {
+    let h = Harness::new();
+    let wrote = |r: &orchestrator_tools::ToolResult| -> Vec<String> {
+        assert!(!r.is_error, "{:?}", r.content);
+        let mut paths: Vec<String> =
+            serde_json::from_value(r.metadata[orchestrator_tools::registry::WROTE_PATHS].clone())
+                .unwrap();
+        paths.sort();
+        paths
+    };
+    let r = h
+        .call(
+            "write_file",
+            json!({"path": "./d/new.txt", "content": "one\ntwo\n"}),
+        )
+        .await;
+    assert_eq!(wrote(&r), ["d/new.txt"]);
+    h.call("read_file", json!({"path": "d/new.txt"})).await;
+    let r = h
+        .call(
+            "edit_file",
+            json!({"path": "d/new.txt", "old_string": "one", "new_string": "ONE"}),
+        )
+        .await;
+    assert_eq!(wrote(&r), ["d/new.txt"]);
+    let r = h
+        .call(
+            "multi_edit",
+            json!({"path": "d/new.txt", "edits": [{"old_string": "two", "new_string": "TWO"}]}),
+        )
+        .await;
+    assert_eq!(wrote(&r), ["d/new.txt"]);
+    let r = h
+        .call(
+            "insert_text",
+            json!({"path": "d/new.txt", "after_line": 0, "text": "zero\n"}),
+        )
+        .await;
+    assert_eq!(wrote(&r), ["d/new.txt"]);
+    h.write("gone.txt", "bye\n");
+    h.write("old/name.txt", "moving\n");
+    let patch = "*** Begin Patch\n*** Add File: added.txt\n+new\n*** Delete File: gone.txt\n\
+                 *** Update File: old/name.txt\n*** Move to: new/name.txt\n@@\n-moving\n+moved\n\
+                 *** End Patch";
+    let r = h.call("apply_patch", json!({"input": patch})).await;
+    assert_eq!(
+        wrote(&r),
+        ["added.txt", "gone.txt", "new/name.txt", "old/name.txt"]
+    );
+}

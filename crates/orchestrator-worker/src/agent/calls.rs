@@ -29,8 +29,9 @@ const SUMMARY_CHARS: usize = 200;
 const QUIET_START: std::time::Duration = std::time::Duration::from_millis(50);
 
 pub(crate) enum CallEnd {
-    /// The call has its result message, and the model tokens it spent (llm_query_batched).
-    Answered(ChatMessage, Option<Usage>),
+    /// The call has its result message, the model tokens it spent (llm_query_batched), and the
+    /// paths it says it wrote (a file tool's `wrote_paths`; `None` when it does not say).
+    Answered(ChatMessage, Option<Usage>, Option<Vec<String>>),
     /// The call waits on a person.
     Paused,
     /// The attempt was stopped while the call ran; its row stays `started` (a quick read-only
@@ -91,7 +92,7 @@ pub(crate) async fn run_call(
                 },
             )
             .await?;
-        return Ok(CallEnd::Answered(message, None));
+        return Ok(CallEnd::Answered(message, None, None));
     }
 
     let record_start = || {
@@ -181,6 +182,10 @@ pub(crate) async fn run_call(
         .get("usage")
         .and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok())
         .filter(|u| u.total_tokens > 0);
+    let wrote = result
+        .metadata
+        .get(orchestrator_tools::registry::WROTE_PATHS)
+        .and_then(|paths| serde_json::from_value::<Vec<String>>(paths.clone()).ok());
     let mut message = ChatMessage::tool(&call.id, &text);
     if images_shown {
         message.images = result
@@ -228,7 +233,7 @@ pub(crate) async fn run_call(
             },
         )
         .await?;
-    Ok(CallEnd::Answered(message, usage))
+    Ok(CallEnd::Answered(message, usage, wrote))
 }
 
 /// How much of a call's argument text its `tool_call` event keeps.

@@ -406,13 +406,6 @@ impl Agent<'_> {
                     j += 1;
                 }
             }
-            // A call that is not read-only may change files: the next checkpoint reads the
-            // workspace (one after turns of reads only costs nothing).
-            if let Some(saver) = self.checkpoints.as_mut()
-                && !self.registry.is_read_only(&calls[i].1.name)
-            {
-                saver.touched();
-            }
             let group = calls[i..j].iter().map(|(position, call)| {
                 let record = records.iter().find(|r| r.call_id == call.id);
                 calls::run_call(
@@ -428,9 +421,21 @@ impl Agent<'_> {
                 )
             });
             let results = futures_util::future::join_all(group).await;
-            for result in results {
+            for (result, (_, call)) in results.into_iter().zip(&calls[i..j]) {
                 match result? {
-                    calls::CallEnd::Answered(message, usage) => {
+                    calls::CallEnd::Answered(message, usage, wrote) => {
+                        // What the next checkpoint reads: the paths a file tool says it wrote,
+                        // or the whole workspace after any other call that may change files (a
+                        // turn of read-only calls costs nothing).
+                        if let Some(saver) = self.checkpoints.as_mut() {
+                            match wrote {
+                                Some(paths) if self.registry.may_change_files(&call.name) => {
+                                    saver.wrote(paths);
+                                }
+                                _ if !self.registry.is_read_only(&call.name) => saver.touched(),
+                                _ => {}
+                            }
+                        }
                         conversation.push(message);
                         if let Some(u) = usage {
                             count_tokens(&self.ctx.metrics, u);

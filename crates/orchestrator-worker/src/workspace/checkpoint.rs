@@ -47,8 +47,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use git2::{
-    Delta, DiffFormat, DiffOptions, Index, IndexEntry, IndexTime, ObjectType, Oid, Repository,
-    RepositoryOpenFlags, Tree,
+    Delta, DiffFormat, DiffOptions, ObjectType, Oid, Repository, RepositoryOpenFlags, Tree,
 };
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};

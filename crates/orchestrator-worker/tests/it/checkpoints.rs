@@ -306,15 +306,26 @@ async fn a_saver_saves_changed_turns_only_and_restore_latest_brings_them_back() 
         "a clean workspace with no checkpoint has nothing to save"
     );
     std::fs::write(ws.join("src/lib.rs"), "turn two\n").unwrap();
+    // The agent loop says a call that may change files ran.
+    saver.touched();
     assert!(matches!(
         saver.after_turn(&db.store, &lease, 1, 2).await.unwrap(),
         TurnCheckpoint::Saved { files: 1, .. }
     ));
+    saver.touched();
     assert_eq!(
         saver.after_turn(&db.store, &lease, 1, 3).await.unwrap(),
-        TurnCheckpoint::Unchanged
+        TurnCheckpoint::Unchanged,
+        "looked, and found the tree saved last"
     );
     std::fs::write(ws.join("notes.md"), "turn four\n").unwrap();
+    // A turn of read-only calls reads nothing: the file above waits for the next call that may
+    // change files (or a capture due by time).
+    assert_eq!(
+        saver.after_turn(&db.store, &lease, 1, 4).await.unwrap(),
+        TurnCheckpoint::Unchanged
+    );
+    saver.touched();
     assert!(matches!(
         saver.after_turn(&db.store, &lease, 1, 4).await.unwrap(),
         TurnCheckpoint::Saved { files: 2, .. }
@@ -747,4 +758,146 @@ async fn a_workspace_made_again_without_a_checkpoint_names_the_calls_whose_files
         "{}",
         told[0]
     );
+}
+
+/// A capture's tree and patch, whatever it found.
+fn tree_and_patch(captured: Captured) -> (String, Vec<u8>) {
+    match captured {
+        Captured::Changed(patch) => (patch.tree, patch.bytes),
+        Captured::Clean { tree } => (tree, Vec::new()),
+        Captured::Unchanged => panic!("no last tree was given"),
+    }
+}
+
+/// A capture of the paths a file tool names (what follows an edit, so that its cost follows the
+/// change, not the repository) finds what a whole capture finds, tree and patch byte for byte:
+/// edits, new files in new directories, ignored files and directories, deletions that empty a
+/// directory, the executable bit, links, a file put back as the base has it, and the cases it
+/// leaves to a whole capture (a directory, a `.gitignore`, a changed file nobody named).
+#[test]
+fn a_capture_of_named_paths_finds_what_a_whole_capture_finds() {
+    let (_src, source) = git_repo(&[
+        ("a.txt", "a\n"),
+        ("dir/b.txt", "b\n"),
+        ("sub/deep/c.txt", "c\n"),
+        ("run.sh", "#!/bin/sh\n"),
+        (".gitignore", "*.log\nbuild/\n"),
+    ]);
+    std::os::unix::fs::symlink("a.txt", source.join("link")).unwrap();
+    git(&source, &["add", "link"]);
+    git(&source, &["commit", "-q", "-m", "link"]);
+    let base = head(&source);
+    let (_a, ws) = fresh_clone(&source, &base);
+    let mut named = Capturer::new(&ws, &base).unwrap();
+    // The first capture of a capturer looks at everything.
+    assert_eq!(
+        tree_and_patch(named.capture(None).unwrap()).1,
+        Vec::<u8>::new()
+    );
+    type Step = (&'static str, Box<dyn Fn(&Path)>, &'static [&'static str]);
+    let steps: Vec<Step> = vec![
+        (
+            "an edit",
+            Box::new(|ws| std::fs::write(ws.join("a.txt"), "a, edited\n").unwrap()),
+            &["a.txt"],
+        ),
+        (
+            "a new file in a new directory",
+            Box::new(|ws| {
+                std::fs::create_dir_all(ws.join("new/deeper")).unwrap();
+                std::fs::write(ws.join("new/deeper/x.txt"), "x\n").unwrap();
+            }),
+            &["new/deeper/x.txt"],
+        ),
+        (
+            "an ignored file and a file in an ignored directory",
+            Box::new(|ws| {
+                std::fs::write(ws.join("out.log"), "log\n").unwrap();
+                std::fs::create_dir_all(ws.join("build")).unwrap();
+                std::fs::write(ws.join("build/o.txt"), "o\n").unwrap();
+            }),
+            &["out.log", "build/o.txt"],
+        ),
+        (
+            "a deletion that empties a directory",
+            Box::new(|ws| std::fs::remove_file(ws.join("dir/b.txt")).unwrap()),
+            &["dir/b.txt"],
+        ),
+        (
+            "the executable bit",
+            Box::new(|ws| {
+                std::fs::set_permissions(ws.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+                    .unwrap()
+            }),
+            &["run.sh"],
+        ),
+        (
+            "a link pointed elsewhere",
+            Box::new(|ws| {
+                std::fs::remove_file(ws.join("link")).unwrap();
+                std::os::unix::fs::symlink("run.sh", ws.join("link")).unwrap();
+            }),
+            &["link"],
+        ),
+        (
+            "a file put back as the base has it",
+            Box::new(|ws| std::fs::write(ws.join("a.txt"), "a\n").unwrap()),
+            &["a.txt"],
+        ),
+        (
+            "a move between directories",
+            Box::new(|ws| {
+                std::fs::create_dir_all(ws.join("sub/other")).unwrap();
+                std::fs::rename(ws.join("sub/deep/c.txt"), ws.join("sub/other/c.txt")).unwrap();
+            }),
+            &["sub/deep/c.txt", "sub/other/c.txt"],
+        ),
+        (
+            "a directory named (a whole capture settles it)",
+            Box::new(|ws| {
+                std::fs::create_dir_all(ws.join("made")).unwrap();
+                std::fs::write(ws.join("made/m.txt"), "m\n").unwrap();
+            }),
+            &["made"],
+        ),
+        (
+            "a .gitignore (it changes what else is ignored)",
+            Box::new(|ws| std::fs::write(ws.join(".gitignore"), "build/\n").unwrap()),
+            &[".gitignore"],
+        ),
+        (
+            "a changed file changed again by something that did not say so",
+            Box::new(|ws| {
+                std::fs::write(ws.join("new/deeper/x.txt"), "x, again, unseen\n").unwrap();
+                std::fs::write(ws.join("a.txt"), "a, once more\n").unwrap();
+            }),
+            &["a.txt"],
+        ),
+    ];
+    for (what, step, paths) in steps {
+        step(&ws);
+        let paths: Vec<Vec<u8>> = paths.iter().map(|p| p.as_bytes().to_vec()).collect();
+        let by_paths = tree_and_patch(named.capture_paths(None, &paths).unwrap());
+        let whole = tree_and_patch(Capturer::new(&ws, &base).unwrap().capture(None).unwrap());
+        assert_eq!(
+            by_paths,
+            whole,
+            "{what}: the named paths' capture differs from the whole one:\n{}\n---\n{}",
+            String::from_utf8_lossy(&by_paths.1),
+            String::from_utf8_lossy(&whole.1)
+        );
+    }
+    // And what the last patch says is what a fresh clone gets back.
+    let (_b, rescue) = fresh_clone(&source, &base);
+    let patch = match named.capture(None).unwrap() {
+        Captured::Changed(patch) => patch,
+        other => panic!("{other:?}"),
+    };
+    restore(&rescue, &base, &patch.bytes).unwrap();
+    // (`*.log` is no longer ignored: out.log came along; build/ still is.)
+    assert_eq!(tree(&rescue), {
+        let mut t = tree(&ws);
+        t.remove(Path::new("build/o.txt"));
+        t
+    });
 }

@@ -445,48 +445,68 @@ async fn check_titles(store: Option<&Store>, url: &str) -> Check {
 }
 
 /// Transactions held open on the PostgreSQL server longer than this are named.
-const LONG_TRANSACTION_MS: i64 = 60_000;
+const LONG_TRANSACTION_MS: i64 = 10_000;
 
-/// On PostgreSQL: a transaction held open on the server (in any database there), or a prepared
-/// one, is the horizon below which the order of changes is final. The live lists and notices read
-/// ahead of it, but one open for long is almost always a mistake (a session left `idle in
-/// transaction`, a forgotten `PREPARE TRANSACTION`) that also keeps vacuum from cleaning up.
+/// On PostgreSQL: a transaction held open on the server (in any database there) that has written,
+/// or a prepared one, is the horizon below which the order of changes is final. The live lists and
+/// notices read ahead of it, but one open for long is almost always a mistake (a session left
+/// `idle in transaction`, a forgotten `PREPARE TRANSACTION`) that also keeps vacuum from cleaning
+/// up: each is named, oldest first, with the command that ends it.
 async fn check_open_transactions(store: Option<&Store>, url: &str) -> Option<Check> {
     const NAME: &str = "open transactions";
     let store = store?;
     if store.backend() != orchestrator_store::Backend::Postgres {
         return None;
     }
-    Some(match store.oldest_open_transaction().await {
-        Err(e) => Check::warn(
-            NAME,
-            format!("cannot read the server's open transactions: {e}"),
-            "",
-        ),
-        Ok(Some(holder)) if holder.age_ms >= LONG_TRANSACTION_MS => {
-            let target = PgTarget::of(url);
-            let end = match (&holder.prepared, holder.pid) {
-                (Some(gid), _) => {
-                    target.psql(&format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''")))
-                }
-                (None, Some(pid)) => target.psql(&format!("SELECT pg_terminate_backend({pid})")),
-                (None, None) => "end it on the server".to_owned(),
-            };
-            Check::warn(
+    let open = match store.open_transactions(5).await {
+        Ok(open) => open,
+        Err(e) => {
+            return Some(Check::warn(
                 NAME,
-                format!(
-                    "{holder} holds back the order of changes: the live lists and notices read \
-                     ahead of it, and vacuum cannot clean up behind it"
-                ),
-                format!("end it if nobody needs it: {end}"),
-            )
+                format!("cannot read the server's open transactions: {e}"),
+                "",
+            ));
         }
-        Ok(Some(holder)) => Check::ok(
+    };
+    let long: Vec<_> = open
+        .iter()
+        .filter(|t| t.age_ms >= LONG_TRANSACTION_MS)
+        .collect();
+    if long.is_empty() {
+        return Some(Check::ok(
             NAME,
-            format!("the oldest is {}s old", holder.age_ms.max(0) / 1000),
+            match open.first() {
+                Some(oldest) => format!(
+                    "none open for long (the oldest: {} s)",
+                    Ord::max(oldest.age_ms, 0) / 1000
+                ),
+                None => "none holds back the order of changes".to_owned(),
+            },
+        ));
+    }
+    let target = PgTarget::of(url);
+    let named: Vec<String> = long.iter().map(|t| t.to_string()).collect();
+    let ends: Vec<String> = long
+        .iter()
+        .map(|t| match (&t.prepared, t.pid) {
+            (Some(gid), _) => {
+                target.psql(&format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''")))
+            }
+            (None, Some(pid)) => target.psql(&format!("SELECT pg_terminate_backend({pid})")),
+            (None, None) => "end it on the server".to_owned(),
+        })
+        .collect();
+    Some(Check::warn(
+        NAME,
+        format!(
+            "{} hold{} back the order of changes: the live lists and notices read ahead, but \
+             vacuum cannot clean up behind {}",
+            named.join("; "),
+            if long.len() == 1 { "s" } else { "" },
+            if long.len() == 1 { "it" } else { "them" }
         ),
-        Ok(None) => Check::ok(NAME, "none holds back the order of changes"),
-    })
+        format!("end what nobody needs: {}", ends.join("; ")),
+    ))
 }
 
 /// Whether agents' processes can be confined here, as `serve` says at its start.

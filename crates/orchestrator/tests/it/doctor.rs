@@ -250,6 +250,66 @@ async fn a_postgres_store_without_the_titles_trigram_index_is_warned_about_with_
     assert!(install < index, "{absent}");
 }
 
+/// A transaction held open on the PostgreSQL server (one that took an id and sits `idle in
+/// transaction`) is the horizon of the order of changes: doctor names it, its server process and
+/// its age, with the command that ends it; once it ends it is no longer named.
+#[tokio::test]
+async fn a_transaction_held_open_on_the_postgres_server_is_named_with_its_process() {
+    if orchestrator_test_support::postgres_skipped() {
+        eprintln!("ORCHESTRATOR_TEST_SKIP_POSTGRES=1: PostgreSQL half not run");
+        return;
+    }
+    use sqlx::Connection;
+    let url = orchestrator_test_support::fresh_postgres_url().await;
+    let env = Env {
+        home: tempfile::tempdir().unwrap(),
+        database_url: Some(url.clone()),
+    };
+    // Migrated first, so the holder below is the only one in this database.
+    let (_, checks) = doctor(&env, &[], &[]);
+    let open = |checks: &[Value]| check(checks, "open transactions").clone();
+    open(&checks);
+    let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT pg_current_xact_id()")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let (pid,): (i32,) = sqlx::query_as("SELECT pg_backend_pid()")
+        .fetch_one(&mut holder)
+        .await
+        .unwrap();
+    // Past the age doctor names (10 s).
+    tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+    let (out, checks) = doctor(&env, &[], &[]);
+    assert_eq!(out.status.code(), Some(0), "a warning, not a failure");
+    let held = open(&checks);
+    assert_eq!(held["status"], "warn", "{held}");
+    let detail = held["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!(
+            "server process {pid} (idle in transaction, open for"
+        )),
+        "{held}"
+    );
+    assert!(
+        held["fix"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("pg_terminate_backend({pid})")),
+        "{held}"
+    );
+    sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
+    let (_, checks) = doctor(&env, &[], &[]);
+    let ended = open(&checks);
+    assert!(
+        !ended["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("server process {pid} ")),
+        "{ended}"
+    );
+}
+
 fn rand_name() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(std::process::id())

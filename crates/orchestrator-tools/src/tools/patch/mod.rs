@@ -33,7 +33,7 @@ use super::fsutil::looks_binary;
 use super::{ToolDef, schema};
 use crate::context::ToolContext;
 use crate::policy::ApprovalClass;
-use crate::registry::{CHANGED_FILES, editing};
+use crate::registry::{CHANGED_FILES, editing, with_wrote};
 use crate::result::{ToolFailure, ToolOutcome, ToolResult, refuse};
 use crate::workspace::Resolved;
 
@@ -351,7 +351,7 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
             summary.push_str(&format!("{sign} {p}\n"));
         }
     }
-    Ok(ToolResult::text(summary)
+    let result = ToolResult::text(summary)
         .with_meta(
             "files",
             json!({"added": plan.added, "modified": plan.modified, "deleted": plan.deleted}),
@@ -364,7 +364,12 @@ fn run(args: Args, ctx: &ToolContext) -> ToolOutcome {
                     .chain(plan.modified.iter())
                     .collect::<Vec<_>>()
             ),
-        ))
+        );
+    Ok(with_wrote(
+        result,
+        ctx,
+        plan.order.iter().map(PathBuf::as_path),
+    ))
 }
 
 fn prefix_refusal(f: ToolFailure) -> ToolFailure {

@@ -1,6 +1,9 @@
 //! Capturing a checkpoint: the workspace's files as git would see them after `git add -A`, read
-//! through `openat2` beneath the workspace, as a patch against the base; the `Capturer` keeps the
-//! stat of the files it read so the next capture reads only what changed.
+//! through `openat2` beneath the workspace, as a patch against the base. What a capture costs is
+//! kept to what changed where it can be: the `Capturer` keeps the stat of the files it read so the
+//! next capture reads only what changed, reads the base's tree once (a base never changes) and the
+//! tracked paths again only when the index file changed, and writes a tree only for a directory
+//! whose entries are not the base's (every other one is the base's own tree, by id).
 
 use super::*;
 
@@ -53,7 +56,18 @@ impl StatKey {
 pub struct Capturer {
     workspace: PathBuf,
     base: Oid,
-    cache: HashMap<Vec<u8>, (StatKey, Oid)>,
+    /// Each file's stat and blob id when it was last hashed, and the last whole capture that
+    /// found it (a file no longer there is forgotten).
+    cache: HashMap<Vec<u8>, (StatKey, Oid, u64)>,
+    /// Whole captures made: what the cache's entries are marked with.
+    generation: u64,
+    /// The base's files and directories, read at the first capture.
+    base_tree: Option<BaseTree>,
+    /// The tracked paths and the stat of the index file they were read with.
+    tracked: Option<(Option<StatKey>, Tracked)>,
+    /// The last capture's difference from the base, by path (`None`: deleted): where a capture
+    /// of a few named paths starts from. `None` until a capture succeeds.
+    changes: Option<Changes>,
     /// The most bytes of changed files one capture reads (each file's size is checked before it
     /// is opened): what an agent's files can make the daemon hold is bounded by this, whatever
     /// they are (a 200 MB log, a 1 GiB sparse file).
@@ -70,6 +84,10 @@ impl Capturer {
             workspace,
             base,
             cache: HashMap::new(),
+            generation: 0,
+            base_tree: None,
+            tracked: None,
+            changes: None,
             cap: orchestrator_store::DEFAULT_CHECKPOINT_CAP,
         })
     }
@@ -84,6 +102,27 @@ impl Capturer {
     /// Captures the workspace; `Unchanged` when its tree is `last_tree` (the patch is then not
     /// made at all). Blocking.
     pub fn capture(&mut self, last_tree: Option<&str>) -> Result<Captured> {
+        self.capture_with(last_tree, None)
+    }
+
+    /// Captures the workspace when only `paths` (relative to it, as the file system has them)
+    /// may have changed since the last capture: they are looked at, not the whole workspace, so
+    /// the cost follows what changed. Falls back to a whole capture when there is no last one,
+    /// or a path is one this cannot settle alone (a directory, a `.gitignore`, a path through a
+    /// link), or a changed file read again is not what it was. Blocking.
+    pub fn capture_paths(
+        &mut self,
+        last_tree: Option<&str>,
+        paths: &[Vec<u8>],
+    ) -> Result<Captured> {
+        self.capture_with(last_tree, Some(paths))
+    }
+
+    fn capture_with(
+        &mut self,
+        last_tree: Option<&str>,
+        paths: Option<&[Vec<u8>]>,
+    ) -> Result<Captured> {
         let repo = open_repository(&self.workspace)?;
         let odb = repo.odb()?;
         // Objects this capture makes (blobs of changed files, trees) stay in memory: the
@@ -92,58 +131,39 @@ impl Capturer {
         let _scratch = odb.add_new_mempack_backend(1000)?;
         let base_tree = repo.find_commit(self.base)?.tree()?;
         let started = SystemTime::now();
-        let mut state = Index::new()?;
         let root = open_root(&self.workspace)?;
-        let snapshot = Snapshot::read(&repo, &base_tree, &root)?;
-        let mut seen = HashSet::new();
-        let mut read_bytes: u64 = 0;
-        for file in snapshot.files {
-            let (oid, mode) = match file.kind {
-                Kind::Gitlink(oid) => (oid, MODE_GITLINK),
-                Kind::Link(target) => (repo.blob(&target)?, MODE_LINK),
-                Kind::File { exec, stat } => {
-                    let key = StatKey::of(&stat);
-                    let base_oid = snapshot.base.get(&file.path).map(|(oid, _)| *oid);
-                    let cached = self
-                        .cache
-                        .get(&file.path)
-                        .filter(|(k, _)| *k == key)
-                        .map(|(_, oid)| *oid);
-                    let oid = match cached {
-                        // Unchanged since the last read and equal to the base: the base's blob
-                        // is in the repository already.
-                        Some(oid) if Some(oid) == base_oid => oid,
-                        _ => {
-                            // Checked before the file is opened: its size as listed, and again as
-                            // read (read_file stops past the cap), against what is left.
-                            let size = u64::try_from(stat.st_size).unwrap_or(0);
-                            let left = self.cap.saturating_sub(read_bytes);
-                            if size > left {
-                                return Err(self.too_large(&file.path, size, read_bytes));
-                            }
-                            let Some(bytes) = read_file(&root, &file.path, left)? else {
-                                // Gone, or no longer a file, since the listing.
-                                continue;
-                            };
-                            read_bytes += bytes.len() as u64;
-                            let oid = Oid::hash_object(ObjectType::Blob, &bytes)?;
-                            if Some(oid) != base_oid {
-                                repo.blob(&bytes)?;
-                            }
-                            if !racy(&stat, started) {
-                                self.cache.insert(file.path.clone(), (key, oid));
-                            }
-                            oid
-                        }
-                    };
-                    (oid, if exec { MODE_EXEC } else { MODE_FILE })
-                }
-            };
-            seen.insert(file.path.clone());
-            state.add(&entry(file.path, oid, mode))?;
+        if self.base_tree.is_none() {
+            self.base_tree = Some(BaseTree::read(&base_tree)?);
         }
-        self.cache.retain(|path, _| seen.contains(path));
-        let tree_id = state.write_tree_to(&repo)?;
+        let base = self.base_tree.take().unwrap_or_default();
+        let last = self.changes.take();
+        let changes = match (paths, last) {
+            (Some(paths), Some(last)) => {
+                match self.update(&repo, &base, &root, started, last, paths) {
+                    Ok(Some(changes)) => Ok(changes),
+                    Ok(None) => self.walk_changes(&repo, &base, &root, started),
+                    Err(e) => Err(e),
+                }
+            }
+            _ => self.walk_changes(&repo, &base, &root, started),
+        };
+        let written = changes.and_then(|changes| {
+            let id = write_changed_tree(&repo, &base, &changes)?;
+            // The patch is the diff of two trees that hold the changed paths only (as the base
+            // has them, and as they are now): the same patch as the whole trees' diff, made
+            // without walking every entry of both.
+            let before: Changes = changes
+                .keys()
+                .map(|path| (path.clone(), base.files.get(path).copied()))
+                .collect();
+            let empty = BaseTree::default();
+            let from = write_changed_tree(&repo, &empty, &before)?;
+            let to = write_changed_tree(&repo, &empty, &changes)?;
+            self.changes = Some(changes);
+            Ok((id, from, to))
+        });
+        self.base_tree = Some(base);
+        let (tree_id, from, to) = written?;
         let tree_text = tree_id.to_string();
         if last_tree == Some(tree_text.as_str()) {
             return Ok(Captured::Unchanged);
@@ -151,8 +171,12 @@ impl Capturer {
         if tree_id == base_tree.id() {
             return Ok(Captured::Clean { tree: tree_text });
         }
-        let tree = repo.find_tree(tree_id)?;
-        let (bytes, files) = diff_patch(&repo, &base_tree, &tree)?;
+        // The diff looks up each file's attributes (its diff driver), which reads the index when
+        // the workspace has none: an empty one in memory instead, as the workspace's index (the
+        // agent's staging) is not what a checkpoint holds, and reading it costs as much as the
+        // repository is large.
+        repo.set_index(&mut git2::Index::new()?)?;
+        let (bytes, files) = diff_patch(&repo, &repo.find_tree(from)?, &repo.find_tree(to)?)?;
         Ok(Captured::Changed(Patch {
             bytes,
             tree: tree_text,
@@ -161,6 +185,342 @@ impl Capturer {
     }
 }
 impl Capturer {
+    /// The workspace's difference from the base, from a walk of all of it: each file read
+    /// through the cache of what was hashed before, each new or changed one hashed and its blob
+    /// kept in the capture's in-memory store.
+    fn walk_changes(
+        &mut self,
+        repo: &Repository,
+        base: &BaseTree,
+        root: &OwnedFd,
+        started: SystemTime,
+    ) -> Result<Changes> {
+        let tracked = self.tracked(repo, base, root);
+        let files = Walk::files(repo, root, base, &tracked.1);
+        self.tracked = Some(tracked);
+        let files = files?;
+        self.generation += 1;
+        let mut changes = Changes::new();
+        let mut read_bytes: u64 = 0;
+        let mut found_in_base = 0;
+        let mut present = HashSet::with_capacity(files.len());
+        for file in files {
+            let Some(entry) = self.entry_of(repo, base, root, &file, started, &mut read_bytes)?
+            else {
+                continue;
+            };
+            let in_base = base.files.get(&file.path);
+            if in_base.is_some() {
+                found_in_base += 1;
+            }
+            if in_base != Some(&entry) {
+                changes.insert(file.path.clone(), Some(entry));
+            }
+            present.insert(file.path);
+        }
+        let generation = self.generation;
+        self.cache.retain(|_, (_, _, seen)| *seen == generation);
+        // Deleted: the base's files the walk did not find (looked for only when some are gone).
+        if found_in_base < base.files.len() {
+            for path in base.files.keys() {
+                if !present.contains(path) {
+                    changes.insert(path.clone(), None);
+                }
+            }
+        }
+        Ok(changes)
+    }
+
+    /// The blob (or gitlink) id and mode of one file the walk or a named path found; `None` when
+    /// it went away since it was listed.
+    fn entry_of(
+        &mut self,
+        repo: &Repository,
+        base: &BaseTree,
+        root: &OwnedFd,
+        file: &FileAt,
+        started: SystemTime,
+        read_bytes: &mut u64,
+    ) -> Result<Option<(Oid, u32)>> {
+        Ok(Some(match &file.kind {
+            Kind::Gitlink(oid) => (*oid, MODE_GITLINK),
+            Kind::Link(target) => (repo.blob(target)?, MODE_LINK),
+            Kind::File { exec, stat } => {
+                let key = StatKey::of(stat);
+                let base_oid = base.files.get(&file.path).map(|(oid, _)| *oid);
+                let generation = self.generation;
+                let cached = self.cache.get_mut(&file.path).filter(|(k, _, _)| *k == key);
+                let oid = match cached {
+                    // Unchanged since the last read and equal to the base: the base's blob is in
+                    // the repository already.
+                    Some((_, oid, seen)) if Some(*oid) == base_oid => {
+                        *seen = generation;
+                        *oid
+                    }
+                    _ => {
+                        let Some(oid) = self.read_blob(repo, root, &file.path, stat, read_bytes)?
+                        else {
+                            // Gone, or no longer a file, since the listing.
+                            return Ok(None);
+                        };
+                        if !racy(stat, started) {
+                            self.cache
+                                .insert(file.path.clone(), (key, oid, self.generation));
+                        }
+                        oid
+                    }
+                };
+                (oid, if *exec { MODE_EXEC } else { MODE_FILE })
+            }
+        }))
+    }
+
+    /// Reads the file at `path` (listed with `stat`) into the capture's store, counted against
+    /// the cap; its blob id, or `None` when it is gone or no longer a file.
+    fn read_blob(
+        &self,
+        repo: &Repository,
+        root: &OwnedFd,
+        path: &[u8],
+        stat: &FileStat,
+        read_bytes: &mut u64,
+    ) -> Result<Option<Oid>> {
+        // Checked before the file is opened: its size as listed, and again as read (read_file
+        // stops past the cap), against what is left.
+        let size = u64::try_from(stat.st_size).unwrap_or(0);
+        let left = self.cap.saturating_sub(*read_bytes);
+        if size > left {
+            return Err(self.too_large(path, size, *read_bytes));
+        }
+        let Some(bytes) = read_file(root, path, left)? else {
+            return Ok(None);
+        };
+        *read_bytes += bytes.len() as u64;
+        // Kept in the capture's in-memory store even when it is the base's: written or not,
+        // the tree that names it and the patch find it.
+        Ok(Some(repo.blob(&bytes)?))
+    }
+
+    /// The last capture's difference from the base, `last`, brought up to date for `paths`, the
+    /// only ones that may have changed since; `None` when a whole capture must settle it (see
+    /// [`Capturer::capture_paths`]). Every other changed file is read again into this capture's
+    /// store (the tree and the patch need its blob), and must be what it was.
+    fn update(
+        &mut self,
+        repo: &Repository,
+        base: &BaseTree,
+        root: &OwnedFd,
+        started: SystemTime,
+        mut changes: Changes,
+        paths: &[Vec<u8>],
+    ) -> Result<Option<Changes>> {
+        let tracked = self.tracked(repo, base, root);
+        let found = self.at_paths(repo, base, root, &tracked.1, paths);
+        self.tracked = Some(tracked);
+        let Some(found) = found? else {
+            return Ok(None);
+        };
+        let mut read_bytes: u64 = 0;
+        let mut fresh = HashSet::new();
+        for (path, file) in found {
+            let entry = match file {
+                Some(file) => self.entry_of(repo, base, root, &file, started, &mut read_bytes)?,
+                None => None,
+            };
+            if base.files.get(&path) == entry.as_ref() {
+                changes.remove(&path);
+            } else {
+                changes.insert(path.clone(), entry);
+            }
+            fresh.insert(path);
+        }
+        for (path, entry) in &changes {
+            let Some((oid, mode)) = entry else { continue };
+            if fresh.contains(path) {
+                continue;
+            }
+            let again = match *mode {
+                MODE_FILE | MODE_EXEC => {
+                    let stat = match stat_beneath(root, path)? {
+                        Some(stat)
+                            if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT
+                                == SFlag::S_IFREG =>
+                        {
+                            stat
+                        }
+                        _ => return Ok(None),
+                    };
+                    self.read_blob(repo, root, path, &stat, &mut read_bytes)?
+                }
+                MODE_LINK => {
+                    let (parent, name) = split_path(path);
+                    let dir = open_beneath(
+                        root,
+                        parent,
+                        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+                        Mode::empty(),
+                    )?;
+                    match nix::fcntl::readlinkat(&dir, OsStr::from_bytes(name)) {
+                        Ok(target) => Some(repo.blob(target.as_bytes())?),
+                        Err(_) => return Ok(None),
+                    }
+                }
+                _ => Some(*oid),
+            };
+            if again != Some(*oid) {
+                // Changed since it was hashed, by something that did not say so.
+                return Ok(None);
+            }
+        }
+        Ok(Some(changes))
+    }
+
+    /// What each of `paths` is now (`None`: not part of the state: gone, ignored, inside a
+    /// nested repository or a submodule), or `None` for all when one of them needs a whole
+    /// capture: a path that is not plainly relative or names `.git`, a directory, a
+    /// `.gitignore` (it changes what else is ignored), a path through a link.
+    fn at_paths(
+        &self,
+        repo: &Repository,
+        base: &BaseTree,
+        root: &OwnedFd,
+        tracked: &Tracked,
+        paths: &[Vec<u8>],
+    ) -> Result<Option<Vec<NamedPath>>> {
+        let mut found = Vec::new();
+        for path in paths {
+            let parts: Vec<&[u8]> = path.split(|b| *b == b'/').collect();
+            let plain = parts.iter().all(|p| {
+                !p.is_empty() && *p != b"." && *p != b".." && !p.eq_ignore_ascii_case(b".git")
+            });
+            if !plain || parts.last().is_some_and(|n| *n == b".gitignore") {
+                return Ok(None);
+            }
+            let mut outside = false;
+            for end in 1..parts.len() {
+                let dir = parts[..end].join(&b'/');
+                if matches!(base.files.get(&dir), Some((_, MODE_GITLINK))) {
+                    outside = true;
+                    break;
+                }
+                match stat_beneath(root, &join(&dir, b".git")) {
+                    Ok(Some(_)) => {
+                        outside = true;
+                        break;
+                    }
+                    Ok(None) => {}
+                    Err(_) => return Ok(None),
+                }
+                if !tracked.dirs.contains(&dir)
+                    && repo.is_path_ignored(Path::new(OsStr::from_bytes(&dir)))?
+                {
+                    outside = true;
+                    break;
+                }
+            }
+            if outside {
+                found.push((path.clone(), None));
+                continue;
+            }
+            let stat = match stat_beneath(root, path) {
+                Ok(stat) => stat,
+                Err(_) => return Ok(None),
+            };
+            let Some(stat) = stat else {
+                found.push((path.clone(), None));
+                continue;
+            };
+            if !tracked.paths.contains(path)
+                && repo.is_path_ignored(Path::new(OsStr::from_bytes(path)))?
+            {
+                found.push((path.clone(), None));
+                continue;
+            }
+            let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+            let file = if kind == SFlag::S_IFREG {
+                Some(FileAt {
+                    path: path.clone(),
+                    kind: Kind::File {
+                        exec: stat.st_mode & 0o100 != 0,
+                        stat,
+                    },
+                })
+            } else if kind == SFlag::S_IFLNK {
+                let (parent, name) = split_path(path);
+                let dir = open_beneath(
+                    root,
+                    parent,
+                    OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+                    Mode::empty(),
+                )?;
+                let target = nix::fcntl::readlinkat(&dir, OsStr::from_bytes(name))
+                    .map_err(|e| io_error(path, e))?;
+                Some(FileAt {
+                    path: path.clone(),
+                    kind: Kind::Link(target.into_vec()),
+                })
+            } else if kind == SFlag::S_IFDIR {
+                return Ok(None);
+            } else {
+                None
+            };
+            found.push((path.clone(), file));
+        }
+        Ok(Some(found))
+    }
+
+    /// The tracked paths: the base's, and the index's (a file the agent added with `git add -f`),
+    /// read again only when the index file's stat changed. An index that cannot be read counts as
+    /// the base's.
+    fn tracked(
+        &mut self,
+        repo: &Repository,
+        base: &BaseTree,
+        root: &OwnedFd,
+    ) -> (Option<StatKey>, Tracked) {
+        let index_key = nix::sys::stat::fstatat(
+            root,
+            OsStr::new(".git/index"),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .ok()
+        .map(|st| StatKey::of(&st));
+        // `None` as the kept key: not to be trusted, read again.
+        if let Some((key, tracked)) = self.tracked.take()
+            && key.is_some()
+            && key == index_key
+        {
+            return (key, tracked);
+        }
+        {
+            let mut paths: HashSet<Vec<u8>> = base.files.keys().cloned().collect();
+            if let Ok(index) = repo.index() {
+                paths.extend(index.iter().map(|e| e.path));
+            }
+            let mut dirs = HashSet::new();
+            for path in &paths {
+                let mut at = path.as_slice();
+                while let Some(slash) = at.iter().rposition(|b| *b == b'/') {
+                    at = &at[..slash];
+                    if !dirs.insert(at.to_vec()) {
+                        break;
+                    }
+                }
+            }
+            // An index written just before it was read may be written again unseen by its stat
+            // (see `racy`): such an index is read again next time.
+            let key = index_key.filter(|_| {
+                let index = nix::sys::stat::fstatat(
+                    root,
+                    OsStr::new(".git/index"),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                );
+                index.is_ok_and(|st| !racy(&st, SystemTime::now()))
+            });
+            (key, Tracked { paths, dirs })
+        }
+    }
+
     fn too_large(&self, path: &[u8], size: u64, read_before: u64) -> CheckpointError {
         CheckpointError::TooLarge(format!(
             "{} is {size} bytes, and a checkpoint reads at most {} bytes of changed files \
@@ -170,31 +530,28 @@ impl Capturer {
         ))
     }
 }
-/// A file hashed in the same second it was last changed may change again without its metadata
-/// showing it (timestamps are coarse on some file systems): such a file is read again next time.
+/// A file hashed just after it was last changed may change again without its metadata showing it
+/// (a file system stamps times from a coarse clock): such a file is read again next time. Times
+/// with nanoseconds come from a clock of a few milliseconds at most, so a change more than
+/// [`RACY_NS`] before the capture started is safe to trust; a file system that keeps whole
+/// seconds only (no nanoseconds) gets the second before as well, as git does.
 fn racy(stat: &FileStat, started: SystemTime) -> bool {
     let start = started
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(i64::MAX);
-    stat.st_mtime >= start - 1 || stat.st_ctime >= start - 1
+        .map(|d| (d.as_secs() as i64, i64::from(d.subsec_nanos())))
+        .unwrap_or((i64::MAX, 0));
+    let late = |secs: i64, nanos: i64| {
+        if nanos == 0 {
+            secs >= start.0 - 1
+        } else {
+            (secs as i128) * 1_000_000_000 + nanos as i128
+                >= (start.0 as i128) * 1_000_000_000 + start.1 as i128 - RACY_NS
+        }
+    };
+    late(stat.st_mtime, stat.st_mtime_nsec) || late(stat.st_ctime, stat.st_ctime_nsec)
 }
-fn entry(path: Vec<u8>, id: Oid, mode: u32) -> IndexEntry {
-    IndexEntry {
-        ctime: IndexTime::new(0, 0),
-        mtime: IndexTime::new(0, 0),
-        dev: 0,
-        ino: 0,
-        mode,
-        uid: 0,
-        gid: 0,
-        file_size: 0,
-        id,
-        flags: 0,
-        flags_extended: 0,
-        path,
-    }
-}
+/// How close to a capture's start a change must be to count as racy (see [`racy`]).
+const RACY_NS: i128 = 100_000_000;
 /// What one file of the workspace is.
 enum Kind {
     File {
@@ -209,52 +566,209 @@ struct FileAt {
     path: Vec<u8>,
     kind: Kind,
 }
-/// The files of a workspace that a checkpoint holds, opened through the workspace's descriptor.
-struct Snapshot {
-    /// The base's entries by path: blob id and mode.
-    base: HashMap<Vec<u8>, (Oid, u32)>,
-    files: Vec<FileAt>,
+/// A directory's entries as a tree holds them: name, object id and mode.
+type TreeEntries = Vec<(Vec<u8>, Oid, u32)>;
+/// Git's mode of a tree entry that is a directory.
+const MODE_TREE: u32 = 0o040_000;
+
+/// The base's files, and each of its directories' tree id and entries, read once per capturer.
+#[derive(Debug, Default)]
+struct BaseTree {
+    /// Blob (or gitlink) id and mode by path.
+    files: HashMap<Vec<u8>, (Oid, u32)>,
+    /// Each directory's tree id and entries sorted by name; `""` is the root.
+    dirs: HashMap<Vec<u8>, (Oid, TreeEntries)>,
 }
-impl Snapshot {
-    fn read(repo: &Repository, base_tree: &Tree<'_>, root: &OwnedFd) -> Result<Snapshot> {
-        let mut base = HashMap::new();
-        base_tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
-            if entry.kind() != Some(ObjectType::Tree) {
-                let mut path = dir.as_bytes().to_vec();
-                path.extend_from_slice(entry.name_bytes());
-                base.insert(path, (entry.id(), entry.filemode() as u32));
+
+impl BaseTree {
+    fn read(tree: &Tree<'_>) -> Result<BaseTree> {
+        let mut files = HashMap::new();
+        let mut dirs: HashMap<Vec<u8>, (Oid, TreeEntries)> = HashMap::new();
+        dirs.insert(Vec::new(), (tree.id(), Vec::new()));
+        tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+            let dir = dir.as_bytes().strip_suffix(b"/").unwrap_or(dir.as_bytes());
+            let mode = entry.filemode() as u32;
+            let name = entry.name_bytes().to_vec();
+            let path = join(dir, &name);
+            if entry.kind() == Some(ObjectType::Tree) {
+                dirs.insert(path, (entry.id(), Vec::new()));
+            } else {
+                files.insert(path, (entry.id(), mode));
+            }
+            if let Some((_, entries)) = dirs.get_mut(dir) {
+                entries.push((name, entry.id(), mode));
             }
             git2::TreeWalkResult::Ok
         })?;
-        // Tracked paths are never ignored: the base's, and the index's (a file the agent added
-        // with `git add -f`). An index that cannot be read counts as the base's.
-        let mut tracked: HashSet<Vec<u8>> = base.keys().cloned().collect();
-        if let Ok(index) = repo.index() {
-            tracked.extend(index.iter().map(|e| e.path));
+        for (_, entries) in dirs.values_mut() {
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
         }
-        let mut tracked_dirs = HashSet::new();
-        for path in &tracked {
-            let mut at = path.as_slice();
-            while let Some(slash) = at.iter().rposition(|b| *b == b'/') {
-                at = &at[..slash];
-                if !tracked_dirs.insert(at.to_vec()) {
-                    break;
-                }
-            }
-        }
-        let mut walk = Walk {
-            repo,
-            root,
-            base: &base,
-            tracked: &tracked,
-            tracked_dirs: &tracked_dirs,
-            files: Vec::new(),
-        };
-        walk.dir(Vec::new())?;
-        let files = walk.files;
-        Ok(Snapshot { base, files })
+        Ok(BaseTree { files, dirs })
     }
 }
+
+/// The paths git tracks (never ignored), and the directories they are in.
+#[derive(Debug)]
+struct Tracked {
+    paths: HashSet<Vec<u8>>,
+    dirs: HashSet<Vec<u8>>,
+}
+
+/// A state's difference from the base by path: the new blob (or gitlink) id and mode, or `None`
+/// for a file the base has and the state has not.
+type Changes = std::collections::BTreeMap<Vec<u8>, EntryChange>;
+
+/// A path a file tool named, and what it is now (`None`: not part of the state).
+type NamedPath = (Vec<u8>, Option<FileAt>);
+/// An entry as a change sets it: its id and mode, or `None` when it is gone.
+type EntryChange = Option<(Oid, u32)>;
+
+/// `path`'s directory and name (`""` for a path at the root).
+fn split_path(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|b| *b == b'/') {
+        Some(slash) => (&path[..slash], &path[slash + 1..]),
+        None => (b"", path),
+    }
+}
+
+/// The stat of `path` beneath the workspace, not following a link at its end; `None` when it or
+/// a directory on its way does not exist. A link on the way is an error.
+fn stat_beneath(root: &OwnedFd, path: &[u8]) -> Result<Option<FileStat>> {
+    let (parent, name) = split_path(path);
+    let dir = match open_beneath(
+        root,
+        parent,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    ) {
+        Ok(dir) => dir,
+        Err(CheckpointError::Io { source, .. })
+            if matches!(
+                source.raw_os_error().map(Errno::from_raw),
+                Some(Errno::ENOENT | Errno::ENOTDIR)
+            ) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    match nix::sys::stat::fstatat(
+        &dir,
+        OsStr::from_bytes(name),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    ) {
+        Ok(stat) => Ok(Some(stat)),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(io_error(path, e)),
+    }
+}
+
+/// Writes a tree of `entries` (to the capture's in-memory store) as git formats one: each entry
+/// as its octal mode, its name and its id, in git's order (a directory sorts as if its name ended
+/// in `/`). Its entries' objects are known to exist (the base's, or written by this capture), so
+/// none is looked up again, as a tree builder would for each.
+fn write_tree(repo: &Repository, entries: &TreeEntries) -> Result<Oid> {
+    let mut sorted: Vec<&(Vec<u8>, Oid, u32)> = entries.iter().collect();
+    let key = |(name, _, mode): &(Vec<u8>, Oid, u32)| {
+        let mut key = name.clone();
+        if *mode == MODE_TREE {
+            key.push(b'/');
+        }
+        key
+    };
+    sorted.sort_by_cached_key(|e| key(e));
+    let mut bytes = Vec::with_capacity(entries.len() * 40);
+    for (name, oid, mode) in sorted {
+        bytes.extend_from_slice(format!("{mode:o} ").as_bytes());
+        bytes.extend_from_slice(name);
+        bytes.push(0);
+        bytes.extend_from_slice(oid.as_bytes());
+    }
+    Ok(repo.odb()?.write(ObjectType::Tree, &bytes)?)
+}
+
+/// The tree of the base with `changes` made: only the directories on the way to a changed path
+/// are looked at, and of those only the ones whose entries are no longer the base's are written
+/// (to the capture's in-memory store); every other one is the base's tree, by id. So the work
+/// follows what changed, not the repository's size.
+fn write_changed_tree(repo: &Repository, base: &BaseTree, changes: &Changes) -> Result<Oid> {
+    let root_id = base.dirs.get(&Vec::new()).map(|(id, _)| *id);
+    if changes.is_empty()
+        && let Some(id) = root_id
+    {
+        return Ok(id);
+    }
+    // The changed files of each directory on the way, by directory.
+    let mut files: HashMap<Vec<u8>, Vec<(&[u8], EntryChange)>> = HashMap::new();
+    files.insert(Vec::new(), Vec::new());
+    for (path, entry) in changes {
+        let (dir, name) = split_path(path);
+        files.entry(dir.to_vec()).or_default().push((name, *entry));
+        let mut at = dir;
+        while !at.is_empty() {
+            at = split_path(at).0;
+            if files.contains_key(at) {
+                break;
+            }
+            files.insert(at.to_vec(), Vec::new());
+        }
+    }
+    // Deepest first: a directory's subdirectories have their ids when it is written.
+    let mut order: Vec<Vec<u8>> = files.keys().cloned().collect();
+    order.sort_by_key(|d| {
+        std::cmp::Reverse(if d.is_empty() {
+            0
+        } else {
+            1 + d.iter().filter(|b| **b == b'/').count()
+        })
+    });
+    // Each directory's subdirectories done so far: name, and tree id (`None`: empty, gone).
+    type Done = Vec<(Vec<u8>, Option<Oid>)>;
+    let mut subdirs: HashMap<Vec<u8>, Done> = HashMap::new();
+    for dir in order {
+        let mut entries = base
+            .dirs
+            .get(&dir)
+            .map(|(_, entries)| entries.clone())
+            .unwrap_or_default();
+        for (name, entry) in files.remove(&dir).unwrap_or_default() {
+            entries.retain(|(n, _, _)| n.as_slice() != name);
+            if let Some((oid, mode)) = entry {
+                entries.push((name.to_vec(), oid, mode));
+            }
+        }
+        for (name, id) in subdirs.remove(&dir).unwrap_or_default() {
+            match id {
+                Some(id) => {
+                    entries.retain(|(n, _, _)| *n != name);
+                    entries.push((name, id, MODE_TREE));
+                }
+                // Empty now: gone, unless a file of that name took its place.
+                None => entries.retain(|(n, _, mode)| !(*n == name && *mode == MODE_TREE)),
+            }
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let id = match base.dirs.get(&dir) {
+            Some((id, same)) if *same == entries => Some(*id),
+            _ if entries.is_empty() && !dir.is_empty() => None,
+            _ => Some(write_tree(repo, &entries)?),
+        };
+        if dir.is_empty() {
+            return id.ok_or_else(|| {
+                CheckpointError::Interrupted("the state's root tree was not written".into())
+            });
+        }
+        let (parent, name) = split_path(&dir);
+        subdirs
+            .entry(parent.to_vec())
+            .or_default()
+            .push((name.to_vec(), id));
+    }
+    Err(CheckpointError::Interrupted(
+        "the state's root tree was never written".into(),
+    ))
+}
+
 struct Walk<'a> {
     repo: &'a Repository,
     root: &'a OwnedFd,
@@ -264,6 +778,25 @@ struct Walk<'a> {
     files: Vec<FileAt>,
 }
 impl Walk<'_> {
+    /// The files of the workspace that a checkpoint holds, opened through its descriptor.
+    fn files(
+        repo: &Repository,
+        root: &OwnedFd,
+        base: &BaseTree,
+        tracked: &Tracked,
+    ) -> Result<Vec<FileAt>> {
+        let mut walk = Walk {
+            repo,
+            root,
+            base: &base.files,
+            tracked: &tracked.paths,
+            tracked_dirs: &tracked.dirs,
+            files: Vec::new(),
+        };
+        walk.dir(Vec::new())?;
+        Ok(walk.files)
+    }
+
     fn ignored(&self, path: &[u8]) -> Result<bool> {
         Ok(self
             .repo

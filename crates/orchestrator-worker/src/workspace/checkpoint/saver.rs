@@ -34,8 +34,12 @@ pub struct Saver {
     refused: bool,
     cap: u64,
     worker: String,
-    /// A call that may have changed files ran since the last capture (or none was made yet).
+    /// A call that may have changed files, and did not say which, ran since the last capture (or
+    /// none was made yet): the next capture walks the whole workspace.
     touched: bool,
+    /// The paths file tools said they wrote since the last capture: what the next capture looks
+    /// at when nothing else may have changed files.
+    written: std::collections::BTreeSet<Vec<u8>>,
     /// When the last capture ended.
     captured_at: Option<Instant>,
 }
@@ -69,6 +73,7 @@ impl Saver {
         };
         Ok(Some(Saver {
             touched: true,
+            written: Default::default(),
             captured_at: None,
             refused: false,
             capturer: capturer
@@ -87,6 +92,17 @@ impl Saver {
     /// costs nothing (see [`CAPTURE_AT_LEAST_EVERY`]).
     pub fn touched(&mut self) {
         self.touched = true;
+        self.written.clear();
+    }
+
+    /// Says that a file tool wrote (or removed) `paths`, relative to the workspace, and nothing
+    /// else: the next [`Saver::after_turn`] looks at those, not at the whole workspace, unless
+    /// another call said [`Saver::touched`].
+    pub fn wrote(&mut self, paths: impl IntoIterator<Item = String>) {
+        if !self.touched {
+            self.written
+                .extend(paths.into_iter().map(String::into_bytes));
+        }
     }
 
     /// Captures the workspace after `turn` and saves it fenced by `lease` when it changed since
@@ -105,16 +121,22 @@ impl Saver {
         let recent = self
             .captured_at
             .is_some_and(|at| at.elapsed() < CAPTURE_AT_LEAST_EVERY);
-        if !self.touched && recent && self.capturer.is_some() {
+        if !self.touched && self.written.is_empty() && recent && self.capturer.is_some() {
             return Ok(TurnCheckpoint::Unchanged);
         }
+        // Only named paths to look at, unless a whole look is due anyway.
+        let paths: Option<Vec<Vec<u8>>> = (!self.touched && recent && !self.written.is_empty())
+            .then(|| self.written.iter().cloned().collect());
         let started = Instant::now();
         let captured = match self.capturer.take() {
             None => Err("the workspace is not a repository a checkpoint may read".to_owned()),
             Some(mut capturer) => {
                 let last = self.last_tree.clone();
                 let capture = tokio::task::spawn_blocking(move || {
-                    let captured = capturer.capture(last.as_deref());
+                    let captured = match paths {
+                        Some(paths) => capturer.capture_paths(last.as_deref(), &paths),
+                        None => capturer.capture(last.as_deref()),
+                    };
                     (capturer, captured)
                 });
                 // A capture that does not end (a file system that hangs) must not hold the agent:
@@ -124,6 +146,7 @@ impl Saver {
                         self.capturer = Some(capturer);
                         if captured.is_ok() {
                             self.touched = false;
+                            self.written.clear();
                             self.captured_at = Some(Instant::now());
                         }
                         captured.map_err(|e| e.to_string())
