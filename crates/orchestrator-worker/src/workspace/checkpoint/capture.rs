@@ -2,8 +2,10 @@
 //! through `openat2` beneath the workspace, as a patch against the base. What a capture costs is
 //! kept to what changed where it can be: the `Capturer` keeps the stat of the files it read so the
 //! next capture reads only what changed, reads the base's tree once (a base never changes) and the
-//! tracked paths again only when the index file changed, and writes a tree only for a directory
-//! whose entries are not the base's (every other one is the base's own tree, by id).
+//! tracked paths again only when the index file changed, writes a tree only for a directory whose
+//! entries are not the base's (every other one is the base's own tree, by id), and makes the patch
+//! from the changed paths alone. After a file tool's call, a capture looks at the paths it named
+//! (`Capturer::capture_paths`) instead of walking the workspace.
 
 use super::*;
 
