@@ -24,6 +24,7 @@ pub mod error;
 pub mod models;
 pub mod patch;
 pub mod pull;
+pub mod push;
 pub mod text;
 pub mod webhook;
 
@@ -35,7 +36,9 @@ pub use models::{
 };
 pub use patch::{ChangedFile, FileStatus, Preflight, RecordedPatch, preflight, record};
 pub use pull::{
-    LegacyMarker, OpenedPull, PreparedTree, PullOutcome, PullSpec, TreeChange, prepare_tree,
+    CommitIdentity, LegacyMarker, OpenedPull, PreparedTree, PullOutcome, PullSpec, TreeChange,
+    prepare_tree,
 };
+pub use push::{PushSpec, Pushed};
 pub use text::{sanitize_line, sanitize_untrusted, sanitize_verbatim};
 pub use webhook::{SignatureCheck, SignatureError, sign, verify_signature};

@@ -199,8 +199,8 @@ pub struct OpenedPull {
 }
 
 #[derive(Deserialize)]
-struct Sha {
-    sha: String,
+pub(crate) struct Sha {
+    pub(crate) sha: String,
 }
 
 #[derive(Deserialize)]
@@ -209,9 +209,19 @@ struct GitRef {
 }
 
 #[derive(Deserialize)]
-struct GitCommit {
-    sha: String,
-    tree: Sha,
+pub(crate) struct GitCommit {
+    pub(crate) sha: String,
+    pub(crate) tree: Sha,
+    #[serde(default)]
+    pub(crate) parents: Vec<Sha>,
+}
+
+/// Who a commit names as its author and committer, and when (RFC 3339).
+#[derive(Debug, Clone, Copy)]
+pub struct CommitIdentity<'a> {
+    pub name: &'a str,
+    pub email: &'a str,
+    pub date: &'a str,
 }
 
 #[derive(Deserialize)]
@@ -349,7 +359,11 @@ impl GitHub {
     }
 
     /// The commit a branch points at, or `None` when there is no such branch.
-    async fn branch_head(&self, repo: &RepoRef, branch: &str) -> ApiResult<Option<String>> {
+    pub(crate) async fn branch_head(
+        &self,
+        repo: &RepoRef,
+        branch: &str,
+    ) -> ApiResult<Option<String>> {
         match self
             .get_json::<GitRef>(
                 &format!("/repos/{repo}/git/ref/heads/{branch}"),
@@ -367,6 +381,39 @@ impl GitHub {
     /// returns the commit.
     async fn push_tree(&self, tree: &PreparedTree, spec: &PullSpec<'_>) -> ApiResult<String> {
         let repo = spec.repo;
+        let commit = self
+            .upload_commit(tree, repo, spec.commit_message, None)
+            .await?;
+        let created: ApiResult<serde_json::Value> = self
+            .write_json(
+                Method::Post,
+                &format!("/repos/{repo}/git/refs"),
+                &format!("creating branch {} on {repo}", spec.branch),
+                &json!({"ref": format!("refs/heads/{}", spec.branch), "sha": commit}),
+            )
+            .await;
+        match created {
+            Ok(_) => Ok(commit),
+            // Made by an earlier call whose answer was lost: fine if it points at this commit.
+            Err(e) => match self.branch_head(repo, spec.branch).await {
+                Ok(Some(head)) if head == commit => Ok(commit),
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// Uploads `tree`'s blobs and tree and a commit of it on its base, checking each id GitHub
+    /// answers against the one computed here; returns the commit. `date` (RFC 3339) fixes the
+    /// commit's author and committer date: the same commit made again is then the very same
+    /// object, which a try again after a kill relies on. Without it GitHub uses the time of the
+    /// request.
+    pub(crate) async fn upload_commit(
+        &self,
+        tree: &PreparedTree,
+        repo: &RepoRef,
+        message: &str,
+        date: Option<&CommitIdentity<'_>>,
+    ) -> ApiResult<String> {
         for (sha, content) in &tree.blobs {
             let what = format!("uploading blob {sha} to {repo}");
             let stored: Sha = self
@@ -411,16 +458,22 @@ impl GitHub {
                 ),
             });
         }
+        let mut body = json!({
+            "message": message,
+            "tree": tree.tree,
+            "parents": [tree.base_commit],
+        });
+        if let Some(who) = date {
+            let person = json!({"name": who.name, "email": who.email, "date": who.date});
+            body["author"] = person.clone();
+            body["committer"] = person;
+        }
         let commit: GitCommit = self
             .write_json(
                 Method::Post,
                 &format!("/repos/{repo}/git/commits"),
                 &format!("creating the attempt's commit on {repo}"),
-                &json!({
-                    "message": spec.commit_message,
-                    "tree": tree.tree,
-                    "parents": [tree.base_commit],
-                }),
+                &body,
             )
             .await
             .map_err(|e| base_missing(e, tree, repo))?;
@@ -430,22 +483,7 @@ impl GitHub {
                 message: format!("it holds tree {}, not {}", commit.tree.sha, tree.tree),
             });
         }
-        let created: ApiResult<serde_json::Value> = self
-            .write_json(
-                Method::Post,
-                &format!("/repos/{repo}/git/refs"),
-                &format!("creating branch {} on {repo}", spec.branch),
-                &json!({"ref": format!("refs/heads/{}", spec.branch), "sha": commit.sha}),
-            )
-            .await;
-        match created {
-            Ok(_) => Ok(commit.sha),
-            // Made by an earlier call whose answer was lost: fine if it points at this commit.
-            Err(e) => match self.branch_head(repo, spec.branch).await {
-                Ok(Some(head)) if head == commit.sha => Ok(commit.sha),
-                _ => Err(e),
-            },
-        }
+        Ok(commit.sha)
     }
 }
 

@@ -13,5 +13,6 @@ mod repo;
 mod client;
 mod patch;
 mod preflight;
+mod push;
 mod text;
 mod webhook;

@@ -20,6 +20,10 @@ pub(super) struct FakeCommit {
     pub tree: String,
     pub parents: Vec<String>,
     pub message: String,
+    /// The author's and committer's date as given (GitHub takes RFC 3339), or the Unix seconds
+    /// of its creation when none was given, as GitHub then uses the time of the request: the same
+    /// commit made again later is another commit unless its dates were fixed.
+    pub date: String,
 }
 
 #[derive(Debug, Default)]
@@ -87,8 +91,14 @@ pub(super) fn commit_id(commit: &FakeCommit) -> String {
     for parent in &commit.parents {
         text.push_str(&format!("parent {parent}\n"));
     }
-    text.push_str("author Fake GitHub <fake@github.invalid> 1767323045 +0000\n");
-    text.push_str("committer Fake GitHub <fake@github.invalid> 1767323045 +0000\n\n");
+    text.push_str(&format!(
+        "author Fake GitHub <fake@github.invalid> {} +0000\n",
+        commit.date
+    ));
+    text.push_str(&format!(
+        "committer Fake GitHub <fake@github.invalid> {} +0000\n\n",
+        commit.date
+    ));
     text.push_str(&commit.message);
     Oid::hash_object(ObjectType::Commit, text.as_bytes())
         .unwrap()
@@ -96,6 +106,23 @@ pub(super) fn commit_id(commit: &FakeCommit) -> String {
 }
 
 impl GitObjects {
+    /// Whether `commit` is `ancestor` or has it among its ancestors (what a fast-forward needs).
+    pub(super) fn descends_from(&self, commit: &str, ancestor: &str) -> bool {
+        let mut seen = std::collections::HashSet::new();
+        let mut todo = vec![commit.to_owned()];
+        while let Some(at) = todo.pop() {
+            if at == ancestor {
+                return true;
+            }
+            if seen.insert(at.clone())
+                && let Some(c) = self.commits.get(&at)
+            {
+                todo.extend(c.parents.iter().cloned());
+            }
+        }
+        false
+    }
+
     /// Takes the commit `HEAD` names in the repository at `dir`, with its tree and blobs, as the
     /// head of the branch HEAD is on, which becomes the default branch.
     pub fn seed(&mut self, dir: &Path) {
@@ -133,6 +160,7 @@ impl GitObjects {
                 tree: id,
                 parents: commit.parent_ids().map(|p| p.to_string()).collect(),
                 message: commit.message().unwrap_or("").to_owned(),
+                date: commit.time().seconds().to_string(),
             },
         );
         self.refs

@@ -390,6 +390,56 @@ impl FakeGitHub {
         });
     }
 
+    /// Adds a commit on `branch` of `repo` holding its head's tree and `files` (path, content)
+    /// besides, as someone else's push would; returns its id.
+    pub fn push_to_branch(&self, repo: &str, branch: &str, files: &[(&str, &str)]) -> String {
+        self.with(|i| {
+            let git = &mut i.repos.get_mut(repo).expect("a seeded repository").git;
+            let name = format!("heads/{branch}");
+            let head = git.refs[&name].clone();
+            let base_tree = git.commits[&head].tree.clone();
+            let entries: Vec<serde_json::Value> = files
+                .iter()
+                .map(|(path, content)| {
+                    let sha = git::blob_id(content.as_bytes());
+                    git.blobs.insert(sha.clone(), content.as_bytes().to_vec());
+                    serde_json::json!({"path": path, "mode": "100644", "type": "blob", "sha": sha})
+                })
+                .collect();
+            let tree = git.build_tree(Some(&base_tree), &entries).expect("a tree");
+            let commit = git::FakeCommit {
+                tree,
+                parents: vec![head],
+                message: format!("someone else's push to {branch}"),
+                date: "1767323046".to_owned(),
+            };
+            let sha = git::commit_id(&commit);
+            git.commits.insert(sha.clone(), commit);
+            git.refs.insert(name, sha.clone());
+            sha
+        })
+    }
+
+    /// The commits of `branch` of `repo`, newest first, by first parent; empty when there is no
+    /// such branch.
+    pub fn branch_commits(&self, repo: &str, branch: &str) -> Vec<String> {
+        self.with(|i| {
+            let Some(git) = i.repos.get(repo).map(|r| &r.git) else {
+                return Vec::new();
+            };
+            let mut at = git.refs.get(&format!("heads/{branch}")).cloned();
+            let mut chain = Vec::new();
+            while let Some(sha) = at {
+                at = git
+                    .commits
+                    .get(&sha)
+                    .and_then(|c| c.parents.first().cloned());
+                chain.push(sha);
+            }
+            chain
+        })
+    }
+
     /// The branches of `repo` (without `heads/`).
     pub fn branches(&self, repo: &str) -> Vec<String> {
         self.with(|i| {

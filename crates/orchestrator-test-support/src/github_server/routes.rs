@@ -643,10 +643,21 @@ fn git_route(
                     "Parent SHA does not exist or is not a commit object",
                 );
             }
+            let date = body["author"]["date"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0)
+                        .to_string()
+                });
             let commit = FakeCommit {
                 tree: tree.to_owned(),
                 parents,
                 message: body["message"].as_str().unwrap_or("").to_owned(),
+                date,
             };
             let sha = commit_id(&commit);
             let answer = commit_json(&url("commits", &sha), &sha, &commit);
@@ -669,6 +680,32 @@ fn git_route(
                 ),
                 None => Answer::error(StatusCode::NOT_FOUND, "Not Found"),
             }
+        }
+        // A branch moved to another commit: with `force` false (GitHub's default) only forward,
+        // to a commit that has the branch's head among its ancestors; else GitHub's 422.
+        ("PATCH", ["refs", "heads", branch @ ..]) => {
+            let name = format!("heads/{}", branch.join("/"));
+            let Some(sha) = body["sha"].as_str() else {
+                return Answer::error(StatusCode::UNPROCESSABLE_ENTITY, "sha is required");
+            };
+            let Some(head) = git.refs.get(&name).cloned() else {
+                return Answer::error(StatusCode::UNPROCESSABLE_ENTITY, "Reference does not exist");
+            };
+            if !git.commits.contains_key(sha) {
+                return Answer::error(StatusCode::UNPROCESSABLE_ENTITY, "Object does not exist");
+            }
+            let force = body["force"].as_bool().unwrap_or(false);
+            if !force && !git.descends_from(sha, &head) {
+                return Answer::error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Update is not a fast forward",
+                );
+            }
+            git.refs.insert(name.clone(), sha.to_owned());
+            Answer::json(
+                StatusCode::OK,
+                json!({"ref": format!("refs/{name}"), "object": {"sha": sha, "type": "commit", "url": url("commits", sha)}}),
+            )
         }
         ("POST", ["refs"]) => {
             let (Some(full), Some(sha)) = (body["ref"].as_str(), body["sha"].as_str()) else {
