@@ -123,6 +123,30 @@ struct ChangedApproval {
     change_id: i64,
 }
 
+impl ChangedTask {
+    /// The task and its place in the order of changes.
+    fn positioned(self) -> Result<(ChangeCursor, Task)> {
+        let task = Task::try_from(self.row)?;
+        let at = ChangeCursor {
+            change: self.change_id,
+            id: task.id.0,
+        };
+        Ok((at, task))
+    }
+}
+
+impl ChangedApproval {
+    /// The approval and its place in the order of changes.
+    fn positioned(self) -> Result<(ChangeCursor, Approval)> {
+        let approval = Approval::try_from(self.row)?;
+        let at = ChangeCursor {
+            change: self.change_id,
+            id: approval.id,
+        };
+        Ok((at, approval))
+    }
+}
+
 impl Store {
     /// Where "now" is in the order of changes: every change that commits from now on is after it.
     /// (On PostgreSQL a few that committed just before may be after it too.)
@@ -152,16 +176,7 @@ impl Store {
         stmt.column(Tasks::ChangeId);
         self.after(&mut stmt, Tasks::ChangeId, Tasks::Id, after, limit);
         let rows: Vec<ChangedTask> = self.pool.fetch_all(&stmt).await?;
-        rows.into_iter()
-            .map(|r| {
-                let task = Task::try_from(r.row)?;
-                let at = ChangeCursor {
-                    change: r.change_id,
-                    id: task.id.0,
-                };
-                Ok((at, task))
-            })
-            .collect()
+        rows.into_iter().map(ChangedTask::positioned).collect()
     }
 
     /// Approvals asked or decided (or expired, or closed) after `after`, as
@@ -178,16 +193,7 @@ impl Store {
             .to_owned();
         self.after(&mut stmt, Approvals::ChangeId, Approvals::Id, after, limit);
         let rows: Vec<ChangedApproval> = self.pool.fetch_all(&stmt).await?;
-        rows.into_iter()
-            .map(|r| {
-                let approval = Approval::try_from(r.row)?;
-                let at = ChangeCursor {
-                    change: r.change_id,
-                    id: approval.id,
-                };
-                Ok((at, approval))
-            })
-            .collect()
+        rows.into_iter().map(ChangedApproval::positioned).collect()
     }
 
     /// Tasks whose change committed at or above the horizon, which [`Store::tasks_changed_after`]
@@ -209,16 +215,7 @@ impl Store {
         };
         let rows: Vec<ChangedTask> = self.pool.fetch_all(&stmt).await?;
         *mark = next;
-        rows.into_iter()
-            .map(|r| {
-                let task = Task::try_from(r.row)?;
-                let at = ChangeCursor {
-                    change: r.change_id,
-                    id: task.id.0,
-                };
-                Ok((at, task))
-            })
-            .collect()
+        rows.into_iter().map(ChangedTask::positioned).collect()
     }
 
     /// Approvals changed ahead of the horizon, as [`Store::tasks_changed_ahead`] finds tasks.
@@ -239,16 +236,7 @@ impl Store {
         };
         let rows: Vec<ChangedApproval> = self.pool.fetch_all(&stmt).await?;
         *mark = next;
-        rows.into_iter()
-            .map(|r| {
-                let approval = Approval::try_from(r.row)?;
-                let at = ChangeCursor {
-                    change: r.change_id,
-                    id: approval.id,
-                };
-                Ok((at, approval))
-            })
-            .collect()
+        rows.into_iter().map(ChangedApproval::positioned).collect()
     }
 
     /// Narrows `stmt` to rows changed at or above the horizon by transactions `mark` did not see

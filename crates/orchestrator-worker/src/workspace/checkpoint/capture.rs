@@ -354,19 +354,10 @@ impl Capturer {
                     };
                     self.read_blob(repo, root, path, &stat, &mut read_bytes)?
                 }
-                MODE_LINK => {
-                    let (parent, name) = split_path(path);
-                    let dir = open_beneath(
-                        root,
-                        parent,
-                        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
-                        Mode::empty(),
-                    )?;
-                    match nix::fcntl::readlinkat(&dir, OsStr::from_bytes(name)) {
-                        Ok(target) => Some(repo.blob(target.as_bytes())?),
-                        Err(_) => return Ok(None),
-                    }
-                }
+                MODE_LINK => match read_link_beneath(root, path) {
+                    Ok(target) => Some(repo.blob(&target)?),
+                    Err(_) => return Ok(None),
+                },
                 _ => Some(*oid),
             };
             if again != Some(*oid) {
@@ -448,18 +439,9 @@ impl Capturer {
                     },
                 })
             } else if kind == SFlag::S_IFLNK {
-                let (parent, name) = split_path(path);
-                let dir = open_beneath(
-                    root,
-                    parent,
-                    OFlag::O_RDONLY | OFlag::O_DIRECTORY,
-                    Mode::empty(),
-                )?;
-                let target = nix::fcntl::readlinkat(&dir, OsStr::from_bytes(name))
-                    .map_err(|e| io_error(path, e))?;
                 Some(FileAt {
                     path: path.clone(),
-                    kind: Kind::Link(target.into_vec()),
+                    kind: Kind::Link(read_link_beneath(root, path)?),
                 })
             } else if kind == SFlag::S_IFDIR {
                 return Ok(None);
@@ -631,6 +613,20 @@ fn split_path(path: &[u8]) -> (&[u8], &[u8]) {
         Some(slash) => (&path[..slash], &path[slash + 1..]),
         None => (b"", path),
     }
+}
+
+/// The target of the link at `path` beneath the workspace.
+fn read_link_beneath(root: &OwnedFd, path: &[u8]) -> Result<Vec<u8>> {
+    let (parent, name) = split_path(path);
+    let dir = open_beneath(
+        root,
+        parent,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )?;
+    nix::fcntl::readlinkat(&dir, OsStr::from_bytes(name))
+        .map(OsString::into_vec)
+        .map_err(|e| io_error(path, e))
 }
 
 /// The stat of `path` beneath the workspace, not following a link at its end; `None` when it or
