@@ -31,7 +31,7 @@ pub mod webhook;
 pub use client::{ApiError, ApiResult, ClientConfig, DEFAULT_API_URL, GitHub};
 pub use error::{Error, Result};
 pub use models::{
-    Branch, Comment, CommentAction, Issue, IssueEvent, IssueRef, Label, PullFile, PullRequest,
+    Branch, BranchRepo, Comment, CommentAction, Issue, IssueEvent, IssueRef, Label, PullFile, PullRequest,
     RepoRef, User,
 };
 pub use patch::{ChangedFile, FileStatus, Preflight, RecordedPatch, preflight, record};

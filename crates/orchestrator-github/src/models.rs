@@ -169,6 +169,16 @@ pub struct Branch {
     #[serde(rename = "ref")]
     pub name: String,
     pub sha: String,
+    /// The repository that holds the branch: a fork's for a pull request from a fork; `None`
+    /// when the fork was deleted.
+    #[serde(default)]
+    pub repo: Option<BranchRepo>,
+}
+
+/// The repository a branch of a pull request lives in.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BranchRepo {
+    pub full_name: String,
 }
 
 /// A pull request.
@@ -197,6 +207,9 @@ pub struct PullRequest {
     pub deletions: Option<u64>,
     #[serde(default)]
     pub changed_files: Option<u64>,
+    /// Whether the fork's owner lets the base repository's maintainers push to the head branch.
+    #[serde(default)]
+    pub maintainer_can_modify: Option<bool>,
 }
 
 /// A file a pull request changes.

@@ -161,6 +161,9 @@ pub struct Task {
     /// any worker may.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub requires: Vec<String>,
+    /// The pull request the task works on, when it names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pull: Option<orchestrator_types::PullTarget>,
 }
 
 impl TryFrom<TaskRow> for Task {
@@ -206,6 +209,7 @@ impl TryFrom<TaskRow> for Task {
             acceptance: spec.acceptance,
             origin: spec.origin,
             requires: spec.requires,
+            pull: spec.pull,
         })
     }
 }

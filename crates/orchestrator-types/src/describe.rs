@@ -368,8 +368,68 @@ pub fn describe(kind: &str, data: &Value) -> Described {
             ),
             Tone::Info,
         ),
+        EventKind::PullRound => pull_round(&d),
     };
     Described { text, tone }
+}
+
+/// A step of work on an existing pull request.
+fn pull_round(d: &Data) -> (String, Tone) {
+    let pull = format!("{}#{}", d.text("repo"), d.int("number").unwrap_or(0));
+    let short = |key: &str| {
+        let id = d.text(key);
+        id.get(..12).unwrap_or(&id).to_owned()
+    };
+    match d.str("step") {
+        Some("started") => (
+            format!(
+                "working on pull request {pull}: branch {} at {}",
+                d.text("branch"),
+                short("head")
+            ),
+            Tone::Info,
+        ),
+        Some("pushing") => (
+            format!(
+                "pushing tree {} to {} of {pull} on top of {}",
+                short("tree"),
+                d.text("branch"),
+                short("head")
+            ),
+            Tone::Info,
+        ),
+        Some("pushed") => (
+            format!(
+                "commit {} on {} of {pull}{}",
+                short("commit"),
+                d.text("branch"),
+                if d.str("outcome") == Some("found") {
+                    " (found, pushed by an earlier try)"
+                } else {
+                    ""
+                }
+            ),
+            Tone::Good,
+        ),
+        Some("unchanged") => (
+            format!("nothing to push to {pull}: the workspace holds its head"),
+            Tone::Info,
+        ),
+        Some("moved") => (
+            format!(
+                "{} of {pull} moved to {} since the work began at {}; nothing was forced{}",
+                d.text("branch"),
+                short("now"),
+                short("head"),
+                match d.int("task") {
+                    Some(task) => format!("; task {task} runs again on the new head"),
+                    None => "; no run is left to try again".to_owned(),
+                }
+            ),
+            Tone::Wait,
+        ),
+        _ => (format!("pull request {pull}"), Tone::Info),
+    }
 }
 
 fn gate_finished(d: &Data) -> (String, Tone) {

@@ -78,10 +78,15 @@ pub enum EventKind {
     CheckpointNotSaved,
     /// A rescued task's workspace was made again from its base and its last checkpoint.
     CheckpointRestored,
+    /// Work on an existing pull request (`step`): its head resolved and checked (`started`), a
+    /// push begun with its commit's date fixed (`pushing`), the commit on the branch (`pushed`),
+    /// nothing to push (`unchanged`), or the branch moved by someone else (`moved`, with the
+    /// task that runs again on the new head).
+    PullRound,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 35] = [
+    pub const ALL: [EventKind; 36] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -117,6 +122,7 @@ impl EventKind {
         EventKind::CheckpointSaved,
         EventKind::CheckpointNotSaved,
         EventKind::CheckpointRestored,
+        EventKind::PullRound,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -156,6 +162,7 @@ impl EventKind {
             EventKind::CheckpointSaved => "checkpoint_saved",
             EventKind::CheckpointNotSaved => "checkpoint_not_saved",
             EventKind::CheckpointRestored => "checkpoint_restored",
+            EventKind::PullRound => "pull_round",
         }
     }
 

@@ -1,6 +1,7 @@
 //! What a user asks for: a new task with its gates, validated before it reaches the store.
 
 use crate::{Error, ModelSpec, Result, TaskId};
+use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Queue used when a task names none.
@@ -380,6 +381,87 @@ fn redact_userinfo(url: &str) -> String {
     }
 }
 
+/// How many times a task on a pull request is made again because someone else pushed to its
+/// branch while it worked: the first run and this many more.
+pub const MAX_PULL_RERUNS: u32 = 2;
+
+/// An existing pull request a task works on: its workspace is the repository at the pull
+/// request's head, and its result goes to the pull request's branch as one new commit on top of
+/// that head, never as a new pull request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullTarget {
+    /// `owner/name` of the repository the pull request is in.
+    pub repo: String,
+    pub number: u64,
+    /// Push to a branch this store did not open (a writer's own branch in the same repository, or
+    /// a fork's that lets maintainers push). Off: only a branch whose pull request carries this
+    /// store's marker is pushed to.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub any_branch: bool,
+    /// How many runs before this one the branch moved under (0 for the first run).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rerun: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl PullTarget {
+    /// Reads `owner/name#number`.
+    pub fn parse(text: &str) -> Result<PullTarget> {
+        let bad = || {
+            Error::invalid(
+                "pull",
+                format!("{text:?} is not a pull request; write owner/name#number (acme/widgets#34)"),
+            )
+        };
+        let (repo, number) = text.trim().split_once('#').ok_or_else(bad)?;
+        let number: u64 = number.parse().map_err(|_| bad())?;
+        let target = PullTarget {
+            repo: repo.to_owned(),
+            number,
+            any_branch: false,
+            rerun: 0,
+        };
+        target.validate()?;
+        Ok(target)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let parts: Vec<&str> = self.repo.split('/').collect();
+        let name_ok = |p: &str| {
+            !p.is_empty()
+                && p != "."
+                && p != ".."
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        if parts.len() != 2 || !parts.iter().all(|p| name_ok(p)) {
+            return Err(Error::invalid(
+                "pull",
+                format!("{:?} is not a GitHub owner/name", self.repo),
+            ));
+        }
+        if self.number == 0 {
+            return Err(Error::invalid("pull", "the number must be positive"));
+        }
+        if self.rerun > MAX_PULL_RERUNS {
+            return Err(Error::invalid(
+                "pull",
+                format!("rerun {} is past the most, {MAX_PULL_RERUNS}", self.rerun),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for PullTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.repo, self.number)
+    }
+}
+
 /// A task as a user creates it, before the store gives it an id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewTask {
@@ -430,6 +512,10 @@ pub struct NewTask {
     /// under a shared directory (`shared:<dir>`). See [`crate::placement`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requires: Vec<String>,
+    /// An existing pull request the task works on (its head is the workspace's base, and the
+    /// result is pushed to its branch). Needs `repository`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<PullTarget>,
 }
 
 impl NewTask {
@@ -451,6 +537,7 @@ impl NewTask {
             parent: None,
             origin: None,
             requires: Vec::new(),
+            pull: None,
         }
     }
 
@@ -493,6 +580,23 @@ impl NewTask {
                 model.validate()?;
             }
             self.agent.validate()?;
+        }
+        if let Some(pull) = &self.pull {
+            pull.validate()?;
+            if self.repository.is_none() {
+                return Err(Error::invalid(
+                    "pull",
+                    "a task on a pull request works on its repository: give --repository (the \
+                     workspace is made at the pull request's head)",
+                ));
+            }
+            if self.gates.iter().all(|g| g.by_agent) {
+                return Err(Error::invalid(
+                    "pull",
+                    "a task on a pull request needs a gate of its own (--gate): its commit is \
+                     pushed only after the task's gates pass on exactly its tree",
+                ));
+            }
         }
         if let Some(repository) = &self.repository {
             repository.validate()?;

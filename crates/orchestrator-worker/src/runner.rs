@@ -15,6 +15,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
+mod rounds;
+pub use rounds::{PullHead, RoundError, check_pull};
+
 /// Why an attempt is being stopped. The first reason given wins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
@@ -162,6 +165,25 @@ fn failed(error: String) -> AttemptEnd {
     }
 }
 
+/// A failure that may pass: the task goes back to the queue after its backoff while attempts are
+/// left, else fails naming how many it had.
+fn retry_or_fail(ctx: &RunContext, task: &Task, error: String) -> Outcome {
+    if task.attempt < task.max_attempts {
+        Outcome::Requeue {
+            run_after: now_millis() + ctx.backoff.delay_millis(task.attempt),
+            error: Some(error),
+            refund: false,
+        }
+    } else {
+        Outcome::Failed {
+            error: format!(
+                "{error} (attempt {} of {})",
+                task.attempt, task.max_attempts
+            ),
+        }
+    }
+}
+
 /// Runs one attempt of a task (its workspace's preparation, its agent, then its gates) and decides
 /// its outcome. Store failures other than a stale lease are returned as `Err`: the caller stops,
 /// and the lease runs out and is rescued.
@@ -185,10 +207,31 @@ pub async fn run_attempt(
     {
         return end;
     }
+    // A task on a pull request starts at the head its first attempt found (and checked).
+    let pull_head = match &task.pull {
+        Some(target) if !stop.token().is_cancelled() => {
+            match Box::pin(rounds::start(ctx, task, lease, target)).await {
+                Ok(head) => Some(head),
+                Err(end) => return end,
+            }
+        }
+        _ => None,
+    };
     // A repository task runs on a copy of itself whose workspace is the one made here.
     let prepared_task;
     let task = match &task.repository {
         Some(repository) if !stop.token().is_cancelled() => {
+            let at_head;
+            let repository = match &pull_head {
+                Some(head) => {
+                    at_head = orchestrator_types::RepositoryRef {
+                        git_ref: Some(head.head.clone()),
+                        ..repository.clone()
+                    };
+                    &at_head
+                }
+                None => repository,
+            };
             match Box::pin(prepare_repository(ctx, task, lease, repository, stop)).await {
                 Ok(prepared) => {
                     prepared_task = prepared;
@@ -220,20 +263,7 @@ pub async fn run_attempt(
                 });
             }
             AgentEnd::Failed(error) => Some(Some(Outcome::Failed { error })),
-            AgentEnd::Retryable(error) => Some(Some(if task.attempt < task.max_attempts {
-                Outcome::Requeue {
-                    run_after: now_millis() + ctx.backoff.delay_millis(task.attempt),
-                    error: Some(error),
-                    refund: false,
-                }
-            } else {
-                Outcome::Failed {
-                    error: format!(
-                        "{error} (attempt {} of {})",
-                        task.attempt, task.max_attempts
-                    ),
-                }
-            })),
+            AgentEnd::Retryable(error) => Some(Some(retry_or_fail(ctx, task, error))),
         };
         if let Some(outcome) = end {
             // Stopped: the stop reason decides; otherwise the agent's own end.
@@ -261,7 +291,14 @@ pub async fn run_attempt(
     }
     // Boxed: the gates' part of the attempt (a gate's live log, its run, its record) is most of
     // its future's size, which would otherwise be made and moved for every task, gates or not.
-    Box::pin(run_gates(ctx, task, lease, stop, agent_jail.as_ref())).await
+    let end = Box::pin(run_gates(ctx, task, lease, stop, agent_jail.as_ref())).await?;
+    // A task on a pull request whose gates passed pushes exactly what they passed on.
+    match (&task.pull, &pull_head, &end.outcome) {
+        (Some(target), Some(head), Some(Outcome::Succeeded)) => {
+            Box::pin(rounds::push(ctx, task, lease, target, head)).await
+        }
+        _ => Ok(end),
+    }
 }
 
 /// Runs the task's gates, in order, and decides the attempt's outcome from them.
@@ -527,22 +564,8 @@ async fn prepare_repository(
         Ok(prepared) => prepared,
         Err(workspace::PrepareError::Final(error)) => return Err(Ok(failed(error))),
         Err(workspace::PrepareError::Retryable(error)) => {
-            let outcome = if task.attempt < task.max_attempts {
-                Outcome::Requeue {
-                    run_after: now_millis() + ctx.backoff.delay_millis(task.attempt),
-                    error: Some(error),
-                    refund: false,
-                }
-            } else {
-                Outcome::Failed {
-                    error: format!(
-                        "{error} (attempt {} of {})",
-                        task.attempt, task.max_attempts
-                    ),
-                }
-            };
             return Err(Ok(AttemptEnd {
-                outcome: Some(outcome),
+                outcome: Some(retry_or_fail(ctx, task, error)),
                 details: json!({}),
             }));
         }

@@ -330,6 +330,22 @@ impl Config {
         }
     }
 
+    /// The repository of the GitHub repository `owner/name`: the `[repositories]` entry whose URL
+    /// ends in it (`.../acme/widgets.git`, `git@host:acme/widgets`), else GitHub's HTTPS URL.
+    pub fn repository_of_github(&self, repo: &str) -> orchestrator_types::RepositoryRef {
+        let wanted = repo.to_ascii_lowercase();
+        let named = self.repositories.iter().find(|(_, r)| {
+            let url = r.url.trim_end_matches('/').to_ascii_lowercase();
+            let url = url.strip_suffix(".git").unwrap_or(&url);
+            url.strip_suffix(&wanted)
+                .is_some_and(|before| before.ends_with('/') || before.ends_with(':'))
+        });
+        match named {
+            Some((name, _)) => self.repository_ref(name, None),
+            None => orchestrator_types::RepositoryRef::new(format!("https://github.com/{repo}.git")),
+        }
+    }
+
     /// The worker's settings for workspaces: the directory (`flag` over the file over the
     /// default), the mirrors under the home, and the repositories' credentials by name.
     pub fn workspace_settings(

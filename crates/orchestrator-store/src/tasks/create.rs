@@ -354,6 +354,61 @@ impl Store {
         Ok(id)
     }
 
+    /// Creates `new` on behalf of the attempt that holds `lease`, at most once for the task: an
+    /// event of `kind` on the lease's task records the task made (`data` with `"task": id`), in
+    /// the same transaction as the creation and the lease's check. When such an event exists
+    /// already (an earlier try made the task and was killed before it could say so), nothing is
+    /// made and that task's id is returned with `false`.
+    pub async fn create_task_once_under(
+        &self,
+        lease: &crate::Lease,
+        new: &NewTask,
+        kind: EventKind,
+        data: serde_json::Value,
+    ) -> Result<(TaskId, bool)> {
+        new.validate()?;
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        let seq = crate::leases::next_seq_fenced(&mut tx, lease, now).await?;
+        let earlier = Query::select()
+            .column(crate::events::TaskEvents::Data)
+            .from(crate::events::TaskEvents::Table)
+            .and_where(Expr::col(crate::events::TaskEvents::TaskId).eq(lease.task_id.0))
+            .and_where(Expr::col(crate::events::TaskEvents::Kind).eq(kind.as_str()))
+            .to_owned();
+        let rows: Vec<(String,)> = tx.fetch_all(&earlier).await?;
+        let made = rows.iter().find_map(|(data,)| {
+            serde_json::from_str::<serde_json::Value>(data)
+                .ok()?
+                .get("task")?
+                .as_i64()
+        });
+        if let Some(made) = made {
+            // The counter moved for nothing: the transaction is dropped, so it did not.
+            return Ok((TaskId(made), false));
+        }
+        let id = insert_task(&mut tx, new, now, self.placement()).await?;
+        let mut data = data;
+        if let Some(fields) = data.as_object_mut() {
+            fields.insert("task".into(), json!(id.0));
+        }
+        insert_events(
+            &mut tx,
+            &[EventInsert {
+                task_id: lease.task_id.0,
+                seq,
+                at: now,
+                kind,
+                data,
+            }],
+        )
+        .await?;
+        tx.notify_task_available().await?;
+        tx.commit().await?;
+        self.wake.wake();
+        Ok((id, true))
+    }
+
     /// Ties the task that `lease` holds to the machine of `requirement` (a `host:<id>` word):
     /// from now on only a worker offering it claims the task, because something of the task (its
     /// workspace, too large to checkpoint) exists only there. Fenced by the lease, with a

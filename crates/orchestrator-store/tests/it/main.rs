@@ -43,6 +43,7 @@ conformance!(
     approvals_expire_and_close_with_their_task,
     approvals_close_when_their_task_ends_on_every_path,
     children_and_shell_jobs_are_fenced_by_the_lease,
+    a_task_made_once_under_a_lease_is_made_once,
     an_agents_writes_are_fenced_by_its_lease,
     ends_of_calls_are_fenced_and_concurrent_ends_all_land,
     questions_take_text_answers,

@@ -5,6 +5,10 @@
 //! Trees are kept flat (path → mode and id) and hashed the way git hashes nested trees. A
 //! repository's history starts from a local repository the test seeds it with
 //! ([`super::FakeGitHub::seed_git`]), whose commit ids are kept as they are.
+//!
+//! That local repository is also the fake's git transport: every branch the API creates or moves
+//! is written back into it (the commit with its trees and blobs, then the branch), so a clone or
+//! a fetch from it sees what GitHub's git endpoint would, as after a push to github.com.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,6 +38,8 @@ pub(super) struct GitObjects {
     /// `heads/main` → commit id.
     pub refs: BTreeMap<String, String>,
     pub default_branch: Option<String>,
+    /// The repository the history was seeded from, which receives every branch update.
+    pub backing: Option<std::path::PathBuf>,
 }
 
 pub(super) fn blob_id(content: &[u8]) -> String {
@@ -48,11 +54,12 @@ pub(super) fn tree_id(flat: &FlatTree) -> String {
         .iter()
         .map(|(p, (m, s))| (p.as_str(), m.as_str(), s.as_str()))
         .collect();
-    hash_dir(&entries)
+    hash_dir(&entries, None)
 }
 
-/// Hashes one directory level: `entries` are (path below this level, mode, id).
-fn hash_dir(entries: &[(&str, &str, &str)]) -> String {
+/// Hashes one directory level: `entries` are (path below this level, mode, id). With `odb`, each
+/// tree object is written there too.
+fn hash_dir(entries: &[(&str, &str, &str)], odb: Option<&git2::Odb<'_>>) -> String {
     // name → either a leaf (mode, id) or the entries of a subdirectory.
     let mut leaves: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
     let mut dirs: BTreeMap<&str, Vec<(&str, &str, &str)>> = BTreeMap::new();
@@ -70,7 +77,11 @@ fn hash_dir(entries: &[(&str, &str, &str)]) -> String {
         .map(|(name, (mode, id))| (name.to_owned(), mode.to_owned(), id.to_owned()))
         .collect();
     for (name, children) in dirs {
-        items.push((format!("{name}/"), "40000".to_owned(), hash_dir(&children)));
+        items.push((
+            format!("{name}/"),
+            "40000".to_owned(),
+            hash_dir(&children, odb),
+        ));
     }
     items.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     let mut bytes = Vec::new();
@@ -81,12 +92,22 @@ fn hash_dir(entries: &[(&str, &str, &str)]) -> String {
         bytes.push(0);
         bytes.extend_from_slice(Oid::from_str(&id).unwrap().as_bytes());
     }
-    Oid::hash_object(ObjectType::Tree, &bytes)
+    match odb {
+        Some(odb) => odb.write(ObjectType::Tree, &bytes).unwrap().to_string(),
+        None => Oid::hash_object(ObjectType::Tree, &bytes)
+            .unwrap()
+            .to_string(),
+    }
+}
+
+pub(super) fn commit_id(commit: &FakeCommit) -> String {
+    Oid::hash_object(ObjectType::Commit, commit_text(commit).as_bytes())
         .unwrap()
         .to_string()
 }
 
-pub(super) fn commit_id(commit: &FakeCommit) -> String {
+/// The commit object's text, as git hashes and stores it.
+fn commit_text(commit: &FakeCommit) -> String {
     let mut text = format!("tree {}\n", commit.tree);
     for parent in &commit.parents {
         text.push_str(&format!("parent {parent}\n"));
@@ -100,9 +121,7 @@ pub(super) fn commit_id(commit: &FakeCommit) -> String {
         commit.date
     ));
     text.push_str(&commit.message);
-    Oid::hash_object(ObjectType::Commit, text.as_bytes())
-        .unwrap()
-        .to_string()
+    text
 }
 
 impl GitObjects {
@@ -121,6 +140,49 @@ impl GitObjects {
             }
         }
         false
+    }
+
+    /// Points `name` (`heads/B`) at `sha`, and writes the commit, with what it holds and its
+    /// ancestors the backing repository lacks, and the branch into the backing repository.
+    pub(super) fn set_ref(&mut self, name: &str, sha: &str) {
+        self.refs.insert(name.to_owned(), sha.to_owned());
+        let Some(dir) = &self.backing else {
+            return;
+        };
+        let repo = Repository::open(dir).expect("the backing repository opens");
+        let odb = repo.odb().expect("its object database");
+        let mut todo = vec![sha.to_owned()];
+        while let Some(at) = todo.pop() {
+            let oid = Oid::from_str(&at).unwrap();
+            if odb.exists(oid) {
+                continue;
+            }
+            let commit = &self.commits[&at];
+            let flat = &self.trees[&commit.tree];
+            for (mode, id) in flat.values() {
+                if mode != "160000" {
+                    let written = odb.write(ObjectType::Blob, &self.blobs[id]).unwrap();
+                    assert_eq!(written.to_string(), *id, "a blob kept under its id");
+                }
+            }
+            let entries: Vec<(&str, &str, &str)> = flat
+                .iter()
+                .map(|(p, (m, s))| (p.as_str(), m.as_str(), s.as_str()))
+                .collect();
+            assert_eq!(hash_dir(&entries, Some(&odb)), commit.tree);
+            let written = odb
+                .write(ObjectType::Commit, commit_text(commit).as_bytes())
+                .unwrap();
+            assert_eq!(written.to_string(), at, "a commit kept under its id");
+            todo.extend(commit.parents.iter().cloned());
+        }
+        repo.reference(
+            &format!("refs/{name}"),
+            Oid::from_str(sha).unwrap(),
+            true,
+            "the fake GitHub moved the branch",
+        )
+        .expect("the branch is written");
     }
 
     /// Takes the commit `HEAD` names in the repository at `dir`, with its tree and blobs, as the
@@ -166,6 +228,7 @@ impl GitObjects {
         self.refs
             .insert(format!("heads/{branch}"), commit.id().to_string());
         self.default_branch = Some(branch);
+        self.backing = Some(dir.to_owned());
     }
 
     /// `(path, mode, content)` of every file on `branch`; a submodule's content is its commit id.

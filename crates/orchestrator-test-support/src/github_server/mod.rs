@@ -62,6 +62,10 @@ pub struct FakePull {
     pub files: Vec<(String, String, String)>,
     pub diff: String,
     pub draft: bool,
+    /// The fork (`owner/name`) the head branch lives in; `None` for a branch of the repository.
+    pub head_repo: Option<String>,
+    /// Whether the fork's owner lets the repository's maintainers push to the branch.
+    pub maintainer_can_modify: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -116,6 +120,9 @@ enum FaultKind {
     Hold(Arc<tokio::sync::Semaphore>),
     /// Answer with this redirect status and `Location`, doing nothing.
     Redirect(u16, String),
+    /// Do nothing, and answer nothing until the test releases it (then 504): a request that
+    /// reached GitHub and was lost, as when the client is killed while it waits.
+    Stall(Arc<tokio::sync::Semaphore>),
 }
 
 /// An answer the fake holds back (see [`FakeGitHub::hold_next`]) until [`Held::release`].
@@ -273,7 +280,33 @@ impl FakeGitHub {
                     .collect(),
                 diff: diff.to_owned(),
                 draft: false,
+                head_repo: None,
+                maintainer_can_modify: false,
             });
+        });
+    }
+
+    /// Makes the head of pull request `number` a branch of the fork `fork` (`owner/name`), which
+    /// lets maintainers push to it or not.
+    pub fn make_fork_pull(&self, repo: &str, number: u64, fork: &str, maintainer_can_modify: bool) {
+        self.with(|i| {
+            let pull = i
+                .repos
+                .get_mut(repo)
+                .and_then(|r| r.issues.get_mut(&number))
+                .and_then(|x| x.pull.as_mut())
+                .expect("a pull request");
+            pull.head_repo = Some(fork.to_owned());
+            pull.maintainer_can_modify = maintainer_can_modify;
+        });
+    }
+
+    /// Sets the body of an issue or pull request, as a person editing it on GitHub.
+    pub fn set_body(&self, repo: &str, number: u64, body: &str) {
+        self.with(|i| {
+            if let Some(issue) = i.repos.get_mut(repo).and_then(|r| r.issues.get_mut(&number)) {
+                issue.body = body.to_owned();
+            }
         });
     }
 
@@ -386,7 +419,7 @@ impl FakeGitHub {
         self.with(|i| {
             let git = &mut i.repos.get_mut(repo).expect("a seeded repository").git;
             let head = git.refs[&format!("heads/{to}")].clone();
-            git.refs.insert(format!("heads/{branch}"), head);
+            git.set_ref(&format!("heads/{branch}"), &head);
         });
     }
 
@@ -415,7 +448,7 @@ impl FakeGitHub {
             };
             let sha = git::commit_id(&commit);
             git.commits.insert(sha.clone(), commit);
-            git.refs.insert(name, sha.clone());
+            git.set_ref(&name, &sha);
             sha
         })
     }
@@ -490,6 +523,15 @@ impl FakeGitHub {
     pub fn hold_next(&self, method: &str, path_contains: &str) -> Held {
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
         self.fault(method, path_contains, 1, FaultKind::Hold(gate.clone()));
+        Held(gate)
+    }
+
+    /// The next matching request is never carried out: it waits until the returned handle is
+    /// released, then is answered 504 with nothing done. A test kills the client meanwhile, to
+    /// stop it between two writes.
+    pub fn stall_next(&self, method: &str, path_contains: &str) -> Held {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        self.fault(method, path_contains, 1, FaultKind::Stall(gate.clone()));
         Held(gate)
     }
 

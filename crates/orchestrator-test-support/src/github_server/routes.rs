@@ -179,6 +179,11 @@ fn answer(
             }
             FaultKind::DelayAfter(d) => delay = Some(d),
             FaultKind::Hold(ref gate) => hold = Some(gate.clone()),
+            FaultKind::Stall(ref gate) => {
+                let mut a = Answer::error(StatusCode::GATEWAY_TIMEOUT, "stalled, never carried out");
+                a.hold = Some(gate.clone());
+                return a;
+            }
             FaultKind::Redirect(status, ref location) => {
                 let mut a = Answer::error(StatusCode::from_u16(status).unwrap(), "Moved");
                 a.headers.push(("location".into(), location.clone()));
@@ -239,6 +244,9 @@ fn route(
     let base = inner.base_url.clone();
     let params = parse_query(query);
     let body_json: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    for repo in inner.repos.values_mut() {
+        follow_heads(repo);
+    }
     match (method.as_str(), segments.as_slice()) {
         ("GET", ["user"]) => Answer::json(StatusCode::OK, user_json(&inner.viewer)),
         ("GET", ["repos", owner, name, "issues", "events"]) => {
@@ -509,6 +517,18 @@ fn route(
     }
 }
 
+/// A pull request's head is wherever its branch is now, as on GitHub: a push to the branch
+/// moves it. A fork's branch lives in another repository, which the fake does not follow.
+fn follow_heads(repo: &mut super::FakeRepo) {
+    for issue in repo.issues.values_mut() {
+        if let Some(pull) = issue.pull.as_mut().filter(|p| p.head_repo.is_none())
+            && let Some(sha) = repo.git.refs.get(&format!("heads/{}", pull.head_ref))
+        {
+            pull.head_sha = sha.clone();
+        }
+    }
+}
+
 fn parse_query(query: &str) -> BTreeMap<String, String> {
     query
         .split('&')
@@ -643,16 +663,18 @@ fn git_route(
                     "Parent SHA does not exist or is not a commit object",
                 );
             }
-            let date = body["author"]["date"]
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| {
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_secs())
-                        .unwrap_or(0)
-                        .to_string()
-                });
+            // GitHub takes ISO 8601 and keeps seconds, as git does.
+            let date = match body["author"]["date"].as_str() {
+                Some(given) => match orchestrator_types::parse_time(given, 0) {
+                    Ok(millis) => millis.div_euclid(1000).to_string(),
+                    Err(_) => return invalid("Commit", "author.date is not an ISO 8601 time"),
+                },
+                None => std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0)
+                    .to_string(),
+            };
             let commit = FakeCommit {
                 tree: tree.to_owned(),
                 parents,
@@ -701,7 +723,7 @@ fn git_route(
                     "Update is not a fast forward",
                 );
             }
-            git.refs.insert(name.clone(), sha.to_owned());
+            git.set_ref(&name, sha);
             Answer::json(
                 StatusCode::OK,
                 json!({"ref": format!("refs/{name}"), "object": {"sha": sha, "type": "commit", "url": url("commits", sha)}}),
@@ -726,7 +748,7 @@ fn git_route(
             if git.refs.contains_key(name) {
                 return Answer::error(StatusCode::UNPROCESSABLE_ENTITY, "Reference already exists");
             }
-            git.refs.insert(name.to_owned(), sha.to_owned());
+            git.set_ref(name, sha);
             Answer::json(
                 StatusCode::CREATED,
                 json!({"ref": full, "object": {"sha": sha, "type": "commit"}}),
@@ -801,6 +823,8 @@ fn open_pull(inner: &mut Inner, base_url: &str, repo: &str, owner: &str, body: &
             files: Vec::new(),
             diff: String::new(),
             draft: body["draft"].as_bool().unwrap_or(false),
+            head_repo: None,
+            maintainer_can_modify: false,
         }),
     };
     let answer = pull_json(base_url, repo, &issue);

@@ -75,6 +75,7 @@ pub(super) fn comment_json(repo: &str, number: u64, c: &FakeComment) -> Value {
 
 pub(super) fn pull_json(base: &str, repo: &str, issue: &FakeIssue) -> Value {
     let pull = issue.pull.as_ref().unwrap();
+    let head_repo = pull.head_repo.as_deref().unwrap_or(repo);
     let (additions, deletions) = pull.files.iter().fold((0, 0), |(a, d), (_, _, p)| {
         (
             a + p.lines().filter(|l| l.starts_with('+')).count(),
@@ -92,7 +93,13 @@ pub(super) fn pull_json(base: &str, repo: &str, issue: &FakeIssue) -> Value {
         "draft": pull.draft,
         "merged": false,
         "user": user_json(&issue.author),
-        "head": {"ref": pull.head_ref, "sha": pull.head_sha, "label": format!("{}:{}", repo.split('/').next().unwrap(), pull.head_ref)},
+        "head": {
+            "ref": pull.head_ref,
+            "sha": pull.head_sha,
+            "label": format!("{}:{}", head_repo.split('/').next().unwrap(), pull.head_ref),
+            "repo": {"full_name": head_repo, "fork": pull.head_repo.is_some()},
+        },
+        "maintainer_can_modify": pull.maintainer_can_modify,
         "base": {"ref": pull.base_ref, "sha": pull.base_sha, "label": format!("{}:{}", repo.split('/').next().unwrap(), pull.base_ref)},
         "additions": additions,
         "deletions": deletions,

@@ -167,6 +167,13 @@ fn sample(kind: EventKind) -> Option<(Value, &'static [&'static str])> {
             json!({"turn": 4, "bytes": 2048, "files": 3}),
             &["workspace restored from the checkpoint after turn 4 (2048 bytes, 3 files)"],
         ),
+        EventKind::PullRound => (
+            json!({"step": "moved", "repo": "acme/widgets", "number": 34, "branch": "fix-34",
+                   "head": "a".repeat(40), "now": "b".repeat(40), "task": 9}),
+            &[
+                "fix-34 of acme/widgets#34 moved to bbbbbbbbbbbb since the work began at aaaaaaaaaaaa; nothing was forced; task 9 runs again on the new head",
+            ],
+        ),
     })
 }
 

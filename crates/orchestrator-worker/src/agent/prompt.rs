@@ -100,6 +100,13 @@ pub(crate) fn user_prompt(task: &Task, prompt: &str) -> String {
             "\n\n(You are a sub-agent: your final answer is returned to the agent that spawned you.)",
         );
     }
+    if let Some(pull) = &task.pull {
+        out.push_str(&format!(
+            "\n\n(This task works on pull request {pull}: the workspace holds its head. Do not \
+             open a pull request. When you finish, the task's gates run on the workspace, and if \
+             they pass your changes are pushed to the pull request's branch as one commit.)"
+        ));
+    }
     out
 }
 

@@ -26,9 +26,16 @@ Examples:
   orchestrator task create --title 'fix #8' --prompt 'Fix issue 8' --gate 'cargo test' \\
       --repository https://github.com/acme/widgets.git --ref main
   orchestrator task create --title 'lint' --gate 'make lint' --repository widgets   (a name in [repositories])
+  orchestrator task create --title 'address the review' --prompt 'Rename foo to bar as asked' \
+      --gate 'cargo test' --pull acme/widgets#34 --repository widgets
 
 With --repository, the daemon that runs the task makes its workspace: a clone of its own mirror of
 the repository at the ref's commit, in its workspaces directory. Such a task can run on any machine.
+
+With --pull, the task works at the pull request's head and pushes one commit to its branch after
+its gates pass. Someone else's push meanwhile is never overwritten: the task says so and a task like
+it runs again on the new head (twice at most). --repository defaults to the [repositories] entry
+whose URL names OWNER/NAME, else https://github.com/OWNER/NAME.git.
 
 A task on a --workspace path runs only on this machine (config [worker] host), or on any daemon
 that lists a [worker] shared_paths directory holding the path.")]
@@ -109,6 +116,16 @@ pub struct CreateArgs {
     /// name, else the repository's default branch).
     #[arg(long = "ref", value_name = "REF", requires = "repository")]
     pub git_ref: Option<String>,
+    /// Work on an existing pull request (OWNER/NAME#NUMBER): the workspace is the repository at
+    /// the pull request's head, and once the gates pass on the result it is pushed to the pull
+    /// request's branch as one new commit (never a new pull request, never forced). Only a branch
+    /// this store opened is pushed to, unless --any-branch.
+    #[arg(long, value_name = "OWNER/NAME#N", conflicts_with_all = ["workspace", "clone_from", "git_ref"])]
+    pub pull: Option<String>,
+    /// With --pull: push to the branch even though this store did not open it (your own branch
+    /// in the repository, or a fork's whose owner lets maintainers push).
+    #[arg(long, requires = "pull")]
+    pub any_branch: bool,
     /// Instructions for an agent: the model works on them with the tools, then the gates decide.
     #[arg(long)]
     pub prompt: Option<String>,
@@ -327,6 +344,16 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
         task.workspace = None;
         task.repository = Some(config.repository_ref(repository, args.git_ref.clone()));
     }
+    if let Some(text) = &args.pull {
+        let mut target = orchestrator_types::PullTarget::parse(text)
+            .map_err(|e| CliError::Invalid(format!("--pull: {e}")))?;
+        target.any_branch = args.any_branch;
+        if task.repository.is_none() {
+            task.workspace = None;
+            task.repository = Some(config.repository_of_github(&target.repo));
+        }
+        task.pull = Some(target);
+    }
     task.priority = args.priority;
     task.queue = args.queue;
     task.max_attempts = args.max_attempts;
@@ -340,6 +367,20 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
     task.requires = args.require_labels;
     task.validate()?;
     let store = global.open_store().await?;
+    if let (Some(target), Some(github)) = (&task.pull, config.github.client()?) {
+        // Refused now rather than when a daemon starts it: a closed pull request, a branch this
+        // store did not open, a fork's. GitHub out of reach here is the daemon's to find out.
+        let identity = store.identity().await?;
+        match orchestrator_worker::runner::check_pull(&github, &identity, target).await {
+            Ok(_) => {}
+            Err(orchestrator_worker::runner::RoundError::Refused(reason)) => {
+                return Err(CliError::Invalid(format!("--pull: {reason}")).into());
+            }
+            Err(orchestrator_worker::runner::RoundError::Api(e)) => {
+                eprintln!("warning: {target} could not be read here ({e}); the daemon checks it");
+            }
+        }
+    }
     let id = store.create_task(&task).await?;
     let created = store.get_task(id).await?;
     if args.json {

@@ -29,6 +29,7 @@ mod moves;
 mod notify;
 mod permissions;
 mod placement;
+mod pull_rounds;
 mod readme_sections;
 mod readme_tour;
 mod repositories;

@@ -619,6 +619,55 @@ pub async fn children_and_shell_jobs_are_fenced_by_the_lease(db: &TestStore) {
     assert_eq!(store.shell_jobs(id).await.unwrap().len(), 1);
 }
 
+/// A task made "once" on behalf of an attempt is made once: a second try (an attempt rescued
+/// after it made the task and before it could go on) gets the same task back, and a worker that
+/// lost its lease makes none.
+pub async fn a_task_made_once_under_a_lease_is_made_once(db: &TestStore) {
+    let store = db.store.clone();
+    let id = store.create_task(&agent_task("round")).await.unwrap();
+    let mut claimed = store.claim("w1", &queues(), 10, 1).await.unwrap();
+    let (_, old) = claimed.drain(..).find(|(t, _)| t.id == id).unwrap();
+    let again = NewTask::new("round, again");
+    let data = serde_json::json!({"step": "moved"});
+    let (made, fresh) = store
+        .create_task_once_under(&old, &again, EventKind::PullRound, data.clone())
+        .await
+        .unwrap();
+    assert!(fresh);
+    let (second, fresh) = store
+        .create_task_once_under(&old, &again, EventKind::PullRound, data.clone())
+        .await
+        .unwrap();
+    assert_eq!((second, fresh), (made, false));
+    let events = store.events_of_kind(id, EventKind::PullRound).await.unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].data["task"], made.0);
+    assert_eq!(events[0].data["step"], "moved");
+    // Rescued and claimed again: the new holder finds the task made, the old one is refused.
+    store
+        .rescue_expired(now_millis() + 10 * LEASE, 100, |_| 0)
+        .await
+        .unwrap();
+    let (_, new) = store.claim_task("w2", id, LEASE).await.unwrap().unwrap();
+    let stale = store
+        .create_task_once_under(&old, &again, EventKind::PullRound, data.clone())
+        .await;
+    assert!(matches!(stale, Err(Error::StaleLease { .. })), "{stale:?}");
+    let (found, fresh) = store
+        .create_task_once_under(&new, &again, EventKind::PullRound, data)
+        .await
+        .unwrap();
+    assert_eq!((found, fresh), (made, false));
+    let titles: Vec<String> = store
+        .list_tasks(&Default::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.title)
+        .collect();
+    assert_eq!(titles.iter().filter(|t| *t == "round, again").count(), 1);
+}
+
 pub async fn a_compaction_is_saved_whole_with_its_summary_and_fenced(db: &TestStore) {
     let store = db.store.clone();
     let id = store.create_task(&agent_task("compact")).await.unwrap();
