@@ -25,6 +25,7 @@ pub mod models;
 pub mod patch;
 pub mod pull;
 pub mod push;
+pub mod reviews;
 pub mod text;
 pub mod webhook;
 
@@ -40,5 +41,6 @@ pub use pull::{
     prepare_tree,
 };
 pub use push::{PushSpec, Pushed};
+pub use reviews::{Review, ReviewComment};
 pub use text::{sanitize_line, sanitize_untrusted, sanitize_verbatim};
 pub use webhook::{SignatureCheck, SignatureError, sign, verify_signature};

@@ -89,6 +89,22 @@ impl GitHub {
         }
     }
 
+    /// The message of commit `sha` of `repo`.
+    pub async fn commit_message(&self, repo: &RepoRef, sha: &str) -> ApiResult<String> {
+        #[derive(serde::Deserialize)]
+        struct Message {
+            #[serde(default)]
+            message: String,
+        }
+        let found: Message = self
+            .get_json(
+                &format!("/repos/{repo}/git/commits/{sha}"),
+                &format!("commit {sha} of {repo}"),
+            )
+            .await?;
+        Ok(found.message)
+    }
+
     /// The branch is at `head`, not at the work's start: the work's own commit pushed by an
     /// earlier try, or someone else's.
     async fn settled(

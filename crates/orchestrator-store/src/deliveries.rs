@@ -480,11 +480,17 @@ impl Store {
                 });
             }
         }
-        let ids = if tasks.is_empty() {
+        let (joining, fresh): (Vec<&NewTask>, Vec<&NewTask>) =
+            tasks.iter().partition(|t| t.join.is_some());
+        let fresh: Vec<NewTask> = fresh.into_iter().cloned().collect();
+        let mut ids = if fresh.is_empty() {
             Vec::new()
         } else {
-            insert_tasks(&mut tx, tasks, now, None, self.placement()).await?
+            insert_tasks(&mut tx, &fresh, now, None, self.placement()).await?
         };
+        for task in joining {
+            ids.push(join_or_insert(&mut tx, task, now, self.placement()).await?);
+        }
         let (status, detail) = if ids.is_empty() {
             (delivery_status::IGNORED, Some(NO_RULE_MATCHED))
         } else {
@@ -509,6 +515,15 @@ impl Store {
             self.wake.wake();
         }
         Ok(ids)
+    }
+
+    /// The task that takes deliveries under `key` now: the last made under it, while it has not
+    /// started; `None` when there is none, or it has started.
+    pub async fn joinable_task(&self, key: &str) -> Result<Option<TaskId>> {
+        let mut tx = self.pool.begin().await?;
+        let found = joinable(&mut tx, key).await?;
+        tx.commit().await?;
+        Ok(found)
     }
 
     /// Marks a claimed delivery `ignored`, saying why. Final: redeliveries are `Done`.
@@ -835,4 +850,62 @@ async fn requeue(tx: &mut Tx, id: &str, payload: Option<&str>, now: i64) -> Resu
         }
     }
     Ok(tx.execute(&stmt).await? > 0)
+}
+
+#[derive(Iden, Clone, Copy)]
+enum TaskJoins {
+    Table,
+    JoinKey,
+    TaskId,
+    UpdatedAt,
+}
+
+/// See [`Store::joinable_task`].
+async fn joinable(tx: &mut Tx, key: &str) -> Result<Option<TaskId>> {
+    let last = Query::select()
+        .column(TaskJoins::TaskId)
+        .from(TaskJoins::Table)
+        .and_where(Expr::col(TaskJoins::JoinKey).eq(key))
+        .to_owned();
+    let Some((task,)): Option<(i64,)> = tx.fetch_optional(&last).await? else {
+        return Ok(None);
+    };
+    let waiting = Query::select()
+        .column(crate::tasks::Tasks::Id)
+        .from(crate::tasks::Tasks::Table)
+        .and_where(Expr::col(crate::tasks::Tasks::Id).eq(task))
+        .and_where(crate::tasks::state_is(orchestrator_types::TaskState::Queued))
+        .and_where(Expr::col(crate::tasks::Tasks::Attempt).eq(0))
+        .to_owned();
+    let found: Option<(i64,)> = tx.fetch_optional(&waiting).await?;
+    Ok(found.map(|(id,)| TaskId(id)))
+}
+
+/// The task `task` joins (its key's task that has not started), or `task` made now and recorded
+/// as its key's task.
+async fn join_or_insert(
+    tx: &mut Tx,
+    task: &NewTask,
+    now: i64,
+    placement: Option<&orchestrator_types::Placement>,
+) -> Result<TaskId> {
+    let Some(key) = task.join.as_deref() else {
+        return crate::tasks::insert_task(tx, task, now, placement).await;
+    };
+    if let Some(id) = joinable(tx, key).await? {
+        return Ok(id);
+    }
+    let id = crate::tasks::insert_task(tx, task, now, placement).await?;
+    let record = Query::insert()
+        .into_table(TaskJoins::Table)
+        .columns([TaskJoins::JoinKey, TaskJoins::TaskId, TaskJoins::UpdatedAt])
+        .values_panic([key.into(), id.0.into(), now.into()])
+        .on_conflict(
+            OnConflict::column(TaskJoins::JoinKey)
+                .update_columns([TaskJoins::TaskId, TaskJoins::UpdatedAt])
+                .to_owned(),
+        )
+        .to_owned();
+    tx.execute(&record).await?;
+    Ok(id)
 }

@@ -53,6 +53,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(23, "0023_titles_indexed_after_creation"),
     migration!(24, "0024_settled_states_index"),
     migration!(25, "0025_delivery_subject"),
+    migration!(26, "0026_task_joins"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

@@ -516,6 +516,10 @@ pub struct NewTask {
     /// result is pushed to its branch). Needs `repository`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull: Option<PullTarget>,
+    /// A key under which later deliveries join this task while it has not started, instead of
+    /// making another (a rule's task on a pull request: the rule and the pull request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<String>,
 }
 
 impl NewTask {
@@ -538,6 +542,7 @@ impl NewTask {
             origin: None,
             requires: Vec::new(),
             pull: None,
+            join: None,
         }
     }
 

@@ -253,7 +253,7 @@ pub struct Context {
 
 impl Context {
     /// Adds trusted text (headings, names the orchestrator wrote) to both versions.
-    fn push(&mut self, s: &str) {
+    pub(crate) fn push(&mut self, s: &str) {
         self.text.push_str(s);
         self.full.push_str(s);
     }
@@ -266,14 +266,14 @@ impl Context {
     /// (`### maintainer (owner)`) stays inside its fence, and cannot pass for another comment or
     /// for the orchestrator's own text. The pointer to the artifact is the orchestrator's, so it
     /// goes after the fence.
-    fn untrusted(&mut self, what: &str, raw: &str, limit: usize) {
+    pub(crate) fn untrusted(&mut self, what: &str, raw: &str, limit: usize) {
         self.fenced(what, sanitize_untrusted(raw), limit);
     }
 
     /// Adds a diff: shown as GitHub shows it, every line kept (markup in a changed file is code
     /// under review, not hidden text), with invisible characters marked so that a line that only
     /// looks unchanged is seen to differ.
-    fn untrusted_verbatim(&mut self, what: &str, raw: &str, limit: usize) {
+    pub(crate) fn untrusted_verbatim(&mut self, what: &str, raw: &str, limit: usize) {
         self.fenced(what, sanitize_verbatim(raw), limit);
     }
 

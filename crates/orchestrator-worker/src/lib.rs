@@ -10,6 +10,7 @@ pub mod attempts;
 pub mod backoff;
 pub mod containment;
 mod error;
+pub mod feedback;
 pub mod gate;
 pub mod github;
 pub mod metrics;

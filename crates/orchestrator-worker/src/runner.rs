@@ -217,6 +217,21 @@ pub async fn run_attempt(
         }
         _ => None,
     };
+    // Its agent reads first what the round is to address.
+    let with_context;
+    let task = match (&pull_head, &task.prompt) {
+        (Some(head), Some(prompt)) if head.context.is_some() => {
+            with_context = Task {
+                prompt: Some(format!(
+                    "{prompt}\n\n{}",
+                    head.context.as_deref().unwrap_or_default()
+                )),
+                ..task.clone()
+            };
+            &with_context
+        }
+        _ => task,
+    };
     // A repository task runs on a copy of itself whose workspace is the one made here.
     let prepared_task;
     let task = match &task.repository {

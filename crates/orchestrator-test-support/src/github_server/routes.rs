@@ -12,7 +12,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::git::{FakeCommit, GitObjects, blob_id, commit_id};
-use super::wire::{comment_json, issue_json, pull_json, user_json};
+use super::wire::{self, comment_json, issue_json, pull_json, user_json};
 use super::{CREATED_AT, FakeComment, FakeIssue, FakePull, FaultKind, Inner, LoggedRequest};
 
 /// What the routing decided, computed under the lock and answered after it.
@@ -465,6 +465,69 @@ fn route(
                 };
             }
             Answer::json(StatusCode::OK, pull_json(&base, &repo, issue))
+        }
+        ("GET", ["repos", owner, name, "pulls", number, "reviews"]) => {
+            let repo = format!("{owner}/{name}");
+            let Some(r) = inner.repos.get(&repo) else {
+                return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            let all: Vec<Value> = r
+                .reviews
+                .iter()
+                .filter(|x| x.pull.to_string() == *number)
+                .map(|x| wire::review_json(&repo, x))
+                .collect();
+            paginate(&base, path, &params, all)
+        }
+        ("GET", ["repos", owner, name, "pulls", number, "comments"]) => {
+            let repo = format!("{owner}/{name}");
+            let Some(r) = inner.repos.get(&repo) else {
+                return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            let all: Vec<Value> = r
+                .review_comments
+                .iter()
+                .filter(|c| c.pull.to_string() == *number)
+                .map(|c| wire::review_comment_json(&repo, c))
+                .collect();
+            paginate(&base, path, &params, all)
+        }
+        // A reply in a review comment's thread; GitHub refuses a reply to a reply (422).
+        ("POST", ["repos", owner, name, "pulls", number, "comments", id, "replies"]) => {
+            let repo = format!("{owner}/{name}");
+            let Some(text) = body_json.get("body").and_then(Value::as_str) else {
+                return Answer::error(StatusCode::UNPROCESSABLE_ENTITY, "Validation Failed");
+            };
+            if text.chars().count() > MAX_COMMENT_CHARS {
+                return too_long("PullRequestReviewComment");
+            }
+            inner.next_id += 1;
+            let new_id = inner.next_id;
+            let viewer = inner.viewer.clone();
+            let Some(r) = inner.repos.get_mut(&repo) else {
+                return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            let Some(parent) = r
+                .review_comments
+                .iter()
+                .find(|c| c.id.to_string() == *id && c.pull.to_string() == *number)
+                .cloned()
+            else {
+                return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            if parent.in_reply_to.is_some() {
+                return invalid("PullRequestReviewComment", "in_reply_to_id is a reply");
+            }
+            let reply = super::FakeReviewComment {
+                id: new_id,
+                review: None,
+                author: viewer,
+                body: text.to_owned(),
+                in_reply_to: Some(parent.id),
+                ..parent
+            };
+            r.review_comments.push(reply.clone());
+            Answer::json(StatusCode::CREATED, wire::review_comment_json(&repo, &reply))
         }
         ("GET", ["repos", owner, name, "pulls", number, "files"]) => {
             let repo = format!("{owner}/{name}");

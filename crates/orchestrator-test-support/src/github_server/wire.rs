@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{CREATED_AT, FakeComment, FakeIssue};
+use super::{CREATED_AT, FakeComment, FakeIssue, FakeReview, FakeReviewComment};
 
 pub(super) fn user_json(login: &str) -> Value {
     let id = login
@@ -108,4 +108,43 @@ pub(super) fn pull_json(base: &str, repo: &str, issue: &FakeIssue) -> Value {
         "created_at": CREATED_AT,
         "updated_at": CREATED_AT,
     })
+}
+
+pub(super) fn review_json(repo: &str, r: &FakeReview) -> Value {
+    json!({
+        "id": r.id,
+        "node_id": format!("PRR_{}", r.id),
+        "user": user_json(&r.author),
+        "body": r.body,
+        "state": r.state,
+        "commit_id": r.commit,
+        "html_url": format!("https://github.com/{repo}/pull/{}#pullrequestreview-{}", r.pull, r.id),
+        "submitted_at": CREATED_AT,
+        "author_association": "COLLABORATOR",
+    })
+}
+
+pub(super) fn review_comment_json(repo: &str, c: &FakeReviewComment) -> Value {
+    let mut value = json!({
+        "id": c.id,
+        "node_id": format!("PRRC_{}", c.id),
+        "pull_request_review_id": c.review,
+        "user": user_json(&c.author),
+        "body": c.body,
+        "path": c.path,
+        "line": c.line,
+        "original_line": c.line,
+        "side": "RIGHT",
+        "diff_hunk": c.diff_hunk,
+        "commit_id": c.commit,
+        "original_commit_id": c.commit,
+        "html_url": format!("https://github.com/{repo}/pull/{}#discussion_r{}", c.pull, c.id),
+        "created_at": CREATED_AT,
+        "updated_at": CREATED_AT,
+        "author_association": "COLLABORATOR",
+    });
+    if let Some(parent) = c.in_reply_to {
+        value["in_reply_to_id"] = json!(parent);
+    }
+    value
 }

@@ -22,12 +22,15 @@
 use std::path::Path;
 
 use orchestrator_github::{ApiError, CommitIdentity, GitHub, IssueRef, PushSpec, Pushed, RepoRef};
+use orchestrator_store::Store;
 use orchestrator_store::{Lease, Outcome, Task};
 use orchestrator_types::{EventKind, MAX_PULL_RERUNS, NewTask, PullTarget, TaskEvent};
 use serde_json::{Value, json};
 
 use super::{AttemptEnd, FenceError, RunContext, failed, fenced, lost_or, with_retries};
 use crate::attempts::{AttemptError, record_attempt};
+use crate::feedback::{reply_marker, review_feedback};
+use crate::github::{BODY_LIMIT, Context, issue_context};
 use crate::pulls::{PullError, attempt_tree, pull_guard};
 use crate::{Error, Result};
 
@@ -42,6 +45,12 @@ pub struct PullHead {
     pub head_repo: String,
     pub head: String,
     pub url: String,
+    /// The pull request's body, as read when the round started.
+    pub body: Option<String>,
+    /// What the round is asked to address, for the agent's first message.
+    pub context: Option<String>,
+    /// The review threads the round answers once its commit is pushed.
+    pub threads: Vec<u64>,
 }
 
 /// Why a pull request's branch is not worked on.
@@ -112,6 +121,9 @@ pub async fn check_pull(
         head_repo,
         head: pull.head.sha,
         url: pull.html_url,
+        body: pull.body,
+        context: None,
+        threads: Vec::new(),
     })
 }
 
@@ -168,6 +180,13 @@ pub(super) async fn start(
             head_repo: text(started, "head_repo"),
             head: text(started, "head"),
             url: text(started, "url"),
+            body: None,
+            context: started
+                .data
+                .get("context")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            threads: threads_of(started),
         });
     }
     let Some(github) = &ctx.agent.github else {
@@ -181,13 +200,24 @@ pub(super) async fn start(
         Ok(identity) => identity,
         Err(e) => return Err(lost_or(FenceError::Store(e))),
     };
-    let head = match check_pull(github, &identity, target).await {
+    let mut head = match check_pull(github, &identity, target).await {
         Ok(head) => head,
         Err(RoundError::Refused(reason)) => return Err(Ok(failed(reason))),
         Err(RoundError::Api(e)) => {
             return Err(Ok(api_end(ctx, task, &format!("reading {target}"), &e)));
         }
     };
+    match round_context(&ctx.store, task, github, target, &head, &identity).await {
+        Ok((context, threads)) => {
+            head.context = (!context.is_empty()).then_some(context);
+            head.threads = threads;
+        }
+        Err(ContextError::Api(e)) => {
+            let doing = format!("reading the feedback on {target}");
+            return Err(Ok(api_end(ctx, task, &doing, &e)));
+        }
+        Err(ContextError::Store(e)) => return Err(lost_or(FenceError::Store(e))),
+    }
     let recorded = with_retries(|| {
         ctx.store.append_event(
             lease,
@@ -201,6 +231,8 @@ pub(super) async fn start(
                 "head": head.head,
                 "url": head.url,
                 "rerun": target.rerun,
+                "threads": head.threads,
+                "context": head.context,
             }),
         )
     })
@@ -209,6 +241,146 @@ pub(super) async fn start(
         return Err(lost_or(e));
     }
     Ok(head)
+}
+
+fn threads_of(started: &TaskEvent) -> Vec<u64> {
+    started
+        .data
+        .get("threads")
+        .and_then(Value::as_array)
+        .map(|ids| ids.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default()
+}
+
+enum ContextError {
+    Api(ApiError),
+    Store(orchestrator_store::Error),
+}
+
+impl From<ApiError> for ContextError {
+    fn from(e: ApiError) -> Self {
+        ContextError::Api(e)
+    }
+}
+
+impl From<orchestrator_store::Error> for ContextError {
+    fn from(e: orchestrator_store::Error) -> Self {
+        ContextError::Store(e)
+    }
+}
+
+/// What the round's agent reads first: the issue the pull request fixes, what the previous round
+/// said when it finished, and the feedback to address; with the review threads to answer.
+async fn round_context(
+    store: &Store,
+    task: &Task,
+    github: &GitHub,
+    target: &PullTarget,
+    head: &PullHead,
+    identity: &str,
+) -> std::result::Result<(String, Vec<u64>), ContextError> {
+    let repo = RepoRef::parse(&target.repo).map_err(|message| {
+        ContextError::Api(ApiError::Invalid {
+            what: "the pull request".into(),
+            message,
+        })
+    })?;
+    let pull = IssueRef {
+        repo: repo.clone(),
+        number: target.number,
+    };
+    let mut text = String::new();
+    if let Some(number) = head.body.as_deref().and_then(fixed_issue) {
+        let issue = IssueRef { repo, number };
+        text.push_str("The issue the pull request fixes:\n\n");
+        text.push_str(&issue_context(github, &issue).await?.keep(store, Some(task.id)).await?);
+        text.push('\n');
+    }
+    if let Some(answer) = previous_answer(store, github, target, head, identity).await? {
+        let mut said = Context::default();
+        said.push("What the previous round on the pull request said when it finished:\n");
+        said.untrusted("the previous round's answer", &answer, BODY_LIMIT);
+        text.push_str(&said.keep(store, Some(task.id)).await?);
+        text.push('\n');
+    }
+    let bot = github.viewer().await?;
+    let feedback =
+        review_feedback(github, &pull, &head.head, &bot, &reply_marker(identity)).await?;
+    if feedback.any {
+        text.push_str(&feedback.context.keep(store, Some(task.id)).await?);
+    }
+    Ok((text, feedback.threads))
+}
+
+/// The issue a pull request's body says it fixes (`Fixes #7`, as the opening round writes it).
+fn fixed_issue(body: &str) -> Option<u64> {
+    body.lines().find_map(|line| {
+        let rest = line.trim().strip_prefix("Fixes #")?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok().filter(|n| *n > 0)
+    })
+}
+
+/// The final answer of the task that made the branch's head: a round's (its commit's message
+/// names it) or the opening one's (the pull request's marker names its attempt).
+async fn previous_answer(
+    store: &Store,
+    github: &GitHub,
+    target: &PullTarget,
+    head: &PullHead,
+    identity: &str,
+) -> std::result::Result<Option<String>, ContextError> {
+    let repo = RepoRef::parse(&head.head_repo).ok();
+    let message = match &repo {
+        Some(repo) => github.commit_message(repo, &head.head).await?,
+        None => String::new(),
+    };
+    let from_commit = message.lines().find_map(|line| {
+        let rest = line.strip_prefix("Task ")?;
+        let (id, rest) = rest.split_once(' ')?;
+        rest.starts_with(&format!("on pull request #{},", target.number))
+            .then(|| id.parse::<i64>().ok())
+            .flatten()
+    });
+    let from_marker = || {
+        let body = head.body.as_deref()?;
+        let tail = format!(" store:{identity} -->");
+        body.match_indices("<!-- orchestrator:pr-attempt-")
+            .find_map(|(at, marker)| {
+                let rest = &body[at + marker.len()..];
+                let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+                rest[digits..]
+                    .starts_with(&tail)
+                    .then(|| rest[..digits].parse::<i64>().ok())
+                    .flatten()
+            })
+    };
+    let task = match from_commit {
+        Some(id) => Some(orchestrator_types::TaskId(id)),
+        None => match from_marker() {
+            Some(attempt) => match store.attempt(attempt).await {
+                Ok(attempt) => Some(attempt.task_id),
+                Err(orchestrator_store::Error::AttemptNotFound(_)) => None,
+                Err(e) => return Err(e.into()),
+            },
+            None => None,
+        },
+    };
+    let Some(task) = task else {
+        return Ok(None);
+    };
+    let messages = match store.messages(task).await {
+        Ok(messages) => messages,
+        Err(orchestrator_store::Error::TaskNotFound(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(messages
+        .iter()
+        .rev()
+        .map(|m| &m.message)
+        .find(|m| m.role == orchestrator_types::Role::Assistant && m.tool_calls.is_empty())
+        .and_then(|m| m.content.clone())
+        .filter(|answer| !answer.trim().is_empty()))
 }
 
 /// How a GitHub failure ends the attempt: one that may pass is tried again (while attempts are
@@ -358,10 +530,10 @@ pub(super) async fn push(
         .await;
     match pushed {
         Ok(Pushed::Pushed { commit }) => {
-            pushed_end(ctx, lease, target, head, &commit, "pushed").await
+            pushed_end(ctx, task, lease, target, head, &commit, "pushed").await
         }
         Ok(Pushed::Found { commit }) => {
-            pushed_end(ctx, lease, target, head, &commit, "found").await
+            pushed_end(ctx, task, lease, target, head, &commit, "found").await
         }
         Ok(Pushed::Moved { head: now }) => moved_end(ctx, task, lease, target, head, &now).await,
         Err(e) => Ok(api_end(
@@ -404,6 +576,7 @@ fn now_rfc3339() -> String {
 
 async fn pushed_end(
     ctx: &RunContext,
+    task: &Task,
     lease: &Lease,
     target: &PullTarget,
     head: &PullHead,
@@ -423,10 +596,92 @@ async fn pushed_end(
             return lost_or(e);
         }
     }
+    if let Some(end) = reply_in_threads(ctx, task, lease, target, head, commit).await? {
+        return Ok(end);
+    }
     Ok(AttemptEnd {
         outcome: Some(Outcome::Succeeded),
         details: json!({"pull": format!("{target}"), "pushed": commit}),
     })
+}
+
+/// Answers each review thread of the round once its commit is on the branch: "addressed", or
+/// the agent's reason for leaving it (`pr_review_decline`). A thread that already holds this
+/// store's reply (an earlier try's) is not answered again. `Some` is how the attempt ends when
+/// GitHub failed; the next try pushes nothing new and answers what is left.
+async fn reply_in_threads(
+    ctx: &RunContext,
+    task: &Task,
+    lease: &Lease,
+    target: &PullTarget,
+    head: &PullHead,
+    commit: &str,
+) -> Result<Option<AttemptEnd>> {
+    if head.threads.is_empty() {
+        return Ok(None);
+    }
+    let Some(github) = &ctx.agent.github else {
+        return Ok(None);
+    };
+    let identity = ctx.store.identity().await.map_err(Error::Store)?;
+    let marker = reply_marker(&identity);
+    let repo = match RepoRef::parse(&target.repo) {
+        Ok(repo) => repo,
+        Err(e) => return Ok(Some(failed(e))),
+    };
+    let pull = IssueRef {
+        repo,
+        number: target.number,
+    };
+    let existing = match github.review_comments(&pull).await {
+        Ok(comments) => comments,
+        Err(e) => {
+            let doing = format!("reading the review threads of {target}");
+            return Ok(Some(api_end(ctx, task, &doing, &e)));
+        }
+    };
+    let events = with_retries(|| ctx.store.events_of_kind(task.id, EventKind::PullRound))
+        .await
+        .map_err(Error::Store)?;
+    let short = &commit[..commit.len().min(12)];
+    for thread in &head.threads {
+        let answered = existing.iter().any(|c| {
+            c.in_reply_to_id == Some(*thread)
+                && c.body.as_deref().is_some_and(|b| b.contains(&marker))
+        });
+        if answered {
+            continue;
+        }
+        let declined = steps(&events, "declined")
+            .filter(|e| e.data.get("comment").and_then(Value::as_u64) == Some(*thread))
+            .last()
+            .map(|e| text(e, "reason"));
+        let body = match &declined {
+            Some(reason) => format!("Not changed in {short}: {reason}\n\n{marker}"),
+            None => format!("Addressed in {short}.\n\n{marker}"),
+        };
+        let reply = match github.reply_to_review_comment(&pull, *thread, &body).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                let doing = format!("replying to review comment {thread} on {target}");
+                return Ok(Some(api_end(ctx, task, &doing, &e)));
+            }
+        };
+        let written = with_retries(|| {
+            ctx.store.append_event(
+                lease,
+                EventKind::GithubWrite,
+                json!({"action": "review_reply", "issue": format!("{target}"),
+                       "comment": thread, "reply": reply.id, "declined": declined.is_some(),
+                       "commit": commit, "url": reply.html_url}),
+            )
+        })
+        .await;
+        if let Err(e) = fenced(written) {
+            return lost_or(e).map(Some);
+        }
+    }
+    Ok(None)
 }
 
 /// Someone else pushed to the branch: nothing is forced. The task fails with the reason, and

@@ -355,6 +355,7 @@ impl Triggers {
         let mut tasks = Vec::new();
         let mut skipped = Vec::new();
         let mut sender_access = SenderAccess::default();
+        let mut pull_round = PullRound::default();
         for rule in rules {
             match rule.event.as_str() {
                 "issues.labeled" => {
@@ -404,6 +405,39 @@ impl Triggers {
                         continue;
                     }
                 }
+                "pull_request_review.submitted" => {
+                    let state = payload
+                        .pointer("/review/state")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_ascii_lowercase();
+                    if !matches!(state.as_str(), "changes_requested" | "commented") {
+                        skipped.push(format!(
+                            "{}: a review that is {} asks for no change",
+                            rule.name,
+                            if state.is_empty() { "without a state" } else { &state }
+                        ));
+                        continue;
+                    }
+                    let (allowed, permission) = sender_access.get(self, repo, sender).await?;
+                    if !allowed {
+                        skipped.push(format!(
+                            "{}: {sender} has {permission} access, not write",
+                            rule.name
+                        ));
+                        continue;
+                    }
+                }
+                "pull_request_review_comment.created" => {
+                    let (allowed, permission) = sender_access.get(self, repo, sender).await?;
+                    if !allowed {
+                        skipped.push(format!(
+                            "{}: {sender} has {permission} access, not write",
+                            rule.name
+                        ));
+                        continue;
+                    }
+                }
                 "pull_request.opened" => {
                     if !rule.any_author {
                         let (allowed, permission) = sender_access.get(self, repo, sender).await?;
@@ -418,7 +452,22 @@ impl Triggers {
                 }
                 _ => continue,
             }
-            tasks.push(task_of(rule, &vars));
+            // A rule on a pull request with a repository to work on makes a round on it: only
+            // on a pull request this store opened.
+            let on_pull = payload.get("pull_request").is_some()
+                || payload.pointer("/issue/pull_request").is_some();
+            let pull = if on_pull && rule.task.repository.is_some() {
+                match pull_round.get(self, repo, &vars["number"]).await? {
+                    Ok(target) => Some(target),
+                    Err(reason) => {
+                        skipped.push(format!("{}: {reason}", rule.name));
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            tasks.push(task_of(rule, &vars, pull.as_ref()));
         }
         let detail = if tasks.is_empty() {
             skipped.join("; ")
@@ -426,6 +475,43 @@ impl Triggers {
             format!("{} task(s) created", tasks.len())
         };
         Ok((tasks, detail))
+    }
+}
+
+/// Whether the delivery's pull request may get a round, asked of GitHub at most once per
+/// delivery: `Err` is the reason it may not (not this store's, closed, a fork's).
+#[derive(Default)]
+struct PullRound(Option<Result<orchestrator_types::PullTarget, String>>);
+
+impl PullRound {
+    async fn get(
+        &mut self,
+        triggers: &Triggers,
+        repo: &str,
+        number: &str,
+    ) -> Result<Result<orchestrator_types::PullTarget, String>, DeliveryError> {
+        if let Some(known) = &self.0 {
+            return Ok(known.clone());
+        }
+        let github = triggers.github.as_ref().ok_or_else(|| {
+            DeliveryError::Failed(
+                "a round on a pull request needs GitHub configured (a token)".to_owned(),
+            )
+        })?;
+        let target = orchestrator_types::PullTarget::parse(&format!("{repo}#{number}"))
+            .map_err(|e| DeliveryError::Failed(e.to_string()))?;
+        let identity = triggers.store.identity().await?;
+        let found = match orchestrator_worker::runner::check_pull(github, &identity, &target).await {
+            Ok(_) => Ok(target),
+            Err(orchestrator_worker::runner::RoundError::Refused(reason)) => Err(reason),
+            Err(orchestrator_worker::runner::RoundError::Api(e)) => {
+                return Err(DeliveryError::github(&e, |e| {
+                    format!("reading pull request {repo}#{number}: {e}")
+                }));
+            }
+        };
+        self.0 = Some(found.clone());
+        Ok(found)
     }
 }
 

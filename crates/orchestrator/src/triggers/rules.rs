@@ -51,11 +51,28 @@ pub struct TriggerRule {
     /// always need write access.
     #[serde(default)]
     pub any_author: bool,
+    /// For a rule whose task works on a pull request (a review, a review comment, or a mention
+    /// in a pull request's conversation, with `task.repository` set): deliveries about the same
+    /// pull request within this many seconds join the task they made, which waits that long
+    /// before it starts, instead of making one each. One review with twelve inline comments
+    /// makes one task.
+    #[serde(default = "default_join_secs")]
+    pub join_secs: u64,
     /// The task; `{repo}`, `{number}`, `{title}`, `{url}`, `{sender}`, `{label}`, `{event}` and
     /// `{delivery}` are replaced in its title and prompt.
     #[serde(default)]
     pub task: TaskTemplate,
 }
+
+fn default_join_secs() -> u64 {
+    60
+}
+
+/// The events whose tasks are rounds on a pull request: they need the pull request's repository.
+pub const REVIEW_EVENTS: &[&str] = &[
+    "pull_request_review.submitted",
+    "pull_request_review_comment.created",
+];
 
 /// The entry of a rule's `repos` that matches every repository.
 pub const ANY_REPO: &str = "*";
@@ -72,6 +89,8 @@ pub const EVENTS: &[&str] = &[
     "issues.labeled",
     "issue_comment.created",
     "pull_request.opened",
+    "pull_request_review.submitted",
+    "pull_request_review_comment.created",
 ];
 
 impl TriggerRule {
@@ -124,6 +143,20 @@ impl TriggerRule {
             return Err(format!(
                 "trigger {:?}: issues.labeled needs a label",
                 self.name
+            ));
+        }
+        if REVIEW_EVENTS.contains(&self.event.as_str()) && self.task.repository.is_none() {
+            return Err(format!(
+                "trigger {:?}: {} makes a round on the pull request, which works on its \
+                 repository: set task.repository (\"https://github.com/{{repo}}.git\", or a \
+                 name in [repositories])",
+                self.name, self.event
+            ));
+        }
+        if self.join_secs > 86_400 {
+            return Err(format!(
+                "trigger {:?}: join_secs {} is more than a day",
+                self.name, self.join_secs
             ));
         }
         if self.repos.is_empty() {
@@ -229,7 +262,11 @@ pub(super) fn fill(text: &str, vars: &BTreeMap<&str, String>) -> String {
 /// The task a rule creates. Its policy is the template's, or else what an automation's tasks get
 /// (read only), with the rule's pre-approvals on top: a trigger acts for people who are not
 /// watching, so it gets no more than it was granted.
-pub(super) fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewTask {
+pub(super) fn task_of(
+    rule: &TriggerRule,
+    vars: &BTreeMap<&str, String>,
+    pull: Option<&orchestrator_types::PullTarget>,
+) -> NewTask {
     let t = &rule.task;
     let title = match &t.title {
         Some(title) => fill(title, vars),
@@ -253,6 +290,13 @@ pub(super) fn task_of(rule: &TriggerRule, vars: &BTreeMap<&str, String>) -> NewT
         repository.url = fill(&repository.url, vars);
         task.workspace = None;
         task.repository = Some(repository);
+    }
+    if let Some(pull) = pull {
+        // A round on the pull request: later deliveries about it join this task while it waits.
+        task.pull = Some(pull.clone());
+        task.join = Some(format!("pull-round:{pull}"));
+        let wait = i64::try_from(rule.join_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        task.run_after = Some(orchestrator_types::now_millis().saturating_add(wait));
     }
     task.priority = t.priority;
     task.queue = t.queue.clone();

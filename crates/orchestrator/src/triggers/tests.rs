@@ -66,7 +66,7 @@ fn a_rule_with_worktree_gives_each_delivery_a_clone_of_its_own() {
         vars.insert("delivery", delivery.to_owned());
         vars
     };
-    let first = task_of(&cloning, &vars("d-1"));
+    let first = task_of(&cloning, &vars("d-1"), None);
     assert_eq!(first.worktree_of.as_deref(), Some("/srv/widgets"));
     let workspace = first.workspace.clone().unwrap();
     assert!(
@@ -75,12 +75,12 @@ fn a_rule_with_worktree_gives_each_delivery_a_clone_of_its_own() {
     );
     assert!(first.validate().is_ok(), "{:?}", first.validate());
     assert_eq!(
-        task_of(&cloning, &vars("d-1")).workspace.unwrap(),
+        task_of(&cloning, &vars("d-1"), None).workspace.unwrap(),
         workspace,
         "one delivery, one tree"
     );
     assert_ne!(
-        task_of(&cloning, &vars("d-2")).workspace.unwrap(),
+        task_of(&cloning, &vars("d-2"), None).workspace.unwrap(),
         workspace,
         "the issue labelled again gets a tree of its own"
     );
@@ -89,13 +89,13 @@ fn a_rule_with_worktree_gives_each_delivery_a_clone_of_its_own() {
         "{head}workspace = \"/srv/widgets\"\nworktree = true\nworktrees_dir = \"/var/clones/\"\n"
     ));
     assert!(
-        task_of(&elsewhere, &vars("d-1"))
+        task_of(&elsewhere, &vars("d-1"), None)
             .workspace
             .unwrap()
             .starts_with("/var/clones/acme-widgets-7-")
     );
     let plain = rule(&format!("{head}workspace = \"/srv/widgets\"\n"));
-    let task = task_of(&plain, &vars("d-1"));
+    let task = task_of(&plain, &vars("d-1"), None);
     assert_eq!(task.workspace.as_deref(), Some("/srv/widgets"));
     assert_eq!(task.worktree_of, None);
 
@@ -121,7 +121,7 @@ fn a_triggered_task_may_write_only_to_its_own_issue_unasked() {
     vars.insert("repo", "acme/widgets".to_owned());
     vars.insert("number", "7".to_owned());
     vars.insert("title", "Crash".to_owned());
-    let task = task_of(&rule, &vars);
+    let task = task_of(&rule, &vars, None);
     assert_eq!(task.prompt.as_deref(), Some("Fix acme/widgets#7: Crash"));
     let policy: orchestrator_tools::Policy =
         serde_json::from_value(task.agent.policy.clone().unwrap()).unwrap();
@@ -164,7 +164,7 @@ fn a_rules_policy_may_widen_the_repositories_its_tasks_read() {
     vars.insert("repo", "acme/widgets".to_owned());
     vars.insert("number", "7".to_owned());
     vars.insert("title", "Crash".to_owned());
-    let task = task_of(&rule, &vars);
+    let task = task_of(&rule, &vars, None);
     let policy: orchestrator_tools::Policy =
         serde_json::from_value(task.agent.policy.clone().unwrap()).unwrap();
     assert_eq!(policy.github_repos, ["acme/widgets", "acme/docs"]);
@@ -328,7 +328,7 @@ fn a_triggered_task_reads_only_its_own_tree_unless_the_template_widens_it() {
     vars.insert("number", "7".to_owned());
     vars.insert("title", "Crash".to_owned());
     let scope = |toml_text: &str| {
-        let task = task_of(&rule(toml_text), &vars);
+        let task = task_of(&rule(toml_text), &vars, None);
         let policy: orchestrator_tools::Policy =
             serde_json::from_value(task.agent.policy.unwrap()).unwrap();
         policy.task_scope
@@ -787,7 +787,7 @@ fn a_rule_may_name_the_events_repository_instead_of_a_workspace() {
     vars.insert("number", "7".to_owned());
     vars.insert("title", "Crash".to_owned());
     vars.insert("delivery", "d-1".to_owned());
-    let task = task_of(&on_repo, &vars);
+    let task = task_of(&on_repo, &vars, None);
     assert_eq!(task.workspace, None);
     let repository = task.repository.clone().unwrap();
     assert_eq!(repository.url, "https://github.com/acme/widgets.git");

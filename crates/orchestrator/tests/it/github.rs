@@ -7,7 +7,7 @@ use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
 use serde_json::{Value, json};
 
 const SECRET: &str = "It's a Secret to Everybody";
-const REPO: &str = "acme/widgets";
+pub(crate) const REPO: &str = "acme/widgets";
 
 fn write_config(env: &Env, extra: &str) {
     let config = format!(
@@ -39,7 +39,7 @@ task = {{ title = "Asked on {{repo}}#{{number}} by {{sender}}" }}
     std::fs::write(env.home().join("config.toml"), config).unwrap();
 }
 
-fn serve(env: &Env, fake: &FakeGitHub) -> Serve {
+pub(crate) fn serve(env: &Env, fake: &FakeGitHub) -> Serve {
     let url = fake.url();
     env.serve_with_env(
         &["--workers", "1"],
@@ -76,7 +76,13 @@ fn settled(env: &Env, delivery: &str) -> Value {
 /// Posts a delivery. The daemon answers 202 once it is recorded and processes it in the
 /// background; this waits for the ledger to say what it came to and returns that row's status,
 /// tasks and detail (a duplicate is answered at once, and returned as answered).
-fn deliver(env: &Env, serve: &Serve, event: &str, delivery: &str, body: &Value) -> (u16, Value) {
+pub(crate) fn deliver(
+    env: &Env,
+    serve: &Serve,
+    event: &str,
+    delivery: &str,
+    body: &Value,
+) -> (u16, Value) {
     let (status, answer) = post_delivery(serve, event, delivery, body);
     if answer["status"] != "accepted" {
         return (status, answer);
@@ -172,7 +178,7 @@ fn a_form_encoded_delivery_is_taken_like_a_json_one() {
     assert!(text.contains("payload"), "{text}");
 }
 
-fn labeled(number: u64, label: &str, sender: &str) -> Value {
+pub(crate) fn labeled(number: u64, label: &str, sender: &str) -> Value {
     json!({
         "action": "labeled",
         "label": {"name": label},
@@ -888,7 +894,7 @@ fn indexed_files(repo: &std::path::Path) -> std::collections::BTreeMap<String, (
 }
 
 /// The example config of docs/github-workflow.md, pointed at this test's checkout, model and gate.
-fn example_config(source: &std::path::Path, model_url: &str) -> String {
+pub(crate) fn example_config(source: &std::path::Path, model_url: &str) -> String {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/github-workflow.toml"

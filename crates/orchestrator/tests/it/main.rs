@@ -34,6 +34,7 @@ mod readme_sections;
 mod readme_tour;
 mod repositories;
 mod retry;
+mod review_rounds;
 mod roles;
 mod serve;
 mod soak;

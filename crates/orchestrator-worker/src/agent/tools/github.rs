@@ -27,6 +27,12 @@ use crate::pulls::{PullError, PullPlan, open_pull, pull_guard};
 use crate::runner::RunContext;
 
 #[derive(Deserialize)]
+struct DeclineArgs {
+    comment_id: u64,
+    reason: String,
+}
+
+#[derive(Deserialize)]
 struct IssueArgs {
     repo: String,
     number: u64,
@@ -446,6 +452,80 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                         .map_err(store_failure)?;
                     text(opened.summary())
                 }
+            },
+        ),
+        spec(
+            Def {
+                name: "pr_review_decline",
+                description: "On a task working on a pull request: say that you do not act on one review comment of the feedback, and why. When the round's commit is pushed, the comment's thread gets your reason as its reply instead of \"addressed\". Nothing is written to GitHub by this call.",
+                schema: schema(
+                    json!({
+                        "comment_id": {"type": "integer", "minimum": 1, "description": "The review comment's id, as the feedback names it."},
+                        "reason": {"type": "string", "description": "Why it is left as it is, for the reviewer."}
+                    }),
+                    &["comment_id", "reason"],
+                ),
+                read_only: false,
+                approval: ApprovalClass::Read,
+                aliases: &[("comment", "comment_id"), ("id", "comment_id"), ("why", "reason")],
+                example: json!({"comment_id": 1234, "reason": "The name is kept: it matches the public API."}),
+            },
+            session,
+            |session, args: DeclineArgs, _ctx| async move {
+                let Some(pull) = session.task.pull.clone() else {
+                    return Err(refuse(
+                        "this task does not work on a pull request, so it has no review comments to decline",
+                    ));
+                };
+                let reason = args.reason.trim();
+                if reason.is_empty() {
+                    return Err(refuse("the reason is empty: the reviewer is owed one"));
+                }
+                let threads: Vec<u64> = session
+                    .store
+                    .events_of_kind(session.task.id, EventKind::PullRound)
+                    .await
+                    .map_err(store_failure)?
+                    .iter()
+                    .filter(|e| e.data["step"] == "started")
+                    .flat_map(|e| {
+                        e.data["threads"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(Value::as_u64)
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                if !threads.contains(&args.comment_id) {
+                    return Err(refuse(format!(
+                        "review comment {} is not among this round's feedback on {pull} ({})",
+                        args.comment_id,
+                        if threads.is_empty() {
+                            "it has none".to_owned()
+                        } else {
+                            threads
+                                .iter()
+                                .map(u64::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        }
+                    )));
+                }
+                session
+                    .store
+                    .append_event(
+                        &session.lease,
+                        EventKind::PullRound,
+                        json!({"step": "declined", "repo": pull.repo, "number": pull.number,
+                               "comment": args.comment_id, "reason": reason}),
+                    )
+                    .await
+                    .map_err(store_failure)?;
+                text(format!(
+                    "Review comment {} will be answered with your reason once the commit is pushed.",
+                    args.comment_id
+                ))
             },
         ),
     ];

@@ -42,7 +42,11 @@ pub fn offered(name: &str, profile: Profile, github: bool) -> bool {
     if name.starts_with("github_") || name == "pr_open" {
         return github && profile != Profile::Minimal;
     }
-    if matches!(name, "pr_attempt_record" | "pr_attempt_select") && github {
+    if matches!(
+        name,
+        "pr_attempt_record" | "pr_attempt_select" | "pr_review_decline"
+    ) && github
+    {
         return profile != Profile::Minimal;
     }
     match name {
@@ -149,6 +153,7 @@ pub fn names() -> &'static [&'static str] {
         "pr_attempt_record",
         "pr_attempt_select",
         "pr_open",
+        "pr_review_decline",
         "request_permissions",
         "task_cancel",
         "task_create",
