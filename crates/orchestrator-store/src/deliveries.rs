@@ -517,13 +517,31 @@ impl Store {
         Ok(ids)
     }
 
-    /// The task that takes deliveries under `key` now: the last made under it, while it has not
-    /// started; `None` when there is none, or it has started.
-    pub async fn joinable_task(&self, key: &str) -> Result<Option<TaskId>> {
+    /// The task that takes deliveries under `key` now (the last made under it, while it has not
+    /// started), and how many tasks were made under it since [`Store::reset_rounds`].
+    pub async fn join_state(&self, key: &str) -> Result<(Option<TaskId>, i64)> {
         let mut tx = self.pool.begin().await?;
-        let found = joinable(&mut tx, key).await?;
+        let waiting = joinable(&mut tx, key).await?;
+        let count = Query::select()
+            .column(TaskJoins::Rounds)
+            .from(TaskJoins::Table)
+            .and_where(Expr::col(TaskJoins::JoinKey).eq(key))
+            .to_owned();
+        let rounds: Option<(i64,)> = tx.fetch_optional(&count).await?;
         tx.commit().await?;
-        Ok(found)
+        Ok((waiting, rounds.map_or(0, |(n,)| n)))
+    }
+
+    /// Starts the count of tasks made under `key` again (a person asked for more).
+    pub async fn reset_rounds(&self, key: &str) -> Result<()> {
+        let stmt = Query::update()
+            .table(TaskJoins::Table)
+            .value(TaskJoins::Rounds, 0)
+            .value(TaskJoins::UpdatedAt, now_millis())
+            .and_where(Expr::col(TaskJoins::JoinKey).eq(key))
+            .to_owned();
+        self.pool.execute(&stmt).await?;
+        Ok(())
     }
 
     /// Marks a claimed delivery `ignored`, saying why. Final: redeliveries are `Done`.
@@ -857,6 +875,7 @@ enum TaskJoins {
     Table,
     JoinKey,
     TaskId,
+    Rounds,
     UpdatedAt,
 }
 
@@ -898,11 +917,20 @@ async fn join_or_insert(
     let id = crate::tasks::insert_task(tx, task, now, placement).await?;
     let record = Query::insert()
         .into_table(TaskJoins::Table)
-        .columns([TaskJoins::JoinKey, TaskJoins::TaskId, TaskJoins::UpdatedAt])
-        .values_panic([key.into(), id.0.into(), now.into()])
+        .columns([
+            TaskJoins::JoinKey,
+            TaskJoins::TaskId,
+            TaskJoins::Rounds,
+            TaskJoins::UpdatedAt,
+        ])
+        .values_panic([key.into(), id.0.into(), 1.into(), now.into()])
         .on_conflict(
             OnConflict::column(TaskJoins::JoinKey)
                 .update_columns([TaskJoins::TaskId, TaskJoins::UpdatedAt])
+                .value(
+                    TaskJoins::Rounds,
+                    Expr::col((TaskJoins::Table, TaskJoins::Rounds)).add(1),
+                )
                 .to_owned(),
         )
         .to_owned();

@@ -467,6 +467,23 @@ impl Triggers {
             } else {
                 None
             };
+            if let Some(target) = &pull {
+                let key = rules::round_key(target);
+                if rule.event == "issue_comment.created" {
+                    // A writer asking on the pull request starts the count of rounds again.
+                    self.store.reset_rounds(&key).await?;
+                }
+                let (waiting, made) = self.store.join_state(&key).await?;
+                if waiting.is_none() && made >= i64::from(rule.max_rounds) {
+                    self.rounds_stopped(target, made).await?;
+                    skipped.push(format!(
+                        "{}: {target} had {made} rounds, the most (max_rounds {}); a writer's \
+                         mention of the bot there asks again",
+                        rule.name, rule.max_rounds
+                    ));
+                    continue;
+                }
+            }
             tasks.push(task_of(rule, &vars, pull.as_ref()));
         }
         let detail = if tasks.is_empty() {
@@ -475,6 +492,41 @@ impl Triggers {
             format!("{} task(s) created", tasks.len())
         };
         Ok((tasks, detail))
+    }
+}
+
+impl Triggers {
+    /// Says once on the pull request that the agent stopped after its rounds and a person takes
+    /// it from here: the comment carries a marker of the store, so a retry or a later delivery
+    /// finds it instead of posting another.
+    async fn rounds_stopped(
+        &self,
+        target: &orchestrator_types::PullTarget,
+        made: i64,
+    ) -> Result<(), DeliveryError> {
+        let Some(github) = &self.github else {
+            return Ok(());
+        };
+        let identity = self.store.identity().await?;
+        let marker = format!("<!-- orchestrator:rounds-stopped store:{identity} -->");
+        let mention = match &self.mention {
+            Some(m) => m.clone(),
+            None => format!("@{}", self.bot().await?.trim_end_matches("[bot]")),
+        };
+        let body = format!(
+            "The agent stopped after {made} rounds on this pull request, the most its rules \
+             allow, and makes no more by itself: a person takes it from here. To have it try \
+             again, mention {mention} in a comment here.\n\n{marker}"
+        );
+        let issue = orchestrator_github::IssueRef {
+            repo: RepoRef::parse(&target.repo).map_err(DeliveryError::Failed)?,
+            number: target.number,
+        };
+        github
+            .upsert_marked_comment(&issue, &marker, &body)
+            .await
+            .map_err(|e| DeliveryError::github(&e, |e| format!("saying on {target} that the rounds stopped: {e}")))?;
+        Ok(())
     }
 }
 

@@ -58,6 +58,12 @@ pub struct TriggerRule {
     /// makes one task.
     #[serde(default = "default_join_secs")]
     pub join_secs: u64,
+    /// The most rounds this rule makes on one pull request. Past them, one comment on the pull
+    /// request says the agent stopped and asks for a person, and no more rounds start until a
+    /// writer mentions the bot there (with an `issue_comment.created` rule), which starts the
+    /// count again.
+    #[serde(default = "default_max_rounds")]
+    pub max_rounds: u32,
     /// The task; `{repo}`, `{number}`, `{title}`, `{url}`, `{sender}`, `{label}`, `{event}` and
     /// `{delivery}` are replaced in its title and prompt.
     #[serde(default)]
@@ -66,6 +72,10 @@ pub struct TriggerRule {
 
 fn default_join_secs() -> u64 {
     60
+}
+
+fn default_max_rounds() -> u32 {
+    3
 }
 
 /// The events whose tasks are rounds on a pull request: they need the pull request's repository.
@@ -153,6 +163,12 @@ impl TriggerRule {
                 self.name, self.event
             ));
         }
+        if self.max_rounds == 0 {
+            return Err(format!(
+                "trigger {:?}: max_rounds is 0, which would never make a round; remove the rule instead",
+                self.name
+            ));
+        }
         if self.join_secs > 86_400 {
             return Err(format!(
                 "trigger {:?}: join_secs {} is more than a day",
@@ -217,6 +233,11 @@ impl TriggerRule {
         }
         Ok(())
     }
+}
+
+/// The key under which a pull request's rounds join and are counted.
+pub(super) fn round_key(pull: &orchestrator_types::PullTarget) -> String {
+    format!("pull-round:{pull}")
 }
 
 pub(super) fn same_login(bot: &str, sender: &str) -> bool {
@@ -294,7 +315,7 @@ pub(super) fn task_of(
     if let Some(pull) = pull {
         // A round on the pull request: later deliveries about it join this task while it waits.
         task.pull = Some(pull.clone());
-        task.join = Some(format!("pull-round:{pull}"));
+        task.join = Some(round_key(pull));
         let wait = i64::try_from(rule.join_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
         task.run_after = Some(orchestrator_types::now_millis().saturating_add(wait));
     }

@@ -58,7 +58,8 @@ fn fix(request: &Request, attempt: &AtomicI64) -> Reply {
 fn config(source: &std::path::Path, model_url: &str) -> String {
     let text = example_config(source, model_url)
         .replace("https://github.com/{repo}.git", &source.display().to_string())
-        .replace("join_secs = 60", "join_secs = 3");
+        .replace("join_secs = 60", "join_secs = 3")
+        .replace("max_rounds = 3", "max_rounds = 1");
     let at = text.find("name = \"review\"").expect("the review rules");
     let (fix, review) = text.split_at(at);
     format!(
@@ -69,7 +70,21 @@ fn config(source: &std::path::Path, model_url: &str) -> String {
 
 #[test]
 fn a_review_with_two_inline_comments_makes_one_round_that_pushes_and_answers_each() {
-    let env = Env::sqlite();
+    review_loop(Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_with_two_inline_comments_makes_one_round_that_pushes_and_answers_each_on_postgres()
+{
+    let Some(env) = Env::postgres().await else {
+        return;
+    };
+    tokio::task::spawn_blocking(move || review_loop(env))
+        .await
+        .unwrap();
+}
+
+fn review_loop(env: Env) {
     let fake = Arc::new(FakeGitHub::start_blocking());
     let declined = Arc::new(AtomicU64::new(0));
     let attempt = Arc::new(AtomicI64::new(0));
@@ -244,4 +259,30 @@ fn a_review_with_two_inline_comments_makes_one_round_that_pushes_and_answers_eac
     assert_eq!(fake.pulls(REPO).len(), 1);
     let read: Value = env.json(&["task", "read", &round.to_string(), "--json"]);
     assert_eq!(read["state"], "succeeded");
+
+    // Past the last round allowed: one comment says the agent stopped, and no task is made, for
+    // this review and the next.
+    for (i, text) in ["Still not right.", "Hello?"].iter().enumerate() {
+        let (again, _) = fake.add_review(REPO, number, "alice", "CHANGES_REQUESTED", text, &[]);
+        let (_, row) = deliver(
+            &env,
+            &serve,
+            "pull_request_review",
+            &format!("d-past-{i}"),
+            &fake.review_payload(REPO, number, again),
+        );
+        assert_eq!(row["status"], "ignored", "{row}");
+        assert!(
+            row["detail"].as_str().unwrap_or("").contains("had 1 rounds, the most"),
+            "{row}"
+        );
+    }
+    assert_eq!(env.tasks().len(), before);
+    let stopped: Vec<_> = fake
+        .comments(REPO, number)
+        .into_iter()
+        .filter(|c| c.body.contains("orchestrator:rounds-stopped"))
+        .collect();
+    assert_eq!(stopped.len(), 1, "{stopped:?}");
+    assert!(stopped[0].body.contains("a person takes it from here"), "{stopped:?}");
 }
