@@ -32,8 +32,8 @@ pub mod webhook;
 pub use client::{ApiError, ApiResult, ClientConfig, DEFAULT_API_URL, GitHub};
 pub use error::{Error, Result};
 pub use models::{
-    Branch, BranchRepo, Comment, CommentAction, Issue, IssueEvent, IssueRef, Label, PullFile, PullRequest,
-    RepoRef, User,
+    Branch, BranchRepo, Comment, CommentAction, Issue, IssueEvent, IssueRef, Label, PullFile,
+    PullRequest, RepoRef, User,
 };
 pub use patch::{ChangedFile, FileStatus, Preflight, RecordedPatch, preflight, record};
 pub use pull::{

@@ -893,7 +893,9 @@ async fn joinable(tx: &mut Tx, key: &str) -> Result<Option<TaskId>> {
         .column(crate::tasks::Tasks::Id)
         .from(crate::tasks::Tasks::Table)
         .and_where(Expr::col(crate::tasks::Tasks::Id).eq(task))
-        .and_where(crate::tasks::state_is(orchestrator_types::TaskState::Queued))
+        .and_where(crate::tasks::state_is(
+            orchestrator_types::TaskState::Queued,
+        ))
         .and_where(Expr::col(crate::tasks::Tasks::Attempt).eq(0))
         .to_owned();
     let found: Option<(i64,)> = tx.fetch_optional(&waiting).await?;

@@ -1,8 +1,8 @@
 //! What a user asks for: a new task with its gates, validated before it reaches the store.
 
 use crate::{Error, ModelSpec, Result, TaskId};
-use std::fmt;
 use serde::{Deserialize, Serialize};
+use std::fmt;
 
 /// Queue used when a task names none.
 pub const DEFAULT_QUEUE: &str = "default";
@@ -413,7 +413,9 @@ impl PullTarget {
         let bad = || {
             Error::invalid(
                 "pull",
-                format!("{text:?} is not a pull request; write owner/name#number (acme/widgets#34)"),
+                format!(
+                    "{text:?} is not a pull request; write owner/name#number (acme/widgets#34)"
+                ),
             )
         };
         let (repo, number) = text.trim().split_once('#').ok_or_else(bad)?;

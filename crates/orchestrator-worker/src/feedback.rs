@@ -140,7 +140,11 @@ pub async fn review_feedback(
         }
         if let Some(hunk) = c.diff_hunk.as_deref().filter(|h| !h.is_empty()) {
             ctx.push("The diff it is on:\n");
-            ctx.untrusted_verbatim(&format!("the diff hunk of comment {}", c.id), hunk, BODY_LIMIT);
+            ctx.untrusted_verbatim(
+                &format!("the diff hunk of comment {}", c.id),
+                hunk,
+                BODY_LIMIT,
+            );
         }
         ctx.untrusted(&format!("comment {}", c.id), &text, BODY_LIMIT);
         feedback.threads.push(c.id);

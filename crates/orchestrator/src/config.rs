@@ -342,7 +342,9 @@ impl Config {
         });
         match named {
             Some((name, _)) => self.repository_ref(name, None),
-            None => orchestrator_types::RepositoryRef::new(format!("https://github.com/{repo}.git")),
+            None => {
+                orchestrator_types::RepositoryRef::new(format!("https://github.com/{repo}.git"))
+            }
         }
     }
 

@@ -335,7 +335,11 @@ impl FakeGitHub {
     /// Sets the body of an issue or pull request, as a person editing it on GitHub.
     pub fn set_body(&self, repo: &str, number: u64, body: &str) {
         self.with(|i| {
-            if let Some(issue) = i.repos.get_mut(repo).and_then(|r| r.issues.get_mut(&number)) {
+            if let Some(issue) = i
+                .repos
+                .get_mut(repo)
+                .and_then(|r| r.issues.get_mut(&number))
+            {
                 issue.body = body.to_owned();
             }
         });
@@ -412,7 +416,12 @@ impl FakeGitHub {
 
     /// The webhook payload GitHub sends for a review comment (`pull_request_review_comment`,
     /// `created`), as the fake holds it.
-    pub fn review_comment_payload(&self, repo: &str, number: u64, comment: u64) -> serde_json::Value {
+    pub fn review_comment_payload(
+        &self,
+        repo: &str,
+        number: u64,
+        comment: u64,
+    ) -> serde_json::Value {
         self.with(|i| {
             let r = &i.repos[repo];
             let c = r

@@ -180,7 +180,8 @@ fn answer(
             FaultKind::DelayAfter(d) => delay = Some(d),
             FaultKind::Hold(ref gate) => hold = Some(gate.clone()),
             FaultKind::Stall(ref gate) => {
-                let mut a = Answer::error(StatusCode::GATEWAY_TIMEOUT, "stalled, never carried out");
+                let mut a =
+                    Answer::error(StatusCode::GATEWAY_TIMEOUT, "stalled, never carried out");
                 a.hold = Some(gate.clone());
                 return a;
             }
@@ -493,7 +494,19 @@ fn route(
             paginate(&base, path, &params, all)
         }
         // A reply in a review comment's thread; GitHub refuses a reply to a reply (422).
-        ("POST", ["repos", owner, name, "pulls", number, "comments", id, "replies"]) => {
+        (
+            "POST",
+            [
+                "repos",
+                owner,
+                name,
+                "pulls",
+                number,
+                "comments",
+                id,
+                "replies",
+            ],
+        ) => {
             let repo = format!("{owner}/{name}");
             let Some(text) = body_json.get("body").and_then(Value::as_str) else {
                 return Answer::error(StatusCode::UNPROCESSABLE_ENTITY, "Validation Failed");
@@ -527,7 +540,10 @@ fn route(
                 ..parent
             };
             r.review_comments.push(reply.clone());
-            Answer::json(StatusCode::CREATED, wire::review_comment_json(&repo, &reply))
+            Answer::json(
+                StatusCode::CREATED,
+                wire::review_comment_json(&repo, &reply),
+            )
         }
         ("GET", ["repos", owner, name, "pulls", number, "files"]) => {
             let repo = format!("{owner}/{name}");

@@ -168,12 +168,11 @@ pub(super) async fn start(
     lease: &Lease,
     target: &PullTarget,
 ) -> std::result::Result<PullHead, Result<AttemptEnd>> {
-    let events = match with_retries(|| ctx.store.events_of_kind(task.id, EventKind::PullRound))
-        .await
-    {
-        Ok(events) => events,
-        Err(e) => return Err(lost_or(FenceError::Store(e))),
-    };
+    let events =
+        match with_retries(|| ctx.store.events_of_kind(task.id, EventKind::PullRound)).await {
+            Ok(events) => events,
+            Err(e) => return Err(lost_or(FenceError::Store(e))),
+        };
     if let Some(started) = steps(&events, "started").next() {
         return Ok(PullHead {
             branch: text(started, "branch"),
@@ -293,7 +292,12 @@ async fn round_context(
     if let Some(number) = head.body.as_deref().and_then(fixed_issue) {
         let issue = IssueRef { repo, number };
         text.push_str("The issue the pull request fixes:\n\n");
-        text.push_str(&issue_context(github, &issue).await?.keep(store, Some(task.id)).await?);
+        text.push_str(
+            &issue_context(github, &issue)
+                .await?
+                .keep(store, Some(task.id))
+                .await?,
+        );
         text.push('\n');
     }
     if let Some(answer) = previous_answer(store, github, target, head, identity).await? {
@@ -474,12 +478,11 @@ pub(super) async fn push(
         Ok(tree) => tree,
         Err(e) => return Ok(failed(format!("the tree for {pull} cannot be made: {e}"))),
     };
-    let events = match with_retries(|| ctx.store.events_of_kind(task.id, EventKind::PullRound))
-        .await
-    {
-        Ok(events) => events,
-        Err(e) => return lost_or(FenceError::Store(e)),
-    };
+    let events =
+        match with_retries(|| ctx.store.events_of_kind(task.id, EventKind::PullRound)).await {
+            Ok(events) => events,
+            Err(e) => return lost_or(FenceError::Store(e)),
+        };
     // The date of an earlier try of this very tree, so the commit made again is the same one.
     let date = match steps(&events, "pushing")
         .find(|e| text(e, "tree") == tree.tree && text(e, "head") == head.head)
@@ -590,7 +593,10 @@ async fn pushed_end(
     let write = json!({"action": "commit_pushed", "issue": format!("{target}"),
                        "repo": target.repo, "number": target.number,
                        "branch": head.branch, "commit": commit, "url": url});
-    for (kind, data) in [(EventKind::PullRound, step), (EventKind::GithubWrite, write)] {
+    for (kind, data) in [
+        (EventKind::PullRound, step),
+        (EventKind::GithubWrite, write),
+    ] {
         let written = with_retries(|| ctx.store.append_event(lease, kind, data.clone())).await;
         if let Err(e) = fenced(written) {
             return lost_or(e);
@@ -708,9 +714,11 @@ async fn moved_end(
             Err(e) => return lost_or(e),
         }
     } else {
-        let written =
-            with_retries(|| ctx.store.append_event(lease, EventKind::PullRound, data.clone()))
-                .await;
+        let written = with_retries(|| {
+            ctx.store
+                .append_event(lease, EventKind::PullRound, data.clone())
+        })
+        .await;
         if let Err(e) = fenced(written) {
             return lost_or(e);
         }

@@ -415,7 +415,11 @@ impl Triggers {
                         skipped.push(format!(
                             "{}: a review that is {} asks for no change",
                             rule.name,
-                            if state.is_empty() { "without a state" } else { &state }
+                            if state.is_empty() {
+                                "without a state"
+                            } else {
+                                &state
+                            }
                         ));
                         continue;
                     }
@@ -525,7 +529,11 @@ impl Triggers {
         github
             .upsert_marked_comment(&issue, &marker, &body)
             .await
-            .map_err(|e| DeliveryError::github(&e, |e| format!("saying on {target} that the rounds stopped: {e}")))?;
+            .map_err(|e| {
+                DeliveryError::github(&e, |e| {
+                    format!("saying on {target} that the rounds stopped: {e}")
+                })
+            })?;
         Ok(())
     }
 }
@@ -553,7 +561,8 @@ impl PullRound {
         let target = orchestrator_types::PullTarget::parse(&format!("{repo}#{number}"))
             .map_err(|e| DeliveryError::Failed(e.to_string()))?;
         let identity = triggers.store.identity().await?;
-        let found = match orchestrator_worker::runner::check_pull(github, &identity, &target).await {
+        let found = match orchestrator_worker::runner::check_pull(github, &identity, &target).await
+        {
             Ok(_) => Ok(target),
             Err(orchestrator_worker::runner::RoundError::Refused(reason)) => Err(reason),
             Err(orchestrator_worker::runner::RoundError::Api(e)) => {

@@ -43,11 +43,7 @@ fn github_env(fake: &FakeGitHub) -> Vec<(&'static str, String)> {
 }
 
 fn run_ok(env: &Env, fake: &FakeGitHub, args: &[&str]) -> Value {
-    let out = env
-        .cmd(args)
-        .envs(github_env(fake))
-        .output()
-        .unwrap();
+    let out = env.cmd(args).envs(github_env(fake)).output().unwrap();
     assert!(
         out.status.success(),
         "{args:?}: {}{}",
@@ -157,9 +153,7 @@ impl Round {
     fn create(&self, model: &ScriptedModel) -> i64 {
         let args = self.create_args(model);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        run_ok(&self.env, &self.fake, &args)["id"]
-            .as_i64()
-            .unwrap()
+        run_ok(&self.env, &self.fake, &args)["id"].as_i64().unwrap()
     }
 
     fn finished(&self, id: i64, serve: &Serve) -> Value {
@@ -186,7 +180,11 @@ impl Round {
         let tree = git(&["rev-parse", &format!("{sha}^{{tree}}")]);
         let content = git(&["show", &format!("{sha}:src/lib.rs")]);
         (
-            parents.split_whitespace().skip(1).map(str::to_owned).collect(),
+            parents
+                .split_whitespace()
+                .skip(1)
+                .map(str::to_owned)
+                .collect(),
             tree.trim().to_owned(),
             content,
         )
@@ -279,7 +277,10 @@ fn someone_elses_push_is_never_overwritten(env: Env) {
         .find(|e| e["data"]["step"] == "moved")
         .expect("a moved step");
     let rerun = moved["data"]["task"].as_i64().expect("the task made again");
-    assert!(error.contains(&format!("task {rerun} runs again")), "{error}");
+    assert!(
+        error.contains(&format!("task {rerun} runs again")),
+        "{error}"
+    );
 
     // The task made again starts at the person's commit and pushes on top of it.
     let again = round.finished(rerun, &serve);
@@ -316,11 +317,19 @@ fn a_kill_between_commit_and_ref_leaves_one_commit(env: Env) {
     let stalled = round.fake.stall_next("PATCH", "/git/refs/heads/");
     let mut serve = round.serve();
     let id = round.create(&model);
-    wait_for(|| !round.fake.requests_to("PATCH", "/git/refs/heads/").is_empty());
+    wait_for(|| {
+        !round
+            .fake
+            .requests_to("PATCH", "/git/refs/heads/")
+            .is_empty()
+    });
     serve.signal(Signal::SIGKILL);
     serve.wait();
     stalled.release();
-    assert_eq!(round.fake.branch_commits(REPO, &round.branch)[0], round.head);
+    assert_eq!(
+        round.fake.branch_commits(REPO, &round.branch)[0],
+        round.head
+    );
 
     let serve = round.serve();
     let task = round.finished(id, &serve);
@@ -335,7 +344,11 @@ fn a_kill_between_commit_and_ref_leaves_one_commit(env: Env) {
         .iter()
         .map(|r| r.body.clone())
         .collect();
-    assert_eq!(made.len(), 3, "the first round's and this round's two: {made:?}");
+    assert_eq!(
+        made.len(),
+        3,
+        "the first round's and this round's two: {made:?}"
+    );
     assert_eq!(made[1], made[2]);
     let steps: Vec<String> = round
         .round_events(id)
@@ -362,7 +375,9 @@ fn branches_not_ours_are_refused(env: Env) {
         .fake
         .add_issue(REPO, 41, "from a fork", "Theirs.", "mallory");
     round.fake.make_pull(REPO, 41, &[], "");
-    round.fake.make_fork_pull(REPO, 41, "mallory/widgets", false);
+    round
+        .fake
+        .make_fork_pull(REPO, 41, "mallory/widgets", false);
     let source = round.source.to_str().unwrap().to_owned();
     let base_url = model.base_url();
     let create = |pull: &str, extra: &[&str], with_github: bool| {
@@ -408,7 +423,11 @@ fn branches_not_ours_are_refused(env: Env) {
 
     // Made where GitHub could not be asked, the daemon refuses it when the task starts.
     let made = create(&person, &[], false);
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
     let id = serde_json::from_slice::<Value>(&made.stdout).unwrap()["id"]
         .as_i64()
         .unwrap();
@@ -423,7 +442,10 @@ fn branches_not_ours_are_refused(env: Env) {
         "{task}"
     );
     assert!(model.received().is_empty(), "no agent ran");
-    assert_eq!(round.fake.branch_commits(REPO, "feature-40"), Vec::<String>::new());
+    assert_eq!(
+        round.fake.branch_commits(REPO, "feature-40"),
+        Vec::<String>::new()
+    );
 }
 
 #[test]

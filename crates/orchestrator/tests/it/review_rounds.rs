@@ -57,7 +57,10 @@ fn fix(request: &Request, attempt: &AtomicI64) -> Reply {
 /// The example config with the review rounds' gate wanting 43 and a short join window.
 fn config(source: &std::path::Path, model_url: &str) -> String {
     let text = example_config(source, model_url)
-        .replace("https://github.com/{repo}.git", &source.display().to_string())
+        .replace(
+            "https://github.com/{repo}.git",
+            &source.display().to_string(),
+        )
         .replace("join_secs = 60", "join_secs = 3")
         .replace("max_rounds = 3", "max_rounds = 1");
     let at = text.find("name = \"review\"").expect("the review rules");
@@ -75,7 +78,7 @@ fn a_review_with_two_inline_comments_makes_one_round_that_pushes_and_answers_eac
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_review_with_two_inline_comments_makes_one_round_that_pushes_and_answers_each_on_postgres()
-{
+ {
     let Some(env) = Env::postgres().await else {
         return;
     };
@@ -121,7 +124,13 @@ fn review_loop(env: Env) {
     let serve = serve(&env, &fake);
 
     // The first round: the labelled issue's task opens the pull request.
-    let (_, row) = deliver(&env, &serve, "issues", "d-label", &labeled(7, "agent-fix", "alice"));
+    let (_, row) = deliver(
+        &env,
+        &serve,
+        "issues",
+        "d-label",
+        &labeled(7, "agent-fix", "alice"),
+    );
     let first = row["tasks"][0].as_i64().unwrap();
     let task = env.wait_finished(first);
     assert_eq!(task["state"], "succeeded", "{task}\n{}", serve.log());
@@ -165,7 +174,10 @@ fn review_loop(env: Env) {
         assert_eq!(row["status"], "processed", "{row}");
         rounds.push(row["tasks"][0].as_i64().unwrap());
     }
-    assert!(rounds.iter().all(|t| *t == rounds[0]), "one round: {rounds:?}");
+    assert!(
+        rounds.iter().all(|t| *t == rounds[0]),
+        "one round: {rounds:?}"
+    );
     let round = rounds[0];
 
     // A triager's review is ignored with the reason.
@@ -205,7 +217,10 @@ fn review_loop(env: Env) {
     ] {
         assert!(asked.contains(part), "{part:?} not in {asked}");
     }
-    assert!(!asked.contains("Nit: 44?"), "a triager's review is not feedback");
+    assert!(
+        !asked.contains("Nit: 44?"),
+        "a triager's review is not feedback"
+    );
 
     // One commit on the head, whose tree the gate passed on.
     let commits = fake.branch_commits(REPO, &branch);
@@ -223,14 +238,16 @@ fn review_loop(env: Env) {
     let short = &commits[0][..12];
     let to = |id: u64| replies.iter().find(|r| r.in_reply_to == Some(id)).unwrap();
     assert!(
-        to(comments[0]).body.starts_with(&format!("Addressed in {short}.")),
+        to(comments[0])
+            .body
+            .starts_with(&format!("Addressed in {short}.")),
         "{:?}",
         to(comments[0])
     );
     assert!(
-        to(comments[1])
-            .body
-            .starts_with(&format!("Not changed in {short}: The project keeps its name.")),
+        to(comments[1]).body.starts_with(&format!(
+            "Not changed in {short}: The project keeps its name."
+        )),
         "{:?}",
         to(comments[1])
     );
@@ -246,7 +263,13 @@ fn review_loop(env: Env) {
         &fake.review_comment_payload(REPO, number, own),
     );
     assert_eq!(row["status"], "ignored", "{row}");
-    assert!(row["detail"].as_str().unwrap_or("").contains("the bot's own"), "{row}");
+    assert!(
+        row["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("the bot's own"),
+        "{row}"
+    );
     let (_, again) = deliver(
         &env,
         &serve,
@@ -273,7 +296,10 @@ fn review_loop(env: Env) {
         );
         assert_eq!(row["status"], "ignored", "{row}");
         assert!(
-            row["detail"].as_str().unwrap_or("").contains("had 1 rounds, the most"),
+            row["detail"]
+                .as_str()
+                .unwrap_or("")
+                .contains("had 1 rounds, the most"),
             "{row}"
         );
     }
@@ -284,5 +310,8 @@ fn review_loop(env: Env) {
         .filter(|c| c.body.contains("orchestrator:rounds-stopped"))
         .collect();
     assert_eq!(stopped.len(), 1, "{stopped:?}");
-    assert!(stopped[0].body.contains("a person takes it from here"), "{stopped:?}");
+    assert!(
+        stopped[0].body.contains("a person takes it from here"),
+        "{stopped:?}"
+    );
 }

@@ -639,7 +639,10 @@ pub async fn a_task_made_once_under_a_lease_is_made_once(db: &TestStore) {
         .await
         .unwrap();
     assert_eq!((second, fresh), (made, false));
-    let events = store.events_of_kind(id, EventKind::PullRound).await.unwrap();
+    let events = store
+        .events_of_kind(id, EventKind::PullRound)
+        .await
+        .unwrap();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].data["task"], made.0);
     assert_eq!(events[0].data["step"], "moved");

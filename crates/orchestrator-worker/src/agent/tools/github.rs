@@ -467,7 +467,11 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 ),
                 read_only: false,
                 approval: ApprovalClass::Read,
-                aliases: &[("comment", "comment_id"), ("id", "comment_id"), ("why", "reason")],
+                aliases: &[
+                    ("comment", "comment_id"),
+                    ("id", "comment_id"),
+                    ("why", "reason"),
+                ],
                 example: json!({"comment_id": 1234, "reason": "The name is kept: it matches the public API."}),
             },
             session,
