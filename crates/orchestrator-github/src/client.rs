@@ -518,6 +518,29 @@ impl GitHub {
         what: &str,
         accept: Option<&str>,
     ) -> ApiResult<(Vec<u8>, HeaderMap)> {
+        match self.send_read_to(path, what, accept, false).await? {
+            Read::Here(body, headers) => Ok((body, headers)),
+            Read::Elsewhere(url) => Err(ApiError::Status {
+                what: what.to_owned(),
+                status: 302,
+                message: format!("a redirect to {url}, which is not followed"),
+            }),
+        }
+    }
+
+    /// A read whose answer may be a redirect outside the API (a job's log, a release asset): the
+    /// body when GitHub answers it, else where it sends the reader, never followed with the token.
+    pub(crate) async fn read_or_redirect(&self, path: &str, what: &str) -> ApiResult<Read> {
+        self.send_read_to(path, what, None, true).await
+    }
+
+    async fn send_read_to(
+        &self,
+        path: &str,
+        what: &str,
+        accept: Option<&str>,
+        stop_elsewhere: bool,
+    ) -> ApiResult<Read> {
         let mut waited = Duration::ZERO;
         let mut transport_tries = 0;
         let mut url = self.absolute(path);
@@ -549,9 +572,15 @@ impl GitHub {
             };
             let (status, headers, body) = self.collect(response, what, Kind::Read).await?;
             if (200..300).contains(&status) {
-                return Ok((body, headers));
+                return Ok(Read::Here(body, headers));
             }
             if matches!(status, 301 | 302 | 303 | 307 | 308) {
+                if stop_elsewhere
+                    && let Some(to) = location(&headers).filter(|to| to.contains("://"))
+                    && origin(&to) != origin(&self.absolute("/"))
+                {
+                    return Ok(Read::Elsewhere(to));
+                }
                 url = self.redirect_target(&url, status, &headers, what, &mut redirects)?;
                 continue;
             }
@@ -732,6 +761,12 @@ pub(crate) enum Method {
 }
 
 /// A response's `Location` header.
+/// What a read came to: the body, or a redirect outside the API.
+pub(crate) enum Read {
+    Here(Vec<u8>, HeaderMap),
+    Elsewhere(String),
+}
+
 fn location(headers: &HeaderMap) -> Option<String> {
     headers
         .get(http::header::LOCATION)

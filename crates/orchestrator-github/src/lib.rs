@@ -19,6 +19,7 @@
 //! verdict belong to the callers.
 
 mod apply;
+pub mod checks;
 pub mod client;
 pub mod error;
 pub mod models;
@@ -29,6 +30,7 @@ pub mod reviews;
 pub mod text;
 pub mod webhook;
 
+pub use checks::{Annotation, CheckRun, CommitStatus};
 pub use client::{ApiError, ApiResult, ClientConfig, DEFAULT_API_URL, GitHub};
 pub use error::{Error, Result};
 pub use models::{

@@ -517,11 +517,13 @@ impl Store {
         Ok(ids)
     }
 
-    /// The task that takes deliveries under `key` now (the last made under it, while it has not
-    /// started), and how many tasks were made under it since [`Store::reset_rounds`].
+    /// The task that takes deliveries under `key` now (the last made under its join key, while
+    /// it has not started), and how many tasks were made under `key` since
+    /// [`Store::reset_rounds`]. A key `JOIN|KIND` joins under `JOIN` and counts under itself, so
+    /// tasks of several kinds share one waiting task and are counted apart.
     pub async fn join_state(&self, key: &str) -> Result<(Option<TaskId>, i64)> {
         let mut tx = self.pool.begin().await?;
-        let waiting = joinable(&mut tx, key).await?;
+        let waiting = joinable(&mut tx, join_part(key)).await?;
         let count = Query::select()
             .column(TaskJoins::Rounds)
             .from(TaskJoins::Table)
@@ -532,13 +534,13 @@ impl Store {
         Ok((waiting, rounds.map_or(0, |(n,)| n)))
     }
 
-    /// Starts the count of tasks made under `key` again (a person asked for more).
-    pub async fn reset_rounds(&self, key: &str) -> Result<()> {
+    /// Starts the counts of tasks made under each of `keys` again (a person asked for more).
+    pub async fn reset_rounds(&self, keys: &[&str]) -> Result<()> {
         let stmt = Query::update()
             .table(TaskJoins::Table)
             .value(TaskJoins::Rounds, 0)
             .value(TaskJoins::UpdatedAt, now_millis())
-            .and_where(Expr::col(TaskJoins::JoinKey).eq(key))
+            .and_where(Expr::col(TaskJoins::JoinKey).is_in(keys.iter().copied()))
             .to_owned();
         self.pool.execute(&stmt).await?;
         Ok(())
@@ -913,10 +915,24 @@ async fn join_or_insert(
     let Some(key) = task.join.as_deref() else {
         return crate::tasks::insert_task(tx, task, now, placement).await;
     };
-    if let Some(id) = joinable(tx, key).await? {
+    if let Some(id) = joinable(tx, join_part(key)).await? {
         return Ok(id);
     }
     let id = crate::tasks::insert_task(tx, task, now, placement).await?;
+    record_join(tx, join_part(key), id, now).await?;
+    if join_part(key) != key {
+        record_join(tx, key, id, now).await?;
+    }
+    Ok(id)
+}
+
+/// The join key of `key` (`JOIN|KIND` joins under `JOIN`).
+fn join_part(key: &str) -> &str {
+    key.split_once('|').map_or(key, |(join, _)| join)
+}
+
+/// Records `id` as the last task made under `key`, one more in its count.
+async fn record_join(tx: &mut Tx, key: &str, id: TaskId, now: i64) -> Result<()> {
     let record = Query::insert()
         .into_table(TaskJoins::Table)
         .columns([
@@ -937,5 +953,5 @@ async fn join_or_insert(
         )
         .to_owned();
     tx.execute(&record).await?;
-    Ok(id)
+    Ok(())
 }

@@ -298,6 +298,20 @@ impl Context {
             .push((format!("{what} ({} bytes)", clean.len()), clean));
     }
 
+    /// Appends another context, its parts set aside renumbered after this one's.
+    pub(crate) fn append(&mut self, mut other: Context) {
+        let base = self.spilled.len();
+        for index in (0..other.spilled.len()).rev() {
+            let from = format!("{{{{artifact:{index}}}}}");
+            let to = format!("{{{{artifact:{}}}}}", base + index);
+            other.text = other.text.replace(&from, &to);
+            other.full = other.full.replace(&from, &to);
+        }
+        self.text.push_str(&other.text);
+        self.full.push_str(&other.full);
+        self.spilled.extend(other.spilled);
+    }
+
     /// Stores the spilled parts as artifacts of `task` and puts their ids into the text.
     pub async fn keep(
         mut self,
@@ -414,11 +428,13 @@ pub async fn issue_context(github: &GitHub, issue: &IssueRef) -> Result<Context,
     Ok(ctx)
 }
 
-/// A pull request with its files and comments, and its diff when asked.
+/// A pull request with its files, comments, reviews and their threads, and the checks on its
+/// head; its diff, and the failing jobs' logs, when asked.
 pub async fn pull_context(
     github: &GitHub,
     pull: &IssueRef,
     with_diff: bool,
+    with_logs: bool,
 ) -> Result<Context, ApiError> {
     let pr: PullRequest = github.pull(pull).await?;
     let files: Vec<PullFile> = github.pull_files(pull).await?;
@@ -462,6 +478,10 @@ pub async fn pull_context(
         ));
     }
     push_comments(&mut ctx, &comments);
+    let reviews = github.pull_reviews(pull).await?;
+    let threads = github.review_comments(pull).await?;
+    crate::feedback::push_reviews(&mut ctx, &reviews, &threads);
+    crate::feedback::push_checks(&mut ctx, github, &pull.repo, &pr.head.sha, with_logs).await?;
     if with_diff {
         let diff = github.pull_diff(pull).await?;
         ctx.push("\n## Diff\n");

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 mod rounds;
-pub use rounds::{PullHead, RoundError, check_pull};
+pub use rounds::{PullHead, RoundError, check_pull, pushed_by_orchestrator};
 
 /// Why an attempt is being stopped. The first reason given wins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -97,6 +97,33 @@ pub struct FakeReviewComment {
     pub commit: String,
 }
 
+/// A check run on a commit, as a CI app (GitHub Actions) reports it; its job's log when it ran in
+/// Actions.
+#[derive(Debug, Clone)]
+pub struct FakeCheckRun {
+    pub id: u64,
+    pub name: String,
+    pub head_sha: String,
+    /// `success`, `failure`, `timed_out`, ...
+    pub conclusion: String,
+    pub title: String,
+    pub summary: String,
+    /// (path, line, level, message)
+    pub annotations: Vec<(String, u64, String, String)>,
+    /// The workflow run the job belongs to.
+    pub run: u64,
+    pub log: String,
+}
+
+/// A commit status (`POST /statuses/{sha}`), as an external CI sets it.
+#[derive(Debug, Clone)]
+pub struct FakeStatus {
+    pub sha: String,
+    pub state: String,
+    pub context: String,
+    pub description: String,
+}
+
 #[derive(Debug, Clone)]
 struct FakeEvent {
     id: u64,
@@ -108,6 +135,8 @@ struct FakeEvent {
 
 #[derive(Debug, Default)]
 struct FakeRepo {
+    check_runs: Vec<FakeCheckRun>,
+    statuses: Vec<FakeStatus>,
     reviews: Vec<FakeReview>,
     review_comments: Vec<FakeReviewComment>,
     issues: BTreeMap<u64, FakeIssue>,
@@ -395,6 +424,111 @@ impl FakeGitHub {
                 });
             }
             (review, ids)
+        })
+    }
+
+    /// Adds a completed check run of GitHub Actions on `sha` (a job of a new workflow run) with
+    /// its conclusion, summary, annotations (path, line, message) and job log; returns its id,
+    /// which is also the job's, as on GitHub.
+    pub fn add_check_run(
+        &self,
+        repo: &str,
+        sha: &str,
+        name: &str,
+        conclusion: &str,
+        summary: &str,
+        annotations: &[(&str, u64, &str)],
+        log: &str,
+    ) -> u64 {
+        self.with(|i| {
+            i.next_id += 1;
+            let id = i.next_id;
+            i.next_id += 1;
+            let run = i.next_id;
+            i.repos
+                .get_mut(repo)
+                .expect("a repository")
+                .check_runs
+                .push(FakeCheckRun {
+                    id,
+                    name: name.to_owned(),
+                    head_sha: sha.to_owned(),
+                    conclusion: conclusion.to_owned(),
+                    title: format!("{name} {conclusion}"),
+                    summary: summary.to_owned(),
+                    annotations: annotations
+                        .iter()
+                        .map(|(p, l, m)| {
+                            ((*p).to_owned(), *l, "failure".to_owned(), (*m).to_owned())
+                        })
+                        .collect(),
+                    run,
+                    log: log.to_owned(),
+                });
+            id
+        })
+    }
+
+    /// The webhook payload of `check_run` `completed` for a check run added with
+    /// [`FakeGitHub::add_check_run`], naming the open pull requests whose head is its commit.
+    pub fn check_run_payload(&self, repo: &str, id: u64) -> serde_json::Value {
+        self.with(|i| {
+            let r = &i.repos[repo];
+            let run = r.check_runs.iter().find(|c| c.id == id).expect("a check run");
+            let pulls: Vec<serde_json::Value> = r
+                .issues
+                .values()
+                .filter_map(|x| x.pull.as_ref().map(|p| (x, p)))
+                .filter(|(x, p)| x.state == "open" && p.head_sha == run.head_sha)
+                .map(|(x, p)| {
+                    serde_json::json!({"number": x.number, "head": {"ref": p.head_ref, "sha": p.head_sha},
+                                       "base": {"ref": p.base_ref, "sha": p.base_sha}})
+                })
+                .collect();
+            let mut check = wire::check_run_json(&i.base_url, repo, run);
+            check["pull_requests"] = serde_json::Value::from(pulls);
+            serde_json::json!({
+                "action": "completed",
+                "check_run": check,
+                "repository": {"full_name": repo},
+                "sender": wire::user_json("github-actions[bot]"),
+            })
+        })
+    }
+
+    /// Sets a commit status on `sha`, as an external CI does; returns the webhook payload of the
+    /// `status` event GitHub sends for it.
+    pub fn add_status(
+        &self,
+        repo: &str,
+        sha: &str,
+        state: &str,
+        context: &str,
+        description: &str,
+    ) -> serde_json::Value {
+        self.with(|i| {
+            i.next_id += 1;
+            let id = i.next_id;
+            i.repos
+                .get_mut(repo)
+                .expect("a repository")
+                .statuses
+                .push(FakeStatus {
+                    sha: sha.to_owned(),
+                    state: state.to_owned(),
+                    context: context.to_owned(),
+                    description: description.to_owned(),
+                });
+            serde_json::json!({
+                "id": id,
+                "sha": sha,
+                "state": state,
+                "context": context,
+                "description": description,
+                "target_url": format!("https://ci.example/{id}"),
+                "repository": {"full_name": repo},
+                "sender": wire::user_json("ci-bot"),
+            })
         })
     }
 

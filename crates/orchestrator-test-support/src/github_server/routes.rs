@@ -123,7 +123,8 @@ fn answer(
     });
     let expected = format!("Bearer {}", inner.token);
     let token_ok = header_str(header::AUTHORIZATION).is_some_and(|a| a == expected);
-    if !token_ok {
+    // A job's log is served from a signed URL, which needs no token.
+    if !token_ok && !path.starts_with("/_fake/job-logs/") {
         return Answer::error(StatusCode::UNAUTHORIZED, "Bad credentials");
     }
     // A renamed repository: its old name redirects to its id, which is served under its new name.
@@ -466,6 +467,106 @@ fn route(
                 };
             }
             Answer::json(StatusCode::OK, pull_json(&base, &repo, issue))
+        }
+        ("GET", ["repos", owner, name, "commits", sha, "check-runs"]) => {
+            let repo = format!("{owner}/{name}");
+            let Some(r) = inner.repos.get(&repo) else {
+                return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            let runs: Vec<Value> = r
+                .check_runs
+                .iter()
+                .filter(|c| c.head_sha == *sha)
+                .map(|c| wire::check_run_json(&base, &repo, c))
+                .collect();
+            Answer::json(
+                StatusCode::OK,
+                json!({"total_count": runs.len(), "check_runs": runs}),
+            )
+        }
+        ("GET", ["repos", owner, name, "check-runs", id, "annotations"]) => {
+            let repo = format!("{owner}/{name}");
+            match inner
+                .repos
+                .get(&repo)
+                .and_then(|r| r.check_runs.iter().find(|c| c.id.to_string() == *id))
+            {
+                Some(run) => paginate(&base, path, &params, wire::annotation_json(run)),
+                None => Answer::error(StatusCode::NOT_FOUND, "Not Found"),
+            }
+        }
+        // GitHub answers a job's logs with a redirect to a short-lived URL of the plain text.
+        ("GET", ["repos", owner, name, "actions", "jobs", id, "logs"]) => {
+            let repo = format!("{owner}/{name}");
+            let known = inner
+                .repos
+                .get(&repo)
+                .is_some_and(|r| r.check_runs.iter().any(|c| c.id.to_string() == *id));
+            if !known {
+                return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+            }
+            let mut a = Answer::json(StatusCode::FOUND, json!({}));
+            a.headers.push((
+                "location".into(),
+                format!("{base}/_fake/job-logs/{owner}/{name}/{id}"),
+            ));
+            a
+        }
+        ("GET", ["_fake", "job-logs", owner, name, id]) => {
+            let repo = format!("{owner}/{name}");
+            match inner
+                .repos
+                .get(&repo)
+                .and_then(|r| r.check_runs.iter().find(|c| c.id.to_string() == *id))
+            {
+                Some(run) => Answer {
+                    status: StatusCode::OK,
+                    body: Body::from(run.log.clone()),
+                    headers: vec![("content-type".into(), "text/plain; charset=utf-8".into())],
+                    delay: None,
+                    hold: None,
+                },
+                None => Answer::error(StatusCode::NOT_FOUND, "Not Found"),
+            }
+        }
+        ("GET", ["repos", owner, name, "commits", sha, "status"]) => {
+            let repo = format!("{owner}/{name}");
+            let Some(r) = inner.repos.get(&repo) else {
+                return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            // The newest status of each context counts.
+            let mut newest: BTreeMap<&str, &super::FakeStatus> = BTreeMap::new();
+            for status in r.statuses.iter().filter(|x| x.sha == *sha) {
+                newest.insert(&status.context, status);
+            }
+            let statuses: Vec<Value> = newest.values().map(|x| wire::status_json(x)).collect();
+            let state = if newest
+                .values()
+                .any(|x| x.state == "failure" || x.state == "error")
+            {
+                "failure"
+            } else if newest.values().all(|x| x.state == "success") {
+                "success"
+            } else {
+                "pending"
+            };
+            Answer::json(
+                StatusCode::OK,
+                json!({"state": state, "sha": sha, "total_count": statuses.len(), "statuses": statuses}),
+            )
+        }
+        ("GET", ["repos", owner, name, "commits", sha, "pulls"]) => {
+            let repo = format!("{owner}/{name}");
+            let Some(r) = inner.repos.get(&repo) else {
+                return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            let all: Vec<Value> = r
+                .issues
+                .values()
+                .filter(|x| x.pull.as_ref().is_some_and(|p| p.head_sha == *sha))
+                .map(|x| pull_json(&base, &repo, x))
+                .collect();
+            paginate(&base, path, &params, all)
         }
         ("GET", ["repos", owner, name, "pulls", number, "reviews"]) => {
             let repo = format!("{owner}/{name}");

@@ -3,7 +3,9 @@
 
 use serde_json::{Value, json};
 
-use super::{CREATED_AT, FakeComment, FakeIssue, FakeReview, FakeReviewComment};
+use super::{
+    CREATED_AT, FakeCheckRun, FakeComment, FakeIssue, FakeReview, FakeReviewComment, FakeStatus,
+};
 
 pub(super) fn user_json(login: &str) -> Value {
     let id = login
@@ -147,4 +149,53 @@ pub(super) fn review_comment_json(repo: &str, c: &FakeReviewComment) -> Value {
         value["in_reply_to_id"] = json!(parent);
     }
     value
+}
+
+pub(super) fn check_run_json(base: &str, repo: &str, c: &FakeCheckRun) -> Value {
+    json!({
+        "id": c.id,
+        "name": c.name,
+        "head_sha": c.head_sha,
+        "status": "completed",
+        "conclusion": c.conclusion,
+        "html_url": format!("https://github.com/{repo}/actions/runs/{}/job/{}", c.run, c.id),
+        "details_url": format!("https://github.com/{repo}/actions/runs/{}/job/{}", c.run, c.id),
+        "url": format!("{base}/repos/{repo}/check-runs/{}", c.id),
+        "output": {
+            "title": c.title,
+            "summary": c.summary,
+            "text": null,
+            "annotations_count": c.annotations.len(),
+        },
+        "app": {"slug": "github-actions", "name": "GitHub Actions"},
+        "check_suite": {"id": c.run + 1},
+        "started_at": CREATED_AT,
+        "completed_at": CREATED_AT,
+    })
+}
+
+pub(super) fn annotation_json(c: &FakeCheckRun) -> Vec<Value> {
+    c.annotations
+        .iter()
+        .map(|(path, line, level, message)| {
+            json!({
+                "path": path,
+                "start_line": line,
+                "end_line": line,
+                "annotation_level": level,
+                "message": message,
+                "title": null,
+            })
+        })
+        .collect()
+}
+
+pub(super) fn status_json(s: &FakeStatus) -> Value {
+    json!({
+        "state": s.state,
+        "context": s.context,
+        "description": s.description,
+        "target_url": null,
+        "created_at": CREATED_AT,
+    })
 }

@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use super::{AttemptEnd, FenceError, RunContext, failed, fenced, lost_or, with_retries};
 use crate::attempts::{AttemptError, record_attempt};
-use crate::feedback::{reply_marker, review_feedback};
+use crate::feedback::{check_feedback, reply_marker, review_feedback};
 use crate::github::{BODY_LIMIT, Context, issue_context};
 use crate::pulls::{PullError, attempt_tree, pull_guard};
 use crate::{Error, Result};
@@ -313,6 +313,10 @@ async fn round_context(
     if feedback.any {
         text.push_str(&feedback.context.keep(store, Some(task.id)).await?);
     }
+    let checks = check_feedback(github, &pull.repo, &head.head).await?;
+    if checks.any {
+        text.push_str(&checks.context.keep(store, Some(task.id)).await?);
+    }
     Ok((text, feedback.threads))
 }
 
@@ -546,6 +550,13 @@ pub(super) async fn push(
             &e,
         )),
     }
+}
+
+/// Whether a commit's message is one the orchestrator writes: a round's, or the one that
+/// opened a pull request from an attempt.
+pub fn pushed_by_orchestrator(message: &str) -> bool {
+    message.contains(", pushed by orchestrator after the task's gates")
+        || message.contains("), recorded by orchestrator.")
 }
 
 /// The commit's message: the same for every try of the task, as the commit must be.

@@ -400,7 +400,7 @@ async fn a_diff_is_shown_whole_with_its_invisible_characters_marked() {
     fake.make_pull(REPO, 4, &[("README.md", "modified", "")], diff);
     let github = GitHub::new(GithubConfig::new(fake.url(), Some(FAKE_TOKEN.into()))).unwrap();
     let pull = orchestrator_github::IssueRef::parse(&format!("{REPO}#4")).unwrap();
-    let context = orchestrator_worker::github::pull_context(&github, &pull, true)
+    let context = orchestrator_worker::github::pull_context(&github, &pull, true, false)
         .await
         .unwrap();
     assert!(

@@ -30,11 +30,17 @@ Examples:
 GitHub is reached at ORCHESTRATOR_GITHUB_API_URL (or github.api_url in the config, else
 api.github.com) with the token in GITHUB_TOKEN or GH_TOKEN.")]
     Issue(ReadArgs),
-    /// Show a pull request with its files and comments, and with --diff its diff.
-    #[command(after_help = "\
+    /// Show a pull request as an agent reads it: its files, comments, reviews with their threads
+    /// and the checks on its head; with --diff its diff, with --logs each failing check's summary,
+    /// annotations and job log tail.
+    #[command(
+        visible_alias = "pull",
+        after_help = "\
 Examples:
   orchestrator github pr acme/widgets#31
-  orchestrator github pr acme/widgets#31 --diff")]
+  orchestrator github pull acme/widgets#31 --diff
+  orchestrator github pull acme/widgets#31 --logs --json | jq '.check_runs[] | {name, conclusion}'"
+    )]
     Pr(PrArgs),
     /// Write a comment; with --task, that task's one comment (posted once, then edited).
     #[command(after_help = "\
@@ -84,7 +90,11 @@ pub struct PrArgs {
     /// Include the whole diff.
     #[arg(long)]
     pub diff: bool,
-    /// The pull request, files and comments as GitHub returned them.
+    /// Include each failing check's summary, annotations and job log tail.
+    #[arg(long)]
+    pub logs: bool,
+    /// The pull request, files, comments, reviews, review comments, check runs and statuses as
+    /// GitHub returned them.
     #[arg(long)]
     pub json: bool,
 }
@@ -196,10 +206,26 @@ async fn pr(global: &GlobalArgs, args: PrArgs) -> anyhow::Result<ExitCode> {
         } else {
             None
         };
-        output::json(&json!({"pull": found, "files": files, "comments": comments, "diff": diff}))?;
+        let reviews = github.pull_reviews(&pull).await.map_err(api)?;
+        let review_comments = github.review_comments(&pull).await.map_err(api)?;
+        let check_runs = github
+            .check_runs(&pull.repo, &found.head.sha)
+            .await
+            .map_err(api)?;
+        let statuses = github
+            .commit_statuses(&pull.repo, &found.head.sha)
+            .await
+            .map_err(api)?;
+        output::json(&json!({
+            "pull": found, "files": files, "comments": comments, "diff": diff,
+            "reviews": reviews, "review_comments": review_comments,
+            "check_runs": check_runs, "statuses": statuses,
+        }))?;
         return Ok(ExitCode::SUCCESS);
     }
-    let ctx = pull_context(&github, &pull, args.diff).await.map_err(api)?;
+    let ctx = pull_context(&github, &pull, args.diff, args.logs)
+        .await
+        .map_err(api)?;
     print!("{}", ctx.full);
     Ok(ExitCode::SUCCESS)
 }

@@ -24,7 +24,7 @@ use orchestrator_github::{GitHub, RepoRef, sanitize_line};
 use orchestrator_store::{DeliveryClaim, DeliveryInfo, Store};
 use orchestrator_types::{NewTask, TaskId};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 mod poll;
 mod process;
 mod rules;
@@ -40,7 +40,13 @@ pub fn delivery_subject(payload: &Value) -> Option<String> {
     let repo = payload.pointer("/repository/full_name")?.as_str()?;
     let number = payload
         .pointer("/issue/number")
-        .or_else(|| payload.pointer("/pull_request/number"))?
+        .or_else(|| payload.pointer("/pull_request/number"))
+        // CI's events name the pull requests whose head their commit is.
+        .or_else(|| {
+            ["/check_run", "/check_suite", "/workflow_run"]
+                .iter()
+                .find_map(|at| payload.pointer(&format!("{at}/pull_requests/0/number")))
+        })?
         .as_u64()?;
     Some(format!("{repo}#{number}"))
 }
@@ -287,7 +293,12 @@ impl Triggers {
         payload: &Value,
     ) -> Result<(Vec<NewTask>, String), DeliveryError> {
         let action = payload.get("action").and_then(Value::as_str).unwrap_or("");
-        let key = format!("{event}.{action}");
+        // `status` has no action.
+        let key = if action.is_empty() {
+            event.to_owned()
+        } else {
+            format!("{event}.{action}")
+        };
         let sender = payload
             .pointer("/sender/login")
             .and_then(Value::as_str)
@@ -314,11 +325,25 @@ impl Triggers {
         if same_login(&bot, sender) {
             return Ok((Vec::new(), "the bot's own event".to_owned()));
         }
-        let item = payload
-            .get("issue")
-            .or_else(|| payload.get("pull_request"))
-            .cloned()
-            .unwrap_or(Value::Null);
+        // CI's events name a commit: the round is on the pull request whose head it is.
+        let check = if rules::CHECK_EVENTS.contains(&key.as_str()) {
+            match self.failed_check(event, payload, repo).await? {
+                Ok(check) => Some(check),
+                Err(why) => return Ok((Vec::new(), format!("{key}: {why}"))),
+            }
+        } else {
+            None
+        };
+        let item = match &check {
+            Some(check) => {
+                json!({"number": check.number, "title": check.name, "html_url": check.url})
+            }
+            None => payload
+                .get("issue")
+                .or_else(|| payload.get("pull_request"))
+                .cloned()
+                .unwrap_or(Value::Null),
+        };
         let mut vars = BTreeMap::new();
         vars.insert("repo", repo.to_owned());
         vars.insert("sender", sender.to_owned());
@@ -432,6 +457,12 @@ impl Triggers {
                         continue;
                     }
                 }
+                // The check failed on the head this store pushed (see `failed_check`); CI is no
+                // person, so no one's access is asked.
+                "check_run.completed"
+                | "check_suite.completed"
+                | "workflow_run.completed"
+                | "status" => {}
                 "pull_request_review_comment.created" => {
                     let (allowed, permission) = sender_access.get(self, repo, sender).await?;
                     if !allowed {
@@ -458,7 +489,8 @@ impl Triggers {
             }
             // A rule on a pull request with a repository to work on makes a round on it: only
             // on a pull request this store opened.
-            let on_pull = payload.get("pull_request").is_some()
+            let on_pull = check.is_some()
+                || payload.get("pull_request").is_some()
                 || payload.pointer("/issue/pull_request").is_some();
             let pull = if on_pull && rule.task.repository.is_some() {
                 match pull_round.get(self, repo, &vars["number"]).await? {
@@ -472,10 +504,12 @@ impl Triggers {
                 None
             };
             if let Some(target) = &pull {
-                let key = rules::round_key(target);
+                let key = rules::counted_key(rule, target);
                 if rule.event == "issue_comment.created" {
-                    // A writer asking on the pull request starts the count of rounds again.
-                    self.store.reset_rounds(&key).await?;
+                    // A writer asking on the pull request starts the counts of rounds again.
+                    let round = rules::round_key(target);
+                    let (reviews, checks) = (format!("{round}|reviews"), format!("{round}|checks"));
+                    self.store.reset_rounds(&[&reviews, &checks]).await?;
                 }
                 let (waiting, made) = self.store.join_state(&key).await?;
                 if waiting.is_none() && made >= i64::from(rule.max_rounds) {
@@ -499,7 +533,116 @@ impl Triggers {
     }
 }
 
+/// A failing check on the head of a pull request this store pushed.
+struct FailedCheck {
+    number: u64,
+    name: String,
+    url: String,
+}
+
 impl Triggers {
+    /// Reads a CI event: `Err` says why it makes no round (it passed, no pull request has its
+    /// commit as head, someone else's commit); `Ok` names the pull request.
+    async fn failed_check(
+        &self,
+        event: &str,
+        payload: &Value,
+        repo: &str,
+    ) -> Result<Result<FailedCheck, String>, DeliveryError> {
+        let object = match event {
+            "check_run" => "/check_run",
+            "check_suite" => "/check_suite",
+            "workflow_run" => "/workflow_run",
+            _ => "",
+        };
+        let field = |name: &str| {
+            payload
+                .pointer(&format!("{object}/{name}"))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let (sha, outcome, name, url) = if event == "status" {
+            (
+                field("sha"),
+                field("state"),
+                field("context"),
+                field("target_url"),
+            )
+        } else {
+            (
+                field("head_sha"),
+                field("conclusion"),
+                field("name"),
+                field("html_url"),
+            )
+        };
+        let failing = ["failure", "timed_out", "startup_failure", "error"];
+        if !failing.contains(&outcome.as_str()) {
+            return Ok(Err(format!(
+                "{name} is {}, which asks for no fix",
+                if outcome.is_empty() {
+                    "not done"
+                } else {
+                    &outcome
+                }
+            )));
+        }
+        if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(Err("the payload names no commit".into()));
+        }
+        let github = self.github.as_ref().ok_or_else(|| {
+            DeliveryError::Failed("a round on a pull request needs GitHub configured".into())
+        })?;
+        let repo_ref = RepoRef::parse(repo).map_err(DeliveryError::Failed)?;
+        let named = payload
+            .pointer(&format!("{object}/pull_requests"))
+            .and_then(Value::as_array)
+            .and_then(|pulls| pulls.iter().find_map(|p| p.get("number")?.as_u64()));
+        let number = match named {
+            Some(number) => Some(number),
+            None => github
+                .pulls_of_commit(&repo_ref, &sha)
+                .await
+                .map_err(|e| DeliveryError::github(&e, |e| e))?
+                .into_iter()
+                .find(|p| p.state == "open" && p.head.sha == sha)
+                .map(|p| p.number),
+        };
+        let Some(number) = number else {
+            return Ok(Err(format!("no open pull request has {sha} as its head")));
+        };
+        let pull = github
+            .pull(&orchestrator_github::IssueRef {
+                repo: repo_ref.clone(),
+                number,
+            })
+            .await
+            .map_err(|e| DeliveryError::github(&e, |e| e))?;
+        if pull.head.sha != sha {
+            return Ok(Err(format!(
+                "{name} ran on {sha}, which is no longer the head of {repo}#{number}"
+            )));
+        }
+        // A commit someone else pushed is theirs to fix: only this store's commits get a round.
+        let head_repo = pull
+            .head
+            .repo
+            .as_ref()
+            .and_then(|r| RepoRef::parse(&r.full_name).ok())
+            .unwrap_or(repo_ref);
+        let message = github
+            .commit_message(&head_repo, &sha)
+            .await
+            .map_err(|e| DeliveryError::github(&e, |e| e))?;
+        if !orchestrator_worker::runner::pushed_by_orchestrator(&message) {
+            return Ok(Err(format!(
+                "the head {sha} of {repo}#{number} was not pushed by the orchestrator"
+            )));
+        }
+        Ok(Ok(FailedCheck { number, name, url }))
+    }
+
     /// Says once on the pull request that the agent stopped after its rounds and a person takes
     /// it from here: the comment carries a marker of the store, so a retry or a later delivery
     /// finds it instead of posting another.

@@ -82,6 +82,18 @@ fn default_max_rounds() -> u32 {
 pub const REVIEW_EVENTS: &[&str] = &[
     "pull_request_review.submitted",
     "pull_request_review_comment.created",
+    "check_run.completed",
+    "check_suite.completed",
+    "workflow_run.completed",
+    "status",
+];
+
+/// The events of CI: a round on the pull request whose head failed.
+pub const CHECK_EVENTS: &[&str] = &[
+    "check_run.completed",
+    "check_suite.completed",
+    "workflow_run.completed",
+    "status",
 ];
 
 /// The entry of a rule's `repos` that matches every repository.
@@ -101,6 +113,10 @@ pub const EVENTS: &[&str] = &[
     "pull_request.opened",
     "pull_request_review.submitted",
     "pull_request_review_comment.created",
+    "check_run.completed",
+    "check_suite.completed",
+    "workflow_run.completed",
+    "status",
 ];
 
 impl TriggerRule {
@@ -240,6 +256,17 @@ pub(super) fn round_key(pull: &orchestrator_types::PullTarget) -> String {
     format!("pull-round:{pull}")
 }
 
+/// The key a rule's rounds on `pull` are counted under: review rounds and check rounds apart,
+/// both joining the one round that waits.
+pub(super) fn counted_key(rule: &TriggerRule, pull: &orchestrator_types::PullTarget) -> String {
+    let kind = if CHECK_EVENTS.contains(&rule.event.as_str()) {
+        "checks"
+    } else {
+        "reviews"
+    };
+    format!("{}|{kind}", round_key(pull))
+}
+
 pub(super) fn same_login(bot: &str, sender: &str) -> bool {
     let norm = |s: &str| s.trim_end_matches("[bot]").to_ascii_lowercase();
     !sender.is_empty() && norm(bot) == norm(sender)
@@ -315,7 +342,7 @@ pub(super) fn task_of(
     if let Some(pull) = pull {
         // A round on the pull request: later deliveries about it join this task while it waits.
         task.pull = Some(pull.clone());
-        task.join = Some(round_key(pull));
+        task.join = Some(counted_key(rule, pull));
         let wait = i64::try_from(rule.join_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
         task.run_after = Some(orchestrator_types::now_millis().saturating_add(wait));
     }

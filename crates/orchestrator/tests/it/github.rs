@@ -6,7 +6,7 @@ use crate::support::{Env, Serve, http_post, wait_for};
 use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
 use serde_json::{Value, json};
 
-const SECRET: &str = "It's a Secret to Everybody";
+pub(crate) const SECRET: &str = "It's a Secret to Everybody";
 pub(crate) const REPO: &str = "acme/widgets";
 
 fn write_config(env: &Env, extra: &str) {

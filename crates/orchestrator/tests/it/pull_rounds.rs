@@ -363,6 +363,122 @@ fn a_kill_between_commit_and_ref_leaves_one_commit(env: Env) {
     assert_eq!(steps.last().map(String::as_str), Some("pushed"));
 }
 
+/// The config of a rule that makes a round when a check run fails on the head.
+fn ci_config(round: &Round, model: &ScriptedModel) -> String {
+    format!(
+        r#"
+[model]
+base_url = "{}"
+model = "scripted"
+
+[github]
+bot_login = "orchestrator-bot"
+
+[[github.trigger]]
+name = "ci"
+event = "check_run.completed"
+repos = ["{REPO}"]
+join_secs = 1
+
+[github.trigger.task]
+title = "Fix CI on {{repo}}#{{number}}"
+repository = "{}"
+prompt = "A check failed on {{repo}}#{{number}}: fix what it reports."
+gates = [{{ name = "test", command = "{GATE}" }}]
+
+[github.trigger.task.agent]
+policy = {{ default = "allow", classes = {{ network = "deny" }} }}
+"#,
+        model.base_url(),
+        round.source.display()
+    )
+}
+
+fn a_failing_check_makes_a_round_that_reads_its_log(env: Env) {
+    let round = first_round(env);
+    let model = ScriptedModel::start_blocking(make_it_43);
+    std::fs::write(
+        round.env.home().join("config.toml"),
+        ci_config(&round, &model),
+    )
+    .unwrap();
+    let serve = crate::github::serve(&round.env, &round.fake);
+    let deliver = |id: &str, payload: &Value| {
+        crate::github::deliver(&round.env, &serve, "check_run", id, payload).1
+    };
+    // A passing check asks for nothing.
+    let green = round
+        .fake
+        .add_check_run(REPO, &round.head, "lint", "success", "fine", &[], "ok\n");
+    let row = deliver("d-green", &round.fake.check_run_payload(REPO, green));
+    assert_eq!(row["status"], "ignored", "{row}");
+    assert!(
+        row["detail"].as_str().unwrap().contains("asks for no fix"),
+        "{row}"
+    );
+    // A failing job with a long log: the round reads its end.
+    let mut log = String::new();
+    for i in 0..2000 {
+        log.push_str(&format!("running test {i} ... ok\n"));
+    }
+    log.push_str("test answer ... FAILED\nassertion failed: expected 43, got 42\n");
+    let red = round.fake.add_check_run(
+        REPO,
+        &round.head,
+        "test (ubuntu)",
+        "failure",
+        "1 test failed",
+        &[("src/lib.rs", 1, "expected 43")],
+        &log,
+    );
+    let row = deliver("d-red", &round.fake.check_run_payload(REPO, red));
+    assert_eq!(row["status"], "processed", "{row}");
+    let id = row["tasks"][0].as_i64().unwrap();
+    let task = round.finished(id, &serve);
+    assert_eq!(task["state"], "succeeded", "{task}\n{}", serve.log());
+    let first = serde_json::to_string(model.received()[0].messages()).unwrap();
+    for part in [
+        "test (ubuntu)",
+        "1 test failed",
+        "src/lib.rs:1 failure: expected 43",
+        "assertion failed: expected 43, got 42",
+        "running test 1999 ... ok",
+    ] {
+        assert!(first.contains(part), "{part:?} not in {first}");
+    }
+    assert!(
+        !first.contains("running test 500 ... ok"),
+        "the middle of the log is left out"
+    );
+    let commits = round.fake.branch_commits(REPO, &round.branch);
+    assert_eq!(commits[1], round.head, "{commits:?}");
+    let (_, _, content) = round.commit(&commits[0]);
+    assert_eq!(content, "43");
+
+    // A failing check on someone else's commit is theirs to fix.
+    let theirs = round
+        .fake
+        .push_to_branch(REPO, &round.branch, &[("NOTES.md", "mine\n")]);
+    let red = round.fake.add_check_run(
+        REPO,
+        &theirs,
+        "test (ubuntu)",
+        "failure",
+        "broke",
+        &[],
+        "x\n",
+    );
+    let row = deliver("d-theirs", &round.fake.check_run_payload(REPO, red));
+    assert_eq!(row["status"], "ignored", "{row}");
+    assert!(
+        row["detail"]
+            .as_str()
+            .unwrap()
+            .contains("was not pushed by the orchestrator"),
+        "{row}"
+    );
+}
+
 fn branches_not_ours_are_refused(env: Env) {
     let round = first_round(env);
     let model = ScriptedModel::start_blocking(make_it_43);
@@ -461,6 +577,16 @@ fn someone_elses_push_to_the_branch_is_never_overwritten() {
 #[test]
 fn a_kill_between_the_commit_and_the_ref_update_leaves_one_commit() {
     a_kill_between_commit_and_ref_leaves_one_commit(Env::sqlite());
+}
+
+#[test]
+fn a_failing_check_on_the_pushed_head_makes_a_round_that_reads_the_jobs_log() {
+    a_failing_check_makes_a_round_that_reads_its_log(Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_check_on_the_pushed_head_makes_a_round_that_reads_the_jobs_log_on_postgres() {
+    on_postgres(a_failing_check_makes_a_round_that_reads_its_log).await;
 }
 
 #[test]

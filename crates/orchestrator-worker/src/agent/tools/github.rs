@@ -44,6 +44,8 @@ struct PullArgs {
     number: u64,
     #[serde(default)]
     include_diff: bool,
+    #[serde(default)]
+    include_logs: bool,
 }
 
 #[derive(Deserialize)]
@@ -228,9 +230,9 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
         spec(
             Def {
                 name: "github_pr_context",
-                description: "Read a GitHub pull request: title, state, head and base, body, changed files, comments, and with include_diff its diff. Others' text is sanitized; a body over 6000 bytes or a diff over 20000 is cut, its whole text kept as an artifact.",
+                description: "Read a GitHub pull request: title, state, head and base, body, changed files, comments, reviews with their threads, the checks on its head; with include_diff its diff, with include_logs each failing check's summary, annotations and job log tail. Others' text is sanitized; a body over 6000 bytes or a diff over 20000 is cut, its whole text kept as an artifact.",
                 schema: schema(
-                    json!({"repo": {"type": "string", "description": REPO_SCHEMA}, "number": {"type": "integer", "minimum": 1}, "include_diff": {"type": "boolean"}}),
+                    json!({"repo": {"type": "string", "description": REPO_SCHEMA}, "number": {"type": "integer", "minimum": 1}, "include_diff": {"type": "boolean"}, "include_logs": {"type": "boolean"}}),
                     &["repo", "number"],
                 ),
                 read_only: true,
@@ -239,6 +241,7 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                     ("pr", "number"),
                     ("pull", "number"),
                     ("diff", "include_diff"),
+                    ("logs", "include_logs"),
                 ],
                 example: json!({"repo": "acme/widgets", "number": 31, "include_diff": true}),
             },
@@ -248,9 +251,14 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                 async move {
                     let pull = issue_ref(&args.repo, args.number)?;
                     readable(&session, &pull)?;
-                    let ctx = pull_context(&client(&github)?, &pull, args.include_diff)
-                        .await
-                        .map_err(api_failure)?;
+                    let ctx = pull_context(
+                        &client(&github)?,
+                        &pull,
+                        args.include_diff,
+                        args.include_logs,
+                    )
+                    .await
+                    .map_err(api_failure)?;
                     text(
                         ctx.keep(&session.store, Some(session.task_id()))
                             .await
