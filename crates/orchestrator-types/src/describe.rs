@@ -411,6 +411,14 @@ fn pull_round(d: &Data) -> (String, Tone) {
             ),
             Tone::Good,
         ),
+        Some("declined") => (
+            format!(
+                "review comment {} left as it is: {}",
+                d.int("comment").unwrap_or(0),
+                clip(first_line(&d.text("reason")), 160)
+            ),
+            Tone::Info,
+        ),
         Some("unchanged") => (
             format!("nothing to push to {pull}: the workspace holds its head"),
             Tone::Info,

@@ -207,46 +207,23 @@ pub async fn run_attempt(
     {
         return end;
     }
-    // A task on a pull request starts at the head its first attempt found (and checked).
-    let pull_head = match &task.pull {
+    // A task on a pull request works at the head its first attempt found (and checked), with
+    // what the round is to address first in its prompt: a copy of the task says both. Boxed, as
+    // the other parts of an attempt are, so that a task on no pull request pays a pointer for it.
+    let pulled: Option<Box<(rounds::PullHead, Task)>> = match &task.pull {
         Some(target) if !stop.token().is_cancelled() => {
             match Box::pin(rounds::start(ctx, task, lease, target)).await {
-                Ok(head) => Some(head),
+                Ok(head) => Some(Box::new(rounds::at_head(task, head))),
                 Err(end) => return end,
             }
         }
         _ => None,
     };
-    // Its agent reads first what the round is to address.
-    let with_context;
-    let task = match (&pull_head, &task.prompt) {
-        (Some(head), Some(prompt)) if head.context.is_some() => {
-            with_context = Task {
-                prompt: Some(format!(
-                    "{prompt}\n\n{}",
-                    head.context.as_deref().unwrap_or_default()
-                )),
-                ..task.clone()
-            };
-            &with_context
-        }
-        _ => task,
-    };
+    let task = pulled.as_deref().map_or(task, |(_, at_head)| at_head);
     // A repository task runs on a copy of itself whose workspace is the one made here.
     let prepared_task;
     let task = match &task.repository {
         Some(repository) if !stop.token().is_cancelled() => {
-            let at_head;
-            let repository = match &pull_head {
-                Some(head) => {
-                    at_head = orchestrator_types::RepositoryRef {
-                        git_ref: Some(head.head.clone()),
-                        ..repository.clone()
-                    };
-                    &at_head
-                }
-                None => repository,
-            };
             match Box::pin(prepare_repository(ctx, task, lease, repository, stop)).await {
                 Ok(prepared) => {
                     prepared_task = prepared;
@@ -306,13 +283,18 @@ pub async fn run_attempt(
     }
     // Boxed: the gates' part of the attempt (a gate's live log, its run, its record) is most of
     // its future's size, which would otherwise be made and moved for every task, gates or not.
-    let end = Box::pin(run_gates(ctx, task, lease, stop, agent_jail.as_ref())).await?;
+    {
+        let end = Box::pin(run_gates(ctx, task, lease, stop, agent_jail.as_ref())).await?;
+        if pulled.is_none() || !matches!(end.outcome, Some(Outcome::Succeeded)) {
+            return Ok(end);
+        }
+    }
     // A task on a pull request whose gates passed pushes exactly what they passed on.
-    match (&task.pull, &pull_head, &end.outcome) {
-        (Some(target), Some(head), Some(Outcome::Succeeded)) => {
+    match (&task.pull, pulled.as_deref()) {
+        (Some(target), Some((head, _))) => {
             Box::pin(rounds::push(ctx, task, lease, target, head)).await
         }
-        _ => Ok(end),
+        _ => Ok(failed("a round without its pull request".into())),
     }
 }
 

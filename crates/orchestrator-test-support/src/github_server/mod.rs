@@ -115,6 +115,19 @@ pub struct FakeCheckRun {
     pub log: String,
 }
 
+/// What a test says of a check run it adds.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckRunSpec<'a> {
+    pub name: &'a str,
+    /// `success`, `failure`, `timed_out`, ...
+    pub conclusion: &'a str,
+    pub summary: &'a str,
+    /// (path, line, message)
+    pub annotations: &'a [(&'a str, u64, &'a str)],
+    /// The job's log.
+    pub log: &'a str,
+}
+
 /// A commit status (`POST /statuses/{sha}`), as an external CI sets it.
 #[derive(Debug, Clone)]
 pub struct FakeStatus {
@@ -427,19 +440,9 @@ impl FakeGitHub {
         })
     }
 
-    /// Adds a completed check run of GitHub Actions on `sha` (a job of a new workflow run) with
-    /// its conclusion, summary, annotations (path, line, message) and job log; returns its id,
-    /// which is also the job's, as on GitHub.
-    pub fn add_check_run(
-        &self,
-        repo: &str,
-        sha: &str,
-        name: &str,
-        conclusion: &str,
-        summary: &str,
-        annotations: &[(&str, u64, &str)],
-        log: &str,
-    ) -> u64 {
+    /// Adds a completed check run of GitHub Actions on `sha` (a job of a new workflow run);
+    /// returns its id, which is also the job's, as on GitHub.
+    pub fn add_check_run(&self, repo: &str, sha: &str, check: &CheckRunSpec<'_>) -> u64 {
         self.with(|i| {
             i.next_id += 1;
             let id = i.next_id;
@@ -451,19 +454,20 @@ impl FakeGitHub {
                 .check_runs
                 .push(FakeCheckRun {
                     id,
-                    name: name.to_owned(),
+                    name: check.name.to_owned(),
                     head_sha: sha.to_owned(),
-                    conclusion: conclusion.to_owned(),
-                    title: format!("{name} {conclusion}"),
-                    summary: summary.to_owned(),
-                    annotations: annotations
+                    conclusion: check.conclusion.to_owned(),
+                    title: format!("{} {}", check.name, check.conclusion),
+                    summary: check.summary.to_owned(),
+                    annotations: check
+                        .annotations
                         .iter()
                         .map(|(p, l, m)| {
                             ((*p).to_owned(), *l, "failure".to_owned(), (*m).to_owned())
                         })
                         .collect(),
                     run,
-                    log: log.to_owned(),
+                    log: check.log.to_owned(),
                 });
             id
         })

@@ -41,7 +41,7 @@ const GROUPS: &[Group] = &[
     Group {
         name: "github",
         purpose: "GitHub issues and pull requests: read them, comment, close, open a draft PR",
-        has: |name| name.starts_with("github_") || name == "pr_open",
+        has: |name| name.starts_with("github_") || name == "pr_open" || name == "pr_review_decline",
     },
     Group {
         name: "attempts",

@@ -242,6 +242,19 @@ pub(super) async fn start(
     Ok(head)
 }
 
+/// The task as its attempt runs it on the pull request: the workspace made at `head`, and what
+/// the round is to address after the prompt.
+pub(super) fn at_head(task: &Task, head: PullHead) -> (PullHead, Task) {
+    let mut copy = task.clone();
+    if let Some(repository) = copy.repository.as_mut() {
+        repository.git_ref = Some(head.head.clone());
+    }
+    if let (Some(prompt), Some(context)) = (&task.prompt, &head.context) {
+        copy.prompt = Some(format!("{prompt}\n\n{context}"));
+    }
+    (head, copy)
+}
+
 fn threads_of(started: &TaskEvent) -> Vec<u64> {
     started
         .data
@@ -714,7 +727,7 @@ async fn moved_end(
     let data = json!({"step": "moved", "repo": target.repo, "number": target.number,
                       "branch": head.branch, "head": head.head, "now": now});
     let rerun = if target.rerun < MAX_PULL_RERUNS {
-        let again = rerun_of(task, target);
+        let again = rerun_of(task, target, head);
         let made = with_retries(|| {
             ctx.store
                 .create_task_once_under(lease, &again, EventKind::PullRound, data.clone())
@@ -751,9 +764,16 @@ async fn moved_end(
 
 /// The task that runs again on a moved branch: this one's spec, one rerun further, at the
 /// branch's newest head (read again when it starts).
-fn rerun_of(task: &Task, target: &PullTarget) -> NewTask {
+fn rerun_of(task: &Task, target: &PullTarget, head: &PullHead) -> NewTask {
     let mut again = NewTask::new(task.title.clone());
-    again.prompt = task.prompt.clone();
+    // The prompt as it was made: this round's feedback is read again, fresh, by the next.
+    again.prompt = task.prompt.as_deref().map(|prompt| {
+        head.context
+            .as_deref()
+            .and_then(|context| prompt.strip_suffix(context))
+            .map_or(prompt, str::trim_end)
+            .to_owned()
+    });
     again.gates = task.gates.clone();
     again.repository = task.repository.clone();
     again.priority = task.priority;

@@ -29,6 +29,8 @@ struct Report {
     children: Vec<Task>,
     /// The `github_write` events: comments, closes, pull requests.
     github_writes: Vec<TaskEvent>,
+    /// The steps of its work on a pull request (`pull_round` events).
+    rounds: Vec<TaskEvent>,
     /// The context window and its use, for an agent task that has asked its model anything.
     context: Option<ContextView>,
 }
@@ -170,6 +172,7 @@ impl Report {
             approvals,
             children: store.children(id).await?,
             github_writes: store.events_of_kind(id, EventKind::GithubWrite).await?,
+            rounds: store.events_of_kind(id, EventKind::PullRound).await?,
             context: ContextView::load(store, id).await?,
             task,
         })
@@ -232,6 +235,25 @@ impl Report {
             })
             .collect();
         fields.insert("github_writes".into(), writes.into());
+        if let Some(pull) = &self.task.pull {
+            let steps: Vec<serde_json::Value> = self
+                .rounds
+                .iter()
+                .map(|e| {
+                    let mut data = e.data.clone();
+                    if let Some(fields) = data.as_object_mut() {
+                        // The round's first message holds the context; `task read` shows the turns.
+                        fields.remove("context");
+                        fields.insert("at".into(), format_millis(e.at).into());
+                    }
+                    data
+                })
+                .collect();
+            fields.insert(
+                "pull".into(),
+                serde_json::json!({"target": pull, "steps": steps}),
+            );
+        }
         fields.insert("context".into(), serde_json::to_value(&self.context)?);
         Ok(object)
     }
@@ -350,6 +372,7 @@ impl Report {
         self.print_tool_calls()?;
         self.print_shell_jobs()?;
         self.print_gates()?;
+        self.print_pull();
         self.print_github_writes();
         self.print_pending()?;
         Ok(())
@@ -388,6 +411,26 @@ impl Report {
         }
     }
 
+    /// The pull request the task works on, and each step of its round in words.
+    fn print_pull(&self) {
+        let Some(pull) = &self.task.pull else {
+            return;
+        };
+        output::say!();
+        output::say!(
+            "pull request {pull} (round {}{})",
+            pull.rerun + 1,
+            if pull.any_branch { ", any branch" } else { "" }
+        );
+        if self.rounds.is_empty() {
+            output::say!("  not started: its head is read when the task first runs");
+        }
+        for event in &self.rounds {
+            let words = orchestrator_types::describe(&event.kind, &event.data);
+            output::say!("  {}  {}", format_millis(event.at), words.text);
+        }
+    }
+
     /// Each write to GitHub with the URL GitHub answered, a pull request first among equals.
     fn print_github_writes(&self) {
         if self.github_writes.is_empty() {
@@ -420,6 +463,23 @@ impl Report {
                         .map(ToString::to_string)
                         .unwrap_or_else(dash),
                     text("branch")
+                ),
+                "commit_pushed" => {
+                    format!("{} to {} {}", text("commit"), text("branch"), text("url"))
+                }
+                "review_reply" => format!(
+                    "{} to review comment {} {}",
+                    if event.data.get("declined") == Some(&serde_json::Value::Bool(true)) {
+                        "reason given"
+                    } else {
+                        "addressed"
+                    },
+                    event
+                        .data
+                        .get("comment")
+                        .map(ToString::to_string)
+                        .unwrap_or_else(dash),
+                    text("url")
                 ),
                 _ => text("url"),
             };

@@ -12,7 +12,7 @@
 use crate::support::{Env, Serve, wait_for};
 use nix::sys::signal::Signal;
 use orchestrator_test_support::git_repo;
-use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
+use orchestrator_test_support::github_server::{CheckRunSpec, FAKE_TOKEN, FakeGitHub};
 use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -363,34 +363,40 @@ fn a_kill_between_commit_and_ref_leaves_one_commit(env: Env) {
     assert_eq!(steps.last().map(String::as_str), Some("pushed"));
 }
 
-/// The config of a rule that makes a round when a check run fails on the head.
+/// The check rule of docs/github-workflow.md as written, on this test's repository, gate and model,
+/// with a short join window.
 fn ci_config(round: &Round, model: &ScriptedModel) -> String {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/github-workflow.md"
+    ))
+    .unwrap();
+    let from = doc
+        .find("**Failing checks.**")
+        .expect("the checks paragraph");
+    let block = &doc[from..];
+    let start = block.find("```toml\n").expect("its config") + "```toml\n".len();
+    let rule = &block[start..start + block[start..].find("```").unwrap()];
+    for expected in [
+        "https://github.com/{repo}.git",
+        "\"cargo test\"",
+        "join_secs = 30",
+    ] {
+        assert!(
+            rule.contains(expected),
+            "the rule lost {expected:?}: {rule}"
+        );
+    }
+    let rule = rule
+        .replace(
+            "https://github.com/{repo}.git",
+            &round.source.display().to_string(),
+        )
+        .replace("\"cargo test\"", &format!("{GATE:?}"))
+        .replace("join_secs = 30", "join_secs = 1");
     format!(
-        r#"
-[model]
-base_url = "{}"
-model = "scripted"
-
-[github]
-bot_login = "orchestrator-bot"
-
-[[github.trigger]]
-name = "ci"
-event = "check_run.completed"
-repos = ["{REPO}"]
-join_secs = 1
-
-[github.trigger.task]
-title = "Fix CI on {{repo}}#{{number}}"
-repository = "{}"
-prompt = "A check failed on {{repo}}#{{number}}: fix what it reports."
-gates = [{{ name = "test", command = "{GATE}" }}]
-
-[github.trigger.task.agent]
-policy = {{ default = "allow", classes = {{ network = "deny" }} }}
-"#,
-        model.base_url(),
-        round.source.display()
+        "[model]\nbase_url = \"{}\"\nmodel = \"scripted\"\n\n[github]\nbot_login = \"orchestrator-bot\"\n\n{rule}",
+        model.base_url()
     )
 }
 
@@ -407,9 +413,18 @@ fn a_failing_check_makes_a_round_that_reads_its_log(env: Env) {
         crate::github::deliver(&round.env, &serve, "check_run", id, payload).1
     };
     // A passing check asks for nothing.
-    let green = round
-        .fake
-        .add_check_run(REPO, &round.head, "lint", "success", "fine", &[], "ok\n");
+    let check = |name, conclusion, summary, annotations, log| CheckRunSpec {
+        name,
+        conclusion,
+        summary,
+        annotations,
+        log,
+    };
+    let green = round.fake.add_check_run(
+        REPO,
+        &round.head,
+        &check("lint", "success", "fine", &[], "ok\n"),
+    );
     let row = deliver("d-green", &round.fake.check_run_payload(REPO, green));
     assert_eq!(row["status"], "ignored", "{row}");
     assert!(
@@ -425,11 +440,13 @@ fn a_failing_check_makes_a_round_that_reads_its_log(env: Env) {
     let red = round.fake.add_check_run(
         REPO,
         &round.head,
-        "test (ubuntu)",
-        "failure",
-        "1 test failed",
-        &[("src/lib.rs", 1, "expected 43")],
-        &log,
+        &check(
+            "test (ubuntu)",
+            "failure",
+            "1 test failed",
+            &[("src/lib.rs", 1, "expected 43")],
+            &log,
+        ),
     );
     let row = deliver("d-red", &round.fake.check_run_payload(REPO, red));
     assert_eq!(row["status"], "processed", "{row}");
@@ -462,11 +479,7 @@ fn a_failing_check_makes_a_round_that_reads_its_log(env: Env) {
     let red = round.fake.add_check_run(
         REPO,
         &theirs,
-        "test (ubuntu)",
-        "failure",
-        "broke",
-        &[],
-        "x\n",
+        &check("test (ubuntu)", "failure", "broke", &[], "x\n"),
     );
     let row = deliver("d-theirs", &round.fake.check_run_payload(REPO, red));
     assert_eq!(row["status"], "ignored", "{row}");
