@@ -164,6 +164,9 @@ pub struct Task {
     /// The pull request the task works on, when it names one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pull: Option<orchestrator_types::PullTarget>,
+    /// The issue or pull request whose progress comment follows the task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress_on: Option<String>,
 }
 
 impl TryFrom<TaskRow> for Task {
@@ -210,6 +213,7 @@ impl TryFrom<TaskRow> for Task {
             origin: spec.origin,
             requires: spec.requires,
             pull: spec.pull,
+            progress_on: spec.progress_on,
         })
     }
 }

@@ -522,6 +522,10 @@ pub struct NewTask {
     /// making another (a rule's task on a pull request: the rule and the pull request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join: Option<String>,
+    /// The issue or pull request (`owner/name#number`) whose one progress comment follows this
+    /// task: the issue a rule's task works on, the pull request of a round.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_on: Option<String>,
 }
 
 impl NewTask {
@@ -545,6 +549,7 @@ impl NewTask {
             requires: Vec::new(),
             pull: None,
             join: None,
+            progress_on: None,
         }
     }
 

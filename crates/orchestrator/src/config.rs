@@ -30,6 +30,7 @@
 //! mention = "@orchestrator-bot"     # else "@" + bot_login
 //! poll = ["acme/widgets"]           # repositories without a webhook, polled
 //! poll_interval_secs = 60
+//! progress_comments = true        # one live progress comment per issue a rule's task works on
 //!
 //! [[github.trigger]]
 //! name = "agent-fix"
@@ -590,6 +591,9 @@ pub struct GithubConfig {
     pub delivery_stale_secs: Option<u64>,
     #[serde(default, rename = "trigger")]
     pub triggers: Vec<crate::triggers::TriggerRule>,
+    /// Keep one live progress comment on each issue or pull request a rule's task (or a round)
+    /// works on, edited as the task moves. On by default where GitHub is configured.
+    pub progress_comments: Option<bool>,
 }
 
 /// The variable `ORCHESTRATOR_GITHUB_API_URL` names the API's base URI (GitHub Enterprise, tests).

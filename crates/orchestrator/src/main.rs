@@ -6,6 +6,7 @@ mod config;
 mod exit;
 mod http;
 mod output;
+mod progress;
 mod serve;
 mod triggers;
 

@@ -35,6 +35,8 @@ pub struct ServeConfig {
     pub degraded: Option<String>,
     /// The cleaner of the workspaces this daemon makes (its settings are the pool's).
     pub cleanup: orchestrator_worker::workspace::CleanerConfig,
+    /// The progress comments on GitHub, when GitHub is configured and they are not turned off.
+    pub progress: Option<Arc<crate::progress::Progress>>,
 }
 
 /// Runs until `shutdown`, then: the pool stops claiming and drains (see the worker's pool.rs), the
@@ -101,6 +103,11 @@ pub async fn run(
         ))
     });
 
+    let progress_task = config
+        .progress
+        .clone()
+        .map(|progress| tokio::spawn(crate::progress::progress_loop(progress, shutdown.clone())));
+
     let notifier_task = match config.notify.clone() {
         Some(notify) => {
             if let Some(reason) = &config.degraded {
@@ -142,6 +149,9 @@ pub async fn run(
     }
     if let Some(notifier) = notifier_task {
         let _ = notifier.await;
+    }
+    if let Some(progress) = progress_task {
+        let _ = progress.await;
     }
     if let Some(cleaner) = cleaner_task {
         let _ = cleaner.await;

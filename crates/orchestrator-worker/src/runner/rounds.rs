@@ -523,6 +523,15 @@ pub(super) async fn push(
             date
         }
     };
+    // Closed, merged or handed to another branch while the round worked: nothing is pushed.
+    let identity = ctx.store.identity().await.map_err(Error::Store)?;
+    match check_pull(github, &identity, target).await {
+        Ok(_) => {}
+        Err(RoundError::Refused(reason)) => return Ok(failed(format!("not pushed: {reason}"))),
+        Err(RoundError::Api(e)) => {
+            return Ok(api_end(ctx, task, &format!("reading {target} again"), &e));
+        }
+    }
     let login = match github.viewer().await {
         Ok(login) => login,
         Err(e) => return Ok(api_end(ctx, task, "asking GitHub who the bot is", &e)),
@@ -793,6 +802,7 @@ fn rerun_of(task: &Task, target: &PullTarget, head: &PullHead) -> NewTask {
         .filter(|w| !w.starts_with("host:"))
         .cloned()
         .collect();
+    again.progress_on = task.progress_on.clone();
     again.pull = Some(PullTarget {
         rerun: target.rerun + 1,
         ..target.clone()

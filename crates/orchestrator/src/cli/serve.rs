@@ -249,6 +249,19 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             &format!("http://{address}"),
         )
     });
+    let progress = match (&github, file_config.github.progress_comments) {
+        (Some(github), None | Some(true)) => Some(Arc::new(crate::progress::Progress {
+            store: store.clone(),
+            github: github.clone(),
+            dashboard: file_config
+                .notify
+                .dashboard_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{address}")),
+            min_interval: crate::progress::MIN_EDIT_INTERVAL,
+        })),
+        _ => None,
+    };
     let sessions = orchestrator_web::Sessions::default();
     let once = sessions.one_time_code();
     if args.json {
@@ -317,6 +330,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             notify,
             degraded,
             cleanup,
+            progress,
         },
         store,
         listener,

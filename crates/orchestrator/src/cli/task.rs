@@ -352,6 +352,7 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
             task.workspace = None;
             task.repository = Some(config.repository_of_github(&target.repo));
         }
+        task.progress_on = Some(target.to_string());
         task.pull = Some(target);
     }
     task.priority = args.priority;

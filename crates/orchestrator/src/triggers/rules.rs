@@ -346,6 +346,10 @@ pub(super) fn task_of(
         let wait = i64::try_from(rule.join_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
         task.run_after = Some(orchestrator_types::now_millis().saturating_add(wait));
     }
+    if !vars["number"].is_empty() {
+        // The issue or pull request the task works on gets its one progress comment.
+        task.progress_on = Some(format!("{}#{}", vars["repo"], vars["number"]));
+    }
     task.priority = t.priority;
     task.queue = t.queue.clone();
     task.max_attempts = t.max_attempts;

@@ -361,6 +361,41 @@ fn a_kill_between_commit_and_ref_leaves_one_commit(env: Env) {
         "{steps:?}"
     );
     assert_eq!(steps.last().map(String::as_str), Some("pushed"));
+    // The pull request's one progress comment, across the kill.
+    let progress = || {
+        round
+            .fake
+            .comments(REPO, round.number)
+            .into_iter()
+            .filter(|c| c.body.contains("<!-- orchestrator:progress store:"))
+            .collect::<Vec<_>>()
+    };
+    wait_for(|| progress().iter().any(|c| c.body.contains("✅ Done.")));
+    assert_eq!(progress().len(), 1, "{:?}", progress());
+}
+
+fn closed_meanwhile_gets_no_commit(env: Env) {
+    let round = first_round(env);
+    let fake = round.fake.clone();
+    let number = round.number;
+    // A person closes the pull request while the round works.
+    let model = ScriptedModel::start_blocking(move |request: &Request| {
+        if request.assistant_turns() == 0 {
+            fake.close(REPO, number);
+        }
+        make_it_43(request)
+    });
+    let serve = round.serve();
+    let id = round.create(&model);
+    let task = round.finished(id, &serve);
+    assert_eq!(task["state"], "failed", "{task}");
+    let error = task["last_error"].as_str().unwrap();
+    assert!(error.contains("not pushed"), "{error}");
+    assert!(error.contains("is closed"), "{error}");
+    assert_eq!(
+        round.fake.branch_commits(REPO, &round.branch)[0],
+        round.head
+    );
 }
 
 /// The check rule of docs/github-workflow.md as written, on this test's repository, gate and model,
@@ -600,6 +635,16 @@ fn a_failing_check_on_the_pushed_head_makes_a_round_that_reads_the_jobs_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_check_on_the_pushed_head_makes_a_round_that_reads_the_jobs_log_on_postgres() {
     on_postgres(a_failing_check_makes_a_round_that_reads_its_log).await;
+}
+
+#[test]
+fn a_pull_request_closed_while_the_round_works_gets_no_commit() {
+    closed_meanwhile_gets_no_commit(Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_request_closed_while_the_round_works_gets_no_commit_on_postgres() {
+    on_postgres(closed_meanwhile_gets_no_commit).await;
 }
 
 #[test]

@@ -140,6 +140,27 @@ fn review_loop(env: Env) {
     let branch = pulls[0].pull.as_ref().unwrap().head_ref.clone();
     let head = fake.branch_commits(REPO, &branch)[0].clone();
 
+    // The one progress comment follows the task to its end, edited in place.
+    let progress = |number: u64| -> Vec<orchestrator_test_support::github_server::FakeComment> {
+        fake.comments(REPO, number)
+            .into_iter()
+            .filter(|c| c.body.contains("<!-- orchestrator:progress store:"))
+            .collect()
+    };
+    let pull_url = format!("https://github.com/{REPO}/pull/{number}");
+    crate::support::wait_for(|| {
+        progress(7)
+            .first()
+            .is_some_and(|c| c.body.contains("✅ Done.") && c.body.contains(&pull_url))
+    });
+    let told = progress(7);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(
+        told[0].body.contains("Gates: `test` passed;\n"),
+        "{}",
+        told[0].body
+    );
+
     // A writer's review with two inline comments: three deliveries, one round.
     let (review, comments) = fake.add_review(
         REPO,
@@ -228,6 +249,18 @@ fn review_loop(env: Env) {
     assert_eq!(commits.len(), 3, "{commits:?}");
     let files = fake.branch_files(REPO, &branch).unwrap();
     assert_eq!(files["src/lib.rs"].1, b"43\n");
+    // The pull request's progress comment says what the round pushed.
+    let short_head = &commits[0][..12];
+    crate::support::wait_for(|| {
+        progress(number)
+            .first()
+            .is_some_and(|c| c.body.contains(&format!("Pushed {short_head}")))
+    });
+    let told = progress(number);
+    assert_eq!(told.len(), 1, "{told:?}");
+    // Posted while the round waited for its review's comments, edited as it ended.
+    assert!(told[0].updated, "{told:?}");
+    assert!(told[0].body.contains("✅ Done."), "{}", told[0].body);
     // Each comment answered in its own thread, the declined one with the reason.
     let replies: Vec<_> = fake
         .review_comments(REPO, number)
