@@ -881,7 +881,8 @@ enum TaskJoins {
     UpdatedAt,
 }
 
-/// See [`Store::joinable_task`].
+/// The task that takes deliveries under the join key `key` now: the last made under it, while it
+/// has not started.
 async fn joinable(tx: &mut Tx, key: &str) -> Result<Option<TaskId>> {
     let last = Query::select()
         .column(TaskJoins::TaskId)

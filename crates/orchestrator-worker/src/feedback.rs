@@ -20,6 +20,12 @@ pub fn reply_marker(store: &str) -> String {
     format!("<!-- orchestrator:reply store:{store} -->")
 }
 
+/// Whether `reply` is the bot's (`bot`) answer in a thread, carrying this store's `marker`.
+pub fn answers(reply: &ReviewComment, bot: &str, marker: &str) -> bool {
+    let norm = |s: &str| s.trim_end_matches("[bot]").to_ascii_lowercase();
+    norm(reply.author()) == norm(bot) && reply.body.as_deref().is_some_and(|b| b.contains(marker))
+}
+
 /// A round's feedback: the text for the model and the threads it answers.
 #[derive(Debug, Default)]
 pub struct Feedback {
@@ -58,7 +64,12 @@ pub async fn review_feedback(
     authors.sort();
     authors.dedup();
     for login in authors {
-        let permission = github.permission(&pull.repo, &login).await?;
+        // An app's bot (a review bot) is no collaborator: GitHub answers 404, and it is no writer.
+        let permission = match github.permission(&pull.repo, &login).await {
+            Ok(permission) => permission,
+            Err(ApiError::NotFound { .. } | ApiError::Invalid { .. }) => "none".to_owned(),
+            Err(e) => return Err(e),
+        };
         let writes = matches!(permission.as_str(), "admin" | "maintain" | "write");
         writers.insert(login, writes);
     }
@@ -95,14 +106,21 @@ pub async fn review_feedback(
             BODY_LIMIT,
         );
     }
+    // A thread is answered by the bot's own reply carrying the marker (anyone can copy a marker
+    // into a reply of theirs; only the bot's counts), until a writer writes in it again.
     let open: Vec<&ReviewComment> = comments
         .iter()
         .filter(|c| c.in_reply_to_id.is_none() && writer(c.author()))
         .filter(|c| {
-            !comments.iter().any(|reply| {
-                reply.in_reply_to_id == Some(c.id)
-                    && reply.body.as_deref().is_some_and(|b| b.contains(marker))
-            })
+            let thread: Vec<&ReviewComment> = comments
+                .iter()
+                .filter(|r| r.in_reply_to_id == Some(c.id))
+                .collect();
+            let answered = thread.iter().rposition(|r| answers(r, bot, marker));
+            match answered {
+                None => true,
+                Some(at) => thread[at + 1..].iter().any(|r| writer(r.author())),
+            }
         })
         .take(MAX_FEEDBACK_COMMENTS)
         .collect();
@@ -213,7 +231,16 @@ pub async fn check_feedback(
                 BODY_LIMIT,
             );
         }
-        let annotations = github.check_annotations(repo, run.id).await?;
+        // Annotations and a log GitHub no longer has (or never had: a check an action made
+        // through the Checks API has no job of its id) are missing, not a failure of the round.
+        let annotations = match github.check_annotations(repo, run.id).await {
+            Ok(annotations) => annotations,
+            Err(e) if !e.is_retryable() => {
+                ctx.push(&format!("(Its annotations cannot be read: {e}.)\n"));
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
         if !annotations.is_empty() {
             let lines: Vec<String> = annotations
                 .iter()
@@ -236,8 +263,13 @@ pub async fn check_feedback(
             );
         }
         if run.is_actions_job() {
-            let log = github.job_log(repo, run.id).await?;
-            push_log(ctx, run.id, &String::from_utf8_lossy(&log));
+            match github.job_log(repo, run.id).await {
+                Ok(log) => push_log(ctx, run.id, &String::from_utf8_lossy(&log)),
+                Err(e) if !e.is_retryable() => {
+                    ctx.push(&format!("(Its job's log cannot be read: {e}.)\n"));
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
     for status in bad {

@@ -23,6 +23,8 @@ use tokio_util::sync::CancellationToken;
 pub const MIN_EDIT_INTERVAL: Duration = Duration::from_secs(3);
 /// How often the loop looks for changed tasks.
 const TICK: Duration = Duration::from_millis(500);
+/// The wait before a comment that could not be written is tried again.
+const FAILED_WAIT: Duration = Duration::from_secs(60);
 /// Changed tasks read per look.
 const PAGE: u64 = 500;
 
@@ -60,6 +62,8 @@ pub async fn progress_loop(progress: Arc<Progress>, stop: CancellationToken) {
     // Each issue's newest task to tell, and when its comment was last written.
     let mut due: HashMap<String, TaskId> = HashMap::new();
     let mut written: HashMap<String, (Instant, String)> = HashMap::new();
+    // An issue whose comment could not be written waits this long before the next try.
+    let mut failing: HashMap<String, Instant> = HashMap::new();
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -82,6 +86,7 @@ pub async fn progress_loop(progress: Arc<Progress>, stop: CancellationToken) {
                 written
                     .get(*issue)
                     .is_none_or(|(at, _)| now.duration_since(*at) >= progress.min_interval)
+                    && failing.get(*issue).is_none_or(|until| now >= *until)
             })
             .map(|(issue, task)| (issue.clone(), *task))
             .collect();
@@ -89,14 +94,16 @@ pub async fn progress_loop(progress: Arc<Progress>, stop: CancellationToken) {
             match tell(&progress, &issue, task, written.get(&issue).map(|w| &w.1)).await {
                 Ok(body) => {
                     due.remove(&issue);
+                    failing.remove(&issue);
                     if let Some(body) = body {
                         written.insert(issue, (Instant::now(), body));
                     }
                 }
                 Err(e) => {
-                    // Kept due: tried again on a later look.
+                    // Kept due, and tried again after a while (a token that cannot write issues
+                    // is not asked again every few seconds).
                     tracing::warn!(issue, task = %task, error = %e, "progress comment not written");
-                    written.insert(issue, (Instant::now(), String::new()));
+                    failing.insert(issue, Instant::now() + FAILED_WAIT);
                 }
             }
         }

@@ -536,6 +536,38 @@ impl FakeGitHub {
         })
     }
 
+    /// Replies as `author` in the thread of review comment `to` on pull request `number`;
+    /// returns the reply's id.
+    pub fn reply_in_thread(
+        &self,
+        repo: &str,
+        number: u64,
+        to: u64,
+        author: &str,
+        body: &str,
+    ) -> u64 {
+        self.with(|i| {
+            i.next_id += 1;
+            let id = i.next_id;
+            let r = i.repos.get_mut(repo).expect("a repository");
+            let parent = r
+                .review_comments
+                .iter()
+                .find(|c| c.id == to && c.pull == number)
+                .cloned()
+                .expect("a review comment");
+            r.review_comments.push(FakeReviewComment {
+                id,
+                review: None,
+                author: author.to_owned(),
+                body: body.to_owned(),
+                in_reply_to: Some(to),
+                ..parent
+            });
+            id
+        })
+    }
+
     /// The review comments of pull request `number`, oldest first (replies included).
     pub fn review_comments(&self, repo: &str, number: u64) -> Vec<FakeReviewComment> {
         self.with(|i| {

@@ -672,6 +672,10 @@ fn route(
         }
         ("GET", ["repos", owner, name, "collaborators", user, "permission"]) => {
             let repo = format!("{owner}/{name}");
+            // An app's bot is no user GitHub can name a collaborator.
+            if user.ends_with("[bot]") {
+                return Answer::error(StatusCode::NOT_FOUND, "Not Found");
+            }
             // The role as set (admin, maintain, write, triage, read, or a custom role's name);
             // `permission` folds it the way GitHub does: maintain and custom roles built on write
             // into write, triage into read.

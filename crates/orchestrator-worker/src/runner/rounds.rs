@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use super::{AttemptEnd, FenceError, RunContext, failed, fenced, lost_or, with_retries};
 use crate::attempts::{AttemptError, record_attempt};
-use crate::feedback::{check_feedback, reply_marker, review_feedback};
+use crate::feedback::{answers, check_feedback, reply_marker, review_feedback};
 use crate::github::{BODY_LIMIT, Context, issue_context};
 use crate::pulls::{PullError, attempt_tree, pull_guard};
 use crate::{Error, Result};
@@ -376,11 +376,42 @@ async fn previous_answer(
                     .flatten()
             })
     };
+    // The task must be one of this pull request's, as the store records it: a commit message and
+    // a body are written by whoever can push or edit, and must not lead a round to another task's
+    // answer.
+    let same_pull = |repo: &str, number: Option<u64>| {
+        repo.eq_ignore_ascii_case(&target.repo) && number == Some(target.number)
+    };
     let task = match from_commit {
-        Some(id) => Some(orchestrator_types::TaskId(id)),
+        Some(id) => match store.get_task(orchestrator_types::TaskId(id)).await {
+            Ok(found)
+                if found
+                    .pull
+                    .as_ref()
+                    .is_some_and(|p| same_pull(&p.repo, Some(p.number))) =>
+            {
+                Some(found.id)
+            }
+            Ok(_) | Err(orchestrator_store::Error::TaskNotFound(_)) => None,
+            Err(e) => return Err(e.into()),
+        },
         None => match from_marker() {
             Some(attempt) => match store.attempt(attempt).await {
-                Ok(attempt) => Some(attempt.task_id),
+                Ok(attempt) => {
+                    let opened = store
+                        .events_of_kind(attempt.task_id, EventKind::GithubWrite)
+                        .await?
+                        .iter()
+                        .any(|e| {
+                            e.data["action"] == "pr_opened"
+                                && e.data["attempt"].as_i64() == Some(attempt.id)
+                                && same_pull(
+                                    e.data["repo"].as_str().unwrap_or(""),
+                                    e.data["number"].as_u64(),
+                                )
+                        });
+                    opened.then_some(attempt.task_id)
+                }
                 Err(orchestrator_store::Error::AttemptNotFound(_)) => None,
                 Err(e) => return Err(e.into()),
             },
@@ -436,6 +467,24 @@ pub(super) async fn push(
         )));
     };
     let pull = format!("{target}");
+    // An earlier attempt pushed already (and was stopped before it ended): its commit is the
+    // round's; only the threads it did not answer are left.
+    let earlier =
+        match with_retries(|| ctx.store.events_of_kind(task.id, EventKind::PullRound)).await {
+            Ok(events) => steps(&events, "pushed")
+                .find(|e| text(e, "head") == head.head)
+                .map(|e| text(e, "commit")),
+            Err(e) => return lost_or(FenceError::Store(e)),
+        };
+    if let Some(commit) = earlier {
+        if let Some(end) = reply_in_threads(ctx, task, lease, target, head, &commit, false).await? {
+            return Ok(end);
+        }
+        return Ok(AttemptEnd {
+            outcome: Some(Outcome::Succeeded),
+            details: json!({"pull": pull, "pushed": commit}),
+        });
+    }
     let label = format!("round {} on {pull}", target.rerun + 1);
     let recorded = match record_attempt(
         &ctx.store,
@@ -460,6 +509,12 @@ pub(super) async fn push(
             .await;
             if let Err(e) = fenced(written) {
                 return lost_or(e);
+            }
+            // Nothing was changed: the comments the agent declined still get its reason.
+            if let Some(end) =
+                reply_in_threads(ctx, task, lease, target, head, &head.head, true).await?
+            {
+                return Ok(end);
             }
             return Ok(AttemptEnd {
                 outcome: Some(Outcome::Succeeded),
@@ -635,7 +690,7 @@ async fn pushed_end(
             return lost_or(e);
         }
     }
-    if let Some(end) = reply_in_threads(ctx, task, lease, target, head, commit).await? {
+    if let Some(end) = reply_in_threads(ctx, task, lease, target, head, commit, false).await? {
         return Ok(end);
     }
     Ok(AttemptEnd {
@@ -655,6 +710,7 @@ async fn reply_in_threads(
     target: &PullTarget,
     head: &PullHead,
     commit: &str,
+    only_declined: bool,
 ) -> Result<Option<AttemptEnd>> {
     if head.threads.is_empty() {
         return Ok(None);
@@ -664,6 +720,10 @@ async fn reply_in_threads(
     };
     let identity = ctx.store.identity().await.map_err(Error::Store)?;
     let marker = reply_marker(&identity);
+    let bot = match github.viewer().await {
+        Ok(login) => login,
+        Err(e) => return Ok(Some(api_end(ctx, task, "asking GitHub who the bot is", &e))),
+    };
     let repo = match RepoRef::parse(&target.repo) {
         Ok(repo) => repo,
         Err(e) => return Ok(Some(failed(e))),
@@ -684,10 +744,9 @@ async fn reply_in_threads(
         .map_err(Error::Store)?;
     let short = &commit[..commit.len().min(12)];
     for thread in &head.threads {
-        let answered = existing.iter().any(|c| {
-            c.in_reply_to_id == Some(*thread)
-                && c.body.as_deref().is_some_and(|b| b.contains(&marker))
-        });
+        let answered = existing
+            .iter()
+            .any(|c| c.in_reply_to_id == Some(*thread) && answers(c, &bot, &marker));
         if answered {
             continue;
         }
@@ -695,12 +754,33 @@ async fn reply_in_threads(
             .filter(|e| e.data.get("comment").and_then(Value::as_u64) == Some(*thread))
             .last()
             .map(|e| text(e, "reason"));
+        if only_declined && declined.is_none() {
+            continue;
+        }
         let body = match &declined {
             Some(reason) => format!("Not changed in {short}: {reason}\n\n{marker}"),
             None => format!("Addressed in {short}.\n\n{marker}"),
         };
         let reply = match github.reply_to_review_comment(&pull, *thread, &body).await {
             Ok(reply) => reply,
+            // A comment deleted meanwhile, or a reply GitHub refuses: the others are still
+            // answered, and the refusal is on the task's timeline.
+            Err(e) if !e.is_retryable() && !matches!(e, ApiError::WriteUncertain { .. }) => {
+                let written = with_retries(|| {
+                    ctx.store.append_event(
+                        lease,
+                        EventKind::PullRound,
+                        json!({"step": "reply_refused", "repo": target.repo,
+                               "number": target.number, "comment": thread,
+                               "error": e.to_string()}),
+                    )
+                })
+                .await;
+                if let Err(e) = fenced(written) {
+                    return lost_or(e).map(Some);
+                }
+                continue;
+            }
             Err(e) => {
                 let doing = format!("replying to review comment {thread} on {target}");
                 return Ok(Some(api_end(ctx, task, &doing, &e)));

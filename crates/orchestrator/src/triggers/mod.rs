@@ -322,7 +322,9 @@ impl Triggers {
             return Ok((Vec::new(), format!("ignored: {key}: {problem}")));
         }
         let bot = self.bot().await?;
-        if same_login(&bot, sender) {
+        // CI's events name whoever pushed the commit (the bot, for the commits its rounds check):
+        // they are the CI's, not the bot's, and `failed_check` and `max_rounds` end their loops.
+        if same_login(&bot, sender) && !rules::CHECK_EVENTS.contains(&key.as_str()) {
             return Ok((Vec::new(), "the bot's own event".to_owned()));
         }
         // CI's events name a commit: the round is on the pull request whose head it is.
@@ -489,10 +491,12 @@ impl Triggers {
             }
             // A rule on a pull request with a repository to work on makes a round on it: only
             // on a pull request this store opened.
-            let on_pull = check.is_some()
-                || payload.get("pull_request").is_some()
-                || payload.pointer("/issue/pull_request").is_some();
-            let pull = if on_pull && rule.task.repository.is_some() {
+            // Rounds come from reviews, CI and a mention on the pull request; a rule on a pull
+            // request being opened, or on a label, makes a task of its own as before.
+            let round_event = rules::REVIEW_EVENTS.contains(&rule.event.as_str())
+                || (rule.event == "issue_comment.created"
+                    && payload.pointer("/issue/pull_request").is_some());
+            let pull = if round_event && rule.task.repository.is_some() {
                 match pull_round.get(self, repo, &vars["number"]).await? {
                     Ok(target) => Some(target),
                     Err(reason) => {

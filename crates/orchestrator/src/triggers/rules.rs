@@ -58,10 +58,10 @@ pub struct TriggerRule {
     /// makes one task.
     #[serde(default = "default_join_secs")]
     pub join_secs: u64,
-    /// The most rounds this rule makes on one pull request. Past them, one comment on the pull
-    /// request says the agent stopped and asks for a person, and no more rounds start until a
-    /// writer mentions the bot there (with an `issue_comment.created` rule), which starts the
-    /// count again.
+    /// The most rounds of this rule's kind (review rounds, or check rounds) on one pull request,
+    /// counted across the rules of that kind. Past them, one comment on the pull request says the
+    /// agent stopped and asks for a person, and no more rounds start until a writer mentions the
+    /// bot there (with an `issue_comment.created` rule), which starts the count again.
     #[serde(default = "default_max_rounds")]
     pub max_rounds: u32,
     /// The task; `{repo}`, `{number}`, `{title}`, `{url}`, `{sender}`, `{label}`, `{event}` and

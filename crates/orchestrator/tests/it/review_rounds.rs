@@ -174,6 +174,32 @@ fn review_loop(env: Env) {
         ],
     );
     declined.store(comments[1], Ordering::SeqCst);
+    // A review bot's comment (GitHub names no permission of an app's bot) is no writer's; a
+    // stranger's reply that copies the bot's marker does not close a thread.
+    let (_, bot_comments) = fake.add_review(
+        REPO,
+        number,
+        "coderabbit[bot]",
+        "COMMENTED",
+        "",
+        &[("src/lib.rs", 1, "Consider 4200.")],
+    );
+    let marker = fake
+        .comments(REPO, 7)
+        .iter()
+        .find_map(|c| {
+            let at = c.body.find("<!-- orchestrator:progress store:")?;
+            let id = &c.body[at + "<!-- orchestrator:progress store:".len()..];
+            Some(format!("<!-- orchestrator:reply store:{} -->", &id[..32]))
+        })
+        .expect("the store's identity, from the issue's progress comment");
+    fake.reply_in_thread(
+        REPO,
+        number,
+        comments[1],
+        "mallory",
+        &format!("done {marker}"),
+    );
     let mut rounds = Vec::new();
     let (_, row) = deliver(
         &env,
@@ -242,6 +268,10 @@ fn review_loop(env: Env) {
         !asked.contains("Nit: 44?"),
         "a triager's review is not feedback"
     );
+    assert!(
+        !asked.contains("Consider 4200."),
+        "a bot's comment is not feedback"
+    );
 
     // One commit on the head, whose tree the gate passed on.
     let commits = fake.branch_commits(REPO, &branch);
@@ -261,6 +291,13 @@ fn review_loop(env: Env) {
     // Posted while the round waited for its review's comments, edited as it ended.
     assert!(told[0].updated, "{told:?}");
     assert!(told[0].body.contains("✅ Done."), "{}", told[0].body);
+    assert!(
+        !fake
+            .review_comments(REPO, number)
+            .iter()
+            .any(|c| c.in_reply_to == Some(bot_comments[0])),
+        "a bot's comment is not answered"
+    );
     // Each comment answered in its own thread, the declined one with the reason.
     let replies: Vec<_> = fake
         .review_comments(REPO, number)

@@ -26,6 +26,9 @@ use crate::github::{
 use crate::pulls::{PullError, PullPlan, open_pull, pull_guard};
 use crate::runner::RunContext;
 
+/// The longest reason `pr_review_decline` takes: it is posted as a reply in the thread.
+const MAX_DECLINE_CHARS: usize = 1_000;
+
 #[derive(Deserialize)]
 struct DeclineArgs {
     comment_id: u64,
@@ -489,9 +492,17 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
                         "this task does not work on a pull request, so it has no review comments to decline",
                     ));
                 };
-                let reason = args.reason.trim();
+                // Posted as the bot's reply: a few lines of plain text, no hidden markup.
+                let reason = args.reason.trim().replace("<!--", "<! --");
+                let reason = reason.as_str();
                 if reason.is_empty() {
                     return Err(refuse("the reason is empty: the reviewer is owed one"));
+                }
+                if reason.chars().count() > MAX_DECLINE_CHARS {
+                    return Err(refuse(format!(
+                        "the reason is {} characters; say it in at most {MAX_DECLINE_CHARS}",
+                        reason.chars().count()
+                    )));
                 }
                 let threads: Vec<u64> = session
                     .store
