@@ -35,9 +35,26 @@ pub use rules::TriggerRule;
 use rules::{MAX_TITLE_PART, mentions, same_login, task_of};
 
 /// `owner/repo#number`: the issue or pull request a delivery's payload is about, when it names
-/// one. Deliveries about one subject are processed one at a time, in the order they came.
+/// one; for CI's events that name no pull request, `owner/repo@commit`, so the statuses of one
+/// commit (several contexts failing at once) come one after the other and join one round.
+/// Deliveries about one subject are processed one at a time, in the order they came.
 pub fn delivery_subject(payload: &Value) -> Option<String> {
     let repo = payload.pointer("/repository/full_name")?.as_str()?;
+    if let Some(about) = numbered_subject(payload, repo) {
+        return Some(about);
+    }
+    let commit = [
+        "/sha",
+        "/check_run/head_sha",
+        "/check_suite/head_sha",
+        "/workflow_run/head_sha",
+    ]
+    .iter()
+    .find_map(|at| payload.pointer(at)?.as_str())?;
+    Some(format!("{repo}@{commit}"))
+}
+
+fn numbered_subject(payload: &Value, repo: &str) -> Option<String> {
     let number = payload
         .pointer("/issue/number")
         .or_else(|| payload.pointer("/pull_request/number"))

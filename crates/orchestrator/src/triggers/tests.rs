@@ -886,3 +886,37 @@ async fn a_later_delivery_about_an_issue_waits_for_the_earlier_ones_retry_on_eve
         p.await.unwrap();
     }
 }
+
+/// Deliveries are ordered by what they are about: an issue or a pull request by its number, CI's
+/// events by the pull request they name, else by their commit.
+#[test]
+fn a_deliverys_subject_is_its_issue_its_pull_request_or_its_commit() {
+    let repo = json!({"full_name": "acme/widgets"});
+    let sha = "a".repeat(40);
+    let cases = [
+        (
+            json!({"repository": repo, "issue": {"number": 7}}),
+            Some("acme/widgets#7".to_owned()),
+        ),
+        (
+            json!({"repository": repo, "pull_request": {"number": 8}}),
+            Some("acme/widgets#8".to_owned()),
+        ),
+        (
+            json!({"repository": repo, "check_run": {"head_sha": sha, "pull_requests": [{"number": 9}]}}),
+            Some("acme/widgets#9".to_owned()),
+        ),
+        (
+            json!({"repository": repo, "check_run": {"head_sha": sha, "pull_requests": []}}),
+            Some(format!("acme/widgets@{sha}")),
+        ),
+        (
+            json!({"repository": repo, "sha": sha, "state": "failure", "context": "ci"}),
+            Some(format!("acme/widgets@{sha}")),
+        ),
+        (json!({"repository": repo, "action": "created"}), None),
+    ];
+    for (payload, subject) in cases {
+        assert_eq!(delivery_subject(&payload), subject, "{payload}");
+    }
+}

@@ -527,6 +527,46 @@ fn a_failing_check_makes_a_round_that_reads_its_log(env: Env) {
     );
 }
 
+fn a_failing_status_makes_a_round(env: Env) {
+    let round = first_round(env);
+    let model = ScriptedModel::start_blocking(make_it_43);
+    let config =
+        ci_config(&round, &model).replace("event = \"check_run.completed\"", "event = \"status\"");
+    assert!(config.contains("event = \"status\""), "{config}");
+    std::fs::write(round.env.home().join("config.toml"), config).unwrap();
+    let serve = crate::github::serve(&round.env, &round.fake);
+    // An external CI's status names a commit only: the round is on the pull request it heads.
+    let payload = round.fake.add_status(
+        REPO,
+        &round.head,
+        "failure",
+        "ci/arm64",
+        "2 tests failed on arm64",
+    );
+    let (_, row) = crate::github::deliver(&round.env, &serve, "status", "d-status", &payload);
+    assert_eq!(row["status"], "processed", "{row}");
+    let id = row["tasks"][0].as_i64().unwrap();
+    let task = round.finished(id, &serve);
+    assert_eq!(task["state"], "succeeded", "{task}\n{}", serve.log());
+    let first = serde_json::to_string(model.received()[0].messages()).unwrap();
+    for part in [
+        "status \\\"ci/arm64\\\": failure",
+        "2 tests failed on arm64",
+    ] {
+        assert!(first.contains(part), "{part:?} not in {first}");
+    }
+    assert_eq!(
+        round.fake.branch_commits(REPO, &round.branch)[1],
+        round.head
+    );
+    // A status that passes asks for nothing.
+    let green = round
+        .fake
+        .add_status(REPO, &round.head, "success", "ci/arm64", "fine");
+    let (_, row) = crate::github::deliver(&round.env, &serve, "status", "d-green", &green);
+    assert_eq!(row["status"], "ignored", "{row}");
+}
+
 fn branches_not_ours_are_refused(env: Env) {
     let round = first_round(env);
     let model = ScriptedModel::start_blocking(make_it_43);
@@ -645,6 +685,16 @@ fn a_pull_request_closed_while_the_round_works_gets_no_commit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_request_closed_while_the_round_works_gets_no_commit_on_postgres() {
     on_postgres(closed_meanwhile_gets_no_commit).await;
+}
+
+#[test]
+fn a_failing_commit_status_on_the_pushed_head_makes_a_round() {
+    a_failing_status_makes_a_round(Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_commit_status_on_the_pushed_head_makes_a_round_on_postgres() {
+    on_postgres(a_failing_status_makes_a_round).await;
 }
 
 #[test]
