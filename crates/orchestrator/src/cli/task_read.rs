@@ -235,6 +235,7 @@ impl Report {
             })
             .collect();
         fields.insert("github_writes".into(), writes.into());
+        fields.insert("origin".into(), self.task.origin.clone().into());
         if let Some(pull) = &self.task.pull {
             let steps: Vec<serde_json::Value> = self
                 .rounds
@@ -272,6 +273,9 @@ impl Report {
         );
         output::say!("attempt    {} of {}", view.attempt, view.max_attempts);
         output::say!("queue      {} (priority {})", view.queue, view.priority);
+        if let Some(origin) = &task.origin {
+            output::say!("made by    {origin}");
+        }
         if !view.requires.is_empty() {
             let words: Vec<String> = view
                 .requires

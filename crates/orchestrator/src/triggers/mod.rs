@@ -368,6 +368,22 @@ impl Triggers {
         vars.insert("sender", sender.to_owned());
         vars.insert("event", key.clone());
         vars.insert("delivery", delivery.to_owned());
+        // What started a round, linked from its origin: the review, the comment or the check.
+        let cause = match &check {
+            Some(check) => check.url.clone(),
+            None => ["/review/html_url", "/comment/html_url"]
+                .iter()
+                .find_map(|at| payload.pointer(at).and_then(Value::as_str))
+                .unwrap_or("")
+                .to_owned(),
+        };
+        vars.insert(
+            "cause",
+            sanitize_line(&cause)
+                .chars()
+                .take(MAX_TITLE_PART * 2)
+                .collect(),
+        );
         vars.insert(
             "number",
             item.get("number")

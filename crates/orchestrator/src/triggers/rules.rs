@@ -365,6 +365,13 @@ pub(super) fn task_of(
             rule.name, vars["repo"], vars["number"]
         )
     });
+    // A round names what started it: the review, the comment or the check, linked.
+    if let (Some(pull), Some(cause)) = (
+        pull,
+        vars.get("cause").filter(|c| c.starts_with("https://")),
+    ) {
+        task.origin = Some(format!("trigger {} on {pull} ({cause})", rule.name));
+    }
     if task.prompt.is_some() {
         let mut policy = match &t.agent.policy {
             Some(value) => serde_json::from_value(value.clone())

@@ -567,6 +567,75 @@ fn a_failing_status_makes_a_round(env: Env) {
     assert_eq!(row["status"], "ignored", "{row}");
 }
 
+/// A review rule that allows one round, and a mention rule on the pull request.
+fn review_and_mention_config(round: &Round, model: &ScriptedModel) -> String {
+    let task = format!(
+        "task = {{ repository = \"{}\", prompt = \"Address the review.\", gates = [{GATE:?}], \
+         agent = {{ policy = {{ default = \"allow\", classes = {{ network = \"deny\" }} }} }} }}",
+        round.source.display()
+    );
+    format!(
+        "[model]\nbase_url = \"{}\"\nmodel = \"scripted\"\n\n[github]\nbot_login = \"orchestrator-bot\"\n\n\
+         [[github.trigger]]\nname = \"review\"\nevent = \"pull_request_review.submitted\"\n\
+         repos = [\"{REPO}\"]\njoin_secs = 0\nmax_rounds = 1\n{task}\n\n\
+         [[github.trigger]]\nname = \"ask\"\nevent = \"issue_comment.created\"\n\
+         repos = [\"{REPO}\"]\njoin_secs = 0\nmax_rounds = 1\n{task}\n",
+        model.base_url()
+    )
+}
+
+fn a_mention_asks_again_after_the_last_round(env: Env) {
+    let round = first_round(env);
+    let model = ScriptedModel::start_blocking(make_it_43);
+    std::fs::write(
+        round.env.home().join("config.toml"),
+        review_and_mention_config(&round, &model),
+    )
+    .unwrap();
+    round.fake.set_permission(REPO, "alice", "write");
+    let serve = crate::github::serve(&round.env, &round.fake);
+    let review = |id: &str, text: &str| {
+        let (made, _) =
+            round
+                .fake
+                .add_review(REPO, round.number, "alice", "CHANGES_REQUESTED", text, &[]);
+        let payload = round.fake.review_payload(REPO, round.number, made);
+        crate::github::deliver(&round.env, &serve, "pull_request_review", id, &payload).1
+    };
+    // The one round allowed.
+    let row = review("d-1", "Make it 43.");
+    let first = row["tasks"][0].as_i64().expect("a round");
+    assert_eq!(round.finished(first, &serve)["state"], "succeeded");
+    // Past it: nothing, and a word that the agent stopped.
+    let row = review("d-2", "And now?");
+    assert_eq!(row["status"], "ignored", "{row}");
+    // A writer asks again with a mention on the pull request: the count starts again.
+    let mention = json!({
+        "action": "created",
+        "comment": {"id": 5005, "body": "@orchestrator-bot please look again",
+                    "user": {"login": "alice"},
+                    "html_url": format!("https://github.com/{REPO}/pull/{}#issuecomment-5005", round.number)},
+        "issue": {"number": round.number, "title": "fix #7",
+                  "html_url": format!("https://github.com/{REPO}/pull/{}", round.number),
+                  "pull_request": {"url": "https://api.github.com/pulls"}},
+        "repository": {"full_name": REPO},
+        "sender": {"login": "alice"},
+    });
+    let (_, row) = crate::github::deliver(&round.env, &serve, "issue_comment", "d-ask", &mention);
+    assert_eq!(row["status"], "processed", "{row}");
+    let again = row["tasks"][0].as_i64().expect("a round again");
+    assert_ne!(again, first);
+    let task = round.finished(again, &serve);
+    assert_eq!(task["state"], "succeeded", "{task}\n{}", serve.log());
+    let stopped = round
+        .fake
+        .comments(REPO, round.number)
+        .into_iter()
+        .filter(|c| c.body.contains("orchestrator:rounds-stopped"))
+        .count();
+    assert_eq!(stopped, 1);
+}
+
 fn branches_not_ours_are_refused(env: Env) {
     let round = first_round(env);
     let model = ScriptedModel::start_blocking(make_it_43);
@@ -695,6 +764,11 @@ fn a_failing_commit_status_on_the_pushed_head_makes_a_round() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_commit_status_on_the_pushed_head_makes_a_round_on_postgres() {
     on_postgres(a_failing_status_makes_a_round).await;
+}
+
+#[test]
+fn a_writers_mention_asks_again_after_the_last_round() {
+    a_mention_asks_again_after_the_last_round(Env::sqlite());
 }
 
 #[test]

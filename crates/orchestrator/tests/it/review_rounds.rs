@@ -352,6 +352,12 @@ fn review_loop(env: Env) {
     assert_eq!(fake.pulls(REPO).len(), 1);
     let read: Value = env.json(&["task", "read", &round.to_string(), "--json"]);
     assert_eq!(read["state"], "succeeded");
+    // The round names the review that started it, with its link.
+    let origin = read["origin"].as_str().unwrap_or_default();
+    assert!(
+        origin.contains(&format!("pullrequestreview-{review}")),
+        "{origin}"
+    );
 
     // Past the last round allowed: one comment says the agent stopped, and no task is made, for
     // this review and the next.
