@@ -489,7 +489,7 @@ impl Store {
             insert_tasks(&mut tx, &fresh, now, None, self.placement()).await?
         };
         for task in joining {
-            ids.push(join_or_insert(&mut tx, task, now, self.placement()).await?);
+            ids.push(crate::joins::join_or_insert(&mut tx, task, now, self.placement()).await?);
         }
         let (status, detail) = if ids.is_empty() {
             (delivery_status::IGNORED, Some(NO_RULE_MATCHED))
@@ -515,35 +515,6 @@ impl Store {
             self.wake.wake();
         }
         Ok(ids)
-    }
-
-    /// The task that takes deliveries under `key` now (the last made under its join key, while
-    /// it has not started), and how many tasks were made under `key` since
-    /// [`Store::reset_rounds`]. A key `JOIN|KIND` joins under `JOIN` and counts under itself, so
-    /// tasks of several kinds share one waiting task and are counted apart.
-    pub async fn join_state(&self, key: &str) -> Result<(Option<TaskId>, i64)> {
-        let mut tx = self.pool.begin().await?;
-        let waiting = joinable(&mut tx, join_part(key)).await?;
-        let count = Query::select()
-            .column(TaskJoins::Rounds)
-            .from(TaskJoins::Table)
-            .and_where(Expr::col(TaskJoins::JoinKey).eq(key))
-            .to_owned();
-        let rounds: Option<(i64,)> = tx.fetch_optional(&count).await?;
-        tx.commit().await?;
-        Ok((waiting, rounds.map_or(0, |(n,)| n)))
-    }
-
-    /// Starts the counts of tasks made under each of `keys` again (a person asked for more).
-    pub async fn reset_rounds(&self, keys: &[&str]) -> Result<()> {
-        let stmt = Query::update()
-            .table(TaskJoins::Table)
-            .value(TaskJoins::Rounds, 0)
-            .value(TaskJoins::UpdatedAt, now_millis())
-            .and_where(Expr::col(TaskJoins::JoinKey).is_in(keys.iter().copied()))
-            .to_owned();
-        self.pool.execute(&stmt).await?;
-        Ok(())
     }
 
     /// Marks a claimed delivery `ignored`, saying why. Final: redeliveries are `Done`.
@@ -870,89 +841,4 @@ async fn requeue(tx: &mut Tx, id: &str, payload: Option<&str>, now: i64) -> Resu
         }
     }
     Ok(tx.execute(&stmt).await? > 0)
-}
-
-#[derive(Iden, Clone, Copy)]
-enum TaskJoins {
-    Table,
-    JoinKey,
-    TaskId,
-    Rounds,
-    UpdatedAt,
-}
-
-/// The task that takes deliveries under the join key `key` now: the last made under it, while it
-/// has not started.
-async fn joinable(tx: &mut Tx, key: &str) -> Result<Option<TaskId>> {
-    let last = Query::select()
-        .column(TaskJoins::TaskId)
-        .from(TaskJoins::Table)
-        .and_where(Expr::col(TaskJoins::JoinKey).eq(key))
-        .to_owned();
-    let Some((task,)): Option<(i64,)> = tx.fetch_optional(&last).await? else {
-        return Ok(None);
-    };
-    let waiting = Query::select()
-        .column(crate::tasks::Tasks::Id)
-        .from(crate::tasks::Tasks::Table)
-        .and_where(Expr::col(crate::tasks::Tasks::Id).eq(task))
-        .and_where(crate::tasks::state_is(
-            orchestrator_types::TaskState::Queued,
-        ))
-        .and_where(Expr::col(crate::tasks::Tasks::Attempt).eq(0))
-        .to_owned();
-    let found: Option<(i64,)> = tx.fetch_optional(&waiting).await?;
-    Ok(found.map(|(id,)| TaskId(id)))
-}
-
-/// The task `task` joins (its key's task that has not started), or `task` made now and recorded
-/// as its key's task.
-async fn join_or_insert(
-    tx: &mut Tx,
-    task: &NewTask,
-    now: i64,
-    placement: Option<&orchestrator_types::Placement>,
-) -> Result<TaskId> {
-    let Some(key) = task.join.as_deref() else {
-        return crate::tasks::insert_task(tx, task, now, placement).await;
-    };
-    if let Some(id) = joinable(tx, join_part(key)).await? {
-        return Ok(id);
-    }
-    let id = crate::tasks::insert_task(tx, task, now, placement).await?;
-    record_join(tx, join_part(key), id, now).await?;
-    if join_part(key) != key {
-        record_join(tx, key, id, now).await?;
-    }
-    Ok(id)
-}
-
-/// The join key of `key` (`JOIN|KIND` joins under `JOIN`).
-fn join_part(key: &str) -> &str {
-    key.split_once('|').map_or(key, |(join, _)| join)
-}
-
-/// Records `id` as the last task made under `key`, one more in its count.
-async fn record_join(tx: &mut Tx, key: &str, id: TaskId, now: i64) -> Result<()> {
-    let record = Query::insert()
-        .into_table(TaskJoins::Table)
-        .columns([
-            TaskJoins::JoinKey,
-            TaskJoins::TaskId,
-            TaskJoins::Rounds,
-            TaskJoins::UpdatedAt,
-        ])
-        .values_panic([key.into(), id.0.into(), 1.into(), now.into()])
-        .on_conflict(
-            OnConflict::column(TaskJoins::JoinKey)
-                .update_columns([TaskJoins::TaskId, TaskJoins::UpdatedAt])
-                .value(
-                    TaskJoins::Rounds,
-                    Expr::col((TaskJoins::Table, TaskJoins::Rounds)).add(1),
-                )
-                .to_owned(),
-        )
-        .to_owned();
-    tx.execute(&record).await?;
-    Ok(())
 }

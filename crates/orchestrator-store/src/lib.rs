@@ -27,6 +27,7 @@ mod exec;
 mod fenced;
 mod gates;
 mod identity;
+mod joins;
 mod lease_line;
 mod leases;
 mod live_logs;
