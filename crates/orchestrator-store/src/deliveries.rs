@@ -80,6 +80,9 @@ pub mod delivery_status {
 
 /// Why a delivery that created no task was ignored, unless the caller said otherwise.
 const NO_RULE_MATCHED: &str = "no rule matched";
+/// A delivery whose tasks all found their join key past its limit (another daemon made the last
+/// round allowed meanwhile).
+const PAST_JOIN_LIMIT: &str = "its rounds reached the rule's max_rounds";
 
 /// A delivery being claimed.
 #[derive(Debug, Clone, Copy)]
@@ -488,10 +491,16 @@ impl Store {
         } else {
             insert_tasks(&mut tx, &fresh, now, None, self.placement()).await?
         };
+        let mut past_limit = 0;
         for task in joining {
-            ids.push(crate::joins::join_or_insert(&mut tx, task, now, self.placement()).await?);
+            match crate::joins::join_or_insert(&mut tx, task, now, self.placement()).await? {
+                Some(id) => ids.push(id),
+                None => past_limit += 1,
+            }
         }
-        let (status, detail) = if ids.is_empty() {
+        let (status, detail) = if ids.is_empty() && past_limit > 0 {
+            (delivery_status::IGNORED, Some(PAST_JOIN_LIMIT))
+        } else if ids.is_empty() {
             (delivery_status::IGNORED, Some(NO_RULE_MATCHED))
         } else {
             (delivery_status::PROCESSED, None)

@@ -10,7 +10,7 @@
 use crate::exec::Tx;
 use crate::{Result, Store};
 use orchestrator_types::{NewTask, TaskId, now_millis};
-use sea_query::{Expr, ExprTrait, Iden, OnConflict, Query};
+use sea_query::{Expr, ExprTrait, Func, Iden, OnConflict, Query};
 
 impl Store {
     /// The task that takes deliveries under `key` now (the last made under its join key, while
@@ -77,25 +77,51 @@ async fn joinable(tx: &mut Tx, key: &str) -> Result<Option<TaskId>> {
 }
 
 /// The task `task` joins (its key's task that has not started), or `task` made now and recorded
-/// as its key's task.
+/// as its key's task; `None` when its key already made `join_limit` tasks. On PostgreSQL the key
+/// is locked first, so that two deliveries committing at once cannot both make a task or both
+/// pass the limit (SQLite's write transactions are one at a time already).
 pub(crate) async fn join_or_insert(
     tx: &mut Tx,
     task: &NewTask,
     now: i64,
     placement: Option<&orchestrator_types::Placement>,
-) -> Result<TaskId> {
+) -> Result<Option<TaskId>> {
     let Some(key) = task.join.as_deref() else {
-        return crate::tasks::insert_task(tx, task, now, placement).await;
+        return crate::tasks::insert_task(tx, task, now, placement)
+            .await
+            .map(Some);
     };
+    if let Tx::Postgres(_) = tx {
+        let lock = Query::select()
+            .expr(
+                Func::cust("pg_advisory_xact_lock").arg(Func::cust("hashtextextended").args([
+                    Expr::val(format!("task_joins:{}", join_part(key))),
+                    Expr::val(0),
+                ])),
+            )
+            .to_owned();
+        tx.execute(&lock).await?;
+    }
     if let Some(id) = joinable(tx, join_part(key)).await? {
-        return Ok(id);
+        return Ok(Some(id));
+    }
+    if let Some(limit) = task.join_limit {
+        let made = Query::select()
+            .column(TaskJoins::Rounds)
+            .from(TaskJoins::Table)
+            .and_where(Expr::col(TaskJoins::JoinKey).eq(key))
+            .to_owned();
+        let made: Option<(i64,)> = tx.fetch_optional(&made).await?;
+        if made.is_some_and(|(n,)| n >= i64::from(limit)) {
+            return Ok(None);
+        }
     }
     let id = crate::tasks::insert_task(tx, task, now, placement).await?;
     record_join(tx, join_part(key), id, now).await?;
     if join_part(key) != key {
         record_join(tx, key, id, now).await?;
     }
-    Ok(id)
+    Ok(Some(id))
 }
 
 /// The join key of `key` (`JOIN|KIND` joins under `JOIN`).

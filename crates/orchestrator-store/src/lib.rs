@@ -32,7 +32,9 @@ mod lease_line;
 mod leases;
 mod live_logs;
 mod migrate;
+mod model_slots;
 mod notifications;
+mod pulls;
 mod shell_jobs;
 mod slots;
 mod sqlite_sql;
@@ -64,7 +66,12 @@ pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, Resc
 pub use live_logs::{
     LiveLog, LiveLogHandle, LiveLogStart, Log, LogKind, WORKER_STOPPED, live_source, log_state,
 };
+pub use model_slots::{
+    ModelServerState, ModelWait, SLOT_HELD_MS, ServerLimits, SlotEnd, SlotRequest, SlotTry,
+    WaitCause,
+};
 pub use notifications::{NewNotice, NewNotification, Notice, Notification, notification_status};
+pub use pulls::{PullChain, PullTask, pull_key, pull_role};
 pub use shell_jobs::{ShellJob, job_status};
 pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
 pub use tasks::{

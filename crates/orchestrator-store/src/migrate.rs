@@ -54,6 +54,8 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(24, "0024_settled_states_index"),
     migration!(25, "0025_delivery_subject"),
     migration!(26, "0026_task_joins"),
+    migration!(27, "0027_pull_tasks"),
+    migration!(28, "0028_model_slots"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

@@ -522,6 +522,11 @@ pub struct NewTask {
     /// making another (a rule's task on a pull request: the rule and the pull request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join: Option<String>,
+    /// The most tasks made under `join` (counted under its whole key) until a person asks again:
+    /// past it a delivery makes none. Checked in the transaction that would make the task, so
+    /// two daemons cannot both pass it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_limit: Option<u32>,
     /// The issue or pull request (`owner/name#number`) whose one progress comment follows this
     /// task: the issue a rule's task works on, the pull request of a round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -550,6 +555,7 @@ impl NewTask {
             pull: None,
             join: None,
             progress_on: None,
+            join_limit: None,
         }
     }
 

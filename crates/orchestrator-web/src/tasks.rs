@@ -134,8 +134,23 @@ pub(crate) async fn create(State(web): State<Web>, bytes: Bytes) -> ApiResult {
     Ok((StatusCode::CREATED, axum::Json(crate::api_json(&created))).into_response())
 }
 
+/// One task; a running task whose request waits for its model server says why in `waiting_for`
+/// and `model_wait`.
 pub(crate) async fn read(State(web): State<Web>, Path(id): Path<String>) -> ApiResult {
-    ok(&web.store.get_task(TaskId(parse_id(&id)?)).await?)
+    let task = web.store.get_task(TaskId(parse_id(&id)?)).await?;
+    let wait = match task.state {
+        orchestrator_types::TaskState::Running => web.store.model_wait_of(task.id).await?,
+        _ => None,
+    };
+    let mut value = crate::api_json(&task);
+    if let (Some(wait), Some(fields)) = (wait, value.as_object_mut()) {
+        fields.insert(
+            "waiting_for".into(),
+            wait.describe(orchestrator_types::now_millis()).into(),
+        );
+        fields.insert("model_wait".into(), crate::api_json(&wait));
+    }
+    Ok(axum::Json(value).into_response())
 }
 
 #[derive(Deserialize)]

@@ -8,7 +8,7 @@
 //! comments are done without a record of its own, and two stores on one repository do not take
 //! each other's answers.
 
-use orchestrator_github::{ApiError, GitHub, IssueRef, ReviewComment, sanitize_line};
+use orchestrator_github::{ApiError, Comment, GitHub, IssueRef, ReviewComment, sanitize_line};
 
 use crate::github::{BODY_LIMIT, Context};
 
@@ -38,20 +38,43 @@ pub struct Feedback {
 
 /// Reads the feedback on `pull` at `head`: reviews asking for changes or commenting on that
 /// head, and the review threads no reply of this store (`marker`) answers, each from someone with
-/// write access to the repository (never the bot, `bot`, itself).
+/// write access to the repository (never the bot, `bot`, itself). With `since` (Unix
+/// milliseconds: when the pull request's previous round started), also the comments on the pull
+/// request made since that mention the bot: a writer's "@bot also update the docs".
 pub async fn review_feedback(
     github: &GitHub,
     pull: &IssueRef,
     head: &str,
     bot: &str,
     marker: &str,
+    since: Option<i64>,
 ) -> Result<Feedback, ApiError> {
     let reviews = github.pull_reviews(pull).await?;
     let comments = github.review_comments(pull).await?;
-    let is_bot = |login: &str| {
-        let norm = |s: &str| s.trim_end_matches("[bot]").to_ascii_lowercase();
-        !login.is_empty() && norm(login) == norm(bot)
-    };
+    let norm = |s: &str| s.trim_end_matches("[bot]").to_ascii_lowercase();
+    let is_bot = |login: &str| !login.is_empty() && norm(login) == norm(bot);
+    let mention = format!("@{}", norm(bot));
+    let mentions: Vec<Comment> = github
+        .issue_comments(pull)
+        .await?
+        .into_iter()
+        .filter(|c| {
+            c.body
+                .as_deref()
+                .is_some_and(|b| b.to_ascii_lowercase().contains(&mention))
+        })
+        .filter(|c| {
+            let made = c
+                .created_at
+                .as_deref()
+                .and_then(|t| orchestrator_types::parse_time(t, 0).ok());
+            match (since, made) {
+                (Some(since), Some(made)) => made >= since,
+                (Some(_), None) => false,
+                (None, _) => true,
+            }
+        })
+        .collect();
     // Feedback counts from people who could have made the change themselves, as a trigger does:
     // a triager's or a stranger's comment on the pull request is not a request to the agent.
     let mut writers: std::collections::BTreeMap<String, bool> = Default::default();
@@ -59,6 +82,11 @@ pub async fn review_feedback(
         .iter()
         .filter_map(|r| r.user.as_ref().map(|u| u.login.clone()))
         .chain(comments.iter().map(|c| c.author().to_owned()))
+        .chain(
+            mentions
+                .iter()
+                .filter_map(|c| c.user.as_ref().map(|u| u.login.clone())),
+        )
         .filter(|login| !login.is_empty() && !is_bot(login))
         .collect();
     authors.sort();
@@ -103,6 +131,30 @@ pub async fn review_feedback(
         ctx.untrusted(
             &format!("review {}", review.id),
             review.body.as_deref().unwrap_or(""),
+            BODY_LIMIT,
+        );
+    }
+    let asking: Vec<&Comment> = mentions
+        .iter()
+        .filter(|c| writer(c.user.as_ref().map_or("", |u| u.login.as_str())))
+        .take(MAX_FEEDBACK_COMMENTS)
+        .collect();
+    if !asking.is_empty() {
+        ctx.push(&format!(
+            "\n## Asked on the pull request ({})\n",
+            asking.len()
+        ));
+    }
+    for c in &asking {
+        let author = c.user.as_ref().map_or("ghost", |u| u.login.as_str());
+        ctx.push(&format!(
+            "\n### comment {} by {}\n",
+            c.id,
+            sanitize_line(author)
+        ));
+        ctx.untrusted(
+            &format!("comment {}", c.id),
+            c.body.as_deref().unwrap_or(""),
             BODY_LIMIT,
         );
     }
@@ -167,7 +219,7 @@ pub async fn review_feedback(
         ctx.untrusted(&format!("comment {}", c.id), &text, BODY_LIMIT);
         feedback.threads.push(c.id);
     }
-    feedback.any = !asked.is_empty() || !open.is_empty();
+    feedback.any = !asked.is_empty() || !open.is_empty() || !asking.is_empty();
     Ok(feedback)
 }
 

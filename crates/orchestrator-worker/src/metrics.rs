@@ -130,6 +130,65 @@ impl Metrics {
     }
 }
 
+/// One metric of the model servers: its name, type, help and value.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&orchestrator_store::ModelServerState) -> f64,
+);
+
+/// The model servers' gauges and counters, as every daemon on the store sees them together:
+/// requests in flight, the limit in flight now, requests waiting, and pushbacks (429s and
+/// overloads) so far.
+pub fn render_model_servers(servers: &[orchestrator_store::ModelServerState]) -> String {
+    let mut out = String::new();
+    if servers.is_empty() {
+        return out;
+    }
+    // A name is the config's; quotes and backslashes are escaped as the exposition format says.
+    let label = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    let families: [Family; 4] = [
+        (
+            "orchestrator_model_server_in_flight",
+            "gauge",
+            "Requests to the model server in flight, from every daemon on the store.",
+            |s| s.in_flight as f64,
+        ),
+        (
+            "orchestrator_model_server_limit",
+            "gauge",
+            "The model server's limit in flight now: the configured one, lowered for a while after it pushed back.",
+            |s| s.limit,
+        ),
+        (
+            "orchestrator_model_server_waiting",
+            "gauge",
+            "Requests waiting for a slot of the model server.",
+            |s| s.waiting as f64,
+        ),
+        (
+            "orchestrator_model_server_throttled_total",
+            "counter",
+            "Times the model server answered 429 or overloaded.",
+            |s| s.throttled as f64,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for server in servers {
+            let _ = writeln!(
+                out,
+                "{name}{{server=\"{}\"}} {}",
+                label(&server.server),
+                value(server)
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,12 @@
 //! idle_timeout_secs = 900
 //! context_window = 32768
 //!
+//! [model_servers.llama-local]           # limits on one server, shared by every daemon on the store
+//! base_url = "http://127.0.0.1:8080/v1"
+//! max_in_flight = 4                        # its parallel slots; a 429 or 503 lowers it for a while
+//! requests_per_minute = 600
+//! tokens_per_minute = 400000
+//!
 //! [github]
 //! api_url = "https://github.example.com/api/v3"   # else ORCHESTRATOR_GITHUB_API_URL or api.github.com
 //! token_env = "GITHUB_TOKEN"        # the variable holding the token; GITHUB_TOKEN, then GH_TOKEN
@@ -125,6 +131,9 @@ pub struct Config {
     /// Settings by model name; they apply whenever that model is named, on top of `[model]`'s.
     #[serde(default)]
     pub models: std::collections::BTreeMap<String, orchestrator_types::ModelSettings>,
+    /// Limits on model servers by name, shared by every daemon on the store (docs/flow-control.md).
+    #[serde(default)]
+    pub model_servers: std::collections::BTreeMap<String, ModelServerConfig>,
     #[serde(default)]
     pub github: GithubConfig,
     #[serde(default)]
@@ -684,6 +693,59 @@ impl GithubConfig {
             return Err("github.poll_interval_secs must be at least 1".to_owned());
         }
         Ok(())
+    }
+}
+
+/// `[model_servers.NAME]`: what one model server takes, whichever tasks and daemons call it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelServerConfig {
+    /// Requests to this base URL are paced.
+    pub base_url: String,
+    /// The most requests in flight at once (a llama.cpp server's `--parallel` slots).
+    pub max_in_flight: Option<u32>,
+    pub requests_per_minute: Option<u32>,
+    /// Prompt estimates plus replies' limits, settled with the usage the server reports.
+    pub tokens_per_minute: Option<u64>,
+}
+
+impl Config {
+    /// The paced servers of `[model_servers]`, checked: a base URL each, no limit of 0, no base
+    /// URL named twice.
+    pub fn paced_servers(&self) -> anyhow::Result<Vec<orchestrator_worker::model::PacedServer>> {
+        let mut servers: Vec<orchestrator_worker::model::PacedServer> = Vec::new();
+        for (name, server) in &self.model_servers {
+            let base_url = server.base_url.trim().trim_end_matches('/').to_owned();
+            if base_url.is_empty() {
+                anyhow::bail!(
+                    "[model_servers.{name}]: base_url is empty; name the server's URL, as [model] base_url does"
+                );
+            }
+            if server.max_in_flight == Some(0)
+                || server.requests_per_minute == Some(0)
+                || server.tokens_per_minute == Some(0)
+            {
+                anyhow::bail!(
+                    "[model_servers.{name}]: a limit of 0 would never send a request; leave the limit out for none"
+                );
+            }
+            if let Some(other) = servers.iter().find(|s| s.base_url == base_url) {
+                anyhow::bail!(
+                    "[model_servers.{name}] and [model_servers.{}] both name {base_url}; one server, one entry",
+                    other.name
+                );
+            }
+            servers.push(orchestrator_worker::model::PacedServer {
+                name: name.clone(),
+                base_url,
+                limits: orchestrator_store::ServerLimits {
+                    max_in_flight: server.max_in_flight,
+                    requests_per_minute: server.requests_per_minute,
+                    tokens_per_minute: server.tokens_per_minute,
+                },
+            });
+        }
+        Ok(servers)
     }
 }
 

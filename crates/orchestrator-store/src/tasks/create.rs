@@ -281,6 +281,14 @@ pub(crate) async fn insert_tasks(
         insert_events(tx, &events).await?;
         ids.extend(rows.into_iter().map(|(id,)| TaskId(id)));
     }
+    let rounds: Vec<(TaskId, &orchestrator_types::PullTarget)> = ids
+        .iter()
+        .zip(new)
+        .filter_map(|(id, task)| task.pull.as_ref().map(|pull| (*id, pull)))
+        .collect();
+    if !rounds.is_empty() {
+        crate::pulls::record_rounds(tx, &rounds, now).await?;
+    }
     Ok(ids)
 }
 

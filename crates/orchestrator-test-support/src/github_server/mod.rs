@@ -41,6 +41,8 @@ pub struct FakeComment {
     pub author: String,
     pub body: String,
     pub updated: bool,
+    /// When it was made, RFC 3339, as GitHub dates it.
+    pub created_at: String,
 }
 
 #[derive(Debug, Clone)]
@@ -339,6 +341,7 @@ impl FakeGitHub {
                 author: author.to_owned(),
                 body: body.to_owned(),
                 updated: false,
+                created_at: orchestrator_types::format_millis(orchestrator_types::now_millis()),
             });
             id
         })

@@ -355,6 +355,7 @@ fn route(
                 author: viewer,
                 body: text.to_owned(),
                 updated: false,
+                created_at: orchestrator_types::format_millis(orchestrator_types::now_millis()),
             };
             issue.comments.push(comment.clone());
             let number = issue.number;

@@ -70,8 +70,8 @@ pub(super) fn comment_json(repo: &str, number: u64, c: &FakeComment) -> Value {
         "body": c.body,
         "user": user_json(&c.author),
         "author_association": "CONTRIBUTOR",
-        "created_at": CREATED_AT,
-        "updated_at": CREATED_AT,
+        "created_at": c.created_at,
+        "updated_at": c.created_at,
     })
 }
 

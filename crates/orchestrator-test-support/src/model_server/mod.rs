@@ -133,6 +133,14 @@ pub struct Quirks {
     /// Ollama with a model file that sets `num_ctx N`: `GET /api/version` answers Ollama's
     /// version, and `POST /api/show` the model's parameters with `num_ctx N`.
     pub ollama_num_ctx: Option<u64>,
+    /// A server with this many parallel slots that answers 429 to a completion past them, as a
+    /// hosted API's concurrency limit and vLLM with a bounded queue do. A refused request never
+    /// reaches the handler; [`ScriptedModel::refusals`] counts it.
+    pub slots: Option<usize>,
+    /// The `Retry-After` (seconds) of those 429s; without it they carry none.
+    pub retry_after_secs: Option<u64>,
+    /// How long the server works over each completion before it answers, holding its slot.
+    pub latency_ms: u64,
 }
 
 impl Quirks {
@@ -145,6 +153,9 @@ impl Quirks {
             context_window: None,
             empty_streamed_tools: false,
             ollama_num_ctx: None,
+            slots: None,
+            retry_after_secs: None,
+            latency_ms: 0,
         }
     }
 
@@ -279,6 +290,11 @@ struct Shared {
     probes: Mutex<Vec<String>>,
     /// The models `GET /v1/models` lists; `None` answers it 404, as before it was set.
     models: Mutex<Option<Vec<String>>>,
+    /// Completions being worked on now, and the most there ever were at once.
+    in_flight: std::sync::atomic::AtomicUsize,
+    most_in_flight: std::sync::atomic::AtomicUsize,
+    /// When each completion refused for want of a slot arrived.
+    refusals: Mutex<Vec<std::time::Instant>>,
 }
 
 /// The tokens of the prefix `request` shares with `previous`: the tools when they are the same
@@ -380,6 +396,9 @@ impl ScriptedModel {
             oversized: std::sync::atomic::AtomicUsize::new(0),
             probes: Mutex::new(Vec::new()),
             models: Mutex::new(None),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            most_in_flight: std::sync::atomic::AtomicUsize::new(0),
+            refusals: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
@@ -451,6 +470,18 @@ impl ScriptedModel {
     pub fn list_models(&self, models: &[&str]) {
         *self.shared.models.lock().unwrap() =
             Some(models.iter().map(|m| (*m).to_owned()).collect());
+    }
+
+    /// The most completions the server ever worked on at once (refused ones not counted).
+    pub fn most_in_flight(&self) -> usize {
+        self.shared
+            .most_in_flight
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// When each completion refused with 429 for want of a slot arrived (the `slots` quirk).
+    pub fn refusals(&self) -> Vec<std::time::Instant> {
+        self.shared.refusals.lock().unwrap().clone()
     }
 
     /// `METHOD /path` of every request to another path than `/v1/chat/completions` (discovery of
@@ -553,7 +584,34 @@ async fn completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    use std::sync::atomic::Ordering::SeqCst;
     let arrived_at = std::time::Instant::now();
+    let now = shared.in_flight.fetch_add(1, SeqCst) + 1;
+    // Held until the answer is made, however the handler ends.
+    struct Leaving<'a>(&'a std::sync::atomic::AtomicUsize);
+    impl Drop for Leaving<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let _leaving = Leaving(&shared.in_flight);
+    if shared.quirks.slots.is_some_and(|slots| now > slots) {
+        shared.refusals.lock().unwrap().push(arrived_at);
+        let mut response = json_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            error_body("all slots are busy, try again later", "rate_limit_exceeded"),
+        );
+        if let Some(secs) = shared.quirks.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, secs.to_string().parse().unwrap());
+        }
+        return response;
+    }
+    shared.most_in_flight.fetch_max(now, SeqCst);
+    if shared.quirks.latency_ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(shared.quirks.latency_ms)).await;
+    }
     let (index, response) = complete(&shared, &headers, &body, arrived_at).await;
     if let Some(index) = index {
         let mut handling = shared.handling.lock().unwrap();

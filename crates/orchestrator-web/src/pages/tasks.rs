@@ -419,6 +419,7 @@ pub(crate) async fn read(
         web.store.events_of_kind(id, EventKind::GithubWrite),
         web.store.live_logs(id),
         crate::logs::entries(&web.store, id),
+        web.store.pull_chains(id),
     );
     let (
         task,
@@ -434,6 +435,7 @@ pub(crate) async fn read(
         writes,
         live_logs,
         logs,
+        chains,
     ) = match found {
         Ok(found) => found,
         Err(e) => return store_error(e),
@@ -451,13 +453,20 @@ pub(crate) async fn read(
     };
     let running = running_gates(&events, &live_logs, task.attempt);
     // Where it can run, and while it is queued, whether some live worker can run it.
-    let waiting_for = if task.state == TaskState::Queued {
-        web.store
+    let waiting_for = match task.state {
+        TaskState::Queued => web
+            .store
             .unmet_requirements(&task.requires)
             .await
+            .unwrap_or_default(),
+        // A request of the agent waits for its model server's slot.
+        TaskState::Running => web
+            .store
+            .model_wait_of(task.id)
+            .await
             .unwrap_or_default()
-    } else {
-        None
+            .map(|w| w.describe(orchestrator_types::now_millis())),
+        _ => None,
     };
     // Shell jobs, terminals and background jobs: a panel follows each that runs, and each links
     // to its log view.
@@ -511,6 +520,27 @@ pub(crate) async fn read(
                 p {
                     @if !task.state.is_terminal() { a data-action="cancel" href=(format!("/tasks/{}/cancel", task.id.0)) { "Cancel…" } " " }
                     @if matches!(task.state, TaskState::Failed | TaskState::Canceled) { a href=(format!("/tasks/{}/retry", task.id.0)) { "Retry…" } }
+                }
+            }
+        }
+        // The pull request's tasks together: the one that opened it, then each round.
+        @for chain in &chains {
+            h2 { "Pull request " (chain.pull) }
+            table data-pull-chain=(chain.pull) {
+                thead { tr { th { "task" } th { "on it" } th { "state" } th { "title" } th { "made by" } } }
+                tbody {
+                    @for (what, t) in chain.steps() {
+                        tr data-chain-task=(t.task.id.0) {
+                            td {
+                                @if t.task.id == task.id { strong { (t.task.id.0) } " (this task)" }
+                                @else { a href=(format!("/tasks/{}", t.task.id.0)) { (t.task.id.0) } }
+                            }
+                            td { (what) }
+                            td { span class=(state_class(t.task.state.as_str())) { (t.task.state.as_str()) } }
+                            td { (t.task.title) }
+                            td.muted { (t.task.origin.as_deref().unwrap_or("")) }
+                        }
+                    }
                 }
             }
         }

@@ -156,7 +156,9 @@ pub async fn run_agent(
         ));
     };
     let client = match ModelClient::new(&spec, ctx.agent.client.clone()) {
-        Ok(client) => client.with_cache_key(format!("orchestrator-task-{}", task.id)),
+        Ok(client) => client
+            .with_cache_key(format!("orchestrator-task-{}", task.id))
+            .for_task(task.id),
         Err(e) => return Ok(AgentEnd::Failed(e.to_string())),
     };
     let profile: Profile = match task.agent.profile.parse() {

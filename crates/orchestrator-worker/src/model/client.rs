@@ -20,6 +20,8 @@ pub struct ModelClient {
     pub(super) config: ClientConfig,
     /// `prompt_cache_key` for providers that take it: one per task, so its requests share a cache.
     pub(super) cache_key: Option<String>,
+    /// The task the requests are for, named where they wait for a paced server.
+    pub(super) task: Option<orchestrator_types::TaskId>,
 }
 
 impl fmt::Debug for ModelClient {
@@ -114,12 +116,19 @@ impl ModelClient {
             authorization,
             config,
             cache_key: None,
+            task: None,
         })
     }
 
     /// This client with a `prompt_cache_key`, sent where the provider takes one.
     pub fn with_cache_key(mut self, key: impl Into<String>) -> Self {
         self.cache_key = Some(key.into());
+        self
+    }
+
+    /// This client for `task`'s requests: a paced server's line names it.
+    pub fn for_task(mut self, task: orchestrator_types::TaskId) -> Self {
+        self.task = Some(task);
         self
     }
 
@@ -162,8 +171,62 @@ impl ModelClient {
         let mut unstreamed_after_empty = false;
         let started = Instant::now();
         let mut attempt: u32 = 1;
+        // Waits for a paced server's slot are not the model's time, and its pushbacks are shared
+        // waits rather than retries of this request.
+        let paced = self
+            .config
+            .pacing
+            .as_ref()
+            .and_then(|p| p.server(&self.base_url).map(|s| (p, s)));
+        let mut waited = Duration::ZERO;
+        let mut throttled: u32 = 0;
         loop {
-            let failure = match self.attempt(&body, stream, deltas).await {
+            let permit = match paced {
+                Some((pacing, server)) => {
+                    let tokens = (body.len() as u64).div_ceil(4)
+                        + self
+                            .config
+                            .max_output_tokens
+                            .unwrap_or(DEFAULT_REPLY_ESTIMATE);
+                    let model = &self.model;
+                    let permit = pacing
+                        .acquire(server, self.task, tokens, |wait| {
+                            tracing::info!(
+                                model = %model,
+                                "{}",
+                                wait.describe(orchestrator_types::now_millis())
+                            );
+                        })
+                        .await
+                        .map_err(|e| {
+                            ModelError::Connect(format!(
+                                "cannot take a slot of the model server {} from the store: {e}",
+                                server.name
+                            ))
+                        })?;
+                    waited += permit.waited;
+                    Some(permit)
+                }
+                None => None,
+            };
+            let answer = self.attempt(&body, stream, deltas).await;
+            if let (Some((pacing, server)), Some(permit)) = (paced, permit) {
+                let end = match &answer {
+                    Ok(reply) => orchestrator_store::SlotEnd::Answered {
+                        tokens: reply.usage.map(|u| u.prompt_tokens + u.completion_tokens),
+                    },
+                    Err(failure) if failure.error.is_pushback() => {
+                        orchestrator_store::SlotEnd::Throttled {
+                            retry_after_ms: failure
+                                .retry_after
+                                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                        }
+                    }
+                    Err(_) => orchestrator_store::SlotEnd::Failed,
+                };
+                pacing.release(server, permit, end).await;
+            }
+            let failure = match answer {
                 Ok(mut reply) => {
                     if unstreamed_after_empty {
                         servers.stop_streaming(&self.base_url, with_tools);
@@ -176,7 +239,8 @@ impl ModelClient {
                         );
                     }
                     reply.attempts = attempt;
-                    reply.elapsed = started.elapsed();
+                    reply.elapsed = started.elapsed().saturating_sub(waited);
+                    reply.waited = waited;
                     return Ok(reply);
                 }
                 Err(failure) => failure,
@@ -197,7 +261,14 @@ impl ModelClient {
                 ),
                 _ => failure,
             };
-            if !failure.error.is_retryable() || attempt > self.config.max_retries {
+            if paced.is_some() && failure.error.is_pushback() && throttled < MAX_PACED_PUSHBACKS {
+                // The server's pushback is every task's wait on it, which the next slot waits
+                // out; it is not this request's failure.
+                throttled += 1;
+                attempt += 1;
+                continue;
+            }
+            if !failure.error.is_retryable() || attempt > self.config.max_retries + throttled {
                 return Err(failure.error);
             }
             let delay = retry_delay(

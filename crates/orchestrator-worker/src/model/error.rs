@@ -76,6 +76,19 @@ impl ModelError {
         }
     }
 
+    /// Whether the server pushed back on its load rather than failed the request: a 429, or a
+    /// 503 or 529 (overloaded). A paced server makes every task wait for it together.
+    pub fn is_pushback(&self) -> bool {
+        matches!(
+            self,
+            ModelError::RateLimited { .. }
+                | ModelError::Server {
+                    status: 503 | 529,
+                    ..
+                }
+        )
+    }
+
     /// One word for the kind of failure, for retry events and task errors.
     pub fn cause(&self) -> &'static str {
         match self {

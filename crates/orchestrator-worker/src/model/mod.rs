@@ -36,6 +36,7 @@ mod client;
 mod error;
 mod sse;
 pub use sse::{SseEvent, SseParser};
+mod pacing;
 mod servers;
 mod stream;
 mod window;
@@ -51,6 +52,7 @@ pub use error::ModelError;
 )]
 use error::*;
 use error::{is_about_the_request, is_overflow};
+pub use pacing::{PacedServer, Pacing, Permit};
 pub use servers::KnownServers;
 use stream::*;
 
@@ -81,6 +83,11 @@ const BACKOFF_JITTER: f64 = 0.2;
 /// How much of an error body is read: enough for any provider's error object, bounded so a server
 /// that answers an error with an endless body cannot hold the worker.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+/// The reply's share of a paced request's tokens when the request names no `max_tokens`.
+const DEFAULT_REPLY_ESTIMATE: u64 = 1024;
+/// A paced server's pushbacks one request rides out (each a shared wait, doubling to a minute)
+/// before it fails: about an hour of a server that keeps refusing.
+const MAX_PACED_PUSHBACKS: u32 = 64;
 /// Provider messages are cut to this many characters in our errors; they end up in task events.
 const MAX_PROVIDER_MESSAGE_CHARS: usize = 2000;
 
@@ -113,6 +120,8 @@ pub struct ClientConfig {
     pub images: bool,
     /// What the daemon learnt about the servers, shared by every clone of this configuration.
     pub servers: KnownServers,
+    /// Limits on the configured servers, shared through the store with every daemon on it.
+    pub pacing: Option<Pacing>,
 }
 
 impl Default for ClientConfig {
@@ -131,6 +140,7 @@ impl Default for ClientConfig {
             auto_compact: true,
             images: false,
             servers: KnownServers::default(),
+            pacing: None,
         }
     }
 }
@@ -280,8 +290,11 @@ pub struct ModelReply {
     pub finish_reason: Option<String>,
     /// Attempts made, 1 when the first one succeeded.
     pub attempts: u32,
-    /// From the start of the first attempt to the end of the last, backoff included.
+    /// From the start of the first attempt to the end of the last, backoff included, the waits
+    /// for a paced server's slot left out.
     pub elapsed: Duration,
+    /// How long the request waited for a paced server's slot.
+    pub waited: Duration,
 }
 
 #[cfg(test)]

@@ -50,6 +50,7 @@ impl Assembler {
             finish_reason: self.finish_reason,
             attempts: 0,
             elapsed: Duration::ZERO,
+            waited: Duration::ZERO,
         })
     }
 }

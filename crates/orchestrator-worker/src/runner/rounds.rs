@@ -301,6 +301,12 @@ async fn round_context(
         repo: repo.clone(),
         number: target.number,
     };
+    // The pull request's rounds are listed together with the task that opened it.
+    if let Some(opener) = opening_task(store, target, head, identity).await? {
+        store
+            .record_pull_opener(&target.repo, target.number, opener)
+            .await?;
+    }
     let mut text = String::new();
     if let Some(number) = head.body.as_deref().and_then(fixed_issue) {
         let issue = IssueRef { repo, number };
@@ -321,8 +327,17 @@ async fn round_context(
         text.push('\n');
     }
     let bot = github.viewer().await?;
-    let feedback =
-        review_feedback(github, &pull, &head.head, &bot, &reply_marker(identity)).await?;
+    // Comments that ask the bot are read from when the previous task on the pull request started:
+    // those before were that task's to read.
+    let since = store
+        .pull_tasks(&target.repo, target.number)
+        .await?
+        .iter()
+        .filter(|t| t.task.id < task.id)
+        .filter_map(|t| t.task.started_at)
+        .max();
+    let marker = reply_marker(identity);
+    let feedback = review_feedback(github, &pull, &head.head, &bot, &marker, since).await?;
     if feedback.any {
         text.push_str(&feedback.context.keep(store, Some(task.id)).await?);
     }
@@ -340,6 +355,58 @@ fn fixed_issue(body: &str) -> Option<u64> {
         let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
         digits.parse().ok().filter(|n| *n > 0)
     })
+}
+
+/// Whether `repo#number` is the pull request `target`.
+fn same_pull(target: &PullTarget, repo: &str, number: Option<u64>) -> bool {
+    repo.eq_ignore_ascii_case(&target.repo) && number == Some(target.number)
+}
+
+/// The task that opened the pull request: its body's marker names the attempt, and the store
+/// must record that attempt's task opening this very pull request (a body is written by whoever
+/// can edit it).
+async fn opening_task(
+    store: &Store,
+    target: &PullTarget,
+    head: &PullHead,
+    identity: &str,
+) -> orchestrator_store::Result<Option<orchestrator_types::TaskId>> {
+    let Some(body) = head.body.as_deref() else {
+        return Ok(None);
+    };
+    let tail = format!(" store:{identity} -->");
+    let marked = body
+        .match_indices("<!-- orchestrator:pr-attempt-")
+        .find_map(|(at, marker)| {
+            let rest = &body[at + marker.len()..];
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            rest[digits..]
+                .starts_with(&tail)
+                .then(|| rest[..digits].parse::<i64>().ok())
+                .flatten()
+        });
+    let Some(attempt) = marked else {
+        return Ok(None);
+    };
+    let attempt = match store.attempt(attempt).await {
+        Ok(attempt) => attempt,
+        Err(orchestrator_store::Error::AttemptNotFound(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let opened = store
+        .events_of_kind(attempt.task_id, EventKind::GithubWrite)
+        .await?
+        .iter()
+        .any(|e| {
+            e.data["action"] == "pr_opened"
+                && e.data["attempt"].as_i64() == Some(attempt.id)
+                && same_pull(
+                    target,
+                    e.data["repo"].as_str().unwrap_or(""),
+                    e.data["number"].as_u64(),
+                )
+        });
+    Ok(opened.then_some(attempt.task_id))
 }
 
 /// The final answer of the task that made the branch's head: a round's (its commit's message
@@ -363,60 +430,23 @@ async fn previous_answer(
             .then(|| id.parse::<i64>().ok())
             .flatten()
     });
-    let from_marker = || {
-        let body = head.body.as_deref()?;
-        let tail = format!(" store:{identity} -->");
-        body.match_indices("<!-- orchestrator:pr-attempt-")
-            .find_map(|(at, marker)| {
-                let rest = &body[at + marker.len()..];
-                let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-                rest[digits..]
-                    .starts_with(&tail)
-                    .then(|| rest[..digits].parse::<i64>().ok())
-                    .flatten()
-            })
-    };
     // The task must be one of this pull request's, as the store records it: a commit message and
     // a body are written by whoever can push or edit, and must not lead a round to another task's
     // answer.
-    let same_pull = |repo: &str, number: Option<u64>| {
-        repo.eq_ignore_ascii_case(&target.repo) && number == Some(target.number)
-    };
     let task = match from_commit {
         Some(id) => match store.get_task(orchestrator_types::TaskId(id)).await {
             Ok(found)
                 if found
                     .pull
                     .as_ref()
-                    .is_some_and(|p| same_pull(&p.repo, Some(p.number))) =>
+                    .is_some_and(|p| same_pull(target, &p.repo, Some(p.number))) =>
             {
                 Some(found.id)
             }
             Ok(_) | Err(orchestrator_store::Error::TaskNotFound(_)) => None,
             Err(e) => return Err(e.into()),
         },
-        None => match from_marker() {
-            Some(attempt) => match store.attempt(attempt).await {
-                Ok(attempt) => {
-                    let opened = store
-                        .events_of_kind(attempt.task_id, EventKind::GithubWrite)
-                        .await?
-                        .iter()
-                        .any(|e| {
-                            e.data["action"] == "pr_opened"
-                                && e.data["attempt"].as_i64() == Some(attempt.id)
-                                && same_pull(
-                                    e.data["repo"].as_str().unwrap_or(""),
-                                    e.data["number"].as_u64(),
-                                )
-                        });
-                    opened.then_some(attempt.task_id)
-                }
-                Err(orchestrator_store::Error::AttemptNotFound(_)) => None,
-                Err(e) => return Err(e.into()),
-            },
-            None => None,
-        },
+        None => opening_task(store, target, head, identity).await?,
     };
     let Some(task) = task else {
         return Ok(None);

@@ -19,6 +19,7 @@ mod notify;
 mod run;
 mod sandbox;
 mod serve;
+mod status;
 mod task;
 mod task_logs;
 mod task_read;
@@ -135,6 +136,8 @@ pub enum Command {
     /// Notifications: the outbox `serve` sends from, and a test message to a sink.
     #[command(subcommand)]
     Notify(notify::NotifyCommand),
+    /// The store at a glance: tasks by state, live workers, each model server's slots and waits.
+    Status(status::StatusArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -156,6 +159,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Man(args) => man::run(&args),
         Command::Doctor(args) => doctor::run(&global, args).await,
         Command::Notify(command) => notify::run(&global, command).await,
+        Command::Status(args) => status::run(&global, args).await,
     }
 }
 

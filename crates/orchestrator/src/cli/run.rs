@@ -78,6 +78,15 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     config.agent.lsp_servers = file_config.lsp_servers();
     config.agent.roles = std::sync::Arc::new(file_config.agent_roles.clone());
     config.sandbox = global.tracked_sandbox(&file_config, "orchestrator run")?;
+    // A run's requests count against the servers' limits with every daemon's.
+    let paced = file_config.paced_servers()?;
+    if !paced.is_empty() {
+        config.agent.client.pacing = Some(orchestrator_worker::model::Pacing::new(
+            store.clone(),
+            config.worker_id.clone(),
+            paced,
+        ));
+    }
     // Set while streamed text on stderr has not ended its line; whoever prints next ends it.
     let mid_line = Arc::new(AtomicBool::new(false));
     let deltas = (!args.json).then(|| tokio::spawn(print_deltas(live_rx, mid_line.clone())));

@@ -100,6 +100,14 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     // per task instead (`task create --model`).
     pool.agent.default_model =
         super::agent_flags::AgentFlags::default().configured_model(&file_config)?;
+    let paced = file_config.paced_servers()?;
+    if !paced.is_empty() {
+        pool.agent.client.pacing = Some(orchestrator_worker::model::Pacing::new(
+            store.clone(),
+            pool.worker_id.clone(),
+            paced,
+        ));
+    }
     pool.slots = args.workers;
     pool.queues = args.queues.clone();
     for label in &args.labels {

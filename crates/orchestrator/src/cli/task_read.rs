@@ -9,8 +9,8 @@ use super::task::{IdArgs, parse_id};
 use super::views::TaskView;
 use crate::output;
 use orchestrator_store::{
-    Approval, ApprovalFilter, ChecklistItem, SavedMessage, ShellJob, Store, Task, ToolCallRecord,
-    approval_status,
+    Approval, ApprovalFilter, ChecklistItem, PullChain, SavedMessage, ShellJob, Store, Task,
+    ToolCallRecord, approval_status,
 };
 use orchestrator_types::{EventKind, Role, TaskEvent, format_millis};
 use serde::Serialize;
@@ -31,6 +31,8 @@ struct Report {
     github_writes: Vec<TaskEvent>,
     /// The steps of its work on a pull request (`pull_round` events).
     rounds: Vec<TaskEvent>,
+    /// Each pull request it opened or worked on, with every task recorded on it.
+    chains: Vec<PullChain>,
     /// The context window and its use, for an agent task that has asked its model anything.
     context: Option<ContextView>,
 }
@@ -173,6 +175,7 @@ impl Report {
             children: store.children(id).await?,
             github_writes: store.events_of_kind(id, EventKind::GithubWrite).await?,
             rounds: store.events_of_kind(id, EventKind::PullRound).await?,
+            chains: store.pull_chains(id).await?,
             context: ContextView::load(store, id).await?,
             task,
         })
@@ -255,6 +258,28 @@ impl Report {
                 serde_json::json!({"target": pull, "steps": steps}),
             );
         }
+        let chains: Vec<serde_json::Value> = self
+            .chains
+            .iter()
+            .map(|chain| {
+                let tasks: Vec<serde_json::Value> = chain
+                    .tasks
+                    .iter()
+                    .map(|t| {
+                        serde_json::json!({
+                            "id": t.task.id.0,
+                            "role": t.role,
+                            "state": t.task.state.as_str(),
+                            "title": t.task.title,
+                            "origin": t.task.origin,
+                            "created_at": format_millis(t.task.created_at),
+                        })
+                    })
+                    .collect();
+                serde_json::json!({"pull": chain.pull, "tasks": tasks})
+            })
+            .collect();
+        fields.insert("pull_chains".into(), chains.into());
         fields.insert("context".into(), serde_json::to_value(&self.context)?);
         Ok(object)
     }
@@ -377,6 +402,7 @@ impl Report {
         self.print_shell_jobs()?;
         self.print_gates()?;
         self.print_pull();
+        self.print_chains();
         self.print_github_writes();
         self.print_pending()?;
         Ok(())
@@ -432,6 +458,34 @@ impl Report {
         for event in &self.rounds {
             let words = orchestrator_types::describe(&event.kind, &event.data);
             output::say!("  {}  {}", format_millis(event.at), words.text);
+        }
+    }
+
+    /// Each pull request the task opened or worked on, with all the tasks on it in order: the one
+    /// that opened it, then each round.
+    fn print_chains(&self) {
+        for chain in &self.chains {
+            output::say!();
+            output::say!(
+                "tasks on pull request {}: {}",
+                chain.pull,
+                chain.tasks.len()
+            );
+            for (what, t) in chain.steps() {
+                output::say!(
+                    "  {}{:<6} {:<10} {:<9} {}{}",
+                    if t.task.id == self.task.id { "*" } else { " " },
+                    t.task.id.0,
+                    what,
+                    t.task.state.as_str(),
+                    t.task.title,
+                    t.task
+                        .origin
+                        .as_deref()
+                        .map(|o| format!("  ({o})"))
+                        .unwrap_or_default()
+                );
+            }
         }
     }
 

@@ -43,9 +43,13 @@ pub struct TaskView {
     /// What a worker must offer to run the task: labels, `host:<id>`, `shared:<dir>`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub requires: Vec<String>,
-    /// Why a queued task waits for a worker: no live worker offers what it requires.
+    /// Why a queued task waits for a worker (no live worker offers what it requires), or why a
+    /// running one waits for its model server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+    /// The wait for a model server, when a request of the running task waits for one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_wait: Option<orchestrator_store::ModelWait>,
 }
 
 /// A repository task's repository, as `task read` shows it.
@@ -113,6 +117,12 @@ impl TaskView {
         let mut view = TaskView::build(task, &records);
         if task.state == orchestrator_types::TaskState::Queued {
             view.waiting_for = store.unmet_requirements(&task.requires).await?;
+        }
+        if task.state == orchestrator_types::TaskState::Running
+            && let Some(wait) = store.model_wait_of(task.id).await?
+        {
+            view.waiting_for = Some(wait.describe(orchestrator_types::now_millis()));
+            view.model_wait = Some(wait);
         }
         if let Some(repository) = &mut view.repository {
             let prepared = store
@@ -197,6 +207,7 @@ impl TaskView {
             slot: task.slot_at.map(format_millis),
             requires: task.requires.clone(),
             waiting_for: None,
+            model_wait: None,
         }
     }
 }

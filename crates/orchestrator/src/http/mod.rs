@@ -159,10 +159,16 @@ async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response
         )
             .into_response();
     }
-    match state.store.count_by_state().await {
-        Ok(states) => (
+    let read = async {
+        let states = state.store.count_by_state().await?;
+        let servers = state.store.model_servers().await?;
+        Ok::<_, orchestrator_store::Error>((states, servers))
+    };
+    match read.await {
+        Ok((states, servers)) => (
             [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            state.metrics.render(&states),
+            state.metrics.render(&states)
+                + &orchestrator_worker::metrics::render_model_servers(&servers),
         )
             .into_response(),
         Err(e) => (

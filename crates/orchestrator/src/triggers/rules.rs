@@ -343,6 +343,7 @@ pub(super) fn task_of(
         // A round on the pull request: later deliveries about it join this task while it waits.
         task.pull = Some(pull.clone());
         task.join = Some(counted_key(rule, pull));
+        task.join_limit = Some(rule.max_rounds);
         let wait = i64::try_from(rule.join_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
         task.run_after = Some(orchestrator_types::now_millis().saturating_add(wait));
     }

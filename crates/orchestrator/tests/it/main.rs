@@ -16,6 +16,7 @@ mod crash;
 mod doctor;
 mod drain;
 mod first_hour;
+mod flow;
 mod follow;
 mod gates;
 mod github;

@@ -609,12 +609,15 @@ fn a_mention_asks_again_after_the_last_round(env: Env) {
     // Past it: nothing, and a word that the agent stopped.
     let row = review("d-2", "And now?");
     assert_eq!(row["status"], "ignored", "{row}");
-    // A writer asks again with a mention on the pull request: the count starts again.
+    // A writer asks again with a mention on the pull request: the count starts again. An older
+    // mention, made before the last round started, was that round's to read.
+    let asked = "@orchestrator-bot please also update the docs";
+    let comment = round.fake.add_comment(REPO, round.number, "alice", asked);
     let mention = json!({
         "action": "created",
-        "comment": {"id": 5005, "body": "@orchestrator-bot please look again",
+        "comment": {"id": comment, "body": asked,
                     "user": {"login": "alice"},
-                    "html_url": format!("https://github.com/{REPO}/pull/{}#issuecomment-5005", round.number)},
+                    "html_url": format!("https://github.com/{REPO}/pull/{}#issuecomment-{comment}", round.number)},
         "issue": {"number": round.number, "title": "fix #7",
                   "html_url": format!("https://github.com/{REPO}/pull/{}", round.number),
                   "pull_request": {"url": "https://api.github.com/pulls"}},
@@ -627,6 +630,18 @@ fn a_mention_asks_again_after_the_last_round(env: Env) {
     assert_ne!(again, first);
     let task = round.finished(again, &serve);
     assert_eq!(task["state"], "succeeded", "{task}\n{}", serve.log());
+    // The round was asked what the mention asks, as untrusted text; the first round was not.
+    let asked_in =
+        |request: &serde_json::Value| request.to_string().contains("also update the docs");
+    let requests = model.requests();
+    assert!(
+        requests.iter().any(asked_in),
+        "no request carried the mention"
+    );
+    assert!(
+        !asked_in(&requests[0]),
+        "the first round cannot have read a later comment"
+    );
     let stopped = round
         .fake
         .comments(REPO, round.number)

@@ -358,6 +358,35 @@ fn review_loop(env: Env) {
         origin.contains(&format!("pullrequestreview-{review}")),
         "{origin}"
     );
+    // The pull request's tasks are listed together on each of them: the task that opened it,
+    // then the round, in the CLI and on the page, which links the others.
+    let pull_key = format!("{}#{number}", REPO.to_ascii_lowercase());
+    for id in [first, round] {
+        let read: Value = env.json(&["task", "read", &id.to_string(), "--json"]);
+        let chain = &read["pull_chains"][0];
+        assert_eq!(chain["pull"], pull_key.as_str(), "{read}");
+        let listed: Vec<(i64, &str)> = chain["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["id"].as_i64().unwrap(), t["role"].as_str().unwrap()))
+            .collect();
+        assert_eq!(listed, [(first, "opened"), (round, "round")], "{read}");
+    }
+    let out = env.run(&["task", "read", &first.to_string()]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("tasks on pull request {pull_key}: 2")),
+        "{text}"
+    );
+    let (status, page) = crate::support::page_get(&serve, &format!("/tasks/{first}"));
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(&format!("data-pull-chain=\"{pull_key}\"")),
+        "{page}"
+    );
+    assert!(page.contains(&format!("href=\"/tasks/{round}\"")), "{page}");
 
     // Past the last round allowed: one comment says the agent stopped, and no task is made, for
     // this review and the next.

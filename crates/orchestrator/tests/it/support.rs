@@ -321,6 +321,49 @@ pub fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
     (status, body)
 }
 
+/// A dashboard page as a logged-in browser reads it: a login with the daemon's token, then a GET
+/// with the session's cookie. Returns the status code and the body.
+pub fn page_get(serve: &Serve, path: &str) -> (u16, String) {
+    let addr = &serve.addr;
+    let form = format!("token={}", serve.token());
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "POST /login HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{form}",
+        form.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let cookie = response
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("set-cookie")
+                .then(|| value.trim().split(';').next().unwrap_or("").to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session cookie from the login: {response}"));
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
 /// A POST with extra headers over a plain TCP connection; returns the status code and the body.
 pub fn http_post(addr: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();

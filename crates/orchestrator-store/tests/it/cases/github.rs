@@ -770,3 +770,128 @@ pub async fn deliveries_about_one_issue_wait_for_the_earlier_ones_retry_or_end(d
         DeliveryClaim::Fresh
     ));
 }
+
+/// A round on pull request acme/widgets#5 that deliveries join, at most `limit` made.
+fn round_task(limit: u32) -> NewTask {
+    let mut task = NewTask::new("address the review");
+    task.join = Some("pull-round:acme/widgets#5|reviews".into());
+    task.join_limit = Some(limit);
+    task.pull = Some(orchestrator_types::PullTarget::parse("Acme/Widgets#5").unwrap());
+    task.repository = Some(orchestrator_types::RepositoryRef {
+        url: "https://github.com/acme/widgets.git".into(),
+        git_ref: None,
+        name: None,
+    });
+    task.gates
+        .push(orchestrator_types::GateSpec::from_command("cargo test"));
+    task
+}
+
+/// Starts one queued round, as a daemon that makes repositories' workspaces does.
+async fn start_one(store: &Store) -> usize {
+    let offers = [orchestrator_types::placement::REPOSITORY_WORD.to_owned()];
+    store
+        .claim_offering("w", &queues(), &offers, 1, LEASE)
+        .await
+        .unwrap()
+        .len()
+}
+
+/// Claims and completes delivery `id` with `tasks`, as one daemon's processor does.
+async fn deliver(store: Store, id: String, tasks: Vec<NewTask>) -> Vec<TaskId> {
+    assert_eq!(
+        store.claim_delivery(&webhook(&id), STALE).await.unwrap(),
+        DeliveryClaim::Fresh
+    );
+    store.complete_delivery(&id, 1, &tasks).await.unwrap()
+}
+
+pub async fn deliveries_that_join_make_one_task_and_stop_at_the_limit(db: &TestStore) {
+    let store = db.store.clone();
+    // Eight deliveries about one pull request committing at once (several daemons) join one
+    // task: none may find the key empty after another made its task.
+    let burst: Vec<_> = (0..8)
+        .map(|n| {
+            tokio::spawn(deliver(
+                store.clone(),
+                format!("review-{n}"),
+                vec![round_task(2)],
+            ))
+        })
+        .collect();
+    let mut made = HashSet::new();
+    for delivery in burst {
+        made.extend(delivery.await.unwrap());
+    }
+    assert_eq!(made.len(), 1, "one round for the burst: {made:?}");
+    let first = *made.iter().next().unwrap();
+    assert_eq!(task_count(&store).await, 1);
+    // Started, it takes no more deliveries: the next one makes the second round.
+    assert_eq!(start_one(&store).await, 1);
+    let second = deliver(store.clone(), "review-8".into(), vec![round_task(2)]).await;
+    assert_eq!(second.len(), 1);
+    assert_ne!(second[0], first);
+    assert_eq!(start_one(&store).await, 1);
+    // Past the limit, concurrent deliveries make nothing, and say why.
+    let late: Vec<_> = (9..13)
+        .map(|n| {
+            tokio::spawn(deliver(
+                store.clone(),
+                format!("review-{n}"),
+                vec![round_task(2)],
+            ))
+        })
+        .collect();
+    for delivery in late {
+        assert!(delivery.await.unwrap().is_empty());
+    }
+    assert_eq!(task_count(&store).await, 2);
+    let row = store.delivery("review-9").await.unwrap().unwrap();
+    assert_eq!(row.status, delivery_status::IGNORED);
+    assert!(
+        row.detail.as_deref().unwrap_or("").contains("max_rounds"),
+        "{:?}",
+        row.detail
+    );
+    // A person asking again starts the count over.
+    store
+        .reset_rounds(&["pull-round:acme/widgets#5|reviews"])
+        .await
+        .unwrap();
+    let third = deliver(store.clone(), "review-13".into(), vec![round_task(2)]).await;
+    assert_eq!(third.len(), 1);
+
+    // The pull request's tasks are listed together, whatever the repository's case, with the
+    // task that opened it once recorded (twice is once).
+    let opener = store
+        .create_task(&NewTask::new("fix issue 4"))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        store
+            .record_pull_opener("acme/WIDGETS", 5, opener)
+            .await
+            .unwrap();
+    }
+    let chain = store.pull_tasks("ACME/widgets", 5).await.unwrap();
+    let listed: Vec<(TaskId, &str)> = chain.iter().map(|t| (t.task.id, t.role.as_str())).collect();
+    let mut expected = vec![
+        (first, "round"),
+        (second[0], "round"),
+        (third[0], "round"),
+        (opener, "opened"),
+    ];
+    expected.sort();
+    assert_eq!(listed, expected);
+    assert_eq!(
+        store.pulls_of_task(opener).await.unwrap(),
+        ["acme/widgets#5"]
+    );
+    assert!(
+        store
+            .pull_tasks("acme/widgets", 6)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -1,0 +1,307 @@
+//! Flow control on a model server: limits shared by every daemon on the store, one wait for every
+//! task when the server pushes back, a limit that finds a server's real capacity, and a wait that
+//! says what it waits for. The model server is the scripted one, with parallel slots that answer
+//! 429 past them and a latency per request; it counts what it saw in flight.
+
+use crate::support::{Env, Serve, http_get, page_get, wait_for};
+use orchestrator_test_support::model_server::{Quirks, Reply, Request, ScriptedModel, call};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// Two turns per task: read a file, then answer.
+fn two_turns(request: &Request) -> Reply {
+    match request.assistant_turns() {
+        0 => Reply::ToolCalls(vec![call("read_file", json!({"path": "notes.txt"}))]),
+        _ => Reply::Text("read it".into()),
+    }
+}
+
+fn model(quirks: Quirks) -> ScriptedModel {
+    ScriptedModel::start_blocking_with(quirks, two_turns)
+}
+
+/// The config of a home whose tasks use `model`, paced as `limits` (TOML lines) say.
+fn configure(env: &Env, model: &ScriptedModel, limits: &str) {
+    std::fs::write(
+        env.home().join("config.toml"),
+        format!(
+            "[model]\nbase_url = \"{}\"\nmodel = \"scripted\"\n\n\
+             [model_servers.local]\nbase_url = \"{}/\"\n{limits}\n",
+            model.base_url(),
+            model.base_url()
+        ),
+    )
+    .unwrap();
+}
+
+/// `n` agent tasks that read the workspace's notes.
+fn create_tasks(env: &Env, n: usize) -> Vec<i64> {
+    (0..n).map(|i| create_task(env, i, &[])).collect()
+}
+
+/// Agent task `i`, which reads the workspace's notes, with `extra` flags.
+fn create_task(env: &Env, i: usize, extra: &[&str]) -> i64 {
+    let ws = env.workspace();
+    std::fs::write(ws.join("notes.txt"), "a note\n").unwrap();
+    let ws = ws.display().to_string();
+    let title = format!("reader {i}");
+    let mut args = vec![
+        "task",
+        "create",
+        "--title",
+        &title,
+        "--prompt",
+        "Read the notes.",
+        "--profile",
+        "minimal",
+        "--workspace",
+        &ws,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    env.json(&args)["id"].as_i64().unwrap()
+}
+
+fn all_succeed(env: &Env, ids: &[i64], serves: &[&Serve]) {
+    for id in ids {
+        let task = env.wait_finished(*id);
+        let logs: Vec<String> = serves.iter().map(|s| s.log()).collect();
+        assert_eq!(
+            task["state"],
+            "succeeded",
+            "{task}\n{}",
+            logs.join("\n---\n")
+        );
+    }
+}
+
+/// When each completion arrived at the server, refused or not, in order.
+fn arrivals(model: &ScriptedModel) -> Vec<Instant> {
+    let mut all: Vec<Instant> = model.received().iter().map(|r| r.arrived_at).collect();
+    all.extend(model.refusals());
+    all.sort();
+    all
+}
+
+fn shared_limit_holds_across_daemons(env: Env) {
+    let model = model(Quirks {
+        latency_ms: 150,
+        ..Quirks::default()
+    });
+    let other = env.sibling();
+    for home in [&env, &other] {
+        configure(home, &model, "max_in_flight = 2");
+    }
+    // Half the tasks for each daemon, so both send requests at once.
+    let ids: Vec<i64> = (0..8)
+        .map(|i| create_task(&env, i, &["--require-label", ["one", "two"][i % 2]]))
+        .collect();
+    let first = env.serve(&["--workers", "4", "--label", "one"]);
+    let second = other.serve(&["--workers", "4", "--label", "two"]);
+    all_succeed(&env, &ids, &[&first, &second]);
+    assert_eq!(model.request_count(), 16);
+    assert!(
+        model.most_in_flight() <= 2,
+        "the server saw {} requests at once, over the shared limit of 2",
+        model.most_in_flight()
+    );
+}
+
+#[test]
+fn two_daemons_never_exceed_a_shared_in_flight_limit() {
+    shared_limit_holds_across_daemons(Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_daemons_never_exceed_a_shared_in_flight_limit_on_postgres() {
+    on_postgres(shared_limit_holds_across_daemons).await;
+}
+
+fn retry_after_holds_every_task(env: Env) {
+    // One real slot, two configured: of the first two requests one is refused, and the server
+    // asks for two seconds.
+    let model = model(Quirks {
+        slots: Some(1),
+        retry_after_secs: Some(2),
+        latency_ms: 1500,
+        ..Quirks::default()
+    });
+    configure(&env, &model, "max_in_flight = 2");
+    let ids = create_tasks(&env, 3);
+    let serve = env.serve(&["--workers", "3"]);
+    all_succeed(&env, &ids, &[&serve]);
+    let refusals = model.refusals();
+    assert!(!refusals.is_empty(), "the server never pushed back");
+    let first_refusal = refusals[0];
+    // The request refused was the second of the two in flight; no request arrived after it
+    // before its two seconds were up: every task waited them out, the refused one too.
+    let early: Vec<Duration> = arrivals(&model)
+        .into_iter()
+        .filter(|at| *at > first_refusal)
+        .map(|at| at - first_refusal)
+        .filter(|after| *after < Duration::from_millis(1950))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "requests arrived {early:?} after the 429 that asked for 2 s"
+    );
+    // Nothing failed for it, and the throttle is on record.
+    let status = env.json(&["status", "--json"]);
+    let server = status["model_servers"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["server"] == "local"))
+        .unwrap_or_else(|| panic!("no model server in {status}"));
+    assert!(server["throttled"].as_i64().unwrap() >= 1, "{server}");
+}
+
+#[test]
+fn a_429_with_retry_after_holds_every_task_on_the_server() {
+    retry_after_holds_every_task(Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_with_retry_after_holds_every_task_on_the_server_on_postgres() {
+    on_postgres(retry_after_holds_every_task).await;
+}
+
+fn half_the_capacity_fails_nothing(env: Env) {
+    // The server has half the slots the config says; it answers 429 without Retry-After.
+    let model = model(Quirks {
+        slots: Some(2),
+        latency_ms: 200,
+        ..Quirks::default()
+    });
+    configure(&env, &model, "max_in_flight = 4");
+    let ids = create_tasks(&env, 8);
+    let serve = env.serve(&["--workers", "8"]);
+    all_succeed(&env, &ids, &[&serve]);
+    assert!(!model.refusals().is_empty(), "the server never pushed back");
+    // The limit came down from the configured 4 when the server pushed back; it is exported.
+    let (status, metrics) = http_get(&serve.addr, "/metrics", Some(&serve.token()));
+    assert_eq!(status, 200);
+    let throttled = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("orchestrator_model_server_throttled_total{server=\"local\"} ")
+        })
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no throttle counter in {metrics}"));
+    assert!(throttled >= 1, "{metrics}");
+    assert!(
+        metrics.contains("orchestrator_model_server_limit{server=\"local\"} "),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_server_with_half_the_configured_capacity_fails_no_task() {
+    half_the_capacity_fails_nothing(Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_half_the_configured_capacity_fails_no_task_on_postgres() {
+    on_postgres(half_the_capacity_fails_nothing).await;
+}
+
+fn a_wait_says_why(env: Env) {
+    let model = model(Quirks {
+        latency_ms: 2000,
+        ..Quirks::default()
+    });
+    configure(&env, &model, "max_in_flight = 1");
+    let ids = create_tasks(&env, 3);
+    let serve = env.serve(&["--workers", "3"]);
+    // The API names the wait of a task whose request waits behind another.
+    let found = std::cell::RefCell::new(None::<(i64, Value)>);
+    wait_for(|| {
+        for id in &ids {
+            let (status, body) = http_get(
+                &serve.addr,
+                &format!("/api/v1/tasks/{id}"),
+                Some(&serve.token()),
+            );
+            assert_eq!(status, 200, "{body}");
+            let task: Value = serde_json::from_str(&body).unwrap();
+            if task["model_wait"]["ahead"] == 1 {
+                *found.borrow_mut() = Some((*id, task));
+                return true;
+            }
+        }
+        false
+    });
+    let (id, task) = found.into_inner().unwrap();
+    let why = task["waiting_for"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("waiting for the model server local: 1 of 1 slots in use, 1 request ahead"),
+        "{task}"
+    );
+    // The CLI and the page say the same while it waits (the last in line waits two turns).
+    let read = env.json(&["task", "read", &id.to_string(), "--json"]);
+    if read["state"] == "running" && read["model_wait"].is_object() {
+        assert_eq!(read["model_wait"]["server"], "local", "{read}");
+        assert!(
+            read["waiting_for"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("waiting for the model server local"),
+            "{read}"
+        );
+    } else {
+        panic!("the wait ended before the CLI read it: {read}");
+    }
+    let (status, page) = page_get(&serve, &format!("/tasks/{id}"));
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("waiting for the model server local"),
+        "{page}"
+    );
+    all_succeed(&env, &ids, &[&serve]);
+    assert_eq!(model.most_in_flight(), 1);
+    // Its wait did not count as the model's time.
+    for id in &ids {
+        let turns = env.json(&["task", "read", &id.to_string(), "--json"])["turns"].clone();
+        for turn in turns.as_array().unwrap() {
+            let model_ms = turn["model_ms"].as_i64().unwrap();
+            assert!(model_ms < 4000, "a turn counted its wait: {turn}");
+        }
+    }
+}
+
+#[test]
+fn a_task_waiting_for_a_slot_says_why() {
+    a_wait_says_why(Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_for_a_slot_says_why_on_postgres() {
+    on_postgres(a_wait_says_why).await;
+}
+
+#[test]
+fn bad_model_server_limits_are_refused_at_start() {
+    let env = Env::sqlite();
+    for (limits, says) in [
+        ("max_in_flight = 0", "a limit of 0"),
+        ("max_in_flight = -1", "max_in_flight"),
+        ("max_in_fligth = 2", "max_in_fligth"),
+    ] {
+        std::fs::write(
+            env.home().join("config.toml"),
+            format!("[model_servers.local]\nbase_url = \"http://127.0.0.1:9/v1\"\n{limits}\n"),
+        )
+        .unwrap();
+        let out = env.run(&["serve", "--listen", "127.0.0.1:0"]);
+        assert!(!out.status.success(), "{limits} was taken");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{limits}: {err}");
+    }
+}
+
+async fn on_postgres(body: fn(Env)) {
+    let Some(env) = Env::postgres().await else {
+        return;
+    };
+    tokio::task::spawn_blocking(move || body(env))
+        .await
+        .unwrap();
+}
