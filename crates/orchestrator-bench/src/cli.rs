@@ -34,6 +34,14 @@ pub enum Command {
     /// peer_tasks_per_s, ratio_to_peer, and cpu_us_per_task (this process's CPU time per task in
     /// the concurrent phase, steadier than the rate on a shared machine).
     Queue(QueueArgs),
+    /// Many agent tasks against one model server with fewer slots than workers, paced by the
+    /// store's shared limits, on one daemon (SQLite, PostgreSQL) and several (PostgreSQL):
+    /// most_in_flight (never above --slots), refused (429s), failed (0), busy_share, each
+    /// repository's share of completions while all had work and share_spread, first_request_ms
+    /// (p50, p99) per repository, peak_rss_mib.
+    ///
+    /// Example: `cargo build --release -p orchestrator-bench && orchestrator-bench flow --tasks 1000`
+    Flow(FlowArgs),
     /// The agent loop's own overhead against a model server that answers at once, on SQLite and
     /// PostgreSQL: turn_overhead_ms (p50, p90, p99), tool_call_overhead_ms, payload_bytes_per_turn,
     /// file_bytes_per_turn, ratio_to_target (2 ms at p50).
@@ -411,6 +419,61 @@ pub struct AgentArgs {
     /// Keep each phase's SQLite files or PostgreSQL database for inspection.
     #[arg(long)]
     pub keep_databases: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct FlowArgs {
+    /// Agent tasks: 70% from one repository, 10% from each of three others.
+    #[arg(long, default_value_t = 1000)]
+    pub tasks: usize,
+    /// The model server's parallel slots; it answers 429 past them.
+    #[arg(long, default_value_t = 4)]
+    pub slots: usize,
+    /// The model server's time over each request.
+    #[arg(long, default_value_t = 300)]
+    pub latency_ms: u64,
+    /// Turns per task: every turn but the last reads a file, the last answers with text.
+    #[arg(long, default_value_t = 3)]
+    pub turns: usize,
+    /// Workers of each daemon.
+    #[arg(long, default_value_t = 64)]
+    pub workers: usize,
+    /// Daemons sharing the store on PostgreSQL (SQLite is measured with one).
+    #[arg(long, default_value_t = 3)]
+    pub daemons: usize,
+    /// Which databases to measure.
+    #[arg(long, value_enum, default_value_t = BackendArg::All)]
+    pub backend: BackendArg,
+    /// PostgreSQL server on which each run creates and drops a database (default as for queue).
+    #[arg(long)]
+    pub database_url: Option<String>,
+}
+
+impl FlowArgs {
+    pub fn into_config(self) -> Result<orchestrator_bench::flow::FlowConfig> {
+        anyhow::ensure!(
+            self.tasks >= 10,
+            "--tasks must be at least 10 (four repositories)"
+        );
+        anyhow::ensure!(self.slots >= 1, "--slots must be at least 1");
+        anyhow::ensure!(self.turns >= 1, "--turns must be at least 1");
+        anyhow::ensure!(self.workers >= 1, "--workers must be at least 1");
+        anyhow::ensure!(self.daemons >= 1, "--daemons must be at least 1");
+        let mut daemons = vec![1];
+        if self.daemons > 1 {
+            daemons.push(self.daemons);
+        }
+        Ok(orchestrator_bench::flow::FlowConfig {
+            tasks: self.tasks,
+            slots: self.slots,
+            latency_ms: self.latency_ms,
+            turns: self.turns,
+            workers: self.workers,
+            daemons,
+            backends: self.backend.backends(),
+            postgres_url: postgres_url(self.database_url),
+        })
+    }
 }
 
 impl AgentArgs {

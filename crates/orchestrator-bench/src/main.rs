@@ -30,6 +30,7 @@ fn main() -> ExitCode {
     let parsed = match cli.command {
         cli::Command::Queue(args) => args.into_config().map(Bench::Queue),
         cli::Command::Agent(args) => args.into_config().map(Bench::Agent),
+        cli::Command::Flow(args) => args.into_config().map(Bench::Flow),
         cli::Command::Sandbox(args) => Ok(Bench::Sandbox(args.runs)),
         cli::Command::Soak(args) => return soak(args),
         cli::Command::Drain(args) => return drain(args),
@@ -64,6 +65,7 @@ fn main() -> ExitCode {
         match &bench {
             Bench::Queue(config) => orchestrator_bench::queue::run(config, print_line).await,
             Bench::Agent(config) => orchestrator_bench::agent::run(config, print_line).await,
+            Bench::Flow(config) => orchestrator_bench::flow::run(config, print_line).await,
             Bench::Context(config) => orchestrator_bench::context::run(config, print_line)
                 .await
                 .map(|()| orchestrator_bench::queue::Summary {
@@ -197,6 +199,7 @@ fn drain(args: cli::DrainArgs) -> ExitCode {
 enum Bench {
     Queue(orchestrator_bench::queue::QueueConfig),
     Agent(orchestrator_bench::agent::AgentBenchConfig),
+    Flow(orchestrator_bench::flow::FlowConfig),
     Sandbox(usize),
     Context(orchestrator_bench::context::ContextBenchConfig),
     Workspace(orchestrator_bench::workspace::WorkspaceBenchConfig),

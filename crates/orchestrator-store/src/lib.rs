@@ -25,6 +25,7 @@ mod event_text_tests;
 mod events;
 mod exec;
 mod fenced;
+mod flow_slots;
 mod gates;
 mod identity;
 mod joins;
@@ -61,6 +62,7 @@ pub use deliveries::{
     Accepted, Delivery, DeliveryClaim, DeliveryInfo, DueDelivery, delivery_source, delivery_status,
 };
 pub use error::{Error, Result};
+pub use flow_slots::{FlowTurn, FlowWait};
 pub use gates::GateRun;
 pub use leases::{Completion, CompletionResult, Lease, LeaseStatus, Outcome, RescueCounts};
 pub use live_logs::{

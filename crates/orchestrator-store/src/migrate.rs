@@ -56,6 +56,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(26, "0026_task_joins"),
     migration!(27, "0027_pull_tasks"),
     migration!(28, "0028_model_slots"),
+    migration!(29, "0029_flow_slots"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

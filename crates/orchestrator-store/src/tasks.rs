@@ -167,6 +167,9 @@ pub struct Task {
     /// The issue or pull request whose progress comment follows the task.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress_on: Option<String>,
+    /// Its concurrency key and how many tasks of the key may run at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<orchestrator_types::Concurrency>,
 }
 
 impl TryFrom<TaskRow> for Task {
@@ -214,6 +217,7 @@ impl TryFrom<TaskRow> for Task {
             requires: spec.requires,
             pull: spec.pull,
             progress_on: spec.progress_on,
+            concurrency: spec.concurrency,
         })
     }
 }

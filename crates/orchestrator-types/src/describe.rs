@@ -177,6 +177,17 @@ pub fn describe(kind: &str, data: &Value) -> Described {
             }
             (text, Tone::Info)
         }
+        // A task of a concurrency key whose turns were taken goes back to wait for its turn.
+        EventKind::HandedBack if d.0.get("waiting_for").is_some() => {
+            let why = d
+                .str("error")
+                .map(first_line)
+                .unwrap_or("waiting for its turn");
+            (
+                format!("back in the queue, attempt not counted: {why}"),
+                Tone::Info,
+            )
+        }
         EventKind::HandedBack => {
             let mut text = "handed back by a stopping worker, attempt not counted".to_owned();
             if let Some(error) = d.str("error") {

@@ -43,7 +43,7 @@ pub use notice::NoticeKind;
 pub use placement::Placement;
 pub use sandbox::SandboxMode;
 pub use spec::{
-    AgentOptions, AgentRole, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_GATE_TIMEOUT_SECS,
+    AgentOptions, AgentRole, Concurrency, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_GATE_TIMEOUT_SECS,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CHILDREN, DEFAULT_MAX_TURNS, DEFAULT_QUEUE, ForkPoint,
     GateSpec, MAX_CHILDREN, MAX_DEPTH, MAX_PULL_RERUNS, MAX_TURNS, NewTask, PullTarget,
     RepositoryRef,

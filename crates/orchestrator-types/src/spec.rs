@@ -464,6 +464,35 @@ impl fmt::Display for PullTarget {
     }
 }
 
+/// A concurrency key and how many of its tasks may run at once (`max_running`): the tasks of one
+/// key wait their turn, whichever daemons would run them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Concurrency {
+    /// What the tasks share: `repository:widgets`, `rule:agent-fix`, `issue:acme/widgets#7`.
+    pub key: String,
+    pub max_running: u32,
+}
+
+impl Concurrency {
+    pub fn validate(&self) -> Result<()> {
+        let key = self.key.trim();
+        if key.is_empty() || key.len() > 200 || key.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "concurrency.key",
+                "a concurrency key is 1 to 200 characters, without control characters",
+            ));
+        }
+        if self.max_running == 0 {
+            return Err(Error::invalid(
+                "concurrency.max_running",
+                "max_running must be at least 1 (0 would never run a task)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A task as a user creates it, before the store gives it an id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewTask {
@@ -527,6 +556,10 @@ pub struct NewTask {
     /// two daemons cannot both pass it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join_limit: Option<u32>,
+    /// At most so many tasks of one key run at once, on every daemon of the store: a repository,
+    /// an automation, a trigger rule, one issue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<Concurrency>,
     /// The issue or pull request (`owner/name#number`) whose one progress comment follows this
     /// task: the issue a rule's task works on, the pull request of a round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -556,6 +589,7 @@ impl NewTask {
             join: None,
             progress_on: None,
             join_limit: None,
+            concurrency: None,
         }
     }
 
@@ -598,6 +632,9 @@ impl NewTask {
                 model.validate()?;
             }
             self.agent.validate()?;
+        }
+        if let Some(concurrency) = &self.concurrency {
+            concurrency.validate()?;
         }
         if let Some(pull) = &self.pull {
             pull.validate()?;

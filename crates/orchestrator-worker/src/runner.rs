@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 mod rounds;
+mod turns;
 pub use rounds::{PullHead, RoundError, check_pull, pushed_by_orchestrator};
 
 /// Why an attempt is being stopped. The first reason given wins.
@@ -200,6 +201,12 @@ pub async fn run_attempt(
     if task.cancel_requested {
         // Canceled while it waited in the queue (a hand-back raced the cancel): run nothing.
         stop.stop(StopReason::Canceled);
+    }
+    // A task of a concurrency key runs only in its key's turn.
+    if !stop.token().is_cancelled()
+        && let Some(end) = Box::pin(turns::take_turn(ctx, task, lease)).await
+    {
+        return end;
     }
     if let (Some(source), Some(workspace)) = (&task.worktree_of, &task.workspace)
         && !stop.token().is_cancelled()

@@ -98,6 +98,7 @@
 //! url = "https://github.com/acme/widgets.git"   # any URL git fetches, never with a credential
 //! default_ref = "main"                     # the ref of tasks that name none (default: its HEAD)
 //! token_env = "WIDGETS_TOKEN"              # a token for the daemon's own fetches only
+//! max_running = 3                          # at most 3 of its tasks run at once (all daemons)
 //!
 //! [workspaces]                             # where repository tasks' workspaces are made
 //! dir = "/srv/orchestrator-workspaces"     # default: beside the home, HOME-workspaces
@@ -253,6 +254,9 @@ pub struct RepositoryConfig {
     /// The environment variable that holds a token for the daemon's own fetches of this
     /// repository (sent as an `http.extraHeader`); agents and workspaces never see it.
     pub token_env: Option<String>,
+    /// At most this many tasks made with `--repository NAME` run at once, on every daemon of the
+    /// store (concurrency key `repository:NAME`).
+    pub max_running: Option<u32>,
 }
 
 /// A failed task's workspace is kept this many days unless the config says otherwise.

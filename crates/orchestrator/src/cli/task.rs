@@ -28,6 +28,7 @@ Examples:
   orchestrator task create --title 'lint' --gate 'make lint' --repository widgets   (a name in [repositories])
   orchestrator task create --title 'address the review' --prompt 'Rename foo to bar as asked' \
       --gate 'cargo test' --pull acme/widgets#34 --repository widgets
+  orchestrator task create --title 'docs' --gate 'make docs' --concurrency-key docs --max-running 1
 
 With --repository, the daemon that runs the task makes its workspace: a clone of its own mirror of
 the repository at the ref's commit, in its workspaces directory. Such a task can run on any machine.
@@ -146,6 +147,15 @@ pub struct CreateArgs {
     /// saying so, while no live worker has it. Repeat for several.
     #[arg(long = "require-label", value_name = "LABEL")]
     pub require_labels: Vec<String>,
+    /// At most --max-running tasks of this key run at once, on every daemon of the store; the
+    /// others wait their turn in the queue, saying so.
+    #[arg(long, value_name = "KEY", requires = "max_running")]
+    pub concurrency_key: Option<String>,
+    /// With --concurrency-key, or with --repository NAME (key `repository:NAME`): how many of
+    /// the key's tasks may run at once. A repository's `max_running` in the config applies
+    /// without it.
+    #[arg(long, value_name = "N")]
+    pub max_running: Option<u32>,
     #[arg(long)]
     pub json: bool,
 }
@@ -366,6 +376,12 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
             .map_err(|e| CliError::Invalid(format!("--require-label: {e}")))?;
     }
     task.requires = args.require_labels;
+    task.concurrency = concurrency_of(
+        &args.concurrency_key,
+        args.max_running,
+        &args.repository,
+        &config,
+    )?;
     task.validate()?;
     let store = global.open_store().await?;
     if let (Some(target), Some(github)) = (&task.pull, config.github.client()?) {
@@ -396,6 +412,47 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The task's concurrency key: the one named, else its repository's (by its name in the
+/// config) when a limit is given here or in the config's `[repositories.NAME] max_running`.
+fn concurrency_of(
+    key: &Option<String>,
+    max_running: Option<u32>,
+    repository: &Option<String>,
+    config: &crate::config::Config,
+) -> anyhow::Result<Option<orchestrator_types::Concurrency>> {
+    let configured = repository
+        .as_ref()
+        .and_then(|name| config.repositories.get(name).map(|r| (name, r.max_running)));
+    let concurrency = match (key, max_running, configured) {
+        (Some(key), Some(max_running), _) => Some(orchestrator_types::Concurrency {
+            key: key.clone(),
+            max_running,
+        }),
+        (None, Some(max_running), Some((name, _))) => Some(orchestrator_types::Concurrency {
+            key: format!("repository:{name}"),
+            max_running,
+        }),
+        (None, Some(_), None) => {
+            return Err(CliError::Invalid(
+                "--max-running needs the key it limits: --concurrency-key KEY, or --repository                  NAME for a repository of the config"
+                    .into(),
+            )
+            .into());
+        }
+        (None, None, Some((name, Some(max_running)))) => Some(orchestrator_types::Concurrency {
+            key: format!("repository:{name}"),
+            max_running,
+        }),
+        _ => None,
+    };
+    if let Some(concurrency) = &concurrency {
+        concurrency
+            .validate()
+            .map_err(|e| CliError::Invalid(e.to_string()))?;
+    }
+    Ok(concurrency)
 }
 
 async fn list(global: &GlobalArgs, args: ListArgs) -> anyhow::Result<ExitCode> {

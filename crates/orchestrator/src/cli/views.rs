@@ -43,6 +43,9 @@ pub struct TaskView {
     /// What a worker must offer to run the task: labels, `host:<id>`, `shared:<dir>`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub requires: Vec<String>,
+    /// Its concurrency key and how many of the key's tasks may run at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<orchestrator_types::Concurrency>,
     /// Why a queued task waits for a worker (no live worker offers what it requires), or why a
     /// running one waits for its model server.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -117,6 +120,12 @@ impl TaskView {
         let mut view = TaskView::build(task, &records);
         if task.state == orchestrator_types::TaskState::Queued {
             view.waiting_for = store.unmet_requirements(&task.requires).await?;
+            if view.waiting_for.is_none()
+                && let Some(c) = &task.concurrency
+                && let Some(wait) = store.flow_wait_of(task.id, &c.key, c.max_running).await?
+            {
+                view.waiting_for = Some(wait.describe());
+            }
         }
         if task.state == orchestrator_types::TaskState::Running
             && let Some(wait) = store.model_wait_of(task.id).await?
@@ -206,6 +215,7 @@ impl TaskView {
             automation_id: task.automation_id,
             slot: task.slot_at.map(format_millis),
             requires: task.requires.clone(),
+            concurrency: task.concurrency.clone(),
             waiting_for: None,
             model_wait: None,
         }

@@ -64,6 +64,18 @@ pub struct TriggerRule {
     /// bot there (with an `issue_comment.created` rule), which starts the count again.
     #[serde(default = "default_max_rounds")]
     pub max_rounds: u32,
+    /// Deliveries about one issue or pull request within this many seconds of the first make one
+    /// task: it waits that long before it starts, and the later ones join it. For rules that make
+    /// no round (rounds have `join_secs`).
+    #[serde(default)]
+    pub debounce_secs: Option<u64>,
+    /// At most one of the rule's tasks per issue or pull request runs at a time; a later one
+    /// waits its turn, and deliveries meanwhile join that waiting task.
+    #[serde(default)]
+    pub singleton: bool,
+    /// At most this many of the rule's tasks run at once, whichever daemons run them.
+    #[serde(default)]
+    pub max_running: Option<u32>,
     /// The task; `{repo}`, `{number}`, `{title}`, `{url}`, `{sender}`, `{label}`, `{event}` and
     /// `{delivery}` are replaced in its title and prompt.
     #[serde(default)]
@@ -185,6 +197,32 @@ impl TriggerRule {
                 self.name
             ));
         }
+        if let Some(secs) = self.debounce_secs {
+            if REVIEW_EVENTS.contains(&self.event.as_str()) {
+                return Err(format!(
+                    "trigger {:?}: debounce_secs is for rules that make no round; a round on a                      pull request joins later deliveries for join_secs",
+                    self.name
+                ));
+            }
+            if secs == 0 || secs > 86_400 {
+                return Err(format!(
+                    "trigger {:?}: debounce_secs {secs} is not between 1 s and a day",
+                    self.name
+                ));
+            }
+        }
+        if self.max_running == Some(0) {
+            return Err(format!(
+                "trigger {:?}: max_running is 0, which would never run a task; remove the rule instead",
+                self.name
+            ));
+        }
+        if self.singleton && self.max_running.is_some() {
+            return Err(format!(
+                "trigger {:?}: singleton and max_running both limit the rule's running tasks;                  keep one (singleton: one per issue; max_running: so many in all)",
+                self.name
+            ));
+        }
         if self.join_secs > 86_400 {
             return Err(format!(
                 "trigger {:?}: join_secs {} is more than a day",
@@ -299,6 +337,34 @@ pub(super) fn mentions(body: &str, mention: &str) -> bool {
     false
 }
 
+/// A rule's pacing of its tasks: deliveries about one issue within `debounce_secs` make one task,
+/// `singleton` runs one task per issue at a time (later deliveries join the one that waits), and
+/// `max_running` bounds the rule's running tasks.
+fn pace(rule: &TriggerRule, vars: &BTreeMap<&str, String>, round: bool, task: &mut NewTask) {
+    let about = (!vars["number"].is_empty())
+        .then(|| format!("{}#{}", vars["repo"].to_ascii_lowercase(), vars["number"]));
+    if let (Some(secs), Some(about), false) = (rule.debounce_secs, &about, round) {
+        task.join = Some(format!("debounce:{}:{about}", rule.name));
+        let wait = i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        task.run_after = Some(orchestrator_types::now_millis().saturating_add(wait));
+    }
+    if let (true, Some(about)) = (rule.singleton, &about) {
+        task.concurrency = Some(orchestrator_types::Concurrency {
+            key: format!("issue:{about}"),
+            max_running: 1,
+        });
+        if task.join.is_none() {
+            task.join = Some(format!("singleton:{}:{about}", rule.name));
+        }
+    }
+    if let Some(max_running) = rule.max_running {
+        task.concurrency = Some(orchestrator_types::Concurrency {
+            key: format!("rule:{}", rule.name),
+            max_running,
+        });
+    }
+}
+
 pub(super) fn fill(text: &str, vars: &BTreeMap<&str, String>) -> String {
     let mut out = text.to_owned();
     for (k, v) in vars {
@@ -351,6 +417,7 @@ pub(super) fn task_of(
         // The issue or pull request the task works on gets its one progress comment.
         task.progress_on = Some(format!("{}#{}", vars["repo"], vars["number"]));
     }
+    pace(rule, vars, pull.is_some(), &mut task);
     task.priority = t.priority;
     task.queue = t.queue.clone();
     task.max_attempts = t.max_attempts;

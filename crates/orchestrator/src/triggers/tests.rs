@@ -920,3 +920,52 @@ fn a_deliverys_subject_is_its_issue_its_pull_request_or_its_commit() {
         assert_eq!(delivery_subject(&payload), subject, "{payload}");
     }
 }
+
+#[test]
+fn pacing_settings_that_cannot_work_are_refused_with_the_reason() {
+    let head = "name = \"ask\"\nevent = \"issue_comment.created\"\nrepos = [\"*\"]\n";
+    let ok = rule(&format!("{head}debounce_secs = 30\nsingleton = true\n"));
+    assert!(ok.validate().is_ok(), "{:?}", ok.validate());
+    for (extra, says) in [
+        ("debounce_secs = 0\n", "not between 1 s and a day"),
+        ("debounce_secs = 90000\n", "not between 1 s and a day"),
+        ("max_running = 0\n", "max_running is 0"),
+        ("singleton = true\nmax_running = 2\n", "keep one"),
+    ] {
+        let bad = rule(&format!("{head}{extra}"));
+        let err = bad.validate().unwrap_err();
+        assert!(err.contains(says), "{extra}: {err}");
+    }
+    let round = rule(
+        "name = \"review\"\nevent = \"pull_request_review.submitted\"\nrepos = [\"*\"]\n\
+         debounce_secs = 30\ntask = { repository = \"https://github.com/{repo}.git\" }\n",
+    );
+    assert!(round.validate().unwrap_err().contains("join_secs"));
+}
+
+#[test]
+fn a_rules_pacing_names_its_keys() {
+    let mut vars = BTreeMap::new();
+    vars.insert("repo", "Acme/Widgets".to_owned());
+    vars.insert("number", "7".to_owned());
+    vars.insert("title", "Crash".to_owned());
+    let head = "name = \"ask\"\nevent = \"issue_comment.created\"\nrepos = [\"*\"]\n";
+    let debounced = task_of(&rule(&format!("{head}debounce_secs = 30\n")), &vars, None);
+    assert_eq!(
+        debounced.join.as_deref(),
+        Some("debounce:ask:acme/widgets#7")
+    );
+    assert!(debounced.run_after.unwrap() > orchestrator_types::now_millis() + 25_000);
+    assert!(debounced.concurrency.is_none());
+    let single = task_of(&rule(&format!("{head}singleton = true\n")), &vars, None);
+    let key = single.concurrency.unwrap();
+    assert_eq!(
+        (key.key.as_str(), key.max_running),
+        ("issue:acme/widgets#7", 1)
+    );
+    assert_eq!(single.join.as_deref(), Some("singleton:ask:acme/widgets#7"));
+    let bounded = task_of(&rule(&format!("{head}max_running = 3\n")), &vars, None);
+    let key = bounded.concurrency.unwrap();
+    assert_eq!((key.key.as_str(), key.max_running), ("rule:ask", 3));
+    assert!(bounded.join.is_none());
+}

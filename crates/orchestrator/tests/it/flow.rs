@@ -305,3 +305,195 @@ async fn on_postgres(body: fn(Env)) {
         .await
         .unwrap();
 }
+
+fn one_turn_at_a_time(env: Env) {
+    let other = env.sibling();
+    let ws = env.workspace();
+    let ws_text = ws.display().to_string();
+    // Each gate writes when it starts and ends into the shared workspace.
+    let gate = "echo start >> runs.log; sleep 1; echo end >> runs.log";
+    let ids: Vec<i64> = (0..4)
+        .map(|i| {
+            env.json(&[
+                "task",
+                "create",
+                "--title",
+                &format!("docs {i}"),
+                "--gate",
+                gate,
+                "--workspace",
+                &ws_text,
+                "--concurrency-key",
+                "docs",
+                "--max-running",
+                "1",
+                "--json",
+            ])["id"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    let first = env.serve(&["--workers", "2"]);
+    let second = other.serve(&["--workers", "2"]);
+    // A task whose key's turn is taken says so while it waits in the queue.
+    let waiting = std::cell::RefCell::new(String::new());
+    wait_for(|| {
+        ids.iter().any(|id| {
+            let task = env.json(&["task", "read", &id.to_string(), "--json"]);
+            let why = task["waiting_for"].as_str().unwrap_or_default().to_owned();
+            let found = task["state"] == "queued" && why.starts_with("waiting for its turn");
+            if found {
+                *waiting.borrow_mut() = why;
+            }
+            found
+        })
+    });
+    assert!(
+        waiting
+            .borrow()
+            .starts_with("waiting for its turn: at most 1 task of docs runs at a time (task "),
+        "{}",
+        waiting.borrow()
+    );
+    all_succeed(&env, &ids, &[&first, &second]);
+    // Never two at once, over two daemons: the gates' marks alternate.
+    let log = std::fs::read_to_string(ws.join("runs.log")).unwrap();
+    let marks: Vec<&str> = log.lines().collect();
+    assert_eq!(marks.len(), 8, "{log}");
+    for pair in marks.chunks(2) {
+        assert_eq!(pair, ["start", "end"], "two ran at once:\n{log}");
+    }
+    // Waiting for a turn spent no attempt, and the timeline says why the task went back.
+    let mut went_back = 0;
+    for id in &ids {
+        let task = env.task(*id);
+        assert_eq!(task["attempt"], 1, "{task}");
+        let out = env.run(&["task", "events", &id.to_string()]);
+        let events = String::from_utf8_lossy(&out.stdout);
+        went_back += events
+            .matches("back in the queue, attempt not counted: waiting for its turn")
+            .count();
+    }
+    assert!(went_back >= 1, "no task waited for its turn");
+}
+
+#[test]
+fn a_key_with_max_running_1_runs_one_task_at_a_time_across_daemons() {
+    one_turn_at_a_time(Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_with_max_running_1_runs_one_task_at_a_time_across_daemons_on_postgres() {
+    on_postgres(one_turn_at_a_time).await;
+}
+
+#[test]
+fn max_running_without_a_key_is_refused_with_the_fix() {
+    let env = Env::sqlite();
+    let ws = env.workspace().display().to_string();
+    let out = env.run(&[
+        "task",
+        "create",
+        "--title",
+        "t",
+        "--gate",
+        "true",
+        "--workspace",
+        &ws,
+        "--max-running",
+        "2",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--concurrency-key"), "{err}");
+    let out = env.run(&[
+        "task",
+        "create",
+        "--title",
+        "t",
+        "--gate",
+        "true",
+        "--workspace",
+        &ws,
+        "--concurrency-key",
+        "k",
+        "--max-running",
+        "0",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("max_running must be at least 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(env.tasks().is_empty());
+}
+
+fn debounced_burst(env: Env) {
+    use crate::github::{REPO, comment, deliver, serve};
+    use orchestrator_test_support::github_server::FakeGitHub;
+    std::fs::write(
+        env.home().join("config.toml"),
+        format!(
+            "[github]\nbot_login = \"orchestrator-bot\"\n\n[[github.trigger]]\nname = \"ask\"\n\
+             event = \"issue_comment.created\"\nrepos = [\"{REPO}\"]\ndebounce_secs = 600\n\
+             singleton = true\ntask = {{ title = \"Asked on {{repo}}#{{number}}\" }}\n"
+        ),
+    )
+    .unwrap();
+    let fake = FakeGitHub::start_blocking();
+    fake.add_issue(REPO, 5, "Crash", "", "alice");
+    fake.set_permission(REPO, "alice", "write");
+    let serve = serve(&env, &fake);
+    let mut made = Vec::new();
+    for i in 0..10 {
+        let body = comment(5, &format!("@orchestrator-bot look again ({i})"), "alice");
+        let (_, row) = deliver(
+            &env,
+            &serve,
+            "issue_comment",
+            &format!("d-burst-{i}"),
+            &body,
+        );
+        assert_eq!(row["status"], "processed", "{row}");
+        made.extend(
+            row["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_i64().unwrap()),
+        );
+    }
+    made.dedup();
+    assert_eq!(made.len(), 1, "ten deliveries made {made:?}");
+    assert_eq!(env.tasks().len(), 1);
+    // Another issue is another task.
+    fake.add_issue(REPO, 6, "Another", "", "alice");
+    let (_, row) = deliver(
+        &env,
+        &serve,
+        "issue_comment",
+        "d-other",
+        &comment(6, "@orchestrator-bot this too", "alice"),
+    );
+    assert_ne!(row["tasks"][0].as_i64(), Some(made[0]), "{row}");
+    // The task waits out the window, and is one per issue at a time.
+    let task = env.task(made[0]);
+    assert_eq!(task["state"], "queued", "{task}");
+    let stored = env.json(&["task", "read", &made[0].to_string(), "--json"]);
+    assert_eq!(
+        stored["concurrency"]["key"], "issue:acme/widgets#5",
+        "{stored}"
+    );
+    assert_eq!(stored["concurrency"]["max_running"], 1, "{stored}");
+}
+
+#[test]
+fn a_debounced_burst_of_ten_deliveries_makes_one_task() {
+    debounced_burst(Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debounced_burst_of_ten_deliveries_makes_one_task_on_postgres() {
+    on_postgres(debounced_burst).await;
+}

@@ -188,7 +188,7 @@ pub(crate) fn labeled(number: u64, label: &str, sender: &str) -> Value {
     })
 }
 
-fn comment(number: u64, body: &str, sender: &str) -> Value {
+pub(crate) fn comment(number: u64, body: &str, sender: &str) -> Value {
     json!({
         "action": "created",
         "comment": {"id": 77, "body": body, "user": {"login": sender}},
