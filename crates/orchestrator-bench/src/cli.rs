@@ -447,6 +447,10 @@ pub struct FlowArgs {
     /// PostgreSQL server on which each run creates and drops a database (default as for queue).
     #[arg(long)]
     pub database_url: Option<String>,
+    /// Give each repository's tasks a concurrency key with this max_running (without it, no
+    /// key: the claim takes the oldest task first).
+    #[arg(long, value_name = "N")]
+    pub per_repository: Option<u32>,
 }
 
 impl FlowArgs {
@@ -472,6 +476,7 @@ impl FlowArgs {
             daemons,
             backends: self.backend.backends(),
             postgres_url: postgres_url(self.database_url),
+            per_repository: self.per_repository,
         })
     }
 }

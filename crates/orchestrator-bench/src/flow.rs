@@ -48,6 +48,8 @@ pub struct FlowConfig {
     pub daemons: Vec<usize>,
     pub backends: Vec<Backend>,
     pub postgres_url: String,
+    /// A concurrency key per repository with this `max_running`, or none.
+    pub per_repository: Option<u32>,
 }
 
 /// One run's figures.
@@ -114,6 +116,7 @@ fn figures_json(backend: Backend, daemons: usize, config: &FlowConfig, f: &Figur
         "slots": config.slots,
         "latency_ms": config.latency_ms,
         "workers_per_daemon": config.workers,
+        "max_running_per_repository": config.per_repository,
         "most_in_flight": f.most_in_flight,
         "refused": f.refused,
         "failed": f.failed,
@@ -205,6 +208,13 @@ async fn measure_on(db: &BenchDatabase, daemons: usize, config: &FlowConfig) -> 
         );
         task.workspace = Some(workspace.path().display().to_string());
         task.agent.max_turns = task.agent.max_turns.max(turns as u32);
+        task.concurrency =
+            config
+                .per_repository
+                .map(|max_running| orchestrator_types::Concurrency {
+                    key: format!("repository:{name}"),
+                    max_running,
+                });
         tasks.push(task);
         repository_of_task.push(name);
     }
