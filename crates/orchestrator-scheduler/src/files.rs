@@ -70,6 +70,8 @@ struct FileTask {
     /// Labels a worker must have to run the tasks (`serve --label`).
     #[serde(default)]
     require_labels: Vec<String>,
+    /// At most this many of the automation's tasks run at once (all daemons).
+    max_running: Option<u32>,
 }
 
 /// A gate as a command string, or as a table with a name, a cwd and a timeout.
@@ -209,6 +211,7 @@ pub fn load_file_with(path: &Path, resolve: ResolveRepository<'_>) -> Result<Fil
                 .as_deref()
                 .map(|r| resolve(r, file.task.git_ref.clone())),
             git_ref: None,
+            max_running: file.task.max_running,
         },
         workspaces: file
             .workspaces

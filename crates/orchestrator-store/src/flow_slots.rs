@@ -163,4 +163,29 @@ impl Store {
             running,
         }))
     }
+
+    /// Each concurrency key with tasks running in its turns now, and how many, by key.
+    pub async fn flow_keys(&self) -> Result<Vec<(String, i64)>> {
+        let stmt = Query::select()
+            .column((FlowSlots::Table, FlowSlots::FlowKey))
+            .expr(Func::count(Expr::col((
+                FlowSlots::Table,
+                FlowSlots::TaskId,
+            ))))
+            .from(FlowSlots::Table)
+            .inner_join(
+                Tasks::Table,
+                Expr::col((Tasks::Table, Tasks::Id))
+                    .equals((FlowSlots::Table, FlowSlots::TaskId))
+                    .and(
+                        Expr::col((Tasks::Table, Tasks::Epoch))
+                            .equals((FlowSlots::Table, FlowSlots::Epoch)),
+                    ),
+            )
+            .and_where(crate::tasks::state_is(TaskState::Running))
+            .group_by_col((FlowSlots::Table, FlowSlots::FlowKey))
+            .order_by((FlowSlots::Table, FlowSlots::FlowKey), Order::Asc)
+            .to_owned();
+        self.pool.fetch_all(&stmt).await
+    }
 }

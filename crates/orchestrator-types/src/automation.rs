@@ -158,6 +158,10 @@ pub struct TaskTemplate {
     /// The ref of `repository` when it is written as a plain URL or name.
     #[serde(rename = "ref", default, skip_serializing_if = "Option::is_none")]
     pub git_ref: Option<String>,
+    /// At most this many of the automation's tasks run at once, on every daemon of the store
+    /// (concurrency key `automation:NAME`); for a trigger rule, `rule:NAME`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running: Option<u32>,
 }
 
 impl TaskTemplate {
@@ -263,6 +267,7 @@ impl Default for TaskTemplate {
             require_labels: Vec::new(),
             repository: None,
             git_ref: None,
+            max_running: None,
         }
     }
 }
@@ -389,6 +394,13 @@ impl AutomationSpec {
         task.max_attempts = self.template.max_attempts;
         task.requires = self.template.require_labels.clone();
         task.run_after = run_after;
+        task.concurrency = self
+            .template
+            .max_running
+            .map(|max_running| crate::Concurrency {
+                key: format!("automation:{}", self.name),
+                max_running,
+            });
         task
     }
 }
@@ -521,5 +533,26 @@ mod tests {
         let task = spec().task_for("/tmp", "2026-11-23T03:00+01:00", None);
         assert_eq!(task.title, "nightly @ 2026-11-23T03:00+01:00");
         assert_eq!(task.workspace.as_deref(), Some("/tmp"));
+    }
+
+    #[test]
+    fn an_automation_with_max_running_keys_its_tasks_by_its_name() {
+        let mut limited = spec();
+        limited.template.max_running = Some(2);
+        let task = limited.task_for("/tmp", "", None);
+        let key = task.concurrency.unwrap();
+        assert_eq!(
+            (key.key.as_str(), key.max_running),
+            ("automation:nightly", 2)
+        );
+        limited.template.max_running = Some(0);
+        assert!(
+            limited
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("max_running must be at least 1")
+        );
+        assert!(spec().task_for("/tmp", "", None).concurrency.is_none());
     }
 }

@@ -703,7 +703,8 @@ fn a_schedules_file_may_name_a_repository() {
     let path = dir.path().join("lint.toml");
     std::fs::write(
         &path,
-        "schedule = \"0 3 * * *\"\n[task]\ngates = [\"make lint\"]\nrepository = \"widgets\"\n",
+        "schedule = \"0 3 * * *\"\n[task]\ngates = [\"make lint\"]\nrepository = \"widgets\"\n\
+         max_running = 1\n",
     )
     .unwrap();
     let resolve = |name: &str, git_ref: Option<String>| orchestrator_types::RepositoryRef {
@@ -718,6 +719,9 @@ fn a_schedules_file_may_name_a_repository() {
     assert_eq!(repository.url, "/srv/git/widgets");
     assert_eq!(repository.git_ref.as_deref(), Some("main"));
     assert_eq!(repository.name.as_deref(), Some("widgets"));
+    // One of the automation's tasks at a time, on every daemon.
+    let key = tasks[0].concurrency.clone().unwrap();
+    assert_eq!((key.key.as_str(), key.max_running), ("automation:lint", 1));
     // Without the config's names, a name is no URL, and the file is refused saying so.
     let err = files::load_file(&path).unwrap_err().to_string();
     assert!(err.contains("absolute path"), "{err}");

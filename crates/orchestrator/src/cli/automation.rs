@@ -141,6 +141,10 @@ pub struct SpecFlags {
     pub queue: Option<String>,
     #[arg(long)]
     pub max_attempts: Option<i64>,
+    /// At most this many of the automation's tasks run at once, on every daemon of the store;
+    /// the others wait their turn in the queue.
+    #[arg(long, value_name = "N")]
+    pub max_running: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -339,6 +343,9 @@ fn apply_flags(
     }
     if let Some(max) = flags.max_attempts {
         spec.template.max_attempts = max;
+    }
+    if let Some(max_running) = flags.max_running {
+        spec.template.max_running = Some(max_running);
     }
     Ok(())
 }

@@ -14,6 +14,8 @@ Examples:
   orchestrator status
   orchestrator status --json | jq '.model_servers[] | select(.waiting > 0)'
 
+Concurrency keys are listed with the tasks running in their turns now.
+
 A model server is listed once a daemon has sent it a request under [model_servers.NAME]'s
 limits: `in flight` of its current limit (lowered for a while after a 429 or an overload),
 requests waiting for a slot, the last minute's requests and tokens, and its pushbacks.")]
@@ -28,6 +30,7 @@ pub async fn run(global: &GlobalArgs, args: StatusArgs) -> anyhow::Result<ExitCo
     let states = store.count_by_state().await?;
     let workers = store.live_workers(now).await?;
     let servers = store.model_servers().await?;
+    let keys = store.flow_keys().await?;
     if args.json {
         let tasks: serde_json::Map<String, serde_json::Value> = states
             .iter()
@@ -37,6 +40,10 @@ pub async fn run(global: &GlobalArgs, args: StatusArgs) -> anyhow::Result<ExitCo
             "tasks": tasks,
             "workers": workers,
             "model_servers": servers,
+            "concurrency_keys": keys
+                .iter()
+                .map(|(key, running)| serde_json::json!({"key": key, "running": running}))
+                .collect::<Vec<_>>(),
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -92,6 +99,13 @@ pub async fn run(global: &GlobalArgs, args: StatusArgs) -> anyhow::Result<ExitCo
                 .map(|t| format!(", the last at {}", format_millis(t)))
                 .unwrap_or_default()
         );
+    }
+    if !keys.is_empty() {
+        output::say!();
+        output::say!("concurrency keys running");
+        for (key, running) in &keys {
+            output::say!("  {key}  {running}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

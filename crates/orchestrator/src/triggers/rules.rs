@@ -217,7 +217,13 @@ impl TriggerRule {
                 self.name
             ));
         }
-        if self.singleton && self.max_running.is_some() {
+        if self.task.max_running == Some(0) {
+            return Err(format!(
+                "trigger {:?}: task.max_running is 0, which would never run a task",
+                self.name
+            ));
+        }
+        if self.singleton && (self.max_running.is_some() || self.task.max_running.is_some()) {
             return Err(format!(
                 "trigger {:?}: singleton and max_running both limit the rule's running tasks;                  keep one (singleton: one per issue; max_running: so many in all)",
                 self.name
@@ -357,7 +363,7 @@ fn pace(rule: &TriggerRule, vars: &BTreeMap<&str, String>, round: bool, task: &m
             task.join = Some(format!("singleton:{}:{about}", rule.name));
         }
     }
-    if let Some(max_running) = rule.max_running {
+    if let Some(max_running) = rule.max_running.or(rule.task.max_running) {
         task.concurrency = Some(orchestrator_types::Concurrency {
             key: format!("rule:{}", rule.name),
             max_running,

@@ -355,6 +355,13 @@ fn one_turn_at_a_time(env: Env) {
         "{}",
         waiting.borrow()
     );
+    // `status` names the key with the task running in its turn.
+    wait_for(|| {
+        let status = env.json(&["status", "--json"]);
+        status["concurrency_keys"]
+            .as_array()
+            .is_some_and(|keys| keys.iter().any(|k| k["key"] == "docs" && k["running"] == 1))
+    });
     all_succeed(&env, &ids, &[&first, &second]);
     // Never two at once, over two daemons: the gates' marks alternate.
     let log = std::fs::read_to_string(ws.join("runs.log")).unwrap();
