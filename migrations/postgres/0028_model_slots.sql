@@ -31,6 +31,8 @@ CREATE TABLE model_waiters (
     task_id BIGINT,
     since BIGINT NOT NULL,
     seen_at BIGINT NOT NULL,
+    cause TEXT NOT NULL,
+    until_at BIGINT,
     PRIMARY KEY (server, ticket)
 );
 CREATE INDEX model_waiters_by_task ON model_waiters (task_id);

@@ -29,12 +29,18 @@ use serde::Serialize;
 
 /// A slot not released after this long is no longer counted (its holder lost it).
 pub const SLOT_HELD_MS: i64 = 30 * 60_000;
+/// A slot of a holder that is no registered worker (`orchestrator run`) counts this long at most:
+/// no heartbeat says when such a process died.
+const UNREGISTERED_SLOT_MS: i64 = 10 * 60_000;
 /// A waiter whose process has not asked for this long is not counted ahead of anyone.
 pub const WAITER_SEEN_MS: i64 = 30_000;
 /// The window of the per-minute limits.
 const MINUTE_MS: i64 = 60_000;
 /// The first wait after a throttle without `Retry-After`; it doubles with each throttle in a row.
 const FIRST_PAUSE_MS: i64 = 1_000;
+/// Bounds of a pause, whatever the server's `Retry-After` says: a server cannot hold every task
+/// of every daemon for longer than a minute at a time, nor make them hammer it at once.
+const MIN_PAUSE_MS: i64 = 100;
 const MAX_PAUSE_MS: i64 = 60_000;
 
 #[derive(Iden, Clone, Copy)]
@@ -70,6 +76,8 @@ enum ModelWaiters {
     TaskId,
     Since,
     SeenAt,
+    Cause,
+    UntilAt,
 }
 
 /// What a model server takes, as configured; `None` is no limit.
@@ -107,6 +115,28 @@ pub enum WaitCause {
     Requests,
     /// The tokens per minute are spent.
     Tokens,
+}
+
+impl WaitCause {
+    fn as_str(self) -> &'static str {
+        match self {
+            WaitCause::Slots => "slots",
+            WaitCause::Paused => "paused",
+            WaitCause::Requests => "requests",
+            WaitCause::Tokens => "tokens",
+        }
+    }
+
+    fn parse(text: &str) -> Option<WaitCause> {
+        [
+            WaitCause::Slots,
+            WaitCause::Paused,
+            WaitCause::Requests,
+            WaitCause::Tokens,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == text)
+    }
 }
 
 /// A request waiting for its server, with what a person needs to know.
@@ -276,6 +306,14 @@ fn in_flight_where(server: &str, now: i64) -> sea_query::SelectStatement {
                     .lt(now - crate::LIVE_WITHIN_MS)),
         )
         .to_owned();
+    let registered = Query::select()
+        .expr(Expr::val(1))
+        .from(Workers::Table)
+        .and_where(
+            Expr::col((Workers::Table, Workers::Id))
+                .equals((ModelSlots::Table, ModelSlots::Holder)),
+        )
+        .to_owned();
     Query::select()
         .expr(Func::count(Expr::col((ModelSlots::Table, ModelSlots::Id))))
         .from(ModelSlots::Table)
@@ -283,6 +321,11 @@ fn in_flight_where(server: &str, now: i64) -> sea_query::SelectStatement {
         .and_where(Expr::col((ModelSlots::Table, ModelSlots::ReleasedAt)).is_null())
         .and_where(Expr::col((ModelSlots::Table, ModelSlots::TakenAt)).gt(now - SLOT_HELD_MS))
         .and_where(Expr::exists(gone).not())
+        .and_where(
+            Expr::exists(registered)
+                .or(Expr::col((ModelSlots::Table, ModelSlots::TakenAt))
+                    .gt(now - UNREGISTERED_SLOT_MS)),
+        )
         .to_owned()
 }
 
@@ -345,9 +388,14 @@ impl Store {
             .limits
             .max_in_flight
             .map(|_| Ord::max(row.limit_milli / 1000, 1));
+        // Requests of other daemons that began waiting first go first: a daemon whose own
+        // releases wake it at once must not take every freed slot from the others. A daemon's
+        // place is its oldest waiting request's (its own line is first come first served).
+        let since = holder_since(&mut tx, request, now).await?.unwrap_or(now);
+        let others_first = count(&mut tx, &others_ahead(request, since, now)).await? > 0;
         let cause = if row.paused_until > now {
             Some((WaitCause::Paused, Some(row.paused_until)))
-        } else if limit.is_some_and(|l| in_flight >= l) {
+        } else if limit.is_some_and(|l| in_flight >= l) || others_first {
             Some((WaitCause::Slots, None))
         } else if request
             .limits
@@ -396,7 +444,7 @@ impl Store {
             tx.commit().await?;
             return Ok(SlotTry::Granted(slot));
         };
-        let since = wait_in_line(&mut tx, request, now).await?;
+        let since = wait_in_line(&mut tx, request, now, Some((cause, until))).await?;
         let ahead = count(&mut tx, &ahead_of(server, since, now)).await?;
         tx.commit().await?;
         Ok(SlotTry::Wait(ModelWait {
@@ -440,30 +488,37 @@ impl Store {
             .and_where(Expr::col(ModelServers::Server).eq(server));
         match end {
             SlotEnd::Answered { .. } => {
-                let raised = if row.limit_milli > 0 {
-                    Ord::min(row.limit_milli + 1_000_000 / row.limit_milli, ceiling)
-                } else {
-                    ceiling
-                };
-                update
-                    .value(ModelServers::LimitMilli, raised)
-                    .value(ModelServers::Streak, 0);
+                // Without a ceiling here (this daemon's config names none) the limit another
+                // daemon keeps is left as it is.
+                if ceiling > 0 {
+                    let raised = Ord::min(
+                        Ord::max(row.limit_milli, 1000)
+                            + 1_000_000 / Ord::max(row.limit_milli, 1000),
+                        ceiling,
+                    );
+                    update.value(ModelServers::LimitMilli, raised);
+                }
+                update.value(ModelServers::Streak, 0);
             }
             SlotEnd::Throttled { retry_after_ms } => {
                 let backoff = Ord::min(
                     FIRST_PAUSE_MS.saturating_mul(1 << row.streak.clamp(0, 6)),
                     MAX_PAUSE_MS,
                 );
-                let until = now + Ord::max(retry_after_ms.unwrap_or(backoff), 0);
+                let pause = retry_after_ms
+                    .unwrap_or(backoff)
+                    .clamp(MIN_PAUSE_MS, MAX_PAUSE_MS);
+                let until = now.saturating_add(pause);
                 // One decrease per pause: the other requests that were in flight when the server
                 // pushed back say the same thing again.
                 if row.paused_until <= now {
-                    update
-                        .value(
+                    if ceiling > 0 {
+                        update.value(
                             ModelServers::LimitMilli,
-                            Ord::max(row.limit_milli / 2, Ord::min(1000, ceiling)),
-                        )
-                        .value(ModelServers::Streak, row.streak + 1);
+                            Ord::max(row.limit_milli / 2, 1000),
+                        );
+                    }
+                    update.value(ModelServers::Streak, row.streak + 1);
                 }
                 update
                     .value(ModelServers::PausedUntil, Ord::max(until, row.paused_until))
@@ -483,7 +538,7 @@ impl Store {
     /// its process are ahead of it).
     pub async fn join_model_queue(&self, request: &SlotRequest<'_>) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        wait_in_line(&mut tx, request, now_millis()).await?;
+        wait_in_line(&mut tx, request, now_millis(), None).await?;
         tx.commit().await
     }
 
@@ -502,14 +557,19 @@ impl Store {
     pub async fn model_wait_of(&self, task: TaskId) -> Result<Option<ModelWait>> {
         let now = now_millis();
         let waiting = Query::select()
-            .columns([ModelWaiters::Server, ModelWaiters::Since])
+            .columns([
+                ModelWaiters::Server,
+                ModelWaiters::Since,
+                ModelWaiters::Cause,
+                ModelWaiters::UntilAt,
+            ])
             .from(ModelWaiters::Table)
             .and_where(Expr::col(ModelWaiters::TaskId).eq(task.0))
             .and_where(Expr::col(ModelWaiters::SeenAt).gt(now - WAITER_SEEN_MS))
             .order_by(ModelWaiters::Since, Order::Asc)
             .limit(1)
             .to_owned();
-        let Some((server, since)): Option<(String, i64)> =
+        let Some((server, since, cause, until)): Option<(String, i64, String, Option<i64>)> =
             self.pool.fetch_optional(&waiting).await?
         else {
             return Ok(None);
@@ -522,18 +582,22 @@ impl Store {
         let Some(state) = state else {
             return Ok(None);
         };
+        // The cause its last ask was told; a pause the server asked for since overrides it.
         let paused = state.paused_until.filter(|u| *u > now);
+        let (cause, until) = match paused {
+            Some(until) => (WaitCause::Paused, Some(until)),
+            None => (
+                WaitCause::parse(&cause).unwrap_or(WaitCause::Slots),
+                until.filter(|u| *u > now),
+            ),
+        };
         Ok(Some(ModelWait {
-            cause: if paused.is_some() {
-                WaitCause::Paused
-            } else {
-                WaitCause::Slots
-            },
+            cause,
             server,
             in_flight: state.in_flight,
             limit: (state.limit > 0.0).then(|| Ord::max(state.limit as i64, 1)),
             ahead: ahead.map_or(0, |(n,)| n),
-            until: paused,
+            until,
         }))
     }
 
@@ -605,9 +669,37 @@ impl Store {
     }
 }
 
-/// Records the request as waiting, keeping its place, and marks every waiter of its process on
+/// When the oldest request of the request's process still asking began waiting, if one waits.
+async fn holder_since(tx: &mut Tx, request: &SlotRequest<'_>, now: i64) -> Result<Option<i64>> {
+    let since = Query::select()
+        .expr(Func::min(Expr::col(ModelWaiters::Since)))
+        .from(ModelWaiters::Table)
+        .and_where(Expr::col(ModelWaiters::Server).eq(request.server))
+        .and_where(Expr::col(ModelWaiters::Holder).eq(request.holder))
+        .and_where(Expr::col(ModelWaiters::SeenAt).gt(now - WAITER_SEEN_MS))
+        .to_owned();
+    let row: Option<(Option<i64>,)> = tx.fetch_optional(&since).await?;
+    Ok(row.and_then(|(s,)| s))
+}
+
+/// Requests of other processes on the request's server still asking, that began waiting before
+/// `since`.
+fn others_ahead(request: &SlotRequest<'_>, since: i64, now: i64) -> sea_query::SelectStatement {
+    let mut stmt = ahead_of(request.server, since, now);
+    stmt.and_where(Expr::col(ModelWaiters::Holder).ne(request.holder));
+    stmt
+}
+
+/// Records the request as waiting, keeping its place, with why it waits (`told`: the cause and
+/// until when; `None` behind others of its process), and marks every waiter of its process on
 /// the server as still asking (one of them polls for all). Returns when it began waiting.
-async fn wait_in_line(tx: &mut Tx, request: &SlotRequest<'_>, now: i64) -> Result<i64> {
+async fn wait_in_line(
+    tx: &mut Tx,
+    request: &SlotRequest<'_>,
+    now: i64,
+    told: Option<(WaitCause, Option<i64>)>,
+) -> Result<i64> {
+    let (cause, until) = told.unwrap_or((WaitCause::Slots, None));
     let insert = Query::insert()
         .into_table(ModelWaiters::Table)
         .columns([
@@ -617,6 +709,8 @@ async fn wait_in_line(tx: &mut Tx, request: &SlotRequest<'_>, now: i64) -> Resul
             ModelWaiters::TaskId,
             ModelWaiters::Since,
             ModelWaiters::SeenAt,
+            ModelWaiters::Cause,
+            ModelWaiters::UntilAt,
         ])
         .values_panic([
             request.server.into(),
@@ -625,21 +719,27 @@ async fn wait_in_line(tx: &mut Tx, request: &SlotRequest<'_>, now: i64) -> Resul
             request.task.map(|t| t.0).into(),
             now.into(),
             now.into(),
+            cause.as_str().into(),
+            until.into(),
         ])
         .on_conflict(
             OnConflict::columns([ModelWaiters::Server, ModelWaiters::Ticket])
-                .do_nothing()
+                .update_columns([ModelWaiters::Cause, ModelWaiters::UntilAt])
                 .to_owned(),
         )
         .to_owned();
     tx.execute(&insert).await?;
-    let seen = Query::update()
-        .table(ModelWaiters::Table)
-        .value(ModelWaiters::SeenAt, now)
-        .and_where(Expr::col(ModelWaiters::Server).eq(request.server))
-        .and_where(Expr::col(ModelWaiters::Holder).eq(request.holder))
-        .to_owned();
-    tx.execute(&seen).await?;
+    // Only the process's first in line marks the others (`told` is set when it asks): two
+    // transactions each updating the same rows in their own order would deadlock.
+    if told.is_some() {
+        let seen = Query::update()
+            .table(ModelWaiters::Table)
+            .value(ModelWaiters::SeenAt, now)
+            .and_where(Expr::col(ModelWaiters::Server).eq(request.server))
+            .and_where(Expr::col(ModelWaiters::Holder).eq(request.holder))
+            .to_owned();
+        tx.execute(&seen).await?;
+    }
     let since = Query::select()
         .column(ModelWaiters::Since)
         .from(ModelWaiters::Table)

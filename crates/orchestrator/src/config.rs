@@ -98,7 +98,7 @@
 //! url = "https://github.com/acme/widgets.git"   # any URL git fetches, never with a credential
 //! default_ref = "main"                     # the ref of tasks that name none (default: its HEAD)
 //! token_env = "WIDGETS_TOKEN"              # a token for the daemon's own fetches only
-//! max_running = 3                          # at most 3 of its tasks run at once (all daemons)
+//! max_running = 3                          # at most 3 of the tasks `task create --repository widgets` makes run at once
 //!
 //! [workspaces]                             # where repository tasks' workspaces are made
 //! dir = "/srv/orchestrator-workspaces"     # default: beside the home, HOME-workspaces

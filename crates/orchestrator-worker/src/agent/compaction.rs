@@ -119,12 +119,14 @@ impl Agent<'_> {
                 reply = self.client.complete(&ask, &[], None) => reply,
                 () = self.stop.token().cancelled() => return Ok(Compaction::End(AgentEnd::Stopped)),
             };
-            // The summary is the agent's work too: its time and tokens count against the budgets.
-            budget.work_ms += millis_since(asked);
+            // The summary is the agent's work too: its time and tokens count against the budgets
+            // (a wait for the model server's slot does not).
+            let waited = reply.as_ref().map_or(0, |r| r.waited.as_millis() as i64);
+            budget.work_ms += (millis_since(asked) - waited).max(0);
             let summary = match reply {
                 Ok(reply) => {
                     summary_usage = reply.usage;
-                    summary_ms = Some(millis_since(asked));
+                    summary_ms = Some((millis_since(asked) - waited).max(0));
                     if let Some(u) = reply.usage {
                         budget.usage.add(u);
                         count_tokens(&self.ctx.metrics, u);

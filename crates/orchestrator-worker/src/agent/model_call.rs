@@ -51,9 +51,23 @@ impl Agent<'_> {
                 }
             }
         });
+        // The time budget runs while the model works, not while the request waits for a paced
+        // server's slot: the deadline moves by every wait the client reports meanwhile.
         let out_of_time = async {
             match time_left {
-                Some(left) => tokio::time::sleep(left).await,
+                Some(left) => {
+                    let mut deadline = tokio::time::Instant::now() + left;
+                    let mut counted = self.client.slot_wait_ms();
+                    loop {
+                        tokio::time::sleep_until(deadline).await;
+                        let waited = self.client.slot_wait_ms();
+                        if waited == counted {
+                            break;
+                        }
+                        deadline += Duration::from_millis(waited - counted);
+                        counted = waited;
+                    }
+                }
                 None => std::future::pending().await,
             }
         };

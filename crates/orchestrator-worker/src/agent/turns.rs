@@ -239,7 +239,8 @@ impl Agent<'_> {
                 }
                 Err(Refusal::End(end)) => return Ok(end),
             };
-            budget.work_ms += millis_since(asked);
+            // A wait for the model server's slot is no work of the agent's.
+            budget.work_ms += (millis_since(asked) - reply.waited.as_millis() as i64).max(0);
             turn += 1;
             let mut message = reply.message.clone();
             unique_call_ids(&mut message, turn, &mut used_ids);

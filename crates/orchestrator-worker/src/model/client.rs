@@ -22,6 +22,9 @@ pub struct ModelClient {
     pub(super) cache_key: Option<String>,
     /// The task the requests are for, named where they wait for a paced server.
     pub(super) task: Option<orchestrator_types::TaskId>,
+    /// Milliseconds this client's requests have waited for a paced server's slots, counted as
+    /// the waits go on; shared by its clones.
+    pub(super) slot_wait: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl fmt::Debug for ModelClient {
@@ -117,6 +120,7 @@ impl ModelClient {
             config,
             cache_key: None,
             task: None,
+            slot_wait: Default::default(),
         })
     }
 
@@ -124,6 +128,12 @@ impl ModelClient {
     pub fn with_cache_key(mut self, key: impl Into<String>) -> Self {
         self.cache_key = Some(key.into());
         self
+    }
+
+    /// Milliseconds its requests have waited for a paced server's slots so far, growing while a
+    /// wait goes on: a time budget leaves them out.
+    pub fn slot_wait_ms(&self) -> u64 {
+        self.slot_wait.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// This client for `task`'s requests: a paced server's line names it.
@@ -190,7 +200,7 @@ impl ModelClient {
                             .unwrap_or(DEFAULT_REPLY_ESTIMATE);
                     let model = &self.model;
                     let permit = pacing
-                        .acquire(server, self.task, tokens, |wait| {
+                        .acquire(server, self.task, tokens, &self.slot_wait, |wait| {
                             tracing::info!(
                                 model = %model,
                                 "{}",
@@ -210,13 +220,15 @@ impl ModelClient {
                 None => None,
             };
             let answer = self.attempt(&body, stream, deltas).await;
-            if let (Some((pacing, server)), Some(permit)) = (paced, permit) {
+            if let (Some((pacing, server)), Some(mut permit)) = (paced, permit) {
                 let end = match &answer {
                     Ok(reply) => orchestrator_store::SlotEnd::Answered {
                         tokens: reply.usage.map(|u| u.prompt_tokens + u.completion_tokens),
                     },
                     Err(failure) if failure.error.is_pushback() => {
                         orchestrator_store::SlotEnd::Throttled {
+                            // The store bounds it: no server holds every task for longer than
+                            // a minute at a time.
                             retry_after_ms: failure
                                 .retry_after
                                 .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
@@ -224,7 +236,7 @@ impl ModelClient {
                     }
                     Err(_) => orchestrator_store::SlotEnd::Failed,
                 };
-                pacing.release(server, permit, end).await;
+                pacing.release(server, &mut permit, end).await;
             }
             let failure = match answer {
                 Ok(mut reply) => {

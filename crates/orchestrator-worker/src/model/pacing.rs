@@ -18,7 +18,9 @@ use orchestrator_store::{ModelWait, ServerLimits, SlotEnd, SlotRequest, SlotTry,
 use orchestrator_types::{TaskId, now_millis};
 
 /// How often the first request in line asks the store again for the slots other daemons free.
-pub const POLL: Duration = Duration::from_millis(200);
+pub const POLL: Duration = Duration::from_millis(100);
+/// Tries of a store that answers with an error that may pass, in a row, before a request fails.
+const STORE_TRIES: u32 = 20;
 
 /// A model server with limits, as the configuration names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,12 +67,35 @@ impl PartialEq for Pacing {
     }
 }
 
-/// A slot taken: give it back with [`Pacing::release`].
+/// A slot taken: give it back with [`Pacing::release`]. Dropped without (the request was
+/// canceled: the task stopped, its time ran out), it is given back as failed, so that a canceled
+/// request never holds a slot of every daemon's.
 #[derive(Debug)]
 pub struct Permit {
     slot: i64,
     /// How long the request waited for it.
     pub waited: Duration,
+    /// What gives it back when dropped unreleased; `None` once released.
+    unreleased: Option<(Store, String, ServerLimits)>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let Some((store, server, limits)) = self.unreleased.take() else {
+            return;
+        };
+        let slot = self.slot;
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = store
+                    .release_model_slot(&server, limits, slot, SlotEnd::Failed)
+                    .await
+                {
+                    tracing::warn!(server = %server, error = %e, "giving back a canceled request's model server slot");
+                }
+            });
+        }
+    }
 }
 
 /// Leaves the line when the request stops waiting before it got its slot.
@@ -124,16 +149,23 @@ impl Pacing {
         lines.entry(server.to_owned()).or_default().clone()
     }
 
-    /// Waits for a slot on `server` for a request of about `tokens` tokens. `told` hears each
-    /// new reason to wait.
+    /// Waits for a slot on `server` for a request of about `tokens` tokens. `waited` grows by the
+    /// milliseconds waited as the wait goes on; `told` hears each new reason to wait.
     pub async fn acquire(
         &self,
         server: &PacedServer,
         task: Option<TaskId>,
         tokens: u64,
+        waited: &AtomicU64,
         mut told: impl FnMut(&ModelWait),
     ) -> orchestrator_store::Result<Permit> {
         let started = Instant::now();
+        let mut counted = started;
+        let mut count = || {
+            let now = Instant::now();
+            waited.fetch_add((now - counted).as_millis() as u64, Ordering::Relaxed);
+            counted = now;
+        };
         let ticket = format!(
             "{}:{}",
             self.0.holder,
@@ -159,18 +191,45 @@ impl Pacing {
             Err(_) => {
                 // Others of this daemon are ahead: say so in the store while waiting behind them.
                 in_line.armed = true;
-                self.0.store.join_model_queue(&request).await?;
-                line.turn.lock().await
+                // Only what `task read` shows hangs on it: a store that cannot take it now
+                // costs the request nothing.
+                if let Err(e) = self.0.store.join_model_queue(&request).await {
+                    tracing::debug!(server = %server.name, error = %e, "noting a request in the model server's line");
+                }
+                let turn = line.turn.lock().await;
+                count();
+                turn
             }
         };
         let mut last: Option<ModelWait> = None;
+        let mut failures = 0;
         loop {
-            match self.0.store.try_model_slot(&request).await? {
+            // The store busy for a moment (its connections all taken, a lock to wait for) is a
+            // wait like any other, not the request's failure.
+            let answer = match self.0.store.try_model_slot(&request).await {
+                Ok(answer) => answer,
+                Err(e) if e.is_retryable() && failures < STORE_TRIES => {
+                    failures += 1;
+                    tracing::debug!(server = %server.name, error = %e, "asking the store for a model server slot again");
+                    tokio::time::sleep(POLL * failures).await;
+                    count();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            failures = 0;
+            match answer {
                 SlotTry::Granted(slot) => {
                     in_line.armed = false;
+                    count();
                     return Ok(Permit {
                         slot,
                         waited: started.elapsed(),
+                        unreleased: Some((
+                            self.0.store.clone(),
+                            server.name.clone(),
+                            server.limits,
+                        )),
                     });
                 }
                 SlotTry::Wait(wait) => {
@@ -194,6 +253,7 @@ impl Pacing {
                         () = line.freed.notified() => {}
                         () = tokio::time::sleep(pause) => {}
                     }
+                    count();
                 }
             }
         }
@@ -201,7 +261,9 @@ impl Pacing {
 
     /// Gives the slot back, telling the store how the server answered. Tried three times: a slot
     /// that is never given back counts against the server until its holder stops.
-    pub async fn release(&self, server: &PacedServer, permit: Permit, end: SlotEnd) {
+    pub async fn release(&self, server: &PacedServer, permit: &mut Permit, end: SlotEnd) {
+        // Given back here, not by the guard, even if every try below fails.
+        permit.unreleased = None;
         for attempt in 0..3 {
             match self
                 .0

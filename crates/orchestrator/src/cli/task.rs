@@ -436,7 +436,8 @@ fn concurrency_of(
         }),
         (None, Some(_), None) => {
             return Err(CliError::Invalid(
-                "--max-running needs the key it limits: --concurrency-key KEY, or --repository                  NAME for a repository of the config"
+                "--max-running needs the key it limits: --concurrency-key KEY, or --repository \
+                 NAME for a repository of the config"
                     .into(),
             )
             .into());

@@ -200,7 +200,8 @@ impl TriggerRule {
         if let Some(secs) = self.debounce_secs {
             if REVIEW_EVENTS.contains(&self.event.as_str()) {
                 return Err(format!(
-                    "trigger {:?}: debounce_secs is for rules that make no round; a round on a                      pull request joins later deliveries for join_secs",
+                    "trigger {:?}: debounce_secs is for rules that make no round; a round on a \
+                     pull request joins later deliveries for join_secs",
                     self.name
                 ));
             }
@@ -225,7 +226,8 @@ impl TriggerRule {
         }
         if self.singleton && (self.max_running.is_some() || self.task.max_running.is_some()) {
             return Err(format!(
-                "trigger {:?}: singleton and max_running both limit the rule's running tasks;                  keep one (singleton: one per issue; max_running: so many in all)",
+                "trigger {:?}: singleton and max_running both limit the rule's running tasks; \
+                 keep one (singleton: one per issue; max_running: so many in all)",
                 self.name
             ));
         }
@@ -356,7 +358,7 @@ fn pace(rule: &TriggerRule, vars: &BTreeMap<&str, String>, round: bool, task: &m
     }
     if let (true, Some(about)) = (rule.singleton, &about) {
         task.concurrency = Some(orchestrator_types::Concurrency {
-            key: format!("issue:{about}"),
+            key: format!("rule:{}:{about}", rule.name),
             max_running: 1,
         });
         if task.join.is_none() {

@@ -961,7 +961,7 @@ fn a_rules_pacing_names_its_keys() {
     let key = single.concurrency.unwrap();
     assert_eq!(
         (key.key.as_str(), key.max_running),
-        ("issue:acme/widgets#7", 1)
+        ("rule:ask:acme/widgets#7", 1)
     );
     assert_eq!(single.join.as_deref(), Some("singleton:ask:acme/widgets#7"));
     let bounded = task_of(&rule(&format!("{head}max_running = 3\n")), &vars, None);

@@ -489,7 +489,7 @@ fn debounced_burst(env: Env) {
     assert_eq!(task["state"], "queued", "{task}");
     let stored = env.json(&["task", "read", &made[0].to_string(), "--json"]);
     assert_eq!(
-        stored["concurrency"]["key"], "issue:acme/widgets#5",
+        stored["concurrency"]["key"], "rule:ask:acme/widgets#5",
         "{stored}"
     );
     assert_eq!(stored["concurrency"]["max_running"], 1, "{stored}");

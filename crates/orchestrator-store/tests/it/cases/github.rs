@@ -895,3 +895,108 @@ pub async fn deliveries_that_join_make_one_task_and_stop_at_the_limit(db: &TestS
             .is_empty()
     );
 }
+
+/// A request for a slot of server `bench` (limit `max`) by `holder`.
+fn slot_request<'a>(
+    holder: &'a str,
+    ticket: &'a str,
+    max: Option<u32>,
+) -> orchestrator_store::SlotRequest<'a> {
+    orchestrator_store::SlotRequest {
+        server: "bench",
+        limits: orchestrator_store::ServerLimits {
+            max_in_flight: max,
+            ..Default::default()
+        },
+        holder,
+        ticket,
+        task: None,
+        tokens: 100,
+    }
+}
+
+pub async fn model_server_slots_are_shared_bounded_and_first_come_first_served(db: &TestStore) {
+    use orchestrator_store::{SlotEnd, SlotTry, WaitCause};
+    let store = db.store.clone();
+    let granted = |t: SlotTry| match t {
+        SlotTry::Granted(slot) => slot,
+        SlotTry::Wait(w) => panic!("waits: {w:?}"),
+    };
+    // Two slots; a third request waits, saying how many are in use.
+    let a = granted(
+        store
+            .try_model_slot(&slot_request("d1", "d1:1", Some(2)))
+            .await
+            .unwrap(),
+    );
+    let b = granted(
+        store
+            .try_model_slot(&slot_request("d2", "d2:1", Some(2)))
+            .await
+            .unwrap(),
+    );
+    let SlotTry::Wait(wait) = store
+        .try_model_slot(&slot_request("d2", "d2:2", Some(2)))
+        .await
+        .unwrap()
+    else {
+        panic!("a third request got a slot of two");
+    };
+    assert_eq!(
+        (wait.cause, wait.in_flight, wait.limit),
+        (WaitCause::Slots, 2, Some(2))
+    );
+    // A slot freed goes to the request that began waiting first, not to another daemon's new one.
+    store
+        .release_model_slot(
+            "bench",
+            slot_request("d1", "", Some(2)).limits,
+            a,
+            SlotEnd::Answered { tokens: Some(50) },
+        )
+        .await
+        .unwrap();
+    let SlotTry::Wait(_) = store
+        .try_model_slot(&slot_request("d1", "d1:2", Some(2)))
+        .await
+        .unwrap()
+    else {
+        panic!("a later request of another daemon took the slot d2:2 waited for");
+    };
+    let c = granted(
+        store
+            .try_model_slot(&slot_request("d2", "d2:2", Some(2)))
+            .await
+            .unwrap(),
+    );
+    // A server's Retry-After is held to a minute, whatever it says, and never overflows.
+    let limits = slot_request("d2", "", Some(2)).limits;
+    store
+        .release_model_slot(
+            "bench",
+            limits,
+            c,
+            SlotEnd::Throttled {
+                retry_after_ms: Some(i64::MAX),
+            },
+        )
+        .await
+        .unwrap();
+    let servers = store.model_servers().await.unwrap();
+    let paused = servers[0].paused_until.unwrap();
+    assert!(paused <= now_millis() + 60_000, "{servers:?}");
+    assert!(paused > now_millis() + 50_000, "{servers:?}");
+    assert_eq!(servers[0].throttled, 1);
+    // The limit was halved once, and a daemon whose config names no limit leaves it alone.
+    assert_eq!(servers[0].limit, 1.0, "{servers:?}");
+    store
+        .release_model_slot(
+            "bench",
+            slot_request("d3", "", None).limits,
+            b,
+            SlotEnd::Answered { tokens: None },
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.model_servers().await.unwrap()[0].limit, 1.0);
+}
