@@ -504,3 +504,60 @@ fn a_debounced_burst_of_ten_deliveries_makes_one_task() {
 async fn a_debounced_burst_of_ten_deliveries_makes_one_task_on_postgres() {
     on_postgres(debounced_burst).await;
 }
+
+fn canceled_gives_back(env: Env) {
+    // One slot; the request that holds it takes long, and its task is canceled meanwhile.
+    let model = model(Quirks {
+        latency_ms: 4000,
+        ..Quirks::default()
+    });
+    configure(&env, &model, "max_in_flight = 1");
+    let ids = create_tasks(&env, 2);
+    let serve = env.serve(&["--workers", "2"]);
+    wait_for(|| model.request_count() == 1);
+    // The task whose request is in flight is the one not waiting for the slot.
+    let holder = std::cell::RefCell::new(None::<i64>);
+    wait_for(|| {
+        let waiting: Vec<bool> = ids
+            .iter()
+            .map(|id| {
+                let (_, body) = http_get(
+                    &serve.addr,
+                    &format!("/api/v1/tasks/{id}"),
+                    Some(&serve.token()),
+                );
+                serde_json::from_str::<Value>(&body).unwrap()["model_wait"].is_object()
+            })
+            .collect();
+        if let [a, b] = waiting[..]
+            && a != b
+        {
+            *holder.borrow_mut() = Some(if a { ids[1] } else { ids[0] });
+            return true;
+        }
+        false
+    });
+    let canceled = holder.into_inner().unwrap();
+    let out = env.run(&["task", "cancel", &canceled.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The other task gets the slot back and finishes: a canceled request does not keep it
+    // (it would for 30 minutes, past this test's patience).
+    let other = if canceled == ids[0] { ids[1] } else { ids[0] };
+    let task = env.wait_finished(other);
+    assert_eq!(task["state"], "succeeded", "{task}\n{}", serve.log());
+    env.wait_task(canceled, "canceled", |t| t["state"] == "canceled");
+}
+
+#[test]
+fn a_canceled_request_gives_its_slot_back() {
+    canceled_gives_back(Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceled_request_gives_its_slot_back_on_postgres() {
+    on_postgres(canceled_gives_back).await;
+}
