@@ -69,20 +69,19 @@ fn holders_of(key: &str, except: TaskId) -> sea_query::SelectStatement {
     Query::select()
         .column((FlowSlots::Table, FlowSlots::TaskId))
         .from(FlowSlots::Table)
-        .inner_join(
-            Tasks::Table,
-            Expr::col((Tasks::Table, Tasks::Id))
-                .equals((FlowSlots::Table, FlowSlots::TaskId))
-                .and(
-                    Expr::col((Tasks::Table, Tasks::Epoch))
-                        .equals((FlowSlots::Table, FlowSlots::Epoch)),
-                ),
-        )
+        .inner_join(Tasks::Table, turn_of_its_attempt())
         .and_where(Expr::col((FlowSlots::Table, FlowSlots::FlowKey)).eq(key))
         .and_where(Expr::col((FlowSlots::Table, FlowSlots::TaskId)).ne(except.0))
         .and_where(crate::tasks::state_is(TaskState::Running))
         .order_by((FlowSlots::Table, FlowSlots::TaskId), Order::Asc)
         .to_owned()
+}
+
+/// A turn row's task at the epoch the turn was taken: the attempt that holds it.
+fn turn_of_its_attempt() -> Expr {
+    Expr::col((Tasks::Table, Tasks::Id))
+        .equals((FlowSlots::Table, FlowSlots::TaskId))
+        .and(Expr::col((Tasks::Table, Tasks::Epoch)).equals((FlowSlots::Table, FlowSlots::Epoch)))
 }
 
 /// Holds `key` until the transaction ends (PostgreSQL).

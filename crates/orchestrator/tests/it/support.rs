@@ -307,6 +307,11 @@ pub fn http_get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
     )
     .unwrap();
+    read_response(&mut stream)
+}
+
+/// The status code and body of the response on `stream`, read to its end.
+fn read_response(stream: &mut std::net::TcpStream) -> (u16, String) {
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let status = response
@@ -350,18 +355,7 @@ pub fn page_get(serve: &Serve, path: &str) -> (u16, String) {
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    read_response(&mut stream)
 }
 
 /// A POST with extra headers over a plain TCP connection; returns the status code and the body.
@@ -383,18 +377,7 @@ pub fn http_post(addr: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) 
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).unwrap();
     stream.write_all(body).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    read_response(&mut stream)
 }
 
 /// Processes whose command line contains `marker`, other than this test's own.
