@@ -208,6 +208,8 @@ async fn measure_on(db: &BenchDatabase, daemons: usize, config: &FlowConfig) -> 
         );
         task.workspace = Some(workspace.path().display().to_string());
         task.agent.max_turns = task.agent.max_turns.max(turns as u32);
+        // As a task on the repository would take turns by default (tasks/fair.rs).
+        task.fair_key = Some(format!("repository:{name}"));
         task.concurrency =
             config
                 .per_repository

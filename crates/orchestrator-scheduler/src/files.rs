@@ -72,6 +72,8 @@ struct FileTask {
     require_labels: Vec<String>,
     /// At most this many of the automation's tasks run at once (all daemons).
     max_running: Option<u32>,
+    /// The most tokens the automation's tasks spend in a day (UTC).
+    daily_tokens: Option<u64>,
 }
 
 /// A gate as a command string, or as a table with a name, a cwd and a timeout.
@@ -212,6 +214,7 @@ pub fn load_file_with(path: &Path, resolve: ResolveRepository<'_>) -> Result<Fil
                 .map(|r| resolve(r, file.task.git_ref.clone())),
             git_ref: None,
             max_running: file.task.max_running,
+            daily_tokens: file.task.daily_tokens,
         },
         workspaces: file
             .workspaces

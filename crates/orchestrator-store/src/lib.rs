@@ -13,6 +13,7 @@ mod artifacts;
 mod attempts;
 mod automations;
 mod batch_rows;
+mod budgets;
 mod changes;
 mod checklist;
 mod checkpoints;
@@ -49,6 +50,7 @@ pub use approvals::{
 pub use artifacts::{Artifact, ArtifactMeta, DEFAULT_ARTIFACT_CAP};
 pub use attempts::{Attempt, NewAttempt};
 pub use automations::{Automation, NextFire, SOURCE_AGENT, SOURCE_CLI, SOURCE_FILE};
+pub use budgets::{BudgetWait, day_start};
 pub use changes::{AheadMark, ChangeCursor, OpenTransaction};
 pub use checklist::ChecklistItem;
 pub use checkpoints::{

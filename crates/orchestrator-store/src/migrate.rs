@@ -57,6 +57,8 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(27, "0027_pull_tasks"),
     migration!(28, "0028_model_slots"),
     migration!(29, "0029_flow_slots"),
+    migration!(30, "0030_fair_turns"),
+    migration!(31, "0031_daily_budgets"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

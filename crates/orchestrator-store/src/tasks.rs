@@ -54,6 +54,12 @@ pub(crate) enum Tasks {
     Requires,
     /// The last change's place in commit order (see changes.rs).
     ChangeId,
+    /// The key whose tasks take turns with other keys' (see tasks/fair.rs).
+    FairKey,
+    /// The task's place in its queue and priority among the keys' turns (see tasks/fair.rs).
+    FairVt,
+    /// The key of the daily token budget the task spends from (see budgets.rs).
+    BudgetKey,
 }
 
 pub(crate) const COLUMNS: [Tasks; 24] = [
@@ -170,6 +176,9 @@ pub struct Task {
     /// Its concurrency key and how many tasks of the key may run at once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<orchestrator_types::Concurrency>,
+    /// The daily token budget it spends from, with the other tasks of the budget's key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<orchestrator_types::DailyBudget>,
 }
 
 impl TryFrom<TaskRow> for Task {
@@ -218,12 +227,14 @@ impl TryFrom<TaskRow> for Task {
             pull: spec.pull,
             progress_on: spec.progress_on,
             concurrency: spec.concurrency,
+            budget: spec.budget,
         })
     }
 }
 
 mod cancel;
 mod create;
+mod fair;
 mod read;
 mod titles;
 

@@ -162,6 +162,10 @@ pub struct TaskTemplate {
     /// (concurrency key `automation:NAME`); for a trigger rule, `rule:NAME`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_running: Option<u32>,
+    /// The most tokens the automation's tasks (a rule's: `rule:NAME`) spend in a day (UTC); past
+    /// it, their new attempts wait for the next day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily_tokens: Option<u64>,
 }
 
 impl TaskTemplate {
@@ -268,6 +272,7 @@ impl Default for TaskTemplate {
             repository: None,
             git_ref: None,
             max_running: None,
+            daily_tokens: None,
         }
     }
 }
@@ -400,6 +405,13 @@ impl AutomationSpec {
             .map(|max_running| crate::Concurrency {
                 key: format!("automation:{}", self.name),
                 max_running,
+            });
+        task.budget = self
+            .template
+            .daily_tokens
+            .map(|tokens_per_day| crate::DailyBudget {
+                key: format!("automation:{}", self.name),
+                tokens_per_day,
             });
         task
     }

@@ -44,9 +44,9 @@ pub use placement::Placement;
 pub use sandbox::SandboxMode;
 pub use spec::{
     AgentOptions, AgentRole, Concurrency, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_GATE_TIMEOUT_SECS,
-    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CHILDREN, DEFAULT_MAX_TURNS, DEFAULT_QUEUE, ForkPoint,
-    GateSpec, MAX_CHILDREN, MAX_DEPTH, MAX_PULL_RERUNS, MAX_TURNS, NewTask, PullTarget,
-    RepositoryRef,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_CHILDREN, DEFAULT_MAX_TURNS, DEFAULT_QUEUE, DailyBudget,
+    ForkPoint, GateSpec, MAX_CHILDREN, MAX_DEPTH, MAX_PULL_RERUNS, MAX_TURNS, MAX_WEIGHT, NewTask,
+    PullTarget, RepositoryRef,
 };
 pub use state::TaskState;
 pub use time::{format_millis, now_millis, parse_time};

@@ -493,6 +493,38 @@ impl Concurrency {
     }
 }
 
+/// A key's token budget for a day (UTC): the tasks of an automation or a trigger rule spend at
+/// most `tokens_per_day` together; past it, their new attempts wait for the next day.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DailyBudget {
+    /// Whose budget: `automation:nightly`, `rule:agent-fix`.
+    pub key: String,
+    pub tokens_per_day: u64,
+}
+
+impl DailyBudget {
+    pub fn validate(&self) -> Result<()> {
+        let key = self.key.trim();
+        if key.is_empty() || key.len() > 200 || key.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "budget.key",
+                "a budget key is 1 to 200 characters, without control characters",
+            ));
+        }
+        if self.tokens_per_day == 0 {
+            return Err(Error::invalid(
+                "budget.tokens_per_day",
+                "a daily token budget must be at least 1 (0 would never run a task)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The heaviest weight a task's key may have among the keys that take turns.
+pub const MAX_WEIGHT: u32 = 100;
+
 /// A task as a user creates it, before the store gives it an id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewTask {
@@ -560,6 +592,17 @@ pub struct NewTask {
     /// an automation, a trigger rule, one issue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<Concurrency>,
+    /// The key whose queued tasks take turns with other keys' of the same queue and priority.
+    /// Unset, it is the task's repository, else its concurrency key, else its automation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_key: Option<String>,
+    /// The key's share of the turns: a task of weight 2 takes two turns to another key's one
+    /// (1 to 100; unset is 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// The daily token budget the task spends from, with the other tasks of its key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<DailyBudget>,
     /// The issue or pull request (`owner/name#number`) whose one progress comment follows this
     /// task: the issue a rule's task works on, the pull request of a round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -590,6 +633,9 @@ impl NewTask {
             progress_on: None,
             join_limit: None,
             concurrency: None,
+            fair_key: None,
+            weight: None,
+            budget: None,
         }
     }
 
@@ -635,6 +681,27 @@ impl NewTask {
         }
         if let Some(concurrency) = &self.concurrency {
             concurrency.validate()?;
+        }
+        if let Some(budget) = &self.budget {
+            budget.validate()?;
+        }
+        if let Some(key) = &self.fair_key
+            && (key.trim().is_empty() || key.len() > 200 || key.chars().any(char::is_control))
+        {
+            return Err(Error::invalid(
+                "fair_key",
+                "a fairness key is 1 to 200 characters, without control characters",
+            ));
+        }
+        if let Some(weight) = self.weight
+            && !(1..=MAX_WEIGHT).contains(&weight)
+        {
+            return Err(Error::invalid(
+                "weight",
+                format!(
+                    "a weight is 1 to {MAX_WEIGHT} (a task of weight 2 takes two turns to another key's one)"
+                ),
+            ));
         }
         if let Some(pull) = &self.pull {
             pull.validate()?;

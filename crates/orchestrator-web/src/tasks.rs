@@ -135,7 +135,8 @@ pub(crate) async fn create(State(web): State<Web>, bytes: Bytes) -> ApiResult {
 }
 
 /// One task; a running task whose request waits for its model server says why in `waiting_for`
-/// and `model_wait`.
+/// and `model_wait`, and a queued one what keeps it (a label no live worker offers, its key's
+/// spent daily budget or taken turns) in `waiting_for`.
 pub(crate) async fn read(State(web): State<Web>, Path(id): Path<String>) -> ApiResult {
     let task = web.store.get_task(TaskId(parse_id(&id)?)).await?;
     let wait = match task.state {
@@ -143,6 +144,12 @@ pub(crate) async fn read(State(web): State<Web>, Path(id): Path<String>) -> ApiR
         _ => None,
     };
     let mut value = crate::api_json(&task);
+    if task.state == orchestrator_types::TaskState::Queued
+        && let Some(why) = web.store.why_queued(&task).await?
+        && let Some(fields) = value.as_object_mut()
+    {
+        fields.insert("waiting_for".into(), why.into());
+    }
     if let (Some(wait), Some(fields)) = (wait, value.as_object_mut()) {
         fields.insert(
             "waiting_for".into(),

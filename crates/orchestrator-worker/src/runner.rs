@@ -202,7 +202,8 @@ pub async fn run_attempt(
         // Canceled while it waited in the queue (a hand-back raced the cancel): run nothing.
         stop.stop(StopReason::Canceled);
     }
-    // A task of a concurrency key runs only in its key's turn.
+    // A task with a daily budget starts only under it, and one of a concurrency key only in its
+    // key's turn.
     if !stop.token().is_cancelled()
         && let Some(end) = Box::pin(turns::take_turn(ctx, task, lease)).await
     {

@@ -99,6 +99,7 @@
 //! default_ref = "main"                     # the ref of tasks that name none (default: its HEAD)
 //! token_env = "WIDGETS_TOKEN"              # a token for the daemon's own fetches only
 //! max_running = 3                          # at most 3 of the tasks `task create --repository widgets` makes run at once
+//! weight = 2                               # two turns to another repository's one while both have tasks queued
 //!
 //! [workspaces]                             # where repository tasks' workspaces are made
 //! dir = "/srv/orchestrator-workspaces"     # default: beside the home, HOME-workspaces
@@ -257,6 +258,9 @@ pub struct RepositoryConfig {
     /// At most this many tasks made with `--repository NAME` run at once, on every daemon of the
     /// store (concurrency key `repository:NAME`).
     pub max_running: Option<u32>,
+    /// The repository's share of the turns among keys of queued tasks of one priority: 2 takes
+    /// two turns to another repository's one (1 to 100; default 1).
+    pub weight: Option<u32>,
 }
 
 /// A failed task's workspace is kept this many days unless the config says otherwise.

@@ -34,7 +34,7 @@ fn requirements_met(offers: &[String]) -> Expr {
 
 impl Store {
     /// Claims up to `limit` queued tasks of `queues` whose `run_after` has passed, highest priority
-    /// first, for `owner` under a lease of `lease_ms`. Each claimed task gets a new epoch, its attempt
+    /// first and keys in turn within a priority (see tasks/fair.rs), for `owner` under a lease of `lease_ms`. Each claimed task gets a new epoch, its attempt
     /// counter bumped and a `claimed` event, all in one transaction. On PostgreSQL, `SKIP LOCKED` lets
     /// several processes claim side by side without waiting for each other or taking the same row.
     pub async fn claim(
@@ -71,6 +71,8 @@ impl Store {
                 .and_where(Expr::col(Tasks::RunAfter).lte(now))
                 .and_where(requirements_met(offers))
                 .order_by(Tasks::Priority, Order::Desc)
+                // Keys take turns within a priority (see tasks/fair.rs).
+                .order_by(Tasks::FairVt, Order::Asc)
                 .order_by(Tasks::Id, Order::Asc)
                 .limit(limit)
                 .to_owned();

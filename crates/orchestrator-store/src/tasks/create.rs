@@ -93,6 +93,9 @@ fn insert_statement(
         Tasks::ParentId,
         Tasks::Repository,
         Tasks::Requires,
+        Tasks::FairKey,
+        Tasks::FairVt,
+        Tasks::BudgetKey,
     ];
     if change.is_some() {
         columns.push(Tasks::ChangeId);
@@ -102,12 +105,13 @@ fn insert_statement(
         .columns(columns)
         .returning_col(Tasks::Id)
         .to_owned();
-    for task in tasks {
+    let places = super::fair::fair_places(tasks, origin, now);
+    for (task, (fair_key, fair_vt)) in tasks.iter().zip(places) {
         let spec = serde_json::to_string(task).map_err(|e| Error::Corrupt {
             what: "task spec",
             message: e.to_string(),
         })?;
-        let row: [Expr; 17] = [
+        let row: [Expr; 20] = [
             task.title.trim().into(),
             task.prompt.clone().into(),
             spec.into(),
@@ -130,6 +134,9 @@ fn insert_statement(
                 .or_else(|| task.workspace.clone())
                 .into(),
             placement::encode_words(task.requires.iter().map(String::as_str)).into(),
+            fair_key.into(),
+            fair_vt,
+            task.budget.as_ref().map(|b| b.key.trim().to_owned()).into(),
         ];
         match change {
             Some(change) => stmt.values(row.into_iter().chain([change.into()]))?,

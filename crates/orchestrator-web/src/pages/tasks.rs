@@ -454,19 +454,8 @@ pub(crate) async fn read(
     let running = running_gates(&events, &live_logs, task.attempt);
     // Where it can run, and while it is queued, whether some live worker can run it.
     let waiting_for = match task.state {
-        TaskState::Queued => match web.store.unmet_requirements(&task.requires).await {
-            Ok(Some(unmet)) => Some(unmet),
-            // A task of a concurrency key whose turns are taken waits for its turn.
-            _ => match &task.concurrency {
-                Some(c) => web
-                    .store
-                    .flow_wait_of(task.id, &c.key, c.max_running)
-                    .await
-                    .unwrap_or_default()
-                    .map(|w| w.describe()),
-                None => None,
-            },
-        },
+        // What no live worker offers, a spent daily budget, a concurrency key's taken turns.
+        TaskState::Queued => web.store.why_queued(&task).await.unwrap_or_default(),
         // A request of the agent waits for its model server's slot.
         TaskState::Running => web
             .store

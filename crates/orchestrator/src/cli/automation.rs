@@ -145,6 +145,10 @@ pub struct SpecFlags {
     /// the others wait their turn in the queue.
     #[arg(long, value_name = "N")]
     pub max_running: Option<u32>,
+    /// The most tokens the automation's tasks spend in a day (UTC); past it, their new attempts
+    /// wait for the next day, saying so.
+    #[arg(long, value_name = "TOKENS")]
+    pub daily_tokens: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -346,6 +350,9 @@ fn apply_flags(
     }
     if let Some(max_running) = flags.max_running {
         spec.template.max_running = Some(max_running);
+    }
+    if let Some(tokens) = flags.daily_tokens {
+        spec.template.daily_tokens = Some(tokens);
     }
     Ok(())
 }

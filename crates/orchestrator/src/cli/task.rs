@@ -156,6 +156,14 @@ pub struct CreateArgs {
     /// without it.
     #[arg(long, value_name = "N")]
     pub max_running: Option<u32>,
+    /// The key whose queued tasks take turns with other keys' of the same priority (default:
+    /// the task's repository, else its concurrency key).
+    #[arg(long, value_name = "KEY")]
+    pub fair_key: Option<String>,
+    /// The key's share of the turns: a task of weight 2 takes two turns to another key's one
+    /// (1 to 100; a repository's `weight` in the config applies without it).
+    #[arg(long, value_name = "N")]
+    pub weight: Option<u32>,
     #[arg(long)]
     pub json: bool,
 }
@@ -382,6 +390,13 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
         &args.repository,
         &config,
     )?;
+    task.fair_key = args.fair_key;
+    task.weight = args.weight.or_else(|| {
+        args.repository
+            .as_ref()
+            .and_then(|name| config.repositories.get(name))
+            .and_then(|r| r.weight)
+    });
     task.validate()?;
     let store = global.open_store().await?;
     if let (Some(target), Some(github)) = (&task.pull, config.github.client()?) {

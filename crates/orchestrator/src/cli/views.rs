@@ -119,13 +119,7 @@ impl TaskView {
         let records = store.gates(task.id).await?;
         let mut view = TaskView::build(task, &records);
         if task.state == orchestrator_types::TaskState::Queued {
-            view.waiting_for = store.unmet_requirements(&task.requires).await?;
-            if view.waiting_for.is_none()
-                && let Some(c) = &task.concurrency
-                && let Some(wait) = store.flow_wait_of(task.id, &c.key, c.max_running).await?
-            {
-                view.waiting_for = Some(wait.describe());
-            }
+            view.waiting_for = store.why_queued(task).await?;
         }
         if task.state == orchestrator_types::TaskState::Running
             && let Some(wait) = store.model_wait_of(task.id).await?

@@ -76,6 +76,14 @@ pub struct TriggerRule {
     /// At most this many of the rule's tasks run at once, whichever daemons run them.
     #[serde(default)]
     pub max_running: Option<u32>,
+    /// The rule's tasks' share of the turns among queued tasks of one priority (1 to 100): 2
+    /// takes two turns to another key's one.
+    #[serde(default)]
+    pub weight: Option<u32>,
+    /// The most tokens the rule's tasks spend in a day (UTC); past it, their new attempts wait
+    /// for the next day, saying so.
+    #[serde(default)]
+    pub daily_tokens: Option<u64>,
     /// The task; `{repo}`, `{number}`, `{title}`, `{url}`, `{sender}`, `{label}`, `{event}` and
     /// `{delivery}` are replaced in its title and prompt.
     #[serde(default)]
@@ -224,6 +232,21 @@ impl TriggerRule {
                 self.name
             ));
         }
+        if self.daily_tokens.or(self.task.daily_tokens) == Some(0) {
+            return Err(format!(
+                "trigger {:?}: daily_tokens is 0, which would never run a task",
+                self.name
+            ));
+        }
+        if let Some(weight) = self.weight
+            && !(1..=orchestrator_types::MAX_WEIGHT).contains(&weight)
+        {
+            return Err(format!(
+                "trigger {:?}: weight is {weight}; a weight is 1 to {}",
+                self.name,
+                orchestrator_types::MAX_WEIGHT
+            ));
+        }
         if self.singleton && (self.max_running.is_some() || self.task.max_running.is_some()) {
             return Err(format!(
                 "trigger {:?}: singleton and max_running both limit the rule's running tasks; \
@@ -369,6 +392,13 @@ fn pace(rule: &TriggerRule, vars: &BTreeMap<&str, String>, round: bool, task: &m
         task.concurrency = Some(orchestrator_types::Concurrency {
             key: format!("rule:{}", rule.name),
             max_running,
+        });
+    }
+    task.weight = rule.weight;
+    if let Some(tokens_per_day) = rule.daily_tokens.or(rule.task.daily_tokens) {
+        task.budget = Some(orchestrator_types::DailyBudget {
+            key: format!("rule:{}", rule.name),
+            tokens_per_day,
         });
     }
 }

@@ -561,3 +561,96 @@ fn a_canceled_request_gives_its_slot_back() {
 async fn a_canceled_request_gives_its_slot_back_on_postgres() {
     on_postgres(canceled_gives_back).await;
 }
+
+fn spent_budget_waits(env: Env) {
+    let model = model(Quirks::default());
+    configure(&env, &model, "max_in_flight = 4");
+    let ws = env.workspace();
+    std::fs::write(ws.join("notes.txt"), "a note\n").unwrap();
+    let ws = ws.display().to_string();
+    // A budget of one token a day: the first task spends it, whatever it costs.
+    env.json(&[
+        "automation",
+        "create",
+        "--name",
+        "budgeted",
+        "--schedule",
+        "0 3 * * *",
+        "--tz",
+        "UTC",
+        "--prompt",
+        "Read the notes.",
+        "--profile",
+        "minimal",
+        "--workspace",
+        &ws,
+        "--daily-tokens",
+        "1",
+        "--json",
+    ]);
+    let fire = || {
+        let out = env.json(&["automation", "run", "budgeted", "--force", "--json"]);
+        out["result"]["tasks"][0]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no task in {out}"))
+    };
+    let first = fire();
+    let serve = env.serve(&["--workers", "2"]);
+    all_succeed(&env, &[first], &[&serve]);
+    let calls = model.request_count();
+    assert_eq!(calls, 2, "the first task's two turns");
+
+    // The next task waits for the next day, saying so everywhere, and spends nothing.
+    let second = fire();
+    let why = std::cell::RefCell::new(Value::Null);
+    wait_for(|| {
+        let task = env.json(&["task", "read", &second.to_string(), "--json"]);
+        let waits = task["state"] == "queued"
+            && task["waiting_for"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("waiting for the next day's token budget"));
+        *why.borrow_mut() = task;
+        waits
+    });
+    let task = why.borrow().clone();
+    let text = task["waiting_for"].as_str().unwrap();
+    assert!(
+        text.contains("automation:budgeted spent ")
+            && text.contains(" of its 1 tokens today (UTC)"),
+        "{text}"
+    );
+    assert_eq!(task["attempt"], 0, "waiting spent no attempt: {task}");
+    let day_ms = 86_400_000;
+    let tomorrow = (orchestrator_types::now_millis() / day_ms + 1) * day_ms;
+    let run_after = orchestrator_types::parse_time(task["run_after"].as_str().unwrap(), 0).unwrap();
+    assert!(
+        (tomorrow..tomorrow + 61_000).contains(&run_after),
+        "run_after {run_after}, the next day begins at {tomorrow}"
+    );
+    let (status, api) = http_get(
+        &serve.addr,
+        &format!("/api/v1/tasks/{second}"),
+        Some(&serve.token()),
+    );
+    assert_eq!(status, 200, "{api}");
+    let api: Value = serde_json::from_str(&api).unwrap();
+    assert_eq!(api["waiting_for"], task["waiting_for"], "{api}");
+    let (status, page) = page_get(&serve, &format!("/tasks/{second}"));
+    assert_eq!(status, 200);
+    assert!(page.contains("waiting for the next day"), "{page}");
+    assert_eq!(
+        model.request_count(),
+        calls,
+        "the waiting task called the model"
+    );
+}
+
+#[test]
+fn a_spent_daily_budget_holds_new_tasks_until_the_next_day() {
+    spent_budget_waits(Env::sqlite());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_daily_budget_holds_new_tasks_until_the_next_day_on_postgres() {
+    on_postgres(spent_budget_waits).await;
+}

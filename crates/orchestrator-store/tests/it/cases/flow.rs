@@ -234,3 +234,126 @@ pub async fn model_server_slots_are_shared_bounded_and_first_come_first_served(d
         .unwrap();
     assert_eq!(store.model_servers().await.unwrap()[0].limit, 1.0);
 }
+
+/// A task under fairness key `key` (None: the shared key of tasks without one).
+fn keyed(title: &str, key: Option<&str>) -> NewTask {
+    let mut task = NewTask::new(title);
+    task.fair_key = key.map(str::to_owned);
+    task
+}
+
+/// Claims the queued tasks one at a time, as one worker with a free slot at a time would, and
+/// returns their titles in the order they were claimed.
+async fn claim_one_by_one(store: &Store, count: usize) -> Vec<String> {
+    let mut titles = Vec::new();
+    for _ in 0..count {
+        let claimed = store.claim("w", &queues(), 1, LEASE).await.unwrap();
+        assert_eq!(claimed.len(), 1, "a task to claim after {titles:?}");
+        titles.push(claimed[0].0.title.clone());
+    }
+    titles
+}
+
+pub async fn keys_take_turns_within_a_priority(db: &TestStore) {
+    let store = db.store.clone();
+    // One key's backlog made first, in one batch; then another key's, a task without a key and
+    // one of higher priority: the claim takes keys in turn, the higher priority before all.
+    let backlog: Vec<NewTask> = (1..=5)
+        .map(|n| keyed(&format!("a{n}"), Some("repository:a")))
+        .collect();
+    store.create_tasks(&backlog).await.unwrap();
+    store
+        .create_tasks(&[
+            keyed("b1", Some("repository:b")),
+            keyed("b2", Some("repository:b")),
+        ])
+        .await
+        .unwrap();
+    store.create_task(&keyed("plain", None)).await.unwrap();
+    let mut urgent = keyed("urgent", Some("repository:a"));
+    urgent.priority = 5;
+    store.create_task(&urgent).await.unwrap();
+    assert_eq!(
+        claim_one_by_one(&store, 9).await,
+        ["urgent", "a1", "b1", "plain", "a2", "b2", "a3", "a4", "a5"]
+    );
+
+    // A key that arrives while another's backlog is being worked starts level with the head of
+    // the queue, not ahead of it by the turns it did not use, nor behind the whole backlog.
+    let backlog: Vec<NewTask> = (1..=5)
+        .map(|n| keyed(&format!("c{n}"), Some("repository:c")))
+        .collect();
+    store.create_tasks(&backlog).await.unwrap();
+    assert_eq!(claim_one_by_one(&store, 2).await, ["c1", "c2"]);
+    store
+        .create_task(&keyed("d1", Some("repository:d")))
+        .await
+        .unwrap();
+    store
+        .create_task(&keyed("d2", Some("repository:d")))
+        .await
+        .unwrap();
+    assert_eq!(
+        claim_one_by_one(&store, 5).await,
+        ["c3", "d1", "c4", "d2", "c5"]
+    );
+
+    // A heavier key takes more turns: weight 2 takes two to the other key's one.
+    let mut both: Vec<NewTask> = (1..=4)
+        .map(|n| keyed(&format!("e{n}"), Some("automation:e")))
+        .collect();
+    both.extend((1..=4).map(|n| {
+        let mut task = keyed(&format!("f{n}"), Some("automation:f"));
+        task.weight = Some(2);
+        task
+    }));
+    store.create_tasks(&both).await.unwrap();
+    assert_eq!(
+        claim_one_by_one(&store, 8).await,
+        ["e1", "f1", "f2", "e2", "f3", "f4", "e3", "e4"]
+    );
+
+    // Without a key named, a task on a repository takes turns under its repository: two
+    // repositories' tasks made in one batch alternate.
+    let on = |title: &str, url: &str| {
+        let mut task = NewTask::new(title);
+        task.repository = Some(orchestrator_types::RepositoryRef {
+            url: url.into(),
+            git_ref: None,
+            name: None,
+        });
+        task
+    };
+    let repositories = [
+        on("g1", "https://example.com/g.git"),
+        on("g2", "https://example.com/g.git"),
+        on("g3", "https://example.com/g.git"),
+        on("h1", "https://example.com/h.git"),
+    ];
+    store.create_tasks(&repositories).await.unwrap();
+    let offers = [orchestrator_types::placement::REPOSITORY_WORD.to_owned()];
+    let mut titles = Vec::new();
+    for _ in 0..4 {
+        let claimed = store
+            .claim_offering("w", &queues(), &offers, 1, LEASE)
+            .await
+            .unwrap();
+        titles.push(claimed[0].0.title.clone());
+    }
+    assert_eq!(titles, ["g1", "h1", "g2", "g3"]);
+
+    // A weight out of range is refused, and nothing is made.
+    let mut heavy = keyed("heavy", Some("k"));
+    heavy.weight = Some(0);
+    assert!(matches!(
+        store.create_task(&heavy).await,
+        Err(Error::Invalid(_))
+    ));
+    assert!(
+        store
+            .claim("w", &queues(), 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
