@@ -567,4 +567,24 @@ mod tests {
         );
         assert!(spec().task_for("/tmp", "", None).concurrency.is_none());
     }
+
+    #[test]
+    fn an_automation_with_daily_tokens_spends_from_its_own_budget() {
+        let mut budgeted = spec();
+        budgeted.template.daily_tokens = Some(250_000);
+        let budget = budgeted.task_for("/tmp", "", None).budget.unwrap();
+        assert_eq!(
+            (budget.key.as_str(), budget.tokens_per_day),
+            ("automation:nightly", 250_000)
+        );
+        budgeted.template.daily_tokens = Some(0);
+        assert!(
+            budgeted
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("daily token budget must be at least 1")
+        );
+        assert!(spec().task_for("/tmp", "", None).budget.is_none());
+    }
 }

@@ -1,6 +1,7 @@
 //! Creating tasks: one, a batch, or one on behalf of an attempt (fenced by its lease), each with
 //! its `created` event; where a task may run (placement), and pinning a task to one machine.
 
+use super::fair;
 use super::*;
 
 /// The slot a task was created for, kept on the task so `task read` can say where it came from.
@@ -68,9 +69,11 @@ const INSERT_CHUNK: usize = 500;
 /// update of each row outweighs from a few dozen rows on.
 const MARKED_BATCH: usize = 32;
 
-/// The insert of validated, placed tasks, returning their ids.
+/// The insert of validated, placed tasks, returning their ids; `places` are their fairness keys
+/// and virtual times (see fair.rs), in order.
 fn insert_statement(
     tasks: &[NewTask],
+    places: Vec<(String, Expr)>,
     now: i64,
     origin: Option<TaskOrigin>,
     change: Option<i64>,
@@ -105,7 +108,6 @@ fn insert_statement(
         .columns(columns)
         .returning_col(Tasks::Id)
         .to_owned();
-    let places = super::fair::fair_places(tasks, origin, now);
     for (task, (fair_key, fair_vt)) in tasks.iter().zip(places) {
         let spec = serde_json::to_string(task).map_err(|e| Error::Corrupt {
             what: "task spec",
@@ -179,7 +181,13 @@ fn create_one_statement(
     let created = sea_query::Alias::new("created_task");
     let notified = sea_query::Alias::new("notified");
     let placed = place(std::slice::from_ref(task), placement);
-    let insert = insert_statement(&placed, now, None, None)?;
+    let insert = insert_statement(
+        &placed,
+        vec![fair::fair_place(task, None, now)],
+        now,
+        None,
+        None,
+    )?;
     let event = Query::insert()
         .into_table(crate::events::TaskEvents::Table)
         .columns(crate::events::EVENT_COLUMNS)
@@ -263,8 +271,10 @@ pub(crate) async fn insert_tasks(
         }
         _ => None,
     };
+    let mut places = fair::fair_places(tx, new, origin, now).await?.into_iter();
     for chunk in new.chunks(INSERT_CHUNK) {
-        let stmt = insert_statement(chunk, now, origin, change)?;
+        let chunk_places = places.by_ref().take(chunk.len()).collect();
+        let stmt = insert_statement(chunk, chunk_places, now, origin, change)?;
         if let Tx::Sqlite(..) = tx {
             // The `created` events are the insert's own, written by its trigger (0020).
             ids.extend(sorted_ids(tx.fetch_all(&stmt).await?));
@@ -333,15 +343,15 @@ impl Store {
             self.wake.wake();
             return Ok(vec![TaskId(id)]);
         }
-        if let Pool::Sqlite(..) = &self.pool
-            && new.len() < MARKED_BATCH
-        {
+        if let (Pool::Sqlite(..), [task]) = (&self.pool, new) {
             // One statement, a transaction of its own, its `created` events written by its
             // trigger (0020): as a transaction it was four round trips to the connection's thread,
-            // each on the way from the creation to the task's start. A larger batch is a
-            // transaction whose insert carries the change number (0021, `insert_tasks`).
+            // each on the way from the creation to the task's start. A batch is a transaction:
+            // its tasks' virtual times are read before its insert (fair.rs), and from
+            // MARKED_BATCH tasks on the insert carries the change number (0021, `insert_tasks`).
             let placed = place(new, self.placement());
-            let stmt = insert_statement(&placed, now, None, None)?;
+            let places = vec![fair::fair_place(task, None, now)];
+            let stmt = insert_statement(&placed, places, now, None, None)?;
             let rows: Vec<(i64,)> = self.pool.write_fetch_all_at(|_| stmt).await?;
             self.wake.wake();
             return Ok(sorted_ids(rows));

@@ -931,6 +931,9 @@ fn pacing_settings_that_cannot_work_are_refused_with_the_reason() {
         ("debounce_secs = 90000\n", "not between 1 s and a day"),
         ("max_running = 0\n", "max_running is 0"),
         ("singleton = true\nmax_running = 2\n", "keep one"),
+        ("daily_tokens = 0\n", "daily_tokens is 0"),
+        ("weight = 0\n", "a weight is 1 to 100"),
+        ("weight = 101\n", "a weight is 1 to 100"),
     ] {
         let bad = rule(&format!("{head}{extra}"));
         let err = bad.validate().unwrap_err();
@@ -968,4 +971,16 @@ fn a_rules_pacing_names_its_keys() {
     let key = bounded.concurrency.unwrap();
     assert_eq!((key.key.as_str(), key.max_running), ("rule:ask", 3));
     assert!(bounded.join.is_none());
+    assert!(bounded.budget.is_none() && bounded.weight.is_none());
+    let budgeted = task_of(
+        &rule(&format!("{head}daily_tokens = 500000\nweight = 3\n")),
+        &vars,
+        None,
+    );
+    let budget = budgeted.budget.unwrap();
+    assert_eq!(
+        (budget.key.as_str(), budget.tokens_per_day),
+        ("rule:ask", 500_000)
+    );
+    assert_eq!(budgeted.weight, Some(3));
 }
