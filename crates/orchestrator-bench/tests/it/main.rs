@@ -4,5 +4,6 @@
 
 mod checkpoint;
 mod context;
+mod flow;
 mod previous;
 mod queue;

@@ -12,8 +12,9 @@
 //! the server sent), `failed` (tasks that did not succeed: 0), `busy_share` (the server's slots
 //! busy over the run), each repository's `share` of the completions while all four had work and
 //! `share_spread` (the largest distance from an equal share), enqueue to first model request
-//! `first_request_ms` (p50 and p99) per repository, and `peak_rss_mib` of this process (daemons
-//! and model server together).
+//! `first_request_ms` (p50 and p99) per repository, `peak_rss_mib` of this process (daemons
+//! and model server together), and `turn_overhead_ms`: the daemon's own time between a reply and
+//! the next request, idle and under the load (see probe.rs).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,6 +30,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::queue::BenchDatabase;
+
+mod probe;
 
 /// The four repositories and their shares of the tasks, in tenths.
 const REPOSITORIES: [(&str, usize); 4] = [("big", 7), ("a", 1), ("b", 1), ("c", 1)];
@@ -62,6 +65,8 @@ struct Figures {
     shares: BTreeMap<&'static str, f64>,
     first_request_ms: BTreeMap<&'static str, (f64, f64)>,
     peak_rss_mib: Option<f64>,
+    /// Between a reply and the next request of a probe task: p50 and p99 idle, then under load.
+    turn_overhead_ms: [f64; 4],
 }
 
 pub async fn run(
@@ -126,6 +131,11 @@ fn figures_json(backend: Backend, daemons: usize, config: &FlowConfig, f: &Figur
         "share_spread": (spread * 1000.0).round() / 1000.0,
         "first_request_ms": f.first_request_ms.iter().map(|(k, (p50, p99))| (k.to_string(), json!({"p50": p50.round(), "p99": p99.round()}))).collect::<serde_json::Map<_, _>>(),
         "peak_rss_mib": f.peak_rss_mib.map(|m| m.round()),
+        "turn_overhead_ms": {
+            "idle": {"p50": round2(f.turn_overhead_ms[0]), "p99": round2(f.turn_overhead_ms[1])},
+            "load": {"p50": round2(f.turn_overhead_ms[2]), "p99": round2(f.turn_overhead_ms[3])},
+            "p99_ratio": round2(f.turn_overhead_ms[3] / f.turn_overhead_ms[1].max(f64::MIN_POSITIVE)),
+        },
     })
     .to_string()
 }
@@ -220,8 +230,6 @@ async fn measure_on(db: &BenchDatabase, daemons: usize, config: &FlowConfig) -> 
         tasks.push(task);
         repository_of_task.push(name);
     }
-    let enqueued = Instant::now();
-    let ids = store.create_tasks(&tasks).await?;
     let shutdown = CancellationToken::new();
     let mut joins = Vec::new();
     let mut stores = Vec::new();
@@ -251,6 +259,16 @@ async fn measure_on(db: &BenchDatabase, daemons: usize, config: &FlowConfig) -> 
         joins.push(tokio::spawn(pool.run(shutdown.clone())));
         stores.push(daemon_store);
     }
+    // The turn overhead on the idle daemons, then the load, then the overhead under it once the
+    // server is busy.
+    let probe = probe::Probe::start().await;
+    let idle = probe.measure(&store, "idle", workspace.path()).await?;
+    let enqueued = Instant::now();
+    let ids = store.create_tasks(&tasks).await?;
+    while model.received().len() < config.slots * 2 && enqueued.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let loaded = probe.measure(&store, "load", workspace.path()).await?;
     let mut peak: Option<f64> = None;
     let deadline = Instant::now() + RUN_TIMEOUT;
     loop {
@@ -343,9 +361,19 @@ async fn measure_on(db: &BenchDatabase, daemons: usize, config: &FlowConfig) -> 
         shares,
         first_request_ms,
         peak_rss_mib: peak,
+        turn_overhead_ms: [
+            quantile(&idle, 0.5),
+            quantile(&idle, 0.99),
+            quantile(&loaded, 0.5),
+            quantile(&loaded, 0.99),
+        ],
     };
     store.close().await;
     Ok(figures)
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
 }
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {
