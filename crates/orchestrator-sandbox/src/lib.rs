@@ -220,8 +220,13 @@ impl Sandbox {
     /// are confined, and what happens if not.
     pub fn describe(&self) -> String {
         let agents = self.describe_agents();
+        let missing = matches!(self.inner.availability, Availability::Missing { .. })
+            && !self.inner.settings.allow_unsandboxed;
         let gates = match self.inner.settings.person_gates {
             SandboxMode::Full => "; WARNING: [sandbox] person_gates = \"full\": a person's gates run UNSANDBOXED, and the code they run (tests, scripts) is what agents wrote".to_owned(),
+            mode if missing => format!(
+                "; a person's gates need it too ({mode}): they fail, not retried, until it works. {INSTALL_BUBBLEWRAP}"
+            ),
             mode => format!(
                 "; a person's gates run in the {mode} sandbox{}",
                 if self.inner.settings.person_gates_network {
@@ -252,6 +257,9 @@ impl Sandbox {
         }
     }
 }
+
+/// How to get bubblewrap, said wherever its absence stops something.
+pub const INSTALL_BUBBLEWRAP: &str = "Install bubblewrap: `apt install bubblewrap` (Debian, Ubuntu), `dnf install bubblewrap` (Fedora), `pacman -S bubblewrap` (Arch)";
 
 /// The orchestrator's hidden subcommand that runs the network bridge.
 pub const BRIDGE_SUBCOMMAND: &str = "__net-bridge";

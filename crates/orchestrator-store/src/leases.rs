@@ -595,13 +595,20 @@ impl Store {
         Ok(counts)
     }
 
-    /// The earliest `run_after` among queued tasks, so an idle worker can sleep exactly until then.
-    pub async fn next_run_after(&self, queues: &[String]) -> Result<Option<i64>> {
+    /// The earliest `run_after` among queued tasks that a worker offering `offers` could claim,
+    /// so an idle worker can sleep exactly until then (a task it can never claim, due already,
+    /// would keep it polling).
+    pub async fn next_run_after(
+        &self,
+        queues: &[String],
+        offers: &[String],
+    ) -> Result<Option<i64>> {
         let stmt = Query::select()
             .expr(Expr::col(Tasks::RunAfter).min())
             .from(Tasks::Table)
             .and_where(state_is(TaskState::Queued))
             .and_where(Expr::col(Tasks::Queue).is_in(queues.iter().map(String::as_str)))
+            .and_where(claim::requirements_met(offers))
             .to_owned();
         Ok(self
             .pool

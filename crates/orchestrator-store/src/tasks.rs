@@ -62,7 +62,7 @@ pub(crate) enum Tasks {
     BudgetKey,
 }
 
-pub(crate) const COLUMNS: [Tasks; 24] = [
+pub(crate) const COLUMNS: [Tasks; 25] = [
     Tasks::Id,
     Tasks::Title,
     Tasks::Prompt,
@@ -87,6 +87,7 @@ pub(crate) const COLUMNS: [Tasks; 24] = [
     Tasks::AutomationId,
     Tasks::SlotAt,
     Tasks::ParentId,
+    Tasks::FairKey,
 ];
 
 #[derive(sqlx::FromRow)]
@@ -115,6 +116,7 @@ pub(crate) struct TaskRow {
     automation_id: Option<i64>,
     slot_at: Option<i64>,
     parent_id: Option<i64>,
+    fair_key: String,
 }
 
 /// A task as stored. Times are Unix milliseconds.
@@ -179,6 +181,13 @@ pub struct Task {
     /// The daily token budget it spends from, with the other tasks of the budget's key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<orchestrator_types::DailyBudget>,
+    /// The key it takes turns under among queued tasks of its priority (see tasks/fair.rs);
+    /// empty for the shared key of tasks with none.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub fair_key: String,
+    /// Its key's share of the turns, when it weighs more than 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 impl TryFrom<TaskRow> for Task {
@@ -228,6 +237,8 @@ impl TryFrom<TaskRow> for Task {
             progress_on: spec.progress_on,
             concurrency: spec.concurrency,
             budget: spec.budget,
+            fair_key: row.fair_key,
+            weight: spec.weight,
         })
     }
 }

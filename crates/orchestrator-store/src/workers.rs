@@ -60,6 +60,17 @@ fn words<S: serde::Serializer>(stored: &Option<String>, s: S) -> Result<S::Ok, S
 /// See [`Store::unmet_requirements`].
 pub fn unmet(requires: &[String], live: &[WorkerRow]) -> Option<String> {
     use orchestrator_types::placement::describe_requirement;
+    // A task `orchestrator run` made is that process's alone, whatever the daemons offer.
+    if let Some(worker) = requires
+        .iter()
+        .find_map(|w| w.strip_prefix(orchestrator_types::placement::FOREGROUND_PREFIX))
+    {
+        return Some(format!(
+            "only the `orchestrator run` process that made it runs it (worker {worker}), no \
+             daemon; if that process has ended, cancel the task (`orchestrator task cancel`) and \
+             run it again"
+        ));
+    }
     let offers: Vec<Vec<String>> = live.iter().map(WorkerRow::offered).collect();
     if offers
         .iter()

@@ -24,6 +24,10 @@ use std::path::Path;
 pub const HOST_PREFIX: &str = "host:";
 /// The prefix of the word that ties a task to a directory shared between machines.
 pub const SHARED_PREFIX: &str = "shared:";
+/// The prefix of the word a task made by `orchestrator run` requires: `run:<worker id>`. No
+/// daemon offers it (a label holds no `:`), so every attempt of the task is run by the process
+/// that made it, which claims it by its id, never by a daemon with another environment and keys.
+pub const FOREGROUND_PREFIX: &str = "run:";
 /// The word every repository task requires: a worker offers it while its daemon can make
 /// workspaces (it has a workspaces directory and is under its disk budget).
 pub const REPOSITORY_WORD: &str = "repository";
@@ -83,6 +87,12 @@ pub fn validate_label(label: &str) -> Result<()> {
 
 /// Checks one requirement word: a label, or a `host:` or `shared:` word with something after it.
 pub fn validate_requirement(word: &str) -> Result<()> {
+    if word.starts_with(FOREGROUND_PREFIX) {
+        return Err(Error::invalid(
+            "requires",
+            format!("{word:?}: a `run:` word is given by `orchestrator run` to its own task alone"),
+        ));
+    }
     for prefix in [HOST_PREFIX, SHARED_PREFIX] {
         if let Some(rest) = word.strip_prefix(prefix) {
             if rest.trim().is_empty() || rest.contains(['\n', '\r', '\0']) {
@@ -172,6 +182,8 @@ pub fn describe_requirement(word: &str) -> String {
         format!("host {host} (its workspace is a path on that machine)")
     } else if let Some(dir) = word.strip_prefix(SHARED_PREFIX) {
         format!("shared directory {dir}")
+    } else if let Some(worker) = word.strip_prefix(FOREGROUND_PREFIX) {
+        format!("the `orchestrator run` process of worker {worker}")
     } else if word == REPOSITORY_WORD {
         "room for repository workspaces (a daemon under its disk budget)".to_owned()
     } else {

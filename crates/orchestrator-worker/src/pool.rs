@@ -355,7 +355,7 @@ impl WorkerPool {
                 renew_now.notify_one();
             }
             if got < want {
-                let idle = idle_wait(&store, &config.queues, config.poll_interval).await;
+                let idle = idle_wait(&store, &config.queues, &offers, config.poll_interval).await;
                 tokio::select! {
                     () = shutdown.cancelled() => break,
                     () = wakeup.wait(idle) => {}
@@ -491,10 +491,15 @@ async fn hand_back(completions: &mpsc::Sender<CompletionRequest>, lease: Lease) 
 /// must not turn the producer into a busy loop.
 const MIN_IDLE_WAIT: Duration = Duration::from_millis(10);
 
-/// How long an idle producer sleeps: until the next delayed task of its queues is due, at most
-/// `poll`, at least `MIN_IDLE_WAIT`.
-async fn idle_wait(store: &Store, queues: &[String], poll: Duration) -> Duration {
-    match store.next_run_after(queues).await {
+/// How long an idle producer sleeps: until the next delayed task of its queues that it could run
+/// is due, at most `poll`, at least `MIN_IDLE_WAIT`.
+async fn idle_wait(
+    store: &Store,
+    queues: &[String],
+    offers: &[String],
+    poll: Duration,
+) -> Duration {
+    match store.next_run_after(queues, offers).await {
         Ok(Some(at)) => {
             let wait = (at - now_millis()).max(0) as u64;
             poll.min(Duration::from_millis(wait)).max(MIN_IDLE_WAIT)

@@ -329,7 +329,7 @@ async fn run_gates(
     };
     let mut passed = 0usize;
     let mut failures: Vec<String> = Vec::new();
-    let mut infra_error: Option<String> = None;
+    let mut infra_error: Option<(String, bool)> = None;
     for (position, spec) in task.gates.iter().enumerate() {
         if stop.token().is_cancelled() {
             break;
@@ -402,10 +402,15 @@ async fn run_gates(
             Verdict::Passed => passed += 1,
             Verdict::Canceled => break,
             Verdict::Error => {
-                infra_error = Some(format!(
+                let error = format!(
                     "gate {:?} could not run: {}",
                     spec.name, output.evidence.summary.text
-                ));
+                );
+                // Without a sandbox on this machine no retry can run it: say so and stop.
+                infra_error = Some(match no_sandbox_for(ctx, spec) {
+                    Some(why) => (format!("{error}; {why}"), false),
+                    None => (error, true),
+                });
                 break;
             }
             Verdict::Failed | Verdict::TimedOut => failures.push(format!(
@@ -418,15 +423,33 @@ async fn run_gates(
     Ok(gates_end(ctx, task, stop, passed, failures, infra_error))
 }
 
+/// Why a gate that could not run would not run on a retry here either: it must run in a sandbox,
+/// and none can be set up on this machine.
+fn no_sandbox_for(ctx: &RunContext, spec: &orchestrator_types::GateSpec) -> Option<String> {
+    let orchestrator_sandbox::Availability::Missing { reason } = ctx.sandbox.availability() else {
+        return None;
+    };
+    let settings = ctx.sandbox.settings();
+    let confined =
+        spec.by_agent || settings.person_gates != orchestrator_sandbox::SandboxMode::Full;
+    (confined && !settings.allow_unsandboxed).then(|| {
+        format!(
+            "no sandbox can be set up on this machine ({reason}), so no retry can run it here. {}",
+            orchestrator_sandbox::INSTALL_BUBBLEWRAP
+        )
+    })
+}
+
 /// How an attempt ends once its gates have run (`passed` of them, with `failures` and an
-/// `infra_error` that kept one from running): the stop reason first, then the gates' verdicts.
+/// `infra_error` that kept one from running, and whether a retry may fix it): the stop reason
+/// first, then the gates' verdicts.
 fn gates_end(
     ctx: &RunContext,
     task: &Task,
     stop: &Stop,
     passed: usize,
     failures: Vec<String>,
-    infra_error: Option<String>,
+    infra_error: Option<(String, bool)>,
 ) -> AttemptEnd {
     let details = json!({ "gates": task.gates.len(), "passed": passed });
     let outcome = match stop.reason() {
@@ -437,8 +460,8 @@ fn gates_end(
             error: None,
             refund: true,
         }),
-        None => Some(if let Some(error) = infra_error {
-            if task.attempt < task.max_attempts {
+        None => Some(if let Some((error, retryable)) = infra_error {
+            if retryable && task.attempt < task.max_attempts {
                 Outcome::Requeue {
                     run_after: now_millis() + ctx.backoff.delay_millis(task.attempt),
                     error: Some(error),

@@ -258,8 +258,8 @@ pub struct RepositoryConfig {
     /// At most this many tasks made with `--repository NAME` run at once, on every daemon of the
     /// store (concurrency key `repository:NAME`).
     pub max_running: Option<u32>,
-    /// The repository's share of the turns among keys of queued tasks of one priority: 2 takes
-    /// two turns to another repository's one (1 to 100; default 1).
+    /// The share of the turns of the tasks `task create --repository NAME` makes, among keys of
+    /// queued tasks of one priority: 2 takes two turns to another key's one (1 to 100; default 1).
     pub weight: Option<u32>,
 }
 
@@ -302,6 +302,19 @@ impl Config {
                 .is_some_and(|v| v.trim().is_empty())
             {
                 return Err(format!("[repositories.{name}]: token_env is empty"));
+            }
+            if let Some(weight) = repo.weight
+                && !(1..=orchestrator_types::MAX_WEIGHT).contains(&weight)
+            {
+                return Err(format!(
+                    "[repositories.{name}]: weight is {weight}; a weight is 1 to {}",
+                    orchestrator_types::MAX_WEIGHT
+                ));
+            }
+            if repo.max_running == Some(0) {
+                return Err(format!(
+                    "[repositories.{name}]: max_running is 0, which would never run a task"
+                ));
             }
         }
         for (key, days) in [

@@ -265,7 +265,8 @@ async fn measure_on(db: &BenchDatabase, daemons: usize, config: &FlowConfig) -> 
     let idle = probe.measure(&store, "idle", workspace.path()).await?;
     let enqueued = Instant::now();
     let ids = store.create_tasks(&tasks).await?;
-    while model.received().len() < config.slots * 2 && enqueued.elapsed() < Duration::from_secs(60) {
+    while model.received().len() < config.slots * 2 && enqueued.elapsed() < Duration::from_secs(60)
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let loaded = probe.measure(&store, "load", workspace.path()).await?;

@@ -54,7 +54,10 @@ impl Probe {
             .map(|i| {
                 let mut task = NewTask::agent(
                     format!("probe {tag} {i}"),
-                    format!("Probe {tag} {i}: read {}, then say you are done.", super::FILE),
+                    format!(
+                        "Probe {tag} {i}: read {}, then say you are done.",
+                        super::FILE
+                    ),
                 );
                 task.workspace = Some(workspace.display().to_string());
                 task.model = Some(spec.clone());
@@ -97,7 +100,11 @@ async fn wait_ended(store: &Store, ids: &[TaskId]) -> Result<()> {
             let task = store.get_task(*id).await?;
             if task.state.is_terminal() {
                 if task.state != orchestrator_types::TaskState::Succeeded {
-                    bail!("probe task {id} ended {}: {:?}", task.state, task.last_error);
+                    bail!(
+                        "probe task {id} ended {}: {:?}",
+                        task.state,
+                        task.last_error
+                    );
                 }
                 break;
             }

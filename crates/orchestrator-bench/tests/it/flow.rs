@@ -35,7 +35,10 @@ async fn a_tiny_sqlite_run_prints_every_figure_and_fails_no_task() {
     // 28 tasks of one repository and 4 of each other: in the queue's order the large one would
     // finish 0.7 of the tasks while all had work (a spread of 0.45); taking turns, about 0.25.
     let spread = figures["share_spread"].as_f64().unwrap();
-    assert!(spread < 0.2, "the repositories did not take turns: {figures}");
+    assert!(
+        spread < 0.2,
+        "the repositories did not take turns: {figures}"
+    );
     for phase in ["idle", "load"] {
         for q in ["p50", "p99"] {
             let ms = figures["turn_overhead_ms"][phase][q].as_f64().unwrap();

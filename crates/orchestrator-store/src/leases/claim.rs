@@ -16,7 +16,7 @@ use serde_json::json;
 /// offered `,word,` is removed from the stored `,a,b,` form, and what is left is `,` exactly when
 /// nothing was missing. `replace` reads the same on SQLite and PostgreSQL. A task without
 /// requirements (NULL) is decided by the first test alone.
-fn requirements_met(offers: &[String]) -> Expr {
+pub(crate) fn requirements_met(offers: &[String]) -> Expr {
     if offers.is_empty() {
         return Expr::col(Tasks::Requires).is_null();
     }
@@ -147,8 +147,8 @@ impl Store {
 const FOREGROUND_RUN_AFTER: i64 = i64::MAX / 2;
 
 impl Store {
-    /// Creates a task and claims it for `owner`, so no daemon sharing the store can take it first:
-    /// `orchestrator run` uses it to run its task in its own process.
+    /// Creates a task and claims it for `owner`, so no daemon sharing the store can take it, then
+    /// or after a retry: `orchestrator run` uses it to run its task in its own process.
     pub async fn create_foreground(
         &self,
         new: &NewTask,
@@ -158,6 +158,13 @@ impl Store {
         let mut hidden = new.clone();
         hidden.run_after = Some(FOREGROUND_RUN_AFTER);
         hidden.validate()?;
+        // Its later attempts too (a retry, a hand-back) are this process's alone: no daemon
+        // offers the word (a label has no `:`, and a task may not name it), and `claim_task`
+        // takes the task by its id.
+        hidden.requires.push(format!(
+            "{}{owner}",
+            orchestrator_types::placement::FOREGROUND_PREFIX
+        ));
         let now = now_millis();
         // One transaction: a crash between creating and claiming would leave a queued task that no
         // daemon takes (its run_after is out of reach) and no foreground process runs.

@@ -181,13 +181,7 @@ fn create_one_statement(
     let created = sea_query::Alias::new("created_task");
     let notified = sea_query::Alias::new("notified");
     let placed = place(std::slice::from_ref(task), placement);
-    let insert = insert_statement(
-        &placed,
-        vec![fair::fair_place(task, None, now)],
-        now,
-        None,
-        None,
-    )?;
+    let insert = insert_statement(&placed, vec![fair::fair_place(task, None)], now, None, None)?;
     let event = Query::insert()
         .into_table(crate::events::TaskEvents::Table)
         .columns(crate::events::EVENT_COLUMNS)
@@ -271,7 +265,7 @@ pub(crate) async fn insert_tasks(
         }
         _ => None,
     };
-    let mut places = fair::fair_places(tx, new, origin, now).await?.into_iter();
+    let mut places = fair::fair_places(tx, new, origin).await?.into_iter();
     for chunk in new.chunks(INSERT_CHUNK) {
         let chunk_places = places.by_ref().take(chunk.len()).collect();
         let stmt = insert_statement(chunk, chunk_places, now, origin, change)?;
@@ -350,7 +344,7 @@ impl Store {
             // its tasks' virtual times are read before its insert (fair.rs), and from
             // MARKED_BATCH tasks on the insert carries the change number (0021, `insert_tasks`).
             let placed = place(new, self.placement());
-            let places = vec![fair::fair_place(task, None, now)];
+            let places = vec![fair::fair_place(task, None)];
             let stmt = insert_statement(&placed, places, now, None, None)?;
             let rows: Vec<(i64,)> = self.pool.write_fetch_all_at(|_| stmt).await?;
             self.wake.wake();

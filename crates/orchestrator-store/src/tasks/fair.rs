@@ -4,11 +4,11 @@
 //!
 //! It is start-time fair queuing, decided when a task is made so the claim stays one walk of an
 //! index. Each task gets a virtual time (`fair_vt`): one step after the last queued task of its key
-//! (a step is [`STEP`] divided by the task's weight), or, when its key has none queued, the virtual
-//! time of the queue's runnable head, so a key that was idle starts level with the others instead
-//! of ahead of them by what it did not use. The claim takes the lowest virtual time, then the
-//! oldest task. A task keeps its virtual time while it waits (a retry's backoff, a concurrency
-//! key's turn), so it keeps its place.
+//! of its priority (a step is [`STEP`] divided by the task's weight), or, when its key has none
+//! queued, the priority's clock (the virtual time claims have reached), so a key that was idle
+//! starts level with the others instead of ahead of them by what it did not use. The claim takes
+//! the lowest virtual time, then the oldest task. A task keeps its virtual time while it waits (a
+//! retry's backoff, a concurrency key's turn), so it keeps its place.
 //!
 //! Two tasks of one key made at once by two daemons may share a virtual time; they then run in
 //! the order they were made, which is what the queue did before.
@@ -43,44 +43,37 @@ pub(crate) fn fair_key(task: &NewTask, origin: Option<TaskOrigin>) -> String {
 
 /// The key and virtual time of one task made by a statement of its own: the virtual time is
 /// read by the insert itself.
-pub(crate) fn fair_place(task: &NewTask, origin: Option<TaskOrigin>, now: i64) -> (String, Expr) {
+pub(crate) fn fair_place(task: &NewTask, origin: Option<TaskOrigin>) -> (String, Expr) {
     let key = fair_key(task, origin);
-    let place = virtual_time(&key, &task.queue, task.priority, step(task), now);
+    let place = virtual_time(&key, task.priority, step(task));
     (key, place)
 }
 
 /// The keys and virtual times of a batch's tasks, in order, read inside `tx` before the batch is
-/// inserted: one read for each key, queue and priority of the batch, and the batch's tasks of one
-/// of them a step apart. (Read by the insert, each row would be a subquery of its own to plan:
-/// a batch of 500 was made 40 times slower.)
+/// inserted: one read for each key and priority of the batch, and each later task of one of them
+/// a step (its own) after the one before, as the insert of one task reads it. (Read by the insert,
+/// each row would be a subquery of its own to plan: a batch of 500 was made 40 times slower.)
 pub(crate) async fn fair_places(
     tx: &mut Tx,
     tasks: &[NewTask],
     origin: Option<TaskOrigin>,
-    now: i64,
 ) -> Result<Vec<(String, Expr)>> {
-    let mut next: HashMap<(String, &str, i64), i64> = HashMap::new();
+    let mut last: HashMap<(String, i64), i64> = HashMap::new();
     let mut places = Vec::with_capacity(tasks.len());
     for task in tasks {
         let key = fair_key(task, origin);
-        let group = (key.clone(), task.queue.as_str(), task.priority);
-        let at = match next.get(&group) {
-            Some(at) => *at,
+        let group = (key.clone(), task.priority);
+        let at = match last.get(&group) {
+            Some(before) => before + step(task),
             None => {
                 let read = Query::select()
-                    .expr(virtual_time(
-                        &key,
-                        &task.queue,
-                        task.priority,
-                        step(task),
-                        now,
-                    ))
+                    .expr(virtual_time(&key, task.priority, step(task)))
                     .to_owned();
                 let (at,): (i64,) = tx.fetch_optional(&read).await?.unwrap_or((0,));
                 at
             }
         };
-        next.insert(group, at + step(task));
+        last.insert(group, at);
         places.push((key, Expr::val(at)));
     }
     Ok(places)
@@ -91,24 +84,24 @@ fn step(task: &NewTask) -> i64 {
     STEP / i64::from(Ord::max(task.weight.unwrap_or(1), 1))
 }
 
-/// `max(tail + step, head)`: the last queued task of the key one step on, or the
-/// queue's runnable head (its lowest virtual time among tasks that may start now; with none, its
-/// highest among those that wait, so a new task does not go ahead of them; with none queued, 0).
-fn virtual_time(key: &str, queue: &str, priority: i64, step: i64, now: i64) -> Expr {
-    let tail = queued(queue, priority)
+/// `max(tail + step, clock)`: one step after the last queued task of the key, or the priority's
+/// clock, the highest virtual time among its running tasks (those claimed last), when that is
+/// later (the key was idle) or the key has none queued. With none running, 0: every key's tasks
+/// then start from 0 and take turns from there.
+///
+/// The clock is read from running tasks, not from the queue's head: a queued task that no worker
+/// can take (a label no one offers, a task of `orchestrator run`, a key whose turns are taken)
+/// would hold a head back, and every key arriving after it would start that far behind the rest.
+/// Virtual times are kept per priority, not per queue, so a claim of several queues compares
+/// like with like.
+fn virtual_time(key: &str, priority: i64, step: i64) -> Expr {
+    let tail = of_state(TaskState::Queued, priority)
         .and_where(Expr::col((FairT, Tasks::FairKey)).eq(key))
-        .order_by((FairT, Tasks::FairVt), Order::Desc)
         .to_owned();
-    let head = queued(queue, priority)
-        .and_where(Expr::col((FairT, Tasks::RunAfter)).lte(now))
-        .order_by((FairT, Tasks::FairVt), Order::Asc)
-        .to_owned();
-    let last_waiting = queued(queue, priority)
-        .order_by((FairT, Tasks::FairVt), Order::Desc)
-        .to_owned();
+    let clock = of_state(TaskState::Running, priority);
     let scalar = |q: SelectStatement| Expr::SubQuery(None, Box::new(q.into()));
     let after_tail = Func::coalesce([scalar(tail).add(step), Expr::val(0i64)]);
-    let level = Func::coalesce([scalar(head), scalar(last_waiting), Expr::val(0i64)]);
+    let level = Func::coalesce([scalar(clock), Expr::val(0i64)]);
     Expr::from(Func::greatest([Expr::from(after_tail), Expr::from(level)]))
 }
 
@@ -117,20 +110,19 @@ fn virtual_time(key: &str, queue: &str, priority: i64, step: i64, now: i64) -> E
 #[iden = "fair_t"]
 struct FairT;
 
-/// One virtual time of a queued task of `queue` and `priority` (the claim's index leads with
-/// both, then the virtual time).
-fn queued(queue: &str, priority: i64) -> SelectStatement {
+/// The highest virtual time of a task in `state` of `priority` (an index leads with both).
+fn of_state(state: TaskState, priority: i64) -> SelectStatement {
     Query::select()
         .column((FairT, Tasks::FairVt))
         .from_as(Tasks::Table, FairT)
         // A literal, as in `state_is`: SQLite uses a partial index only for a term it can see
-        // implies the index's own (a bound 'queued' would scan the table for every row made).
+        // implies the index's own (a bound state would scan the table for every task made).
         .and_where(Expr::cust(format!(
             "\"fair_t\".\"state\" = '{}'",
-            TaskState::Queued.as_str()
+            state.as_str()
         )))
-        .and_where(Expr::col((FairT, Tasks::Queue)).eq(queue))
         .and_where(Expr::col((FairT, Tasks::Priority)).eq(priority))
+        .order_by((FairT, Tasks::FairVt), Order::Desc)
         .limit(1)
         .to_owned()
 }

@@ -905,13 +905,22 @@ fn rerun_of(task: &Task, target: &PullTarget, head: &PullHead) -> NewTask {
         "task {} again: someone pushed to {target} while it worked",
         task.id
     ));
-    // A machine this task was tied to is no reason to tie the new one.
+    // A machine (or an `orchestrator run` process) this task was tied to is no reason to tie
+    // the new one.
     again.requires = task
         .requires
         .iter()
-        .filter(|w| !w.starts_with("host:"))
+        .filter(|w| {
+            !w.starts_with(orchestrator_types::placement::HOST_PREFIX)
+                && !w.starts_with(orchestrator_types::placement::FOREGROUND_PREFIX)
+        })
         .cloned()
         .collect();
+    // Its pacing goes with it: the key it takes turns under, its key's limit, its budget.
+    again.fair_key = (!task.fair_key.is_empty()).then(|| task.fair_key.clone());
+    again.weight = task.weight;
+    again.concurrency = task.concurrency.clone();
+    again.budget = task.budget.clone();
     again.progress_on = task.progress_on.clone();
     again.pull = Some(PullTarget {
         rerun: target.rerun + 1,

@@ -395,6 +395,10 @@ fn pace(rule: &TriggerRule, vars: &BTreeMap<&str, String>, round: bool, task: &m
         });
     }
     task.weight = rule.weight;
+    // A rule's tasks on no repository take turns as the rule's (on one, as the repository's).
+    if task.repository.is_none() {
+        task.fair_key = Some(format!("rule:{}", rule.name));
+    }
     if let Some(tokens_per_day) = rule.daily_tokens.or(rule.task.daily_tokens) {
         task.budget = Some(orchestrator_types::DailyBudget {
             key: format!("rule:{}", rule.name),

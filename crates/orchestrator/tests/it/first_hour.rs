@@ -481,3 +481,59 @@ fn a_server_without_a_model_names_the_variables_too() {
         assert!(said.contains(words), "{words:?} in {said}");
     }
 }
+
+/// Without bubblewrap, `serve` says at start that a person's gates need it and how to get it,
+/// `doctor` does not claim they run sandboxed, and a gate that cannot run fails its task on the
+/// first attempt with that reason instead of being retried to no end.
+#[test]
+fn without_bubblewrap_serve_says_so_and_a_gate_fails_once_with_how_to_install_it() {
+    let env = Env::sqlite();
+    std::fs::write(
+        env.home().join("config.toml"),
+        "[sandbox]\nbwrap = \"/nonexistent/bin/bwrap\"\n",
+    )
+    .unwrap();
+    let ws = env.workspace().display().to_string();
+    let id = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "check",
+        "--gate",
+        "true",
+        "--workspace",
+        &ws,
+        "--max-attempts",
+        "3",
+        "--json",
+    ])["id"]
+        .as_i64()
+        .unwrap();
+    let serve = env.serve(&["--workers", "1"]);
+    let task = env.wait_finished(id);
+    assert_eq!(task["state"], "failed", "{task}");
+    assert_eq!(
+        task["attempt"], 1,
+        "no retry for what no retry can fix: {task}"
+    );
+    let error = task["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("no retry can run it here") && error.contains("apt install bubblewrap"),
+        "{error}"
+    );
+    let log = serve.log();
+    assert!(
+        log.contains("a person's gates need it too") && log.contains("apt install bubblewrap"),
+        "{log}"
+    );
+    let doctor = env.run(&["doctor"]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&doctor.stdout),
+        String::from_utf8_lossy(&doctor.stderr)
+    );
+    assert!(
+        !said.contains("a person's gates run in the workspace_write sandbox"),
+        "{said}"
+    );
+}

@@ -594,6 +594,12 @@ fn spent_budget_waits(env: Env) {
             .as_i64()
             .unwrap_or_else(|| panic!("no task in {out}"))
     };
+    // The budget is a UTC day's: a run that straddles midnight would find it spent no more.
+    let day_ms = 86_400_000;
+    let to_midnight = day_ms - orchestrator_types::now_millis().rem_euclid(day_ms);
+    if to_midnight < 60_000 {
+        std::thread::sleep(Duration::from_millis(to_midnight as u64 + 1_000));
+    }
     let first = fire();
     let serve = env.serve(&["--workers", "2"]);
     all_succeed(&env, &[first], &[&serve]);
@@ -604,7 +610,6 @@ fn spent_budget_waits(env: Env) {
     let second = fire();
     // Read live, the budget says why as soon as the task is queued; the attempt that found it
     // spent hands the task back until the next day begins.
-    let day_ms = 86_400_000;
     let tomorrow = (orchestrator_types::now_millis() / day_ms + 1) * day_ms;
     let run_after_of = |task: &Value| {
         orchestrator_types::parse_time(task["run_after"].as_str().unwrap_or("now"), 0).unwrap()

@@ -63,7 +63,7 @@ pub async fn claim_order_queues_and_run_after(db: &TestStore) {
             .is_none()
     );
     assert_eq!(
-        store.next_run_after(&queues()).await.unwrap(),
+        store.next_run_after(&queues(), &[]).await.unwrap(),
         None,
         "nothing is queued"
     );
@@ -371,7 +371,7 @@ pub async fn rescue_requeues_fails_and_cancels(db: &TestStore) {
             .is_empty()
     );
     assert_eq!(
-        store.next_run_after(&queues()).await.unwrap(),
+        store.next_run_after(&queues(), &[]).await.unwrap(),
         Some(later + 1000)
     );
 }
@@ -607,30 +607,60 @@ pub async fn foreground_tasks_are_invisible_to_claims(db: &TestStore) {
         task.run_after <= now_millis(),
         "run_after shows when it ran"
     );
-    // Handed back (say the foreground process is interrupted), a daemon may then take it.
+    // Handed back for a retry, it is still the foreground process's: no daemon takes it,
+    // whatever it offers, and it says why it waits; its process takes it again by its id.
     store
         .complete(&[Completion {
             lease,
             outcome: Outcome::Requeue {
                 run_after: now_millis(),
                 error: None,
-                refund: true,
+                refund: false,
             },
             details: json!({}),
         }])
         .await
         .unwrap();
-    let claimed = store.claim("daemon", &queues(), 10, LEASE).await.unwrap();
-    assert_eq!(claimed.len(), 1);
-    assert_eq!(claimed[0].0.id, task.id);
+    let offers = [
+        "gpu".to_owned(),
+        orchestrator_types::placement::REPOSITORY_WORD.to_owned(),
+    ];
+    assert!(
+        store
+            .claim_offering("daemon", &queues(), &offers, 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.next_run_after(&queues(), &offers).await.unwrap(),
+        None,
+        "an idle daemon does not wait for it"
+    );
+    let waiting = store.get_task(task.id).await.unwrap();
+    let why = store
+        .why_queued(&waiting)
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    assert!(
+        why.contains("only the `orchestrator run` process that made it runs it (worker fg)"),
+        "{why}"
+    );
+    let (again, _) = store
+        .claim_task("fg", task.id, LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.id, again.attempt), (task.id, 2));
     // Another queue's due task does not count as due for this queue.
     let mut other = NewTask::new("elsewhere");
     other.queue = "other".into();
     store.create_task(&other).await.unwrap();
-    assert_eq!(store.next_run_after(&queues()).await.unwrap(), None);
+    assert_eq!(store.next_run_after(&queues(), &[]).await.unwrap(), None);
     assert!(
         store
-            .next_run_after(&["other".to_owned()])
+            .next_run_after(&["other".to_owned()], &[])
             .await
             .unwrap()
             .is_some()

@@ -243,6 +243,10 @@ async fn create_child(
     );
     child.agent.approval_timeout_secs = parent.agent.approval_timeout_secs;
     child.agent.max_children = parent.agent.max_children;
+    // A child spends from its parent's budget and takes turns under its parent's key.
+    child.budget = parent.budget.clone();
+    child.fair_key = (!parent.fair_key.is_empty()).then(|| parent.fair_key.clone());
+    child.weight = parent.weight;
     child.validate().map_err(|e| refuse(e.to_string()))?;
     let id = session
         .store
