@@ -407,7 +407,7 @@ async fn run_gates(
                     spec.name, output.evidence.summary.text
                 );
                 // Without a sandbox on this machine no retry can run it: say so and stop.
-                infra_error = Some(match no_sandbox_for(ctx, spec) {
+                infra_error = Some(match no_sandbox_for(ctx, &jail) {
                     Some(why) => (format!("{error}; {why}"), false),
                     None => (error, true),
                 });
@@ -423,16 +423,14 @@ async fn run_gates(
     Ok(gates_end(ctx, task, stop, passed, failures, infra_error))
 }
 
-/// Why a gate that could not run would not run on a retry here either: it must run in a sandbox,
-/// and none can be set up on this machine.
-fn no_sandbox_for(ctx: &RunContext, spec: &orchestrator_types::GateSpec) -> Option<String> {
+/// Why a gate that could not run would not run on a retry here either: its jail must confine
+/// it, and no sandbox can be set up on this machine.
+fn no_sandbox_for(ctx: &RunContext, jail: &orchestrator_sandbox::Jail) -> Option<String> {
     let orchestrator_sandbox::Availability::Missing { reason } = ctx.sandbox.availability() else {
         return None;
     };
-    let settings = ctx.sandbox.settings();
-    let confined =
-        spec.by_agent || settings.person_gates != orchestrator_sandbox::SandboxMode::Full;
-    (confined && !settings.allow_unsandboxed).then(|| {
+    let must_confine = jail.mode() != orchestrator_sandbox::SandboxMode::Full;
+    (must_confine && !ctx.sandbox.settings().allow_unsandboxed).then(|| {
         format!(
             "no sandbox can be set up on this machine ({reason}), so no retry can run it here. {}",
             orchestrator_sandbox::INSTALL_BUBBLEWRAP
