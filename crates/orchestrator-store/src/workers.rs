@@ -82,6 +82,18 @@ pub fn unmet(requires: &[String], live: &[WorkerRow]) -> Option<String> {
         .iter()
         .filter(|w| !offers.iter().any(|offered| offered.contains(w)))
         .collect();
+    // The trap between terminals: the key exported where the task was made, not where the
+    // daemons run. Names are compared, never values.
+    if let Some(var) = missing
+        .iter()
+        .find_map(|w| w.strip_prefix(orchestrator_types::placement::KEY_PREFIX))
+    {
+        return Some(format!(
+            "no live daemon has the model's key variable {var} set: export {var}=... where \
+             `orchestrator serve` runs and start it again (a daemon reads its environment when \
+             it starts)"
+        ));
+    }
     // No one offers room for a repository's workspace because every daemon that could is over
     // its disk budget: say that, with each one's figures, rather than "no live worker with ...".
     if missing

@@ -28,6 +28,17 @@ pub const SHARED_PREFIX: &str = "shared:";
 /// daemon offers it (a label holds no `:`), so every attempt of the task is run by the process
 /// that made it, which claims it by its id, never by a daemon with another environment and keys.
 pub const FOREGROUND_PREFIX: &str = "run:";
+/// The prefix of the word a daemon offers for each model key variable set in its environment
+/// (its name only, never its value), and an agent task whose model names a key variable
+/// requires: `key:OPENAI_API_KEY`. A task whose key is missing where a daemon runs waits, saying
+/// so, rather than being claimed there and failing.
+pub const KEY_PREFIX: &str = "key:";
+
+/// The word for key variable `var` (see [`KEY_PREFIX`]).
+pub fn key_word(var: &str) -> String {
+    format!("{KEY_PREFIX}{var}")
+}
+
 /// The word every repository task requires: a worker offers it while its daemon can make
 /// workspaces (it has a workspaces directory and is under its disk budget).
 pub const REPOSITORY_WORD: &str = "repository";
@@ -92,6 +103,15 @@ pub fn validate_requirement(word: &str) -> Result<()> {
             "requires",
             format!("{word:?}: a `run:` word is given by `orchestrator run` to its own task alone"),
         ));
+    }
+    if let Some(var) = word.strip_prefix(KEY_PREFIX) {
+        if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(Error::invalid(
+                "requires",
+                format!("{word:?} names no environment variable"),
+            ));
+        }
+        return Ok(());
     }
     for prefix in [HOST_PREFIX, SHARED_PREFIX] {
         if let Some(rest) = word.strip_prefix(prefix) {
@@ -184,6 +204,8 @@ pub fn describe_requirement(word: &str) -> String {
         format!("shared directory {dir}")
     } else if let Some(worker) = word.strip_prefix(FOREGROUND_PREFIX) {
         format!("the `orchestrator run` process of worker {worker}")
+    } else if let Some(var) = word.strip_prefix(KEY_PREFIX) {
+        format!("the model's key variable {var} set")
     } else if word == REPOSITORY_WORD {
         "room for repository workspaces (a daemon under its disk budget)".to_owned()
     } else {

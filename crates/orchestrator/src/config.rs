@@ -230,6 +230,19 @@ impl WorkerConfig {
     }
 }
 
+impl Config {
+    /// Whether a daemon says it holds variable `name` when it is set, and a task whose model
+    /// reads its key from `name` then requires a daemon that does: the config's own model key,
+    /// and any name that says it holds a secret (`OPENAI_API_KEY`, `LOCAL_KEY`, a token). A key
+    /// under another name is not announced, and its task is not held to it.
+    pub fn announces_key(&self, name: &str) -> bool {
+        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        valid
+            && (self.model.api_key_env.as_deref() == Some(name)
+                || orchestrator_sandbox::is_secret_name(name, &[]))
+    }
+}
+
 /// The host name and the first eight characters of /etc/machine-id (the host name alone where
 /// there is none): a host name is readable, and the id tells apart machines that share one.
 pub fn machine_id() -> String {

@@ -115,6 +115,11 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             .map_err(|e| CliError::Invalid(format!("--label: {e}")))?;
     }
     pool.offers = file_config.worker.offers(&args.labels);
+    // The names (never the values) of the key variables this daemon holds: a task whose model
+    // needs another waits for a daemon that has it, saying so, instead of failing here.
+    pool.offers.extend(held_keys(&file_config));
+    pool.offers.sort();
+    pool.offers.dedup();
     pool.shutdown_grace = Duration::from_secs(args.shutdown_grace_seconds);
     if store.backend() == orchestrator_store::Backend::Sqlite {
         // Other processes (the CLI) add tasks without a way to signal this one, and an idle claim on
@@ -474,4 +479,17 @@ fn api_token(home: &Path) -> anyhow::Result<Arc<str>> {
 
 fn redacted(url: &str) -> String {
     orchestrator_store::redact_url(url)
+}
+
+/// The words for the key variables set (not empty) in this daemon's environment, of the names a
+/// daemon says it holds (`Config::announces_key`). Names only: values never leave the process.
+fn held_keys(config: &crate::config::Config) -> Vec<String> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let name = name.into_string().ok()?;
+            let set = !value.to_string_lossy().trim().is_empty();
+            (set && config.announces_key(&name))
+                .then(|| orchestrator_types::placement::key_word(&name))
+        })
+        .collect()
 }

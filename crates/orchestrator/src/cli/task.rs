@@ -384,6 +384,17 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
             .map_err(|e| CliError::Invalid(format!("--require-label: {e}")))?;
     }
     task.requires = args.require_labels;
+    // The daemon that runs it must hold the model's key variable (by name): see `refuse_keyless`.
+    if let Some(var) = task
+        .model
+        .as_ref()
+        .and_then(|m| m.api_key_env.as_deref())
+        .map(str::trim)
+        .filter(|v| config.announces_key(v))
+    {
+        task.requires
+            .push(orchestrator_types::placement::key_word(var));
+    }
     task.concurrency = concurrency_of(
         &args.concurrency_key,
         args.max_running,
@@ -413,6 +424,7 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
             }
         }
     }
+    refuse_keyless(&store, &task).await?;
     let id = store.create_task(&task).await?;
     let created = store.get_task(id).await?;
     if args.json {
@@ -427,6 +439,31 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses a task whose model key variable no live daemon holds while some daemon is live: the
+/// key was exported in this terminal, not where `serve` runs (which reads its environment when
+/// it starts). With no daemon live the task is made and waits for one that holds it, saying so.
+async fn refuse_keyless(store: &orchestrator_store::Store, task: &NewTask) -> anyhow::Result<()> {
+    let keys = task
+        .requires
+        .iter()
+        .any(|w| w.starts_with(orchestrator_types::placement::KEY_PREFIX));
+    if !keys
+        || store
+            .live_workers(orchestrator_types::now_millis())
+            .await?
+            .is_empty()
+    {
+        return Ok(());
+    }
+    match store.unmet_requirements(&task.requires).await? {
+        Some(why) if why.contains("key variable") => Err(CliError::Invalid(format!(
+            "{why}; or run the task in this terminal with `orchestrator run`"
+        ))
+        .into()),
+        _ => Ok(()),
+    }
 }
 
 /// The task's concurrency key: the one named, else its repository's (by its name in the

@@ -537,3 +537,85 @@ fn without_bubblewrap_serve_says_so_and_a_gate_fails_once_with_how_to_install_it
         "{said}"
     );
 }
+
+/// The key trap between terminals: the key exported where tasks are made, not where `serve`
+/// runs. A daemon says which key variables it holds (names only); a task made while no daemon is
+/// live waits with the reason, `task create` refuses one that no live daemon could run and says
+/// where the variable is missing, and a daemon that holds the key takes it.
+#[test]
+fn a_key_exported_only_where_tasks_are_made_is_named_not_failed_in_the_daemon() {
+    const KEY: &str = "ORCH_TRAP_LOCAL_KEY";
+    let env = Env::sqlite();
+    std::fs::write(
+        env.home().join("config.toml"),
+        format!(
+            "[model]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\napi_key_env = \"{KEY}\"\n"
+        ),
+    )
+    .unwrap();
+    let ws = env.workspace().display().to_string();
+    let create = || {
+        env.cmd(&[
+            "task",
+            "create",
+            "--title",
+            "t",
+            "--prompt",
+            "p",
+            "--workspace",
+            &ws,
+            "--json",
+        ])
+        .env(KEY, "sk-terminal")
+        .output()
+        .unwrap()
+    };
+    // No daemon yet: the task is made, and waits for one that holds the key.
+    let made = create();
+    assert!(made.status.success(), "{}", stderr(&made));
+    let first: serde_json::Value = serde_json::from_slice(&made.stdout).unwrap();
+    let first = first["id"].as_i64().unwrap();
+
+    // A daemon without the key: it says which keys it holds, and does not take the task.
+    let keyless = env.serve(&["--workers", "1"]);
+    assert!(!keyless.log().contains(KEY), "{}", keyless.log());
+    crate::support::wait_for(|| {
+        let task = env.json(&["task", "read", &first.to_string(), "--json"]);
+        task["state"] == "queued"
+            && task["waiting_for"].as_str().is_some_and(|w| {
+                w.contains(&format!(
+                    "no live daemon has the model's key variable {KEY} set"
+                ))
+            })
+    });
+    let refused = create();
+    assert!(!refused.status.success());
+    let said = stderr(&refused);
+    assert!(
+        said.contains(&format!("export {KEY}=... where `orchestrator serve` runs"))
+            && said.contains("orchestrator run"),
+        "{said}"
+    );
+    assert_eq!(env.tasks().len(), 1, "the refused task was made");
+    assert_eq!(
+        env.task(first)["attempt"],
+        0,
+        "the keyless daemon took the task"
+    );
+
+    // A daemon that holds it: the task is accepted, and the waiting one is taken.
+    let keyed = env
+        .sibling()
+        .serve_with_env(&["--workers", "1"], &[(KEY, "sk-daemon")]);
+    assert!(
+        keyed
+            .log()
+            .contains(&format!("the model's key variable {KEY} set")),
+        "{}",
+        keyed.log()
+    );
+    let accepted = create();
+    assert!(accepted.status.success(), "{}", stderr(&accepted));
+    crate::support::wait_for(|| env.task(first)["attempt"].as_i64().unwrap_or(0) >= 1);
+    drop(keyless);
+}
