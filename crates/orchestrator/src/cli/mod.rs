@@ -73,7 +73,13 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// Directory for the SQLite store, the API token and other state.
-    #[arg(long, global = true, env = "ORCHESTRATOR_HOME", value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        env = "ORCHESTRATOR_HOME",
+        value_name = "DIR",
+        hide_env_values = true
+    )]
     pub home: Option<PathBuf>,
     /// Store URL: postgres://USER@HOST/DB for a shared PostgreSQL, or sqlite://PATH. Defaults to
     /// orchestrator.db in the home directory.
@@ -86,7 +92,13 @@ pub struct GlobalArgs {
     )]
     pub database_url: Option<String>,
     /// The config file (default: config.toml in the home directory).
-    #[arg(long, global = true, env = "ORCHESTRATOR_CONFIG", value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        env = "ORCHESTRATOR_CONFIG",
+        value_name = "FILE",
+        hide_env_values = true
+    )]
     pub config: Option<PathBuf>,
     /// More log output on stderr (-v info, -vv debug). ORCHESTRATOR_LOG takes a full filter.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]

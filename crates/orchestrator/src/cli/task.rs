@@ -663,8 +663,9 @@ async fn retry(global: &GlobalArgs, args: IdArgs) -> anyhow::Result<ExitCode> {
         output::json(&TaskView::summary(&task))?;
     } else {
         println!(
-            "task {id} queued again (attempt {} of at most {} so far)",
-            task.attempt, task.max_attempts
+            "task {id} queued again: attempt {} of at most {} runs next",
+            task.attempt + 1,
+            task.max_attempts
         );
     }
     Ok(ExitCode::SUCCESS)

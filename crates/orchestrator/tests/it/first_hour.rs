@@ -619,3 +619,34 @@ fn a_key_exported_only_where_tasks_are_made_is_named_not_failed_in_the_daemon() 
     crate::support::wait_for(|| env.task(first)["attempt"].as_i64().unwrap_or(0) >= 1);
     drop(keyless);
 }
+
+/// `--help` names the variables it reads without showing a value (it showed
+/// `[env: ORCHESTRATOR_HOME=]`, as if set to empty), and `task retry` says which attempt runs next.
+#[test]
+fn help_names_variables_without_values_and_retry_says_which_attempt_runs_next() {
+    let env = Env::sqlite();
+    let help = env.run(&["--help"]);
+    // Help wraps its lines: compare with the whitespace folded.
+    let text = String::from_utf8_lossy(&help.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for var in [
+        "ORCHESTRATOR_HOME",
+        "ORCHESTRATOR_CONFIG",
+        "ORCHESTRATOR_DATABASE_URL",
+    ] {
+        assert!(text.contains(&format!("[env: {var}]")), "{text}");
+        assert!(!text.contains(&format!("{var}=")), "{text}");
+    }
+    let ws = env.workspace();
+    let id = env.create("retry me", &["true"], &ws);
+    let canceled = env.run(&["task", "cancel", &id.to_string()]);
+    assert!(canceled.status.success(), "{}", stderr(&canceled));
+    let retried = env.run(&["task", "retry", &id.to_string()]);
+    assert!(retried.status.success(), "{}", stderr(&retried));
+    assert_eq!(
+        String::from_utf8_lossy(&retried.stdout).trim(),
+        format!("task {id} queued again: attempt 1 of at most 3 runs next")
+    );
+}
