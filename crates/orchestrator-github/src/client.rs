@@ -1,6 +1,7 @@
-//! The GitHub REST client: octocrab pointed at a configurable base URI (api.github.com, a GitHub
-//! Enterprise server's `/api/v3`, or a local server in tests), with our own small models so that a
-//! field GitHub adds or an Enterprise version lacks cannot break a read.
+//! The GitHub REST client: plain HTTP (the workspace's reqwest, with rustls) against a configurable
+//! base URI (api.github.com, a GitHub Enterprise server's `/api/v3`, or a local server in tests),
+//! with our own small models so that a field GitHub adds or an Enterprise version lacks cannot
+//! break a read. Redirects, retries and rate limits are this module's own, never the transport's.
 //!
 //! Reads and writes are treated differently, on purpose:
 //! - A read that meets a rate limit waits for it (GitHub's `retry-after`, or `x-ratelimit-reset`
@@ -20,10 +21,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use http::header::{ACCEPT, HeaderMap, HeaderValue};
-use http_body_util::combinators::BoxBody;
-use octocrab::Octocrab;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, USER_AGENT};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -148,7 +146,7 @@ pub type ApiResult<T> = std::result::Result<T, ApiError>;
 /// The GitHub REST client.
 #[derive(Clone)]
 pub struct GitHub {
-    octo: Octocrab,
+    http: reqwest::Client,
     config: ClientConfig,
     viewer: std::sync::Arc<OnceLock<String>>,
 }
@@ -183,26 +181,39 @@ enum Kind {
 impl GitHub {
     /// Builds a client. It does not reach the network.
     pub fn new(config: ClientConfig) -> ApiResult<GitHub> {
-        let mut builder = Octocrab::builder()
-            .base_uri(config.api_url.trim_end_matches('/'))
-            .map_err(|e| {
-                ApiError::Config(format!(
-                    "{:?} is not a base URI: {}",
-                    config.api_url,
-                    describe(&e)
-                ))
-            })?
-            .set_connect_timeout(Some(config.timeout))
-            .set_read_timeout(Some(config.timeout))
-            .set_write_timeout(Some(config.timeout));
-        if let Some(token) = &config.token {
-            builder = builder.personal_token(token.clone());
+        let base = config.api_url.trim_end_matches('/');
+        match base.parse::<http::Uri>() {
+            Ok(uri) if uri.scheme().is_some() && uri.authority().is_some() => {}
+            _ => {
+                return Err(ApiError::Config(format!(
+                    "{:?} is not a base URI (expected http:// or https:// and a host)",
+                    config.api_url
+                )));
+            }
         }
-        let octo = builder
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("orchestrator/", env!("CARGO_PKG_VERSION"))),
+        );
+        if let Some(token) = &config.token {
+            let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                ApiError::Config("the GitHub token holds a character a header cannot".to_owned())
+            })?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        // Redirects are followed here, by rule (reads and writes differ, the token stays on the
+        // API's origin), so the transport follows none.
+        let http = reqwest::Client::builder()
+            .default_headers(headers)
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(config.timeout)
+            .read_timeout(config.timeout)
             .build()
             .map_err(|e| ApiError::Config(describe(&e)))?;
         Ok(GitHub {
-            octo,
+            http,
             config,
             viewer: std::sync::Arc::new(OnceLock::new()),
         })
@@ -498,9 +509,8 @@ impl GitHub {
         Ok(all)
     }
 
-    /// The absolute URL of `path` under the API base, joined as path segments. Handing octocrab a
-    /// relative path lets it decide whether the base's path is already there, which it does by a
-    /// string prefix: a base ending in `/re` then loses it before `/repos/...`.
+    /// The absolute URL of `path` under the API base, joined as path segments (a base ending in
+    /// `/re` keeps it before `/repos/...`).
     fn absolute(&self, path: &str) -> String {
         if path.starts_with("http://") || path.starts_with("https://") {
             return path.to_owned();
@@ -546,15 +556,13 @@ impl GitHub {
         let mut url = self.absolute(path);
         let mut redirects = 0;
         loop {
-            let mut headers = HeaderMap::new();
-            headers.insert(
-                ACCEPT,
-                HeaderValue::from_str(accept.unwrap_or("application/vnd.github+json"))
-                    .map_err(|e| ApiError::Config(e.to_string()))?,
-            );
+            let accept = HeaderValue::from_str(accept.unwrap_or("application/vnd.github+json"))
+                .map_err(|e| ApiError::Config(e.to_string()))?;
             let sent = self
-                .octo
-                ._get_with_headers(url.as_str(), Some(headers))
+                .http
+                .get(url.as_str())
+                .header(ACCEPT, accept)
+                .send()
                 .await;
             let response = match sent {
                 Ok(response) => response,
@@ -624,10 +632,16 @@ impl GitHub {
         let mut url = self.absolute(path);
         let mut redirects = 0;
         loop {
-            let sent = match method {
-                Method::Post => self.octo._post(url.as_str(), Some(body)).await,
-                Method::Patch => self.octo._patch(url.as_str(), Some(body)).await,
+            let request = match method {
+                Method::Post => self.http.post(url.as_str()),
+                Method::Patch => self.http.patch(url.as_str()),
             };
+            let sent = request
+                .header(ACCEPT, "application/vnd.github+json")
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.to_string())
+                .send()
+                .await;
             let response = sent.map_err(|e| ApiError::WriteUncertain {
                 what: what.to_owned(),
                 detail: describe(&e),
@@ -730,13 +744,13 @@ impl GitHub {
 
     async fn collect(
         &self,
-        response: http::Response<BoxBody<Bytes, octocrab::Error>>,
+        response: reqwest::Response,
         what: &str,
         kind: Kind,
     ) -> ApiResult<(u16, HeaderMap, Vec<u8>)> {
-        use http_body_util::BodyExt;
-        let (parts, body) = response.into_parts();
-        let bytes = body.collect().await.map_err(|e| match kind {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.map_err(|e| match kind {
             Kind::Read => ApiError::Transport {
                 what: what.to_owned(),
                 detail: describe(&e),
@@ -746,11 +760,7 @@ impl GitHub {
                 detail: describe(&e),
             },
         })?;
-        Ok((
-            parts.status.as_u16(),
-            parts.headers,
-            bytes.to_bytes().to_vec(),
-        ))
+        Ok((status, headers, bytes.to_vec()))
     }
 }
 
@@ -913,7 +923,7 @@ fn next_link(headers: &HeaderMap) -> Option<String> {
     })
 }
 
-/// An error with its sources, since octocrab's own messages say little ("Service error").
+/// An error with its sources, since a transport's own message says little ("error sending request").
 fn describe(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();

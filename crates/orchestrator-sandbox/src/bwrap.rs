@@ -48,6 +48,10 @@ pub(crate) struct Plan<'a> {
     /// The home directory to hide, and what of it stays readable.
     pub home: Option<&'a Path>,
     pub home_visible: &'a [PathBuf],
+    /// Paths a person's config names for a server (its program, a script it runs), bound
+    /// read-only where they are: under `/tmp`, which the jail replaces with its own, they would
+    /// be out of sight. Empty for everything an agent starts.
+    pub readable: &'a [PathBuf],
     pub cwd: &'a Path,
 }
 
@@ -197,6 +201,11 @@ pub(crate) fn args(plan: &Plan<'_>) -> Vec<OsString> {
     for dir in &task_dirs {
         ops.push((dir, Op::HideTaskDir));
     }
+    for path in plan.readable {
+        if path.is_absolute() && path.exists() {
+            ops.push((path, Op::ReadOnly));
+        }
+    }
     if let Some(jails) = plan.jails.filter(|j| !j.starts_with("/tmp") && j.is_dir()) {
         ops.push((jails, Op::HideDir));
     }
@@ -276,6 +285,7 @@ mod tests {
             jails: None,
             home: None,
             home_visible: &[],
+            readable: &[],
             cwd: &ws,
         };
         let text = render(&args(&plan));

@@ -417,12 +417,43 @@ impl Jail {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
+        self.command_reading(program, args, cwd, &[])
+    }
+
+    /// A server a person's config names (an MCP or a language server), as [`Jail::command`]
+    /// starts it, with the program and the arguments that are absolute paths under `/tmp` bound
+    /// read-only where they are: the jail's `/tmp` is its own, so a server installed or checked
+    /// out there (`python3 /tmp/tools/server.py`) would otherwise not be found. Only paths under
+    /// `/tmp`: what the rest of the config names is where the jail already shows it, or hidden
+    /// on purpose (the home, secret paths).
+    pub fn server_command(&self, program: &str, args: &[String], cwd: &Path) -> Result<Command> {
+        let readable: Vec<PathBuf> = std::iter::once(program)
+            .chain(args.iter().map(String::as_str))
+            .map(Path::new)
+            .filter(|p| p.is_absolute() && p.starts_with("/tmp") && p.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        self.command_reading(program, args, cwd, &readable)
+    }
+
+    fn command_reading<I, S>(
+        &self,
+        program: impl AsRef<OsStr>,
+        args: I,
+        cwd: &Path,
+        readable: &[PathBuf],
+    ) -> Result<Command>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
         let inner = &self.inner;
         let mut cmd = match self.bubblewrap()? {
             Some(bwrap) => {
                 let mut cmd = Command::new(bwrap);
                 let proxy = inner.proxy.is_some();
-                cmd.args(self.plan_args(&canonical(cwd), proxy)).arg("--");
+                cmd.args(self.plan_args(&canonical(cwd), proxy, readable))
+                    .arg("--");
                 if proxy {
                     // The program as the jail sees it (bound at BRIDGE_PATH), then its arguments.
                     if let Some(bridge) = inner.sandbox.net_bridge() {
@@ -468,7 +499,7 @@ impl Jail {
 
     /// The bubblewrap arguments for this jail, up to the `--`, starting in `cwd`; with the helper
     /// program bound in when `helper` is true.
-    fn plan_args(&self, cwd: &Path, helper: bool) -> Vec<OsString> {
+    fn plan_args(&self, cwd: &Path, helper: bool, readable: &[PathBuf]) -> Vec<OsString> {
         let inner = &self.inner;
         let settings = inner.sandbox.settings();
         let tmp = self.tmp_dir().unwrap_or(Path::new("/tmp"));
@@ -489,6 +520,7 @@ impl Jail {
             jails: Some(&jails),
             home: settings.home.as_deref(),
             home_visible: &settings.home_visible,
+            readable,
             cwd,
         };
         bwrap::args(&plan)
@@ -596,7 +628,7 @@ impl Jail {
         let inner = &self.inner;
         let bridge = inner.sandbox.net_bridge()?;
         let bwrap = self.bubblewrap().ok().flatten()?;
-        let plan = self.plan_args(&inner.workspace, true);
+        let plan = self.plan_args(&inner.workspace, true, &[]);
         let mut warmth = inner.warm.lock().await;
         match &*warmth {
             Warmth::Unavailable => return None,

@@ -74,6 +74,7 @@ fn probe_now(bwrap: Option<&Path>) -> Availability {
         jails: None,
         home: None,
         home_visible: &[],
+        readable: &[],
         cwd: Path::new("/"),
     };
     let output = Command::new(&bwrap)

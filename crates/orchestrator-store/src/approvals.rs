@@ -85,7 +85,6 @@ pub mod approval_kind {
     pub const QUESTION: &str = "question";
 }
 
-#[derive(sqlx::FromRow)]
 pub(crate) struct ApprovalRow {
     id: i64,
     task_id: i64,
@@ -102,6 +101,23 @@ pub(crate) struct ApprovalRow {
     expires_at: i64,
     decided_at: Option<i64>,
 }
+
+from_row!(ApprovalRow {
+    id,
+    task_id,
+    call_id,
+    kind,
+    tool,
+    arguments,
+    reason,
+    options,
+    status,
+    answer,
+    decided_by,
+    requested_at,
+    expires_at,
+    decided_at
+});
 
 /// An approval or a question.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

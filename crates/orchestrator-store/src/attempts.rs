@@ -110,7 +110,6 @@ pub struct Attempt {
     pub selected_at: Option<i64>,
 }
 
-#[derive(sqlx::FromRow)]
 struct AttemptRow {
     id: i64,
     task_id: i64,
@@ -128,6 +127,24 @@ struct AttemptRow {
     created_at: i64,
     selected_at: Option<i64>,
 }
+
+from_row!(AttemptRow {
+    id,
+    task_id,
+    group_name,
+    label,
+    base,
+    head,
+    diff_hash,
+    patch_bytes,
+    patch_sha256,
+    files,
+    gates,
+    left_out,
+    selected,
+    created_at,
+    selected_at
+});
 
 impl TryFrom<AttemptRow> for Attempt {
     type Error = Error;

@@ -55,7 +55,6 @@ pub const SOURCE_FILE: &str = "file";
 /// that made it. See [`SOURCE_CLI`].
 pub const SOURCE_AGENT: &str = "agent";
 
-#[derive(sqlx::FromRow)]
 struct AutomationRow {
     id: i64,
     name: String,
@@ -72,6 +71,23 @@ struct AutomationRow {
     last_error: Option<String>,
     status_note: Option<String>,
 }
+
+from_row!(AutomationRow {
+    id,
+    name,
+    schedule,
+    timezone,
+    spec,
+    status,
+    source,
+    source_path,
+    next_slot_at,
+    next_fire_at,
+    created_at,
+    updated_at,
+    last_error,
+    status_note
+});
 
 /// An automation as stored. Times are Unix milliseconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -109,19 +109,19 @@ impl std::fmt::Display for OpenTransaction {
     }
 }
 
-#[derive(sqlx::FromRow)]
 struct ChangedTask {
-    #[sqlx(flatten)]
     row: TaskRow,
     change_id: i64,
 }
 
-#[derive(sqlx::FromRow)]
+from_row!(ChangedTask { change_id } flatten { row });
+
 struct ChangedApproval {
-    #[sqlx(flatten)]
     row: ApprovalRow,
     change_id: i64,
 }
+
+from_row!(ChangedApproval { change_id } flatten { row });
 
 impl ChangedTask {
     /// The task and its place in the order of changes.

@@ -23,7 +23,7 @@ enum ChecklistItems {
 }
 
 /// One item. `status` is `pending`, `in_progress`, `done` or `skipped` (the worker checks it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChecklistItem {
     /// 1-based.
     pub position: i64,
@@ -31,6 +31,13 @@ pub struct ChecklistItem {
     pub status: String,
     pub updated_at: i64,
 }
+
+from_row!(ChecklistItem {
+    position,
+    text,
+    status,
+    updated_at
+});
 
 impl Store {
     /// Replaces the checklist of the task held by `lease`, with a `checklist` event that carries the

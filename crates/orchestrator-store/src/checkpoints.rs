@@ -90,7 +90,7 @@ pub struct NewCheckpoint<'a> {
 }
 
 /// A saved checkpoint, without its patch.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Checkpoint {
     pub task_id: i64,
     pub base: String,
@@ -108,6 +108,20 @@ pub struct Checkpoint {
     pub worker: String,
     pub created_at: i64,
 }
+
+from_row!(Checkpoint {
+    task_id,
+    base,
+    turn,
+    after_seq,
+    tree,
+    files,
+    patch_bytes,
+    patch_sha256,
+    attempt,
+    worker,
+    created_at
+});
 
 /// What a save did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -311,9 +325,9 @@ impl Store {
     }
 }
 
-#[derive(sqlx::FromRow)]
 struct CheckpointRow {
-    #[sqlx(flatten)]
     checkpoint: Checkpoint,
     patch: Vec<u8>,
 }
+
+from_row!(CheckpointRow { patch } flatten { checkpoint });

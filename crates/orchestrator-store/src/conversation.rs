@@ -83,7 +83,7 @@ pub mod call_status {
 }
 
 /// A tool call as recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ToolCallRecord {
     pub call_id: String,
     pub turn: i64,
@@ -98,6 +98,21 @@ pub struct ToolCallRecord {
     pub started_at: i64,
     pub finished_at: Option<i64>,
 }
+
+from_row!(ToolCallRecord {
+    call_id,
+    turn,
+    position,
+    name,
+    arguments,
+    status,
+    summary,
+    artifact_id,
+    duration_ms,
+    attempt,
+    started_at,
+    finished_at
+});
 
 /// The end of a tool call: its row's new state and the tool message the model will read.
 #[derive(Debug, Clone)]

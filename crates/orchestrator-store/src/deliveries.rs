@@ -182,7 +182,6 @@ pub struct Delivery {
     pub retry_at: Option<i64>,
 }
 
-#[derive(sqlx::FromRow)]
 struct DeliveryRow {
     delivery_id: String,
     source: String,
@@ -198,6 +197,22 @@ struct DeliveryRow {
     updated_at: i64,
     retry_at: Option<i64>,
 }
+
+from_row!(DeliveryRow {
+    delivery_id,
+    source,
+    event,
+    action,
+    repo,
+    subject,
+    status,
+    attempts,
+    task_ids,
+    detail,
+    received_at,
+    updated_at,
+    retry_at
+});
 
 fn parse_task_ids(id: &str, text: &str) -> Result<Vec<TaskId>> {
     serde_json::from_str(text).map_err(|e| Error::Corrupt {

@@ -40,7 +40,6 @@ pub(crate) enum Gates {
     FinishedAt,
 }
 
-#[derive(sqlx::FromRow)]
 struct GateRow {
     id: i64,
     attempt: i64,
@@ -60,6 +59,26 @@ struct GateRow {
     started_at: i64,
     finished_at: i64,
 }
+
+from_row!(GateRow {
+    id,
+    attempt,
+    position,
+    name,
+    command,
+    verdict,
+    failure_kind,
+    exit_code,
+    duration_ms,
+    summary,
+    log_artifact_id,
+    git_head,
+    git_dirty,
+    diff_hash,
+    byproducts,
+    started_at,
+    finished_at
+});
 
 /// A gate run to record.
 #[derive(Debug)]

@@ -8,6 +8,33 @@
 //! keeps rows (GitHub's deliveries and PR attempts among them) and enforces the state machine's
 //! fences; deciding what to do with a task, or with a delivery, is the caller's job.
 
+/// Reads a struct from a row by column name, on both backends: what sqlx's `FromRow` derive does,
+/// without building sqlx's macros (and with them a second sqlx and a second SQLite, compiled for
+/// the compiler). `flatten` fields are structs read from the same row. The struct literal names
+/// every field, so a field added to the struct and not here does not compile.
+macro_rules! from_row {
+    ($name:ident { $($field:ident),* $(,)? } $(flatten { $($flat:ident),* $(,)? })?) => {
+        impl<'r> ::sqlx::FromRow<'r, ::sqlx::sqlite::SqliteRow> for $name {
+            fn from_row(row: &'r ::sqlx::sqlite::SqliteRow) -> ::sqlx::Result<Self> {
+                use ::sqlx::Row as _;
+                Ok($name {
+                    $($field: row.try_get(stringify!($field))?,)*
+                    $($($flat: ::sqlx::FromRow::from_row(row)?,)*)?
+                })
+            }
+        }
+        impl<'r> ::sqlx::FromRow<'r, ::sqlx::postgres::PgRow> for $name {
+            fn from_row(row: &'r ::sqlx::postgres::PgRow) -> ::sqlx::Result<Self> {
+                use ::sqlx::Row as _;
+                Ok($name {
+                    $($field: row.try_get(stringify!($field))?,)*
+                    $($($flat: ::sqlx::FromRow::from_row(row)?,)*)?
+                })
+            }
+        }
+    };
+}
+
 mod approvals;
 mod artifacts;
 mod attempts;
@@ -79,7 +106,8 @@ pub use pulls::{PullChain, PullTask, pull_key, pull_role};
 pub use shell_jobs::{ShellJob, job_status};
 pub use slots::{Advance, Slot, SlotDecision, SlotPlan, SlotResult};
 pub use tasks::{
-    CancelOutcome, TRIGRAM_INDEX_SQL, Task, TaskFilter, TaskPage, TitleIndex, Trigrams,
+    CancelOutcome, HourOfEnds, HourOfWaits, TRIGRAM_INDEX_SQL, Task, TaskFilter, TaskPage,
+    TitleIndex, Trigrams,
 };
 pub use wake::Wakeup;
 pub use workers::{LIVE_WITHIN_MS, WorkerRow, unmet};

@@ -112,7 +112,7 @@ pub struct LiveLogHandle {
 }
 
 /// A live log, without its bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LiveLog {
     pub id: i64,
     pub task_id: i64,
@@ -130,6 +130,23 @@ pub struct LiveLog {
     pub end_reason: Option<String>,
     pub exit_code: Option<i64>,
 }
+
+from_row!(LiveLog {
+    id,
+    task_id,
+    source,
+    source_key,
+    attempt,
+    name,
+    head_cap,
+    tail_cap,
+    total_bytes,
+    started_at,
+    updated_at,
+    ended_at,
+    end_reason,
+    exit_code
+});
 
 const COLUMNS: [LiveLogs; 14] = [
     LiveLogs::Id,

@@ -133,7 +133,6 @@ pub struct Notification {
     pub last_error: Option<String>,
 }
 
-#[derive(sqlx::FromRow)]
 struct NotificationRow {
     id: i64,
     event_id: i64,
@@ -150,6 +149,23 @@ struct NotificationRow {
     sent_at: Option<i64>,
     last_error: Option<String>,
 }
+
+from_row!(NotificationRow {
+    id,
+    event_id,
+    sink,
+    sink_kind,
+    delivery_key,
+    payload,
+    status,
+    attempts,
+    next_attempt_at,
+    claimed_by,
+    claimed_until,
+    created_at,
+    sent_at,
+    last_error
+});
 
 const OUTBOX_COLUMNS: [NotifyOutbox; 14] = [
     NotifyOutbox::Id,

@@ -39,7 +39,7 @@ pub mod job_status {
 }
 
 /// A shell job as recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ShellJob {
     pub id: i64,
     pub task_id: i64,
@@ -54,6 +54,21 @@ pub struct ShellJob {
     pub started_at: i64,
     pub finished_at: Option<i64>,
 }
+
+from_row!(ShellJob {
+    id,
+    task_id,
+    command,
+    cwd,
+    status,
+    exit_code,
+    worker_id,
+    epoch,
+    log_artifact_id,
+    summary,
+    started_at,
+    finished_at
+});
 
 const COLUMNS: [ShellJobs; 12] = [
     ShellJobs::Id,

@@ -90,7 +90,6 @@ pub(crate) const COLUMNS: [Tasks; 25] = [
     Tasks::FairKey,
 ];
 
-#[derive(sqlx::FromRow)]
 pub(crate) struct TaskRow {
     id: i64,
     title: String,
@@ -118,6 +117,34 @@ pub(crate) struct TaskRow {
     parent_id: Option<i64>,
     fair_key: String,
 }
+
+from_row!(TaskRow {
+    id,
+    title,
+    prompt,
+    spec,
+    workspace,
+    state,
+    queue,
+    priority,
+    attempt,
+    max_attempts,
+    run_after,
+    epoch,
+    lease_owner,
+    lease_expires_at,
+    cancel_requested,
+    event_seq,
+    last_error,
+    created_at,
+    updated_at,
+    started_at,
+    finished_at,
+    automation_id,
+    slot_at,
+    parent_id,
+    fair_key
+});
 
 /// A task as stored. Times are Unix milliseconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -254,7 +281,7 @@ pub(crate) use cancel::cancel_task_tx;
 #[cfg(test)]
 pub(crate) use create::created_data;
 pub(crate) use create::{TaskOrigin, insert_task, insert_tasks};
-pub use read::{TaskFilter, TaskPage};
+pub use read::{HourOfEnds, HourOfWaits, TaskFilter, TaskPage};
 pub use titles::{TRIGRAM_INDEX_SQL, TitleIndex, Trigrams};
 
 /// `"state" = 'queued'` with the value inlined. The partial indexes are declared with a literal, and

@@ -24,7 +24,7 @@ enum Workers {
 pub const LIVE_WITHIN_MS: i64 = 60_000;
 
 /// A worker process as registered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WorkerRow {
     pub id: String,
     pub hostname: String,
@@ -38,6 +38,17 @@ pub struct WorkerRow {
     #[serde(serialize_with = "words")]
     pub offers: Option<String>,
 }
+
+from_row!(WorkerRow {
+    id,
+    hostname,
+    pid,
+    slots,
+    started_at,
+    heartbeat_at,
+    stopped_at,
+    offers
+});
 
 impl WorkerRow {
     /// The words this worker offers.

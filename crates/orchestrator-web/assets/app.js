@@ -29,13 +29,16 @@
     else { amount = Math.floor(secs / 86400) + " days"; }
     return delta >= 0 ? amount + " ago" : "in " + amount;
   };
+  var locales = (navigator.languages && navigator.languages.length) ? navigator.languages.slice() : [];
   var localText = function (at) {
     var date = new Date(at);
     var today = new Date();
-    var clock = date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+    // The person's languages, in their order (what the browser sends as Accept-Language), so a
+    // 24-hour clock shows where theirs is one; the runtime's default may be another locale.
+    var clock = date.toLocaleTimeString(locales, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
     return date.toDateString() === today.toDateString()
       ? clock
-      : date.toLocaleDateString([], { year: "numeric", month: "short", day: "numeric" }) + " " + clock;
+      : date.toLocaleDateString(locales, { year: "numeric", month: "short", day: "numeric" }) + " " + clock;
   };
   var showTime = function (element) {
     var at = Number(element.getAttribute("data-at"));
@@ -448,6 +451,11 @@
         // A wait for a person does not spend the attempt: it goes on.
         var resumed = timeline.querySelector('tr.attempt[data-attempt="' + attempt + '"]') !== null;
         header.setAttribute("data-attempt", attempt);
+        // The header names the attempt that runs now; the error of the one before is not its.
+        document.querySelectorAll("[data-attempt-now]").forEach(function (now) { now.textContent = attempt; });
+        if (!resumed) {
+          document.querySelectorAll("p.muted[data-last-error]").forEach(function (stale) { stale.remove(); });
+        }
         var title = document.createElement("td");
         title.colSpan = 4;
         title.textContent = "Attempt " + attempt + (resumed ? ", resumed" : "");

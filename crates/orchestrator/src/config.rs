@@ -939,8 +939,8 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_model_example_parses_and_validates() {
-        let readme = include_str!("../../../README.md");
+    fn the_docs_model_example_parses_and_validates() {
+        let readme = include_str!("../../../docs/agents.md");
         let start = readme.find("```toml\n[model]").expect("the example") + "```toml\n".len();
         let end = start + readme[start..].find("```").expect("its end");
         let config: Config = toml::from_str(&readme[start..end]).unwrap();
@@ -952,8 +952,8 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_github_example_parses_and_validates() {
-        let readme = include_str!("../../../README.md");
+    fn the_docs_github_example_parses_and_validates() {
+        let readme = include_str!("../../../docs/github.md");
         let start = readme.find("```toml\n[github]").expect("the example") + "```toml\n".len();
         let end = start + readme[start..].find("```").expect("its end");
         let config: Config = toml::from_str(&readme[start..end]).unwrap();
@@ -976,7 +976,7 @@ mod tests {
 
     #[test]
     fn repositories_resolve_by_name_and_workspaces_sit_beside_the_home() {
-        let readme = include_str!("../../../README.md");
+        let readme = include_str!("../../../docs/repositories.md");
         let start = readme
             .find("```toml\n[repositories.widgets]")
             .expect("the example")

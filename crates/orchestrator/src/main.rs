@@ -3,6 +3,7 @@
 
 mod cli;
 mod config;
+mod daemon_file;
 mod exit;
 mod http;
 mod output;
@@ -36,7 +37,13 @@ fn main() -> ExitCode {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let cli = cli::Cli::parse();
-    init_tracing(cli.global.verbose);
+    // `run` prints its task's events, a model's retries among them (`model_retry`): the client's
+    // own log line of each would say it a second time.
+    let quiet = match &cli.command {
+        cli::Command::Run(_) => &["orchestrator_worker::model::client=error"][..],
+        _ => &[],
+    };
+    init_tracing(cli.global.verbose, quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -56,7 +63,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(verbose: u8) {
+/// Logging to stderr: `ORCHESTRATOR_LOG`, else a default by `-v`, with `quiet`'s directives added
+/// to the default (never to a filter a person gave).
+fn init_tracing(verbose: u8, quiet: &[&str]) {
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
         0 => "warn,orchestrator=info,orchestrator_worker=info",
@@ -65,14 +74,12 @@ fn init_tracing(verbose: u8) {
     };
     let text = std::env::var("ORCHESTRATOR_LOG").unwrap_or_else(|_| default.to_owned());
     let mut filter = EnvFilter::try_new(&text).unwrap_or_else(|_| EnvFilter::new(default));
-    // octocrab logs every failed attempt as an ERROR, also the 502 that a retry then got past; the
-    // GitHub client reports the outcome itself, so octocrab's own lines show only with -vv or a
-    // filter that names it.
-    if verbose < 2
-        && !text.contains("octocrab")
-        && let Ok(quiet) = "octocrab=off".parse()
-    {
-        filter = filter.add_directive(quiet);
+    if std::env::var_os("ORCHESTRATOR_LOG").is_none() && verbose == 0 {
+        for directive in quiet {
+            if let Ok(directive) = directive.parse() {
+                filter = filter.add_directive(directive);
+            }
+        }
     }
     tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -32,6 +32,28 @@ pub struct TaskPage {
     pub gate_verdict: Option<Verdict>,
 }
 
+/// An hour in milliseconds: the overview's charts count per hour.
+const HOUR_MS: i64 = 3_600_000;
+
+/// Tasks that ended in one hour, by how.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct HourOfEnds {
+    /// The hour's start, Unix milliseconds.
+    pub hour: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+}
+
+/// How long the tasks that first started in one hour waited for it, from their creation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct HourOfWaits {
+    /// The hour's start, Unix milliseconds.
+    pub hour: i64,
+    pub started: i64,
+    pub mean_ms: i64,
+    pub max_ms: i64,
+}
+
 /// Fewer rows than this passing a filter make it rare (see `Store::rare`).
 const RARE: u64 = 2_000;
 
@@ -325,6 +347,76 @@ impl Store {
                 Ok((state, n))
             })
             .collect()
+    }
+
+    /// Per hour (its start, Unix milliseconds) since `since`: how many tasks ended succeeded and
+    /// how many failed in it, the hours with none left out, oldest first. The overview's chart.
+    pub async fn ended_per_hour(&self, since: i64) -> Result<Vec<HourOfEnds>> {
+        let hour = || Expr::cust(format!("(\"finished_at\" / {HOUR_MS})"));
+        let stmt = Query::select()
+            .expr(hour())
+            .column(Tasks::State)
+            .expr(Expr::col(Tasks::Id).count())
+            .from(Tasks::Table)
+            .and_where(Expr::col(Tasks::FinishedAt).gte(since))
+            .and_where(
+                Expr::col(Tasks::State)
+                    .is_in([TaskState::Succeeded.as_str(), TaskState::Failed.as_str()]),
+            )
+            .add_group_by([hour(), Expr::col(Tasks::State)])
+            .to_owned();
+        let rows: Vec<(i64, String, i64)> = self.pool.fetch_all(&stmt).await?;
+        let mut hours: Vec<HourOfEnds> = Vec::new();
+        for (hour, state, n) in rows {
+            let at = hour * HOUR_MS;
+            let index = match hours.iter().position(|h| h.hour == at) {
+                Some(index) => index,
+                None => {
+                    hours.push(HourOfEnds {
+                        hour: at,
+                        ..HourOfEnds::default()
+                    });
+                    hours.len() - 1
+                }
+            };
+            if state == TaskState::Succeeded.as_str() {
+                hours[index].succeeded = n;
+            } else {
+                hours[index].failed = n;
+            }
+        }
+        hours.sort_by_key(|h| h.hour);
+        Ok(hours)
+    }
+
+    /// Per hour since `since`: of the tasks that first started in it, the mean and the longest
+    /// wait from their creation to that start, the hours with none left out, oldest first. The
+    /// overview's queue latency.
+    pub async fn start_waits_per_hour(&self, since: i64) -> Result<Vec<HourOfWaits>> {
+        let hour = || Expr::cust(format!("(\"started_at\" / {HOUR_MS})"));
+        let stmt = Query::select()
+            .expr(hour())
+            .expr(Expr::col(Tasks::Id).count())
+            .expr(Expr::cust(
+                "CAST(AVG(\"started_at\" - \"created_at\") AS BIGINT)",
+            ))
+            .expr(Expr::cust("MAX(\"started_at\" - \"created_at\")"))
+            .from(Tasks::Table)
+            .and_where(Expr::col(Tasks::StartedAt).gte(since))
+            .add_group_by([hour()])
+            .to_owned();
+        let rows: Vec<(i64, i64, i64, i64)> = self.pool.fetch_all(&stmt).await?;
+        let mut hours: Vec<HourOfWaits> = rows
+            .into_iter()
+            .map(|(hour, started, mean_ms, max_ms)| HourOfWaits {
+                hour: hour * HOUR_MS,
+                started,
+                mean_ms,
+                max_ms,
+            })
+            .collect();
+        hours.sort_by_key(|h| h.hour);
+        Ok(hours)
     }
 
     /// Queued tasks per queue, deepest first: the overview's queue depth.

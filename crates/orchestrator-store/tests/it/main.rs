@@ -77,6 +77,7 @@ conformance!(
     every_state_is_counted_and_listed,
     task_pages_filter_and_walk_by_keyset,
     overview_counts_what_ended_and_what_waits,
+    the_overview_counts_per_hour,
     changed_tasks_are_walked_in_commit_order,
     a_batch_created_together_is_one_change,
     a_change_is_found_whatever_its_time_and_however_late_it_commits,

@@ -25,6 +25,7 @@ pub use reviews::{FakeReview, FakeReviewComment};
 
 mod checks;
 mod git;
+mod page;
 mod reviews;
 mod routes;
 mod wire;

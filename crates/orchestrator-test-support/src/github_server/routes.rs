@@ -121,6 +121,16 @@ fn answer(
         accept: header_str(header::ACCEPT),
         body: String::from_utf8_lossy(body).into_owned(),
     });
+    // The page for a person's browser, which sends no token.
+    if method == Method::GET && path == "/" {
+        return Answer {
+            status: StatusCode::OK,
+            body: Body::from(super::page::render(inner)),
+            headers: vec![("content-type".into(), "text/html; charset=utf-8".into())],
+            delay: None,
+            hold: None,
+        };
+    }
     let expected = format!("Bearer {}", inner.token);
     let token_ok = header_str(header::AUTHORIZATION).is_some_and(|a| a == expected);
     // A job's log is served from a signed URL, which needs no token.

@@ -125,7 +125,7 @@ impl LspClient {
     pub async fn start(server: &LspServer, root: &Path, jail: &Jail) -> Result<Self, String> {
         let name = &server.name;
         let mut command = jail
-            .command(&server.command, &server.args, root)
+            .server_command(&server.command, &server.args, root)
             .map_err(|e| format!("{name}: {e}"))?;
         command.envs(&server.env);
         command

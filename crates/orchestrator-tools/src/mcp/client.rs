@@ -87,13 +87,13 @@ pub(crate) fn not_found_hint(program: &str, stderr: &str) -> String {
     if program.is_empty() || !stderr.contains(&format!("{program}: No such file or directory")) {
         return String::new();
     }
-    let temp = std::env::temp_dir();
     let check = format!("`orchestrator sandbox -- {program} --help` shows what the sandbox finds");
-    if Path::new(program).starts_with("/tmp") || Path::new(program).starts_with(&temp) {
+    if Path::new(program).starts_with("/tmp") {
         format!(
-            ". The sandbox has a /tmp of its own, so {program} is not there: install the server \
-             outside /tmp (under /usr/local, the workspace, or the home's ~/.local/bin or \
-             toolchains); {check}"
+            ". The sandbox has a /tmp of its own, into which a server's program and the files its \
+             arguments name are bound by the paths the config gives; {program} is not there (a \
+             link from it to elsewhere under /tmp is not followed): name the file itself, or \
+             install the server outside /tmp"
         )
     } else if program.contains('/') {
         format!(
@@ -450,7 +450,7 @@ fn spawn(
     let program = config.command.as_deref().unwrap_or_default();
     let cwd = config.cwd.as_deref().unwrap_or(workspace);
     let mut command = jail
-        .command(program, &config.args, cwd)
+        .server_command(program, &config.args, cwd)
         .map_err(|e| format!("{name}: {e}"))?;
     // What the config names on top of the jail's scrubbed environment: a person wrote it.
     for var in &config.env_vars {
@@ -509,7 +509,10 @@ mod tests {
             "/tmp/srv/server.py",
             "bwrap: execvp /tmp/srv/server.py: No such file or directory",
         );
-        assert!(in_tmp.contains("a /tmp of its own"), "{in_tmp}");
+        assert!(
+            in_tmp.contains("bound by the paths the config gives"),
+            "{in_tmp}"
+        );
         let hidden = not_found_hint(
             "/home/ann/bin/srv",
             "bwrap: execvp /home/ann/bin/srv: No such file or directory",

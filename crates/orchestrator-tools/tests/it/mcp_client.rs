@@ -164,6 +164,58 @@ async fn the_reference_servers_tools_work_through_the_registry() {
     }
 }
 
+/// A server whose program and script lie under /tmp, which every jail replaces with its own: the
+/// paths the config names are bound in, read-only, and nothing else of the host's /tmp is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_under_tmp_starts_and_sees_no_other_file_of_tmp() {
+    let h = Harness::new();
+    let dir = tempfile::Builder::new()
+        .prefix("mcp-under-tmp")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let script = dir.path().join("server.py");
+    std::fs::copy(fixture("mcp_scripted.py"), &script).unwrap();
+    let neighbour = dir.path().join("neighbour.txt");
+    std::fs::write(&neighbour, "not for the server").unwrap();
+    let program = dir.path().join("run-server");
+    std::fs::write(
+        &program,
+        format!(
+            "#!/bin/sh\necho ran > {ws}/wrapper-ran\ntest -e {} && echo seen > {ws}/neighbour-seen\nexec python3 \"$@\"\n",
+            neighbour.display(),
+            ws = h.ws.path().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &program,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let config = McpServerConfig::stdio(
+        &program.display().to_string(),
+        &[&script.display().to_string(), "long-name"],
+    );
+    let manager = start(&h, &[("tmp", config)]).await;
+    let tools = ready_tools(&manager, "tmp");
+    assert!(!tools.is_empty(), "{tools:?}");
+    let mut registry = orchestrator_tools::Registry::empty();
+    for spec in manager.tool_specs() {
+        registry.register(spec).unwrap();
+    }
+    let r = registry
+        .call(&qualify("tmp", &"t".repeat(90)), "{}", &h.ctx)
+        .await
+        .unwrap();
+    assert!(r.joined_text().contains("pong"), "{}", r.joined_text());
+    assert!(h.ws.path().join("wrapper-ran").exists());
+    assert!(
+        !h.ws.path().join("neighbour-seen").exists(),
+        "the server saw a file of the host's /tmp its config does not name"
+    );
+    manager.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_call_past_its_deadline_is_cancelled_and_the_server_group_ends() {
     let h = Harness::new();

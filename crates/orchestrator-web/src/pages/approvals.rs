@@ -83,36 +83,65 @@ pub(crate) async fn inbox(State(web): State<Web>, headers: HeaderMap) -> Respons
                     summary { "The call's arguments" }
                     pre { (visible(&serde_json::to_string_pretty(&a.arguments).unwrap_or_default())) }
                 }
-                @if !viewer.read_only {
-                    @if a.kind == orchestrator_store::approval_kind::QUESTION {
-                        form method="post" action=(format!("/approvals/{}/answer", a.id)) {
-                            (viewer.csrf_field())
-                            @if let Some(options) = &a.options {
-                                @for option in options {
-                                    button type="submit" name="answer" value=(option) { (option) } " "
-                                }
-                            } @else {
-                                input type="text" name="answer" placeholder="your answer" required;
-                                " " button type="submit" { "Answer" }
-                            }
-                        }
-                    } @else {
-                        form.inline method="post" action=(format!("/approvals/{}/approve", a.id)) {
-                            (viewer.csrf_field())
-                            button type="submit" { "Approve" }
-                        }
-                        " "
-                        form.inline method="post" action=(format!("/approvals/{}/deny", a.id)) {
-                            (viewer.csrf_field())
-                            input type="text" name="reason" placeholder="reason (optional)";
-                            " " button.danger type="submit" { "Deny" }
-                        }
-                    }
-                }
+                @if !viewer.read_only { (decide_forms(&viewer, a, "/approvals")) }
             }
         }
     };
     layout(&viewer, "Approvals", content)
+}
+
+/// The forms that decide a pending request: approve and deny with a reason, or a question's
+/// answer; after the decision the browser goes back to `back` (the inbox, or the task's page).
+pub(crate) fn decide_forms(
+    viewer: &Viewer,
+    a: &orchestrator_store::Approval,
+    back: &str,
+) -> maud::Markup {
+    html! {
+        @if a.kind == orchestrator_store::approval_kind::QUESTION {
+            form method="post" action=(format!("/approvals/{}/answer", a.id)) {
+                (viewer.csrf_field())
+                input type="hidden" name="back" value=(back);
+                @if let Some(options) = &a.options {
+                    @for option in options {
+                        button type="submit" name="answer" value=(option) { (option) } " "
+                    }
+                } @else {
+                    input type="text" name="answer" placeholder="your answer" required;
+                    " " button type="submit" { "Answer" }
+                }
+            }
+        } @else {
+            form.inline method="post" action=(format!("/approvals/{}/approve", a.id)) {
+                (viewer.csrf_field())
+                input type="hidden" name="back" value=(back);
+                button type="submit" { "Approve" }
+            }
+            " "
+            form.inline method="post" action=(format!("/approvals/{}/deny", a.id)) {
+                (viewer.csrf_field())
+                input type="hidden" name="back" value=(back);
+                input type="text" name="reason" placeholder="reason (optional)";
+                " " button.danger type="submit" { "Deny" }
+            }
+        }
+    }
+}
+
+/// Where a decision's form asked to go back to: the inbox or a task's page of this dashboard,
+/// never elsewhere (a field could name any address).
+fn back_to(fields: &[(String, String)]) -> String {
+    match field(fields, "back") {
+        Some(back)
+            if back == "/approvals"
+                || back
+                    .strip_prefix("/tasks/")
+                    .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            back.to_owned()
+        }
+        _ => "/approvals".to_owned(),
+    }
 }
 
 pub(crate) async fn decide(
@@ -156,7 +185,7 @@ pub(crate) async fn decide(
         }
     };
     match web.store.decide_approval(id, &decision, "dashboard").await {
-        Ok(_) => Redirect::to("/approvals").into_response(),
+        Ok(_) => Redirect::to(&back_to(&fields)).into_response(),
         Err(e) => store_error(e),
     }
 }

@@ -28,12 +28,27 @@ pub(crate) async fn list(State(web): State<Web>, headers: HeaderMap) -> Response
         Err(e) => return store_error(e),
     };
     let views: Vec<AutomationView> = all.iter().map(AutomationView::new).collect();
+    // Each automation's recent slots, for its row of marks: one read per automation shown.
+    let recent = futures_util::future::join_all(
+        all.iter()
+            .take(MARKED)
+            .map(|a| web.store.slots(a.id, MARKS)),
+    )
+    .await;
+    let marks_of = |id: i64| -> Vec<SlotView> {
+        all.iter()
+            .position(|a| a.id == id)
+            .and_then(|i| recent.get(i))
+            .and_then(|r| r.as_ref().ok())
+            .map(|slots| slots.iter().rev().map(SlotView::new).collect())
+            .unwrap_or_default()
+    };
     let content = html! {
         h1 { "Automations" }
         @if views.is_empty() { p.muted { "No automations." } }
         @else {
             table {
-                thead { tr { th { "name" } th { "schedule" } th { "status" } th { "next fire" } th { "tasks" } th {} } }
+                thead { tr { th { "name" } th { "schedule" } th { "status" } th { "recent runs" } th { "next fire" } th { "tasks" } th {} } }
                 tbody {
                     @for v in &views {
                         tr data-automation=(v.name) {
@@ -44,6 +59,7 @@ pub(crate) async fn list(State(web): State<Web>, headers: HeaderMap) -> Response
                                 @if let Some(error) = &v.last_error { br; span.error { "parked: " (error) } }
                                 @if let Some(note) = &v.status_note { br; span.muted data-note { "“" (note) "”" } }
                             }
+                            td { (run_marks(&marks_of(v.id))) }
                             td {
                                 @match (&v.next_fire_local, all.iter().find(|a| a.id == v.id).and_then(|a| a.next_fire_at)) {
                                     (Some(local), Some(at)) if v.status != AutomationStatus::Paused => { (local) br; span.muted { (time(at)) } }
@@ -59,6 +75,51 @@ pub(crate) async fn list(State(web): State<Web>, headers: HeaderMap) -> Response
         }
     };
     layout(&viewer, "Automations", content)
+}
+
+/// How many automations of the list get their recent runs read, and how many runs each.
+const MARKED: usize = 200;
+const MARKS: u64 = 12;
+
+/// An automation's recent slots as a row of coloured marks, oldest first (as Dagu shows runs):
+/// each mark is its slot's outcome, the worst state among its tasks when it fired (failed over
+/// running over the rest), or skipped; each links to its task and says what happened on hover.
+fn run_marks(slots: &[SlotView]) -> Markup {
+    html! {
+        @if slots.is_empty() { span.muted { "none yet" } }
+        span.marks {
+            @for s in slots {
+                @let outcome = slot_outcome(s);
+                @let tasks = s.tasks.iter().map(|t| format!("task {} {}", t.id, t.state)).collect::<Vec<_>>().join(", ");
+                @let said = format!("{}: {}{}{}", s.slot, s.status, if tasks.is_empty() { String::new() } else { format!(", {tasks}") }, s.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default());
+                @match s.tasks.first() {
+                    Some(task) => { a class=(format!("mark mark-{outcome}")) href=(format!("/tasks/{}", task.id)) title=(said) data-mark=(outcome) { "" } }
+                    None => { span class=(format!("mark mark-{outcome}")) title=(said) data-mark=(outcome) { "" } }
+                }
+            }
+        }
+    }
+}
+
+/// One word for a slot's outcome: its tasks' worst state, else its own status.
+fn slot_outcome(slot: &SlotView) -> &str {
+    for state in [
+        "failed",
+        "running",
+        "waiting",
+        "queued",
+        "canceled",
+        "succeeded",
+    ] {
+        if slot.tasks.iter().any(|t| t.state == state) {
+            return state;
+        }
+    }
+    if slot.status == "fired" {
+        "fired"
+    } else {
+        "skipped"
+    }
 }
 
 /// Run now, and pause or resume with a note; nothing in read-only mode.

@@ -481,7 +481,7 @@ pub(crate) async fn read(
         div.card {
             p {
                 span class=(state_class(task.state.as_str())) data-state=(task.state.as_str()) { (task.state.as_str()) }
-                " · attempt " (task.attempt) " of " (task.max_attempts)
+                " · attempt " span data-attempt-now { (task.attempt.max(1)) } " of " (task.max_attempts)
                 " · queue " (task.queue)
                 @if let Some(parent) = task.parent_id { " · child of " a href=(format!("/tasks/{}", parent.0)) { "task " (parent.0) } }
                 @if let Some(automation) = task.automation_id { " · made by automation " (automation) }
@@ -493,7 +493,23 @@ pub(crate) async fn read(
                     @else if task.state == TaskState::Running { " · running for " (duration(orchestrator_types::now_millis() - started)) }
                 }
             }
-            @if let Some(error) = &task.last_error { p.error { (error) } }
+            // The error is the task's own once it ended; while it is queued or runs again it is
+            // what ended the attempt before, said as such (the script drops it when the next
+            // attempt starts).
+            @if let Some(error) = &task.last_error {
+                @if task.state.is_terminal() { p.error data-last-error { (error) } }
+                @else { p.muted data-last-error { "attempt " ((task.attempt - 1).max(1)) " ended: " (error) } }
+            }
+            @if let Some(model) = &task.model {
+                p.muted data-model {
+                    "model " code { (model.model) } " at " code { (orchestrator_store::redact_url(&model.base_url)) }
+                    @match &model.api_key_env {
+                        Some(var) => { " · key from " code { (var) } }
+                        None => { " · no key" }
+                    }
+                    " · tools " (task.agent.profile)
+                }
+            }
             @if let Some(workspace) = &task.workspace { p.muted { "workspace " code { (workspace) } } }
             @if !task.requires.is_empty() {
                 p.muted data-requires {
@@ -561,7 +577,25 @@ pub(crate) async fn read(
             }
         }
         @if gates.is_empty() {
-            p.muted { @if task.gates.is_empty() { "No gates." } @else { (task.gates.len()) " gates, none run yet." } }
+            @if task.gates.is_empty() { p.muted { "No gates." } }
+            @else {
+                // What will run, before anything has: each gate of the task with its command.
+                table data-gate-specs {
+                    thead { tr { th { "gate" } th { "command" } th { "state" } } }
+                    tbody {
+                        @for (position, g) in task.gates.iter().enumerate() {
+                            tr {
+                                td { (g.name) }
+                                td { code { (g.command) } }
+                                td.muted {
+                                    @if running.iter().any(|(p, _)| *p == position as i64) { span.state.state-running { "running" } }
+                                    @else { "not run yet" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         } @else {
             table {
                 thead { tr { th { "attempt" } th { "gate" } th { "verdict" } th { "exit" } th { "duration" } th { "summary" } th { "log" } } }
@@ -622,7 +656,7 @@ pub(crate) async fn read(
             table {
                 tbody {
                     @for a in &approvals {
-                        tr {
+                        tr data-task-approval=(a.id) {
                             td { (a.tool) }
                             td { span class=(format!("status-{}", a.status)) { (a.status) } }
                             td {
@@ -630,11 +664,14 @@ pub(crate) async fn read(
                                 (a.reason)
                             }
                             td.muted { (time(a.requested_at)) }
+                            td {
+                                // Decided here as in the inbox: the same forms, the same posts.
+                                @if a.status == "pending" && !viewer.read_only { (super::approvals::decide_forms(&viewer, a, &format!("/tasks/{}", task.id.0))) }
+                            }
                         }
                     }
                 }
             }
-            @if approvals.iter().any(|a| a.status == "pending") { p { a href="/approvals" { "Decide in the inbox" } } }
         }
         @if !attempts.is_empty() {
             h2 { "PR attempts" }

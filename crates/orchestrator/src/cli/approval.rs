@@ -24,6 +24,7 @@ Examples:
     List(ListArgs),
     /// Show one request with every field: the tool's arguments, the reason, a question's options.
     #[command(
+        visible_alias = "read",
         after_help = "Examples:\n  orchestrator approval show 7\n  orchestrator approval show 7 --json | jq .arguments"
     )]
     Show(ShowArgs),
@@ -214,7 +215,7 @@ pub fn print_table(approvals: &[Approval], with_status: bool) -> std::io::Result
     if with_status {
         header.push("STATUS");
     }
-    header.extend(["REQUESTED", "EXPIRES", "REASON/QUESTION"]);
+    header.extend(["REQUESTED", "EXPIRES", "CALL", "REASON/QUESTION"]);
     let rows: Vec<Vec<String>> = approvals
         .iter()
         .map(|a| {
@@ -230,12 +231,28 @@ pub fn print_table(approvals: &[Approval], with_status: bool) -> std::io::Result
             row.extend([
                 format_millis(a.requested_at),
                 format_millis(a.expires_at),
+                output::clip(&one_line(&call_of(a)), 60),
                 output::clip(&one_line(&a.reason), 60),
             ]);
             row
         })
         .collect();
     output::table(&header, &rows)
+}
+
+/// What the call would do, as a person decides on it: a command's text (what the inbox page shows
+/// first), else the arguments as compact JSON; a question has none. Invisible and control
+/// characters are written out, as everywhere an agent's text is shown.
+pub fn call_of(a: &Approval) -> String {
+    if a.kind == approval_kind::QUESTION {
+        return "-".to_owned();
+    }
+    let text = ["command", "cmd"]
+        .iter()
+        .find_map(|key| a.arguments.get(*key).and_then(|v| v.as_str()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| a.arguments.to_string());
+    orchestrator_types::visible(&text).into_owned()
 }
 
 /// The text on one line, so a multi-line reason does not break a table.

@@ -11,11 +11,14 @@ use std::process::ExitCode;
 #[derive(Debug, Subcommand)]
 pub enum ArtifactCommand {
     /// Print an artifact's bytes (a marker line shows where a long log was cut).
-    #[command(after_help = "\
+    #[command(
+        visible_alias = "read",
+        after_help = "\
 Examples:
   orchestrator artifact show 7
   orchestrator artifact show 7 --tail 50
-  orchestrator artifact show 7 --json | jq .meta")]
+  orchestrator artifact show 7 --json | jq .meta"
+    )]
     Show(ShowArgs),
 }
 

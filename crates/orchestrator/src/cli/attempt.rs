@@ -43,11 +43,14 @@ Examples:
   orchestrator attempt list --task 12 --group perf --json | jq '.[] | select(.selected)'")]
     List(ListArgs),
     /// Show an attempt: its base, files and gates; with --patch, the patch itself.
-    #[command(after_help = "\
+    #[command(
+        visible_alias = "read",
+        after_help = "\
 Examples:
   orchestrator attempt show 3
   orchestrator attempt show 3 --json | jq .files
-  orchestrator attempt show 3 --patch | git apply")]
+  orchestrator attempt show 3 --patch | git apply"
+    )]
     Show(ShowArgs),
     /// Check whether an attempt's patch applies: exit code 0 when it does, 1 (with the conflicting
     /// paths) when not.

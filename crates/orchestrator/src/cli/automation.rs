@@ -41,6 +41,7 @@ a fixed time in a skipped hour runs right after it, once in a repeated hour.")]
     List(JsonArgs),
     /// Show an automation, its next fire times and its recent slots with their tasks' states.
     #[command(
+        visible_alias = "show",
         after_help = "Examples:\n  orchestrator automation read nightly\n  orchestrator automation read nightly --slots 50 --json"
     )]
     Read(ReadArgs),
@@ -649,16 +650,24 @@ async fn preview(global: &GlobalArgs, args: PreviewArgs) -> anyhow::Result<ExitC
         ),
         (None, None) => return Err(invalid("give an automation name or --schedule EXPR")),
     };
-    let times: Vec<String> = schedule
+    let instants: Vec<i64> = schedule
         .upcoming(from - jitter, args.count)
         .into_iter()
-        .map(|t| format_millis(t + jitter))
+        .map(|t| t + jitter)
         .collect();
     if args.json {
+        let times: Vec<String> = instants.iter().map(|t| format_millis(*t)).collect();
         output::json(&times)?;
     } else {
-        for t in &times {
-            println!("{t}");
+        // Each time in UTC and, for a schedule in another zone, as the zone's clock reads it: the
+        // time a person wrote the schedule in.
+        let zone = schedule.timezone();
+        for t in instants {
+            if matches!(zone.name(), "UTC" | "Etc/UTC") {
+                println!("{}", format_millis(t));
+            } else {
+                println!("{}  {} {zone}", format_millis(t), schedule.local_label(t));
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

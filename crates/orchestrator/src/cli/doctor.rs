@@ -18,7 +18,9 @@ use orchestrator_sandbox::Availability;
 use orchestrator_store::{Store, StoreOptions, TitleIndex, Trigrams};
 use orchestrator_tools::mcp::{McpManager, ServerStatus};
 use orchestrator_types::{ChatMessage, ModelSpec, SandboxMode};
-use orchestrator_worker::model::{ClientConfig, ModelClient, ToolDefinition, WindowSource};
+use orchestrator_worker::model::{
+    ClientConfig, ModelClient, ModelError, ToolDefinition, WindowSource,
+};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -27,6 +29,7 @@ mod model;
 
 use super::GlobalArgs;
 use super::agent_flags::AgentFlags;
+use super::serve::DEFAULT_LISTEN;
 use crate::config::Config;
 use crate::output::say;
 use github::check_github;
@@ -164,6 +167,7 @@ pub async fn run(global: &GlobalArgs, args: DoctorArgs) -> anyhow::Result<ExitCo
     checks.push(check_titles(store.as_ref(), url.as_deref().unwrap_or_default()).await);
     checks
         .extend(check_open_transactions(store.as_ref(), url.as_deref().unwrap_or_default()).await);
+    checks.push(check_daemon(&home, store.as_ref()).await);
     if let Some(store) = store {
         store.close().await;
     }
@@ -218,6 +222,94 @@ pub async fn run(global: &GlobalArgs, args: DoctorArgs) -> anyhow::Result<ExitCo
     })
 }
 
+/// Whether a daemon serves this home (its record, and its `/healthz` answering), and how many
+/// work on the store: a task made with none running waits in the queue, which doctor says rather
+/// than leave a person to find out.
+async fn check_daemon(home: &Path, store: Option<&Store>) -> Check {
+    const NAME: &str = "daemon";
+    let others = match store {
+        Some(store) => store
+            .live_workers(orchestrator_types::now_millis())
+            .await
+            .map(|w| w.len())
+            .unwrap_or(0),
+        None => 0,
+    };
+    let Some(record) = crate::daemon_file::live(home) else {
+        // serve's default address, held by something else: a `serve` here would be refused.
+        if let Some(backend) = healthz_backend(DEFAULT_LISTEN).await {
+            return Check::warn(
+                NAME,
+                format!(
+                    "no daemon serves this home, and a daemon of another home (on a {backend} \
+                     store) listens on {DEFAULT_LISTEN}, serve's default address"
+                ),
+                "orchestrator serve --listen 127.0.0.1:7412 (or another free address)",
+            );
+        }
+        return if others > 0 {
+            Check::ok(
+                NAME,
+                format!(
+                    "no daemon serves this home; {others} daemon{} of other homes work on its \
+                     store",
+                    if others == 1 { "" } else { "s" }
+                ),
+            )
+        } else {
+            Check::warn(
+                NAME,
+                "no daemon runs on this home or its store: tasks wait in the queue until one does",
+                "orchestrator serve (in another terminal, or as a service)",
+            )
+        };
+    };
+    let answered = async {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(3))
+            .build()
+            .ok()?;
+        let response = client
+            .get(format!("http://{}/healthz", record.listen))
+            .send()
+            .await
+            .ok()?;
+        response.status().is_success().then_some(())
+    };
+    match answered.await {
+        Some(()) => Check::ok(
+            NAME,
+            format!("serve runs on this home ({})", record.describe()),
+        ),
+        None => Check::warn(
+            NAME,
+            format!(
+                "serve's process runs on this home ({}) but http://{}/healthz does not answer",
+                record.describe(),
+                record.listen
+            ),
+            "read serve's output; if it hangs, stop it and start it again",
+        ),
+    }
+}
+
+/// The store backend an orchestrator daemon at `listen` names on `/healthz`, if one answers.
+async fn healthz_backend(listen: &str) -> Option<String> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .ok()?;
+    let body: Value = client
+        .get(format!("http://{listen}/healthz"))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    body.get("backend")?.as_str().map(str::to_owned)
+}
+
 /// The config file: absent (the defaults apply), read, or refused with the reason. A refused file
 /// leaves the other checks the defaults, so they still run.
 fn check_config(global: &GlobalArgs, path: &Path) -> (Config, Check) {
@@ -232,7 +324,7 @@ fn check_config(global: &GlobalArgs, path: &Path) -> (Config, Check) {
                 ),
             )
             .with_fix(format!(
-                "to set a model, GitHub or MCP servers, write {} (README: Settings)",
+                "to set a model, GitHub or MCP servers, write {} (docs/configuration.md)",
                 path.display()
             )),
         ),
@@ -711,8 +803,8 @@ fn check_notify(config: &Config, config_path: &Path) -> Vec<Check> {
             "notify",
             "no [notify.sinks] in the config: nobody is told of approvals waiting or tasks failed",
             format!(
-                "add a sink (webhook, slack or email) under [notify.sinks.NAME] in {}; see the \
-                 README's Notifications section",
+                "add a sink (webhook, slack or email) under [notify.sinks.NAME] in {}; see \
+                 docs/notifications.md",
                 config_path.display()
             ),
         )];

@@ -416,6 +416,14 @@ async fn deliveries(global: &GlobalArgs, args: DeliveriesArgs) -> anyhow::Result
         output::json(&rows)?;
         return Ok(ExitCode::SUCCESS);
     }
+    if rows.is_empty() {
+        output::say!(
+            "no deliveries yet: serve records each webhook delivery it takes at POST \
+             /webhooks/github (once ORCHESTRATOR_GITHUB_WEBHOOK_SECRET is set where it runs) and \
+             each event it polls from the repositories of [github] poll"
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let table: Vec<Vec<String>> = rows
         .iter()
         .map(|d| {

@@ -9,6 +9,7 @@ mod artifact;
 mod attempt;
 mod automation;
 mod completions;
+mod demo;
 mod doctor;
 mod follow;
 mod github;
@@ -150,6 +151,9 @@ pub enum Command {
     Notify(notify::NotifyCommand),
     /// The store at a glance: tasks by state, live workers, each model server's slots and waits.
     Status(status::StatusArgs),
+    /// The GitHub flow on this machine, no account needed: a GitHub stand-in with a labelled
+    /// issue, a scripted model and serve; the issue becomes a task, the task a pull request.
+    Demo(demo::DemoArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -172,6 +176,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => doctor::run(&global, args).await,
         Command::Notify(command) => notify::run(&global, command).await,
         Command::Status(args) => status::run(&global, args).await,
+        Command::Demo(args) => demo::run(&global, args).await,
     }
 }
 

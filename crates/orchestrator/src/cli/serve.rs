@@ -214,10 +214,35 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         .into());
     }
     let scheduler = orchestrator_scheduler::SchedulerConfig::new(pool.worker_id.clone());
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let other = crate::daemon_file::live(&home);
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(listener) => listener,
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            return Err(CliError::Refused(format!(
+                "cannot listen on {}: {}",
+                args.listen,
+                who_listens(args.listen, other.as_ref()).await
+            ))
+            .into());
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot listen on {}", args.listen)),
+    };
     let address = listener.local_addr()?;
+    let record = crate::daemon_file::DaemonRecord {
+        pid: std::process::id(),
+        listen: address.to_string(),
+        worker_id: pool.worker_id.clone(),
+        started_at: orchestrator_types::format_millis(orchestrator_types::now_millis()),
+    };
+    // The first daemon of a home keeps the record; a second one is named at its start instead.
+    if other.is_none()
+        && let Err(e) = crate::daemon_file::write(&home, &record)
+    {
+        eprintln!(
+            "orchestrator serve: cannot record this daemon in {}: {e}",
+            home.display()
+        );
+    }
     let schedules = match &args.schedules {
         Some(dir) => Some(dir.clone()),
         None => Some(home.join("schedules")).filter(|d| d.is_dir()),
@@ -306,6 +331,13 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         if args.read_only { " (read-only)" } else { "" },
     );
     // After the line with the address, which scripts read first.
+    if let Some(other) = &other {
+        eprintln!(
+            "orchestrator serve: another daemon serves this home ({}); both take the store's \
+             tasks, and a second daemon on one machine wants its own --home and --workspaces",
+            other.describe()
+        );
+    }
     eprintln!(
         "orchestrator serve: runs tasks that require nothing or only: {}",
         pool.offers
@@ -327,9 +359,13 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             notify.dashboard_url
         );
     }
+    eprintln!(
+        "orchestrator serve: {}",
+        github_setup(&file_config.github, github.as_ref(), address).await
+    );
     let shutdown = CancellationToken::new();
     tokio::spawn(signals(shutdown.clone()));
-    crate::serve::run(
+    let served = crate::serve::run(
         ServeConfig {
             pool,
             rescuer,
@@ -349,9 +385,111 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         listener,
         shutdown,
     )
-    .await?;
+    .await;
+    crate::daemon_file::remove_own(&home);
+    served?;
     eprintln!("orchestrator serve: stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The GitHub this daemon works with, in one line as it starts: the API and the token's login,
+/// the trigger rules, where webhooks arrive and what is polled; or that GitHub is off and why.
+async fn github_setup(
+    config: &crate::config::GithubConfig,
+    github: Option<&orchestrator_github::GitHub>,
+    address: std::net::SocketAddr,
+) -> String {
+    let rules: Vec<String> = config
+        .triggers
+        .iter()
+        .map(|rule| {
+            format!(
+                "{} ({}{} on {})",
+                rule.name,
+                rule.event,
+                rule.label
+                    .as_deref()
+                    .map(|l| format!(" {l}"))
+                    .unwrap_or_default(),
+                rule.repos.join(", ")
+            )
+        })
+        .collect();
+    let Some(github) = github.filter(|_| config.token().is_some()) else {
+        return if rules.is_empty() {
+            "GitHub: off (no GITHUB_TOKEN or GH_TOKEN where serve runs)".to_owned()
+        } else {
+            format!(
+                "GitHub: no GITHUB_TOKEN or GH_TOKEN where serve runs, so the trigger rules ({}) \
+                 cannot read or write GitHub; set one and start serve again",
+                rules.join("; ")
+            )
+        };
+    };
+    let login = match tokio::time::timeout(Duration::from_secs(5), github.viewer()).await {
+        Ok(Ok(login)) => format!("as {login}"),
+        Ok(Err(e)) => format!("(the token's login could not be read: {e})"),
+        Err(_) => "(the token's login did not come within 5 s)".to_owned(),
+    };
+    let mut parts = vec![format!("GitHub at {} {login}", github.api_url())];
+    parts.push(if rules.is_empty() {
+        "no trigger rules".to_owned()
+    } else {
+        format!("trigger rules {}", rules.join("; "))
+    });
+    parts.push(if config.webhook_secret().is_some() {
+        format!("webhooks at http://{address}/webhooks/github")
+    } else {
+        "no webhook secret (ORCHESTRATOR_GITHUB_WEBHOOK_SECRET), so /webhooks/github answers 404"
+            .to_owned()
+    });
+    if !config.poll.is_empty() {
+        parts.push(format!(
+            "polling {} every {} s",
+            config.poll.join(", "),
+            config.poll_interval_secs.unwrap_or(60)
+        ));
+    }
+    parts.join("; ")
+}
+
+/// Who holds the port `serve` wanted, in words: the daemon of this home when its record names the
+/// address, else whatever answers there (another home's daemon answers `/healthz` as one).
+async fn who_listens(
+    listen: std::net::SocketAddr,
+    here: Option<&crate::daemon_file::DaemonRecord>,
+) -> String {
+    if let Some(record) = here.filter(|r| r.listen.parse().ok() == Some(listen)) {
+        return format!(
+            "this home's daemon already listens there ({}); stop it, or give this one another \
+             --listen",
+            record.describe()
+        );
+    }
+    let asked = async {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .ok()?;
+        let body: serde_json::Value = client
+            .get(format!("http://{listen}/healthz"))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        body.get("backend")?.as_str().map(str::to_owned)
+    };
+    match asked.await {
+        Some(backend) => format!(
+            "another orchestrator serve listens there (its /healthz answers, on a {backend} \
+             store); stop it, or give this one another --listen (127.0.0.1:0 takes a free port)"
+        ),
+        None => "another program listens there; give serve another --listen (127.0.0.1:0 takes \
+             a free port)"
+            .to_owned(),
+    }
 }
 
 /// First SIGINT/SIGTERM: graceful shutdown. Second: exit now.

@@ -49,6 +49,7 @@ that lists a [worker] shared_paths directory holding the path.")]
     /// Show a task with its gates and their evidence; for an agent task also its checklist, turns,
     /// tool calls, shell jobs, children and the requests waiting for you.
     #[command(
+        visible_alias = "show",
         after_help = "Examples:\n  orchestrator task read 42\n  orchestrator task read 42 --json | jq '.gates[].verdict'"
     )]
     Read(IdArgs),

@@ -404,7 +404,7 @@ impl Report {
         self.print_pull();
         self.print_chains();
         self.print_github_writes();
-        self.print_pending()?;
+        self.print_approvals()?;
         Ok(())
     }
 
@@ -671,22 +671,29 @@ impl Report {
         )
     }
 
-    fn print_pending(&self) -> std::io::Result<()> {
-        let pending: Vec<Approval> = self
+    /// Every request of the task, decided ones too (with their status), the pending first under
+    /// a line that says they wait for a person.
+    fn print_approvals(&self) -> std::io::Result<()> {
+        if self.approvals.is_empty() {
+            return Ok(());
+        }
+        let pending = self
             .approvals
             .iter()
             .filter(|a| a.status == approval_status::PENDING)
-            .cloned()
-            .collect();
-        if pending.is_empty() {
-            return Ok(());
-        }
+            .count();
         output::say!();
-        output::say!(
-            "Waiting for you: {} (orchestrator approval show ID)",
-            pending.len()
-        );
-        approval::print_table(&pending, false)
+        if pending > 0 {
+            output::say!(
+                "Approvals: {} ({pending} waiting for you: orchestrator approval show ID)",
+                self.approvals.len()
+            );
+        } else {
+            output::say!("Approvals: {}", self.approvals.len());
+        }
+        let mut ordered = self.approvals.clone();
+        ordered.sort_by_key(|a| (a.status != approval_status::PENDING, a.id));
+        approval::print_table(&ordered, true)
     }
 }
 

@@ -771,3 +771,111 @@ fn notes_workspace(n: usize) -> tempfile::TempDir {
     }
     ws
 }
+
+/// `run` prints its task's events, a model's retry among them; the client's own log line of the
+/// same retry is not printed beside it.
+#[test]
+fn run_says_each_model_retry_once() {
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    let model = ScriptedModel::start_blocking(move |_: &Request| {
+        if seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            Reply::Status(
+                503,
+                orchestrator_test_support::model_server::error_body(
+                    "overloaded, come back later",
+                    "server_error",
+                ),
+            )
+        } else {
+            Reply::Text("Nothing to do.".into())
+        }
+    });
+    let env = Env::sqlite();
+    let ws = workspace_with_typo();
+    let mut args = vec![
+        "run".to_owned(),
+        "Say hello".to_owned(),
+        "--workspace".to_owned(),
+        ws.path().display().to_string(),
+    ];
+    args.extend(model_flags(&model));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = env.run(&args);
+    let both = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{both}");
+    assert!(
+        calls.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+        "{both}"
+    );
+    let said: Vec<&str> = both
+        .lines()
+        .filter(|l| l.contains("overloaded, come back later"))
+        .collect();
+    assert_eq!(said.len(), 1, "the retry is said once: {both}");
+    assert!(said[0].contains("trying again"), "{both}");
+}
+
+/// A `run` beside a daemon on the same home: the attempt that follows a failure that may pass is
+/// claimed by the `run` process again, never by the daemon (which has another environment and
+/// other keys), and the task ends where it started.
+#[test]
+fn every_attempt_of_a_run_task_runs_in_its_own_process_beside_a_daemon() {
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    let model = ScriptedModel::start_blocking(move |_: &Request| {
+        if seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            Reply::Status(
+                503,
+                orchestrator_test_support::model_server::error_body("overloaded", "server_error"),
+            )
+        } else {
+            Reply::Text("Nothing to do.".into())
+        }
+    });
+    let env = Env::sqlite();
+    let serve = env.serve(&["--workers", "2"]);
+    let daemon = crate::support::worker_id(&serve);
+    let ws = workspace_with_typo();
+    let mut args = vec![
+        "run".to_owned(),
+        "Say hello".to_owned(),
+        "--workspace".to_owned(),
+        ws.path().display().to_string(),
+        "--model-retries".to_owned(),
+        "0".to_owned(),
+        "--json".to_owned(),
+    ];
+    args.extend(model_flags(&model));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = env.run(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .and_then(|v| v["id"].as_i64().or_else(|| v["task"]["id"].as_i64()))
+        .unwrap_or_else(|| panic!("no task in {stdout}"));
+    let claims: Vec<String> = env
+        .events(id)
+        .iter()
+        .filter(|e| e["kind"] == "claimed")
+        .map(|e| e["data"]["worker"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(claims.len() >= 2, "a second attempt ran: {claims:?}");
+    assert!(
+        claims.iter().all(|w| *w == claims[0] && *w != daemon),
+        "every attempt in the run process ({daemon} is the daemon): {claims:?}"
+    );
+    drop(serve);
+}

@@ -138,6 +138,13 @@ fn approvals_are_listed_shown_and_decided_from_the_cli() {
         text.contains("exec_shell") && text.contains("Which database?"),
         "{text}"
     );
+    // The command a person is asked about is in the list, not only behind `approval show`.
+    assert!(header.contains("CALL"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{tool} ")))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains("rm -rf build"), "{row}");
     let listed = env.json(&["approval", "list", "--json"]);
     let ids: Vec<i64> = listed
         .as_array()
@@ -183,6 +190,21 @@ fn approvals_are_listed_shown_and_decided_from_the_cli() {
     assert_eq!(shown["status"], "approved");
     assert_eq!(shown["decided_by"], "cli:ann");
     assert!(shown["decided_at"].is_string(), "{shown}");
+    // `task read` lists the decided request too, with its status and the command.
+    let out = env.run(&["task", "read", &tool_task.to_string()]);
+    let text = stdout(&out);
+    assert!(text.contains("Approvals: 1"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{tool} ")))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        row.contains("approved") && row.contains("rm -rf build"),
+        "{row}"
+    );
+    // `read` is accepted where `show` is, as on tasks and automations.
+    let read = env.json(&["approval", "read", &tool.to_string(), "--json"]);
+    assert_eq!(read["status"], "approved");
     let again = env.run(&["approval", "approve", &tool.to_string()]);
     assert_eq!(again.status.code(), Some(4), "{}", stderr(&again));
     assert!(stderr(&again).contains("already"), "{}", stderr(&again));
@@ -527,7 +549,7 @@ fn task_read_shows_the_checklist_turns_and_pending_requests() {
         "  [~] fix the parser",
         "cargo test passes",
         "I will clean the build first.",
-        "Waiting for you: 1",
+        "1 waiting for you",
         "exec_shell",
         &format!("{} (queued)", child),
     ] {

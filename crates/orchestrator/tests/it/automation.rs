@@ -165,6 +165,29 @@ fn the_life_of_an_automation_through_the_cli() {
             "2026-03-30T00:30:00.000Z"
         ])
     );
+    // As text, each time also as the zone's clock reads it.
+    let out = env.run(&[
+        "automation",
+        "preview",
+        "--schedule",
+        "30 2 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "--from",
+        "2026-03-28T00:00:00Z",
+        "--count",
+        "2",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        [
+            "2026-03-28T01:30:00.000Z  2026-03-28T02:30:00+01:00 Europe/Berlin",
+            "2026-03-29T01:00:00.000Z  2026-03-29T03:00:00+02:00 Europe/Berlin"
+        ],
+        "{text}"
+    );
     let preview = env.json(&["automation", "preview", "nightly", "--count", "2", "--json"]);
     assert_eq!(preview.as_array().unwrap().len(), 2);
 

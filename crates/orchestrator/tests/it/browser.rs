@@ -171,6 +171,7 @@ fn dashboard_journeys_in_a_real_browser() {
         .env("AUTOMATION", "nightly")
         .env("AGENT_PORT", agent_port.to_string())
         .env("WATCH_MODEL", watched.base_url())
+        .env("ASK_MODEL", model.base_url())
         .output()
         .unwrap();
     let _ = agent.kill();
@@ -191,7 +192,7 @@ fn dashboard_journeys_in_a_real_browser() {
         serve.log()
     );
     assert!(
-        report.contains("# pass 8") && report.contains("# fail 0"),
+        report.contains("# pass 9") && report.contains("# fail 0"),
         "{report}"
     );
     for shot in [
@@ -204,6 +205,10 @@ fn dashboard_journeys_in_a_real_browser() {
         "task-gate-live.png",
         "log-view.png",
         "task-job-terminal-live.png",
+        "overview.png",
+        "automations.png",
+        "task-queued.png",
+        "task-approval-on-page.png",
     ] {
         let bytes = std::fs::read(shots.join(shot)).unwrap_or_default();
         assert!(bytes.starts_with(b"\x89PNG"), "no screenshot {shot}");

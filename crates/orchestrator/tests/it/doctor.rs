@@ -416,6 +416,53 @@ fn a_server_that_cannot_stream_tool_calls_or_list_the_model_is_warned_about() {
         "{tools}"
     );
 
+    // A model that calls a tool it was not offered: said as such, not as "without calling".
+    let stray = ScriptedModel::start_blocking(|_: &Request| {
+        Reply::ToolCalls(vec![call("read_file", json!({"path": "x"}))])
+    });
+    let (_, checks) = doctor(
+        &env,
+        &["--model", "stray", "--base-url", &stray.base_url()],
+        &[],
+    );
+    let tools = check(&checks, "model.tool_calls");
+    assert_eq!(tools["status"], "warn", "{tools}");
+    let detail = tools["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("\"read_file\" instead of the one tool offered"),
+        "{tools}"
+    );
+    assert!(!detail.contains("without calling"), "{tools}");
+
+    // A key the chat route refuses (the model list took it): the fix is the key, not a log.
+    let refusing = ScriptedModel::start_blocking(|_: &Request| {
+        Reply::Status(
+            401,
+            orchestrator_test_support::model_server::error_body("bad key", "invalid_api_key"),
+        )
+    });
+    let (_, checks) = doctor(
+        &env,
+        &[
+            "--model",
+            "refusing",
+            "--base-url",
+            &refusing.base_url(),
+            "--api-key-env",
+            "DOCTOR_TEST_KEY",
+        ],
+        &[("DOCTOR_TEST_KEY", "k-123")],
+    );
+    let tools = check(&checks, "model.tool_calls");
+    assert_eq!(tools["status"], "fail", "{tools}");
+    assert!(
+        tools["fix"]
+            .as_str()
+            .unwrap()
+            .contains("set DOCTOR_TEST_KEY"),
+        "{tools}"
+    );
+
     // Nothing listening: the server check fails and the rest of the model's are skipped.
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

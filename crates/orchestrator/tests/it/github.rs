@@ -150,6 +150,21 @@ fn a_form_encoded_delivery_is_taken_like_a_json_one() {
     let fake = FakeGitHub::start_blocking();
     fake.set_permission(REPO, "alice", "write");
     let serve = serve(&env, &fake);
+    // serve names its GitHub setup at start, as it names its notification sinks.
+    wait_for(|| serve.log().contains("GitHub at "));
+    let log = serve.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("GitHub at "))
+        .unwrap_or_default();
+    for expected in [
+        format!("GitHub at {} as orchestrator-bot", fake.url()),
+        format!("trigger rules agent-fix (issues.labeled agent-fix on {REPO})"),
+        format!("review (pull_request.opened on {REPO})"),
+        format!("webhooks at http://{}/webhooks/github", serve.addr),
+    ] {
+        assert!(line.contains(&expected), "{expected:?} missing from {line}");
+    }
     let (status, answer) = deliver_form(
         &env,
         &serve,

@@ -1,9 +1,10 @@
-//! The README's other sections run as written, each on a fresh home as the tour is (see
-//! readme_tour.rs: the same one bash fed a line at a time, this build's `orchestrator` first on
-//! PATH, no ORCHESTRATOR_* variable of this machine): "Containment", "GitHub" (both blocks),
-//! "Automations" with its schedule file, the "Notifications" commands, the shell completions and
-//! manual pages, the config examples of "Agent tasks" and "Containment", and
-//! docs/github-workflow.md's ledger command.
+//! The README's other sections and the reference pages it points to run as written, each on a
+//! fresh home as the tour is (see readme_tour.rs: the same one bash fed a line at a time, this
+//! build's `orchestrator` first on PATH, no ORCHESTRATOR_* variable of this machine): the
+//! README's "Containment", docs/github.md (both blocks), docs/automations.md with its schedule
+//! file, docs/notifications.md's commands, the README's shell completions and manual pages, the
+//! config examples of docs/agents.md and the README's "Containment", and docs/github-workflow.md's
+//! ledger command.
 //!
 //! What is changed, and why, is all here:
 //! - A model is the scripted stand-in, named the way the Settings table says:
@@ -84,7 +85,7 @@ fn the_readmes_containment_commands_run_as_written() {
     require(Program::Bubblewrap);
     require(Program::Curl);
     let readme = repo_file("README.md");
-    let commands = commands_between(&readme, "### Containment", "### GitHub");
+    let commands = commands_between(&readme, "### Containment", "## Reference");
     assert_eq!(commands.len(), 4, "{commands:?}");
 
     // The agent of `run "..."` tries to write, which read_only refuses; what it was told is kept.
@@ -139,9 +140,9 @@ fn the_readmes_containment_commands_run_as_written() {
 fn the_readmes_github_commands_run_as_written() {
     require(Program::Bubblewrap);
     require(Program::Git);
-    let readme = repo_file("README.md");
-    let github = commands_between(&readme, "### GitHub", "`pr_open` (or");
-    let attempts = commands_between(&readme, "PR attempts keep alternative", "Triggers turn");
+    let doc = repo_file("docs/github.md");
+    let github = commands_between(&doc, "# GitHub", "`pr_open` (or");
+    let attempts = commands_between(&doc, "PR attempts keep alternative", "Triggers turn");
     assert_eq!(github.len(), 6, "{github:?}");
     assert_eq!(attempts.len(), 7, "{attempts:?}");
 
@@ -271,8 +272,8 @@ fn the_readmes_github_commands_run_as_written() {
 #[test]
 fn the_readmes_automation_commands_run_as_written() {
     require(Program::Bubblewrap);
-    let readme = repo_file("README.md");
-    let commands = commands_between(&readme, "### Automations", "Schedules: 5 fields");
+    let doc = repo_file("docs/automations.md");
+    let commands = commands_between(&doc, "# Automations", "Schedules: 5 fields");
     assert_eq!(commands.len(), 8, "{commands:?}");
 
     let base = tempfile::tempdir().unwrap();
@@ -327,7 +328,11 @@ fn the_readmes_automation_commands_run_as_written() {
     assert!(out.contains("no automations"), "{out}");
 
     // The file, in `schedules` in the home directory.
-    let file = toml_between(&readme, "Declarative automations", "### Notifications");
+    let file = toml_between(
+        &doc,
+        "Declarative automations",
+        "`orchestrator automation validate",
+    );
     assert_eq!(file.len(), 1);
     let schedules = home.join(".local/share/orchestrator/schedules");
     std::fs::create_dir_all(&schedules).unwrap();
@@ -340,14 +345,22 @@ fn the_readmes_automation_commands_run_as_written() {
     drop(serve);
 }
 
-/// The Notifications section's commands with its config where the README says the config is,
+/// docs/notifications.md's commands with its config where the page says the config is,
 /// and the variable its webhook sink names set.
 #[test]
 fn the_readmes_notification_commands_run_as_written() {
-    let readme = repo_file("README.md");
-    let commands = commands_between(&readme, "### Notifications", "### Settings");
-    assert_eq!(commands.len(), 3, "{commands:?}");
-    let config = toml_between(&readme, "### Notifications", "### Settings");
+    let doc = repo_file("docs/notifications.md");
+    let commands = commands_between(
+        &doc,
+        "# Notifications",
+        "Notifications are kept in the store",
+    );
+    assert_eq!(commands.len(), 4, "{commands:?}");
+    let config = toml_between(
+        &doc,
+        "# Notifications",
+        "Notifications are kept in the store",
+    );
     assert_eq!(config.len(), 1);
 
     let base = tempfile::tempdir().unwrap();
@@ -376,7 +389,7 @@ fn the_readmes_completion_and_manual_commands_run_as_written() {
         "### Shell completions and manual pages",
         "## Benchmarks",
     );
-    assert_eq!(commands.len(), 3, "{commands:?}");
+    assert_eq!(commands.len(), 4, "{commands:?}");
     let base = tempfile::tempdir().unwrap();
     let (home, env) = fresh_home(base.path());
     let mut shell = Shell::start(&env, &REMOVED, &home, base.path().join("shell.err"));
@@ -390,6 +403,13 @@ fn the_readmes_completion_and_manual_commands_run_as_written() {
     let man = home.join(".local/share/man/man1");
     assert!(man.join("orchestrator.1").exists());
     assert!(man.join("orchestrator-task-create.1").exists());
+    // The shell that ran the block finds the pages without `~/.local/bin` on PATH.
+    let out = expect(&mut shell, "printenv MANPATH", 0);
+    assert!(
+        out.trim()
+            .starts_with(&home.join(".local/share/man").display().to_string()),
+        "{out}"
+    );
 }
 
 /// The config examples of "Agent tasks" (MCP and language servers) and "Containment", and
@@ -399,9 +419,13 @@ fn the_readmes_completion_and_manual_commands_run_as_written() {
 fn the_readmes_config_examples_load_as_written() {
     require(Program::Bubblewrap);
     let readme = repo_file("README.md");
-    let agent = toml_between(&readme, "### Agent tasks", "### Containment");
+    let agent = toml_between(
+        &repo_file("docs/agents.md"),
+        "# Agent tasks",
+        "A server starts on demand in the task's sandbox",
+    );
     assert_eq!(agent.len(), 3, "[model], [mcp_servers], [lsp_servers]");
-    let sandbox = toml_between(&readme, "### Containment", "### GitHub");
+    let sandbox = toml_between(&readme, "### Containment", "## Reference");
     assert_eq!(sandbox.len(), 1);
     let security = toml_between(
         &repo_file("docs/security.md"),
@@ -456,6 +480,44 @@ fn the_github_workflows_ledger_command_runs_as_written() {
     let (home, env) = fresh_home(base.path());
     let mut shell = Shell::start(&env, &REMOVED, &home, base.path().join("shell.err"));
     let out = expect(&mut shell, &commands[0], 0);
-    assert!(out.starts_with("DELIVERY"), "{out}");
-    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.starts_with("no deliveries yet"), "{out}");
+    assert!(out.contains("ORCHESTRATOR_GITHUB_WEBHOOK_SECRET"), "{out}");
+}
+
+/// The README's demo block on a fresh home, with `--exit` added so that it ends once the pull
+/// request is open (as written it waits for Ctrl-C, for a person to look around): the labelled
+/// issue becomes a task, the task a draft pull request, and nothing of the person's home is used.
+#[test]
+fn the_readmes_demo_runs_as_written_and_opens_a_pull_request() {
+    require(Program::Bubblewrap);
+    require(Program::Git);
+    let readme = repo_file("README.md");
+    let commands = commands_between(&readme, "To see the GitHub flow", "## A short tour");
+    assert_eq!(commands, ["orchestrator demo"], "{commands:?}");
+    let base = tempfile::tempdir().unwrap();
+    let (home, env) = fresh_home(base.path());
+    let mut shell = Shell::start(&env, &REMOVED, &home, base.path().join("shell.err"));
+    let (code, out) = shell.run(&format!("{} --exit", commands[0]));
+    let said = shell.stderr_text();
+    assert_eq!(code, 0, "{out}\n{said}");
+    for expected in [
+        "GitHub stand-in  http://127.0.0.1:",
+        "dashboard        http://127.0.0.1:",
+        "/login?once=",
+        "serve answered 202",
+        ": succeeded",
+        "pull request #",
+        "issue #7 has a comment linking it",
+        "on the stand-in  http://127.0.0.1:",
+    ] {
+        assert!(
+            out.contains(expected),
+            "{expected:?} missing from:\n{out}\n{said}"
+        );
+    }
+    // The demo's home was its own: nothing was made in the person's.
+    assert!(
+        !home.join(".local/share/orchestrator").exists(),
+        "the demo used the person's home"
+    );
 }

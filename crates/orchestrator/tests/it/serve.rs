@@ -242,3 +242,75 @@ fn an_empty_token_file_is_replaced_and_an_empty_token_opens_nothing() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("api_token"), "{said}");
 }
+
+/// The daemon already there is named: by `doctor`, by a second `serve` on the same home, and by
+/// one that wants the same address (refused, exit 4, naming who holds it).
+#[test]
+fn a_daemon_already_there_is_named_by_doctor_and_a_second_serve() {
+    let env = Env::sqlite();
+    let doctor = |env: &Env| -> serde_json::Value {
+        let out = env.run(&["doctor", "--json"]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "daemon")
+            .cloned()
+            .unwrap_or_else(|| panic!("no daemon check: {report}"))
+    };
+    let none = doctor(&env);
+    assert_eq!(none["status"], "warn", "{none}");
+    assert!(
+        none["fix"].as_str().unwrap().contains("orchestrator serve"),
+        "{none}"
+    );
+
+    let first = env.serve(&["--workers", "1"]);
+    let live = doctor(&env);
+    assert_eq!(live["status"], "ok", "{live}");
+    let detail = live["detail"].as_str().unwrap();
+    assert!(detail.contains(&first.addr), "{live}");
+    assert!(
+        detail.contains(&format!("pid {}", first.child.id())),
+        "{live}"
+    );
+
+    // Another home on the same store sees it as a daemon of the store.
+    let sibling = env.sibling();
+    let elsewhere = doctor(&sibling);
+    assert_eq!(elsewhere["status"], "ok", "{elsewhere}");
+    assert!(
+        elsewhere["detail"].as_str().unwrap().contains("1 daemon"),
+        "{elsewhere}"
+    );
+
+    // The same address: refused, naming this home's daemon.
+    let out = env.run(&["serve", "--listen", &first.addr]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(4), "{said}");
+    assert!(
+        said.contains("this home's daemon already listens there"),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("pid {}", first.child.id())),
+        "{said}"
+    );
+
+    // The same home on another address: it starts, and says who else is there.
+    let second = env.serve(&["--workers", "1"]);
+    let expected = format!("another daemon serves this home (pid {}", first.child.id());
+    let started = std::time::Instant::now();
+    while !second.log().contains(&expected) {
+        assert!(
+            started.elapsed() < crate::support::PATIENCE,
+            "{}",
+            second.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    drop(second);
+    // The first daemon's record outlives the second.
+    assert_eq!(doctor(&env)["status"], "ok");
+}

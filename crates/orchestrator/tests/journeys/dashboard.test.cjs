@@ -318,3 +318,82 @@ test("an agent's shell job and terminal show on its task page as they print", as
   assert.equal(await page.getAttribute("[data-log-state]", "data-log-state"), "finished");
   await context.close();
 });
+
+test("each page reads at a glance: charts, runs, workers, headers, decisions, local times", async () => {
+  const { context, page } = await loggedIn();
+  // The overview draws what ended per hour and the queue's latency, with no script of its own.
+  await page.goto(`${BASE}/overview`);
+  const ended = page.locator('svg[data-chart="ended"] g[data-hour]');
+  assert.ok(await ended.count() >= 1, "this hour's column is drawn");
+  let done = 0;
+  for (const column of await ended.all()) { done += Number(await column.getAttribute("data-succeeded")); }
+  assert.ok(done >= 3, `the tasks that passed are counted: ${done}`);
+  assert.ok(await page.locator('svg[data-chart="latency"] g[data-hour] rect').count() >= 1);
+  // The workers say which machine they are on and what they offer; nothing waits, so the
+  // approvals badge is not shown at all.
+  assert.match(await page.textContent("table.workers"), /host id/);
+  assert.equal(await page.isVisible(".badge"), false, "no red badge for 0");
+  await page.screenshot({ path: `${SHOTS}/overview.png`, fullPage: true });
+
+  // Each automation shows its recent runs as marks: the run made from its page passed.
+  await page.goto(`${BASE}/automations`);
+  const marks = page.locator(`[data-automation="${AUTOMATION}"] [data-mark]`);
+  assert.ok(await marks.count() >= 1, "a mark per recent run");
+  assert.equal(await marks.last().getAttribute("data-mark"), "succeeded");
+  await page.screenshot({ path: `${SHOTS}/automations.png`, fullPage: true });
+
+  // A queued task (no worker offers what it requires) lists its gates and says why it waits.
+  let response = await fetch(`${BASE}/api/v1/tasks`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ title: "waits for a label", gates: ["cargo test"], workspace: WORKSPACE, require_labels: ["no-such-label"] }),
+  });
+  assert.equal(response.status, 201);
+  const queued = await response.json();
+  await page.goto(`${BASE}/tasks/${queued.id}`);
+  assert.equal(await page.getAttribute("[data-state]", "data-state"), "queued");
+  assert.match(await page.textContent("[data-gate-specs]"), /cargo test/);
+  assert.match(await page.textContent("[data-gate-specs]"), /not run yet/);
+  assert.equal(await page.locator("text=none run yet").count(), 0);
+  await page.screenshot({ path: `${SHOTS}/task-queued.png`, fullPage: true });
+
+  // An agent task shows its model, server and key variable, and its waiting request is decided
+  // on its own page.
+  response = await fetch(`${BASE}/api/v1/tasks`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({
+      title: "asks on its page", prompt: "Run the command.", workspace: WORKSPACE,
+      model: { base_url: process.env.ASK_MODEL, model: "scripted" },
+      agent: { policy: { default: "allow", classes: { shell: "ask" } } },
+    }),
+  });
+  assert.equal(response.status, 201);
+  const asking = await response.json();
+  await page.goto(`${BASE}/tasks/${asking.id}`);
+  await page.waitForSelector('[data-state="waiting"]', { timeout: 60000 });
+  await page.reload();
+  assert.match(await page.textContent("[data-model]"), /scripted/);
+  assert.match(await page.textContent("[data-model]"), /no key/);
+  const row = page.locator("[data-task-approval]").first();
+  await page.screenshot({ path: `${SHOTS}/task-approval-on-page.png`, fullPage: true });
+  await Promise.all([
+    page.waitForURL(`${BASE}/tasks/${asking.id}`),
+    row.locator('button:text-is("Approve")').click(),
+  ]);
+  await page.waitForSelector('[data-state="succeeded"]', { timeout: 60000 });
+  await context.close();
+
+  // Times follow the person's languages: a 24-hour clock in German, AM/PM in American English.
+  for (const [locale, clock] of [["de-DE", /\b\d{2}:\d{2}:\d{2}\b(?!\s?[AP]M)/], ["en-US", /[AP]M/]]) {
+    const local = await browser.newContext({ viewport: { width: 1280, height: 900 }, locale });
+    const tab = await local.newPage();
+    await tab.goto(`${BASE}/login`);
+    await tab.fill('input[name="token"]', TOKEN);
+    await Promise.all([tab.waitForURL(`${BASE}/`), tab.click('button[type="submit"]')]);
+    await tab.goto(`${BASE}/tasks/${asking.id}`);
+    const shown = await tab.textContent("table.timeline time[data-at]");
+    assert.match(shown, clock, `${locale}: ${shown}`);
+    await local.close();
+  }
+});

@@ -8,13 +8,13 @@ use orchestrator_store::{
 
 /// A connection of its own to the store's database, for what no store API writes: a row stamped
 /// by a clock that is ahead, a transaction held open.
-enum Raw {
+pub(crate) enum Raw {
     Sqlite(sqlx::SqliteConnection),
     Postgres(sqlx::PgConnection),
 }
 
 impl Raw {
-    async fn connect(db: &TestStore) -> Raw {
+    pub(crate) async fn connect(db: &TestStore) -> Raw {
         use sqlx::Connection;
         match db.store.backend() {
             Backend::Sqlite => Raw::Sqlite(
@@ -30,7 +30,7 @@ impl Raw {
         }
     }
 
-    async fn run(&mut self, sql: &str) {
+    pub(crate) async fn run(&mut self, sql: &str) {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         match self {
             Raw::Sqlite(c) => {

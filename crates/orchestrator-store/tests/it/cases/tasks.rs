@@ -749,3 +749,74 @@ pub async fn each_creation_writes_one_created_event(db: &TestStore) {
         assert_eq!(event.data, expected, "task {i}");
     }
 }
+
+/// The overview's charts: per hour, the tasks that ended succeeded and failed (canceled ones are
+/// not counted), and of the tasks that first started in it, the mean and longest wait from their
+/// creation; hours before the window are left out.
+pub async fn the_overview_counts_per_hour(db: &TestStore) {
+    const HOUR: i64 = 3_600_000;
+    let store = db.store.clone();
+    let h0 = (now_millis() / HOUR - 5) * HOUR;
+    let h1 = h0 + HOUR;
+    let mut ids = Vec::new();
+    for title in ["a", "b", "c", "d", "old"] {
+        ids.push(store.create_task(&NewTask::new(title)).await.unwrap());
+    }
+    // (state, created, started, finished) as a worker would have left them.
+    let rows = [
+        ("succeeded", h0, h0 + 1_000, h0 + 600_000),
+        ("failed", h0, h0 + 3_000, h0 + 1_200_000),
+        ("succeeded", h1, h1 + 500, h1 + 300_000),
+        ("canceled", h1, h1 + 100, h1 + 400_000),
+        ("succeeded", h0 - 3 * HOUR, h0 - 3 * HOUR, h0 - 2 * HOUR),
+    ];
+    let mut raw = super::changes::Raw::connect(db).await;
+    for (id, (state, created, started, finished)) in ids.iter().zip(rows) {
+        raw.run(&format!(
+            "UPDATE tasks SET state = '{state}', created_at = {created}, started_at = {started}, \
+             finished_at = {finished} WHERE id = {}",
+            id.0
+        ))
+        .await;
+    }
+    let since = h0 - HOUR / 2;
+    assert_eq!(
+        store.ended_per_hour(since).await.unwrap(),
+        [
+            orchestrator_store::HourOfEnds {
+                hour: h0,
+                succeeded: 1,
+                failed: 1
+            },
+            orchestrator_store::HourOfEnds {
+                hour: h1,
+                succeeded: 1,
+                failed: 0
+            },
+        ]
+    );
+    assert_eq!(
+        store.start_waits_per_hour(since).await.unwrap(),
+        [
+            orchestrator_store::HourOfWaits {
+                hour: h0,
+                started: 2,
+                mean_ms: 2_000,
+                max_ms: 3_000
+            },
+            orchestrator_store::HourOfWaits {
+                hour: h1,
+                started: 2,
+                mean_ms: 300,
+                max_ms: 500
+            },
+        ]
+    );
+    assert!(
+        store
+            .ended_per_hour(now_millis() + HOUR)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -269,11 +269,24 @@ async fn check_tool_call(client: &ModelClient, spec: &ModelSpec, config_path: &P
             );
         }
         Ok(Err(e)) => {
-            return Check::fail(
-                name,
-                format!("a request with a tool failed: {e}"),
-                "check the server's log; a server that takes no tools cannot run agent tasks",
-            );
+            // What fixes it depends on why: a refused key is the key's to fix, not the server's.
+            let fix = match &e {
+                ModelError::Unauthorized { .. } | ModelError::MissingKey { .. } => {
+                    match &spec.api_key_env {
+                        Some(var) => format!(
+                            "set {var} to a key this server takes, where doctor and serve run"
+                        ),
+                        None => "set api_key_env in [model] to the variable that holds the key"
+                            .to_owned(),
+                    }
+                }
+                ModelError::UnknownModel { .. } => {
+                    "set model in [model] (or --model) to a model the server serves".to_owned()
+                }
+                _ => "check the server's log; a server that takes no tools cannot run agent tasks"
+                    .to_owned(),
+            };
+            return Check::fail(name, format!("a request with a tool failed: {e}"), fix);
         }
         Ok(Ok(reply)) => reply,
     };
@@ -282,6 +295,28 @@ async fn check_tool_call(client: &ModelClient, spec: &ModelSpec, config_path: &P
         .tool_calls
         .iter()
         .any(|call| call.name == PROBE_TOOL);
+    if !called && !reply.message.tool_calls.is_empty() {
+        let others: Vec<&str> = reply
+            .message
+            .tool_calls
+            .iter()
+            .map(|call| call.name.as_str())
+            .collect();
+        return Check::warn(
+            name,
+            format!(
+                "the model called {} instead of the one tool offered ({PROBE_TOOL}): it names \
+                 tools it was not given",
+                others
+                    .iter()
+                    .map(|n| format!("{:?}", crate::output::clip(n, 60)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            "check the server's chat template (llama.cpp: --jinja), or choose a model trained \
+             for tools",
+        );
+    }
     if !called {
         let said = reply
             .message

@@ -1,0 +1,119 @@
+//! `serve.json` in the home directory: which daemon serves this home (its process, its address,
+//! its worker id, since when). `serve` writes it once it holds its port and removes it when it
+//! stops; a second `serve` on the same home or port, and `doctor`, read it to name the daemon
+//! already there instead of leaving a person to guess. A record whose process is gone (a daemon
+//! killed with SIGKILL leaves its file behind) is not a live daemon.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonRecord {
+    pub pid: u32,
+    /// The address the daemon listens on, as `host:port`.
+    pub listen: String,
+    pub worker_id: String,
+    /// RFC 3339.
+    pub started_at: String,
+}
+
+impl DaemonRecord {
+    /// In words, for a line a person reads: `pid 4242, http://127.0.0.1:7411, worker w-1, since …`.
+    pub fn describe(&self) -> String {
+        format!(
+            "pid {}, http://{}, worker id {}, since {}",
+            self.pid, self.listen, self.worker_id, self.started_at
+        )
+    }
+}
+
+fn path(home: &Path) -> PathBuf {
+    home.join("serve.json")
+}
+
+/// The daemon that serves `home`, if its process still runs.
+pub fn live(home: &Path) -> Option<DaemonRecord> {
+    let text = std::fs::read_to_string(path(home)).ok()?;
+    let record: DaemonRecord = serde_json::from_str(&text).ok()?;
+    running_serve(record.pid).then_some(record)
+}
+
+/// Whether `pid` is a running `orchestrator ... serve` (not a zombie, not a process that took the
+/// number of one that died).
+fn running_serve(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let Ok(stat) = std::fs::read_to_string(proc.join("stat")) else {
+        return false;
+    };
+    if stat
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    {
+        return false;
+    }
+    std::fs::read(proc.join("cmdline"))
+        .map(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == b"serve"))
+        .unwrap_or(false)
+}
+
+/// Writes this daemon's record (0600, whole or not at all).
+pub fn write(home: &Path, record: &DaemonRecord) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let scratch = home.join(format!(".serve.json.{}.tmp", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&scratch)?;
+    file.write_all(serde_json::to_string_pretty(record)?.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&scratch, path(home))
+}
+
+/// Removes the record if it is this process's (a later daemon's is left alone).
+pub fn remove_own(home: &Path) {
+    let own = std::fs::read_to_string(path(home))
+        .ok()
+        .and_then(|text| serde_json::from_str::<DaemonRecord>(&text).ok())
+        .is_some_and(|r| r.pid == std::process::id());
+    if own {
+        let _ = std::fs::remove_file(path(home));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_of_a_dead_process_is_no_live_daemon() {
+        let home = tempfile::tempdir().unwrap();
+        assert_eq!(live(home.path()), None);
+        let own = DaemonRecord {
+            pid: std::process::id(),
+            listen: "127.0.0.1:7411".into(),
+            worker_id: "w-1".into(),
+            started_at: "2026-11-29T12:00:00Z".into(),
+        };
+        write(home.path(), &own).unwrap();
+        assert_eq!(live(home.path()), Some(own.clone()));
+        // A process that ended: its number names nothing running.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let dead = DaemonRecord { pid, ..own.clone() };
+        write(home.path(), &dead).unwrap();
+        assert_eq!(live(home.path()), None);
+        // Not this process's record: left where it is.
+        remove_own(home.path());
+        assert!(path(home.path()).exists());
+        write(home.path(), &own).unwrap();
+        remove_own(home.path());
+        assert!(!path(home.path()).exists());
+    }
+}
