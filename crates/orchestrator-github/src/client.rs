@@ -40,7 +40,8 @@ pub struct ClientConfig {
     pub api_url: String,
     /// A personal access token or an installation token. `None` reaches public data only.
     pub token: Option<String>,
-    /// How long one request may take before it counts as failed.
+    /// How long a connection may stay silent (connecting, or between two reads) before its
+    /// request counts as failed; a whole request may take four times as long.
     pub timeout: Duration,
     /// The longest a read waits for a rate limit to lift; beyond it the read fails with
     /// [`ApiError::RateLimited`] saying when to come back.
@@ -196,20 +197,24 @@ impl GitHub {
             USER_AGENT,
             HeaderValue::from_static(concat!("orchestrator/", env!("CARGO_PKG_VERSION"))),
         );
-        if let Some(token) = &config.token {
-            let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-                ApiError::Config("the GitHub token holds a character a header cannot".to_owned())
-            })?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
+        // The token goes with a request to the API's own origin only (see `authorized`), never in
+        // the client's default headers: a `Link` to the next page elsewhere gets none.
+        if let Some(token) = &config.token
+            && HeaderValue::from_str(&format!("Bearer {token}")).is_err()
+        {
+            return Err(ApiError::Config(
+                "the GitHub token holds a character a header cannot".to_owned(),
+            ));
         }
         // Redirects are followed here, by rule (reads and writes differ, the token stays on the
-        // API's origin), so the transport follows none.
+        // API's origin), so the transport follows none. A connection silent for `timeout` fails,
+        // and a whole request (a large log trickling in) may take four times as long.
         let http = reqwest::Client::builder()
             .default_headers(headers)
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(config.timeout)
             .read_timeout(config.timeout)
+            .timeout(config.timeout.saturating_mul(4))
             .build()
             .map_err(|e| ApiError::Config(describe(&e)))?;
         Ok(GitHub {
@@ -509,6 +514,20 @@ impl GitHub {
         Ok(all)
     }
 
+    /// `request` with the token when `url` is on the API's own origin (scheme, host and port);
+    /// anywhere else, a page a `Link` header names or a file GitHub redirects to, without it.
+    fn authorized(&self, request: reqwest::RequestBuilder, url: &str) -> reqwest::RequestBuilder {
+        match &self.config.token {
+            Some(token) if origin(url).is_some() && origin(url) == origin(&self.absolute("/")) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+                    .unwrap_or_else(|_| HeaderValue::from_static(""));
+                value.set_sensitive(true);
+                request.header(AUTHORIZATION, value)
+            }
+            _ => request,
+        }
+    }
+
     /// The absolute URL of `path` under the API base, joined as path segments (a base ending in
     /// `/re` keeps it before `/repos/...`).
     fn absolute(&self, path: &str) -> String {
@@ -559,8 +578,7 @@ impl GitHub {
             let accept = HeaderValue::from_str(accept.unwrap_or("application/vnd.github+json"))
                 .map_err(|e| ApiError::Config(e.to_string()))?;
             let sent = self
-                .http
-                .get(url.as_str())
+                .authorized(self.http.get(url.as_str()), &url)
                 .header(ACCEPT, accept)
                 .send()
                 .await;
@@ -636,7 +654,8 @@ impl GitHub {
                 Method::Post => self.http.post(url.as_str()),
                 Method::Patch => self.http.patch(url.as_str()),
             };
-            let sent = request
+            let sent = self
+                .authorized(request, &url)
                 .header(ACCEPT, "application/vnd.github+json")
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string())

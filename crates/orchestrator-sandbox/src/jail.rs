@@ -143,6 +143,18 @@ pub fn jails_dir(root: Option<&Path>) -> Result<PathBuf> {
 
 /// Where [`jails_dir`] is, without making or checking it: what a jail's mount plan hides, worked
 /// out before each command of a warm jail, so it costs no system call.
+/// Whether `path`, named by a person's server config, is a file [`Jail::server_command`] binds.
+fn bindable_server_file(path: &Path, jails: &Path) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    meta.is_file()
+        && path.components().count() > 2
+        && path.starts_with("/tmp")
+        && std::fs::canonicalize(path).is_ok_and(|real| real == path)
+        && !path.starts_with(jails)
+}
+
 fn jails_path(root: Option<&Path>) -> PathBuf {
     let root = root.map_or_else(std::env::temp_dir, Path::to_path_buf);
     root.join(format!(
@@ -421,16 +433,22 @@ impl Jail {
     }
 
     /// A server a person's config names (an MCP or a language server), as [`Jail::command`]
-    /// starts it, with the program and the arguments that are absolute paths under `/tmp` bound
+    /// starts it, with the program and the arguments that name files under `/tmp` bound
     /// read-only where they are: the jail's `/tmp` is its own, so a server installed or checked
-    /// out there (`python3 /tmp/tools/server.py`) would otherwise not be found. Only paths under
-    /// `/tmp`: what the rest of the config names is where the jail already shows it, or hidden
-    /// on purpose (the home, secret paths).
+    /// out there (`python3 /tmp/tools/server.py`) would otherwise not be found. Only regular
+    /// files, named by their real path (no `..`, no symbolic link on the way), below a directory
+    /// of `/tmp` and outside the jails' directory: `/tmp` itself, a directory (a server's root or
+    /// data directory stays in the jail's own, writable `/tmp`) or another task's files are never
+    /// bound. What the rest of the config names is where the jail already shows it, or hidden on
+    /// purpose (the home, secret paths).
     pub fn server_command(&self, program: &str, args: &[String], cwd: &Path) -> Result<Command> {
+        let jails = canonical(&jails_path(
+            self.inner.sandbox.settings().tmp_root.as_deref(),
+        ));
         let readable: Vec<PathBuf> = std::iter::once(program)
             .chain(args.iter().map(String::as_str))
             .map(Path::new)
-            .filter(|p| p.is_absolute() && p.starts_with("/tmp") && p.exists())
+            .filter(|p| bindable_server_file(p, &jails))
             .map(Path::to_path_buf)
             .collect();
         self.command_reading(program, args, cwd, &readable)
@@ -744,5 +762,50 @@ fn output(io: Io) -> Result<(Option<OwnedFd>, Option<pipe::Receiver>)> {
                 pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(Error::Spawn)?;
             Ok((Some(OwnedFd::from(writer)), Some(ours)))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_real_files_under_tmp_outside_the_jails_are_bound_for_a_server() {
+        let dir = tempfile::Builder::new()
+            .prefix("server-files-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let real = canonical(dir.path());
+        let script = real.join("server.py");
+        std::fs::write(&script, "print()").unwrap();
+        let link = real.join("link.py");
+        std::os::unix::fs::symlink(&script, &link).unwrap();
+        let jails = real.join("orchestrator-jails-0");
+        std::fs::create_dir_all(&jails).unwrap();
+        let other_task = jails.join("secret");
+        std::fs::write(&other_task, "x").unwrap();
+        let jails = canonical(&jails);
+
+        assert!(bindable_server_file(&script, &jails));
+        assert!(
+            !bindable_server_file(Path::new("/tmp"), &jails),
+            "never /tmp itself"
+        );
+        assert!(!bindable_server_file(&real, &jails), "never a directory");
+        assert!(!bindable_server_file(&link, &jails), "never through a link");
+        let dotted = real
+            .join("..")
+            .join(real.file_name().unwrap())
+            .join("server.py");
+        assert!(!bindable_server_file(&dotted, &jails), "never with ..");
+        assert!(
+            !bindable_server_file(&other_task, &jails),
+            "never the jails' files"
+        );
+        assert!(!bindable_server_file(&real.join("absent.py"), &jails));
+        assert!(
+            !bindable_server_file(Path::new("/usr/bin/env"), &jails),
+            "only under /tmp"
+        );
     }
 }

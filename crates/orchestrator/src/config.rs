@@ -237,9 +237,12 @@ impl Config {
     /// under another name is not announced, and its task is not held to it.
     pub fn announces_key(&self, name: &str) -> bool {
         let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        // The orchestrator's own settings (ORCHESTRATOR_HOME, its database URL) are kept from
+        // agents like secrets, but are no model's key: a daemon does not offer them.
+        let own_setting = name.starts_with("ORCHESTRATOR_");
         valid
             && (self.model.api_key_env.as_deref() == Some(name)
-                || orchestrator_sandbox::is_secret_name(name, &[]))
+                || (!own_setting && orchestrator_sandbox::is_secret_name(name, &[])))
     }
 }
 
@@ -936,6 +939,24 @@ mod tests {
         assert_eq!(config.model.model.as_deref(), Some("m"));
         assert!(toml::from_str::<Config>("[model]\nname = \"m\"\n").is_err());
         assert!(toml::from_str::<Config>("[models.m]\nstreaming = false\n").is_err());
+    }
+
+    #[test]
+    fn a_daemon_announces_key_variables_not_its_own_settings() {
+        let config = Config::default();
+        assert!(config.announces_key("OPENAI_API_KEY"));
+        assert!(config.announces_key("LOCAL_TOKEN"));
+        assert!(!config.announces_key("ORCHESTRATOR_HOME"));
+        assert!(!config.announces_key("ORCHESTRATOR_DATABASE_URL"));
+        assert!(!config.announces_key("PATH"));
+        assert!(!config.announces_key("A-B_KEY"));
+        let named: Config =
+            toml::from_str("[model]\nmodel = \"m\"\napi_key_env = \"ORCHESTRATOR_MODEL_KEY\"\n")
+                .unwrap();
+        assert!(
+            named.announces_key("ORCHESTRATOR_MODEL_KEY"),
+            "the config's own key is"
+        );
     }
 
     #[test]

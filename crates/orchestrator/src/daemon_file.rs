@@ -38,11 +38,12 @@ pub fn live(home: &Path) -> Option<DaemonRecord> {
     running_serve(record.pid).then_some(record)
 }
 
-/// Whether `pid` is a running `orchestrator ... serve` (not a zombie, not a process that took the
-/// number of one that died).
+/// Whether `pid` is a running `orchestrator ... serve`: not this process, not a zombie, a program
+/// of this one's name (a pid taken by another program after the daemon died is not it), with a
+/// `serve` argument.
 fn running_serve(pid: u32) -> bool {
     if pid == std::process::id() {
-        return true;
+        return false;
     }
     let proc = PathBuf::from(format!("/proc/{pid}"));
     let Ok(stat) = std::fs::read_to_string(proc.join("stat")) else {
@@ -52,6 +53,20 @@ fn running_serve(pid: u32) -> bool {
         .rsplit_once(')')
         .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
     {
+        return false;
+    }
+    let name = |path: &Path| {
+        path.file_name().map(|n| {
+            n.to_string_lossy()
+                .trim_end_matches(" (deleted)")
+                .to_owned()
+        })
+    };
+    let ours = std::env::current_exe().ok().and_then(|p| name(&p));
+    let theirs = std::fs::read_link(proc.join("exe"))
+        .ok()
+        .and_then(|p| name(&p));
+    if ours.is_none() || ours != theirs {
         return false;
     }
     std::fs::read(proc.join("cmdline"))
@@ -91,7 +106,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_record_of_a_dead_process_is_no_live_daemon() {
+    fn a_record_of_a_dead_or_other_process_is_no_live_daemon() {
         let home = tempfile::tempdir().unwrap();
         assert_eq!(live(home.path()), None);
         let own = DaemonRecord {
@@ -100,16 +115,26 @@ mod tests {
             worker_id: "w-1".into(),
             started_at: "2026-11-29T12:00:00Z".into(),
         };
+        // This process is not another daemon, whatever a stale record says.
         write(home.path(), &own).unwrap();
-        assert_eq!(live(home.path()), Some(own.clone()));
-        // A process that ended: its number names nothing running.
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        child.wait().unwrap();
-        let dead = DaemonRecord { pid, ..own.clone() };
-        write(home.path(), &dead).unwrap();
         assert_eq!(live(home.path()), None);
-        // Not this process's record: left where it is.
+        // A process of another program, running, with a `serve` argument: not a daemon.
+        let mut other = std::process::Command::new("sh")
+            .args(["-c", "sleep 30", "serve"])
+            .spawn()
+            .unwrap();
+        let record = DaemonRecord {
+            pid: other.id(),
+            ..own.clone()
+        };
+        write(home.path(), &record).unwrap();
+        assert_eq!(live(home.path()), None);
+        let _ = other.kill();
+        let _ = other.wait();
+        // A process that ended: its number names nothing running.
+        write(home.path(), &record).unwrap();
+        assert_eq!(live(home.path()), None);
+        // Not this process's record: left where it is; this process's: removed.
         remove_own(home.path());
         assert!(path(home.path()).exists());
         write(home.path(), &own).unwrap();

@@ -64,7 +64,7 @@ fn main() -> ExitCode {
 }
 
 /// Logging to stderr: `ORCHESTRATOR_LOG`, else a default by `-v`, with `quiet`'s directives added
-/// to the default (never to a filter a person gave).
+/// unless `-vv` or the filter names their targets.
 fn init_tracing(verbose: u8, quiet: &[&str]) {
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
@@ -74,9 +74,13 @@ fn init_tracing(verbose: u8, quiet: &[&str]) {
     };
     let text = std::env::var("ORCHESTRATOR_LOG").unwrap_or_else(|_| default.to_owned());
     let mut filter = EnvFilter::try_new(&text).unwrap_or_else(|_| EnvFilter::new(default));
-    if std::env::var_os("ORCHESTRATOR_LOG").is_none() && verbose == 0 {
+    // Unless -vv asks for everything, or the filter names the target itself.
+    if verbose < 2 {
         for directive in quiet {
-            if let Ok(directive) = directive.parse() {
+            let target = directive.split('=').next().unwrap_or_default();
+            if !text.contains(target)
+                && let Ok(directive) = directive.parse()
+            {
                 filter = filter.add_directive(directive);
             }
         }

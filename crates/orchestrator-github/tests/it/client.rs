@@ -464,3 +464,75 @@ async fn redirects_that_would_change_a_write_or_leave_github_are_not_followed() 
         "Relative"
     );
 }
+
+/// One HTTP/1.1 answer per connection from a listener on 127.0.0.1: `answer` makes it from the
+/// request's head, and each head received is kept.
+fn raw_server(
+    answer: impl Fn(&str) -> String + Send + 'static,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = heads.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            let body = answer(&head);
+            kept.lock().unwrap().push(head);
+            let _ = stream.write_all(body.as_bytes());
+        }
+    });
+    (url, heads)
+}
+
+/// The token goes to the API's own origin only: a `Link` to the next page on another origin is
+/// read without it (octocrab attached it by origin; the client must too).
+#[tokio::test]
+async fn the_token_never_goes_to_another_origin_a_link_names() {
+    let (elsewhere, seen_elsewhere) = raw_server(|_| {
+        let body = r#"[{"id": 2, "body": "second page", "html_url": "https://github.com/acme/widgets/issues/7#issuecomment-2", "user": {"login": "bob"}}]"#;
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    });
+    let next = format!("{elsewhere}/repos/{REPO}/issues/7/comments?page=2");
+    let (api, seen_api) = raw_server(move |_| {
+        let body = r#"[{"id": 1, "body": "first page", "html_url": "https://github.com/acme/widgets/issues/7#issuecomment-1", "user": {"login": "ann"}}]"#;
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nlink: <{next}>; rel=\"next\"\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    });
+    let mut config = ClientConfig::new(api, Some(FAKE_TOKEN.to_owned()));
+    config.timeout = Duration::from_secs(5);
+    let github = GitHub::new(config).unwrap();
+    let comments = github.issue_comments(&issue(7)).await.unwrap();
+    assert_eq!(comments.len(), 2, "both pages are read");
+    let api_heads = seen_api.lock().unwrap().clone();
+    assert!(
+        api_heads[0].to_ascii_lowercase().contains(&format!(
+            "authorization: bearer {}",
+            FAKE_TOKEN.to_ascii_lowercase()
+        )),
+        "{api_heads:?}"
+    );
+    let other_heads = seen_elsewhere.lock().unwrap().clone();
+    assert!(!other_heads.is_empty(), "the next page was read");
+    assert!(
+        other_heads
+            .iter()
+            .all(|h| !h.to_ascii_lowercase().contains("authorization")),
+        "{other_heads:?}"
+    );
+}

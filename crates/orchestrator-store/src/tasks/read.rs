@@ -397,8 +397,9 @@ impl Store {
         let stmt = Query::select()
             .expr(hour())
             .expr(Expr::col(Tasks::Id).count())
+            // Integer division on both backends (AVG rounds on one and truncates on the other).
             .expr(Expr::cust(
-                "CAST(AVG(\"started_at\" - \"created_at\") AS BIGINT)",
+                "SUM(\"started_at\" - \"created_at\") / COUNT(*)",
             ))
             .expr(Expr::cust("MAX(\"started_at\" - \"created_at\")"))
             .from(Tasks::Table)

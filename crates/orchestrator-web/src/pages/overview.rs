@@ -19,14 +19,16 @@ const SILENT_MS: i64 = 60_000;
 pub(crate) async fn page(State(web): State<Web>, headers: HeaderMap) -> Response {
     let viewer = Viewer::of(&web, &headers).await;
     let now = now_millis();
+    // The charts' window: whole hours, the current one and the 23 before it.
+    let first_hour = (now.div_euclid(HOUR_MS) - (HOURS - 1)) * HOUR_MS;
     let found = tokio::try_join!(
         web.store.count_by_state(),
         web.store.finished_since(now - DAY_MS),
         web.store.queued_by_queue(),
         web.store.workers(50),
         web.store.list_automations(),
-        web.store.ended_per_hour(now - DAY_MS),
-        web.store.start_waits_per_hour(now - DAY_MS),
+        web.store.ended_per_hour(first_hour),
+        web.store.start_waits_per_hour(first_hour),
     );
     let (counts, ended, queues, workers, automations, per_hour, waits) = match found {
         Ok(found) => found,
@@ -171,7 +173,8 @@ const HOUR_MS: i64 = 3_600_000;
 /// The x axis: hours ago, which reads the same in every time zone.
 fn hours_axis() -> Markup {
     html! {
-        @for (i, label) in [(0, "-24 h"), (6, "-18 h"), (12, "-12 h"), (18, "-6 h"), (23, "now")] {
+        // Column i is the hour that began 23 - i hours before this one.
+        @for (i, label) in [(0, "-23 h"), (5, "-18 h"), (11, "-12 h"), (17, "-6 h"), (23, "now")] {
             text.axis x=(i * COLUMN_W + COLUMN_W / 2) y=(CHART_H + 14) text-anchor="middle" { (label) }
         }
     }

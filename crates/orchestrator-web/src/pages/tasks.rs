@@ -498,7 +498,12 @@ pub(crate) async fn read(
             // attempt starts).
             @if let Some(error) = &task.last_error {
                 @if task.state.is_terminal() { p.error data-last-error { (error) } }
-                @else { p.muted data-last-error { "attempt " ((task.attempt - 1).max(1)) " ended: " (error) } }
+                // A claim counts the attempt: while one runs (or waits on a person) the error is the
+                // one before it; while queued, the last one's.
+                @else {
+                    @let ended = if task.state == TaskState::Queued { task.attempt } else { task.attempt - 1 };
+                    p.muted data-last-error { "attempt " (ended.max(1)) " ended: " (error) }
+                }
             }
             @if let Some(model) = &task.model {
                 p.muted data-model {

@@ -151,7 +151,55 @@ pub async fn run(_global: &GlobalArgs, args: DemoArgs) -> anyhow::Result<ExitCod
         .kill_on_drop(true)
         .spawn()
         .context("cannot start serve")?;
-    let (address, once) = read_start(&mut serve, &log_path).await?;
+    let stderr = serve.stderr.take().context("no stderr from serve")?;
+    // Ctrl-C at any point stops serve (a process group of its own, so the terminal's signal
+    // reaches this process alone) and removes the demo's directory.
+    let shown = tokio::select! {
+        shown = show(&home, &dir, &log_path, &github, &model, stderr, &secret) => shown,
+        _ = tokio::signal::ctrl_c() => {
+            println!("interrupted; stopping the demo");
+            stop(&mut serve).await;
+            return Ok(ExitCode::from(130));
+        }
+    };
+    let opened = match shown {
+        Ok(opened) => opened,
+        Err(e) => {
+            stop(&mut serve).await;
+            return Err(e);
+        }
+    };
+    if !args.exit {
+        println!(
+            "Look around; Ctrl-C stops the demo{}.",
+            if args.dir.is_none() {
+                " and removes its directory"
+            } else {
+                ""
+            }
+        );
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    stop(&mut serve).await;
+    Ok(if opened {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Starts the flow once serve runs: prints what to open, sends the label, follows the task, and
+/// says whether a pull request came of it.
+async fn show(
+    home: &Path,
+    dir: &Path,
+    log_path: &Path,
+    github: &FakeGitHub,
+    model: &ScriptedModel,
+    stderr: tokio::process::ChildStderr,
+    secret: &str,
+) -> anyhow::Result<bool> {
+    let (address, once) = read_start(stderr, log_path).await?;
     let token = std::fs::read_to_string(home.join("api-token"))
         .context("serve wrote no api-token")?
         .trim()
@@ -211,7 +259,7 @@ pub async fn run(_global: &GlobalArgs, args: DemoArgs) -> anyhow::Result<ExitCod
 
     let outcome = follow(&http, &address, &token).await;
     let pulls = github.pulls(REPO);
-    let opened = match (&outcome, pulls.first()) {
+    Ok(match (&outcome, pulls.first()) {
         (Ok((id, state)), Some(pull)) => {
             let branch = pull
                 .pull
@@ -241,23 +289,6 @@ pub async fn run(_global: &GlobalArgs, args: DemoArgs) -> anyhow::Result<ExitCod
             );
             false
         }
-    };
-    if !args.exit {
-        println!(
-            "Look around; Ctrl-C stops the demo{}.",
-            if args.dir.is_none() {
-                " and removes its directory"
-            } else {
-                ""
-            }
-        );
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    stop(&mut serve).await;
-    Ok(if opened {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
     })
 }
 
@@ -390,10 +421,9 @@ fn scripted_agent() -> impl Fn(&Request) -> Reply + Send + Sync + 'static {
 /// Reads serve's stderr into the log file, and returns its address and one-time login link once
 /// it printed them; serve's own error if it stopped first.
 async fn read_start(
-    serve: &mut tokio::process::Child,
+    stderr: tokio::process::ChildStderr,
     log_path: &Path,
 ) -> anyhow::Result<(String, String)> {
-    let stderr = serve.stderr.take().context("no stderr from serve")?;
     let mut log = tokio::fs::File::create(log_path).await?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     tokio::spawn(async move {

@@ -359,10 +359,16 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             notify.dashboard_url
         );
     }
-    eprintln!(
-        "orchestrator serve: {}",
-        github_setup(&file_config.github, github.as_ref(), address).await
-    );
+    // Said once the token's login is known; asking GitHub must not hold the listener back.
+    {
+        let (config, github) = (file_config.github.clone(), github.clone());
+        tokio::spawn(async move {
+            eprintln!(
+                "orchestrator serve: {}",
+                github_setup(&config, github.as_ref(), address).await
+            );
+        });
+    }
     let shutdown = CancellationToken::new();
     tokio::spawn(signals(shutdown.clone()));
     let served = crate::serve::run(

@@ -1,8 +1,10 @@
 //! Journeys through the dashboard in a real browser: Debian's chromium driven by playwright-core
 //! (npm) under node's test runner, against this binary's `serve` with a real store, real gates
 //! and an agent on the scripted model. The journeys are in tests/journeys/dashboard.test.cjs; each
-//! saves a screenshot under this test's output folder. `scripts/test` installs chromium and
-//! playwright-core; without them this test fails and says how to install them.
+//! saves a screenshot under this test's output folder (`target/tmp/journeys`), and
+//! docs/screenshots keeps copies of those the docs show (the README's is overview.png).
+//! `scripts/test` installs chromium and playwright-core; without them this test fails and says
+//! how to install them.
 
 use crate::support::Env;
 use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};

@@ -324,7 +324,9 @@ fn refusals_to_a_person_name_the_commands_and_flags_a_person_has() {
 fn an_mcp_server_the_sandbox_cannot_find_gets_a_hint() {
     require(Program::Bubblewrap);
     let env = Env::sqlite();
-    // A server program in the host's /tmp, which the sandbox replaces with its own.
+    // A server program under the host's /tmp, which the sandbox replaces with its own: it is
+    // bound in by the path the config gives, so it starts (and, being no MCP server, ends before
+    // it answers); one named under /tmp that does not exist gets the hint that says so.
     let dir = tempfile::Builder::new()
         .prefix("orch-first-hour-")
         .tempdir_in("/tmp")
@@ -332,19 +334,28 @@ fn an_mcp_server_the_sandbox_cannot_find_gets_a_hint() {
     let server = dir.path().join("server");
     std::fs::write(&server, "#!/bin/sh\nexit 0\n").unwrap();
     std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let gone = dir.path().join("gone");
     std::fs::write(
         env.home().join("config.toml"),
         format!(
-            "[mcp_servers.missing]\ncommand = \"orch-first-hour-no-such-server\"\n\n[mcp_servers.intmp]\ncommand = \"{}\"\n",
-            server.display()
+            "[mcp_servers.missing]\ncommand = \"orch-first-hour-no-such-server\"\n\n[mcp_servers.intmp]\ncommand = \"{}\"\n\n[mcp_servers.gone]\ncommand = \"{}\"\n",
+            server.display(),
+            gone.display()
         ),
     )
     .unwrap();
-    let out = env.run(&["mcp-servers", "check", "missing", "intmp"]);
+    let out = env.run(&["mcp-servers", "check", "missing", "intmp", "gone"]);
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("not on the sandbox's PATH"), "{said}");
-    assert!(said.contains("a /tmp of its own"), "{said}");
+    assert!(
+        said.contains("bound by the paths the config gives"),
+        "{said}"
+    );
+    assert!(
+        !said.contains(&format!("{}: No such file", server.display())),
+        "the server under /tmp was found: {said}"
+    );
 }
 
 #[test]

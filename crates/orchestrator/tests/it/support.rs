@@ -196,16 +196,20 @@ impl Env {
             let mut sent = false;
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
-                if !sent && let Some(at) = line.find("http://") {
-                    let addr = line[at + 7..]
+                let addr = line.find("http://").map(|at| {
+                    line[at + 7..]
                         .split_whitespace()
                         .next()
                         .unwrap_or("")
-                        .to_owned();
+                        .to_owned()
+                });
+                // Into the log first: a test that reads the log once serve has started (its
+                // worker id) finds the line with the address there.
+                log_writer.lock().unwrap().push_str(&(line + "\n"));
+                if !sent && let Some(addr) = addr {
                     let _ = tx.send(addr);
                     sent = true;
                 }
-                log_writer.lock().unwrap().push_str(&(line + "\n"));
             }
         });
         let addr = rx
