@@ -397,9 +397,10 @@ impl Store {
         let stmt = Query::select()
             .expr(hour())
             .expr(Expr::col(Tasks::Id).count())
-            // Integer division on both backends (AVG rounds on one and truncates on the other).
+            // Integer division on both backends (AVG rounds on one and truncates on the other;
+            // PostgreSQL's SUM of bigints is numeric, cast back).
             .expr(Expr::cust(
-                "SUM(\"started_at\" - \"created_at\") / COUNT(*)",
+                "CAST(SUM(\"started_at\" - \"created_at\") AS BIGINT) / COUNT(*)",
             ))
             .expr(Expr::cust("MAX(\"started_at\" - \"created_at\")"))
             .from(Tasks::Table)
