@@ -74,6 +74,24 @@ fn running_serve(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// The store backend an orchestrator daemon listening at `listen` names on its `/healthz`, if one
+/// answers within two seconds: how `serve` and `doctor` tell a daemon from another program.
+pub async fn healthz_backend(listen: &str) -> Option<String> {
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(2))
+        .build()
+        .ok()?;
+    let body: serde_json::Value = client
+        .get(format!("http://{listen}/healthz"))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    body.get("backend")?.as_str().map(str::to_owned)
+}
+
 /// Writes this daemon's record (0600, whole or not at all).
 pub fn write(home: &Path, record: &DaemonRecord) -> std::io::Result<()> {
     use std::io::Write;

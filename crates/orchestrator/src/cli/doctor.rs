@@ -237,7 +237,7 @@ async fn check_daemon(home: &Path, store: Option<&Store>) -> Check {
     };
     let Some(record) = crate::daemon_file::live(home) else {
         // serve's default address, held by something else: a `serve` here would be refused.
-        if let Some(backend) = healthz_backend(DEFAULT_LISTEN).await {
+        if let Some(backend) = crate::daemon_file::healthz_backend(DEFAULT_LISTEN).await {
             return Check::warn(
                 NAME,
                 format!(
@@ -264,20 +264,8 @@ async fn check_daemon(home: &Path, store: Option<&Store>) -> Check {
             )
         };
     };
-    let answered = async {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(3))
-            .build()
-            .ok()?;
-        let response = client
-            .get(format!("http://{}/healthz", record.listen))
-            .send()
-            .await
-            .ok()?;
-        response.status().is_success().then_some(())
-    };
-    match answered.await {
-        Some(()) => Check::ok(
+    match crate::daemon_file::healthz_backend(&record.listen).await {
+        Some(_) => Check::ok(
             NAME,
             format!("serve runs on this home ({})", record.describe()),
         ),
@@ -291,23 +279,6 @@ async fn check_daemon(home: &Path, store: Option<&Store>) -> Check {
             "read serve's output; if it hangs, stop it and start it again",
         ),
     }
-}
-
-/// The store backend an orchestrator daemon at `listen` names on `/healthz`, if one answers.
-async fn healthz_backend(listen: &str) -> Option<String> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .ok()?;
-    let body: Value = client
-        .get(format!("http://{listen}/healthz"))
-        .send()
-        .await
-        .ok()?
-        .json()
-        .await
-        .ok()?;
-    body.get("backend")?.as_str().map(str::to_owned)
 }
 
 /// The config file: absent (the defaults apply), read, or refused with the reason. A refused file

@@ -472,22 +472,7 @@ async fn who_listens(
             record.describe()
         );
     }
-    let asked = async {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()
-            .ok()?;
-        let body: serde_json::Value = client
-            .get(format!("http://{listen}/healthz"))
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        body.get("backend")?.as_str().map(str::to_owned)
-    };
-    match asked.await {
+    match crate::daemon_file::healthz_backend(&listen.to_string()).await {
         Some(backend) => format!(
             "another orchestrator serve listens there (its /healthz answers, on a {backend} \
              store); stop it, or give this one another --listen (127.0.0.1:0 takes a free port)"
