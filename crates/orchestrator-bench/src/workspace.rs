@@ -72,6 +72,7 @@ pub async fn run(config: &WorkspaceBenchConfig, print: impl Fn(&str) -> Result<(
             mirrors: place.path().join(format!("mirrors-{round}")),
             repositories: Default::default(),
             budget: None,
+            environment_cache_bytes: None,
             task_ended: Default::default(),
         });
         let plain = place.path().join(format!("plain-{round}"));

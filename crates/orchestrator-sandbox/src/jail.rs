@@ -75,6 +75,25 @@ pub struct Confinement {
     pub label: String,
 }
 
+/// What a repository's setup phase is confined to (see [`Sandbox::setup_jail`]).
+#[derive(Debug, Clone)]
+pub struct SetupConfinement {
+    pub workspace: PathBuf,
+    /// Hosts the proxy lets setup reach although they are not public.
+    pub network_hosts: Vec<String>,
+    /// Where the proxy reports each connection.
+    pub connections: Option<ConnectionLog>,
+    /// Names of the daemon's variables setup receives, secret-looking or not.
+    pub env: Vec<String>,
+    /// Further secret names (the model key's variable), which setup never receives unless
+    /// `env` names them.
+    pub secrets: Vec<String>,
+    /// Variables set to these values (the environment's cache directories).
+    pub vars: Vec<(String, String)>,
+    /// Names the private temporary directory (`setup-task-42`).
+    pub label: String,
+}
+
 /// One task's confinement. Cheap to clone; the private temporary directory is removed when the
 /// last clone is dropped.
 #[derive(Debug, Clone)]
@@ -244,6 +263,33 @@ impl Sandbox {
         )
     }
 
+    /// The jail of a repository's setup phase: `workspace_write` on the task's workspace, the
+    /// network through a proxy of its own (public addresses and `setup.network_hosts`), and the
+    /// agent's environment plus the variables the setup names, which pass even when they look
+    /// secret (the person's config named them for setup alone). Its processes end with it: no
+    /// secret of setup's reaches a later jail of the task.
+    pub fn setup_jail(&self, setup: SetupConfinement) -> Result<Jail> {
+        let settings = self.settings();
+        let tmp = private_tmp(&jails_dir(settings.tmp_root.as_deref())?, &setup.label)?;
+        let mut secrets = settings.secret_env.clone();
+        secrets.extend(setup.secrets.iter().cloned());
+        let jail = self.jail(
+            SandboxMode::WorkspaceWrite,
+            Some(Network {
+                label: &setup.label,
+                hosts: &setup.network_hosts,
+                log: setup.connections.clone(),
+            }),
+            &setup.workspace,
+            tmp,
+            EnvRule::Agent,
+            &setup.env,
+            &[],
+            &secrets,
+        )?;
+        Ok(jail.with_vars(&setup.vars))
+    }
+
     /// The jail of the gates a person wrote for a task: the `person_gates` mode of the config
     /// (`workspace_write` by default, since the code a gate runs is the agent's), the allowlisted
     /// environment plus the config's `gate_env`, never the daemon's secrets. With
@@ -374,6 +420,29 @@ impl Jail {
     /// The private temporary directory, as the daemon sees it.
     pub fn tmp_dir(&self) -> Option<&Path> {
         self.inner.tmp.as_ref().map(TempDir::path)
+    }
+
+    /// This jail with `vars` set (replacing what the environment held under their names) for
+    /// every command it starts: a repository environment's cache directories. Called on a jail
+    /// just made, before any clone of it exists; a shared jail is returned unchanged, with an
+    /// error logged, since its commands may already run.
+    pub fn with_vars(mut self, vars: &[(String, String)]) -> Jail {
+        if vars.is_empty() {
+            return self;
+        }
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => {
+                inner
+                    .env
+                    .retain(|(k, _)| !vars.iter().any(|(name, _)| k == OsStr::new(name)));
+                inner
+                    .env
+                    .extend(vars.iter().map(|(k, v)| (k.into(), v.into())));
+                inner.env.sort();
+            }
+            None => tracing::error!("variables set on a jail already shared; left unchanged"),
+        }
+        self
     }
 
     /// The environment every command of this jail gets.

@@ -142,6 +142,7 @@ pub fn repository_as_written(
         url: url.to_owned(),
         git_ref,
         name: None,
+        environment: None,
     }
 }
 

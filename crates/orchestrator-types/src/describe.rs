@@ -316,6 +316,39 @@ pub fn describe(kind: &str, data: &Value) -> Described {
                 Tone::Info,
             )
         }
+        EventKind::Environment => {
+            let key = d.str("key").unwrap_or("");
+            let key = key.get(..12).unwrap_or(key);
+            let took = d
+                .int("duration_ms")
+                .map(|ms| format!(" in {}", format_duration(ms)))
+                .unwrap_or_default();
+            let size = d
+                .int("bytes")
+                .map(|b| format!(", {} MiB cached", b / (1 << 20)))
+                .unwrap_or_default();
+            match d.str("how").unwrap_or("") {
+                "made" => (
+                    format!("environment {key} made: setup ran{took}{size}"),
+                    Tone::Info,
+                ),
+                "reused" => (
+                    format!("environment {key} reused from this machine's cache{took}"),
+                    Tone::Good,
+                ),
+                "maintained" => (
+                    format!("environment {key} reused and maintained for the new commit{took}"),
+                    Tone::Good,
+                ),
+                _ => (
+                    format!(
+                        "environment {key} failed, the environment's failure, not the agent's: {}",
+                        d.str("error").map(first_line).unwrap_or("setup failed")
+                    ),
+                    Tone::Bad,
+                ),
+            }
+        }
         EventKind::ContextWindow => (
             format!(
                 "context window {} tokens ({}); compaction from {} tokens",
@@ -343,6 +376,22 @@ pub fn describe(kind: &str, data: &Value) -> Described {
         }
         EventKind::McpServer => mcp_server(&d),
         EventKind::NetworkConnection => network(&d),
+        // A worker without the model's key hands the task on to a daemon with it.
+        EventKind::Pinned
+            if d.str("requirement")
+                .is_some_and(|w| w.starts_with(crate::placement::KEY_PREFIX)) =>
+        {
+            (
+                format!(
+                    "held for a daemon with {}: {}",
+                    d.str("requirement")
+                        .map(crate::placement::describe_requirement)
+                        .unwrap_or_default(),
+                    d.str("reason").unwrap_or("its key is missing where it ran")
+                ),
+                Tone::Wait,
+            )
+        }
         EventKind::Pinned => (
             format!(
                 "kept on {}: {}",

@@ -83,10 +83,14 @@ pub enum EventKind {
     /// nothing to push (`unchanged`), or the branch moved by someone else (`moved`, with the
     /// task that runs again on the new head).
     PullRound,
+    /// A repository task's environment (its setup phase): made by running setup, reused from this
+    /// machine's cache (maintained when its commit moved), or failed, with the cache key, how long
+    /// it took, its size and the artifact of its log.
+    Environment,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 36] = [
+    pub const ALL: [EventKind; 37] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -123,6 +127,7 @@ impl EventKind {
         EventKind::CheckpointNotSaved,
         EventKind::CheckpointRestored,
         EventKind::PullRound,
+        EventKind::Environment,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -163,6 +168,7 @@ impl EventKind {
             EventKind::CheckpointNotSaved => "checkpoint_not_saved",
             EventKind::CheckpointRestored => "checkpoint_restored",
             EventKind::PullRound => "pull_round",
+            EventKind::Environment => "environment",
         }
     }
 

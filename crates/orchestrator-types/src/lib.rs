@@ -8,6 +8,7 @@ mod automation;
 mod capture;
 mod chat;
 mod describe;
+mod environment;
 mod error;
 mod event;
 mod gate;
@@ -32,6 +33,7 @@ pub use chat::{
     TOOL_CHOICES, ToolCallRequest, Usage,
 };
 pub use describe::{Described, Tone, describe, format_duration, format_relative};
+pub use environment::{DEFAULT_SETUP_TIMEOUT_SECS, EnvironmentSpec, MAX_SETUP_TIMEOUT_SECS};
 pub use error::{Error, Result};
 pub use event::{EventKind, TaskEvent};
 pub use gate::{

@@ -250,6 +250,10 @@ pub struct RepositoryRef {
     /// looks up for the credential of its fetches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// How a fresh workspace of it is prepared before the agent runs (its setup phase), from the
+    /// config's `[repositories.NAME]` when the task was made; `None`: no setup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<crate::EnvironmentSpec>,
 }
 
 impl RepositoryRef {
@@ -258,6 +262,7 @@ impl RepositoryRef {
             url: url.into(),
             git_ref: None,
             name: None,
+            environment: None,
         }
     }
 
@@ -354,6 +359,9 @@ impl RepositoryRef {
             && name.trim().is_empty()
         {
             return Err(Error::invalid("repository name", "the name is empty"));
+        }
+        if let Some(environment) = &self.environment {
+            environment.validate()?;
         }
         Ok(())
     }

@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
+mod environment;
 mod rounds;
 mod turns;
 pub use rounds::{PullHead, RoundError, check_pull, pushed_by_orchestrator};
@@ -78,6 +79,23 @@ pub struct RunContext {
     pub sandbox: orchestrator_sandbox::Sandbox,
 }
 
+/// `jail` with the environment's cache directories when the task's repository has a setup
+/// phase, so the agent's and the gates' toolchains find what setup fetched.
+fn with_environment(
+    jail: orchestrator_sandbox::Jail,
+    task: &Task,
+    workspace: &str,
+) -> orchestrator_sandbox::Jail {
+    match task
+        .repository
+        .as_ref()
+        .and_then(|r| r.environment.as_ref())
+    {
+        Some(_) => jail.with_vars(&workspace::environment::vars(Path::new(workspace))),
+        None => jail,
+    }
+}
+
 /// The jail of the attempt's agent processes, when the task has an agent or gates an agent wrote,
 /// and a workspace to confine them to.
 fn agent_jail(
@@ -101,7 +119,7 @@ fn agent_jail(
         Path::new(workspace),
         connections,
     )
-    .map(Some)
+    .map(|jail| Some(with_environment(jail, task, workspace)))
 }
 
 /// The most connections of one attempt written into its timeline; a process that opens more
@@ -185,6 +203,64 @@ fn retry_or_fail(ctx: &RunContext, task: &Task, error: String) -> Outcome {
     }
 }
 
+/// The key variable of an agent task's model when it is not set (or empty) in this process's
+/// environment and the task could wait for a daemon that holds it: daemons say which key
+/// variables they hold (by name, `model::announced_key`), and the task does not yet require this
+/// one. A task of `orchestrator run` is its own process's alone: it fails there, as before.
+fn missing_key(ctx: &RunContext, task: &Task) -> Option<String> {
+    task.prompt.as_ref()?;
+    let own = task.model.as_ref();
+    let default = ctx.agent.default_model.as_ref();
+    let var = own.or(default)?.api_key_env.as_deref()?.trim();
+    let set = std::env::var(var).is_ok_and(|v| !v.trim().is_empty());
+    let announced =
+        crate::model::announced_key(var, default.and_then(|m| m.api_key_env.as_deref()));
+    let word = orchestrator_types::placement::key_word(var);
+    let foreground = task
+        .requires
+        .iter()
+        .any(|w| w.starts_with(orchestrator_types::placement::FOREGROUND_PREFIX) || *w == word);
+    (!var.is_empty() && !set && announced && !foreground).then(|| var.to_owned())
+}
+
+/// Hands the task back without spending its attempt, requiring from now on a worker that holds
+/// key variable `var`: it waits for one, and its waiting reason says which variable is missing.
+async fn hand_back_for_key(
+    ctx: &RunContext,
+    task: &Task,
+    lease: &Lease,
+    var: &str,
+) -> Result<AttemptEnd> {
+    let word = orchestrator_types::placement::key_word(var);
+    let reason = format!(
+        "the model's key variable {var} is not set where worker {} runs: it waits for a daemon \
+         that holds it (export {var} where `serve` runs, then restart it)",
+        ctx.worker_id
+    );
+    match ctx.store.pin_task(lease, &word, &reason).await {
+        Ok(()) => {}
+        Err(orchestrator_store::Error::StaleLease { .. }) => {
+            return Ok(AttemptEnd {
+                outcome: None,
+                details: json!({}),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    }
+    tracing::warn!(task = %task.id, var, "the model's key variable is not set here; task handed back");
+    Ok(AttemptEnd {
+        outcome: Some(Outcome::Requeue {
+            run_after: now_millis(),
+            error: Some(reason),
+            refund: true,
+        }),
+        details: json!({
+            "requires": word,
+            "waiting_for": orchestrator_types::placement::describe_requirement(&word),
+        }),
+    })
+}
+
 /// Runs one attempt of a task (its workspace's preparation, its agent, then its gates) and decides
 /// its outcome. Store failures other than a stale lease are returned as `Err`: the caller stops,
 /// and the lease runs out and is rescued.
@@ -201,6 +277,12 @@ pub async fn run_attempt(
     if task.cancel_requested {
         // Canceled while it waited in the queue (a hand-back raced the cancel): run nothing.
         stop.stop(StopReason::Canceled);
+    }
+    // A daemon without the model's key hands the task back for one that holds it.
+    if !stop.token().is_cancelled()
+        && let Some(var) = missing_key(ctx, task)
+    {
+        return Box::pin(hand_back_for_key(ctx, task, lease, &var)).await;
     }
     // A task with a daily budget starts only under it, and one of a concurrency key only in its
     // key's turn.
@@ -356,7 +438,9 @@ async fn run_gates(
             jail.clone()
         } else {
             match containment::person_gate_jail(&ctx.sandbox, &ctx.agent, task, workspace) {
-                Ok(jail) => person_jail.insert(jail).clone(),
+                Ok(jail) => person_jail
+                    .insert(with_environment(jail, task, &workspace.to_string_lossy()))
+                    .clone(),
                 Err(error) => return Ok(failed(error)),
             }
         };
@@ -623,6 +707,21 @@ async fn prepare_repository(
     .await;
     if let Err(e) = fenced(recorded) {
         return Err(lost_or(e));
+    }
+    // A workspace made here gets the repository's environment before anything else: from this
+    // machine's cache or by running setup, and before a checkpoint is applied on top of it.
+    if let Some(spec) = &repository.environment
+        && prepared.preparation != workspace::Preparation::Found
+    {
+        Box::pin(environment::prepare(
+            ctx,
+            task,
+            lease,
+            Path::new(&path),
+            spec,
+            stop,
+        ))
+        .await?;
     }
     // A workspace made again at the recorded base (another machine took the task over, or this
     // one lost it) gets the files the agent had at its last saved turn.

@@ -236,13 +236,7 @@ impl Config {
     /// and any name that says it holds a secret (`OPENAI_API_KEY`, `LOCAL_KEY`, a token). A key
     /// under another name is not announced, and its task is not held to it.
     pub fn announces_key(&self, name: &str) -> bool {
-        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        // The orchestrator's own settings (ORCHESTRATOR_HOME, its database URL) are kept from
-        // agents like secrets, but are no model's key: a daemon does not offer them.
-        let own_setting = name.starts_with("ORCHESTRATOR_");
-        valid
-            && (self.model.api_key_env.as_deref() == Some(name)
-                || (!own_setting && orchestrator_sandbox::is_secret_name(name, &[])))
+        orchestrator_worker::model::announced_key(name, self.model.api_key_env.as_deref())
     }
 }
 
@@ -277,6 +271,55 @@ pub struct RepositoryConfig {
     /// The share of the turns of the tasks `task create --repository NAME` makes, among keys of
     /// queued tasks of one priority: 2 takes two turns to another key's one (1 to 100; default 1).
     pub weight: Option<u32>,
+    /// Commands that prepare a fresh workspace before the agent's first turn (`cargo fetch`,
+    /// `npm ci`), run in the task's jail with the network and `setup_env`; what they leave is
+    /// cached per machine (see docs/environments.md).
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub setup: Vec<String>,
+    /// Hosts setup may reach although they are not public (`host` or `host:port`).
+    #[serde(default)]
+    pub setup_network_hosts: Vec<String>,
+    /// Names of this daemon's variables only setup receives (a registry token): never the
+    /// agent's, never its gates'.
+    #[serde(default)]
+    pub setup_env: Vec<String>,
+    /// Run when a cached environment is reused on a newer commit.
+    pub maintenance: Option<String>,
+    /// Files whose content keys the cache (`["Cargo.lock"]`): a change makes a new environment.
+    #[serde(default)]
+    pub cache_key_files: Vec<String>,
+    /// Seconds each setup or maintenance command may take (default 1800).
+    pub setup_timeout: Option<u64>,
+}
+
+impl RepositoryConfig {
+    /// Its setup phase, when it has one.
+    pub fn environment(&self) -> Option<orchestrator_types::EnvironmentSpec> {
+        (!self.setup.is_empty()).then(|| orchestrator_types::EnvironmentSpec {
+            setup: self.setup.clone(),
+            network_hosts: self.setup_network_hosts.clone(),
+            env: self.setup_env.clone(),
+            maintenance: self.maintenance.clone(),
+            cache_key_files: self.cache_key_files.clone(),
+            timeout_secs: self
+                .setup_timeout
+                .unwrap_or(orchestrator_types::DEFAULT_SETUP_TIMEOUT_SECS),
+        })
+    }
+}
+
+/// A command or a list of them: `setup = "make deps"` or `setup = ["a", "b"]`.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(one) => vec![one],
+        OneOrMany::Many(many) => many,
+    })
 }
 
 /// A failed task's workspace is kept this many days unless the config says otherwise.
@@ -298,6 +341,9 @@ pub struct WorkspacesConfig {
     /// Megabytes the workspaces directory and the mirrors may use together; at or over it the
     /// daemon takes no new repository task until cleanup frees space. Default: no limit.
     pub disk_budget_mb: Option<u64>,
+    /// Megabytes this machine's cache of prepared environments keeps (the least recently used
+    /// entries go first). Default: half the disk budget, or 10240 without one.
+    pub environment_cache_mb: Option<u64>,
 }
 
 impl Config {
@@ -308,7 +354,19 @@ impl Config {
                 url: repo.url.clone(),
                 git_ref: repo.default_ref.clone(),
                 name: Some(name.clone()),
+                environment: repo.environment(),
             };
+            if repo.setup.is_empty()
+                && (repo.maintenance.is_some()
+                    || !repo.setup_env.is_empty()
+                    || !repo.setup_network_hosts.is_empty()
+                    || !repo.cache_key_files.is_empty())
+            {
+                return Err(format!(
+                    "[repositories.{name}]: maintenance, setup_env, setup_network_hosts and \
+                     cache_key_files need a setup"
+                ));
+            }
             reference
                 .validate()
                 .map_err(|e| format!("[repositories.{name}]: {e}"))?;
@@ -368,11 +426,13 @@ impl Config {
                 url: repo.url.clone(),
                 git_ref: git_ref.or_else(|| repo.default_ref.clone()),
                 name: Some(name_or_url.to_owned()),
+                environment: repo.environment(),
             },
             None => orchestrator_types::RepositoryRef {
                 url: name_or_url.to_owned(),
                 git_ref,
                 name: None,
+                environment: None,
             },
         }
     }
@@ -414,10 +474,16 @@ impl Config {
                 vec![dir.clone(), mirrors.clone()],
             )
         });
+        let environment_cache_bytes = self
+            .workspaces
+            .environment_cache_mb
+            .or(self.workspaces.disk_budget_mb.map(|mb| mb / 2))
+            .map(|mb| mb.saturating_mul(1024 * 1024));
         orchestrator_worker::workspace::WorkspaceSettings {
             dir,
             mirrors,
             budget,
+            environment_cache_bytes,
             task_ended: Default::default(),
             repositories: self
                 .repositories

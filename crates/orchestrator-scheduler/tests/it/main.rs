@@ -711,6 +711,7 @@ fn a_schedules_file_may_name_a_repository() {
         url: format!("/srv/git/{name}"),
         git_ref: git_ref.or(Some("main".into())),
         name: Some(name.to_owned()),
+        environment: None,
     };
     let loaded = files::load_file_with(&path, &resolve).unwrap();
     let tasks = loaded.spec.slot_tasks("03:00");

@@ -174,6 +174,10 @@ fn sample(kind: EventKind) -> Option<(Value, &'static [&'static str])> {
                 "fix-34 of acme/widgets#34 moved to bbbbbbbbbbbb since the work began at aaaaaaaaaaaa; nothing was forced; task 9 runs again on the new head",
             ],
         ),
+        EventKind::Environment => (
+            json!({"how": "made", "key": "c".repeat(64), "duration_ms": 2500, "bytes": 3 << 20}),
+            &["environment cccccccccccc made: setup ran in 2.5 s, 3 MiB cached"],
+        ),
     })
 }
 

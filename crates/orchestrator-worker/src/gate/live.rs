@@ -38,6 +38,8 @@ pub const PENDING_HEAD_BYTES: usize = 512 * 1024;
 #[derive(Clone, Default)]
 pub struct LiveTap {
     pending: Option<Arc<Mutex<Pending>>>,
+    /// Values never written as they are (the secrets a setup phase was given).
+    redactor: Option<Arc<Mutex<Redactor>>>,
     /// Wakes the writer when enough of the head waits.
     wake: Arc<tokio::sync::Notify>,
 }
@@ -71,6 +73,7 @@ impl LiveTap {
                 offset: 0,
                 head_cap,
             }))),
+            redactor: None,
             wake: Arc::default(),
         }
     }
@@ -80,7 +83,46 @@ impl LiveTap {
         LiveTap::default()
     }
 
+    /// This tap, with every value of `secrets` (of at least 4 bytes) written as `[redacted]`,
+    /// also where one arrives split between two reads: what could be the start of one is held
+    /// back until the next read (or [`LiveTap::flush_redacted`]) says.
+    pub fn redacting(mut self, secrets: &[String]) -> LiveTap {
+        let redactor = Redactor::new(secrets);
+        if !redactor.values.is_empty() {
+            self.redactor = Some(Arc::new(Mutex::new(redactor)));
+        }
+        self
+    }
+
+    /// Writes what the redactor still holds back: the output ended.
+    pub fn flush_redacted(&self) {
+        if let Some(redactor) = &self.redactor {
+            let rest = redactor.lock().unwrap_or_else(|e| e.into_inner()).finish();
+            self.push_plain(&rest);
+        }
+    }
+
+    /// How many bytes of output were taken so far.
+    pub fn taken(&self) -> u64 {
+        self.pending
+            .as_ref()
+            .map_or(0, |p| p.lock().unwrap_or_else(|e| e.into_inner()).offset)
+    }
+
     pub(crate) fn push(&self, bytes: &[u8]) {
+        match &self.redactor {
+            Some(redactor) => {
+                let out = redactor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .feed(bytes);
+                self.push_plain(&out);
+            }
+            None => self.push_plain(bytes),
+        }
+    }
+
+    fn push_plain(&self, bytes: &[u8]) {
         if let Some(pending) = &self.pending {
             // A poisoned lock only means a writer panicked mid-copy; the bytes are still bytes.
             let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
@@ -119,11 +161,84 @@ impl LiveTap {
     }
 }
 
+/// Replaces secret values in a stream read in pieces.
+struct Redactor {
+    values: Vec<Vec<u8>>,
+    /// The end of what was fed that could be the start of a value.
+    held: Vec<u8>,
+}
+
+/// What a redacted value reads as.
+pub const REDACTED: &[u8] = b"[redacted]";
+
+impl Redactor {
+    fn new(secrets: &[String]) -> Redactor {
+        let mut values: Vec<Vec<u8>> = secrets
+            .iter()
+            .filter(|s| s.len() >= 4)
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
+        // The longest first, so a value that holds another is replaced whole.
+        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        values.dedup();
+        Redactor {
+            values,
+            held: Vec::new(),
+        }
+    }
+
+    /// What can be written of `held` + `bytes`: redacted, less an end that may start a value.
+    fn feed(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.held.extend_from_slice(bytes);
+        let replaced = redact_all(&self.held, &self.values);
+        let keep = self
+            .values
+            .iter()
+            .map(|v| partial_suffix(&replaced, v))
+            .max()
+            .unwrap_or(0);
+        let split = replaced.len() - keep;
+        self.held = replaced[split..].to_vec();
+        replaced[..split].to_vec()
+    }
+
+    fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.held)
+    }
+}
+
+/// `bytes` with every occurrence of each value replaced by [`REDACTED`].
+pub fn redact_all(bytes: &[u8], values: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    'next: while i < bytes.len() {
+        for value in values {
+            if bytes[i..].starts_with(value) {
+                out.extend_from_slice(REDACTED);
+                i += value.len();
+                continue 'next;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
+/// The length of the longest end of `bytes` that is a proper start of `value`.
+fn partial_suffix(bytes: &[u8], value: &[u8]) -> usize {
+    (1..value.len().min(bytes.len() + 1))
+        .rev()
+        .find(|n| bytes.ends_with(&value[..*n]))
+        .unwrap_or(0)
+}
+
 /// Writes one command's live log while it runs.
 pub struct LiveWriter {
     tap: LiveTap,
     stop: CancellationToken,
     task: Option<JoinHandle<()>>,
+    handle: Option<LiveLogHandle>,
 }
 
 impl LiveWriter {
@@ -138,6 +253,7 @@ impl LiveWriter {
                     tap: LiveTap::off(),
                     stop: CancellationToken::new(),
                     task: None,
+                    handle: None,
                 };
             }
         };
@@ -148,7 +264,14 @@ impl LiveWriter {
             tap,
             stop,
             task: Some(task),
+            handle: Some(handle),
         }
+    }
+
+    /// This writer, writing each value of `secrets` as `[redacted]` (see [`LiveTap::redacting`]).
+    pub fn redacting(mut self, secrets: &[String]) -> LiveWriter {
+        self.tap = self.tap.clone().redacting(secrets);
+        self
     }
 
     /// Where the command's reader puts its output.
@@ -161,6 +284,34 @@ impl LiveWriter {
         self.stop.cancel();
         if let Some(task) = self.task.take() {
             task.await.ok();
+        }
+    }
+}
+
+impl LiveWriter {
+    /// Ends a live log that has no other record (a setup command's): its last bytes, why it
+    /// ended and the exit code. Nothing is lost if the store cannot write it: the command's whole
+    /// log is kept as an artifact.
+    pub async fn end(mut self, store: &Store, reason: &str, exit_code: Option<i64>) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            task.await.ok();
+        }
+        let Some(handle) = self.handle else { return };
+        self.tap.flush_redacted();
+        let gathered = self.tap.take();
+        let (pieces, total): (Vec<(u64, &[u8])>, u64) = match &gathered {
+            Some(g) => (
+                g.pieces.iter().map(|(o, b)| (*o, b.as_slice())).collect(),
+                g.total,
+            ),
+            None => (Vec::new(), self.tap.taken()),
+        };
+        if let Err(err) = store
+            .live_log_end(&handle, &pieces, total, reason, exit_code)
+            .await
+        {
+            tracing::warn!(live_log = handle.id, %err, "could not end a live log");
         }
     }
 }
@@ -339,6 +490,28 @@ async fn record_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A secret is never written as it is, whole in one read or split across several, and
+    /// everything else arrives unchanged and in order.
+    #[test]
+    fn a_redacting_tap_never_writes_a_secret_however_the_reads_split_it() {
+        let secret = "s3cr3t-value".to_owned();
+        let text = b"token=s3cr3t-value; again s3cr3t-value; s3cr3t-valu end s3c";
+        for split in 1..text.len() {
+            let tap = LiveTap::new(1 << 20).redacting(std::slice::from_ref(&secret));
+            for piece in text.chunks(split) {
+                tap.push(piece);
+            }
+            tap.flush_redacted();
+            let got = tap.take().expect("bytes");
+            let all: Vec<u8> = got.pieces.into_iter().flat_map(|(_, b)| b).collect();
+            assert_eq!(
+                String::from_utf8(all).unwrap(),
+                "token=[redacted]; again [redacted]; s3cr3t-valu end s3c",
+                "reads of {split} bytes"
+            );
+        }
+    }
 
     #[test]
     fn takes_carry_the_head_whole_and_the_newest_bytes() {

@@ -241,6 +241,20 @@ fn trim_schema(schema: &mut Value) {
 }
 
 /// A rough count of the tokens in `bytes` of JSON text, for servers that report no usage and for
+/// Whether a daemon says it holds the key variable `name` (when set in its environment): the
+/// variable its config's model names (`configured`), or any with a secret's name (`*_KEY`,
+/// `*_TOKEN`, ...) but the orchestrator's own settings (`ORCHESTRATOR_HOME`, its database URL),
+/// which are kept from agents like secrets but are no model's key. Names only: a value never
+/// leaves the process. A worker hands a task whose key it lacks back for one that holds it only
+/// when such a daemon would say so, so the task cannot wait for a word no daemon offers.
+pub fn announced_key(name: &str, configured: Option<&str>) -> bool {
+    let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    valid
+        && (configured == Some(name)
+            || (!name.starts_with("ORCHESTRATOR_")
+                && orchestrator_sandbox::is_secret_name(name, &[])))
+}
+
 /// sizing what a request carries: four bytes to a token, the usual ratio for English and code.
 pub fn estimate_tokens(bytes: usize) -> u64 {
     bytes.div_ceil(4) as u64

@@ -13,6 +13,8 @@
 //!   task has ended (failed ones after `keep_failed_days`).
 //! - [`checkpoint`]: the difference of a repository task's workspace from its base, saved after
 //!   each call and turn that changed it and restored when another machine takes the task over.
+//! - [`environment`]: a repository's setup phase, and this machine's cache of prepared
+//!   environments.
 //! - [`budget`]: whether the workspaces and mirrors are within the daemon's disk budget, asked
 //!   before a repository task is claimed.
 //!
@@ -23,6 +25,7 @@
 pub mod budget;
 pub mod checkpoint;
 pub mod cleanup;
+pub mod environment;
 pub mod mirror;
 pub mod repository;
 pub mod worktree;
@@ -52,6 +55,9 @@ pub fn task_dir(dir: &Path, task: orchestrator_types::TaskId) -> PathBuf {
     dir.join(format!("task-{}", task.0))
 }
 
+/// What the cache of prepared environments keeps when the config says nothing: 10 GiB.
+pub const DEFAULT_ENVIRONMENT_CACHE_BYTES: u64 = 10 << 30;
+
 /// The daemon's places and the credentials of its repositories.
 #[derive(Debug, Clone, Default)]
 pub struct WorkspaceSettings {
@@ -65,6 +71,9 @@ pub struct WorkspaceSettings {
     /// The disk budget of `dir` and `mirrors`, which the claim asks before taking a repository
     /// task; `None` is no budget.
     pub budget: Option<Budget>,
+    /// The most bytes the cache of prepared environments (`<dir>/.environments`) keeps, the
+    /// least recently used entries going first; `None`: [`DEFAULT_ENVIRONMENT_CACHE_BYTES`].
+    pub environment_cache_bytes: Option<u64>,
     /// Woken when a task that ran here ends, so the cleaner removes its workspace at once
     /// instead of at its next pass.
     pub task_ended: Arc<tokio::sync::Notify>,

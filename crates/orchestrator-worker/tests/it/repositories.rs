@@ -26,6 +26,7 @@ fn settings(place: &Path) -> Arc<WorkspaceSettings> {
         mirrors: place.join("home/mirrors"),
         repositories: Default::default(),
         budget: None,
+        environment_cache_bytes: None,
         task_ended: Default::default(),
     })
 }
@@ -71,6 +72,7 @@ fn repository_task(title: &str, url: &str, git_ref: Option<&str>, gate: &str) ->
         url: url.to_owned(),
         git_ref: git_ref.map(str::to_owned),
         name: None,
+        environment: None,
     });
     task
 }

@@ -631,6 +631,94 @@ fn a_key_exported_only_where_tasks_are_made_is_named_not_failed_in_the_daemon() 
     drop(keyless);
 }
 
+/// A task made where no key is checked (an automation's slot, a trigger rule, the API) and
+/// claimed by a daemon without its model's key is handed back, its attempt not counted, and from
+/// then on waits for a daemon that holds the key, saying which variable is missing, instead of
+/// failing in the daemon that lacks it.
+#[test]
+fn a_task_claimed_where_its_key_is_missing_waits_for_a_daemon_that_holds_it() {
+    const KEY: &str = "ORCH_TRAP_AUTOMATION_KEY";
+    let env = Env::sqlite();
+    std::fs::write(
+        env.home().join("config.toml"),
+        format!(
+            "[model]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\napi_key_env = \"{KEY}\"\n"
+        ),
+    )
+    .unwrap();
+    let ws = env.workspace().display().to_string();
+    let made = env
+        .cmd(&[
+            "automation",
+            "create",
+            "--name",
+            "nightly",
+            "--schedule",
+            "0 3 * * *",
+            "--prompt",
+            "p",
+            "--workspace",
+            &ws,
+        ])
+        .env(KEY, "sk-terminal")
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", stderr(&made));
+
+    let keyless = env.serve(&["--workers", "1"]);
+    let fired = env
+        .cmd(&["automation", "run", "nightly"])
+        .env(KEY, "sk-terminal")
+        .output()
+        .unwrap();
+    assert!(fired.status.success(), "{}", stderr(&fired));
+    crate::support::wait_for(|| !env.tasks().is_empty());
+    let id = env.tasks()[0]["id"].as_i64().unwrap();
+    let missing = format!("no live daemon has the model's key variable {KEY} set");
+    crate::support::wait_for(|| {
+        let task = env.task(id);
+        task["state"] == "queued"
+            && task["waiting_for"]
+                .as_str()
+                .is_some_and(|w| w.contains(&missing))
+    });
+    let task = env.task(id);
+    assert_eq!(task["attempt"], 0, "the hand-back spent an attempt: {task}");
+    assert!(
+        task["requires"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|w| *w == format!("key:{KEY}"))),
+        "{task}"
+    );
+    let events = env.events(id);
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert!(
+        kinds.contains(&"pinned") && kinds.contains(&"handed_back"),
+        "{kinds:?}"
+    );
+    assert!(!kinds.contains(&"failed"), "{kinds:?}");
+    let said = env.run(&["task", "events", &id.to_string()]);
+    let said = String::from_utf8_lossy(&said.stdout);
+    assert!(
+        said.contains("attempt not counted")
+            && said.contains(&format!("key variable {KEY} is not set where worker")),
+        "{said}"
+    );
+
+    // A daemon that holds it takes the task.
+    let _keyed = env
+        .sibling()
+        .serve_with_env(&["--workers", "1"], &[(KEY, "sk-daemon")]);
+    crate::support::wait_for(|| env.task(id)["attempt"].as_i64().unwrap_or(0) >= 1);
+    let claimed_by_keyless = env
+        .events(id)
+        .iter()
+        .filter(|e| e["kind"] == "handed_back")
+        .count();
+    assert_eq!(claimed_by_keyless, 1, "the keyless daemon took it again");
+    drop(keyless);
+}
+
 /// `--help` names the variables it reads without showing a value (it showed
 /// `[env: ORCHESTRATOR_HOME=]`, as if set to empty), and `task retry` says which attempt runs next.
 #[test]

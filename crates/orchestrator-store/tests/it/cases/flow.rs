@@ -15,6 +15,7 @@ fn round_task(limit: u32) -> NewTask {
         url: "https://github.com/acme/widgets.git".into(),
         git_ref: None,
         name: None,
+        environment: None,
     });
     task.gates
         .push(orchestrator_types::GateSpec::from_command("cargo test"));
@@ -323,6 +324,7 @@ pub async fn keys_take_turns_within_a_priority(db: &TestStore) {
             url: url.into(),
             git_ref: None,
             name: None,
+            environment: None,
         });
         task
     };

@@ -1,0 +1,201 @@
+//! Running a setup phase's commands, and packing and unpacking an entry's files, in jails.
+
+use crate::gate::{self, GateOutput};
+use orchestrator_sandbox::{Io, Jail, Spawn};
+use orchestrator_store::{Lease, LiveLogStart, Store};
+use orchestrator_types::{GateSpec, Verdict};
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio_util::sync::CancellationToken;
+
+/// The live logs of setup commands are of this source; the key is the command's position
+/// (maintenance: [`MAINTENANCE_KEY`]).
+pub const SETUP_SOURCE: &str = "setup";
+pub const MAINTENANCE_KEY: i64 = 1000;
+
+/// One setup (or maintenance) command's end.
+#[derive(Debug)]
+pub struct SetupRun {
+    pub command: String,
+    pub output: GateOutput,
+}
+
+impl SetupRun {
+    pub fn passed(&self) -> bool {
+        self.output.evidence.verdict == Verdict::Passed
+    }
+
+    /// `` `cmd` exited 1 in 2.3 s: 3 failed `` and the like.
+    pub fn describe(&self) -> String {
+        let e = &self.output.evidence;
+        let how = match (e.verdict, e.exit_code) {
+            (Verdict::Passed, _) => "passed".to_owned(),
+            (Verdict::Failed, Some(code)) => format!("exited {code}"),
+            (verdict, _) => verdict.to_string(),
+        };
+        let summary = if e.summary.text.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", e.summary.text)
+        };
+        format!(
+            "`{}` {how} in {}{summary}",
+            self.command,
+            orchestrator_types::format_duration(e.duration_ms)
+        )
+    }
+}
+
+/// What runs the commands of one setup phase.
+pub struct SetupCommands<'a> {
+    pub store: &'a Store,
+    pub lease: &'a Lease,
+    pub attempt: i64,
+    pub jail: &'a Jail,
+    pub workspace: &'a Path,
+    pub timeout_secs: u64,
+    pub log_cap_bytes: usize,
+    pub cancel: &'a CancellationToken,
+    /// The values of the variables setup was given: never written to a log as they are.
+    pub secret_values: &'a [String],
+}
+
+/// Runs `commands` in order (`sh -c` in the workspace), each with a live log, stopping after the
+/// first that does not pass. Each log's values of setup's secrets read `[redacted]`.
+pub async fn run_setup_commands(
+    run: &SetupCommands<'_>,
+    commands: &[String],
+    first_key: i64,
+) -> Vec<SetupRun> {
+    let mut runs = Vec::new();
+    for (i, command) in commands.iter().enumerate() {
+        if run.cancel.is_cancelled() {
+            break;
+        }
+        let spec = GateSpec {
+            name: format!("setup: {command}"),
+            command: command.clone(),
+            cwd: None,
+            timeout_secs: run.timeout_secs,
+            by_agent: false,
+        };
+        let live = gate::live::LiveWriter::start(
+            run.store,
+            &LiveLogStart {
+                lease: run.lease,
+                source: SETUP_SOURCE,
+                key: first_key + i as i64,
+                attempt: run.attempt,
+                name: &spec.name,
+                head_cap: (run.log_cap_bytes / 2) as u64,
+                tail_cap: (run.log_cap_bytes - run.log_cap_bytes / 2) as u64,
+            },
+        )
+        .await
+        .redacting(run.secret_values);
+        let mut output = Box::pin(gate::run_gate_live(
+            &spec,
+            run.workspace,
+            run.cancel,
+            run.log_cap_bytes,
+            run.jail,
+            &live.tap(),
+            None,
+        ))
+        .await;
+        redact_log(&mut output, run.secret_values);
+        let passed = output.evidence.verdict == Verdict::Passed;
+        live.end(
+            run.store,
+            &output.evidence.verdict.to_string(),
+            output.evidence.exit_code.map(i64::from),
+        )
+        .await;
+        runs.push(SetupRun {
+            command: command.clone(),
+            output,
+        });
+        if !passed {
+            break;
+        }
+    }
+    runs
+}
+
+fn redact_log(output: &mut GateOutput, secrets: &[String]) {
+    let values: Vec<Vec<u8>> = secrets
+        .iter()
+        .filter(|s| s.len() >= 4)
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+    if values.is_empty() {
+        return;
+    }
+    let log = &mut output.log;
+    log.head = gate::live::redact_all(&log.head, &values);
+    log.tail = gate::live::redact_all(&log.tail, &values);
+    let summary = &mut output.evidence.summary.text;
+    *summary =
+        String::from_utf8_lossy(&gate::live::redact_all(summary.as_bytes(), &values)).into_owned();
+}
+
+/// How long packing or unpacking an entry may take.
+const PACK_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// Packs the files git does not track in `workspace` into `into` (a file the daemon opened),
+/// by `git ls-files` and `tar` inside `jail` (no network, no secret).
+pub async fn pack(jail: &Jail, workspace: &Path, into: std::fs::File) -> Result<(), String> {
+    let script = "git -c core.fsmonitor=false -c core.hooksPath=/dev/null ls-files -z --others \
+                  > \"$TMPDIR/orchestrator-env-files\" && tar --null --no-recursion \
+                  -T \"$TMPDIR/orchestrator-env-files\" -cf -";
+    in_jail(jail, workspace, script, Io::Null, Io::Fd(into.into())).await
+}
+
+/// Unpacks an entry's files (`from`, a file the daemon opened) into `workspace` by `tar` inside
+/// `jail`.
+pub async fn unpack(jail: &Jail, workspace: &Path, from: std::fs::File) -> Result<(), String> {
+    in_jail(
+        jail,
+        workspace,
+        "tar --no-same-owner -xf -",
+        Io::Fd(from.into()),
+        Io::Null,
+    )
+    .await
+}
+
+async fn in_jail(
+    jail: &Jail,
+    workspace: &Path,
+    script: &str,
+    stdin: Io,
+    stdout: Io,
+) -> Result<(), String> {
+    let spawn = Spawn::shell(script, workspace, false)
+        .stdin(stdin)
+        .stdout(stdout)
+        .stderr(Io::Piped);
+    let mut process = jail.spawn(spawn).await.map_err(|e| e.to_string())?;
+    let mut stderr = process.stderr.take();
+    let read = async {
+        let mut said = Vec::new();
+        if let Some(pipe) = stderr.as_mut() {
+            let _ = pipe.take(64 * 1024).read_to_end(&mut said).await;
+        }
+        said
+    };
+    let run = async {
+        let said = read.await;
+        (process.wait().await, said)
+    };
+    match tokio::time::timeout(PACK_TIMEOUT, run).await {
+        Ok((Ok(status), _)) if status.success() => Ok(()),
+        Ok((Ok(status), said)) => Err(format!(
+            "{} ({status})",
+            String::from_utf8_lossy(&said).trim()
+        )),
+        Ok((Err(e), _)) => Err(e.to_string()),
+        Err(_) => Err(format!("it took longer than {} s", PACK_TIMEOUT.as_secs())),
+    }
+}
