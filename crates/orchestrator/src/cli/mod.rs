@@ -11,6 +11,7 @@ mod automation;
 mod completions;
 mod demo;
 mod doctor;
+mod env;
 mod follow;
 mod github;
 mod man;
@@ -146,6 +147,10 @@ pub enum Command {
     /// Check the setup: config, store, sandbox, git, model server, GitHub, MCP and language
     /// servers, each with its fix.
     Doctor(doctor::DoctorArgs),
+    /// This machine's cache of prepared repository environments (what setup phases left):
+    /// list, show, drop.
+    #[command(subcommand)]
+    Env(env::EnvCommand),
     /// Notifications: the outbox `serve` sends from, and a test message to a sink.
     #[command(subcommand)]
     Notify(notify::NotifyCommand),
@@ -174,6 +179,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Completions(args) => completions::run(&args),
         Command::Man(args) => man::run(&args),
         Command::Doctor(args) => doctor::run(&global, args).await,
+        Command::Env(command) => env::run(&global, command).await,
         Command::Notify(command) => notify::run(&global, command).await,
         Command::Status(args) => status::run(&global, args).await,
         Command::Demo(args) => demo::run(&global, args).await,

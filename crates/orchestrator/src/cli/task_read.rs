@@ -35,6 +35,9 @@ struct Report {
     chains: Vec<PullChain>,
     /// The context window and its use, for an agent task that has asked its model anything.
     context: Option<ContextView>,
+    /// The last `environment` event: which environment the task got (made, reused,
+    /// maintained, failed).
+    environment: Option<TaskEvent>,
 }
 
 /// How an agent task used its model's context window: the window and where it came from, the
@@ -177,6 +180,10 @@ impl Report {
             rounds: store.events_of_kind(id, EventKind::PullRound).await?,
             chains: store.pull_chains(id).await?,
             context: ContextView::load(store, id).await?,
+            environment: store
+                .events_of_kind(id, EventKind::Environment)
+                .await?
+                .pop(),
             task,
         })
     }
@@ -281,6 +288,13 @@ impl Report {
             .collect();
         fields.insert("pull_chains".into(), chains.into());
         fields.insert("context".into(), serde_json::to_value(&self.context)?);
+        fields.insert(
+            "environment".into(),
+            self.environment
+                .as_ref()
+                .map(|e| e.data.clone())
+                .unwrap_or_default(),
+        );
         Ok(object)
     }
 
@@ -336,6 +350,20 @@ impl Report {
                 _ => output::say!(
                     "base       not yet: the workspace is made when a daemon claims the task"
                 ),
+            }
+            if let Some(event) = &self.environment {
+                let said = orchestrator_types::describe(&event.kind, &event.data);
+                output::say!(
+                    "environment {}",
+                    said.text.trim_start_matches("environment ")
+                );
+            } else if let Some(spec) = &task.repository.as_ref().and_then(|r| r.environment.clone())
+            {
+                output::say!(
+                    "environment not yet: setup `{}` runs (or this machine's cache is used) when a \
+                     daemon makes the workspace",
+                    spec.setup.join(" && ")
+                );
             }
         }
         if task.prompt.is_some() {

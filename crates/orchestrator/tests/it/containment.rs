@@ -542,7 +542,9 @@ fn a_persons_gate_runs_the_agents_code_confined() {
 
 /// A tiny HTTP server on the host's loopback that answers every request with `body`, counting
 /// them; it stands in for a host a task's policy lists.
-fn local_http(body: &'static str) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+pub(crate) fn local_http(
+    body: &'static str,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::{Read, Write};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

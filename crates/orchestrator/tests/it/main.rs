@@ -15,6 +15,7 @@ mod containment;
 mod crash;
 mod doctor;
 mod drain;
+mod environments;
 mod first_hour;
 mod flow;
 mod follow;

@@ -226,6 +226,92 @@ fn edit_then_wait(a: Env) {
     assert_eq!(restored["data"]["files"], 1, "{restored}");
 }
 
+/// A task on a repository with a setup phase, killed on A after a turn that wrote a file: B
+/// gets the environment (its own setup run, B's cache being empty) before the checkpoint is
+/// applied on top of it, and the gates find both.
+fn environment_then_move(a: Env) {
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "write_file",
+                json!({"path": "a.txt", "content": "written on A\n"}),
+            )]),
+            1 => park(".parked"),
+            _ => Reply::Text("done".into()),
+        });
+    let served = tempfile::tempdir().unwrap();
+    let (_src, source) = git_repo(&[("README.md", "a draft\n"), (".gitignore", "deps/\n")]);
+    let (_daemon, url) = GitDaemon::serve_clone(served.path(), &source, "widgets.git");
+    let [a, b] = two_machines(a);
+    configure(
+        &a.env,
+        &format!(
+            "[worker]\nhost = \"machine-a\"\n\n[repositories.widgets]\nurl = \"{url}\"\n\
+             setup = \"mkdir -p deps && hostname > deps/made-by && echo ready > deps/ready\"\n"
+        ),
+    );
+    let created = a.env.json(&[
+        "task",
+        "create",
+        "--title",
+        "mover",
+        "--prompt",
+        "Write the files.",
+        "--repository",
+        "widgets",
+        "--gate",
+        "test \"$(cat a.txt)\" = 'written on A' && test \"$(cat deps/ready)\" = ready",
+        "--model",
+        "scripted",
+        "--base-url",
+        &model.base_url(),
+        "--max-attempts",
+        "5",
+        "--json",
+    ]);
+    let id = created["id"].as_i64().unwrap();
+    let mut serve_a = a.serve();
+    a.kill_when_parked(&mut serve_a, id, ".parked");
+    let _serve_b = b.serve();
+    let task = b.env.wait_finished(id);
+    assert_eq!(task["state"], "succeeded", "{}", task["last_error"]);
+    let events = b.env.events(id);
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["kind"].as_str()).collect();
+    let made: Vec<usize> = kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| **k == "environment")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(made.len(), 2, "one environment on each machine: {kinds:?}");
+    let restored = kinds
+        .iter()
+        .position(|k| *k == "checkpoint_restored")
+        .unwrap_or_else(|| panic!("nothing was restored: {kinds:?}"));
+    assert!(
+        made[1] < restored,
+        "B's environment comes before the checkpoint is applied: {kinds:?}"
+    );
+    for i in made {
+        assert_eq!(events[i]["data"]["how"], "made", "{}", events[i]);
+    }
+    assert_eq!(
+        turns_asked(&model),
+        [0, 1, 2],
+        "every turn asked exactly once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_task_gets_its_environment_before_its_checkpoint() {
+    let Some(env) = Env::postgres().await else {
+        return;
+    };
+    tokio::task::spawn_blocking(move || environment_then_move(env))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_moved_a_to_b_and_back_to_a_keeps_every_turns_files() {
     let Some(env) = Env::postgres().await else {

@@ -1,0 +1,312 @@
+//! Repository environments through `serve`: a setup phase that downloads a package from a local
+//! stand-in only setup may reach, with a secret only setup receives; the cache that the next
+//! task on the same key reuses; a new entry for a changed key file; maintenance for a moved
+//! commit; a failing setup failing the attempt as the environment's failure, with its log.
+
+use crate::containment::local_http;
+use crate::support::Env;
+use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
+use orchestrator_test_support::{GitDaemon, Program, git, git_repo, require};
+use serde_json::{Value, json};
+use std::sync::atomic::Ordering;
+
+const SECRET: &str = "setup-s3cr3t-77c1";
+
+fn environment_events(env: &Env, id: i64) -> Vec<Value> {
+    env.events(id)
+        .into_iter()
+        .filter(|e| e["kind"] == "environment")
+        .collect()
+}
+
+fn artifact_text(env: &Env, id: i64) -> String {
+    let out = env.run(&["artifact", "read", &id.to_string()]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn setup_runs_once_with_its_network_and_secret_and_the_agent_starts_from_its_cache() {
+    require(Program::Bubblewrap);
+    require(Program::Curl);
+    let env = Env::sqlite();
+    let served = tempfile::tempdir().unwrap();
+    let (_src, source) = git_repo(&[
+        ("Cargo.lock", "version 1\n"),
+        (".gitignore", "vendor/\n"),
+        ("README", "widgets\n"),
+    ]);
+    let commit = |msg: &str| {
+        git(
+            &source,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@example.com",
+                "commit",
+                "-qam",
+                msg,
+            ],
+        )
+    };
+    // `lock2`: another Cargo.lock; `docs`: the same one at another commit.
+    git(&source, &["checkout", "-q", "-b", "lock2"]);
+    std::fs::write(source.join("Cargo.lock"), "version 2\n").unwrap();
+    commit("lock 2");
+    git(&source, &["checkout", "-q", "-b", "docs", "main"]);
+    std::fs::write(source.join("README"), "widgets, documented\n").unwrap();
+    commit("docs");
+    git(&source, &["checkout", "-q", "main"]);
+    let (_daemon, url) = GitDaemon::serve_clone(served.path(), &source, "widgets.git");
+    let (port, hits) = local_http("PACKAGE-CONTENT");
+
+    // The agent tries the package server and its environment, then reads what setup left.
+    let model = ScriptedModel::start_blocking(move |request: &Request| {
+        match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "exec_shell",
+                json!({"command": format!(
+                    "curl -fs -m 5 --noproxy '' http://127.0.0.1:{port}/pkg || echo AGENT-BLOCKED; \
+                     env | grep -c SETUP_TOKEN_FOR_TEST || true; cat vendor/pkg; echo; \
+                     (grep -rlq \"setup-s3cr3t\"'-77c1' . && echo SECRET-IN-FILES || echo NO-SECRET-IN-FILES); \
+                     echo CARGO_HOME=$CARGO_HOME"
+                )}),
+            )]),
+            _ => Reply::Text("Done.".into()),
+        }
+    });
+    let setup = format!(
+        "mkdir -p vendor && curl -fsS --noproxy '' http://127.0.0.1:{port}/pkg -o vendor/pkg \
+         && test \"$SETUP_TOKEN_FOR_TEST\" = {SECRET} && echo \"setup saw $SETUP_TOKEN_FOR_TEST\" \
+         && mkdir -p \"$CARGO_HOME\" && echo fetched > \"$CARGO_HOME/registry-stand-in\""
+    );
+    std::fs::write(
+        env.home().join("config.toml"),
+        format!(
+            r#"[model]
+base_url = "{base}"
+model = "m"
+
+[repositories.widgets]
+url = "{url}"
+default_ref = "main"
+setup = ["{setup}"]
+setup_network_hosts = ["127.0.0.1:{port}"]
+setup_env = ["SETUP_TOKEN_FOR_TEST"]
+maintenance = "echo maintained > vendor/maintained"
+cache_key_files = ["Cargo.lock"]
+
+[repositories.broken]
+url = "{url}"
+default_ref = "main"
+setup = ["echo about to fail", "exit 3"]
+"#,
+            base = model.base_url(),
+            setup = setup.replace('\\', "\\\\").replace('"', "\\\""),
+        ),
+    )
+    .unwrap();
+    let workspaces = env.workspace().join("daemon");
+    let _serve = env.serve_with_env(
+        &[
+            "--workspaces",
+            workspaces.to_str().unwrap(),
+            "--workers",
+            "1",
+        ],
+        &[("SETUP_TOKEN_FOR_TEST", SECRET)],
+    );
+    let gate = "test \"$(cat vendor/pkg)\" = PACKAGE-CONTENT \
+                && test \"$(cat \"$CARGO_HOME/registry-stand-in\")\" = fetched";
+    let create = |repository: &str, git_ref: Option<&str>, prompt: bool| {
+        let mut args = vec![
+            "task",
+            "create",
+            "--title",
+            "t",
+            "--repository",
+            repository,
+            "--gate",
+            gate,
+            "--max-attempts",
+            "1",
+            "--json",
+        ];
+        if let Some(r) = git_ref {
+            args.extend(["--ref", r]);
+        }
+        if prompt {
+            args.extend([
+                "--prompt",
+                "look around",
+                "--policy",
+                r#"{"default": "allow"}"#,
+            ]);
+        }
+        env.json(&args)["id"].as_i64().unwrap()
+    };
+
+    // 1. Setup runs: it reaches the stand-in, sees its secret; the agent reaches neither.
+    let first = create("widgets", None, true);
+    let done = env.wait_finished(first);
+    assert_eq!(done["state"], "succeeded", "{}", done["last_error"]);
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "setup downloaded, the agent did not"
+    );
+    let made = environment_events(&env, first);
+    assert_eq!(made.len(), 1, "{made:#?}");
+    assert_eq!(made[0]["data"]["how"], "made");
+    let key = made[0]["data"]["key"].as_str().unwrap().to_owned();
+    let said: Vec<String> = model
+        .received()
+        .last()
+        .unwrap()
+        .messages()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let said = said.join("\n");
+    assert!(said.contains("AGENT-BLOCKED"), "{said}");
+    assert!(said.contains("NO-SECRET-IN-FILES"), "{said}");
+    assert!(
+        said.contains("PACKAGE-CONTENT"),
+        "setup's download is there: {said}"
+    );
+    assert!(
+        said.contains("\n0\n"),
+        "the agent's environment names no setup variable: {said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "CARGO_HOME={}",
+            workspaces
+                .join(format!("task-{first}"))
+                .join(".orchestrator-env/cargo")
+                .display()
+        )),
+        "{said}"
+    );
+    let everything: String = model.requests().iter().map(Value::to_string).collect();
+    assert!(
+        !everything.contains(SECRET),
+        "a model request holds setup's secret"
+    );
+    let events = serde_json::to_string(&env.events(first)).unwrap();
+    assert!(!events.contains(SECRET), "an event holds setup's secret");
+    // Setup's log is kept, with the secret redacted.
+    let log_id = made[0]["data"]["artifacts"][0].as_i64().unwrap();
+    let log = artifact_text(&env, log_id);
+    assert!(log.contains("setup saw [redacted]"), "{log}");
+    assert!(!log.contains(SECRET), "{log}");
+
+    // 2. The same key: the cache, no setup, the package there with no download.
+    let second = create("widgets", None, false);
+    let done = env.wait_finished(second);
+    assert_eq!(done["state"], "succeeded", "{}", done["last_error"]);
+    let reused = environment_events(&env, second);
+    assert_eq!(reused[0]["data"]["how"], "reused", "{reused:#?}");
+    assert_eq!(reused[0]["data"]["key"], key.as_str());
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "no second download");
+
+    // 3. A changed Cargo.lock: a new entry, setup again.
+    let third = create("widgets", Some("lock2"), false);
+    let done = env.wait_finished(third);
+    assert_eq!(done["state"], "succeeded", "{}", done["last_error"]);
+    let again = environment_events(&env, third);
+    assert_eq!(again[0]["data"]["how"], "made", "{again:#?}");
+    assert_ne!(again[0]["data"]["key"], key.as_str());
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+
+    // 4. The first key at another commit: reused, and maintenance runs.
+    let fourth = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "docs",
+        "--repository",
+        "widgets",
+        "--ref",
+        "docs",
+        "--gate",
+        "test \"$(cat vendor/maintained)\" = maintained && test -f vendor/pkg",
+        "--max-attempts",
+        "1",
+        "--json",
+    ])["id"]
+        .as_i64()
+        .unwrap();
+    let done = env.wait_finished(fourth);
+    assert_eq!(done["state"], "succeeded", "{}", done["last_error"]);
+    let maintained = environment_events(&env, fourth);
+    assert_eq!(
+        maintained[0]["data"]["how"], "maintained",
+        "{maintained:#?}"
+    );
+    assert_eq!(maintained[0]["data"]["key"], key.as_str());
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+
+    // What the cache holds, as a person reads it.
+    let listed = env.json(&[
+        "env",
+        "list",
+        "--workspaces",
+        workspaces.to_str().unwrap(),
+        "--json",
+    ]);
+    let keys: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["key"].as_str())
+        .collect();
+    assert_eq!(keys.len(), 2, "{listed}");
+    assert!(keys.contains(&key.as_str()), "{listed}");
+    let read = env.run(&["task", "read", &second.to_string()]);
+    let read = String::from_utf8_lossy(&read.stdout);
+    assert!(
+        read.contains("environment") && read.contains("reused"),
+        "{read}"
+    );
+
+    // 5. A failing setup fails the attempt as the environment's, with its log.
+    let broken = create("broken", None, true);
+    let done = env.wait_finished(broken);
+    assert_eq!(done["state"], "failed");
+    let error = done["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("the environment failed, not the agent")
+            && error.contains("`exit 3` exited 3"),
+        "{error}"
+    );
+    let failed = environment_events(&env, broken);
+    assert_eq!(failed[0]["data"]["how"], "failed", "{failed:#?}");
+    let logs = failed[0]["data"]["artifacts"].as_array().unwrap();
+    assert_eq!(logs.len(), 2, "one log per command run: {failed:#?}");
+    assert!(artifact_text(&env, logs[0].as_i64().unwrap()).contains("about to fail"));
+    assert!(
+        !env.events(broken).iter().any(|e| e["kind"] == "tool_call"),
+        "the agent never ran"
+    );
+
+    // Dropping an entry: the next task on its key runs setup again.
+    let dropped = env.run(&[
+        "env",
+        "drop",
+        &key[..12],
+        "--workspaces",
+        workspaces.to_str().unwrap(),
+    ]);
+    assert!(
+        dropped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dropped.stderr)
+    );
+    let fifth = create("widgets", None, false);
+    let done = env.wait_finished(fifth);
+    assert_eq!(done["state"], "succeeded", "{}", done["last_error"]);
+    assert_eq!(environment_events(&env, fifth)[0]["data"]["how"], "made");
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+}
