@@ -79,6 +79,15 @@ pub enum Command {
     ///
     /// Example: `orchestrator-bench workspace --repository . --runs 5`
     Workspace(WorkspaceArgs),
+    /// A repository task's claim to its first model request with no setup, with its setup run
+    /// (cold cache) and with the cache reused (warm), the mirror warm in all three: none_ms,
+    /// cold_ms, warm_ms (median, p90, runs), warm_over_none (target 1.5 or less), entry_bytes.
+    /// The default setup downloads a blob from a stand-in on 127.0.0.1 and writes 2,000 files.
+    ///
+    /// Example: `orchestrator-bench environment --runs 3`
+    ///
+    /// Example: `orchestrator-bench environment --setup 'cargo fetch'`
+    Environment(EnvironmentArgs),
     /// Checkpoints of a task's workspace on a real repository (or a generated one of --files N),
     /// after each of a series of turns of four kinds (reads only, one file edited, a command that
     /// changed nothing, mixed edits): each turn's bytes, files and save time (capture and write to
@@ -114,6 +123,48 @@ impl CheckpointArgs {
             repository,
             turns: self.turns.max(1),
             generate: self.files.filter(|n| *n > 0),
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct EnvironmentArgs {
+    /// The repository the tasks name (default: the checkout this runs in).
+    #[arg(long)]
+    pub repository: Option<std::path::PathBuf>,
+    /// Rounds; each with an empty cache and a new mirror.
+    #[arg(long, default_value_t = orchestrator_bench::environment::DEFAULT_RUNS)]
+    pub runs: usize,
+    /// A setup command (repeat for several) instead of the stand-in download.
+    #[arg(long)]
+    pub setup: Vec<String>,
+    /// The stand-in blob's size in MiB.
+    #[arg(long, default_value_t = orchestrator_bench::environment::DEFAULT_BLOB_MB)]
+    pub blob_mb: usize,
+    /// The `orchestrator` binary (default: the one next to this program).
+    #[arg(long)]
+    pub bin: Option<std::path::PathBuf>,
+}
+
+impl EnvironmentArgs {
+    pub fn into_config(self) -> Result<orchestrator_bench::environment::EnvironmentBenchConfig> {
+        let repository = match self.repository {
+            Some(path) => path,
+            None => orchestrator_bench::workspace::current_repository()?,
+        };
+        let bin = match self.bin {
+            Some(bin) => bin,
+            None => std::env::current_exe()?
+                .parent()
+                .map(|dir| dir.join("orchestrator"))
+                .ok_or_else(|| anyhow::anyhow!("cannot tell where this program is"))?,
+        };
+        Ok(orchestrator_bench::environment::EnvironmentBenchConfig {
+            repository,
+            runs: self.runs.max(1),
+            setup: (!self.setup.is_empty()).then_some(self.setup),
+            blob_mb: self.blob_mb,
+            bin,
         })
     }
 }

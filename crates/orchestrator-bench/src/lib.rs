@@ -29,6 +29,7 @@ pub mod agent;
 pub mod checkpoint;
 pub mod context;
 pub mod drain;
+pub mod environment;
 pub mod flow;
 pub mod gate_output;
 pub mod previous;

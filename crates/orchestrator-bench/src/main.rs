@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         cli::Command::Soak(args) => return soak(args),
         cli::Command::Drain(args) => return drain(args),
         cli::Command::Workspace(args) => args.into_config().map(Bench::Workspace),
+        cli::Command::Environment(args) => args.into_config().map(Bench::Environment),
         cli::Command::Checkpoint(args) => args.into_config().map(Bench::Checkpoint),
         cli::Command::GateOutput(args) => return gate_output(args),
         cli::Command::Context(args) => Ok(Bench::Context(
@@ -74,6 +75,13 @@ fn main() -> ExitCode {
                     failed: 0,
                 }),
             Bench::Workspace(config) => orchestrator_bench::workspace::run(config, print_line)
+                .await
+                .map(|()| orchestrator_bench::queue::Summary {
+                    measured: 1,
+                    unreachable: 0,
+                    failed: 0,
+                }),
+            Bench::Environment(config) => orchestrator_bench::environment::run(config, print_line)
                 .await
                 .map(|()| orchestrator_bench::queue::Summary {
                     measured: 1,
@@ -203,6 +211,7 @@ enum Bench {
     Sandbox(usize),
     Context(orchestrator_bench::context::ContextBenchConfig),
     Workspace(orchestrator_bench::workspace::WorkspaceBenchConfig),
+    Environment(orchestrator_bench::environment::EnvironmentBenchConfig),
     Checkpoint(orchestrator_bench::checkpoint::CheckpointBenchConfig),
 }
 

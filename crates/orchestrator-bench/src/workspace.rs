@@ -34,13 +34,13 @@ pub struct WorkspaceBenchConfig {
 
 /// When each task's attempt started, and when its first model request arrived, by task title.
 #[derive(Default)]
-struct Marks {
-    started: HashMap<String, Instant>,
+pub(crate) struct Marks {
+    pub(crate) started: HashMap<String, Instant>,
     /// The last user text of each request, with its arrival.
-    requests: Vec<(String, Instant)>,
+    pub(crate) requests: Vec<(String, Instant)>,
 }
 
-fn lock(marks: &Mutex<Marks>) -> std::sync::MutexGuard<'_, Marks> {
+pub(crate) fn lock(marks: &Mutex<Marks>) -> std::sync::MutexGuard<'_, Marks> {
     marks.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -96,7 +96,7 @@ pub async fn run(config: &WorkspaceBenchConfig, print: impl Fn(&str) -> Result<(
             }
             store.create_task(&task).await?;
         }
-        run_pool(&store, &spec, &settings, &marks, titles.len()).await?;
+        run_pool(&store, &spec, &settings, &marks, titles.len(), None).await?;
         store.close().await;
         let marks = lock(&marks);
         for (title, into) in titles.iter().zip([&mut cold, &mut warm, &mut path]) {
@@ -134,15 +134,19 @@ pub async fn run(config: &WorkspaceBenchConfig, print: impl Fn(&str) -> Result<(
 }
 
 /// One slot, so the tasks run in the order they were made.
-async fn run_pool(
+pub(crate) async fn run_pool(
     store: &Store,
     spec: &ModelSpec,
     settings: &Arc<WorkspaceSettings>,
     marks: &Arc<Mutex<Marks>>,
     tasks: usize,
+    sandbox: Option<orchestrator_sandbox::Sandbox>,
 ) -> Result<()> {
     let mut config = PoolConfig::new(new_worker_id());
     config.slots = 1;
+    if let Some(sandbox) = sandbox {
+        config.sandbox = sandbox;
+    }
     config.agent.default_model = Some(spec.clone());
     config.agent.workspaces = Some(settings.clone());
     let started = marks.clone();
@@ -186,7 +190,7 @@ async fn run_pool(
     outcome
 }
 
-fn figures(mut values: Vec<f64>) -> Value {
+pub(crate) fn figures(mut values: Vec<f64>) -> Value {
     values.sort_by(f64::total_cmp);
     let at = |p: f64| {
         let i = ((values.len() as f64 - 1.0) * p).round() as usize;

@@ -1062,6 +1062,50 @@ mod tests {
     }
 
     #[test]
+    fn the_environments_example_loads_and_its_tasks_carry_the_setup() {
+        let doc = include_str!("../../../docs/environments.md");
+        let start = doc
+            .find("```toml\n[repositories.widgets]")
+            .expect("the example")
+            + "```toml\n".len();
+        let end = start + doc[start..].find("```").expect("its end");
+        let config: Config = toml::from_str(&doc[start..end]).unwrap();
+        config.validate_workspaces().unwrap();
+        let env = config
+            .repository_ref("widgets", None)
+            .environment
+            .expect("the repository's setup");
+        assert_eq!(env.setup, ["cargo fetch --locked"]);
+        assert_eq!(env.network_hosts, ["registry.internal:443"]);
+        assert_eq!(env.env, ["CARGO_REGISTRIES_INTERNAL_TOKEN"]);
+        assert_eq!(env.maintenance.as_deref(), Some("cargo fetch --locked"));
+        assert_eq!(env.cache_key_files, ["Cargo.lock"]);
+        assert_eq!(env.timeout_secs, 1800);
+        let settings = config.workspace_settings(Path::new("/var/lib/orch"), None);
+        assert_eq!(settings.environment_cache_bytes, Some(8192 << 20));
+        // One command as a string; options that need a setup refused without one.
+        let one: Config =
+            toml::from_str("[repositories.a]\nurl = \"/srv/a\"\nsetup = \"make deps\"\n").unwrap();
+        assert_eq!(
+            one.repository_ref("a", None).environment.unwrap().setup,
+            ["make deps"]
+        );
+        let orphan: Config =
+            toml::from_str("[repositories.a]\nurl = \"/srv/a\"\nmaintenance = \"x\"\n").unwrap();
+        assert!(
+            orphan
+                .validate_workspaces()
+                .unwrap_err()
+                .contains("need a setup")
+        );
+        let bad: Config = toml::from_str(
+            "[repositories.a]\nurl = \"/srv/a\"\nsetup = \"x\"\ncache_key_files = [\"../up\"]\n",
+        )
+        .unwrap();
+        assert!(bad.validate_workspaces().unwrap_err().contains("cache_key_files"));
+    }
+
+    #[test]
     fn repositories_resolve_by_name_and_workspaces_sit_beside_the_home() {
         let readme = include_str!("../../../docs/repositories.md");
         let start = readme
