@@ -60,7 +60,10 @@ fn blob_server(size: usize) -> Result<u16> {
     Ok(port)
 }
 
-pub async fn run(config: &EnvironmentBenchConfig, print: impl Fn(&str) -> Result<()>) -> Result<()> {
+pub async fn run(
+    config: &EnvironmentBenchConfig,
+    print: impl Fn(&str) -> Result<()>,
+) -> Result<()> {
     let repository = std::fs::canonicalize(&config.repository)
         .with_context(|| format!("{} cannot be read", config.repository.display()))?;
     let port = blob_server(config.blob_mb << 20)?;

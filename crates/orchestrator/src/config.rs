@@ -1102,7 +1102,11 @@ mod tests {
             "[repositories.a]\nurl = \"/srv/a\"\nsetup = \"x\"\ncache_key_files = [\"../up\"]\n",
         )
         .unwrap();
-        assert!(bad.validate_workspaces().unwrap_err().contains("cache_key_files"));
+        assert!(
+            bad.validate_workspaces()
+                .unwrap_err()
+                .contains("cache_key_files")
+        );
     }
 
     #[test]

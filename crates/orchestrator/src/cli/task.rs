@@ -26,6 +26,8 @@ Examples:
   orchestrator task create --title 'fix #8' --prompt 'Fix issue 8' --gate 'cargo test' \\
       --repository https://github.com/acme/widgets.git --ref main
   orchestrator task create --title 'lint' --gate 'make lint' --repository widgets   (a name in [repositories])
+  orchestrator task create --title 'tests' --prompt 'Fix the flaky test' --gate 'npm test' \\
+      --repository widgets --setup 'npm ci'   (setup with the network, then the agent without)
   orchestrator task create --title 'address the review' --prompt 'Rename foo to bar as asked' \
       --gate 'cargo test' --pull acme/widgets#34 --repository widgets
   orchestrator task create --title 'docs' --gate 'make docs' --concurrency-key docs --max-running 1
@@ -118,6 +120,17 @@ pub struct CreateArgs {
     /// name, else the repository's default branch).
     #[arg(long = "ref", value_name = "REF", requires = "repository")]
     pub git_ref: Option<String>,
+    /// A setup command run before the agent (repeat for several), instead of the config's
+    /// `setup` of the repository: with the network and --setup-env, then cached on the machine
+    /// (docs/environments.md).
+    #[arg(long = "setup", value_name = "CMD", requires = "repository")]
+    pub setup: Vec<String>,
+    /// A host setup may reach although it is not public (`host` or `host:port`; repeat).
+    #[arg(long = "setup-network-host", value_name = "HOST", requires = "setup")]
+    pub setup_network_hosts: Vec<String>,
+    /// A variable of the daemon's that only setup receives (its name; repeat).
+    #[arg(long = "setup-env", value_name = "VAR", requires = "setup")]
+    pub setup_env: Vec<String>,
     /// Work on an existing pull request (OWNER/NAME#NUMBER): the workspace is the repository at
     /// the pull request's head, and once the gates pass on the result it is pushed to the pull
     /// request's branch as one new commit (never a new pull request, never forced). Only a branch
@@ -362,6 +375,22 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
         // The daemon that runs it makes the workspace; the current directory is not it.
         task.workspace = None;
         task.repository = Some(config.repository_ref(repository, args.git_ref.clone()));
+    }
+    if let Some(repository) = task.repository.as_mut()
+        && !args.setup.is_empty()
+    {
+        let inherited = repository.environment.take().unwrap_or_default();
+        repository.environment = Some(orchestrator_types::EnvironmentSpec {
+            setup: args.setup.clone(),
+            network_hosts: args.setup_network_hosts.clone(),
+            env: args.setup_env.clone(),
+            timeout_secs: if inherited.timeout_secs == 0 {
+                orchestrator_types::DEFAULT_SETUP_TIMEOUT_SECS
+            } else {
+                inherited.timeout_secs
+            },
+            ..inherited
+        });
     }
     if let Some(text) = &args.pull {
         let mut target = orchestrator_types::PullTarget::parse(text)

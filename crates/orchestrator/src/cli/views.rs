@@ -67,6 +67,9 @@ pub struct RepositoryView {
     pub base: Option<String>,
     /// Where that workspace is, on the machine of the daemon that made it.
     pub workspace: Option<String>,
+    /// Its setup phase, when it has one (docs/environments.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<orchestrator_types::EnvironmentSpec>,
 }
 
 #[derive(Debug, Serialize, Clone)]
@@ -193,6 +196,7 @@ impl TaskView {
                 name: r.name.clone(),
                 base: None,
                 workspace: None,
+                environment: r.environment.clone(),
             }),
             prompt: task.prompt.clone(),
             run_after: format_millis(task.run_after),

@@ -310,3 +310,71 @@ setup = ["echo about to fail", "exit 3"]
     assert_eq!(environment_events(&env, fifth)[0]["data"]["how"], "made");
     assert_eq!(hits.load(Ordering::SeqCst), 3);
 }
+
+/// `task create --setup` gives one task a setup of its own, kept in its spec for whichever daemon
+/// runs it; a setup variable with a bad name is refused before anything is made.
+#[test]
+fn a_task_may_bring_its_own_setup() {
+    let env = Env::sqlite();
+    let created = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "t",
+        "--gate",
+        "true",
+        "--repository",
+        "/srv/git/widgets",
+        "--setup",
+        "npm ci",
+        "--setup",
+        "npm run build",
+        "--setup-env",
+        "NPM_TOKEN",
+        "--setup-network-host",
+        "registry.internal:443",
+        "--json",
+    ]);
+    let task = env.task(created["id"].as_i64().unwrap());
+    let environment = &task["repository"]["environment"];
+    assert_eq!(
+        environment["setup"],
+        json!(["npm ci", "npm run build"]),
+        "{task}"
+    );
+    assert_eq!(environment["env"], json!(["NPM_TOKEN"]));
+    assert_eq!(
+        environment["network_hosts"],
+        json!(["registry.internal:443"])
+    );
+    let read = env.run(&["task", "read", &created["id"].to_string()]);
+    let read = String::from_utf8_lossy(&read.stdout);
+    assert!(
+        read.contains("environment not yet: setup `npm ci && npm run build` runs"),
+        "{read}"
+    );
+    let refused = env
+        .cmd(&[
+            "task",
+            "create",
+            "--title",
+            "t",
+            "--gate",
+            "true",
+            "--repository",
+            "/srv/git/w",
+            "--setup",
+            "x",
+            "--setup-env",
+            "NOT-A-NAME",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(env.tasks().len(), 1);
+}
