@@ -75,20 +75,25 @@ pub struct Confinement {
     pub label: String,
 }
 
-/// What a repository's setup phase is confined to (see [`Sandbox::setup_jail`]).
+/// What a program a person's config names is confined to (see [`Sandbox::person_jail`]).
 #[derive(Debug, Clone)]
-pub struct SetupConfinement {
+pub struct PersonConfinement {
+    /// `workspace_write` for a setup phase or a hook that writes, `read_only` for one that
+    /// only reads.
+    pub mode: SandboxMode,
     pub workspace: PathBuf,
-    /// Hosts the proxy lets setup reach although they are not public.
+    /// Whether it gets the network, through the jail's proxy.
+    pub network: bool,
+    /// Hosts the proxy lets it reach although they are not public.
     pub network_hosts: Vec<String>,
     /// Where the proxy reports each connection.
     pub connections: Option<ConnectionLog>,
-    /// Names of the daemon's variables setup receives, secret-looking or not.
+    /// Names of the daemon's variables it receives, secret-looking or not.
     pub env: Vec<String>,
-    /// Further secret names (the model key's variable), which setup never receives unless
-    /// `env` names them.
+    /// Further secret names (the model key's variable), which it never receives unless `env`
+    /// names them.
     pub secrets: Vec<String>,
-    /// Variables set to these values (the environment's cache directories).
+    /// Variables set to these values (a repository environment's cache directories).
     pub vars: Vec<(String, String)>,
     /// Names the private temporary directory (`setup-task-42`).
     pub label: String,
@@ -263,31 +268,32 @@ impl Sandbox {
         )
     }
 
-    /// The jail of a repository's setup phase: `workspace_write` on the task's workspace, the
-    /// network through a proxy of its own (public addresses and `setup.network_hosts`), and the
-    /// agent's environment plus the variables the setup names, which pass even when they look
-    /// secret (the person's config named them for setup alone). Its processes end with it: no
-    /// secret of setup's reaches a later jail of the task.
-    pub fn setup_jail(&self, setup: SetupConfinement) -> Result<Jail> {
+    /// The jail of a program a person's config names to run on a task's workspace: a
+    /// repository's setup phase (`workspace_write`, the network through a proxy of its own with
+    /// its hosts) or a hook (read-only unless it asks to write, no network unless it asks). It
+    /// gets the agent's environment plus the variables the config names for it, which pass even
+    /// when they look secret (the person named them for this program alone). Its processes end
+    /// with it: no variable of its reaches a later jail of the task.
+    pub fn person_jail(&self, person: PersonConfinement) -> Result<Jail> {
         let settings = self.settings();
-        let tmp = private_tmp(&jails_dir(settings.tmp_root.as_deref())?, &setup.label)?;
+        let tmp = private_tmp(&jails_dir(settings.tmp_root.as_deref())?, &person.label)?;
         let mut secrets = settings.secret_env.clone();
-        secrets.extend(setup.secrets.iter().cloned());
+        secrets.extend(person.secrets.iter().cloned());
         let jail = self.jail(
-            SandboxMode::WorkspaceWrite,
-            Some(Network {
-                label: &setup.label,
-                hosts: &setup.network_hosts,
-                log: setup.connections.clone(),
+            person.mode,
+            person.network.then_some(Network {
+                label: &person.label,
+                hosts: &person.network_hosts,
+                log: person.connections.clone(),
             }),
-            &setup.workspace,
+            &person.workspace,
             tmp,
             EnvRule::Agent,
-            &setup.env,
+            &person.env,
             &[],
             &secrets,
         )?;
-        Ok(jail.with_vars(&setup.vars))
+        Ok(jail.with_vars(&person.vars))
     }
 
     /// The jail of the gates a person wrote for a task: the `person_gates` mode of the config

@@ -32,7 +32,7 @@ mod wire;
 
 pub use env::{EnvRule, is_secret_name};
 pub use error::{Error, Result};
-pub use jail::{Confinement, Jail, SetupConfinement, jails_dir, sweep_stale_tmp};
+pub use jail::{Confinement, Jail, PersonConfinement, jails_dir, sweep_stale_tmp};
 pub use orchestrator_types::SandboxMode;
 pub use orphans::{GroupLedger, Reaped, TrackedGroup};
 pub use probe::Availability;

@@ -349,6 +349,47 @@ pub fn describe(kind: &str, data: &Value) -> Described {
                 ),
             }
         }
+        EventKind::Hook => {
+            let step = d.str("event").unwrap_or("a step");
+            let on = d
+                .str("tool")
+                .map(|t| format!(" of {t}"))
+                .unwrap_or_default();
+            let why = d
+                .str("reason")
+                .map(|r| format!(": {}", first_line(r)))
+                .unwrap_or_default();
+            let (did, tone) = match d.str("verdict").unwrap_or("continue") {
+                "block" => ("blocked it", Tone::Bad),
+                "ask" => ("asked a person", Tone::Wait),
+                "allow" => ("allowed it", Tone::Info),
+                _ => ("let it go on", Tone::Info),
+            };
+            (
+                format!(
+                    "{step} hook{on} `{}` {did}{why}",
+                    clip(d.str("command").unwrap_or(""), 80)
+                ),
+                tone,
+            )
+        }
+        EventKind::Instructions => {
+            let files: Vec<String> =
+                d.0.get("files")
+                    .and_then(|f| f.as_array())
+                    .map(|files| {
+                        files
+                            .iter()
+                            .filter_map(|f| f.get("path").and_then(|p| p.as_str()))
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            (
+                format!("repository instructions read: {}", files.join(", ")),
+                Tone::Info,
+            )
+        }
         EventKind::ContextWindow => (
             format!(
                 "context window {} tokens ({}); compaction from {} tokens",

@@ -87,10 +87,15 @@ pub enum EventKind {
     /// machine's cache (maintained when its commit moved), or failed, with the cache key, how long
     /// it took, its size and the artifact of its log.
     Environment,
+    /// A hook of the person's config ran at a step of the agent's work (or its decision was
+    /// replayed): the step, the hook, what it decided and why, its exit and bounded output.
+    Hook,
+    /// The repository's instructions (AGENTS.md and the like) the conversation opened with.
+    Instructions,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 37] = [
+    pub const ALL: [EventKind; 39] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -128,6 +133,8 @@ impl EventKind {
         EventKind::CheckpointRestored,
         EventKind::PullRound,
         EventKind::Environment,
+        EventKind::Hook,
+        EventKind::Instructions,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -169,6 +176,8 @@ impl EventKind {
             EventKind::CheckpointRestored => "checkpoint_restored",
             EventKind::PullRound => "pull_round",
             EventKind::Environment => "environment",
+            EventKind::Hook => "hook",
+            EventKind::Instructions => "instructions",
         }
     }
 

@@ -16,7 +16,7 @@ use std::path::Path;
 use crate::agent::AgentConfig;
 
 /// Variables that hold the key of the model this task talks to: it is a secret whatever its name.
-fn model_key_vars(task: &Task, agent: &AgentConfig) -> Vec<String> {
+pub(crate) fn model_key_vars(task: &Task, agent: &AgentConfig) -> Vec<String> {
     task.model
         .iter()
         .chain(agent.default_model.iter())

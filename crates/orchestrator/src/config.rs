@@ -167,6 +167,42 @@ pub struct Config {
     /// `[worker]`: this machine's labels, its id among machines, and the directories it shares.
     #[serde(default)]
     pub worker: WorkerConfig,
+    /// `[[hooks.PreToolUse]]` and the other steps: the person's programs run at the steps of an
+    /// agent's work, in Claude Code's protocol (docs/hooks.md). Only from this file: a
+    /// repository's `.claude/settings.json` is never read.
+    #[serde(default)]
+    pub hooks: std::collections::BTreeMap<String, Vec<orchestrator_worker::agent::hooks::HookSpec>>,
+    /// `[instructions]`: which repository files are instructions for agents (`AGENTS.md`).
+    #[serde(default)]
+    pub instructions: InstructionsTable,
+}
+
+/// `[instructions]`: the repository's own instructions the first request carries.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstructionsTable {
+    /// File names looked for in each directory from the repository's root down to the
+    /// workspace (default `["AGENTS.md"]`; add `"CLAUDE.md"`, `".github/copilot-instructions.md"`;
+    /// `[]` reads none).
+    pub files: Option<Vec<String>>,
+    /// The most bytes read of them all together (default 32768).
+    pub max_bytes: Option<usize>,
+}
+
+impl Config {
+    /// The hooks of the config, checked.
+    pub fn hooks(&self) -> Result<orchestrator_worker::agent::hooks::Hooks, String> {
+        orchestrator_worker::agent::hooks::Hooks::from_config(&self.hooks)
+    }
+
+    /// Which repository files are instructions, and how much of them is read.
+    pub fn instructions(&self) -> orchestrator_worker::agent::instructions::InstructionsConfig {
+        let default = orchestrator_worker::agent::instructions::InstructionsConfig::default();
+        orchestrator_worker::agent::instructions::InstructionsConfig {
+            files: self.instructions.files.clone().unwrap_or(default.files),
+            max_bytes: self.instructions.max_bytes.unwrap_or(default.max_bytes),
+        }
+    }
 }
 
 /// `[worker]`: where this daemon stands among others sharing one store. A task on a workspace
@@ -929,6 +965,22 @@ pub fn load(home: &Path, explicit: Option<&PathBuf>) -> anyhow::Result<Config> {
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
     orchestrator_worker::agent::roles::validate(&config.agent_roles)
         .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    config
+        .hooks()
+        .map_err(|e| crate::exit::CliError::Invalid(format!("{}: {e}", path.display())))?;
+    if let Some(bad) = config
+        .instructions
+        .files
+        .iter()
+        .flatten()
+        .find(|f| f.is_empty() || f.starts_with('/') || f.split('/').any(|p| p == ".."))
+    {
+        return Err(crate::exit::CliError::Invalid(format!(
+            "{}: [instructions] files: {bad:?} is not a path inside the repository",
+            path.display()
+        ))
+        .into());
+    }
     config
         .notify
         .validate()

@@ -174,6 +174,14 @@ fn sample(kind: EventKind) -> Option<(Value, &'static [&'static str])> {
                 "fix-34 of acme/widgets#34 moved to bbbbbbbbbbbb since the work began at aaaaaaaaaaaa; nothing was forced; task 9 runs again on the new head",
             ],
         ),
+        EventKind::Hook => (
+            json!({"event": "PreToolUse", "tool": "exec_shell", "command": "./no-rm.sh", "verdict": "block", "reason": "no rm -rf"}),
+            &["PreToolUse hook of exec_shell `./no-rm.sh` blocked it: no rm -rf"],
+        ),
+        EventKind::Instructions => (
+            json!({"files": [{"path": "AGENTS.md", "bytes": 120}]}),
+            &["repository instructions read: AGENTS.md"],
+        ),
         EventKind::Environment => (
             json!({"how": "made", "key": "c".repeat(64), "duration_ms": 2500, "bytes": 3 << 20}),
             &["environment cccccccccccc made: setup ran in 2.5 s, 3 MiB cached"],

@@ -17,9 +17,12 @@ use orchestrator_tools::{Content, Registry, ToolContext, ToolResult};
 use orchestrator_types::{Captured, ChatMessage, ImagePart, ToolCallRequest, Usage};
 use serde_json::json;
 
-use super::session::{CallApprover, CallSink, Pause, Session};
+use super::hooks::{self, HookEvent, HookStep, Verdict};
+use super::session::{Answer, CallApprover, CallSink, Pause, Session};
 use super::{Halt, millis_since};
 use crate::runner::{RunContext, Stop};
+use orchestrator_store::approval_kind;
+use std::path::Path;
 
 /// Longest summary of a call kept on its row and event.
 const SUMMARY_CHARS: usize = 200;
@@ -95,6 +98,116 @@ pub(crate) async fn run_call(
         return Ok(CallEnd::Answered(message, None, None));
     }
 
+    // The person's PreToolUse hooks: they may block the call, hand it to a person, or change
+    // its input. Each decision is recorded before the call runs, and replayed on a resume.
+    let workspace = session.task.workspace.clone().unwrap_or_default();
+    let step = HookStep {
+        ctx,
+        session,
+        workspace: Path::new(&workspace),
+    };
+    let mut arguments = call.arguments.clone();
+    if step.any(HookEvent::PreToolUse, Some(&call.name)) {
+        let decision = step
+            .run(
+                HookEvent::PreToolUse,
+                Some(&call.name),
+                &call.id,
+                json!({
+                    "tool_name": hooks::claude_name(&call.name),
+                    "tool_input": hook_input(&call.arguments, &workspace),
+                    "tool_use_id": call.id,
+                }),
+            )
+            .await?;
+        if let Some(updated) = &decision.updated_input {
+            arguments = updated.to_string();
+        }
+        let refusal = match decision.verdict {
+            Some(Verdict::Block) => Some(format!(
+                "Blocked by a PreToolUse hook of the person's config: {}",
+                decision.reason.as_deref().unwrap_or("no reason given")
+            )),
+            Some(Verdict::Ask) => {
+                let reason = format!(
+                    "a PreToolUse hook asks a person: {}",
+                    decision.reason.as_deref().unwrap_or("no reason given")
+                );
+                let args: serde_json::Value =
+                    serde_json::from_str(&arguments).unwrap_or(serde_json::Value::Null);
+                match session
+                    .ask(
+                        &call.id,
+                        approval_kind::TOOL,
+                        &call.name,
+                        &args,
+                        &reason,
+                        None,
+                    )
+                    .await
+                {
+                    Answer::Approved => None,
+                    Answer::Pending => {
+                        if record.is_none() {
+                            store
+                                .tool_call_started(
+                                    lease,
+                                    attempt,
+                                    turn,
+                                    position,
+                                    &call.id,
+                                    &call.name,
+                                    &call.arguments,
+                                )
+                                .await?;
+                        }
+                        store.tool_call_waiting(lease, &call.id).await?;
+                        return Ok(CallEnd::Paused);
+                    }
+                    Answer::Refused(why) | Answer::Answered(why) => Some(format!(
+                        "Not run: {why}; do not retry the same call, choose another approach or \
+                         ask the user"
+                    )),
+                }
+            }
+            _ => None,
+        };
+        if let Some(text) = refusal {
+            let message = ChatMessage::tool(&call.id, &text);
+            store
+                .tool_call_finished(
+                    lease,
+                    attempt,
+                    &ToolCallEnd {
+                        call_id: call.id.clone(),
+                        turn,
+                        status: call_status::FAILED,
+                        summary: summarize(&text),
+                        artifact_id: None,
+                        duration_ms: 0,
+                        message: message.clone(),
+                        usage: None,
+                        event: json!({
+                            "turn": turn,
+                            "call_id": call.id,
+                            "name": call.name,
+                            "status": call_status::FAILED,
+                            "summary": summarize(&text),
+                            "blocked_by": "hook",
+                        }),
+                        unrecorded_start: record.is_none().then(|| ToolCallStart {
+                            position,
+                            name: call.name.clone(),
+                            arguments: call.arguments.clone(),
+                            started_at: orchestrator_types::now_millis(),
+                        }),
+                    },
+                )
+                .await?;
+            return Ok(CallEnd::Answered(message, None, None));
+        }
+    }
+
     let record_start = || {
         store.tool_call_started(
             lease,
@@ -124,7 +237,7 @@ pub(crate) async fn run_call(
             call_id: call.id.clone(),
         }));
     let started = Instant::now();
-    let running = registry.call(&call.name, &call.arguments, &call_ctx);
+    let running = registry.call(&call.name, &arguments, &call_ctx);
     tokio::pin!(running);
     let quiet = tokio::time::sleep(QUIET_START);
     tokio::pin!(quiet);
@@ -155,7 +268,37 @@ pub(crate) async fn run_call(
     // Images go to a model that takes them, on the tool message (the client sends them in a user
     // message after the reply's results); others read that an image was not shown.
     let images_shown = tool_ctx.model_images().is_some_and(|m| m.accepts);
-    let text = model_text(&result, images_shown);
+    let mut text = model_text(&result, images_shown);
+    // The person's PostToolUse hooks: a formatter after an edit, a check whose feedback (exit 2,
+    // or `decision: block`) the model reads with the result.
+    if step.any(HookEvent::PostToolUse, Some(&call.name)) {
+        let decision = step
+            .run(
+                HookEvent::PostToolUse,
+                Some(&call.name),
+                &call.id,
+                json!({
+                    "tool_name": hooks::claude_name(&call.name),
+                    "tool_input": hook_input(&arguments, &workspace),
+                    "tool_response": {
+                        "output": text,
+                        "success": !result.is_error,
+                        "filePath": hook_input(&arguments, &workspace).get("file_path"),
+                    },
+                    "tool_use_id": call.id,
+                }),
+            )
+            .await?;
+        if decision.blocked() {
+            text.push_str(&format!(
+                "\n\nA PostToolUse hook of the person's config says: {}",
+                decision.reason.as_deref().unwrap_or("(no reason given)")
+            ));
+        }
+        for context in &decision.context {
+            text.push_str(&format!("\n\n(From a PostToolUse hook:) {context}"));
+        }
+    }
     let summary = summarize(&text);
     let artifact_id = match session.take_spill(&call.id) {
         Some(full) => Some(
@@ -234,6 +377,25 @@ pub(crate) async fn run_call(
         )
         .await?;
     Ok(CallEnd::Answered(message, usage, wrote))
+}
+
+/// A call's arguments as a hook reads them as `tool_input`: the object the model wrote, with
+/// Claude Code's `file_path` (absolute) beside a `path` of ours, so that scripts written for
+/// Claude Code's file tools find it.
+fn hook_input(arguments: &str, workspace: &str) -> serde_json::Value {
+    let mut input: serde_json::Value =
+        serde_json::from_str(arguments).unwrap_or_else(|_| json!({ "raw": arguments }));
+    if let Some(fields) = input.as_object_mut()
+        && let Some(path) = fields
+            .get("path")
+            .and_then(|p| p.as_str())
+            .map(str::to_owned)
+        && !fields.contains_key("file_path")
+    {
+        let absolute = Path::new(workspace).join(&path);
+        fields.insert("file_path".into(), absolute.display().to_string().into());
+    }
+    input
 }
 
 /// How much of a call's argument text its `tool_call` event keeps.

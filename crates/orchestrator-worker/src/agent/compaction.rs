@@ -105,6 +105,22 @@ impl Agent<'_> {
             )));
         };
         let number = self.compaction_turns.len() as u32 + 1;
+        // The person's PreCompact hooks see the conversation before it is compacted.
+        let workspace = self.task.workspace.clone().unwrap_or_default();
+        let step = super::hooks::HookStep {
+            ctx: self.ctx,
+            session: &self.session,
+            workspace: std::path::Path::new(&workspace),
+        };
+        if step.any(super::hooks::HookEvent::PreCompact, None) {
+            step.run(
+                super::hooks::HookEvent::PreCompact,
+                None,
+                &format!("compaction-{turn}-{number}"),
+                serde_json::json!({"trigger": "auto", "custom_instructions": "", "reason": reason}),
+            )
+            .await?;
+        }
         let (mut next, cleared) = context::clear_old_outputs(conversation, tail, number);
         let mut after = context::request_tokens(&next, &self.definitions, None);
         let mut kind = "cleared";

@@ -32,6 +32,8 @@ mod budget;
 mod calls;
 mod compaction;
 pub mod context;
+pub mod hooks;
+pub mod instructions;
 mod lost;
 mod mcp;
 mod model_call;
@@ -111,6 +113,10 @@ pub struct AgentConfig {
     /// The largest workspace checkpoint saved, in bytes of patch; `None` for
     /// [`orchestrator_store::DEFAULT_CHECKPOINT_CAP`].
     pub checkpoint_cap_bytes: Option<u64>,
+    /// The person's hooks (`[hooks]` of the config): programs run at the steps of the work.
+    pub hooks: hooks::Hooks,
+    /// Which repository files are instructions for agents, and how much of them is read.
+    pub instructions: instructions::InstructionsConfig,
 }
 
 /// How the agent part of an attempt ended.

@@ -5,7 +5,9 @@ use orchestrator_store::{NewMessage, SavedMessage};
 use orchestrator_types::{ChatMessage, EventKind};
 use serde_json::json;
 
-use super::{Agent, Halt, clip, prompt};
+use super::hooks::{HookEvent, HookStep};
+use super::{Agent, Halt, clip, instructions, prompt};
+use std::path::Path;
 
 impl Agent<'_> {
     /// Saves the first messages of a conversation that has none and returns them.
@@ -14,14 +16,38 @@ impl Agent<'_> {
         prompt: &str,
         workspace: &str,
     ) -> Result<Vec<SavedMessage>, Halt> {
-        let system = prompt::system_prompt(
+        let mut system = prompt::system_prompt(
             &self.task.gates,
             &self.task.acceptance,
             workspace,
             &self.registry,
             self.task.agent.role.as_ref(),
         );
-        let user = prompt::user_prompt(self.task, prompt);
+        // The repository's instructions end the system prompt, which every compaction keeps.
+        let found = instructions::gather(Path::new(workspace), &self.ctx.agent.instructions);
+        system.push_str(&instructions::section(&found));
+        let mut user = prompt::user_prompt(self.task, prompt);
+        // What the person's SessionStart hooks say goes with the task's prompt.
+        let step = HookStep {
+            ctx: self.ctx,
+            session: &self.session,
+            workspace: Path::new(workspace),
+        };
+        if step.any(HookEvent::SessionStart, None) {
+            let decision = step
+                .run(
+                    HookEvent::SessionStart,
+                    None,
+                    "session",
+                    json!({"source": "startup"}),
+                )
+                .await?;
+            for context in decision.context {
+                user.push_str(&format!(
+                    "\n\n(From a SessionStart hook of the person's config:)\n{context}"
+                ));
+            }
+        }
         // A forked child starts with its parent's conversation, byte for byte (a prompt cache
         // matches it), and its own task after it.
         let mut first: Vec<NewMessage> = match self.task.agent.fork {
@@ -58,6 +84,21 @@ impl Agent<'_> {
             usage: None,
             model_ms: None,
         });
+        if !found.is_empty() && self.task.agent.fork.is_none() {
+            self.ctx
+                .store
+                .append_event(
+                    self.lease,
+                    EventKind::Instructions,
+                    json!({
+                        "files": found
+                            .iter()
+                            .map(|f| json!({"path": f.path, "bytes": f.bytes, "cut": f.cut}))
+                            .collect::<Vec<_>>(),
+                    }),
+                )
+                .await?;
+        }
         self.ctx
             .store
             .append_messages(

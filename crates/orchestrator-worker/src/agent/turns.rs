@@ -9,9 +9,14 @@ use serde_json::json;
 
 use super::budget::{Budget, estimate_usage, time_spent};
 use super::compaction::{Compaction, read_path};
+use super::hooks::{HookEvent, HookStep};
 use super::model_call::Refusal;
 use super::{Agent, AgentEnd, Halt, calls, clip, context, count_tokens, millis_since, session};
 use crate::model::WindowSource;
+
+/// How a Stop hook's feedback starts, in the user message it becomes.
+pub(super) const STOP_HOOK_PREFIX: &str =
+    "A Stop hook of the person's config refused to end the task: ";
 
 /// Replies cut off by the output token limit in a row before the agent gives up.
 const MAX_CUT_REPLIES: u32 = 3;
@@ -115,7 +120,11 @@ impl Agent<'_> {
         {
             match self.gate_failures_since(answer, turn).await? {
                 Some(message) => conversation.push(message),
-                None => return Ok(AgentEnd::Finished),
+                // A Stop hook decided (or decides now) whether this answer ends the work.
+                None => match self.stop_hooks(turn, &answer.message, workspace).await? {
+                    Some(message) => conversation.push(message),
+                    None => return Ok(AgentEnd::Finished),
+                },
             }
         }
 
@@ -317,7 +326,13 @@ impl Agent<'_> {
                 continue;
             }
             if message.tool_calls.is_empty() {
-                return Ok(AgentEnd::Finished);
+                match self.stop_hooks(turn, &message, workspace).await? {
+                    Some(feedback) => {
+                        conversation.push(feedback);
+                        continue;
+                    }
+                    None => return Ok(AgentEnd::Finished),
+                }
             }
             if let Some(stall) = self.note_reads(turn, &message.tool_calls) {
                 return Ok(AgentEnd::Failed(stall));
@@ -343,6 +358,82 @@ impl Agent<'_> {
             budget.work_ms += millis_since(calls_started);
             self.checkpoint(turn).await?;
         }
+    }
+
+    /// Runs the person's Notification hooks when the agent waits for a person (once per
+    /// approval: a replayed decision runs nothing).
+    async fn notification_hooks(&self, approval: i64, reason: &str) -> Result<(), Halt> {
+        let workspace = self.task.workspace.clone().unwrap_or_default();
+        let step = HookStep {
+            ctx: self.ctx,
+            session: &self.session,
+            workspace: std::path::Path::new(&workspace),
+        };
+        if step.any(HookEvent::Notification, None) {
+            step.run(
+                HookEvent::Notification,
+                None,
+                &format!("approval-{approval}"),
+                json!({
+                    "message": format!("Task {} needs your approval: {reason}", self.task.id),
+                    "notification_type": "permission_prompt",
+                }),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Runs the person's Stop hooks on the final answer of `turn` (or replays their decision).
+    /// A hook that blocks keeps the agent working: its reason is saved as a user message, which
+    /// this returns; `None` lets the answer end the work.
+    async fn stop_hooks(
+        &self,
+        turn: i64,
+        answer: &ChatMessage,
+        workspace: &str,
+    ) -> Result<Option<ChatMessage>, Halt> {
+        let step = HookStep {
+            ctx: self.ctx,
+            session: &self.session,
+            workspace: std::path::Path::new(workspace),
+        };
+        if !step.any(HookEvent::Stop, None) {
+            return Ok(None);
+        }
+        // Claude Code's flag: an earlier Stop hook already kept this task going.
+        let active = self
+            .ctx
+            .store
+            .events_of_kind(self.task.id, EventKind::Hook)
+            .await?
+            .iter()
+            .any(|e| e.data["event"] == "Stop" && e.data["verdict"] == "block");
+        let decision = step
+            .run(
+                HookEvent::Stop,
+                None,
+                &format!("turn-{turn}"),
+                json!({
+                    "stop_hook_active": active,
+                    "last_assistant_message": answer.content.clone().unwrap_or_default(),
+                }),
+            )
+            .await?;
+        if !decision.blocked() {
+            return Ok(None);
+        }
+        let reason = decision
+            .reason
+            .unwrap_or_else(|| "(no reason given)".into());
+        let text = format!(
+            "{STOP_HOOK_PREFIX}{reason}\nThe work is not accepted as finished yet: keep working \
+             until this is resolved, then answer again."
+        );
+        let message = ChatMessage::user(&text);
+        self.save_user_message(turn, &message, &text, json!({"stop_hook": turn}))
+            .await?;
+        Ok(Some(message))
     }
 
     /// `" (max_output_tokens N)"` when the model's settings set the limit.
@@ -449,10 +540,11 @@ impl Agent<'_> {
             }
             if let Some(pause) = self.session.pause() {
                 return Ok(Some(match pause {
-                    session::Pause::Waiting { call_id, approval } => AgentEnd::Wait {
-                        reason: format!("tool call {call_id} waits for approval {approval}"),
-                        approval,
-                    },
+                    session::Pause::Waiting { call_id, approval } => {
+                        let reason = format!("tool call {call_id} waits for approval {approval}");
+                        self.notification_hooks(approval, &reason).await?;
+                        AgentEnd::Wait { reason, approval }
+                    }
                     session::Pause::Broken(message) => AgentEnd::Retryable(message),
                 }));
             }

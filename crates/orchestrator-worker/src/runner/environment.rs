@@ -249,8 +249,10 @@ async fn run_in_setup_jail(
 ) -> Result<Vec<SetupRun>, crate::Result<AttemptEnd>> {
     let jail = ctx
         .sandbox
-        .setup_jail(orchestrator_sandbox::SetupConfinement {
+        .person_jail(orchestrator_sandbox::PersonConfinement {
+            mode: orchestrator_sandbox::SandboxMode::WorkspaceWrite,
             workspace: workspace.to_owned(),
+            network: true,
             network_hosts: spec.network_hosts.clone(),
             connections: Some(network_log(ctx.store.clone(), lease.clone())),
             env: spec.env.clone(),

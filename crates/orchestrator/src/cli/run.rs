@@ -77,6 +77,10 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     config.agent.web_search = file_config.web_search.clone().map(std::sync::Arc::new);
     config.agent.lsp_servers = file_config.lsp_servers();
     config.agent.roles = std::sync::Arc::new(file_config.agent_roles.clone());
+    config.agent.hooks = file_config
+        .hooks()
+        .map_err(crate::exit::CliError::Invalid)?;
+    config.agent.instructions = file_config.instructions();
     config.sandbox = global.tracked_sandbox(&file_config, "orchestrator run")?;
     // A run's requests count against the servers' limits with every daemon's.
     let paced = file_config.paced_servers()?;

@@ -138,6 +138,8 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     pool.agent.web_search = file_config.web_search.clone().map(Arc::new);
     pool.agent.lsp_servers = file_config.lsp_servers();
     pool.agent.roles = Arc::new(file_config.agent_roles.clone());
+    pool.agent.hooks = file_config.hooks().map_err(CliError::Invalid)?;
+    pool.agent.instructions = file_config.instructions();
     pool.sandbox = global.tracked_sandbox(&file_config, "orchestrator serve")?;
     if let Some(dir) = &args.workspaces
         && !dir.is_absolute()

@@ -38,6 +38,8 @@ struct Report {
     /// The last `environment` event: which environment the task got (made, reused,
     /// maintained, failed).
     environment: Option<TaskEvent>,
+    /// The repository instructions the conversation opened with (`instructions` event).
+    instructions: Option<TaskEvent>,
 }
 
 /// How an agent task used its model's context window: the window and where it came from, the
@@ -184,6 +186,10 @@ impl Report {
                 .events_of_kind(id, EventKind::Environment)
                 .await?
                 .pop(),
+            instructions: store
+                .events_of_kind(id, EventKind::Instructions)
+                .await?
+                .pop(),
             task,
         })
     }
@@ -289,6 +295,13 @@ impl Report {
         fields.insert("pull_chains".into(), chains.into());
         fields.insert("context".into(), serde_json::to_value(&self.context)?);
         fields.insert(
+            "instructions".into(),
+            self.instructions
+                .as_ref()
+                .map(|e| e.data["files"].clone())
+                .unwrap_or_default(),
+        );
+        fields.insert(
             "environment".into(),
             self.environment
                 .as_ref()
@@ -365,6 +378,22 @@ impl Report {
                     spec.setup.join(" && ")
                 );
             }
+        }
+        if let Some(event) = &self.instructions {
+            let files: Vec<String> = event.data["files"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|f| {
+                    format!(
+                        "{} ({} bytes{})",
+                        f["path"].as_str().unwrap_or("?"),
+                        f["bytes"],
+                        if f["cut"] == true { ", cut" } else { "" }
+                    )
+                })
+                .collect();
+            output::say!("instructions {} (repository text)", files.join(", "));
         }
         if task.prompt.is_some() {
             let model = match &task.model {

@@ -21,6 +21,7 @@ mod flow;
 mod follow;
 mod gates;
 mod github;
+mod hooks;
 mod http_limits;
 mod images;
 mod logs_cli;

@@ -1,0 +1,367 @@
+//! Hooks and repository instructions through the binary, with the scripted model: a hook script
+//! written for Claude Code (stdin JSON, exit 2) blocking `rm -rf` with the `Bash` matcher, a JSON
+//! `ask` that a person decides (across a SIGKILL of the daemon, the hook run once), a formatter
+//! after an edit, a Stop hook that keeps the agent working until a test passes, a repository's
+//! own `.claude/settings.json` never run, and `AGENTS.md` in the first request.
+
+use crate::support::{Env, PATIENCE, configure};
+use nix::sys::signal::Signal;
+use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel, call};
+use orchestrator_test_support::{Program, require};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A directory for the person's hook scripts that jails see (not /tmp, which each jail has its
+/// own of, nor the home, which jails never see).
+fn scripts() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn run(env: &Env, model: &ScriptedModel, ws: &Path, gate: &str) -> std::process::Output {
+    env.cmd(&[
+        "run",
+        "Do the work.",
+        "--gate",
+        gate,
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--model",
+        "scripted",
+        "--base-url",
+        &model.base_url(),
+        "--policy",
+        r#"{"default": "allow"}"#,
+        "--json",
+    ])
+    .output()
+    .unwrap()
+}
+
+fn said(out: &std::process::Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The hook of Claude Code's documentation, unchanged: it reads the call on stdin and exits 2
+/// with its reason on stderr.
+const BLOCK_RM: &str = r#"#!/usr/bin/env python3
+import json, sys
+data = json.load(sys.stdin)
+if data.get("tool_name") == "Bash" and "rm -rf" in data.get("tool_input", {}).get("command", ""):
+    print("Refusing rm -rf: ask the person instead", file=sys.stderr)
+    sys.exit(2)
+sys.exit(0)
+"#;
+
+#[test]
+fn a_claude_code_hook_blocks_rm_rf_and_the_model_reads_why() {
+    require(Program::Bubblewrap);
+    require(Program::Python3);
+    let dir = scripts();
+    let hook = script(dir.path(), "block_rm.py", BLOCK_RM);
+    let marker = dir.path().join("repository-hook-ran");
+    let env = Env::sqlite();
+    configure(
+        &env,
+        &format!(
+            "[[hooks.PreToolUse]]\nmatcher = \"Bash\"\ncommand = \"{}\"\n",
+            hook.display()
+        ),
+    );
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir(ws.path().join("important")).unwrap();
+    // The repository's own hooks, as Claude Code would read them: never run here.
+    std::fs::create_dir(ws.path().join(".claude")).unwrap();
+    std::fs::write(
+        ws.path().join(".claude/settings.json"),
+        json!({"hooks": {"PreToolUse": [{"matcher": "", "hooks": [
+            {"type": "command", "command": format!("touch {}", marker.display())}
+        ]}]}})
+        .to_string(),
+    )
+    .unwrap();
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "exec_shell",
+                json!({"command": "rm -rf important"}),
+            )]),
+            1 => Reply::ToolCalls(vec![call(
+                "exec_shell",
+                json!({"command": "echo ok > ok.txt"}),
+            )]),
+            _ => Reply::Text("Done.".into()),
+        });
+    let out = run(
+        &env,
+        &model,
+        ws.path(),
+        "test -d important && test -f ok.txt",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let told = model.received()[1].last_tool_results().join("\n");
+    assert!(
+        told.contains("Blocked by a PreToolUse hook") && told.contains("Refusing rm -rf"),
+        "{told}"
+    );
+    assert!(ws.path().join("important").is_dir(), "the call never ran");
+    assert!(
+        !marker.exists(),
+        "the repository's .claude/settings.json hook ran"
+    );
+    let id = crate::hooks::task_of(&out);
+    let hooks: Vec<Value> = env
+        .events(id)
+        .into_iter()
+        .filter(|e| e["kind"] == "hook")
+        .collect();
+    assert_eq!(hooks.len(), 2, "one run per Bash call: {hooks:#?}");
+    assert_eq!(hooks[0]["data"]["verdict"], "block");
+    assert_eq!(hooks[1]["data"]["verdict"], "continue");
+}
+
+pub(crate) fn task_of(out: &std::process::Output) -> i64 {
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|v| v["id"].as_i64().or_else(|| v["task"]["id"].as_i64()))
+        .unwrap_or_else(|| panic!("no task id in {text}"))
+}
+
+#[test]
+fn a_formatter_after_an_edit_is_what_the_next_read_sees() {
+    require(Program::Bubblewrap);
+    require(Program::Jq);
+    let dir = scripts();
+    let format = script(
+        dir.path(),
+        "format.sh",
+        "#!/bin/sh\nf=$(jq -r .tool_input.file_path)\ntr a-z A-Z < \"$f\" > \"$f.fmt\" && mv \"$f.fmt\" \"$f\"\n",
+    );
+    let env = Env::sqlite();
+    configure(
+        &env,
+        &format!(
+            "[[hooks.PostToolUse]]\nmatcher = \"Edit|Write\"\ncommand = \"{}\"\nwrite = true\n",
+            format.display()
+        ),
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "write_file",
+                json!({"path": "notes.txt", "content": "hello hooks\n"}),
+            )]),
+            1 => Reply::ToolCalls(vec![call("read_file", json!({"path": "notes.txt"}))]),
+            _ => Reply::Text("Done.".into()),
+        });
+    let out = run(&env, &model, ws.path(), "true");
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("notes.txt")).unwrap(),
+        "HELLO HOOKS\n"
+    );
+    let read = model.received()[2].last_tool_results().join("\n");
+    assert!(read.contains("HELLO HOOKS"), "{read}");
+}
+
+#[test]
+fn a_stop_hook_keeps_the_agent_working_until_the_test_passes() {
+    require(Program::Bubblewrap);
+    let env = Env::sqlite();
+    configure(
+        &env,
+        "[[hooks.Stop]]\ncommand = \"test -f fixed.txt || { echo 'the test fails: fixed.txt is missing' >&2; exit 2; }\"\n",
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::Text("All done, I think.".into()),
+            1 => Reply::ToolCalls(vec![call(
+                "write_file",
+                json!({"path": "fixed.txt", "content": "fixed\n"}),
+            )]),
+            _ => Reply::Text("Done now.".into()),
+        });
+    let out = run(&env, &model, ws.path(), "true");
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let received = model.received();
+    assert_eq!(
+        received.len(),
+        3,
+        "the hook kept it working once, then let it end"
+    );
+    let feedback = received[1].last_user_text().unwrap_or_default();
+    assert!(
+        feedback.contains("refused to end the task") && feedback.contains("fixed.txt is missing"),
+        "{feedback}"
+    );
+    let id = task_of(&out);
+    let verdicts: Vec<Value> = env
+        .events(id)
+        .into_iter()
+        .filter(|e| e["kind"] == "hook")
+        .map(|e| e["data"]["verdict"].clone())
+        .collect();
+    assert_eq!(verdicts, [json!("block"), json!("continue")]);
+}
+
+/// A JSON `ask` makes a durable approval. The daemon is killed while the call waits: after the
+/// restart and the person's approval the call runs, and the hook ran once in all.
+#[test]
+fn an_ask_from_a_hook_waits_for_a_person_across_a_kill_and_the_hook_runs_once() {
+    require(Program::Bubblewrap);
+    let dir = scripts();
+    let ask = script(
+        dir.path(),
+        "ask.sh",
+        "#!/bin/sh\necho run >> .hook-runs\necho '{\"hookSpecificOutput\": {\"hookEventName\": \"PreToolUse\", \"permissionDecision\": \"ask\", \"permissionDecisionReason\": \"writes to the release notes need a person\"}}'\n",
+    );
+    let env = Env::sqlite();
+    configure(
+        &env,
+        &format!(
+            "[[hooks.PreToolUse]]\nmatcher = \"Write\"\ncommand = \"{}\"\nwrite = true\n",
+            ask.display()
+        ),
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "write_file",
+                json!({"path": "RELEASE.md", "content": "v2\n"}),
+            )]),
+            _ => Reply::Text("Done.".into()),
+        });
+    let created = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "notes",
+        "--prompt",
+        "Write the release notes.",
+        "--workspace",
+        ws.path().to_str().unwrap(),
+        "--model",
+        "scripted",
+        "--base-url",
+        &model.base_url(),
+        "--policy",
+        r#"{"default": "allow"}"#,
+        "--gate",
+        "test -f RELEASE.md",
+        "--json",
+    ]);
+    let id = created["id"].as_i64().unwrap();
+    let lease = ["--lease-seconds", "2"];
+    let serve = env.serve(&lease);
+    let start = Instant::now();
+    let approval = loop {
+        let listed = env.json(&["approval", "list", "--json"]);
+        if let Some(first) = listed.as_array().and_then(|a| a.first()) {
+            break first.clone();
+        }
+        assert!(start.elapsed() < PATIENCE, "no approval: {}", serve.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        approval["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("writes to the release notes need a person")),
+        "{approval}"
+    );
+    serve.signal(Signal::SIGKILL);
+    drop(serve);
+    assert!(!ws.path().join("RELEASE.md").exists());
+    let _serve = env.serve(&lease);
+    let decided = env.run(&["approval", "approve", &approval["id"].to_string()]);
+    assert!(
+        decided.status.success(),
+        "{}",
+        String::from_utf8_lossy(&decided.stderr)
+    );
+    let task = env.wait_finished(id);
+    assert_eq!(task["state"], "succeeded", "{task}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("RELEASE.md")).unwrap(),
+        "v2\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join(".hook-runs")).unwrap(),
+        "run\n",
+        "the hook ran once; its decision was replayed after the kill"
+    );
+}
+
+fn system_message(model: &ScriptedModel) -> String {
+    model.received()[0].messages()[0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn agents_md_from_the_root_to_the_workspace_opens_the_conversation() {
+    let env = Env::sqlite();
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::create_dir(repo.path().join(".git")).unwrap();
+    std::fs::create_dir_all(repo.path().join("crates/app")).unwrap();
+    std::fs::write(
+        repo.path().join("AGENTS.md"),
+        "Run `make check` before you finish.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        repo.path().join("crates/app/AGENTS.md"),
+        "In this crate, tests live in tests/.\n",
+    )
+    .unwrap();
+    let answer = |_: &Request| Reply::Text("Done.".into());
+    let model = ScriptedModel::start_blocking(answer);
+    let out = run(&env, &model, &repo.path().join("crates/app"), "true");
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let system = system_message(&model);
+    let root = system
+        .find("Run `make check`")
+        .expect("the root's instructions");
+    let near = system
+        .find("tests live in tests/")
+        .expect("the nearest instructions");
+    assert!(root < near, "the nearest come last: {system}");
+    assert!(system.contains("cannot widen what you may do"), "{system}");
+    let id = task_of(&out);
+    let read = env.run(&["task", "read", &id.to_string()]);
+    let read = String::from_utf8_lossy(&read.stdout);
+    assert!(
+        read.contains("AGENTS.md") && read.contains("crates/app/AGENTS.md"),
+        "{read}"
+    );
+
+    // Without any, the first request is what it was before instructions existed: the same as
+    // with instructions turned off.
+    let plain = tempfile::tempdir().unwrap();
+    let first = ScriptedModel::start_blocking(answer);
+    let out = run(&env, &first, plain.path(), "true");
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let off = Env::sqlite();
+    configure(&off, "[instructions]\nfiles = []\n");
+    let second = ScriptedModel::start_blocking(answer);
+    let out = run(&off, &second, plain.path(), "true");
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(system_message(&first), system_message(&second));
+    assert!(!system_message(&first).contains("Repository instructions"));
+}
