@@ -14,6 +14,7 @@ mod doctor;
 mod env;
 mod follow;
 mod github;
+mod hooks;
 mod man;
 mod mcp;
 mod mcp_servers;
@@ -147,6 +148,9 @@ pub enum Command {
     /// Check the setup: config, store, sandbox, git, model server, GitHub, MCP and language
     /// servers, each with its fix.
     Doctor(doctor::DoctorArgs),
+    /// The person's hooks: list them, or feed one step's hooks a sample input (docs/hooks.md).
+    #[command(subcommand)]
+    Hooks(hooks::HooksCommand),
     /// This machine's cache of prepared repository environments (what setup phases left):
     /// list, show, drop.
     #[command(subcommand)]
@@ -180,6 +184,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Man(args) => man::run(&args),
         Command::Doctor(args) => doctor::run(&global, args).await,
         Command::Env(command) => env::run(&global, command).await,
+        Command::Hooks(command) => hooks::run(&global, command).await,
         Command::Notify(command) => notify::run(&global, command).await,
         Command::Status(args) => status::run(&global, args).await,
         Command::Demo(args) => demo::run(&global, args).await,

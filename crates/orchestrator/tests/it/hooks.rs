@@ -365,3 +365,99 @@ fn agents_md_from_the_root_to_the_workspace_opens_the_conversation() {
     assert_eq!(system_message(&first), system_message(&second));
     assert!(!system_message(&first).contains("Repository instructions"));
 }
+
+/// The blocks of a fenced kind in docs/hooks.md, in order.
+fn doc_blocks(kind: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/hooks.md"))
+        .unwrap();
+    let fence = format!("```{kind}\n");
+    let mut blocks = Vec::new();
+    let mut rest = doc.as_str();
+    while let Some(start) = rest.find(&fence) {
+        let body = &rest[start + fence.len()..];
+        let end = body.find("```").unwrap();
+        blocks.push(body[..end].to_owned());
+        rest = &body[end..];
+    }
+    blocks
+}
+
+/// docs/hooks.md as written: its config loads, its script is the Claude Code script above, and
+/// its `hooks test` commands give the decisions the page promises (the script at the path the
+/// config names is put in a directory of the test's).
+#[test]
+fn the_hooks_page_runs_as_written() {
+    require(Program::Bubblewrap);
+    require(Program::Python3);
+    let env = Env::sqlite();
+    let toml = doc_blocks("toml");
+    let config = &toml[1];
+    let python = &doc_blocks("python")[0];
+    assert_eq!(
+        python.as_str(),
+        BLOCK_RM,
+        "the page's script is the one tested above"
+    );
+    let dir = scripts();
+    let hook = script(dir.path(), "block_rm.py", python);
+    configure(
+        &env,
+        &format!("{}\n{config}", toml[0]).replace(
+            "/etc/orchestrator/hooks/block_rm.py",
+            hook.to_str().unwrap(),
+        ),
+    );
+    let listed = env.run(&["hooks", "list"]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("PreToolUse") && listed.contains("Edit|Write"),
+        "{listed}"
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let commands: Vec<Vec<String>> = doc_blocks("sh")[0]
+        .lines()
+        .filter(|l| l.starts_with("orchestrator hooks test"))
+        .map(|l| shell_words(l.trim_start_matches("orchestrator ")))
+        .collect();
+    assert_eq!(commands.len(), 2);
+    let mut codes = Vec::new();
+    for args in &commands {
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.extend(["--workspace", ws.path().to_str().unwrap()]);
+        let out = env.run(&args);
+        codes.push(out.status.code());
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.code() == Some(2) {
+            assert!(text.contains("block: Refusing rm -rf"), "{text}");
+        } else {
+            assert!(
+                text.contains(": continue"),
+                "{text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    assert_eq!(codes, [Some(2), Some(0)]);
+}
+
+/// Splits a command line of single-quoted words, as the page writes them.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '\'' => quoted = !quoted,
+            ' ' if !quoted => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
