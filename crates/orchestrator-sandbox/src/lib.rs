@@ -174,6 +174,24 @@ impl Sandbox {
         }
     }
 
+    /// This sandbox with `dirs` writable in every jail it makes, besides each jail's workspace:
+    /// for a jail of the daemon's own work on a directory jails never see otherwise (an entry of
+    /// the environments cache, copied to or from a workspace).
+    pub fn with_writable_roots(&self, dirs: &[PathBuf]) -> Self {
+        let mut settings = self.inner.settings.clone();
+        settings
+            .writable_roots
+            .extend(dirs.iter().map(|d| canonical(d)));
+        Sandbox {
+            inner: Arc::new(Inner {
+                settings,
+                availability: self.inner.availability.clone(),
+                ledger: self.inner.ledger.clone(),
+                bridge: self.inner.bridge.clone(),
+            }),
+        }
+    }
+
     pub fn with_ledger(&self, ledger: GroupLedger) -> Self {
         // A daemon that keeps a ledger is the one that ends what a killed one left running; the
         // private temporary directories such a daemon left behind go with it.

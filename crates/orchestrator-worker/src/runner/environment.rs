@@ -25,13 +25,19 @@ fn model_keys(ctx: &RunContext, task: &Task) -> Vec<String> {
         .collect()
 }
 
-/// A jail with no network and no secret, for packing and unpacking an entry's files.
+/// A jail with no network and no secret, for copying an entry's files to or from the
+/// workspace: it sees `entry` (an entry's `files/`, hidden from every other jail) too.
 fn quiet_jail(
     ctx: &RunContext,
     task: &Task,
     workspace: &Path,
+    entry: Option<&Path>,
 ) -> Result<orchestrator_sandbox::Jail, String> {
-    ctx.sandbox
+    let sandbox = match entry {
+        Some(dir) => ctx.sandbox.with_writable_roots(&[dir.to_owned()]),
+        None => ctx.sandbox.clone(),
+    };
+    sandbox
         .agent_jail(orchestrator_sandbox::Confinement {
             mode: orchestrator_sandbox::SandboxMode::WorkspaceWrite,
             network: false,
@@ -213,14 +219,13 @@ async fn reuse(
     workspace: &Path,
     files: &Path,
 ) -> Result<(), String> {
-    let file = std::fs::File::open(files).map_err(|e| e.to_string())?;
-    let jail = quiet_jail(ctx, task, workspace)?;
-    env::unpack(&jail, workspace, file).await
+    let jail = quiet_jail(ctx, task, workspace, Some(files))?;
+    env::unpack(&jail, workspace, files).await
 }
 
 /// Removes what a failed unpacking left: every file git does not track.
 async fn clean_untracked(ctx: &RunContext, task: &Task, workspace: &Path) -> Result<(), String> {
-    let jail = quiet_jail(ctx, task, workspace)?;
+    let jail = quiet_jail(ctx, task, workspace, None)?;
     let mut process = jail
         .spawn(orchestrator_sandbox::Spawn::shell(
             "git -c core.fsmonitor=false -c core.hooksPath=/dev/null clean -ffdxq",
@@ -323,9 +328,9 @@ async fn cache(
     setup_ms: i64,
 ) -> Result<u64, String> {
     let partial = Partial::new(root, key).map_err(|e| e.to_string())?;
-    let file = partial.files().map_err(|e| e.to_string())?;
-    let jail = quiet_jail(ctx, task, workspace)?;
-    env::pack(&jail, workspace, file).await?;
+    let files = partial.files();
+    let jail = quiet_jail(ctx, task, workspace, Some(&files))?;
+    env::pack(&jail, workspace, &files).await?;
     let now = now_millis();
     let entry = env::Entry {
         key: key.to_owned(),

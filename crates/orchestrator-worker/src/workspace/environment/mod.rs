@@ -17,12 +17,13 @@
 //! What an entry holds is the files git does not track (ignored or not) that the workspace has
 //! once setup ended: `target/`, `node_modules/`, `.venv`, and the environment's own cache
 //! directories under [`STATE_DIR`] (`CARGO_HOME`, the pip and npm caches), which every jail of
-//! the task points at (see [`vars`]). They are packed by `tar` inside a jail with no network and
-//! no secret, writing to a file the daemon opened, and unpacked the same way from it: the
-//! daemon never reads a path an agent's setup wrote. An entry is data the repository's code
-//! made, as hostile as the workspace; it is never the daemon's own file.
+//! the task points at (see [`vars`]). They are copied into the entry's `files/` inside a jail
+//! with no network and no secret that sees the workspace and that directory, and copied back
+//! the same way with `cp --reflink=auto` (copy-on-write where the filesystem has it: btrfs, XFS;
+//! a copy elsewhere): the daemon never reads a path an agent's setup wrote. An entry is data the
+//! repository's code made, as hostile as the workspace; it is never the daemon's own file.
 //!
-//! Entries live under `<workspaces dir>/.environments/<key>/` (`files.tar`, `entry.json`), one
+//! Entries live under `<workspaces dir>/.environments/<key>/` (`files/`, `entry.json`), one
 //! per key and never shared between keys; a new entry is made under a `.partial-*` name and
 //! renamed into place, so a killed daemon leaves no half entry under a key. When they outgrow
 //! the cache's budget the least recently used go first.
@@ -41,8 +42,8 @@ use std::path::{Path, PathBuf};
 pub const STATE_DIR: &str = ".orchestrator-env";
 /// The directory of the workspaces directory that holds the cache.
 pub const CACHE_DIR: &str = ".environments";
-/// An entry's packed files and its description.
-const FILES: &str = "files.tar";
+/// An entry's files and its description.
+const FILES: &str = "files";
 const ENTRY: &str = "entry.json";
 
 /// Where this machine's entries are.
@@ -77,7 +78,7 @@ pub struct Entry {
     pub setup: Vec<String>,
     pub made_at: i64,
     pub last_used: i64,
-    /// The size of its packed files.
+    /// The size of its files.
     pub bytes: u64,
     /// How long setup took when it was made.
     pub setup_ms: i64,
@@ -180,7 +181,7 @@ fn read_entry(dir: &Path) -> Option<Entry> {
     (dir.file_name()? == entry.key.as_str()).then_some(entry)
 }
 
-/// The entry of `key`, when the cache holds one, with the path of its packed files.
+/// The entry of `key`, when the cache holds one, with the directory of its files.
 pub fn find(root: &Path, key: &str) -> Option<(Entry, PathBuf)> {
     if !valid_key(key) {
         return None;
@@ -221,7 +222,7 @@ fn write_entry(dir: &Path, entry: &Entry) -> std::io::Result<()> {
     std::fs::rename(&scratch, dir.join(ENTRY))
 }
 
-/// A new entry being made: its packed files are written to [`Partial::files`], then
+/// A new entry being made: its files are copied into [`Partial::files`], then
 /// [`Partial::commit`] puts it in place under its key.
 pub struct Partial {
     dir: PathBuf,
@@ -241,24 +242,22 @@ impl Partial {
             std::process::id()
         ));
         std::fs::create_dir(&dir)?;
+        std::fs::create_dir(dir.join(FILES))?;
         Ok(Partial {
             dir,
             root: root.to_owned(),
         })
     }
 
-    /// The file the packed files go to, opened for writing.
-    pub fn files(&self) -> std::io::Result<std::fs::File> {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(self.dir.join(FILES))
+    /// The directory the files go to.
+    pub fn files(&self) -> PathBuf {
+        self.dir.join(FILES)
     }
 
-    /// Describes the entry and puts it in place. `false` when another task made the same key
-    /// first: this one is removed and that one kept.
+    /// Describes the entry (its size measured without following a link) and puts it in place.
+    /// `false` when another task made the same key first: this one is removed and that one kept.
     pub fn commit(self, mut entry: Entry) -> std::io::Result<bool> {
-        entry.bytes = std::fs::metadata(self.dir.join(FILES))?.len();
+        entry.bytes = super::budget::usage(&[self.dir.join(FILES)]);
         write_entry(&self.dir, &entry)?;
         let target = self.root.join(&entry.key);
         if target.exists() {
@@ -361,7 +360,7 @@ mod tests {
 
     fn made(root: &Path, key: &str, last_used: i64, size: usize) {
         let partial = Partial::new(root, key).unwrap();
-        std::io::Write::write_all(&mut partial.files().unwrap(), &vec![0u8; size]).unwrap();
+        std::fs::write(partial.files().join("blob"), vec![0u8; size]).unwrap();
         assert!(partial.commit(entry(key, last_used, 0)).unwrap());
     }
 
@@ -383,7 +382,6 @@ mod tests {
         assert!(find(&root, "../cc").is_none());
         // A second entry under a taken key is not put in place, and leaves nothing behind.
         let late = Partial::new(&root, "aa").unwrap();
-        late.files().unwrap();
         assert!(!late.commit(entry("aa", 99, 0)).unwrap());
         assert_eq!(std::fs::read_dir(&root).unwrap().count(), 3);
 

@@ -140,41 +140,35 @@ fn redact_log(output: &mut GateOutput, secrets: &[String]) {
         String::from_utf8_lossy(&gate::live::redact_all(summary.as_bytes(), &values)).into_owned();
 }
 
-/// How long packing or unpacking an entry may take.
+/// How long copying an entry's files may take.
 const PACK_TIMEOUT: Duration = Duration::from_secs(1800);
 
-/// Packs the files git does not track in `workspace` into `into` (a file the daemon opened),
-/// by `git ls-files` and `tar` inside `jail` (no network, no secret).
-pub async fn pack(jail: &Jail, workspace: &Path, into: std::fs::File) -> Result<(), String> {
-    let script = "git -c core.fsmonitor=false -c core.hooksPath=/dev/null ls-files -z --others \
-                  > \"$TMPDIR/orchestrator-env-files\" && tar --null --no-recursion \
-                  -T \"$TMPDIR/orchestrator-env-files\" -cf -";
-    in_jail(jail, workspace, script, Io::Null, Io::Fd(into.into())).await
+/// Copies the files git does not track in `workspace` into `into` (an entry's `files/`), by
+/// `git ls-files` and `tar` inside `jail`, which must see `into` writable (no network, no
+/// secret).
+pub async fn pack(jail: &Jail, workspace: &Path, into: &Path) -> Result<(), String> {
+    let script = "set -o pipefail; git -c core.fsmonitor=false -c core.hooksPath=/dev/null \
+                  ls-files -z --others > \"$TMPDIR/orchestrator-env-files\" && tar --null \
+                  --no-recursion -T \"$TMPDIR/orchestrator-env-files\" -cf - \
+                  | tar -xf - -C \"$ORCHESTRATOR_ENV_DIR\"";
+    in_jail(jail, workspace, script, into).await
 }
 
-/// Unpacks an entry's files (`from`, a file the daemon opened) into `workspace` by `tar` inside
-/// `jail`.
-pub async fn unpack(jail: &Jail, workspace: &Path, from: std::fs::File) -> Result<(), String> {
+/// Copies an entry's files (`from`, its `files/`) into `workspace` inside `jail`, which must
+/// see `from`: with `cp --reflink=auto`, copy-on-write where the filesystem has it.
+pub async fn unpack(jail: &Jail, workspace: &Path, from: &Path) -> Result<(), String> {
     in_jail(
         jail,
         workspace,
-        "tar --no-same-owner -xf -",
-        Io::Fd(from.into()),
-        Io::Null,
+        "cp -a --reflink=auto -- \"$ORCHESTRATOR_ENV_DIR\"/. ./",
+        from,
     )
     .await
 }
 
-async fn in_jail(
-    jail: &Jail,
-    workspace: &Path,
-    script: &str,
-    stdin: Io,
-    stdout: Io,
-) -> Result<(), String> {
-    let spawn = Spawn::shell(script, workspace, false)
-        .stdin(stdin)
-        .stdout(stdout)
+async fn in_jail(jail: &Jail, workspace: &Path, script: &str, dir: &Path) -> Result<(), String> {
+    let spawn = Spawn::shell(script, workspace, true)
+        .env("ORCHESTRATOR_ENV_DIR", dir)
         .stderr(Io::Piped);
     let mut process = jail.spawn(spawn).await.map_err(|e| e.to_string())?;
     let mut stderr = process.stderr.take();
