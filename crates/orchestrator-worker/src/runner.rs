@@ -646,8 +646,16 @@ async fn prepare_repository(
             return Ok((prepared, None));
         }
         // Found here: used only when its files are the task's latest checkpoint's (the task may
-        // have run on another machine since this one last held it); else it is made again.
-        match found_is_current(&ctx.store, task.id, &prepared).await {
+        // have run on another machine since this one last held it), and its environment was
+        // made (a setup that failed or was cut short leaves a workspace that looks clean); else
+        // it is made again.
+        let current = match found_is_current(&ctx.store, task.id, &prepared).await {
+            Ok(()) if repository.environment.is_some() => {
+                environment::ready_in(&ctx.store, task.id, &prepared.path).await
+            }
+            other => other,
+        };
+        match current {
             Ok(()) => Ok((prepared, None)),
             Err(reason) => {
                 tracing::info!(task = %task.id, %reason, "the workspace found is made again");

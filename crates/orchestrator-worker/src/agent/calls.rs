@@ -34,7 +34,7 @@ const QUIET_START: std::time::Duration = std::time::Duration::from_millis(50);
 pub(crate) enum CallEnd {
     /// The call has its result message, the model tokens it spent (llm_query_batched), and the
     /// paths it says it wrote (a file tool's `wrote_paths`; `None` when it does not say).
-    Answered(ChatMessage, Option<Usage>, Option<Vec<String>>),
+    Answered(ChatMessage, Option<Usage>, Option<Vec<String>>, bool),
     /// The call waits on a person.
     Paused,
     /// The attempt was stopped while the call ran; its row stays `started` (a quick read-only
@@ -95,7 +95,7 @@ pub(crate) async fn run_call(
                 },
             )
             .await?;
-        return Ok(CallEnd::Answered(message, None, None));
+        return Ok(CallEnd::Answered(message, None, None, false));
     }
 
     // The person's PreToolUse hooks: they may block the call, hand it to a person, or change
@@ -107,6 +107,8 @@ pub(crate) async fn run_call(
         workspace: Path::new(&workspace),
     };
     let mut arguments = call.arguments.clone();
+    let mut hooks_wrote = false;
+    let mut pre_context: Vec<String> = Vec::new();
     if step.any(HookEvent::PreToolUse, Some(&call.name)) {
         let decision = step
             .run(
@@ -121,8 +123,10 @@ pub(crate) async fn run_call(
             )
             .await?;
         if let Some(updated) = &decision.updated_input {
-            arguments = updated.to_string();
+            arguments = from_hook_input(updated, &workspace).to_string();
         }
+        hooks_wrote |= decision.wrote;
+        pre_context = decision.context.clone();
         let refusal = match decision.verdict {
             Some(Verdict::Block) => Some(format!(
                 "Blocked by a PreToolUse hook of the person's config: {}",
@@ -146,7 +150,13 @@ pub(crate) async fn run_call(
                     )
                     .await
                 {
-                    Answer::Approved => None,
+                    Answer::Approved => {
+                        // The person approved this call: the policy's own ask, if it has one,
+                        // is answered by the same approval (its arguments are the call's after
+                        // validation, which may spell them otherwise).
+                        session.approved_by_person(&call.id);
+                        None
+                    }
                     Answer::Pending => {
                         if record.is_none() {
                             store
@@ -204,7 +214,7 @@ pub(crate) async fn run_call(
                     },
                 )
                 .await?;
-            return Ok(CallEnd::Answered(message, None, None));
+            return Ok(CallEnd::Answered(message, None, None, hooks_wrote));
         }
     }
 
@@ -289,6 +299,7 @@ pub(crate) async fn run_call(
                 }),
             )
             .await?;
+        hooks_wrote |= decision.wrote;
         if decision.blocked() {
             text.push_str(&format!(
                 "\n\nA PostToolUse hook of the person's config says: {}",
@@ -298,6 +309,9 @@ pub(crate) async fn run_call(
         for context in &decision.context {
             text.push_str(&format!("\n\n(From a PostToolUse hook:) {context}"));
         }
+    }
+    for context in &pre_context {
+        text.push_str(&format!("\n\n(From a PreToolUse hook:) {context}"));
     }
     let summary = summarize(&text);
     let artifact_id = match session.take_spill(&call.id) {
@@ -376,7 +390,10 @@ pub(crate) async fn run_call(
             },
         )
         .await?;
-    Ok(CallEnd::Answered(message, usage, wrote))
+    // A hook that may write the workspace ran: what it changed is the task's work too, and the
+    // next checkpoint reads the whole workspace rather than the paths the tool named.
+    let wrote = if hooks_wrote { None } else { wrote };
+    Ok(CallEnd::Answered(message, usage, wrote, hooks_wrote))
 }
 
 /// A call's arguments as a hook reads them as `tool_input`: the object the model wrote, with
@@ -394,6 +411,27 @@ fn hook_input(arguments: &str, workspace: &str) -> serde_json::Value {
     {
         let absolute = Path::new(workspace).join(&path);
         fields.insert("file_path".into(), absolute.display().to_string().into());
+    }
+    input
+}
+
+/// A hook's `updatedInput` as our tool reads it: the `file_path` [`hook_input`] added is dropped
+/// when it still names the same file, or becomes the workspace-relative `path` when the hook
+/// changed it.
+fn from_hook_input(updated: &serde_json::Value, workspace: &str) -> serde_json::Value {
+    let mut input = updated.clone();
+    if let Some(fields) = input.as_object_mut()
+        && let Some(file) = fields.remove("file_path")
+        && let Some(file) = file.as_str()
+    {
+        let relative = Path::new(file)
+            .strip_prefix(workspace)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| file.to_owned());
+        let same = fields.get("path").and_then(|p| p.as_str()) == Some(relative.as_str());
+        if !same {
+            fields.insert("path".into(), relative.into());
+        }
     }
     input
 }

@@ -52,6 +52,8 @@ pub(crate) struct Session {
     pub stop: CancellationToken,
     pause: Mutex<Option<Pause>>,
     spills: Mutex<HashMap<String, String>>,
+    /// Calls a person approved through a hook's `ask`, in this attempt.
+    person_approved: Mutex<std::collections::HashSet<String>>,
     /// Background shell jobs of this attempt, by id, with their stop switches.
     pub jobs: Mutex<HashMap<i64, JobHandle>>,
     /// How full the context window is, as the loop saw it before the current calls, for
@@ -87,6 +89,7 @@ impl Session {
             stop,
             pause: Mutex::new(None),
             spills: Mutex::new(HashMap::new()),
+            person_approved: Mutex::default(),
             jobs: Mutex::new(HashMap::new()),
             context: Mutex::new(Value::Null),
         }
@@ -126,6 +129,16 @@ impl Session {
     }
 
     /// Takes the full output a call spilled, to keep it as an artifact.
+    /// Notes that a person approved call `call_id` (a hook's `ask`): the policy's own ask for
+    /// the same call is answered by it.
+    pub fn approved_by_person(&self, call_id: &str) {
+        lock(&self.person_approved).insert(call_id.to_owned());
+    }
+
+    fn was_approved_by_person(&self, call_id: &str) -> bool {
+        lock(&self.person_approved).contains(call_id)
+    }
+
     pub fn take_spill(&self, call_id: &str) -> Option<String> {
         lock(&self.spills).remove(call_id)
     }
@@ -218,6 +231,9 @@ pub(crate) struct CallApprover {
 impl Approver for CallApprover {
     fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, ApprovalAnswer> {
         Box::pin(async move {
+            if self.session.was_approved_by_person(&self.call_id) {
+                return ApprovalAnswer::Approved;
+            }
             let answer = self
                 .session
                 .ask(

@@ -515,7 +515,7 @@ impl Agent<'_> {
             let results = futures_util::future::join_all(group).await;
             for (result, (_, call)) in results.into_iter().zip(&calls[i..j]) {
                 match result? {
-                    calls::CallEnd::Answered(message, usage, wrote) => {
+                    calls::CallEnd::Answered(message, usage, wrote, hooks_wrote) => {
                         // What the next checkpoint reads: the paths a file tool says it wrote,
                         // or the whole workspace after any other call that may change files (a
                         // turn of read-only calls costs nothing).
@@ -524,7 +524,9 @@ impl Agent<'_> {
                                 Some(paths) if self.registry.may_change_files(&call.name) => {
                                     saver.wrote(paths);
                                 }
-                                _ if !self.registry.is_read_only(&call.name) => saver.touched(),
+                                _ if !self.registry.is_read_only(&call.name) || hooks_wrote => {
+                                    saver.touched()
+                                }
                                 _ => {}
                             }
                         }

@@ -225,6 +225,50 @@ pub fn redact_all(bytes: &[u8], values: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
+/// `captured` with every value written as [`REDACTED`], also one that straddles the head and the
+/// tail: kept whole (nothing cut) they are redacted as one text; with bytes cut between them, a
+/// head that ends with the start of a value and a tail that starts with the end of one lose
+/// those pieces too.
+pub fn redact_captured(captured: &mut orchestrator_types::Captured, values: &[Vec<u8>]) {
+    if values.is_empty() {
+        return;
+    }
+    if captured.cut == 0 {
+        let mut whole = std::mem::take(&mut captured.head);
+        whole.extend(std::mem::take(&mut captured.tail));
+        captured.head = redact_all(&whole, values);
+        return;
+    }
+    let mut head = redact_all(&captured.head, values);
+    let mut tail = redact_all(&captured.tail, values);
+    let end = values
+        .iter()
+        .map(|v| partial_suffix(&head, v))
+        .max()
+        .unwrap_or(0);
+    if end > 0 {
+        head.truncate(head.len() - end);
+        head.extend_from_slice(REDACTED);
+    }
+    let start = values
+        .iter()
+        .map(|v| {
+            (1..v.len().min(tail.len() + 1))
+                .rev()
+                .find(|n| tail.starts_with(&v[v.len() - n..]))
+                .unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0);
+    if start > 0 {
+        let mut fresh = REDACTED.to_vec();
+        fresh.extend_from_slice(&tail[start..]);
+        tail = fresh;
+    }
+    captured.head = head;
+    captured.tail = tail;
+}
+
 /// The length of the longest end of `bytes` that is a proper start of `value`.
 fn partial_suffix(bytes: &[u8], value: &[u8]) -> usize {
     (1..value.len().min(bytes.len() + 1))
@@ -490,6 +534,28 @@ async fn record_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A secret kept whole or cut between a capture's head and tail is never in it as it is.
+    #[test]
+    fn a_captured_log_never_keeps_a_secret_across_its_halves() {
+        let values = vec![b"s3cr3t-value".to_vec()];
+        let mut whole = orchestrator_types::Captured {
+            head: b"token=s3cr3t".to_vec(),
+            tail: b"-value; done".to_vec(),
+            cut: 0,
+        };
+        redact_captured(&mut whole, &values);
+        assert_eq!(whole.head, b"token=[redacted]; done");
+        assert!(whole.tail.is_empty());
+        let mut cut = orchestrator_types::Captured {
+            head: b"token=s3cr".to_vec(),
+            tail: b"t-value; done".to_vec(),
+            cut: 100,
+        };
+        redact_captured(&mut cut, &values);
+        assert_eq!(cut.head, b"token=[redacted]");
+        assert_eq!(cut.tail, b"[redacted]; done");
+    }
 
     /// A secret is never written as it is, whole in one read or split across several, and
     /// everything else arrives unchanged and in order.

@@ -240,7 +240,6 @@ fn trim_schema(schema: &mut Value) {
     }
 }
 
-/// A rough count of the tokens in `bytes` of JSON text, for servers that report no usage and for
 /// Whether a daemon says it holds the key variable `name` (when set in its environment): the
 /// variable its config's model names (`configured`), or any with a secret's name (`*_KEY`,
 /// `*_TOKEN`, ...) but the orchestrator's own settings (`ORCHESTRATOR_HOME`, its database URL),
@@ -255,6 +254,7 @@ pub fn announced_key(name: &str, configured: Option<&str>) -> bool {
                 && orchestrator_sandbox::is_secret_name(name, &[])))
 }
 
+/// A rough count of the tokens in `bytes` of JSON text, for servers that report no usage and for
 /// sizing what a request carries: four bytes to a token, the usual ratio for English and code.
 pub fn estimate_tokens(bytes: usize) -> u64 {
     bytes.div_ceil(4) as u64

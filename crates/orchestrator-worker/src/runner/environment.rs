@@ -51,6 +51,31 @@ fn quiet_jail(
         .map_err(|e| e.to_string())
 }
 
+/// Whether the workspace at `path` got its environment (made, reused or maintained there): a
+/// workspace found on disk without one had its setup fail or cut short, and is made again.
+pub(super) async fn ready_in(
+    store: &orchestrator_store::Store,
+    task: orchestrator_types::TaskId,
+    path: &Path,
+) -> Result<(), String> {
+    let events = with_retries(|| store.events_of_kind(task, EventKind::Environment))
+        .await
+        .map_err(|e| format!("the task's environment cannot be read: {e}"))?;
+    let here = path.display().to_string();
+    let ready = events.iter().any(|e| {
+        e.data["workspace"] == here.as_str()
+            && matches!(
+                e.data["how"].as_str(),
+                Some("made" | "reused" | "maintained")
+            )
+    });
+    if ready {
+        Ok(())
+    } else {
+        Err("its environment was never made (setup failed or was cut short)".into())
+    }
+}
+
 /// Gives the freshly made `workspace` the environment `spec` describes. `Err` carries how the
 /// attempt ends: a failing setup or maintenance fails it as the environment's failure (retried
 /// like any failure while attempts are left), with each command's log as an artifact.
@@ -114,6 +139,7 @@ pub(super) async fn prepare(
                             ctx,
                             task,
                             lease,
+                            workspace,
                             &key,
                             format!("maintenance {}", failure.describe()),
                             &artifacts,
@@ -122,7 +148,12 @@ pub(super) async fn prepare(
                         .await);
                     }
                 }
-                let _ = env::touch(&root, &key, maintain.map(|_| commit.as_str()));
+                if let Err(e) = keep_out_of_diff(ctx, task, workspace).await {
+                    tracing::warn!(task = %task.id, error = %e, "the environment's files could not be kept out of the diff");
+                }
+                // The entry keeps the commit it was made at: the next task at a newer commit
+                // runs maintenance on it again, rather than finding it stale.
+                let _ = env::touch(&root, &key);
                 let how = if maintain.is_some() {
                     "maintained"
                 } else {
@@ -131,6 +162,7 @@ pub(super) async fn prepare(
                 record(
                     ctx,
                     lease,
+                    workspace,
                     json!({
                         "how": how,
                         "key": key,
@@ -174,12 +206,16 @@ pub(super) async fn prepare(
             ctx,
             task,
             lease,
+            workspace,
             &key,
             format!("setup {}", failure.describe()),
             &artifacts,
             stop,
         )
         .await);
+    }
+    if let Err(e) = keep_out_of_diff(ctx, task, workspace).await {
+        tracing::warn!(task = %task.id, error = %e, "the environment's files could not be kept out of the diff");
     }
     let bytes = match cache(ctx, task, workspace, &root, &key, &commit, spec, setup_ms).await {
         Ok(bytes) => {
@@ -201,6 +237,7 @@ pub(super) async fn prepare(
     record(
         ctx,
         lease,
+        workspace,
         json!({
             "how": "made",
             "key": key,
@@ -211,6 +248,14 @@ pub(super) async fn prepare(
         }),
     )
     .await
+}
+
+/// Keeps the files setup left outside every ignore rule out of the task's diff (git lists them
+/// in a jail; the daemon writes their escaped names into `.git/info/exclude`).
+async fn keep_out_of_diff(ctx: &RunContext, task: &Task, workspace: &Path) -> Result<(), String> {
+    let jail = quiet_jail(ctx, task, workspace, None)?;
+    let paths = env::unignored(&jail, workspace).await?;
+    env::exclude_paths(workspace, &paths).map_err(|e| e.to_string())
 }
 
 async fn reuse(
@@ -354,8 +399,12 @@ async fn cache(
 async fn record(
     ctx: &RunContext,
     lease: &Lease,
-    data: serde_json::Value,
+    workspace: &Path,
+    mut data: serde_json::Value,
 ) -> Result<(), crate::Result<AttemptEnd>> {
+    if let Some(fields) = data.as_object_mut() {
+        fields.insert("workspace".into(), workspace.display().to_string().into());
+    }
     let recorded = with_retries(|| {
         ctx.store
             .append_event(lease, EventKind::Environment, data.clone())
@@ -366,10 +415,12 @@ async fn record(
 
 /// Records the environment's failure and says how the attempt ends: stopped as its stop says,
 /// else retried like any failure while attempts are left.
+#[allow(clippy::too_many_arguments)] // private: the failure's parts, named
 async fn environment_failed(
     ctx: &RunContext,
     task: &Task,
     lease: &Lease,
+    workspace: &Path,
     key: &str,
     what: String,
     artifacts: &[i64],
@@ -390,6 +441,7 @@ async fn environment_failed(
     if let Err(end) = record(
         ctx,
         lease,
+        workspace,
         json!({ "how": "failed", "key": key, "error": error, "artifacts": artifacts }),
     )
     .await

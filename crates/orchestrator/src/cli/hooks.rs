@@ -194,6 +194,7 @@ async fn test(
             &workspace,
             input.clone(),
             &secrets,
+            &[],
             Some(b""),
         )
         .await;

@@ -58,9 +58,11 @@ impl HookStep<'_> {
             .collect();
         let mut transcript: Option<Vec<u8>> = None;
         for (index, spec) in hooks {
+            // The same hook: its place and its command (a config changed between attempts, or
+            // another machine's, runs its own hook rather than replaying another's decision).
             let (verdict, reason, updated, context) = match recorded
                 .iter()
-                .find(|d| d["hook"] == index)
+                .find(|d| d["hook"] == index && d["command"] == spec.command.as_str())
             {
                 Some(data) => (
                     serde_json::from_value(data["verdict"].clone()).unwrap_or(Verdict::Continue),
@@ -101,15 +103,30 @@ impl HookStep<'_> {
                             target.insert("tool_input".into(), updated.clone());
                         }
                     }
+                    // A task with an environment: its hooks find its caches as its agent does.
+                    let vars = match self
+                        .session
+                        .task
+                        .repository
+                        .as_ref()
+                        .and_then(|r| r.environment.as_ref())
+                    {
+                        Some(_) => crate::workspace::environment::vars(self.workspace),
+                        None => Vec::new(),
+                    };
                     let result = run_hook(
                         &self.ctx.sandbox,
                         spec,
                         self.workspace,
                         input,
                         &crate::containment::model_key_vars(&self.session.task, &self.ctx.agent),
+                        &vars,
                         transcript.as_deref(),
                     )
                     .await;
+                    if spec.write {
+                        decision.wrote = true;
+                    }
                     let (verdict, reason, updated, context) = interpret(event, spec, &result);
                     store
                         .append_event(
@@ -150,7 +167,8 @@ impl HookStep<'_> {
                 decision.verdict = Some(verdict);
                 decision.reason = reason.or(decision.reason.take());
             }
-            if verdict == Verdict::Block {
+            // A step that blocks stops at its first hook that blocks; the others run every hook.
+            if verdict == Verdict::Block && event.can_block() {
                 break;
             }
         }

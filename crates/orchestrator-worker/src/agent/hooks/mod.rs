@@ -78,6 +78,14 @@ impl HookEvent {
         matches!(self, HookEvent::PreToolUse)
     }
 
+    /// Whether a hook of this step can stop what it is about.
+    pub fn can_block(self) -> bool {
+        matches!(
+            self,
+            HookEvent::PreToolUse | HookEvent::PostToolUse | HookEvent::Stop
+        )
+    }
+
     fn about_tools(self) -> bool {
         matches!(self, HookEvent::PreToolUse | HookEvent::PostToolUse)
     }
@@ -307,6 +315,8 @@ pub struct Decision {
     pub updated_input: Option<serde_json::Value>,
     /// Text the hooks added for the model (`additionalContext`, SessionStart's output).
     pub context: Vec<String>,
+    /// A hook that may write the workspace ran (its changes are the task's work to save).
+    pub wrote: bool,
 }
 
 impl Decision {
@@ -362,7 +372,13 @@ pub fn interpret(
             let updated = specific.and_then(|s| s.get("updatedInput")).cloned();
             if json.get("continue").and_then(|v| v.as_bool()) == Some(false) {
                 let reason = text(json.get("stopReason")).or_else(|| text(json.get("reason")));
-                return (Verdict::Block, reason, None, context);
+                // Claude Code's "stop now": at Stop that is the answer accepted, not more work.
+                let verdict = if event == HookEvent::Stop {
+                    Verdict::Continue
+                } else {
+                    Verdict::Block
+                };
+                return (verdict, reason, None, context);
             }
             if let Some(permission) = specific
                 .and_then(|s| s.get("permissionDecision"))
@@ -497,6 +513,15 @@ mod tests {
         assert_eq!(
             (v, updated),
             (Verdict::Allow, Some(serde_json::json!({"command": "ls"})))
+        );
+        let halt = r#"{"continue": false, "stopReason": "enough"}"#;
+        assert_eq!(
+            interpret(HookEvent::Stop, &s, &result(Some(0), halt, "")).0,
+            Verdict::Continue
+        );
+        assert_eq!(
+            interpret(pre, &s, &result(Some(0), halt, "")).0,
+            Verdict::Block
         );
         let old = r#"{"decision": "block", "reason": "tests fail"}"#;
         assert_eq!(

@@ -30,6 +30,7 @@ pub async fn run_hook(
     workspace: &Path,
     mut input: serde_json::Value,
     secrets: &[String],
+    vars: &[(String, String)],
     transcript: Option<&[u8]>,
 ) -> HookResult {
     let started = Instant::now();
@@ -50,7 +51,7 @@ pub async fn run_hook(
         connections: None,
         env: spec.env.clone(),
         secrets: secrets.to_vec(),
-        vars: Vec::new(),
+        vars: vars.to_vec(),
         label: "hook".into(),
     }) {
         Ok(jail) => jail,
@@ -101,7 +102,29 @@ pub async fn run_hook(
         (process.wait().await, out, err)
     };
     let timeout = Duration::from_secs(spec.timeout);
-    match tokio::time::timeout(timeout, run).await {
+    let ended = tokio::time::timeout(timeout, run).await;
+    // The values of the variables the hook was given never leave it as they are: not in its
+    // event, not in a reason the model reads.
+    let values: Vec<Vec<u8>> = spec
+        .env
+        .iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .filter(|v| v.len() >= 4)
+        .map(String::into_bytes)
+        .collect();
+    let clean = |text: String| -> String {
+        if values.is_empty() {
+            text
+        } else {
+            String::from_utf8_lossy(&crate::gate::live::redact_all(text.as_bytes(), &values))
+                .into_owned()
+        }
+    };
+    let ended = match ended {
+        Ok((status, stdout, stderr)) => Ok((status, clean(stdout), clean(stderr))),
+        Err(e) => Err(e),
+    };
+    match ended {
         Ok((Ok(status), stdout, stderr)) => {
             use std::os::unix::process::ExitStatusExt;
             HookResult {

@@ -31,7 +31,8 @@
 mod setup;
 
 pub use setup::{
-    MAINTENANCE_KEY, SETUP_SOURCE, SetupCommands, SetupRun, pack, run_setup_commands, unpack,
+    MAINTENANCE_KEY, SETUP_SOURCE, SetupCommands, SetupRun, pack, run_setup_commands, unignored,
+    unpack,
 };
 
 use serde::{Deserialize, Serialize};
@@ -160,6 +161,42 @@ pub fn exclude_state_dir(workspace: &Path) -> std::io::Result<()> {
     writeln!(file, "/{STATE_DIR}/")
 }
 
+/// Adds `paths` (relative to the workspace, as git lists them) to the workspace's
+/// `.git/info/exclude`, each anchored and with the characters git's patterns give a meaning
+/// escaped, so that they name exactly those files. A name holding a line break cannot be
+/// written as a pattern and is left out.
+pub fn exclude_paths(workspace: &Path, paths: &[String]) -> std::io::Result<()> {
+    use std::io::Write;
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let exclude = workspace.join(".git").join("info").join("exclude");
+    if !std::fs::symlink_metadata(&exclude)?.is_file() {
+        return Err(std::io::Error::other(
+            "the workspace's .git/info/exclude is not a file",
+        ));
+    }
+    let mut text = String::from("# left by the environment's setup\n");
+    for path in paths.iter().filter(|p| !p.contains(['\n', '\r'])) {
+        text.push('/');
+        let trimmed = path.trim_end_matches(' ');
+        for c in trimmed.chars() {
+            if matches!(c, '\\' | '*' | '?' | '[') {
+                text.push('\\');
+            }
+            text.push(c);
+        }
+        for _ in 0..path.len() - trimmed.len() {
+            text.push_str("\\ ");
+        }
+        text.push('\n');
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&exclude)?
+        .write_all(text.as_bytes())
+}
+
 /// The entries of the cache, the most recently used first. Directories without a readable
 /// description (a half-made one of a killed daemon is named `.partial-*`) are left out.
 pub fn list(root: &Path) -> Vec<Entry> {
@@ -204,20 +241,21 @@ pub fn matching(root: &Path, prefix: &str) -> Vec<Entry> {
         .collect()
 }
 
-/// Records that the entry was used now (and, after maintenance, at which commit).
-pub fn touch(root: &Path, key: &str, commit: Option<&str>) -> std::io::Result<()> {
+/// Records that the entry was used now.
+pub fn touch(root: &Path, key: &str) -> std::io::Result<()> {
     let Some((mut entry, _)) = find(root, key) else {
         return Ok(());
     };
     entry.last_used = orchestrator_types::now_millis();
-    if let Some(commit) = commit {
-        entry.commit = commit.to_owned();
-    }
     write_entry(&root.join(key), &entry)
 }
 
+/// Writes `entry.json` whole: under a name of this write's own, then renamed into place, so
+/// two tasks touching one entry at once never leave it half written.
 fn write_entry(dir: &Path, entry: &Entry) -> std::io::Result<()> {
-    let scratch = dir.join(format!(".{ENTRY}.{}", std::process::id()));
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let scratch = dir.join(format!(".{ENTRY}.{}-{n}", std::process::id()));
     std::fs::write(&scratch, serde_json::to_vec_pretty(entry)?)?;
     std::fs::rename(&scratch, dir.join(ENTRY))
 }
@@ -365,12 +403,45 @@ mod tests {
     }
 
     #[test]
+    fn excluded_paths_name_exactly_their_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(args)
+                .current_dir(ws)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        git(&["init", "-q"]);
+        exclude_state_dir(ws).unwrap();
+        for name in ["a[1].txt", "star*.log", "plain", "keep-me"] {
+            std::fs::write(ws.join(name), "x").unwrap();
+        }
+        exclude_paths(
+            ws,
+            &[
+                "a[1].txt".into(),
+                "star*.log".into(),
+                "plain".into(),
+                "bad\nname".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            git(&["ls-files", "--others", "--exclude-standard"]),
+            "keep-me\n"
+        );
+    }
+
+    #[test]
     fn entries_are_found_by_key_and_the_least_recently_used_go_first() {
         let dir = tempfile::tempdir().unwrap();
         let root = cache_root(dir.path());
-        made(&root, "aa", 10, 100);
-        made(&root, "bb", 30, 100);
-        made(&root, "cc", 20, 100);
+        made(&root, "aa", 10, 100_000);
+        made(&root, "bb", 30, 100_000);
+        made(&root, "cc", 20, 100_000);
         assert_eq!(
             list(&root)
                 .iter()
@@ -378,19 +449,23 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["bb", "cc", "aa"]
         );
-        assert_eq!(find(&root, "cc").unwrap().0.bytes, 100);
+        // Its files' size on disk (blocks, without following a link).
+        let one = find(&root, "cc").unwrap().0.bytes;
+        assert!((100_000..200_000).contains(&one), "{one}");
         assert!(find(&root, "../cc").is_none());
         // A second entry under a taken key is not put in place, and leaves nothing behind.
         let late = Partial::new(&root, "aa").unwrap();
         assert!(!late.commit(entry("aa", 99, 0)).unwrap());
         assert_eq!(std::fs::read_dir(&root).unwrap().count(), 3);
 
-        // Over 250 bytes: the oldest goes, never the one kept.
-        assert_eq!(evict(&root, 250, "aa"), ["cc"]);
+        // Over two and a half entries: the oldest goes, never the one kept.
+        assert_eq!(evict(&root, one * 5 / 2, "aa"), ["cc"]);
         assert_eq!(evict(&root, 0, "aa"), ["bb"]);
         assert_eq!(list(&root).len(), 1);
-        touch(&root, "aa", Some("d")).unwrap();
-        assert_eq!(find(&root, "aa").unwrap().0.commit, "d");
+        let before = find(&root, "aa").unwrap().0;
+        touch(&root, "aa").unwrap();
+        let after = find(&root, "aa").unwrap().0;
+        assert!(after.last_used > before.last_used && after.commit == before.commit);
         assert!(drop_entry(&root, "aa").unwrap());
         assert!(!drop_entry(&root, "aa").unwrap());
         assert!(list(&root).is_empty());

@@ -132,9 +132,7 @@ fn redact_log(output: &mut GateOutput, secrets: &[String]) {
     if values.is_empty() {
         return;
     }
-    let log = &mut output.log;
-    log.head = gate::live::redact_all(&log.head, &values);
-    log.tail = gate::live::redact_all(&log.tail, &values);
+    gate::live::redact_captured(&mut output.log, &values);
     let summary = &mut output.evidence.summary.text;
     *summary =
         String::from_utf8_lossy(&gate::live::redact_all(summary.as_bytes(), &values)).into_owned();
@@ -166,30 +164,63 @@ pub async fn unpack(jail: &Jail, workspace: &Path, from: &Path) -> Result<(), St
     .await
 }
 
+/// The files setup left that git does not track and no ignore rule covers (a file `npm ci`
+/// writes outside `.gitignore`), listed by git inside `jail`: they are the environment's, not
+/// the agent's work, and [`super::exclude_paths`] keeps them out of the task's diff.
+pub async fn unignored(jail: &Jail, workspace: &Path) -> Result<Vec<String>, String> {
+    let out = run_in_jail(
+        jail,
+        workspace,
+        "git -c core.fsmonitor=false -c core.hooksPath=/dev/null ls-files -z --others \
+         --exclude-standard",
+        workspace,
+    )
+    .await?;
+    Ok(out
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect())
+}
+
 async fn in_jail(jail: &Jail, workspace: &Path, script: &str, dir: &Path) -> Result<(), String> {
+    run_in_jail(jail, workspace, script, dir).await.map(|_| ())
+}
+
+/// The most bytes of a command's stdout read.
+const STDOUT_CAP: u64 = 4 << 20;
+
+async fn run_in_jail(
+    jail: &Jail,
+    workspace: &Path,
+    script: &str,
+    dir: &Path,
+) -> Result<Vec<u8>, String> {
     let spawn = Spawn::shell(script, workspace, true)
         .env("ORCHESTRATOR_ENV_DIR", dir)
+        .stdout(Io::Piped)
         .stderr(Io::Piped);
     let mut process = jail.spawn(spawn).await.map_err(|e| e.to_string())?;
-    let mut stderr = process.stderr.take();
-    let read = async {
-        let mut said = Vec::new();
-        if let Some(pipe) = stderr.as_mut() {
-            let _ = pipe.take(64 * 1024).read_to_end(&mut said).await;
+    let stdout = process.stdout.take();
+    let stderr = process.stderr.take();
+    let read = |pipe: Option<tokio::net::unix::pipe::Receiver>, cap: u64| async move {
+        let mut bytes = Vec::new();
+        if let Some(pipe) = pipe {
+            let _ = pipe.take(cap).read_to_end(&mut bytes).await;
         }
-        said
+        bytes
     };
     let run = async {
-        let said = read.await;
-        (process.wait().await, said)
+        let (out, said) = tokio::join!(read(stdout, STDOUT_CAP), read(stderr, 64 * 1024));
+        (process.wait().await, out, said)
     };
     match tokio::time::timeout(PACK_TIMEOUT, run).await {
-        Ok((Ok(status), _)) if status.success() => Ok(()),
-        Ok((Ok(status), said)) => Err(format!(
+        Ok((Ok(status), out, _)) if status.success() => Ok(out),
+        Ok((Ok(status), _, said)) => Err(format!(
             "{} ({status})",
             String::from_utf8_lossy(&said).trim()
         )),
-        Ok((Err(e), _)) => Err(e.to_string()),
+        Ok((Err(e), _, _)) => Err(e.to_string()),
         Err(_) => Err(format!("it took longer than {} s", PACK_TIMEOUT.as_secs())),
     }
 }
