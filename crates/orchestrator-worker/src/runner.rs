@@ -225,12 +225,18 @@ fn missing_key(ctx: &RunContext, task: &Task) -> Option<String> {
 
 /// Hands the task back without spending its attempt, requiring from now on a worker that holds
 /// key variable `var`: it waits for one, and its waiting reason says which variable is missing.
-async fn hand_back_for_key(
-    ctx: &RunContext,
-    task: &Task,
-    lease: &Lease,
-    var: &str,
-) -> Result<AttemptEnd> {
+async fn hand_back_for_key(ctx: &RunContext, task: &Task, lease: &Lease) -> Result<AttemptEnd> {
+    let Some(var) = missing_key(ctx, task) else {
+        return Ok(AttemptEnd {
+            outcome: Some(Outcome::Requeue {
+                run_after: now_millis(),
+                error: None,
+                refund: true,
+            }),
+            details: json!({}),
+        });
+    };
+    let var = var.as_str();
     let word = orchestrator_types::placement::key_word(var);
     let reason = format!(
         "the model's key variable {var} is not set where worker {} runs: it waits for a daemon \
@@ -279,10 +285,9 @@ pub async fn run_attempt(
         stop.stop(StopReason::Canceled);
     }
     // A daemon without the model's key hands the task back for one that holds it.
-    if !stop.token().is_cancelled()
-        && let Some(var) = missing_key(ctx, task)
-    {
-        return Box::pin(hand_back_for_key(ctx, task, lease, &var)).await;
+    // (Nothing of the check is held across the await: the attempt's future stays small.)
+    if !stop.token().is_cancelled() && missing_key(ctx, task).is_some() {
+        return Box::pin(hand_back_for_key(ctx, task, lease)).await;
     }
     // A task with a daily budget starts only under it, and one of a concurrency key only in its
     // key's turn.
