@@ -378,3 +378,72 @@ fn a_task_may_bring_its_own_setup() {
     );
     assert_eq!(env.tasks().len(), 1);
 }
+
+/// A setup that failed leaves its workspace on the machine; the next attempt there makes the
+/// workspace again and runs setup, rather than taking the half-prepared one for ready.
+#[test]
+fn an_attempt_after_a_failed_setup_runs_setup_again_on_a_fresh_clone() {
+    require(Program::Bubblewrap);
+    let env = Env::sqlite();
+    let served = tempfile::tempdir().unwrap();
+    let (_src, source) = git_repo(&[(".gitignore", "deps/\n"), ("README", "widgets\n")]);
+    let (_daemon, url) = GitDaemon::serve_clone(served.path(), &source, "widgets.git");
+    // A switch the jail sees (not /tmp, which each jail has its own of).
+    let switch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let allow = switch.path().join("allow");
+    std::fs::write(
+        env.home().join("config.toml"),
+        format!(
+            "[repositories.widgets]\nurl = \"{url}\"\nsetup = \"mkdir -p deps && echo half > deps/half && test -f {}\"\n",
+            allow.display()
+        ),
+    )
+    .unwrap();
+    let workspaces = env.workspace().join("daemon");
+    let id = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "t",
+        "--repository",
+        "widgets",
+        "--gate",
+        "test -f deps/half",
+        "--max-attempts",
+        "2",
+        "--json",
+    ])["id"]
+        .as_i64()
+        .unwrap();
+    let _serve = env.serve(&[
+        "--workspaces",
+        workspaces.to_str().unwrap(),
+        "--workers",
+        "1",
+    ]);
+    crate::support::wait_for(|| {
+        environment_events(&env, id)
+            .iter()
+            .any(|e| e["data"]["how"] == "failed")
+    });
+    std::fs::write(&allow, "").unwrap();
+    let done = env.wait_finished(id);
+    assert_eq!(done["state"], "succeeded", "{}", done["last_error"]);
+    let hows: Vec<Value> = environment_events(&env, id)
+        .into_iter()
+        .map(|e| e["data"]["how"].clone())
+        .collect();
+    assert_eq!(hows, [json!("failed"), json!("made")]);
+    let remade = env
+        .events(id)
+        .into_iter()
+        .filter(|e| e["kind"] == "workspace_prepared")
+        .last()
+        .unwrap();
+    assert!(
+        remade["data"]["remade"]
+            .as_str()
+            .is_some_and(|r| r.contains("environment was never made")),
+        "{remade}"
+    );
+}
