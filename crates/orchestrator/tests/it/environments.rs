@@ -437,8 +437,7 @@ fn an_attempt_after_a_failed_setup_runs_setup_again_on_a_fresh_clone() {
     let remade = env
         .events(id)
         .into_iter()
-        .filter(|e| e["kind"] == "workspace_prepared")
-        .last()
+        .rfind(|e| e["kind"] == "workspace_prepared")
         .unwrap();
     assert!(
         remade["data"]["remade"]
