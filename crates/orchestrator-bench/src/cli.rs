@@ -154,10 +154,7 @@ impl EnvironmentArgs {
         };
         let bin = match self.bin {
             Some(bin) => bin,
-            None => std::env::current_exe()?
-                .parent()
-                .map(|dir| dir.join("orchestrator"))
-                .ok_or_else(|| anyhow::anyhow!("cannot tell where this program is"))?,
+            None => sibling_orchestrator()?,
         };
         Ok(orchestrator_bench::environment::EnvironmentBenchConfig {
             repository,
@@ -209,10 +206,7 @@ impl DrainArgs {
     pub fn into_config(self) -> Result<orchestrator_bench::drain::DrainConfig> {
         let bin = match self.bin {
             Some(bin) => bin,
-            None => std::env::current_exe()?
-                .parent()
-                .map(|dir| dir.join("orchestrator"))
-                .ok_or_else(|| anyhow::anyhow!("cannot tell where this program is"))?,
+            None => sibling_orchestrator()?,
         };
         Ok(orchestrator_bench::drain::DrainConfig {
             bin,
@@ -258,10 +252,7 @@ impl SoakArgs {
     pub fn into_configs(self) -> Result<Vec<orchestrator_bench::soak::SoakConfig>> {
         let bin = match self.bin {
             Some(bin) => bin,
-            None => std::env::current_exe()?
-                .parent()
-                .map(|dir| dir.join("orchestrator"))
-                .ok_or_else(|| anyhow::anyhow!("cannot tell where this program is"))?,
+            None => sibling_orchestrator()?,
         };
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
@@ -308,10 +299,7 @@ impl GateOutputArgs {
     pub fn into_config(self) -> Result<orchestrator_bench::gate_output::GateOutputConfig> {
         let bin = match self.bin {
             Some(bin) => bin,
-            None => std::env::current_exe()?
-                .parent()
-                .map(|dir| dir.join("orchestrator"))
-                .ok_or_else(|| anyhow::anyhow!("cannot tell where this program is"))?,
+            None => sibling_orchestrator()?,
         };
         anyhow::ensure!(bin.exists(), "no orchestrator binary at {}", bin.display());
         Ok(orchestrator_bench::gate_output::GateOutputConfig {
@@ -545,4 +533,12 @@ impl AgentArgs {
         config.validate()?;
         Ok(config)
     }
+}
+
+/// The `orchestrator` binary next to this program, where `cargo build` puts both.
+fn sibling_orchestrator() -> Result<std::path::PathBuf> {
+    std::env::current_exe()?
+        .parent()
+        .map(|dir| dir.join("orchestrator"))
+        .ok_or_else(|| anyhow::anyhow!("cannot tell where this program is"))
 }

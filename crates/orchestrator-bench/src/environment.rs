@@ -143,16 +143,7 @@ pub async fn run(
         store.close().await;
         let marks = lock(&marks);
         for (title, into) in titles[1..].iter().zip([&mut none, &mut cold, &mut warm]) {
-            let marker = format!("<{title}>");
-            let first = marks
-                .requests
-                .iter()
-                .find(|(text, _)| text.contains(&marker))
-                .map(|(_, at)| at);
-            let (Some(start), Some(first)) = (marks.started.get(title), first) else {
-                anyhow::bail!("task {title} has no start or no model request");
-            };
-            into.push(first.duration_since(*start).as_secs_f64() * 1000.0);
+            into.push(marks.first_request_ms(title)?);
         }
         let root = orchestrator_worker::workspace::environment::cache_root(&settings.dir);
         entry_bytes = orchestrator_worker::workspace::environment::list(&root)

@@ -40,6 +40,22 @@ pub(crate) struct Marks {
     pub(crate) requests: Vec<(String, Instant)>,
 }
 
+impl Marks {
+    /// Milliseconds from task `title`'s start to the first model request that names it.
+    pub(crate) fn first_request_ms(&self, title: &str) -> Result<f64> {
+        let marker = format!("<{title}>");
+        let first = self
+            .requests
+            .iter()
+            .find(|(text, _)| text.contains(&marker))
+            .map(|(_, at)| at);
+        let (Some(start), Some(first)) = (self.started.get(title), first) else {
+            anyhow::bail!("task {title} has no start or no model request");
+        };
+        Ok(first.duration_since(*start).as_secs_f64() * 1000.0)
+    }
+}
+
 pub(crate) fn lock(marks: &Mutex<Marks>) -> std::sync::MutexGuard<'_, Marks> {
     marks.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -100,16 +116,7 @@ pub async fn run(config: &WorkspaceBenchConfig, print: impl Fn(&str) -> Result<(
         store.close().await;
         let marks = lock(&marks);
         for (title, into) in titles.iter().zip([&mut cold, &mut warm, &mut path]) {
-            let marker = format!("<{title}>");
-            let first = marks
-                .requests
-                .iter()
-                .find(|(text, _)| text.contains(&marker))
-                .map(|(_, at)| at);
-            let (Some(start), Some(first)) = (marks.started.get(title), first) else {
-                anyhow::bail!("task {title} has no start or no model request");
-            };
-            into.push(first.duration_since(*start).as_secs_f64() * 1000.0);
+            into.push(marks.first_request_ms(title)?);
         }
         eprintln!(
             "[workspace] round {}: cold {:.0} ms, warm {:.0} ms, plain directory {:.0} ms",
