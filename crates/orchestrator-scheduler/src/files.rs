@@ -74,6 +74,12 @@ struct FileTask {
     max_running: Option<u32>,
     /// The most tokens the automation's tasks spend in a day (UTC).
     daily_tokens: Option<u64>,
+    /// Several siblings try each task; the gates keep one.
+    #[serde(
+        default,
+        deserialize_with = "orchestrator_types::best_of::count_or_table"
+    )]
+    best_of: Option<orchestrator_types::BestOf>,
 }
 
 /// A gate as a command string, or as a table with a name, a cwd and a timeout.
@@ -216,6 +222,7 @@ pub fn load_file_with(path: &Path, resolve: ResolveRepository<'_>) -> Result<Fil
             git_ref: None,
             max_running: file.task.max_running,
             daily_tokens: file.task.daily_tokens,
+            best_of: file.task.best_of,
         },
         workspaces: file
             .workspaces

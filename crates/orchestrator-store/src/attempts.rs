@@ -12,7 +12,7 @@ use crate::events::{EventInsert, insert_events};
 use crate::exec::Tx;
 use crate::tasks::{Tasks, next_seq};
 use crate::{Error, Result, Store};
-use orchestrator_types::{Byproducts, EventKind, TaskId, now_millis};
+use orchestrator_types::{BEST_OF_GROUP, Byproducts, EventKind, TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query, SelectStatement};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -390,64 +390,135 @@ impl Store {
     /// Selects an attempt: it becomes the only selected one of its task and group, with an
     /// `attempt_selected` event, all in one transaction. Selecting the selected one changes
     /// nothing and appends no event.
+    ///
+    /// A best-of sibling's attempt in the best-of group competes with its lead's other siblings':
+    /// selecting it unselects theirs, and once the lead has chosen, a `best_of` step (`overridden`)
+    /// on the lead says a person chose otherwise. Refused once the lead opened its pull request.
     pub async fn select_attempt(&self, id: i64) -> Result<Attempt> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
-        let task = fetch_attempt_tx(&mut tx, id).await?.task_id;
-        // Hold the task's row before looking at `selected`: on PostgreSQL two selections in one
-        // group would otherwise each see "not selected yet", and each clear the other's row
-        // (ending with two selected, or in a deadlock). SQLite's write lock already holds all.
-        let lock = Query::select()
-            .column(Tasks::Id)
-            .from(Tasks::Table)
-            .and_where(Expr::col(Tasks::Id).eq(task.0))
-            .lock(sea_query::LockType::Update)
-            .to_owned();
-        tx.fetch_optional::<(i64,), _>(&lock).await?;
-        let attempt = fetch_attempt_tx(&mut tx, id).await?;
-        if attempt.selected {
-            tx.commit().await?;
-            return Ok(attempt);
+        let before = fetch_attempt_tx(&mut tx, id).await?;
+        let lead = match before.group.as_str() {
+            BEST_OF_GROUP => crate::best_of::lead_of(&mut tx, before.task_id).await?,
+            _ => None,
+        };
+        let mut events = select_in_tx(&mut tx, id, now).await?;
+        if let (Some(lead), false) = (lead, events.is_empty()) {
+            let steps = crate::best_of::steps_in_tx(&mut tx, lead).await?;
+            if let Some(opened) = steps.iter().find(|d| d["step"] == "pull_opened") {
+                return Err(Error::WrongState {
+                    task: lead,
+                    state: "pull request opened".into(),
+                    message: format!(
+                        "the pull request {} was opened from sibling {}'s attempt {} already; \
+                         the choice can change only before it is opened",
+                        opened["url"].as_str().unwrap_or("?"),
+                        opened["sibling"],
+                        opened["attempt"]
+                    ),
+                });
+            }
+            let chosen = steps
+                .iter()
+                .rev()
+                .find(|d| d["step"] == "chosen" || d["step"] == "overridden");
+            if let Some(chosen) = chosen {
+                let sibling = crate::best_of::sibling_number(&mut tx, before.task_id).await?;
+                let seq = next_seq(&mut tx, lead, now).await?;
+                events.push(EventInsert {
+                    task_id: lead.0,
+                    seq,
+                    at: now,
+                    kind: EventKind::BestOf,
+                    data: json!({
+                        "step": "overridden",
+                        "sibling": sibling,
+                        "task": before.task_id.0,
+                        "attempt": id,
+                        "was": chosen["sibling"],
+                        "was_attempt": chosen["attempt"],
+                    }),
+                });
+            }
         }
-        let seq = next_seq(&mut tx, task, now).await?;
-        let clear = Query::update()
-            .table(PrAttempts::Table)
-            .value(PrAttempts::Selected, false)
-            .value(PrAttempts::SelectedAt, Option::<i64>::None)
-            .and_where(Expr::col(PrAttempts::TaskId).eq(task.0))
-            .and_where(Expr::col(PrAttempts::GroupName).eq(attempt.group.as_str()))
-            .and_where(Expr::col(PrAttempts::Selected).eq(true))
-            .returning_col(PrAttempts::Id)
-            .to_owned();
-        let unselected: Vec<(i64,)> = tx.fetch_all(&clear).await?;
-        let set = Query::update()
-            .table(PrAttempts::Table)
-            .value(PrAttempts::Selected, true)
-            .value(PrAttempts::SelectedAt, now)
-            .and_where(Expr::col(PrAttempts::Id).eq(id))
-            .to_owned();
-        tx.execute(&set).await?;
-        insert_events(
-            &mut tx,
-            &[EventInsert {
-                task_id: task.0,
-                seq,
-                at: now,
-                kind: EventKind::AttemptSelected,
-                data: json!({
-                    "attempt": id,
-                    "group": attempt.group,
-                    "label": attempt.label,
-                    "unselected": unselected.iter().map(|(id,)| *id).collect::<Vec<_>>(),
-                }),
-            }],
-        )
-        .await?;
+        insert_events(&mut tx, &events).await?;
         tx.commit().await?;
         Ok(Attempt {
             selected: true,
-            selected_at: Some(now),
-            ..attempt
+            selected_at: if before.selected {
+                before.selected_at
+            } else {
+                Some(now)
+            },
+            ..before
         })
     }
+}
+
+/// Selects attempt `id` inside `tx` and returns its `attempt_selected` event to insert (none when
+/// it was selected already). The attempts it competes with are its task's in its group, or, for a
+/// best-of sibling's attempt in the best-of group, every sibling's of its lead in that group.
+pub(crate) async fn select_in_tx(tx: &mut Tx, id: i64, now: i64) -> Result<Vec<EventInsert>> {
+    let task = fetch_attempt_tx(tx, id).await?.task_id;
+    let group = fetch_attempt_tx(tx, id).await?.group;
+    let lead = match group.as_str() {
+        BEST_OF_GROUP => crate::best_of::lead_of(tx, task).await?,
+        _ => None,
+    };
+    // Hold the row of the task (or of the lead, for siblings) before looking at `selected`: on
+    // PostgreSQL two selections in one group would otherwise each see "not selected yet", and each
+    // clear the other's row (ending with two selected, or in a deadlock). SQLite's write lock
+    // already holds all.
+    let lock = Query::select()
+        .column(Tasks::Id)
+        .from(Tasks::Table)
+        .and_where(Expr::col(Tasks::Id).eq(lead.unwrap_or(task).0))
+        .lock(sea_query::LockType::Update)
+        .to_owned();
+    tx.fetch_optional::<(i64,), _>(&lock).await?;
+    let attempt = fetch_attempt_tx(tx, id).await?;
+    if attempt.selected {
+        return Ok(Vec::new());
+    }
+    let seq = next_seq(tx, task, now).await?;
+    let mut clear = Query::update()
+        .table(PrAttempts::Table)
+        .value(PrAttempts::Selected, false)
+        .value(PrAttempts::SelectedAt, Option::<i64>::None)
+        .and_where(Expr::col(PrAttempts::GroupName).eq(attempt.group.as_str()))
+        .and_where(Expr::col(PrAttempts::Selected).eq(true))
+        .returning_col(PrAttempts::Id)
+        .to_owned();
+    match lead {
+        Some(lead) => clear.and_where(
+            Expr::col(PrAttempts::TaskId).in_subquery(
+                Query::select()
+                    .column(Tasks::Id)
+                    .from(Tasks::Table)
+                    .and_where(Expr::col(Tasks::SiblingOf).eq(lead.0))
+                    .to_owned(),
+            ),
+        ),
+        None => clear.and_where(Expr::col(PrAttempts::TaskId).eq(task.0)),
+    };
+    let unselected: Vec<(i64,)> = tx.fetch_all(&clear).await?;
+    let set = Query::update()
+        .table(PrAttempts::Table)
+        .value(PrAttempts::Selected, true)
+        .value(PrAttempts::SelectedAt, now)
+        .and_where(Expr::col(PrAttempts::Id).eq(id))
+        .to_owned();
+    tx.execute(&set).await?;
+    Ok(vec![EventInsert {
+        task_id: task.0,
+        seq,
+        at: now,
+        kind: EventKind::AttemptSelected,
+        data: json!({
+            "attempt": id,
+            "group": attempt.group,
+            "label": attempt.label,
+            "unselected": unselected.iter().map(|(id,)| *id).collect::<Vec<_>>(),
+        }),
+    }])
 }

@@ -60,6 +60,10 @@ pub enum Outcome {
     /// without spending the attempt, until an answer or expiry queues it again. If every approval was
     /// already answered when this lands, the task is queued at once.
     Wait { reason: String },
+    /// A best-of-N lead waits for its siblings, without a lease and without spending the attempt,
+    /// until one ends ([`Store::wake_lead`]). If it could decide already when this lands (every
+    /// sibling ended, or with `first_passing` one succeeded), it is queued at once.
+    AwaitSiblings { reason: String, first_passing: bool },
 }
 
 /// One attempt's end, as a worker reports it.
@@ -216,10 +220,18 @@ pub(crate) fn fence_statement(lease: &Lease, now: i64) -> sea_query::UpdateState
 /// ends canceled) or its approvals were all answered already (it is queued again at once). The
 /// check for answers is a statement of its own, after the task row is locked by the first one, so
 /// a decision that committed in between is seen (see approvals.rs).
+/// What queues a waiting task again: an answer to each of its approvals, or its siblings.
+#[derive(Clone, Copy)]
+enum Resume {
+    IfAnswered,
+    IfSiblingsDecide { first_passing: bool },
+}
+
 async fn wait(
     tx: &mut Tx,
     completion: &Completion,
     reason: &str,
+    resume: Resume,
     now: i64,
 ) -> Result<Option<EventInsert>> {
     let stmt = Query::update()
@@ -253,7 +265,12 @@ async fn wait(
             data,
         }));
     }
-    let resumed = crate::approvals::resume_if_answered(tx, TaskId(id), now).await?;
+    let resumed = match resume {
+        Resume::IfAnswered => crate::approvals::resume_if_answered(tx, TaskId(id), now).await?,
+        Resume::IfSiblingsDecide { first_passing } => {
+            crate::best_of::resume_if_decidable(tx, TaskId(id), first_passing, now).await?
+        }
+    };
     if let Some(map) = data.as_object_mut() {
         map.insert("reason".into(), json!(reason));
         map.insert("resumed".into(), json!(resumed));
@@ -388,8 +405,21 @@ impl Store {
         }
 
         for (i, completion) in completions.iter().enumerate() {
-            if let Outcome::Wait { reason } = &completion.outcome {
-                if let Some(event) = wait(&mut tx, completion, reason, now).await? {
+            let waiting = match &completion.outcome {
+                Outcome::Wait { reason } => Some((reason, Resume::IfAnswered)),
+                Outcome::AwaitSiblings {
+                    reason,
+                    first_passing,
+                } => Some((
+                    reason,
+                    Resume::IfSiblingsDecide {
+                        first_passing: *first_passing,
+                    },
+                )),
+                _ => None,
+            };
+            if let Some((reason, resume)) = waiting {
+                if let Some(event) = wait(&mut tx, completion, reason, resume, now).await? {
                     results[i] = CompletionResult::Applied;
                     requeued |= event.data["resumed"] == json!(true);
                     events.push(event);
@@ -397,7 +427,9 @@ impl Store {
                 continue;
             }
             let (state, kind, error) = match &completion.outcome {
-                Outcome::Succeeded | Outcome::Wait { .. } => continue,
+                Outcome::Succeeded | Outcome::Wait { .. } | Outcome::AwaitSiblings { .. } => {
+                    continue;
+                }
                 Outcome::Failed { error } => {
                     (TaskState::Failed, EventKind::Failed, Some(error.clone()))
                 }

@@ -40,6 +40,7 @@ mod artifacts;
 mod attempts;
 mod automations;
 mod batch_rows;
+mod best_of;
 mod budgets;
 mod changes;
 mod checklist;

@@ -59,6 +59,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migration!(29, "0029_flow_slots"),
     migration!(30, "0030_fair_turns"),
     migration!(31, "0031_daily_budgets"),
+    migration!(32, "0032_best_of"),
 ];
 
 /// Arbitrary constant key for PostgreSQL's advisory lock, so that several `serve` processes

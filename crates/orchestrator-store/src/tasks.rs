@@ -60,6 +60,7 @@ pub(crate) enum Tasks {
     FairVt,
     /// The key of the daily token budget the task spends from (see budgets.rs).
     BudgetKey,
+    SiblingOf,
 }
 
 pub(crate) const COLUMNS: [Tasks; 25] = [
@@ -215,6 +216,12 @@ pub struct Task {
     /// Its key's share of the turns, when it weighs more than 1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// The siblings that try its agent, when it is a best-of-N task's lead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best_of: Option<orchestrator_types::BestOf>,
+    /// Which of its parent's siblings it is (from 1), when it is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sibling: Option<u32>,
 }
 
 impl TryFrom<TaskRow> for Task {
@@ -266,6 +273,8 @@ impl TryFrom<TaskRow> for Task {
             budget: spec.budget,
             fair_key: row.fair_key,
             weight: spec.weight,
+            best_of: spec.best_of,
+            sibling: spec.sibling,
         })
     }
 }

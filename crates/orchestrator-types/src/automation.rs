@@ -166,6 +166,14 @@ pub struct TaskTemplate {
     /// it, their new attempts wait for the next day.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daily_tokens: Option<u64>,
+    /// Several siblings try each task and the gates keep one (`best_of = 3`, or a table with
+    /// `n`, `choose`, `budget`, `judge` and `pull_request`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::best_of::count_or_table"
+    )]
+    pub best_of: Option<crate::BestOf>,
 }
 
 impl TaskTemplate {
@@ -273,6 +281,7 @@ impl Default for TaskTemplate {
             git_ref: None,
             max_running: None,
             daily_tokens: None,
+            best_of: None,
         }
     }
 }
@@ -406,6 +415,7 @@ impl AutomationSpec {
                 key: format!("automation:{}", self.name),
                 max_running,
             });
+        task.best_of = self.template.best_of.clone();
         task.budget = self
             .template
             .daily_tokens

@@ -373,6 +373,59 @@ pub fn describe(kind: &str, data: &Value) -> Described {
                 tone,
             )
         }
+        EventKind::BestOf => {
+            let sibling = d.int("sibling").unwrap_or(0);
+            let task = d.int("task").unwrap_or(0);
+            match d.str("step").unwrap_or("") {
+                "siblings" => (
+                    format!(
+                        "{} siblings made to try the task ({}), chosen {}",
+                        d.int("n").unwrap_or(0),
+                        d.0.get("tasks")
+                            .and_then(|t| t.as_array())
+                            .map(|ids| ids
+                                .iter()
+                                .filter_map(|i| i.as_i64())
+                                .map(|i| format!("task {i}"))
+                                .collect::<Vec<_>>()
+                                .join(", "))
+                            .unwrap_or_default(),
+                        d.str("choose").unwrap_or("smallest_passing")
+                    ),
+                    Tone::Info,
+                ),
+                "chosen" => (
+                    format!(
+                        "sibling {sibling} (task {task}) chosen by {}: {}",
+                        d.str("choose").unwrap_or("?"),
+                        first_line(d.str("why").unwrap_or(""))
+                    ),
+                    Tone::Good,
+                ),
+                "overridden" => (
+                    format!(
+                        "a person chose sibling {sibling} (task {task}) instead of sibling {}",
+                        d.int("was").unwrap_or(0)
+                    ),
+                    Tone::Info,
+                ),
+                "pull_opened" => (
+                    format!(
+                        "pull request {} opened from sibling {sibling}'s attempt {}",
+                        d.str("url").unwrap_or("?"),
+                        d.int("attempt").unwrap_or(0)
+                    ),
+                    Tone::Good,
+                ),
+                _ => (
+                    format!(
+                        "no sibling passed the gates: {}",
+                        first_line(d.str("why").unwrap_or(""))
+                    ),
+                    Tone::Bad,
+                ),
+            }
+        }
         EventKind::Instructions => {
             let files: Vec<String> =
                 d.0.get("files")

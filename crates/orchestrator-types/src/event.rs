@@ -92,10 +92,15 @@ pub enum EventKind {
     Hook,
     /// The repository's instructions (AGENTS.md and the like) the conversation opened with.
     Instructions,
+    /// A best-of-N lead's step (`step`): its siblings made (`siblings`), a choice made by the
+    /// gates, the size or a judge (`chosen`, with each candidate and why), none passing
+    /// (`none_passed`), the choice overridden by a person (`overridden`), the pull request opened
+    /// from the winner (`pull_opened`).
+    BestOf,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 39] = [
+    pub const ALL: [EventKind; 40] = [
         EventKind::Created,
         EventKind::Claimed,
         EventKind::GateStarted,
@@ -135,6 +140,7 @@ impl EventKind {
         EventKind::Environment,
         EventKind::Hook,
         EventKind::Instructions,
+        EventKind::BestOf,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -178,6 +184,7 @@ impl EventKind {
             EventKind::Environment => "environment",
             EventKind::Hook => "hook",
             EventKind::Instructions => "instructions",
+            EventKind::BestOf => "best_of",
         }
     }
 

@@ -5,6 +5,7 @@
 
 mod ansi;
 mod automation;
+pub mod best_of;
 mod capture;
 mod chat;
 mod describe;
@@ -27,6 +28,7 @@ pub use automation::{
     AutomationSpec, AutomationStatus, CatchUp, DEFAULT_CATCH_UP_CAP, DEFAULT_CATCH_UP_WINDOW_SECS,
     MAX_JITTER_SECS, Overlap, SlotKind, SlotStatus, TaskTemplate, gates_or_commands, validate_name,
 };
+pub use best_of::{BEST_OF_GROUP, BestOf, BestOfPull, BudgetShare, Choose, MAX_BEST_OF};
 pub use capture::{Capture, Captured};
 pub use chat::{
     ChatMessage, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, ImagePart, ModelSettings, ModelSpec, Role,

@@ -615,6 +615,13 @@ pub struct NewTask {
     /// task: the issue a rule's task works on, the pull request of a round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_on: Option<String>,
+    /// Several siblings try the task's agent at once; the gates and a choice keep one (see
+    /// [`crate::BestOf`]). The task itself runs no agent: it makes the siblings and chooses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_of: Option<crate::BestOf>,
+    /// This task is sibling `k` (from 1) of its parent's `best_of`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sibling: Option<u32>,
 }
 
 impl NewTask {
@@ -644,6 +651,8 @@ impl NewTask {
             fair_key: None,
             weight: None,
             budget: None,
+            best_of: None,
+            sibling: None,
         }
     }
 
@@ -728,6 +737,9 @@ impl NewTask {
                 ));
             }
         }
+        if let Some(best_of) = &self.best_of {
+            self.validate_best_of(best_of)?;
+        }
         if let Some(repository) = &self.repository {
             repository.validate()?;
             if self.workspace.is_some() || self.worktree_of.is_some() {
@@ -792,6 +804,35 @@ impl NewTask {
                 "workspace",
                 format!("{workspace:?} must be an absolute path"),
             ));
+        }
+        Ok(())
+    }
+
+    fn validate_best_of(&self, best_of: &crate::BestOf) -> Result<()> {
+        best_of.validate()?;
+        let refuse = |why: &str| Err(Error::invalid("best_of", why));
+        if self.prompt.is_none() {
+            return refuse("best_of needs a prompt: the siblings are agents' attempts at it");
+        }
+        if self.gates.iter().all(|g| g.by_agent) {
+            return refuse(
+                "best_of needs a gate of its own (--gate): the siblings are judged by the task's \
+                 gates on each one's tree",
+            );
+        }
+        if self.repository.is_none() && self.worktree_of.is_none() {
+            return refuse(
+                "best_of needs --repository (or --clone-from): each sibling works in a clone of \
+                 its own, never in one shared directory",
+            );
+        }
+        if self.pull.is_some() {
+            return refuse(
+                "best_of is not for a task on a pull request: a round pushes one commit to its branch",
+            );
+        }
+        if self.sibling.is_some() {
+            return refuse("a sibling has no siblings of its own");
         }
         Ok(())
     }

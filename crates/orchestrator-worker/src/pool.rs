@@ -452,6 +452,16 @@ async fn run_slot(
         tracing::info!(task = %task.id, "lease lost; attempt abandoned");
         return;
     };
+    // A best-of sibling that ends wakes its lead, which looks at its siblings again.
+    let lead = task
+        .parent_id
+        .filter(|_| task.sibling.is_some())
+        .filter(|_| {
+            matches!(
+                outcome,
+                Outcome::Succeeded | Outcome::Failed { .. } | Outcome::Canceled
+            )
+        });
     let (reply, result) = oneshot::channel();
     let completion = Completion {
         lease: lease.clone(),
@@ -463,7 +473,13 @@ async fn run_slot(
         // saturated pool would otherwise wait a commit per slot count of tasks). The channel's
         // bound holds back the ends waiting for the completer, and with them further claims.
         drop(permit);
-        let _ = result.await;
+        let ended = result.await;
+        if let (Some(lead), Ok(CompletionResult::Applied)) = (lead, ended)
+            && let Err(e) = Box::pin(ctx.store.wake_lead(lead)).await
+        {
+            // The rescuer's pass wakes it once every sibling has ended.
+            tracing::warn!(task = %task.id, %lead, "the lead could not be woken: {e}");
+        }
     }
     // Its workspace, when this daemon made one, is removed now rather than at the next pass.
     if (task.repository.is_some() || task.worktree_of.is_some())
@@ -552,7 +568,10 @@ async fn completer(
                 (_, Outcome::Succeeded) => &metrics.succeeded,
                 (_, Outcome::Failed { .. }) => &metrics.failed,
                 (_, Outcome::Canceled) => &metrics.canceled,
-                (_, Outcome::Requeue { .. } | Outcome::Wait { .. }) => &metrics.requeued,
+                (
+                    _,
+                    Outcome::Requeue { .. } | Outcome::Wait { .. } | Outcome::AwaitSiblings { .. },
+                ) => &metrics.requeued,
             };
             counter.fetch_add(1, Ordering::Relaxed);
             let _ = reply.send(result);

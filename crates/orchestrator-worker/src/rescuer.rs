@@ -83,6 +83,10 @@ impl Rescuer {
                 "rescued tasks with expired leases"
             );
         }
+        let woken = self.store.wake_settled_leads().await?;
+        if woken > 0 {
+            tracing::info!(woken, "best-of leads woken whose siblings all ended");
+        }
         let indexed = self.store.index_titles().await?;
         if indexed > 0 {
             tracing::debug!(indexed, "titles indexed for search");

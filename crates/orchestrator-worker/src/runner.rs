@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
+mod best_of;
 mod environment;
 mod rounds;
 mod turns;
@@ -284,6 +285,10 @@ pub async fn run_attempt(
         // Canceled while it waited in the queue (a hand-back raced the cancel): run nothing.
         stop.stop(StopReason::Canceled);
     }
+    // A best-of lead runs no agent: it makes its siblings, waits for them and chooses.
+    if task.best_of.is_some() {
+        return Box::pin(best_of::lead(ctx, task, lease, stop)).await;
+    }
     // A daemon without the model's key hands the task back for one that holds it.
     // (Nothing of the check is held across the await: the attempt's future stays small.)
     if !stop.token().is_cancelled() && missing_key(ctx, task).is_some() {
@@ -353,6 +358,10 @@ pub async fn run_attempt(
             AgentEnd::Retryable(error) => Some(Some(retry_or_fail(ctx, task, error))),
         };
         if let Some(outcome) = end {
+            // A sibling stopped because another passed first keeps its work as an attempt.
+            if task.sibling.is_some() && stop.reason() == Some(StopReason::Canceled) {
+                Box::pin(best_of::record_sibling(ctx, task)).await;
+            }
             // Stopped: the stop reason decides; otherwise the agent's own end.
             let outcome = match (stop.reason(), outcome) {
                 (Some(StopReason::LeaseLost), _) => None,
@@ -380,6 +389,15 @@ pub async fn run_attempt(
     // its future's size, which would otherwise be made and moved for every task, gates or not.
     {
         let end = Box::pin(run_gates(ctx, task, lease, stop, agent_jail.as_ref())).await?;
+        // A best-of sibling's tree becomes an attempt with the gates that ran on it, passed or not.
+        if task.sibling.is_some()
+            && matches!(
+                end.outcome,
+                Some(Outcome::Succeeded | Outcome::Failed { .. } | Outcome::Canceled)
+            )
+        {
+            Box::pin(best_of::record_sibling(ctx, task)).await;
+        }
         if pulled.is_none() || !matches!(end.outcome, Some(Outcome::Succeeded)) {
             return Ok(end);
         }

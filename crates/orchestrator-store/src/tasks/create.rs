@@ -99,6 +99,7 @@ fn insert_statement(
         Tasks::FairKey,
         Tasks::FairVt,
         Tasks::BudgetKey,
+        Tasks::SiblingOf,
     ];
     if change.is_some() {
         columns.push(Tasks::ChangeId);
@@ -113,7 +114,7 @@ fn insert_statement(
             what: "task spec",
             message: e.to_string(),
         })?;
-        let row: [Expr; 20] = [
+        let row: [Expr; 21] = [
             task.title.trim().into(),
             task.prompt.clone().into(),
             spec.into(),
@@ -139,6 +140,7 @@ fn insert_statement(
             fair_key.into(),
             fair_vt,
             task.budget.as_ref().map(|b| b.key.trim().to_owned()).into(),
+            task.sibling.and(task.parent).map(|lead| lead.0).into(),
         ];
         match change {
             Some(change) => stmt.values(row.into_iter().chain([change.into()]))?,

@@ -178,6 +178,13 @@ fn sample(kind: EventKind) -> Option<(Value, &'static [&'static str])> {
             json!({"event": "PreToolUse", "tool": "exec_shell", "command": "./no-rm.sh", "verdict": "block", "reason": "no rm -rf"}),
             &["PreToolUse hook of exec_shell `./no-rm.sh` blocked it: no rm -rf"],
         ),
+        EventKind::BestOf => (
+            json!({"step": "chosen", "sibling": 2, "task": 8, "choose": "smallest_passing",
+                   "why": "the smallest passing change: 3 lines in 1 file"}),
+            &[
+                "sibling 2 (task 8) chosen by smallest_passing: the smallest passing change: 3 lines in 1 file",
+            ],
+        ),
         EventKind::Instructions => (
             json!({"files": [{"path": "AGENTS.md", "bytes": 120}]}),
             &["repository instructions read: AGENTS.md"],

@@ -90,7 +90,10 @@ pub struct RepositoryAccess {
 
 impl WorkspaceSettings {
     /// The token for a repository: by the name the task kept, else by its URL.
-    fn token_for(&self, repository: &orchestrator_types::RepositoryRef) -> Option<String> {
+    pub(crate) fn token_for(
+        &self,
+        repository: &orchestrator_types::RepositoryRef,
+    ) -> Option<String> {
         let access = repository
             .name
             .as_ref()

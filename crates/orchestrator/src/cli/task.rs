@@ -31,6 +31,13 @@ Examples:
   orchestrator task create --title 'address the review' --prompt 'Rename foo to bar as asked' \
       --gate 'cargo test' --pull acme/widgets#34 --repository widgets
   orchestrator task create --title 'docs' --gate 'make docs' --concurrency-key docs --max-running 1
+  orchestrator task create --title 'fix #7' --prompt 'Fix issue 7' --gate 'cargo test' \
+      --repository widgets --best-of 3 --choose smallest_passing --open-pr acme/widgets --pr-issue 7
+
+With --best-of N, the task makes N sibling tasks that try it at once, each in a clone of its own;
+the task's gates run on each sibling's tree, which is kept as an attempt, and --choose keeps one.
+`task read` shows the siblings side by side; `attempt select` changes the choice before a pull
+request is opened (docs/best-of.md).
 
 With --repository, the daemon that runs the task makes its workspace: a clone of its own mirror of
 the repository at the ref's commit, in its workspaces directory. Such a task can run on any machine.
@@ -178,6 +185,29 @@ pub struct CreateArgs {
     /// (1 to 100; a repository's `weight` in the config applies without it).
     #[arg(long, value_name = "N")]
     pub weight: Option<u32>,
+    /// N sibling agents try the task at once, each in a clone of its own, and the task's gates
+    /// decide between them (2 to 8; needs --repository or --clone-from, and a --gate).
+    #[arg(long, value_name = "N")]
+    pub best_of: Option<u32>,
+    /// With --best-of: first_passing (the first whose gates all pass; the others are stopped),
+    /// smallest_passing (the default: the smallest passing change, once all ended) or judge (a
+    /// model compares the passing diffs against --accept).
+    #[arg(long, value_name = "HOW", requires = "best_of")]
+    pub choose: Option<String>,
+    /// With --best-of: the agent's budgets (--max-turns, --max-tokens, --max-seconds) are split
+    /// between the siblings instead of each sibling's own.
+    #[arg(long, requires = "best_of")]
+    pub shared_budget: bool,
+    /// With --best-of: open one pull request on OWNER/NAME from the chosen sibling (a draft
+    /// unless --pr-ready). Without it, open it yourself: `attempt open-pr`.
+    #[arg(long, value_name = "OWNER/NAME", requires = "best_of")]
+    pub open_pr: Option<String>,
+    /// With --open-pr: the issue the pull request fixes.
+    #[arg(long, value_name = "N", requires = "open_pr")]
+    pub pr_issue: Option<u64>,
+    /// With --open-pr: ready for review rather than a draft.
+    #[arg(long, requires = "open_pr")]
+    pub pr_ready: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -431,6 +461,32 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
         &args.repository,
         &config,
     )?;
+    if let Some(n) = args.best_of {
+        task.best_of = Some(orchestrator_types::BestOf {
+            n,
+            choose: match &args.choose {
+                Some(text) => orchestrator_types::Choose::parse(text)
+                    .map_err(|e| CliError::Invalid(format!("--choose: {e}")))?,
+                None => orchestrator_types::Choose::default(),
+            },
+            budget: if args.shared_budget {
+                orchestrator_types::BudgetShare::Shared
+            } else {
+                orchestrator_types::BudgetShare::PerSibling
+            },
+            judge: None,
+            pull_request: args
+                .open_pr
+                .clone()
+                .map(|repo| orchestrator_types::BestOfPull {
+                    repo,
+                    issue: args.pr_issue,
+                    base_branch: None,
+                    title: None,
+                    draft: !args.pr_ready,
+                }),
+        });
+    }
     task.fair_key = args.fair_key;
     task.weight = args.weight.or_else(|| {
         args.repository

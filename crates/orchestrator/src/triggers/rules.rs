@@ -460,6 +460,17 @@ pub(super) fn task_of(
         task.progress_on = Some(format!("{}#{}", vars["repo"], vars["number"]));
     }
     pace(rule, vars, pull.is_some(), &mut task);
+    // Siblings try a task on an issue; a round on a pull request pushes one commit, so has none.
+    if let (None, Some(mut best_of)) = (pull, t.best_of.clone()) {
+        if let Some(opened) = best_of.pull_request.as_mut() {
+            opened.repo = fill(&opened.repo, vars);
+            opened.title = opened.title.as_deref().map(|title| fill(title, vars));
+            if opened.issue.is_none() {
+                opened.issue = vars["number"].parse().ok();
+            }
+        }
+        task.best_of = Some(best_of);
+    }
     task.priority = t.priority;
     task.queue = t.queue.clone();
     task.max_attempts = t.max_attempts;

@@ -439,6 +439,14 @@ pub(super) fn specs(session: &Arc<Session>, ctx: &RunContext) -> Vec<ToolSpec> {
             move |session, args: OpenArgs, _ctx| {
                 let github = g5.clone();
                 async move {
+                    if let (Some(k), Some(lead)) = (session.task.sibling, session.task.parent_id) {
+                        return Err(refuse(format!(
+                            "this task is sibling {k} of task {lead}, which several agents try at once: \
+                             a sibling opens no pull request. When you stop, the task's gates run on \
+                             your tree and it is kept as an attempt; task {lead} chooses one sibling \
+                             and opens one pull request from it. Finish the change and stop."
+                        )));
+                    }
                     let (github, plan, attempt) = open_checks(&session, &github, &args).await?;
                     let dir = session
                         .task
