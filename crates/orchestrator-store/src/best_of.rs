@@ -297,3 +297,155 @@ pub(crate) async fn lead_of(tx: &mut Tx, task: TaskId) -> Result<Option<TaskId>>
     let row: Option<(Option<i64>,)> = tx.fetch_optional(&stmt).await?;
     Ok(row.and_then(|(lead,)| lead).map(TaskId))
 }
+
+/// One sibling's column on the task page and in `task read`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SiblingColumn {
+    pub sibling: u32,
+    pub task: i64,
+    pub state: String,
+    /// The model's answers so far.
+    pub turns: u64,
+    /// Prompt and completion tokens the servers reported.
+    pub tokens: u64,
+    /// From its first claim to its end (or to now while it runs), in milliseconds.
+    pub elapsed_ms: Option<i64>,
+    /// Each gate's verdict on its recorded tree: `[{name, verdict}]`.
+    pub gates: Value,
+    /// Its newest attempt in the best-of group, its size and whether it is selected.
+    pub attempt: Option<i64>,
+    pub patch_bytes: Option<i64>,
+    pub lines: Option<u64>,
+    pub files: Option<usize>,
+    pub selected: bool,
+    pub last_error: Option<String>,
+}
+
+/// A best-of lead's siblings side by side, with the choice and why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BestOfBoard {
+    pub n: u32,
+    pub choose: &'static str,
+    pub siblings: Vec<SiblingColumn>,
+    /// The winner's sibling number: a person's override, else the lead's choice.
+    pub winner: Option<u32>,
+    /// Why it won, in words.
+    pub why: Option<String>,
+    /// The pull request opened from it.
+    pub pull: Option<String>,
+}
+
+/// The lines a patch adds or removes (its `+` and `-` lines, the file headers left out).
+pub fn changed_lines(patch: &[u8]) -> u64 {
+    patch
+        .split(|b| *b == b'\n')
+        .filter(|line| {
+            (line.starts_with(b"+") && !line.starts_with(b"+++ "))
+                || (line.starts_with(b"-") && !line.starts_with(b"--- "))
+        })
+        .count() as u64
+}
+
+impl Store {
+    /// The board of the best-of lead `lead`; `None` for any other task.
+    pub async fn best_of_board(&self, lead: &Task) -> Result<Option<BestOfBoard>> {
+        let Some(best_of) = &lead.best_of else {
+            return Ok(None);
+        };
+        let now = now_millis();
+        let mut siblings = Vec::new();
+        for task in self.siblings(lead.id).await? {
+            let messages = self.messages(task.id).await?;
+            let turns = messages
+                .iter()
+                .filter(|m| m.message.role == orchestrator_types::Role::Assistant)
+                .count() as u64;
+            let tokens = messages
+                .iter()
+                .filter_map(|m| m.usage.as_ref())
+                .map(|u| u.prompt_tokens + u.completion_tokens)
+                .sum();
+            let attempt = self
+                .attempts(Some(task.id), Some(orchestrator_types::BEST_OF_GROUP))
+                .await?
+                .pop();
+            let lines = match &attempt {
+                Some(a) => Some(changed_lines(&self.attempt_patch(a.id).await?)),
+                None => None,
+            };
+            let gates = match &attempt {
+                Some(a) => Value::Array(
+                    a.gates
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|g| json!({"name": g["name"], "verdict": g["verdict"]}))
+                        .collect(),
+                ),
+                None => Value::Array(
+                    self.gates(task.id)
+                        .await?
+                        .iter()
+                        .map(|g| json!({"name": g.name, "verdict": g.verdict.as_str()}))
+                        .collect(),
+                ),
+            };
+            siblings.push(SiblingColumn {
+                sibling: task.sibling.unwrap_or(0),
+                task: task.id.0,
+                state: task.state.as_str().to_owned(),
+                turns,
+                tokens,
+                elapsed_ms: task.started_at.map(|s| task.finished_at.unwrap_or(now) - s),
+                gates,
+                attempt: attempt.as_ref().map(|a| a.id),
+                patch_bytes: attempt.as_ref().map(|a| a.patch_bytes),
+                lines,
+                files: attempt
+                    .as_ref()
+                    .map(|a| a.files.as_array().map_or(0, Vec::len)),
+                selected: attempt.as_ref().is_some_and(|a| a.selected),
+                last_error: task.last_error.clone(),
+            });
+        }
+        let steps = self.best_of_steps(lead.id).await?;
+        let chosen = steps
+            .iter()
+            .rev()
+            .find(|s| s["step"] == "chosen" || s["step"] == "overridden");
+        let winner = chosen.and_then(|s| s["sibling"].as_u64()).map(|k| k as u32);
+        let why = chosen.map(|s| match s["step"].as_str() {
+            Some("overridden") => format!(
+                "a person chose it instead of sibling {}",
+                s["was"].as_u64().unwrap_or(0)
+            ),
+            _ => s["why"].as_str().unwrap_or("").to_owned(),
+        });
+        let pull = steps
+            .iter()
+            .find(|s| s["step"] == "pull_opened")
+            .and_then(|s| s["url"].as_str())
+            .map(str::to_owned);
+        Ok(Some(BestOfBoard {
+            n: best_of.n,
+            choose: best_of.choose.as_str(),
+            siblings,
+            winner,
+            why,
+            pull,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed_lines;
+
+    #[test]
+    fn changed_lines_count_additions_and_removals_not_headers() {
+        let patch =
+            b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-old\n+new\n+more\n same\n";
+        assert_eq!(changed_lines(patch), 3);
+    }
+}

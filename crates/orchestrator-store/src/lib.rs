@@ -78,6 +78,7 @@ pub use approvals::{
 pub use artifacts::{Artifact, ArtifactMeta, DEFAULT_ARTIFACT_CAP};
 pub use attempts::{Attempt, NewAttempt};
 pub use automations::{Automation, NextFire, SOURCE_AGENT, SOURCE_CLI, SOURCE_FILE};
+pub use best_of::{BestOfBoard, SiblingColumn, changed_lines};
 pub use budgets::{BudgetWait, day_start};
 pub use changes::{AheadMark, ChangeCursor, OpenTransaction};
 pub use checklist::ChecklistItem;

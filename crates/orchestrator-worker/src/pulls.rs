@@ -334,13 +334,19 @@ pub async fn open_pull(
     })
 }
 
-/// The tree the attempt's patch makes of its base, computed in the repository holding `dir`.
+/// The tree the attempt's patch makes of its base, computed in the repository holding `dir`: a
+/// worktree, or a bare repository (the daemon's mirror, for a best-of task whose siblings'
+/// workspaces are gone).
 pub async fn attempt_tree(
     store: &Store,
     attempt: &Attempt,
     dir: &Path,
 ) -> Result<PreparedTree, PullError> {
-    let top = crate::attempts::repository_of(dir).await?;
+    let top = match crate::attempts::repository_of(dir).await {
+        Ok(top) => top,
+        Err(_) if dir.join("HEAD").is_file() && dir.join("objects").is_dir() => dir.to_owned(),
+        Err(e) => return Err(e.into()),
+    };
     let patch = store.attempt_patch(attempt.id).await?;
     let base = attempt.base.clone();
     let tree = tokio::task::spawn_blocking(move || prepare_tree(&top, &base, &patch))

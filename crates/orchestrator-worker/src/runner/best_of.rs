@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use orchestrator_store::{Attempt, Lease, Outcome, Task};
+use orchestrator_store::{Attempt, Lease, Outcome, Task, changed_lines};
 use orchestrator_types::{
     BEST_OF_GROUP, BestOf, ChatMessage, Choose, EventKind, NewTask, TaskId, TaskState,
 };
@@ -120,17 +120,6 @@ impl Candidate {
             format!("sibling {} did not pass ({why})", self.sibling)
         }
     }
-}
-
-/// The lines a patch adds or removes (its `+` and `-` lines, the file headers left out).
-pub fn changed_lines(patch: &[u8]) -> u64 {
-    patch
-        .split(|b| *b == b'\n')
-        .filter(|line| {
-            (line.starts_with(b"+") && !line.starts_with(b"+++ "))
-                || (line.starts_with(b"-") && !line.starts_with(b"--- "))
-        })
-        .count() as u64
 }
 
 /// Whether every gate a person gave `task` passed on `attempt`'s tree.
@@ -428,6 +417,20 @@ async fn after_choice(
             details,
         });
     };
+    // Opened already (by an earlier try that was killed before it ended, or by a person from the
+    // sibling they chose): one pull request per task.
+    let steps = ctx
+        .store
+        .best_of_steps(task.id)
+        .await
+        .map_err(Error::Store)?;
+    if let Some(opened) = steps.iter().find(|s| s["step"] == "pull_opened") {
+        details["pull"] = opened["url"].clone();
+        return Ok(AttemptEnd {
+            outcome: Some(Outcome::Succeeded),
+            details,
+        });
+    }
     let Some(github) = &ctx.agent.github else {
         return Ok(failed(format!(
             "sibling {} was chosen, but no GitHub is configured to open its pull request on {}: \
@@ -709,16 +712,4 @@ async fn base_of(ctx: &RunContext, task: &Task) -> Option<String> {
             .and_then(Value::as_str)
             .map(str::to_owned)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn changed_lines_count_additions_and_removals_not_headers() {
-        let patch =
-            b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-old\n+new\n+more\n same\n";
-        assert_eq!(changed_lines(patch), 3);
-    }
 }

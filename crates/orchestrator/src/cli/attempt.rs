@@ -491,6 +491,26 @@ async fn open_pr(global: &GlobalArgs, args: OpenPrArgs) -> anyhow::Result<ExitCo
     let store = global.open_store().await?;
     let attempt = store.attempt(id).await?;
     let task = store.get_task(attempt.task_id).await?;
+    // A best-of sibling's attempt: one pull request per task, whichever sibling it comes from.
+    let lead = task
+        .parent_id
+        .filter(|_| task.sibling.is_some() && attempt.group == orchestrator_types::BEST_OF_GROUP);
+    if let Some(lead) = lead
+        && let Some(opened) = store
+            .best_of_steps(lead)
+            .await?
+            .into_iter()
+            .find(|s| s["step"] == "pull_opened" && s["attempt"].as_i64() != Some(id))
+    {
+        return Err(CliError::Refused(format!(
+            "the pull request was not opened: task {lead} has one already, {} from attempt {} \
+             (sibling {}); one pull request per task",
+            opened["url"].as_str().unwrap_or("?"),
+            opened["attempt"],
+            opened["sibling"]
+        ))
+        .into());
+    }
     let dir = directory(&store, args.workspace.as_ref(), task.id, "--workspace").await?;
     let github = super::github::client(global)?;
     let plan = PullPlan {
@@ -509,6 +529,30 @@ async fn open_pr(global: &GlobalArgs, args: OpenPrArgs) -> anyhow::Result<ExitCo
     store
         .record_event(task.id, EventKind::GithubWrite, event.clone())
         .await?;
+    if let Some(lead) = lead
+        && !store
+            .best_of_steps(lead)
+            .await?
+            .iter()
+            .any(|s| s["step"] == "pull_opened")
+    {
+        store
+            .record_event(
+                lead,
+                EventKind::BestOf,
+                serde_json::json!({
+                    "step": "pull_opened",
+                    "sibling": task.sibling,
+                    "task": task.id.0,
+                    "attempt": id,
+                    "url": opened.pull.url,
+                    "number": opened.pull.number,
+                    "repo": opened.repo.to_string(),
+                    "by": "cli",
+                }),
+            )
+            .await?;
+    }
     if args.json {
         output::json(&event)?;
     } else {

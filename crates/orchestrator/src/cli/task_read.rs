@@ -40,6 +40,8 @@ struct Report {
     environment: Option<TaskEvent>,
     /// The repository instructions the conversation opened with (`instructions` event).
     instructions: Option<TaskEvent>,
+    /// A best-of lead's siblings side by side.
+    best_of: Option<orchestrator_store::BestOfBoard>,
 }
 
 /// How an agent task used its model's context window: the window and where it came from, the
@@ -190,6 +192,7 @@ impl Report {
                 .events_of_kind(id, EventKind::Instructions)
                 .await?
                 .pop(),
+            best_of: store.best_of_board(&task).await?,
             task,
         })
     }
@@ -301,6 +304,8 @@ impl Report {
                 .map(|e| e.data["files"].clone())
                 .unwrap_or_default(),
         );
+        fields.insert("best_of".into(), serde_json::to_value(&self.best_of)?);
+        fields.insert("sibling".into(), self.task.sibling.into());
         fields.insert(
             "environment".into(),
             self.environment
@@ -419,10 +424,16 @@ impl Report {
                 );
             }
         }
-        if let Some(parent) = task.parent_id {
-            output::say!("parent     task {parent}");
+        match (task.parent_id, task.sibling) {
+            (Some(parent), Some(k)) => {
+                output::say!(
+                    "sibling    {k} of task {parent}, which keeps the best of its siblings"
+                )
+            }
+            (Some(parent), None) => output::say!("parent     task {parent}"),
+            _ => {}
         }
-        if !self.children.is_empty() {
+        if !self.children.is_empty() && self.best_of.is_none() {
             let children: Vec<String> = self
                 .children
                 .iter()
@@ -457,12 +468,106 @@ impl Report {
         self.print_context();
         self.print_tool_calls()?;
         self.print_shell_jobs()?;
+        self.print_siblings();
         self.print_gates()?;
         self.print_pull();
         self.print_chains();
         self.print_github_writes();
         self.print_approvals()?;
         Ok(())
+    }
+
+    /// A best-of lead's siblings in columns: state, turns, tokens, time, each gate's verdict, the
+    /// diff's size, and which one won and why.
+    fn print_siblings(&self) {
+        let Some(board) = &self.best_of else { return };
+        output::say!(
+            "best of    {} siblings, chosen by {}",
+            board.n,
+            board.choose
+        );
+        if board.siblings.is_empty() {
+            output::say!("  (the siblings are made when the task first runs)");
+            return;
+        }
+        let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+        let column = |f: &dyn Fn(&orchestrator_store::SiblingColumn) -> String| {
+            board.siblings.iter().map(f).collect::<Vec<String>>()
+        };
+        rows.push(("task".into(), column(&|s| s.task.to_string())));
+        rows.push(("state".into(), column(&|s| s.state.clone())));
+        rows.push(("turns".into(), column(&|s| s.turns.to_string())));
+        rows.push(("tokens".into(), column(&|s| s.tokens.to_string())));
+        rows.push((
+            "time".into(),
+            column(&|s| {
+                s.elapsed_ms
+                    .map(|ms| orchestrator_types::format_duration(ms.max(0)))
+                    .unwrap_or_else(dash)
+            }),
+        ));
+        for gate in &self.task.gates {
+            rows.push((
+                format!("gate {}", output::clip(&gate.name, 20)),
+                column(&|s| {
+                    s.gates
+                        .as_array()
+                        .and_then(|g| g.iter().rfind(|g| g["name"] == gate.name.as_str()))
+                        .and_then(|g| g["verdict"].as_str())
+                        .unwrap_or("-")
+                        .to_owned()
+                }),
+            ));
+        }
+        rows.push((
+            "diff".into(),
+            column(&|s| match (s.lines, s.files) {
+                (Some(lines), Some(files)) => format!("{lines} lines, {files} files"),
+                _ => "no change".into(),
+            }),
+        ));
+        rows.push((
+            "attempt".into(),
+            column(&|s| s.attempt.map_or_else(dash, |a| a.to_string())),
+        ));
+        rows.push((
+            "chosen".into(),
+            column(&|s| {
+                if board.winner == Some(s.sibling) {
+                    "chosen".into()
+                } else {
+                    String::new()
+                }
+            }),
+        ));
+        let width = rows
+            .iter()
+            .flat_map(|(_, cells)| cells.iter().map(|c| c.chars().count()))
+            .max()
+            .unwrap_or(8)
+            .clamp(8, 24);
+        let label = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(8);
+        let header: Vec<String> = board
+            .siblings
+            .iter()
+            .map(|s| format!("{:<width$}", format!("sibling {}", s.sibling)))
+            .collect();
+        output::say!("Siblings");
+        output::say!("  {:<label$}  {}", "", header.join("  "));
+        for (name, cells) in &rows {
+            let cells: Vec<String> = cells
+                .iter()
+                .map(|c| format!("{:<width$}", output::clip(c, width)))
+                .collect();
+            output::say!("  {name:<label$}  {}", cells.join("  ").trim_end());
+        }
+        match (&board.winner, &board.why) {
+            (Some(k), Some(why)) => output::say!("  sibling {k} chosen: {why}"),
+            _ => output::say!("  no sibling chosen yet"),
+        }
+        if let Some(pull) = &board.pull {
+            output::say!("  pull request {pull}");
+        }
     }
 
     /// The window, the tokens and the cache, and each compaction.

@@ -9,6 +9,7 @@ mod attempt_cli;
 mod automation;
 mod automation_tools;
 mod batched;
+mod best_of;
 mod browser;
 mod cli;
 mod containment;
