@@ -14,6 +14,7 @@ use std::collections::HashSet;
 
 mod agent;
 mod automations;
+mod best_of;
 mod changes;
 mod checkpoints;
 mod flow;
@@ -27,6 +28,7 @@ mod tasks;
 
 pub use agent::*;
 pub use automations::*;
+pub use best_of::*;
 pub use changes::*;
 pub use checkpoints::*;
 pub use flow::*;
