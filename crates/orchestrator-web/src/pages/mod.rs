@@ -9,6 +9,7 @@
 
 mod approvals;
 mod automations;
+mod best_of;
 mod logs;
 mod overview;
 mod task_actions;

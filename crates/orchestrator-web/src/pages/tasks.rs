@@ -451,6 +451,10 @@ pub(crate) async fn read(
         },
         _ => task,
     };
+    let board = match web.store.best_of_board(&task).await {
+        Ok(board) => board,
+        Err(e) => return store_error(e),
+    };
     let running = running_gates(&events, &live_logs, task.attempt);
     // Where it can run, and while it is queued, whether some live worker can run it.
     let waiting_for = match task.state {
@@ -570,6 +574,9 @@ pub(crate) async fn read(
                     li data-item-status=(item.status) { span.muted { "[" (item.status) "] " } (item.text) }
                 }
             }
+        }
+        @if let Some(board) = &board {
+            (super::best_of::section(board, &task.gates))
         }
         h2 { "Gates" }
         // The output of each gate while it runs: filled by the script from the log stream, and a
@@ -735,7 +742,7 @@ pub(crate) async fn read(
                 }
             }
         }
-        @if !children.is_empty() {
+        @if !children.is_empty() && board.is_none() {
             h2 { "Children" }
             ul { @for c in &children { li { a href=(format!("/tasks/{}", c.id.0)) { "task " (c.id.0) } " " span class=(state_class(c.state.as_str())) { (c.state.as_str()) } " " (c.title) } } }
         }

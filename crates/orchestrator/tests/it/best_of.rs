@@ -11,7 +11,7 @@
 //!   request comes out;
 //! - canceling the task cancels every sibling.
 
-use crate::support::{Env, Serve, wait_for};
+use crate::support::{Env, Serve, page_get, wait_for};
 use nix::sys::signal::Signal;
 use orchestrator_test_support::git_repo;
 use orchestrator_test_support::github_server::{FAKE_TOKEN, FakeGitHub};
@@ -335,6 +335,18 @@ fn smallest_passing_opens_one_pull_request_from_the_smaller_passing_patch() {
         3,
         "{json}"
     );
+
+    // So does the task's page: a column per sibling, the winner marked, and why.
+    let (status, page) = page_get(&serve, &format!("/tasks/{lead}"));
+    assert_eq!(status, 200);
+    assert!(page.contains("data-siblings=\"3\""), "{page}");
+    let winner_sibling = chosen["sibling"].as_u64().unwrap();
+    assert!(
+        page.contains(&format!("data-sibling=\"{winner_sibling}\" class=\"won\"")),
+        "{page}"
+    );
+    assert!(page.contains("smallest passing change"), "{page}");
+    assert!(page.contains(opened["url"].as_str().unwrap()), "{page}");
 }
 
 #[test]
