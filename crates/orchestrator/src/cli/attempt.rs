@@ -88,6 +88,23 @@ Examples:
   orchestrator attempt open-pr 3 --repo acme/widgets --issue 12 --base release-1.4
   orchestrator attempt open-pr 3 --repo acme/widgets --ready --json | jq -r .url")]
     OpenPr(OpenPrArgs),
+    /// Compare two attempts (say two best-of siblings'): their sizes and gates side by side, the
+    /// files only one changes, and each file's diff from both.
+    #[command(after_help = "\
+Examples:
+  orchestrator attempt compare 4 5
+  orchestrator attempt compare 4 5 --json | jq '.files[] | select(.same | not) | .path'")]
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The first attempt's number.
+    pub a: String,
+    /// The second attempt's number.
+    pub b: String,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -251,6 +268,7 @@ pub async fn run(global: &GlobalArgs, command: AttemptCommand) -> anyhow::Result
         AttemptCommand::Preflight(args) => preflight(global, args).await,
         AttemptCommand::Select(args) => select(global, args).await,
         AttemptCommand::OpenPr(args) => open_pr(global, args).await,
+        AttemptCommand::Compare(args) => compare(global, args).await,
     }
 }
 
@@ -396,6 +414,149 @@ async fn show(global: &GlobalArgs, args: ShowArgs) -> anyhow::Result<ExitCode> {
     print!("{}", describe(&attempt));
     println!();
     println!("the patch: orchestrator attempt show {id} --patch");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A patch's files, each with its part of the patch (from its `diff --git` line on).
+fn files_of(patch: &[u8]) -> Vec<(String, String)> {
+    let text = String::from_utf8_lossy(patch);
+    let mut out: Vec<(String, String)> = Vec::new();
+    for part in text.split_inclusive('\n') {
+        if let Some(header) = part.strip_prefix("diff --git ") {
+            let path = header
+                .trim_end()
+                .rsplit_once(" b/")
+                .map_or(header.trim_end(), |(_, b)| b)
+                .to_owned();
+            out.push((path, String::new()));
+        }
+        if let Some((_, body)) = out.last_mut() {
+            body.push_str(part);
+        }
+    }
+    out
+}
+
+async fn compare(global: &GlobalArgs, args: CompareArgs) -> anyhow::Result<ExitCode> {
+    let (a, b) = (parse_attempt_id(&args.a)?, parse_attempt_id(&args.b)?);
+    let store = global.open_store().await?;
+    let mut sides = Vec::new();
+    for id in [a, b] {
+        let attempt = store.attempt(id).await?;
+        let task = store.get_task(attempt.task_id).await?;
+        let patch = store.attempt_patch(id).await?;
+        sides.push((attempt, task, patch));
+    }
+    let parts: Vec<Vec<(String, String)>> = sides.iter().map(|(_, _, p)| files_of(p)).collect();
+    let mut paths: Vec<String> = parts.iter().flatten().map(|(p, _)| p.clone()).collect();
+    paths.sort();
+    paths.dedup();
+    let body = |side: usize, path: &str| {
+        parts[side]
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, body)| body.clone())
+    };
+    let files: Vec<serde_json::Value> = paths
+        .iter()
+        .map(|path| {
+            let (x, y) = (body(0, path), body(1, path));
+            serde_json::json!({"path": path, "same": x == y, "a": x, "b": y})
+        })
+        .collect();
+    let side_json = |(attempt, task, patch): &(Attempt, orchestrator_store::Task, Vec<u8>)| {
+        serde_json::json!({
+            "attempt": attempt.id,
+            "task": task.id.0,
+            "sibling": task.sibling,
+            "label": attempt.label,
+            "selected": attempt.selected,
+            "lines": orchestrator_store::changed_lines(patch),
+            "files": file_count(attempt),
+            "gates": attempt.gates,
+        })
+    };
+    if args.json {
+        output::json(&serde_json::json!({
+            "a": side_json(&sides[0]),
+            "b": side_json(&sides[1]),
+            "files": files,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let head = |(attempt, task, patch): &(Attempt, orchestrator_store::Task, Vec<u8>)| {
+        let who = match task.sibling {
+            Some(k) => format!("sibling {k} of task {}", task.parent_id.map_or(0, |p| p.0)),
+            None => format!("task {}", task.id),
+        };
+        let (passed, ran) = gate_counts(attempt);
+        [
+            format!(
+                "attempt {}{}",
+                attempt.id,
+                if attempt.selected { " (selected)" } else { "" }
+            ),
+            who,
+            format!(
+                "{} lines, {} files",
+                orchestrator_store::changed_lines(patch),
+                file_count(attempt)
+            ),
+            format!("gates {passed} of {ran} passed"),
+        ]
+    };
+    let (left, right) = (head(&sides[0]), head(&sides[1]));
+    let width = left.iter().map(|l| l.chars().count()).max().unwrap_or(0) + 4;
+    for (l, r) in left.iter().zip(&right) {
+        output::say!("{l:<width$}{r}");
+    }
+    let list = |paths: Vec<&String>| {
+        if paths.is_empty() {
+            "-".to_owned()
+        } else {
+            paths
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let only = |side: usize| {
+        list(
+            paths
+                .iter()
+                .filter(|p| body(side, p).is_some() && body(1 - side, p).is_none())
+                .collect(),
+        )
+    };
+    output::say!("");
+    output::say!("only in attempt {a}: {}", only(0));
+    output::say!("only in attempt {b}: {}", only(1));
+    output::say!(
+        "changed alike: {}",
+        list(
+            paths
+                .iter()
+                .filter(|p| body(0, p).is_some() && body(0, p) == body(1, p))
+                .collect()
+        )
+    );
+    for path in &paths {
+        let (x, y) = (body(0, path), body(1, path));
+        if x == y {
+            continue;
+        }
+        for (id, part) in [(a, x), (b, y)] {
+            output::say!("");
+            match part {
+                Some(part) => {
+                    output::say!("=== {path}: attempt {id} ===");
+                    print!("{part}");
+                }
+                None => output::say!("=== {path}: attempt {id} leaves it as it was ==="),
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

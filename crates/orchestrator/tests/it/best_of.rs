@@ -474,6 +474,35 @@ fn a_persons_select_before_opening_changes_the_pull_requests_content() {
         "no pull request was asked for"
     );
 
+    // The two passing siblings' diffs, compared: the extra file is only the bigger one's.
+    let smaller = chosen["attempt"].as_i64().unwrap().to_string();
+    let compared = w.ok(&[
+        "attempt",
+        "compare",
+        &smaller,
+        &bigger.to_string(),
+        "--json",
+    ]);
+    let files = compared["files"].as_array().unwrap();
+    let extra = files.iter().find(|f| f["path"] == "src/extra.rs").unwrap();
+    assert!(
+        extra["a"].is_null() && extra["b"].as_str().unwrap().contains("+5"),
+        "{compared}"
+    );
+    let lib = files.iter().find(|f| f["path"] == "src/lib.rs").unwrap();
+    assert_eq!(lib["same"], true, "{compared}");
+    assert!(compared["b"]["lines"].as_u64() > compared["a"]["lines"].as_u64());
+    let text = String::from_utf8_lossy(
+        &w.cli(&["attempt", "compare", &smaller, &bigger.to_string()])
+            .stdout,
+    )
+    .into_owned();
+    assert!(
+        text.contains(&format!("only in attempt {bigger}: src/extra.rs")),
+        "{text}"
+    );
+    assert!(text.contains("changed alike: src/lib.rs"), "{text}");
+
     // The person prefers the bigger change: their choice is recorded on the task.
     w.ok(&["attempt", "select", &bigger.to_string(), "--json"]);
     let overridden = w
