@@ -88,6 +88,13 @@ pub enum Command {
     ///
     /// Example: `orchestrator-bench environment --setup 'cargo fetch'`
     Environment(EnvironmentArgs),
+    /// One attempt at a task against best_of = 3 of it (one sibling fails the gate, two pass
+    /// with different sizes), through the worker pool with four slots and a scripted model with a
+    /// latency: single_ms, best_of_ms (median, p90, runs), best_of_over_single (target 1.3 or
+    /// less), and the model calls of each.
+    ///
+    /// Example: `orchestrator-bench best-of --runs 3 --latency-ms 300`
+    BestOf(BestOfArgs),
     /// Checkpoints of a task's workspace on a real repository (or a generated one of --files N),
     /// after each of a series of turns of four kinds (reads only, one file edited, a command that
     /// changed nothing, mixed edits): each turn's bytes, files and save time (capture and write to
@@ -125,6 +132,16 @@ impl CheckpointArgs {
             generate: self.files.filter(|n| *n > 0),
         })
     }
+}
+
+#[derive(Debug, Args)]
+pub struct BestOfArgs {
+    /// Rounds; each with new stores and a new mirror.
+    #[arg(long, default_value_t = orchestrator_bench::best_of::DEFAULT_RUNS)]
+    pub runs: usize,
+    /// How long the scripted model takes to answer each request.
+    #[arg(long, default_value_t = orchestrator_bench::best_of::DEFAULT_LATENCY_MS)]
+    pub latency_ms: u64,
 }
 
 #[derive(Debug, Args)]

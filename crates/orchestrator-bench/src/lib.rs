@@ -26,6 +26,7 @@
 //! A baseline written with the store's own query builder would inherit whatever the store gets wrong.
 
 pub mod agent;
+pub mod best_of;
 pub mod checkpoint;
 pub mod context;
 pub mod drain;

@@ -36,6 +36,12 @@ fn main() -> ExitCode {
         cli::Command::Drain(args) => return drain(args),
         cli::Command::Workspace(args) => args.into_config().map(Bench::Workspace),
         cli::Command::Environment(args) => args.into_config().map(Bench::Environment),
+        cli::Command::BestOf(args) => Ok(Bench::BestOf(
+            orchestrator_bench::best_of::BestOfBenchConfig {
+                runs: args.runs.max(1),
+                latency_ms: args.latency_ms,
+            },
+        )),
         cli::Command::Checkpoint(args) => args.into_config().map(Bench::Checkpoint),
         cli::Command::GateOutput(args) => return gate_output(args),
         cli::Command::Context(args) => Ok(Bench::Context(
@@ -75,6 +81,13 @@ fn main() -> ExitCode {
                     failed: 0,
                 }),
             Bench::Workspace(config) => orchestrator_bench::workspace::run(config, print_line)
+                .await
+                .map(|()| orchestrator_bench::queue::Summary {
+                    measured: 1,
+                    unreachable: 0,
+                    failed: 0,
+                }),
+            Bench::BestOf(config) => orchestrator_bench::best_of::run(config, print_line)
                 .await
                 .map(|()| orchestrator_bench::queue::Summary {
                     measured: 1,
@@ -212,6 +225,7 @@ enum Bench {
     Context(orchestrator_bench::context::ContextBenchConfig),
     Workspace(orchestrator_bench::workspace::WorkspaceBenchConfig),
     Environment(orchestrator_bench::environment::EnvironmentBenchConfig),
+    BestOf(orchestrator_bench::best_of::BestOfBenchConfig),
     Checkpoint(orchestrator_bench::checkpoint::CheckpointBenchConfig),
 }
 
