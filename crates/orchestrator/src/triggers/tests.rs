@@ -984,3 +984,54 @@ fn a_rules_pacing_names_its_keys() {
     );
     assert_eq!(budgeted.weight, Some(3));
 }
+
+#[test]
+fn a_rules_best_of_fills_its_pull_request_from_the_delivery_and_a_round_has_none() {
+    let head =
+        "name = \"fix\"\nevent = \"issues.labeled\"\nlabel = \"agent-fix\"\nrepos = [\"*\"]\n";
+    let vars = {
+        let mut vars = BTreeMap::new();
+        vars.insert("repo", "acme/widgets".to_owned());
+        vars.insert("number", "7".to_owned());
+        vars.insert("title", "Crash".to_owned());
+        vars.insert("delivery", "d-1".to_owned());
+        vars
+    };
+    let tabled = rule(&format!(
+        "{head}task = {{ repository = \"https://github.com/{{repo}}.git\", prompt = \"Fix it\", \
+         gates = [\"cargo test\"], best_of = {{ n = 3, choose = \"first_passing\", \
+         pull_request = {{ repo = \"{{repo}}\", title = \"Fix #{{number}}\" }} }} }}\n"
+    ));
+    assert!(tabled.validate().is_ok());
+    let task = task_of(&tabled, &vars, None);
+    let best_of = task.best_of.clone().expect("the rule's best_of");
+    assert_eq!(best_of.n, 3);
+    assert_eq!(best_of.choose, orchestrator_types::Choose::FirstPassing);
+    let pull = best_of.pull_request.unwrap();
+    assert_eq!(pull.repo, "acme/widgets");
+    assert_eq!(pull.title.as_deref(), Some("Fix #7"));
+    assert_eq!(pull.issue, Some(7), "the triggering issue");
+    assert!(pull.draft);
+    assert!(task.validate().is_ok(), "{:?}", task.validate());
+
+    // `best_of = 3` alone takes the defaults.
+    let counted = rule(&format!(
+        "{head}task = {{ repository = \"https://github.com/{{repo}}.git\", prompt = \"Fix it\", \
+         gates = [\"cargo test\"], best_of = 3 }}\n"
+    ));
+    let best_of = task_of(&counted, &vars, None).best_of.unwrap();
+    assert_eq!(
+        (best_of.n, best_of.choose, best_of.pull_request),
+        (3, orchestrator_types::Choose::SmallestPassing, None)
+    );
+
+    // A round on a pull request pushes one commit: no siblings.
+    let pull = orchestrator_types::PullTarget::parse("acme/widgets#34").unwrap();
+    assert!(task_of(&counted, &vars, Some(&pull)).best_of.is_none());
+
+    // A best_of a task could never honour is refused when the task is made.
+    let mut gateless = task_of(&counted, &vars, None);
+    gateless.gates.clear();
+    let err = gateless.validate().unwrap_err().to_string();
+    assert!(err.contains("needs a gate"), "{err}");
+}
