@@ -152,7 +152,7 @@ pub async fn run(config: &BestOfBenchConfig, print: impl Fn(&str) -> Result<()>)
     let task = |title: &str, best_of: Option<BestOf>| {
         let mut task = NewTask::agent(title, "Make src/lib.rs say ok.").with_gate(GATE);
         task.repository = Some(RepositoryRef::new(source.display().to_string()));
-        task.best_of = best_of;
+        task.best_of = best_of.map(Box::new);
         task
     };
     let (mut single, mut best, mut calls) = (Vec::new(), Vec::new(), (0, 0));

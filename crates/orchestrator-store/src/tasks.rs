@@ -218,7 +218,7 @@ pub struct Task {
     pub weight: Option<u32>,
     /// The siblings that try its agent, when it is a best-of-N task's lead.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub best_of: Option<orchestrator_types::BestOf>,
+    pub best_of: Option<Box<orchestrator_types::BestOf>>,
     /// Which of its parent's siblings it is (from 1), when it is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sibling: Option<u32>,

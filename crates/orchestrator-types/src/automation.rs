@@ -415,7 +415,7 @@ impl AutomationSpec {
                 key: format!("automation:{}", self.name),
                 max_running,
             });
-        task.best_of = self.template.best_of.clone();
+        task.best_of = self.template.best_of.clone().map(Box::new);
         task.budget = self
             .template
             .daily_tokens

@@ -155,7 +155,7 @@ where
     #[serde(untagged)]
     enum Written {
         Count(u32),
-        Table(BestOf),
+        Table(Box<BestOf>),
     }
     Ok(
         Option::<Written>::deserialize(deserializer)?.map(|written| match written {
@@ -166,7 +166,7 @@ where
                 judge: None,
                 pull_request: None,
             },
-            Written::Table(table) => table,
+            Written::Table(table) => *table,
         }),
     )
 }

@@ -618,7 +618,7 @@ pub struct NewTask {
     /// Several siblings try the task's agent at once; the gates and a choice keep one (see
     /// [`crate::BestOf`]). The task itself runs no agent: it makes the siblings and chooses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub best_of: Option<crate::BestOf>,
+    pub best_of: Option<Box<crate::BestOf>>,
     /// This task is sibling `k` (from 1) of its parent's `best_of`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sibling: Option<u32>,

@@ -342,7 +342,7 @@ impl WorkerPool {
                 running.spawn(slot(
                     Slot {
                         ctx: ctx.clone(),
-                        task,
+                        task: Box::new(task),
                         lease,
                         stop,
                         completions: completions.clone(),
@@ -401,7 +401,9 @@ impl WorkerPool {
 /// What one slot runs with: a claimed task, its lease and stop switch, and the pool's shared parts.
 struct Slot {
     ctx: Arc<RunContext>,
-    task: Task,
+    /// Boxed: a task is more than a kilobyte, and the slot's future holds its parts twice (as
+    /// the argument, and as the locals they are moved into).
+    task: Box<Task>,
     lease: Lease,
     stop: Stop,
     completions: mpsc::Sender<CompletionRequest>,
@@ -453,15 +455,11 @@ async fn run_slot(
         return;
     };
     // A best-of sibling that ends wakes its lead, which looks at its siblings again.
-    let lead = task
-        .parent_id
-        .filter(|_| task.sibling.is_some())
-        .filter(|_| {
-            matches!(
-                outcome,
-                Outcome::Succeeded | Outcome::Failed { .. } | Outcome::Canceled
-            )
-        });
+    let ends_sibling = task.sibling.is_some()
+        && matches!(
+            outcome,
+            Outcome::Succeeded | Outcome::Failed { .. } | Outcome::Canceled
+        );
     let (reply, result) = oneshot::channel();
     let completion = Completion {
         lease: lease.clone(),
@@ -474,11 +472,18 @@ async fn run_slot(
         // bound holds back the ends waiting for the completer, and with them further claims.
         drop(permit);
         let ended = result.await;
-        if let (Some(lead), Ok(CompletionResult::Applied)) = (lead, ended)
-            && let Err(e) = Box::pin(ctx.store.wake_lead(lead)).await
+        if ends_sibling
+            && matches!(ended, Ok(CompletionResult::Applied))
+            && let Some(lead) = task.parent_id
         {
-            // The rescuer's pass wakes it once every sibling has ended.
-            tracing::warn!(task = %task.id, %lead, "the lead could not be woken: {e}");
+            // On a task of its own: nothing of it is kept in every slot's future.
+            let store = ctx.store.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store.wake_lead(lead).await {
+                    // The rescuer's pass wakes it once every sibling has ended.
+                    tracing::warn!(%lead, "the lead could not be woken: {e}");
+                }
+            });
         }
     }
     // Its workspace, when this daemon made one, is removed now rather than at the next pass.

@@ -77,7 +77,7 @@ async fn a_slot_is_free_once_its_end_is_handed_to_the_completer() {
     let slot = tokio::spawn(slot(
         Slot {
             ctx,
-            task,
+            task: Box::new(task),
             lease: lease.clone(),
             stop,
             completions,
@@ -133,7 +133,7 @@ async fn the_futures_made_per_claimed_task_are_small() {
     let spawned = slot(
         Slot {
             ctx,
-            task,
+            task: Box::new(task),
             lease,
             stop,
             completions,

@@ -462,7 +462,7 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
         &config,
     )?;
     if let Some(n) = args.best_of {
-        task.best_of = Some(orchestrator_types::BestOf {
+        task.best_of = Some(Box::new(orchestrator_types::BestOf {
             n,
             choose: match &args.choose {
                 Some(text) => orchestrator_types::Choose::parse(text)
@@ -485,7 +485,7 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> anyhow::Result<ExitCod
                     title: None,
                     draft: !args.pr_ready,
                 }),
-        });
+        }));
     }
     task.fair_key = args.fair_key;
     task.weight = args.weight.or_else(|| {

@@ -469,7 +469,7 @@ pub(super) fn task_of(
                 opened.issue = vars["number"].parse().ok();
             }
         }
-        task.best_of = Some(best_of);
+        task.best_of = Some(Box::new(best_of));
     }
     task.priority = t.priority;
     task.queue = t.queue.clone();

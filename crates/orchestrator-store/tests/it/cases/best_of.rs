@@ -6,13 +6,13 @@ fn lead_task() -> NewTask {
     let mut lead = NewTask::agent("make it ok", "Make it say ok.").with_gate("true");
     lead.worktree_of = Some("/nonexistent/source".into());
     lead.workspace = Some("/nonexistent/work".into());
-    lead.best_of = Some(BestOf {
+    lead.best_of = Some(Box::new(BestOf {
         n: 2,
         choose: Choose::SmallestPassing,
         budget: BudgetShare::PerSibling,
         judge: None,
         pull_request: None,
-    });
+    }));
     lead
 }
 
