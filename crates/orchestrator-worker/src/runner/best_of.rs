@@ -713,3 +713,118 @@ async fn base_of(ctx: &RunContext, task: &Task) -> Option<String> {
             .map(str::to_owned)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use orchestrator_types::BudgetShare;
+
+    /// A sibling is the lead's work in a clone of its own, with its share of the budgets: the
+    /// whole of each with `per_sibling`, a third (rounded up) of each with `shared` for three.
+    #[tokio::test]
+    async fn a_sibling_takes_the_leads_work_and_its_share_of_the_budgets() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = orchestrator_store::Store::open_sqlite(
+            &dir.path().join("o.db"),
+            &orchestrator_store::StoreOptions::default(),
+        )
+        .await
+        .unwrap();
+        let mut lead = NewTask::agent("fix it", "Fix it.").with_gate("cargo test");
+        lead.worktree_of = Some("/srv/widgets".into());
+        lead.workspace = Some("/srv/work/fix/".into());
+        lead.agent.max_turns = 10;
+        lead.agent.max_tokens = Some(1000);
+        lead.agent.max_seconds = Some(60);
+        lead.acceptance = vec!["the tests pass".into()];
+        let mut best_of = BestOf {
+            n: 3,
+            choose: Choose::FirstPassing,
+            budget: BudgetShare::Shared,
+            judge: None,
+            pull_request: None,
+        };
+        lead.best_of = Some(Box::new(best_of.clone()));
+        let id = store.create_task(&lead).await.unwrap();
+        let task = store.get_task(id).await.unwrap();
+
+        let sibling = sibling_spec(&task, &best_of, 2);
+        assert_eq!(sibling.title, "fix it [sibling 2 of 3]");
+        assert_eq!((sibling.parent, sibling.sibling), (Some(id), Some(2)));
+        assert!(sibling.best_of.is_none(), "a sibling has no siblings");
+        assert_eq!(sibling.workspace.as_deref(), Some("/srv/work/fix-sibling-2"));
+        assert_eq!(sibling.worktree_of.as_deref(), Some("/srv/widgets"));
+        assert_eq!(sibling.gates, task.gates);
+        assert_eq!(sibling.acceptance, task.acceptance);
+        assert_eq!(
+            (
+                sibling.agent.max_turns,
+                sibling.agent.max_tokens,
+                sibling.agent.max_seconds
+            ),
+            (4, Some(334), Some(20))
+        );
+        sibling.validate().unwrap();
+
+        best_of.budget = BudgetShare::PerSibling;
+        let whole = sibling_spec(&task, &best_of, 1);
+        assert_eq!(
+            (whole.agent.max_turns, whole.agent.max_tokens),
+            (10, Some(1000))
+        );
+    }
+
+    #[test]
+    fn the_smallest_passing_sibling_wins_and_a_live_one_is_waited_for() {
+        let candidate = |sibling: u32, state: TaskState, lines: u64, passed: bool| Candidate {
+            sibling,
+            task: TaskId(i64::from(sibling) + 10),
+            state,
+            finished_at: Some(i64::from(sibling)),
+            error: None,
+            attempt: None,
+            lines,
+            files: 1,
+            passed,
+        };
+        let all = [
+            candidate(1, TaskState::Succeeded, 9, true),
+            candidate(2, TaskState::Failed, 1, false),
+            candidate(3, TaskState::Succeeded, 4, true),
+        ];
+        match decide(&all, Choose::SmallestPassing) {
+            Decision::Chosen { winner, why, stop } => {
+                assert_eq!(all[winner].sibling, 3);
+                assert!(why.contains("4 lines in 1 file"), "{why}");
+                assert!(stop.is_empty());
+            }
+            _ => panic!("a choice"),
+        }
+        // Sibling 1 passed first: with first_passing it wins while 3 still runs, and 3 stops.
+        let running = [
+            candidate(1, TaskState::Succeeded, 9, true),
+            candidate(2, TaskState::Failed, 1, false),
+            candidate(3, TaskState::Running, 0, false),
+        ];
+        match decide(&running, Choose::FirstPassing) {
+            Decision::Chosen { winner, stop, .. } => {
+                assert_eq!(running[winner].sibling, 1);
+                assert_eq!(stop, vec![TaskId(13)]);
+            }
+            _ => panic!("a choice"),
+        }
+        assert!(matches!(
+            decide(&running, Choose::SmallestPassing),
+            Decision::Wait(_)
+        ));
+        let failing = [
+            candidate(1, TaskState::Failed, 1, false),
+            candidate(2, TaskState::Canceled, 0, false),
+        ];
+        assert!(matches!(
+            decide(&failing, Choose::FirstPassing),
+            Decision::NonePassed(_)
+        ));
+    }
+}

@@ -150,6 +150,13 @@ pub struct SpecFlags {
     /// wait for the next day, saying so.
     #[arg(long, value_name = "TOKENS")]
     pub daily_tokens: Option<u64>,
+    /// Each task is tried by N sibling agents at once and the gates keep one (2 to 8; the tasks
+    /// need a repository and a gate). See docs/best-of.md.
+    #[arg(long, value_name = "N")]
+    pub best_of: Option<u32>,
+    /// With --best-of: first_passing, smallest_passing (the default) or judge.
+    #[arg(long, value_name = "HOW", requires = "best_of")]
+    pub choose: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -354,6 +361,24 @@ fn apply_flags(
     }
     if let Some(tokens) = flags.daily_tokens {
         spec.template.daily_tokens = Some(tokens);
+    }
+    if let Some(n) = flags.best_of {
+        let mut best_of = spec.template.best_of.clone().unwrap_or(orchestrator_types::BestOf {
+            n,
+            choose: orchestrator_types::Choose::default(),
+            budget: orchestrator_types::BudgetShare::default(),
+            judge: None,
+            pull_request: None,
+        });
+        best_of.n = n;
+        if let Some(text) = &flags.choose {
+            best_of.choose = orchestrator_types::Choose::parse(text)
+                .map_err(|e| CliError::Invalid(format!("--choose: {e}")))?;
+        }
+        best_of
+            .validate()
+            .map_err(|e| CliError::Invalid(format!("--best-of: {e}")))?;
+        spec.template.best_of = Some(best_of);
     }
     Ok(())
 }
