@@ -753,7 +753,10 @@ mod tests {
         assert_eq!(sibling.title, "fix it [sibling 2 of 3]");
         assert_eq!((sibling.parent, sibling.sibling), (Some(id), Some(2)));
         assert!(sibling.best_of.is_none(), "a sibling has no siblings");
-        assert_eq!(sibling.workspace.as_deref(), Some("/srv/work/fix-sibling-2"));
+        assert_eq!(
+            sibling.workspace.as_deref(),
+            Some("/srv/work/fix-sibling-2")
+        );
         assert_eq!(sibling.worktree_of.as_deref(), Some("/srv/widgets"));
         assert_eq!(sibling.gates, task.gates);
         assert_eq!(sibling.acceptance, task.acceptance);

@@ -363,13 +363,17 @@ fn apply_flags(
         spec.template.daily_tokens = Some(tokens);
     }
     if let Some(n) = flags.best_of {
-        let mut best_of = spec.template.best_of.clone().unwrap_or(orchestrator_types::BestOf {
-            n,
-            choose: orchestrator_types::Choose::default(),
-            budget: orchestrator_types::BudgetShare::default(),
-            judge: None,
-            pull_request: None,
-        });
+        let mut best_of = spec
+            .template
+            .best_of
+            .clone()
+            .unwrap_or(orchestrator_types::BestOf {
+                n,
+                choose: orchestrator_types::Choose::default(),
+                budget: orchestrator_types::BudgetShare::default(),
+                judge: None,
+                pull_request: None,
+            });
         best_of.n = n;
         if let Some(text) = &flags.choose {
             best_of.choose = orchestrator_types::Choose::parse(text)
