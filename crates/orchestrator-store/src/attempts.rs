@@ -405,18 +405,8 @@ impl Store {
         let mut events = select_in_tx(&mut tx, id, now).await?;
         if let (Some(lead), false) = (lead, events.is_empty()) {
             let steps = crate::best_of::steps_in_tx(&mut tx, lead).await?;
-            if let Some(opened) = steps.iter().find(|d| d["step"] == "pull_opened") {
-                return Err(Error::WrongState {
-                    task: lead,
-                    state: "pull request opened".into(),
-                    message: format!(
-                        "the pull request {} was opened from sibling {}'s attempt {} already; \
-                         the choice can change only before it is opened",
-                        opened["url"].as_str().unwrap_or("?"),
-                        opened["sibling"],
-                        opened["attempt"]
-                    ),
-                });
+            if let Some(taken) = crate::best_of::opening(&steps) {
+                return Err(crate::best_of::pull_taken(lead, taken));
             }
             let chosen = steps
                 .iter()

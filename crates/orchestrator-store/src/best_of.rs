@@ -19,54 +19,18 @@ use serde_json::{Value, json};
 /// The states a sibling ends in.
 const ENDED: [&str; 3] = ["succeeded", "failed", "canceled"];
 
-/// Whether the lead can decide now, in SQL over the row `lead` (an alias of `tasks`): every
-/// sibling ended, or, choosing the first that passes, one succeeded.
-fn decidable(first_passing: bool) -> sea_query::Condition {
-    let lead = Alias::new("lead");
-    let sibling = Alias::new("sibling");
-    let running = Query::select()
-        .expr(Expr::val(1))
-        .from_as(Tasks::Table, sibling.clone())
-        .and_where(Expr::col((sibling.clone(), Tasks::SiblingOf)).equals((lead.clone(), Tasks::Id)))
-        .and_where(Expr::col((sibling.clone(), Tasks::State)).is_not_in(ENDED))
-        .to_owned();
-    let mut any = sea_query::Condition::any().add(Expr::exists(running).not());
-    if first_passing {
-        let passed = Query::select()
-            .expr(Expr::val(1))
-            .from_as(Tasks::Table, sibling.clone())
-            .and_where(Expr::col((sibling.clone(), Tasks::SiblingOf)).equals((lead, Tasks::Id)))
-            .and_where(Expr::col((sibling, Tasks::State)).eq(TaskState::Succeeded.as_str()))
-            .to_owned();
-        any = any.add(Expr::exists(passed));
-    }
-    any
-}
-
-/// Queues `lead` again if it waits for its siblings and `condition` holds; whether it did.
-async fn queue_lead(
-    tx: &mut Tx,
-    lead: TaskId,
-    condition: Option<sea_query::Condition>,
-    now: i64,
-) -> Result<bool> {
-    let alias = Alias::new("lead");
-    let mut select = Query::select()
-        .column((alias.clone(), Tasks::Id))
-        .from_as(Tasks::Table, alias.clone())
-        .and_where(Expr::col((alias.clone(), Tasks::Id)).eq(lead.0))
-        .and_where(Expr::col((alias, Tasks::State)).eq(TaskState::Waiting.as_str()))
-        .to_owned();
-    if let Some(condition) = condition {
-        select.cond_where(condition);
-    }
+/// Queues `lead` again if it waits for its siblings; whether it did. The update names the row
+/// itself, so on PostgreSQL one that waits for the lead's wait to commit reads the row again
+/// once it did (a subquery would have read it as it was, running, and found nothing to wake).
+pub(crate) async fn queue_lead(tx: &mut Tx, lead: TaskId, now: i64) -> Result<bool> {
     let stmt = Query::update()
         .table(Tasks::Table)
         .value(Tasks::State, TaskState::Queued.as_str())
         .value(Tasks::RunAfter, now)
         .value(Tasks::UpdatedAt, now)
         .value(Tasks::ChangeId, tx.change_mark())
-        .and_where(Expr::col(Tasks::Id).in_subquery(select))
+        .and_where(Expr::col(Tasks::Id).eq(lead.0))
+        .and_where(Expr::col(Tasks::State).eq(TaskState::Waiting.as_str()))
         .to_owned();
     let queued = tx.execute(&stmt).await? > 0;
     if queued {
@@ -75,16 +39,27 @@ async fn queue_lead(
     Ok(queued)
 }
 
-/// In the transaction that makes a lead wait: queues it again at once when it could decide
-/// already (a sibling ended while it looked). The wait's update of the lead's row comes first, so
-/// an end committed after this read finds the lead waiting and wakes it itself.
-pub(crate) async fn resume_if_decidable(
+/// In the transaction that makes a lead wait: queues it again at once when more of its siblings
+/// ended than the `seen` it decided on (one ended while it looked). The wait's update of the
+/// lead's row comes first, so an end committed after this read finds the lead waiting and wakes
+/// it itself.
+pub(crate) async fn resume_if_more_ended(
     tx: &mut Tx,
     lead: TaskId,
-    first_passing: bool,
+    seen: i64,
     now: i64,
 ) -> Result<bool> {
-    queue_lead(tx, lead, Some(decidable(first_passing)), now).await
+    let count = Query::select()
+        .expr(Expr::col(Tasks::Id).count())
+        .from(Tasks::Table)
+        .and_where(Expr::col(Tasks::SiblingOf).eq(lead.0))
+        .and_where(Expr::col(Tasks::State).is_in(ENDED))
+        .to_owned();
+    let (ended,): (i64,) = tx.fetch_optional(&count).await?.unwrap_or((0,));
+    if ended <= seen {
+        return Ok(false);
+    }
+    queue_lead(tx, lead, now).await
 }
 
 impl Store {
@@ -150,7 +125,7 @@ impl Store {
     pub async fn wake_lead(&self, lead: TaskId) -> Result<bool> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
-        let queued = queue_lead(&mut tx, lead, None, now).await?;
+        let queued = queue_lead(&mut tx, lead, now).await?;
         tx.commit().await?;
         if queued {
             self.wake.wake();
@@ -177,7 +152,22 @@ impl Store {
                         .to_owned(),
                 ),
             )
-            .cond_where(decidable(false))
+            .and_where(
+                Expr::exists(
+                    Query::select()
+                        .expr(Expr::val(1))
+                        .from_as(Tasks::Table, Alias::new("sibling"))
+                        .and_where(
+                            Expr::col((Alias::new("sibling"), Tasks::SiblingOf))
+                                .equals((Alias::new("lead"), Tasks::Id)),
+                        )
+                        .and_where(
+                            Expr::col((Alias::new("sibling"), Tasks::State)).is_not_in(ENDED),
+                        )
+                        .to_owned(),
+                )
+                .not(),
+            )
             .to_owned();
         let stmt = Query::update()
             .table(Tasks::Table)
@@ -223,6 +213,7 @@ impl Store {
         if let Some(earlier) = step_of(&mut tx, lease.task_id, "chosen").await? {
             return Ok(earlier);
         }
+        let opened = opening(&steps_in_tx(&mut tx, lease.task_id).await?).is_some();
         let mut data = data;
         data["step"] = json!("chosen");
         let mut events = vec![EventInsert {
@@ -232,12 +223,47 @@ impl Store {
             kind: EventKind::BestOf,
             data: data.clone(),
         }];
-        if let Some(attempt) = data["attempt"].as_i64() {
+        // A pull request a person opened (or is opening) already keeps its selection.
+        if let (Some(attempt), false) = (data["attempt"].as_i64(), opened) {
             events.extend(crate::attempts::select_in_tx(&mut tx, attempt, now).await?);
         }
         insert_events(&mut tx, &events).await?;
         tx.commit().await?;
         Ok(data)
+    }
+
+    /// Claims the lead's one pull request for `attempt` before GitHub is asked, in a transaction
+    /// that holds the lead's row: refused (`WrongState`, naming it) when one is being opened or
+    /// was opened from another attempt; otherwise a `pull_opening` step (`data`, which names the
+    /// `attempt`) is written unless one for this attempt is there already (a retry). From then on
+    /// no selection among the lead's siblings changes.
+    pub async fn claim_pull_opening(&self, lead: TaskId, attempt: i64, data: Value) -> Result<()> {
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        lock_lead(&mut tx, lead).await?;
+        let steps = steps_in_tx(&mut tx, lead).await?;
+        if let Some(other) = opening(&steps).filter(|s| s["attempt"].as_i64() != Some(attempt)) {
+            return Err(pull_taken(lead, other));
+        }
+        if opening(&steps).is_none() {
+            let seq = crate::tasks::next_seq(&mut tx, lead, now).await?;
+            let mut data = data;
+            data["step"] = json!("pull_opening");
+            data["attempt"] = json!(attempt);
+            insert_events(
+                &mut tx,
+                &[EventInsert {
+                    task_id: lead.0,
+                    seq,
+                    at: now,
+                    kind: EventKind::BestOf,
+                    data,
+                }],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Appends a `best_of` step to the lead that holds `lease` (fenced): `none_passed`,
@@ -247,6 +273,43 @@ impl Store {
             .await
             .map(|_| ())
     }
+}
+
+/// The step that took the lead's one pull request: `pull_opening` or `pull_opened`.
+pub(crate) fn opening(steps: &[Value]) -> Option<&Value> {
+    steps
+        .iter()
+        .find(|s| s["step"] == "pull_opening" || s["step"] == "pull_opened")
+}
+
+/// Why no other attempt of the lead's siblings may be selected or opened.
+pub(crate) fn pull_taken(lead: TaskId, step: &Value) -> Error {
+    Error::WrongState {
+        task: lead,
+        state: "pull request opened".into(),
+        message: format!(
+            "task {lead} has its one pull request from sibling {}'s attempt {}{}; one pull \
+             request per task, and the choice changes only before it is opened",
+            step["sibling"],
+            step["attempt"],
+            step["url"]
+                .as_str()
+                .map(|u| format!(" ({u})"))
+                .unwrap_or_else(|| " (being opened)".into())
+        ),
+    }
+}
+
+/// Holds the lead's row for the rest of `tx` (PostgreSQL; SQLite's write lock holds all).
+async fn lock_lead(tx: &mut Tx, lead: TaskId) -> Result<()> {
+    let lock = Query::select()
+        .column(Tasks::Id)
+        .from(Tasks::Table)
+        .and_where(Expr::col(Tasks::Id).eq(lead.0))
+        .lock(sea_query::LockType::Update)
+        .to_owned();
+    tx.fetch_optional::<(i64,), _>(&lock).await?;
+    Ok(())
 }
 
 /// The data of the lead's `best_of` events, oldest first, read inside `tx`.

@@ -61,9 +61,9 @@ pub enum Outcome {
     /// already answered when this lands, the task is queued at once.
     Wait { reason: String },
     /// A best-of-N lead waits for its siblings, without a lease and without spending the attempt,
-    /// until one ends ([`Store::wake_lead`]). If it could decide already when this lands (every
-    /// sibling ended, or with `first_passing` one succeeded), it is queued at once.
-    AwaitSiblings { reason: String, first_passing: bool },
+    /// until one ends ([`Store::wake_lead`]). If more than `ended` of them (the number it decided
+    /// on) ended when this lands, it is queued at once.
+    AwaitSiblings { reason: String, ended: i64 },
 }
 
 /// One attempt's end, as a worker reports it.
@@ -224,7 +224,10 @@ pub(crate) fn fence_statement(lease: &Lease, now: i64) -> sea_query::UpdateState
 #[derive(Clone, Copy)]
 enum Resume {
     IfAnswered,
-    IfSiblingsDecide { first_passing: bool },
+    /// When more siblings ended than the `ended` the lead decided on.
+    IfMoreSiblingsEnded {
+        ended: i64,
+    },
 }
 
 async fn wait(
@@ -267,8 +270,8 @@ async fn wait(
     }
     let resumed = match resume {
         Resume::IfAnswered => crate::approvals::resume_if_answered(tx, TaskId(id), now).await?,
-        Resume::IfSiblingsDecide { first_passing } => {
-            crate::best_of::resume_if_decidable(tx, TaskId(id), first_passing, now).await?
+        Resume::IfMoreSiblingsEnded { ended } => {
+            crate::best_of::resume_if_more_ended(tx, TaskId(id), ended, now).await?
         }
     };
     if let Some(map) = data.as_object_mut() {
@@ -407,15 +410,9 @@ impl Store {
         for (i, completion) in completions.iter().enumerate() {
             let waiting = match &completion.outcome {
                 Outcome::Wait { reason } => Some((reason, Resume::IfAnswered)),
-                Outcome::AwaitSiblings {
-                    reason,
-                    first_passing,
-                } => Some((
-                    reason,
-                    Resume::IfSiblingsDecide {
-                        first_passing: *first_passing,
-                    },
-                )),
+                Outcome::AwaitSiblings { reason, ended } => {
+                    Some((reason, Resume::IfMoreSiblingsEnded { ended: *ended }))
+                }
                 _ => None,
             };
             if let Some((reason, resume)) = waiting {
@@ -532,6 +529,7 @@ impl Store {
                 Tasks::MaxAttempts,
                 Tasks::CancelRequested,
                 Tasks::LeaseOwner,
+                Tasks::SiblingOf,
             ])
             .from(Tasks::Table)
             .and_where(state_is(TaskState::Running))
@@ -543,9 +541,11 @@ impl Store {
             sea_query::LockType::Update,
             sea_query::LockBehavior::SkipLocked,
         );
-        let expired: Vec<(i64, i64, i64, i64, bool, Option<String>)> = tx.fetch_all(&stmt).await?;
+        #[allow(clippy::type_complexity)]
+        let expired: Vec<(i64, i64, i64, i64, bool, Option<String>, Option<i64>)> =
+            tx.fetch_all(&stmt).await?;
         let mut events = Vec::new();
-        for (id, epoch, attempt, max_attempts, cancel_requested, owner) in expired {
+        for (id, epoch, attempt, max_attempts, cancel_requested, owner, lead) in expired {
             let lease = Lease {
                 task_id: TaskId(id),
                 epoch,
@@ -591,6 +591,10 @@ impl Store {
             let Some((seq,)) = tx.fetch_optional::<(i64,), _>(&update).await? else {
                 continue;
             };
+            // A best-of sibling that ended here: its lead looks at its siblings again.
+            if let (Some(lead), true) = (lead, state.is_terminal()) {
+                crate::best_of::queue_lead(&mut tx, TaskId(lead), now).await?;
+            }
             match state {
                 TaskState::Queued => counts.requeued += 1,
                 TaskState::Failed => counts.failed += 1,

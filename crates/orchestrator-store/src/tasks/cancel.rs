@@ -79,6 +79,10 @@ async fn cancel_at_once(
         .to_owned();
     tx.execute(&stmt).await?;
     crate::approvals::close_pending(tx, id, now).await?;
+    // A best-of sibling canceled by a person: its lead looks at its siblings again.
+    if let (Some(_), Some(lead)) = (task.sibling, task.parent_id) {
+        crate::best_of::queue_lead(tx, lead, now).await?;
+    }
     if orphaned {
         // No worker holds it: what its last worker was writing ends here.
         crate::live_logs::end_abandoned(tx, &[id.0], now).await?;

@@ -32,6 +32,7 @@ mod cases;
 
 conformance!(
     best_of_siblings_are_made_once_and_wake_their_lead,
+    siblings_take_turns_with_other_work,
     a_worker_claims_only_the_tasks_whose_requirements_it_offers,
     a_task_waits_saying_what_no_live_worker_offers,
     a_pinned_task_is_claimed_only_on_its_host,

@@ -321,7 +321,7 @@ pub(super) async fn lead(
                 return Ok(AttemptEnd {
                     outcome: Some(Outcome::AwaitSiblings {
                         reason,
-                        first_passing: best_of.choose == Choose::FirstPassing,
+                        ended: candidates.iter().filter(|c| c.state.is_terminal()).count() as i64,
                     }),
                     details: json!({
                         "siblings": candidates.iter().map(Candidate::json).collect::<Vec<_>>(),
@@ -378,7 +378,7 @@ pub(super) async fn lead(
             }
         }
     }
-    Box::pin(after_choice(ctx, task, lease, best_of, &siblings)).await
+    Box::pin(after_choice(ctx, task, lease, stop, best_of, &siblings)).await
 }
 
 /// The winner is the selected attempt among the siblings' (the lead's choice, or a person's
@@ -387,6 +387,7 @@ async fn after_choice(
     ctx: &RunContext,
     task: &Task,
     lease: &Lease,
+    stop: &Stop,
     best_of: &BestOf,
     siblings: &[Task],
 ) -> Result<AttemptEnd> {
@@ -444,6 +445,33 @@ async fn after_choice(
         Ok(repo) => repo,
         Err(e) => return Ok(failed(format!("best_of.pull_request.repo: {e}"))),
     };
+    if stop.token().is_cancelled() {
+        return Ok(AttemptEnd {
+            outcome: super::stopped_outcome(stop),
+            details: json!({}),
+        });
+    }
+    // The one pull request is claimed before GitHub is asked: a person opening one from another
+    // sibling meanwhile keeps theirs, and no selection moves once it is claimed.
+    match ctx
+        .store
+        .claim_pull_opening(
+            task.id,
+            attempt.id,
+            json!({"sibling": sibling.sibling, "task": sibling.id.0, "by": "best_of"}),
+        )
+        .await
+    {
+        Ok(()) => {}
+        Err(orchestrator_store::Error::WrongState { message, .. }) => {
+            details["pull"] = json!(message);
+            return Ok(AttemptEnd {
+                outcome: Some(Outcome::Succeeded),
+                details,
+            });
+        }
+        Err(e) => return Err(Error::Store(e)),
+    }
     let dir = match objects_of(ctx, task, &attempt).await {
         Ok(dir) => dir,
         Err(end) => return end,
@@ -582,6 +610,8 @@ async fn judge(
          the criteria and choose the one to keep. Answer with one JSON object and nothing else: \
          {\"choice\": <sibling number>, \"reason\": \"<why, in one or two sentences>\"}.\n",
     );
+    // Each diff sits between markers it cannot forge: they carry a value made for this request.
+    let mark = format!("{:016x}", rand::random::<u64>());
     for c in &passing {
         let Some(attempt) = &c.attempt else { continue };
         let patch = ctx
@@ -590,13 +620,20 @@ async fn judge(
             .await
             .map_err(Error::Store)?;
         let text = String::from_utf8_lossy(&patch);
-        let cut = text.len() > JUDGE_DIFF_BYTES;
-        let shown: String = text.chars().take(JUDGE_DIFF_BYTES).collect();
+        let mut end = text.len().min(JUDGE_DIFF_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
         prompt.push_str(&format!(
-            "\n--- sibling {} ({}) ---\n```diff\n{shown}\n```\n{}",
+            "\n<<<diff {mark} sibling {} ({})>>>\n{}\n<<<end {mark}>>>\n{}",
             c.sibling,
             c.size(),
-            if cut { "(the diff is cut here)\n" } else { "" }
+            &text[..end],
+            if end < text.len() {
+                "(the diff is cut here)\n"
+            } else {
+                ""
+            }
         ));
     }
     let messages = [
@@ -705,7 +742,9 @@ async fn base_of(ctx: &RunContext, task: &Task) -> Option<String> {
         .events_of_kind(task.id, EventKind::WorkspacePrepared)
         .await
         .ok()?;
-    events.iter().rev().find_map(|e| {
+    // The first: a worktree found again later reports its HEAD then, which may hold the agent's
+    // own commits.
+    events.iter().find_map(|e| {
         e.data
             .get("base")
             .or_else(|| e.data.get("head"))

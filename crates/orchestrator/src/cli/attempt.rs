@@ -656,21 +656,21 @@ async fn open_pr(global: &GlobalArgs, args: OpenPrArgs) -> anyhow::Result<ExitCo
     let lead = task
         .parent_id
         .filter(|_| task.sibling.is_some() && attempt.group == orchestrator_types::BEST_OF_GROUP);
-    if let Some(lead) = lead
-        && let Some(opened) = store
-            .best_of_steps(lead)
-            .await?
-            .into_iter()
-            .find(|s| s["step"] == "pull_opened" && s["attempt"].as_i64() != Some(id))
-    {
-        return Err(CliError::Refused(format!(
-            "the pull request was not opened: task {lead} has one already, {} from attempt {} \
-             (sibling {}); one pull request per task",
-            opened["url"].as_str().unwrap_or("?"),
-            opened["attempt"],
-            opened["sibling"]
-        ))
-        .into());
+    if let Some(lead) = lead {
+        // Claimed before GitHub is asked, holding the task's row: one pull request per task.
+        let claimed = store
+            .claim_pull_opening(
+                lead,
+                id,
+                serde_json::json!({"sibling": task.sibling, "task": task.id.0, "by": "cli"}),
+            )
+            .await;
+        if let Err(orchestrator_store::Error::WrongState { message, .. }) = claimed {
+            return Err(
+                CliError::Refused(format!("the pull request was not opened: {message}")).into(),
+            );
+        }
+        claimed?;
     }
     let dir = directory(&store, args.workspace.as_ref(), task.id, "--workspace").await?;
     let github = super::github::client(global)?;

@@ -87,7 +87,7 @@ fn siblings_model(tries: Vec<Try>) -> ScriptedModel {
 fn judge(request: &Request) -> Reply {
     let prompt = request.last_user_text().unwrap_or_default();
     let chosen = prompt
-        .split("--- sibling ")
+        .split(" sibling ")
         .skip(1)
         .find(|part| part.contains("src/extra.rs"))
         .and_then(|part| part.split_whitespace().next())

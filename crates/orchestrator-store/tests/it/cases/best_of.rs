@@ -1,3 +1,6 @@
+//! Best of N in the store: siblings made once, the lead's waits and wakes, the choice once, a
+//! person's selection across siblings until the pull request, and siblings taking turns.
+
 use super::*;
 use orchestrator_store::{NewAttempt, Task};
 use orchestrator_types::{BEST_OF_GROUP, BestOf, BudgetShare, Choose};
@@ -43,10 +46,11 @@ async fn end(store: &Store, lease: &Lease, outcome: Outcome) {
     assert_eq!(results, vec![CompletionResult::Applied]);
 }
 
-fn await_siblings() -> Outcome {
+/// The lead waits, having seen `ended` of its siblings ended.
+fn await_siblings(ended: i64) -> Outcome {
     Outcome::AwaitSiblings {
         reason: "waiting for its siblings".into(),
-        first_passing: false,
+        ended,
     }
 }
 
@@ -111,7 +115,7 @@ pub async fn best_of_siblings_are_made_once_and_wake_their_lead(db: &TestStore) 
     ));
 
     // The lead waits; its siblings run.
-    end(&store, &lease, await_siblings()).await;
+    end(&store, &lease, await_siblings(0)).await;
     assert_eq!(state(&store, lead).await, TaskState::Waiting);
     let claimed = store.claim("w", &queues(), 10, LEASE).await.unwrap();
     assert_eq!(
@@ -132,7 +136,7 @@ pub async fn best_of_siblings_are_made_once_and_wake_their_lead(db: &TestStore) 
         !store.wake_lead(lead).await.unwrap(),
         "a running lead is not woken"
     );
-    end(&store, &lease, await_siblings()).await;
+    end(&store, &lease, await_siblings(1)).await;
     assert_eq!(state(&store, lead).await, TaskState::Waiting);
     // The other ends, its wake lost too: the rescuer's pass queues the lead.
     end(
@@ -146,10 +150,15 @@ pub async fn best_of_siblings_are_made_once_and_wake_their_lead(db: &TestStore) 
     assert_eq!(store.wake_settled_leads().await.unwrap(), 1);
     assert_eq!(state(&store, lead).await, TaskState::Queued);
 
-    // A lead that decides to wait after its siblings all ended is queued at once.
+    // A lead that decided on fewer ended siblings than have ended when its wait lands is queued
+    // at once (one ended while it looked); one that saw them all end is not left waiting either.
     let lease = claim_one(&store, lead).await;
-    end(&store, &lease, await_siblings()).await;
+    end(&store, &lease, await_siblings(1)).await;
     assert_eq!(state(&store, lead).await, TaskState::Queued);
+    let lease = claim_one(&store, lead).await;
+    end(&store, &lease, await_siblings(2)).await;
+    assert_eq!(state(&store, lead).await, TaskState::Waiting);
+    assert!(store.wake_lead(lead).await.unwrap());
 
     // The choice is recorded once, and selects its attempt.
     let a1 = store
@@ -214,4 +223,41 @@ pub async fn best_of_siblings_are_made_once_and_wake_their_lead(db: &TestStore) 
     assert_eq!(board.winner, Some(2));
     assert_eq!(board.siblings[1].lines, Some(2));
     assert_eq!(board.pull.as_deref(), Some("https://example.com/pr/1"));
+}
+
+/// A task's siblings take turns with other work: with two workers free, a task of another key
+/// made after the three siblings gets a worker before the second sibling does, so one task's
+/// siblings do not take every worker while other work waits.
+pub async fn siblings_take_turns_with_other_work(db: &TestStore) {
+    let store = db.store.clone();
+    let mut lead = lead_task();
+    lead.best_of.as_mut().unwrap().n = 3;
+    lead.fair_key = Some("repository:widgets".into());
+    let lead = store.create_task(&lead).await.unwrap();
+    let lease = claim_one(&store, lead).await;
+    let specs: Vec<NewTask> = (1..=3)
+        .map(|k| {
+            let mut s = sibling_of(lead, k);
+            s.fair_key = Some("repository:widgets".into());
+            s
+        })
+        .collect();
+    let siblings = store.make_siblings(&lease, &specs).await.unwrap();
+    end(&store, &lease, await_siblings(0)).await;
+    let mut other = NewTask::new("another repository's task");
+    other.fair_key = Some("repository:gadgets".into());
+    let other = store.create_task(&other).await.unwrap();
+
+    let claimed = store.claim("w", &queues(), 2, LEASE).await.unwrap();
+    let ids: Vec<TaskId> = claimed.iter().map(|(t, _)| t.id).collect();
+    assert!(
+        ids.contains(&other),
+        "the other task waits behind the siblings: {ids:?}"
+    );
+    assert!(ids.contains(&siblings[0].id), "{ids:?}");
+
+    // A person's cancel of a sibling that waits in the queue wakes the lead.
+    assert_eq!(state(&store, lead).await, TaskState::Waiting);
+    store.cancel_task(siblings[2].id).await.unwrap();
+    assert_eq!(state(&store, lead).await, TaskState::Queued);
 }

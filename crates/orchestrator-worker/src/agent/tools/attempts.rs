@@ -70,6 +70,10 @@ fn workspace(session: &Session) -> Result<PathBuf, ToolFailure> {
         })
 }
 
+/// The `best-of` group is the runner's: a best-of sibling's tree is recorded there after its
+/// gates, and the choice between siblings is the lead's or a person's, never an agent's.
+const BEST_OF_REFUSAL: &str = "the group \"best-of\" is kept for the runner: after you stop, the task's gates run on your tree and it is recorded there, and the task chooses between siblings; record your own attempts in another group";
+
 /// The model's mistakes and the worktree's state are refusals it can act on; only a broken store
 /// is the orchestrator's failure.
 fn attempt_failure(e: AttemptError) -> ToolFailure {
@@ -146,6 +150,9 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
             |session, args: RecordArgs, _ctx| async move {
                 let dir = workspace(&session)?;
                 let group = args.group.as_deref().unwrap_or(DEFAULT_GROUP);
+                if group == orchestrator_types::BEST_OF_GROUP {
+                    return Err(refuse(BEST_OF_REFUSAL));
+                }
                 let base = args.base.as_deref().unwrap_or(DEFAULT_BASE);
                 let recorded = record_attempt(
                     &session.store,
@@ -356,6 +363,9 @@ pub(super) fn specs(session: &Arc<Session>) -> Vec<ToolSpec> {
             session,
             |session, args: SelectArgs, _ctx| async move {
                 let attempt = own_attempt(&session, args.attempt_id).await?;
+                if attempt.group == orchestrator_types::BEST_OF_GROUP {
+                    return Err(refuse(BEST_OF_REFUSAL));
+                }
                 let before: Vec<i64> = session
                     .store
                     .attempts(Some(session.task_id()), Some(&attempt.group))
