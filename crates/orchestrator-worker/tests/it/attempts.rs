@@ -392,6 +392,36 @@ async fn attempts_are_recorded_compared_checked_and_selected() {
         assert!(text.contains("there is no attempt 9999"), "{tool}: {text}");
     }
 
+    // The best-of group is the runner's: an agent (a best-of sibling's, say) neither records
+    // nor selects there, so it cannot move its task's choice between siblings.
+    let runners = store
+        .record_attempt(&NewAttempt {
+            task: agent.task,
+            group: orchestrator_types::BEST_OF_GROUP,
+            label: "sibling 1",
+            base: &moved,
+            head: None,
+            diff_hash: None,
+            patch: &patch,
+            files: attempt.files.clone(),
+            gates: json!([]),
+            left_out: Default::default(),
+        })
+        .await
+        .unwrap();
+    let text = agent
+        .refused("pr_attempt_select", json!({"attempt_id": runners.id}))
+        .await;
+    assert!(text.contains("kept for the runner"), "{text}");
+    assert!(!store.attempt(runners.id).await.unwrap().selected);
+    let text = agent
+        .refused(
+            "pr_attempt_record",
+            json!({"label": "mine", "group": "best-of"}),
+        )
+        .await;
+    assert!(text.contains("kept for the runner"), "{text}");
+
     // Another task's attempt (recorded through the same code as the tool and the CLI) is not
     // this agent's to read, check or select.
     let other = store
