@@ -281,10 +281,11 @@ fn review_loop(env: Env) {
     assert_eq!(files["src/lib.rs"].1, b"43\n");
     // The pull request's progress comment says what the round pushed.
     let short_head = &commits[0][..12];
+    // The comment is edited as the round goes: first with the push, then as the task ends.
     crate::support::wait_for(|| {
-        progress(number)
-            .first()
-            .is_some_and(|c| c.body.contains(&format!("Pushed {short_head}")))
+        progress(number).first().is_some_and(|c| {
+            c.body.contains(&format!("Pushed {short_head}")) && c.body.contains("✅ Done.")
+        })
     });
     let told = progress(number);
     assert_eq!(told.len(), 1, "{told:?}");
