@@ -8,7 +8,7 @@
 //! the task's success, their ratio (the target is 1.3 or less), and the model calls of each. No
 //! assertions.
 
-use crate::workspace::figures;
+use crate::workspace::{figures, median};
 use anyhow::{Context, Result};
 use orchestrator_store::{Store, StoreOptions};
 use orchestrator_test_support::model_server::{Quirks, Reply, Request, ScriptedModel, call};
@@ -216,11 +216,6 @@ pub async fn run(config: &BestOfBenchConfig, print: impl Fn(&str) -> Result<()>)
             best[round]
         );
     }
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let ratio = median(&best) / median(&single).max(0.001);
     print(
         &json!({

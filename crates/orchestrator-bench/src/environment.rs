@@ -9,7 +9,7 @@
 //! Prints one JSON line: `none_ms`, `cold_ms` and `warm_ms` (median, p90, runs), the ratio of warm
 //! to none (the target is 1.5 or less), and the cache entry's size. No assertions.
 
-use crate::workspace::{Marks, figures, lock, run_pool};
+use crate::workspace::{Marks, figures, lock, median, run_pool};
 use anyhow::{Context, Result};
 use orchestrator_store::{Store, StoreOptions};
 use orchestrator_test_support::model_server::{Reply, Request, ScriptedModel};
@@ -157,11 +157,6 @@ pub async fn run(
             warm[round]
         );
     }
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let ratio = median(&warm) / median(&none).max(0.001);
     print(
         &json!({

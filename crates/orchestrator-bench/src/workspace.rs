@@ -197,6 +197,13 @@ pub(crate) async fn run_pool(
     outcome
 }
 
+/// The middle value of `values` (the upper one of an even count).
+pub(crate) fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 pub(crate) fn figures(mut values: Vec<f64>) -> Value {
     values.sort_by(f64::total_cmp);
     let at = |p: f64| {

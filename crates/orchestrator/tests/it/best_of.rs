@@ -207,6 +207,11 @@ impl World {
             .collect()
     }
 
+    /// The lead's first `best_of` step named `name`.
+    fn step(&self, lead: i64, name: &str) -> Option<Value> {
+        self.steps(lead).into_iter().find(|s| s["step"] == name)
+    }
+
     fn siblings(&self, lead: i64) -> Vec<Value> {
         let steps = self.steps(lead);
         let made = steps
@@ -272,11 +277,7 @@ fn smallest_passing_opens_one_pull_request_from_the_smaller_passing_patch() {
     // All three are kept as attempts (the failing one too), and the chosen one is selected.
     let attempts = w.attempts(lead);
     assert_eq!(attempts.len(), 3, "{attempts:#?}");
-    let chosen = w
-        .steps(lead)
-        .into_iter()
-        .find(|s| s["step"] == "chosen")
-        .expect("a choice");
+    let chosen = w.step(lead, "chosen").expect("a choice");
     assert_eq!(chosen["choose"], "smallest_passing");
     let winner = chosen["attempt"].as_i64().unwrap();
     let patch = w.patch(winner);
@@ -297,9 +298,7 @@ fn smallest_passing_opens_one_pull_request_from_the_smaller_passing_patch() {
     let pulls = w.fake.pulls(REPO);
     assert_eq!(pulls.len(), 1, "one pull request per task");
     let opened = w
-        .steps(lead)
-        .into_iter()
-        .find(|s| s["step"] == "pull_opened")
+        .step(lead, "pull_opened")
         .expect("the pull request is recorded");
     let branch = w
         .env
@@ -359,11 +358,7 @@ fn none_passing_fails_the_task_with_every_siblings_evidence() {
     assert_eq!(task["state"], "failed", "{task}");
     let error = task["last_error"].as_str().unwrap();
     assert!(error.contains("none of the 3 siblings passed"), "{error}");
-    let none = w
-        .steps(lead)
-        .into_iter()
-        .find(|s| s["step"] == "none_passed")
-        .expect("a none_passed step");
+    let none = w.step(lead, "none_passed").expect("a none_passed step");
     let candidates = none["candidates"].as_array().unwrap();
     assert_eq!(candidates.len(), 3);
     for c in candidates {
@@ -406,11 +401,7 @@ fn first_passing_stops_the_others_after_the_first_pass() {
         2,
         "{states:?}"
     );
-    let chosen = w
-        .steps(lead)
-        .into_iter()
-        .find(|s| s["step"] == "chosen")
-        .unwrap();
+    let chosen = w.step(lead, "chosen").unwrap();
     assert_eq!(chosen["choose"], "first_passing");
     assert_eq!(chosen["stopped"].as_array().unwrap().len(), 2, "{chosen}");
     let winner = siblings.iter().find(|s| s["id"] == chosen["task"]).unwrap();
@@ -428,11 +419,7 @@ fn a_judge_chooses_with_its_reason_recorded() {
     let lead = w.create(&model, &["--choose", "judge"]);
     let task = w.finished(lead, &serve);
     assert_eq!(task["state"], "succeeded", "{task}\n{}", serve.log());
-    let chosen = w
-        .steps(lead)
-        .into_iter()
-        .find(|s| s["step"] == "chosen")
-        .unwrap();
+    let chosen = w.step(lead, "chosen").unwrap();
     assert_eq!(chosen["choose"], "judge");
     let why = chosen["why"].as_str().unwrap();
     assert!(why.contains("extra module"), "{why}");
@@ -457,11 +444,7 @@ fn a_persons_select_before_opening_changes_the_pull_requests_content() {
     let lead = w.create(&model, &[]);
     let task = w.finished(lead, &serve);
     assert_eq!(task["state"], "succeeded", "{task}\n{}", serve.log());
-    let chosen = w
-        .steps(lead)
-        .into_iter()
-        .find(|s| s["step"] == "chosen")
-        .unwrap();
+    let chosen = w.step(lead, "chosen").unwrap();
     let attempts = w.attempts(lead);
     let bigger = attempts
         .iter()
@@ -506,9 +489,7 @@ fn a_persons_select_before_opening_changes_the_pull_requests_content() {
     // The person prefers the bigger change: their choice is recorded on the task.
     w.ok(&["attempt", "select", &bigger.to_string(), "--json"]);
     let overridden = w
-        .steps(lead)
-        .into_iter()
-        .find(|s| s["step"] == "overridden")
+        .step(lead, "overridden")
         .expect("the override is recorded on the task");
     assert_eq!(overridden["attempt"].as_i64(), Some(bigger));
     let selected: Vec<i64> = w
