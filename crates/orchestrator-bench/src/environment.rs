@@ -6,8 +6,14 @@
 //! (only setup may reach it, through the jail's proxy) and writes a tree of small files, as a
 //! package manager does; `--setup` runs another (`cargo fetch`, given a registry it can reach).
 //!
+//! A fresh workspace gets its environment while the agent's first request goes out, and the agent
+//! acts on the answer only once it is there; so the bench also gives how long the environment
+//! step itself took in the cold and warm tasks (`cold_step_ms`, `warm_step_ms`, from their
+//! `environment` events): the part of it the model's first answer hides.
+//!
 //! Prints one JSON line: `none_ms`, `cold_ms` and `warm_ms` (median, p90, runs), the ratio of warm
-//! to none (the target is 1.5 or less), and the cache entry's size. No assertions.
+//! to none (the target is 1.5 or less), the steps' own times, and the cache entry's size. No
+//! assertions.
 
 use crate::workspace::{Marks, figures, lock, median, run_pool};
 use anyhow::{Context, Result};
@@ -105,6 +111,7 @@ pub async fn run(
     };
     let place = tempfile::tempdir().context("creating the benchmark's directory")?;
     let (mut none, mut cold, mut warm) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cold_step, mut warm_step) = (Vec::new(), Vec::new());
     let mut entry_bytes = 0;
     for round in 0..config.runs.max(1) {
         let settings = Arc::new(WorkspaceSettings {
@@ -140,6 +147,9 @@ pub async fn run(
             Some(sandbox.clone()),
         )
         .await?;
+        for (title, into) in titles[2..].iter().zip([&mut cold_step, &mut warm_step]) {
+            into.push(step_ms(&store, title).await?);
+        }
         store.close().await;
         let marks = lock(&marks);
         for (title, into) in titles[1..].iter().zip([&mut none, &mut cold, &mut warm]) {
@@ -150,11 +160,14 @@ pub async fn run(
             .first()
             .map_or(0, |e| e.bytes);
         eprintln!(
-            "[environment] round {}: no setup {:.0} ms, setup ran {:.0} ms, cache hit {:.0} ms",
+            "[environment] round {}: no setup {:.0} ms, setup ran {:.0} ms (step {:.0} ms), cache \
+             hit {:.0} ms (step {:.0} ms)",
             round + 1,
             none[round],
             cold[round],
-            warm[round]
+            cold_step[round],
+            warm[round],
+            warm_step[round]
         );
     }
     let ratio = median(&warm) / median(&none).max(0.001);
@@ -166,9 +179,28 @@ pub async fn run(
             "none_ms": figures(none),
             "cold_ms": figures(cold),
             "warm_ms": figures(warm),
+            "cold_step_ms": figures(cold_step),
+            "warm_step_ms": figures(warm_step),
             "warm_over_none": (ratio * 100.0).round() / 100.0,
             "entry_bytes": entry_bytes,
         })
         .to_string(),
     )
+}
+
+/// How long task `title`'s environment step took, from its `environment` event.
+async fn step_ms(store: &Store, title: &str) -> Result<f64> {
+    let tasks = store.list_tasks(&Default::default()).await?;
+    let task = tasks
+        .iter()
+        .find(|t| t.title == title)
+        .with_context(|| format!("task {title} is not in the store"))?;
+    let events = store
+        .events_of_kind(task.id, orchestrator_types::EventKind::Environment)
+        .await?;
+    events
+        .iter()
+        .rev()
+        .find_map(|e| e.data["duration_ms"].as_f64())
+        .with_context(|| format!("task {title} has no environment event with its duration"))
 }

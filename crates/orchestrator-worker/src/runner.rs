@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 mod best_of;
 mod environment;
+pub(crate) use environment::Ready as EnvironmentReady;
 mod rounds;
 mod turns;
 pub use rounds::{PullHead, RoundError, check_pull, pushed_by_orchestrator};
@@ -320,13 +321,16 @@ pub async fn run_attempt(
         _ => None,
     };
     let task = pulled.as_deref().map_or(task, |(_, at_head)| at_head);
-    // A repository task runs on a copy of itself whose workspace is the one made here.
+    // A repository task runs on a copy of itself whose workspace is the one made here; a fresh
+    // one may still be getting its environment while the agent's first request goes out.
     let prepared_task;
+    let mut pending = None;
     let task = match &task.repository {
         Some(repository) if !stop.token().is_cancelled() => {
             match Box::pin(prepare_repository(ctx, task, lease, repository, stop)).await {
-                Ok(prepared) => {
+                Ok((prepared, environment)) => {
                     prepared_task = prepared;
+                    pending = environment;
                     &prepared_task
                 }
                 Err(end) => return end,
@@ -339,8 +343,28 @@ pub async fn run_attempt(
         Err(error) => return Ok(failed(error)),
     };
     if task.prompt.is_some() && !stop.token().is_cancelled() {
-        let end = match Box::pin(run_agent(ctx, task, lease, stop, agent_jail.as_ref())).await? {
+        let ready = pending.as_ref().map(environment::Pending::ready);
+        let agent = Box::pin(run_agent(
+            ctx,
+            task,
+            lease,
+            stop,
+            agent_jail.as_ref(),
+            ready,
+        ))
+        .await;
+        // The environment's end comes first: a failed one ends the attempt as its own failure,
+        // whatever the agent made of the wait.
+        if let Some(step) = pending.take()
+            && let Err(end) = step.finish().await
+        {
+            return end;
+        }
+        let end = match agent? {
             AgentEnd::Finished => None,
+            AgentEnd::EnvironmentFailed => {
+                return Ok(failed("the environment step failed".into()));
+            }
             AgentEnd::Stopped => Some(None),
             AgentEnd::LeaseLost => {
                 return Ok(AttemptEnd {
@@ -381,6 +405,12 @@ pub async fn run_attempt(
                 details: json!({}),
             });
         }
+    }
+    // No agent ran (canceled before it began): the environment step still ends before anything.
+    if let Some(step) = pending.take()
+        && let Err(end) = step.finish().await
+    {
+        return end;
     }
     if task.gates.is_empty() {
         return Ok(gates_end(ctx, task, stop, 0, Vec::new(), None));
@@ -645,7 +675,7 @@ async fn prepare_repository(
     lease: &Lease,
     repository: &orchestrator_types::RepositoryRef,
     stop: &Stop,
-) -> std::result::Result<Task, Result<AttemptEnd>> {
+) -> std::result::Result<(Task, Option<environment::Pending>), Result<AttemptEnd>> {
     let Some(settings) = ctx.agent.workspaces.clone() else {
         return Err(Ok(failed(
             "this daemon has no workspaces directory, so it cannot make a workspace from a \
@@ -740,7 +770,21 @@ async fn prepare_repository(
         return Err(lost_or(e));
     }
     // A workspace made here gets the repository's environment before anything else: from this
-    // machine's cache or by running setup, and before a checkpoint is applied on top of it.
+    // machine's cache or by running setup, and before a checkpoint is applied on top of it. A
+    // fresh one for an agent gets it while the agent's first request goes out (`Pending`).
+    if let Some(spec) = &repository.environment
+        && prepared.preparation == workspace::Preparation::Cloned
+        && task.prompt.is_some()
+    {
+        let step = environment::Pending::start(ctx, task, lease, Path::new(&path), spec, stop);
+        return Ok((
+            Task {
+                workspace: Some(path),
+                ..task.clone()
+            },
+            Some(step),
+        ));
+    }
     if let Some(spec) = &repository.environment
         && prepared.preparation != workspace::Preparation::Found
     {
@@ -778,10 +822,13 @@ async fn prepare_repository(
             }
         }
     }
-    Ok(Task {
-        workspace: Some(path),
-        ..task.clone()
-    })
+    Ok((
+        Task {
+            workspace: Some(path),
+            ..task.clone()
+        },
+        None,
+    ))
 }
 
 /// Whether a workspace found on disk holds what the task's conversation was last saved with:

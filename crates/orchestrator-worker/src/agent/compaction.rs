@@ -77,6 +77,8 @@ impl Agent<'_> {
         budget: &mut Budget,
         reason: &str,
     ) -> Result<Compaction, Halt> {
+        // Its PreCompact hooks run in the workspace's environment.
+        self.environment_ready().await?;
         let limits = self.limits;
         // Before and after on the same measure, so that what a compaction frees is not hidden by
         // the estimate's own error.

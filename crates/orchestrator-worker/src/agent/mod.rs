@@ -134,16 +134,21 @@ pub enum AgentEnd {
     Stopped,
     /// The lease is gone: nothing more may be written.
     LeaseLost,
+    /// The workspace's environment, made while the first request went out, failed: the
+    /// environment step's own end says how the attempt ends.
+    EnvironmentFailed,
 }
 
 /// Runs the agent part of an attempt.
-pub async fn run_agent(
+pub(crate) async fn run_agent(
     ctx: &RunContext,
     task: &Task,
     lease: &Lease,
     stop: &Stop,
     jail: Option<&orchestrator_sandbox::Jail>,
+    environment: Option<crate::runner::EnvironmentReady>,
 ) -> crate::Result<AgentEnd> {
+    let mut environment = environment;
     let Some(prompt) = task.prompt.clone() else {
         return Ok(AgentEnd::Finished);
     };
@@ -235,7 +240,13 @@ pub async fn run_agent(
     };
     // The task's MCP servers start in its jail before the first turn, so the tool list is whole
     // from the start; each outcome is an event, and a required server that failed makes the
-    // attempt fail for a reason that may pass.
+    // attempt fail for a reason that may pass. They start in the workspace's environment.
+    if !task.agent.mcp_servers.is_empty()
+        && let Some(mut ready) = environment.take()
+        && !ready.wait().await
+    {
+        return Ok(AgentEnd::EnvironmentFailed);
+    }
     let mcp = match mcp::start_servers(ctx, task, lease, jail, &workspace, &mut registry).await {
         Ok(mcp) => mcp,
         Err(end) => return Ok(end),
@@ -308,6 +319,7 @@ pub async fn run_agent(
         reads: std::collections::HashMap::new(),
         tool_usage: Usage::default(),
         checkpoints,
+        environment,
     };
     let end = agent.run(&prompt, &workspace).await;
     agent.tool_ctx.shutdown().await;
@@ -341,6 +353,8 @@ struct Agent<'a> {
     tool_usage: Usage,
     /// Saves the workspace after the turns that change it; `None` for a workspace without a base.
     checkpoints: Option<crate::workspace::checkpoint::Saver>,
+    /// The workspace's environment while it is still being made (see `Agent::environment_ready`).
+    environment: Option<crate::runner::EnvironmentReady>,
 }
 
 /// Adds a model call's tokens to this process's counters.
@@ -372,9 +386,22 @@ impl From<orchestrator_store::Error> for Halt {
 }
 
 impl Agent<'_> {
+    /// Waits for the workspace's environment when it is still being made. Everything that acts
+    /// on the workspace or on a model's answer (a tool call, a hook, a checkpoint, a compaction,
+    /// the answer itself) comes after it; only the first request goes out before.
+    async fn environment_ready(&mut self) -> Result<(), Halt> {
+        if let Some(mut ready) = self.environment.take()
+            && !ready.wait().await
+        {
+            return Err(Halt::End(AgentEnd::EnvironmentFailed));
+        }
+        Ok(())
+    }
+
     /// Saves a checkpoint of the workspace after `turn`, when the task takes checkpoints and the
     /// turn changed the workspace. Right after the turn's messages are saved, fenced by the lease.
     async fn checkpoint(&mut self, turn: i64) -> Result<(), Halt> {
+        self.environment_ready().await?;
         if let Some(saver) = self.checkpoints.as_mut() {
             saver
                 .after_turn(&self.ctx.store, self.lease, self.task.attempt, turn)
@@ -388,6 +415,9 @@ impl Agent<'_> {
     /// shutdown), the workspace as those calls left it is saved too. A save that fails changes
     /// nothing about how the attempt ends.
     async fn checkpoint_before(&mut self, end: AgentEnd, turn: i64) -> AgentEnd {
+        if self.environment_ready().await.is_err() {
+            return AgentEnd::EnvironmentFailed;
+        }
         if matches!(end, AgentEnd::Wait { .. } | AgentEnd::Stopped)
             && let Some(saver) = self.checkpoints.as_mut()
             && let Err(e) = saver

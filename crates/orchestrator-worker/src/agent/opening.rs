@@ -12,7 +12,7 @@ use std::path::Path;
 impl Agent<'_> {
     /// Saves the first messages of a conversation that has none and returns them.
     pub(super) async fn open_conversation(
-        &self,
+        &mut self,
         prompt: &str,
         workspace: &str,
     ) -> Result<Vec<SavedMessage>, Halt> {
@@ -27,13 +27,23 @@ impl Agent<'_> {
         let found = instructions::gather(Path::new(workspace), &self.ctx.agent.instructions);
         system.push_str(&instructions::section(&found));
         let mut user = prompt::user_prompt(self.task, prompt);
-        // What the person's SessionStart hooks say goes with the task's prompt.
+        // What the person's SessionStart hooks say goes with the task's prompt. They run in the
+        // workspace's environment, so they wait for it when it is still being made.
+        let session_start = HookStep {
+            ctx: self.ctx,
+            session: &self.session,
+            workspace: Path::new(workspace),
+        }
+        .any(HookEvent::SessionStart, None);
+        if session_start {
+            self.environment_ready().await?;
+        }
         let step = HookStep {
             ctx: self.ctx,
             session: &self.session,
             workspace: Path::new(workspace),
         };
-        if step.any(HookEvent::SessionStart, None) {
+        if session_start {
             let decision = step
                 .run(
                     HookEvent::SessionStart,

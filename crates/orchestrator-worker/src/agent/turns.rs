@@ -29,6 +29,9 @@ impl Agent<'_> {
         let mut saved = self.ctx.store.messages(self.task.id).await?;
         if saved.is_empty() {
             saved = self.open_conversation(prompt, workspace).await?;
+        } else {
+            // A conversation taken up again acts on the workspace before it asks the model.
+            self.environment_ready().await?;
         }
         // The groups of tools loaded in earlier turns go with the requests again.
         let calls_made: Vec<orchestrator_types::ToolCallRequest> = saved
@@ -208,7 +211,14 @@ impl Agent<'_> {
             }
 
             let asked = Instant::now();
-            let reply = match self.ask_model(&conversation, time_left).await? {
+            let answered = self.ask_model(&conversation, time_left).await?;
+            // The first answer waits here for the workspace's environment, when it is still
+            // being made: the request went out beside it.
+            let waited = Instant::now();
+            self.environment_ready().await?;
+            // The wait is no work of the agent's either.
+            let asked = asked + waited.elapsed();
+            let reply = match answered {
                 Ok(reply) => {
                     overflow_retried = false;
                     reply
@@ -370,12 +380,20 @@ impl Agent<'_> {
             workspace: std::path::Path::new(&workspace),
         };
         if step.any(HookEvent::Notification, None) {
+            // The approval's own words say what waits and why (a policy's or a hook's reason).
+            let why = match self.ctx.store.get_approval(approval).await {
+                Ok(a) => format!("{} ({}): {}", a.tool, a.kind, a.reason),
+                Err(_) => reason.to_owned(),
+            };
             step.run(
                 HookEvent::Notification,
                 None,
                 &format!("approval-{approval}"),
                 json!({
-                    "message": format!("Task {} needs your approval: {reason}", self.task.id),
+                    "message": format!(
+                        "Task {} needs your approval (approval {approval}): {why}",
+                        self.task.id
+                    ),
                     "notification_type": "permission_prompt",
                 }),
             )
@@ -475,6 +493,7 @@ impl Agent<'_> {
         conversation: &mut Vec<ChatMessage>,
         resuming: bool,
     ) -> Result<Option<AgentEnd>, Halt> {
+        self.environment_ready().await?;
         let records = if resuming {
             self.ctx.store.tool_calls(self.task.id).await?
         } else {

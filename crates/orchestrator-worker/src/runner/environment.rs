@@ -16,6 +16,82 @@ use serde_json::json;
 use std::path::Path;
 use std::time::Instant;
 
+/// The environment step running beside the agent's first model request. A workspace made
+/// fresh gets its environment (the cache's copy, or setup) while the model writes its first
+/// answer: the agent waits for it ([`Ready`]) before it acts on that answer or touches the
+/// workspace in any other way, and the attempt takes the step's end ([`Pending::finish`]) before
+/// anything else (gates, its outcome). Dropped unfinished (the attempt's future dropped), the step
+/// is aborted, and its processes end with their jails.
+pub(crate) struct Pending {
+    ready: tokio::sync::watch::Receiver<Option<bool>>,
+    handle: tokio::task::JoinHandle<Result<(), crate::Result<AttemptEnd>>>,
+}
+
+/// The agent's side of a [`Pending`] environment step.
+#[derive(Debug, Clone)]
+pub(crate) struct Ready(tokio::sync::watch::Receiver<Option<bool>>);
+
+impl Ready {
+    /// Waits until the step ends; whether the workspace got its environment. `false` also when
+    /// the step ended without saying (it panicked or was aborted): its end says why.
+    pub(crate) async fn wait(&mut self) -> bool {
+        match self.0.wait_for(Option::is_some).await {
+            Ok(done) => *done == Some(true),
+            Err(_) => false,
+        }
+    }
+}
+
+impl Pending {
+    /// Starts the environment step for `workspace` in a task of its own.
+    pub(super) fn start(
+        ctx: &RunContext,
+        task: &Task,
+        lease: &Lease,
+        workspace: &Path,
+        spec: &EnvironmentSpec,
+        stop: &Stop,
+    ) -> Pending {
+        let (said, ready) = tokio::sync::watch::channel(None);
+        let (ctx, task, lease, stop) = (ctx.clone(), task.clone(), lease.clone(), stop.clone());
+        let (workspace, spec) = (workspace.to_owned(), spec.clone());
+        let handle = tokio::spawn(async move {
+            let end = Box::pin(prepare(&ctx, &task, &lease, &workspace, &spec, &stop)).await;
+            let _ = said.send(Some(end.is_ok()));
+            end
+        });
+        Pending { ready, handle }
+    }
+
+    pub(crate) fn ready(&self) -> Ready {
+        Ready(self.ready.clone())
+    }
+
+    /// The step's end: `Ok` when the workspace has its environment, else how the attempt ends.
+    pub(super) async fn finish(mut self) -> Result<(), crate::Result<AttemptEnd>> {
+        match (&mut self.handle).await {
+            Ok(end) => end,
+            Err(e) => Err(Ok(failed(format!(
+                "the environment step ended before it finished: {e}"
+            )))),
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("ready", &*self.ready.borrow())
+            .finish()
+    }
+}
+
 /// Model key variables of the task: secrets whatever their names.
 fn model_keys(ctx: &RunContext, task: &Task) -> Vec<String> {
     task.model

@@ -741,7 +741,7 @@ fn a_serve_killed_during_a_compaction_resumes_with_one_summary() {
 }
 
 /// A minimal-profile agent task in `ws` that reads the notes, talking to `model`; its id.
-fn create_reader(env: &Env, ws: &Path, model: &ScriptedModel) -> i64 {
+pub(crate) fn create_reader(env: &Env, ws: &Path, model: &ScriptedModel) -> i64 {
     let ws = ws.display().to_string();
     let mut args = vec![
         "task",
@@ -762,7 +762,7 @@ fn create_reader(env: &Env, ws: &Path, model: &ScriptedModel) -> i64 {
 }
 
 /// A workspace with `n` notes, `notes/0.txt` and on, of about 1.2 KB each.
-fn notes_workspace(n: usize) -> tempfile::TempDir {
+pub(crate) fn notes_workspace(n: usize) -> tempfile::TempDir {
     let ws = tempfile::tempdir().unwrap();
     std::fs::create_dir(ws.path().join("notes")).unwrap();
     for i in 0..n {

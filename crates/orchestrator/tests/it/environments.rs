@@ -116,8 +116,10 @@ setup = ["echo about to fail", "exit 3"]
         ],
         &[("SETUP_TOKEN_FOR_TEST", SECRET)],
     );
+    // The gates run in the environment too, and without setup's secret.
     let gate = "test \"$(cat vendor/pkg)\" = PACKAGE-CONTENT \
-                && test \"$(cat \"$CARGO_HOME/registry-stand-in\")\" = fetched";
+                && test \"$(cat \"$CARGO_HOME/registry-stand-in\")\" = fetched \
+                && test \"$(env | grep -c SETUP_TOKEN_FOR_TEST)\" = 0";
     let create = |repository: &str, git_ref: Option<&str>, prompt: bool| {
         let mut args = vec![
             "task",
@@ -264,6 +266,26 @@ setup = ["echo about to fail", "exit 3"]
         .collect();
     assert_eq!(keys.len(), 2, "{listed}");
     assert!(keys.contains(&key.as_str()), "{listed}");
+    let shown = env.json(&[
+        "env",
+        "show",
+        &key[..12],
+        "--workspaces",
+        workspaces.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(shown["key"], key.as_str(), "{shown}");
+    assert_eq!(shown["made_by_task"], first, "{shown}");
+    assert!(shown["bytes"].as_u64().unwrap() > 0, "{shown}");
+    let shown = env.run(&[
+        "env",
+        "show",
+        &key[..12],
+        "--workspaces",
+        workspaces.to_str().unwrap(),
+    ]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains(&url) && shown.contains("vendor"), "{shown}");
     let read = env.run(&["task", "read", &second.to_string()]);
     let read = String::from_utf8_lossy(&read.stdout);
     assert!(
@@ -445,4 +467,228 @@ fn an_attempt_after_a_failed_setup_runs_setup_again_on_a_fresh_clone() {
             .is_some_and(|r| r.contains("environment was never made")),
         "{remade}"
     );
+}
+
+/// The first model request goes out while setup still runs, and the agent acts on the answer
+/// only once setup is done: here setup's download is held until the model has the first request
+/// (bounded, so that a build that waits for setup first fails instead of hanging), and the
+/// agent's first command sees what setup wrote.
+#[test]
+fn the_first_request_goes_out_while_setup_runs_and_the_agent_waits_for_it() {
+    require(Program::Bubblewrap);
+    require(Program::Curl);
+    use std::io::{Read, Write};
+    use std::sync::mpsc;
+    let env = Env::sqlite();
+    let served = tempfile::tempdir().unwrap();
+    let (_src, source) = git_repo(&[(".gitignore", "vendor/\n"), ("README", "widgets\n")]);
+    let (_daemon, url) = GitDaemon::serve_clone(served.path(), &source, "widgets.git");
+    // The package stand-in answers once the model has been asked, or after 20 s; it says which.
+    let (asked_tx, asked_rx) = mpsc::channel::<()>();
+    let (held_tx, held_rx) = mpsc::channel::<bool>();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let asked_first = asked_rx
+                .recv_timeout(std::time::Duration::from_secs(20))
+                .is_ok();
+            let _ = held_tx.send(asked_first);
+            let body = "SLOW-PACKAGE";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let asked = std::sync::Mutex::new(Some(asked_tx));
+    let model =
+        ScriptedModel::start_blocking(move |request: &Request| match request.assistant_turns() {
+            0 => {
+                if let Some(tx) = asked.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+                Reply::ToolCalls(vec![call(
+                    "exec_shell",
+                    json!({"command": "cat vendor/pkg; echo; ls vendor"}),
+                )])
+            }
+            _ => Reply::Text("Done.".into()),
+        });
+    std::fs::write(
+        env.home().join("config.toml"),
+        format!(
+            r#"[model]
+base_url = "{base}"
+model = "m"
+
+[repositories.widgets]
+url = "{url}"
+setup = ["mkdir -p vendor && curl -fsS --noproxy '' http://127.0.0.1:{port}/pkg -o vendor/pkg && for i in 1 2 3; do echo $i > vendor/f$i; done"]
+setup_network_hosts = ["127.0.0.1:{port}"]
+"#,
+            base = model.base_url(),
+        ),
+    )
+    .unwrap();
+    let workspaces = env.workspace().join("daemon");
+    let _serve = env.serve(&[
+        "--workspaces",
+        workspaces.to_str().unwrap(),
+        "--workers",
+        "1",
+    ]);
+    let id = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "t",
+        "--repository",
+        "widgets",
+        "--prompt",
+        "look around",
+        "--policy",
+        r#"{"default": "allow"}"#,
+        "--gate",
+        "test -f vendor/f3",
+        "--max-attempts",
+        "1",
+        "--json",
+    ])["id"]
+        .as_i64()
+        .unwrap();
+    let done = env.wait_finished(id);
+    assert_eq!(done["state"], "succeeded", "{}", done["last_error"]);
+    assert_eq!(
+        held_rx.try_recv(),
+        Ok(true),
+        "setup's download was answered only after the model had the first request"
+    );
+    let said: String = model
+        .received()
+        .last()
+        .unwrap()
+        .messages()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        said.contains("SLOW-PACKAGE") && said.contains("f3"),
+        "the agent's first command ran on the whole environment: {said}"
+    );
+    // The timeline: the environment is made before the first answer is saved or acted on.
+    let kinds: Vec<(String, Value)> = env
+        .events(id)
+        .into_iter()
+        .map(|e| (e["kind"].as_str().unwrap().to_owned(), e["data"].clone()))
+        .collect();
+    let made = kinds
+        .iter()
+        .position(|(k, d)| k == "environment" && d["how"] == "made")
+        .expect("an environment event");
+    let answered = kinds
+        .iter()
+        .position(|(k, d)| k == "message" && d["role"] == "assistant")
+        .expect("the model's answer");
+    assert!(made < answered, "{kinds:#?}");
+}
+
+/// Entries past the cache's budget go, least recently used first, and never the one just made.
+#[test]
+fn the_cache_keeps_to_its_budget_by_dropping_the_least_recently_used() {
+    require(Program::Bubblewrap);
+    let env = Env::sqlite();
+    let served = tempfile::tempdir().unwrap();
+    let (_src, source) = git_repo(&[("Cargo.lock", "version 1\n"), (".gitignore", "vendor/\n")]);
+    git(&source, &["checkout", "-q", "-b", "two"]);
+    std::fs::write(source.join("Cargo.lock"), "version 2\n").unwrap();
+    git(
+        &source,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-qam",
+            "two",
+        ],
+    );
+    git(&source, &["checkout", "-q", "main"]);
+    let (_daemon, url) = GitDaemon::serve_clone(served.path(), &source, "widgets.git");
+    // Each entry holds 700 KiB; the budget is 1 MiB, so two cannot both stay.
+    std::fs::write(
+        env.home().join("config.toml"),
+        format!(
+            r#"[workspaces]
+environment_cache_mb = 1
+
+[repositories.widgets]
+url = "{url}"
+setup = "mkdir -p vendor && head -c 716800 /dev/zero > vendor/blob"
+cache_key_files = ["Cargo.lock"]
+"#
+        ),
+    )
+    .unwrap();
+    let workspaces = env.workspace().join("daemon");
+    let _serve = env.serve(&[
+        "--workspaces",
+        workspaces.to_str().unwrap(),
+        "--workers",
+        "1",
+    ]);
+    let run = |git_ref: &str| {
+        let id = env.json(&[
+            "task",
+            "create",
+            "--title",
+            git_ref,
+            "--repository",
+            "widgets",
+            "--ref",
+            git_ref,
+            "--gate",
+            "test -s vendor/blob",
+            "--max-attempts",
+            "1",
+            "--json",
+        ])["id"]
+            .as_i64()
+            .unwrap();
+        let done = env.wait_finished(id);
+        assert_eq!(done["state"], "succeeded", "{}", done["last_error"]);
+        environment_events(&env, id)[0]["data"].clone()
+    };
+    let listed = || -> Vec<String> {
+        env.json(&[
+            "env",
+            "list",
+            "--workspaces",
+            workspaces.to_str().unwrap(),
+            "--json",
+        ])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["key"].as_str().unwrap().to_owned())
+        .collect()
+    };
+    let first = run("main");
+    assert_eq!(first["how"], "made");
+    assert_eq!(listed(), [first["key"].as_str().unwrap()]);
+    let second = run("two");
+    assert_eq!(second["how"], "made");
+    assert_ne!(second["key"], first["key"]);
+    assert_eq!(
+        listed(),
+        [second["key"].as_str().unwrap()],
+        "the older entry went to keep the budget"
+    );
+    // The first key's next task finds no entry and runs setup again.
+    assert_eq!(run("main")["how"], "made");
 }

@@ -231,10 +231,12 @@ fn an_ask_from_a_hook_waits_for_a_person_across_a_kill_and_the_hook_runs_once() 
         "#!/bin/sh\necho run >> .hook-runs\necho '{\"hookSpecificOutput\": {\"hookEventName\": \"PreToolUse\", \"permissionDecision\": \"ask\", \"permissionDecisionReason\": \"writes to the release notes need a person\"}}'\n",
     );
     let env = Env::sqlite();
+    // A Notification hook hears of the approval: once, whatever the kill.
     configure(
         &env,
         &format!(
-            "[[hooks.PreToolUse]]\nmatcher = \"Write\"\ncommand = \"{}\"\nwrite = true\n",
+            "[[hooks.PreToolUse]]\nmatcher = \"Write\"\ncommand = \"{}\"\nwrite = true\n\n\
+             [[hooks.Notification]]\ncommand = \"cat >> .notified; echo >> .notified\"\nwrite = true\n",
             ask.display()
         ),
     );
@@ -305,6 +307,21 @@ fn an_ask_from_a_hook_waits_for_a_person_across_a_kill_and_the_hook_runs_once() 
         "run\n",
         "the hook ran once; its decision was replayed after the kill"
     );
+    let notified = std::fs::read_to_string(ws.path().join(".notified")).unwrap();
+    let notices: Vec<Value> = notified
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(notices.len(), 1, "one notice for one approval: {notified}");
+    assert_eq!(notices[0]["hook_event_name"], "Notification");
+    assert!(
+        notices[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("needs your approval")
+                && m.contains("writes to the release notes need a person")),
+        "{notified}"
+    );
 }
 
 fn system_message(model: &ScriptedModel) -> String {
@@ -363,6 +380,11 @@ fn agents_md_from_the_root_to_the_workspace_opens_the_conversation() {
     let out = run(&off, &second, plain.path(), "true");
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     assert_eq!(system_message(&first), system_message(&second));
+    assert_eq!(
+        first.requests()[0].to_string(),
+        second.requests()[0].to_string(),
+        "the whole first request, byte for byte"
+    );
     assert!(!system_message(&first).contains("Repository instructions"));
 }
 
@@ -438,6 +460,50 @@ fn the_hooks_page_runs_as_written() {
         }
     }
     assert_eq!(codes, [Some(2), Some(0)]);
+
+    // The page's Stop hook on a crate whose test fails blocks with the failure's tail, and lets
+    // the answer stand once the test passes.
+    let krate = tempfile::tempdir().unwrap();
+    std::fs::write(
+        krate.path().join("Cargo.toml"),
+        "[package]\nname = \"stop_hook_example\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir(krate.path().join("src")).unwrap();
+    let lib = |answer: u32| {
+        std::fs::write(
+            krate.path().join("src/lib.rs"),
+            format!(
+                "#[test]\nfn answer() {{ assert_eq!({answer}, 42, \"the answer is wrong\"); }}\n"
+            ),
+        )
+        .unwrap();
+    };
+    let stop = |expect: i32| {
+        let out = env.run(&[
+            "hooks",
+            "test",
+            "Stop",
+            "--workspace",
+            krate.path().to_str().unwrap(),
+        ]);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(expect), "{text}");
+        text
+    };
+    lib(41);
+    let blocked = stop(2);
+    assert!(
+        blocked.contains("block:") && blocked.contains("the answer is wrong"),
+        "{blocked}"
+    );
+    lib(42);
+    let passed = stop(0);
+    assert!(passed.contains(": continue"), "{passed}");
 }
 
 /// Splits a command line of single-quoted words, as the page writes them.
@@ -460,4 +526,193 @@ fn shell_words(line: &str) -> Vec<String> {
         words.push(word);
     }
     words
+}
+
+/// What a SessionStart hook prints goes with the task's prompt, and a PreCompact hook runs before
+/// each compaction of the conversation.
+#[test]
+fn session_start_adds_to_the_prompt_and_pre_compact_runs_before_each_compaction() {
+    use orchestrator_test_support::model_server::Quirks;
+    require(Program::Bubblewrap);
+    let env = Env::sqlite();
+    configure(
+        &env,
+        "[[hooks.SessionStart]]\ncommand = \"echo 'The build uses make, not cargo.'\"\n\n\
+         [[hooks.PreCompact]]\ncommand = \"echo compacting\"\n",
+    );
+    let quirks = Quirks {
+        context_window: Some(8192),
+        ..Quirks::default()
+    };
+    let model = ScriptedModel::start_blocking_with(quirks, |request: &Request| {
+        let last = request
+            .messages()
+            .last()
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("");
+        if last.starts_with("The conversation is about to be compacted") {
+            return Reply::Text("## Goal\nread the notes\n## Next step\nread on".into());
+        }
+        if request.index >= 30 {
+            Reply::Text("read them all".into())
+        } else {
+            let path = format!("notes/{}.txt", request.index);
+            Reply::ToolCalls(vec![call("read_file", json!({"path": path}))])
+        }
+    });
+    let ws = crate::agent_cli::notes_workspace(70);
+    let id = crate::agent_cli::create_reader(&env, ws.path(), &model);
+    let _serve = env.serve(&[]);
+    let task = env.wait_finished(id);
+    assert_eq!(task["state"], "succeeded", "{task}");
+    let opening = model.received()[0].last_user_text().unwrap_or_default();
+    assert!(
+        opening.contains("(From a SessionStart hook of the person's config:)")
+            && opening.contains("The build uses make, not cargo."),
+        "{opening}"
+    );
+    let events = env.events(id);
+    let compactions = events.iter().filter(|e| e["kind"] == "compacted").count();
+    let pre_compact: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "hook" && e["data"]["event"] == "PreCompact")
+        .collect();
+    assert!(compactions > 0, "the window made it compact");
+    assert_eq!(pre_compact.len(), compactions, "{pre_compact:#?}");
+    assert!(
+        pre_compact[0]["data"]["stdout"]
+            .as_str()
+            .is_some_and(|o| o.contains("compacting")),
+        "{pre_compact:#?}"
+    );
+}
+
+/// A hook runs jailed: the workspace read-only (no `write`), no network (no `network`), only the
+/// variables it names, whose values its event never shows.
+#[test]
+fn a_hook_runs_jailed_with_only_what_it_names() {
+    require(Program::Bubblewrap);
+    require(Program::Curl);
+    let (port, hits) = crate::containment::local_http("REACHED");
+    let dir = scripts();
+    let hook = script(
+        dir.path(),
+        "probe.sh",
+        &format!(
+            "#!/bin/sh\n\
+             touch \"$CLAUDE_PROJECT_DIR/hook-wrote\" 2>/dev/null && echo WROTE\n\
+             curl -fs -m 3 --noproxy '' http://127.0.0.1:{port}/ >/dev/null 2>&1 && echo NET-REACHED\n\
+             echo \"named=$HOOK_NAMED_VAR unnamed=${{HOOK_UNNAMED_VAR:-absent}}\"\n"
+        ),
+    );
+    let env = Env::sqlite();
+    configure(
+        &env,
+        &format!(
+            "[[hooks.PreToolUse]]\nmatcher = \"Bash\"\ncommand = \"{}\"\nenv = [\"HOOK_NAMED_VAR\"]\n",
+            hook.display()
+        ),
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call("exec_shell", json!({"command": "echo hi"}))]),
+            _ => Reply::Text("Done.".into()),
+        });
+    let out = env
+        .cmd(&[
+            "run",
+            "Do the work.",
+            "--gate",
+            "true",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--model",
+            "scripted",
+            "--base-url",
+            &model.base_url(),
+            "--policy",
+            r#"{"default": "allow"}"#,
+            "--json",
+        ])
+        .env("HOOK_NAMED_VAR", "named-value-5e1f")
+        .env("HOOK_UNNAMED_VAR", "unnamed-value-9a2c")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let id = task_of(&out);
+    let hook_event = env
+        .events(id)
+        .into_iter()
+        .find(|e| e["kind"] == "hook")
+        .expect("the hook ran");
+    let stdout = hook_event["data"]["stdout"].as_str().unwrap_or_default();
+    assert!(
+        stdout.contains("named=[redacted] unnamed=absent"),
+        "{hook_event:#}"
+    );
+    assert!(
+        !stdout.contains("WROTE") && !stdout.contains("NET-REACHED"),
+        "{stdout}"
+    );
+    assert!(!ws.path().join("hook-wrote").exists());
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let everything = serde_json::to_string(&env.events(id)).unwrap();
+    assert!(
+        !everything.contains("named-value-5e1f"),
+        "a value in an event"
+    );
+    assert!(
+        !everything.contains("unnamed-value-9a2c"),
+        "a value in an event"
+    );
+}
+
+/// A hook that runs past its timeout follows its `on_error`: before a tool call the default is to
+/// block (a check that did not run is a failed check); `on_error = "allow"` lets the call run.
+#[test]
+fn a_hook_past_its_timeout_blocks_by_default_and_allows_when_told() {
+    require(Program::Bubblewrap);
+    let env = Env::sqlite();
+    configure(
+        &env,
+        "[[hooks.PreToolUse]]\nmatcher = \"Write\"\ncommand = \"sleep 30\"\ntimeout = 1\n\n\
+         [[hooks.PreToolUse]]\nmatcher = \"Bash\"\ncommand = \"sleep 30\"\ntimeout = 1\non_error = \"allow\"\n",
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let model =
+        ScriptedModel::start_blocking(|request: &Request| match request.assistant_turns() {
+            0 => Reply::ToolCalls(vec![call(
+                "write_file",
+                json!({"path": "blocked.txt", "content": "no\n"}),
+            )]),
+            1 => Reply::ToolCalls(vec![call(
+                "exec_shell",
+                json!({"command": "echo ran > allowed.txt"}),
+            )]),
+            _ => Reply::Text("Done.".into()),
+        });
+    let out = run(
+        &env,
+        &model,
+        ws.path(),
+        "test ! -e blocked.txt && test -f allowed.txt",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let told = model.received()[1].last_tool_results().join("\n");
+    assert!(told.contains("Blocked by a PreToolUse hook"), "{told}");
+    let id = task_of(&out);
+    let verdicts: Vec<(Value, Value)> = env
+        .events(id)
+        .into_iter()
+        .filter(|e| e["kind"] == "hook")
+        .map(|e| (e["data"]["verdict"].clone(), e["data"]["error"].clone()))
+        .collect();
+    assert_eq!(verdicts.len(), 2, "{verdicts:#?}");
+    assert_eq!(verdicts[0].0, "block", "{verdicts:#?}");
+    assert_eq!(verdicts[1].0, "continue", "{verdicts:#?}");
+    assert!(
+        verdicts.iter().all(|(_, e)| e.as_str().is_some()),
+        "each says what went wrong: {verdicts:#?}"
+    );
 }
