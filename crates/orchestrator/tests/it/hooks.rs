@@ -367,6 +367,16 @@ fn agents_md_from_the_root_to_the_workspace_opens_the_conversation() {
         read.contains("AGENTS.md") && read.contains("crates/app/AGENTS.md"),
         "{read}"
     );
+    // The task page's timeline names them too.
+    {
+        let serve = env.serve(&[]);
+        let (status, page) = crate::support::page_get(&serve, &format!("/tasks/{id}"));
+        assert_eq!(status, 200, "{page}");
+        assert!(
+            page.contains("repository instructions read") && page.contains("crates/app/AGENTS.md"),
+            "{page}"
+        );
+    }
 
     // Without any, the first request is what it was before instructions existed: the same as
     // with instructions turned off.
