@@ -340,7 +340,13 @@ pub async fn run_attempt(
     };
     let agent_jail = match agent_jail(ctx, task, lease) {
         Ok(jail) => jail,
-        Err(error) => return Ok(failed(error)),
+        Err(error) => {
+            // The environment step ends before the attempt does: it works in the workspace.
+            if let Some(step) = pending.take() {
+                let _ = step.finish().await;
+            }
+            return Ok(failed(error));
+        }
     };
     if task.prompt.is_some() && !stop.token().is_cancelled() {
         let ready = pending.as_ref().map(environment::Pending::ready);

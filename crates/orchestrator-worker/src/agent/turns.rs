@@ -211,7 +211,22 @@ impl Agent<'_> {
             }
 
             let asked = Instant::now();
-            let answered = self.ask_model(&conversation, time_left).await?;
+            // While the environment is still being made, a failed one ends the attempt at once,
+            // not when the model answers.
+            let answered = match self.environment.clone() {
+                Some(mut ready) => {
+                    let failed = async move {
+                        if ready.wait().await {
+                            std::future::pending::<()>().await;
+                        }
+                    };
+                    tokio::select! {
+                        answered = self.ask_model(&conversation, time_left) => answered?,
+                        () = failed => return Err(Halt::End(AgentEnd::EnvironmentFailed)),
+                    }
+                }
+                None => self.ask_model(&conversation, time_left).await?,
+            };
             // The first answer waits here for the workspace's environment, when it is still
             // being made: the request went out beside it.
             let waited = Instant::now();

@@ -309,8 +309,9 @@ setup = ["echo about to fail", "exit 3"]
     assert_eq!(logs.len(), 2, "one log per command run: {failed:#?}");
     assert!(artifact_text(&env, logs[0].as_i64().unwrap()).contains("about to fail"));
     assert!(
-        !env.events(broken).iter().any(|e| e["kind"] == "tool_call"),
-        "the agent never ran"
+        !env.events(broken).iter().any(|e| e["kind"] == "tool_call"
+            || (e["kind"] == "message" && e["data"]["role"] == "assistant")),
+        "the agent never ran, and no answer of the model's was kept"
     );
 
     // Dropping an entry: the next task on its key runs setup again.
@@ -691,4 +692,56 @@ cache_key_files = ["Cargo.lock"]
     );
     // The first key's next task finds no entry and runs setup again.
     assert_eq!(run("main")["how"], "made");
+}
+
+/// A setup that fails while the first request is out ends the attempt at once, as the
+/// environment's failure, without waiting for a model that does not answer.
+#[test]
+fn a_setup_failing_while_the_model_thinks_ends_the_attempt_at_once() {
+    require(Program::Bubblewrap);
+    let env = Env::sqlite();
+    let served = tempfile::tempdir().unwrap();
+    let (_src, source) = git_repo(&[("README", "widgets\n")]);
+    let (_daemon, url) = GitDaemon::serve_clone(served.path(), &source, "widgets.git");
+    let model = ScriptedModel::start_blocking(|_: &Request| Reply::Hang);
+    std::fs::write(
+        env.home().join("config.toml"),
+        format!(
+            "[model]\nbase_url = \"{}\"\nmodel = \"m\"\n\n[repositories.widgets]\nurl = \"{url}\"\nsetup = \"sleep 1; echo no registry; exit 3\"\n",
+            model.base_url()
+        ),
+    )
+    .unwrap();
+    let workspaces = env.workspace().join("daemon");
+    let _serve = env.serve(&[
+        "--workspaces",
+        workspaces.to_str().unwrap(),
+        "--workers",
+        "1",
+    ]);
+    let id = env.json(&[
+        "task",
+        "create",
+        "--title",
+        "t",
+        "--repository",
+        "widgets",
+        "--prompt",
+        "look around",
+        "--gate",
+        "true",
+        "--max-attempts",
+        "1",
+        "--json",
+    ])["id"]
+        .as_i64()
+        .unwrap();
+    let done = env.wait_finished(id);
+    assert_eq!(done["state"], "failed");
+    let error = done["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("the environment failed, not the agent") && error.contains("exited 3"),
+        "{error}"
+    );
+    assert_eq!(model.received().len(), 1, "the request was out");
 }
