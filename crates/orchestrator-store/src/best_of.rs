@@ -115,8 +115,10 @@ impl Store {
             tx.notify_task_available().await?;
             tx.commit().await?;
             self.wake.wake();
+        } else {
+            // Made already: the counter did not move, and the lead's row is let go at once.
+            tx.rollback().await?;
         }
-        // Otherwise the transaction is dropped: the counter did not move.
         self.siblings(lease.task_id).await
     }
 
@@ -211,6 +213,7 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let seq = crate::leases::next_seq_fenced(&mut tx, lease, now).await?;
         if let Some(earlier) = step_of(&mut tx, lease.task_id, "chosen").await? {
+            tx.rollback().await?;
             return Ok(earlier);
         }
         let opened = opening(&steps_in_tx(&mut tx, lease.task_id).await?).is_some();

@@ -754,7 +754,7 @@ impl Store {
             .fetch_optional::<(String, Option<String>), _>(&stmt)
             .await?
         else {
-            drop(tx);
+            tx.rollback().await?;
             let status = self
                 .delivery(id)
                 .await?

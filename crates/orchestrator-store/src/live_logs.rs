@@ -437,6 +437,7 @@ impl Store {
                 .value(LiveLogs::ExitCode, exit_code);
         }
         if tx.execute(&touch).await? == 0 {
+            tx.rollback().await?;
             return Ok(false);
         }
         // One statement per chunk of at most CHUNK_BYTES: a statement copies its values (into

@@ -432,10 +432,12 @@ impl Store {
             .and_where(Expr::col(AutomationSlots::Id).eq(slot_id))
             .to_owned();
         let Some(row) = tx.fetch_optional::<SlotRow, _>(&stmt).await? else {
+            tx.rollback().await?;
             return Ok(None);
         };
         let slot = slot_from_row(row)?;
         if slot.status != SlotStatus::Buffered {
+            tx.rollback().await?;
             return Ok(None);
         }
         // Locked before looking for unfinished runs, as a new slot of the same automation does:
@@ -464,6 +466,8 @@ impl Store {
                 .await?
                 .is_empty()
         {
+            // The automation's row is let go now, not when the connection is next used.
+            tx.rollback().await?;
             return Ok(None);
         }
         // The status check and this update are one guarded step: a second scheduler's update finds
@@ -479,6 +483,7 @@ impl Store {
             )))
             .to_owned();
         if tx.execute(&update).await? == 0 {
+            tx.rollback().await?;
             return Ok(None);
         }
         let origin = TaskOrigin {

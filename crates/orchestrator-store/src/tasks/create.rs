@@ -405,7 +405,10 @@ impl Store {
                 .as_i64()
         });
         if let Some(made) = made {
-            // The counter moved for nothing: the transaction is dropped, so it did not.
+            // The counter moved for nothing: the transaction is rolled back, so it did not. Now,
+            // not when the driver next uses the connection: until then the task's row stays
+            // locked (a rescue's `SKIP LOCKED` passes over it, a heartbeat waits).
+            tx.rollback().await?;
             return Ok((TaskId(made), false));
         }
         let id = insert_task(&mut tx, new, now, self.placement()).await?;
