@@ -340,13 +340,28 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
             other.describe()
         );
     }
+    // Key words apart: a variable whose name looks secret (GITHUB_TOKEN) is offered as a key a
+    // task's model may read, which this daemon holds; it is not "the model's key".
+    let (keys, others): (Vec<&String>, Vec<&String>) = pool
+        .offers
+        .iter()
+        .partition(|w| w.starts_with(orchestrator_types::placement::KEY_PREFIX));
+    let mut offered: Vec<String> = others
+        .iter()
+        .map(|w| orchestrator_types::placement::describe_requirement(w))
+        .collect();
+    if !keys.is_empty() {
+        offered.push(format!(
+            "a model key read from {} (set here; names only)",
+            keys.iter()
+                .map(|w| &w[orchestrator_types::placement::KEY_PREFIX.len()..])
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     eprintln!(
         "orchestrator serve: runs tasks that require nothing or only: {}",
-        pool.offers
-            .iter()
-            .map(|w| orchestrator_types::placement::describe_requirement(w))
-            .collect::<Vec<_>>()
-            .join("; ")
+        offered.join("; ")
     );
     if let Some(notify) = &notify {
         eprintln!(

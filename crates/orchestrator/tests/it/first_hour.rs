@@ -619,12 +619,13 @@ fn a_key_exported_only_where_tasks_are_made_is_named_not_failed_in_the_daemon() 
         .sibling()
         .serve_with_env(&["--workers", "1"], &[(KEY, "sk-daemon")]);
     assert!(
-        keyed
-            .log()
-            .contains(&format!("the model's key variable {KEY} set")),
+        keyed.log().contains(&format!(
+            "a model key read from {KEY} (set here; names only)"
+        )),
         "{}",
         keyed.log()
     );
+    assert!(!keyed.log().contains("sk-daemon"), "{}", keyed.log());
     let accepted = create();
     assert!(accepted.status.success(), "{}", stderr(&accepted));
     crate::support::wait_for(|| env.task(first)["attempt"].as_i64().unwrap_or(0) >= 1);
