@@ -190,7 +190,7 @@ pub(super) async fn prepare(
 
     // A hit: the entry's files, then maintenance when the commit moved.
     if let Some((entry, files)) = env::find(&root, &key) {
-        match reuse(ctx, task, workspace, &files).await {
+        match reuse(ctx, task, workspace, &files, stop).await {
             Ok(()) => {
                 let maintain = spec
                     .maintenance
@@ -253,6 +253,14 @@ pub(super) async fn prepare(
                 .await?;
                 return Ok(());
             }
+            Err(_) if stop.token().is_cancelled() => {
+                // Stopped in the middle of the copy: the entry is whole, the workspace is not
+                // (the next attempt makes it again).
+                return Err(Ok(AttemptEnd {
+                    outcome: stopped_outcome(stop),
+                    details: json!({}),
+                }));
+            }
             Err(e) => {
                 // An entry that cannot be unpacked is dropped, and setup makes it again on a
                 // clean workspace.
@@ -293,7 +301,11 @@ pub(super) async fn prepare(
     if let Err(e) = keep_out_of_diff(ctx, task, workspace).await {
         tracing::warn!(task = %task.id, error = %e, "the environment's files could not be kept out of the diff");
     }
-    let bytes = match cache(ctx, task, workspace, &root, &key, &commit, spec, setup_ms).await {
+    let bytes = match cache(
+        ctx, task, workspace, &root, &key, &commit, spec, setup_ms, stop,
+    )
+    .await
+    {
         Ok(bytes) => {
             let evicted = env::evict(&root, limit, &key);
             if !evicted.is_empty() {
@@ -339,9 +351,22 @@ async fn reuse(
     task: &Task,
     workspace: &Path,
     files: &Path,
+    stop: &Stop,
 ) -> Result<(), String> {
     let jail = quiet_jail(ctx, task, workspace, Some(files))?;
-    env::unpack(&jail, workspace, files).await
+    until_stopped(env::unpack(&jail, workspace, files), stop).await
+}
+
+/// `work`, unless the attempt is stopped first: then it is dropped, and with it the copy's
+/// processes.
+async fn until_stopped(
+    work: impl std::future::Future<Output = Result<(), String>>,
+    stop: &Stop,
+) -> Result<(), String> {
+    tokio::select! {
+        done = work => done,
+        () = stop.token().cancelled() => Err("the attempt was stopped".into()),
+    }
 }
 
 /// Removes what a failed unpacking left: every file git does not track.
@@ -447,11 +472,13 @@ async fn cache(
     commit: &str,
     spec: &EnvironmentSpec,
     setup_ms: i64,
+    stop: &Stop,
 ) -> Result<u64, String> {
     let partial = Partial::new(root, key).map_err(|e| e.to_string())?;
     let files = partial.files();
     let jail = quiet_jail(ctx, task, workspace, Some(&files))?;
-    env::pack(&jail, workspace, &files).await?;
+    // Stopped while it copies: the half entry goes with `partial`.
+    until_stopped(env::pack(&jail, workspace, &files), stop).await?;
     let now = now_millis();
     let entry = env::Entry {
         key: key.to_owned(),
