@@ -286,6 +286,13 @@ fn an_ask_from_a_hook_waits_for_a_person_across_a_kill_and_the_hook_runs_once() 
             .is_some_and(|r| r.contains("writes to the release notes need a person")),
         "{approval}"
     );
+    // The notice follows the approval; the kill comes once it is out (a notice not yet sent when
+    // the person decides has nothing left to say, and is not sent after).
+    crate::support::wait_for(|| {
+        env.events(id)
+            .iter()
+            .any(|e| e["kind"] == "hook" && e["data"]["event"] == "Notification")
+    });
     serve.signal(Signal::SIGKILL);
     drop(serve);
     assert!(!ws.path().join("RELEASE.md").exists());
