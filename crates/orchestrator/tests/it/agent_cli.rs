@@ -558,23 +558,7 @@ fn task_read_and_metrics_show_the_window_the_tokens_the_cache_and_compactions() 
         context_window: Some(8192),
         ..Quirks::default()
     };
-    let model = ScriptedModel::start_blocking_with(quirks, |request: &Request| {
-        let last = request
-            .messages()
-            .last()
-            .and_then(|m| m["content"].as_str())
-            .unwrap_or("");
-        if last.starts_with("The conversation is about to be compacted") {
-            return Reply::Text("## Goal\nread the notes\n## Next step\nread on".into());
-        }
-        // Requests arrive in order whatever was compacted: read a new note each, then stop.
-        if request.index >= 30 {
-            Reply::Text("read them all".into())
-        } else {
-            let path = format!("notes/{}.txt", request.index);
-            Reply::ToolCalls(vec![call("read_file", json!({"path": path}))])
-        }
-    });
+    let model = ScriptedModel::start_blocking_with(quirks, reads_notes);
     let env = Env::sqlite();
     let ws = notes_workspace(70);
     let id = create_reader(&env, ws.path(), &model);
@@ -653,18 +637,12 @@ fn a_serve_killed_during_a_compaction_resumes_with_one_summary() {
             .last()
             .and_then(|m| m["content"].as_str())
             .unwrap_or("");
-        if last.starts_with("The conversation is about to be compacted") {
-            if !hung.swap(true, Ordering::SeqCst) {
-                return Reply::Hang;
-            }
-            return Reply::Text("## Goal\nread the notes\n## Next step\nread on".into());
+        if last.starts_with("The conversation is about to be compacted")
+            && !hung.swap(true, Ordering::SeqCst)
+        {
+            return Reply::Hang;
         }
-        if request.index >= 30 {
-            Reply::Text("read them all".into())
-        } else {
-            let path = format!("notes/{}.txt", request.index);
-            Reply::ToolCalls(vec![call("read_file", json!({"path": path}))])
-        }
+        reads_notes(request)
     });
     let env = Env::sqlite();
     let ws = notes_workspace(70);
@@ -759,6 +737,25 @@ pub(crate) fn create_reader(env: &Env, ws: &Path, model: &ScriptedModel) -> i64 
     let flags = model_flags(model);
     args.extend(flags.iter().map(String::as_str));
     env.json(&args)["id"].as_i64().unwrap()
+}
+
+/// The reader of `notes_workspace` in a small window: a new note each request, then an answer,
+/// and a summary when asked for one. Requests arrive in order whatever was compacted.
+pub(crate) fn reads_notes(request: &Request) -> Reply {
+    let last = request
+        .messages()
+        .last()
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("");
+    if last.starts_with("The conversation is about to be compacted") {
+        return Reply::Text("## Goal\nread the notes\n## Next step\nread on".into());
+    }
+    if request.index >= 30 {
+        Reply::Text("read them all".into())
+    } else {
+        let path = format!("notes/{}.txt", request.index);
+        Reply::ToolCalls(vec![call("read_file", json!({"path": path}))])
+    }
 }
 
 /// A workspace with `n` notes, `notes/0.txt` and on, of about 1.2 KB each.

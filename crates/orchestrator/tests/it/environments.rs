@@ -19,6 +19,18 @@ fn environment_events(env: &Env, id: i64) -> Vec<Value> {
         .collect()
 }
 
+/// `serve` with one worker and a workspaces directory of its own, which it returns.
+fn daemon(env: &Env) -> (crate::support::Serve, std::path::PathBuf) {
+    let workspaces = env.workspace().join("daemon");
+    let serve = env.serve(&[
+        "--workspaces",
+        workspaces.to_str().unwrap(),
+        "--workers",
+        "1",
+    ]);
+    (serve, workspaces)
+}
+
 fn artifact_text(env: &Env, id: i64) -> String {
     let out = env.run(&["artifact", "read", &id.to_string()]);
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -535,13 +547,7 @@ setup_network_hosts = ["127.0.0.1:{port}"]
         ),
     )
     .unwrap();
-    let workspaces = env.workspace().join("daemon");
-    let _serve = env.serve(&[
-        "--workspaces",
-        workspaces.to_str().unwrap(),
-        "--workers",
-        "1",
-    ]);
+    let (_serve, _) = daemon(&env);
     let id = env.json(&[
         "task",
         "create",
@@ -636,13 +642,7 @@ cache_key_files = ["Cargo.lock"]
         ),
     )
     .unwrap();
-    let workspaces = env.workspace().join("daemon");
-    let _serve = env.serve(&[
-        "--workspaces",
-        workspaces.to_str().unwrap(),
-        "--workers",
-        "1",
-    ]);
+    let (_serve, workspaces) = daemon(&env);
     let run = |git_ref: &str| {
         let id = env.json(&[
             "task",
@@ -712,13 +712,7 @@ fn a_setup_failing_while_the_model_thinks_ends_the_attempt_at_once() {
         ),
     )
     .unwrap();
-    let workspaces = env.workspace().join("daemon");
-    let _serve = env.serve(&[
-        "--workspaces",
-        workspaces.to_str().unwrap(),
-        "--workers",
-        "1",
-    ]);
+    let (_serve, _) = daemon(&env);
     let id = env.json(&[
         "task",
         "create",

@@ -26,7 +26,8 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
-fn run(env: &Env, model: &ScriptedModel, ws: &Path, gate: &str) -> std::process::Output {
+/// `orchestrator run` of the scripted agent on `ws`, its policy allowing everything.
+fn run_command(env: &Env, model: &ScriptedModel, ws: &Path, gate: &str) -> std::process::Command {
     env.cmd(&[
         "run",
         "Do the work.",
@@ -42,8 +43,10 @@ fn run(env: &Env, model: &ScriptedModel, ws: &Path, gate: &str) -> std::process:
         r#"{"default": "allow"}"#,
         "--json",
     ])
-    .output()
-    .unwrap()
+}
+
+fn run(env: &Env, model: &ScriptedModel, ws: &Path, gate: &str) -> std::process::Output {
+    run_command(env, model, ws, gate).output().unwrap()
 }
 
 fn said(out: &std::process::Output) -> String {
@@ -561,22 +564,7 @@ fn session_start_adds_to_the_prompt_and_pre_compact_runs_before_each_compaction(
         context_window: Some(8192),
         ..Quirks::default()
     };
-    let model = ScriptedModel::start_blocking_with(quirks, |request: &Request| {
-        let last = request
-            .messages()
-            .last()
-            .and_then(|m| m["content"].as_str())
-            .unwrap_or("");
-        if last.starts_with("The conversation is about to be compacted") {
-            return Reply::Text("## Goal\nread the notes\n## Next step\nread on".into());
-        }
-        if request.index >= 30 {
-            Reply::Text("read them all".into())
-        } else {
-            let path = format!("notes/{}.txt", request.index);
-            Reply::ToolCalls(vec![call("read_file", json!({"path": path}))])
-        }
-    });
+    let model = ScriptedModel::start_blocking_with(quirks, crate::agent_cli::reads_notes);
     let ws = crate::agent_cli::notes_workspace(70);
     let id = crate::agent_cli::create_reader(&env, ws.path(), &model);
     let _serve = env.serve(&[]);
@@ -636,22 +624,7 @@ fn a_hook_runs_jailed_with_only_what_it_names() {
             0 => Reply::ToolCalls(vec![call("exec_shell", json!({"command": "echo hi"}))]),
             _ => Reply::Text("Done.".into()),
         });
-    let out = env
-        .cmd(&[
-            "run",
-            "Do the work.",
-            "--gate",
-            "true",
-            "--workspace",
-            ws.path().to_str().unwrap(),
-            "--model",
-            "scripted",
-            "--base-url",
-            &model.base_url(),
-            "--policy",
-            r#"{"default": "allow"}"#,
-            "--json",
-        ])
+    let out = run_command(&env, &model, ws.path(), "true")
         .env("HOOK_NAMED_VAR", "named-value-5e1f")
         .env("HOOK_UNNAMED_VAR", "unnamed-value-9a2c")
         .output()
