@@ -105,6 +105,16 @@ pub fn unmet(requires: &[String], live: &[WorkerRow]) -> Option<String> {
              it starts)"
         ));
     }
+    if missing
+        .iter()
+        .any(|w| w.as_str() == orchestrator_types::placement::GITHUB_WORD)
+    {
+        return Some(
+            "no live daemon has GitHub configured: set GITHUB_TOKEN (or [github] token_env) \
+             where `orchestrator serve` runs and start it again"
+                .to_owned(),
+        );
+    }
     // No one offers room for a repository's workspace because every daemon that could is over
     // its disk budget: say that, with each one's figures, rather than "no live worker with ...".
     if missing

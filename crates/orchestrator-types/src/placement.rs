@@ -42,6 +42,10 @@ pub fn key_word(var: &str) -> String {
 /// The word every repository task requires: a worker offers it while its daemon can make
 /// workspaces (it has a workspaces directory and is under its disk budget).
 pub const REPOSITORY_WORD: &str = "repository";
+/// The word a worker offers while its daemon has GitHub configured (a token where `serve` runs).
+/// A best-of lead whose pull request is to be opened by a daemon without it is handed back
+/// requiring this word: it waits for one that has GitHub instead of failing.
+pub const GITHUB_WORD: &str = "github";
 /// The prefix of the word a worker offers beside its others while its disk budget is spent:
 /// `over-budget:<used bytes>:<limit bytes>`. No task requires it; a waiting task's reason reads it.
 pub const OVER_BUDGET_PREFIX: &str = "over-budget:";
@@ -91,6 +95,19 @@ pub fn validate_label(label: &str) -> Result<()> {
         return Err(Error::invalid(
             "label",
             format!("{label:?} holds {bad:?}; a label is letters, digits, '.', '_' and '-'"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a label a person gives a worker to offer: a label, and not one of the words a daemon
+/// offers by itself (a worker labelled `github` would take tasks waiting for GitHub without it).
+pub fn validate_offered_label(label: &str) -> Result<()> {
+    validate_label(label)?;
+    if [GITHUB_WORD, REPOSITORY_WORD].contains(&label) {
+        return Err(Error::invalid(
+            "label",
+            format!("{label:?} is offered by a daemon itself, when it has what the word names"),
         ));
     }
     Ok(())
@@ -206,6 +223,8 @@ pub fn describe_requirement(word: &str) -> String {
         format!("the `orchestrator run` process of worker {worker}")
     } else if let Some(var) = word.strip_prefix(KEY_PREFIX) {
         format!("the model's key variable {var} set")
+    } else if word == GITHUB_WORD {
+        "GitHub configured (a token where `serve` runs)".to_owned()
     } else if word == REPOSITORY_WORD {
         "room for repository workspaces (a daemon under its disk budget)".to_owned()
     } else {
@@ -268,5 +287,17 @@ mod tests {
         assert!(validate_requirement("host:abc").is_ok());
         assert!(validate_requirement("shared:/mnt").is_ok());
         assert!(validate_requirement("host:").is_err());
+    }
+
+    #[test]
+    fn a_worker_cannot_be_labelled_with_a_word_its_daemon_offers_by_itself() {
+        assert!(validate_offered_label("gpu").is_ok());
+        for word in [GITHUB_WORD, REPOSITORY_WORD] {
+            let refused = validate_offered_label(word).unwrap_err().to_string();
+            assert!(refused.contains("offered by a daemon itself"), "{refused}");
+            // A task may still ask for one.
+            assert!(validate_requirement(word).is_ok());
+        }
+        assert!(validate_offered_label("host:x").is_err());
     }
 }

@@ -241,13 +241,30 @@ async fn hand_back_for_key(ctx: &RunContext, task: &Task, lease: &Lease) -> Resu
         });
     };
     let var = var.as_str();
-    let word = orchestrator_types::placement::key_word(var);
     let reason = format!(
         "the model's key variable {var} is not set where worker {} runs: it waits for a daemon \
          that holds it (export {var} where `serve` runs, then restart it)",
         ctx.worker_id
     );
-    match ctx.store.pin_task(lease, &word, &reason).await {
+    tracing::warn!(task = %task.id, var, "the model's key variable is not set here; task handed back");
+    pin_and_hand_back(
+        ctx,
+        lease,
+        &orchestrator_types::placement::key_word(var),
+        reason,
+    )
+    .await
+}
+
+/// Hands the task back without spending its attempt, requiring `word` of the worker that takes it
+/// from now on, with `reason` as the attempt's error (the task waits, saying why).
+async fn pin_and_hand_back(
+    ctx: &RunContext,
+    lease: &Lease,
+    word: &str,
+    reason: String,
+) -> Result<AttemptEnd> {
+    match ctx.store.pin_task(lease, word, &reason).await {
         Ok(()) => {}
         Err(orchestrator_store::Error::StaleLease { .. }) => {
             return Ok(AttemptEnd {
@@ -257,7 +274,6 @@ async fn hand_back_for_key(ctx: &RunContext, task: &Task, lease: &Lease) -> Resu
         }
         Err(e) => return Err(e.into()),
     }
-    tracing::warn!(task = %task.id, var, "the model's key variable is not set here; task handed back");
     Ok(AttemptEnd {
         outcome: Some(Outcome::Requeue {
             run_after: now_millis(),
@@ -266,7 +282,7 @@ async fn hand_back_for_key(ctx: &RunContext, task: &Task, lease: &Lease) -> Resu
         }),
         details: json!({
             "requires": word,
-            "waiting_for": orchestrator_types::placement::describe_requirement(&word),
+            "waiting_for": orchestrator_types::placement::describe_requirement(word),
         }),
     })
 }

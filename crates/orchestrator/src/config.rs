@@ -227,7 +227,7 @@ pub struct WorkerConfig {
 impl WorkerConfig {
     pub fn validate(&self) -> Result<(), String> {
         for label in &self.labels {
-            orchestrator_types::placement::validate_label(label)
+            orchestrator_types::placement::validate_offered_label(label)
                 .map_err(|e| format!("[worker] labels: {e}"))?;
         }
         if let Some(host) = &self.host

@@ -432,14 +432,25 @@ async fn after_choice(
             details,
         });
     }
+    // A daemon without GitHub hands the lead back to wait for one that has it (another machine's,
+    // or this one restarted with a token): the choice is kept, and nothing is spent.
     let Some(github) = &ctx.agent.github else {
-        return Ok(failed(format!(
-            "sibling {} was chosen, but no GitHub is configured to open its pull request on {}: \
-             set GITHUB_TOKEN (or [github] token_env) where `serve` runs, then `task retry {}`",
+        let reason = format!(
+            "sibling {} was chosen, but GitHub is not configured where worker {} runs to open its \
+             pull request on {}: it waits for a daemon that has it (set GITHUB_TOKEN, or [github] \
+             token_env, where `serve` runs, then restart it)",
             sibling.sibling.unwrap_or(0),
+            ctx.worker_id,
             pull.repo,
-            task.id
-        )));
+        );
+        tracing::warn!(task = %task.id, "no GitHub here to open the best-of pull request; task handed back");
+        return super::pin_and_hand_back(
+            ctx,
+            lease,
+            orchestrator_types::placement::GITHUB_WORD,
+            reason,
+        )
+        .await;
     };
     let repo = match orchestrator_github::RepoRef::parse(&pull.repo) {
         Ok(repo) => repo,

@@ -111,7 +111,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     pool.slots = args.workers;
     pool.queues = args.queues.clone();
     for label in &args.labels {
-        orchestrator_types::placement::validate_label(label)
+        orchestrator_types::placement::validate_offered_label(label)
             .map_err(|e| CliError::Invalid(format!("--label: {e}")))?;
     }
     pool.offers = file_config.worker.offers(&args.labels);
@@ -134,6 +134,13 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
     };
     let github = file_config.github.client()?;
     pool.agent.github = github.clone();
+    // A task that needs GitHub where it runs (a best-of lead about to open its pull request) waits
+    // for a daemon that has it rather than failing in one that does not.
+    if github.is_some() {
+        pool.offers
+            .push(orchestrator_types::placement::GITHUB_WORD.to_owned());
+        pool.offers.sort();
+    }
     pool.agent.mcp_servers = Arc::new(file_config.mcp_servers.clone());
     pool.agent.web_search = file_config.web_search.clone().map(Arc::new);
     pool.agent.lsp_servers = file_config.lsp_servers();

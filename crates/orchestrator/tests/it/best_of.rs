@@ -9,7 +9,8 @@
 //! - a person's `attempt select` before opening changes the pull request's content;
 //! - SIGKILL of the daemon running the siblings: they are rescued and resumed, and one pull
 //!   request comes out;
-//! - canceling the task cancels every sibling.
+//! - canceling the task cancels every sibling;
+//! - a lead whose daemon has no GitHub waits, with its choice kept, for a daemon that has it.
 
 use crate::support::{Env, Serve, page_get, wait_for};
 use nix::sys::signal::Signal;
@@ -582,4 +583,73 @@ fn canceling_the_task_cancels_every_sibling() {
     let task = w.finished(lead, &serve);
     assert_eq!(task["state"], "canceled");
     wait_for(|| w.siblings(lead).iter().all(|s| s["state"] == "canceled"));
+}
+
+/// A lead whose pull request is to be opened by a daemon without GitHub is not failed: it is
+/// handed back with its choice kept and its attempt not counted, and waits, saying why, for a
+/// daemon that has GitHub, which opens the one pull request.
+#[test]
+fn a_lead_where_github_is_missing_waits_for_a_daemon_that_has_it() {
+    let w = world();
+    let model = siblings_model(vec![Try::Small, Try::Small, Try::Small]);
+    let without = w.env.serve(&[
+        "--workers",
+        "4",
+        "--lease-seconds",
+        "3",
+        "--workspaces",
+        w.workspaces.to_str().unwrap(),
+    ]);
+    let lead = w.create(&model, &["--open-pr", REPO]);
+    wait_for(|| {
+        let task = w.env.task(lead);
+        task["state"] == "queued"
+            && task["waiting_for"]
+                .as_str()
+                .is_some_and(|why| why.contains("no live daemon has GitHub configured"))
+    });
+    let chosen = w
+        .step(lead, "chosen")
+        .expect("the choice is made where GitHub is missing");
+    assert!(w.fake.pulls(REPO).is_empty());
+    let task = w.env.task(lead);
+    assert!(
+        task["requires"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|word| word == "github")),
+        "{task}"
+    );
+    let kinds: Vec<String> = w
+        .env
+        .events(lead)
+        .iter()
+        .filter_map(|e| e["kind"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        kinds.iter().any(|k| k == "pinned") && kinds.iter().any(|k| k == "handed_back"),
+        "{kinds:?}"
+    );
+    assert!(!kinds.iter().any(|k| k == "failed"), "{kinds:?}");
+    let said = String::from_utf8_lossy(&w.env.run(&["task", "events", &lead.to_string()]).stdout)
+        .into_owned();
+    assert!(
+        said.contains("GitHub is not configured where worker"),
+        "{said}"
+    );
+    drop(without);
+
+    let serve = w.serve("4");
+    let task = w.finished(lead, &serve);
+    assert_eq!(task["state"], "succeeded", "{task}\n{}", serve.log());
+    assert_eq!(w.fake.pulls(REPO).len(), 1, "one pull request");
+    let opened = w
+        .step(lead, "pull_opened")
+        .expect("the pull request is recorded");
+    assert_eq!(opened["attempt"], chosen["attempt"], "the choice moved");
+    let chosen_again = w
+        .steps(lead)
+        .into_iter()
+        .filter(|s| s["step"] == "chosen")
+        .count();
+    assert_eq!(chosen_again, 1, "chosen once");
 }
