@@ -235,7 +235,8 @@ async fn check_daemon(home: &Path, store: Option<&Store>) -> Check {
             .unwrap_or(0),
         None => 0,
     };
-    let Some(record) = crate::daemon_file::live(home) else {
+    let live = crate::daemon_file::live(home);
+    if live.is_empty() {
         // serve's default address, held by something else: a `serve` here would be refused.
         if let Some(backend) = crate::daemon_file::healthz_backend(DEFAULT_LISTEN).await {
             return Check::warn(
@@ -263,22 +264,36 @@ async fn check_daemon(home: &Path, store: Option<&Store>) -> Check {
                 "orchestrator serve (in another terminal, or as a service)",
             )
         };
-    };
-    match crate::daemon_file::healthz_backend(&record.listen).await {
-        Some(_) => Check::ok(
-            NAME,
-            format!("serve runs on this home ({})", record.describe()),
-        ),
-        None => Check::warn(
-            NAME,
-            format!(
-                "serve's process runs on this home ({}) but http://{}/healthz does not answer",
-                record.describe(),
-                record.listen
-            ),
-            "read serve's output; if it hangs, stop it and start it again",
-        ),
     }
+    let mut silent = Vec::new();
+    for record in &live {
+        if crate::daemon_file::healthz_backend(&record.listen)
+            .await
+            .is_none()
+        {
+            silent.push(record);
+        }
+    }
+    let named: Vec<String> = live.iter().map(|r| r.describe()).collect();
+    let serving = match live.len() {
+        1 => format!("serve runs on this home ({})", named.join("")),
+        n => format!("{n} daemons serve this home ({})", named.join("; ")),
+    };
+    if silent.is_empty() {
+        return Check::ok(NAME, serving);
+    }
+    Check::warn(
+        NAME,
+        format!(
+            "{serving}, but {} does not answer",
+            silent
+                .iter()
+                .map(|r| format!("http://{}/healthz", r.listen))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
+        "read serve's output; if it hangs, stop it and start it again",
+    )
 }
 
 /// The config file: absent (the defaults apply), read, or refused with the reason. A refused file

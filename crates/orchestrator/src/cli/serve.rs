@@ -223,14 +223,14 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         .into());
     }
     let scheduler = orchestrator_scheduler::SchedulerConfig::new(pool.worker_id.clone());
-    let other = crate::daemon_file::live(&home);
+    let others = crate::daemon_file::live(&home);
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(listener) => listener,
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
             return Err(CliError::Refused(format!(
                 "cannot listen on {}: {}",
                 args.listen,
-                who_listens(args.listen, other.as_ref()).await
+                who_listens(args.listen, &others).await
             ))
             .into());
         }
@@ -243,10 +243,9 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         worker_id: pool.worker_id.clone(),
         started_at: orchestrator_types::format_millis(orchestrator_types::now_millis()),
     };
-    // The first daemon of a home keeps the record; a second one is named at its start instead.
-    if other.is_none()
-        && let Err(e) = crate::daemon_file::write(&home, &record)
-    {
+    // Each daemon of a home keeps a record of its own; a killed one's is cleared here.
+    crate::daemon_file::remove_dead(&home);
+    if let Err(e) = crate::daemon_file::write(&home, &record) {
         eprintln!(
             "orchestrator serve: cannot record this daemon in {}: {e}",
             home.display()
@@ -340,7 +339,7 @@ pub async fn run(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCod
         if args.read_only { " (read-only)" } else { "" },
     );
     // After the line with the address, which scripts read first.
-    if let Some(other) = &other {
+    for other in &others {
         eprintln!(
             "orchestrator serve: another daemon serves this home ({}); both take the store's \
              tasks, and a second daemon on one machine wants its own --home and --workspaces",
@@ -487,9 +486,9 @@ async fn github_setup(
 /// address, else whatever answers there (another home's daemon answers `/healthz` as one).
 async fn who_listens(
     listen: std::net::SocketAddr,
-    here: Option<&crate::daemon_file::DaemonRecord>,
+    here: &[crate::daemon_file::DaemonRecord],
 ) -> String {
-    if let Some(record) = here.filter(|r| r.listen.parse().ok() == Some(listen)) {
+    if let Some(record) = here.iter().find(|r| r.listen.parse().ok() == Some(listen)) {
         return format!(
             "this home's daemon already listens there ({}); stop it, or give this one another \
              --listen",

@@ -244,7 +244,8 @@ fn an_empty_token_file_is_replaced_and_an_empty_token_opens_nothing() {
 }
 
 /// The daemon already there is named: by `doctor`, by a second `serve` on the same home, and by
-/// one that wants the same address (refused, exit 4, naming who holds it).
+/// one that wants the same address (refused, exit 4, naming who holds it). With two on one home,
+/// doctor names both, and the first one stopping leaves the second named.
 #[test]
 fn a_daemon_already_there_is_named_by_doctor_and_a_second_serve() {
     let env = Env::sqlite();
@@ -310,7 +311,20 @@ fn a_daemon_already_there_is_named_by_doctor_and_a_second_serve() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    drop(second);
-    // The first daemon's record outlives the second.
-    assert_eq!(doctor(&env)["status"], "ok");
+    // doctor names both.
+    let both = doctor(&env);
+    assert_eq!(both["status"], "ok", "{both}");
+    let detail = both["detail"].as_str().unwrap();
+    assert!(detail.contains("2 daemons serve this home"), "{both}");
+    for pid in [first.child.id(), second.child.id()] {
+        assert!(detail.contains(&format!("pid {pid}")), "{both}");
+    }
+    // Each daemon's record is its own: the first one stopping leaves the second named.
+    let (first_pid, second_pid) = (first.child.id(), second.child.id());
+    drop(first);
+    let after = doctor(&env);
+    assert_eq!(after["status"], "ok", "{after}");
+    let detail = after["detail"].as_str().unwrap();
+    assert!(detail.contains(&format!("pid {second_pid}")), "{after}");
+    assert!(!detail.contains(&format!("pid {first_pid}")), "{after}");
 }
