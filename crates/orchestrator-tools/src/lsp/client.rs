@@ -1,33 +1,30 @@
 //! One running language server: started by the task's jail like any command an agent runs, leading
 //! a process group of its own that the daemon's process ledger knows, spoken to over stdio with
-//! `async-lsp` and the `lsp-types` of the protocol.
+//! JSON-RPC (`rpc`) with the `lsp-types` of the protocol.
 //!
 //! What the server pushes is kept: the diagnostics it published per file, and which work-done
 //! progress (indexing, rust-analyzer's `cargo check`) is under way, so an edit can wait until the
 //! server has said all it will say about the edited file.
 
 use super::config::LspServer;
-use async_lsp::router::Router;
-use async_lsp::{ErrorCode, ServerSocket};
-use lsp_types::notification::{self, Progress, PublishDiagnostics};
+use super::rpc::{CONTENT_MODIFIED, Connection, Pushes, RpcError, SERVER_CANCELLED};
+use lsp_types::notification::{self, Notification, Progress, PublishDiagnostics};
 use lsp_types::request;
 use lsp_types::{
     ClientCapabilities, Diagnostic, DidChangeTextDocumentParams, DidOpenTextDocumentParams,
     DidSaveTextDocumentParams, GeneralClientCapabilities, InitializeParams, InitializedParams,
-    NumberOrString, PositionEncodingKind, ProgressParamsValue,
-    PublishDiagnosticsClientCapabilities, TextDocumentClientCapabilities,
+    NumberOrString, PositionEncodingKind, ProgressParams, ProgressParamsValue,
+    PublishDiagnosticsClientCapabilities, PublishDiagnosticsParams, TextDocumentClientCapabilities,
     TextDocumentContentChangeEvent, TextDocumentIdentifier, TextDocumentItem, Url,
     VersionedTextDocumentIdentifier, WindowClientCapabilities, WorkDoneProgress, WorkspaceFolder,
 };
 use orchestrator_sandbox::{Jail, TrackedGroup};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 /// Time a server gets to exit after `shutdown` and `exit`, and again after SIGTERM.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
@@ -62,7 +59,8 @@ struct Pushed {
     last_event: Option<Instant>,
 }
 
-struct RouterState {
+/// Where the connection hands what the server pushes.
+struct PushState {
     pushed: Arc<Mutex<Pushed>>,
     changed: Arc<tokio::sync::Notify>,
 }
@@ -77,13 +75,12 @@ struct Open {
 pub struct LspClient {
     server: LspServer,
     root: PathBuf,
-    socket: ServerSocket,
+    connection: Connection,
     encoding: Encoding,
     pushed: Arc<Mutex<Pushed>>,
     changed: Arc<tokio::sync::Notify>,
     open: tokio::sync::Mutex<HashMap<Url, Open>>,
     process: tokio::sync::Mutex<Option<ServerProcess>>,
-    main_loop: Mutex<Option<tokio::task::JoinHandle<()>>>,
     last_used: Mutex<Instant>,
     started: Instant,
 }
@@ -164,30 +161,20 @@ impl LspClient {
 
         let pushed = Arc::new(Mutex::new(Pushed::default()));
         let changed = Arc::new(tokio::sync::Notify::new());
-        let state = RouterState {
+        let state = PushState {
             pushed: pushed.clone(),
             changed: changed.clone(),
         };
-        let (main_loop, socket) = async_lsp::MainLoop::new_client(|_| router(state));
-        let loop_name = name.clone();
-        let main_loop = tokio::spawn(async move {
-            if let Err(e) = main_loop
-                .run_buffered(stdout.compat(), stdin.compat_write())
-                .await
-            {
-                tracing::debug!(server = loop_name, error = %e, "language server connection ended");
-            }
-        });
+        let connection = Connection::start(stdout, stdin, state);
         let mut client = LspClient {
             server: server.clone(),
             root: root.to_owned(),
-            socket,
+            connection,
             encoding: Encoding::Utf16,
             pushed,
             changed,
             open: tokio::sync::Mutex::new(HashMap::new()),
             process: tokio::sync::Mutex::new(Some(process)),
-            main_loop: Mutex::new(Some(main_loop)),
             last_used: Mutex::new(Instant::now()),
             started: Instant::now(),
         };
@@ -247,14 +234,14 @@ impl LspClient {
             ..InitializeParams::default()
         };
         let result = self
-            .socket
+            .connection
             .request::<request::Initialize>(params)
             .await
             .map_err(|e| e.to_string())?;
         if result.capabilities.position_encoding == Some(PositionEncodingKind::UTF8) {
             self.encoding = Encoding::Utf8;
         }
-        self.socket
+        self.connection
             .notify::<notification::Initialized>(InitializedParams {})
             .map_err(|e| e.to_string())
     }
@@ -299,8 +286,8 @@ impl LspClient {
         let sent = match open.get_mut(&uri) {
             Some(doc) => {
                 doc.version += 1;
-                self.socket.notify::<notification::DidChangeTextDocument>(
-                    DidChangeTextDocumentParams {
+                self.connection
+                    .notify::<notification::DidChangeTextDocument>(DidChangeTextDocumentParams {
                         text_document: VersionedTextDocumentIdentifier {
                             uri: uri.clone(),
                             version: doc.version,
@@ -310,26 +297,26 @@ impl LspClient {
                             range_length: None,
                             text: text.to_owned(),
                         }],
-                    },
-                )
+                    })
             }
             None => {
                 let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
                 open.insert(uri.clone(), Open { version: 1 });
-                self.socket
-                    .notify::<notification::DidOpenTextDocument>(DidOpenTextDocumentParams {
+                self.connection.notify::<notification::DidOpenTextDocument>(
+                    DidOpenTextDocumentParams {
                         text_document: TextDocumentItem {
                             uri: uri.clone(),
                             language_id: self.server.language_id(ext),
                             version: 1,
                             text: text.to_owned(),
                         },
-                    })
+                    },
+                )
             }
         };
         sent.map_err(|e| format!("{}: {e}", self.server.name))?;
         if save {
-            self.socket
+            self.connection
                 .notify::<notification::DidSaveTextDocument>(DidSaveTextDocumentParams {
                     text_document: TextDocumentIdentifier { uri },
                     text: None,
@@ -426,10 +413,9 @@ impl LspClient {
         let name = &self.server.name;
         let asking = async {
             loop {
-                match self.socket.request::<R>(params.clone()).await {
-                    Err(async_lsp::Error::Response(e))
-                        if e.code == ErrorCode::CONTENT_MODIFIED
-                            || e.code == ErrorCode::SERVER_CANCELLED =>
+                match self.connection.request::<R>(params.clone()).await {
+                    Err(RpcError::Response { code, .. })
+                        if code == CONTENT_MODIFIED || code == SERVER_CANCELLED =>
                     {
                         tokio::time::sleep(Duration::from_millis(200)).await;
                     }
@@ -468,16 +454,14 @@ impl LspClient {
     /// Asks the server to shut down and exit, then ends its process group: SIGTERM, then SIGKILL.
     pub async fn shutdown(&self) {
         let polite = async {
-            let _ = self.socket.request::<request::Shutdown>(()).await;
-            let _ = self.socket.notify::<notification::Exit>(());
+            let _ = self.connection.request::<request::Shutdown>(()).await;
+            let _ = self.connection.notify::<notification::Exit>(());
         };
         let _ = tokio::time::timeout(EXIT_GRACE, polite).await;
         if let Some(mut process) = self.process.lock().await.take() {
             crate::server_process::end_group(&mut process.child, process.pgid, EXIT_GRACE).await;
         }
-        if let Some(main_loop) = lock(&self.main_loop).take() {
-            main_loop.abort();
-        }
+        self.connection.close();
     }
 
     /// The process group, while it runs.
@@ -486,15 +470,27 @@ impl LspClient {
     }
 }
 
-fn router(state: RouterState) -> Router<RouterState> {
-    let mut router = Router::new(state);
-    router
-        .notification::<PublishDiagnostics>(|st, params| {
-            {
-                let mut pushed = lock(&st.pushed);
-                pushed.events += 1;
-                pushed.last_event = Some(Instant::now());
-                let seen_at = pushed.events;
+impl PushState {
+    /// Something new was pushed: counted, and whoever waits for it woken.
+    fn changed(&self, change: impl FnOnce(&mut Pushed)) {
+        {
+            let mut pushed = lock(&self.pushed);
+            change(&mut pushed);
+            pushed.events += 1;
+            pushed.last_event = Some(Instant::now());
+        }
+        self.changed.notify_waiters();
+    }
+}
+
+impl Pushes for PushState {
+    fn notification(&mut self, method: &str, params: Value) {
+        if method == PublishDiagnostics::METHOD {
+            let Ok(params) = serde_json::from_value::<PublishDiagnosticsParams>(params) else {
+                return;
+            };
+            self.changed(|pushed| {
+                let seen_at = pushed.events + 1;
                 pushed.diagnostics.insert(
                     params.uri,
                     Published {
@@ -502,50 +498,41 @@ fn router(state: RouterState) -> Router<RouterState> {
                         seen_at,
                     },
                 );
-            }
-            st.changed.notify_waiters();
-            ControlFlow::Continue(())
-        })
-        .notification::<Progress>(|st, params| {
+            });
+        } else if method == Progress::METHOD {
+            let Ok(params) = serde_json::from_value::<ProgressParams>(params) else {
+                return;
+            };
             let token = match params.token {
                 NumberOrString::Number(n) => n.to_string(),
                 NumberOrString::String(s) => s,
             };
-            {
-                let mut pushed = lock(&st.pushed);
-                let ProgressParamsValue::WorkDone(progress) = params.value;
-                match progress {
-                    WorkDoneProgress::Begin(_) => {
-                        pushed.active.insert(token);
-                    }
-                    WorkDoneProgress::End(_) => {
-                        pushed.active.remove(&token);
-                    }
-                    WorkDoneProgress::Report(_) => {}
+            let ProgressParamsValue::WorkDone(progress) = params.value;
+            self.changed(|pushed| match progress {
+                WorkDoneProgress::Begin(_) => {
+                    pushed.active.insert(token);
                 }
-                pushed.events += 1;
-                pushed.last_event = Some(Instant::now());
-            }
-            st.changed.notify_waiters();
-            ControlFlow::Continue(())
-        })
+                WorkDoneProgress::End(_) => {
+                    pushed.active.remove(&token);
+                }
+                WorkDoneProgress::Report(_) => {}
+            });
+        }
         // Logs, messages, telemetry: nothing to act on.
-        .unhandled_notification(|_, _| ControlFlow::Continue(()))
-        // What servers ask of a client: settings (none: the server's defaults and the
-        // initialization options), leave to register capabilities or create progress tokens,
-        // refreshes. Each is answered so the server does not wait.
-        .unhandled_request(|_, request| {
-            let answer = if request.method == "workspace/configuration" {
-                let items = request
-                    .params
-                    .get("items")
-                    .and_then(Value::as_array)
-                    .map_or(0, Vec::len);
-                Value::Array(vec![Value::Null; items])
-            } else {
-                Value::Null
-            };
-            async move { Ok(answer) }
-        });
-    router
+    }
+
+    /// What servers ask of a client: settings (none: the server's defaults and the
+    /// initialization options), leave to register capabilities or create progress tokens,
+    /// refreshes. Each is answered so the server does not wait.
+    fn request(&mut self, method: &str, params: &Value) -> Value {
+        if method == "workspace/configuration" {
+            let items = params
+                .get("items")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            Value::Array(vec![Value::Null; items])
+        } else {
+            Value::Null
+        }
+    }
 }
