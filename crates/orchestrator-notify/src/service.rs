@@ -28,6 +28,7 @@ use crate::message::{Message, compose};
 use crate::send::send;
 use crate::{Error, Result};
 use orchestrator_store::{NewNotification, Notification, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{NoticeKind, now_millis};
 use std::sync::Arc;
 use std::time::Duration;
@@ -160,7 +161,11 @@ impl Notifier {
 
     /// Runs passes until `shutdown`, then gives the lease up so another daemon takes over at
     /// once. A pass that fails (the store is away) is logged and the next one tries again.
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub fn run(self, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(self.run_unboxed(shutdown))
+    }
+
+    async fn run_unboxed(self, shutdown: CancellationToken) {
         loop {
             match self.run_once().await {
                 Ok(counts) if counts.sent + counts.retried + counts.failed > 0 => {

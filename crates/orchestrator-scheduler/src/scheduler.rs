@@ -15,6 +15,7 @@ use crate::clock::Clock;
 use crate::plan::{DEFAULT_MISFIRE_GRACE_MS, plan_due, schedule_of, slot_tasks};
 use crate::{Error, Result};
 use orchestrator_store::{Advance, Automation, SlotDecision, SlotPlan, SlotResult, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{AutomationStatus, SlotKind};
 use serde::Serialize;
 use std::sync::Arc;
@@ -285,7 +286,11 @@ impl Scheduler {
 
     /// Passes until `shutdown`, sleeping until the next fire time (at most `idle_poll`). Store
     /// errors are logged and the next pass retries.
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub fn run(self, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(self.run_unboxed(shutdown))
+    }
+
+    async fn run_unboxed(self, shutdown: CancellationToken) {
         loop {
             let now = self.clock.now_millis();
             let mut sleep = self.config.idle_poll;

@@ -6,6 +6,7 @@
 mod ansi;
 mod automation;
 pub mod best_of;
+mod boxed;
 mod capture;
 mod chat;
 mod describe;
@@ -29,6 +30,7 @@ pub use automation::{
     MAX_JITTER_SECS, Overlap, SlotKind, SlotStatus, TaskTemplate, gates_or_commands, validate_name,
 };
 pub use best_of::{BEST_OF_GROUP, BestOf, BestOfPull, BudgetShare, Choose, MAX_BEST_OF};
+pub use boxed::BoxFuture;
 pub use capture::{Capture, Captured};
 pub use chat::{
     ChatMessage, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, ImagePart, ModelSettings, ModelSpec, Role,

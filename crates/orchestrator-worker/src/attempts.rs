@@ -9,6 +9,7 @@
 //! and an attempt is refused if it moved in between: otherwise the gates could vouch for a tree the
 //! patch does not hold.
 
+use orchestrator_types::BoxFuture;
 use std::path::{Path, PathBuf};
 
 use orchestrator_github::{ChangedFile, FileStatus, Preflight, RecordedPatch};
@@ -69,7 +70,20 @@ pub struct Recorded {
 /// ignored) against `base` as an attempt of `task` in `group`, with the task's gates that ran on
 /// that tree as its evidence. The attempt stores the base as the full commit id it resolved to, so
 /// later preflights check against the commit the patch was made from, not wherever `HEAD` moved.
-pub async fn record_attempt(
+pub fn record_attempt<'a>(
+    store: &'a Store,
+    task: TaskId,
+    workspace: &'a Path,
+    base: &'a str,
+    group: &'a str,
+    label: &'a str,
+) -> BoxFuture<'a, Result<Recorded>> {
+    Box::pin(record_attempt_unboxed(
+        store, task, workspace, base, group, label,
+    ))
+}
+
+async fn record_attempt_unboxed(
     store: &Store,
     task: TaskId,
     workspace: &Path,
@@ -155,7 +169,16 @@ pub async fn record_attempt(
 /// Against its own base a recorded patch always applies, as long as the repository has that commit;
 /// the question worth asking before a pull request is usually whether it still applies where the
 /// base branch is now.
-pub async fn preflight_attempt(
+pub fn preflight_attempt<'a>(
+    store: &'a Store,
+    attempt: &'a Attempt,
+    dir: &'a Path,
+    onto: Option<&'a str>,
+) -> BoxFuture<'a, Result<Preflight>> {
+    Box::pin(preflight_attempt_unboxed(store, attempt, dir, onto))
+}
+
+async fn preflight_attempt_unboxed(
     store: &Store,
     attempt: &Attempt,
     dir: &Path,

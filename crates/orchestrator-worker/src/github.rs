@@ -3,6 +3,7 @@
 //! and fenced, long bodies kept as artifacts). The agent's tools and the CLI share it, so a person
 //! closing an issue by hand meets the same guard as an agent.
 
+use orchestrator_types::BoxFuture;
 use std::path::Path;
 
 use orchestrator_github::{
@@ -143,7 +144,16 @@ pub const CLOSE_REASONS: &[&str] = &["completed", "not_planned"];
 /// gate an agent wrote into a task it created. A task without gates of a person's is refused: it
 /// has nothing to prove the fix with. For each gate, the newest run on the current tree decides,
 /// so a pass followed by a failure on the same tree does not count.
-pub async fn close_guard(
+pub fn close_guard<'a>(
+    store: &'a Store,
+    task: &'a Task,
+    state_reason: &'a str,
+    allow_dirty: bool,
+) -> BoxFuture<'a, Result<CloseEvidence, CloseRefused>> {
+    Box::pin(close_guard_unboxed(store, task, state_reason, allow_dirty))
+}
+
+async fn close_guard_unboxed(
     store: &Store,
     task: &Task,
     state_reason: &str,
@@ -393,7 +403,14 @@ fn push_comments(ctx: &mut Context, comments: &[Comment]) {
 }
 
 /// An issue with its comments, for a model.
-pub async fn issue_context(github: &GitHub, issue: &IssueRef) -> Result<Context, ApiError> {
+pub fn issue_context<'a>(
+    github: &'a GitHub,
+    issue: &'a IssueRef,
+) -> BoxFuture<'a, Result<Context, ApiError>> {
+    Box::pin(issue_context_unboxed(github, issue))
+}
+
+async fn issue_context_unboxed(github: &GitHub, issue: &IssueRef) -> Result<Context, ApiError> {
     let found = github.issue(issue).await?;
     let comments = github.issue_comments(issue).await?;
     let mut ctx = Context::default();
@@ -430,7 +447,16 @@ pub async fn issue_context(github: &GitHub, issue: &IssueRef) -> Result<Context,
 
 /// A pull request with its files, comments, reviews and their threads, and the checks on its
 /// head; its diff, and the failing jobs' logs, when asked.
-pub async fn pull_context(
+pub fn pull_context<'a>(
+    github: &'a GitHub,
+    pull: &'a IssueRef,
+    with_diff: bool,
+    with_logs: bool,
+) -> BoxFuture<'a, Result<Context, ApiError>> {
+    Box::pin(pull_context_unboxed(github, pull, with_diff, with_logs))
+}
+
+async fn pull_context_unboxed(
     github: &GitHub,
     pull: &IssueRef,
     with_diff: bool,

@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::runner::{AttemptEnd, RunContext, Stop, StopReason, run_attempt};
 use crate::{Error, Result};
 use orchestrator_store::{Completion, CompletionResult, Lease, Outcome, Store, Task};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{DEFAULT_QUEUE, TaskId, now_millis};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -228,7 +229,11 @@ impl WorkerPool {
     }
 
     /// Runs until `shutdown` is canceled, then shuts down gracefully (see the module comment).
-    pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
+    pub fn run(self, shutdown: CancellationToken) -> BoxFuture<'static, Result<()>> {
+        Box::pin(self.run_unboxed(shutdown))
+    }
+
+    async fn run_unboxed(self, shutdown: CancellationToken) -> Result<()> {
         let WorkerPool {
             store,
             config,
@@ -775,7 +780,20 @@ fn hostname() -> String {
 /// Runs one attempt this process claimed (see `Store::create_foreground`) to its end, as
 /// `orchestrator run` does: keeps its lease alive, runs its gates, writes its end. `shutdown` stops
 /// it like a daemon's shutdown would (the task goes back to the queue). Returns the task as it ended.
-pub async fn run_claimed(
+pub fn run_claimed<'a>(
+    store: &'a Store,
+    task: Task,
+    lease: Lease,
+    config: &'a PoolConfig,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> BoxFuture<'a, Result<Task>> {
+    Box::pin(run_claimed_unboxed(
+        store, task, lease, config, metrics, shutdown,
+    ))
+}
+
+async fn run_claimed_unboxed(
     store: &Store,
     task: Task,
     lease: Lease,

@@ -14,6 +14,7 @@
 //! on one repository apart: their task and attempt numbers are alike. A marked pull request found
 //! closed is a refusal ([`PullError::Closed`]): nothing is reopened or opened in its place.
 
+use orchestrator_types::BoxFuture;
 use std::path::Path;
 
 use orchestrator_github::{
@@ -271,7 +272,18 @@ pub async fn pull_guard(
 /// Opens the pull request of `attempt` (guarded by [`pull_guard`]) from the tree its patch makes
 /// of its base in the repository holding `dir`. Calling it again after any error is safe: it finds
 /// the pull request or the branch an earlier call made.
-pub async fn open_pull(
+pub fn open_pull<'a>(
+    store: &'a Store,
+    github: &'a GitHub,
+    task: &'a Task,
+    attempt: &'a Attempt,
+    dir: &'a Path,
+    plan: &'a PullPlan,
+) -> BoxFuture<'a, Result<AttemptPull, PullError>> {
+    Box::pin(open_pull_unboxed(store, github, task, attempt, dir, plan))
+}
+
+async fn open_pull_unboxed(
     store: &Store,
     github: &GitHub,
     task: &Task,

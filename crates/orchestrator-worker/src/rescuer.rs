@@ -8,6 +8,7 @@ use crate::backoff::Backoff;
 use crate::metrics::Metrics;
 use crate::{Error, Result};
 use orchestrator_store::{RescueCounts, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::now_millis;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -95,7 +96,11 @@ impl Rescuer {
     }
 
     /// Passes every `interval` until `shutdown`. Store errors are logged and the next pass retries.
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub fn run(self, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(self.run_unboxed(shutdown))
+    }
+
+    async fn run_unboxed(self, shutdown: CancellationToken) {
         loop {
             match self.run_once(now_millis()).await {
                 Ok(counts)

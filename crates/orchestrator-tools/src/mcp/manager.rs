@@ -15,6 +15,7 @@ use crate::policy::ApprovalClass;
 use crate::registry::ToolSpec;
 use crate::result::{Content, ToolResult};
 use orchestrator_sandbox::Jail;
+use orchestrator_types::BoxFuture;
 use rmcp::model::{CallToolResult, RawContent};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -62,7 +63,16 @@ pub struct McpManager {
 impl McpManager {
     /// Starts the `selected` servers of `servers` in parallel, in `jail`. A selected name that
     /// is not configured is a failed state.
-    pub async fn start(
+    pub fn start<'a>(
+        servers: &'a BTreeMap<String, McpServerConfig>,
+        selected: &'a [String],
+        jail: &'a Jail,
+        workspace: &'a Path,
+    ) -> BoxFuture<'a, McpManager> {
+        Box::pin(Self::start_unboxed(servers, selected, jail, workspace))
+    }
+
+    async fn start_unboxed(
         servers: &BTreeMap<String, McpServerConfig>,
         selected: &[String],
         jail: &Jail,

@@ -5,6 +5,7 @@
 //! error: MCP clients show protocol errors opaquely, and the model must read why its call failed. Only a
 //! broken machinery (the spill store failing) becomes a JSON-RPC internal error.
 
+use orchestrator_types::BoxFuture;
 use std::sync::Arc;
 
 use rmcp::ServiceExt;
@@ -128,7 +129,11 @@ impl ServerHandler for McpServer {
 
 /// Serves `registry` over stdin and stdout until the client disconnects, then ends the session's
 /// background jobs.
-pub async fn serve_stdio(registry: Registry, ctx: ToolContext) -> Result<()> {
+pub fn serve_stdio(registry: Registry, ctx: ToolContext) -> BoxFuture<'static, Result<()>> {
+    Box::pin(serve_stdio_unboxed(registry, ctx))
+}
+
+async fn serve_stdio_unboxed(registry: Registry, ctx: ToolContext) -> Result<()> {
     let server = McpServer::new(registry, ctx.clone());
     let running = server
         .serve(rmcp::transport::stdio())

@@ -2,6 +2,7 @@
 //! answer (streamed through stream.rs, or whole) and turns what went wrong into a [`ModelError`].
 
 use super::*;
+use orchestrator_types::BoxFuture;
 
 /// A client for one model. Cloning is cheap; clones, and every client made from clones of one
 /// [`ClientConfig`], share the connection pool (see `KnownServers::http`).
@@ -166,7 +167,16 @@ impl ModelClient {
     /// Asks the model for its next message. Pieces of the reply go to `deltas` as they arrive (a
     /// non-streamed reply sends its text and each tool call as one piece each); after a retry the
     /// pieces of the new attempt follow a `Delta::Retrying`, repeating what the cut attempt sent.
-    pub async fn complete(
+    pub fn complete<'a>(
+        &'a self,
+        messages: &'a [ChatMessage],
+        tools: &'a [ToolDefinition],
+        deltas: Option<&'a UnboundedSender<Delta>>,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(self.complete_unboxed(messages, tools, deltas))
+    }
+
+    async fn complete_unboxed(
         &self,
         messages: &[ChatMessage],
         tools: &[ToolDefinition],

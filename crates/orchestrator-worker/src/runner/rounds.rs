@@ -19,6 +19,7 @@
 //! already moved to it. The task made to run again on a moved branch is made once, in the same
 //! transaction as the event that names it.
 
+use orchestrator_types::BoxFuture;
 use std::path::Path;
 
 use orchestrator_github::{ApiError, CommitIdentity, GitHub, IssueRef, PushSpec, Pushed, RepoRef};
@@ -66,7 +67,15 @@ pub enum RoundError {
 /// Reads the pull request and checks its branch may be pushed to by the store whose identity is
 /// `identity`: open, and either opened by this store (the marker in its body and the branch's
 /// name) or allowed by `any_branch` (a fork's branch only when its owner lets maintainers push).
-pub async fn check_pull(
+pub fn check_pull<'a>(
+    github: &'a GitHub,
+    identity: &'a str,
+    target: &'a PullTarget,
+) -> BoxFuture<'a, std::result::Result<PullHead, RoundError>> {
+    Box::pin(check_pull_unboxed(github, identity, target))
+}
+
+async fn check_pull_unboxed(
     github: &GitHub,
     identity: &str,
     target: &PullTarget,

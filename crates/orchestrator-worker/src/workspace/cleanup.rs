@@ -24,6 +24,7 @@
 use super::{WorkspaceSettings, discard, remove_tree};
 use crate::{Error, Result};
 use orchestrator_store::Store;
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{EventKind, TaskId, TaskState, now_millis};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -334,7 +335,11 @@ impl Cleaner {
 
     /// Passes every `interval`, and whenever a task of this daemon ends, until `shutdown`.
     /// Failures are logged and the next pass retries.
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub fn run(self, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(self.run_unboxed(shutdown))
+    }
+
+    async fn run_unboxed(self, shutdown: CancellationToken) {
         loop {
             if let Err(e) = self.run_once(now_millis()).await {
                 tracing::warn!(error = %e, "workspace cleanup pass failed; retrying");

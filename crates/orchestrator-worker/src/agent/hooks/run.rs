@@ -2,6 +2,7 @@
 
 use super::HookSpec;
 use orchestrator_sandbox::{Io, PersonConfinement, Sandbox, SandboxMode, Spawn};
+use orchestrator_types::BoxFuture;
 use serde::Serialize;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -24,7 +25,21 @@ pub struct HookResult {
 /// Runs `spec` in a jail on `workspace` with `input` on its stdin. `transcript`, when given, is
 /// written to the jail's temporary directory and `transcript_path` in the input names it as the
 /// hook sees it. `secrets`: variables it never receives unless it names them (the model's key).
-pub async fn run_hook(
+pub fn run_hook<'a>(
+    sandbox: &'a Sandbox,
+    spec: &'a HookSpec,
+    workspace: &'a Path,
+    input: serde_json::Value,
+    secrets: &'a [String],
+    vars: &'a [(String, String)],
+    transcript: Option<&'a [u8]>,
+) -> BoxFuture<'a, HookResult> {
+    Box::pin(run_hook_unboxed(
+        sandbox, spec, workspace, input, secrets, vars, transcript,
+    ))
+}
+
+async fn run_hook_unboxed(
     sandbox: &Sandbox,
     spec: &HookSpec,
     workspace: &Path,
