@@ -12,6 +12,7 @@ use crate::exec::Tx;
 use crate::leases::{Lease, next_seq_fenced};
 use crate::tasks::{Tasks, state_is};
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{EventKind, TaskId, TaskState, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query};
 use serde::Serialize;
@@ -347,7 +348,15 @@ async fn fetch(tx: &mut Tx, id: i64) -> Result<Approval> {
 impl Store {
     /// Records a request for the running attempt of `lease`, or returns the one this call already
     /// made (an agent resuming after a restart asks again with the same call id).
-    pub async fn request_approval(&self, lease: &Lease, new: &NewApproval) -> Result<Approval> {
+    pub fn request_approval<'a>(
+        &'a self,
+        lease: &'a Lease,
+        new: &'a NewApproval,
+    ) -> BoxFuture<'a, Result<Approval>> {
+        Box::pin(self.request_approval_unboxed(lease, new))
+    }
+
+    async fn request_approval_unboxed(&self, lease: &Lease, new: &NewApproval) -> Result<Approval> {
         if let Some(existing) = self.approval_for_call(lease.task_id, &new.call_id).await? {
             return Ok(existing);
         }
@@ -416,7 +425,19 @@ impl Store {
     }
 
     /// The approval a tool call asked for, if it asked.
-    pub async fn approval_for_call(&self, task: TaskId, call_id: &str) -> Result<Option<Approval>> {
+    pub fn approval_for_call<'a>(
+        &'a self,
+        task: TaskId,
+        call_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Approval>>> {
+        Box::pin(self.approval_for_call_unboxed(task, call_id))
+    }
+
+    async fn approval_for_call_unboxed(
+        &self,
+        task: TaskId,
+        call_id: &str,
+    ) -> Result<Option<Approval>> {
         let stmt = Query::select()
             .columns(COLUMNS)
             .from(Approvals::Table)
@@ -429,7 +450,11 @@ impl Store {
         }
     }
 
-    pub async fn get_approval(&self, id: i64) -> Result<Approval> {
+    pub fn get_approval<'a>(&'a self, id: i64) -> BoxFuture<'a, Result<Approval>> {
+        Box::pin(self.get_approval_unboxed(id))
+    }
+
+    async fn get_approval_unboxed(&self, id: i64) -> Result<Approval> {
         let stmt = Query::select()
             .columns(COLUMNS)
             .from(Approvals::Table)
@@ -442,7 +467,14 @@ impl Store {
             .try_into()
     }
 
-    pub async fn list_approvals(&self, filter: &ApprovalFilter) -> Result<Vec<Approval>> {
+    pub fn list_approvals<'a>(
+        &'a self,
+        filter: &'a ApprovalFilter,
+    ) -> BoxFuture<'a, Result<Vec<Approval>>> {
+        Box::pin(self.list_approvals_unboxed(filter))
+    }
+
+    async fn list_approvals_unboxed(&self, filter: &ApprovalFilter) -> Result<Vec<Approval>> {
         let mut stmt = Query::select()
             .columns(COLUMNS)
             .from(Approvals::Table)
@@ -460,7 +492,11 @@ impl Store {
     }
 
     /// How many approvals wait for a person.
-    pub async fn count_pending_approvals(&self) -> Result<u64> {
+    pub fn count_pending_approvals<'a>(&'a self) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(self.count_pending_approvals_unboxed())
+    }
+
+    async fn count_pending_approvals_unboxed(&self) -> Result<u64> {
         let stmt = Query::select()
             .expr(Expr::col(Approvals::Id).count())
             .from(Approvals::Table)
@@ -472,7 +508,16 @@ impl Store {
 
     /// Decides a pending approval on `by`'s behalf and, if its task waits on nothing else, queues
     /// the task to resume. Refused with `ApprovalDecided` when it was already decided or expired.
-    pub async fn decide_approval(
+    pub fn decide_approval<'a>(
+        &'a self,
+        id: i64,
+        decision: &'a ApprovalDecision,
+        by: &'a str,
+    ) -> BoxFuture<'a, Result<Approval>> {
+        Box::pin(self.decide_approval_unboxed(id, decision, by))
+    }
+
+    async fn decide_approval_unboxed(
         &self,
         id: i64,
         decision: &ApprovalDecision,
@@ -531,7 +576,11 @@ impl Store {
 
     /// Expires pending approvals whose time ran out before `now` (they count as denied) and queues
     /// their tasks to resume. Returns how many expired.
-    pub async fn expire_approvals(&self, now: i64, limit: u64) -> Result<u64> {
+    pub fn expire_approvals<'a>(&'a self, now: i64, limit: u64) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(self.expire_approvals_unboxed(now, limit))
+    }
+
+    async fn expire_approvals_unboxed(&self, now: i64, limit: u64) -> Result<u64> {
         let due = Query::select()
             .columns([Approvals::Id, Approvals::TaskId])
             .from(Approvals::Table)

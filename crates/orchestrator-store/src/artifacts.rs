@@ -3,6 +3,7 @@
 
 use crate::exec::Tx;
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{ArtifactId, Captured, TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Query};
 use serde::Serialize;
@@ -186,7 +187,18 @@ fn meta(row: MetaRow) -> ArtifactMeta {
 
 impl Store {
     /// Keeps `captured` (already bounded by its capture) as an artifact.
-    pub async fn put_artifact(
+    pub fn put_artifact<'a>(
+        &'a self,
+        task_id: Option<TaskId>,
+        kind: &'a str,
+        media_type: &'a str,
+        summary: &'a str,
+        captured: &'a Captured,
+    ) -> BoxFuture<'a, Result<ArtifactId>> {
+        Box::pin(self.put_artifact_unboxed(task_id, kind, media_type, summary, captured))
+    }
+
+    async fn put_artifact_unboxed(
         &self,
         task_id: Option<TaskId>,
         kind: &str,
@@ -213,7 +225,11 @@ impl Store {
         Ok(id)
     }
 
-    pub async fn get_artifact(&self, id: ArtifactId) -> Result<Artifact> {
+    pub fn get_artifact<'a>(&'a self, id: ArtifactId) -> BoxFuture<'a, Result<Artifact>> {
+        Box::pin(self.get_artifact_unboxed(id))
+    }
+
+    async fn get_artifact_unboxed(&self, id: ArtifactId) -> Result<Artifact> {
         let stmt = Query::select()
             .columns(META)
             .columns([Artifacts::Compression, Artifacts::Data])
@@ -250,7 +266,11 @@ impl Store {
 
     /// What a task's artifacts are (gate logs, tool outputs, patches, ...), oldest first, without
     /// their bytes.
-    pub async fn task_artifacts(&self, task: TaskId) -> Result<Vec<ArtifactMeta>> {
+    pub fn task_artifacts<'a>(&'a self, task: TaskId) -> BoxFuture<'a, Result<Vec<ArtifactMeta>>> {
+        Box::pin(self.task_artifacts_unboxed(task))
+    }
+
+    async fn task_artifacts_unboxed(&self, task: TaskId) -> Result<Vec<ArtifactMeta>> {
         let stmt = Query::select()
             .columns(META)
             .from(Artifacts::Table)

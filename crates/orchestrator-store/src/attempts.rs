@@ -12,6 +12,7 @@ use crate::events::{EventInsert, insert_events};
 use crate::exec::Tx;
 use crate::tasks::{Tasks, next_seq};
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{BEST_OF_GROUP, Byproducts, EventKind, TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query, SelectStatement};
 use serde::Serialize;
@@ -213,7 +214,11 @@ async fn fetch_attempt_tx(tx: &mut Tx, id: i64) -> Result<Attempt> {
 impl Store {
     /// Records an attempt with its `attempt_recorded` event. The task must exist; no lease is
     /// needed.
-    pub async fn record_attempt(&self, new: &NewAttempt<'_>) -> Result<Attempt> {
+    pub fn record_attempt<'a>(&'a self, new: &'a NewAttempt<'a>) -> BoxFuture<'a, Result<Attempt>> {
+        Box::pin(self.record_attempt_unboxed(new))
+    }
+
+    async fn record_attempt_unboxed(&self, new: &NewAttempt<'_>) -> Result<Attempt> {
         for (field, text) in [
             ("group", new.group),
             ("label", new.label),
@@ -322,7 +327,11 @@ impl Store {
     }
 
     /// One attempt, without its patch.
-    pub async fn attempt(&self, id: i64) -> Result<Attempt> {
+    pub fn attempt<'a>(&'a self, id: i64) -> BoxFuture<'a, Result<Attempt>> {
+        Box::pin(self.attempt_unboxed(id))
+    }
+
+    async fn attempt_unboxed(&self, id: i64) -> Result<Attempt> {
         let mut stmt = select_attempts();
         stmt.and_where(Expr::col(PrAttempts::Id).eq(id));
         self.pool
@@ -334,7 +343,11 @@ impl Store {
 
     /// The patch of an attempt, byte for byte as recorded; `Corrupt` if its size or hash no longer
     /// match.
-    pub async fn attempt_patch(&self, id: i64) -> Result<Vec<u8>> {
+    pub fn attempt_patch<'a>(&'a self, id: i64) -> BoxFuture<'a, Result<Vec<u8>>> {
+        Box::pin(self.attempt_patch_unboxed(id))
+    }
+
+    async fn attempt_patch_unboxed(&self, id: i64) -> Result<Vec<u8>> {
         let stmt = Query::select()
             .columns([
                 PrAttempts::Patch,
@@ -366,7 +379,15 @@ impl Store {
     }
 
     /// Attempts, oldest first, of one task and/or one group when given.
-    pub async fn attempts(
+    pub fn attempts<'a>(
+        &'a self,
+        task: Option<TaskId>,
+        group: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<Attempt>>> {
+        Box::pin(self.attempts_unboxed(task, group))
+    }
+
+    async fn attempts_unboxed(
         &self,
         task: Option<TaskId>,
         group: Option<&str>,
@@ -394,7 +415,11 @@ impl Store {
     /// A best-of sibling's attempt in the best-of group competes with its lead's other siblings':
     /// selecting it unselects theirs, and once the lead has chosen, a `best_of` step (`overridden`)
     /// on the lead says a person chose otherwise. Refused once the lead opened its pull request.
-    pub async fn select_attempt(&self, id: i64) -> Result<Attempt> {
+    pub fn select_attempt<'a>(&'a self, id: i64) -> BoxFuture<'a, Result<Attempt>> {
+        Box::pin(self.select_attempt_unboxed(id))
+    }
+
+    async fn select_attempt_unboxed(&self, id: i64) -> Result<Attempt> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         let before = fetch_attempt_tx(&mut tx, id).await?;

@@ -6,6 +6,7 @@
 //! unique and the rows consistent.
 
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{AutomationSpec, AutomationStatus, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query, SelectStatement};
 use serde::Serialize;
@@ -172,7 +173,17 @@ fn is_unique_violation(error: &Error) -> bool {
 
 impl Store {
     /// Creates an active automation. A name already taken is refused with `DuplicateAutomation`.
-    pub async fn create_automation(
+    pub fn create_automation<'a>(
+        &'a self,
+        spec: &'a AutomationSpec,
+        source: &'a str,
+        source_path: Option<&'a str>,
+        next: NextFire,
+    ) -> BoxFuture<'a, Result<Automation>> {
+        Box::pin(self.create_automation_unboxed(spec, source, source_path, next))
+    }
+
+    async fn create_automation_unboxed(
         &self,
         spec: &AutomationSpec,
         source: &str,
@@ -219,7 +230,11 @@ impl Store {
     }
 
     /// The automation called `name`.
-    pub async fn automation(&self, name: &str) -> Result<Automation> {
+    pub fn automation<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Automation>> {
+        Box::pin(self.automation_unboxed(name))
+    }
+
+    async fn automation_unboxed(&self, name: &str) -> Result<Automation> {
         let mut stmt = select_automations();
         stmt.and_where(Expr::col(Automations::Name).eq(name));
         self.pool
@@ -230,7 +245,11 @@ impl Store {
     }
 
     /// The automation with this id.
-    pub async fn automation_by_id(&self, id: i64) -> Result<Automation> {
+    pub fn automation_by_id<'a>(&'a self, id: i64) -> BoxFuture<'a, Result<Automation>> {
+        Box::pin(self.automation_by_id_unboxed(id))
+    }
+
+    async fn automation_by_id_unboxed(&self, id: i64) -> Result<Automation> {
         let mut stmt = select_automations();
         stmt.and_where(Expr::col(Automations::Id).eq(id));
         self.pool
@@ -241,7 +260,11 @@ impl Store {
     }
 
     /// Every automation, by name.
-    pub async fn list_automations(&self) -> Result<Vec<Automation>> {
+    pub fn list_automations<'a>(&'a self) -> BoxFuture<'a, Result<Vec<Automation>>> {
+        Box::pin(self.list_automations_unboxed())
+    }
+
+    async fn list_automations_unboxed(&self) -> Result<Vec<Automation>> {
         let mut stmt = select_automations();
         stmt.order_by(Automations::Name, Order::Asc);
         self.pool
@@ -253,7 +276,15 @@ impl Store {
     }
 
     /// Active automations whose next slot fires at or before `now`, earliest first.
-    pub async fn due_automations(&self, now: i64, limit: u64) -> Result<Vec<Automation>> {
+    pub fn due_automations<'a>(
+        &'a self,
+        now: i64,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<Vec<Automation>>> {
+        Box::pin(self.due_automations_unboxed(now, limit))
+    }
+
+    async fn due_automations_unboxed(&self, now: i64, limit: u64) -> Result<Vec<Automation>> {
         let mut stmt = select_automations();
         stmt.and_where(Expr::cust(format!(
             "\"status\" = '{}'",
@@ -273,7 +304,11 @@ impl Store {
 
     /// The earliest `next_fire_at` of the active automations, so an idle scheduler can sleep
     /// exactly until then.
-    pub async fn next_automation_fire(&self) -> Result<Option<i64>> {
+    pub fn next_automation_fire<'a>(&'a self) -> BoxFuture<'a, Result<Option<i64>>> {
+        Box::pin(self.next_automation_fire_unboxed())
+    }
+
+    async fn next_automation_fire_unboxed(&self) -> Result<Option<i64>> {
         let stmt = Query::select()
             .expr(Expr::col(Automations::NextFireAt).min())
             .from(Automations::Table)
@@ -290,7 +325,17 @@ impl Store {
     }
 
     /// Replaces an automation's spec (the name stays) and its next slot. Its slots are kept.
-    pub async fn update_automation(
+    pub fn update_automation<'a>(
+        &'a self,
+        name: &'a str,
+        spec: &'a AutomationSpec,
+        source_path: Option<&'a str>,
+        next: NextFire,
+    ) -> BoxFuture<'a, Result<Automation>> {
+        Box::pin(self.update_automation_unboxed(name, spec, source_path, next))
+    }
+
+    async fn update_automation_unboxed(
         &self,
         name: &str,
         spec: &AutomationSpec,
@@ -328,7 +373,17 @@ impl Store {
     /// Pauses or resumes an automation, with the next slot to fire from now on (slots that passed
     /// while it was paused are not caught up) and the note of whoever did it (`None` clears the
     /// last one).
-    pub async fn set_automation_status(
+    pub fn set_automation_status<'a>(
+        &'a self,
+        name: &'a str,
+        status: AutomationStatus,
+        next: NextFire,
+        note: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Automation>> {
+        Box::pin(self.set_automation_status_unboxed(name, status, next, note))
+    }
+
+    async fn set_automation_status_unboxed(
         &self,
         name: &str,
         status: AutomationStatus,
@@ -357,7 +412,11 @@ impl Store {
     ///
     /// The same transaction queues an `automation_parked` notice (orchestrator-notify), so a
     /// person hears of it even if the daemon dies right after.
-    pub async fn park_automation(&self, id: i64, error: &str) -> Result<()> {
+    pub fn park_automation<'a>(&'a self, id: i64, error: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.park_automation_unboxed(id, error))
+    }
+
+    async fn park_automation_unboxed(&self, id: i64, error: &str) -> Result<()> {
         let now = now_millis();
         let stmt = Query::update()
             .table(Automations::Table)
@@ -387,7 +446,11 @@ impl Store {
 
     /// Deletes an automation and its slot history. Tasks it created stay, with their
     /// `automation_id` pointing at nothing.
-    pub async fn delete_automation(&self, name: &str) -> Result<()> {
+    pub fn delete_automation<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.delete_automation_unboxed(name))
+    }
+
+    async fn delete_automation_unboxed(&self, name: &str) -> Result<()> {
         let stmt = Query::delete()
             .from_table(Automations::Table)
             .and_where(Expr::col(Automations::Name).eq(name))

@@ -12,6 +12,7 @@ use crate::exec::Tx;
 use crate::tasks::TaskRow;
 use crate::tasks::{Tasks, insert_tasks, select_tasks};
 use crate::{Error, Lease, Result, Store, Task};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{EventKind, NewTask, TaskId, TaskState, now_millis};
 use sea_query::{Alias, Expr, ExprTrait, Order, Query};
 use serde_json::{Value, json};
@@ -64,7 +65,11 @@ pub(crate) async fn resume_if_more_ended(
 
 impl Store {
     /// The siblings of `lead`, in their order.
-    pub async fn siblings(&self, lead: TaskId) -> Result<Vec<Task>> {
+    pub fn siblings<'a>(&'a self, lead: TaskId) -> BoxFuture<'a, Result<Vec<Task>>> {
+        Box::pin(self.siblings_unboxed(lead))
+    }
+
+    async fn siblings_unboxed(&self, lead: TaskId) -> Result<Vec<Task>> {
         let mut stmt = select_tasks();
         stmt.and_where(Expr::col(Tasks::SiblingOf).eq(lead.0))
             .order_by(Tasks::Id, Order::Asc);
@@ -76,7 +81,19 @@ impl Store {
     /// earlier attempt made them and was killed before it could go on), nothing is made and
     /// those are returned. Fenced by the lease, with a `best_of` event (`siblings`) on the lead in
     /// the same transaction.
-    pub async fn make_siblings(&self, lease: &Lease, siblings: &[NewTask]) -> Result<Vec<Task>> {
+    pub fn make_siblings<'a>(
+        &'a self,
+        lease: &'a Lease,
+        siblings: &'a [NewTask],
+    ) -> BoxFuture<'a, Result<Vec<Task>>> {
+        Box::pin(self.make_siblings_unboxed(lease, siblings))
+    }
+
+    async fn make_siblings_unboxed(
+        &self,
+        lease: &Lease,
+        siblings: &[NewTask],
+    ) -> Result<Vec<Task>> {
         for sibling in siblings {
             sibling.validate()?;
             if sibling.parent != Some(lease.task_id) || sibling.sibling.is_none() {
@@ -124,7 +141,11 @@ impl Store {
 
     /// Queues `lead` again if it waits for its siblings, so that it looks at them: called by the
     /// daemon that ended one of them. Whether it was waiting.
-    pub async fn wake_lead(&self, lead: TaskId) -> Result<bool> {
+    pub fn wake_lead<'a>(&'a self, lead: TaskId) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.wake_lead_unboxed(lead))
+    }
+
+    async fn wake_lead_unboxed(&self, lead: TaskId) -> Result<bool> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         let queued = queue_lead(&mut tx, lead, now).await?;
@@ -137,7 +158,11 @@ impl Store {
 
     /// The rescuer's pass: queues every lead that waits although all its siblings ended (its wake
     /// was lost with the daemon that ended the last one). How many.
-    pub async fn wake_settled_leads(&self) -> Result<u64> {
+    pub fn wake_settled_leads<'a>(&'a self) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(self.wake_settled_leads_unboxed())
+    }
+
+    async fn wake_settled_leads_unboxed(&self) -> Result<u64> {
         let now = now_millis();
         let lead = Alias::new("lead");
         let waiting = Query::select()
@@ -195,7 +220,11 @@ impl Store {
 
     /// The choice recorded for the lead `lead`, if one was: the data of its `chosen` event, and of
     /// a person's later override (`overridden`) when there is one.
-    pub async fn best_of_steps(&self, lead: TaskId) -> Result<Vec<Value>> {
+    pub fn best_of_steps<'a>(&'a self, lead: TaskId) -> BoxFuture<'a, Result<Vec<Value>>> {
+        Box::pin(self.best_of_steps_unboxed(lead))
+    }
+
+    async fn best_of_steps_unboxed(&self, lead: TaskId) -> Result<Vec<Value>> {
         Ok(self
             .events_of_kind(lead, EventKind::BestOf)
             .await?
@@ -208,7 +237,15 @@ impl Store {
     /// names the `attempt` and `sibling`), and the chosen attempt selected in its group, in one
     /// transaction. When a choice was recorded already (an earlier attempt chose and was killed),
     /// nothing is written and that choice is returned.
-    pub async fn record_choice(&self, lease: &Lease, data: Value) -> Result<Value> {
+    pub fn record_choice<'a>(
+        &'a self,
+        lease: &'a Lease,
+        data: Value,
+    ) -> BoxFuture<'a, Result<Value>> {
+        Box::pin(self.record_choice_unboxed(lease, data))
+    }
+
+    async fn record_choice_unboxed(&self, lease: &Lease, data: Value) -> Result<Value> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         let seq = crate::leases::next_seq_fenced(&mut tx, lease, now).await?;
@@ -240,7 +277,21 @@ impl Store {
     /// was opened from another attempt; otherwise a `pull_opening` step (`data`, which names the
     /// `attempt`) is written unless one for this attempt is there already (a retry). From then on
     /// no selection among the lead's siblings changes.
-    pub async fn claim_pull_opening(&self, lead: TaskId, attempt: i64, data: Value) -> Result<()> {
+    pub fn claim_pull_opening<'a>(
+        &'a self,
+        lead: TaskId,
+        attempt: i64,
+        data: Value,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.claim_pull_opening_unboxed(lead, attempt, data))
+    }
+
+    async fn claim_pull_opening_unboxed(
+        &self,
+        lead: TaskId,
+        attempt: i64,
+        data: Value,
+    ) -> Result<()> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         lock_lead(&mut tx, lead).await?;
@@ -271,7 +322,15 @@ impl Store {
 
     /// Appends a `best_of` step to the lead that holds `lease` (fenced): `none_passed`,
     /// `pull_opened`.
-    pub async fn record_best_of_step(&self, lease: &Lease, data: Value) -> Result<()> {
+    pub fn record_best_of_step<'a>(
+        &'a self,
+        lease: &'a Lease,
+        data: Value,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.record_best_of_step_unboxed(lease, data))
+    }
+
+    async fn record_best_of_step_unboxed(&self, lease: &Lease, data: Value) -> Result<()> {
         self.append_event(lease, EventKind::BestOf, data)
             .await
             .map(|_| ())
@@ -414,7 +473,14 @@ pub fn changed_lines(patch: &[u8]) -> u64 {
 
 impl Store {
     /// The board of the best-of lead `lead`; `None` for any other task.
-    pub async fn best_of_board(&self, lead: &Task) -> Result<Option<BestOfBoard>> {
+    pub fn best_of_board<'a>(
+        &'a self,
+        lead: &'a Task,
+    ) -> BoxFuture<'a, Result<Option<BestOfBoard>>> {
+        Box::pin(self.best_of_board_unboxed(lead))
+    }
+
+    async fn best_of_board_unboxed(&self, lead: &Task) -> Result<Option<BestOfBoard>> {
         let Some(best_of) = &lead.best_of else {
             return Ok(None);
         };

@@ -10,6 +10,7 @@
 
 use crate::tasks::Tasks;
 use crate::{Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::DailyBudget;
 use sea_query::{Expr, ExprTrait, Query};
 
@@ -49,7 +50,11 @@ impl BudgetWait {
 impl Store {
     /// The tokens the tasks of budget key `key` spent since `since`: the prompt and completion
     /// tokens of the replies saved since then.
-    pub async fn tokens_spent(&self, key: &str, since: i64) -> Result<u64> {
+    pub fn tokens_spent<'a>(&'a self, key: &'a str, since: i64) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(self.tokens_spent_unboxed(key, since))
+    }
+
+    async fn tokens_spent_unboxed(&self, key: &str, since: i64) -> Result<u64> {
         let spent = Expr::cust_with_values(
             "CAST(COALESCE(SUM(COALESCE(m.prompt_tokens, 0) + COALESCE(m.completion_tokens, 0)), 0) \
              AS BIGINT)",
@@ -88,7 +93,19 @@ impl Store {
 
     /// Whether a task spending from `budget` must wait at `now`: `Some` once its key spent the
     /// day's budget, with when the next day begins.
-    pub async fn budget_wait(&self, budget: &DailyBudget, now: i64) -> Result<Option<BudgetWait>> {
+    pub fn budget_wait<'a>(
+        &'a self,
+        budget: &'a DailyBudget,
+        now: i64,
+    ) -> BoxFuture<'a, Result<Option<BudgetWait>>> {
+        Box::pin(self.budget_wait_unboxed(budget, now))
+    }
+
+    async fn budget_wait_unboxed(
+        &self,
+        budget: &DailyBudget,
+        now: i64,
+    ) -> Result<Option<BudgetWait>> {
         let today = day_start(now);
         let spent = self.tokens_spent(&budget.key, today).await?;
         Ok((spent >= budget.tokens_per_day).then(|| BudgetWait {
@@ -103,7 +120,14 @@ impl Store {
 impl Store {
     /// Why a queued task waits, said for a person, when something other than its `run_after`
     /// keeps it: what no live worker offers, its key's spent budget, its key's taken turns.
-    pub async fn why_queued(&self, task: &crate::Task) -> Result<Option<String>> {
+    pub fn why_queued<'a>(
+        &'a self,
+        task: &'a crate::Task,
+    ) -> BoxFuture<'a, Result<Option<String>>> {
+        Box::pin(self.why_queued_unboxed(task))
+    }
+
+    async fn why_queued_unboxed(&self, task: &crate::Task) -> Result<Option<String>> {
         if let Some(unmet) = self.unmet_requirements(&task.requires).await? {
             return Ok(Some(unmet));
         }

@@ -47,6 +47,7 @@
 use crate::approvals::{Approval, ApprovalRow, Approvals};
 use crate::tasks::{Task, TaskRow, Tasks, select_tasks};
 use crate::{Backend, Result, Store};
+use orchestrator_types::BoxFuture;
 use sea_query::{Expr, ExprTrait, IntoIden, Order, Query, SelectStatement};
 
 /// A place in the order of changes: after the change `change`, the row `id`. Positions compare
@@ -150,7 +151,11 @@ impl ChangedApproval {
 impl Store {
     /// Where "now" is in the order of changes: every change that commits from now on is after it.
     /// (On PostgreSQL a few that committed just before may be after it too.)
-    pub async fn change_horizon(&self) -> Result<ChangeCursor> {
+    pub fn change_horizon<'a>(&'a self) -> BoxFuture<'a, Result<ChangeCursor>> {
+        Box::pin(self.change_horizon_unboxed())
+    }
+
+    async fn change_horizon_unboxed(&self) -> Result<ChangeCursor> {
         let (stmt, id) = match self.backend() {
             Backend::Sqlite => (
                 "max(IFNULL((SELECT MAX(change_id) FROM tasks), 0), \
@@ -167,7 +172,15 @@ impl Store {
     /// Tasks whose last change is after `after` and has committed, in the order of changes, at
     /// most `limit`, each with its position: what the live lists follow, a page at a time. A task
     /// changed again since is found once, as it is now, at its latest change.
-    pub async fn tasks_changed_after(
+    pub fn tasks_changed_after<'a>(
+        &'a self,
+        after: ChangeCursor,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<Vec<(ChangeCursor, Task)>>> {
+        Box::pin(self.tasks_changed_after_unboxed(after, limit))
+    }
+
+    async fn tasks_changed_after_unboxed(
         &self,
         after: ChangeCursor,
         limit: u64,
@@ -181,7 +194,15 @@ impl Store {
 
     /// Approvals asked or decided (or expired, or closed) after `after`, as
     /// [`Store::tasks_changed_after`] finds tasks.
-    pub async fn approvals_changed_after(
+    pub fn approvals_changed_after<'a>(
+        &'a self,
+        after: ChangeCursor,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<Vec<(ChangeCursor, Approval)>>> {
+        Box::pin(self.approvals_changed_after_unboxed(after, limit))
+    }
+
+    async fn approvals_changed_after_unboxed(
         &self,
         after: ChangeCursor,
         limit: u64,
@@ -201,7 +222,14 @@ impl Store {
     /// began after, as they are now. Moves `mark` to now. Always empty on SQLite, whose order
     /// has no horizon. A task may come again (the next look may read what committed while this
     /// one read), and once more from `tasks_changed_after` when the horizon passes it.
-    pub async fn tasks_changed_ahead(
+    pub fn tasks_changed_ahead<'a>(
+        &'a self,
+        mark: &'a mut AheadMark,
+    ) -> BoxFuture<'a, Result<Vec<(ChangeCursor, Task)>>> {
+        Box::pin(self.tasks_changed_ahead_unboxed(mark))
+    }
+
+    async fn tasks_changed_ahead_unboxed(
         &self,
         mark: &mut AheadMark,
     ) -> Result<Vec<(ChangeCursor, Task)>> {
@@ -219,7 +247,14 @@ impl Store {
     }
 
     /// Approvals changed ahead of the horizon, as [`Store::tasks_changed_ahead`] finds tasks.
-    pub async fn approvals_changed_ahead(
+    pub fn approvals_changed_ahead<'a>(
+        &'a self,
+        mark: &'a mut AheadMark,
+    ) -> BoxFuture<'a, Result<Vec<(ChangeCursor, Approval)>>> {
+        Box::pin(self.approvals_changed_ahead_unboxed(mark))
+    }
+
+    async fn approvals_changed_ahead_unboxed(
         &self,
         mark: &mut AheadMark,
     ) -> Result<Vec<(ChangeCursor, Approval)>> {
@@ -280,13 +315,24 @@ impl Store {
     /// The oldest transaction open on the PostgreSQL server that holds the order of changes back
     /// (one that has written, or a prepared one), other than this process's own statement; `None`
     /// when there is none, and on SQLite.
-    pub async fn oldest_open_transaction(&self) -> Result<Option<OpenTransaction>> {
+    pub fn oldest_open_transaction<'a>(&'a self) -> BoxFuture<'a, Result<Option<OpenTransaction>>> {
+        Box::pin(self.oldest_open_transaction_unboxed())
+    }
+
+    async fn oldest_open_transaction_unboxed(&self) -> Result<Option<OpenTransaction>> {
         Ok(self.open_transactions(1).await?.into_iter().next())
     }
 
     /// The transactions open on the PostgreSQL server that hold the order of changes back, oldest
     /// first, at most `limit`; empty on SQLite.
-    pub async fn open_transactions(&self, limit: i64) -> Result<Vec<OpenTransaction>> {
+    pub fn open_transactions<'a>(
+        &'a self,
+        limit: i64,
+    ) -> BoxFuture<'a, Result<Vec<OpenTransaction>>> {
+        Box::pin(self.open_transactions_unboxed(limit))
+    }
+
+    async fn open_transactions_unboxed(&self, limit: i64) -> Result<Vec<OpenTransaction>> {
         let Some(pool) = self.pool.postgres() else {
             return Ok(Vec::new());
         };

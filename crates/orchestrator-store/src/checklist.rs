@@ -7,6 +7,7 @@
 use crate::events::{EventInsert, insert_events};
 use crate::leases::{Lease, next_seq_fenced};
 use crate::{Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{EventKind, TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query};
 use serde::{Deserialize, Serialize};
@@ -42,7 +43,15 @@ from_row!(ChecklistItem {
 impl Store {
     /// Replaces the checklist of the task held by `lease`, with a `checklist` event that carries the
     /// whole list and its completion.
-    pub async fn write_checklist(
+    pub fn write_checklist<'a>(
+        &'a self,
+        lease: &'a Lease,
+        items: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<Vec<ChecklistItem>>> {
+        Box::pin(self.write_checklist_unboxed(lease, items))
+    }
+
+    async fn write_checklist_unboxed(
         &self,
         lease: &Lease,
         items: &[(String, String)],
@@ -106,7 +115,11 @@ impl Store {
     }
 
     /// The checklist of a task, in order.
-    pub async fn checklist(&self, task: TaskId) -> Result<Vec<ChecklistItem>> {
+    pub fn checklist<'a>(&'a self, task: TaskId) -> BoxFuture<'a, Result<Vec<ChecklistItem>>> {
+        Box::pin(self.checklist_unboxed(task))
+    }
+
+    async fn checklist_unboxed(&self, task: TaskId) -> Result<Vec<ChecklistItem>> {
         let stmt = Query::select()
             .columns([
                 ChecklistItems::Position,

@@ -19,6 +19,7 @@
 use crate::events::{EventInsert, insert_events};
 use crate::leases::{Lease, next_seq_fenced};
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{EventKind, TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, OnConflict, Query};
 use serde::Serialize;
@@ -146,7 +147,16 @@ impl Store {
     /// the lease: `StaleLease` and nothing written once the lease is gone. A patch longer than
     /// `cap` bytes is not saved: a `checkpoint_not_saved` event says so instead (fenced the same
     /// way), and the previous checkpoint stays.
-    pub async fn save_checkpoint(
+    pub fn save_checkpoint<'a>(
+        &'a self,
+        lease: &'a Lease,
+        new: &'a NewCheckpoint<'a>,
+        cap: u64,
+    ) -> BoxFuture<'a, Result<CheckpointSave>> {
+        Box::pin(self.save_checkpoint_unboxed(lease, new, cap))
+    }
+
+    async fn save_checkpoint_unboxed(
         &self,
         lease: &Lease,
         new: &NewCheckpoint<'_>,
@@ -285,7 +295,14 @@ impl Store {
     }
 
     /// The latest checkpoint of a task, without its patch.
-    pub async fn checkpoint_info(&self, task: TaskId) -> Result<Option<Checkpoint>> {
+    pub fn checkpoint_info<'a>(
+        &'a self,
+        task: TaskId,
+    ) -> BoxFuture<'a, Result<Option<Checkpoint>>> {
+        Box::pin(self.checkpoint_info_unboxed(task))
+    }
+
+    async fn checkpoint_info_unboxed(&self, task: TaskId) -> Result<Option<Checkpoint>> {
         let stmt = Query::select()
             .columns(COLUMNS)
             .from(Checkpoints::Table)
@@ -296,7 +313,18 @@ impl Store {
 
     /// The latest checkpoint of a task with its patch, byte for byte as saved; `Corrupt` if the
     /// patch no longer matches its recorded size and SHA-256.
-    pub async fn latest_checkpoint(&self, task: TaskId) -> Result<Option<(Checkpoint, Vec<u8>)>> {
+    #[allow(clippy::type_complexity)]
+    pub fn latest_checkpoint<'a>(
+        &'a self,
+        task: TaskId,
+    ) -> BoxFuture<'a, Result<Option<(Checkpoint, Vec<u8>)>>> {
+        Box::pin(self.latest_checkpoint_unboxed(task))
+    }
+
+    async fn latest_checkpoint_unboxed(
+        &self,
+        task: TaskId,
+    ) -> Result<Option<(Checkpoint, Vec<u8>)>> {
         let stmt = Query::select()
             .columns(COLUMNS)
             .column(Checkpoints::Patch)

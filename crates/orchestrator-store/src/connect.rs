@@ -5,6 +5,7 @@ use crate::exec::{Pool, WriterQueue};
 use crate::lease_line::LeaseLine;
 use crate::wake::{self, WakeSender, Wakeup};
 use crate::{Error, Result};
+use orchestrator_types::BoxFuture;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::path::Path;
@@ -115,7 +116,11 @@ impl Store {
     /// Opens the store named by `url` and applies migrations. `postgres://` and `postgresql://` URLs
     /// open PostgreSQL; `sqlite://PATH`, `sqlite:PATH` or a bare file path open SQLite, creating
     /// the file if it is missing.
-    pub async fn open(url: &str, options: &StoreOptions) -> Result<Store> {
+    pub fn open<'a>(url: &'a str, options: &'a StoreOptions) -> BoxFuture<'a, Result<Store>> {
+        Box::pin(Self::open_unboxed(url, options))
+    }
+
+    async fn open_unboxed(url: &str, options: &StoreOptions) -> Result<Store> {
         let trimmed = url.trim();
         if trimmed.is_empty() {
             return Err(Error::BadUrl {
@@ -145,7 +150,14 @@ impl Store {
 
     /// Opens (creating if needed) an SQLite file with WAL, foreign keys, a busy timeout and the
     /// chosen `synchronous` level, and applies migrations.
-    pub async fn open_sqlite(path: &Path, options: &StoreOptions) -> Result<Store> {
+    pub fn open_sqlite<'a>(
+        path: &'a Path,
+        options: &'a StoreOptions,
+    ) -> BoxFuture<'a, Result<Store>> {
+        Box::pin(Self::open_sqlite_unboxed(path, options))
+    }
+
+    async fn open_sqlite_unboxed(path: &Path, options: &StoreOptions) -> Result<Store> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
             && !parent.is_dir()
         {
@@ -309,7 +321,11 @@ impl Store {
     /// A handle that wakes when work may have arrived. On PostgreSQL the first call starts a
     /// LISTEN connection in the background, which reconnects by itself; callers still poll at an
     /// interval because a notification sent while it reconnects is lost.
-    pub async fn wakeup(&self) -> Wakeup {
+    pub fn wakeup<'a>(&'a self) -> BoxFuture<'a, Wakeup> {
+        Box::pin(self.wakeup_unboxed())
+    }
+
+    async fn wakeup_unboxed(&self) -> Wakeup {
         if let Pool::Postgres(pool) = &self.pool {
             let pool = pool.clone();
             let wake = self.wake.clone();
@@ -329,7 +345,11 @@ impl Store {
 
     /// Refreshes the planner's statistics (`ANALYZE`), as PostgreSQL's autovacuum does by itself
     /// in time: after a bulk import, so the first queries plan as the later ones will.
-    pub async fn analyze(&self) -> Result<()> {
+    pub fn analyze<'a>(&'a self) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.analyze_unboxed())
+    }
+
+    async fn analyze_unboxed(&self) -> Result<()> {
         match &self.pool {
             Pool::Sqlite(pool, _) => {
                 sqlx::raw_sql("ANALYZE").execute(pool).await?;
@@ -342,7 +362,11 @@ impl Store {
     }
 
     /// Closes the pool, waiting for connections to be returned, and the heartbeat's connection.
-    pub async fn close(&self) {
+    pub fn close<'a>(&'a self) -> BoxFuture<'a, ()> {
+        Box::pin(self.close_unboxed())
+    }
+
+    async fn close_unboxed(&self) {
         self.lease_line.close().await;
         // The claims' pool is the store's own pool on PostgreSQL (closing it twice is nothing),
         // and a connection of its own on SQLite, whose close ends its use of the WAL too.

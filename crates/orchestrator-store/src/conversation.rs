@@ -11,6 +11,7 @@ use crate::exec::{Pool, Tx};
 use crate::fenced;
 use crate::leases::{Lease, next_seq_fenced};
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{ArtifactId, ChatMessage, EventKind, TaskId, Usage, now_millis};
 use sea_query::{Expr, ExprTrait, Func, Iden, Order, Query};
 use serde::Serialize;
@@ -372,7 +373,17 @@ async fn insert_messages_with_event(
 
 impl Store {
     /// Saves whole messages of `turn` with one event, fenced by `lease`.
-    pub async fn append_messages(
+    pub fn append_messages<'a>(
+        &'a self,
+        lease: &'a Lease,
+        attempt: i64,
+        messages: &'a [NewMessage],
+        event: (EventKind, serde_json::Value),
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.append_messages_unboxed(lease, attempt, messages, event))
+    }
+
+    async fn append_messages_unboxed(
         &self,
         lease: &Lease,
         attempt: i64,
@@ -394,7 +405,17 @@ impl Store {
     /// crash of the server alone can lose an unsynced commit while the attempt runs on, and its
     /// calls' ends would then be saved after a conversation that lacks the reply that asked for
     /// them.
-    pub async fn append_reply(
+    pub fn append_reply<'a>(
+        &'a self,
+        lease: &'a Lease,
+        attempt: i64,
+        messages: &'a [NewMessage],
+        event: (EventKind, serde_json::Value),
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.append_reply_unboxed(lease, attempt, messages, event))
+    }
+
+    async fn append_reply_unboxed(
         &self,
         lease: &Lease,
         attempt: i64,
@@ -444,7 +465,18 @@ impl Store {
     /// `compaction_summary` artifact, and the `compacted` event naming both, in one transaction
     /// fenced by `lease`. A crash leaves all of it or none, so a compaction is never half saved
     /// and never saved twice. Returns the summary's artifact.
-    pub async fn append_compaction(
+    pub fn append_compaction<'a>(
+        &'a self,
+        lease: &'a Lease,
+        attempt: i64,
+        messages: &'a [NewMessage],
+        event: serde_json::Value,
+        summary: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<ArtifactId>>> {
+        Box::pin(self.append_compaction_unboxed(lease, attempt, messages, event, summary))
+    }
+
+    async fn append_compaction_unboxed(
         &self,
         lease: &Lease,
         attempt: i64,
@@ -490,7 +522,11 @@ impl Store {
     }
 
     /// The conversation of a task, oldest first.
-    pub async fn messages(&self, task: TaskId) -> Result<Vec<SavedMessage>> {
+    pub fn messages<'a>(&'a self, task: TaskId) -> BoxFuture<'a, Result<Vec<SavedMessage>>> {
+        Box::pin(self.messages_unboxed(task))
+    }
+
+    async fn messages_unboxed(&self, task: TaskId) -> Result<Vec<SavedMessage>> {
         let stmt = Query::select()
             .columns([
                 TaskMessages::Seq,
@@ -544,7 +580,25 @@ impl Store {
     /// Records that a tool call is about to run (or runs again after an approval), fenced by `lease`.
     /// No event: the `tool_call` event comes with its end.
     #[allow(clippy::too_many_arguments)]
-    pub async fn tool_call_started(
+    pub fn tool_call_started<'a>(
+        &'a self,
+        lease: &'a Lease,
+        attempt: i64,
+        turn: i64,
+        position: i64,
+        call_id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(
+            self.tool_call_started_unboxed(
+                lease, attempt, turn, position, call_id, name, arguments,
+            ),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn tool_call_started_unboxed(
         &self,
         lease: &Lease,
         attempt: i64,
@@ -599,7 +653,16 @@ impl Store {
     }
 
     /// Ends a tool call: its row, its result message and its `tool_call` event in one transaction.
-    pub async fn tool_call_finished(
+    pub fn tool_call_finished<'a>(
+        &'a self,
+        lease: &'a Lease,
+        attempt: i64,
+        end: &'a ToolCallEnd,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.tool_call_finished_unboxed(lease, attempt, end))
+    }
+
+    async fn tool_call_finished_unboxed(
         &self,
         lease: &Lease,
         attempt: i64,
@@ -684,7 +747,15 @@ impl Store {
     }
 
     /// Marks a tool call as waiting for an answer, fenced by `lease`.
-    pub async fn tool_call_waiting(&self, lease: &Lease, call_id: &str) -> Result<()> {
+    pub fn tool_call_waiting<'a>(
+        &'a self,
+        lease: &'a Lease,
+        call_id: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.tool_call_waiting_unboxed(lease, call_id))
+    }
+
+    async fn tool_call_waiting_unboxed(&self, lease: &Lease, call_id: &str) -> Result<()> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         let check = Query::update()
@@ -711,7 +782,11 @@ impl Store {
     }
 
     /// The tool calls of a task in the order they were asked for.
-    pub async fn tool_calls(&self, task: TaskId) -> Result<Vec<ToolCallRecord>> {
+    pub fn tool_calls<'a>(&'a self, task: TaskId) -> BoxFuture<'a, Result<Vec<ToolCallRecord>>> {
+        Box::pin(self.tool_calls_unboxed(task))
+    }
+
+    async fn tool_calls_unboxed(&self, task: TaskId) -> Result<Vec<ToolCallRecord>> {
         let stmt = Query::select()
             .columns([
                 ToolCalls::CallId,

@@ -25,6 +25,7 @@
 use crate::exec::Tx;
 use crate::tasks::insert_tasks;
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{NewTask, TaskId, now_millis};
 use sea_query::{Cond, Expr, ExprTrait, Iden, OnConflict, Order, Query, SelectStatement};
 use serde::Serialize;
@@ -342,7 +343,15 @@ impl Store {
     /// Claims a delivery for processing; see [`DeliveryClaim`] for what each answer asks of the
     /// caller. A `processing` row untouched for `stale_after_ms` is taken over: the process that
     /// claimed it is presumed dead.
-    pub async fn claim_delivery(
+    pub fn claim_delivery<'a>(
+        &'a self,
+        info: &'a DeliveryInfo<'a>,
+        stale_after_ms: i64,
+    ) -> BoxFuture<'a, Result<DeliveryClaim>> {
+        Box::pin(self.claim_delivery_unboxed(info, stale_after_ms))
+    }
+
+    async fn claim_delivery_unboxed(
         &self,
         info: &DeliveryInfo<'_>,
         stale_after_ms: i64,
@@ -462,7 +471,16 @@ impl Store {
     /// `ignored` ("no rule matched") when `tasks` is empty. Refused with `DeliveryNotClaimed`, and
     /// creating nothing, when the delivery is not `processing` under the claim `token` (another
     /// claim finished it, or took it over).
-    pub async fn complete_delivery(
+    pub fn complete_delivery<'a>(
+        &'a self,
+        id: &'a str,
+        token: i64,
+        tasks: &'a [NewTask],
+    ) -> BoxFuture<'a, Result<Vec<TaskId>>> {
+        Box::pin(self.complete_delivery_unboxed(id, token, tasks))
+    }
+
+    async fn complete_delivery_unboxed(
         &self,
         id: &str,
         token: i64,
@@ -542,14 +560,32 @@ impl Store {
     }
 
     /// Marks a claimed delivery `ignored`, saying why. Final: redeliveries are `Done`.
-    pub async fn ignore_delivery(&self, id: &str, token: i64, why: &str) -> Result<()> {
+    pub fn ignore_delivery<'a>(
+        &'a self,
+        id: &'a str,
+        token: i64,
+        why: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.ignore_delivery_unboxed(id, token, why))
+    }
+
+    async fn ignore_delivery_unboxed(&self, id: &str, token: i64, why: &str) -> Result<()> {
         self.finish_delivery(id, token, delivery_status::IGNORED, why, None)
             .await
     }
 
     /// Marks a claimed delivery `failed` with its error; the next claim (a redelivery, the next
     /// poll) processes it again.
-    pub async fn fail_delivery(&self, id: &str, token: i64, error: &str) -> Result<()> {
+    pub fn fail_delivery<'a>(
+        &'a self,
+        id: &'a str,
+        token: i64,
+        error: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.fail_delivery_unboxed(id, token, error))
+    }
+
+    async fn fail_delivery_unboxed(&self, id: &str, token: i64, error: &str) -> Result<()> {
         self.finish_delivery(id, token, delivery_status::FAILED, error, None)
             .await
     }
@@ -557,7 +593,17 @@ impl Store {
     /// Like [`Store::fail_delivery`], and the background processor tries it again by itself at
     /// `retry_at` (Unix milliseconds) when the delivery has its payload; `None` leaves it to a
     /// redelivery.
-    pub async fn fail_delivery_until(
+    pub fn fail_delivery_until<'a>(
+        &'a self,
+        id: &'a str,
+        token: i64,
+        error: &'a str,
+        retry_at: Option<i64>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.fail_delivery_until_unboxed(id, token, error, retry_at))
+    }
+
+    async fn fail_delivery_until_unboxed(
         &self,
         id: &str,
         token: i64,
@@ -571,7 +617,15 @@ impl Store {
     /// Stores a webhook delivery as `queued`, with its payload, for the background processor; see
     /// [`Accepted`]. A failed delivery is queued again (GitHub's "Redeliver" means: try again),
     /// with the payload it came with this time.
-    pub async fn accept_delivery(
+    pub fn accept_delivery<'a>(
+        &'a self,
+        info: &'a DeliveryInfo<'a>,
+        payload: &'a str,
+    ) -> BoxFuture<'a, Result<Accepted>> {
+        Box::pin(self.accept_delivery_unboxed(info, payload))
+    }
+
+    async fn accept_delivery_unboxed(
         &self,
         info: &DeliveryInfo<'_>,
         payload: &str,
@@ -645,7 +699,11 @@ impl Store {
     /// Queues a failed delivery that kept its payload for the background processor now (`github
     /// deliveries --retry`). `false` when it is not failed or has no payload to process (a polled
     /// event: the poller lists it again by itself).
-    pub async fn retry_delivery(&self, id: &str) -> Result<bool> {
+    pub fn retry_delivery<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.retry_delivery_unboxed(id))
+    }
+
+    async fn retry_delivery_unboxed(&self, id: &str) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
         let queued = requeue(&mut tx, id, None, now_millis()).await?;
         tx.commit().await?;
@@ -657,7 +715,15 @@ impl Store {
     /// with a payload: a polled event is the poller's to list again. A delivery behind an earlier
     /// one about the same issue or pull request that is not done yet is not among them, whichever
     /// daemon holds that one: it comes due when that one ends or gives up.
-    pub async fn due_deliveries(
+    pub fn due_deliveries<'a>(
+        &'a self,
+        stale_after_ms: i64,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<Vec<DueDelivery>>> {
+        Box::pin(self.due_deliveries_unboxed(stale_after_ms, limit))
+    }
+
+    async fn due_deliveries_unboxed(
         &self,
         stale_after_ms: i64,
         limit: u64,
@@ -785,7 +851,11 @@ impl Store {
         Ok(())
     }
 
-    pub async fn delivery(&self, id: &str) -> Result<Option<Delivery>> {
+    pub fn delivery<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Delivery>>> {
+        Box::pin(self.delivery_unboxed(id))
+    }
+
+    async fn delivery_unboxed(&self, id: &str) -> Result<Option<Delivery>> {
         let mut stmt = select_deliveries();
         stmt.and_where(Expr::col(GithubDeliveries::DeliveryId).eq(id));
         self.pool
@@ -796,7 +866,11 @@ impl Store {
     }
 
     /// The latest deliveries, newest first.
-    pub async fn deliveries(&self, limit: u64) -> Result<Vec<Delivery>> {
+    pub fn deliveries<'a>(&'a self, limit: u64) -> BoxFuture<'a, Result<Vec<Delivery>>> {
+        Box::pin(self.deliveries_unboxed(limit))
+    }
+
+    async fn deliveries_unboxed(&self, limit: u64) -> Result<Vec<Delivery>> {
         let mut stmt = select_deliveries();
         stmt.order_by(GithubDeliveries::ReceivedAt, Order::Desc)
             .order_by(GithubDeliveries::DeliveryId, Order::Desc)
@@ -810,7 +884,11 @@ impl Store {
     }
 
     /// Where the poller's listing of `repo` left off, if it ever polled it.
-    pub async fn poll_cursor(&self, repo: &str) -> Result<Option<String>> {
+    pub fn poll_cursor<'a>(&'a self, repo: &'a str) -> BoxFuture<'a, Result<Option<String>>> {
+        Box::pin(self.poll_cursor_unboxed(repo))
+    }
+
+    async fn poll_cursor_unboxed(&self, repo: &str) -> Result<Option<String>> {
         let stmt = Query::select()
             .column(GithubPollCursors::Cursor)
             .from(GithubPollCursors::Table)
@@ -823,7 +901,15 @@ impl Store {
             .map(|(cursor,)| cursor))
     }
 
-    pub async fn set_poll_cursor(&self, repo: &str, cursor: &str) -> Result<()> {
+    pub fn set_poll_cursor<'a>(
+        &'a self,
+        repo: &'a str,
+        cursor: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.set_poll_cursor_unboxed(repo, cursor))
+    }
+
+    async fn set_poll_cursor_unboxed(&self, repo: &str, cursor: &str) -> Result<()> {
         let stmt = Query::insert()
             .into_table(GithubPollCursors::Table)
             .columns([

@@ -8,6 +8,7 @@ use crate::exec::{Pool, Tx};
 use crate::fenced::{self, Written};
 use crate::leases::{Lease, next_seq_fenced};
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{EventKind, TaskEvent, TaskId, TaskState, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query};
 use serde_json::json;
@@ -77,13 +78,34 @@ pub(crate) async fn insert_events(tx: &mut Tx, events: &[EventInsert]) -> Result
 
 impl Store {
     /// Events of a task with `seq > after`, oldest first, at most `limit`.
-    pub async fn events(&self, task: TaskId, after: i64, limit: u64) -> Result<Vec<TaskEvent>> {
+    pub fn events<'a>(
+        &'a self,
+        task: TaskId,
+        after: i64,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<Vec<TaskEvent>>> {
+        Box::pin(self.events_unboxed(task, after, limit))
+    }
+
+    async fn events_unboxed(&self, task: TaskId, after: i64, limit: u64) -> Result<Vec<TaskEvent>> {
         self.select_events(task, after, None, limit).await
     }
 
     /// Every event of one kind of a task, oldest first: its GitHub writes, say, without reading
     /// the turns between them.
-    pub async fn events_of_kind(&self, task: TaskId, kind: EventKind) -> Result<Vec<TaskEvent>> {
+    pub fn events_of_kind<'a>(
+        &'a self,
+        task: TaskId,
+        kind: EventKind,
+    ) -> BoxFuture<'a, Result<Vec<TaskEvent>>> {
+        Box::pin(self.events_of_kind_unboxed(task, kind))
+    }
+
+    async fn events_of_kind_unboxed(
+        &self,
+        task: TaskId,
+        kind: EventKind,
+    ) -> Result<Vec<TaskEvent>> {
         self.select_events(task, 0, Some(kind), u64::MAX >> 1).await
     }
 
@@ -124,7 +146,11 @@ impl Store {
 
     /// Appends an `input` event (more instructions for the task's agent, read between its turns)
     /// to a task that has not finished. Returns the event's number.
-    pub async fn post_input(&self, task: TaskId, text: &str) -> Result<i64> {
+    pub fn post_input<'a>(&'a self, task: TaskId, text: &'a str) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(self.post_input_unboxed(task, text))
+    }
+
+    async fn post_input_unboxed(&self, task: TaskId, text: &str) -> Result<i64> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         // A parent agent's input is fenced by the parent's lease (a fenced handle); a person's is
@@ -170,7 +196,16 @@ impl Store {
 
     /// Appends an event to a task in any state, for what a person does to it from outside an
     /// attempt (a GitHub write made with `orchestrator github`, recorded on the task it was for).
-    pub async fn record_event(
+    pub fn record_event<'a>(
+        &'a self,
+        task: TaskId,
+        kind: EventKind,
+        data: serde_json::Value,
+    ) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(self.record_event_unboxed(task, kind, data))
+    }
+
+    async fn record_event_unboxed(
         &self,
         task: TaskId,
         kind: EventKind,
@@ -195,7 +230,16 @@ impl Store {
     }
 
     /// Appends an event for a running attempt, refused with `StaleLease` once the lease is gone.
-    pub async fn append_event(
+    pub fn append_event<'a>(
+        &'a self,
+        lease: &'a Lease,
+        kind: EventKind,
+        data: serde_json::Value,
+    ) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(self.append_event_unboxed(lease, kind, data))
+    }
+
+    async fn append_event_unboxed(
         &self,
         lease: &Lease,
         kind: EventKind,

@@ -14,6 +14,7 @@
 use crate::exec::Tx;
 use crate::tasks::Tasks;
 use crate::{Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{TaskId, TaskState, now_millis};
 use sea_query::{Expr, ExprTrait, Func, Iden, OnConflict, Order, Query};
 
@@ -103,7 +104,17 @@ async fn lock_key(tx: &mut Tx, key: &str) -> Result<()> {
 impl Store {
     /// Takes a turn of `key` for the attempt of `task` at `epoch`, if fewer than `max_running`
     /// other tasks hold one.
-    pub async fn take_flow_turn(
+    pub fn take_flow_turn<'a>(
+        &'a self,
+        key: &'a str,
+        max_running: u32,
+        task: TaskId,
+        epoch: i64,
+    ) -> BoxFuture<'a, Result<FlowTurn>> {
+        Box::pin(self.take_flow_turn_unboxed(key, max_running, task, epoch))
+    }
+
+    async fn take_flow_turn_unboxed(
         &self,
         key: &str,
         max_running: u32,
@@ -148,7 +159,16 @@ impl Store {
     }
 
     /// What a queued task with a key waits for, when its key's turns are all taken.
-    pub async fn flow_wait_of(
+    pub fn flow_wait_of<'a>(
+        &'a self,
+        task: TaskId,
+        key: &'a str,
+        max_running: u32,
+    ) -> BoxFuture<'a, Result<Option<FlowWait>>> {
+        Box::pin(self.flow_wait_of_unboxed(task, key, max_running))
+    }
+
+    async fn flow_wait_of_unboxed(
         &self,
         task: TaskId,
         key: &str,
@@ -164,7 +184,11 @@ impl Store {
     }
 
     /// Each concurrency key with tasks running in its turns now, and how many, by key.
-    pub async fn flow_keys(&self) -> Result<Vec<(String, i64)>> {
+    pub fn flow_keys<'a>(&'a self) -> BoxFuture<'a, Result<Vec<(String, i64)>>> {
+        Box::pin(self.flow_keys_unboxed())
+    }
+
+    async fn flow_keys_unboxed(&self) -> Result<Vec<(String, i64)>> {
         let stmt = Query::select()
             .column((FlowSlots::Table, FlowSlots::FlowKey))
             .expr(Func::count(Expr::col((

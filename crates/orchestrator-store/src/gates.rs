@@ -7,6 +7,7 @@ use crate::artifacts::{ArtifactInsert, compress, insert_artifact};
 use crate::events::{EventInsert, insert_events};
 use crate::leases::{Lease, next_seq_fenced};
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{
     ArtifactId, Byproducts, Captured, EventKind, FailureKind, GateEvidence, GateRecord, GateSpec,
     TaskId, Verdict, now_millis,
@@ -93,7 +94,14 @@ pub struct GateRun<'a> {
 
 impl Store {
     /// Records a finished gate with its log, fenced by `run.lease`.
-    pub async fn record_gate(&self, run: &GateRun<'_>) -> Result<(i64, ArtifactId)> {
+    pub fn record_gate<'a>(
+        &'a self,
+        run: &'a GateRun<'a>,
+    ) -> BoxFuture<'a, Result<(i64, ArtifactId)>> {
+        Box::pin(self.record_gate_unboxed(run))
+    }
+
+    async fn record_gate_unboxed(&self, run: &GateRun<'_>) -> Result<(i64, ArtifactId)> {
         let evidence = run.evidence;
         let compressed = compress(run.log)?;
         let now = now_millis();
@@ -213,7 +221,11 @@ impl Store {
     }
 
     /// Every gate run of a task, oldest attempt first, in spec order.
-    pub async fn gates(&self, task: TaskId) -> Result<Vec<GateRecord>> {
+    pub fn gates<'a>(&'a self, task: TaskId) -> BoxFuture<'a, Result<Vec<GateRecord>>> {
+        Box::pin(self.gates_unboxed(task))
+    }
+
+    async fn gates_unboxed(&self, task: TaskId) -> Result<Vec<GateRecord>> {
         let stmt = Query::select()
             .columns([
                 Gates::Id,

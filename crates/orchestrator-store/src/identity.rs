@@ -4,6 +4,7 @@
 //! work on, where their task and attempt numbers are alike).
 
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use sea_query::{Iden, Order, Query};
 
 #[derive(Iden, Clone, Copy)]
@@ -16,7 +17,11 @@ enum StoreIdentity {
 impl Store {
     /// This store's identity: 32 hex digits, the same for every process that opens the store and
     /// for as long as it lives.
-    pub async fn identity(&self) -> Result<String> {
+    pub fn identity<'a>(&'a self) -> BoxFuture<'a, Result<String>> {
+        Box::pin(self.identity_unboxed())
+    }
+
+    async fn identity_unboxed(&self) -> Result<String> {
         // One row is made by the migration; should a copy of another store's row ever be added,
         // the oldest stays the identity, so it never changes under a running store.
         let stmt = Query::select()

@@ -9,6 +9,7 @@
 
 use crate::exec::Tx;
 use crate::{Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{NewTask, TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Func, Iden, OnConflict, Query};
 
@@ -17,7 +18,11 @@ impl Store {
     /// it has not started), and how many tasks were made under `key` since
     /// [`Store::reset_rounds`]. A key `JOIN|KIND` joins under `JOIN` and counts under itself, so
     /// tasks of several kinds share one waiting task and are counted apart.
-    pub async fn join_state(&self, key: &str) -> Result<(Option<TaskId>, i64)> {
+    pub fn join_state<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(Option<TaskId>, i64)>> {
+        Box::pin(self.join_state_unboxed(key))
+    }
+
+    async fn join_state_unboxed(&self, key: &str) -> Result<(Option<TaskId>, i64)> {
         let mut tx = self.pool.begin().await?;
         let waiting = joinable(&mut tx, join_part(key)).await?;
         let count = Query::select()
@@ -31,7 +36,11 @@ impl Store {
     }
 
     /// Starts the counts of tasks made under each of `keys` again (a person asked for more).
-    pub async fn reset_rounds(&self, keys: &[&str]) -> Result<()> {
+    pub fn reset_rounds<'a>(&'a self, keys: &'a [&'a str]) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.reset_rounds_unboxed(keys))
+    }
+
+    async fn reset_rounds_unboxed(&self, keys: &[&str]) -> Result<()> {
         let stmt = Query::update()
             .table(TaskJoins::Table)
             .value(TaskJoins::Rounds, 0)

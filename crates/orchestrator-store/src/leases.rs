@@ -5,6 +5,7 @@
 //! Every write of an attempt names its lease; a write whose epoch is no longer the task's is
 //! refused, which is what makes a worker that lost its lease harmless.
 
+use orchestrator_types::BoxFuture;
 mod claim;
 mod successes;
 
@@ -290,7 +291,15 @@ async fn wait(
 impl Store {
     /// Extends the leases that are still held by `lease_ms` from now, and reports for each lease
     /// whether it is held and whether a cancel was requested.
-    pub async fn heartbeat(&self, leases: &[Lease], lease_ms: i64) -> Result<Vec<LeaseStatus>> {
+    pub fn heartbeat<'a>(
+        &'a self,
+        leases: &'a [Lease],
+        lease_ms: i64,
+    ) -> BoxFuture<'a, Result<Vec<LeaseStatus>>> {
+        Box::pin(self.heartbeat_unboxed(leases, lease_ms))
+    }
+
+    async fn heartbeat_unboxed(&self, leases: &[Lease], lease_ms: i64) -> Result<Vec<LeaseStatus>> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
@@ -339,7 +348,11 @@ impl Store {
     }
 
     /// Running tasks of `owner` whose cancel was requested, as leases. Cheap enough to poll often.
-    pub async fn cancel_requests(&self, owner: &str) -> Result<Vec<Lease>> {
+    pub fn cancel_requests<'a>(&'a self, owner: &'a str) -> BoxFuture<'a, Result<Vec<Lease>>> {
+        Box::pin(self.cancel_requests_unboxed(owner))
+    }
+
+    async fn cancel_requests_unboxed(&self, owner: &str) -> Result<Vec<Lease>> {
         let stmt = Query::select()
             .columns([Tasks::Id, Tasks::Epoch])
             .from(Tasks::Table)
@@ -361,7 +374,14 @@ impl Store {
 
     /// Applies the ends of attempts in one transaction (group commit). Each is fenced by its lease:
     /// a stale one changes nothing and is reported `Stale`.
-    pub async fn complete(&self, completions: &[Completion]) -> Result<Vec<CompletionResult>> {
+    pub fn complete<'a>(
+        &'a self,
+        completions: &'a [Completion],
+    ) -> BoxFuture<'a, Result<Vec<CompletionResult>>> {
+        Box::pin(self.complete_unboxed(completions))
+    }
+
+    async fn complete_unboxed(&self, completions: &[Completion]) -> Result<Vec<CompletionResult>> {
         if completions.is_empty() {
             return Ok(Vec::new());
         }
@@ -634,7 +654,15 @@ impl Store {
     /// The earliest `run_after` among queued tasks that a worker offering `offers` could claim,
     /// so an idle worker can sleep exactly until then (a task it can never claim, due already,
     /// would keep it polling).
-    pub async fn next_run_after(
+    pub fn next_run_after<'a>(
+        &'a self,
+        queues: &'a [String],
+        offers: &'a [String],
+    ) -> BoxFuture<'a, Result<Option<i64>>> {
+        Box::pin(self.next_run_after_unboxed(queues, offers))
+    }
+
+    async fn next_run_after_unboxed(
         &self,
         queues: &[String],
         offers: &[String],

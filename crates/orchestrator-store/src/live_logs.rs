@@ -24,6 +24,7 @@ use crate::exec::Tx;
 use crate::gates::Gates;
 use crate::leases::{Lease, check_lease};
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{
     Captured, GateRecord, GateSummary, LogSlice, TaskId, TaskState, now_millis, slice_after,
 };
@@ -336,7 +337,14 @@ fn to_u64(n: i64) -> u64 {
 impl Store {
     /// Starts the live log of a command about to run for the attempt of `lease`, replacing any
     /// earlier one of the same source (an earlier attempt's, or an abandoned one).
-    pub async fn live_log_start(&self, start: &LiveLogStart<'_>) -> Result<LiveLogHandle> {
+    pub fn live_log_start<'a>(
+        &'a self,
+        start: &'a LiveLogStart<'a>,
+    ) -> BoxFuture<'a, Result<LiveLogHandle>> {
+        Box::pin(self.live_log_start_unboxed(start))
+    }
+
+    async fn live_log_start_unboxed(&self, start: &LiveLogStart<'_>) -> Result<LiveLogHandle> {
         let now = now_millis();
         let task = start.lease.task_id;
         let mut tx = self.pool.begin().await?;
@@ -387,7 +395,16 @@ impl Store {
     /// in order) and the output's length so far, then deletes the chunks that left the tail
     /// window. `false` when the live log is gone or ended (its final log was recorded, another
     /// attempt replaced it, or the rescuer ended it): the runner stops writing.
-    pub async fn live_log_append(
+    pub fn live_log_append<'a>(
+        &'a self,
+        log: &'a LiveLogHandle,
+        pieces: &'a [(u64, &'a [u8])],
+        total: u64,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.live_log_append_unboxed(log, pieces, total))
+    }
+
+    async fn live_log_append_unboxed(
         &self,
         log: &LiveLogHandle,
         pieces: &[(u64, &[u8])],
@@ -400,7 +417,18 @@ impl Store {
     /// its last chunks,
     /// and its end, `reason` in words and the program's exit code. `false` as for
     /// [`Store::live_log_append`].
-    pub async fn live_log_end(
+    pub fn live_log_end<'a>(
+        &'a self,
+        log: &'a LiveLogHandle,
+        pieces: &'a [(u64, &'a [u8])],
+        total: u64,
+        reason: &'a str,
+        exit_code: Option<i64>,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.live_log_end_unboxed(log, pieces, total, reason, exit_code))
+    }
+
+    async fn live_log_end_unboxed(
         &self,
         log: &LiveLogHandle,
         pieces: &[(u64, &[u8])],
@@ -478,7 +506,11 @@ impl Store {
     }
 
     /// The live logs of a task, oldest first.
-    pub async fn live_logs(&self, task: TaskId) -> Result<Vec<LiveLog>> {
+    pub fn live_logs<'a>(&'a self, task: TaskId) -> BoxFuture<'a, Result<Vec<LiveLog>>> {
+        Box::pin(self.live_logs_unboxed(task))
+    }
+
+    async fn live_logs_unboxed(&self, task: TaskId) -> Result<Vec<LiveLog>> {
         let stmt = Query::select()
             .columns(COLUMNS)
             .from(LiveLogs::Table)
@@ -489,7 +521,21 @@ impl Store {
     }
 
     /// The live log of one command of a task, if it has one.
-    pub async fn live_log(&self, task: TaskId, source: &str, key: i64) -> Result<Option<LiveLog>> {
+    pub fn live_log<'a>(
+        &'a self,
+        task: TaskId,
+        source: &'a str,
+        key: i64,
+    ) -> BoxFuture<'a, Result<Option<LiveLog>>> {
+        Box::pin(self.live_log_unboxed(task, source, key))
+    }
+
+    async fn live_log_unboxed(
+        &self,
+        task: TaskId,
+        source: &str,
+        key: i64,
+    ) -> Result<Option<LiveLog>> {
         let stmt = Query::select()
             .columns(COLUMNS)
             .from(LiveLogs::Table)
@@ -501,7 +547,16 @@ impl Store {
     }
 
     /// The bytes of a live log after `from`, at most `limit` of them; the output's length so far.
-    pub async fn live_log_read(
+    pub fn live_log_read<'a>(
+        &'a self,
+        log: &'a LiveLog,
+        from: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<(LogSlice, u64)>> {
+        Box::pin(self.live_log_read_unboxed(log, from, limit))
+    }
+
+    async fn live_log_read_unboxed(
         &self,
         log: &LiveLog,
         from: u64,
@@ -531,7 +586,23 @@ impl Store {
     /// now, from byte `from`, at most `limit` bytes: its live output while it runs, its record
     /// once it ended. `GateNotFound`, `ShellJobNotFound`, `TerminalNotFound` or
     /// `BackgroundJobNotFound` when the task has no such one.
-    pub async fn log(&self, task: TaskId, kind: LogKind, from: u64, limit: usize) -> Result<Log> {
+    pub fn log<'a>(
+        &'a self,
+        task: TaskId,
+        kind: LogKind,
+        from: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Log>> {
+        Box::pin(self.log_unboxed(task, kind, from, limit))
+    }
+
+    async fn log_unboxed(
+        &self,
+        task: TaskId,
+        kind: LogKind,
+        from: u64,
+        limit: usize,
+    ) -> Result<Log> {
         match kind {
             LogKind::Gate(position) => self.gate_log(task, position, from, limit).await,
             LogKind::Job(job) => self.job_log(task, job, from, limit).await,

@@ -23,6 +23,7 @@
 
 use crate::exec::Tx;
 use crate::{Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Func, Iden, OnConflict, Order, Query};
 use serde::Serialize;
@@ -376,7 +377,14 @@ fn ahead_of(server: &str, since: i64, now: i64) -> sea_query::SelectStatement {
 impl Store {
     /// Takes a slot on the request's server if its limits allow one now; else records the
     /// request as waiting (once; later calls keep its place) and says why it waits.
-    pub async fn try_model_slot(&self, request: &SlotRequest<'_>) -> Result<SlotTry> {
+    pub fn try_model_slot<'a>(
+        &'a self,
+        request: &'a SlotRequest<'a>,
+    ) -> BoxFuture<'a, Result<SlotTry>> {
+        Box::pin(self.try_model_slot_unboxed(request))
+    }
+
+    async fn try_model_slot_unboxed(&self, request: &SlotRequest<'_>) -> Result<SlotTry> {
         let now = now_millis();
         let server = request.server;
         let mut tx = self.pool.begin().await?;
@@ -458,7 +466,17 @@ impl Store {
     }
 
     /// Frees a slot, and tells the server's row how the server answered.
-    pub async fn release_model_slot(
+    pub fn release_model_slot<'a>(
+        &'a self,
+        server: &'a str,
+        limits: ServerLimits,
+        slot: i64,
+        end: SlotEnd,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.release_model_slot_unboxed(server, limits, slot, end))
+    }
+
+    async fn release_model_slot_unboxed(
         &self,
         server: &str,
         limits: ServerLimits,
@@ -536,14 +554,29 @@ impl Store {
 
     /// Records a request as waiting for a slot on its server without asking for one (others of
     /// its process are ahead of it).
-    pub async fn join_model_queue(&self, request: &SlotRequest<'_>) -> Result<()> {
+    pub fn join_model_queue<'a>(
+        &'a self,
+        request: &'a SlotRequest<'a>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.join_model_queue_unboxed(request))
+    }
+
+    async fn join_model_queue_unboxed(&self, request: &SlotRequest<'_>) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         wait_in_line(&mut tx, request, now_millis(), None).await?;
         tx.commit().await
     }
 
     /// Forgets a waiting request (its task stopped waiting).
-    pub async fn leave_model_queue(&self, server: &str, ticket: &str) -> Result<()> {
+    pub fn leave_model_queue<'a>(
+        &'a self,
+        server: &'a str,
+        ticket: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.leave_model_queue_unboxed(server, ticket))
+    }
+
+    async fn leave_model_queue_unboxed(&self, server: &str, ticket: &str) -> Result<()> {
         let stmt = Query::delete()
             .from_table(ModelWaiters::Table)
             .and_where(Expr::col(ModelWaiters::Server).eq(server))
@@ -554,7 +587,11 @@ impl Store {
     }
 
     /// What `task` waits for, when one of its requests waits for a model server.
-    pub async fn model_wait_of(&self, task: TaskId) -> Result<Option<ModelWait>> {
+    pub fn model_wait_of<'a>(&'a self, task: TaskId) -> BoxFuture<'a, Result<Option<ModelWait>>> {
+        Box::pin(self.model_wait_of_unboxed(task))
+    }
+
+    async fn model_wait_of_unboxed(&self, task: TaskId) -> Result<Option<ModelWait>> {
         let now = now_millis();
         let waiting = Query::select()
             .columns([
@@ -602,7 +639,11 @@ impl Store {
     }
 
     /// Every model server the daemons have sent requests to, as they see it together.
-    pub async fn model_servers(&self) -> Result<Vec<ModelServerState>> {
+    pub fn model_servers<'a>(&'a self) -> BoxFuture<'a, Result<Vec<ModelServerState>>> {
+        Box::pin(self.model_servers_unboxed())
+    }
+
+    async fn model_servers_unboxed(&self) -> Result<Vec<ModelServerState>> {
         let names = Query::select()
             .column(ModelServers::Server)
             .from(ModelServers::Table)

@@ -17,6 +17,7 @@
 use crate::changes::ChangeCursor;
 use crate::exec::Tx;
 use crate::{Backend, Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{NoticeKind, TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, OnConflict, Order, Query};
 use serde::Serialize;
@@ -243,7 +244,11 @@ pub(crate) async fn insert_notice(tx: &mut Tx, notice: &NewNotice) -> Result<boo
 
 impl Store {
     /// Stores a notice on its own (a daemon that started degraded). Returns whether it was new.
-    pub async fn queue_notice(&self, notice: &NewNotice) -> Result<bool> {
+    pub fn queue_notice<'a>(&'a self, notice: &'a NewNotice) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.queue_notice_unboxed(notice))
+    }
+
+    async fn queue_notice_unboxed(&self, notice: &NewNotice) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
         let written = insert_notice(&mut tx, notice).await?;
         tx.commit().await?;
@@ -252,7 +257,14 @@ impl Store {
 
     /// Where the notifier's reading of the order of changes named `name` stands, if it has begun,
     /// and when it began (Unix milliseconds).
-    pub async fn notify_cursor(&self, name: &str) -> Result<Option<(ChangeCursor, i64)>> {
+    pub fn notify_cursor<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<(ChangeCursor, i64)>>> {
+        Box::pin(self.notify_cursor_unboxed(name))
+    }
+
+    async fn notify_cursor_unboxed(&self, name: &str) -> Result<Option<(ChangeCursor, i64)>> {
         let stmt = Query::select()
             .columns([
                 NotifyCursors::ChangeId,
@@ -269,7 +281,16 @@ impl Store {
     /// Stores `notices` (those whose key is new) and moves the cursor `name` to `cursor` (starting
     /// it now if it is new), in one transaction: what the notifier read is either all written with the cursor past it, or not
     /// at all with the cursor where it was. Returns how many notices were new.
-    pub async fn record_notices(
+    pub fn record_notices<'a>(
+        &'a self,
+        name: &'a str,
+        cursor: ChangeCursor,
+        notices: &'a [NewNotice],
+    ) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(self.record_notices_unboxed(name, cursor, notices))
+    }
+
+    async fn record_notices_unboxed(
         &self,
         name: &str,
         cursor: ChangeCursor,
@@ -312,7 +333,11 @@ impl Store {
     }
 
     /// Notices that have no outbox rows yet, oldest first, at most `limit`.
-    pub async fn notices_to_fan_out(&self, limit: u64) -> Result<Vec<Notice>> {
+    pub fn notices_to_fan_out<'a>(&'a self, limit: u64) -> BoxFuture<'a, Result<Vec<Notice>>> {
+        Box::pin(self.notices_to_fan_out_unboxed(limit))
+    }
+
+    async fn notices_to_fan_out_unboxed(&self, limit: u64) -> Result<Vec<Notice>> {
         let stmt = Query::select()
             .columns([
                 NotifyEvents::Id,
@@ -345,7 +370,15 @@ impl Store {
 
     /// Writes the outbox rows of a notice (one per sink that wants it, none if no sink does) and
     /// marks it fanned out, in one transaction. A row already there for a sink stays as it is.
-    pub async fn fan_out_notice(&self, event_id: i64, rows: &[NewNotification]) -> Result<u64> {
+    pub fn fan_out_notice<'a>(
+        &'a self,
+        event_id: i64,
+        rows: &'a [NewNotification],
+    ) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(self.fan_out_notice_unboxed(event_id, rows))
+    }
+
+    async fn fan_out_notice_unboxed(&self, event_id: i64, rows: &[NewNotification]) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
         let now = now_millis();
         let mut written = 0;
@@ -392,7 +425,15 @@ impl Store {
 
     /// Takes or renews the sender's lease for `holder` until `ttl_ms` from now. Returns whether
     /// `holder` holds it: false while another daemon's lease runs.
-    pub async fn take_notify_sender(&self, holder: &str, ttl_ms: i64) -> Result<bool> {
+    pub fn take_notify_sender<'a>(
+        &'a self,
+        holder: &'a str,
+        ttl_ms: i64,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.take_notify_sender_unboxed(holder, ttl_ms))
+    }
+
+    async fn take_notify_sender_unboxed(&self, holder: &str, ttl_ms: i64) -> Result<bool> {
         let now = now_millis();
         // The condition is in the UPDATE itself, which PostgreSQL checks again after waiting for
         // a concurrent taker's row lock, so two daemons cannot both take an expired lease.
@@ -424,7 +465,11 @@ impl Store {
     }
 
     /// Gives the sender's lease up, if `holder` has it, so another daemon takes over at once.
-    pub async fn release_notify_sender(&self, holder: &str) -> Result<()> {
+    pub fn release_notify_sender<'a>(&'a self, holder: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.release_notify_sender_unboxed(holder))
+    }
+
+    async fn release_notify_sender_unboxed(&self, holder: &str) -> Result<()> {
         let stmt = Query::delete()
             .from_table(NotifySender::Table)
             .and_where(Expr::col(NotifySender::Holder).eq(holder))
@@ -434,7 +479,11 @@ impl Store {
     }
 
     /// Who holds the sender's lease, and until when.
-    pub async fn notify_sender(&self) -> Result<Option<(String, i64)>> {
+    pub fn notify_sender<'a>(&'a self) -> BoxFuture<'a, Result<Option<(String, i64)>>> {
+        Box::pin(self.notify_sender_unboxed())
+    }
+
+    async fn notify_sender_unboxed(&self) -> Result<Option<(String, i64)>> {
         let stmt = Query::select()
             .columns([NotifySender::Holder, NotifySender::ExpiresAt])
             .from(NotifySender::Table)
@@ -446,7 +495,16 @@ impl Store {
     /// for each: the oldest pending rows whose next try has come and that no daemon holds a
     /// running claim on. A row is claimed by one daemon at a time (`FOR UPDATE SKIP LOCKED` on
     /// PostgreSQL, the one writer on SQLite, and the same conditions in the UPDATE).
-    pub async fn claim_notifications(
+    pub fn claim_notifications<'a>(
+        &'a self,
+        holder: &'a str,
+        limit: u64,
+        claim_ms: i64,
+    ) -> BoxFuture<'a, Result<Vec<Notification>>> {
+        Box::pin(self.claim_notifications_unboxed(holder, limit, claim_ms))
+    }
+
+    async fn claim_notifications_unboxed(
         &self,
         holder: &str,
         limit: u64,
@@ -504,7 +562,15 @@ impl Store {
 
     /// Marks a row `holder` claimed as sent. False if the claim was taken over meanwhile (the row
     /// may then be sent twice, under the same delivery key) or this try was already recorded.
-    pub async fn notification_sent(&self, id: i64, holder: &str) -> Result<bool> {
+    pub fn notification_sent<'a>(
+        &'a self,
+        id: i64,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.notification_sent_unboxed(id, holder))
+    }
+
+    async fn notification_sent_unboxed(&self, id: i64, holder: &str) -> Result<bool> {
         let stmt = Query::update()
             .table(NotifyOutbox::Table)
             .value(NotifyOutbox::Status, notification_status::SENT)
@@ -521,7 +587,17 @@ impl Store {
 
     /// Records a failed try of a row `holder` claimed: tried again at `retry_at`, or, with `None`,
     /// marked `failed` for good. False if the claim was taken over meanwhile.
-    pub async fn notification_failed(
+    pub fn notification_failed<'a>(
+        &'a self,
+        id: i64,
+        holder: &'a str,
+        error: &'a str,
+        retry_at: Option<i64>,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.notification_failed_unboxed(id, holder, error, retry_at))
+    }
+
+    async fn notification_failed_unboxed(
         &self,
         id: i64,
         holder: &str,
@@ -545,7 +621,15 @@ impl Store {
     }
 
     /// Outbox rows, newest first, at most `limit`; only those in `status` when given.
-    pub async fn notifications(
+    pub fn notifications<'a>(
+        &'a self,
+        status: Option<&'a str>,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<Vec<Notification>>> {
+        Box::pin(self.notifications_unboxed(status, limit))
+    }
+
+    async fn notifications_unboxed(
         &self,
         status: Option<&str>,
         limit: u64,

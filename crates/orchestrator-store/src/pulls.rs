@@ -9,6 +9,7 @@
 use crate::exec::Tx;
 use crate::tasks::{TaskRow, Tasks, select_tasks};
 use crate::{Result, Store, Task};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{PullTarget, TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, OnConflict, Order, Query};
 
@@ -110,7 +111,21 @@ async fn record(tx: &mut Tx, pull: &str, task: TaskId, role: &str, now: i64) -> 
 impl Store {
     /// Records `task` as the one that opened the pull request `repo#number` (once; again is a
     /// no-op).
-    pub async fn record_pull_opener(&self, repo: &str, number: u64, task: TaskId) -> Result<()> {
+    pub fn record_pull_opener<'a>(
+        &'a self,
+        repo: &'a str,
+        number: u64,
+        task: TaskId,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.record_pull_opener_unboxed(repo, number, task))
+    }
+
+    async fn record_pull_opener_unboxed(
+        &self,
+        repo: &str,
+        number: u64,
+        task: TaskId,
+    ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         record(
             &mut tx,
@@ -124,13 +139,25 @@ impl Store {
     }
 
     /// The tasks recorded on the pull request `repo#number`, oldest first.
-    pub async fn pull_tasks(&self, repo: &str, number: u64) -> Result<Vec<PullTask>> {
+    pub fn pull_tasks<'a>(
+        &'a self,
+        repo: &'a str,
+        number: u64,
+    ) -> BoxFuture<'a, Result<Vec<PullTask>>> {
+        Box::pin(self.pull_tasks_unboxed(repo, number))
+    }
+
+    async fn pull_tasks_unboxed(&self, repo: &str, number: u64) -> Result<Vec<PullTask>> {
         self.tasks_under(&pull_key(repo, number)).await
     }
 
     /// Each pull request `task` is recorded on, with all the tasks recorded on it: the task's
     /// chain of rounds.
-    pub async fn pull_chains(&self, task: TaskId) -> Result<Vec<PullChain>> {
+    pub fn pull_chains<'a>(&'a self, task: TaskId) -> BoxFuture<'a, Result<Vec<PullChain>>> {
+        Box::pin(self.pull_chains_unboxed(task))
+    }
+
+    async fn pull_chains_unboxed(&self, task: TaskId) -> Result<Vec<PullChain>> {
         let mut chains = Vec::new();
         for pull in self.pulls_of_task(task).await? {
             let tasks = self.tasks_under(&pull).await?;
@@ -170,7 +197,11 @@ impl Store {
 
     /// The pull requests `task` is recorded on (`owner/name#number`, the repository in lower
     /// case).
-    pub async fn pulls_of_task(&self, task: TaskId) -> Result<Vec<String>> {
+    pub fn pulls_of_task<'a>(&'a self, task: TaskId) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(self.pulls_of_task_unboxed(task))
+    }
+
+    async fn pulls_of_task_unboxed(&self, task: TaskId) -> Result<Vec<String>> {
         let stmt = Query::select()
             .column(PullTasks::Pull)
             .from(PullTasks::Table)

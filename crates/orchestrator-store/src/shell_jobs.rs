@@ -7,6 +7,7 @@
 use crate::artifacts::{ArtifactInsert, compress, insert_artifact};
 use crate::leases::Lease;
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{ArtifactId, Captured, TaskId, now_millis};
 use sea_query::{Expr, ExprTrait, Iden, Order, Query};
 use serde::Serialize;
@@ -101,7 +102,17 @@ pub(crate) async fn stale_of(tx: &mut crate::exec::Tx, tasks: &[i64], now: i64) 
 
 impl Store {
     /// Records a job about to start for the attempt of `lease`.
-    pub async fn shell_job_started(
+    pub fn shell_job_started<'a>(
+        &'a self,
+        lease: &'a Lease,
+        worker_id: &'a str,
+        command: &'a str,
+        cwd: &'a str,
+    ) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(self.shell_job_started_unboxed(lease, worker_id, command, cwd))
+    }
+
+    async fn shell_job_started_unboxed(
         &self,
         lease: &Lease,
         worker_id: &str,
@@ -142,7 +153,19 @@ impl Store {
     }
 
     /// Records a job's end with its output as an artifact.
-    pub async fn shell_job_finished(
+    pub fn shell_job_finished<'a>(
+        &'a self,
+        id: i64,
+        task: TaskId,
+        status: &'a str,
+        exit_code: Option<i64>,
+        summary: &'a str,
+        log: &'a Captured,
+    ) -> BoxFuture<'a, Result<ArtifactId>> {
+        Box::pin(self.shell_job_finished_unboxed(id, task, status, exit_code, summary, log))
+    }
+
+    async fn shell_job_finished_unboxed(
         &self,
         id: i64,
         task: TaskId,
@@ -183,7 +206,11 @@ impl Store {
     }
 
     /// Marks a running job stale (its worker is gone).
-    pub async fn shell_job_stale(&self, id: i64) -> Result<()> {
+    pub fn shell_job_stale<'a>(&'a self, id: i64) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.shell_job_stale_unboxed(id))
+    }
+
+    async fn shell_job_stale_unboxed(&self, id: i64) -> Result<()> {
         let stmt = Query::update()
             .table(ShellJobs::Table)
             .value(ShellJobs::Status, job_status::STALE)
@@ -197,7 +224,11 @@ impl Store {
         Ok(())
     }
 
-    pub async fn shell_job(&self, id: i64) -> Result<Option<ShellJob>> {
+    pub fn shell_job<'a>(&'a self, id: i64) -> BoxFuture<'a, Result<Option<ShellJob>>> {
+        Box::pin(self.shell_job_unboxed(id))
+    }
+
+    async fn shell_job_unboxed(&self, id: i64) -> Result<Option<ShellJob>> {
         let stmt = Query::select()
             .columns(COLUMNS)
             .from(ShellJobs::Table)
@@ -206,7 +237,11 @@ impl Store {
         self.pool.fetch_optional(&stmt).await
     }
 
-    pub async fn shell_jobs(&self, task: TaskId) -> Result<Vec<ShellJob>> {
+    pub fn shell_jobs<'a>(&'a self, task: TaskId) -> BoxFuture<'a, Result<Vec<ShellJob>>> {
+        Box::pin(self.shell_jobs_unboxed(task))
+    }
+
+    async fn shell_jobs_unboxed(&self, task: TaskId) -> Result<Vec<ShellJob>> {
         let stmt = Query::select()
             .columns(COLUMNS)
             .from(ShellJobs::Table)

@@ -12,6 +12,7 @@ use crate::automations::Automations;
 use crate::exec::Tx;
 use crate::tasks::{TaskOrigin, Tasks, cancel_task_tx, insert_tasks};
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{
     AutomationStatus, NewTask, Overlap, SlotKind, SlotStatus, TaskId, TaskState,
 };
@@ -366,7 +367,17 @@ impl Store {
     /// Records slots and moves automations forward, all in one transaction: each slot row with its
     /// tasks (and their `created` events), or with the reason it was skipped. Slots recorded
     /// before are reported as `AlreadyRecorded` and left alone. Results are in the order of `plans`.
-    pub async fn fire_slots(
+    pub fn fire_slots<'a>(
+        &'a self,
+        plans: &'a [SlotPlan],
+        advances: &'a [Advance],
+        scheduler: &'a str,
+        now: i64,
+    ) -> BoxFuture<'a, Result<Vec<SlotResult>>> {
+        Box::pin(self.fire_slots_unboxed(plans, advances, scheduler, now))
+    }
+
+    async fn fire_slots_unboxed(
         &self,
         plans: &[SlotPlan],
         advances: &[Advance],
@@ -416,7 +427,16 @@ impl Store {
     /// longer active (the slot is then recorded as skipped). Without `tasks` (the caller could
     /// not build them: it saw the automation paused, or its schedule unreadable) it fires nothing,
     /// even if the automation was resumed meanwhile, and only settles a paused automation's slot.
-    pub async fn fire_buffered(
+    pub fn fire_buffered<'a>(
+        &'a self,
+        slot_id: i64,
+        tasks: &'a [NewTask],
+        now: i64,
+    ) -> BoxFuture<'a, Result<Option<Vec<TaskId>>>> {
+        Box::pin(self.fire_buffered_unboxed(slot_id, tasks, now))
+    }
+
+    async fn fire_buffered_unboxed(
         &self,
         slot_id: i64,
         tasks: &[NewTask],
@@ -500,7 +520,11 @@ impl Store {
     /// Buffered slots, by automation. The scheduler asks every pass, so this must cost nothing
     /// when there are none: ordering by the partial index's column lets SQLite read only that
     /// index (ordering by `id` alone made it scan every slot ever recorded).
-    pub async fn buffered_slots(&self, limit: u64) -> Result<Vec<Slot>> {
+    pub fn buffered_slots<'a>(&'a self, limit: u64) -> BoxFuture<'a, Result<Vec<Slot>>> {
+        Box::pin(self.buffered_slots_unboxed(limit))
+    }
+
+    async fn buffered_slots_unboxed(&self, limit: u64) -> Result<Vec<Slot>> {
         let stmt = Query::select()
             .columns(SLOT_COLUMNS)
             .from(AutomationSlots::Table)
@@ -517,7 +541,11 @@ impl Store {
     }
 
     /// An automation's slots, newest first, with the states of their tasks.
-    pub async fn slots(&self, automation_id: i64, limit: u64) -> Result<Vec<Slot>> {
+    pub fn slots<'a>(&'a self, automation_id: i64, limit: u64) -> BoxFuture<'a, Result<Vec<Slot>>> {
+        Box::pin(self.slots_unboxed(automation_id, limit))
+    }
+
+    async fn slots_unboxed(&self, automation_id: i64, limit: u64) -> Result<Vec<Slot>> {
         let stmt = Query::select()
             .columns(SLOT_COLUMNS)
             .from(AutomationSlots::Table)
@@ -552,7 +580,11 @@ impl Store {
     }
 
     /// Number of slots recorded for an automation (all statuses).
-    pub async fn count_slots(&self, automation_id: i64) -> Result<i64> {
+    pub fn count_slots<'a>(&'a self, automation_id: i64) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(self.count_slots_unboxed(automation_id))
+    }
+
+    async fn count_slots_unboxed(&self, automation_id: i64) -> Result<i64> {
         let stmt = Query::select()
             .expr(Expr::col(AutomationSlots::Id).count())
             .from(AutomationSlots::Table)

@@ -5,6 +5,7 @@
 //! it after a commit in this process; on PostgreSQL a LISTEN connection bumps it for every NOTIFY from
 //! any process, and the caller's poll interval covers a dropped connection.
 
+use orchestrator_types::BoxFuture;
 use tokio::sync::watch;
 
 #[derive(Clone)]
@@ -32,7 +33,11 @@ impl Wakeup {
     }
 
     /// Waits for a signal sent after the last `mark_seen`, or until `timeout` passes.
-    pub async fn wait(&mut self, timeout: std::time::Duration) {
+    pub fn wait<'a>(&'a mut self, timeout: std::time::Duration) -> BoxFuture<'a, ()> {
+        Box::pin(self.wait_unboxed(timeout))
+    }
+
+    async fn wait_unboxed(&mut self, timeout: std::time::Duration) {
         let _ = tokio::time::timeout(timeout, self.0.changed()).await;
     }
 }

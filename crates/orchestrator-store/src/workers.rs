@@ -2,6 +2,7 @@
 //! operators asking "who holds this lease". Leases themselves live on the tasks.
 
 use crate::{Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::now_millis;
 use sea_query::{Expr, ExprTrait, Iden, OnConflict, Order, Query};
 use serde::Serialize;
@@ -189,7 +190,18 @@ fn select_workers() -> sea_query::SelectStatement {
 }
 
 impl Store {
-    pub async fn register_worker(
+    pub fn register_worker<'a>(
+        &'a self,
+        id: &'a str,
+        hostname: &'a str,
+        pid: u32,
+        slots: u32,
+        offers: &'a [String],
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.register_worker_unboxed(id, hostname, pid, slots, offers))
+    }
+
+    async fn register_worker_unboxed(
         &self,
         id: &str,
         hostname: &str,
@@ -231,7 +243,15 @@ impl Store {
 
     /// Replaces what a registered worker offers: a daemon whose offers change while it runs
     /// (its disk budget filled or freed) says so, so a waiting task's reason is current.
-    pub async fn update_worker_offers(&self, id: &str, offers: &[String]) -> Result<()> {
+    pub fn update_worker_offers<'a>(
+        &'a self,
+        id: &'a str,
+        offers: &'a [String],
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.update_worker_offers_unboxed(id, offers))
+    }
+
+    async fn update_worker_offers_unboxed(&self, id: &str, offers: &[String]) -> Result<()> {
         let stmt = Query::update()
             .table(Workers::Table)
             .value(
@@ -244,7 +264,11 @@ impl Store {
         Ok(())
     }
 
-    pub async fn worker_heartbeat(&self, id: &str) -> Result<()> {
+    pub fn worker_heartbeat<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.worker_heartbeat_unboxed(id))
+    }
+
+    async fn worker_heartbeat_unboxed(&self, id: &str) -> Result<()> {
         let stmt = Query::update()
             .table(Workers::Table)
             .value(Workers::HeartbeatAt, now_millis())
@@ -254,7 +278,11 @@ impl Store {
         Ok(())
     }
 
-    pub async fn worker_stopped(&self, id: &str) -> Result<()> {
+    pub fn worker_stopped<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.worker_stopped_unboxed(id))
+    }
+
+    async fn worker_stopped_unboxed(&self, id: &str) -> Result<()> {
         let stmt = Query::update()
             .table(Workers::Table)
             .value(Workers::StoppedAt, now_millis())
@@ -265,7 +293,11 @@ impl Store {
     }
 
     /// Workers, most recently started first.
-    pub async fn workers(&self, limit: u64) -> Result<Vec<WorkerRow>> {
+    pub fn workers<'a>(&'a self, limit: u64) -> BoxFuture<'a, Result<Vec<WorkerRow>>> {
+        Box::pin(self.workers_unboxed(limit))
+    }
+
+    async fn workers_unboxed(&self, limit: u64) -> Result<Vec<WorkerRow>> {
         let stmt = select_workers()
             .order_by(Workers::StartedAt, Order::Desc)
             .limit(limit)
@@ -274,7 +306,11 @@ impl Store {
     }
 
     /// Workers that have not stopped and beat within [`LIVE_WITHIN_MS`] of `now`.
-    pub async fn live_workers(&self, now: i64) -> Result<Vec<WorkerRow>> {
+    pub fn live_workers<'a>(&'a self, now: i64) -> BoxFuture<'a, Result<Vec<WorkerRow>>> {
+        Box::pin(self.live_workers_unboxed(now))
+    }
+
+    async fn live_workers_unboxed(&self, now: i64) -> Result<Vec<WorkerRow>> {
         let stmt = select_workers()
             .and_where(Expr::col(Workers::StoppedAt).is_null())
             .and_where(Expr::col(Workers::HeartbeatAt).gte(now - LIVE_WITHIN_MS))
@@ -287,7 +323,14 @@ impl Store {
     /// Why `requires` keeps a task waiting: `None` when some live worker offers every word of
     /// it; otherwise the words no live worker offers (or, when each is offered by some worker
     /// but no one offers them all, every word), said for a person.
-    pub async fn unmet_requirements(&self, requires: &[String]) -> Result<Option<String>> {
+    pub fn unmet_requirements<'a>(
+        &'a self,
+        requires: &'a [String],
+    ) -> BoxFuture<'a, Result<Option<String>>> {
+        Box::pin(self.unmet_requirements_unboxed(requires))
+    }
+
+    async fn unmet_requirements_unboxed(&self, requires: &[String]) -> Result<Option<String>> {
         if requires.is_empty() {
             return Ok(None);
         }

@@ -8,6 +8,7 @@ use crate::events::{EVENT_COLUMNS, EventInsert, TaskEvents, insert_events};
 use crate::exec::{Pool, Tx, postgres_change_mark, sqlite_change_mark};
 use crate::tasks::{COLUMNS, Task, TaskRow, Tasks, state_is};
 use crate::{Error, Result, Store};
+use orchestrator_types::BoxFuture;
 use orchestrator_types::{EventKind, NewTask, TaskId, TaskState, now_millis};
 use sea_query::{Expr, ExprTrait, Order, Query};
 use serde_json::json;
@@ -37,7 +38,17 @@ impl Store {
     /// first and keys in turn within a priority (see tasks/fair.rs), for `owner` under a lease of `lease_ms`. Each claimed task gets a new epoch, its attempt
     /// counter bumped and a `claimed` event, all in one transaction. On PostgreSQL, `SKIP LOCKED` lets
     /// several processes claim side by side without waiting for each other or taking the same row.
-    pub async fn claim(
+    pub fn claim<'a>(
+        &'a self,
+        owner: &'a str,
+        queues: &'a [String],
+        limit: u64,
+        lease_ms: i64,
+    ) -> BoxFuture<'a, Result<Vec<(Task, Lease)>>> {
+        Box::pin(self.claim_unboxed(owner, queues, limit, lease_ms))
+    }
+
+    async fn claim_unboxed(
         &self,
         owner: &str,
         queues: &[String],
@@ -51,7 +62,18 @@ impl Store {
     /// [`Store::claim`] by a worker that offers `offers` (its labels, host and shared directories,
     /// see `orchestrator_types::placement`): it takes tasks without requirements and those whose
     /// every requirement it offers, and leaves the rest for a worker that can run them.
-    pub async fn claim_offering(
+    pub fn claim_offering<'a>(
+        &'a self,
+        owner: &'a str,
+        queues: &'a [String],
+        offers: &'a [String],
+        limit: u64,
+        lease_ms: i64,
+    ) -> BoxFuture<'a, Result<Vec<(Task, Lease)>>> {
+        Box::pin(self.claim_offering_unboxed(owner, queues, offers, limit, lease_ms))
+    }
+
+    async fn claim_offering_unboxed(
         &self,
         owner: &str,
         queues: &[String],
@@ -87,7 +109,16 @@ impl Store {
 
     /// Claims one specific queued task, whatever its queue or `run_after`: `orchestrator run` uses it
     /// to run the task it just created in the foreground. `None` if the task is not queued.
-    pub async fn claim_task(
+    pub fn claim_task<'a>(
+        &'a self,
+        owner: &'a str,
+        id: TaskId,
+        lease_ms: i64,
+    ) -> BoxFuture<'a, Result<Option<(Task, Lease)>>> {
+        Box::pin(self.claim_task_unboxed(owner, id, lease_ms))
+    }
+
+    async fn claim_task_unboxed(
         &self,
         owner: &str,
         id: TaskId,
@@ -149,7 +180,16 @@ const FOREGROUND_RUN_AFTER: i64 = i64::MAX / 2;
 impl Store {
     /// Creates a task and claims it for `owner`, so no daemon sharing the store can take it, then
     /// or after a retry: `orchestrator run` uses it to run its task in its own process.
-    pub async fn create_foreground(
+    pub fn create_foreground<'a>(
+        &'a self,
+        new: &'a NewTask,
+        owner: &'a str,
+        lease_ms: i64,
+    ) -> BoxFuture<'a, Result<(Task, Lease)>> {
+        Box::pin(self.create_foreground_unboxed(new, owner, lease_ms))
+    }
+
+    async fn create_foreground_unboxed(
         &self,
         new: &NewTask,
         owner: &str,

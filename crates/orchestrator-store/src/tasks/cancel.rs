@@ -2,6 +2,7 @@
 //! finds a worker asks it to stop; a canceled parent cancels its children.
 
 use super::*;
+use orchestrator_types::BoxFuture;
 
 /// What a cancel did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -105,7 +106,11 @@ impl Store {
     /// Cancels a task: a queued or waiting one at once, a running one by asking its worker (which
     /// kills the gate's process group and marks the task canceled). Finished tasks are refused.
     /// Its unfinished descendants (sub-agents) are canceled in the same transaction.
-    pub async fn cancel_task(&self, id: TaskId) -> Result<CancelOutcome> {
+    pub fn cancel_task<'a>(&'a self, id: TaskId) -> BoxFuture<'a, Result<CancelOutcome>> {
+        Box::pin(self.cancel_task_unboxed(id))
+    }
+
+    async fn cancel_task_unboxed(&self, id: TaskId) -> Result<CancelOutcome> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         let outcome = cancel_task_tx(&mut tx, id, now).await?;
@@ -132,7 +137,11 @@ impl Store {
     }
 
     /// Queues a failed or canceled task again, now, with at least one attempt left.
-    pub async fn retry_task(&self, id: TaskId) -> Result<Task> {
+    pub fn retry_task<'a>(&'a self, id: TaskId) -> BoxFuture<'a, Result<Task>> {
+        Box::pin(self.retry_task_unboxed(id))
+    }
+
+    async fn retry_task_unboxed(&self, id: TaskId) -> Result<Task> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
         let task = fetch_task_tx(&mut tx, id).await?;

@@ -3,6 +3,7 @@
 
 use super::fair;
 use super::*;
+use orchestrator_types::BoxFuture;
 
 /// The slot a task was created for, kept on the task so `task read` can say where it came from.
 #[derive(Debug, Clone, Copy)]
@@ -313,7 +314,11 @@ fn sorted_ids(mut rows: Vec<(i64,)>) -> Vec<TaskId> {
 
 impl Store {
     /// Creates one task in state `queued`, with its `created` event.
-    pub async fn create_task(&self, new: &NewTask) -> Result<TaskId> {
+    pub fn create_task<'a>(&'a self, new: &'a NewTask) -> BoxFuture<'a, Result<TaskId>> {
+        Box::pin(self.create_task_unboxed(new))
+    }
+
+    async fn create_task_unboxed(&self, new: &NewTask) -> Result<TaskId> {
         let ids = self.create_tasks(std::slice::from_ref(new)).await?;
         ids.into_iter()
             .next()
@@ -321,7 +326,11 @@ impl Store {
     }
 
     /// Creates tasks in one transaction (one commit, one wake-up), in order.
-    pub async fn create_tasks(&self, new: &[NewTask]) -> Result<Vec<TaskId>> {
+    pub fn create_tasks<'a>(&'a self, new: &'a [NewTask]) -> BoxFuture<'a, Result<Vec<TaskId>>> {
+        Box::pin(self.create_tasks_unboxed(new))
+    }
+
+    async fn create_tasks_unboxed(&self, new: &[NewTask]) -> Result<Vec<TaskId>> {
         if new.is_empty() {
             return Ok(Vec::new());
         }
@@ -363,7 +372,19 @@ impl Store {
     /// Creates a task on behalf of the attempt that holds `lease` (a sub-agent, a task an agent
     /// made), in one transaction with the check that the lease still holds: a worker that lost its
     /// lease creates nothing.
-    pub async fn create_task_under(&self, lease: &crate::Lease, new: &NewTask) -> Result<TaskId> {
+    pub fn create_task_under<'a>(
+        &'a self,
+        lease: &'a crate::Lease,
+        new: &'a NewTask,
+    ) -> BoxFuture<'a, Result<TaskId>> {
+        Box::pin(self.create_task_under_unboxed(lease, new))
+    }
+
+    async fn create_task_under_unboxed(
+        &self,
+        lease: &crate::Lease,
+        new: &NewTask,
+    ) -> Result<TaskId> {
         new.validate()?;
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
@@ -380,7 +401,17 @@ impl Store {
     /// the same transaction as the creation and the lease's check. When such an event exists
     /// already (an earlier try made the task and was killed before it could say so), nothing is
     /// made and that task's id is returned with `false`.
-    pub async fn create_task_once_under(
+    pub fn create_task_once_under<'a>(
+        &'a self,
+        lease: &'a crate::Lease,
+        new: &'a NewTask,
+        kind: EventKind,
+        data: serde_json::Value,
+    ) -> BoxFuture<'a, Result<(TaskId, bool)>> {
+        Box::pin(self.create_task_once_under_unboxed(lease, new, kind, data))
+    }
+
+    async fn create_task_once_under_unboxed(
         &self,
         lease: &crate::Lease,
         new: &NewTask,
@@ -437,7 +468,16 @@ impl Store {
     /// from now on only a worker offering it claims the task, because something of the task (its
     /// workspace, too large to checkpoint) exists only there. Fenced by the lease, with a
     /// `pinned` event saying why. Adding a word the task already requires changes nothing.
-    pub async fn pin_task(
+    pub fn pin_task<'a>(
+        &'a self,
+        lease: &'a crate::Lease,
+        requirement: &'a str,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.pin_task_unboxed(lease, requirement, reason))
+    }
+
+    async fn pin_task_unboxed(
         &self,
         lease: &crate::Lease,
         requirement: &str,
@@ -495,7 +535,15 @@ impl Store {
     /// Pins the lease's task to this process's host (see [`Store::pin_task`]) when the handle
     /// knows its placement; a handle without one (tests, benchmarks) runs everything anywhere
     /// and pins nothing.
-    pub async fn pin_to_this_host(&self, lease: &crate::Lease, reason: &str) -> Result<()> {
+    pub fn pin_to_this_host<'a>(
+        &'a self,
+        lease: &'a crate::Lease,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.pin_to_this_host_unboxed(lease, reason))
+    }
+
+    async fn pin_to_this_host_unboxed(&self, lease: &crate::Lease, reason: &str) -> Result<()> {
         let Some(placement) = self.placement() else {
             return Ok(());
         };

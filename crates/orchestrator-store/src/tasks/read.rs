@@ -2,6 +2,7 @@
 //! search), the counts, the repositories, and a task's children.
 
 use super::*;
+use orchestrator_types::BoxFuture;
 
 /// Which tasks `list_tasks` returns, newest first.
 #[derive(Debug, Clone, Default)]
@@ -130,7 +131,11 @@ fn count_by_state_statement() -> SelectStatement {
 }
 
 impl Store {
-    pub async fn get_task(&self, id: TaskId) -> Result<Task> {
+    pub fn get_task<'a>(&'a self, id: TaskId) -> BoxFuture<'a, Result<Task>> {
+        Box::pin(self.get_task_unboxed(id))
+    }
+
+    async fn get_task_unboxed(&self, id: TaskId) -> Result<Task> {
         let mut stmt = select_tasks();
         stmt.and_where(Expr::col(Tasks::Id).eq(id.0));
         self.pool
@@ -141,7 +146,11 @@ impl Store {
     }
 
     /// Tasks matching `filter`, newest first.
-    pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
+    pub fn list_tasks<'a>(&'a self, filter: &'a TaskFilter) -> BoxFuture<'a, Result<Vec<Task>>> {
+        Box::pin(self.list_tasks_unboxed(filter))
+    }
+
+    async fn list_tasks_unboxed(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
         let mut stmt = select_tasks();
         if let Some(state) = filter.state {
             self.state_filter(&mut stmt, state).await?;
@@ -283,7 +292,11 @@ impl Store {
     }
 
     /// A page of tasks, newest first: see [`TaskPage`].
-    pub async fn task_page(&self, page: &TaskPage) -> Result<Vec<Task>> {
+    pub fn task_page<'a>(&'a self, page: &'a TaskPage) -> BoxFuture<'a, Result<Vec<Task>>> {
+        Box::pin(self.task_page_unboxed(page))
+    }
+
+    async fn task_page_unboxed(&self, page: &TaskPage) -> Result<Vec<Task>> {
         let mut stmt = select_tasks();
         if let Some(state) = page.state {
             self.state_filter(&mut stmt, state).await?;
@@ -313,7 +326,11 @@ impl Store {
 
     /// The checkouts tasks work on, most recently used first, at most `limit`: what the
     /// repository filter offers.
-    pub async fn repositories(&self, limit: u64) -> Result<Vec<String>> {
+    pub fn repositories<'a>(&'a self, limit: u64) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(self.repositories_unboxed(limit))
+    }
+
+    async fn repositories_unboxed(&self, limit: u64) -> Result<Vec<String>> {
         let stmt = Query::select()
             .column(Tasks::Repository)
             .expr(Expr::col(Tasks::Id).max())
@@ -329,7 +346,14 @@ impl Store {
 
     /// Tasks that ended at or after `since` (Unix milliseconds), per final state: the overview's
     /// throughput and failures.
-    pub async fn finished_since(&self, since: i64) -> Result<Vec<(TaskState, i64)>> {
+    pub fn finished_since<'a>(
+        &'a self,
+        since: i64,
+    ) -> BoxFuture<'a, Result<Vec<(TaskState, i64)>>> {
+        Box::pin(self.finished_since_unboxed(since))
+    }
+
+    async fn finished_since_unboxed(&self, since: i64) -> Result<Vec<(TaskState, i64)>> {
         let stmt = Query::select()
             .column(Tasks::State)
             .expr(Expr::col(Tasks::Id).count())
@@ -351,7 +375,11 @@ impl Store {
 
     /// Per hour (its start, Unix milliseconds) since `since`: how many tasks ended succeeded and
     /// how many failed in it, the hours with none left out, oldest first. The overview's chart.
-    pub async fn ended_per_hour(&self, since: i64) -> Result<Vec<HourOfEnds>> {
+    pub fn ended_per_hour<'a>(&'a self, since: i64) -> BoxFuture<'a, Result<Vec<HourOfEnds>>> {
+        Box::pin(self.ended_per_hour_unboxed(since))
+    }
+
+    async fn ended_per_hour_unboxed(&self, since: i64) -> Result<Vec<HourOfEnds>> {
         let hour = || Expr::cust(format!("(\"finished_at\" / {HOUR_MS})"));
         let stmt = Query::select()
             .expr(hour())
@@ -392,7 +420,14 @@ impl Store {
     /// Per hour since `since`: of the tasks that first started in it, the mean and the longest
     /// wait from their creation to that start, the hours with none left out, oldest first. The
     /// overview's queue latency.
-    pub async fn start_waits_per_hour(&self, since: i64) -> Result<Vec<HourOfWaits>> {
+    pub fn start_waits_per_hour<'a>(
+        &'a self,
+        since: i64,
+    ) -> BoxFuture<'a, Result<Vec<HourOfWaits>>> {
+        Box::pin(self.start_waits_per_hour_unboxed(since))
+    }
+
+    async fn start_waits_per_hour_unboxed(&self, since: i64) -> Result<Vec<HourOfWaits>> {
         let hour = || Expr::cust(format!("(\"started_at\" / {HOUR_MS})"));
         let stmt = Query::select()
             .expr(hour())
@@ -422,7 +457,11 @@ impl Store {
     }
 
     /// Queued tasks per queue, deepest first: the overview's queue depth.
-    pub async fn queued_by_queue(&self) -> Result<Vec<(String, i64)>> {
+    pub fn queued_by_queue<'a>(&'a self) -> BoxFuture<'a, Result<Vec<(String, i64)>>> {
+        Box::pin(self.queued_by_queue_unboxed())
+    }
+
+    async fn queued_by_queue_unboxed(&self) -> Result<Vec<(String, i64)>> {
         let stmt = Query::select()
             .column(Tasks::Queue)
             .expr(Expr::col(Tasks::Id).count())
@@ -436,7 +475,11 @@ impl Store {
     }
 
     /// Number of tasks in each state; states without tasks are listed with 0.
-    pub async fn count_by_state(&self) -> Result<Vec<(TaskState, i64)>> {
+    pub fn count_by_state<'a>(&'a self) -> BoxFuture<'a, Result<Vec<(TaskState, i64)>>> {
+        Box::pin(self.count_by_state_unboxed())
+    }
+
+    async fn count_by_state_unboxed(&self) -> Result<Vec<(TaskState, i64)>> {
         let (all, queued, running, waiting, failed, canceled): (i64, i64, i64, i64, i64, i64) =
             self.pool
                 .fetch_optional(&count_by_state_statement())
@@ -460,7 +503,11 @@ impl Store {
     }
 
     /// The children of a task (sub-agents it spawned), oldest first.
-    pub async fn children(&self, parent: TaskId) -> Result<Vec<Task>> {
+    pub fn children<'a>(&'a self, parent: TaskId) -> BoxFuture<'a, Result<Vec<Task>>> {
+        Box::pin(self.children_unboxed(parent))
+    }
+
+    async fn children_unboxed(&self, parent: TaskId) -> Result<Vec<Task>> {
         let mut stmt = select_tasks();
         stmt.and_where(Expr::col(Tasks::ParentId).eq(parent.0))
             .order_by(Tasks::Id, Order::Asc);

@@ -4,6 +4,7 @@
 //! reads, for `orchestrator doctor`: on PostgreSQL the trigram index may be missing.
 
 use super::*;
+use orchestrator_types::BoxFuture;
 
 /// Most titles written to the index in one transaction: about 10 ms of the writer, so that other
 /// writes go between two of them when a large backlog is indexed.
@@ -23,7 +24,11 @@ impl Store {
     /// thousand per transaction, and returns how many it wrote; nothing on PostgreSQL, whose index
     /// is written with the task. Searches find the same tasks before and after: this keeps them
     /// from reading a long list of titles not yet indexed.
-    pub async fn index_titles(&self) -> Result<u64> {
+    pub fn index_titles<'a>(&'a self) -> BoxFuture<'a, Result<u64>> {
+        Box::pin(self.index_titles_unboxed())
+    }
+
+    async fn index_titles_unboxed(&self) -> Result<u64> {
         if !matches!(self.pool, Pool::Sqlite(..)) {
             return Ok(0);
         }
@@ -102,7 +107,11 @@ impl Store {
     /// What a title search reads: an index of the titles, or, on a PostgreSQL server where pg_trgm
     /// was missing when the store was made, every title (and why). `orchestrator doctor` reports
     /// it.
-    pub async fn title_index(&self) -> Result<TitleIndex> {
+    pub fn title_index<'a>(&'a self) -> BoxFuture<'a, Result<TitleIndex>> {
+        Box::pin(self.title_index_unboxed())
+    }
+
+    async fn title_index_unboxed(&self) -> Result<TitleIndex> {
         let Pool::Postgres(pool) = &self.pool else {
             return Ok(TitleIndex::FullText);
         };
