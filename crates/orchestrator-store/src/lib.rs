@@ -4,6 +4,10 @@
 //! write that a worker makes on behalf of an attempt names the attempt's lease epoch, and the store
 //! refuses it when the epoch is no longer current: that is what makes a stale worker harmless.
 //!
+//! Each public call returns its body boxed (`BoxFuture`, made here in a private `*_unboxed`
+//! `async fn`): the store's queries are compiled once, in this crate, instead of again in every
+//! crate that awaits them (orchestrator_types' `boxed` module says why).
+//!
 //! Architecture Invariant: the store knows nothing of processes, models, tools or GitHub's API. It
 //! keeps rows (GitHub's deliveries and PR attempts among them) and enforces the state machine's
 //! fences; deciding what to do with a task, or with a delivery, is the caller's job.
