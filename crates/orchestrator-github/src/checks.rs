@@ -2,6 +2,7 @@
 //! Actions job), its commit statuses, and the pull requests whose head it is. A follow-up round
 //! reads them when a check failed on the head it pushed.
 
+use crate::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{ApiError, ApiResult, GitHub, Read};
@@ -95,7 +96,15 @@ struct Combined {
 
 impl GitHub {
     /// The check runs on `sha` (the newest of each, as GitHub lists them).
-    pub async fn check_runs(&self, repo: &RepoRef, sha: &str) -> ApiResult<Vec<CheckRun>> {
+    pub fn check_runs<'a>(
+        &'a self,
+        repo: &'a RepoRef,
+        sha: &'a str,
+    ) -> BoxFuture<'a, ApiResult<Vec<CheckRun>>> {
+        Box::pin(self.check_runs_unboxed(repo, sha))
+    }
+
+    async fn check_runs_unboxed(&self, repo: &RepoRef, sha: &str) -> ApiResult<Vec<CheckRun>> {
         let found: CheckRuns = self
             .get_json(
                 &format!("/repos/{repo}/commits/{sha}/check-runs?per_page=100"),
@@ -105,7 +114,19 @@ impl GitHub {
         Ok(found.check_runs)
     }
 
-    pub async fn check_annotations(&self, repo: &RepoRef, run: u64) -> ApiResult<Vec<Annotation>> {
+    pub fn check_annotations<'a>(
+        &'a self,
+        repo: &'a RepoRef,
+        run: u64,
+    ) -> BoxFuture<'a, ApiResult<Vec<Annotation>>> {
+        Box::pin(self.check_annotations_unboxed(repo, run))
+    }
+
+    async fn check_annotations_unboxed(
+        &self,
+        repo: &RepoRef,
+        run: u64,
+    ) -> ApiResult<Vec<Annotation>> {
         self.get_list(
             &format!("/repos/{repo}/check-runs/{run}/annotations"),
             &format!("the annotations of check run {run} on {repo}"),
@@ -114,7 +135,19 @@ impl GitHub {
     }
 
     /// The newest status of each context on `sha`.
-    pub async fn commit_statuses(&self, repo: &RepoRef, sha: &str) -> ApiResult<Vec<CommitStatus>> {
+    pub fn commit_statuses<'a>(
+        &'a self,
+        repo: &'a RepoRef,
+        sha: &'a str,
+    ) -> BoxFuture<'a, ApiResult<Vec<CommitStatus>>> {
+        Box::pin(self.commit_statuses_unboxed(repo, sha))
+    }
+
+    async fn commit_statuses_unboxed(
+        &self,
+        repo: &RepoRef,
+        sha: &str,
+    ) -> ApiResult<Vec<CommitStatus>> {
         let found: Combined = self
             .get_json(
                 &format!("/repos/{repo}/commits/{sha}/status"),
@@ -125,7 +158,19 @@ impl GitHub {
     }
 
     /// The pull requests whose head (or merge) commit `sha` is.
-    pub async fn pulls_of_commit(&self, repo: &RepoRef, sha: &str) -> ApiResult<Vec<PullRequest>> {
+    pub fn pulls_of_commit<'a>(
+        &'a self,
+        repo: &'a RepoRef,
+        sha: &'a str,
+    ) -> BoxFuture<'a, ApiResult<Vec<PullRequest>>> {
+        Box::pin(self.pulls_of_commit_unboxed(repo, sha))
+    }
+
+    async fn pulls_of_commit_unboxed(
+        &self,
+        repo: &RepoRef,
+        sha: &str,
+    ) -> ApiResult<Vec<PullRequest>> {
         self.get_list(
             &format!("/repos/{repo}/commits/{sha}/pulls"),
             &format!("the pull requests of {sha} on {repo}"),
@@ -135,7 +180,11 @@ impl GitHub {
 
     /// The log of a GitHub Actions job, as plain text. GitHub answers with a redirect to a
     /// short-lived URL, which is read without the token when it is outside the API.
-    pub async fn job_log(&self, repo: &RepoRef, job: u64) -> ApiResult<Vec<u8>> {
+    pub fn job_log<'a>(&'a self, repo: &'a RepoRef, job: u64) -> BoxFuture<'a, ApiResult<Vec<u8>>> {
+        Box::pin(self.job_log_unboxed(repo, job))
+    }
+
+    async fn job_log_unboxed(&self, repo: &RepoRef, job: u64) -> ApiResult<Vec<u8>> {
         let what = format!("the log of job {job} on {repo}");
         match self
             .read_or_redirect(&format!("/repos/{repo}/actions/jobs/{job}/logs"), &what)

@@ -18,6 +18,7 @@
 //!   their writes idempotent instead: [`GitHub::upsert_marked_comment`] finds its earlier comment by
 //!   a hidden marker and edits it, so calling it again after a timeout never posts twice.
 
+use crate::BoxFuture;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -231,7 +232,11 @@ impl GitHub {
     }
 
     /// The login of the token's account (cached after the first call).
-    pub async fn viewer(&self) -> ApiResult<String> {
+    pub fn viewer<'a>(&'a self) -> BoxFuture<'a, ApiResult<String>> {
+        Box::pin(self.viewer_unboxed())
+    }
+
+    async fn viewer_unboxed(&self) -> ApiResult<String> {
         if let Some(login) = self.viewer.get() {
             return Ok(login.clone());
         }
@@ -240,7 +245,11 @@ impl GitHub {
         Ok(user.login)
     }
 
-    pub async fn issue(&self, issue: &IssueRef) -> ApiResult<Issue> {
+    pub fn issue<'a>(&'a self, issue: &'a IssueRef) -> BoxFuture<'a, ApiResult<Issue>> {
+        Box::pin(self.issue_unboxed(issue))
+    }
+
+    async fn issue_unboxed(&self, issue: &IssueRef) -> ApiResult<Issue> {
         self.get_json(
             &format!("/repos/{}/issues/{}", issue.repo, issue.number),
             &format!("issue {issue}"),
@@ -249,7 +258,14 @@ impl GitHub {
     }
 
     /// All comments of an issue or pull request, oldest first.
-    pub async fn issue_comments(&self, issue: &IssueRef) -> ApiResult<Vec<Comment>> {
+    pub fn issue_comments<'a>(
+        &'a self,
+        issue: &'a IssueRef,
+    ) -> BoxFuture<'a, ApiResult<Vec<Comment>>> {
+        Box::pin(self.issue_comments_unboxed(issue))
+    }
+
+    async fn issue_comments_unboxed(&self, issue: &IssueRef) -> ApiResult<Vec<Comment>> {
         self.get_list(
             &format!("/repos/{}/issues/{}/comments", issue.repo, issue.number),
             &format!("the comments of {issue}"),
@@ -257,7 +273,11 @@ impl GitHub {
         .await
     }
 
-    pub async fn pull(&self, pull: &IssueRef) -> ApiResult<PullRequest> {
+    pub fn pull<'a>(&'a self, pull: &'a IssueRef) -> BoxFuture<'a, ApiResult<PullRequest>> {
+        Box::pin(self.pull_unboxed(pull))
+    }
+
+    async fn pull_unboxed(&self, pull: &IssueRef) -> ApiResult<PullRequest> {
         self.get_json(
             &format!("/repos/{}/pulls/{}", pull.repo, pull.number),
             &format!("pull request {pull}"),
@@ -265,7 +285,11 @@ impl GitHub {
         .await
     }
 
-    pub async fn pull_files(&self, pull: &IssueRef) -> ApiResult<Vec<PullFile>> {
+    pub fn pull_files<'a>(&'a self, pull: &'a IssueRef) -> BoxFuture<'a, ApiResult<Vec<PullFile>>> {
+        Box::pin(self.pull_files_unboxed(pull))
+    }
+
+    async fn pull_files_unboxed(&self, pull: &IssueRef) -> ApiResult<Vec<PullFile>> {
         self.get_list(
             &format!("/repos/{}/pulls/{}/files", pull.repo, pull.number),
             &format!("the files of {pull}"),
@@ -274,7 +298,11 @@ impl GitHub {
     }
 
     /// The pull request's whole diff, as `git diff` prints it.
-    pub async fn pull_diff(&self, pull: &IssueRef) -> ApiResult<String> {
+    pub fn pull_diff<'a>(&'a self, pull: &'a IssueRef) -> BoxFuture<'a, ApiResult<String>> {
+        Box::pin(self.pull_diff_unboxed(pull))
+    }
+
+    async fn pull_diff_unboxed(&self, pull: &IssueRef) -> ApiResult<String> {
         let what = format!("the diff of {pull}");
         let (body, _) = self
             .send_read(
@@ -291,7 +319,15 @@ impl GitHub {
 
     /// A user's permission on a repository: `admin`, `write`, `read` or `none`. GitHub folds
     /// `maintain` and custom roles built on write into `write`, and `triage` into `read`.
-    pub async fn permission(&self, repo: &RepoRef, user: &str) -> ApiResult<String> {
+    pub fn permission<'a>(
+        &'a self,
+        repo: &'a RepoRef,
+        user: &'a str,
+    ) -> BoxFuture<'a, ApiResult<String>> {
+        Box::pin(self.permission_unboxed(repo, user))
+    }
+
+    async fn permission_unboxed(&self, repo: &RepoRef, user: &str) -> ApiResult<String> {
         #[derive(Deserialize)]
         struct Permission {
             permission: String,
@@ -316,7 +352,15 @@ impl GitHub {
 
     /// A repository's issue events newer than `after` (an event id), newest first, through as
     /// many pages as it takes (at most 10). `after = 0` reads the newest page only.
-    pub async fn repo_issue_events(
+    pub fn repo_issue_events<'a>(
+        &'a self,
+        repo: &'a RepoRef,
+        after: u64,
+    ) -> BoxFuture<'a, ApiResult<Vec<IssueEvent>>> {
+        Box::pin(self.repo_issue_events_unboxed(repo, after))
+    }
+
+    async fn repo_issue_events_unboxed(
         &self,
         repo: &RepoRef,
         after: u64,
@@ -330,7 +374,15 @@ impl GitHub {
     }
 
     /// A repository's issue comments newer than `after` (a comment id), newest first.
-    pub async fn repo_comments(&self, repo: &RepoRef, after: u64) -> ApiResult<Vec<Comment>> {
+    pub fn repo_comments<'a>(
+        &'a self,
+        repo: &'a RepoRef,
+        after: u64,
+    ) -> BoxFuture<'a, ApiResult<Vec<Comment>>> {
+        Box::pin(self.repo_comments_unboxed(repo, after))
+    }
+
+    async fn repo_comments_unboxed(&self, repo: &RepoRef, after: u64) -> ApiResult<Vec<Comment>> {
         self.get_newer(
             &format!(
                 "/repos/{repo}/issues/comments?sort=created&direction=desc&per_page={PER_PAGE}"
@@ -342,7 +394,19 @@ impl GitHub {
     }
 
     /// A repository's open pull requests numbered above `after`, newest first.
-    pub async fn repo_open_pulls(&self, repo: &RepoRef, after: u64) -> ApiResult<Vec<PullRequest>> {
+    pub fn repo_open_pulls<'a>(
+        &'a self,
+        repo: &'a RepoRef,
+        after: u64,
+    ) -> BoxFuture<'a, ApiResult<Vec<PullRequest>>> {
+        Box::pin(self.repo_open_pulls_unboxed(repo, after))
+    }
+
+    async fn repo_open_pulls_unboxed(
+        &self,
+        repo: &RepoRef,
+        after: u64,
+    ) -> ApiResult<Vec<PullRequest>> {
         self.get_newer(
             &format!(
                 "/repos/{repo}/pulls?state=open&sort=created&direction=desc&per_page={PER_PAGE}"
@@ -354,7 +418,15 @@ impl GitHub {
     }
 
     /// Posts a comment. Sent once, never retried.
-    pub async fn create_comment(&self, issue: &IssueRef, body: &str) -> ApiResult<Comment> {
+    pub fn create_comment<'a>(
+        &'a self,
+        issue: &'a IssueRef,
+        body: &'a str,
+    ) -> BoxFuture<'a, ApiResult<Comment>> {
+        Box::pin(self.create_comment_unboxed(issue, body))
+    }
+
+    async fn create_comment_unboxed(&self, issue: &IssueRef, body: &str) -> ApiResult<Comment> {
         self.write_json(
             Method::Post,
             &format!("/repos/{}/issues/{}/comments", issue.repo, issue.number),
@@ -365,7 +437,21 @@ impl GitHub {
     }
 
     /// Replaces a comment's body. Sent once, never retried.
-    pub async fn edit_comment(&self, repo: &RepoRef, id: u64, body: &str) -> ApiResult<Comment> {
+    pub fn edit_comment<'a>(
+        &'a self,
+        repo: &'a RepoRef,
+        id: u64,
+        body: &'a str,
+    ) -> BoxFuture<'a, ApiResult<Comment>> {
+        Box::pin(self.edit_comment_unboxed(repo, id, body))
+    }
+
+    async fn edit_comment_unboxed(
+        &self,
+        repo: &RepoRef,
+        id: u64,
+        body: &str,
+    ) -> ApiResult<Comment> {
         self.write_json(
             Method::Patch,
             &format!("/repos/{repo}/issues/comments/{id}"),
@@ -376,7 +462,15 @@ impl GitHub {
     }
 
     /// Closes an issue with a reason (`completed` or `not_planned`). Sent once, never retried.
-    pub async fn close_issue(&self, issue: &IssueRef, state_reason: &str) -> ApiResult<Issue> {
+    pub fn close_issue<'a>(
+        &'a self,
+        issue: &'a IssueRef,
+        state_reason: &'a str,
+    ) -> BoxFuture<'a, ApiResult<Issue>> {
+        Box::pin(self.close_issue_unboxed(issue, state_reason))
+    }
+
+    async fn close_issue_unboxed(&self, issue: &IssueRef, state_reason: &str) -> ApiResult<Issue> {
         self.write_json(
             Method::Patch,
             &format!("/repos/{}/issues/{}", issue.repo, issue.number),
@@ -389,7 +483,16 @@ impl GitHub {
     /// Keeps one comment per `marker` on an issue: edits the comment of the token's account that
     /// holds the marker, or posts a new one. `body` must contain the marker, so that a call after an
     /// uncertain write finds the comment the first call may have posted.
-    pub async fn upsert_marked_comment(
+    pub fn upsert_marked_comment<'a>(
+        &'a self,
+        issue: &'a IssueRef,
+        marker: &'a str,
+        body: &'a str,
+    ) -> BoxFuture<'a, ApiResult<(Comment, CommentAction)>> {
+        Box::pin(self.upsert_marked_comment_unboxed(issue, marker, body))
+    }
+
+    async fn upsert_marked_comment_unboxed(
         &self,
         issue: &IssueRef,
         marker: &str,
@@ -403,7 +506,17 @@ impl GitHub {
     /// (`legacy.0`, written before the marker named its store), but only one whose id is among
     /// `legacy.1`, the comments the caller's own records say it wrote: a comment of another store
     /// under the same old marker is never edited.
-    pub async fn upsert_marked_comment_after(
+    pub fn upsert_marked_comment_after<'a>(
+        &'a self,
+        issue: &'a IssueRef,
+        marker: &'a str,
+        body: &'a str,
+        legacy: Option<(&'a str, &'a [u64])>,
+    ) -> BoxFuture<'a, ApiResult<(Comment, CommentAction)>> {
+        Box::pin(self.upsert_marked_comment_after_unboxed(issue, marker, body, legacy))
+    }
+
+    async fn upsert_marked_comment_after_unboxed(
         &self,
         issue: &IssueRef,
         marker: &str,

@@ -19,6 +19,11 @@
 //! verdict belong to the callers.
 
 mod apply;
+
+/// What the client's calls return: their bodies boxed here, so they are compiled once, in this
+/// crate, rather than again in each crate that awaits them (the same as
+/// `orchestrator_types::BoxFuture`, which says why; this crate does not depend on that one).
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 pub mod checks;
 pub mod client;
 pub mod error;

@@ -24,6 +24,7 @@
 //! and no other is opened in its place, since a person closed it for a reason only a person can
 //! take back.
 
+use crate::BoxFuture;
 use std::path::Path;
 
 use base64::Engine;
@@ -231,7 +232,11 @@ struct Repo {
 
 impl GitHub {
     /// The repository's default branch (`main`, `master`, ...).
-    pub async fn default_branch(&self, repo: &RepoRef) -> ApiResult<String> {
+    pub fn default_branch<'a>(&'a self, repo: &'a RepoRef) -> BoxFuture<'a, ApiResult<String>> {
+        Box::pin(self.default_branch_unboxed(repo))
+    }
+
+    async fn default_branch_unboxed(&self, repo: &RepoRef) -> ApiResult<String> {
         let found: Repo = self
             .get_json(&format!("/repos/{repo}"), &format!("repository {repo}"))
             .await?;
@@ -240,7 +245,15 @@ impl GitHub {
 
     /// Makes `repo` hold `tree` on a new branch and opens a pull request from it; see the module
     /// documentation for the steps and for why calling it again after an error is safe.
-    pub async fn open_pull(
+    pub fn open_pull<'a>(
+        &'a self,
+        tree: &'a PreparedTree,
+        spec: &'a PullSpec<'a>,
+    ) -> BoxFuture<'a, ApiResult<OpenedPull>> {
+        Box::pin(self.open_pull_unboxed(tree, spec))
+    }
+
+    async fn open_pull_unboxed(
         &self,
         tree: &PreparedTree,
         spec: &PullSpec<'_>,

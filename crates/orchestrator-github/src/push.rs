@@ -16,6 +16,7 @@
 //! is now. GitHub refuses a move that is not a fast-forward (422) when someone pushes between the
 //! read and the move; that is told the same way.
 
+use crate::BoxFuture;
 use crate::client::{ApiError, ApiResult, GitHub, Method};
 use crate::models::RepoRef;
 use crate::pull::{CommitIdentity, GitCommit, PreparedTree};
@@ -47,7 +48,15 @@ pub enum Pushed {
 impl GitHub {
     /// Adds `tree` (prepared on the head the work started on, its base) to `spec.branch` as one
     /// commit, only forward; see the module's comment.
-    pub async fn push_to_branch(
+    pub fn push_to_branch<'a>(
+        &'a self,
+        tree: &'a PreparedTree,
+        spec: &'a PushSpec<'a>,
+    ) -> BoxFuture<'a, ApiResult<Pushed>> {
+        Box::pin(self.push_to_branch_unboxed(tree, spec))
+    }
+
+    async fn push_to_branch_unboxed(
         &self,
         tree: &PreparedTree,
         spec: &PushSpec<'_>,
@@ -90,7 +99,15 @@ impl GitHub {
     }
 
     /// The message of commit `sha` of `repo`.
-    pub async fn commit_message(&self, repo: &RepoRef, sha: &str) -> ApiResult<String> {
+    pub fn commit_message<'a>(
+        &'a self,
+        repo: &'a RepoRef,
+        sha: &'a str,
+    ) -> BoxFuture<'a, ApiResult<String>> {
+        Box::pin(self.commit_message_unboxed(repo, sha))
+    }
+
+    async fn commit_message_unboxed(&self, repo: &RepoRef, sha: &str) -> ApiResult<String> {
         #[derive(serde::Deserialize)]
         struct Message {
             #[serde(default)]

@@ -1,6 +1,7 @@
 //! A pull request's reviews and review comments (the inline ones, in threads), and replies in a
 //! thread: what a follow-up round reads as its feedback and answers when its commit is pushed.
 
+use crate::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -58,7 +59,11 @@ impl ReviewComment {
 
 impl GitHub {
     /// The pull request's reviews, oldest first.
-    pub async fn pull_reviews(&self, pull: &IssueRef) -> ApiResult<Vec<Review>> {
+    pub fn pull_reviews<'a>(&'a self, pull: &'a IssueRef) -> BoxFuture<'a, ApiResult<Vec<Review>>> {
+        Box::pin(self.pull_reviews_unboxed(pull))
+    }
+
+    async fn pull_reviews_unboxed(&self, pull: &IssueRef) -> ApiResult<Vec<Review>> {
         self.get_list(
             &format!("/repos/{}/pulls/{}/reviews", pull.repo, pull.number),
             &format!("the reviews of {pull}"),
@@ -67,7 +72,14 @@ impl GitHub {
     }
 
     /// The pull request's review comments, replies included, oldest first.
-    pub async fn review_comments(&self, pull: &IssueRef) -> ApiResult<Vec<ReviewComment>> {
+    pub fn review_comments<'a>(
+        &'a self,
+        pull: &'a IssueRef,
+    ) -> BoxFuture<'a, ApiResult<Vec<ReviewComment>>> {
+        Box::pin(self.review_comments_unboxed(pull))
+    }
+
+    async fn review_comments_unboxed(&self, pull: &IssueRef) -> ApiResult<Vec<ReviewComment>> {
         self.get_list(
             &format!("/repos/{}/pulls/{}/comments", pull.repo, pull.number),
             &format!("the review comments of {pull}"),
@@ -77,7 +89,16 @@ impl GitHub {
 
     /// Replies in the thread of review comment `comment` (the first of its thread). Sent once,
     /// never retried.
-    pub async fn reply_to_review_comment(
+    pub fn reply_to_review_comment<'a>(
+        &'a self,
+        pull: &'a IssueRef,
+        comment: u64,
+        body: &'a str,
+    ) -> BoxFuture<'a, ApiResult<ReviewComment>> {
+        Box::pin(self.reply_to_review_comment_unboxed(pull, comment, body))
+    }
+
+    async fn reply_to_review_comment_unboxed(
         &self,
         pull: &IssueRef,
         comment: u64,
