@@ -19,11 +19,6 @@
 //! verdict belong to the callers.
 
 mod apply;
-
-/// What the client's calls return: their bodies boxed here, so they are compiled once, in this
-/// crate, rather than again in each crate that awaits them (the same as
-/// `orchestrator_types::BoxFuture`, which says why; this crate does not depend on that one).
-pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 pub mod checks;
 pub mod client;
 pub mod error;
@@ -51,3 +46,8 @@ pub use push::{PushSpec, Pushed};
 pub use reviews::{Review, ReviewComment};
 pub use text::{sanitize_line, sanitize_untrusted, sanitize_verbatim};
 pub use webhook::{SignatureCheck, SignatureError, sign, verify_signature};
+
+/// What the client's calls return: their bodies boxed here, so they are compiled once, in this
+/// crate, rather than again in each crate that awaits them (the same as
+/// `orchestrator_types::BoxFuture`, which says why; this crate does not depend on that one).
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
