@@ -9,8 +9,8 @@
 use super::client::Encoding;
 use super::manager::Serving;
 use super::position::to_chars;
+use super::protocol::{Diagnostic, DiagnosticSeverity, NumberOrString};
 use crate::context::ToolContext;
-use lsp_types::{Diagnostic, DiagnosticSeverity, NumberOrString};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
@@ -341,7 +341,7 @@ fn split_location(rest: &str) -> Option<(usize, usize, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lsp_types::{Position, Range};
+    use crate::lsp::protocol::{Position, Range};
 
     fn diag(line: u32, col: u32, severity: DiagnosticSeverity, msg: &str) -> Diagnostic {
         Diagnostic {
@@ -349,7 +349,6 @@ mod tests {
             severity: Some(severity),
             code: Some(NumberOrString::String("E0308".into())),
             message: msg.into(),
-            ..Diagnostic::default()
         }
     }
 

@@ -1,25 +1,20 @@
 //! One running language server: started by the task's jail like any command an agent runs, leading
 //! a process group of its own that the daemon's process ledger knows, spoken to over stdio with
-//! JSON-RPC (`rpc`) with the `lsp-types` of the protocol.
+//! JSON-RPC (`rpc`) in the protocol's messages (`protocol`).
 //!
 //! What the server pushes is kept: the diagnostics it published per file, and which work-done
 //! progress (indexing, rust-analyzer's `cargo check`) is under way, so an edit can wait until the
 //! server has said all it will say about the edited file.
 
 use super::config::LspServer;
-use super::rpc::{CONTENT_MODIFIED, Connection, Pushes, RpcError, SERVER_CANCELLED};
-use lsp_types::notification::{self, Notification, Progress, PublishDiagnostics};
-use lsp_types::request;
-use lsp_types::{
-    ClientCapabilities, Diagnostic, DidChangeTextDocumentParams, DidOpenTextDocumentParams,
-    DidSaveTextDocumentParams, GeneralClientCapabilities, InitializeParams, InitializedParams,
-    NumberOrString, PositionEncodingKind, ProgressParams, ProgressParamsValue,
-    PublishDiagnosticsClientCapabilities, PublishDiagnosticsParams, TextDocumentClientCapabilities,
-    TextDocumentContentChangeEvent, TextDocumentIdentifier, TextDocumentItem, Url,
-    VersionedTextDocumentIdentifier, WindowClientCapabilities, WorkDoneProgress, WorkspaceFolder,
+use super::protocol::{
+    self, Diagnostic, DidChangeTextDocument, DidOpenTextDocument, DidSaveTextDocument, Exit,
+    Initialize, Initialized, Notification, NumberOrString, Progress, ProgressParams,
+    PublishDiagnostics, PublishDiagnosticsParams, Request, Shutdown, Url,
 };
+use super::rpc::{CONTENT_MODIFIED, Connection, Pushes, RpcError, SERVER_CANCELLED};
 use orchestrator_sandbox::{Jail, TrackedGroup};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -198,51 +193,34 @@ impl LspClient {
 
     async fn initialize(&mut self) -> Result<(), String> {
         let root = file_url(&self.root)?;
-        #[allow(deprecated)] // root_uri: older servers read it rather than the folders
-        let params = InitializeParams {
-            process_id: Some(std::process::id()),
-            root_uri: Some(root.clone()),
-            workspace_folders: Some(vec![WorkspaceFolder {
-                uri: root,
-                name: self
-                    .root
-                    .file_name()
-                    .map_or_else(|| "root".to_owned(), |n| n.to_string_lossy().into_owned()),
-            }]),
-            initialization_options: self.server.initialization_options.clone(),
-            capabilities: ClientCapabilities {
-                general: Some(GeneralClientCapabilities {
-                    position_encodings: Some(vec![
-                        PositionEncodingKind::UTF8,
-                        PositionEncodingKind::UTF16,
-                    ]),
-                    ..GeneralClientCapabilities::default()
-                }),
-                window: Some(WindowClientCapabilities {
-                    work_done_progress: Some(true),
-                    ..WindowClientCapabilities::default()
-                }),
-                text_document: Some(TextDocumentClientCapabilities {
-                    publish_diagnostics: Some(PublishDiagnosticsClientCapabilities {
-                        version_support: Some(true),
-                        ..PublishDiagnosticsClientCapabilities::default()
-                    }),
-                    ..TextDocumentClientCapabilities::default()
-                }),
-                ..ClientCapabilities::default()
+        let name = self
+            .root
+            .file_name()
+            .map_or_else(|| "root".to_owned(), |n| n.to_string_lossy().into_owned());
+        // rootUri too: older servers read it rather than the folders.
+        let mut params = json!({
+            "processId": std::process::id(),
+            "rootUri": root,
+            "workspaceFolders": [{ "uri": root, "name": name }],
+            "capabilities": {
+                "general": { "positionEncodings": ["utf-8", "utf-16"] },
+                "window": { "workDoneProgress": true },
+                "textDocument": { "publishDiagnostics": { "versionSupport": true } },
             },
-            ..InitializeParams::default()
-        };
+        });
+        if let Some(options) = &self.server.initialization_options {
+            params["initializationOptions"] = options.clone();
+        }
         let result = self
             .connection
-            .request::<request::Initialize>(params)
+            .request::<Initialize>(params)
             .await
             .map_err(|e| e.to_string())?;
-        if result.capabilities.position_encoding == Some(PositionEncodingKind::UTF8) {
+        if result.capabilities.position_encoding.as_deref() == Some("utf-8") {
             self.encoding = Encoding::Utf8;
         }
         self.connection
-            .notify::<notification::Initialized>(InitializedParams {})
+            .notify::<Initialized>(json!({}))
             .map_err(|e| e.to_string())
     }
 
@@ -286,41 +264,28 @@ impl LspClient {
         let sent = match open.get_mut(&uri) {
             Some(doc) => {
                 doc.version += 1;
-                self.connection
-                    .notify::<notification::DidChangeTextDocument>(DidChangeTextDocumentParams {
-                        text_document: VersionedTextDocumentIdentifier {
-                            uri: uri.clone(),
-                            version: doc.version,
-                        },
-                        content_changes: vec![TextDocumentContentChangeEvent {
-                            range: None,
-                            range_length: None,
-                            text: text.to_owned(),
-                        }],
-                    })
+                self.connection.notify::<DidChangeTextDocument>(json!({
+                    "textDocument": { "uri": uri, "version": doc.version },
+                    "contentChanges": [{ "text": text }],
+                }))
             }
             None => {
                 let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
                 open.insert(uri.clone(), Open { version: 1 });
-                self.connection.notify::<notification::DidOpenTextDocument>(
-                    DidOpenTextDocumentParams {
-                        text_document: TextDocumentItem {
-                            uri: uri.clone(),
-                            language_id: self.server.language_id(ext),
-                            version: 1,
-                            text: text.to_owned(),
-                        },
+                self.connection.notify::<DidOpenTextDocument>(json!({
+                    "textDocument": {
+                        "uri": uri,
+                        "languageId": self.server.language_id(ext),
+                        "version": 1,
+                        "text": text,
                     },
-                )
+                }))
             }
         };
         sent.map_err(|e| format!("{}: {e}", self.server.name))?;
         if save {
             self.connection
-                .notify::<notification::DidSaveTextDocument>(DidSaveTextDocumentParams {
-                    text_document: TextDocumentIdentifier { uri },
-                    text: None,
-                })
+                .notify::<DidSaveTextDocument>(protocol::text_document(&uri))
                 .map_err(|e| format!("{}: {e}", self.server.name))?;
         }
         Ok(before)
@@ -403,10 +368,9 @@ impl LspClient {
 
     /// Sends a request with the server's deadline; a server still loading answers "content
     /// modified" for a while, and is asked again.
-    pub async fn request<R>(&self, params: R::Params) -> Result<R::Result, String>
+    pub async fn request<R>(&self, params: Value) -> Result<R::Result, String>
     where
-        R: lsp_types::request::Request,
-        R::Params: Clone,
+        R: Request,
     {
         self.touch();
         let deadline = self.server.request_timeout;
@@ -454,8 +418,8 @@ impl LspClient {
     /// Asks the server to shut down and exit, then ends its process group: SIGTERM, then SIGKILL.
     pub async fn shutdown(&self) {
         let polite = async {
-            let _ = self.connection.request::<request::Shutdown>(()).await;
-            let _ = self.connection.notify::<notification::Exit>(());
+            let _ = self.connection.request::<Shutdown>(Value::Null).await;
+            let _ = self.connection.notify::<Exit>(Value::Null);
         };
         let _ = tokio::time::timeout(EXIT_GRACE, polite).await;
         if let Some(mut process) = self.process.lock().await.take() {
@@ -507,15 +471,19 @@ impl Pushes for PushState {
                 NumberOrString::Number(n) => n.to_string(),
                 NumberOrString::String(s) => s,
             };
-            let ProgressParamsValue::WorkDone(progress) = params.value;
-            self.changed(|pushed| match progress {
-                WorkDoneProgress::Begin(_) => {
+            // Work-done progress; partial results and other values are not waited on.
+            let kind = params.value.get("kind").and_then(Value::as_str);
+            if !matches!(kind, Some("begin" | "report" | "end")) {
+                return;
+            }
+            self.changed(|pushed| match kind {
+                Some("begin") => {
                     pushed.active.insert(token);
                 }
-                WorkDoneProgress::End(_) => {
+                Some("end") => {
                     pushed.active.remove(&token);
                 }
-                WorkDoneProgress::Report(_) => {}
+                _ => {}
             });
         }
         // Logs, messages, telemetry: nothing to act on.

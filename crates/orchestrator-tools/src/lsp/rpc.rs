@@ -8,6 +8,7 @@
 //! with the reason) rather than being read on; a message of a kind the protocol does not have is
 //! skipped.
 
+use super::protocol::{Notification, Request};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -98,21 +99,19 @@ impl Connection {
     }
 
     /// Sends request `R` and waits for its answer.
-    pub async fn request<R>(&self, params: R::Params) -> Result<R::Result, RpcError>
+    pub async fn request<R>(&self, params: Value) -> Result<R::Result, RpcError>
     where
-        R: lsp_types::request::Request,
+        R: Request,
     {
-        let params = serde_json::to_value(params).map_err(|e| RpcError::Decode(e.to_string()))?;
         let result = self.call(R::METHOD, params).await?;
         serde_json::from_value(result).map_err(|e| RpcError::Decode(format!("{}: {e}", R::METHOD)))
     }
 
     /// Sends notification `N`.
-    pub fn notify<N>(&self, params: N::Params) -> Result<(), RpcError>
+    pub fn notify<N>(&self, params: Value) -> Result<(), RpcError>
     where
-        N: lsp_types::notification::Notification,
+        N: Notification,
     {
-        let params = serde_json::to_value(params).map_err(|e| RpcError::Decode(e.to_string()))?;
         self.send(message(None, N::METHOD, params))
     }
 

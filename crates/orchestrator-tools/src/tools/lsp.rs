@@ -2,15 +2,10 @@
 //! (rust-analyzer, pyright, gopls, typescript-language-server): where a symbol is defined, where
 //! it is used, what it is, and the symbols of a file or of the whole project.
 
-use lsp_types::request::{
-    DocumentSymbolRequest, GotoDefinition, HoverRequest, References, WorkspaceSymbolRequest,
-};
-use lsp_types::{
-    DocumentSymbol, DocumentSymbolParams, DocumentSymbolResponse, GotoDefinitionParams,
-    GotoDefinitionResponse, HoverContents, HoverParams, Location, MarkedString,
-    PartialResultParams, Position, ReferenceContext, ReferenceParams, TextDocumentIdentifier,
-    TextDocumentPositionParams, Url, WorkDoneProgressParams, WorkspaceSymbolParams,
-    WorkspaceSymbolResponse,
+use crate::lsp::protocol::{
+    self, DocumentSymbol, DocumentSymbolRequest, DocumentSymbolResponse, GotoDefinition,
+    GotoDefinitionResponse, HoverContents, HoverRequest, Location, MarkedString, Position,
+    References, Url, WorkspaceSymbolLocation, WorkspaceSymbolRequest, WorkspaceSymbolResponse,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -103,55 +98,35 @@ async fn run(args: Args, ctx: ToolContext) -> ToolOutcome {
     client.ready(client.server().request_timeout).await;
     let uri = url(&file.abs)?;
     if op == "document_symbols" {
-        let params = DocumentSymbolParams {
-            text_document: TextDocumentIdentifier { uri },
-            work_done_progress_params: WorkDoneProgressParams::default(),
-            partial_result_params: PartialResultParams::default(),
-        };
         let symbols = client
-            .request::<DocumentSymbolRequest>(params)
+            .request::<DocumentSymbolRequest>(protocol::text_document(&uri))
             .await
             .map_err(refuse)?;
         return Ok(ToolResult::text(document_symbols(&ctx, &file.rel, symbols)));
     }
     let position = position(&args, &text, client.encoding(), op)?;
-    let at = TextDocumentPositionParams {
-        text_document: TextDocumentIdentifier { uri },
-        position,
-    };
+    let at = protocol::text_document_position(&uri, position);
     let out = match op {
         "definition" => {
-            let found = client
-                .request::<GotoDefinition>(GotoDefinitionParams {
-                    text_document_position_params: at,
-                    work_done_progress_params: WorkDoneProgressParams::default(),
-                    partial_result_params: PartialResultParams::default(),
-                })
-                .await
-                .map_err(refuse)?;
+            let found = client.request::<GotoDefinition>(at).await.map_err(refuse)?;
             let locations = match found {
                 None => Vec::new(),
                 Some(GotoDefinitionResponse::Scalar(l)) => vec![l],
                 Some(GotoDefinitionResponse::Array(ls)) => ls,
                 Some(GotoDefinitionResponse::Link(links)) => links
                     .into_iter()
-                    .map(|l| Location::new(l.target_uri, l.target_selection_range))
+                    .map(|l| Location {
+                        uri: l.target_uri,
+                        range: l.target_selection_range,
+                    })
                     .collect(),
             };
             locations_text(&ctx, "definition", &locations, client.encoding())
         }
         "references" => {
-            let found = client
-                .request::<References>(ReferenceParams {
-                    text_document_position: at,
-                    work_done_progress_params: WorkDoneProgressParams::default(),
-                    partial_result_params: PartialResultParams::default(),
-                    context: ReferenceContext {
-                        include_declaration: true,
-                    },
-                })
-                .await
-                .map_err(refuse)?;
+            let mut params = at;
+            params["context"] = json!({ "includeDeclaration": true });
+            let found = client.request::<References>(params).await.map_err(refuse)?;
             locations_text(
                 &ctx,
                 "reference",
@@ -160,13 +135,7 @@ async fn run(args: Args, ctx: ToolContext) -> ToolOutcome {
             )
         }
         _ => {
-            let found = client
-                .request::<HoverRequest>(HoverParams {
-                    text_document_position_params: at,
-                    work_done_progress_params: WorkDoneProgressParams::default(),
-                })
-                .await
-                .map_err(refuse)?;
+            let found = client.request::<HoverRequest>(at).await.map_err(refuse)?;
             match found {
                 None => "No hover information there.".to_owned(),
                 Some(hover) => hover_text(hover.contents),
@@ -317,7 +286,7 @@ fn locations_text(
 fn hover_text(contents: HoverContents) -> String {
     let marked = |m: MarkedString| match m {
         MarkedString::String(s) => s,
-        MarkedString::LanguageString(l) => format!("```{}\n{}\n```", l.language, l.value),
+        MarkedString::LanguageString { language, value } => format!("```{language}\n{value}\n```"),
     };
     let text = match contents {
         HoverContents::Scalar(m) => marked(m),
@@ -332,10 +301,6 @@ fn hover_text(contents: HoverContents) -> String {
     }
 }
 
-fn kind_name(kind: lsp_types::SymbolKind) -> String {
-    format!("{kind:?}").to_lowercase()
-}
-
 fn document_symbols(ctx: &ToolContext, rel: &str, found: Option<DocumentSymbolResponse>) -> String {
     let mut lines = Vec::new();
     match found {
@@ -344,7 +309,7 @@ fn document_symbols(ctx: &ToolContext, rel: &str, found: Option<DocumentSymbolRe
             for s in flat {
                 lines.push(format!(
                     "{} {} (line {})",
-                    kind_name(s.kind),
+                    s.kind.name(),
                     s.name,
                     s.location.range.start.line + 1
                 ));
@@ -356,7 +321,7 @@ fn document_symbols(ctx: &ToolContext, rel: &str, found: Option<DocumentSymbolRe
                     lines.push(format!(
                         "{}{} {} (line {})",
                         "  ".repeat(depth),
-                        kind_name(s.kind),
+                        s.kind.name(),
                         s.name,
                         s.selection_range.start.line + 1
                     ));
@@ -428,11 +393,7 @@ async fn workspace_symbols(args: &Args, ctx: &ToolContext) -> ToolOutcome {
     let client = client_for(ctx, &file.abs, &file.rel).await?;
     client.ready(client.server().request_timeout).await;
     let found = client
-        .request::<WorkspaceSymbolRequest>(WorkspaceSymbolParams {
-            query: query.to_owned(),
-            work_done_progress_params: WorkDoneProgressParams::default(),
-            partial_result_params: PartialResultParams::default(),
-        })
+        .request::<WorkspaceSymbolRequest>(json!({ "query": query }))
         .await
         .map_err(refuse)?;
     let mut items = Vec::new();
@@ -440,13 +401,13 @@ async fn workspace_symbols(args: &Args, ctx: &ToolContext) -> ToolOutcome {
         None => {}
         Some(WorkspaceSymbolResponse::Flat(flat)) => {
             for s in flat {
-                items.push((kind_name(s.kind), s.name, s.location));
+                items.push((s.kind.name(), s.name, s.location));
             }
         }
         Some(WorkspaceSymbolResponse::Nested(nested)) => {
             for s in nested {
-                if let lsp_types::OneOf::Left(location) = s.location {
-                    items.push((kind_name(s.kind), s.name, location));
+                if let WorkspaceSymbolLocation::Full(location) = s.location {
+                    items.push((s.kind.name(), s.name, location));
                 }
             }
         }
