@@ -16,6 +16,7 @@ mod grep_parity;
 mod hostile;
 mod lsp;
 mod mcp_client;
+mod mcp_server;
 mod more_tools;
 mod paths;
 mod shell;
