@@ -80,6 +80,18 @@ impl Session {
     }
 }
 
+/// Whether `check` comes true within thirty seconds (a guard against a hang, not a measure of
+/// speed).
+async fn soon(check: impl Fn() -> bool) -> bool {
+    for _ in 0..600 {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
 #[tokio::test]
 async fn the_server_answers_the_protocol_and_a_session_outlives_bad_lines() {
     let h = Harness::new();
@@ -171,30 +183,20 @@ async fn a_long_call_leaves_the_session_answering_and_a_cancelled_call_gets_no_a
     let mut s = Session::start(&h);
     let marker = format!("301.{}", std::process::id());
     s.request(json!("long"), "tools/call", json!({"name": "exec_shell", "arguments": {"command": format!("sleep {marker}"), "timeout": 600}})).await;
-    let mut started = false;
-    for _ in 0..200 {
-        if running_with(&marker) {
-            started = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(started, "the call's command never ran");
+    assert!(
+        soon(|| running_with(&marker)).await,
+        "the call's command never ran"
+    );
     // The call runs; the session still answers.
     s.request(json!(2), "ping", json!({})).await;
     assert_eq!(s.next().await["id"], 2);
 
     s.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "long", "reason": "test"}})).await;
     // Its command goes with it, and no answer to it ever comes: the next message is the ping's.
-    let mut gone = false;
-    for _ in 0..200 {
-        if !running_with(&marker) {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(gone, "the cancelled call's command still runs");
+    assert!(
+        soon(|| !running_with(&marker)).await,
+        "the cancelled call's command still runs"
+    );
     s.request(json!(3), "ping", json!({})).await;
     assert_eq!(s.next().await["id"], 3);
     s.close().await.unwrap();
