@@ -1,5 +1,6 @@
-//! The `github_poll_cursors` table: where each polled repository's listing left off, so a poller
-//! that restarts lists from there rather than from the beginning.
+//! The `github_poll_cursors` table: where each polled repository's listing left off, so the next
+//! poll, in this daemon or after a restart, pages back to there and a burst between two polls is
+//! read whole.
 
 use crate::{Result, Store};
 use orchestrator_types::{BoxFuture, now_millis};
