@@ -30,7 +30,9 @@ use crate::tasks::insert_tasks;
 use crate::{Error, Result, Store};
 use orchestrator_types::BoxFuture;
 use orchestrator_types::{NewTask, TaskId, now_millis};
-use sea_query::{Cond, Expr, ExprTrait, Iden, OnConflict, Order, Query, SelectStatement};
+use sea_query::{
+    Cond, Expr, ExprTrait, Iden, InsertStatement, OnConflict, Order, Query, SelectStatement,
+};
 use serde::Serialize;
 
 mod cursors;
@@ -267,6 +269,58 @@ fn select_deliveries() -> SelectStatement {
         .to_owned()
 }
 
+/// The insert of a delivery seen for the first time, which does nothing when its id is stored
+/// already: in `status` with `attempts` tries counted, received `now`, about no task yet. A
+/// webhook's `payload` is kept with it, due at once for the background processor.
+pub(crate) fn insert_new(
+    info: &DeliveryInfo<'_>,
+    status: &str,
+    attempts: i64,
+    now: i64,
+    payload: Option<&str>,
+) -> Result<InsertStatement> {
+    let mut columns = vec![
+        GithubDeliveries::DeliveryId,
+        GithubDeliveries::Source,
+        GithubDeliveries::Event,
+        GithubDeliveries::Action,
+        GithubDeliveries::Repo,
+        GithubDeliveries::Status,
+        GithubDeliveries::Attempts,
+        GithubDeliveries::TaskIds,
+        GithubDeliveries::ReceivedAt,
+        GithubDeliveries::UpdatedAt,
+        GithubDeliveries::Subject,
+    ];
+    let mut values: Vec<Expr> = vec![
+        info.id.into(),
+        info.source.into(),
+        info.event.into(),
+        info.action.into(),
+        info.repo.into(),
+        status.into(),
+        attempts.into(),
+        "[]".into(),
+        now.into(),
+        now.into(),
+        info.subject.into(),
+    ];
+    if let Some(payload) = payload {
+        columns.extend([GithubDeliveries::Payload, GithubDeliveries::RetryAt]);
+        values.extend([payload.into(), now.into()]);
+    }
+    Ok(Query::insert()
+        .into_table(GithubDeliveries::Table)
+        .columns(columns)
+        .values(values)?
+        .on_conflict(
+            OnConflict::column(GithubDeliveries::DeliveryId)
+                .do_nothing()
+                .to_owned(),
+        )
+        .to_owned())
+}
+
 /// The SQL condition on a row `e` of `github_deliveries` that holds back a later delivery about
 /// the same subject, received after it: `e` is not done (queued; being processed by a process that
 /// may be alive, or with a payload that the background processor takes over once stale; failed
@@ -361,40 +415,7 @@ impl Store {
             return Ok(DeliveryClaim::Behind { earlier });
         }
         for _ in 0..CLAIM_PASSES {
-            let insert = Query::insert()
-                .into_table(GithubDeliveries::Table)
-                .columns([
-                    GithubDeliveries::DeliveryId,
-                    GithubDeliveries::Source,
-                    GithubDeliveries::Event,
-                    GithubDeliveries::Action,
-                    GithubDeliveries::Repo,
-                    GithubDeliveries::Status,
-                    GithubDeliveries::Attempts,
-                    GithubDeliveries::TaskIds,
-                    GithubDeliveries::ReceivedAt,
-                    GithubDeliveries::UpdatedAt,
-                    GithubDeliveries::Subject,
-                ])
-                .values([
-                    info.id.into(),
-                    info.source.into(),
-                    info.event.into(),
-                    info.action.into(),
-                    info.repo.into(),
-                    delivery_status::PROCESSING.into(),
-                    1i64.into(),
-                    "[]".into(),
-                    now.into(),
-                    now.into(),
-                    info.subject.into(),
-                ])?
-                .on_conflict(
-                    OnConflict::column(GithubDeliveries::DeliveryId)
-                        .do_nothing()
-                        .to_owned(),
-                )
-                .to_owned();
+            let insert = insert_new(info, delivery_status::PROCESSING, 1, now, None)?;
             if tx.execute(&insert).await? > 0 {
                 tx.commit().await?;
                 return Ok(DeliveryClaim::Fresh);

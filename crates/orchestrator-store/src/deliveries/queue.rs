@@ -3,13 +3,13 @@
 //! deliveries due for the background processor, which claims them like any other.
 
 use super::{
-    Accepted, DeliveryInfo, DueDelivery, GithubDeliveries, delivery_status, parse_task_ids,
-    pending_condition,
+    Accepted, DeliveryInfo, DueDelivery, GithubDeliveries, delivery_status, insert_new,
+    parse_task_ids, pending_condition,
 };
 use crate::exec::Tx;
 use crate::{Result, Store};
 use orchestrator_types::{BoxFuture, now_millis};
-use sea_query::{Cond, Expr, ExprTrait, OnConflict, Order, Query};
+use sea_query::{Cond, Expr, ExprTrait, Order, Query};
 
 impl Store {
     /// Stores a webhook delivery as `queued`, with its payload, for the background processor; see
@@ -30,44 +30,7 @@ impl Store {
     ) -> Result<Accepted> {
         let now = now_millis();
         let mut tx = self.pool.begin().await?;
-        let insert = Query::insert()
-            .into_table(GithubDeliveries::Table)
-            .columns([
-                GithubDeliveries::DeliveryId,
-                GithubDeliveries::Source,
-                GithubDeliveries::Event,
-                GithubDeliveries::Action,
-                GithubDeliveries::Repo,
-                GithubDeliveries::Status,
-                GithubDeliveries::Attempts,
-                GithubDeliveries::TaskIds,
-                GithubDeliveries::ReceivedAt,
-                GithubDeliveries::UpdatedAt,
-                GithubDeliveries::Payload,
-                GithubDeliveries::RetryAt,
-                GithubDeliveries::Subject,
-            ])
-            .values([
-                info.id.into(),
-                info.source.into(),
-                info.event.into(),
-                info.action.into(),
-                info.repo.into(),
-                delivery_status::QUEUED.into(),
-                0i64.into(),
-                "[]".into(),
-                now.into(),
-                now.into(),
-                payload.into(),
-                now.into(),
-                info.subject.into(),
-            ])?
-            .on_conflict(
-                OnConflict::column(GithubDeliveries::DeliveryId)
-                    .do_nothing()
-                    .to_owned(),
-            )
-            .to_owned();
+        let insert = insert_new(info, delivery_status::QUEUED, 0, now, Some(payload))?;
         if tx.execute(&insert).await? > 0 {
             tx.commit().await?;
             return Ok(Accepted::New);

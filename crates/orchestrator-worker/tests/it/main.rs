@@ -6,6 +6,7 @@ mod agent;
 mod agent_real;
 mod attempts;
 mod automations;
+mod checkpoint_resume;
 mod checkpoints;
 mod closure;
 mod context;

@@ -13,6 +13,7 @@ use serde_json::json;
 use std::collections::HashSet;
 
 mod agent;
+mod approvals;
 mod automations;
 mod best_of;
 mod changes;
@@ -27,6 +28,7 @@ mod records;
 mod tasks;
 
 pub use agent::*;
+pub use approvals::*;
 pub use automations::*;
 pub use best_of::*;
 pub use changes::*;
