@@ -533,11 +533,31 @@ impl Store {
     /// Takes back running tasks whose lease expired before `now`: canceled if a cancel was
     /// requested, failed if no attempt is left, otherwise queued again after `backoff(attempt)`
     /// milliseconds. At most `limit` tasks per call.
-    pub async fn rescue_expired(
+    pub fn rescue_expired<'a>(
+        &'a self,
+        now: i64,
+        limit: u64,
+        backoff: impl Fn(i64) -> i64 + Send + Sync + 'a,
+    ) -> BoxFuture<'a, Result<RescueCounts>> {
+        self.rescue_expired_boxed(now, limit, Box::new(backoff))
+    }
+
+    /// [`Store::rescue_expired`] with its backoff behind a pointer, so that the body is compiled
+    /// here once, not in each crate for each closure.
+    fn rescue_expired_boxed<'a>(
+        &'a self,
+        now: i64,
+        limit: u64,
+        backoff: Box<dyn Fn(i64) -> i64 + Send + Sync + 'a>,
+    ) -> BoxFuture<'a, Result<RescueCounts>> {
+        Box::pin(async move { self.rescue_expired_unboxed(now, limit, &*backoff).await })
+    }
+
+    async fn rescue_expired_unboxed(
         &self,
         now: i64,
         limit: u64,
-        backoff: impl Fn(i64) -> i64,
+        backoff: &(dyn Fn(i64) -> i64 + Send + Sync),
     ) -> Result<RescueCounts> {
         let mut counts = RescueCounts::default();
         let mut tx = self.pool.begin().await?;
