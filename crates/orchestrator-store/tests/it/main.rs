@@ -110,6 +110,7 @@ conformance!(
     concurrent_claims_of_a_delivery_have_one_winner,
     deliveries_that_join_make_one_task_and_stop_at_the_limit,
     keys_take_turns_within_a_priority,
+    a_key_arriving_while_nothing_runs_starts_level_with_the_queue,
     model_server_slots_are_shared_bounded_and_first_come_first_served,
     deliveries_about_one_issue_wait_for_the_earlier_ones_retry_or_end,
     poll_cursors_are_upserted,

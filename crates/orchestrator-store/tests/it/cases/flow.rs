@@ -255,6 +255,46 @@ async fn claim_one_by_one(store: &Store, count: usize) -> Vec<String> {
     titles
 }
 
+/// A key that arrives while nothing runs (every worker stopped, or every task waiting) starts
+/// level with the queued work, not at the start of time: there, it would take as many turns in
+/// a row as the others ever had before they got one again.
+pub async fn a_key_arriving_while_nothing_runs_starts_level_with_the_queue(db: &TestStore) {
+    let store = db.store.clone();
+    let backlog: Vec<NewTask> = (1..=4)
+        .map(|n| keyed(&format!("a{n}"), Some("repository:a")))
+        .collect();
+    store.create_tasks(&backlog).await.unwrap();
+    // Two of a's tasks run and end: nothing runs now, and a's next task is two turns on.
+    for _ in 0..2 {
+        let (_, lease) = store
+            .claim("w", &queues(), 1, LEASE)
+            .await
+            .unwrap()
+            .remove(0);
+        store
+            .complete(&[Completion {
+                lease,
+                outcome: Outcome::Succeeded,
+                details: json!({}),
+            }])
+            .await
+            .unwrap();
+    }
+    store
+        .create_task(&keyed("b1", Some("repository:b")))
+        .await
+        .unwrap();
+    store
+        .create_tasks(&[keyed("b2", Some("repository:b"))])
+        .await
+        .unwrap();
+    assert_eq!(
+        claim_one_by_one(&store, 4).await,
+        ["a3", "b1", "a4", "b2"],
+        "the newcomer takes turns with the backlog instead of going first"
+    );
+}
+
 pub async fn keys_take_turns_within_a_priority(db: &TestStore) {
     let store = db.store.clone();
     // One key's backlog made first, in one batch; then another key's, a task without a key and
