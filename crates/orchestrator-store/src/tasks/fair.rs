@@ -7,9 +7,9 @@
 //! of its priority (a step is [`STEP`] divided by the task's weight), or, when its key has none
 //! queued, the priority's clock (the virtual time claims have reached; with nothing running, where
 //! the queue's head is), so a key that was idle starts level with the others instead of ahead of
-//! them by what it did not use. The claim takes
-//! the lowest virtual time, then the oldest task. A task keeps its virtual time while it waits (a
-//! retry's backoff, a concurrency key's turn), so it keeps its place.
+//! them by what it did not use. The claim takes the lowest virtual time, then the oldest task. A
+//! task keeps its virtual time while it waits (a retry's backoff, a concurrency key's turn), so it
+//! keeps its place.
 //!
 //! Two tasks of one key made at once by two daemons may share a virtual time; they then run in
 //! the order they were made, which is what the queue did before.
