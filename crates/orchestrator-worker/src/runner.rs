@@ -668,15 +668,20 @@ where
     let mut delay = std::time::Duration::from_millis(100);
     for _ in 0..3 {
         match write().await {
-            Err(e) if e.is_retryable() => {
-                tracing::warn!(error = %e, "store write failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay *= 4;
-            }
+            Err(e) if e.is_retryable() => pause_before_retry(&e, &mut delay).await,
             other => return other,
         }
     }
     write().await
+}
+
+/// Says that a store write failed and is tried again, then waits `delay`, and makes the next wait
+/// four times as long. Not generic, so that each of [`with_retries`]'s many instances holds a call
+/// to it rather than its own copy of the log line and the timer.
+async fn pause_before_retry(error: &orchestrator_store::Error, delay: &mut std::time::Duration) {
+    tracing::warn!(error = %error, "store write failed; retrying");
+    tokio::time::sleep(*delay).await;
+    *delay *= 4;
 }
 
 /// Separates "the lease is gone" (stop quietly) from real store failures.

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use orchestrator_store::approval_kind;
 use orchestrator_tools::{
     ApprovalClass, Decision, DeprecatedAlias, Profile, Registry, ToolContext, ToolFailure,
-    ToolOutcome, ToolResult, ToolSpec, refuse,
+    ToolHandler, ToolOutcome, ToolResult, ToolSpec, refuse,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -197,6 +197,23 @@ where
     let session = session.clone();
     let name = def.name;
     let f = Arc::new(f);
+    described(
+        def,
+        Arc::new(move |args: Value, ctx: ToolContext| {
+            let session = session.clone();
+            let f = f.clone();
+            async move {
+                let parsed: T = serde_json::from_value(args)
+                    .map_err(|e| refuse(format!("{name}: invalid arguments: {e}")))?;
+                f(session, parsed, ctx).await
+            }
+        }),
+    )
+}
+
+/// The spec of `def` with its `handler`: what [`spec`] makes of every tool, outside its generics,
+/// so that it is compiled once and not for each tool.
+fn described(def: Def, handler: Arc<dyn ToolHandler>) -> ToolSpec {
     ToolSpec {
         name: def.name.to_owned(),
         description: def.description.to_owned(),
@@ -210,15 +227,7 @@ where
             .collect(),
         example: def.example,
         precheck: None,
-        handler: Arc::new(move |args: Value, ctx: ToolContext| {
-            let session = session.clone();
-            let f = f.clone();
-            async move {
-                let parsed: T = serde_json::from_value(args)
-                    .map_err(|e| refuse(format!("{name}: invalid arguments: {e}")))?;
-                f(session, parsed, ctx).await
-            }
-        }),
+        handler,
     }
 }
 
