@@ -589,6 +589,9 @@ fn a_key_exported_only_where_tasks_are_made_is_named_not_failed_in_the_daemon() 
 
     // A daemon without the key: it says which keys it holds, and does not take the task.
     let keyless = env.serve(&["--workers", "1"]);
+    // The line of what a daemon offers comes after the address, which `serve` waits for.
+    let offered = "runs tasks that require nothing or only";
+    crate::support::wait_for(|| keyless.log().contains(offered));
     assert!(!keyless.log().contains(KEY), "{}", keyless.log());
     crate::support::wait_for(|| {
         let task = env.json(&["task", "read", &first.to_string(), "--json"]);
@@ -618,6 +621,7 @@ fn a_key_exported_only_where_tasks_are_made_is_named_not_failed_in_the_daemon() 
     let keyed = env
         .sibling()
         .serve_with_env(&["--workers", "1"], &[(KEY, "sk-daemon")]);
+    crate::support::wait_for(|| keyed.log().contains(offered));
     assert!(
         keyed.log().contains(&format!(
             "a model key read from {KEY} (set here; names only)"
